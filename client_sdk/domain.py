@@ -1,0 +1,123 @@
+"""Mapping application values to domain indices, stably across processes.
+
+Mechanisms see only indices ``0 .. d-1``. A metric declares how its values
+map to indices:
+
+* :class:`Dictionary` -- an explicit list of values (strings or integers),
+  optionally followed by an "other" bucket that collects every undeclared
+  value; without it an undeclared value is a :class:`DomainError`.
+* :class:`HashedDomain` -- an open domain (URLs, words, emoji) hashed into
+  ``size`` buckets with seeded XXH32 over a canonical byte form of the value.
+  Python's ``hash`` is never used: it differs between processes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import struct
+from collections.abc import Sequence
+from typing import Any, Union
+
+from client_sdk.errors import DomainError, SpecError
+from client_sdk.hashing import hash_bytes
+
+__all__ = ["Dictionary", "HashedDomain", "Domain", "canonical_bytes", "domain_from_dict"]
+
+Value = Union[str, int]
+
+
+def canonical_bytes(value: Value) -> bytes:
+    """A type-tagged byte form: ``b"s" + UTF-8`` for strings, ``b"i" + int64 LE`` for
+    integers. ``"1"`` and ``1`` are different values."""
+    if isinstance(value, str):
+        return b"s" + value.encode("utf-8")
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise DomainError(f"values must be str or int, got {type(value).__name__}")
+    if not -(2**63) <= value < 2**63:
+        raise DomainError(f"integer value {value} does not fit in 64 bits")
+    return b"i" + struct.pack("<q", value)
+
+
+@dataclasses.dataclass(frozen=True)
+class Dictionary:
+    """An explicit, ordered list of values; index = position (``other`` last)."""
+
+    values: tuple[Value, ...]
+    other: bool = False
+
+    def __post_init__(self) -> None:
+        vals = tuple(self.values)
+        for v in vals:
+            canonical_bytes(v)
+        if len(set(vals)) != len(vals):
+            raise SpecError("dictionary values must be distinct")
+        if len(vals) + int(self.other) < 2:
+            raise SpecError("a dictionary needs at least 2 entries (counting the 'other' bucket)")
+        object.__setattr__(self, "values", vals)
+        object.__setattr__(self, "_index", {(type(v), v): i for i, v in enumerate(vals)})
+
+    @property
+    def size(self) -> int:
+        return len(self.values) + int(self.other)
+
+    @property
+    def other_index(self) -> int | None:
+        return len(self.values) if self.other else None
+
+    def index_of(self, value: Value) -> int:
+        idx = self._index.get((type(value), value))  # type: ignore[attr-defined]
+        if idx is not None:
+            return idx
+        if self.other:
+            canonical_bytes(value)
+            return len(self.values)
+        raise DomainError(f"value {value!r} is not in the metric's dictionary and it has no 'other' bucket")
+
+    def label(self, index: int) -> str:
+        if index == self.other_index:
+            return "(other)"
+        return str(self.values[index])
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": "dictionary", "values": list(self.values), "other": self.other}
+
+
+@dataclasses.dataclass(frozen=True)
+class HashedDomain:
+    """An open domain hashed into ``size`` buckets: ``xxh32(canonical_bytes(v), seed) mod size``.
+
+    (A modulo here is cheap: it runs once per recorded value, on the device.)"""
+
+    size: int
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if isinstance(self.size, bool) or not isinstance(self.size, int) or not 2 <= self.size <= 2**31:
+            raise SpecError(f"hashed domain size must be an integer in [2, 2**31], got {self.size!r}")
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or not 0 <= self.seed < 2**32:
+            raise SpecError(f"hashed domain seed must be a 32-bit unsigned integer, got {self.seed!r}")
+
+    def index_of(self, value: Value) -> int:
+        return hash_bytes(canonical_bytes(value), self.seed) % self.size
+
+    def label(self, index: int) -> str:
+        return f"#{index}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": "hashed", "size": self.size, "seed": self.seed}
+
+
+Domain = Union[Dictionary, HashedDomain]
+
+
+def domain_from_dict(data: dict[str, Any]) -> Domain:
+    """Inverse of ``to_dict`` of either domain kind."""
+    kind = data.get("kind") if isinstance(data, dict) else None
+    if kind == "dictionary":
+        vals: Sequence[Value] = data.get("values", [])
+        if not isinstance(vals, list):
+            raise SpecError("dictionary domain: 'values' must be a list")
+        return Dictionary(tuple(vals), bool(data.get("other", False)))
+    if kind == "hashed":
+        return HashedDomain(int(data["size"]), int(data.get("seed", 0)))
+    raise SpecError(f"domain kind must be 'dictionary' or 'hashed', got {kind!r}")
