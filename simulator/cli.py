@@ -11,6 +11,7 @@ __all__ = ["main", "build_parser"]
 #: sub-command modules, each exposing ``register(subparsers)``
 COMMANDS = [
     "simulator.commands.simulate",
+    "simulator.commands.demo",
 ]
 
 
