@@ -12,6 +12,7 @@ __all__ = ["main", "build_parser"]
 COMMANDS = [
     "simulator.commands.simulate",
     "simulator.commands.demo",
+    "simulator.commands.kafka",
 ]
 
 
