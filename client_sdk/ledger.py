@@ -1,0 +1,200 @@
+"""The budget ledger: what the device has spent, per metric and per UTC day.
+
+:class:`BudgetLedger` charges each report's ε against the
+:class:`~client_sdk.policy.LocalPolicy` caps and counts reports per metric
+per day (report sampling: at most r). A spend is one ``BEGIN IMMEDIATE``
+transaction that reads the day's totals, checks every cap and writes the
+new totals: atomic across threads and across processes that share the
+storage directory, so two processes together never exceed a cap. Amounts
+are integers in units of 1e-9 ε (:func:`~client_sdk.policy.to_units`),
+spends rounded up and caps down, so sums are exact.
+
+**Time.** The ledger keeps a high-water mark of the wall clock and charges
+each spend to the UTC day of ``max(now, high_water)``. A clock moved
+backwards therefore never reaches a day whose budget was already counted
+as past: it lands on the latest day seen, whose spends are on record, and
+spends nothing new. (A clock moved far *forward* and back again keeps the
+device on the future day until real time catches up: the safe direction.)
+
+*Departure from the design:* ``try_spend`` takes no ``day`` argument. A
+day chosen by the caller could be an earlier one, which is exactly what the
+high-water mark forbids; the ledger derives the day itself.
+"""
+
+from __future__ import annotations
+
+import enum
+import sqlite3
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Union
+
+from client_sdk.errors import BudgetError
+from client_sdk.metrics import utc_day
+from client_sdk.policy import EPSILON_UNIT, LocalPolicy, to_units
+from client_sdk.privacy_events import (
+    ComposedEvent,
+    LocalReportEvent,
+    PrivacyEvent,
+    PureDPEvent,
+    SelfComposedEvent,
+)
+from client_sdk.store import Store
+
+__all__ = ["BudgetLedger", "SpendOutcome", "MetricBudget", "DayBudget", "Cost", "epsilon_of"]
+
+Cost = Union[float, PrivacyEvent]
+
+
+def epsilon_of(cost: Cost) -> float:
+    """The pure ε a cost stands for.
+
+    A float is ε itself. A :class:`LocalReportEvent` or :class:`PureDPEvent`
+    is its ε; compositions add up (basic sequential composition). Other
+    events (Gaussian, sampled, ...) have no pure-ε value and are refused.
+    """
+    if isinstance(cost, (LocalReportEvent, PureDPEvent)):
+        return cost.epsilon
+    if isinstance(cost, ComposedEvent):
+        return sum(epsilon_of(e) for e in cost.events)
+    if isinstance(cost, SelfComposedEvent):
+        return cost.count * epsilon_of(cost.event)
+    if isinstance(cost, PrivacyEvent):
+        raise BudgetError(f"the device ledger charges pure-epsilon events only, got a {cost.kind!r} event")
+    if isinstance(cost, bool) or not isinstance(cost, (int, float)) or not 0.0 < float(cost) < float("inf"):
+        raise BudgetError(f"an epsilon cost must be a finite number > 0, got {cost!r}")
+    return float(cost)
+
+
+class SpendOutcome(enum.Enum):
+    """The result of one spend attempt."""
+
+    OK = "ok"
+    REPORT_LIMIT = "report_limit"  # r reports already sent for this metric today
+    METRIC_CAP = "metric_cap"  # the metric's daily ε cap would be exceeded
+    TOTAL_CAP = "total_cap"  # the device's daily ε cap would be exceeded
+
+    def __bool__(self) -> bool:
+        return self is SpendOutcome.OK
+
+
+@dataclass(frozen=True)
+class MetricBudget:
+    """One metric's spend on one day."""
+
+    spent: float
+    cap: float
+    reports: int
+
+    @property
+    def remaining(self) -> float:
+        return max(0.0, self.cap - self.spent)
+
+
+@dataclass(frozen=True)
+class DayBudget:
+    """A read-only view of one UTC day's spending."""
+
+    day: int
+    spent: float
+    cap: float
+    metrics: Mapping[str, MetricBudget]
+
+    @property
+    def remaining(self) -> float:
+        return max(0.0, self.cap - self.spent)
+
+
+class BudgetLedger:
+    """Persistent, atomic daily ε accounting (see the module docstring)."""
+
+    def __init__(self, store: Store, policy: LocalPolicy, *, clock: Callable[[], float] = time.time) -> None:
+        if not isinstance(policy, LocalPolicy):
+            raise BudgetError(f"policy must be a LocalPolicy, got {type(policy).__name__}")
+        self.store = store
+        self.policy = policy
+        self.clock = clock
+
+    @classmethod
+    def open(cls, directory: str, policy: LocalPolicy, *, clock: Callable[[], float] = time.time) -> BudgetLedger:
+        return cls(Store(directory), policy, clock=clock)
+
+    # -- inside a caller's transaction --------------------------------------
+    @staticmethod
+    def observe_time_in(conn: sqlite3.Connection, now: float) -> float:
+        """Raise the high-water mark to ``now`` if later; return the mark."""
+        row = conn.execute("SELECT high_water FROM clock WHERE id = 1").fetchone()
+        if row is None:
+            conn.execute("INSERT INTO clock (id, high_water) VALUES (1, ?)", (now,))
+            return now
+        if now > row[0]:
+            conn.execute("UPDATE clock SET high_water = ? WHERE id = 1", (now,))
+            return now
+        return float(row[0])
+
+    def spend_in(
+        self, conn: sqlite3.Connection, metric: str, units: int, day: int, max_reports: int | None
+    ) -> SpendOutcome:
+        """Check every cap for one report of ``units`` and record it if all hold."""
+        row = conn.execute("SELECT spent, reports FROM ledger WHERE day = ? AND metric = ?", (day, metric)).fetchone()
+        spent, reports = (int(row[0]), int(row[1])) if row else (0, 0)
+        if max_reports is not None and reports >= max_reports:
+            return SpendOutcome.REPORT_LIMIT
+        if spent + units > self.policy.metric_cap_units(metric):
+            return SpendOutcome.METRIC_CAP
+        total = conn.execute("SELECT COALESCE(SUM(spent), 0) FROM ledger WHERE day = ?", (day,)).fetchone()[0]
+        if int(total) + units > self.policy.total_cap_units:
+            return SpendOutcome.TOTAL_CAP
+        conn.execute(
+            "INSERT INTO ledger (day, metric, spent, reports) VALUES (?, ?, ?, 1) "
+            "ON CONFLICT (day, metric) DO UPDATE SET spent = spent + excluded.spent, reports = reports + 1",
+            (day, metric, units),
+        )
+        return SpendOutcome.OK
+
+    # -- standalone ---------------------------------------------------------
+    def spend(self, metric: str, cost: Cost, *, max_reports: int | None = None, now: float | None = None) -> SpendOutcome:
+        """Charge ``cost`` to ``metric`` on the current day, atomically; say why if refused."""
+        units = to_units(epsilon_of(cost), round_up=True)
+        with self.store.transaction() as conn:
+            high = self.observe_time_in(conn, self.clock() if now is None else now)
+            return self.spend_in(conn, metric, units, utc_day(high), max_reports)
+
+    def try_spend(self, metric: str, cost: Cost, *, max_reports: int | None = None, now: float | None = None) -> bool:
+        """``True`` and recorded if one report of ``cost`` fits every cap today, else ``False``."""
+        return bool(self.spend(metric, cost, max_reports=max_reports, now=now))
+
+    def high_water(self) -> float | None:
+        row = self.store.connection().execute("SELECT high_water FROM clock WHERE id = 1").fetchone()
+        return None if row is None else float(row[0])
+
+    def current_day(self, now: float | None = None) -> int:
+        """The day the next spend would be charged to."""
+        now = self.clock() if now is None else now
+        high = self.high_water()
+        return utc_day(now if high is None else max(now, high))
+
+    def day_budget(self, day: int | None = None) -> DayBudget:
+        """What was spent on ``day`` (default: the current day) against the caps."""
+        day = self.current_day() if day is None else day
+        rows = self.store.connection().execute(
+            "SELECT metric, spent, reports FROM ledger WHERE day = ? ORDER BY metric", (day,)
+        ).fetchall()
+        metrics = {
+            m: MetricBudget(spent=s * EPSILON_UNIT, cap=self.policy.metric_cap(m), reports=int(r)) for m, s, r in rows
+        }
+        total = sum(int(s) for _, s, _ in rows) * EPSILON_UNIT
+        return DayBudget(day=day, spent=total, cap=self.policy.total_daily, metrics=MappingProxyType(metrics))
+
+    def days(self) -> list[int]:
+        """The days with any spend on record, oldest first."""
+        rows = self.store.connection().execute("SELECT DISTINCT day FROM ledger ORDER BY day").fetchall()
+        return [int(r[0]) for r in rows]
+
+    def prune(self, before_day: int) -> int:
+        """Forget the spends of days before ``before_day`` (never the current one)."""
+        before_day = min(before_day, self.current_day())
+        with self.store.transaction() as conn:
+            return conn.execute("DELETE FROM ledger WHERE day < ?", (before_day,)).rowcount

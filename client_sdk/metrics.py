@@ -1,0 +1,275 @@
+"""Declarative metric definitions, shared by the SDK and the collector.
+
+A metrics file is JSON (readable by the standard library on every device;
+YAML would need a dependency). It is the same document the collector serves
+at ``GET /v1/metrics``::
+
+    {
+      "format": "ldp-metrics/1",
+      "metrics": {
+        "emoji_used": {
+          "description": "Which emoji a user sent",
+          "owner": "messaging-team@example.org",
+          "expires": "2027-12-31",
+          "mechanism": {"mechanism": "olh", "epsilon": 1.0},
+          "domain": {"kind": "hashed", "size": 1024, "seed": 0},
+          "max_reports_per_day": 1
+        }
+      }
+    }
+
+Every field of a metric is required. ``mechanism`` is a spec dict for
+:func:`client_sdk.mechanisms.spec_from_dict`; its ``domain_size`` may be
+left out and is then the domain's size, and when given it must equal it.
+``domain`` is a dict for :func:`client_sdk.domain.domain_from_dict`.
+``expires`` is the last UTC day (ISO date, inclusive) on which the metric may
+be recorded: like Glean's ``expires``, it forces an owner to renew each
+collection deliberately. ``max_reports_per_day`` (r) caps the reports one
+device sends for the metric per UTC day (report sampling); a metric's daily
+privacy demand is therefore ``r * epsilon``. Unknown keys, duplicate names
+and malformed fields are errors that name the metric and the field.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as _dt
+import json
+import os
+import re
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from client_sdk.domain import Domain, domain_from_dict
+from client_sdk.errors import SpecError
+from client_sdk.mechanisms import MechanismSpec, spec_from_dict
+
+__all__ = [
+    "FORMAT",
+    "MetricsFileError",
+    "MetricDefinition",
+    "MetricSet",
+    "parse_metrics",
+    "load_metrics",
+    "utc_day",
+    "day_to_date",
+    "MAX_REPORTS_PER_DAY",
+]
+
+FORMAT = "ldp-metrics/1"
+MAX_REPORTS_PER_DAY = 10_000
+_NAME_RE = re.compile(r"^[A-Za-z0-9_.:\-]{1,255}$")
+_FIELDS = ("description", "owner", "expires", "mechanism", "domain", "max_reports_per_day")
+_EPOCH = _dt.date(1970, 1, 1)
+
+
+class MetricsFileError(SpecError):
+    """A metrics file (or one metric in it) is invalid; the message names the metric and field."""
+
+
+def utc_day(timestamp: float) -> int:
+    """Days since 1970-01-01 of a POSIX timestamp, in UTC."""
+    return int(timestamp // 86400)
+
+
+def day_to_date(day: int) -> _dt.date:
+    return _EPOCH + _dt.timedelta(days=day)
+
+
+@dataclasses.dataclass(frozen=True)
+class MetricDefinition:
+    """One declared metric: what is collected, how privately, by whom, until when."""
+
+    name: str
+    spec: MechanismSpec
+    domain: Domain
+    owner: str
+    description: str
+    expires: _dt.date
+    max_reports_per_day: int
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not _NAME_RE.match(self.name):
+            raise MetricsFileError(
+                f"metric name {self.name!r} is invalid: use 1-255 characters from letters, digits and _ . : -"
+            )
+        where = f"metric {self.name!r}"
+        for field in ("owner", "description"):
+            val = getattr(self, field)
+            if not isinstance(val, str) or not val.strip():
+                raise MetricsFileError(f"{where}: '{field}' must be a non-empty string")
+        if not isinstance(self.expires, _dt.date):
+            raise MetricsFileError(f"{where}: 'expires' must be a date")
+        r = self.max_reports_per_day
+        if isinstance(r, bool) or not isinstance(r, int) or not 1 <= r <= MAX_REPORTS_PER_DAY:
+            raise MetricsFileError(
+                f"{where}: 'max_reports_per_day' must be an integer from 1 to {MAX_REPORTS_PER_DAY}, got {r!r}"
+            )
+        if self.spec.domain_size != self.domain.size:
+            raise MetricsFileError(
+                f"{where}: the mechanism's domain_size {self.spec.domain_size} differs from the domain's "
+                f"size {self.domain.size}; leave domain_size out to use the domain's"
+            )
+
+    @property
+    def expires_day(self) -> int:
+        """The last UTC day (days since 1970-01-01) on which the metric may be recorded."""
+        return (self.expires - _EPOCH).days
+
+    def is_expired(self, day: int) -> bool:
+        return day > self.expires_day
+
+    @property
+    def epsilon_per_report(self) -> float:
+        return self.spec.epsilon
+
+    @property
+    def daily_epsilon(self) -> float:
+        """The most a device can spend on this metric in one day: ``r * epsilon``."""
+        return self.max_reports_per_day * self.spec.epsilon
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "description": self.description,
+            "owner": self.owner,
+            "expires": self.expires.isoformat(),
+            "mechanism": self.spec.to_dict(),
+            "domain": self.domain.to_dict(),
+            "max_reports_per_day": self.max_reports_per_day,
+        }
+
+    @classmethod
+    def from_dict(cls, name: str, data: Any) -> MetricDefinition:
+        where = f"metric {name!r}"
+        if not isinstance(data, Mapping):
+            raise MetricsFileError(f"{where}: the definition must be an object with {list(_FIELDS)}")
+        unknown = sorted(set(data) - set(_FIELDS))
+        if unknown:
+            raise MetricsFileError(f"{where}: unknown field(s) {unknown}; the fields are {list(_FIELDS)}")
+        missing = [f for f in _FIELDS if f not in data]
+        if missing:
+            raise MetricsFileError(f"{where}: missing field(s) {missing}")
+        try:
+            expires = _dt.date.fromisoformat(data["expires"]) if isinstance(data["expires"], str) else None
+        except ValueError:
+            expires = None
+        if expires is None:
+            raise MetricsFileError(f"{where}: 'expires' must be an ISO date such as \"2027-12-31\", got {data['expires']!r}")
+        try:
+            domain = domain_from_dict(dict(data["domain"]) if isinstance(data["domain"], Mapping) else data["domain"])
+        except (SpecError, KeyError, TypeError, ValueError) as exc:
+            raise MetricsFileError(f"{where}: bad 'domain': {exc}") from None
+        mech = data["mechanism"]
+        if not isinstance(mech, Mapping):
+            raise MetricsFileError(f"{where}: 'mechanism' must be an object such as {{\"mechanism\": \"grr\", \"epsilon\": 1.0}}")
+        mech = dict(mech)
+        mech.setdefault("domain_size", domain.size)
+        try:
+            spec = spec_from_dict(mech)
+        except SpecError as exc:
+            raise MetricsFileError(f"{where}: bad 'mechanism': {exc}") from None
+        return cls(
+            name=name,
+            spec=spec,
+            domain=domain,
+            owner=data["owner"],
+            description=data["description"],
+            expires=expires,
+            max_reports_per_day=data["max_reports_per_day"],
+        )
+
+
+class MetricSet(Mapping[str, MetricDefinition]):
+    """An immutable, validated collection of metric definitions keyed by name."""
+
+    def __init__(self, metrics: Mapping[str, MetricDefinition] | None = None) -> None:
+        self._metrics: dict[str, MetricDefinition] = dict(metrics or {})
+        for name, m in self._metrics.items():
+            if m.name != name:
+                raise MetricsFileError(f"metric keyed {name!r} is named {m.name!r}")
+
+    def __getitem__(self, name: str) -> MetricDefinition:
+        return self._metrics[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._metrics)
+
+    def __len__(self) -> int:
+        return len(self._metrics)
+
+    def expired(self, day: int) -> list[str]:
+        """Names of the metrics that may no longer be recorded on ``day``."""
+        return [n for n, m in self._metrics.items() if m.is_expired(day)]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"format": FORMAT, "metrics": {n: m.to_dict() for n, m in self._metrics.items()}}
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2, ensure_ascii=False)
+
+
+def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, val in pairs:
+        if key in out:
+            raise MetricsFileError(f"key {key!r} appears twice in the same object")
+        out[key] = val
+    return out
+
+
+def parse_metrics(
+    document: str | bytes | Mapping[str, Any],
+    *,
+    today: int | None = None,
+    reject_expired: bool = True,
+) -> MetricSet:
+    """Validate a metrics document (JSON text or an already parsed object).
+
+    With ``reject_expired`` (the default, used by linting and the collector) a
+    metric whose ``expires`` is before ``today`` (UTC day number; default: the
+    current day) is an error. The SDK passes ``reject_expired=False`` and
+    stops recording expired metrics instead, so an app never fails to start
+    because a date passed.
+    """
+    if isinstance(document, (str, bytes, bytearray)):
+        try:
+            obj = json.loads(document, object_pairs_hook=_no_duplicates)
+        except MetricsFileError:
+            raise
+        except ValueError as exc:
+            raise MetricsFileError(f"metrics file is not valid JSON: {exc}") from None
+    else:
+        obj = document
+    if not isinstance(obj, Mapping):
+        raise MetricsFileError('a metrics file must be a JSON object {"format": ..., "metrics": {...}}')
+    if obj.get("format") != FORMAT:
+        raise MetricsFileError(f"metrics file format must be {FORMAT!r}, got {obj.get('format')!r}")
+    unknown = sorted(set(obj) - {"format", "metrics"})
+    if unknown:
+        raise MetricsFileError(f"metrics file: unknown top-level key(s) {unknown}")
+    raw = obj.get("metrics")
+    if not isinstance(raw, Mapping):
+        raise MetricsFileError("metrics file: 'metrics' must be an object keyed by metric name")
+    metrics = {name: MetricDefinition.from_dict(name, data) for name, data in raw.items()}
+    if reject_expired:
+        if today is None:
+            today = utc_day(_dt.datetime.now(_dt.timezone.utc).timestamp())
+        for m in metrics.values():
+            if m.is_expired(today):
+                raise MetricsFileError(
+                    f"metric {m.name!r} expired on {m.expires.isoformat()}; its owner {m.owner} must renew "
+                    f"('expires') or remove it"
+                )
+    return MetricSet(metrics)
+
+
+def load_metrics(
+    path: str | os.PathLike[str], *, today: int | None = None, reject_expired: bool = True
+) -> MetricSet:
+    """Read and validate a metrics file (see :func:`parse_metrics`)."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError as exc:
+        raise MetricsFileError(f"cannot read metrics file {os.fspath(path)!r}: {exc}") from None
+    return parse_metrics(data, today=today, reject_expired=reject_expired)

@@ -1,0 +1,151 @@
+"""The SDK's on-disk state: one SQLite database in the storage directory.
+
+The budget ledger, the outbox, the memo store and the error tallies share
+one database file so that spending budget and queueing the report it pays
+for commit in *one* transaction: after a crash either both exist or
+neither does, and a report can never leave the device without its spend.
+
+* WAL journal (readers never block the writer; a kill -9 loses nothing
+  committed) with ``synchronous=FULL``: every commit fsyncs the WAL, so a
+  spend is durable even across power loss before its report can be read by
+  the uploader. The SDK commits in batches on a background thread, so this
+  fsync is paid once per batch and never on the app's thread.
+* Writers open ``BEGIN IMMEDIATE`` transactions: the write lock is taken at
+  the start, so two threads or two processes read-check-update the ledger
+  strictly one after the other (no lost updates, no lock-upgrade deadlock).
+* One connection per thread (SQLite connections must not interleave
+  transactions from several threads).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sqlite3
+import threading
+from collections.abc import Iterator, Mapping
+
+__all__ = ["Store", "DB_FILENAME", "SCHEMA_VERSION"]
+
+DB_FILENAME = "ldp-sdk.sqlite3"
+SCHEMA_VERSION = 1
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS clock (
+    id INTEGER PRIMARY KEY CHECK (id = 1),
+    high_water REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS ledger (
+    day INTEGER NOT NULL,
+    metric TEXT NOT NULL,
+    spent INTEGER NOT NULL,
+    reports INTEGER NOT NULL,
+    PRIMARY KEY (day, metric)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS specs (
+    spec_id TEXT PRIMARY KEY,
+    spec TEXT NOT NULL
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS outbox (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    metric TEXT NOT NULL,
+    spec_id TEXT NOT NULL,
+    day INTEGER NOT NULL,
+    record BLOB NOT NULL,
+    enqueued REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS outbox_group ON outbox (metric, spec_id, day, id);
+CREATE TABLE IF NOT EXISTS batches (
+    batch_id BLOB PRIMARY KEY,
+    frame BLOB NOT NULL,
+    n INTEGER NOT NULL,
+    first_id INTEGER NOT NULL,
+    attempts INTEGER NOT NULL DEFAULT 0,
+    next_attempt REAL NOT NULL,
+    lease_until REAL NOT NULL DEFAULT 0,
+    lease_pid INTEGER NOT NULL DEFAULT 0
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS memo (
+    key BLOB PRIMARY KEY,
+    bits BLOB NOT NULL
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS counters (
+    name TEXT PRIMARY KEY,
+    value INTEGER NOT NULL
+) WITHOUT ROWID;
+"""
+
+
+class Store:
+    """The SDK database at ``<directory>/ldp-sdk.sqlite3`` (created if missing)."""
+
+    def __init__(self, directory: str | os.PathLike[str], *, busy_timeout: float = 30.0) -> None:
+        self.directory = os.fspath(directory)
+        os.makedirs(self.directory, mode=0o700, exist_ok=True)
+        self.path = os.path.join(self.directory, DB_FILENAME)
+        self._busy_timeout = busy_timeout
+        self._local = threading.local()
+        self._all: list[sqlite3.Connection] = []
+        self._lock = threading.Lock()
+        self._closed = False
+        conn = self.connection()
+        with self.transaction(conn):
+            for statement in _SCHEMA.split(";"):
+                if statement.strip():
+                    conn.execute(statement)
+            version = conn.execute("PRAGMA user_version").fetchone()[0]
+            if version not in (0, SCHEMA_VERSION):
+                raise sqlite3.DatabaseError(
+                    f"{self.path} has schema version {version}; this SDK understands {SCHEMA_VERSION}"
+                )
+            conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+
+    def connection(self) -> sqlite3.Connection:
+        """This thread's connection (opened on first use)."""
+        conn = getattr(self._local, "conn", None)
+        if conn is None:
+            if self._closed:
+                raise sqlite3.ProgrammingError("the SDK store is closed")
+            conn = sqlite3.connect(
+                self.path, timeout=self._busy_timeout, isolation_level=None, check_same_thread=False
+            )
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("PRAGMA synchronous=FULL")
+            self._local.conn = conn
+            with self._lock:
+                self._all.append(conn)
+        return conn
+
+    @contextlib.contextmanager
+    def transaction(self, conn: sqlite3.Connection | None = None) -> Iterator[sqlite3.Connection]:
+        """``BEGIN IMMEDIATE`` ... ``COMMIT`` (``ROLLBACK`` on any exception)."""
+        conn = conn if conn is not None else self.connection()
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield conn
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        conn.execute("COMMIT")
+
+    @staticmethod
+    def bump_counters(conn: sqlite3.Connection, deltas: Mapping[str, int]) -> None:
+        """Add ``deltas`` to the persisted tallies (inside a transaction)."""
+        conn.executemany(
+            "INSERT INTO counters (name, value) VALUES (?, ?) "
+            "ON CONFLICT (name) DO UPDATE SET value = value + excluded.value",
+            [(k, int(v)) for k, v in deltas.items() if v],
+        )
+
+    def counters(self) -> dict[str, int]:
+        rows = self.connection().execute("SELECT name, value FROM counters").fetchall()
+        return {name: int(value) for name, value in rows}
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            conns, self._all = self._all, []
+        for conn in conns:
+            with contextlib.suppress(sqlite3.Error):
+                conn.close()
+        self._local = threading.local()
