@@ -137,23 +137,21 @@ def run_one(name: str, values: np.ndarray, eps: float, d: int, params: dict[str,
         for rep in reports:
             aggregate(rep)
         t2 = time.perf_counter()
-        est = np.asarray(server.estimate_all(domain, suppress_warnings=True), dtype=np.float64)
-        t3 = time.perf_counter()
-        err = est - truth
-        runs.append(
-            {
-                "encode_s": t1 - t0,
-                "aggregate_s": t2 - t1,
-                "estimate_s": t3 - t2,
-                "mse": float(np.mean(err**2)),
-                "sq_err_std": float(np.std(err**2)),
-                "bias_mean": float(np.mean(err)),
-            }
-        )
-        _log(
-            f"{name} repeat {r + 1}/{repeats}: n={n} encode {t1 - t0:.2f}s aggregate {t2 - t1:.2f}s "
-            f"estimate {t3 - t2:.2f}s mse {runs[-1]['mse']:.4g}"
-        )
+        run: dict[str, Any] = {"encode_s": t1 - t0, "aggregate_s": t2 - t1}
+        try:
+            est = np.asarray(server.estimate_all(domain, suppress_warnings=True), dtype=np.float64)
+        except Exception as exc:  # e.g. RAPPOR's Lasso selecting no feature at small n
+            run["estimate_error"] = f"{type(exc).__name__}: {exc}"
+            _log(f"{name} repeat {r + 1}/{repeats}: estimation failed: {run['estimate_error']}")
+        else:
+            run["estimate_s"] = time.perf_counter() - t2
+            err = est - truth
+            run.update(mse=float(np.mean(err**2)), sq_err_std=float(np.std(err**2)), bias_mean=float(np.mean(err)))
+            _log(
+                f"{name} repeat {r + 1}/{repeats}: n={n} encode {t1 - t0:.2f}s aggregate {t2 - t1:.2f}s "
+                f"estimate {run['estimate_s']:.2f}s mse {run['mse']:.4g}"
+            )
+        runs.append(run)
         del reports, server, client
     return {"name": name, "n": n, "classes": CLASSES[name], "params": params, "runs": runs}
 
