@@ -1,6 +1,6 @@
 """The SDK's on-disk state: one SQLite database in the storage directory.
 
-The budget ledger, the outbox, the memo store and the error tallies share
+The budget ledger, the outbox and the persisted tallies share
 one database file so that spending budget and queueing the report it pays
 for commit in *one* transaction: after a crash either both exist or
 neither does, and a report can never leave the device without its spend.
@@ -64,10 +64,6 @@ CREATE TABLE IF NOT EXISTS batches (
     next_attempt REAL NOT NULL,
     lease_until REAL NOT NULL DEFAULT 0,
     lease_pid INTEGER NOT NULL DEFAULT 0
-) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS memo (
-    key BLOB PRIMARY KEY,
-    bits BLOB NOT NULL
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS counters (
     name TEXT PRIMARY KEY,

@@ -1,0 +1,565 @@
+"""The client apps embed: ``record(metric, value)`` and nothing else to think about.
+
+::
+
+    client = TelemetryClient(storage_dir, "https://collector.example.org",
+                             LocalPolicy(per_metric_daily=2.0, total_daily=8.0),
+                             metrics="metrics.json")
+    client.record("emoji_used", "😂")     # never raises, returns in microseconds
+    client.close()                        # or use it as a context manager
+
+**What record() does on the app's thread:** look the metric up, map the
+value to a domain index, drop it at once if the metric already reached its
+report limit or cap today, else append ``(metric, index)`` to a bounded
+in-memory queue. Nothing can raise into the app: unknown metrics, bad
+values, a full queue and internal errors are counted (:meth:`errors`).
+
+**On the recorder thread**, queued items are persisted in batches, each
+batch in one fsynced SQLite transaction: advance the clock's high-water
+mark, charge each report's ε to the :class:`~client_sdk.ledger.BudgetLedger`
+(refused reports stop here and are counted), privatize the accepted values
+(vectorized per metric; RAPPOR metrics through the memoized permanent
+randomized response), and append the records to the
+:class:`~client_sdk.outbox.Outbox`. A spend and its report commit together
+or not at all; no report reaches the uploader before its spend is durable.
+True values exist only in memory, only until their batch is processed
+(milliseconds), and are lost -- never leaked -- if the app dies first.
+
+**On the uploader thread**, the :class:`~client_sdk.uploader.Uploader` sends
+batches by size and age, retries transient failures with backoff and
+optionally refreshes metric definitions from ``GET /v1/metrics``; a server
+definition that would exceed the local policy is refused and counted.
+
+Construction fails loudly (:class:`ClientConfigError`, :class:`BudgetError`,
+:class:`~client_sdk.metrics.MetricsFileError`) on configuration errors.
+"""
+
+from __future__ import annotations
+
+import atexit
+import collections
+import json
+import os
+import sqlite3
+import threading
+import time
+import urllib.parse
+import weakref
+from collections.abc import Callable, Mapping
+from typing import Any, Literal
+
+import numpy as np
+
+from client_sdk.errors import BudgetError, DomainError, LDPError
+from client_sdk.ledger import BudgetLedger, DayBudget, SpendOutcome, epsilon_of
+from client_sdk.memo import MemoStore, load_or_create_secret
+from client_sdk.metrics import MetricDefinition, MetricSet, MetricsFileError, load_metrics, parse_metrics, utc_day
+from client_sdk.outbox import DEFAULT_MAX_REPORTS, Outbox
+from client_sdk.policy import LocalPolicy, to_units
+from client_sdk.privacy_events import local_event
+from client_sdk.randomness import secure_generator, simulation_generator
+from client_sdk.store import Store
+from client_sdk.uploader import BackoffPolicy, Transport, Uploader, urllib_transport
+
+__all__ = ["TelemetryClient", "ClientConfigError", "ERROR_TALLIES", "STAT_TALLIES"]
+
+#: Names that :meth:`TelemetryClient.errors` always reports.
+ERROR_TALLIES = (
+    "unknown_metric",  # record() of a metric not defined (or refused)
+    "bad_value",  # value not in the metric's domain, or of a wrong type
+    "expired_metric",  # record() after the metric's expiry date
+    "queue_full",  # the in-memory queue was full: the recorder is behind
+    "closed",  # record() after close()
+    "internal_error",  # a bug caught on the hot path or the recorder thread
+    "storage_error",  # the database refused a write (disk full, locked too long)
+    "metric_refused",  # a server metric definition above the local policy
+    "metrics_fetch_failed",  # GET /v1/metrics failed or returned an invalid document
+    "upload_failures",  # transient upload failures (each retried)
+    "outbox_dropped",  # reports dropped, oldest first, because the outbox was full
+    "outbox_unsendable",  # reports whose spec this SDK cannot rebuild
+    "upload_rejected_batches",  # batches refused for good (4xx) and dropped
+    "upload_rejected_reports",
+)
+#: Names that :meth:`TelemetryClient.stats` always reports.
+STAT_TALLIES = (
+    "recorded",  # reports privatized and queued in the outbox
+    "sampled_out",  # not reported: the metric already sent r reports today
+    "over_budget",  # not reported: a daily ε cap would be exceeded
+    "uploaded_batches",
+    "uploaded_reports",
+)
+_PERSISTED = {"outbox_dropped", "outbox_unsendable", "upload_rejected_batches", "upload_rejected_reports",
+              "uploaded_batches", "uploaded_reports"}
+
+_SERVER_METRICS_FILE = "server_metrics.json"
+
+
+class ClientConfigError(LDPError, ValueError):
+    """The client was configured wrongly; the message says how to fix it."""
+
+
+class _Marker:
+    """A flush marker in the recorder queue."""
+
+    __slots__ = ("done",)
+
+    def __init__(self) -> None:
+        self.done = threading.Event()
+
+
+def _check_url(url: Any) -> str:
+    if not isinstance(url, str):
+        raise ClientConfigError(f"collector_url must be a string such as 'https://collector.example.org', got {url!r}")
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.netloc or parts.query or parts.fragment:
+        raise ClientConfigError(f"collector_url {url!r} must be an http(s) URL with a host and no query")
+    return url.rstrip("/")
+
+
+def _load_metric_set(metrics: Any) -> MetricSet:
+    if isinstance(metrics, MetricSet):
+        return metrics
+    if isinstance(metrics, (str, os.PathLike)):
+        text = os.fspath(metrics)
+        if text.lstrip().startswith("{"):
+            return parse_metrics(text, reject_expired=False)
+        return load_metrics(text, reject_expired=False)
+    if isinstance(metrics, (bytes, bytearray, Mapping)):
+        return parse_metrics(metrics, reject_expired=False)
+    raise ClientConfigError(
+        "metrics must be a MetricSet, a path to a metrics file, or a metrics document (JSON text or dict)"
+    )
+
+
+class TelemetryClient:
+    """The SDK's public entry point (see the module docstring).
+
+    Parameters
+    ----------
+    storage_dir:
+        A private directory for the database and the device secret. Several
+        processes of one app may share it; caps then hold for them jointly.
+    collector_url:
+        Base URL of the collector (``/v1/reports`` and ``/v1/metrics`` are
+        appended). May be ``None`` only with ``upload=False``.
+    policy:
+        The device's :class:`~client_sdk.policy.LocalPolicy`.
+    metrics:
+        Bundled metric definitions: a :class:`~client_sdk.metrics.MetricSet`,
+        a path to a metrics file, or the document itself.
+    fetch_metrics:
+        Also adopt definitions from ``GET {collector_url}/v1/metrics`` (at
+        start and every ``metrics_refresh_interval`` seconds), each checked
+        against ``policy``; the last good document is kept on disk.
+    mode:
+        ``"device"`` (default): a CSPRNG, no seeds. ``"simulation"``: allows
+        ``simulation_seed`` for reproducible runs. Never ship simulation mode.
+    transport:
+        The HTTP function (default: ``urllib``).
+    clock:
+        Wall-clock time source (default ``time.time``), for tests.
+    """
+
+    def __init__(
+        self,
+        storage_dir: str | os.PathLike[str],
+        collector_url: str | None,
+        policy: LocalPolicy,
+        metrics: MetricSet | str | os.PathLike[str] | Mapping[str, Any] | bytes,
+        *,
+        fetch_metrics: bool = False,
+        mode: Literal["device", "simulation"] = "device",
+        simulation_seed: int | None = None,
+        upload: bool = True,
+        transport: Transport | None = None,
+        clock: Callable[[], float] | None = None,
+        batch_size: int = 500,
+        batch_max_age: float = 3600.0,
+        upload_timeout: float = 30.0,
+        backoff: BackoffPolicy | None = None,
+        max_outbox_reports: int = DEFAULT_MAX_REPORTS,
+        max_queue: int = 10_000,
+        metrics_refresh_interval: float = 86400.0,
+    ) -> None:
+        if mode not in ("device", "simulation"):
+            raise ClientConfigError(f"mode must be 'device' or 'simulation', got {mode!r}")
+        if simulation_seed is not None and mode != "simulation":
+            raise ClientConfigError(
+                "simulation_seed makes the randomization predictable; it is accepted only with mode='simulation' "
+                "(tests and simulations), never on a device"
+            )
+        if not isinstance(policy, LocalPolicy):
+            raise ClientConfigError(f"policy must be a LocalPolicy, got {type(policy).__name__}")
+        if upload or fetch_metrics:
+            collector_url = _check_url(collector_url)
+        elif collector_url is not None:
+            collector_url = _check_url(collector_url)
+        for name, val, low in (("max_queue", max_queue, 1), ("batch_size", batch_size, 1)):
+            if isinstance(val, bool) or not isinstance(val, int) or val < low:
+                raise ClientConfigError(f"{name} must be a positive integer, got {val!r}")
+        if not batch_max_age >= 0 or not upload_timeout > 0 or not metrics_refresh_interval > 0:
+            raise ClientConfigError("batch_max_age must be >= 0; upload_timeout and metrics_refresh_interval > 0")
+        bundled = _load_metric_set(metrics)
+        for m in bundled.values():
+            policy.check_metric(m)  # BudgetError: the app's own files disagree
+
+        self.policy = policy
+        self.mode = mode
+        self.collector_url = collector_url
+        self._clock = clock if clock is not None else time.time
+        self._rng = simulation_generator(simulation_seed) if simulation_seed is not None else secure_generator()
+        try:
+            self._store = Store(storage_dir)
+            self._secret = load_or_create_secret(self._store.directory)
+        except (OSError, sqlite3.Error, ValueError) as exc:
+            raise ClientConfigError(f"cannot use storage_dir {os.fspath(storage_dir)!r}: {exc}") from exc
+        self.storage_dir = self._store.directory
+        self._ledger = BudgetLedger(self._store, policy, clock=self._clock)
+        self._outbox = Outbox(self._store, max_reports=max_outbox_reports, lease_seconds=2 * upload_timeout + 10)
+        self._memo = MemoStore(self._secret)
+        self._bundled = bundled
+        self._tally: collections.Counter[str] = collections.Counter()
+        self._tally_lock = threading.Lock()
+        self._exhausted: dict[str, tuple[int, str]] = {}
+        self._metrics: dict[str, MetricDefinition] = dict(bundled)
+        self._units: dict[str, int] = {}
+        self._refused: set[tuple[str, str]] = set()
+        self._fetch = bool(fetch_metrics)
+        self._refresh_interval = float(metrics_refresh_interval)
+        self._next_refresh = 0.0
+        if self._fetch:
+            self._load_cached_server_metrics()
+
+        self._queue: collections.deque[Any] = collections.deque()
+        self._max_queue = max_queue
+        self._floor_day = utc_day(self._ledger.high_water() or 0.0)
+        self._closed = False
+        self._stopping = False
+        self._wake = threading.Event()
+        self._upload_wake = threading.Event()
+        self._flush_requests: list[threading.Event] = []
+        self._flush_lock = threading.Lock()
+
+        self._uploader: Uploader | None = None
+        if upload or fetch_metrics:
+            self._uploader = Uploader(
+                self._outbox,
+                collector_url,  # type: ignore[arg-type]
+                transport=transport if transport is not None else urllib_transport,
+                batch_size=batch_size,
+                max_age=batch_max_age,
+                timeout=upload_timeout,
+                backoff=backoff if backoff is not None else BackoffPolicy(),
+                clock=self._clock,
+            )
+        self._upload_enabled = bool(upload)
+        self._recorder = threading.Thread(target=self._recorder_loop, name="ldp-recorder", daemon=True)
+        self._recorder.start()
+        self._upload_thread: threading.Thread | None = None
+        if self._uploader is not None:
+            self._upload_thread = threading.Thread(target=self._uploader_loop, name="ldp-uploader", daemon=True)
+            self._upload_thread.start()
+        ref = weakref.ref(self)
+        self._atexit = lambda: (c := ref()) is not None and c._persist_at_exit()
+        atexit.register(self._atexit)
+
+    # ------------------------------------------------------------------ hot path
+    def _count(self, name: str, n: int = 1) -> None:
+        with self._tally_lock:
+            self._tally[name] += n
+
+    def record(self, metric: str, value: Any) -> None:
+        """Privately report that ``metric`` took ``value``. Never raises; never blocks on I/O."""
+        try:
+            if self._closed:
+                self._count("closed")
+                return
+            m = self._metrics.get(metric)
+            if m is None:
+                self._count("unknown_metric")
+                return
+            try:
+                index = m.domain.index_of(value)
+            except (DomainError, TypeError, ValueError, OverflowError):
+                self._count("bad_value")
+                return
+            now = self._clock()
+            day = int(now // 86400)
+            if day < self._floor_day:
+                day = self._floor_day
+            if day > m.expires_day:
+                self._count("expired_metric")
+                return
+            ex = self._exhausted.get(metric)
+            if ex is not None and ex[0] == day:
+                self._count(ex[1])
+                return
+            if len(self._queue) >= self._max_queue:
+                self._count("queue_full")
+                return
+            self._queue.append((m, index, now))
+            if not self._wake.is_set():
+                self._wake.set()
+        except Exception:  # noqa: BLE001 -- the host app must never see our bugs
+            try:
+                self._count("internal_error")
+            except Exception:  # noqa: BLE001
+                pass
+
+    # ------------------------------------------------------------------ recorder
+    def _units_of(self, m: MetricDefinition) -> int:
+        u = self._units.get(m.spec.spec_id)
+        if u is None:
+            u = self._units[m.spec.spec_id] = to_units(epsilon_of(local_event(m.spec)), round_up=True)
+        return u
+
+    def _encode(self, m: MetricDefinition, indices: list[int]) -> np.ndarray:
+        values = np.asarray(indices, dtype=np.int64)
+        if self._memo.supports(m.spec):
+            return self._memo.encode(m.name, m.spec, values, self._rng)
+        return m.spec.encode(values, self._rng)
+
+    def _persist(self, items: list[tuple[MetricDefinition, int, float]]) -> None:
+        conn = self._store.connection()
+        groups: dict[tuple[str, str], tuple[MetricDefinition, list[int]]] = {}
+        refused: collections.Counter[str] = collections.Counter()
+        newly_exhausted: dict[str, tuple[int, str]] = {}
+        try:
+            with self._store.transaction(conn):
+                now = max(t for _, _, t in items)
+                high = self._ledger.observe_time_in(conn, now)
+                day = utc_day(high)
+                for m, index, _t in items:
+                    outcome = self._ledger.spend_in(conn, m.name, self._units_of(m), day, m.max_reports_per_day)
+                    if outcome is SpendOutcome.OK:
+                        groups.setdefault((m.name, m.spec.spec_id), (m, []))[1].append(index)
+                    else:
+                        reason = "sampled_out" if outcome is SpendOutcome.REPORT_LIMIT else "over_budget"
+                        refused[reason] += 1
+                        newly_exhausted[m.name] = (day, reason)
+                for m, indices in groups.values():
+                    records = self._encode(m, indices)
+                    self._outbox.put_in(conn, m.name, m.spec, day, records, now)
+        except sqlite3.Error:
+            self._count("storage_error", len(items))
+            return
+        except Exception:  # noqa: BLE001
+            self._count("internal_error", len(items))
+            return
+        self._floor_day = max(self._floor_day, day)
+        self._exhausted.update(newly_exhausted)
+        with self._tally_lock:
+            self._tally.update(refused)
+            self._tally["recorded"] += sum(len(ix) for _, ix in groups.values())
+
+    def _drain(self, limit: int = 2048) -> None:
+        while self._queue:
+            items: list[tuple[MetricDefinition, int, float]] = []
+            markers: list[_Marker] = []
+            while self._queue and len(items) < limit:
+                item = self._queue.popleft()
+                if isinstance(item, _Marker):
+                    markers.append(item)
+                    break
+                items.append(item)
+            if items:
+                self._persist(items)
+            for mk in markers:
+                mk.done.set()
+
+    def _recorder_loop(self) -> None:
+        while True:
+            self._wake.wait(1.0)
+            self._wake.clear()
+            try:
+                self._drain()
+            except Exception:  # noqa: BLE001
+                self._count("internal_error")
+            if self._stopping and not self._queue:
+                return
+
+    def _persist_at_exit(self) -> None:
+        if not self._closed:
+            self.close(timeout=2.0, upload=False)
+
+    # ------------------------------------------------------------------ uploader
+    def _uploader_loop(self) -> None:
+        up = self._uploader
+        assert up is not None
+        while not self._stopping:
+            with self._flush_lock:
+                requests, self._flush_requests = self._flush_requests, []
+            try:
+                if self._fetch and self._clock() >= self._next_refresh:
+                    self._refresh_metrics()
+                if self._upload_enabled:
+                    before = up.failures_total
+                    up.upload_all(force=bool(requests), deadline=time.monotonic() + 30.0)
+                    if up.failures_total > before:
+                        self._count("upload_failures", up.failures_total - before)
+            except Exception:  # noqa: BLE001
+                self._count("internal_error")
+            for r in requests:
+                r.set()
+            if self._flush_requests:
+                continue
+            wait = 60.0
+            try:
+                nxt = up.next_wakeup() if self._upload_enabled else None
+                if nxt is not None:
+                    wait = min(wait, max(0.05, nxt - self._clock()))
+                if self._fetch:
+                    wait = min(wait, max(0.05, self._next_refresh - self._clock()))
+            except Exception:  # noqa: BLE001
+                pass
+            self._upload_wake.wait(wait)
+            self._upload_wake.clear()
+
+    def _adopt(self, server: MetricSet) -> None:
+        merged = dict(self._bundled)
+        for name, m in server.items():
+            try:
+                self.policy.check_metric(m)
+            except BudgetError:
+                key = (name, m.spec.spec_id)
+                if key not in self._refused:
+                    self._refused.add(key)
+                    self._count("metric_refused")
+                continue
+            merged[name] = m
+        self._metrics = merged
+        self._exhausted = {}
+
+    def _load_cached_server_metrics(self) -> None:
+        path = os.path.join(self.storage_dir, _SERVER_METRICS_FILE)
+        try:
+            with open(path, "rb") as f:
+                self._adopt(parse_metrics(f.read(), reject_expired=False))
+        except FileNotFoundError:
+            pass
+        except (OSError, MetricsFileError):
+            self._count("metrics_fetch_failed")
+
+    def _refresh_metrics(self) -> None:
+        assert self._uploader is not None and self.collector_url is not None
+        self._next_refresh = self._clock() + self._refresh_interval
+        body = self._uploader.fetch_metrics_document(self.collector_url + "/v1/metrics")
+        if body is None:
+            self._count("metrics_fetch_failed")
+            self._next_refresh = self._clock() + min(self._refresh_interval, 300.0)
+            return
+        try:
+            server = parse_metrics(body, reject_expired=False)
+        except MetricsFileError:
+            self._count("metrics_fetch_failed")
+            return
+        self._adopt(server)
+        tmp = os.path.join(self.storage_dir, f".{_SERVER_METRICS_FILE}.{os.getpid()}")
+        try:
+            with open(tmp, "w", encoding="utf-8") as f:
+                f.write(server.to_json())
+            os.replace(tmp, os.path.join(self.storage_dir, _SERVER_METRICS_FILE))
+        except OSError:
+            self._count("storage_error")
+
+    # ------------------------------------------------------------------ control
+    def flush(self, timeout: float = 30.0) -> bool:
+        """Persist everything recorded so far, then upload every waiting report
+        now (ignoring batch age, honoring backoff). ``True`` if nothing is left."""
+        deadline = time.monotonic() + timeout
+        try:
+            if not self._persist_pending(deadline):
+                return False
+            if self._uploader is None or not self._upload_enabled:
+                return True
+            done = threading.Event()
+            with self._flush_lock:
+                self._flush_requests.append(done)
+            self._upload_wake.set()
+            if not done.wait(max(0.0, deadline - time.monotonic())):
+                return False
+            return self._outbox.size() == 0
+        except Exception:  # noqa: BLE001
+            self._count("internal_error")
+            return False
+
+    def _persist_pending(self, deadline: float) -> bool:
+        if not self._recorder.is_alive():
+            return not self._queue
+        marker = _Marker()
+        self._queue.append(marker)
+        self._wake.set()
+        return marker.done.wait(max(0.0, deadline - time.monotonic()))
+
+    def close(self, timeout: float = 10.0, *, upload: bool = True) -> None:
+        """Persist what is queued, try one upload round (unless ``upload=False``),
+        stop the threads and release the database. Idempotent."""
+        if self._closed:
+            return
+        deadline = time.monotonic() + timeout
+        if upload:
+            self.flush(timeout)
+        else:
+            self._persist_pending(deadline)
+        self._closed = True
+        self._stopping = True
+        self._wake.set()
+        self._upload_wake.set()
+        self._recorder.join(max(0.1, deadline - time.monotonic()))
+        if self._upload_thread is not None:
+            self._upload_thread.join(max(0.1, deadline - time.monotonic()))
+        self._store.close()
+        try:
+            atexit.unregister(self._atexit)
+        except Exception:  # noqa: BLE001
+            pass
+
+    def __enter__(self) -> TelemetryClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ------------------------------------------------------------------ views
+    @property
+    def metrics(self) -> Mapping[str, MetricDefinition]:
+        """The metric definitions in effect (bundled plus adopted server ones)."""
+        return dict(self._metrics)
+
+    def privacy_spent(self, day: int | None = None) -> DayBudget:
+        """ε spent and remaining on ``day`` (default: today, UTC), per metric and in total."""
+        return self._ledger.day_budget(day)
+
+    def privacy_history(self) -> list[DayBudget]:
+        """:meth:`privacy_spent` for every day with spending on record."""
+        return [self._ledger.day_budget(d) for d in self._ledger.days()]
+
+    def _tallies(self, names: tuple[str, ...]) -> dict[str, int]:
+        with self._tally_lock:
+            out = {n: int(self._tally.get(n, 0)) for n in names}
+        if any(n in _PERSISTED for n in names) and not self._store_closed():
+            try:
+                stored = self._store.counters()
+            except sqlite3.Error:
+                stored = {}
+            for n in names:
+                if n in _PERSISTED:
+                    out[n] = stored.get(n, 0)
+        return out
+
+    def _store_closed(self) -> bool:
+        return self._store._closed  # noqa: SLF001
+
+    def errors(self) -> dict[str, int]:
+        """What went wrong, by kind (see :data:`ERROR_TALLIES`). Hot-path tallies count
+        since this client started; outbox and upload tallies are persisted and
+        count since the storage directory was created (for every process using it)."""
+        return self._tallies(ERROR_TALLIES)
+
+    def stats(self) -> dict[str, int]:
+        """What happened, by kind (see :data:`STAT_TALLIES`), counted as in :meth:`errors`."""
+        return self._tallies(STAT_TALLIES)
+
+    def pending_reports(self) -> int:
+        """Reports in the outbox, waiting for upload."""
+        return self._outbox.size()

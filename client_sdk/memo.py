@@ -1,0 +1,109 @@
+"""Memoized permanent randomization, keyed so the store holds no plaintext.
+
+Averaging attack: if a device reports the same true value every day with
+fresh randomness, an observer who averages its reports over many days
+recovers the value, whatever the per-report ε. RAPPOR (Erlingsson, Pihur
+and Korolova, CCS 2014, Sec. 3) defends with a *permanent* randomized
+response (PRR) drawn once per distinct value and reused forever, and a
+fresh *instantaneous* randomized response (IRR) on top of it per report:
+however many reports an observer collects, they reveal no more about the
+value than the PRR does (ε_∞ of the paper).
+
+:class:`MemoStore` memoizes by *derivation* instead of storage: the PRR is
+a keyed pseudorandom function of the value under a per-metric key derived
+from a 32-byte device secret, so the same value always gets the same
+permanent bits and the storage directory holds no value, no index and no
+table of permanent bits that could be joined with a dictionary of candidate
+values. The secret lives in ``<storage>/device_secret``, created with
+``secrets.token_bytes`` and mode 0600; it never leaves the device.
+(Someone who can read the secret can test candidate values against
+reports: on-device attackers are out of scope.)
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import secrets
+import stat
+
+import numpy as np
+
+from client_sdk.mechanisms.base import MechanismSpec
+
+__all__ = ["MemoStore", "load_or_create_secret", "SECRET_FILENAME", "SECRET_BYTES"]
+
+SECRET_FILENAME = "device_secret"
+SECRET_BYTES = 32
+
+
+def load_or_create_secret(directory: str) -> bytes:
+    """The device secret in ``directory``, created on first use (0600, atomically).
+
+    Two processes starting together agree on one secret: it is written to a
+    private temporary file and hard-linked into place, which fails if the
+    name already exists; the loser reads the winner's file.
+    """
+    path = os.path.join(directory, SECRET_FILENAME)
+    if not os.path.exists(path):
+        tmp = os.path.join(directory, f".{SECRET_FILENAME}.{os.getpid()}.{secrets.token_hex(4)}")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
+            os.write(fd, secrets.token_bytes(SECRET_BYTES))
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            pass
+        finally:
+            os.unlink(tmp)
+    st = os.stat(path)
+    if os.name == "posix" and stat.S_IMODE(st.st_mode) & 0o077:
+        raise PermissionError(
+            f"{path} is readable by other users (mode {stat.S_IMODE(st.st_mode):o}); run chmod 600 on it"
+        )
+    with open(path, "rb") as f:
+        secret = f.read()
+    if len(secret) != SECRET_BYTES:
+        raise ValueError(f"{path} holds {len(secret)} bytes, expected {SECRET_BYTES}; it is damaged")
+    return secret
+
+
+class MemoStore:
+    """Memoized randomized responses for one device, derived from its secret.
+
+    RAPPOR's permanent randomized response is a pure function of (secret,
+    spec, value) (:meth:`RapporSpec.permanent_bits
+    <client_sdk.mechanisms.rappor.RapporSpec.permanent_bits>`, an HMAC-SHA256
+    keystream), so memoizing it needs no table at all: the "memo" is the
+    keyed function, and nothing about recorded values is ever written. Each
+    metric gets its own key, ``BLAKE2b(key=device secret, metric ‖ spec id)``,
+    so two metrics with the same spec do not share permanent bits or cohorts.
+    """
+
+    def __init__(self, secret: bytes) -> None:
+        if not isinstance(secret, bytes) or len(secret) != SECRET_BYTES:
+            raise ValueError(f"the device secret must be {SECRET_BYTES} bytes")
+        self._secret = secret
+        self._keys: dict[tuple[str, str], bytes] = {}
+
+    def metric_secret(self, metric: str, spec_id: str) -> bytes:
+        """The 32-byte key of ``metric`` under spec ``spec_id``: keyed BLAKE2b (RFC 7693)."""
+        key = self._keys.get((metric, spec_id))
+        if key is None:
+            msg = f"{metric}\x00{spec_id}".encode()
+            key = hashlib.blake2b(msg, key=self._secret, digest_size=32, person=b"ldp-prr-v1").digest()
+            self._keys[(metric, spec_id)] = key
+        return key
+
+    @staticmethod
+    def supports(spec: MechanismSpec) -> bool:
+        """Whether ``spec`` has a memoized encoder (``encode_memoized``)."""
+        return callable(getattr(spec, "encode_memoized", None))
+
+    def encode(self, metric: str, spec: MechanismSpec, indices: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        """Reports of this device for ``indices``: permanent bits memoized per value,
+        fresh instantaneous randomness from ``rng`` per report."""
+        return spec.encode_memoized(indices, self.metric_secret(metric, spec.spec_id), rng)  # type: ignore[attr-defined]
