@@ -35,9 +35,15 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     domain = 2 if args.mechanism == "rr" else args.domain
     if domain is None:
-        raise SystemExit("ldp simulate: --domain is required for this mechanism")
+        raise ValueError(f"--domain is required for {args.mechanism}: give the number of distinct values (at least 2)")
     if args.mechanism == "rr" and args.domain not in (None, 2):
-        raise SystemExit("ldp simulate: rr has domain 2")
+        raise ValueError(f"rr (binary randomized response) has domain 2, got --domain {args.domain}; use grr for larger domains")
+    if args.users < 1:
+        raise ValueError(f"--users must be at least 1, got {args.users}")
+    if args.seed is not None and not 0 <= args.seed < 2**63:
+        raise ValueError(f"--seed must be an integer in [0, 2**63), got {args.seed}")
+    if args.top < 1:
+        raise ValueError(f"--top must be at least 1, got {args.top}")
     spec = spec_for(args.mechanism, args.epsilon, domain)
     dist = parse_distribution(args.distribution, domain)
     seed = args.seed if args.seed is not None else secrets.randbits(63)
