@@ -1,0 +1,131 @@
+"""Crash safety: the app is killed with SIGKILL while recording and while uploading, then
+restarted on the same storage directory; every report whose budget was spent reaches the
+collector exactly once.
+
+The app (:mod:`tests.sdk_crash_app`) records 0, 1, 2, ... with reports that reveal the
+value (GRR, ε = 30), so the collector's records can be checked one by one. Spends and
+reports commit together and in order, so after any number of crashes the ledger's report
+count L says exactly which values were persisted: 0..L-1. The collector (the fixture in
+``tests/sdk_collector.py``) must end up with each of them once, and nothing else.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import signal
+import subprocess
+import sys
+import time
+
+from client_sdk.metrics import parse_metrics
+from client_sdk.policy import LocalPolicy
+from client_sdk.ledger import BudgetLedger
+from client_sdk.store import Store
+from client_sdk.wire import decode_frame
+from tests.sdk_collector import ROOT, collector_factory  # noqa: F401  (fixture)
+from tests.sdk_crash_app import metrics_doc
+
+COUNT = 2000
+
+
+def start_app(directory: pathlib.Path, url: str, *extra: str) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "tests.sdk_crash_app", "--dir", str(directory), "--url", url,
+         "--count", str(COUNT), *extra],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
+        env=dict(os.environ, PYTHONPATH=str(ROOT)),
+    )
+
+
+def read_start(proc: subprocess.Popen) -> int:
+    line = proc.stdout.readline() if proc.stdout else ""
+    assert line.startswith("START "), (line, proc.stderr.read() if proc.stderr else "")
+    return int(line.split()[1])
+
+
+def kill(proc: subprocess.Popen) -> None:
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=30)
+    assert proc.returncode == -signal.SIGKILL
+    for s in (proc.stdout, proc.stderr):
+        if s:
+            s.close()
+
+
+def finish(proc: subprocess.Popen) -> dict:
+    out, err = proc.communicate(timeout=180)
+    assert proc.returncode == 0, err
+    line = [x for x in out.splitlines() if x.startswith("FLUSHED ")][-1]
+    return json.loads(line[len("FLUSHED "):])
+
+
+def ledger_reports(directory: pathlib.Path) -> int:
+    ledger = BudgetLedger(Store(directory), LocalPolicy(per_metric_daily=1.0, total_daily=1.0))
+    total = sum(ledger.day_budget(d).metrics["seq"].reports for d in ledger.days())
+    ledger.store.close()
+    return total
+
+
+def received_values(collector) -> list[int]:
+    spec = parse_metrics(metrics_doc(COUNT))["seq"].spec
+    values: list[int] = []
+    for frame in collector.frames():
+        values += decode_frame(frame, spec).records["value"].tolist()
+    return values
+
+
+def wait_until(predicate, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.01)
+
+
+def test_kill_during_record_then_restart_uploads_each_report_once(tmp_path, collector_factory) -> None:  # noqa: F811
+    col = collector_factory()
+    app_dir = tmp_path / "app"
+    seen_starts = []
+    for pause in (0.25, 0.5, 0.35):
+        proc = start_app(app_dir, col.url, "--slow")
+        seen_starts.append(read_start(proc))
+        time.sleep(pause)  # recording (slowly), persisting and uploading are all under way
+        kill(proc)
+    final = start_app(app_dir, col.url)
+    seen_starts.append(read_start(final))
+    result = finish(final)
+    assert result["ok"] and result["pending"] == 0
+    assert result["errors"]["outbox_dropped"] == 0 and result["errors"]["upload_rejected_reports"] == 0
+
+    # the kills landed mid-recording: each run began where the persisted prefix ended
+    assert seen_starts[0] == 0 and 0 < seen_starts[-1] < COUNT, seen_starts
+    assert seen_starts == sorted(seen_starts)
+    assert ledger_reports(app_dir) == COUNT
+    values = received_values(col)
+    assert len(values) == COUNT and sorted(values) == list(range(COUNT))  # each exactly once
+    assert col.stats()["invalid"] == 0
+
+
+def test_kill_during_upload_then_restart_resends_the_same_batch(tmp_path, collector_factory) -> None:  # noqa: F811
+    # the collector stores each batch durably, then waits before answering: a kill in that
+    # window leaves a batch the collector has but the app does not know was delivered
+    col = collector_factory(delay_after_store=0.4)
+    app_dir = tmp_path / "app"
+    proc = start_app(app_dir, col.url, "--batch-size", "500")
+    assert read_start(proc) == 0
+    wait_until(lambda: col.stats()["accepted"] >= 1)
+    kill(proc)
+    persisted = ledger_reports(app_dir)
+    assert persisted > 0
+    accepted_before = col.stats()["accepted"]
+
+    final = start_app(app_dir, col.url, "--batch-size", "500")
+    assert read_start(final) == persisted
+    result = finish(final)
+    assert result["ok"] and result["pending"] == 0
+    stats = col.stats()
+    assert stats["duplicates"] >= 1  # the interrupted batch was sent again under its id ...
+    assert stats["accepted"] == len(col.frames()) >= accepted_before  # ... and stored once
+    values = received_values(col)
+    assert len(values) == COUNT and sorted(values) == list(range(COUNT))
