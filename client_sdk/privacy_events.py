@@ -108,7 +108,7 @@ class PureDPEvent(PrivacyEvent):
     sparse vector technique). Accountants treat it as its worst case, binary
     randomized response with parameter ε, which every ε-DP mechanism is a
     post-processing of (Kairouz, Oh and Viswanath, "The composition theorem for
-    differential privacy", ICML 2015, Thm. 3.3)."""
+    differential privacy", ICML 2015)."""
 
     epsilon: float
     kind: ClassVar[str] = "pure_dp"

@@ -85,7 +85,7 @@ def test_shape_in_n_and_eps0():
 
 
 def test_small_batches_get_little_or_no_amplification():
-    assert closed_form_epsilon(2.0, 100, 1e-5) is None  # outside Thm 3.1's range
+    assert closed_form_epsilon(2.0, 100, 1e-5) is None  # outside the closed form's range
     eps = numerical_epsilon(2.0, 100, 1e-5)
     assert 1.5 < eps <= 2.0
     # one report, nothing to hide among: the randomized-response pair itself, whose ε at δ

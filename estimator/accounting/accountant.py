@@ -20,12 +20,12 @@ what it already computes:
 * :class:`PureDpEvent` / :class:`LocalRandomizerDpEvent`: an ε-DP central
   mechanism and an ε-LDP report. Both are accounted as their worst case,
   binary randomized response with parameter ε, of which every ε-DP
-  mechanism is a post-processing (Kairouz, Oh, Viswanath, ICML 2015,
-  Thm. 3.3): PLD ``from_privacy_parameters(ε, 0)`` and the Rényi divergence
+  mechanism is a post-processing (Kairouz, Oh, Viswanath, "The composition
+  theorem for differential privacy", ICML 2015): PLD ``from_privacy_parameters(ε, 0)`` and the Rényi divergence
   of that pair, D_α = [log(e^{αε} + e^{(1-α)ε}) - log(1 + e^ε)] / (α - 1).
 * :class:`DiscreteGaussianDpEvent`: the discrete Gaussian (Canonne, Kamath,
   Steinke 2020): PLD from ``from_discrete_gaussian_mechanism``; RDP from its
-  zCDP bound ρ = Δ²/(2σ²) (ibid., Prop. 5).
+  zCDP bound ρ = Δ²/(2σ²) (ibid.).
 * Replace-one neighbours for the Laplace events in the PLD accountant, and a
   correction: ``dp_accounting``'s RDP accountant ignores the neighbouring
   relation for (unsampled) Gaussian and Laplace events while its PLD

@@ -7,7 +7,7 @@ than ε₀. The bounds here are those of Feldman, McMillan and Talwar, "Hiding
 Among the Clones: A Simple and Nearly Optimal Analysis of Privacy
 Amplification by Shuffling" (FOCS 2021; arXiv:2012.12803, revised 2023):
 
-* **numerical** (their Thm. 3.2 and App. E): every other person's report is,
+* **numerical** (their reduction to two distributions; App. E): every other person's report is,
   with probability e^{-ε₀}, a "clone" distributed as the target's report on
   one of two inputs, so the analyzer's view is a post-processing of one draw
   from P or Q, where, with C ~ Bin(n-1, e^{-ε₀}), A ~ Bin(C, 1/2) and
@@ -24,7 +24,7 @@ Amplification by Shuffling" (FOCS 2021; arXiv:2012.12803, revised 2023):
   bound; ε is found by bisection. This is computed exactly per c (no
   step-coarsening), so it lies between the lower and upper figures of the
   authors' stepped computation.
-* **closed form** (their Thm. 3.1, in the form evaluated by the authors'
+* **closed form** (their main theorem, in the form evaluated by the authors'
   reference implementation): for ε₀ <= log(n / (16 log(4/δ))),
 
       ε <= log(1 + (1 - e^{-ε₀}) / (1 + e^{-(ε₀ + ε₁)}) · (a + b)),
