@@ -6,7 +6,9 @@ written by ``bench_oracles.py``::
 
     {"data": "/tmp/.../values.npy", "d": 1024, "epsilon": 2.0, "repeats": 3,
      "seed": 12345, "out": "/tmp/.../pureldp.json",
-     "mechanisms": [{"name": "olh", "n": 2000, "params": {"g": 8}}, ...]}
+     "mechanisms": [{"name": "olh", "kind": "olh", "n": 2000, "params": {"g": 8}}, ...]}
+
+(``kind`` picks the pure-ldp classes; ``name`` labels the result.)
 
 and, for each mechanism, privatises the first ``n`` values of the data file
 one at a time with pure-ldp's client class (its API has no batch encoder),
@@ -118,16 +120,16 @@ CLASSES: dict[str, str] = {
 }
 
 
-def run_one(name: str, values: np.ndarray, eps: float, d: int, params: dict[str, Any], repeats: int, seed: int) -> dict[str, Any]:
+def run_one(name: str, kind: str, values: np.ndarray, eps: float, d: int, params: dict[str, Any], repeats: int, seed: int) -> dict[str, Any]:
     """Time pure-ldp's client and server for one mechanism over ``values``."""
     n = int(values.size)
     truth = np.bincount(values, minlength=d).astype(np.float64)
-    domain = _one_based(np.arange(d)) if name not in ("cms", "hcms") else _raw(np.arange(d))
+    domain = _one_based(np.arange(d)) if kind not in ("cms", "hcms") else _raw(np.arange(d))
     runs = []
     for r in range(repeats):
         random.seed(f"pure-ldp/{seed}/{name}/{r}")
         np.random.seed((seed * 7919 + 104729 * (r + 1) + sum(map(ord, name))) % 2**32)
-        client, server, to_items = FACTORIES[name](eps, d, params)
+        client, server, to_items = FACTORIES[kind](eps, d, params)
         items = to_items(values)
         privatise = client.privatise
         t0 = time.perf_counter()
@@ -153,7 +155,7 @@ def run_one(name: str, values: np.ndarray, eps: float, d: int, params: dict[str,
             )
         runs.append(run)
         del reports, server, client
-    return {"name": name, "n": n, "classes": CLASSES[name], "params": params, "runs": runs}
+    return {"name": name, "kind": kind, "n": n, "classes": CLASSES[kind], "params": params, "runs": runs}
 
 
 def main(argv: list[str]) -> int:
@@ -181,7 +183,7 @@ def main(argv: list[str]) -> int:
         _log(f"{name}: n={n}, params {mech.get('params', {})}")
         try:
             out["mechanisms"][name] = run_one(
-                name, data[:n], float(job["epsilon"]), int(job["d"]), mech.get("params", {}), int(job["repeats"]), int(job["seed"])
+                name, mech.get("kind", name), data[:n], float(job["epsilon"]), int(job["d"]), mech.get("params", {}), int(job["repeats"]), int(job["seed"])
             )
         except Exception as exc:  # report and go on with the next mechanism
             _log(f"{name} failed: {type(exc).__name__}: {exc}")
