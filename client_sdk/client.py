@@ -329,8 +329,10 @@ class TelemetryClient:
                 now = max(t for _, _, t in items)
                 high = self._ledger.observe_time_in(conn, now)
                 day = utc_day(high)
-                for m, index, _t in items:
-                    outcome = self._ledger.spend_in(conn, m.name, self._units_of(m), day, m.max_reports_per_day)
+                outcomes = self._ledger.spend_many_in(
+                    conn, day, [(m.name, self._units_of(m), m.max_reports_per_day) for m, _, _ in items]
+                )
+                for (m, index, _t), outcome in zip(items, outcomes):
                     if outcome is SpendOutcome.OK:
                         groups.setdefault((m.name, m.spec.spec_id), (m, []))[1].append(index)
                     else:

@@ -154,6 +154,42 @@ class BudgetLedger:
         )
         return SpendOutcome.OK
 
+    def spend_many_in(
+        self, conn: sqlite3.Connection, day: int, requests: list[tuple[str, int, int | None]]
+    ) -> list[SpendOutcome]:
+        """:meth:`spend_in` for many ``(metric, units, max_reports)`` in order, with one
+        read and one write per metric: the same decisions, inside one transaction."""
+        rows = conn.execute("SELECT metric, spent, reports FROM ledger WHERE day = ?", (day,)).fetchall()
+        state = {m: [int(s), int(r)] for m, s, r in rows}
+        total = sum(s for s, _ in state.values())
+        total_cap = self.policy.total_cap_units
+        caps: dict[str, int] = {}
+        touched: set[str] = set()
+        out: list[SpendOutcome] = []
+        for metric, units, max_reports in requests:
+            cur = state.setdefault(metric, [0, 0])
+            cap = caps.get(metric)
+            if cap is None:
+                cap = caps[metric] = self.policy.metric_cap_units(metric)
+            if max_reports is not None and cur[1] >= max_reports:
+                out.append(SpendOutcome.REPORT_LIMIT)
+            elif cur[0] + units > cap:
+                out.append(SpendOutcome.METRIC_CAP)
+            elif total + units > total_cap:
+                out.append(SpendOutcome.TOTAL_CAP)
+            else:
+                cur[0] += units
+                cur[1] += 1
+                total += units
+                touched.add(metric)
+                out.append(SpendOutcome.OK)
+        conn.executemany(
+            "INSERT INTO ledger (day, metric, spent, reports) VALUES (?, ?, ?, ?) "
+            "ON CONFLICT (day, metric) DO UPDATE SET spent = excluded.spent, reports = excluded.reports",
+            [(day, m, state[m][0], state[m][1]) for m in sorted(touched)],
+        )
+        return out
+
     # -- standalone ---------------------------------------------------------
     def spend(self, metric: str, cost: Cost, *, max_reports: int | None = None, now: float | None = None) -> SpendOutcome:
         """Charge ``cost`` to ``metric`` on the current day, atomically; say why if refused."""

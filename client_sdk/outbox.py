@@ -185,51 +185,77 @@ class Outbox:
 
     def claim(self, now: float, *, batch_size: int, max_age: float, force: bool = False) -> PendingBatch | None:
         """The next batch to send now, leased to this process, or ``None``."""
+        got = self.claim_batches(now, batch_size=batch_size, max_age=max_age, force=force, limit=1)
+        return got[0] if got else None
+
+    def claim_batches(
+        self, now: float, *, batch_size: int, max_age: float, force: bool = False, limit: int = 8
+    ) -> list[PendingBatch]:
+        """Up to ``limit`` batches to send now, leased to this process, in one transaction:
+        formed batches due for a retry first (oldest first), then new ones."""
+        out: list[PendingBatch] = []
+        pid = os.getpid()
+        lease = (now + self.lease_seconds, pid)
         with self.store.transaction() as conn:
-            lease = (now + self.lease_seconds, os.getpid())
             for batch_id, frame, n, attempts, lease_until, lease_pid in conn.execute(
                 "SELECT batch_id, frame, n, attempts, lease_until, lease_pid FROM batches "
                 "WHERE next_attempt <= ? ORDER BY first_id",
                 (now,),
             ).fetchall():
-                if lease_until <= now or (lease_pid != os.getpid() and not _pid_alive(lease_pid)):
+                if len(out) >= limit:
+                    return out
+                if lease_until <= now or (lease_pid != pid and not _pid_alive(lease_pid)):
                     conn.execute(
                         "UPDATE batches SET lease_until = ?, lease_pid = ? WHERE batch_id = ?", (*lease, batch_id)
                     )
-                    return PendingBatch(bytes(batch_id), bytes(frame), int(n), int(attempts))
+                    out.append(PendingBatch(bytes(batch_id), bytes(frame), int(n), int(attempts)))
             groups = conn.execute(
                 "SELECT metric, spec_id, day, COUNT(*), MIN(enqueued) FROM outbox "
                 "GROUP BY metric, spec_id, day ORDER BY MIN(id)"
             ).fetchall()
             for metric, spec_id, day, count, oldest in groups:
-                if not (force or count >= batch_size or oldest <= now - max_age):
-                    continue
-                rows = conn.execute(
-                    "SELECT id, record FROM outbox WHERE metric = ? AND spec_id = ? AND day = ? ORDER BY id LIMIT ?",
-                    (metric, spec_id, day, batch_size),
-                ).fetchall()
-                ids = [r[0] for r in rows]
-                spec = self._spec(conn, spec_id)
-                frame = None
-                if spec is not None:
-                    raw = b"".join(bytes(r[1]) for r in rows)
-                    if len(raw) == spec.record_size * len(rows):
-                        records = np.frombuffer(raw, dtype=spec.record_dtype)
-                        batch_id = secrets.token_bytes(16)
-                        frame = encode_frame(ReportBatch(metric, spec, int(day), records, batch_id))
-                conn.execute(
-                    f"DELETE FROM outbox WHERE id IN ({','.join('?' * len(ids))})", ids
-                )
-                if frame is None:  # a spec this SDK cannot rebuild: the reports can never be sent
-                    Store.bump_counters(conn, {"outbox_unsendable": len(ids)})
-                    continue
-                conn.execute(
-                    "INSERT INTO batches (batch_id, frame, n, first_id, attempts, next_attempt, lease_until, lease_pid) "
-                    "VALUES (?, ?, ?, ?, 0, ?, ?, ?)",
-                    (batch_id, frame, len(ids), ids[0], now, *lease),
-                )
-                return PendingBatch(batch_id, frame, len(ids), 0)
-        return None
+                whole = force or oldest <= now - max_age
+                wanted = -(-count // batch_size) if whole else count // batch_size
+                for _ in range(wanted):
+                    if len(out) >= limit:
+                        return out
+                    batch = self._form_in(conn, metric, spec_id, int(day), batch_size, now, lease)
+                    if batch is None:
+                        break
+                    out.append(batch)
+        return out
+
+    def _form_in(
+        self, conn: sqlite3.Connection, metric: str, spec_id: str, day: int, batch_size: int, now: float,
+        lease: tuple[float, int],
+    ) -> PendingBatch | None:
+        """Move the ``batch_size`` oldest reports of a group into a new batch (inside a
+        transaction); ``None`` (and the reports counted as unsendable) if the spec is unknown."""
+        rows = conn.execute(
+            "SELECT id, record FROM outbox WHERE metric = ? AND spec_id = ? AND day = ? ORDER BY id LIMIT ?",
+            (metric, spec_id, day, batch_size),
+        ).fetchall()
+        if not rows:
+            return None
+        ids = [r[0] for r in rows]
+        spec = self._spec(conn, spec_id)
+        frame = None
+        batch_id = secrets.token_bytes(16)
+        if spec is not None:
+            raw = b"".join(bytes(r[1]) for r in rows)
+            if len(raw) == spec.record_size * len(rows):
+                records = np.frombuffer(raw, dtype=spec.record_dtype)
+                frame = encode_frame(ReportBatch(metric, spec, day, records, batch_id))
+        conn.execute(f"DELETE FROM outbox WHERE id IN ({','.join('?' * len(ids))})", ids)
+        if frame is None:  # a spec this SDK cannot rebuild: the reports can never be sent
+            Store.bump_counters(conn, {"outbox_unsendable": len(ids)})
+            return None
+        conn.execute(
+            "INSERT INTO batches (batch_id, frame, n, first_id, attempts, next_attempt, lease_until, lease_pid) "
+            "VALUES (?, ?, ?, ?, 0, ?, ?, ?)",
+            (batch_id, frame, len(ids), ids[0], now, *lease),
+        )
+        return PendingBatch(batch_id, frame, len(ids), 0)
 
     def next_due(self, now: float, *, batch_size: int, max_age: float) -> float | None:
         """The earliest time at which :meth:`claim` would find work (``None``: nothing queued)."""
@@ -246,8 +272,12 @@ class Outbox:
 
     # -- outcomes --------------------------------------------------------------
     def ack(self, batch_id: bytes) -> bool:
-        """The collector accepted the batch: forget it. ``False`` if it was already gone."""
-        with self.store.transaction() as conn:
+        """The collector accepted the batch: forget it. ``False`` if it was already gone.
+
+        Committed without an fsync: if the machine loses power before the next
+        durable commit, the batch is sent again under the same id, and the
+        collector, which deduplicates batch ids, does not count it twice."""
+        with self.store.transaction(durable=False) as conn:
             row = conn.execute("SELECT n FROM batches WHERE batch_id = ?", (batch_id,)).fetchone()
             if row is None:
                 return False
@@ -264,6 +294,13 @@ class Outbox:
             conn.execute("DELETE FROM batches WHERE batch_id = ?", (batch_id,))
             Store.bump_counters(conn, {"upload_rejected_batches": 1, "upload_rejected_reports": int(row[0])})
             return int(row[0])
+
+    def release(self, batch_ids: list[bytes]) -> None:
+        """Give back leases of batches claimed but not attempted."""
+        with self.store.transaction(durable=False) as conn:
+            conn.executemany(
+                "UPDATE batches SET lease_until = 0, lease_pid = 0 WHERE batch_id = ?", [(b,) for b in batch_ids]
+            )
 
     def defer(self, batch_id: bytes, next_attempt: float) -> None:
         """A transient failure: try again at ``next_attempt``, and release the lease."""

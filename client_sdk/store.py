@@ -113,16 +113,29 @@ class Store:
         return conn
 
     @contextlib.contextmanager
-    def transaction(self, conn: sqlite3.Connection | None = None) -> Iterator[sqlite3.Connection]:
-        """``BEGIN IMMEDIATE`` ... ``COMMIT`` (``ROLLBACK`` on any exception)."""
+    def transaction(
+        self, conn: sqlite3.Connection | None = None, *, durable: bool = True
+    ) -> Iterator[sqlite3.Connection]:
+        """``BEGIN IMMEDIATE`` ... ``COMMIT`` (``ROLLBACK`` on any exception).
+
+        ``durable=False`` commits without an fsync (``synchronous=NORMAL``): the
+        commit survives a crash of the app but may be lost with the machine's
+        power. Only for writes whose loss is harmless (acknowledging a delivered
+        batch: at worst it is sent again under the same id and deduplicated)."""
         conn = conn if conn is not None else self.connection()
-        conn.execute("BEGIN IMMEDIATE")
+        if not durable:
+            conn.execute("PRAGMA synchronous=NORMAL")
         try:
-            yield conn
-        except BaseException:
-            conn.execute("ROLLBACK")
-            raise
-        conn.execute("COMMIT")
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield conn
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")
+        finally:
+            if not durable:
+                conn.execute("PRAGMA synchronous=FULL")
 
     @staticmethod
     def bump_counters(conn: sqlite3.Connection, deltas: Mapping[str, int]) -> None:

@@ -194,14 +194,8 @@ class Uploader:
         }
         return self.transport(HttpRequest("POST", self.reports_url, batch.frame, headers, self.timeout))
 
-    def upload_one(self, *, force: bool = False) -> UploadResult:
-        """Claim one batch (formed now if ``force``, else only if due) and send it."""
-        now = self.clock()
-        if now < self.blocked_until:
-            return "idle"
-        batch = self.outbox.claim(now, batch_size=self.batch_size, max_age=self.max_age, force=force)
-        if batch is None:
-            return "idle"
+    def _deliver(self, batch: PendingBatch) -> UploadResult:
+        """Send one claimed batch and record the outcome in the outbox."""
         retry_after: float | None = None
         try:
             resp = self._send(batch)
@@ -227,14 +221,35 @@ class Uploader:
         self.outbox.defer(batch.batch_id, self.blocked_until)
         return "retry"
 
-    def upload_all(self, *, force: bool = False, deadline: float | None = None) -> UploadResult:
-        """Send batches until none is due ("idle"), a transient failure ("retry") or
-        ``deadline`` (a ``time.monotonic()`` value; returns the last outcome)."""
+    def upload_one(self, *, force: bool = False) -> UploadResult:
+        """Claim one batch (formed now if ``force``, else only if due) and send it."""
+        now = self.clock()
+        if now < self.blocked_until:
+            return "idle"
+        batch = self.outbox.claim(now, batch_size=self.batch_size, max_age=self.max_age, force=force)
+        return "idle" if batch is None else self._deliver(batch)
+
+    def upload_all(self, *, force: bool = False, deadline: float | None = None, claim: int = 8) -> UploadResult:
+        """Send batches (claimed ``claim`` at a time) until none is due ("idle"), a
+        transient failure ("retry") or ``deadline`` (a ``time.monotonic()`` value)."""
         result: UploadResult = "idle"
         while deadline is None or time.monotonic() < deadline:
-            result = self.upload_one(force=force)
-            if result in ("idle", "retry"):
-                return result
+            now = self.clock()
+            if now < self.blocked_until:
+                return "retry"
+            batches = self.outbox.claim_batches(
+                now, batch_size=self.batch_size, max_age=self.max_age, force=force, limit=claim
+            )
+            if not batches:
+                return "idle"
+            for i, batch in enumerate(batches):
+                result = self._deliver(batch)
+                if result == "retry" or (deadline is not None and time.monotonic() >= deadline):
+                    if batches[i + 1 :]:
+                        self.outbox.release([b.batch_id for b in batches[i + 1 :]])
+                    if result == "retry":
+                        return result
+                    break
         return result
 
     def fetch_metrics_document(self, metrics_url: str) -> bytes | None:

@@ -194,3 +194,27 @@ def test_two_processes_with_threads_never_exceed_caps(tmp_path) -> None:
         assert b.metrics[m].spent <= 3.0 + 1e-12
     assert b.remaining < min(costs.values())
     assert ledger.days() == [20_000]  # the clock set back a day charged nothing to day 19999
+
+
+def test_batched_spends_decide_exactly_like_one_at_a_time(tmp_path) -> None:
+    """spend_many_in (used by the client, one read and one write per metric) must reach the
+    same decision as spend_in for every request of a random sequence with all three limits."""
+    import random
+
+    rnd = random.Random(7)
+    policy = LocalPolicy(per_metric_daily=2.0, total_daily=5.0, per_metric_overrides={"c": 0.9})
+    requests = [(rnd.choice("abcd"), rnd.choice([100_000_000, 250_000_000, 700_000_000]), rnd.choice([None, 3, 6]))
+                for _ in range(400)]
+    one = BudgetLedger(Store(tmp_path / "one"), policy)
+    many = BudgetLedger(Store(tmp_path / "many"), policy)
+    singles = []
+    for chunk in range(0, 400, 50):
+        with one.store.transaction() as conn:
+            singles += [one.spend_in(conn, m, u, 7, r) for m, u, r in requests[chunk:chunk + 50]]
+    batched = []
+    for chunk in range(0, 400, 50):
+        with many.store.transaction() as conn:
+            batched += many.spend_many_in(conn, 7, requests[chunk:chunk + 50])
+    assert batched == singles
+    assert {o for o in singles} == set(SpendOutcome)  # every outcome occurred
+    assert one.day_budget(7) == many.day_budget(7)

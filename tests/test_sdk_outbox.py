@@ -150,3 +150,18 @@ def test_reject_and_unsendable_are_counted(tmp_path) -> None:
 def test_invalid_construction() -> None:
     with pytest.raises(ValueError):
         Outbox(None, max_reports=0)  # type: ignore[arg-type]
+
+
+def test_claim_batches_forms_several_at_once_and_release_returns_them(tmp_path) -> None:
+    ob = Outbox(Store(tmp_path))
+    ob.put("m", SPEC, 100, recs(range(23)), now=T)
+    got = ob.claim_batches(T, batch_size=5, max_age=60, limit=3)  # only full batches: not old, no force
+    assert [values_of(b.frame) for b in got] == [list(range(i, i + 5)) for i in (0, 5, 10)]
+    assert len({b.batch_id for b in got}) == 3
+    more = ob.claim_batches(T, batch_size=5, max_age=60, limit=10)
+    assert [b.n for b in more] == [5]  # 15..19 full; 20..22 wait
+    assert ob.claim_batches(T, batch_size=5, max_age=60, limit=10) == []  # the rest is leased or young
+    ob.release([b.batch_id for b in got[1:]])
+    back = ob.claim_batches(T, batch_size=5, max_age=60, force=True, limit=10)
+    assert [b.batch_id for b in back[:2]] == [b.batch_id for b in got[1:]]  # released first, oldest first
+    assert [values_of(b.frame) for b in back[2:]] == [[20, 21, 22]]  # forced: the partial batch too

@@ -188,3 +188,14 @@ def test_urllib_transport_raises_oserror_when_nobody_listens() -> None:
         port = s.getsockname()[1]  # closed once we leave: nothing listens there
     with pytest.raises(OSError):
         urllib_transport(HttpRequest("POST", f"http://127.0.0.1:{port}/v1/reports", b"x", {}, 5.0))
+
+
+def test_upload_all_stops_at_a_transient_failure_and_releases_the_rest(tmp_path) -> None:
+    up, ob, clock, tr = setup(tmp_path, ok(), HttpResponse(500, {}), ok(), ok(), ok(), n=12, batch_size=3)
+    assert up.upload_all(force=True) == "retry"
+    assert len(tr.requests) == 2 and ob.size() == 9  # one delivered, three batches still here
+    clock.t = up.blocked_until
+    assert up.upload_all() == "idle"  # released batches are due again; the failed one after its wait
+    assert ob.size() == 0 and len(tr.requests) == 5
+    assert tr.requests[1].body in [r.body for r in tr.requests[2:]]  # the failed batch, resent as it was
+    assert len({r.headers["Idempotency-Key"] for r in tr.requests}) == 4
