@@ -184,6 +184,25 @@ def test_reports_carry_the_filter_without_noise() -> None:
     assert stats.chisquare(counts).pvalue > 1e-4
 
 
+def test_batch_reports_have_the_two_stage_bit_probabilities() -> None:
+    """A fresh PRR then an IRR: given the filter, bits are independent, 1 w.p.
+    q* = (1 - f/2) q + (f/2) p on filter bits and p* = (f/2) q + (1 - f/2) p elsewhere
+    (Sec. 4). Per cohort and bit, counts are Binomial; accepted within 5 sd."""
+    spec = RapporSpec(epsilon=3.0, domain_size=20, num_bits=24, num_cohorts=2, p=0.25, q=0.75)
+    f, p, q = spec.f, spec.p, spec.q
+    q_star = (1 - f / 2) * q + (f / 2) * p
+    p_star = (f / 2) * q + (1 - f / 2) * p
+    rec = spec.encode(np.full(40_000, 9), np.random.default_rng(13))
+    bits = unpack(rec, 24)
+    for c in range(2):
+        rows = bits[rec["cohort"] == c]
+        filt = np.zeros(24, dtype=bool)
+        filt[golden_positions(spec, 9, c)] = True
+        prob = np.where(filt, q_star, p_star)
+        n = rows.shape[0]
+        assert np.all(np.abs(rows.sum(axis=0) - n * prob) < 5 * np.sqrt(n * prob * (1 - prob)))
+
+
 def test_decode_rejects_padding_and_cohort() -> None:
     spec = RapporSpec(epsilon=2.0, domain_size=20, num_bits=12, num_cohorts=3)
     rec = spec.encode(np.arange(20), np.random.default_rng(0))

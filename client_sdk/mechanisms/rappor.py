@@ -51,7 +51,11 @@ The device's cohort is derived from the secret the same way
 (:meth:`RapporSpec.cohort_of`). :meth:`RapporSpec.encode_memoized` draws
 fresh IRR noise per report. The batch encoder :meth:`RapporSpec.encode`
 simulates one report per *distinct* user: a uniform cohort and a fresh PRR
-per report.
+per report. A fresh PRR followed by an IRR makes the report bits independent
+given the filter, 1 with probability q* on filter bits and p* elsewhere, so
+the batch encoder draws them in that single stage (the same distribution, at
+a third of the random bits): every bit from Bernoulli(p*), then the filter
+bits again from Bernoulli(q*).
 
 **Decoding** (Sec. 4, least squares instead of the paper's Lasso + OLS
 two-step). Let N_c be the number of reports of cohort c and Y_{c,j} how many
@@ -307,15 +311,6 @@ class RapporSpec(MechanismSpec):
         c = np.asarray(cohorts, dtype=np.int64)
         return hash_to_range(v[..., None], self.cohort_seeds[c], self.num_bits).astype(np.int64)
 
-    def _bloom_words(self, values: np.ndarray, cohorts: np.ndarray) -> np.ndarray:
-        n, w = values.size, self.n_words
-        words = np.zeros(n * w, dtype=np.uint64)
-        pos = self.bloom_positions(values, cohorts)
-        base = np.arange(n, dtype=np.int64) * w
-        for i in range(self.num_hashes):
-            words[base + (pos[:, i] >> 6)] |= np.left_shift(np.uint64(1), (pos[:, i] & 63).astype(np.uint64))
-        return words
-
     def _irr(self, prr: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         ones = _bernoulli(self.q, prr.size, rng)
         zeros = _bernoulli(self.p, prr.size, rng)
@@ -329,15 +324,23 @@ class RapporSpec(MechanismSpec):
 
     # -- device side ----------------------------------------------------------
     def encode(self, values: Any, rng: np.random.Generator) -> np.ndarray:
-        """One report per distinct simulated user: a uniform cohort, a fresh PRR, a fresh IRR."""
+        """One report per distinct simulated user: a uniform cohort, then a fresh PRR and
+        IRR, drawn as one stage (module docstring): bit j is Bernoulli(q*) on the
+        filter and Bernoulli(p*) off it, independently."""
         v = self.check_values(values)
-        n = v.size
+        n, w, h = v.size, self.n_words, self.num_hashes
         cohorts = rng.integers(0, self.num_cohorts, size=n, dtype=np.int64)
-        bloom = self._bloom_words(v, cohorts)
-        fake = bernoulli_words(self.f, bloom.size, rng)
-        coin = bernoulli_words(0.5, bloom.size, rng)
-        prr = (fake & coin) | (~fake & bloom)
-        return self._records(cohorts, self._irr(prr, rng))
+        pos = self.bloom_positions(v, cohorts)
+        words = _bernoulli(self.p_star, n * w, rng)
+        on = _bernoulli(self.q_star, (n * h + 63) // 64, rng).astype("<u8", copy=False).view(np.uint8)
+        on = np.unpackbits(on, bitorder="little")
+        on = on[: n * h].reshape(n, h).astype(bool)
+        base = np.arange(n, dtype=np.int64) * w
+        for i in range(h):
+            at = base + (pos[:, i] >> 6)
+            mask = np.left_shift(np.uint64(1), (pos[:, i] & 63).astype(np.uint64))
+            words[at] = np.where(on[:, i], words[at] | mask, words[at] & ~mask)
+        return self._records(cohorts, words)
 
     def cohort_of(self, secret: bytes) -> int:
         """The device's cohort, uniform on [0, m) and fixed per (secret, spec): the first
