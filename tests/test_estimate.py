@@ -172,16 +172,34 @@ def test_heavy_hitters_fwer_threshold_zero(name: str) -> None:
 
 @pytest.mark.parametrize("name", NAMES)
 def test_heavy_hitters_finds_large_items(name: str) -> None:
-    d = _spec(name).domain_size
-    counts = np.full(d, 200, dtype=np.int64)
+    """Items far above the threshold are all found, in decreasing order, and items
+    far below it are not. "Far" is measured in the mechanism's own standard
+    deviation sd = max sqrt(count_variance): the threshold sits 5 sd above the
+    empty items and the heavy items 7-10 sd above the threshold, well past the
+    Bonferroni critical value Φ⁻¹(1 - 0.05/d) < 3.5 (so a miss or a false
+    report has probability below 1e-4). The variances depend on the counts, so
+    the population is found by fixed-point iteration."""
+    spec = _spec(name, 0)
+    d = spec.domain_size
     big = np.arange(min(4, d - 1))
-    counts[big] = [6000, 5000, 4000, 3000][: big.size]
+    counts = np.zeros(d, dtype=np.int64)
+    counts[big] = 1000
+    sd = 0.0
+    for _ in range(60):
+        new_sd = float(np.sqrt(spec.count_variance(counts).max()))
+        if abs(new_sd - sd) <= 1e-3 * new_sd:
+            break
+        sd = new_sd
+        threshold = 5.0 * sd
+        counts[big] = np.ceil(threshold + sd * np.array([10.0, 9.0, 8.0, 7.0])[: big.size])
+    else:
+        pytest.fail(f"{name}: no population is large enough for its own noise (sd {sd:.0f} for n {counts.sum()})")
     rng = np.random.default_rng([7, zlib.crc32(name.encode())])
-    est = _estimate(_spec(name, 0), counts, rng)
-    hh = est.heavy_hitters(alpha=0.05, threshold=1000.0)
-    assert sorted(hh.tolist()) == big.tolist(), (hh, est.counts[:8], est.std_error[:8])
+    est = _estimate(spec, counts, rng)
+    hh = est.heavy_hitters(alpha=0.05, threshold=threshold)
+    assert sorted(hh.tolist()) == big.tolist(), (hh, counts[big], threshold, est.counts[: big.size + 2])
     assert np.all(np.diff(est.counts[hh]) <= 0)
-    assert est.heavy_hitters(alpha=0.05, threshold=1e9).size == 0
+    assert est.heavy_hitters(alpha=0.05, threshold=float(counts.sum())).size == 0
 
 
 def test_heavy_hitters_rule_and_validation() -> None:
