@@ -69,7 +69,7 @@ ERROR_TALLIES = (
     "bad_value",  # value not in the metric's domain, or of a wrong type
     "expired_metric",  # record() after the metric's expiry date
     "queue_full",  # the in-memory queue was full: the recorder is behind
-    "closed",  # record() after close()
+    "closed",  # record() after close() (or in a child process forked from the app)
     "internal_error",  # a bug caught on the hot path or the recorder thread
     "storage_error",  # the database refused a write (disk full, locked too long)
     "metric_refused",  # a server metric definition above the local policy
@@ -262,6 +262,8 @@ class TelemetryClient:
         ref = weakref.ref(self)
         self._atexit = lambda: (c := ref()) is not None and c._persist_at_exit()
         atexit.register(self._atexit)
+        if hasattr(os, "register_at_fork"):  # a forked child has no SDK threads: it must not queue
+            os.register_at_fork(after_in_child=lambda: (c := ref()) is not None and c._forked())
 
     # ------------------------------------------------------------------ hot path
     def _count(self, name: str, n: int = 1) -> None:
@@ -274,13 +276,16 @@ class TelemetryClient:
             if self._closed:
                 self._count("closed")
                 return
-            m = self._metrics.get(metric)
+            try:
+                m = self._metrics.get(metric)
+            except TypeError:  # an unhashable "name"
+                m = None
             if m is None:
                 self._count("unknown_metric")
                 return
             try:
                 index = m.domain.index_of(value)
-            except (DomainError, TypeError, ValueError, OverflowError):
+            except Exception:  # noqa: BLE001 -- DomainError, or a value whose __hash__/__eq__ raises
                 self._count("bad_value")
                 return
             now = self._clock()
@@ -379,6 +384,11 @@ class TelemetryClient:
                 self._count("internal_error")
             if self._stopping and not self._queue:
                 return
+
+    def _forked(self) -> None:
+        self._closed = True
+        self._stopping = True
+        self._queue = collections.deque()
 
     def _persist_at_exit(self) -> None:
         if not self._closed:

@@ -113,9 +113,9 @@ def test_hot_path_never_raises_and_counts_each_kind(tmp_path) -> None:
         assert c.flush(10)
         errors = c.errors()
         assert set(errors) == set(ERROR_TALLIES) and set(c.stats()) == set(STAT_TALLIES)
-        assert errors["bad_value"] == 6
-        assert errors["unknown_metric"] == 1
-        assert errors["internal_error"] == 2  # the unhashable metric name and the value that raises in __hash__
+        assert errors["bad_value"] == 7
+        assert errors["unknown_metric"] == 2
+        assert errors["internal_error"] == 0
         assert c.stats()["recorded"] == 1
     c.record("color", "red")  # after close: counted, not raised
     assert c.errors()["closed"] == 1
@@ -351,3 +351,17 @@ def test_csprng_generator_is_uniform_and_unseeded() -> None:
     u = g.random(100_000)
     assert abs(u.mean() - 0.5) < 6 * np.sqrt(1 / 12 / 100_000)
     assert not np.array_equal(secure_generator().integers(0, 2**62, 4), secure_generator().integers(0, 2**62, 4))
+
+
+def test_a_forked_child_does_not_queue_into_a_dead_client(tmp_path) -> None:
+    import os
+
+    with make_client(tmp_path, upload=False) as c:
+        pid = os.fork()
+        if pid == 0:  # the child: no SDK threads exist here
+            c.record("color", "red")
+            os._exit(0 if (c._tally["closed"] == 1 and not c._queue) else 1)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+        c.record("color", "red")  # the parent is unaffected
+        assert c.flush(10) and c.stats()["recorded"] == 1
