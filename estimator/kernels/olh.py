@@ -65,7 +65,8 @@ def report_intervals(ys: np.ndarray, g: int) -> tuple[np.ndarray, np.ndarray]:
     lo = np.empty(n, dtype=np.uint32)
     width = np.empty(n, dtype=np.uint32)
     kernel = _report_intervals_parallel if n >= PARALLEL_MIN_REPORTS else _report_intervals
-    kernel(np.ascontiguousarray(ys), np.uint64(g), lo, width)
+    # one compiled signature whatever the record's y width
+    kernel(np.ascontiguousarray(ys, dtype=np.uint32), np.uint64(g), lo, width)
     return lo, width
 
 
