@@ -10,7 +10,8 @@ domain by the debiased count mean
 
 Averaged over a random hash family, a user with x ≠ d lands on h_j(d) with
 probability 1/m, so E[(1/k) Σ_j M[j, h_j(d)]] = n_d + (n - n_d)/m and f̂(d)
-is unbiased (the paper's Theorem on CMS/HCMS accuracy). For a *fixed* hash
+is unbiased (the derivation, with the variance, is in the docstrings of
+``CMSSpec.count_variance`` and ``HCMSSpec.count_variance``). For a *fixed* hash
 family the estimate is biased by the collisions of that family; the
 variances in ``client_sdk.mechanisms.cms`` include that term averaged
 over families.
