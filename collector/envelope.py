@@ -1,0 +1,94 @@
+"""The shuffled-batch envelope: what the shuffler publishes and sinks read.
+
+A shuffled batch is one wire frame (``client_sdk.wire``; one metric, spec and
+day; records in a CSPRNG-permuted order under a fresh batch id) together with
+what the shuffler knows about it: how many reports it holds, the local ε₀
+of each, and the central (ε, δ) guarantee that shuffling gives against the
+analyzer (computed by an injected function; ``None`` when not computed).
+
+Layout (little-endian)::
+
+    0   4  magic b"LDPS"
+    4   1  version (1)
+    5   1  reserved (0)
+    6   4  metadata length M
+    10  M  metadata, UTF-8 JSON object (see ShuffleMeta)
+    10+M   the wire frame, to the end
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import struct
+from typing import Any
+
+from client_sdk.errors import FrameError
+from client_sdk.wire import ReportBatch, SpecResolver, decode_frame, encode_frame, read_header
+
+__all__ = ["ENVELOPE_MAGIC", "ShuffleMeta", "ShuffledBatch", "encode_envelope", "decode_envelope", "read_envelope_meta"]
+
+ENVELOPE_MAGIC = b"LDPS"
+_HEAD = struct.Struct("<4sBBI")
+
+
+@dataclasses.dataclass(frozen=True)
+class ShuffleMeta:
+    """What travels beside a shuffled frame."""
+
+    shuffle_id: str  # hex; equals the frame's batch id
+    n: int  # reports in the batch
+    epsilon0: float  # local ε of each report (the spec's)
+    central_epsilon: float | None = None  # after shuffling, against the analyzer
+    central_delta: float | None = None
+    bound: str | None = None  # which bound produced the central figure
+    sources: int = 0  # how many uploaded batches were mixed into it
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclasses.dataclass(frozen=True)
+class ShuffledBatch:
+    meta: ShuffleMeta
+    batch: ReportBatch
+
+
+def encode_envelope(meta: ShuffleMeta, batch: ReportBatch) -> bytes:
+    if meta.n != len(batch):
+        raise FrameError(f"envelope says n={meta.n} but the batch holds {len(batch)} reports")
+    m = json.dumps(meta.to_json(), separators=(",", ":")).encode()
+    return _HEAD.pack(ENVELOPE_MAGIC, 1, 0, len(m)) + m + encode_frame(batch)
+
+
+def _split(data: bytes | memoryview) -> tuple[ShuffleMeta, memoryview]:
+    buf = memoryview(data).cast("B")
+    if len(buf) < _HEAD.size:
+        raise FrameError(f"envelope is truncated: {len(buf)} bytes")
+    magic, version, reserved, mlen = _HEAD.unpack_from(buf, 0)
+    if magic != ENVELOPE_MAGIC:
+        raise FrameError(f"bad envelope magic {bytes(magic)!r}, expected {ENVELOPE_MAGIC!r}")
+    if version != 1 or reserved != 0:
+        raise FrameError(f"unsupported envelope version {version} / reserved byte {reserved}")
+    if _HEAD.size + mlen > len(buf):
+        raise FrameError("envelope metadata runs past the end of the message")
+    try:
+        obj = json.loads(bytes(buf[_HEAD.size : _HEAD.size + mlen]))
+        meta = ShuffleMeta(**obj)
+    except (ValueError, TypeError) as exc:
+        raise FrameError(f"envelope metadata is malformed: {exc}") from None
+    return meta, buf[_HEAD.size + mlen :]
+
+
+def read_envelope_meta(data: bytes | memoryview) -> tuple[ShuffleMeta, Any]:
+    """The metadata and the frame's header, without decoding records."""
+    meta, frame = _split(data)
+    return meta, read_header(frame)
+
+
+def decode_envelope(data: bytes | memoryview, specs: SpecResolver) -> ShuffledBatch:
+    meta, frame = _split(data)
+    batch = decode_frame(frame, specs)
+    if meta.n != len(batch):
+        raise FrameError(f"envelope says n={meta.n} but the frame holds {len(batch)} reports")
+    return ShuffledBatch(meta, batch)
