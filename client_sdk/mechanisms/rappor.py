@@ -195,7 +195,13 @@ class RapporSpec(MechanismSpec):
 
     ``num_bits`` and ``num_cohorts`` default from the domain size
     (:func:`default_num_bits`, :func:`default_num_cohorts`); ``p`` and ``q``
-    (the IRR) default to the paper's 0.5 and 0.75; ``num_hashes`` to 2."""
+    (the IRR) default to the paper's 0.5 and 0.75; ``num_hashes`` to 2.
+
+    :meth:`encode` and :meth:`encode_one` draw a fresh cohort and PRR per call,
+    so each report is ε1-LDP on its own (≤ ε∞, what a ledger charging
+    ``epsilon`` per report assumes) but repeated reports of one value compose;
+    a device that reports a value repeatedly uses :meth:`encode_memoized` to
+    keep the whole history within ε∞."""
 
     num_bits: int | None = None
     num_hashes: int = 2
@@ -343,9 +349,12 @@ class RapporSpec(MechanismSpec):
         return self._records(cohorts, words)
 
     def cohort_of(self, secret: bytes) -> int:
-        """The device's cohort, uniform on [0, m) and fixed per (secret, spec): the first
-        64-bit little-endian word of the cohort keystream below 2^64 - (2^64 mod m),
-        reduced mod m (rejection sampling, so exactly uniform)."""
+        """The device's cohort, uniform on [0, m) and fixed per (secret, spec).
+
+        Keystream HMAC-SHA256(secret, ``ldp-telemetry/rappor/cohort/v1`` ‖ 0x00 ‖
+        spec_id (8 bytes) ‖ counter (uint64 LE)), read as 64-bit little-endian
+        words; the first word below 2^64 - (2^64 mod m), reduced mod m (rejection
+        sampling, so exactly uniform)."""
         ks = _Keystream(_as_secret(secret), _LABEL_COHORT, bytes.fromhex(self.spec_id))
         m = self.num_cohorts
         limit = (1 << 64) - ((1 << 64) % m)
