@@ -82,8 +82,12 @@ def test_spec_defaults_and_limits() -> None:
     spec = make_spec("hr", epsilon=2.0, domain_size=1024)
     assert spec.record_dtype.itemsize == 2 and spec.support_probabilities() == (spec.p, 0.5)
     assert make_spec("hr", epsilon=1.0, domain_size=200).record_dtype.itemsize == 1
-    with pytest.raises(SpecError, match="domain_size"):
+    with pytest.raises(SpecError, match="outputs exceed"):
         HRSpec(epsilon=1.0, domain_size=1 << 26)
+    with pytest.raises(SpecError, match="variant"):
+        HRSpec(epsilon=1.0, domain_size=10, variant="fancy")
+    with pytest.raises(SpecError, match="pure protocol"):
+        HRSpec(epsilon=4.0, domain_size=10, variant="blocks").support_probabilities()
     with pytest.raises(DomainError):
         spec.encode([1024], np.random.default_rng(0))
 
@@ -179,3 +183,80 @@ def test_decode_refuses_outputs_outside_k() -> None:
     rec["y"][7] = 128
     with pytest.raises(FrameError, match="y=128"):
         decode_frame(encode_frame(ReportBatch("m.y", spec, 1, rec)), spec)
+
+
+# -- block version ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "eps,d,blocks,size",
+    [(0.5, 10, 1, 16), (2.0, 1024, 4, 512), (4.0, 100, 32, 8), (3.0, 10, 16, 2), (8.0, 1000, 1024, 2)],
+)
+def test_block_layout(eps: float, d: int, blocks: int, size: int) -> None:
+    """B is the largest power of two below min(e^ε, 2d); b the smallest power of two above ⌈d/B⌉."""
+    spec = HRSpec(epsilon=eps, domain_size=d, variant="blocks")
+    assert (spec.num_blocks, spec.block_size) == (blocks, size)
+    assert blocks < min(math.exp(eps), 2 * d) <= 2 * blocks
+    assert size > -(-d // blocks) >= size // 2
+    member = spec.support_sets(np.arange(d))
+    assert np.all(member.sum(axis=1) == size // 2)
+
+
+def test_block_version_with_one_block_is_the_basic_version() -> None:
+    basic = HRSpec(epsilon=0.6, domain_size=40)
+    blocks = HRSpec(epsilon=0.6, domain_size=40, variant="blocks")
+    assert blocks.num_blocks == 1 and blocks.output_size == basic.output_size
+    assert blocks.gain == pytest.approx(2 * basic.p - 1)
+    true = np.arange(40)
+    np.testing.assert_allclose(blocks.count_variance(true), basic.count_variance(true))
+
+
+@pytest.mark.parametrize("eps,d,x", [(4.0, 100, 13), (3.0, 10, 4), (2.5, 37, 36)])
+def test_block_output_distribution_is_two_levels(eps: float, d: int, x: int) -> None:
+    """Each output has probability e^ε p₀ in C_x and p₀ elsewhere, p₀ = 1/((b/2)e^ε + K - b/2).
+    Every cell is within 5 binomial sd of N times its probability: over at most 256 cells a
+    correct encoder fails with probability below 256 · 5.7e-7 ≈ 1.5e-4 (normal approximation)."""
+    spec = HRSpec(epsilon=eps, domain_size=d, variant="blocks")
+    n, k, b = 400_000, spec.output_size, spec.block_size
+    y = spec.encode(np.full(n, x), np.random.default_rng(6))["y"]
+    counts = np.bincount(y, minlength=k)
+    p0 = 1 / (b / 2 * math.exp(eps) + k - b / 2)
+    prob = np.where(spec.support_sets([x])[0], math.exp(eps) * p0, p0)
+    assert prob.sum() == pytest.approx(1.0)
+    assert np.all(np.abs(counts - n * prob) < 5 * np.sqrt(n * prob * (1 - prob))), (counts / n / prob)
+
+
+def test_block_estimate_matches_brute_force() -> None:
+    """n̂_x = (T_x - (N_β - T_x)) / g with T_x and N_β counted directly."""
+    spec = HRSpec(epsilon=4.0, domain_size=100, variant="blocks")
+    rng = np.random.default_rng(7)
+    rec = spec.encode(rng.integers(0, 100, size=5000), rng)
+    acc = accumulator_for(spec)
+    acc.update(rec)
+    y = rec["y"].astype(np.int64)
+    t = spec.support_sets(np.arange(100))[:, y].sum(axis=1)
+    n_block = np.bincount(y // spec.block_size, minlength=spec.num_blocks)[np.arange(100) // (spec.block_size - 1)]
+    np.testing.assert_array_equal(acc.support_counts(), t)
+    np.testing.assert_allclose(acc.estimate().counts, (2 * t - n_block) / spec.gain, rtol=1e-12)
+
+
+@pytest.mark.parametrize("eps,d", [(4.0, 100), (3.0, 10)])
+def test_block_version_unbiased_with_its_variance(eps: float, d: int) -> None:
+    """As the basic test above (T = 600 trials, tolerances 5 sd for means and for s²/V),
+    with V from the block formula [n_β a + (n - n_β)c - n_x g²]/g²."""
+    spec = HRSpec(epsilon=eps, domain_size=d, variant="blocks")
+    w = 1.0 / np.arange(1, d + 1) ** 1.1
+    true = np.floor(3000 * w / w.sum()).astype(np.int64)
+    values = np.repeat(np.arange(d), true)
+    rng = np.random.default_rng(8)
+    trials = 600
+    est = np.empty((trials, d))
+    for t in range(trials):
+        acc = accumulator_for(spec)
+        acc.update(spec.encode(values, rng))
+        est[t] = acc.estimate().counts
+    var = spec.count_variance(true)
+    err = est - true
+    assert np.all(np.abs(err.mean(axis=0)) < 5 * np.sqrt(var / trials))
+    ratio = err.var(axis=0, ddof=1) / var
+    assert np.all(np.abs(ratio - 1) < 5 * math.sqrt(2 / (trials - 1))), ratio
