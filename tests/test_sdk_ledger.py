@@ -218,3 +218,80 @@ def test_batched_spends_decide_exactly_like_one_at_a_time(tmp_path) -> None:
     assert batched == singles
     assert {o for o in singles} == set(SpendOutcome)  # every outcome occurred
     assert one.day_budget(7) == many.day_budget(7)
+
+
+CLIENT_HAMMER = textwrap.dedent(
+    """
+    import json, sys, threading, time
+    from client_sdk.client import TelemetryClient
+    from client_sdk.policy import LocalPolicy
+
+    directory, start, stop, t0 = sys.argv[1], float(sys.argv[2]), float(sys.argv[3]), float(sys.argv[4])
+    # daily demands r * eps: 3.0, 2.8 and 3.0 -- each within the metric cap of 3, together above 5
+    eps = {"a": (0.3, 10), "b": (0.7, 4), "c": (0.25, 12)}
+    doc = {"format": "ldp-metrics/1", "metrics": {m: {
+        "description": "hammer", "owner": "t@example.org", "expires": "2099-12-31",
+        "mechanism": {"mechanism": "grr", "epsilon": e}, "domain": {"kind": "hashed", "size": 16},
+        "max_reports_per_day": r} for m, (e, r) in eps.items()}}
+    calls = [0]
+    lock = threading.Lock()
+
+    def clock():
+        # the device clock: near t0, and every so often set back a whole day
+        with lock:
+            calls[0] += 1
+            back = calls[0] % 7 == 0
+        return t0 + (time.time() - start) - (86400.0 if back else 0.0)
+
+    c = TelemetryClient(directory, None, LocalPolicy(per_metric_daily=3.0, total_daily=5.0), doc,
+                        upload=False, clock=clock)
+    def hammer(k, metrics):
+        i = k
+        while time.time() < start:
+            time.sleep(0.001)
+        while time.time() < stop:
+            c.record(metrics[i % len(metrics)], i)
+            i += 1
+
+    threads = [threading.Thread(target=hammer, args=(k, "a" if k < 2 else "abc")) for k in range(4)]
+    [t.start() for t in threads]
+    [t.join() for t in threads]
+    c.flush(60)
+    print(json.dumps({"stats": c.stats(), "errors": c.errors(), "calls": calls[0]}))
+    c.close()
+    """
+)
+
+
+def test_two_client_processes_recording_flat_out_never_exceed_caps(tmp_path) -> None:
+    """Two apps share one storage directory; in each, two threads record one metric and two
+    record three metrics as fast as they can, with a clock that is set back a day every
+    seventh reading. The metrics' daily demands fit their caps but not the total cap, which
+    binds. The day's spends stay within every cap, every spend has exactly one
+    report in the outbox, and nothing is charged to the day before."""
+    start = time.time() + 2.0
+    stop = start + 1.5
+    env = dict(os.environ, PYTHONPATH=os.getcwd())
+    procs = [
+        subprocess.Popen([sys.executable, "-c", CLIENT_HAMMER, str(tmp_path), str(start), str(stop), str(T0)],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        for _ in range(2)
+    ]
+    outs = []
+    for p in procs:
+        out, err = p.communicate(timeout=120)
+        assert p.returncode == 0, err
+        outs.append(json.loads(out))
+    assert all(o["calls"] > 1000 for o in outs), outs  # both recorded flat out
+    assert all(o["errors"]["internal_error"] == 0 and o["errors"]["storage_error"] == 0 for o in outs)
+    ledger = make_ledger(tmp_path, per_metric=3.0, total=5.0)
+    assert ledger.days() == [20_000]
+    b = ledger.day_budget(20_000)
+    assert b.spent <= 5.0 + 1e-12 and b.remaining < 0.25  # saturated
+    for m, r in zip("abc", (10, 4, 12)):
+        assert b.metrics[m].spent <= 3.0 + 1e-12 and b.metrics[m].reports <= r
+    conn = ledger.store.connection()
+    queued = dict(conn.execute("SELECT metric, COUNT(*) FROM outbox GROUP BY metric").fetchall())
+    assert queued == {m: b.metrics[m].reports for m in b.metrics}  # one report per spend, no more, no less
+    assert sum(o["stats"]["recorded"] for o in outs) == sum(queued.values())
+    assert sum(o["stats"]["over_budget"] for o in outs) > 0  # the total cap really refused reports
