@@ -133,16 +133,19 @@ def test_variance_is_the_papers() -> None:
         assert var[0] == pytest.approx(n / (4 * (0.5 - 1 / (e + 1)) ** 2), rel=1e-12)
 
 
-def test_accumulator_counts_match_unpacked_bits() -> None:
-    """The kernel's per-bit counts equal a plain unpackbits sum, on arbitrary bytes."""
-    spec = OUESpec(epsilon=1.0, domain_size=1000)
+@pytest.mark.parametrize("d", [1000, 1024, 61])
+def test_accumulator_counts_match_unpacked_bits(d: int) -> None:
+    """The kernel's per-bit counts equal a plain unpackbits sum, on arbitrary bytes
+    (widths that are and are not whole 64-bit words)."""
+    spec = OUESpec(epsilon=1.0, domain_size=d)
     rng = np.random.default_rng(8)
     rec = np.zeros(3001, dtype=spec.record_dtype)
     rec["bits"] = rng.integers(0, 256, size=rec["bits"].shape, dtype=np.uint8)
-    rec["bits"][:, -1] = 0
+    if d % 8:
+        rec["bits"][:, -1] &= np.uint8((1 << (d % 8)) - 1)
     acc = OUEAccumulator(spec)
     acc.update(rec)
-    assert np.array_equal(acc.sums["ones"], unpack(rec, 1000).sum(axis=0))
+    assert np.array_equal(acc.sums["ones"], unpack(rec, d).sum(axis=0))
     assert acc.n == 3001
 
 

@@ -401,16 +401,20 @@ def test_quick_unbiasedness() -> None:
     assert np.max(np.sqrt(trials) * np.abs(z.mean(axis=0))) < stats.norm.isf(1e-4 / 20)
 
 
-def test_accumulator_counts_match_unpacked_bits() -> None:
-    spec = RapporSpec(epsilon=2.0, domain_size=100, num_bits=90, num_cohorts=7)
+@pytest.mark.parametrize("k", [90, 128])
+def test_accumulator_counts_match_unpacked_bits(k: int) -> None:
+    """Per-cohort bit counts equal an unpackbits sum (k = 128: whole words behind the
+    2-byte cohort field; k = 90: padding bits)."""
+    spec = RapporSpec(epsilon=2.0, domain_size=100, num_bits=k, num_cohorts=7)
     rng = np.random.default_rng(12)
     rec = np.zeros(2500, dtype=spec.record_dtype)
     rec["cohort"] = rng.integers(0, 7, size=2500)
     rec["bits"] = rng.integers(0, 256, size=rec["bits"].shape, dtype=np.uint8)
-    rec["bits"][:, -1] &= np.uint8(0x03)
+    if k % 8:
+        rec["bits"][:, -1] &= np.uint8((1 << (k % 8)) - 1)
     acc = RapporAccumulator(spec)
     acc.update(rec)
-    bits = unpack(rec, 90)
+    bits = unpack(rec, k)
     for c in range(7):
         assert np.array_equal(acc.sums["ones"][c], bits[rec["cohort"] == c].sum(axis=0))
     assert np.array_equal(acc.sums["cohort_counts"], np.bincount(rec["cohort"], minlength=7))
