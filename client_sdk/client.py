@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import atexit
 import collections
-import json
 import os
 import sqlite3
 import threading
@@ -50,7 +49,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from client_sdk.errors import BudgetError, DomainError, LDPError
+from client_sdk.errors import BudgetError, LDPError
 from client_sdk.ledger import BudgetLedger, DayBudget, SpendOutcome, epsilon_of
 from client_sdk.memo import MemoStore, load_or_create_secret
 from client_sdk.metrics import MetricDefinition, MetricSet, MetricsFileError, load_metrics, parse_metrics, utc_day
@@ -190,12 +189,10 @@ class TelemetryClient:
             )
         if not isinstance(policy, LocalPolicy):
             raise ClientConfigError(f"policy must be a LocalPolicy, got {type(policy).__name__}")
-        if upload or fetch_metrics:
+        if upload or fetch_metrics or collector_url is not None:
             collector_url = _check_url(collector_url)
-        elif collector_url is not None:
-            collector_url = _check_url(collector_url)
-        for name, val, low in (("max_queue", max_queue, 1), ("batch_size", batch_size, 1)):
-            if isinstance(val, bool) or not isinstance(val, int) or val < low:
+        for name, val in (("max_queue", max_queue), ("batch_size", batch_size), ("max_outbox_reports", max_outbox_reports)):
+            if isinstance(val, bool) or not isinstance(val, int) or val < 1:
                 raise ClientConfigError(f"{name} must be a positive integer, got {val!r}")
         if not batch_max_age >= 0 or not upload_timeout > 0 or not metrics_refresh_interval > 0:
             raise ClientConfigError("batch_max_age must be >= 0; upload_timeout and metrics_refresh_interval > 0")
@@ -211,8 +208,8 @@ class TelemetryClient:
         try:
             self._store = Store(storage_dir)
             self._secret = load_or_create_secret(self._store.directory)
-        except (OSError, sqlite3.Error, ValueError) as exc:
-            raise ClientConfigError(f"cannot use storage_dir {os.fspath(storage_dir)!r}: {exc}") from exc
+        except (OSError, sqlite3.Error, ValueError, TypeError) as exc:
+            raise ClientConfigError(f"cannot use storage_dir {storage_dir!r}: {exc}") from exc
         self.storage_dir = self._store.directory
         self._ledger = BudgetLedger(self._store, policy, clock=self._clock)
         self._outbox = Outbox(self._store, max_reports=max_outbox_reports, lease_seconds=2 * upload_timeout + 10)

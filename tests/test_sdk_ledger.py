@@ -123,6 +123,30 @@ def test_threads_in_one_process_never_exceed_caps(tmp_path) -> None:
     assert b.remaining < min(costs.values())  # saturated: the test really hit the caps
 
 
+def run_together(script: str, *args: str) -> list[dict]:
+    """Start the script in two processes, let both get ready, then start them at once;
+    return what each printed last (JSON)."""
+    env = dict(os.environ, PYTHONPATH=os.getcwd())
+    procs = [
+        subprocess.Popen([sys.executable, "-c", script, *args], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True, env=env)
+        for _ in range(2)
+    ]
+    for p in procs:
+        line = p.stdout.readline() if p.stdout else ""
+        assert line.strip() == "READY", (line, p.stderr.read() if p.stderr else "")
+    for p in procs:
+        assert p.stdin is not None
+        p.stdin.write("go\n")
+        p.stdin.flush()
+    outs = []
+    for p in procs:
+        out, err = p.communicate(timeout=120)
+        assert p.returncode == 0, err
+        outs.append(json.loads(out.strip().splitlines()[-1]))
+    return outs
+
+
 HAMMER = textwrap.dedent(
     """
     import json, sys, threading, time
@@ -130,17 +154,18 @@ HAMMER = textwrap.dedent(
     from client_sdk.policy import LocalPolicy
     from client_sdk.store import Store
 
-    directory, start, stop, now = sys.argv[1], float(sys.argv[2]), float(sys.argv[3]), float(sys.argv[4])
+    directory, now = sys.argv[1], float(sys.argv[2])
     costs = {"a": 0.3, "b": 0.7, "c": 0.25}
     ledger = BudgetLedger(Store(directory), LocalPolicy(per_metric_daily=3.0, total_daily=5.0))
+    print("READY", flush=True)
+    sys.stdin.readline()  # the parent says go once both processes are ready
+    stop = time.time() + 1.5
     wins = {m: 0 for m in costs}
     attempts = [0]
     lock = threading.Lock()
 
     def hammer(k):
         i = k
-        while time.time() < start:
-            time.sleep(0.001)
         while time.time() < stop:
             m = "abc"[i % 3]
             i += 1
@@ -164,24 +189,7 @@ def test_two_processes_with_threads_never_exceed_caps(tmp_path) -> None:
     with store.transaction() as conn:  # the clock has reached T0 before anyone spends
         BudgetLedger.observe_time_in(conn, T0)
     store.close()
-    start = time.time() + 1.5  # both interpreters are up and hammering in the same window
-    stop = start + 1.5
-    env = dict(os.environ, PYTHONPATH=os.getcwd())
-    procs = [
-        subprocess.Popen(
-            [sys.executable, "-c", HAMMER, str(tmp_path), str(start), str(stop), str(T0)],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            env=env,
-        )
-        for _ in range(2)
-    ]
-    outs = []
-    for p in procs:
-        out, err = p.communicate(timeout=60)
-        assert p.returncode == 0, err
-        outs.append(json.loads(out))
+    outs = run_together(HAMMER, str(tmp_path), str(T0))
     assert all(o["attempts"] > 50 for o in outs), outs  # both really competed
     ledger = make_ledger(tmp_path, per_metric=3.0, total=5.0)
     b = ledger.day_budget(20_000)
@@ -226,7 +234,7 @@ CLIENT_HAMMER = textwrap.dedent(
     from client_sdk.client import TelemetryClient
     from client_sdk.policy import LocalPolicy
 
-    directory, start, stop, t0 = sys.argv[1], float(sys.argv[2]), float(sys.argv[3]), float(sys.argv[4])
+    directory, t0 = sys.argv[1], float(sys.argv[2])
     # daily demands r * eps: 3.0, 2.8 and 3.0 -- each within the metric cap of 3, together above 5
     eps = {"a": (0.3, 10), "b": (0.7, 4), "c": (0.25, 12)}
     doc = {"format": "ldp-metrics/1", "metrics": {m: {
@@ -241,14 +249,17 @@ CLIENT_HAMMER = textwrap.dedent(
         with lock:
             calls[0] += 1
             back = calls[0] % 7 == 0
-        return t0 + (time.time() - start) - (86400.0 if back else 0.0)
+        return t0 + (time.time() - started) - (86400.0 if back else 0.0)
 
+    started = time.time()
     c = TelemetryClient(directory, None, LocalPolicy(per_metric_daily=3.0, total_daily=5.0), doc,
                         upload=False, clock=clock)
+    print("READY", flush=True)
+    sys.stdin.readline()
+    stop = time.time() + 1.5
+
     def hammer(k, metrics):
         i = k
-        while time.time() < start:
-            time.sleep(0.001)
         while time.time() < stop:
             c.record(metrics[i % len(metrics)], i)
             i += 1
@@ -269,19 +280,7 @@ def test_two_client_processes_recording_flat_out_never_exceed_caps(tmp_path) -> 
     seventh reading. The metrics' daily demands fit their caps but not the total cap, which
     binds. The day's spends stay within every cap, every spend has exactly one
     report in the outbox, and nothing is charged to the day before."""
-    start = time.time() + 2.0
-    stop = start + 1.5
-    env = dict(os.environ, PYTHONPATH=os.getcwd())
-    procs = [
-        subprocess.Popen([sys.executable, "-c", CLIENT_HAMMER, str(tmp_path), str(start), str(stop), str(T0)],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-        for _ in range(2)
-    ]
-    outs = []
-    for p in procs:
-        out, err = p.communicate(timeout=120)
-        assert p.returncode == 0, err
-        outs.append(json.loads(out))
+    outs = run_together(CLIENT_HAMMER, str(tmp_path), str(T0))
     assert all(o["calls"] > 1000 for o in outs), outs  # both recorded flat out
     assert all(o["errors"]["internal_error"] == 0 and o["errors"]["storage_error"] == 0 for o in outs)
     ledger = make_ledger(tmp_path, per_metric=3.0, total=5.0)
