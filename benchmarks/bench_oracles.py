@@ -6,8 +6,9 @@ temporary ``.npy`` file. Then, for every mechanism both projects have
 
 * **ours**, in this process: the batch encoder ``spec.encode`` over the
   data in chunks, then ``accumulator_for(spec)``: ``update`` over all reports
-  and ``estimate()``. numba is warmed up once first, so compile (or cache
-  load) time is excluded from the timed runs; it is measured separately.
+  and ``estimate()``. One untimed run over the same data comes first, so
+  numba compile (or cache load) time of every size-dependent path is
+  excluded from the timed runs; it is measured separately.
 * **pure-ldp**, in a subprocess of ``.bench-venv/bin/python``
   (``benchmarks/pureldp_side.py``) on the same data file: its client's
   ``privatise`` one report at a time (its API has no batch encoder), then
@@ -15,13 +16,15 @@ temporary ``.npy`` file. Then, for every mechanism both projects have
   Where that is too slow for ``--n`` reports it runs on a prefix of the
   data (``--pureldp-n``), and its server throughput is projected to ``--n``
   by scaling its aggregation time linearly and keeping its estimation time
-  fixed -- a projection that can only flatter pure-ldp.
+  fixed -- a projection that does not understate pure-ldp's throughput.
 * **first call in a fresh process**: a child interpreter imports the
-  mechanism and runs encode + update + estimate on a small batch, once with
+  mechanism and runs encode + update + estimate on 2^17 values, once with
   an empty numba cache directory (cold: pays compilation) and once with the
   project's ``.cache/numba`` (warm: must not pay it again).
 
-Every figure is the median over ``--repeats`` runs. MSE is the mean over the
+Every figure is the median over ``--repeats`` runs, given per second of wall
+clock and per second of process CPU time (all threads; what load from other
+processes does not dilute). MSE is the mean over the
 domain of (estimated count - true count)^2; the theoretical figure is
 ``spec.count_variance(true_counts).mean()``.
 
@@ -95,7 +98,9 @@ TARGETS: dict[str, Any] = {
 #: pure-ldp's own figures quoted in the issue (server aggregate + estimate, reports/s).
 ISSUE_PURELDP_RATES = {"grr": 3.2e6, "hr": 2.8e6, "oue": 264e3, "hcms": 134e3, "cms": 91e3, "olh": 1.1e3}
 
-FIRST_CALL_VALUES = 4096
+#: Values of the fresh-process first-call job: large enough that size-dependent
+#: paths (e.g. OLH's multi-threaded kernel) are taken, as in a real job.
+FIRST_CALL_VALUES = 1 << 17
 
 
 def log(msg: str) -> None:
@@ -138,26 +143,29 @@ def pureldp_params(spec: Any) -> dict[str, Any]:
 def _time_ours(spec: Any, values: np.ndarray, truth: np.ndarray, rng: np.random.Generator, chunk: int) -> dict[str, float]:
     from estimator.oracles import accumulator_for
 
-    t_enc = 0.0
+    t_enc = c_enc = 0.0
     parts = []
     for start in range(0, values.size, chunk):
         v = values[start : start + chunk]
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         parts.append(spec.encode(v, rng))
         t_enc += time.perf_counter() - t0
+        c_enc += time.process_time() - c0
     reports = np.concatenate(parts)
     del parts
     acc = accumulator_for(spec)
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     acc.update(reports)
     t1 = time.perf_counter()
     est = acc.estimate()
-    t2 = time.perf_counter()
+    t2, c2 = time.perf_counter(), time.process_time()
     err = np.asarray(est.counts, dtype=np.float64) - truth
     err_ns = np.asarray(est.norm_sub().counts, dtype=np.float64) - truth
     return {
         "mse_normsub": float(np.mean(err_ns**2)),
         "encode_s": t_enc,
+        "encode_cpu_s": c_enc,
+        "server_cpu_s": c2 - c0,
         "aggregate_s": t1 - t0,
         "estimate_s": t2 - t1,
         "mse": float(np.mean(err**2)),
@@ -169,8 +177,10 @@ def _time_ours(spec: Any, values: np.ndarray, truth: np.ndarray, rng: np.random.
 def run_ours(name: str, values: np.ndarray, d: int, eps: float, repeats: int, seed: int, chunk: int) -> dict[str, Any]:
     spec = bench_spec(name, eps, d)
     truth = np.bincount(values, minlength=d).astype(np.float64)
+    # warm-up: one untimed run over the same data, so every size-dependent path
+    # (serial or parallel kernel) is compiled or loaded before the timed runs
     t0 = time.perf_counter()
-    _time_ours(spec, values[:FIRST_CALL_VALUES], np.bincount(values[:FIRST_CALL_VALUES], minlength=d), np.random.default_rng(0), chunk)
+    _time_ours(spec, values, truth, np.random.default_rng(0), chunk)
     warmup = time.perf_counter() - t0
     runs = []
     for r in range(repeats):
@@ -273,6 +283,8 @@ def summarize(name: str, ours: dict[str, Any] | None, theirs: dict[str, Any] | N
             "estimate_s": est,
             "encode_s": enc,
             "theory_var_mean": ours["theory_var_mean"],
+            "encode_rate_cpu": ours["n"] / _med(runs, "encode_cpu_s"),
+            "server_rate_cpu": ours["n"] / _med(runs, "server_cpu_s"),
             **_mse_stats(runs, d),
         }
         row["ours"]["mse_over_theory"] = row["ours"]["mse_mean"] / ours["theory_var_mean"]
@@ -280,8 +292,8 @@ def summarize(name: str, ours: dict[str, Any] | None, theirs: dict[str, Any] | N
         # after Norm-Sub (non-negative, sums to n): comparable with estimators that clip or regularize
         row["ours"]["mse_normsub_over_theory"] = float(np.mean([r["mse_normsub"] for r in runs])) / ours["theory_var_mean"]
         if name == "olh":
-            evals = ours["n"] * d / server
-            row["ours"]["olh_hash_evals_per_s"] = evals
+            row["ours"]["olh_hash_evals_per_s"] = ours["n"] * d / server
+            row["ours"]["olh_hash_evals_per_cpu_s"] = ours["n"] * d / _med(runs, "server_cpu_s")
     if theirs is not None and "runs" in theirs and any("estimate_error" in r for r in theirs["runs"]):
         runs = theirs["runs"]
         row["pureldp"] = {
@@ -306,6 +318,8 @@ def summarize(name: str, ours: dict[str, Any] | None, theirs: dict[str, Any] | N
             "server_rate": n / (agg * n / m + est),
             "aggregate_s": agg,
             "estimate_s": est,
+            "encode_rate_cpu": m / _med(runs, "encode_cpu_s"),
+            "server_rate_cpu": n / (_med(runs, "aggregate_cpu_s") * n / m + _med(runs, "estimate_cpu_s")),
             **_mse_stats(runs, d),
         }
         if theory_sub:
@@ -318,6 +332,9 @@ def summarize(name: str, ours: dict[str, Any] | None, theirs: dict[str, Any] | N
         row["speedup_server"] = row["ours"]["server_rate"] / row["pureldp"]["server_rate"]
     if "ours" in row and "encode_rate" in row.get("pureldp", {}):
         row["speedup_encode"] = row["ours"]["encode_rate"] / row["pureldp"]["encode_rate"]
+    if "ours" in row and "server_rate_cpu" in row.get("pureldp", {}):
+        row["speedup_server_cpu"] = row["ours"]["server_rate_cpu"] / row["pureldp"]["server_rate_cpu"]
+        row["speedup_encode_cpu"] = row["ours"]["encode_rate_cpu"] / row["pureldp"]["encode_rate_cpu"]
     return row
 
 
@@ -326,7 +343,18 @@ def check_targets(rows: dict[str, dict[str, Any]], cores: int) -> list[dict[str,
     for name, target in TARGETS["server_speedup"].items():
         r = rows.get(name, {})
         got = r.get("speedup_server")
-        out.append({"target": f"{name} server aggregate+estimate >= {target:g}x pure-ldp", "value": got, "met": None if got is None else got >= target})
+        out.append({"target": f"{name} server aggregate+estimate >= {target:g}x pure-ldp (same run, wall clock)", "value": got, "met": None if got is None else got >= target})
+        got = r.get("speedup_server_cpu")
+        out.append({"target": f"{name} server aggregate+estimate >= {target:g}x pure-ldp (same run, per CPU-second)", "value": got, "met": None if got is None else got >= target})
+        ours_rate = r.get("ours", {}).get("server_rate")
+        got = None if ours_rate is None else ours_rate / ISSUE_PURELDP_RATES[name]
+        out.append(
+            {
+                "target": f"{name} server aggregate+estimate >= {target:g}x the issue's pure-ldp figure ({_fmt_rate(ISSUE_PURELDP_RATES[name])}/s)",
+                "value": got,
+                "met": None if got is None else got >= target,
+            }
+        )
     for name, target in TARGETS["encode_rate"].items():
         got = rows.get(name, {}).get("ours", {}).get("encode_rate")
         out.append({"target": f"{name} batch encode >= {target / 1e6:g}M reports/s", "value": got, "met": None if got is None else got >= target})
@@ -337,6 +365,14 @@ def check_targets(rows: dict[str, dict[str, Any]], cores: int) -> list[dict[str,
             "target": f"olh exact estimation >= {TARGETS['olh_hash_evals_per_core'] / 1e6:g}M hash evaluations/s per core ({cores} cores)",
             "value": per_core,
             "met": None if per_core is None else per_core >= TARGETS["olh_hash_evals_per_core"],
+        }
+    )
+    per_cpu_s = rows.get("olh", {}).get("ours", {}).get("olh_hash_evals_per_cpu_s")
+    out.append(
+        {
+            "target": f"olh exact estimation >= {TARGETS['olh_hash_evals_per_core'] / 1e6:g}M hash evaluations per CPU-second",
+            "value": per_cpu_s,
+            "met": None if per_cpu_s is None else per_cpu_s >= TARGETS["olh_hash_evals_per_core"],
         }
     )
     tol = TARGETS["mse_rel_tolerance"]
@@ -445,6 +481,22 @@ def table(results: dict[str, Any]) -> str:
     return head + "\n".join(lines)
 
 
+def cpu_table(results: dict[str, Any]) -> str:
+    """Rates per second of process CPU time (all threads): what load from other
+    processes on the machine does not dilute."""
+    lines = [
+        "| mechanism | ours encode/CPU-s | pure-ldp encode/CPU-s | encode × | ours server/CPU-s | pure-ldp server/CPU-s | server × |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for name, r in results["rows"].items():
+        o, p = r.get("ours", {}), r.get("pureldp", {})
+        lines.append(
+            f"| {name} | {_fmt_rate(o.get('encode_rate_cpu'))} | {_fmt_rate(p.get('encode_rate_cpu'))} | {_fmt(r.get('speedup_encode_cpu'), '.3g', '×')} "
+            f"| {_fmt_rate(o.get('server_rate_cpu'))} | {_fmt_rate(p.get('server_rate_cpu'))} | {_fmt(r.get('speedup_server_cpu'), '.3g', '×')} |"
+        )
+    return "\n".join(lines)
+
+
 def targets_table(results: dict[str, Any]) -> str:
     lines = ["| target | measured | met |", "|---|---:|:---:|"]
     for t in results["targets"]:
@@ -479,6 +531,11 @@ def first_call_table(results: dict[str, Any]) -> str:
             f"| {w.get('kernels_compiled', '-')} / {w.get('kernels_loaded', '-')} | {w['second_s']:.3f} |"
         )
     return "\n".join(lines)
+
+
+def report(results: dict[str, Any]) -> str:
+    """Every table, Markdown, as printed on stdout."""
+    return "\n\n".join([table(results), cpu_table(results), targets_table(results), first_call_table(results)])
 
 
 def plot(results: dict[str, Any], path: Path) -> None:
@@ -589,7 +646,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.replot:
         results = json.loads(args.out.read_text())
         results["targets"] = check_targets(results["rows"], results["machine"].get("nproc") or 1)
-        print(table(results) + "\n\n" + targets_table(results) + "\n\n" + first_call_table(results))
+        print(report(results))
         plot(results, args.plot)
         return 0
 
@@ -676,7 +733,7 @@ def main(argv: list[str] | None = None) -> int:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(results, indent=1, default=float) + "\n")
     plot(results, args.plot)
-    print(table(results) + "\n\n" + targets_table(results) + "\n\n" + first_call_table(results))
+    print(report(results))
     log(f"wrote {args.out} and {args.plot}")
     return 0
 
