@@ -85,6 +85,8 @@ class Store:
         self._lock = threading.Lock()
         self._closed = False
         conn = self.connection()
+        if conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION:
+            return  # already set up: opening takes no write lock
         with self.transaction(conn):
             for statement in _SCHEMA.split(";"):
                 if statement.strip():
