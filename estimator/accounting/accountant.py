@@ -97,6 +97,7 @@ __all__ = [
     "basic_epsilon",
     "rr_rdp",
     "gaussian_noise_for_epsilon",
+    "sampled_gaussian_event",
     "max_steps_for_epsilon",
     "DEFAULT_DISCRETIZATION",
 ]
@@ -495,7 +496,8 @@ def account(
     return report
 
 
-def _sampled_gaussian(noise_multiplier: float, sample_rate: float, steps: int) -> PrivacyEvent:
+def sampled_gaussian_event(noise_multiplier: float, sample_rate: float, steps: int) -> PrivacyEvent:
+    """``steps`` Gaussian steps with ``noise_multiplier``, Poisson-sampled at ``sample_rate`` (1 = no sampling)."""
     step: PrivacyEvent = GaussianEvent(noise_multiplier)
     if sample_rate < 1.0:
         step = PoissonSampledEvent(sample_rate, step)
@@ -519,7 +521,7 @@ def gaussian_noise_for_epsilon(
         raise AccountingError(f"target epsilon must be > 0, got {target_epsilon}")
 
     def eps(z: float, disc: float) -> float:
-        return epsilon_pld(_sampled_gaussian(z, sample_rate, steps), delta, neighbors, disc)
+        return epsilon_pld(sampled_gaussian_event(z, sample_rate, steps), delta, neighbors, disc)
 
     coarse = max(discretization, _SEARCH_DISCRETIZATION)
     lo, hi = 0.0, 1.0
@@ -551,7 +553,7 @@ def max_steps_for_epsilon(
     coarse = max(discretization, _SEARCH_DISCRETIZATION)
 
     def ok(t: int, disc: float = coarse) -> bool:
-        return epsilon_pld(_sampled_gaussian(noise_multiplier, sample_rate, t), delta, neighbors, disc) <= target_epsilon
+        return epsilon_pld(sampled_gaussian_event(noise_multiplier, sample_rate, t), delta, neighbors, disc) <= target_epsilon
 
     if not ok(1, discretization):
         return 0
