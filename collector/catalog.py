@@ -1,0 +1,81 @@
+"""Which spec a report batch was made under: spec ids resolved through metrics files.
+
+A wire frame carries only its metric name and its spec's 16-hex-digit id.
+The server-side consumers (sinks, estimators) need the spec itself to read
+the records, so they resolve the id through the declared metrics
+(:mod:`client_sdk.metrics`). A metric whose parameters changed keeps its old
+spec id in older data; pass every metrics file that was in force
+(``--metrics old.json --metrics new.json``) and all their specs resolve.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+
+from client_sdk.errors import SpecMismatchError
+from client_sdk.mechanisms.base import MechanismSpec
+from client_sdk.metrics import MetricDefinition, MetricSet, load_metrics
+
+__all__ = ["SpecCatalog", "DEFAULT_METRICS_PATH", "default_metrics_path"]
+
+#: the metrics file used when none is given and ``$LDP_METRICS`` is unset
+DEFAULT_METRICS_PATH = Path(__file__).resolve().parents[1] / "metrics" / "example.json"
+
+
+def default_metrics_path() -> Path:
+    """``$LDP_METRICS`` if set, else :data:`DEFAULT_METRICS_PATH`."""
+    env = os.environ.get("LDP_METRICS")
+    return Path(env) if env else DEFAULT_METRICS_PATH
+
+
+class SpecCatalog:
+    """Spec ids to specs, and metric names to their definitions.
+
+    Callable as ``catalog(metric, spec_id) -> spec`` (the resolver form that
+    :func:`client_sdk.wire.decode_frame` accepts). An unknown id, or an id
+    declared for another metric, raises :class:`SpecMismatchError`.
+    """
+
+    def __init__(self, metric_sets: Iterable[MetricSet] = (), specs: Iterable[tuple[str, MechanismSpec]] = ()) -> None:
+        self.metrics: dict[str, MetricDefinition] = {}
+        self._by_id: dict[str, MechanismSpec] = {}
+        self._metric_of: dict[str, set[str]] = {}
+        for ms in metric_sets:
+            for name, m in ms.items():
+                self.metrics.setdefault(name, m)
+                self.add(name, m.spec)
+        for name, spec in specs:
+            self.add(name, spec)
+
+    @classmethod
+    def from_files(cls, paths: Iterable[str | os.PathLike[str]] | None = None) -> "SpecCatalog":
+        """Load metrics files (expired metrics included: old data stays readable); default :func:`default_metrics_path`."""
+        files = list(paths or []) or [default_metrics_path()]
+        return cls(load_metrics(p, reject_expired=False) for p in files)
+
+    def add(self, metric: str, spec: MechanismSpec) -> None:
+        """Declare that ``metric`` may carry reports of ``spec``."""
+        self._by_id[spec.spec_id] = spec
+        self._metric_of.setdefault(spec.spec_id, set()).add(metric)
+
+    def get(self, spec_id: str) -> MechanismSpec | None:
+        return self._by_id.get(spec_id)
+
+    def __call__(self, metric: str, spec_id: str) -> MechanismSpec:
+        spec = self._by_id.get(spec_id)
+        if spec is None:
+            raise SpecMismatchError(
+                f"metric {metric!r}: spec {spec_id} is in no metrics file this process loaded; "
+                "pass the metrics file that declared it (--metrics)")
+        if metric not in self._metric_of[spec_id]:
+            raise SpecMismatchError(
+                f"metric {metric!r}: spec {spec_id} is declared for {sorted(self._metric_of[spec_id])}, not this metric")
+        return spec
+
+    def __contains__(self, spec_id: object) -> bool:
+        return spec_id in self._by_id
+
+    def specs(self) -> Mapping[str, MechanismSpec]:
+        return dict(self._by_id)
