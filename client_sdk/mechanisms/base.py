@@ -140,7 +140,10 @@ class MechanismSpec(ABC):
     # -- device side ------------------------------------------------------
     def check_values(self, values: Any) -> np.ndarray:
         """Return ``values`` as an int64 array, or raise :class:`DomainError`."""
-        arr = np.asarray(values)
+        try:
+            arr = np.asarray(values)
+        except (ValueError, TypeError) as exc:
+            raise DomainError(f"{self.name}: values must be a flat sequence of domain indices ({exc})") from None
         if arr.dtype.kind not in "iu":
             if arr.dtype.kind == "f" and arr.size and np.all(np.isfinite(arr)) and np.all(arr == np.round(arr)):
                 arr = arr.astype(np.int64)

@@ -24,6 +24,10 @@ Each mechanism registered in ``client_sdk.mechanisms.MECHANISMS`` has a module
     HCMS, RAPPOR's hashing) return the spec with a trial-specific hash seed;
     others need not define it.
 
+``audit_tight(spec) -> bool``
+    Whether the audit event's true ratio is exactly e^ε for this spec (then
+    the audit also checks the observed ratio comes close to e^ε from below).
+
 ``audit_inputs(spec) -> tuple[int, int]`` (optional)
     The pair of neighboring inputs to audit (default ``(0, 1)``).
 """
