@@ -1,0 +1,72 @@
+"""``ldp estimate``: batch frequency estimation over the Parquet dataset (see :mod:`estimator.batch`).
+
+    ldp estimate --dataset ldp-data/dataset --metric settings_tab --days 20419..20425 \\
+        --out table.csv --plot estimates.png [--norm-sub] [--per-day]
+
+Days are day numbers (days since 1970-01-01, UTC) or ISO dates; ``--days
+A..B`` is inclusive. Without a range every day in the dataset is used.
+Labels come from the metric's dictionary domain in the metrics file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+__all__ = ["register"]
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("estimate", help="estimate a metric's frequencies over days of the Parquet dataset",
+                       description=__doc__.splitlines()[0] if __doc__ else None)
+    p.add_argument("--dataset", required=True, help="root folder of the Parquet dataset (ldp sink --dataset)")
+    p.add_argument("--metric", required=True, help="metric name")
+    p.add_argument("--days", default=None, help="A..B inclusive (day numbers or ISO dates), or one day")
+    p.add_argument("--start", default=None, help="first day (day number or ISO date)")
+    p.add_argument("--end", default=None, help="last day, inclusive")
+    p.add_argument("--spec-id", default=None, help="the spec to use when the range holds several")
+    p.add_argument("--out", default=None, help="table.csv or table.parquet (default: print the top rows)")
+    p.add_argument("--plot", default=None, help="write a PNG of the largest estimates with their CIs")
+    p.add_argument("--top", type=int, default=30, help="items in the plot and the printed table (default 30)")
+    p.add_argument("--norm-sub", action="store_true", help="Norm-Sub consistent counts (non-negative, sum n)")
+    p.add_argument("--per-day", action="store_true", help="one estimate per day (a 'day' column)")
+    p.add_argument("--confidence", type=float, default=0.95, help="confidence level of the intervals (default 0.95)")
+    p.add_argument("--metrics", action="append", default=None,
+                   help="metrics file(s) for labels (default $LDP_METRICS or metrics/example.json)")
+    p.add_argument("--no-progress", action="store_true", help="never show a progress bar")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from collector.catalog import SpecCatalog
+    from estimator.batch import BatchError, estimate_dataset, parse_day_range, plot_estimates, write_table
+
+    if not 0.0 < args.confidence < 1.0:
+        raise ValueError(f"--confidence must be in (0, 1), got {args.confidence}")
+    try:
+        days = parse_day_range(args.days, args.start, args.end)
+        definition = None
+        try:
+            definition = SpecCatalog.from_files(args.metrics).metrics.get(args.metric)
+        except ValueError:
+            definition = None  # labels are optional; the dataset carries its specs
+        result = estimate_dataset(args.dataset, args.metric, days, spec_id=args.spec_id,
+                                  confidence=args.confidence, norm_sub=args.norm_sub, per_day=args.per_day,
+                                  definition=definition, progress=False if args.no_progress else None)
+    except BatchError as exc:
+        print(f"ldp estimate: error: {exc}", file=sys.stderr)
+        return 2
+    print(json.dumps(result.summary()))
+    if args.out:
+        write_table(result.table, args.out)
+        print(f"table: {args.out} ({len(result.table)} rows)")
+    else:
+        import pandas as pd
+
+        with pd.option_context("display.width", 140, "display.max_columns", 20):
+            print(result.table.sort_values("estimate", ascending=False).head(args.top).to_string(index=False))
+    if args.plot:
+        plot_estimates(result, args.plot, top=args.top)
+        print(f"plot: {args.plot}")
+    return 0

@@ -1,0 +1,73 @@
+"""``ldp sink``: the Parquet sink as a long-lived worker (see :mod:`collector.sinks.parquet`).
+
+Consumes the shuffled topic in a consumer group and writes
+``DATASET/metric=<m>/day=<N>/part-*.parquet``; files become visible
+atomically and offsets are committed only once they are durable. A
+transport failure drops the buffers and rejoins after a pause; SIGTERM or
+Ctrl-C flushes and exits; the counters are printed as one JSON line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import signal
+import sys
+import threading
+
+from collector.topics import DEFAULT_PARTITIONS, SHUFFLED_TOPIC
+
+__all__ = ["register"]
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    from collector.sinks.parquet import DEFAULT_GROUP
+
+    p = sub.add_parser("sink", help="write the shuffled reports to a Parquet dataset partitioned by metric and day",
+                       description=__doc__.splitlines()[0] if __doc__ else None)
+    p.add_argument("--transport", default=None, help="sqlite:///path or kafka://host:port (default $LDP_TRANSPORT)")
+    p.add_argument("--dataset", required=True, help="root folder of the Parquet dataset")
+    p.add_argument("--metrics", action="append", default=None,
+                   help="metrics file(s) declaring the specs (repeatable; default $LDP_METRICS or metrics/example.json)")
+    p.add_argument("--topic", default=SHUFFLED_TOPIC, help=f"shuffled topic (default {SHUFFLED_TOPIC})")
+    p.add_argument("--group", default=DEFAULT_GROUP, help=f"consumer group (default {DEFAULT_GROUP})")
+    p.add_argument("--member", default=None, help="member name (default: random)")
+    p.add_argument("--partitions", type=int, default=DEFAULT_PARTITIONS, help="partitions if the topic is created")
+    p.add_argument("--flush-reports", type=int, default=1_000_000, help="flush once this many reports are buffered")
+    p.add_argument("--flush-seconds", type=float, default=5.0, help="flush once the oldest buffered batch is this old")
+    p.add_argument("--session-timeout", type=float, default=10.0, help="group session timeout, seconds")
+    p.add_argument("--idle-exit", type=float, default=None, help="exit after this many seconds without input")
+    p.add_argument("--log-level", default="warning", choices=["critical", "error", "warning", "info", "debug"])
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from collector.catalog import SpecCatalog
+    from collector.sinks.parquet import ParquetSink
+    from collector.transport import open_transport
+    from simulator.commands.estimator import consume_forever
+
+    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s",
+                        stream=sys.stderr)
+    catalog = SpecCatalog.from_files(args.metrics)
+    transport = open_transport(args.transport)
+    sink = ParquetSink(transport, args.dataset, catalog, topic=args.topic, group=args.group, member=args.member,
+                       flush_reports=args.flush_reports, flush_seconds=args.flush_seconds,
+                       session_timeout=args.session_timeout, partitions=args.partitions)
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    print(f"ldp sink: writing {sink.root} from {args.topic} as {args.group}/{sink.member} on {transport.url}",
+          flush=True)
+    code = 0
+    try:
+        consume_forever(sink, stop, idle_exit=args.idle_exit)
+    except Exception as exc:  # noqa: BLE001 - a fatal dataset inconsistency or fencing
+        print(f"ldp sink: error: {exc}", file=sys.stderr)
+        code = 1
+    finally:
+        sink.close()
+        transport.close()
+    print(json.dumps({"sink": sink.stats.to_json_obj()}), flush=True)
+    return code
