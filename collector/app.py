@@ -1,0 +1,454 @@
+"""The collector: a FastAPI service that accepts privatized report batches and publishes them.
+
+Endpoints
+---------
+``POST /v1/reports``
+    One report batch, as a binary frame (``Content-Type:
+    application/x-ldp-frame``; the SDK's ``application/vnd.ldp.frame`` and
+    ``application/octet-stream`` are accepted too) or in the JSON form
+    (``application/json``); see :mod:`client_sdk.wire`. An optional
+    ``Idempotency-Key`` header must equal the frame's batch id.
+``GET /v1/metrics``
+    The metrics document (:mod:`client_sdk.metrics`) the SDK reads, with an ``ETag``.
+``GET /healthz``, ``GET /readyz``
+    Liveness (the process and its publisher thread run) and readiness (the transport answers).
+``GET /metrics``
+    Prometheus counters and latency histograms.
+``GET /docs``, ``GET /openapi.json``
+    OpenAPI documentation (FastAPI's).
+
+Answers to an upload
+--------------------
+=====  =======================================================================
+202    published durably to ``ldp.reports.raw`` (``"accepted"``), or a batch id
+       accepted before (``"duplicate"``; nothing is published again)
+400    the body is not a valid frame or JSON form (truncated, bad CRC, bad field,
+       record outside the spec's bounds, ``Idempotency-Key`` differing from the batch id)
+413    the body exceeds ``max_body_bytes`` (from ``Content-Length`` or while
+       reading) or the batch holds more than ``max_records`` reports
+415    another ``Content-Type``
+422    a well-formed batch the collector will not take: unknown metric, spec
+       other than the metric's, metric expired on the batch's day, day outside
+       ``[today - max_day_age, today + max_days_ahead]``, no reports
+503    overloaded (more than ``max_in_flight`` uploads in progress) or the
+       transport did not acknowledge the batch; ``Retry-After`` says when to retry
+=====  =======================================================================
+
+Every error body is ``{"error": <reason>, "message": <what is wrong and how to fix it>}``.
+
+What leaves the collector
+-------------------------
+Only the batch itself: the records are decoded, checked against the
+metric's spec, and **re-encoded** into a fresh frame (metric, spec id, day,
+batch id, records), keyed ``"<metric>/<day>"``. No IP address, port, header,
+user agent or arrival time is read into it; uvicorn's access log is off
+(``ldp collector``), so client addresses are not logged either. The batch
+id is the device's random idempotency key, not linked to the device.
+(The transport itself stamps each record with its publish time; that stays
+between the collector and the shuffler, which drops it.)
+
+The answer 202 is sent only after the transport acknowledged the batch
+(:mod:`collector.ingest`, group commit); the batch id is then recorded in a
+durable store (:mod:`collector.dedup`), whose crash window the shuffler closes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import json
+import logging
+import threading
+import time
+from collections.abc import AsyncIterator, Callable
+from typing import Any, Literal
+
+from fastapi import FastAPI, Request
+from fastapi.responses import Response
+from pydantic import BaseModel
+from starlette.requests import ClientDisconnect
+
+from client_sdk.errors import FrameError, SpecMismatchError
+from client_sdk.mechanisms.base import MechanismSpec
+from client_sdk.metrics import MetricSet, load_metrics, utc_day
+from client_sdk.wire import MAX_RECORDS, ReportBatch, decode_frame, decode_json, encode_frame, read_header
+from collector.dedup import BatchIdStore
+from collector.errors import RejectedBatch, UnavailableError
+from collector.ingest import GroupStats, Ingestor
+from collector.prometheus import CONTENT_TYPE as PROMETHEUS_CONTENT_TYPE
+from collector.prometheus import Registry
+from collector.settings import CollectorSettings
+from collector.topics import metric_day_key
+from collector.transport import Transport, TopicError, open_transport
+
+__all__ = ["create_app", "app_from_env", "FRAME_CONTENT_TYPES", "JSON_CONTENT_TYPE", "CollectorMetrics"]
+
+log = logging.getLogger("ldp.collector")
+
+FRAME_CONTENT_TYPES = ("application/x-ldp-frame", "application/vnd.ldp.frame", "application/octet-stream")
+JSON_CONTENT_TYPE = "application/json"
+_ROUTES = frozenset({"/v1/reports", "/v1/metrics", "/healthz", "/readyz", "/metrics", "/docs", "/openapi.json"})
+
+
+class ErrorBody(BaseModel):
+    """Every non-2xx answer."""
+
+    error: str
+    message: str
+
+
+class AcceptedBody(BaseModel):
+    """The 202 answer."""
+
+    status: Literal["accepted", "duplicate"]
+    batch_id: str
+    reports: int
+
+
+class CollectorMetrics:
+    """The collector's Prometheus metric families."""
+
+    def __init__(self) -> None:
+        self.registry = r = Registry()
+        self.batches = r.counter("ldp_collector_batches_total", "Uploaded batches by outcome and reason",
+                                 ["outcome", "reason"])
+        self.reports = r.counter("ldp_collector_reports_total",
+                                 "Reports in uploaded batches by outcome and reason (batches that decoded)",
+                                 ["outcome", "reason"])
+        self.metric_reports = r.counter("ldp_collector_accepted_reports_total",
+                                        "Reports published, per declared metric", ["metric"])
+        self.latency = r.histogram("ldp_collector_request_duration_seconds", "HTTP request latency",
+                                   ["route", "method"])
+        self.in_flight = r.gauge("ldp_collector_uploads_in_flight", "Uploads being processed")
+        self.publish = r.histogram("ldp_collector_publish_duration_seconds",
+                                   "Duration of one group commit (duplicate check, durable publish, id record)")
+        self.group = r.histogram("ldp_collector_publish_group_batches", "Batches per group commit",
+                                 buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024))
+
+    def reject(self, reason: str, reports: int | None, outcome: str = "rejected") -> None:
+        self.batches.inc(outcome=outcome, reason=reason)
+        if reports:
+            self.reports.inc(reports, outcome=outcome, reason=reason)
+
+
+def _error(status: int, reason: str, message: str, headers: dict[str, str] | None = None) -> Response:
+    body = json.dumps({"error": reason, "message": message}).encode()
+    return Response(body, status_code=status, media_type="application/json", headers=headers)
+
+
+_JSON_FORM_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "required": ["version", "metric", "spec_id", "day", "batch_id", "records"],
+    "properties": {
+        "version": {"type": "integer", "enum": [1]},
+        "metric": {"type": "string", "pattern": "^[A-Za-z0-9_.:\\-]{1,255}$"},
+        "spec_id": {"type": "string", "pattern": "^[0-9a-f]{16}$"},
+        "day": {"type": "integer", "minimum": 0, "description": "days since 1970-01-01 (UTC)"},
+        "batch_id": {"type": "string", "pattern": "^[0-9a-fA-F]{32}$"},
+        "records": {"type": "array", "items": {"type": "array",
+                                               "items": {"anyOf": [{"type": "integer"}, {"type": "string"}]}}},
+    },
+}
+
+_REPORTS_OPENAPI: dict[str, Any] = {
+    "requestBody": {
+        "required": True,
+        "content": {
+            **{ct: {"schema": {"type": "string", "format": "binary"}} for ct in FRAME_CONTENT_TYPES},
+            JSON_CONTENT_TYPE: {"schema": _JSON_FORM_SCHEMA},
+        },
+    },
+    "parameters": [{"name": "Idempotency-Key", "in": "header", "required": False,
+                    "schema": {"type": "string"}, "description": "the batch id in hex (optional)"}],
+}
+
+_ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
+    400: {"model": ErrorBody, "description": "malformed body"},
+    413: {"model": ErrorBody, "description": "body or batch too large"},
+    415: {"model": ErrorBody, "description": "unsupported Content-Type"},
+    422: {"model": ErrorBody, "description": "unknown metric, spec mismatch, expired metric or day out of range"},
+    503: {"model": ErrorBody, "description": "overloaded or transport unavailable; see Retry-After"},
+}
+
+
+class _Timing:
+    """ASGI middleware: request latency per route into a histogram (the route, never the client)."""
+
+    def __init__(self, app: Any, metrics: CollectorMetrics) -> None:
+        self.app = app
+        self.metrics = metrics
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        t0 = time.perf_counter()
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            path = scope.get("path", "")
+            method = scope.get("method", "")
+            self.metrics.latency.observe(time.perf_counter() - t0, route=path if path in _ROUTES else "other",
+                                         method=method if method in ("GET", "POST", "HEAD") else "other")
+
+
+class _Readiness:
+    """Whether the transport answers, probed at most every ``ttl`` seconds in a worker thread."""
+
+    def __init__(self, transport: Transport, topic: str, ttl: float = 2.0) -> None:
+        self.transport = transport
+        self.topic = topic
+        self.ttl = ttl
+        self._at = -1e18
+        self._result: tuple[bool, str] = (False, "not probed yet")
+        self._lock = threading.Lock()
+
+    def _probe(self) -> tuple[bool, str]:
+        url = getattr(self.transport, "url", "")
+        try:
+            if url.startswith("kafka://"):
+                from collector.kafka_broker import probe
+
+                probe(url[len("kafka://"):].split(",")[0], timeout=2.0)
+            else:
+                try:
+                    self.transport.partitions(self.topic)
+                except TopicError:
+                    pass  # reachable; the topic is created on the first publish
+        except Exception as exc:
+            return False, f"{type(exc).__name__}: {exc}"
+        return True, "transport reachable"
+
+    def check(self) -> tuple[bool, str]:
+        with self._lock:
+            if time.monotonic() - self._at < self.ttl:
+                return self._result
+            self._result = self._probe()
+            self._at = time.monotonic()
+            return self._result
+
+
+def create_app(settings: CollectorSettings, *, transport: Transport | None = None, metrics: MetricSet | None = None,
+               dedup: BatchIdStore | None = None, clock: Callable[[], float] = time.time) -> FastAPI:
+    """The collector's ASGI app.
+
+    ``transport``, ``metrics`` and ``dedup`` default to what ``settings``
+    names (the transport URL, the metrics file, the dedup store path); pass
+    them to share or fake them in tests. Whatever the app opens itself it
+    closes on shutdown. ``clock`` gives the current POSIX time (day checks).
+    """
+    declared = metrics if metrics is not None else load_metrics(settings.metrics_path, reject_expired=False)
+    today = utc_day(clock())
+    expired = declared.expired(today)
+    if expired:
+        log.warning("metrics past their expiry are refused: %s", ", ".join(sorted(expired)))
+    metrics_body = declared.to_json().encode()
+    metrics_etag = '"' + hashlib.sha256(metrics_body).hexdigest()[:32] + '"'
+    prom = CollectorMetrics()
+    max_records = min(settings.max_records, MAX_RECORDS)
+    state: dict[str, Any] = {"in_flight": 0}
+
+    def on_group(stats: GroupStats) -> None:
+        prom.publish.observe(stats.seconds)
+        prom.group.observe(stats.published + stats.duplicates + stats.failed)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        own_transport = transport is None
+        tr = open_transport(settings.transport_url) if own_transport else transport
+        store = dedup if dedup is not None else BatchIdStore(settings.dedup_path, ttl=settings.dedup_ttl, clock=clock)
+        ingestor = Ingestor(tr, settings.raw_topic, store, partitions=settings.raw_partitions,
+                            max_group=settings.max_group, retry_after=settings.retry_after, on_group=on_group)
+        ingestor.start()
+        state.update(transport=tr, ingestor=ingestor, readiness=_Readiness(tr, settings.raw_topic))
+        try:
+            yield
+        finally:
+            ingestor.stop(timeout=settings.publish_timeout)
+            if dedup is None:
+                store.close()
+            if own_transport:
+                tr.close()
+
+    app = FastAPI(
+        title="LDP telemetry collector",
+        version="1",
+        summary="Accepts locally privatized report batches and publishes them for shuffling.",
+        lifespan=lifespan,
+    )
+    app.state.settings = settings
+    app.state.metrics = declared
+    app.state.prometheus = prom
+    app.state.runtime = state
+
+    def resolve(metric: str, spec_id: str) -> MechanismSpec:
+        m = declared.get(metric)
+        if m is None:
+            raise RejectedBatch(422, "unknown_metric", f"metric {metric!r} is not declared in the collector's "
+                                "metrics file; GET /v1/metrics lists the declared metrics")
+        if m.spec.spec_id != spec_id:
+            raise RejectedBatch(422, "spec_mismatch",
+                                f"metric {metric!r} is collected under spec {m.spec.spec_id} ({m.spec.name}, "
+                                f"epsilon={m.spec.epsilon:g}), but the batch was made under spec {spec_id}; "
+                                "refresh the metric definitions from GET /v1/metrics")
+        return m.spec
+
+    async def read_body(request: Request) -> bytes:
+        length = request.headers.get("content-length")
+        if length is not None:
+            if not length.strip().isdigit():
+                raise RejectedBatch(400, "malformed", f"Content-Length {length!r} is not a number")
+            if int(length) > settings.max_body_bytes:
+                raise RejectedBatch(413, "too_large", f"the body has {int(length)} bytes; this collector takes at "
+                                    f"most {settings.max_body_bytes}: split the batch")
+        buf = bytearray()
+        async for chunk in request.stream():
+            buf += chunk
+            if len(buf) > settings.max_body_bytes:
+                raise RejectedBatch(413, "too_large", f"the body exceeds {settings.max_body_bytes} bytes; split the batch")
+        return bytes(buf)
+
+    def decode(body: bytes, kind: str) -> ReportBatch:
+        if not body:
+            raise RejectedBatch(400, "malformed", "the body is empty; send one report batch")
+        try:
+            if kind == "frame":
+                header = read_header(body)
+                if header.n_records > max_records:
+                    raise RejectedBatch(413, "too_many_records", f"the batch holds {header.n_records} reports; "
+                                        f"this collector takes at most {max_records} per batch: split it")
+                return decode_frame(body, resolve)
+            try:
+                obj = json.loads(body)
+            except (ValueError, RecursionError) as exc:
+                raise RejectedBatch(400, "malformed", f"the JSON body does not parse: {str(exc)[:200]}") from None
+            if isinstance(obj, dict) and isinstance(obj.get("records"), list) and len(obj["records"]) > max_records:
+                raise RejectedBatch(413, "too_many_records", f"the batch holds {len(obj['records'])} reports; "
+                                    f"this collector takes at most {max_records} per batch: split it")
+            return decode_json(obj, resolve)
+        except RejectedBatch:
+            raise
+        except SpecMismatchError as exc:
+            raise RejectedBatch(422, "spec_mismatch", str(exc)) from None
+        except FrameError as exc:
+            raise RejectedBatch(400, "malformed", str(exc)) from None
+        except (ValueError, TypeError, KeyError, IndexError, OverflowError, RecursionError) as exc:
+            log.warning("undecodable upload: %s", type(exc).__name__)
+            raise RejectedBatch(400, "malformed", f"the batch does not decode ({type(exc).__name__})") from None
+
+    def admit(batch: ReportBatch, request: Request) -> None:
+        key = request.headers.get("idempotency-key")
+        if key is not None and key.strip().lower() != batch.batch_id.hex():
+            raise RejectedBatch(400, "idempotency_key_mismatch",
+                                f"Idempotency-Key {key[:64]!r} differs from the frame's batch id {batch.batch_id.hex()}")
+        if len(batch) == 0:
+            raise RejectedBatch(422, "empty", "the batch holds no reports")
+        m = declared[batch.metric]
+        if m.is_expired(batch.day):
+            raise RejectedBatch(422, "expired_metric", f"metric {batch.metric!r} expired on {m.expires.isoformat()}; "
+                                f"reports for day {batch.day} are no longer collected")
+        now = utc_day(clock())
+        if batch.day > now + settings.max_days_ahead:
+            raise RejectedBatch(422, "bad_day", f"day {batch.day} is {batch.day - now} days ahead of the collector's "
+                                f"UTC day {now}; at most {settings.max_days_ahead} ahead is accepted (check the clock)")
+        if batch.day < now - settings.max_day_age:
+            raise RejectedBatch(422, "bad_day", f"day {batch.day} is {now - batch.day} days old; batches older than "
+                                f"{settings.max_day_age} days are not accepted")
+
+    @app.post("/v1/reports", status_code=202, response_model=AcceptedBody, responses=_ERROR_RESPONSES,
+              openapi_extra=_REPORTS_OPENAPI, summary="Upload one report batch")
+    async def post_reports(request: Request) -> Response:
+        if state["in_flight"] >= settings.max_in_flight:
+            prom.reject("overloaded", None, outcome="unavailable")
+            return _error(503, "overloaded", f"more than {settings.max_in_flight} uploads are in progress; retry later",
+                          {"Retry-After": str(settings.retry_after)})
+        state["in_flight"] += 1
+        prom.in_flight.inc()
+        batch: ReportBatch | None = None
+        try:
+            ctype = request.headers.get("content-type", "").split(";")[0].strip().lower()
+            if ctype in FRAME_CONTENT_TYPES:
+                kind = "frame"
+            elif ctype == JSON_CONTENT_TYPE:
+                kind = "json"
+            else:
+                raise RejectedBatch(415, "unsupported_media_type",
+                                    f"Content-Type {ctype or '(none)'!r} is not accepted; send a binary frame as "
+                                    f"{FRAME_CONTENT_TYPES[0]} or the JSON form as {JSON_CONTENT_TYPE}")
+            body = await read_body(request)
+            batch = decode(body, kind)
+            admit(batch, request)
+            value = encode_frame(batch)
+            ingestor: Ingestor = state["ingestor"]
+            fut = ingestor.submit(batch.batch_id, metric_day_key(batch.metric, batch.day), value, len(batch))
+            try:
+                outcome = await asyncio.wait_for(asyncio.wrap_future(fut), settings.publish_timeout)
+            except asyncio.TimeoutError:
+                raise UnavailableError("timeout", f"the transport did not acknowledge the batch within "
+                                       f"{settings.publish_timeout:g} s; retry later", settings.retry_after) from None
+        except RejectedBatch as exc:
+            prom.reject(exc.reason, len(batch) if batch is not None else None)
+            return _error(exc.status, exc.reason, exc.message)
+        except UnavailableError as exc:
+            prom.reject(exc.reason, len(batch) if batch is not None else None, outcome="unavailable")
+            return _error(503, exc.reason, exc.message, {"Retry-After": str(exc.retry_after)})
+        except ClientDisconnect:
+            prom.reject("client_disconnected", None)
+            return _error(400, "client_disconnected", "the client closed the connection before sending the body")
+        finally:
+            state["in_flight"] -= 1
+            prom.in_flight.inc(-1)
+        prom.batches.inc(outcome=outcome, reason="ok")
+        prom.reports.inc(len(batch), outcome=outcome, reason="ok")
+        if outcome == "accepted":
+            prom.metric_reports.inc(len(batch), metric=batch.metric)
+        body = json.dumps({"status": outcome, "batch_id": batch.batch_id.hex(), "reports": len(batch)}).encode()
+        return Response(body, status_code=202, media_type="application/json")
+
+    @app.get("/v1/metrics", summary="The declared metrics (the document the SDK reads)",
+             responses={200: {"content": {"application/json": {}}}, 304: {"description": "not modified"}})
+    async def get_metrics(request: Request) -> Response:
+        headers = {"ETag": metrics_etag, "Cache-Control": "public, max-age=300"}
+        if request.headers.get("if-none-match") == metrics_etag:
+            return Response(status_code=304, headers=headers)
+        return Response(metrics_body, media_type="application/json", headers=headers)
+
+    @app.get("/healthz", summary="Liveness: the process and its publisher thread run")
+    async def healthz() -> Response:
+        ingestor: Ingestor | None = state.get("ingestor")
+        if ingestor is None or not ingestor.alive:
+            return _error(503, "not_running", "the publisher thread is not running")
+        return Response(b'{"status":"ok"}', media_type="application/json")
+
+    @app.get("/readyz", summary="Readiness: the transport answers")
+    async def readyz() -> Response:
+        readiness: _Readiness | None = state.get("readiness")
+        if readiness is None:
+            return _error(503, "starting", "the collector is starting")
+        ok, detail = await asyncio.to_thread(readiness.check)
+        ingestor: Ingestor = state["ingestor"]
+        body = {"ready": ok, "transport": detail, "last_publish_error": ingestor.last_error,
+                "queued": ingestor.queued()}
+        return Response(json.dumps(body).encode(), status_code=200 if ok else 503, media_type="application/json")
+
+    @app.get("/metrics", summary="Prometheus metrics", responses={200: {"content": {"text/plain": {}}}})
+    async def prometheus_metrics() -> Response:
+        return Response(prom.registry.render(), media_type=PROMETHEUS_CONTENT_TYPE)
+
+    app.add_middleware(_Timing, metrics=prom)
+    return app
+
+
+def app_from_env() -> FastAPI:
+    """The app configured from the environment (``uvicorn --factory collector.app:app_from_env``).
+
+    ``$LDP_COLLECTOR_SETTINGS`` (the JSON of a :class:`CollectorSettings`,
+    as ``ldp collector --workers N`` passes it) wins; otherwise the
+    ``LDP_COLLECTOR_*`` variables, ``$LDP_TRANSPORT`` and ``$LDP_METRICS``.
+    """
+    import os
+
+    blob = os.environ.get("LDP_COLLECTOR_SETTINGS")
+    settings = CollectorSettings.from_json(blob) if blob else CollectorSettings.from_env()
+    return create_app(settings)

@@ -1,0 +1,47 @@
+"""The collector package's exceptions (all derive from :class:`client_sdk.errors.LDPError`).
+
+    LDPError
+    └── CollectorError
+        ├── ConfigError(ValueError)   a setting is invalid; the message names it and its valid range
+        ├── RejectedBatch             the collector refuses an upload (4xx); carries status and reason
+        ├── UnavailableError          the collector cannot take an upload now (503); carries Retry-After
+        └── ShufflerStateError        the shuffler's checkpoint and its input offsets disagree
+"""
+
+from __future__ import annotations
+
+from client_sdk.errors import LDPError
+
+__all__ = ["CollectorError", "ConfigError", "RejectedBatch", "UnavailableError", "ShufflerStateError"]
+
+
+class CollectorError(LDPError):
+    """Base class of the collector package's errors."""
+
+
+class ConfigError(CollectorError, ValueError):
+    """A collector or shuffler setting is invalid."""
+
+
+class RejectedBatch(CollectorError):
+    """An upload the collector refuses for good: ``status`` (4xx), a short ``reason`` and a message."""
+
+    def __init__(self, status: int, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.status = int(status)
+        self.reason = reason
+        self.message = message
+
+
+class UnavailableError(CollectorError):
+    """The collector cannot accept an upload now (overloaded, transport down); retry after ``retry_after`` s."""
+
+    def __init__(self, reason: str, message: str, retry_after: int) -> None:
+        super().__init__(message)
+        self.reason = reason
+        self.message = message
+        self.retry_after = int(retry_after)
+
+
+class ShufflerStateError(CollectorError):
+    """The shuffler cannot find the checkpoint that matches its committed input offsets."""

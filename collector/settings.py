@@ -1,0 +1,130 @@
+"""The collector's configuration: one frozen, validated value.
+
+Every field can come from the command line (``ldp collector --max-records
+...``), from the environment (``LDP_COLLECTOR_<FIELD>``, e.g.
+``LDP_COLLECTOR_MAX_RECORDS=100000``; the transport URL also from
+``LDP_TRANSPORT`` and the metrics file from ``LDP_METRICS``) or from code;
+explicit values win over the environment, the environment over defaults.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from collections.abc import Mapping
+from typing import Any
+
+from collector.errors import ConfigError
+from collector.topics import DEFAULT_PARTITIONS, RAW_TOPIC
+from collector.transport import DEFAULT_URL
+from collector.transport.base import check_topic_name
+
+__all__ = ["CollectorSettings", "DEFAULT_DEDUP_PATH", "ENV_PREFIX"]
+
+ENV_PREFIX = "LDP_COLLECTOR_"
+DEFAULT_DEDUP_PATH = "ldp-data/collector-batch-ids.sqlite3"
+_FLOATS = frozenset({"dedup_ttl", "publish_timeout"})
+_ALIASES = {"transport_url": "LDP_TRANSPORT", "metrics_path": "LDP_METRICS"}
+
+
+@dataclasses.dataclass(frozen=True)
+class CollectorSettings:
+    """What one collector process needs.
+
+    ``max_body_bytes`` is checked against ``Content-Length`` before the body
+    is read and again while it is read; ``max_records`` against the frame
+    header before the records are decoded. ``max_in_flight`` bounds the
+    uploads being processed at once: one more is answered 503 with
+    ``Retry-After: retry_after``. A batch's day must lie in
+    ``[today - max_day_age, today + max_days_ahead]`` (UTC days).
+    Batch ids stay in the dedup store (``dedup_path``, SQLite) for
+    ``dedup_ttl`` seconds.
+    """
+
+    metrics_path: str
+    transport_url: str = DEFAULT_URL
+    raw_topic: str = RAW_TOPIC
+    raw_partitions: int = DEFAULT_PARTITIONS
+    dedup_path: str = DEFAULT_DEDUP_PATH
+    dedup_ttl: float = 3 * 86400.0
+    max_body_bytes: int = 4 << 20
+    max_records: int = 1 << 16
+    max_in_flight: int = 256
+    retry_after: int = 2
+    max_days_ahead: int = 1
+    max_day_age: int = 31
+    publish_timeout: float = 30.0
+    max_group: int = 512
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.metrics_path, str) or not self.metrics_path:
+            raise ConfigError("metrics_path must name the metrics file (--metrics FILE or $LDP_METRICS)")
+        if not isinstance(self.transport_url, str) or "://" not in self.transport_url:
+            raise ConfigError(f"transport_url must be sqlite:///path or kafka://host:port, got {self.transport_url!r}")
+        try:
+            check_topic_name(self.raw_topic)
+        except ValueError as exc:
+            raise ConfigError(f"raw_topic: {exc}") from None
+        if not isinstance(self.dedup_path, str) or not self.dedup_path:
+            raise ConfigError("dedup_path must be a file path (or ':memory:' for tests)")
+        ranges: dict[str, tuple[float, float]] = {
+            "raw_partitions": (1, 10_000),
+            "dedup_ttl": (1.0, 365 * 86400.0),
+            "max_body_bytes": (64, 1 << 30),
+            "max_records": (1, 1 << 24),
+            "max_in_flight": (1, 1 << 20),
+            "retry_after": (1, 3600),
+            "max_days_ahead": (0, 366),
+            "max_day_age": (0, 3660),
+            "publish_timeout": (0.1, 3600.0),
+            "max_group": (1, 1 << 16),
+        }
+        for name, (lo, hi) in ranges.items():
+            val = getattr(self, name)
+            integral = name not in _FLOATS
+            ok = not isinstance(val, bool) and isinstance(val, int if integral else (int, float)) and lo <= val <= hi
+            if not ok:
+                kind = "an integer" if integral else "a number"
+                raise ConfigError(f"{name} must be {kind} from {lo:g} to {hi:g}, got {val!r}")
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> "CollectorSettings":
+        """Settings from ``overrides`` (``None`` values ignored), then ``environ`` (default ``os.environ``), then defaults."""
+        env = os.environ if environ is None else environ
+        values: dict[str, Any] = {}
+        for f in dataclasses.fields(cls):
+            raw = env.get(ENV_PREFIX + f.name.upper())
+            if raw is None and f.name in _ALIASES:
+                raw = env.get(_ALIASES[f.name])
+            if raw is not None:
+                values[f.name] = _parse(f, raw)
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        if "metrics_path" not in values:
+            raise ConfigError("no metrics file: pass --metrics FILE or set $LDP_METRICS")
+        return cls(**values)
+
+    def to_json(self) -> str:
+        return json.dumps(dataclasses.asdict(self), sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> "CollectorSettings":
+        try:
+            return cls(**json.loads(text))
+        except (TypeError, ValueError) as exc:
+            raise ConfigError(f"collector settings JSON is invalid: {exc}") from None
+
+
+def _parse(field: dataclasses.Field[Any], raw: str) -> Any:
+    default = field.default
+    env = ENV_PREFIX + field.name.upper()
+    try:
+        if isinstance(default, bool):
+            return raw.lower() in ("1", "true", "yes")
+        if isinstance(default, int):
+            return int(raw)
+        if isinstance(default, float):
+            return float(raw)
+    except ValueError:
+        raise ConfigError(f"${env}={raw!r} is not a number") from None
+    return raw

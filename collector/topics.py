@@ -1,0 +1,29 @@
+"""Topic names and record keys shared by the pipeline's stages.
+
+==========================  ======================================================  =========================
+topic                       one record is                                           written by
+==========================  ======================================================  =========================
+``ldp.reports.raw``         one accepted upload, re-encoded as a wire frame         the collector
+``ldp.reports.shuffled``    one shuffled batch (:mod:`collector.envelope`)          the shuffler
+``ldp.shuffler.state``      one chunk of a shuffler checkpoint (internal)           the shuffler
+==========================  ======================================================  =========================
+
+Raw and shuffled records are keyed ``"<metric>/<day>"``, so every batch of
+one metric-day lands in one partition (:func:`~collector.transport.base.partition_for`)
+and keeps its order there.
+"""
+
+from __future__ import annotations
+
+__all__ = ["RAW_TOPIC", "SHUFFLED_TOPIC", "SHUFFLER_STATE_TOPIC", "DEFAULT_PARTITIONS", "metric_day_key"]
+
+RAW_TOPIC = "ldp.reports.raw"
+SHUFFLED_TOPIC = "ldp.reports.shuffled"
+SHUFFLER_STATE_TOPIC = "ldp.shuffler.state"
+#: partitions of a topic the pipeline creates when it is missing
+DEFAULT_PARTITIONS = 8
+
+
+def metric_day_key(metric: str, day: int) -> bytes:
+    """The record key of a batch: ``b"<metric>/<day>"``."""
+    return f"{metric}/{int(day)}".encode()

@@ -1,0 +1,86 @@
+"""``ldp collector``: run the HTTP collector (FastAPI on uvicorn).
+
+Flags win over ``LDP_COLLECTOR_*`` environment variables (``$LDP_TRANSPORT``
+and ``$LDP_METRICS`` too), which win over defaults; see
+:class:`collector.settings.CollectorSettings`. uvicorn's access log is off:
+it would record client addresses. SIGTERM or Ctrl-C stops it gracefully
+(queued batches are published first).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import socket
+import sys
+
+from collector.errors import ConfigError
+
+__all__ = ["register"]
+
+_FLAGS: list[tuple[str, str, type, str]] = [
+    ("--transport", "transport_url", str, "sqlite:///path/log.sqlite3 or kafka://host:port (default $LDP_TRANSPORT, "
+     "else the embedded log ldp-data/transport.sqlite3)"),
+    ("--metrics", "metrics_path", str, "the metrics file (JSON) served to SDKs and used to check uploads"),
+    ("--dedup", "dedup_path", str, "SQLite file of recently accepted batch ids"),
+    ("--raw-topic", "raw_topic", str, "topic accepted batches go to (default ldp.reports.raw)"),
+    ("--raw-partitions", "raw_partitions", int, "partitions of the raw topic when the collector creates it"),
+    ("--max-body-bytes", "max_body_bytes", int, "largest accepted request body (413 above)"),
+    ("--max-records", "max_records", int, "most reports per batch (413 above)"),
+    ("--max-in-flight", "max_in_flight", int, "uploads processed at once (503 with Retry-After above)"),
+    ("--retry-after", "retry_after", int, "seconds clients are asked to wait on 503"),
+    ("--max-days-ahead", "max_days_ahead", int, "how many UTC days ahead of the collector a batch's day may be"),
+    ("--max-day-age", "max_day_age", int, "how many UTC days old a batch's day may be"),
+    ("--dedup-ttl", "dedup_ttl", float, "seconds a batch id is remembered"),
+]
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("collector", help="run the HTTP collector that accepts report batches",
+                       description=__doc__.splitlines()[0] if __doc__ else None)
+    for flag, dest, typ, text in _FLAGS:
+        p.add_argument(flag, dest=dest, type=typ, default=None, help=text)
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    p.add_argument("--port", type=int, default=8080, help="port (default 8080; 0 picks a free one)")
+    p.add_argument("--workers", type=int, default=1, help="uvicorn worker processes (default 1)")
+    p.add_argument("--log-level", default="warning", choices=["critical", "error", "warning", "info", "debug"])
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from collector.app import create_app
+    from collector.settings import CollectorSettings
+
+    overrides = {dest: getattr(args, dest) for _, dest, _, _ in _FLAGS}
+    try:
+        settings = CollectorSettings.from_env(**overrides)
+        app = create_app(settings)  # loads and checks the metrics file before listening
+    except ConfigError as exc:
+        print(f"ldp collector: error: {exc}", file=sys.stderr)
+        return 2
+    common = dict(host=args.host, port=args.port, access_log=False, server_header=False,
+                  log_level=args.log_level, proxy_headers=False, lifespan="on")
+    if args.workers > 1:
+        os.environ["LDP_COLLECTOR_SETTINGS"] = settings.to_json()
+        uvicorn.run("collector.app:app_from_env", factory=True, workers=args.workers, **common)
+        return 0
+    sock = socket.socket(socket.AF_INET6 if ":" in args.host else socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((args.host, args.port))
+    sock.listen(2048)  # connections wait in the backlog until uvicorn accepts them
+    host, port = sock.getsockname()[:2]
+    print(f"ldp collector: listening on http://{host}:{port} (transport {settings.transport_url})", flush=True)
+    server = uvicorn.Server(uvicorn.Config(app, **common))
+    # uvicorn shuts down gracefully on SIGTERM/SIGINT, then re-raises the signal with the handlers it found
+    # installed; these make that a normal exit
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, _exit_normally)
+    server.run(sockets=[sock])
+    return 0
+
+
+def _exit_normally(signum: int, frame: object) -> None:
+    raise SystemExit(0)
