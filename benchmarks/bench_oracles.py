@@ -539,49 +539,61 @@ def report(results: dict[str, Any]) -> str:
 
 
 def plot(results: dict[str, Any], path: Path) -> None:
+    """Throughput bars (log scale, ours vs pure-ldp) and MSE / theory markers."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import FuncFormatter, NullFormatter
 
-    names = list(results["rows"])
+    rows = results["rows"]
+    names = list(rows)
     x = np.arange(len(names))
-    fig, axes = plt.subplots(1, 3, figsize=(15, 4.6))
+    fig, axes = plt.subplots(1, 3, figsize=(19, 5.4), gridspec_kw={"width_ratios": [1.15, 1.15, 1]})
+    ticks = [f"{m}\n{_fmt_rate(rows[m].get('pureldp', {}).get('n'))}" for m in names]
     for ax, key, title in ((axes[0], "encode_rate", "client encode (reports/s)"), (axes[1], "server_rate", "server aggregate + estimate (reports/s)")):
-        ours = [results["rows"][m].get("ours", {}).get(key, np.nan) for m in names]
-        theirs = [results["rows"][m].get("pureldp", {}).get(key, np.nan) for m in names]
-        ax.bar(x - 0.2, ours, 0.4, label="ldp-telemetry (ours)", color="#1f77b4")
-        ax.bar(x + 0.2, theirs, 0.4, label="pure-ldp 1.2.0", color="#ff7f0e")
+        ours = [rows[m].get("ours", {}).get(key, np.nan) for m in names]
+        theirs = [rows[m].get("pureldp", {}).get(key, np.nan) for m in names]
+        ax.bar(x - 0.2, ours, 0.4, label="ldp-telemetry (ours), n = 10^6" if results["args"]["n"] == 10**6 else "ldp-telemetry (ours)", color="#1f77b4")
+        ax.bar(x + 0.2, theirs, 0.4, label="pure-ldp 1.2.0 (its n under each name)", color="#ff7f0e")
         ax.set_yscale("log")
-        ax.set_xticks(x, [f"{m}\n(pure-ldp n={_fmt_rate(results['rows'][m].get('pureldp', {}).get('n'))})" for m in names], fontsize=8)
+        ax.set_xticks(x, ticks, fontsize=8)
         ax.set_title(title)
-        ax.grid(axis="y", which="both", alpha=0.3)
+        ax.grid(axis="y", which="major", alpha=0.3)
         for i, m in enumerate(names):
-            s = results["rows"][m].get("speedup_encode" if key == "encode_rate" else "speedup_server")
+            s = rows[m].get("speedup_encode" if key == "encode_rate" else "speedup_server")
             if s and np.isfinite(ours[i]):
-                ax.annotate(f"{s:.0f}×", (x[i] - 0.2, ours[i]), ha="center", va="bottom", fontsize=8)
-    axes[0].legend(loc="lower left", fontsize=8)
+                ax.annotate(f"{s:.0f}×", (x[i] - 0.2, ours[i]), ha="center", va="bottom", fontsize=7)
+    handles, labels = axes[0].get_legend_handles_labels()
     ax = axes[2]
-    for off, side, color, label in ((-0.1, "ours", "#1f77b4", "ours"), (0.1, "pureldp", "#ff7f0e", "pure-ldp")):
-        ys = np.array([results["rows"][m].get(side, {}).get("mse_over_theory", np.nan) for m in names], dtype=float)
-        es = np.array([results["rows"][m].get(side, {}).get("mse_over_theory_se", 0.0) for m in names], dtype=float)
-        ax.errorbar(x + off, ys, yerr=2 * es, fmt="o", color=color, capsize=3, label=f"{label} (±2 s.e.)")
+    series = (
+        (-0.15, "ours", "mse_over_theory", "o", "#1f77b4", "ours"),
+        (0.0, "ours", "mse_normsub_over_theory", "o", "none", "ours after Norm-Sub"),
+        (0.15, "pureldp", "mse_over_theory", "s", "#ff7f0e", "pure-ldp"),
+    )
+    for off, side, key, marker, face, label in series:
+        ys = np.array([rows[m].get(side, {}).get(key, np.nan) for m in names], dtype=float)
+        es = np.array([rows[m].get(side, {}).get("mse_over_theory_se", 0.0) if key == "mse_over_theory" else 0.0 for m in names], dtype=float)
+        edge = "#1f77b4" if side == "ours" else "#ff7f0e"
+        ax.errorbar(x + off, ys, yerr=2 * es, fmt=marker, mfc=face, mec=edge, ecolor=edge, capsize=3, label=label)
     ax.axhline(1.0, color="k", lw=0.8)
-    ax.axhspan(0.95, 1.05, color="g", alpha=0.12, label="target ±5%")
-    shown = [v for side in ("ours", "pureldp") for m in names if np.isfinite(v := results["rows"][m].get(side, {}).get("mse_over_theory", np.nan))]
-    if shown and max(shown) / min(shown) > 3:
-        ax.set_yscale("log")
-        fmt = matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}")
-        ax.yaxis.set_major_formatter(fmt)
-        ax.yaxis.set_minor_formatter(fmt)
-    ax.set_xticks(x, names)
-    ax.legend(fontsize=8)
-    ax.set_title("MSE / our theoretical variance (same n)")
+    ax.axhspan(0.95, 1.05, color="g", alpha=0.15, label="target: within 5%")
+    ax.set_yscale("log")
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    ax.yaxis.set_minor_formatter(NullFormatter())
+    ax.set_xticks(x, names, fontsize=8)
+    ax.set_title("MSE / our theoretical variance at the same n (±2 s.e.)")
+    ax.legend(fontsize=8, loc="lower left")
     a = results["args"]
-    fig.suptitle(f"frequency oracles, d={a['d']}, n={a['n']:,}, ε={a['epsilon']:g}, median of {a['repeats']} repeats ({results['machine'].get('cpu_model', '')}, {results['machine']['nproc']} cores)", fontsize=10)
-    fig.tight_layout()
+    fig.suptitle(
+        f"frequency oracles, d={a['d']}, n={a['n']:,}, ε={a['epsilon']:g}, Zipf s={a['zipf']:g}; median of {a['repeats']} repeats; "
+        f"{results['machine'].get('cpu_model', '')}, {results['machine']['nproc']} cores, shared with other jobs",
+        fontsize=10,
+    )
+    fig.legend(handles, labels, loc="upper left", fontsize=8, ncol=2, bbox_to_anchor=(0.01, 0.96))
+    fig.tight_layout(rect=(0, 0, 1, 0.93))
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=100)
     plt.close(fig)
 
 
