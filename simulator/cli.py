@@ -13,6 +13,8 @@ COMMANDS = [
     "simulator.commands.simulate",
     "simulator.commands.demo",
     "simulator.commands.kafka",
+    "simulator.commands.collector",
+    "simulator.commands.shuffler",
     "simulator.commands.privacy",
 ]
 

@@ -1,0 +1,738 @@
+"""The shuffler: batches raw uploads per metric, spec and day, permutes them, and releases crowds.
+
+It reads ``ldp.reports.raw`` as a member of a consumer group and writes
+``ldp.reports.shuffled`` (:mod:`collector.envelope`). For each group
+``(metric, spec_id, day)`` it buffers the reports of many uploads; once the
+group holds at least ``min_batch`` reports (the crowd threshold) it permutes
+all of them with a CSPRNG (:mod:`collector.permute`) and releases them as
+batches of at most ``max_batch`` reports, each of at least ``min_batch``,
+under fresh random batch ids. A group below the threshold stays buffered;
+one whose day is more than ``max_age_days`` behind the newest day seen in
+its partition is dropped (it never reached a crowd; counted in the stats).
+Nothing of the input survives but the records themselves: not the upload
+grouping (uploads are mixed, then re-chunked), not the order (permuted), not
+the arrival time (released at checkpoints), not the upload batch ids.
+
+Exactly once, with buffered reports that must survive a crash
+-------------------------------------------------------------
+A transaction of the transport (:meth:`~collector.transport.base.Consumer.transaction`)
+commits the outputs together with the offsets just past *every* record
+delivered so far. Reports buffered below the threshold have been delivered,
+so their offsets get committed too: the buffer itself must therefore be
+committed in the same transaction, as data. The shuffler keeps a
+**checkpoint** per raw partition ``p`` in the internal topic
+``ldp.shuffler.state``, partition ``p`` (it has as many partitions as the
+raw topic, and the consumer subscribes to both, so the group assigns raw
+``p`` and state ``p`` to the same member; the shuffler checks this). A
+checkpoint holds the partition's buffered reports (already permuted), its
+window of recent upload batch ids, and ``raw_offset``: the raw offset up to
+which it accounts for the input. Every ``checkpoint_interval`` seconds, one
+transaction publishes the released batches, a new checkpoint of every
+partition that changed, and commits all input offsets. Hence the invariant:
+
+    for every raw partition ``p`` whose committed offset is ``C``, a checkpoint
+    of ``p`` with ``raw_offset == C`` lies beyond state ``p``'s committed offset.
+
+(A checkpoint that was delivered back to the shuffler is rewritten in the next
+transaction, since that transaction commits past it.) A partition's buffer
+and window change only when a raw record of that partition is applied, so
+two checkpoints with the same ``raw_offset`` hold the same state.
+
+On start, and whenever the group moves a partition or rewinds it (after a
+rebalance or an aborted transaction both transports restart from the
+committed offsets; the shuffler notices an offset that does not increase),
+the partition is *restored*: its raw records are held back until the
+checkpoint with ``raw_offset`` equal to the committed offset arrives, which
+then replaces the partition's state; the held records are applied after it.
+No checkpoint is written while a partition is restoring. So after a crash
+anywhere, every report is released exactly once or is still buffered, and
+no upload is counted twice.
+
+Duplicates: the collector publishes a retried upload again if it crashed
+between publishing and recording the batch id (:mod:`collector.dedup`).
+The retry has the same batch id and key, so it lands in the same partition
+soon after; the shuffler drops a batch whose id is among the last
+``dedup_window`` ids of its partition. The window is part of the checkpoint,
+so it survives crashes.
+
+The central guarantee of each released batch comes from an injected
+``guarantee(n, epsilon0) -> (epsilon, delta, bound_name)`` (the ``ldp
+shuffler`` command wires :func:`estimator.accounting.shuffle.shuffle_guarantee`;
+this package does not import the estimator).
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import itertools
+import json
+import logging
+import secrets
+import struct
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
+
+import numpy as np
+
+from client_sdk.errors import FrameError
+from client_sdk.mechanisms import spec_from_dict
+from client_sdk.mechanisms.base import MechanismSpec
+from client_sdk.metrics import MetricSet
+from client_sdk.wire import ReportBatch, decode_frame
+from collector.envelope import ShuffleMeta, encode_envelope
+from collector.errors import ConfigError, ShufflerStateError
+from collector.permute import WordSource, csprng_permutation, urandom_words, warm_up
+from collector.topics import DEFAULT_PARTITIONS, RAW_TOPIC, SHUFFLED_TOPIC, SHUFFLER_STATE_TOPIC, metric_day_key
+from collector.transport import (
+    CommitFailedError,
+    Consumer,
+    FencedError,
+    Record,
+    TopicError,
+    TopicPartition,
+    Transport,
+    TransportError,
+    partition_for,
+)
+from collector.transport.base import check_topic_name
+
+__all__ = [
+    "Guarantee",
+    "ShufflerSettings",
+    "ShufflerStats",
+    "Shuffler",
+    "plan_release",
+    "encode_checkpoint_chunk",
+    "decode_checkpoint_chunk",
+    "CheckpointHeader",
+]
+
+log = logging.getLogger("ldp.shuffler")
+
+#: ``(n, epsilon0) -> (central epsilon, delta, name of the bound)``
+Guarantee = Callable[[int, float], "tuple[float, float, str]"]
+
+_GroupKey = tuple[str, str, int]  # metric, spec_id, day
+
+
+@dataclasses.dataclass(frozen=True)
+class ShufflerSettings:
+    """How the shuffler batches and checkpoints.
+
+    ``min_batch`` is the crowd threshold: no batch smaller than it is ever
+    released. ``max_batch`` (and ``max_batch_bytes``) cap a released batch;
+    a group is released whole when it can be cut into batches within both
+    bounds, else as full ``max_batch`` batches with the (random) remainder
+    kept. ``checkpoint_interval`` is the time between transactions (the
+    added latency); ``max_pending_reports`` forces one earlier.
+    """
+
+    min_batch: int = 1000
+    max_batch: int = 1 << 16
+    max_batch_bytes: int = 4 << 20
+    raw_topic: str = RAW_TOPIC
+    shuffled_topic: str = SHUFFLED_TOPIC
+    state_topic: str = SHUFFLER_STATE_TOPIC
+    partitions: int = DEFAULT_PARTITIONS
+    group: str = "ldp-shuffler"
+    member: str = "shuffler-0"
+    checkpoint_interval: float = 1.0
+    max_pending_reports: int = 1 << 22
+    dedup_window: int = 16384
+    max_age_days: int = 7
+    refresh_interval: float = 6 * 3600.0
+    restore_timeout: float = 120.0
+    session_timeout: float = 10.0
+    poll_records: int = 500
+
+    def __post_init__(self) -> None:
+        ints = {"min_batch": (1, 1 << 24), "max_batch": (1, 1 << 24), "max_batch_bytes": (1024, 1 << 30),
+                "partitions": (1, 10_000), "max_pending_reports": (1, 1 << 40), "dedup_window": (0, 1 << 24),
+                "max_age_days": (0, 3660), "poll_records": (1, 1 << 20)}
+        for name, (lo, hi) in ints.items():
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
+                raise ConfigError(f"{name} must be an integer from {lo} to {hi}, got {v!r}")
+        for name in ("checkpoint_interval", "refresh_interval", "restore_timeout", "session_timeout"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v < 1e9:
+                raise ConfigError(f"{name} must be a positive number of seconds, got {v!r}")
+        if self.max_batch < self.min_batch:
+            raise ConfigError(f"max_batch ({self.max_batch}) must be at least min_batch ({self.min_batch})")
+        topics = (self.raw_topic, self.shuffled_topic, self.state_topic)
+        for t in topics:
+            try:
+                check_topic_name(t)
+            except ValueError as exc:
+                raise ConfigError(str(exc)) from None
+        if len(set(topics)) != 3:
+            raise ConfigError(f"the raw, shuffled and state topics must differ, got {topics}")
+        for name in ("group", "member"):
+            v = getattr(self, name)
+            if not isinstance(v, str) or not v or len(v) > 200:
+                raise ConfigError(f"{name} must be a non-empty string, got {v!r}")
+
+
+@dataclasses.dataclass
+class ShufflerStats:
+    """Counters since the process started."""
+
+    input_batches: int = 0
+    input_reports: int = 0
+    duplicate_batches: int = 0
+    duplicate_reports: int = 0
+    undecodable_batches: int = 0
+    expired_reports: int = 0
+    released_batches: int = 0
+    released_reports: int = 0
+    checkpoints: int = 0
+    restores: int = 0
+    aborted_transactions: int = 0
+    buffered_reports: int = 0
+
+    def to_dict(self) -> dict[str, int]:
+        return dataclasses.asdict(self)
+
+
+def plan_release(n: int, min_batch: int, cap: int) -> list[int]:
+    """Sizes of the batches to release from a group of ``n >= min_batch`` reports (each in ``[min_batch, cap]``).
+
+    Whole group in ``k = ceil(n / cap)`` near-equal batches if each holds at
+    least ``min_batch``; otherwise ``n // cap`` batches of ``cap`` and the rest kept.
+    """
+    cap = max(cap, min_batch)
+    if n < min_batch:
+        return []
+    k = -(-n // cap)
+    if n // k >= min_batch:
+        base, extra = divmod(n, k)
+        return [base + 1] * extra + [base] * (k - extra)
+    return [cap] * (n // cap)
+
+
+# -- checkpoint chunks ---------------------------------------------------------------
+
+_CKPT_MAGIC = b"LDPQ"
+_CKPT_HEAD = struct.Struct("<4sBBI")
+
+
+@dataclasses.dataclass(frozen=True)
+class CheckpointHeader:
+    """The JSON header of one checkpoint chunk; ``pieces`` lists ``[metric, spec dict, day, count]``."""
+
+    group: str
+    partition: int
+    raw_offset: int
+    snapshot: str
+    chunk: int
+    chunks: int
+    newest_day: int
+    ids: int
+    pieces: tuple[tuple[str, dict[str, Any], int, int], ...]
+
+
+def encode_checkpoint_chunk(header: CheckpointHeader, payload: bytes) -> bytes:
+    """``magic, version, reserved, header length, header JSON, payload`` (ids, then per piece records and uint32 sources)."""
+    h = json.dumps(dataclasses.asdict(header), separators=(",", ":")).encode()
+    return _CKPT_HEAD.pack(_CKPT_MAGIC, 1, 0, len(h)) + h + payload
+
+
+def decode_checkpoint_chunk(value: bytes) -> tuple[CheckpointHeader, memoryview]:
+    buf = memoryview(value).cast("B")
+    if len(buf) < _CKPT_HEAD.size:
+        raise FrameError("checkpoint chunk is truncated")
+    magic, version, _, hlen = _CKPT_HEAD.unpack_from(buf, 0)
+    if magic != _CKPT_MAGIC or version != 1:
+        raise FrameError(f"not a shuffler checkpoint chunk (magic {bytes(magic)!r}, version {version})")
+    end = _CKPT_HEAD.size + hlen
+    if end > len(buf):
+        raise FrameError("checkpoint header runs past the chunk")
+    try:
+        obj = json.loads(bytes(buf[_CKPT_HEAD.size:end]))
+        obj["pieces"] = tuple(tuple(p) for p in obj["pieces"])
+        header = CheckpointHeader(**obj)
+    except (ValueError, TypeError, KeyError) as exc:
+        raise FrameError(f"checkpoint header is malformed: {exc}") from None
+    return header, buf[end:]
+
+
+# -- per-partition state -----------------------------------------------------------------
+
+
+class _Group:
+    """Buffered reports of one (metric, spec, day): record arrays with their source ids."""
+
+    __slots__ = ("spec", "parts", "n")
+
+    def __init__(self, spec: MechanismSpec) -> None:
+        self.spec = spec
+        self.parts: list[tuple[np.ndarray, np.ndarray | int]] = []
+        self.n = 0
+
+    def add(self, records: np.ndarray, source: np.ndarray | int) -> None:
+        self.parts.append((records, source))
+        self.n += int(records.size)
+
+    def arrays(self) -> tuple[np.ndarray, np.ndarray]:
+        recs = np.concatenate([r for r, _ in self.parts]) if len(self.parts) != 1 else np.asarray(self.parts[0][0])
+        srcs = [np.full(r.size, s, dtype=np.uint32) if isinstance(s, int) else s for r, s in self.parts]
+        src = np.concatenate(srcs) if len(srcs) != 1 else srcs[0]
+        return recs, src
+
+
+class _Partition:
+    """What the shuffler holds for one raw partition (and its state partition of the same number)."""
+
+    def __init__(self, index: int, committed: int | None) -> None:
+        self.index = index
+        self.live = committed is None
+        self.committed = committed  # raw offset the restore looks for
+        self.restore_since = time.monotonic()
+        self.assembling: dict[str, dict[int, tuple[CheckpointHeader, memoryview]]] = {}
+        self.held: list[Record] = []
+        self.groups: dict[_GroupKey, _Group] = {}
+        self.ids: collections.OrderedDict[bytes, None] = collections.OrderedDict()
+        self.newest_day = -1
+        self.next_source = 0
+        self.raw_next: int | None = committed
+        self.last_raw: int | None = None
+        self.last_state: int | None = None
+        self.dirty = False
+        self.pending: list[tuple[bytes, bytes]] = []
+        self.pending_reports = 0
+        self.delta: collections.Counter[str] = collections.Counter()  # stats, counted once committed
+
+    def buffered(self) -> int:
+        return sum(g.n for g in self.groups.values())
+
+
+def _state_keys(partitions: int) -> list[bytes]:
+    """For each state partition ``p``, a record key that :func:`partition_for` maps to ``p``."""
+    keys: dict[int, bytes] = {}
+    for i in itertools.count():
+        key = f"shuffler-state-{i}".encode()
+        keys.setdefault(partition_for(key, partitions), key)
+        if len(keys) == partitions:
+            return [keys[p] for p in range(partitions)]
+    raise AssertionError("unreachable")
+
+
+class Shuffler:
+    """One shuffler worker. ``run()`` loops until stopped; ``close()`` leaves the group.
+
+    ``specs`` resolves the specs of raw frames: a :class:`~client_sdk.metrics.MetricSet`
+    (a frame must carry its metric's current spec) or a mapping from spec id
+    to spec. ``guarantee`` computes each released batch's central (ε, δ);
+    ``words`` is the CSPRNG word source of the permutations (tests may seed
+    it); ``new_batch_id`` draws released batch ids (default ``secrets.token_bytes(16)``).
+    """
+
+    def __init__(self, transport: Transport, specs: MetricSet | Mapping[str, MechanismSpec],
+                 settings: ShufflerSettings = ShufflerSettings(), *, guarantee: Guarantee | None = None,
+                 words: WordSource = urandom_words,
+                 new_batch_id: Callable[[], bytes] = lambda: secrets.token_bytes(16)) -> None:
+        self.transport = transport
+        self.settings = settings
+        self.guarantee = guarantee
+        self.words = words
+        self.new_batch_id = new_batch_id
+        if isinstance(specs, MetricSet):
+            self._by_metric: dict[str, MechanismSpec] | None = {n: m.spec for n, m in specs.items()}
+            self._by_id: dict[str, MechanismSpec] = {m.spec.spec_id: m.spec for m in specs.values()}
+        else:
+            self._by_metric = None
+            self._by_id = dict(specs)
+        self.stats = ShufflerStats()
+        self._consumer: Consumer | None = None
+        self._parts: dict[int, _Partition] = {}
+        self._state_keys: list[bytes] = []
+        self._progress = False
+        self._last_checkpoint = time.monotonic()
+        self._last_input = time.monotonic()
+        self._guarantee_failed = False
+
+    # -- setup --------------------------------------------------------------------------------
+
+    def _ensure_topics(self) -> int:
+        s = self.settings
+        try:
+            n = self.transport.partitions(s.raw_topic)
+        except TopicError:
+            self.transport.create_topic(s.raw_topic, s.partitions)
+            n = self.transport.partitions(s.raw_topic)
+        try:
+            self.transport.partitions(s.shuffled_topic)
+        except TopicError:
+            self.transport.create_topic(s.shuffled_topic, n)
+        try:
+            m = self.transport.partitions(s.state_topic)
+        except TopicError:
+            self.transport.create_topic(s.state_topic, n)
+            m = n
+        if m != n:
+            raise ConfigError(f"the state topic {s.state_topic!r} has {m} partitions but the raw topic "
+                              f"{s.raw_topic!r} has {n}; they must be equal (the shuffler pairs them)")
+        return n
+
+    def open(self) -> None:
+        """Create missing topics, join the group, and fence a dead predecessor's open transaction."""
+        if self._consumer is not None:
+            return
+        threading.Thread(target=warm_up, name="ldp-shuffler-warm-up", daemon=True).start()
+        n = self._ensure_topics()
+        self._state_keys = _state_keys(n)
+        s = self.settings
+        self._consumer = self.transport.consume([s.raw_topic, s.state_topic], s.group, member=s.member,
+                                                session_timeout=s.session_timeout)
+        try:  # an empty transaction: the Kafka transport's init_transactions aborts a zombie's open one
+            with self._consumer.transaction():
+                pass
+        except CommitFailedError:
+            pass
+
+    def close(self) -> None:
+        if self._consumer is not None:
+            self._consumer.close()
+            self._consumer = None
+        self._parts.clear()
+
+    # -- the loop -----------------------------------------------------------------------------
+
+    def run(self, stop: threading.Event | None = None, *, idle_exit: float | None = None) -> ShufflerStats:
+        """Shuffle until ``stop`` is set (or, with ``idle_exit``, until no input came for that many seconds
+        and nothing is waiting to be checkpointed); a final checkpoint is written before returning."""
+        stop = stop or threading.Event()
+        self.open()
+        self._last_input = time.monotonic()
+        while not stop.is_set():
+            got = self.step()
+            if idle_exit is not None and not got and not self._progress and \
+                    time.monotonic() - self._last_input >= idle_exit and all(p.live for p in self._parts.values()):
+                break
+        self.checkpoint(force=True)
+        return self.stats
+
+    def step(self, timeout: float = 0.2) -> int:
+        """Poll once, apply what came, and checkpoint if one is due; return the number of raw records polled."""
+        consumer = self._require_consumer()
+        recs = consumer.poll(max_records=self.settings.poll_records, timeout=timeout)
+        self._sync_assignment()
+        raw = 0
+        for r in recs:
+            if r.topic == self.settings.raw_topic:
+                raw += 1
+                self._on_raw(r)
+            else:
+                self._on_state(r)
+        if raw:
+            self._last_input = time.monotonic()
+        self._check_restores()
+        self.checkpoint()
+        return raw
+
+    def _require_consumer(self) -> Consumer:
+        if self._consumer is None:
+            raise RuntimeError("call open() (or run()) first")
+        return self._consumer
+
+    def _sync_assignment(self) -> None:
+        owned = self._require_consumer().assignment()
+        raw = {tp.partition for tp in owned if tp.topic == self.settings.raw_topic}
+        state = {tp.partition for tp in owned if tp.topic == self.settings.state_topic}
+        if raw != state:
+            raise ShufflerStateError(
+                f"the group assigned raw partitions {sorted(raw)} but state partitions {sorted(state)} to member "
+                f"{self.settings.member!r}; the shuffler needs them paired (equal partition counts, and every "
+                f"member of group {self.settings.group!r} must be a shuffler subscribing to both topics)")
+        for p in list(self._parts):
+            if p not in raw:
+                del self._parts[p]
+        for p in raw:
+            if p not in self._parts:
+                self._restart(p)
+
+    def _restart(self, p: int) -> _Partition:
+        """Forget partition ``p``'s state and restore it from its checkpoint."""
+        tp = TopicPartition(self.settings.raw_topic, p)
+        part = _Partition(p, self._require_consumer().committed(tp))
+        if not part.live:
+            self.stats.restores += 1
+        self._parts[p] = part
+        return part
+
+    def _rewind_all(self) -> None:
+        for p in list(self._parts):
+            self._restart(p)
+        self._progress = False
+
+    # -- input ----------------------------------------------------------------------------------
+
+    def _on_raw(self, r: Record) -> None:
+        part = self._parts.get(r.partition)
+        if part is None:
+            return
+        if part.last_raw is not None and r.offset <= part.last_raw:
+            part = self._restart(r.partition)
+        part.last_raw = r.offset
+        if part.live:
+            self._apply(part, r)
+        else:
+            part.held.append(r)
+
+    def _on_state(self, r: Record) -> None:
+        part = self._parts.get(r.partition)
+        if part is None:
+            return
+        if part.last_state is not None and r.offset <= part.last_state:
+            part = self._restart(r.partition)
+        part.last_state = r.offset
+        try:
+            header, payload = decode_checkpoint_chunk(r.value)
+        except FrameError as exc:
+            log.warning("ignoring a malformed record in %s[%d]@%d: %s", r.topic, r.partition, r.offset, exc)
+            return
+        if header.group != self.settings.group or header.partition != r.partition:
+            return
+        part.dirty = True  # the next transaction commits past this chunk: it writes a fresh checkpoint
+        if part.live or header.raw_offset != part.committed:
+            return
+        chunks = part.assembling.setdefault(header.snapshot, {})
+        chunks[header.chunk] = (header, payload)
+        if len(chunks) == header.chunks:
+            self._load(part, [chunks[i] for i in range(header.chunks)])
+
+    def _load(self, part: _Partition, chunks: list[tuple[CheckpointHeader, memoryview]]) -> None:
+        first = chunks[0][0]
+        part.groups.clear()
+        part.ids.clear()
+        part.newest_day = first.newest_day
+        specs: dict[str, MechanismSpec] = {}
+        next_source = 0
+        for header, payload in chunks:
+            pos = 0
+            for i in range(header.ids):
+                part.ids[bytes(payload[pos:pos + 16])] = None
+                pos += 16
+            for metric, spec_dict, day, count in header.pieces:
+                key_id = json.dumps(spec_dict, sort_keys=True)
+                spec = specs.get(key_id)
+                if spec is None:
+                    spec = specs[key_id] = spec_from_dict(dict(spec_dict))
+                nbytes = count * spec.record_size
+                recs = np.frombuffer(payload, dtype=spec.record_dtype, count=count, offset=pos).copy()
+                pos += nbytes
+                src = np.frombuffer(payload, dtype=np.uint32, count=count, offset=pos).copy()
+                pos += 4 * count
+                if count:
+                    # renumber sources past those already loaded, keeping them distinct per group
+                    uniq, inv = np.unique(src, return_inverse=True)
+                    src = (inv.astype(np.uint32) + np.uint32(next_source)).astype(np.uint32)
+                    next_source += int(uniq.size)
+                key = (metric, spec.spec_id, int(day))
+                group = part.groups.get(key)
+                if group is None:
+                    group = part.groups[key] = _Group(spec)
+                group.add(recs, src)
+        part.next_source = next_source
+        part.live = True
+        part.assembling.clear()
+        part.raw_next = part.committed
+        held, part.held = part.held, []
+        log.info("partition %d restored at raw offset %s: %d reports buffered, %d ids", part.index,
+                 part.committed, part.buffered(), len(part.ids))
+        for r in held:
+            self._apply(part, r)
+
+    def _check_restores(self) -> None:
+        now = time.monotonic()
+        for part in self._parts.values():
+            if not part.live and now - part.restore_since > self.settings.restore_timeout:
+                raise ShufflerStateError(
+                    f"partition {part.index}: no checkpoint of group {self.settings.group!r} with raw offset "
+                    f"{part.committed} arrived from {self.settings.state_topic!r} within "
+                    f"{self.settings.restore_timeout:g} s; the state topic was truncated or belongs to another "
+                    "deployment. Restoring would lose or double-count reports, so the shuffler stops.")
+
+    def _resolve(self, metric: str, spec_id: str) -> MechanismSpec:
+        spec = self._by_metric.get(metric) if self._by_metric is not None else self._by_id.get(spec_id)
+        if spec is None or spec.spec_id != spec_id:
+            raise FrameError(f"metric {metric!r} with spec {spec_id} is not in the shuffler's metrics file")
+        return spec
+
+    def _apply(self, part: _Partition, r: Record) -> None:
+        part.raw_next = r.offset + 1
+        part.dirty = True
+        self._progress = True
+        try:
+            batch = decode_frame(r.value, self._resolve)
+        except FrameError as exc:
+            part.delta["undecodable_batches"] += 1
+            log.warning("dropping raw record %s[%d]@%d: %s", r.topic, r.partition, r.offset, exc)
+            return
+        n = len(batch)
+        if batch.batch_id in part.ids:
+            part.delta["duplicate_batches"] += 1
+            part.delta["duplicate_reports"] += n
+            return
+        part.delta["input_batches"] += 1
+        part.delta["input_reports"] += n
+        if self.settings.dedup_window:
+            part.ids[batch.batch_id] = None
+            while len(part.ids) > self.settings.dedup_window:
+                part.ids.popitem(last=False)
+        if batch.day > part.newest_day:
+            part.newest_day = batch.day
+            self._expire(part)
+        if batch.day < part.newest_day - self.settings.max_age_days:
+            part.delta["expired_reports"] += n
+            return
+        key = (batch.metric, batch.spec.spec_id, batch.day)
+        group = part.groups.get(key)
+        if group is None:
+            group = part.groups[key] = _Group(batch.spec)
+        group.add(batch.records, part.next_source)
+        part.next_source += 1
+        if group.n >= self.settings.min_batch:
+            self._release(part, key, group)
+
+    def _expire(self, part: _Partition) -> None:
+        oldest = part.newest_day - self.settings.max_age_days
+        for key in [k for k in part.groups if k[2] < oldest]:
+            n = part.groups.pop(key).n
+            part.delta["expired_reports"] += n
+            log.info("dropping %d reports of %s day %d: no crowd of %d within %d days", n, key[0], key[2],
+                     self.settings.min_batch, self.settings.max_age_days)
+
+    def _release(self, part: _Partition, key: _GroupKey, group: _Group) -> None:
+        s = self.settings
+        spec = group.spec
+        cap = min(s.max_batch, max(1, s.max_batch_bytes // spec.record_size))
+        sizes = plan_release(group.n, s.min_batch, cap)
+        if not sizes:
+            return
+        recs, src = group.arrays()
+        perm = csprng_permutation(recs.size, self.words)
+        recs = recs[perm]
+        src = src[perm]
+        metric, _, day = key
+        out_key = metric_day_key(metric, day)
+        pos = 0
+        for size in sizes:
+            chunk = np.ascontiguousarray(recs[pos:pos + size])
+            sources = int(np.unique(src[pos:pos + size]).size)
+            pos += size
+            bid = self.new_batch_id()
+            eps, delta, bound = self._central(size, spec.epsilon)
+            meta = ShuffleMeta(shuffle_id=bid.hex(), n=size, epsilon0=float(spec.epsilon), central_epsilon=eps,
+                               central_delta=delta, bound=bound, sources=sources)
+            part.pending.append((out_key, encode_envelope(meta, ReportBatch(metric, spec, day, chunk, bid))))
+            part.pending_reports += size
+            part.delta["released_batches"] += 1
+            part.delta["released_reports"] += size
+        rest = recs.size - pos
+        if rest:
+            group.parts = [(recs[pos:].copy(), src[pos:].copy())]
+            group.n = rest
+        else:
+            del part.groups[key]
+
+    def _central(self, n: int, epsilon0: float) -> tuple[float | None, float | None, str | None]:
+        if self.guarantee is None:
+            return None, None, None
+        try:
+            eps, delta, bound = self.guarantee(n, epsilon0)
+            return float(eps), float(delta), str(bound)
+        except Exception as exc:  # a figure we cannot compute is omitted, never invented
+            if not self._guarantee_failed:
+                log.warning("central guarantee unavailable (%r); batches are released without it", exc)
+                self._guarantee_failed = True
+            return None, None, None
+
+    # -- checkpoints ----------------------------------------------------------------------------
+
+    def _chunks(self, part: _Partition) -> Iterator[bytes]:
+        """The checkpoint of ``part`` as chunks of at most about ``max_batch_bytes``."""
+        budget = self.settings.max_batch_bytes
+        snapshot = secrets.token_hex(8)
+        pieces: list[list[tuple[tuple[str, dict[str, Any], int, int], list[bytes]]]] = [[]]
+        sizes = [16 * len(part.ids)]
+        for (metric, _, day), group in sorted(part.groups.items()):
+            recs, src = group.arrays()
+            spec_dict = group.spec.to_dict()
+            per = group.spec.record_size + 4
+            pos = 0
+            while pos < recs.size:
+                room = max(1, (budget - sizes[-1]) // per)
+                if sizes[-1] >= budget:
+                    pieces.append([])
+                    sizes.append(0)
+                    room = max(1, budget // per)
+                take = min(room, recs.size - pos)
+                blob = [np.ascontiguousarray(recs[pos:pos + take]).tobytes(),
+                        np.ascontiguousarray(src[pos:pos + take], dtype=np.uint32).tobytes()]
+                pieces[-1].append(((metric, spec_dict, day, take), blob))
+                sizes[-1] += take * per
+                pos += take
+        total = len(pieces)
+        for i, chunk in enumerate(pieces):
+            ids = b"".join(part.ids) if i == 0 else b""
+            header = CheckpointHeader(
+                group=self.settings.group, partition=part.index, raw_offset=int(part.raw_next or 0),
+                snapshot=snapshot, chunk=i, chunks=total, newest_day=part.newest_day,
+                ids=len(part.ids) if i == 0 else 0, pieces=tuple(p for p, _ in chunk))
+            yield encode_checkpoint_chunk(header, ids + b"".join(b for _, blob in chunk for b in blob))
+
+    def checkpoint(self, force: bool = False) -> bool:
+        """Commit released batches, changed checkpoints and input offsets in one transaction, if one is due.
+
+        Due when input was applied and ``checkpoint_interval`` passed (or
+        ``max_pending_reports`` wait), or ``refresh_interval`` passed with
+        checkpoints to rewrite; ``force`` skips the timers. Never while a
+        partition is restoring. Returns whether a transaction committed.
+        """
+        s = self.settings
+        consumer = self._require_consumer()
+        parts = list(self._parts.values())
+        if not all(p.live for p in parts):
+            return False
+        elapsed = time.monotonic() - self._last_checkpoint
+        pending = sum(p.pending_reports for p in parts)
+        dirty = any(p.dirty for p in parts)
+        if force:
+            due = self._progress or dirty
+        else:
+            due = (self._progress and (elapsed >= s.checkpoint_interval or pending >= s.max_pending_reports)) \
+                or (dirty and elapsed >= s.refresh_interval)
+        if not due:
+            return False
+        try:
+            with consumer.transaction() as tx:
+                for p in parts:
+                    for key, value in p.pending:
+                        tx.publish(s.shuffled_topic, key, value)
+                for p in parts:
+                    if p.dirty and p.raw_next is not None:
+                        for chunk in self._chunks(p):
+                            tx.publish(s.state_topic, self._state_keys[p.index], chunk)
+        except FencedError:
+            raise
+        except (CommitFailedError, TransportError) as exc:
+            self.stats.aborted_transactions += 1
+            log.warning("checkpoint aborted (%s); restoring from the committed checkpoints", exc)
+            self._rewind_all()
+            return False
+        for p in parts:
+            p.pending.clear()
+            p.pending_reports = 0
+            p.dirty = False
+            for name, value in p.delta.items():
+                setattr(self.stats, name, getattr(self.stats, name) + value)
+            p.delta.clear()
+        self._progress = False
+        self._last_checkpoint = time.monotonic()
+        self.stats.checkpoints += 1
+        self.stats.buffered_reports = sum(p.buffered() for p in parts)
+        return True

@@ -1,0 +1,133 @@
+"""``ldp shuffler``: run the shuffler as a long-lived worker (see :mod:`collector.shuffler`).
+
+The central (ε, δ) of each released batch comes from
+:func:`estimator.accounting.shuffle.shuffle_guarantee` (Feldman, McMillan
+and Talwar 2021, numerical bound), wired in here because the collector
+package must not import the estimator. To keep the bound's cache warm it is
+evaluated at ``n`` rounded down to three significant bits (at most 12.5 %
+below the batch size): a bound for fewer reports also holds for more,
+because in the clone reduction each extra report only adds an independent
+clone-or-not draw to both distributions, a post-processing that cannot
+increase their hockey-stick divergence.
+
+SIGTERM or Ctrl-C stops it after a final checkpoint; the counters are
+printed as one JSON line on exit.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import signal
+import sys
+import threading
+
+__all__ = ["register", "make_guarantee", "grid_floor"]
+
+
+def grid_floor(n: int) -> int:
+    """The largest ``b * 2**k <= n`` with ``8 <= b <= 15`` (``n`` itself below 16)."""
+    if n < 16:
+        return int(n)
+    k = int(n).bit_length() - 4
+    return (int(n) >> k) << k
+
+
+def make_guarantee(delta: float):  # type: ignore[no-untyped-def]
+    """``(n, epsilon0) -> (epsilon, delta, bound)`` from the FMT21 numerical bound at :func:`grid_floor` ``(n)``."""
+    from estimator.accounting.shuffle import shuffle_guarantee
+
+    def guarantee(n: int, epsilon0: float) -> tuple[float, float, str]:
+        m = grid_floor(n)
+        g = shuffle_guarantee(float(epsilon0), m, float(delta))
+        return g.epsilon, g.delta, f"{g.method}, evaluated at n={m}"
+
+    return guarantee
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    from collector.shuffler import ShufflerSettings  # light: numba loads only when a permutation is drawn
+
+    d = ShufflerSettings()
+    p = sub.add_parser("shuffler", help="run the shuffler: batch, permute and release crowds of reports",
+                       description="Consume raw uploads, permute them per metric, spec and day with a CSPRNG, and "
+                       "release batches of at least --min-batch reports, exactly once.")
+    p.add_argument("--transport", default=None, help="sqlite:///path or kafka://host:port (default $LDP_TRANSPORT)")
+    p.add_argument("--metrics", default=None, help="the metrics file (default $LDP_METRICS)")
+    p.add_argument("--min-batch", type=int, default=d.min_batch, help=f"crowd threshold (default {d.min_batch})")
+    p.add_argument("--max-batch", type=int, default=d.max_batch, help=f"most reports per released batch "
+                   f"(default {d.max_batch})")
+    p.add_argument("--checkpoint-interval", type=float, default=d.checkpoint_interval,
+                   help=f"seconds between transactions (default {d.checkpoint_interval:g})")
+    p.add_argument("--group", default=d.group, help=f"consumer group (default {d.group})")
+    p.add_argument("--member", default=d.member, help="stable member name of this worker; a restarted worker must "
+                   f"keep it (default {d.member})")
+    p.add_argument("--partitions", type=int, default=d.partitions, help="partitions of topics it creates")
+    p.add_argument("--dedup-window", type=int, default=d.dedup_window, help="upload batch ids remembered per partition")
+    p.add_argument("--max-age-days", type=int, default=d.max_age_days,
+                   help="drop buffered groups this many days behind the newest day of their partition")
+    p.add_argument("--session-timeout", type=float, default=d.session_timeout, help="group session timeout, seconds")
+    p.add_argument("--raw-topic", default=d.raw_topic)
+    p.add_argument("--shuffled-topic", default=d.shuffled_topic)
+    p.add_argument("--state-topic", default=d.state_topic)
+    p.add_argument("--delta", type=float, default=1e-6, help="delta of the reported central guarantee (default 1e-6)")
+    p.add_argument("--no-guarantee", action="store_true", help="do not compute central guarantees")
+    p.add_argument("--idle-exit", type=float, default=None, help="exit after this many seconds without input")
+    p.add_argument("--stats-interval", type=float, default=60.0, help="log the counters every N seconds")
+    p.add_argument("--log-level", default="warning", choices=["critical", "error", "warning", "info", "debug"])
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    import os
+
+    from client_sdk.metrics import load_metrics
+    from collector.errors import ConfigError, ShufflerStateError
+    from collector.shuffler import Shuffler, ShufflerSettings
+    from collector.transport import FencedError, open_transport
+
+    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s",
+                        stream=sys.stderr)
+    metrics_path = args.metrics or os.environ.get("LDP_METRICS")
+    if not metrics_path:
+        print("ldp shuffler: error: no metrics file: pass --metrics FILE or set $LDP_METRICS", file=sys.stderr)
+        return 2
+    try:
+        settings = ShufflerSettings(
+            min_batch=args.min_batch, max_batch=args.max_batch, checkpoint_interval=args.checkpoint_interval,
+            group=args.group, member=args.member, partitions=args.partitions, dedup_window=args.dedup_window,
+            max_age_days=args.max_age_days, session_timeout=args.session_timeout, raw_topic=args.raw_topic,
+            shuffled_topic=args.shuffled_topic, state_topic=args.state_topic)
+        metrics = load_metrics(metrics_path, reject_expired=False)
+    except ConfigError as exc:
+        print(f"ldp shuffler: error: {exc}", file=sys.stderr)
+        return 2
+    guarantee = None if args.no_guarantee else make_guarantee(args.delta)
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    transport = open_transport(args.transport)
+    shuffler = Shuffler(transport, metrics, settings, guarantee=guarantee)
+    code = 0
+    try:
+        shuffler.open()
+        print(f"ldp shuffler: running as {settings.group}/{settings.member} on {transport.url}", flush=True)
+        reporter = threading.Thread(target=_report, args=(shuffler, stop, args.stats_interval), daemon=True)
+        reporter.start()
+        shuffler.run(stop, idle_exit=args.idle_exit)
+    except (FencedError, ShufflerStateError) as exc:
+        print(f"ldp shuffler: error: {exc}", file=sys.stderr)
+        code = 1
+    finally:
+        stop.set()
+        shuffler.close()
+        transport.close()
+    print(json.dumps({"shuffler": shuffler.stats.to_dict()}), flush=True)
+    return code
+
+
+def _report(shuffler: object, stop: threading.Event, every: float) -> None:
+    log = logging.getLogger("ldp.shuffler")
+    while not stop.wait(every):
+        log.info("stats %s", json.dumps(shuffler.stats.to_dict()))  # type: ignore[attr-defined]
