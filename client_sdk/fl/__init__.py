@@ -1,0 +1,28 @@
+"""The device side of federated learning: models as flat parameter vectors
+(:mod:`.models`), local training for FedAvg/FedProx/SCAFFOLD (:mod:`.client`)
+and secure-aggregation masking (:mod:`.secagg`, which needs the ``fl`` extra,
+i.e. the ``cryptography`` package, and is not imported here).
+
+Importing this package needs only numpy."""
+
+from client_sdk.fl.client import ClientState, ClientUpdate, LocalTraining, RoundConfig, clip_to_norm, train_client
+from client_sdk.fl.errors import FLError, ModelError, SecAggError, UpdateRejected
+from client_sdk.fl.models import MLP, LogisticRegression, Model, SoftmaxRegression, accuracy
+
+__all__ = [
+    "ClientState",
+    "ClientUpdate",
+    "LocalTraining",
+    "RoundConfig",
+    "clip_to_norm",
+    "train_client",
+    "FLError",
+    "ModelError",
+    "SecAggError",
+    "UpdateRejected",
+    "MLP",
+    "LogisticRegression",
+    "Model",
+    "SoftmaxRegression",
+    "accuracy",
+]
