@@ -1,9 +1,20 @@
-"""``ldp demo``: the main job on the embedded default.
+"""``ldp demo``: the main job, the whole pipeline on one machine.
 
-One seeded Zipf population goes through every frequency oracle (the real
-encoders and estimators); the command prints each oracle's accuracy against
-the truth and its theoretical variance, and writes a plot of the top items'
-estimates with 95% confidence intervals.
+By default it runs the real pipeline with no broker: the FastAPI collector
+on 127.0.0.1 (uvicorn), the shuffler, the streaming estimator (with its HTTP
+API) and the Parquet sink, all on the embedded log, fed by a seeded
+population of simulated devices that privatize their values with the SDK's
+encoders and upload wire-format frames over HTTP (plus a few real
+:class:`~client_sdk.client.TelemetryClient` devices going through ledger,
+outbox and uploader). It prints, per metric, the estimates with their 95%
+confidence intervals against the truth and the central ε the shuffle gives,
+checks that every uploaded report was counted once and that the streaming
+estimates equal the batch job's over the Parquet dataset, and writes a plot.
+``--kafka HOST:PORT`` runs the same on a Kafka broker.
+
+``--offline`` runs the earlier in-memory simulation instead: one seeded Zipf
+population through every frequency oracle (real encoders and estimators),
+each oracle's accuracy against its theoretical variance, and a plot.
 """
 
 from __future__ import annotations
@@ -11,7 +22,10 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import tempfile
+import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -19,23 +33,191 @@ from client_sdk.mechanisms import MECHANISMS
 from simulator.population import parse_distribution
 from simulator.run import SimulationResult, simulate, spec_for
 
-DEFAULT_MECHANISMS = ["grr", "oue", "olh", "hr", "cms", "hcms", "rappor"]
+__all__ = ["register", "run", "run_offline", "run_pipeline", "DEFAULT_MECHANISMS"]
+
+DEFAULT_METRICS = Path(__file__).resolve().parents[2] / "metrics" / "example.json"
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("demo", help="run every frequency oracle on one simulated population and plot the estimates")
-    p.add_argument("--mechanisms", default=",".join(DEFAULT_MECHANISMS), help="comma-separated list")
-    p.add_argument("--epsilon", type=float, default=2.0)
-    p.add_argument("--domain", type=int, default=128)
-    p.add_argument("--users", type=int, default=200_000)
-    p.add_argument("--distribution", default="zipf:1.1")
+    p = sub.add_parser("demo", help="run the whole pipeline on simulated devices and compare the estimates with the "
+                       "truth (--offline: every oracle in memory)",
+                       description=__doc__.splitlines()[0] if __doc__ else None)
+    p.add_argument("--devices", type=int, default=20_000, help="simulated devices (default 20,000)")
+    p.add_argument("--sdk-devices", type=int, default=4,
+                   help="of which this many run the real TelemetryClient end to end (default 4)")
+    p.add_argument("--metrics", type=Path, default=DEFAULT_METRICS, help="metrics file (default metrics/example.json)")
+    p.add_argument("--kafka", default=None, metavar="HOST:PORT", help="run on this Kafka broker instead of the "
+                   "embedded log (topics and groups get a per-run suffix)")
+    p.add_argument("--min-batch", type=int, default=1000, help="the shuffler's crowd threshold (default 1000)")
+    p.add_argument("--frame-reports", type=int, default=1000,
+                   help="reports per uploaded frame (default 1000; below --min-batch some may stay in the shuffler)")
+    p.add_argument("--clients", type=int, default=4, help="concurrent HTTP upload clients (default 4)")
+    p.add_argument("--top", type=int, default=8, help="rows printed per metric (default 8)")
+    p.add_argument("--workdir", type=Path, default=None, help="keep the run's log, state and dataset here")
+    p.add_argument("--offline", action="store_true", help="the in-memory simulation of every oracle instead")
+    p.add_argument("--mechanisms", default=",".join(DEFAULT_MECHANISMS), help="--offline: comma-separated list")
+    p.add_argument("--epsilon", type=float, default=2.0, help="--offline: epsilon of every oracle")
+    p.add_argument("--domain", type=int, default=128, help="--offline: domain size")
+    p.add_argument("--users", type=int, default=200_000, help="--offline: simulated users")
+    p.add_argument("--distribution", default="zipf:1.1", help="zipf:S or uniform (both modes)")
     p.add_argument("--seed", type=int, default=20261130)
     p.add_argument("--out", type=Path, default=Path("out"), help="folder for demo.png and demo.json")
     p.add_argument("--no-plot", action="store_true")
     p.set_defaults(func=run)
 
 
-def _plot(results: list[SimulationResult], path: Path, top: int = 25) -> None:
+def run(args: argparse.Namespace) -> int:
+    return run_offline(args) if args.offline else run_pipeline(args)
+
+
+def _label(metrics: Any, name: str, i: int, words: dict[str, dict[int, str]]) -> str:
+    return words.get(name, {}).get(i) or metrics[name].domain.label(i)
+
+
+def run_pipeline(args: argparse.Namespace) -> int:
+    import logging
+
+    from client_sdk.metrics import load_metrics, utc_day
+    from collector.catalog import SpecCatalog
+    from estimator.batch import estimate_dataset
+    from simulator.pipeline import LocalPipeline, demo_labels, fleet_batches, sdk_devices, upload
+
+    if args.devices < 1 or args.sdk_devices < 0 or args.frame_reports < 1 or args.min_batch < 1:
+        raise ValueError("--devices, --frame-reports and --min-batch must be positive, --sdk-devices >= 0")
+    parse_distribution(args.distribution, 2)
+    logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="%(name)s %(levelname)s %(message)s")
+    logging.getLogger("kafka").setLevel(logging.ERROR)  # metadata warnings while topics are created
+    metrics = load_metrics(args.metrics, reject_expired=False)
+    names = list(metrics)
+    day = utc_day(time.time())
+    expired = metrics.expired(day)
+    if expired:
+        raise ValueError(f"metrics {expired} in {args.metrics} have expired; renew them or pick another file")
+    workdir = args.workdir or Path(tempfile.mkdtemp(prefix="ldp-demo-"))
+    url = f"kafka://{args.kafka}" if args.kafka else None
+    t_start = time.monotonic()
+    rng = np.random.default_rng(args.seed)
+    print(f"ldp demo: {args.devices:,} devices x {len(names)} metrics on "
+          f"{'Kafka at ' + args.kafka if args.kafka else 'the embedded log'} (seed {args.seed}); work folder {workdir}",
+          flush=True)
+    with LocalPipeline(workdir, args.metrics, transport_url=url, min_batch=args.min_batch) as pipe:
+        print(f"  collector {pipe.collector_url}   estimator {pipe.estimator_url}   "
+              f"shuffler crowd >= {args.min_batch}   Parquet sink {pipe.dataset}", flush=True)
+        truth = {n: np.zeros(metrics[n].spec.domain_size, dtype=np.int64) for n in names}
+        n_sdk = min(args.sdk_devices, args.devices)
+        if n_sdk:
+            t0 = time.monotonic()
+            for name, counts in sdk_devices(pipe.collector_url, args.metrics, names, n_sdk, rng,
+                                            workdir=workdir / "sdk-devices", distribution=args.distribution).items():
+                truth[name] += counts
+            print(f"  {n_sdk} SDK devices: record -> ledger -> outbox -> uploader in {time.monotonic() - t0:.1f} s",
+                  flush=True)
+        fleet = fleet_batches(metrics, names, args.devices - n_sdk, day, rng, frame_reports=args.frame_reports,
+                              distribution=args.distribution)
+        for name, counts in fleet.truth.items():
+            truth[name] += counts
+        stats = upload(pipe.collector_url, fleet.batches, clients=args.clients)
+        print(f"  {args.devices - n_sdk:,} devices uploaded {stats.reports:,} reports in {stats.batches} frames "
+              f"in {stats.seconds:.1f} s ({stats.rate:,.0f} reports/s, {stats.retries} retries)", flush=True)
+        expected = {n: int(truth[n].sum()) for n in names}
+        waited, held = pipe.wait_settled(sum(expected.values()), timeout=120)
+        print(f"  the streaming estimator counted every released report {waited:.1f} s after the last upload"
+              + (f"; {held:,} reports wait in the shuffler for a crowd of {args.min_batch}" if held else ""),
+              flush=True)
+        pipe.wait_sink(sum(expected.values()) - held, timeout=120)
+        import httpx
+
+        live = {n: httpx.get(f"{pipe.estimator_url}/v1/estimates/{n}", params={"day": day}, timeout=60).json()
+                for n in names}
+        counted = pipe.counted()
+        shuffler_stats = pipe.shuffler.stats.to_dict()
+    catalog = SpecCatalog([metrics])
+    words = {n: demo_labels(metrics, n) for n in names}
+    summary: dict[str, Any] = {"devices": args.devices, "day": day, "transport": "kafka" if args.kafka else "embedded",
+                               "metrics": {}, "shuffler": shuffler_stats, "held_by_shuffler": held}
+    batch_equal = True
+    print()
+    for name in names:
+        m = metrics[name]
+        est = live[name]
+        counts, lo, hi = (np.array(est[k], dtype=np.float64) for k in ("counts", "ci_low", "ci_high"))
+        t = truth[name]
+        res = estimate_dataset(pipe.dataset, name, [day], progress=False, definition=catalog.metrics.get(name))
+        same = bool(np.array_equal(res.table["estimate"].to_numpy(), counts)
+                    and np.array_equal(res.table["ci_low"].to_numpy(), lo)
+                    and np.array_equal(res.table["ci_high"].to_numpy(), hi))
+        batch_equal &= same
+        cover = float(np.mean((lo <= t) & (t <= hi)))
+        rmse = float(np.sqrt(np.mean((counts - t) ** 2)))
+        ce = est.get("central_epsilon")
+        central = f"central ε={ce:.3g} (δ={est['central_delta']:g})" if ce is not None else "central ε n/a"
+        print(f"{name}: {m.spec.name} ε={m.spec.epsilon:g}, d={m.spec.domain_size}, n={est['n']:,} in "
+              f"{est['batches']} shuffled batches; {central}; RMSE {rmse:,.1f}, 95% CI coverage {cover:.0%}")
+        print(f"  {'item':>18} {'truth':>8} {'estimate':>9} {'95% CI':>20}")
+        for i in np.argsort(-t, kind="stable")[: args.top]:
+            print(f"  {_label(metrics, name, int(i), words):>18} {int(t[i]):>8,} {counts[i]:>9,.0f} "
+                  f"{'[' + format(lo[i], ',.0f') + ', ' + format(hi[i], ',.0f') + ']':>20}")
+        summary["metrics"][name] = {"mechanism": m.spec.name, "epsilon": m.spec.epsilon, "n": est["n"],
+                                    "uploaded": expected[name], "counted": counted.get(name, 0),
+                                    "central_epsilon": ce, "central_delta": est.get("central_delta"),
+                                    "rmse": rmse, "ci_coverage": cover, "batch_equals_streaming": same,
+                                    "truth": t.tolist(), "estimate": est["counts"], "ci_low": est["ci_low"],
+                                    "ci_high": est["ci_high"]}
+    once = sum(counted.values()) + held == sum(expected.values()) and all(counted.get(n, 0) <= expected[n]
+                                                                          for n in names)
+    print()
+    print(f"every uploaded report counted exactly once: {'yes' if once else 'NO'} "
+          f"({sum(counted.values()):,} counted + {held:,} below the crowd threshold = "
+          f"{sum(expected.values()):,} uploaded)")
+    print(f"streaming estimates equal the batch job over the Parquet dataset: {'yes' if batch_equal else 'NO'}")
+    args.out.mkdir(parents=True, exist_ok=True)
+    summary["seconds"] = time.monotonic() - t_start
+    (args.out / "demo.json").write_text(json.dumps(summary))
+    if not args.no_plot:
+        _plot_pipeline(metrics, live, truth, words, args.out / "demo.png")
+        print(f"plot: {args.out / 'demo.png'}")
+    print(f"results: {args.out / 'demo.json'}   ({summary['seconds']:.0f} s)")
+    return 0 if once and batch_equal else 1
+
+
+def _plot_pipeline(metrics: Any, live: dict[str, Any], truth: dict[str, np.ndarray], words: dict[str, dict[int, str]],
+                   path: Path, top: int = 20) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = list(live)
+    cols = 2
+    rows = (len(names) + cols - 1) // cols
+    fig, axes = plt.subplots(rows, cols, figsize=(12, 3.4 * rows), squeeze=False)
+    for ax, name in zip(axes.flat, names):
+        est, t, m = live[name], truth[name], metrics[name]
+        counts, lo, hi = (np.array(est[k], dtype=np.float64) for k in ("counts", "ci_low", "ci_high"))
+        order = np.argsort(-t, kind="stable")[:top]
+        x = np.arange(order.size)
+        ax.bar(x, t[order], color="#cfd8e3", label="truth")
+        ax.errorbar(x, counts[order], yerr=np.vstack([counts[order] - lo[order], hi[order] - counts[order]]),
+                    fmt="o", ms=3, color="#b03a2e", capsize=2, label="estimate, 95% CI")
+        ax.set_xticks(x, [_label(metrics, name, int(i), words) for i in order], rotation=60, ha="right", fontsize=7)
+        ce = est.get("central_epsilon")
+        extra = f", central ε={ce:.2g}" if ce is not None else ""
+        ax.set_title(f"{name}: {m.spec.name} ε={m.spec.epsilon:g}{extra}, n={est['n']:,}", fontsize=10)
+        ax.axhline(0, color="#888", lw=0.5)
+    for ax in axes.flat[len(names):]:
+        ax.axis("off")
+    axes[0][0].set_ylabel("count")
+    axes[0][0].legend(fontsize=8)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+DEFAULT_MECHANISMS = ["grr", "oue", "olh", "hr", "cms", "hcms", "rappor"]
+
+
+def _plot_offline(results: list[SimulationResult], path: Path, top: int = 25) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -64,7 +246,7 @@ def _plot(results: list[SimulationResult], path: Path, top: int = 25) -> None:
     plt.close(fig)
 
 
-def run(args: argparse.Namespace) -> int:
+def run_offline(args: argparse.Namespace) -> int:
     names = [m.strip() for m in args.mechanisms.split(",") if m.strip()]
     unknown = [m for m in names if m not in MECHANISMS]
     if unknown:
@@ -95,7 +277,7 @@ def run(args: argparse.Namespace) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "demo.json").write_text(json.dumps(summary))
     if not args.no_plot:
-        _plot(results, args.out / "demo.png")
+        _plot_offline(results, args.out / "demo.png")
         print(f"plot: {args.out / 'demo.png'}")
     print(f"results: {args.out / 'demo.json'}")
     return 0
