@@ -13,6 +13,7 @@ COMMANDS = [
     "simulator.commands.simulate",
     "simulator.commands.demo",
     "simulator.commands.kafka",
+    "simulator.commands.estimator", "simulator.commands.estimate", "simulator.commands.sink",
     "simulator.commands.collector",
     "simulator.commands.shuffler",
     "simulator.commands.privacy",
