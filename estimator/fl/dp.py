@@ -1,0 +1,241 @@
+"""Client-level differential privacy as wrappers around a linear aggregator,
+and the accountant that reports (ε, δ) after every round.
+
+Neighbouring datasets differ by *one client's entire data* (add or remove a
+client): the guarantee covers everything a client contributes over all the
+rounds it takes part in (McMahan, Ramage, Talwar, Zhang, "Learning
+differentially private recurrent language models", ICLR 2018).
+
+:class:`FixedClippingDP` (DP-FedAvg, ibid.): each update Δᵢ is clipped to
+L2 norm C, Δᵢ·min(1, C/‖Δᵢ‖), all clients weigh the same, and the aggregate
+is (Σ clip(Δᵢ) + N(0, σ²C²·I)) / m̄ with m̄ the *expected* number of clients.
+One client moves the sum by at most C, so a round is a Gaussian mechanism
+with noise multiplier σ run on the sampled clients.
+
+:class:`AdaptiveClippingDP` (Andrew, Thakkar, McMahan, Ramaswamy,
+"Differentially private learning with adaptive clipping", NeurIPS 2021,
+Algorithm 1 with geometric updates): the clip norm C follows the γ-quantile
+of the update norms. Each client also contributes bᵢ − ½ with
+bᵢ = 1[‖Δᵢ‖ ≤ C]; the server releases b̄ = (Σ(bᵢ − ½) + N(0, σ_b²))/m̄ + ½
+and sets C ← C·exp(−η_C (b̄ − γ)). *How the count is accounted*: the round
+releases two Gaussian sums, the clipped updates (sensitivity C, noise
+σ_Δ·C) and the centred bits (sensitivity ½, noise σ_b). Composing two
+Gaussian mechanisms gives one with μ² = σ_Δ⁻² + (2σ_b)⁻² (Dong, Roth, Su,
+"Gaussian differential privacy", 2019, Cor. 3.3; the same identity is Andrew
+et al.'s Theorem 1), so the wrapper takes the *overall* noise multiplier z
+that the accountant charges and uses σ_Δ = (z⁻² − (2σ_b)⁻²)^(−1/2) on the
+updates: the clipped count costs slightly more noise on the updates, never
+an unaccounted release. The default σ_b = m̄/20 is the paper's suggestion.
+
+Only a linear aggregator may sit inside (``inner.linear``): the sensitivity
+argument needs a sum. Clipping happens here, on the server; with secure
+aggregation the devices clip before masking (:func:`client_sdk.fl.client.clip_to_norm`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any, Sequence
+
+import numpy as np
+
+from client_sdk.fl.client import ClientUpdate, clip_to_norm
+from client_sdk.fl.errors import FLError
+from client_sdk.privacy_events import ComposedEvent, GaussianEvent, PoissonSampledEvent, PrivacyEvent, SelfComposedEvent
+from estimator.accounting.accountant import NEIGHBORS, RdpAccountant, epsilon_pld
+from estimator.fl.aggregators import AggregateResult, Aggregator, RoundContext
+from estimator.fl.sampling import FixedCountSampling, PoissonSampling, Sampling
+
+__all__ = ["ClientLevelAccountant", "FixedClippingDP", "AdaptiveClippingDP", "update_noise_multiplier"]
+
+
+class ClientLevelAccountant:
+    """Client-level (ε, δ) of the rounds run so far.
+
+    Poisson sampling: the PLD accountant of :mod:`estimator.accounting`
+    (tight; pessimistic discretization, ``discretization`` 1e-3 by default,
+    within about 1e-4 relative of 1e-4's figure for the settings here) on the
+    composition of Poisson-subsampled Gaussian rounds, add/remove-one-client
+    neighbours. Fixed-count sampling: the RDP accountant on rounds sampled
+    without replacement, replace-one-client neighbours (see
+    :mod:`estimator.fl.sampling`). A round without noise makes ε infinite."""
+
+    def __init__(self, sampling: Sampling, population: int, delta: float, discretization: float = 1e-3) -> None:
+        if not 0.0 < delta < 1.0:
+            raise FLError(f"delta must be in (0, 1), got {delta}; choose it below 1/population")
+        if population < 1:
+            raise FLError(f"population must be >= 1, got {population}")
+        if isinstance(sampling, FixedCountSampling) and sampling.count > population:
+            raise FLError(f"fixed count {sampling.count} exceeds the population {population}")
+        if not isinstance(sampling, (PoissonSampling, FixedCountSampling)):
+            raise FLError(f"no accounting for sampling scheme {sampling!r}")
+        self.sampling = sampling
+        self.population = population
+        self.delta = float(delta)
+        self.discretization = discretization
+        self._groups: list[list[Any]] = []  # [noise multiplier, count]
+
+    @property
+    def rounds(self) -> int:
+        return sum(c for _, c in self._groups)
+
+    def record(self, noise_multiplier: float) -> None:
+        """One round with Gaussian noise of multiplier z (0: no noise)."""
+        z = float(noise_multiplier)
+        if not z >= 0:
+            raise FLError(f"noise multiplier must be >= 0, got {noise_multiplier}")
+        if self._groups and self._groups[-1][0] == z:
+            self._groups[-1][1] += 1
+        else:
+            self._groups.append([z, 1])
+
+    def event(self) -> PrivacyEvent:
+        """The composed event of the rounds so far (Poisson sampling only)."""
+        if not isinstance(self.sampling, PoissonSampling):
+            raise FLError("fixed-count sampling has no event in the project's event language; see epsilon()")
+        if not self._groups:
+            raise FLError("no round recorded yet")
+        parts: list[PrivacyEvent] = []
+        for z, count in self._groups:
+            step: PrivacyEvent = GaussianEvent(z)
+            if self.sampling.rate < 1.0:
+                step = PoissonSampledEvent(self.sampling.rate, step)
+            parts.append(SelfComposedEvent(step, count))
+        return parts[0] if len(parts) == 1 else ComposedEvent(tuple(parts))
+
+    def epsilon(self) -> float:
+        """ε at ``delta`` after the rounds recorded so far (0 before any round)."""
+        if not self._groups:
+            return 0.0
+        if any(z == 0 for z, _ in self._groups):
+            return math.inf
+        if isinstance(self.sampling, PoissonSampling):
+            return epsilon_pld(self.event(), self.delta, "add_or_remove", self.discretization)
+        import dp_accounting
+
+        acc = RdpAccountant(neighboring_relation=NEIGHBORS["replace"])
+        for z, count in self._groups:
+            ev = dp_accounting.SampledWithoutReplacementDpEvent(
+                self.population, self.sampling.count, dp_accounting.GaussianDpEvent(z)
+            )
+            acc.compose(ev, count)
+        return float(acc.get_epsilon(self.delta))
+
+
+def _require_linear(inner: Aggregator, who: str) -> None:
+    if not getattr(inner, "linear", False):
+        raise FLError(f"{who} needs a linear inner aggregator (a weighted sum); {type(inner).__name__} is not. "
+                      "Robust aggregators have no bounded-sensitivity sum to add noise to.")
+
+
+def _report(acc: ClientLevelAccountant | None, every: int, info: dict[str, Any]) -> None:
+    if acc is None:
+        return
+    info["rounds_accounted"] = acc.rounds
+    if acc.rounds % every == 0:
+        info["epsilon"] = acc.epsilon()
+        info["delta"] = acc.delta
+
+
+@dataclasses.dataclass
+class FixedClippingDP:
+    """Clip each update to ``clip_norm``, sum with ``inner``, add N(0, (σ·C)²), divide
+    by the expected client count; tell ``accountant`` (every ``report_every``
+    rounds its ε goes into ``info["epsilon"]``)."""
+
+    inner: Aggregator
+    clip_norm: float
+    noise_multiplier: float
+    accountant: ClientLevelAccountant | None = None
+    report_every: int = 1
+    linear: bool = dataclasses.field(default=False, init=False)
+
+    def __post_init__(self) -> None:
+        _require_linear(self.inner, "FixedClippingDP")
+        if not (math.isfinite(self.clip_norm) and self.clip_norm > 0):
+            raise FLError(f"clip_norm must be a finite number > 0, got {self.clip_norm}")
+        if not (math.isfinite(self.noise_multiplier) and self.noise_multiplier >= 0):
+            raise FLError(f"noise_multiplier must be a finite number >= 0, got {self.noise_multiplier}")
+
+    def aggregate(self, updates: Sequence[ClientUpdate], ctx: RoundContext) -> AggregateResult:
+        clipped, n_clipped = [], 0
+        for u in updates:
+            d, norm = clip_to_norm(np.asarray(u.delta, dtype=np.float64), self.clip_norm)
+            n_clipped += norm > self.clip_norm
+            clipped.append(dataclasses.replace(u, delta=d, num_examples=1))
+        res = self.inner.aggregate(clipped, ctx)
+        total = res.delta * res.total_weight
+        sd = self.noise_multiplier * self.clip_norm
+        noisy = total + (ctx.rng.normal(0.0, sd, size=total.shape) if sd > 0 else 0.0)
+        if self.accountant is not None:
+            self.accountant.record(self.noise_multiplier)
+        info = dict(res.info)
+        info.update(clip_norm=self.clip_norm, noise_stddev=sd, clipped_fraction=n_clipped / max(1, len(updates)))
+        _report(self.accountant, self.report_every, info)
+        return AggregateResult(noisy / ctx.expected_clients, ctx.expected_clients, res.num_clients, info)
+
+
+def update_noise_multiplier(noise_multiplier: float, count_stddev: float) -> float:
+    """σ_Δ = (z⁻² − (2σ_b)⁻²)^(−1/2): the update noise that, with count noise σ_b,
+    makes the round a Gaussian mechanism of multiplier z (Andrew et al. 2021, Thm. 1)."""
+    rest = noise_multiplier ** -2 - (2.0 * count_stddev) ** -2
+    if rest <= 0:
+        raise FLError(f"count noise σ_b = {count_stddev} alone costs more than noise multiplier {noise_multiplier} "
+                      f"allows: need σ_b > z/2 = {noise_multiplier / 2}")
+    return rest ** -0.5
+
+
+@dataclasses.dataclass
+class AdaptiveClippingDP:
+    """Adaptive clipping at the ``target_quantile`` of update norms (see the module docstring).
+
+    ``noise_multiplier`` is the overall z the accountant charges each round;
+    ``count_stddev`` is σ_b (default: expected clients / 20)."""
+
+    inner: Aggregator
+    initial_clip: float
+    noise_multiplier: float
+    target_quantile: float = 0.5
+    clip_learning_rate: float = 0.2
+    count_stddev: float | None = None
+    accountant: ClientLevelAccountant | None = None
+    report_every: int = 1
+    linear: bool = dataclasses.field(default=False, init=False)
+    clip_norm: float = dataclasses.field(default=0.0, init=False)
+
+    def __post_init__(self) -> None:
+        _require_linear(self.inner, "AdaptiveClippingDP")
+        if not (math.isfinite(self.initial_clip) and self.initial_clip > 0):
+            raise FLError(f"initial_clip must be a finite number > 0, got {self.initial_clip}")
+        if not (math.isfinite(self.noise_multiplier) and self.noise_multiplier > 0):
+            raise FLError("AdaptiveClippingDP needs noise_multiplier > 0 (without noise use a plain quantile estimate)")
+        if not 0.0 < self.target_quantile < 1.0:
+            raise FLError(f"target_quantile must be in (0, 1), got {self.target_quantile}")
+        if not self.clip_learning_rate > 0:
+            raise FLError(f"clip_learning_rate must be > 0, got {self.clip_learning_rate}")
+        self.clip_norm = float(self.initial_clip)
+
+    def aggregate(self, updates: Sequence[ClientUpdate], ctx: RoundContext) -> AggregateResult:
+        m_bar = ctx.expected_clients
+        sb = self.count_stddev if self.count_stddev is not None else m_bar / 20.0
+        z_delta = update_noise_multiplier(self.noise_multiplier, sb)
+        C = self.clip_norm
+        clipped, below = [], 0
+        for u in updates:
+            d, norm = clip_to_norm(np.asarray(u.delta, dtype=np.float64), C)
+            below += norm <= C
+            clipped.append(dataclasses.replace(u, delta=d, num_examples=1))
+        res = self.inner.aggregate(clipped, ctx)
+        total = res.delta * res.total_weight
+        noisy = total + ctx.rng.normal(0.0, z_delta * C, size=total.shape)
+        centred = below - 0.5 * len(updates) + ctx.rng.normal(0.0, sb)
+        b_bar = centred / m_bar + 0.5
+        self.clip_norm = C * math.exp(-self.clip_learning_rate * (b_bar - self.target_quantile))
+        if self.accountant is not None:
+            self.accountant.record(self.noise_multiplier)
+        info = dict(res.info)
+        info.update(clip_norm=C, next_clip_norm=self.clip_norm, noisy_fraction_below=b_bar,
+                    update_noise_multiplier=z_delta, count_stddev=sb, noise_stddev=z_delta * C)
+        _report(self.accountant, self.report_every, info)
+        return AggregateResult(noisy / m_bar, m_bar, res.num_clients, info)
