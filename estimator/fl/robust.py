@@ -1,0 +1,127 @@
+"""Byzantine-robust aggregation as wrappers.
+
+Each wrapper states ``f``, the number of malicious clients it tolerates, and
+refuses a round with too few updates for that ``f``. Each reduces the round's
+updates to a robust set and hands that set to the ``inner`` aggregator (a
+weighted mean, typically), so the inner strategy's server step is unchanged:
+
+* :class:`Krum` (Blanchard, El Mhamdi, Guerraoui, Stainer, "Machine learning
+  with adversaries: Byzantine tolerant gradient descent", NeurIPS 2017):
+  score each update by the sum of squared distances to its n − f − 2 nearest
+  others and keep the lowest; needs n ≥ 2f + 3. ``multi=m`` keeps the m
+  best (multi-Krum, ibid. §5) and averages them through ``inner``.
+* :class:`CoordinateMedian` (Yin, Chen, Kannan, Bartlett, "Byzantine-robust
+  distributed learning: towards optimal statistical rates", ICML 2018):
+  the median of each coordinate; needs n ≥ 2f + 1.
+* :class:`TrimmedMean` (ibid.): per coordinate, drop the f largest and the f
+  smallest values and average the rest; needs n ≥ 2f + 1.
+
+Median and trimmed mean ignore the clients' example counts (weighting them
+would let one client with a large claimed count move the statistic): inner
+receives one pseudo-update carrying the statistic. None of them is linear,
+so none may sit under a DP wrapper.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Sequence
+
+import numpy as np
+
+from client_sdk.fl.client import ClientUpdate
+from client_sdk.fl.errors import FLError
+from estimator.fl.aggregators import AggregateResult, Aggregator, RoundContext
+
+__all__ = ["Krum", "CoordinateMedian", "TrimmedMean", "krum_scores"]
+
+
+def _stack(updates: Sequence[ClientUpdate]) -> np.ndarray:
+    return np.stack([np.asarray(u.delta, dtype=np.float64) for u in updates])
+
+
+def _need(updates: Sequence[ClientUpdate], need: int, who: str, f: int) -> None:
+    if len(updates) < need:
+        raise FLError(f"{who} with f = {f} needs at least {need} updates, got {len(updates)}; "
+                      "sample more clients or lower f")
+
+
+def _check_f(f: int) -> None:
+    if isinstance(f, bool) or not isinstance(f, int) or f < 0:
+        raise FLError(f"f (tolerated malicious clients) must be an integer >= 0, got {f!r}")
+
+
+def krum_scores(X: np.ndarray, f: int) -> np.ndarray:
+    """Krum score of each row: Σ of its n − f − 2 smallest squared distances to other rows."""
+    sq = np.einsum("ij,ij->i", X, X)
+    d2 = np.maximum(sq[:, None] + sq[None, :] - 2.0 * (X @ X.T), 0.0)
+    np.fill_diagonal(d2, np.inf)
+    k = X.shape[0] - f - 2
+    return np.sort(d2, axis=1)[:, :k].sum(axis=1)
+
+
+def _pseudo(vec: np.ndarray, ctx: RoundContext, name: str) -> ClientUpdate:
+    return ClientUpdate(name, ctx.round, vec, 1)
+
+
+@dataclasses.dataclass
+class Krum:
+    """Krum (``multi=1``) or multi-Krum (``multi=m``), tolerating ``f`` malicious clients."""
+
+    inner: Aggregator
+    f: int
+    multi: int = 1
+    linear: bool = dataclasses.field(default=False, init=False)
+
+    def __post_init__(self) -> None:
+        _check_f(self.f)
+        if isinstance(self.multi, bool) or not isinstance(self.multi, int) or self.multi < 1:
+            raise FLError(f"multi must be a positive integer, got {self.multi!r}")
+
+    def aggregate(self, updates: Sequence[ClientUpdate], ctx: RoundContext) -> AggregateResult:
+        _need(updates, 2 * self.f + 3, "Krum", self.f)
+        if self.multi > len(updates) - self.f:
+            raise FLError(f"multi-Krum keeps {self.multi} of {len(updates)} updates with f = {self.f}: "
+                          f"at most n − f = {len(updates) - self.f}")
+        scores = krum_scores(_stack(updates), self.f)
+        keep = np.argsort(scores, kind="stable")[: self.multi]
+        res = self.inner.aggregate([updates[i] for i in keep], ctx)
+        info = dict(res.info)
+        info["selected"] = [updates[i].client_id for i in keep]
+        return dataclasses.replace(res, num_clients=len(updates), info=info)
+
+
+@dataclasses.dataclass
+class CoordinateMedian:
+    """Coordinate-wise median, tolerating ``f`` < n/2 malicious clients."""
+
+    inner: Aggregator
+    f: int
+    linear: bool = dataclasses.field(default=False, init=False)
+
+    def __post_init__(self) -> None:
+        _check_f(self.f)
+
+    def aggregate(self, updates: Sequence[ClientUpdate], ctx: RoundContext) -> AggregateResult:
+        _need(updates, 2 * self.f + 1, "CoordinateMedian", self.f)
+        res = self.inner.aggregate([_pseudo(np.median(_stack(updates), axis=0), ctx, "median")], ctx)
+        return dataclasses.replace(res, num_clients=len(updates))
+
+
+@dataclasses.dataclass
+class TrimmedMean:
+    """Coordinate-wise mean after dropping the ``f`` largest and ``f`` smallest values."""
+
+    inner: Aggregator
+    f: int
+    linear: bool = dataclasses.field(default=False, init=False)
+
+    def __post_init__(self) -> None:
+        _check_f(self.f)
+
+    def aggregate(self, updates: Sequence[ClientUpdate], ctx: RoundContext) -> AggregateResult:
+        _need(updates, 2 * self.f + 1, "TrimmedMean", self.f)
+        X = np.sort(_stack(updates), axis=0)
+        vec = X[self.f : X.shape[0] - self.f].mean(axis=0)
+        res = self.inner.aggregate([_pseudo(vec, ctx, "trimmed_mean")], ctx)
+        return dataclasses.replace(res, num_clients=len(updates))
