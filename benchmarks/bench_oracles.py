@@ -40,6 +40,7 @@ goes to stdout and progress to stderr.
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import math
 import os
@@ -59,7 +60,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-__all__ = ["main", "zipf_values", "pureldp_params", "ALL_MECHANISMS", "TARGETS"]
+__all__ = ["main", "zipf_values", "bench_spec", "pureldp_params", "ALL_MECHANISMS", "VARIANTS", "TARGETS"]
 
 ALL_MECHANISMS = ["grr", "oue", "rappor", "rappor-prr", "olh", "cms", "hcms", "hr"]
 
@@ -646,7 +647,6 @@ def available(name: str) -> str | None:
     try:
         from client_sdk.mechanisms import spec_class
         from estimator.oracles import ACCUMULATORS
-        import importlib
 
         name = VARIANTS.get(name, (name, {}))[0]
         spec_class(name)
