@@ -62,18 +62,24 @@ if str(ROOT) not in sys.path:
 
 __all__ = ["main", "zipf_values", "bench_spec", "pureldp_params", "ALL_MECHANISMS", "VARIANTS", "TARGETS"]
 
-ALL_MECHANISMS = ["grr", "oue", "rappor", "rappor-prr", "olh", "cms", "hcms", "hr"]
+ALL_MECHANISMS = ["grr", "oue", "rappor", "rappor-prr", "olh", "cms", "hcms", "hr", "hr-blocks"]
 
 #: Benchmark rows that are a registered mechanism with non-default parameters.
 #: ``rappor-prr`` is RAPPOR without the instantaneous response (p=0, q=1), which
 #: is what pure-ldp's RAPPOR implements: the like-for-like accuracy comparison.
-VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {"rappor-prr": ("rappor", {"p": 0.0, "q": 1.0})}
+#: ``hr-blocks`` is the block (general-ε) Hadamard response, the variant that
+#: pure-ldp's HadamardResponseClient switches to for ε > 1.
+VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
+    "rappor-prr": ("rappor", {"p": 0.0, "q": 1.0}),
+    "hr-blocks": ("hr", {"variant": "blocks"}),
+}
 
 #: Default prefix of the data that pure-ldp runs on, per mechanism: about
 #: 5-15 s of its per-report Python work per repeat on this machine.
 PURELDP_N = {
     "grr": 1_000_000,
     "hr": 200_000,
+    "hr-blocks": 200_000,
     "oue": 20_000,
     "cms": 20_000,
     "hcms": 100_000,
