@@ -17,6 +17,7 @@ COMMANDS = [
     "simulator.commands.collector",
     "simulator.commands.shuffler",
     "simulator.commands.privacy",
+    "simulator.commands.fl",
 ]
 
 

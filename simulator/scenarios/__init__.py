@@ -1,0 +1,1 @@
+"""Scenarios that reproduce published set-ups with seeded synthetic data."""

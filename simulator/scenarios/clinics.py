@@ -1,0 +1,156 @@
+"""The clinics scenario: federated logistic regression across 20 clinics with
+client-level DP, and the ε each setting really gives.
+
+Set-up (after the widely circulated "clinics" example of DP federated
+learning): 20 clinics whose patients' features are shifted per clinic,
+logistic regression, 100 rounds, about 10 clinics per round, updates clipped
+to L2 norm 0.5, noise multipliers 0, 0.5 and 2.0, δ = 1e-5. We do not have
+that example's seed data, so the clinics here are *synthetic and seeded*:
+clinic k draws n_k ∈ [80, 400] patients with features x ~ N(μ_k, I_8),
+μ_k ~ N(0, 1.5²·I_8) (the shift), and a shared outcome model
+y ~ Bernoulli(σ(15(w*·x + b*))). Accuracies are therefore comparable in
+shape, not in digits, to the example's (FedAvg 0.985, clipped + σ 2.0
+about 0.938 there).
+
+Clinics are sampled by Poisson sampling with q = 0.5 (10 clinics per round
+in expectation): that is the scheme whose client-level ε the PLD accountant
+computes tightly (add/remove one clinic, δ = 1e-5): about 137 for σ = 0.5
+and 14.3 for σ = 2.0 over 100 rounds — much weaker protection than the
+noise suggests. ``noise_for_epsilon`` gives the multiplier each target ε
+needs at the same q and number of rounds, and ``accuracy_at_target_epsilon``
+the test accuracy training reaches with it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any
+
+import numpy as np
+
+from client_sdk.fl.client import LocalTraining
+from client_sdk.fl.models import LogisticRegression
+from estimator.accounting.accountant import gaussian_noise_for_epsilon
+from estimator.fl.aggregators import ValidatingAggregator, WeightedMean
+from estimator.fl.dp import ClientLevelAccountant, FixedClippingDP
+from estimator.fl.rounds import FederatedClient, run_rounds
+from estimator.fl.sampling import PoissonSampling
+from estimator.fl.strategies import FedAvg
+
+__all__ = ["ClinicsConfig", "make_clinics", "run_clinics", "DATA_NOTE"]
+
+DATA_NOTE = ("synthetic seeded clinics (the original example's seed data is not available): "
+             "per-clinic feature shifts, a shared logistic outcome model")
+
+
+@dataclasses.dataclass(frozen=True)
+class ClinicsConfig:
+    clinics: int = 20
+    features: int = 8
+    rounds: int = 100
+    sample_rate: float = 0.5
+    clip_norm: float = 0.5
+    noise_multipliers: tuple[float, ...] = (0.0, 0.5, 2.0)
+    delta: float = 1e-5
+    target_epsilons: tuple[float, ...] = (1.0, 3.0, 8.0)
+    training: LocalTraining = LocalTraining(epochs=1, batch_size=32, learning_rate=0.5)
+    shift: float = 1.5
+    seed: int = 0
+
+
+def make_clinics(cfg: ClinicsConfig, rng: np.random.Generator) -> tuple[list[FederatedClient], tuple[np.ndarray, np.ndarray]]:
+    """The clinics' training data and a pooled test set (20 % of every clinic's patients)."""
+    d = cfg.features
+    w = rng.normal(size=d)
+    w /= np.linalg.norm(w)
+    b = 0.2
+    clients, tests_X, tests_y = [], [], []
+    for k in range(cfg.clinics):
+        n = int(rng.integers(80, 401))
+        mu = rng.normal(scale=cfg.shift, size=d)
+        X = (mu + rng.normal(size=(n, d))).astype(np.float32)
+        z = 15.0 * (X @ w + b)
+        y = (rng.random(n) < 0.5 * (1 + np.tanh(0.5 * z))).astype(np.int64)
+        cut = int(0.8 * n)
+        clients.append(FederatedClient(f"clinic{k:02d}", X[:cut], y[:cut]))
+        tests_X.append(X[cut:])
+        tests_y.append(y[cut:])
+    return clients, (np.concatenate(tests_X), np.concatenate(tests_y))
+
+
+def _setting(name: str, cfg: ClinicsConfig, clients: list[FederatedClient], test: Any, noise: float | None) -> dict[str, Any]:
+    model = LogisticRegression(cfg.features)
+    sampling = PoissonSampling(cfg.sample_rate)
+    rng = np.random.default_rng([cfg.seed, 1])
+    acc = None
+    if noise is None:
+        agg: Any = ValidatingAggregator(WeightedMean())
+    else:
+        acc = ClientLevelAccountant(sampling, len(clients), cfg.delta)
+        agg = ValidatingAggregator(FixedClippingDP(WeightedMean(), cfg.clip_norm, noise, accountant=acc,
+                                                   report_every=cfg.rounds))
+    _, hist = run_rounds(model, FedAvg(cfg.training), agg, clients, sampling, cfg.rounds, rng, test=test)
+    eps = None if acc is None else acc.epsilon()
+    return {
+        "name": name,
+        "clip_norm": None if noise is None else cfg.clip_norm,
+        "noise_multiplier": noise,
+        "test_accuracy": hist[-1].test_accuracy,
+        "accuracy_per_round": [h.test_accuracy for h in hist],
+        "clients_per_round_mean": float(np.mean([h.sampled for h in hist])),
+        "epsilon": None if eps is None else (eps if math.isfinite(eps) else "inf"),
+    }
+
+
+def run_clinics(cfg: ClinicsConfig = ClinicsConfig(), noise_for_targets: bool = True) -> dict[str, Any]:
+    """Run every setting; return a JSON-ready result."""
+    clients, test = make_clinics(cfg, np.random.default_rng([cfg.seed, 0]))
+    settings = [_setting("fedavg", cfg, clients, test, None)]
+    for z in cfg.noise_multipliers:
+        settings.append(_setting(f"clip{cfg.clip_norm:g}_sigma{z:g}", cfg, clients, test, z))
+    out: dict[str, Any] = {
+        "scenario": "clinics",
+        "data": DATA_NOTE,
+        "seed": cfg.seed,
+        "clinics": cfg.clinics,
+        "rounds": cfg.rounds,
+        "sampling": {"kind": "poisson", "rate": cfg.sample_rate,
+                     "expected_clients_per_round": cfg.sample_rate * cfg.clinics},
+        "delta": cfg.delta,
+        "neighbors": "add or remove one clinic (all its patients)",
+        "test_examples": int(len(test[1])),
+        "settings": settings,
+    }
+    if noise_for_targets:
+        out["noise_for_epsilon"] = {
+            f"{e:g}": gaussian_noise_for_epsilon(e, cfg.delta, cfg.sample_rate, cfg.rounds, discretization=1e-3)
+            for e in cfg.target_epsilons
+        }
+        out["accuracy_at_target_epsilon"] = {
+            e: _setting(f"clip{cfg.clip_norm:g}_eps{e}", cfg, clients, test, z)["test_accuracy"]
+            for e, z in out["noise_for_epsilon"].items()
+        }
+    return out
+
+
+def plot_accuracy(result: dict[str, Any], path: str) -> None:
+    """Test accuracy per round, one line per setting (matplotlib, server extra)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    for s in result["settings"]:
+        eps = s["epsilon"]
+        label = s["name"] if eps is None else f"{s['name']} (ε = {eps if isinstance(eps, str) else f'{eps:.3g}'})"
+        ax.plot(range(1, len(s["accuracy_per_round"]) + 1), s["accuracy_per_round"], label=label)
+    ax.set_xlabel("round")
+    ax.set_ylabel("test accuracy")
+    ax.set_title(f"clinics: {result['clinics']} clinics, q = {result['sampling']['rate']}, δ = {result['delta']:g} (synthetic data)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)

@@ -1,0 +1,62 @@
+"""The clinics scenario: the published client-level ε figures, the scenario's result,
+and the ``ldp fl clinics`` command."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from estimator.accounting.accountant import epsilon_pld, sampled_gaussian_event
+from estimator.fl.dp import ClientLevelAccountant
+from estimator.fl.sampling import PoissonSampling
+from simulator.cli import main
+from simulator.scenarios.clinics import ClinicsConfig, run_clinics
+
+
+@pytest.mark.parametrize("sigma, published", [(0.5, 137.0), (2.0, 14.3)])
+def test_client_level_epsilon_of_the_clinics_settings(sigma: float, published: float) -> None:
+    """q = 0.5, 100 rounds, δ = 1e-5: the PLD accountant gives about 137 for σ = 0.5 and
+    about 14.3 for σ = 2.0 (the figures quoted for the clinics example); the published
+    values carry 3 significant digits, hence the tolerance of half a unit in the last one."""
+    acc = ClientLevelAccountant(PoissonSampling(0.5), 20, 1e-5)
+    for _ in range(100):
+        acc.record(sigma)
+    eps = acc.epsilon()
+    tol = 0.5 if published > 100 else 0.05
+    assert abs(eps - published) <= tol, eps
+
+
+def test_scenario_result_is_consistent() -> None:
+    cfg = ClinicsConfig(rounds=12, target_epsilons=(3.0,))
+    r = run_clinics(cfg)
+    names = [s["name"] for s in r["settings"]]
+    assert names == ["fedavg", "clip0.5_sigma0", "clip0.5_sigma0.5", "clip0.5_sigma2"]
+    for s in r["settings"]:
+        assert len(s["accuracy_per_round"]) == 12 and 0.0 <= s["test_accuracy"] <= 1.0
+    by = {s["name"]: s for s in r["settings"]}
+    assert by["fedavg"]["test_accuracy"] > 0.9 and by["fedavg"]["epsilon"] is None
+    assert by["clip0.5_sigma0"]["epsilon"] == "inf"
+    assert by["clip0.5_sigma0.5"]["epsilon"] > by["clip0.5_sigma2"]["epsilon"] > 0
+    assert by["clip0.5_sigma2"]["epsilon"] == pytest.approx(
+        epsilon_pld(sampled_gaussian_event(2.0, 0.5, 12), 1e-5, discretization=1e-3))
+    z = r["noise_for_epsilon"]["3"]
+    assert epsilon_pld(sampled_gaussian_event(z, 0.5, 12), 1e-5) <= 3.0
+    assert epsilon_pld(sampled_gaussian_event(0.98 * z, 0.5, 12), 1e-5) > 3.0
+    assert 0.0 <= r["accuracy_at_target_epsilon"]["3"] <= 1.0
+    assert "synthetic" in r["data"] and r["sampling"]["rate"] == 0.5
+
+
+def test_cli_json_and_plot(tmp_path, capsys) -> None:
+    png = tmp_path / "acc.png"
+    assert main(["fl", "clinics", "--rounds", "3", "--no-noise-search", "--json", "--plot", str(png)]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["rounds"] == 3 and len(out["settings"]) == 4 and "noise_for_epsilon" not in out
+    assert png.stat().st_size > 1000 and png.read_bytes()[:4] == b"\x89PNG"
+    assert main(["fl", "clinics", "--rounds", "2", "--no-noise-search"]) == 0
+    text = capsys.readouterr().out
+    assert "client-level ε" in text and "clip0.5_sigma2" in text
+    with pytest.raises(SystemExit):
+        main(["fl", "clinics", "--rounds", "0"])
+    assert math.isfinite(out["settings"][3]["epsilon"])
