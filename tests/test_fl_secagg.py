@@ -12,7 +12,7 @@ import pytest
 from scipy import stats
 
 from client_sdk.fl import SecAggError
-from client_sdk.fl.secagg import PRIME, Quantizer, SecAggClient, Share, prg_words, shamir_combine, shamir_split
+from client_sdk.fl.secagg import PRIME, Quantizer, SecAggClient, Share, add_masks, prg_words, shamir_combine, shamir_split
 from estimator.fl.secagg_server import SecAggServer, default_degree, make_config, neighbor_graph
 
 
@@ -128,6 +128,19 @@ def test_prg_is_aes_ctr_keystream_and_seed_dependent() -> None:
     assert not np.array_equal(prg_words(bytes(32), 10), ref)
     with pytest.raises(SecAggError, match="32 bytes"):
         prg_words(b"\x01" * 4, 10)
+
+
+def test_chunked_mask_accumulation_equals_whole_vector_masks() -> None:
+    """add_masks walks the vector in chunks of 2^15 words; d = 70,001 spans three chunks
+    and a ragged end. Reference: whole-vector keystreams added and subtracted in uint64."""
+    rng = np.random.default_rng(13)
+    d = 70_001
+    acc = rng.integers(0, 2**32, size=d, dtype=np.uint32)
+    masks = [(rng.bytes(32), int(sign)) for sign in (1, -1, -1, 1, 1)]
+    ref = acc.astype(np.int64)
+    for seed, sign in masks:
+        ref += sign * prg_words(seed, d).astype(np.int64)
+    np.testing.assert_array_equal(add_masks(acc.copy(), masks), (ref % (1 << 32)).astype(np.uint32))
 
 
 def test_shamir_reconstructs_from_any_t_and_refuses_fewer() -> None:

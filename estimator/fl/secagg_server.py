@@ -25,7 +25,7 @@ import numpy as np
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X25519PublicKey
 
 from client_sdk.fl.errors import SecAggError
-from client_sdk.fl.secagg import KeyAdvert, SecAggConfig, Share, pairwise_seed, prg_words, public_bytes, shamir_combine
+from client_sdk.fl.secagg import KeyAdvert, SecAggConfig, Share, add_masks, pairwise_seed, public_bytes, shamir_combine
 
 __all__ = ["default_degree", "default_threshold", "neighbor_graph", "make_config", "SecAggServer"]
 
@@ -136,15 +136,12 @@ class SecAggServer:
                     b_sh.setdefault(v, []).append(share)
                 elif kind == "s" and v in dropped:
                     s_sh.setdefault(v, []).append(share)
-        d = self.config.vector_length
-        total = self._sum.copy()
-        buf = np.empty(d + 4, np.uint32)
+        masks: list[tuple[bytes, int]] = []
         for u in sorted(survivors):
             shares = b_sh.get(u, [])
             if len(shares) < self.config.threshold:
                 raise SecAggError(f"only {len(shares)} shares of client {u}'s self-mask seed; need {self.config.threshold}")
-            seed = shamir_combine(shares).to_bytes(32, "little")
-            total -= prg_words(seed, d, buf)
+            masks.append((shamir_combine(shares).to_bytes(32, "little"), -1))
         nb = self.config.neighbors
         for v in sorted(dropped):
             shares = s_sh.get(v, [])
@@ -154,12 +151,8 @@ class SecAggServer:
             if public_bytes(sk.public_key()) != self.adverts[v].mask_key:
                 raise SecAggError(f"the mask key rebuilt for client {v} does not match its advertised key: bad shares")
             for u in nb[v]:
-                if u not in survivors:
-                    continue
-                m = prg_words(pairwise_seed(sk, X25519PublicKey.from_public_bytes(self.adverts[u].mask_key),
-                                            self.config.round, v, u), d, buf)
-                if v > u:
-                    total -= m
-                else:
-                    total += m
+                if u in survivors:
+                    seed = pairwise_seed(sk, X25519PublicKey.from_public_bytes(self.adverts[u].mask_key), self.config.round, v, u)
+                    masks.append((seed, -1 if v > u else 1))  # u added +PRG when v > u
+        total = add_masks(self._sum.copy(), masks)
         return total
