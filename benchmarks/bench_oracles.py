@@ -690,6 +690,7 @@ def main(argv: list[str] | None = None) -> int:
             mechs.append(m)
     load_before = os.getloadavg()
     started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    commit = git_commit()  # at the start: other work may commit while this runs
     log(f"data: Zipf(s={args.zipf}) n={args.n:,} d={args.d} seed={args.seed}")
     values = zipf_values(args.n, args.d, args.zipf, args.seed)
     truth = np.bincount(values, minlength=args.d).astype(np.float64)
@@ -743,7 +744,7 @@ def main(argv: list[str] | None = None) -> int:
     results = {
         "command": command,
         "started_utc": started,
-        "git_commit": git_commit(),
+        "git_commit": commit,
         "args": {k: v for k, v in vars(args).items() if k in ("n", "d", "epsilon", "repeats", "zipf", "seed", "chunk", "pureldp_sizes")},
         "machine": machine,
         "load_average": {"before": load_before, "after": os.getloadavg()},
