@@ -42,9 +42,13 @@ class _Family:
         self._lock = threading.Lock()
 
     def _key(self, labels: dict[str, str]) -> tuple[str, ...]:
-        if set(labels) != set(self.labelnames):
+        try:
+            key = tuple([str(labels[n]) for n in self.labelnames])
+        except KeyError:
+            key = ()
+        if len(key) != len(labels) or len(key) != len(self.labelnames):
             raise ValueError(f"{self.name} takes labels {self.labelnames}, got {sorted(labels)}")
-        return tuple(str(labels[n]) for n in self.labelnames)
+        return key
 
     def _labels(self, key: tuple[str, ...], extra: str = "") -> str:
         parts = [f'{n}="{_escape(v)}"' for n, v in zip(self.labelnames, key)]

@@ -24,7 +24,7 @@ committed in the same transaction, as data. The shuffler keeps a
 ``ldp.shuffler.state``, partition ``p`` (it has as many partitions as the
 raw topic, and the consumer subscribes to both, so the group assigns raw
 ``p`` and state ``p`` to the same member; the shuffler checks this). A
-checkpoint holds the partition's buffered reports (already permuted), its
+checkpoint holds the partition's buffered reports (with their upload numbers), its
 window of recent upload batch ids, and ``raw_offset``: the raw offset up to
 which it accounts for the input. Every ``checkpoint_interval`` seconds, one
 transaction publishes the released batches, a new checkpoint of every
@@ -38,15 +38,23 @@ transaction, since that transaction commits past it.) A partition's buffer
 and window change only when a raw record of that partition is applied, so
 two checkpoints with the same ``raw_offset`` hold the same state.
 
-On start, and whenever the group moves a partition or rewinds it (after a
-rebalance or an aborted transaction both transports restart from the
-committed offsets; the shuffler notices an offset that does not increase),
-the partition is *restored*: its raw records are held back until the
-checkpoint with ``raw_offset`` equal to the committed offset arrives, which
-then replaces the partition's state; the held records are applied after it.
-No checkpoint is written while a partition is restoring. So after a crash
-anywhere, every report is released exactly once or is still buffered, and
-no upload is counted twice.
+Released batches go into the open transaction as soon as they are cut (on
+Kafka they travel to the broker while the shuffler works on) and become
+visible only when it commits.
+
+**Restoring.** A partition is restored when the shuffler starts and whenever
+the group moves partitions: its raw records are held back until the
+checkpoint with ``raw_offset`` equal to the group's committed offset
+arrives, which then replaces the partition's state; the held records are
+applied after it. No checkpoint is written while a partition is restoring.
+After a rebalance both transports restart *every* owned partition from the
+committed offsets and forget what they delivered; the shuffler notices it
+because the consumer's delivered positions (``Consumer.positions()``) no
+longer match the records it received since its last commit. It then aborts
+its open transaction (whose outputs came from records that will be
+delivered again) and restores every partition. So after a crash, a
+rebalance or an aborted transaction, every report is released exactly once
+or is still buffered, and no upload is counted twice.
 
 Duplicates: the collector publishes a retried upload again if it crashed
 between publishing and recording the batch id (:mod:`collector.dedup`).
@@ -263,24 +271,46 @@ def decode_checkpoint_chunk(value: bytes) -> tuple[CheckpointHeader, memoryview]
 
 
 class _Group:
-    """Buffered reports of one (metric, spec, day): record arrays with their source ids."""
+    """Buffered reports of one (metric, spec, day): record arrays with per-record source (upload) numbers.
 
-    __slots__ = ("spec", "parts", "n")
+    Sources are numbered densely per group (0, 1, ...), so the distinct
+    uploads in a released batch are counted with one ``bincount``.
+    """
+
+    __slots__ = ("spec", "parts", "n", "next_source")
 
     def __init__(self, spec: MechanismSpec) -> None:
         self.spec = spec
         self.parts: list[tuple[np.ndarray, np.ndarray | int]] = []
         self.n = 0
+        self.next_source = 0
 
-    def add(self, records: np.ndarray, source: np.ndarray | int) -> None:
-        self.parts.append((records, source))
+    def add_upload(self, records: np.ndarray) -> None:
+        self.parts.append((records, self.next_source))
+        self.next_source += 1
         self.n += int(records.size)
 
+    def add_restored(self, records: np.ndarray, sources: np.ndarray) -> None:
+        self.parts.append((records, sources))
+        self.n += int(records.size)
+        if sources.size:
+            self.next_source = max(self.next_source, int(sources.max()) + 1)
+
     def arrays(self) -> tuple[np.ndarray, np.ndarray]:
-        recs = np.concatenate([r for r, _ in self.parts]) if len(self.parts) != 1 else np.asarray(self.parts[0][0])
-        srcs = [np.full(r.size, s, dtype=np.uint32) if isinstance(s, int) else s for r, s in self.parts]
-        src = np.concatenate(srcs) if len(srcs) != 1 else srcs[0]
+        recs = self.parts[0][0] if len(self.parts) == 1 else np.concatenate([r for r, _ in self.parts])
+        if all(isinstance(s, int) for _, s in self.parts):
+            src = np.repeat(np.array([s for _, s in self.parts], dtype=np.uint32), [r.size for r, _ in self.parts])
+        else:
+            src = np.concatenate([np.full(r.size, s, dtype=np.uint32) if isinstance(s, int) else s
+                                  for r, s in self.parts])
         return recs, src
+
+    def keep(self, records: np.ndarray, sources: np.ndarray) -> None:
+        """Replace the buffer by ``records`` (a random remainder), renumbering their sources densely."""
+        uniq, dense = np.unique(sources, return_inverse=True)
+        self.parts = [(records, dense.astype(np.uint32).reshape(-1))]
+        self.n = int(records.size)
+        self.next_source = int(uniq.size)
 
 
 class _Partition:
@@ -296,17 +326,17 @@ class _Partition:
         self.groups: dict[_GroupKey, _Group] = {}
         self.ids: collections.OrderedDict[bytes, None] = collections.OrderedDict()
         self.newest_day = -1
-        self.next_source = 0
         self.raw_next: int | None = committed
-        self.last_raw: int | None = None
-        self.last_state: int | None = None
         self.dirty = False
-        self.pending: list[tuple[bytes, bytes]] = []
         self.pending_reports = 0
         self.delta: collections.Counter[str] = collections.Counter()  # stats, counted once committed
 
     def buffered(self) -> int:
         return sum(g.n for g in self.groups.values())
+
+
+class _Abort(Exception):
+    """Raised into an open transaction to abort it."""
 
 
 def _state_keys(partitions: int) -> list[bytes]:
@@ -328,6 +358,11 @@ class Shuffler:
     to spec. ``guarantee`` computes each released batch's central (ε, δ);
     ``words`` is the CSPRNG word source of the permutations (tests may seed
     it); ``new_batch_id`` draws released batch ids (default ``secrets.token_bytes(16)``).
+
+    Released batches are published into a transaction as soon as they are
+    cut (on Kafka they travel to the broker while the shuffler works on); the
+    transaction commits at the next checkpoint, together with the checkpoints
+    and the input offsets.
     """
 
     def __init__(self, transport: Transport, specs: MetricSet | Mapping[str, MechanismSpec],
@@ -349,6 +384,9 @@ class Shuffler:
         self._consumer: Consumer | None = None
         self._parts: dict[int, _Partition] = {}
         self._state_keys: list[bytes] = []
+        self._expected: dict[TopicPartition, int] = {}  # what the consumer must report as delivered
+        self._tx_ctx: Any = None
+        self._tx: Any = None
         self._progress = False
         self._last_checkpoint = time.monotonic()
         self._last_input = time.monotonic()
@@ -394,7 +432,10 @@ class Shuffler:
             pass
 
     def close(self) -> None:
+        """Leave the group; an open (uncommitted) transaction is aborted."""
         if self._consumer is not None:
+            if self._tx_ctx is not None:
+                self._abort()
             self._consumer.close()
             self._consumer = None
         self._parts.clear()
@@ -412,21 +453,29 @@ class Shuffler:
             if idle_exit is not None and not got and not self._progress and \
                     time.monotonic() - self._last_input >= idle_exit and all(p.live for p in self._parts.values()):
                 break
-        self.checkpoint(force=True)
+        if all(p.live for p in self._parts.values()):
+            self.checkpoint(force=True)
         return self.stats
 
     def step(self, timeout: float = 0.2) -> int:
         """Poll once, apply what came, and checkpoint if one is due; return the number of raw records polled."""
         consumer = self._require_consumer()
         recs = consumer.poll(max_records=self.settings.poll_records, timeout=timeout)
+        for r in recs:
+            self._expected[TopicPartition(r.topic, r.partition)] = r.offset + 1
+        if consumer.positions() != self._expected:
+            # the consumer started over from the committed offsets (a rebalance): so do we, entirely
+            self._rewind_everything()
+            return 0
         self._sync_assignment()
         raw = 0
         for r in recs:
             if r.topic == self.settings.raw_topic:
                 raw += 1
-                self._on_raw(r)
-            else:
-                self._on_state(r)
+                if not self._on_raw(r):
+                    return raw
+            elif not self._on_state(r):
+                return raw
         if raw:
             self._last_input = time.monotonic()
         self._check_restores()
@@ -452,57 +501,67 @@ class Shuffler:
                 del self._parts[p]
         for p in raw:
             if p not in self._parts:
-                self._restart(p)
+                part = self._parts[p] = _Partition(p, self._consumer.committed(  # type: ignore[union-attr]
+                    TopicPartition(self.settings.raw_topic, p)))
+                if not part.live:
+                    self.stats.restores += 1
 
-    def _restart(self, p: int) -> _Partition:
-        """Forget partition ``p``'s state and restore it from its checkpoint."""
-        tp = TopicPartition(self.settings.raw_topic, p)
-        part = _Partition(p, self._require_consumer().committed(tp))
-        if not part.live:
-            self.stats.restores += 1
-        self._parts[p] = part
-        return part
-
-    def _rewind_all(self) -> None:
-        for p in list(self._parts):
-            self._restart(p)
+    def _rewind_everything(self) -> None:
+        """Abort the open transaction (or an empty one), which rewinds the consumer to the committed offsets,
+        and forget every partition: each is restored from its checkpoint as its records come again."""
+        self._abort()
+        self._parts.clear()
+        self._expected = {}
         self._progress = False
+
+    def _abort(self) -> None:
+        consumer = self._require_consumer()
+        ctx, self._tx_ctx, self._tx = self._tx_ctx, None, None
+        try:
+            if ctx is None:
+                ctx = consumer.transaction()
+                ctx.__enter__()
+            ctx.__exit__(_Abort, _Abort(), None)
+        except FencedError:
+            raise
+        except TransportError as exc:
+            log.warning("aborting the transaction failed (%s); the transport rewinds regardless", exc)
 
     # -- input ----------------------------------------------------------------------------------
 
-    def _on_raw(self, r: Record) -> None:
+    def _on_raw(self, r: Record) -> bool:
         part = self._parts.get(r.partition)
         if part is None:
-            return
-        if part.last_raw is not None and r.offset <= part.last_raw:
-            part = self._restart(r.partition)
-        part.last_raw = r.offset
+            return True
+        if part.raw_next is not None and r.offset < part.raw_next and part.live:
+            log.warning("raw offset %d of partition %d came again unannounced; rewinding", r.offset, r.partition)
+            self._rewind_everything()
+            return False
         if part.live:
             self._apply(part, r)
         else:
             part.held.append(r)
+        return True
 
-    def _on_state(self, r: Record) -> None:
+    def _on_state(self, r: Record) -> bool:
         part = self._parts.get(r.partition)
         if part is None:
-            return
-        if part.last_state is not None and r.offset <= part.last_state:
-            part = self._restart(r.partition)
-        part.last_state = r.offset
+            return True
         try:
             header, payload = decode_checkpoint_chunk(r.value)
         except FrameError as exc:
             log.warning("ignoring a malformed record in %s[%d]@%d: %s", r.topic, r.partition, r.offset, exc)
-            return
+            return True
         if header.group != self.settings.group or header.partition != r.partition:
-            return
+            return True
         part.dirty = True  # the next transaction commits past this chunk: it writes a fresh checkpoint
         if part.live or header.raw_offset != part.committed:
-            return
+            return True
         chunks = part.assembling.setdefault(header.snapshot, {})
         chunks[header.chunk] = (header, payload)
         if len(chunks) == header.chunks:
             self._load(part, [chunks[i] for i in range(header.chunks)])
+        return True
 
     def _load(self, part: _Partition, chunks: list[tuple[CheckpointHeader, memoryview]]) -> None:
         first = chunks[0][0]
@@ -510,7 +569,6 @@ class Shuffler:
         part.ids.clear()
         part.newest_day = first.newest_day
         specs: dict[str, MechanismSpec] = {}
-        next_source = 0
         for header, payload in chunks:
             pos = 0
             for i in range(header.ids):
@@ -521,22 +579,15 @@ class Shuffler:
                 spec = specs.get(key_id)
                 if spec is None:
                     spec = specs[key_id] = spec_from_dict(dict(spec_dict))
-                nbytes = count * spec.record_size
                 recs = np.frombuffer(payload, dtype=spec.record_dtype, count=count, offset=pos).copy()
-                pos += nbytes
+                pos += count * spec.record_size
                 src = np.frombuffer(payload, dtype=np.uint32, count=count, offset=pos).copy()
                 pos += 4 * count
-                if count:
-                    # renumber sources past those already loaded, keeping them distinct per group
-                    uniq, inv = np.unique(src, return_inverse=True)
-                    src = (inv.astype(np.uint32) + np.uint32(next_source)).astype(np.uint32)
-                    next_source += int(uniq.size)
                 key = (metric, spec.spec_id, int(day))
                 group = part.groups.get(key)
                 if group is None:
                     group = part.groups[key] = _Group(spec)
-                group.add(recs, src)
-        part.next_source = next_source
+                group.add_restored(recs, src)
         part.live = True
         part.assembling.clear()
         part.raw_next = part.committed
@@ -593,8 +644,7 @@ class Shuffler:
         group = part.groups.get(key)
         if group is None:
             group = part.groups[key] = _Group(batch.spec)
-        group.add(batch.records, part.next_source)
-        part.next_source += 1
+        group.add_upload(batch.records)
         if group.n >= self.settings.min_batch:
             self._release(part, key, group)
 
@@ -619,23 +669,24 @@ class Shuffler:
         src = src[perm]
         metric, _, day = key
         out_key = metric_day_key(metric, day)
+        if self._tx is None:
+            self._tx_ctx = self._require_consumer().transaction()
+            self._tx = self._tx_ctx.__enter__()
         pos = 0
         for size in sizes:
             chunk = np.ascontiguousarray(recs[pos:pos + size])
-            sources = int(np.unique(src[pos:pos + size]).size)
+            sources = int(np.count_nonzero(np.bincount(src[pos:pos + size], minlength=1)))
             pos += size
             bid = self.new_batch_id()
             eps, delta, bound = self._central(size, spec.epsilon)
             meta = ShuffleMeta(shuffle_id=bid.hex(), n=size, epsilon0=float(spec.epsilon), central_epsilon=eps,
                                central_delta=delta, bound=bound, sources=sources)
-            part.pending.append((out_key, encode_envelope(meta, ReportBatch(metric, spec, day, chunk, bid))))
+            self._tx.publish(s.shuffled_topic, out_key, encode_envelope(meta, ReportBatch(metric, spec, day, chunk, bid)))
             part.pending_reports += size
             part.delta["released_batches"] += 1
             part.delta["released_reports"] += size
-        rest = recs.size - pos
-        if rest:
-            group.parts = [(recs[pos:].copy(), src[pos:].copy())]
-            group.n = rest
+        if pos < recs.size:
+            group.keep(recs[pos:].copy(), src[pos:])
         else:
             del part.groups[key]
 
@@ -665,12 +716,10 @@ class Shuffler:
             per = group.spec.record_size + 4
             pos = 0
             while pos < recs.size:
-                room = max(1, (budget - sizes[-1]) // per)
                 if sizes[-1] >= budget:
                     pieces.append([])
                     sizes.append(0)
-                    room = max(1, budget // per)
-                take = min(room, recs.size - pos)
+                take = min(max(1, (budget - sizes[-1]) // per), recs.size - pos)
                 blob = [np.ascontiguousarray(recs[pos:pos + take]).tobytes(),
                         np.ascontiguousarray(src[pos:pos + take], dtype=np.uint32).tobytes()]
                 pieces[-1].append(((metric, spec_dict, day, take), blob))
@@ -709,23 +758,24 @@ class Shuffler:
         if not due:
             return False
         try:
-            with consumer.transaction() as tx:
-                for p in parts:
-                    for key, value in p.pending:
-                        tx.publish(s.shuffled_topic, key, value)
-                for p in parts:
-                    if p.dirty and p.raw_next is not None:
-                        for chunk in self._chunks(p):
-                            tx.publish(s.state_topic, self._state_keys[p.index], chunk)
+            if self._tx is None:
+                self._tx_ctx = consumer.transaction()
+                self._tx = self._tx_ctx.__enter__()
+            for p in parts:
+                if p.dirty and p.raw_next is not None:
+                    for chunk in self._chunks(p):
+                        self._tx.publish(s.state_topic, self._state_keys[p.index], chunk)
+            ctx, self._tx_ctx, self._tx = self._tx_ctx, None, None
+            ctx.__exit__(None, None, None)  # commits outputs, checkpoints and input offsets, or raises
         except FencedError:
             raise
         except (CommitFailedError, TransportError) as exc:
             self.stats.aborted_transactions += 1
             log.warning("checkpoint aborted (%s); restoring from the committed checkpoints", exc)
-            self._rewind_all()
+            self._rewind_everything()
             return False
+        self._expected = {}
         for p in parts:
-            p.pending.clear()
             p.pending_reports = 0
             p.dirty = False
             for name, value in p.delta.items():

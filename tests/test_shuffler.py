@@ -288,6 +288,69 @@ def test_collector_package_does_not_import_the_estimator() -> None:
     assert out.stdout.strip() == "[]"
 
 
+def test_exactly_once_while_the_group_rebalances(tmp_path: Path, metrics: MetricSet) -> None:
+    """Two shufflers in one group on the embedded log: B joins while A works (the partitions are split and
+    every member restarts from the committed offsets), then A leaves (B restores A's partitions from their
+    checkpoints). Uploads keep arriving throughout; at the end every report was released exactly once."""
+    from collector.transport import partition_for
+
+    tp = Topics()
+    url = f"sqlite:///{tmp_path}/log.sqlite3"
+    days = []
+    for d in range(TODAY, TODAY - 60, -1):  # two metric-days on even partitions (member a), two on odd (b)
+        parity = partition_for(metric_day_key("emoji_used", d), 4) % 2
+        if sum(1 for x in days if partition_for(metric_day_key("emoji_used", x), 4) % 2 == parity) < 2:
+            days.append(d)
+        if len(days) == 4:
+            break
+    uploads = [olh_batch(metrics, 50, first_seed=50 * i, day=days[i % 4]) for i in range(160)]
+    settings = {m: tp.settings(min_batch=100, max_batch=400, member=m, max_age_days=60) for m in "ab"}
+    shufflers: dict[str, Shuffler] = {}
+    stops = {m: threading.Event() for m in "ab"}
+    errors: list[BaseException] = []
+
+    def work(member: str) -> None:
+        try:
+            with open_transport(url) as tr:
+                sh = shufflers[member] = Shuffler(tr, metrics, settings[member])
+                sh.run(stops[member])
+                sh.close()
+        except BaseException as exc:  # surfaced below
+            errors.append(exc)
+
+    def feed(tr: Transport, lo: int, hi: int) -> None:
+        for i in range(lo, hi, 8):
+            publish(tr, tp.raw, uploads[i:i + 8] + uploads[i:i + 1])  # one upload of each eight twice
+            time.sleep(0.05)
+
+    def wait_released(member: str) -> None:
+        end = time.monotonic() + 60
+        while member not in shufflers or shufflers[member].stats.released_reports == 0:
+            assert time.monotonic() < end and not errors, (member, errors)
+            time.sleep(0.05)
+
+    with open_transport(url) as tr:
+        tr.create_topic(tp.raw, 4)
+        threads = {m: threading.Thread(target=work, args=(m,)) for m in "ab"}
+        threads["a"].start()
+        feed(tr, 0, 48)
+        wait_released("a")
+        threads["b"].start()  # the group rebalances: a keeps the even partitions, b takes the odd ones
+        feed(tr, 48, 104)
+        wait_released("b")
+        stops["a"].set()  # a leaves: b restores a's partitions from their checkpoints
+        threads["a"].join(60)
+        feed(tr, 104, 160)
+        out = read_shuffled(tr, tp.shuffled, metrics, expect=50 * 160, timeout=120, quiet=1.0)
+        stops["b"].set()
+        threads["b"].join(60)
+    assert not errors, errors
+    seeds = np.sort(np.concatenate([sb.batch.records["seed"] for _, sb in out]).astype(np.int64))
+    assert np.array_equal(seeds, np.arange(50 * 160))
+    assert shufflers["a"].stats.released_reports > 0 and shufflers["b"].stats.released_reports > 0
+    assert shufflers["b"].stats.restores >= 1
+
+
 # -- exactly once across kill -9, as the `ldp shuffler` process ------------------------------------------
 
 

@@ -1,0 +1,239 @@
+"""Ingest and shuffle throughput: one collector worker into the transport, and the shuffler.
+
+* **ingest**: ``ldp collector`` (one uvicorn worker, a separate process) on
+  127.0.0.1; an asyncio load generator in this process keeps ``--connections``
+  keep-alive connections busy with binary frames of ``--reports`` OLH reports
+  (each a fresh batch id, so every one is published). Counted: 202-accepted
+  reports per second over ``--seconds``, request latency p50/p99, and the
+  collector's CPU seconds (from ``/proc``) per million reports.
+* **shuffle**: ``--batches`` raw frames of ``--reports`` reports over eight
+  metric-days are published first; then one in-process :class:`~collector.shuffler.Shuffler`
+  (already joined to its group, kernel warmed up) is timed from its first poll
+  until every input report is committed (released or buffered), with
+  ``--min-batch`` as crowd threshold and the default checkpoint interval.
+
+Each figure is the median of ``--runs`` runs, each on fresh topics. Usage::
+
+    .venv/bin/ldp kafka up
+    .venv/bin/python benchmarks/bench_ingest.py                       # Kafka at 127.0.0.1:9092
+    .venv/bin/python benchmarks/bench_ingest.py --transport sqlite    # the embedded log
+    .venv/bin/python benchmarks/bench_ingest.py --quick
+
+Results print as Markdown and go to ``benchmarks/results/ingest.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import pathlib
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+import zlib
+
+import numpy as np
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from client_sdk.metrics import load_metrics, utc_day  # noqa: E402
+from client_sdk.wire import ReportBatch, encode_frame  # noqa: E402
+from collector.permute import warm_up  # noqa: E402
+from collector.shuffler import Shuffler, ShufflerSettings  # noqa: E402
+from collector.topics import metric_day_key  # noqa: E402
+from collector.transport import open_transport  # noqa: E402
+
+METRICS = ROOT / "metrics" / "example.json"
+
+
+def _cpu_seconds(pid: int) -> float:
+    fields = pathlib.Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _template(n: int) -> bytes:
+    spec = load_metrics(METRICS, reject_expired=False)["emoji_used"].spec
+    rng = np.random.default_rng(0)
+    records = spec.encode(rng.integers(0, spec.domain_size, n), rng)
+    return encode_frame(ReportBatch("emoji_used", spec, utc_day(time.time()), records))
+
+
+class Collector:
+    """``ldp collector`` in a subprocess."""
+
+    def __init__(self, url: str, topic: str, tmp: pathlib.Path) -> None:
+        args = [sys.executable, "-m", "simulator.cli", "collector", "--transport", url, "--metrics", str(METRICS),
+                "--port", "0", "--raw-topic", topic, "--dedup", str(tmp / f"ids-{topic}.sqlite3"),
+                "--max-in-flight", "4096"]
+        self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp,
+                                     env=dict(os.environ, PYTHONPATH=str(ROOT)))
+        line = self.proc.stdout.readline() if self.proc.stdout else ""
+        if "listening on" not in line:
+            raise RuntimeError(f"collector did not start: {line!r} {self.proc.communicate()[1]}")
+        self.host, port = line.split("http://")[1].split()[0].rsplit(":", 1)
+        self.port = int(port)
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        self.proc.communicate(timeout=60)
+
+
+async def _connection(host: str, port: int, template: bytes, deadline: float, warm_until: float,
+                      latencies: list[float], counts: list[int]) -> None:
+    reader, writer = await asyncio.open_connection(host, port)
+    head = (f"POST /v1/reports HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/x-ldp-frame\r\n"
+            f"Content-Length: {len(template)}\r\n\r\n").encode()
+    frame = bytearray(template)
+    while True:
+        now = time.perf_counter()
+        if now >= deadline:
+            break
+        frame[28:44] = os.urandom(16)
+        frame[-4:] = zlib.crc32(memoryview(frame)[:-4]).to_bytes(4, "little")
+        writer.write(head + frame)
+        t0 = time.perf_counter()
+        status_line = await reader.readuntil(b"\r\n")
+        headers = await reader.readuntil(b"\r\n\r\n")
+        length = 0
+        for line in headers.split(b"\r\n"):
+            if line[:15].lower() == b"content-length:":
+                length = int(line[15:])
+        await reader.readexactly(length)
+        t1 = time.perf_counter()
+        if t0 >= warm_until:
+            latencies.append(t1 - t0)
+            counts[0 if status_line.split(b" ")[1] == b"202" else 1] += 1
+    writer.close()
+
+
+async def _load(host: str, port: int, template: bytes, seconds: float, connections: int,
+                warmup: float) -> tuple[list[float], list[int]]:
+    latencies: list[float] = []
+    counts = [0, 0]
+    start = time.perf_counter()
+    await asyncio.gather(*(_connection(host, port, template, start + warmup + seconds, start + warmup, latencies,
+                                       counts) for _ in range(connections)))
+    return latencies, counts
+
+
+def bench_ingest(url: str, tmp: pathlib.Path, reports: int, seconds: float, connections: int) -> dict[str, float]:
+    topic = f"bench.raw-{uuid.uuid4().hex[:8]}"
+    collector = Collector(url, topic, tmp)
+    try:
+        template = _template(reports)
+        warmup = 1.0
+        cpu0 = _cpu_seconds(collector.proc.pid)
+        t0 = time.perf_counter()
+        latencies, counts = asyncio.run(_load(collector.host, collector.port, template, seconds, connections, warmup))
+        wall = time.perf_counter() - t0
+        cpu = _cpu_seconds(collector.proc.pid) - cpu0
+    finally:
+        collector.stop()
+    accepted = counts[0] * reports
+    lat = np.array(latencies) * 1000
+    total_reports = (len(latencies)) * reports
+    return {
+        "reports_per_s": accepted / seconds,
+        "requests_per_s": counts[0] / seconds,
+        "rejected": counts[1],
+        "latency_p50_ms": float(np.percentile(lat, 50)) if lat.size else float("nan"),
+        "latency_p99_ms": float(np.percentile(lat, 99)) if lat.size else float("nan"),
+        "collector_cpu_s_per_m_reports": cpu / max(1, total_reports) * 1e6 * (seconds / wall if wall else 1),
+    }
+
+
+def bench_shuffle(url: str, batches: int, reports: int, min_batch: int) -> dict[str, float]:
+    tag = uuid.uuid4().hex[:8]
+    settings = ShufflerSettings(raw_topic=f"bench.raw-{tag}", shuffled_topic=f"bench.shuffled-{tag}",
+                                state_topic=f"bench.state-{tag}", group=f"bench-{tag}", min_batch=min_batch,
+                                partitions=8)
+    metrics = load_metrics(METRICS, reject_expired=False)
+    spec = metrics["emoji_used"].spec
+    rng = np.random.default_rng(1)
+    template = spec.encode(rng.integers(0, spec.domain_size, reports), rng)
+    day0 = utc_day(time.time())
+    with open_transport(url) as tr:
+        shuffler = Shuffler(tr, metrics, settings)
+        shuffler.open()
+        while not shuffler._require_consumer().assignment():
+            shuffler.step(timeout=0.2)
+        items = []
+        for i in range(batches):
+            batch = ReportBatch("emoji_used", spec, day0 - (i % 8), template)
+            items.append((metric_day_key(batch.metric, batch.day), encode_frame(batch)))
+        for k in range(0, len(items), 200):
+            tr.publish_many(settings.raw_topic, items[k:k + 200])
+        total = batches * reports
+        t0 = time.perf_counter()
+        while shuffler.stats.input_reports < total:
+            shuffler.step()
+            if shuffler._progress and shuffler.stats.input_reports + sum(
+                    p.delta["input_reports"] for p in shuffler._parts.values()) >= total:
+                shuffler.checkpoint(force=True)
+        elapsed = time.perf_counter() - t0
+        stats = shuffler.stats.to_dict()
+        shuffler.close()
+    return {"reports_per_s": total / elapsed, "seconds": elapsed, "released_reports": stats["released_reports"],
+            "released_batches": stats["released_batches"], "checkpoints": stats["checkpoints"]}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--transport", default="kafka", help="'kafka' (127.0.0.1:9092), 'sqlite', or a transport URL")
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--seconds", type=float, default=5.0, help="load duration of one ingest run")
+    ap.add_argument("--connections", type=int, default=64)
+    ap.add_argument("--reports", type=int, default=1000, help="reports per uploaded batch")
+    ap.add_argument("--batches", type=int, default=2000, help="raw batches per shuffle run")
+    ap.add_argument("--min-batch", type=int, default=10_000, help="crowd threshold of the shuffle runs")
+    ap.add_argument("--quick", action="store_true", help="one short run of each")
+    ap.add_argument("--skip-ingest", action="store_true")
+    ap.add_argument("--skip-shuffle", action="store_true")
+    args = ap.parse_args()
+    if args.quick:
+        args.runs, args.seconds, args.batches = 1, 2.0, 500
+    tmp = pathlib.Path(tempfile.mkdtemp(prefix="bench-ingest-"))
+    url = {"kafka": "kafka://127.0.0.1:9092", "sqlite": f"sqlite:///{tmp}/log.sqlite3"}.get(args.transport,
+                                                                                          args.transport)
+    warm_up()
+    load0 = os.getloadavg()
+    results: dict[str, object] = {"transport": url.split("://")[0], "python": platform.python_version(),
+                                  "cpus": os.cpu_count(), "loadavg_before": load0}
+    if not args.skip_ingest:
+        runs = [bench_ingest(url, tmp, args.reports, args.seconds, args.connections) for _ in range(args.runs)]
+        results["ingest_runs"] = runs
+        results["ingest"] = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
+    if not args.skip_shuffle:
+        runs = [bench_shuffle(url, args.batches, args.reports, args.min_batch) for _ in range(args.runs)]
+        results["shuffle_runs"] = runs
+        results["shuffle"] = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
+    results["loadavg_after"] = os.getloadavg()
+    out = ROOT / "benchmarks" / "results" / f"ingest-{results['transport']}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(results, indent=2))
+    print(f"## Ingest and shuffle ({results['transport']}; medians of {args.runs} runs; load average "
+          f"{load0[0]:.1f} before, {results['loadavg_after'][0]:.1f} after)\n")  # type: ignore[index]
+    print("| stage | reports/s | detail |\n|---|---|---|")
+    if "ingest" in results:
+        i = results["ingest"]
+        print(f"| collector → {results['transport']} ({args.reports}-report frames, {args.connections} connections) "
+              f"| {i['reports_per_s']:,.0f} | {i['requests_per_s']:,.0f} req/s; p50 {i['latency_p50_ms']:.1f} ms, "
+              f"p99 {i['latency_p99_ms']:.1f} ms; collector CPU {i['collector_cpu_s_per_m_reports']:.2f} s per M "
+              "reports |")
+    if "shuffle" in results:
+        s = results["shuffle"]
+        print(f"| shuffler on {results['transport']} ({args.batches} × {args.reports} reports, min batch "
+              f"{args.min_batch}) | {s['reports_per_s']:,.0f} | {s['seconds']:.2f} s; {s['released_batches']:.0f} "
+              f"batches released in {s['checkpoints']:.0f} transactions |")
+    print(f"\n(raw figures: {out.relative_to(ROOT)})")
+
+
+if __name__ == "__main__":
+    main()
