@@ -1,0 +1,279 @@
+"""The transport between pipeline stages: a partitioned, durable log with consumer groups.
+
+The model is Kafka's (Kreps, Narkhede and Rao, "Kafka: a distributed
+messaging system for log processing", NetDB 2011; exactly-once processing as
+in KIP-98 and KIP-447):
+
+* a **topic** has a fixed number of **partitions**; a record goes to
+  partition ``partition_for(key, n)``, so records with one key keep their
+  order; offsets in a partition are increasing;
+* :meth:`Transport.publish` returns only once the record is durable (Kafka:
+  acknowledged by all in-sync replicas; embedded log: committed to disk);
+* a **consumer group** splits the partitions of its topics among its live
+  members; each member reads its partitions from the group's committed
+  offsets; after every rebalance each member restarts all its partitions
+  from the committed offsets, so records delivered but not committed, by a
+  member that died or lost its partitions, are delivered again (at least once);
+* a **transaction** (:meth:`Consumer.transaction`) publishes outputs and
+  commits the consumer's input offsets atomically: either both become
+  visible or neither does, so consume-transform-produce runs exactly once.
+
+One record carries one report *batch* (a wire frame), never one report.
+
+Two implementations pass the same contract suite (``tests/transport_contract.py``):
+:class:`~collector.transport.embedded.EmbeddedTransport` (SQLite in WAL
+mode; the default, no service needed) and
+:class:`~collector.transport.kafka.KafkaTransport` (kafka-python).
+"""
+
+from __future__ import annotations
+
+import abc
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from types import TracebackType
+from typing import NamedTuple
+
+import xxhash
+
+from client_sdk.errors import LDPError
+
+__all__ = [
+    "TopicPartition",
+    "Record",
+    "RecordPosition",
+    "TransportError",
+    "TopicError",
+    "CommitFailedError",
+    "FencedError",
+    "check_topic_name",
+    "partition_for",
+    "Transaction",
+    "Consumer",
+    "Transport",
+    "process",
+]
+
+_TOPIC_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
+
+
+class TopicPartition(NamedTuple):
+    """One partition of one topic."""
+
+    topic: str
+    partition: int
+
+
+class Record(NamedTuple):
+    """A record as delivered to a consumer."""
+
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes
+
+
+class RecordPosition(NamedTuple):
+    """Where a published record was stored."""
+
+    topic: str
+    partition: int
+    offset: int
+
+
+class TransportError(LDPError):
+    """Base class of transport errors."""
+
+
+class TopicError(TransportError, ValueError):
+    """A topic does not exist, has another partition count, or has an invalid name."""
+
+
+class CommitFailedError(TransportError):
+    """The group was rebalanced before a commit: nothing was committed, the consumer rewound to the committed offsets."""
+
+
+class FencedError(TransportError):
+    """Another consumer joined the group under this consumer's member name; this one must stop."""
+
+
+def check_topic_name(name: str) -> str:
+    """Kafka's rule: 1-249 characters from ``[A-Za-z0-9._-]``, not ``.`` or ``..``."""
+    if not isinstance(name, str) or not 0 < len(name) < 250 or not set(name) <= _TOPIC_CHARS or name in (".", ".."):
+        raise TopicError(f"topic name {name!r} is invalid: use 1-249 characters from letters, digits, '.', '_' and '-'")
+    return name
+
+
+def partition_for(key: bytes | None, partitions: int, round_robin: int = 0) -> int:
+    """The partition of a record: ``(XXH32(key) * n) >> 32`` (multiply-shift reduction, Lemire 2019).
+
+    Both transports use it, so a key lands in the same partition number on
+    either. A record without a key goes to ``round_robin mod n``.
+    """
+    if partitions < 1:
+        raise TopicError(f"a topic needs at least one partition, got {partitions}")
+    if key is None:
+        return round_robin % partitions
+    return (xxhash.xxh32_intdigest(key) * partitions) >> 32
+
+
+class Transaction(abc.ABC):
+    """Outputs buffered by one consume-transform-produce step; see :meth:`Consumer.transaction`."""
+
+    @abc.abstractmethod
+    def publish(self, topic: str, key: bytes | None, value: bytes) -> None:
+        """Add an output; it becomes visible only if the transaction commits."""
+
+
+class Consumer(abc.ABC):
+    """One member of a consumer group, reading the partitions the group assigns it.
+
+    Use as a context manager; closing leaves the group at once so that its
+    partitions move to the other members without waiting for a timeout.
+    """
+
+    topics: tuple[str, ...]
+    group: str
+    member: str
+
+    @abc.abstractmethod
+    def poll(self, max_records: int = 500, timeout: float = 1.0) -> list[Record]:
+        """Up to ``max_records`` records, waiting up to ``timeout`` seconds for the first; ``[]`` if none came."""
+
+    @abc.abstractmethod
+    def commit(self, offsets: Mapping[TopicPartition, int] | None = None) -> None:
+        """Commit the group's next offsets (default: just past every record delivered so far).
+
+        Raises :class:`CommitFailedError` if the group rebalanced since the
+        records were delivered; the consumer then rewinds to the committed offsets.
+        """
+
+    @abc.abstractmethod
+    def transaction(self) -> "_TransactionContext":
+        """A context manager for one atomic consume-transform-produce step.
+
+        ``with consumer.transaction() as tx: tx.publish(...)`` commits on
+        normal exit the outputs *and* the offsets just past every record
+        delivered so far, atomically. An exception inside the block aborts:
+        no output becomes visible, the consumer rewinds to the committed
+        offsets (the records will be delivered again), and the exception
+        propagates. A rebalance before the commit raises :class:`CommitFailedError`
+        with the same effect.
+        """
+
+    @abc.abstractmethod
+    def assignment(self) -> frozenset[TopicPartition]:
+        """The partitions this member currently owns (as of the last poll)."""
+
+    @abc.abstractmethod
+    def positions(self) -> dict[TopicPartition, int]:
+        """For each owned partition with delivered records, the offset just past the last one delivered."""
+
+    @abc.abstractmethod
+    def committed(self, tp: TopicPartition) -> int | None:
+        """The group's committed offset of ``tp``, or ``None``."""
+
+    @abc.abstractmethod
+    def close(self) -> None:
+        """Leave the group without committing anything."""
+
+    def records(self, idle_timeout: float | None = 1.0, max_records: int = 500) -> Iterator[Record]:
+        """Records one by one, until none arrives for ``idle_timeout`` seconds (``None``: forever)."""
+        idle_since = time.monotonic()
+        while True:
+            batch = self.poll(max_records=max_records, timeout=0.2)
+            if batch:
+                yield from batch
+                idle_since = time.monotonic()
+            elif idle_timeout is not None and time.monotonic() - idle_since >= idle_timeout:
+                return
+
+    def __iter__(self) -> Iterator[Record]:
+        return self.records(idle_timeout=None)
+
+    def __enter__(self) -> "Consumer":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class _TransactionContext(abc.ABC):
+    """What :meth:`Consumer.transaction` returns: ``__enter__`` gives the :class:`Transaction`."""
+
+    @abc.abstractmethod
+    def __enter__(self) -> Transaction: ...
+
+    @abc.abstractmethod
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None: ...
+
+
+class Transport(abc.ABC):
+    """A partitioned durable log. Implementations: embedded (SQLite) and Kafka."""
+
+    url: str
+
+    @abc.abstractmethod
+    def create_topic(self, name: str, partitions: int = 1) -> None:
+        """Create ``name`` with ``partitions`` partitions; a no-op if it exists with that count, :class:`TopicError` if with another."""
+
+    @abc.abstractmethod
+    def partitions(self, topic: str) -> int:
+        """The partition count of ``topic``; :class:`TopicError` if it does not exist."""
+
+    @abc.abstractmethod
+    def publish_many(self, topic: str, items: Iterable[tuple[bytes | None, bytes]]) -> list[RecordPosition]:
+        """Publish ``(key, value)`` pairs; return their positions once all are durable."""
+
+    def publish(self, topic: str, key: bytes | None, value: bytes) -> RecordPosition:
+        """Publish one record; return its position once it is durable."""
+        return self.publish_many(topic, [(key, value)])[0]
+
+    @abc.abstractmethod
+    def consume(self, topics: str | Sequence[str], group: str, *, member: str | None = None,
+                session_timeout: float = 10.0) -> Consumer:
+        """Join ``group`` as a member reading ``topics``.
+
+        ``member`` names the member (default: random). Give a stable name to
+        a worker that restarts: the Kafka transport derives its transactional
+        id from it, so a restarted worker aborts its dead predecessor's open
+        transaction at once instead of after the transaction timeout. A
+        member silent (no poll, for the embedded log; no heartbeat, for
+        Kafka) for ``session_timeout`` seconds is removed from the group.
+        """
+
+    @abc.abstractmethod
+    def close(self) -> None:
+        """Release connections; published records stay."""
+
+    def __enter__(self) -> "Transport":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def process(consumer: Consumer, fn: Callable[[Record], Iterable[tuple[str, bytes | None, bytes]]], *,
+            max_records: int = 100, idle_timeout: float | None = 1.0) -> int:
+    """Run ``fn`` over the consumer's records, exactly once, until idle for ``idle_timeout`` s; return the count.
+
+    Each polled chunk is one transaction: the ``(topic, key, value)``
+    outputs of ``fn`` for every record of the chunk and the chunk's input
+    offsets commit together.
+    """
+    done = 0
+    idle_since = time.monotonic()
+    while True:
+        batch = consumer.poll(max_records=max_records, timeout=0.2)
+        if not batch:
+            if idle_timeout is not None and time.monotonic() - idle_since >= idle_timeout:
+                return done
+            continue
+        with consumer.transaction() as tx:
+            for rec in batch:
+                for topic, key, value in fn(rec):
+                    tx.publish(topic, key, value)
+        done += len(batch)
+        idle_since = time.monotonic()

@@ -1,0 +1,486 @@
+"""The Kafka transport, on kafka-python (install ``crc32c`` too: record-batch CRCs are then computed in C).
+
+* Publishing uses an idempotent producer with ``acks=all``: a record is
+  acknowledged once every in-sync replica has it, and retries cannot
+  duplicate it (KIP-98). The partition is chosen by
+  :func:`~collector.transport.base.partition_for` (XXH32), not by Kafka's
+  murmur2 partitioner, so keys land in the same partitions as in the
+  embedded log.
+* Consumers read with ``isolation_level="read_committed"`` (records of open
+  or aborted transactions are never delivered), auto-commit off.
+* :meth:`KafkaConsumer.transaction` uses one transactional producer per
+  consumer: ``begin_transaction``, the outputs, ``send_offsets_to_transaction``
+  with the consumer's group metadata (generation-based zombie fencing,
+  KIP-447), ``commit_transaction``. Its ``transactional.id`` is
+  ``ldp.<group>.<member>``: a restarted worker that keeps its member name
+  aborts its dead predecessor's open transaction when it starts.
+* After every rebalance a member restarts its partitions from the committed
+  offsets (as the embedded log does), so both transports redeliver the same
+  records after a rebalance.
+
+kafka-python is pinned below 3: 3.0.12 discards a JoinGroup/SyncGroup round
+that completes while no ``poll()`` awaits it and sends a new JoinGroup (a
+rebalance loop when members poll with short timeouts), and was seen to hang
+a group leader after it computed the assignment. 2.3 has neither problem but
+lacks KIP-447 (no generation sent with transactional offsets, no
+``require_stable`` offset fetch); this module compensates by refusing a
+transactional commit from a member whose generation is not stable, and by
+waiting after each commit until the committed offsets are visible.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+import uuid
+from collections.abc import Iterable, Mapping, Sequence
+from types import TracebackType
+from typing import Any
+
+from collector.transport.base import (
+    CommitFailedError,
+    Consumer,
+    FencedError,
+    Record,
+    RecordPosition,
+    TopicError,
+    TopicPartition,
+    Transaction,
+    Transport,
+    TransportError,
+    _TransactionContext,
+    check_topic_name,
+    partition_for,
+)
+
+__all__ = ["KafkaTransport", "KafkaConsumer"]
+
+#: large enough for a 4,096-report batch of the widest mechanisms; the project's broker accepts 8 MiB
+DEFAULT_MAX_REQUEST_SIZE = 8 << 20
+
+
+def _errors() -> Any:
+    import kafka.errors
+
+    return kafka.errors
+
+
+class KafkaTransport(Transport):
+    """Topics on the Kafka cluster at ``bootstrap`` (``host:port[,host:port...]``).
+
+    ``replication_factor`` applies to topics this transport creates (1 on the
+    project's single-node broker). Extra ``producer_config`` and
+    ``consumer_config`` entries go to kafka-python unchanged.
+    """
+
+    def __init__(self, bootstrap: str = "127.0.0.1:9092", *, client_id: str = "ldp", replication_factor: int = 1,
+                 transaction_timeout: float = 10.0, request_timeout: float = 30.0,
+                 producer_config: Mapping[str, Any] | None = None,
+                 consumer_config: Mapping[str, Any] | None = None) -> None:
+        if not bootstrap or not isinstance(bootstrap, str):
+            raise ValueError(f"bootstrap must be 'host:port[,host:port...]', got {bootstrap!r}")
+        self.bootstrap = bootstrap
+        self.url = f"kafka://{bootstrap}"
+        self.client_id = client_id
+        self.replication_factor = int(replication_factor)
+        self.transaction_timeout = float(transaction_timeout)
+        self.request_timeout = float(request_timeout)
+        self.producer_config = dict(producer_config or {})
+        self.consumer_config = dict(consumer_config or {})
+        self._lock = threading.Lock()
+        self._admin: Any = None
+        self._producer: Any = None
+        self._partitions: dict[str, int] = {}
+        self._rr = itertools.count()
+        self._closed = False
+
+    # -- clients -------------------------------------------------------------
+
+    def _admin_client(self) -> Any:
+        if self._closed:
+            raise TransportError(f"the transport on {self.url} is closed")
+        if self._admin is None:
+            from kafka import KafkaAdminClient
+
+            try:
+                self._admin = KafkaAdminClient(bootstrap_servers=self.bootstrap, client_id=f"{self.client_id}-admin",
+                                               request_timeout_ms=int(self.request_timeout * 1000))
+            except _errors().KafkaError as exc:
+                raise TransportError(f"cannot reach Kafka at {self.bootstrap} ({exc!r}); "
+                                     "start the project's broker with `ldp kafka up`") from exc
+        return self._admin
+
+    def producer_settings(self, **extra: Any) -> dict[str, Any]:
+        cfg: dict[str, Any] = {
+            "bootstrap_servers": self.bootstrap,
+            "client_id": f"{self.client_id}-producer",
+            "acks": "all",
+            "enable_idempotence": True,
+            "linger_ms": 2,
+            "max_request_size": DEFAULT_MAX_REQUEST_SIZE,
+            "batch_size": 1 << 20,
+            "request_timeout_ms": int(self.request_timeout * 1000),
+            "allow_auto_create_topics": False,
+        }
+        cfg.update(self.producer_config)
+        cfg.update(extra)
+        return cfg
+
+    def _producer_client(self) -> Any:
+        if self._closed:
+            raise TransportError(f"the transport on {self.url} is closed")
+        if self._producer is None:
+            from kafka import KafkaProducer
+
+            try:
+                self._producer = KafkaProducer(**self.producer_settings())
+            except _errors().KafkaError as exc:
+                raise TransportError(f"cannot reach Kafka at {self.bootstrap} ({exc!r}); "
+                                     "start the project's broker with `ldp kafka up`") from exc
+        return self._producer
+
+    # -- topics --------------------------------------------------------------
+
+    def create_topic(self, name: str, partitions: int = 1) -> None:
+        check_topic_name(name)
+        if isinstance(partitions, bool) or not isinstance(partitions, int) or partitions < 1:
+            raise TopicError(f"partitions must be a positive integer, got {partitions!r}")
+        from kafka.admin import NewTopic
+
+        errors = _errors()
+        with self._lock:
+            admin = self._admin_client()
+            try:
+                admin.create_topics([NewTopic(name, partitions, self.replication_factor)])
+            except errors.TopicAlreadyExistsError:
+                pass
+            self._partitions.pop(name, None)
+        have = self._wait_for_leaders(name)
+        if have != partitions:
+            raise TopicError(f"topic {name!r} exists with {have} partitions, not {partitions}")
+
+    def _describe(self, topic: str) -> dict[str, Any] | None:
+        with self._lock:
+            desc = self._admin_client().describe_topics([topic])
+        info = next((t for t in desc if t.get("topic", t.get("name")) == topic), None)
+        if info is None or info.get("error_code", 0) != 0 or not info.get("partitions"):
+            return None
+        return info
+
+    def _wait_for_leaders(self, topic: str) -> int:
+        """Wait until every partition of a new topic has a leader; return the partition count."""
+        end = time.monotonic() + self.request_timeout
+        while True:
+            info = self._describe(topic)
+            if info is not None and all(p.get("leader", -1) >= 0 and p.get("error_code", 0) == 0
+                                        for p in info["partitions"]):
+                return len(info["partitions"])
+            if time.monotonic() > end:
+                raise TopicError(f"topic {topic!r} was created but its partitions have no leader after "
+                                 f"{self.request_timeout:g} s; check the broker's log")
+            time.sleep(0.05)
+
+    def partitions(self, topic: str) -> int:
+        with self._lock:
+            n = self._partitions.get(topic)
+        if n is not None:
+            return n
+        info = self._describe(topic)
+        if info is None:
+            raise TopicError(f"topic {topic!r} does not exist on {self.bootstrap}: "
+                             f"create it first with create_topic({topic!r}, partitions)")
+        n = len(info["partitions"])
+        with self._lock:
+            self._partitions[topic] = n
+        return n
+
+    # -- publishing ------------------------------------------------------------
+
+    def publish_many(self, topic: str, items: Iterable[tuple[bytes | None, bytes]]) -> list[RecordPosition]:
+        n = self.partitions(topic)
+        producer = self._producer_client()
+        futures = []
+        for key, value in items:
+            _check_value(key, value)
+            futures.append(producer.send(topic, key=_b(key), value=bytes(value),
+                                         partition=partition_for(key, n, next(self._rr))))
+        producer.flush()
+        out = []
+        for f in futures:
+            try:
+                md = f.get(timeout=self.request_timeout)
+            except _errors().KafkaError as exc:
+                raise TransportError(f"Kafka did not acknowledge a record on {topic!r}: {exc!r}") from exc
+            out.append(RecordPosition(md.topic, md.partition, md.offset))
+        return out
+
+    def consume(self, topics: str | Sequence[str], group: str, *, member: str | None = None,
+                session_timeout: float = 10.0) -> "KafkaConsumer":
+        names = [topics] if isinstance(topics, str) else list(topics)
+        for t in names:
+            self.partitions(t)
+        return KafkaConsumer(self, names, group, member=member, session_timeout=session_timeout)
+
+    def close(self) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            if self._producer is not None:
+                self._producer.close(timeout=10)
+            if self._admin is not None:
+                self._admin.close()
+
+    def __repr__(self) -> str:
+        return f"KafkaTransport({self.bootstrap!r})"
+
+
+def _b(key: bytes | None) -> bytes | None:
+    return None if key is None else bytes(key)
+
+
+def _check_value(key: bytes | None, value: bytes) -> None:
+    if key is not None and not isinstance(key, (bytes, bytearray, memoryview)):
+        raise TypeError(f"a record key must be bytes or None, got {type(key).__name__}")
+    if not isinstance(value, (bytes, bytearray, memoryview)):
+        raise TypeError(f"a record value must be bytes, got {type(value).__name__}")
+
+
+class _KafkaTransaction(Transaction, _TransactionContext):
+    def __init__(self, consumer: "KafkaConsumer") -> None:
+        self._consumer = consumer
+        self._open = False
+
+    def publish(self, topic: str, key: bytes | None, value: bytes) -> None:
+        if not self._open:
+            raise TransportError("publish() outside the transaction's `with` block")
+        _check_value(key, value)
+        c = self._consumer
+        n = c._transport.partitions(topic)
+        c._tx_producer().send(topic, key=_b(key), value=bytes(value),
+                              partition=partition_for(key, n, next(c._transport._rr)))
+
+    def __enter__(self) -> Transaction:
+        if self._open:
+            raise TransportError("this transaction is already open")
+        self._consumer._tx_producer().begin_transaction()
+        self._open = True
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self._open = False
+        c = self._consumer
+        producer = c._tx_producer()
+        errors = _errors()
+        if exc_type is not None:
+            self._abort(producer)
+            return
+        from kafka import OffsetAndMetadata
+        from kafka import TopicPartition as KTP
+
+        offsets = {KTP(tp.topic, tp.partition): OffsetAndMetadata(off, "", -1) for tp, off in c._delivered.items()}
+        try:
+            if offsets:
+                if not c._generation_stable():
+                    raise errors.RebalanceInProgressError("the group is rebalancing")
+                # KIP-447 group metadata (generation fencing) where the client has it, else the group id
+                meta = c._consumer.group_metadata() if hasattr(c._consumer, "group_metadata") else c.group
+                producer.send_offsets_to_transaction(offsets, meta)
+            producer.commit_transaction()
+        except (errors.ProducerFencedError, errors.InvalidProducerEpochError) as exc:
+            c._rewind()
+            raise FencedError(f"another worker took transactional id {c.transactional_id!r}: {exc!r}") from exc
+        except (errors.KafkaError, errors.IllegalStateError) as exc:
+            self._abort(producer)
+            if isinstance(exc, (errors.CommitFailedError, errors.IllegalGenerationError,
+                                errors.UnknownMemberIdError, errors.RebalanceInProgressError)):
+                raise CommitFailedError(f"group {c.group!r} rebalanced before the transaction committed ({exc!r}); "
+                                        "it was aborted and its records will be delivered again") from exc
+            raise TransportError(f"the transaction was aborted: {exc!r}") from exc
+        c._delivered = {}
+        c._await_visible(offsets)
+
+    def _abort(self, producer: Any) -> None:
+        try:
+            producer.abort_transaction()
+        finally:
+            self._consumer._rewind()
+
+
+class KafkaConsumer(Consumer):
+    """A kafka-python consumer in ``group`` reading ``topics`` with read_committed isolation (not thread-safe)."""
+
+    def __init__(self, transport: KafkaTransport, topics: list[str], group: str, *, member: str | None,
+                 session_timeout: float) -> None:
+        if not topics:
+            raise ValueError("consume() needs at least one topic")
+        if not isinstance(group, str) or not group:
+            raise ValueError(f"group must be a non-empty string, got {group!r}")
+        if session_timeout <= 0:
+            raise ValueError(f"session_timeout must be positive, got {session_timeout!r}")
+        from kafka import ConsumerRebalanceListener
+        from kafka import KafkaConsumer as _KC
+
+        self._transport = transport
+        self.topics = tuple(dict.fromkeys(topics))
+        self.group = group
+        self.member = member if member is not None else uuid.uuid4().hex[:16]
+        self.transactional_id = f"ldp.{group}.{self.member}"
+        session_ms = max(500, int(session_timeout * 1000))
+        cfg: dict[str, Any] = {
+            "bootstrap_servers": transport.bootstrap,
+            "client_id": f"{transport.client_id}-{self.member}",
+            "group_id": group,
+            "enable_auto_commit": False,
+            "isolation_level": "read_committed",
+            "auto_offset_reset": "earliest",
+            "session_timeout_ms": session_ms,
+            "heartbeat_interval_ms": max(100, session_ms // 3),
+            "max_partition_fetch_bytes": DEFAULT_MAX_REQUEST_SIZE,
+            "fetch_max_bytes": 4 * DEFAULT_MAX_REQUEST_SIZE,
+            "request_timeout_ms": int(transport.request_timeout * 1000),
+        }
+        cfg.update(transport.consumer_config)
+        self._delivered: dict[TopicPartition, int] = {}
+        self._reassigned: set[Any] | None = None
+        self._producer: Any = None
+        self._closed = False
+        try:
+            self._consumer = _KC(**cfg)
+        except _errors().KafkaError as exc:
+            raise TransportError(f"cannot reach Kafka at {transport.bootstrap} ({exc!r}); "
+                                 "start the project's broker with `ldp kafka up`") from exc
+        owner = self
+
+        class _Listener(ConsumerRebalanceListener):  # type: ignore[misc]
+            # called inside KafkaConsumer.poll; poll() below restarts the partitions from the committed offsets
+            def on_partitions_revoked(self, revoked: Any) -> None:
+                owner._delivered = {}
+
+            def on_partitions_assigned(self, assigned: Any) -> None:
+                owner._reassigned = set(assigned)
+
+        self._consumer.subscribe(list(self.topics), listener=_Listener())
+
+    def _tx_producer(self) -> Any:
+        if self._producer is None:
+            from kafka import KafkaProducer
+
+            t = self._transport
+            self._producer = KafkaProducer(**t.producer_settings(
+                transactional_id=self.transactional_id,
+                transaction_timeout_ms=int(t.transaction_timeout * 1000),
+                client_id=f"{t.client_id}-{self.member}-tx"))
+            self._producer.init_transactions()
+        return self._producer
+
+    def poll(self, max_records: int = 500, timeout: float = 1.0) -> list[Record]:
+        if self._closed:
+            raise TransportError("poll() on a closed consumer")
+        if max_records < 1:
+            raise ValueError(f"max_records must be >= 1, got {max_records}")
+        deadline = time.monotonic() + max(0.0, timeout)
+        while True:
+            left = max(0, int((deadline - time.monotonic()) * 1000))
+            got = self._consumer.poll(timeout_ms=left, max_records=max_records)
+            if self._reassigned is not None:
+                fresh, self._reassigned = self._reassigned, None
+                got = {k: v for k, v in got.items() if k not in fresh}
+                self._delivered = {}
+                self._seek_committed(fresh)
+            out: list[Record] = []
+            for ktp, recs in got.items():
+                tp = TopicPartition(ktp.topic, ktp.partition)
+                out.extend(Record(tp.topic, tp.partition, r.offset, r.key, r.value) for r in recs)
+                if recs:
+                    self._delivered[tp] = recs[-1].offset + 1
+            if out or time.monotonic() >= deadline:
+                return out
+
+    def commit(self, offsets: Mapping[TopicPartition, int] | None = None) -> None:
+        if self._closed:
+            raise TransportError("commit() on a closed consumer")
+        from kafka import OffsetAndMetadata
+        from kafka import TopicPartition as KTP
+
+        todo = dict(self._delivered if offsets is None else offsets)
+        errors = _errors()
+        try:
+            self._consumer.commit({KTP(tp.topic, tp.partition): OffsetAndMetadata(int(off), "", -1)
+                                   for tp, off in todo.items()})
+        except (errors.CommitFailedError, errors.IllegalGenerationError, errors.UnknownMemberIdError,
+                errors.RebalanceInProgressError) as exc:
+            self._rewind()
+            raise CommitFailedError(f"group {self.group!r} rebalanced since these records were delivered ({exc!r}); "
+                                    "nothing was committed and they will be delivered again") from exc
+        for tp, off in todo.items():
+            if self._delivered.get(tp, -1) <= off:
+                self._delivered.pop(tp, None)
+
+    def _generation_stable(self) -> bool:
+        """Whether this member is in a stable generation (best effort: kafka-python 2 sends no generation with
+        transactional offsets, so a member that the group expelled must not commit them)."""
+        coordinator = self._consumer._coordinator
+        return coordinator.generation_if_stable() is not None and not coordinator.need_rejoin()
+
+    def _await_visible(self, offsets: Mapping[Any, Any]) -> None:
+        """Wait until the group coordinator shows the offsets a transaction committed.
+
+        The transaction coordinator writes the commit markers after
+        ``commit_transaction`` returns; until they land, an offset fetch
+        without KIP-447's ``require_stable`` (kafka-python 2 has none) returns
+        the previous offsets, and a member taking over the partition then
+        would process the transaction's input again.
+        """
+        end = time.monotonic() + self._transport.request_timeout
+        for ktp, om in offsets.items():
+            while (self._consumer.committed(ktp) or 0) < om.offset:
+                if time.monotonic() > end:
+                    raise TransportError(f"the transaction committed but the offset of {ktp} is not visible after "
+                                         f"{self._transport.request_timeout:g} s")
+                time.sleep(0.01)
+
+    def _rewind(self) -> None:
+        """Seek every owned partition back to the group's committed offset (the beginning if none)."""
+        self._delivered = {}
+        self._seek_committed(self._consumer.assignment())
+
+    def _seek_committed(self, partitions: Iterable[Any]) -> None:
+        for ktp in partitions:
+            off = self._consumer.committed(ktp)
+            if off is None:
+                self._consumer.seek_to_beginning(ktp)
+            else:
+                self._consumer.seek(ktp, off)
+
+    def transaction(self) -> _TransactionContext:
+        if self._closed:
+            raise TransportError("transaction() on a closed consumer")
+        return _KafkaTransaction(self)
+
+    def assignment(self) -> frozenset[TopicPartition]:
+        return frozenset(TopicPartition(t.topic, t.partition) for t in self._consumer.assignment())
+
+    def positions(self) -> dict[TopicPartition, int]:
+        return dict(self._delivered)
+
+    def committed(self, tp: TopicPartition) -> int | None:
+        from kafka import TopicPartition as KTP
+
+        off = self._consumer.committed(KTP(tp[0], tp[1]))
+        return None if off is None else int(off)
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            if self._producer is not None:
+                self._producer.close(timeout=10)
+        finally:
+            self._consumer.close(autocommit=False)
+
+    def __repr__(self) -> str:
+        return f"KafkaConsumer(group={self.group!r}, member={self.member!r}, topics={self.topics!r})"

@@ -1,0 +1,26 @@
+"""Shared fixtures."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+
+@pytest.fixture(scope="session")
+def kafka_bootstrap() -> str:
+    """``host:port`` of a running Kafka broker (``$LDP_KAFKA_BOOTSTRAP``, default 127.0.0.1:9092).
+
+    Fails, never skips, when no broker answers: ``scripts/test`` starts one
+    with ``ldp kafka up``; by hand, run ``.venv/bin/ldp kafka up`` first.
+    """
+    from collector.kafka_broker import BrokerError, probe
+
+    bootstrap = os.environ.get("LDP_KAFKA_BOOTSTRAP", "127.0.0.1:9092")
+    try:
+        probe(bootstrap, timeout=10.0)
+    except BrokerError as exc:
+        pytest.fail(f"no Kafka broker answers on {bootstrap} ({exc}). Start the project's broker with "
+                    "`.venv/bin/ldp kafka up` (scripts/test does it), or point LDP_KAFKA_BOOTSTRAP at one.",
+                    pytrace=False)
+    return bootstrap
