@@ -210,6 +210,8 @@ def test_tampered_share_and_bad_inputs_refused() -> None:
         clients[1].masked_input(np.zeros(d, np.uint32), bad)
     with pytest.raises(SecAggError, match="uint32"):
         clients[2].masked_input(np.zeros(d, np.float32), inbox[2])
+    with pytest.raises(SecAggError, match="never be unmasked"):
+        clients[3].masked_input(np.zeros(d, np.uint32), dict(list(inbox[3].items())[:2]))
     y = clients[2].masked_input(np.zeros(d, np.uint32), inbox[2])
     server.receive_masked(2, y)
     with pytest.raises(SecAggError, match="second"):
@@ -231,3 +233,24 @@ def test_importing_client_sdk_fl_does_not_import_cryptography() -> None:
     code = "import sys, client_sdk, client_sdk.fl; print(json.dumps('cryptography' in sys.modules))"
     out = subprocess.run([sys.executable, "-c", "import json; " + code], capture_output=True, text=True, check=True)
     assert json.loads(out.stdout) is False
+
+
+def test_secure_sum_of_clipped_updates_matches_plaintext_dp_fedavg() -> None:
+    """Devices clip to C and quantize with R = C; the server decodes the secure sum and
+    divides by the expected count: the same aggregate as FixedClippingDP with σ = 0,
+    up to the rounding error of at most n/s per coordinate (before the division)."""
+    from client_sdk.fl import ClientUpdate, clip_to_norm
+    from estimator.fl.aggregators import RoundContext, WeightedMean
+    from estimator.fl.dp import FixedClippingDP
+
+    n, d, C = 10, 300, 0.5
+    rng = np.random.default_rng(14)
+    deltas = {u: rng.normal(scale=0.1, size=d).astype(np.float32) for u in range(1, n + 1)}
+    q = Quantizer.for_clients(n, C)
+    xs = {u: q.quantize(clip_to_norm(v, C)[0], rng) for u, v in deltas.items()}
+    total, surv, _, _ = run_round(n, d, xs, seed=15)
+    secure = q.decode_sum(total) / n
+    plain = FixedClippingDP(WeightedMean(), C, 0.0).aggregate(
+        [ClientUpdate(str(u), 0, deltas[u], 1) for u in surv], RoundContext(0, d, rng, float(n)))
+    assert np.max(np.abs(secure - plain.delta)) <= n / q.scale / n
+    assert np.max(np.abs(plain.delta)) > 1e3 / q.scale  # the comparison is not vacuous

@@ -396,8 +396,9 @@ class SecAggClient:
             if (su, sv) != (v, self.index) or pair.b.x != self.index:
                 raise SecAggError(f"the share from {v} is addressed to someone else")
             self._held[v] = pair
-        if len(self._held) < self.config.threshold - 1:
-            raise SecAggError(f"only {len(self._held)} neighbours completed key sharing; too few to protect u")
+        if len(self._held) < self.config.threshold:
+            raise SecAggError(f"only {len(self._held)} neighbours completed key sharing, fewer than t = "
+                              f"{self.config.threshold}: this input could never be unmasked; not sending it")
         self._masked_with = tuple(sorted(self._held))
         masks = [(self._b, 1)]
         for v in self._masked_with:
