@@ -123,30 +123,42 @@ async def _load(host: str, port: int, template: bytes, seconds: float, connectio
     return latencies, counts
 
 
+def _broker_pid() -> int | None:
+    path = pathlib.Path(os.environ.get("LDP_KAFKA_HOME", ROOT / ".kafka")) / "kafka.pid"
+    try:
+        pid = int(path.read_text().strip())
+        _cpu_seconds(pid)
+        return pid
+    except (OSError, ValueError):
+        return None
+
+
 def bench_ingest(url: str, tmp: pathlib.Path, reports: int, seconds: float, connections: int) -> dict[str, float]:
     topic = f"bench.raw-{uuid.uuid4().hex[:8]}"
     collector = Collector(url, topic, tmp)
+    broker = _broker_pid() if url.startswith("kafka://") else None
     try:
         template = _template(reports)
         warmup = 1.0
-        cpu0 = _cpu_seconds(collector.proc.pid)
-        t0 = time.perf_counter()
+        pids = {"collector": collector.proc.pid, "client": os.getpid(), **({"broker": broker} if broker else {})}
+        cpu0 = {k: _cpu_seconds(p) for k, p in pids.items()}
         latencies, counts = asyncio.run(_load(collector.host, collector.port, template, seconds, connections, warmup))
-        wall = time.perf_counter() - t0
-        cpu = _cpu_seconds(collector.proc.pid) - cpu0
+        cpu = {k: _cpu_seconds(p) - cpu0[k] for k, p in pids.items()}
     finally:
         collector.stop()
-    accepted = counts[0] * reports
     lat = np.array(latencies) * 1000
-    total_reports = (len(latencies)) * reports
-    return {
-        "reports_per_s": accepted / seconds,
+    # CPU over warm-up plus measurement, per report answered in either
+    answered = max(1, counts[0] + counts[1]) * reports * (seconds + warmup) / seconds
+    out = {
+        "reports_per_s": counts[0] * reports / seconds,
         "requests_per_s": counts[0] / seconds,
         "rejected": counts[1],
         "latency_p50_ms": float(np.percentile(lat, 50)) if lat.size else float("nan"),
         "latency_p99_ms": float(np.percentile(lat, 99)) if lat.size else float("nan"),
-        "collector_cpu_s_per_m_reports": cpu / max(1, total_reports) * 1e6 * (seconds / wall if wall else 1),
     }
+    for k, v in cpu.items():
+        out[f"{k}_cpu_s_per_m_reports"] = v / answered * 1e6
+    return out
 
 
 def bench_shuffle(url: str, batches: int, reports: int, min_batch: int) -> dict[str, float]:
@@ -189,7 +201,7 @@ def main() -> None:
     ap.add_argument("--transport", default="kafka", help="'kafka' (127.0.0.1:9092), 'sqlite', or a transport URL")
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--seconds", type=float, default=5.0, help="load duration of one ingest run")
-    ap.add_argument("--connections", type=int, default=64)
+    ap.add_argument("--connections", type=int, default=256)
     ap.add_argument("--reports", type=int, default=1000, help="reports per uploaded batch")
     ap.add_argument("--batches", type=int, default=2000, help="raw batches per shuffle run")
     ap.add_argument("--min-batch", type=int, default=10_000, help="crowd threshold of the shuffle runs")
@@ -225,8 +237,10 @@ def main() -> None:
         i = results["ingest"]
         print(f"| collector → {results['transport']} ({args.reports}-report frames, {args.connections} connections) "
               f"| {i['reports_per_s']:,.0f} | {i['requests_per_s']:,.0f} req/s; p50 {i['latency_p50_ms']:.1f} ms, "
-              f"p99 {i['latency_p99_ms']:.1f} ms; collector CPU {i['collector_cpu_s_per_m_reports']:.2f} s per M "
-              "reports |")
+              f"p99 {i['latency_p99_ms']:.1f} ms; CPU s per million reports: collector "
+              f"{i['collector_cpu_s_per_m_reports']:.2f}, load generator {i['client_cpu_s_per_m_reports']:.2f}"
+              + (f", broker {i['broker_cpu_s_per_m_reports']:.2f}" if "broker_cpu_s_per_m_reports" in i else "")
+              + " |")
     if "shuffle" in results:
         s = results["shuffle"]
         print(f"| shuffler on {results['transport']} ({args.batches} × {args.reports} reports, min batch "

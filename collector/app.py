@@ -57,6 +57,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import inspect
 import json
 import logging
 import threading
@@ -302,7 +303,8 @@ def create_app(settings: CollectorSettings, *, transport: Transport | None = Non
         tr = open_transport(settings.transport_url) if own_transport else transport
         store = dedup if dedup is not None else BatchIdStore(settings.dedup_path, ttl=settings.dedup_ttl, clock=clock)
         ingestor = Ingestor(tr, settings.raw_topic, store, partitions=settings.raw_partitions,
-                            max_group=settings.max_group, retry_after=settings.retry_after, on_group=on_group)
+                            max_group=settings.max_group, retry_after=settings.retry_after,
+                            threads=settings.publishers, on_group=on_group)
         ingestor.start()
         state.update(transport=tr, ingestor=ingestor, readiness=_Readiness(tr, settings.raw_topic))
         try:
@@ -314,11 +316,17 @@ def create_app(settings: CollectorSettings, *, transport: Transport | None = Non
             if own_transport:
                 tr.close()
 
+    extra: dict[str, Any] = {}
+    if "telemetry" in inspect.signature(FastAPI.__init__).parameters:
+        # FastAPI's native OpenTelemetry spans would carry client addresses to any configured exporter
+        # (and cost a provider lookup per request); the collector exports its own metrics at /metrics
+        extra["telemetry"] = {"tracing": False, "metrics": False, "logs": False}
     app = FastAPI(
         title="LDP telemetry collector",
         version="1",
         summary="Accepts locally privatized report batches and publishes them for shuffling.",
         lifespan=lifespan,
+        **extra,
     )
     app.state.settings = settings
     app.state.metrics = declared

@@ -1,7 +1,7 @@
-"""Group commit: the collector's single publisher thread.
+"""Group commit: the collector's publisher threads.
 
 Request handlers hand each validated batch to :class:`Ingestor` and wait on
-a future. The thread takes every submission queued so far (up to
+a future. A publisher thread takes every submission queued so far (up to
 ``max_group``) and handles them together:
 
 1. ids already in the :class:`~collector.dedup.BatchIdStore`, or repeated
@@ -16,7 +16,12 @@ a future. The thread takes every submission queued so far (up to
 
 Batching the durable step is what lets one worker accept thousands of
 uploads a second while answering each only after its batch is durable
-(the same idea as a database's group commit).
+(the same idea as a database's group commit). ``threads`` publisher threads
+(default 4) run group commits concurrently, so the next group travels while
+the previous one waits for its acknowledgement (on Kafka the wait, not the
+work, dominates). An upload whose batch id is being published by another
+group at that moment is not published again: it is answered when that
+publish ends (``"duplicate"`` if it succeeded).
 """
 
 from __future__ import annotations
@@ -57,12 +62,24 @@ class GroupStats(NamedTuple):
     seconds: float
 
 
+def _follow(done: "concurrent.futures.Future[Outcome]", fut: "concurrent.futures.Future[Outcome]") -> None:
+    """Resolve ``fut`` (a retry that arrived while ``done`` was being published) from ``done``'s outcome."""
+    exc = done.exception()
+    if exc is not None:
+        fut.set_exception(exc)
+    else:
+        fut.set_result("duplicate")
+
+
 class Ingestor:
-    """Publishes submitted batches to ``topic`` in group commits on one background thread."""
+    """Publishes submitted batches to ``topic`` in group commits on ``threads`` background threads."""
 
     def __init__(self, transport: Transport, topic: str, dedup: BatchIdStore, *, partitions: int,
-                 max_group: int = 512, retry_after: int = 2,
+                 max_group: int = 512, retry_after: int = 2, threads: int = 4,
                  on_group: Callable[[GroupStats], None] | None = None) -> None:
+        if threads < 1:
+            raise ValueError(f"threads must be >= 1, got {threads}")
+        self.threads = int(threads)
         self.transport = transport
         self.topic = topic
         self.dedup = dedup
@@ -74,29 +91,34 @@ class Ingestor:
         self._cond = threading.Condition()
         self._stopping = False
         self._topic_ready = False
-        self._thread: threading.Thread | None = None
+        self._topic_lock = threading.Lock()
+        self._inflight: dict[bytes, concurrent.futures.Future[Outcome]] = {}
+        self._workers: list[threading.Thread] = []
         #: the last transport failure, ``None`` once a publish succeeds again
         self.last_error: str | None = None
 
     # -- lifecycle -------------------------------------------------------------
 
     def start(self) -> None:
-        if self._thread is not None:
+        if self._workers:
             raise RuntimeError("the ingestor is already started")
-        self._thread = threading.Thread(target=self._run, name="ldp-ingest", daemon=True)
-        self._thread.start()
+        self._workers = [threading.Thread(target=self._run, name=f"ldp-ingest-{i}", daemon=True)
+                         for i in range(self.threads)]
+        for t in self._workers:
+            t.start()
 
     def stop(self, timeout: float = 30.0) -> None:
-        """Publish what is queued, then stop the thread."""
+        """Publish what is queued, then stop the threads."""
         with self._cond:
             self._stopping = True
             self._cond.notify_all()
-        if self._thread is not None:
-            self._thread.join(timeout)
+        end = time.monotonic() + timeout
+        for t in self._workers:
+            t.join(max(0.0, end - time.monotonic()))
 
     @property
     def alive(self) -> bool:
-        return self._thread is not None and self._thread.is_alive()
+        return bool(self._workers) and all(t.is_alive() for t in self._workers)
 
     def queued(self) -> int:
         return len(self._queue)
@@ -109,6 +131,10 @@ class Ingestor:
             if self._stopping:
                 fut.set_exception(UnavailableError("shutting_down", "the collector is shutting down; retry later",
                                                    self.retry_after))
+                return fut
+            running = self._inflight.get(bytes(batch_id))
+            if running is not None:
+                running.add_done_callback(lambda done: _follow(done, fut))
                 return fut
             self._queue.append(Submission(bytes(batch_id), key, value, reports, fut))
             self._cond.notify()
@@ -123,13 +149,24 @@ class Ingestor:
             if not self._queue:
                 return None
             n = min(len(self._queue), self.max_group)
-            return [self._queue.popleft() for _ in range(n)]
+            group = []
+            for _ in range(n):
+                s = self._queue.popleft()
+                running = self._inflight.get(s.batch_id)
+                if running is not None and all(g.future is not running for g in group):
+                    running.add_done_callback(lambda done, fut=s.future: _follow(done, fut))
+                    continue
+                self._inflight.setdefault(s.batch_id, s.future)
+                group.append(s)
+            return group
 
     def _run(self) -> None:
         while True:
             group = self._take()
             if group is None:
                 return
+            if not group:
+                continue
             try:
                 self._commit(group)
             except BaseException as exc:  # never leave a request waiting
@@ -139,15 +176,21 @@ class Ingestor:
                 for s in group:
                     if not s.future.done():
                         s.future.set_exception(err)
+            finally:
+                with self._cond:
+                    for s in group:
+                        if self._inflight.get(s.batch_id) is s.future:
+                            del self._inflight[s.batch_id]
 
     def _ensure_topic(self) -> None:
         if self._topic_ready:
             return
-        try:
-            self.transport.partitions(self.topic)
-        except TopicError:
-            self.transport.create_topic(self.topic, self.partitions)
-        self._topic_ready = True
+        with self._topic_lock:
+            try:
+                self.transport.partitions(self.topic)
+            except TopicError:
+                self.transport.create_topic(self.topic, self.partitions)
+            self._topic_ready = True
 
     def _commit(self, group: list[Submission]) -> None:
         t0 = time.perf_counter()

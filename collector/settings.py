@@ -56,6 +56,7 @@ class CollectorSettings:
     max_day_age: int = 31
     publish_timeout: float = 30.0
     max_group: int = 512
+    publishers: int = 4
 
     def __post_init__(self) -> None:
         if not isinstance(self.metrics_path, str) or not self.metrics_path:
@@ -79,6 +80,7 @@ class CollectorSettings:
             "max_day_age": (0, 3660),
             "publish_timeout": (0.1, 3600.0),
             "max_group": (1, 1 << 16),
+            "publishers": (1, 64),
         }
         for name, (lo, hi) in ranges.items():
             val = getattr(self, name)

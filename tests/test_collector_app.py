@@ -220,6 +220,28 @@ def test_answer_waits_for_the_publish(tmp_path: Path, metrics: MetricSet, transp
     assert len(read_all(transport)) == 1
 
 
+def test_a_retry_during_the_publish_is_not_published_again(tmp_path: Path, metrics: MetricSet,
+                                                           transport: Transport) -> None:
+    blocking = BlockingTransport(transport)
+    batch = olh_batch(metrics, 5)
+    answers: list[httpx.Response] = []
+    with ServerThread(create_app(make_settings(tmp_path), transport=blocking)) as srv:
+        threads = [threading.Thread(target=lambda: answers.append(post(srv.url, encode_frame(batch))))
+                   for _ in range(2)]
+        threads[0].start()
+        assert blocking.entered.wait(30)
+        threads[1].start()
+        for _ in range(3000):  # until the retry waits in the collector too
+            if "ldp_collector_uploads_in_flight 2" in httpx.get(srv.url + "/metrics").text:
+                break
+            threading.Event().wait(0.01)
+        blocking.release.set()
+        for t in threads:
+            t.join(30)
+    assert sorted(a.json()["status"] for a in answers) == ["accepted", "duplicate"]
+    assert len(read_all(transport)) == 1
+
+
 def test_overload_is_503_with_retry_after(tmp_path: Path, metrics: MetricSet, transport: Transport) -> None:
     blocking = BlockingTransport(transport)
     first: list[httpx.Response] = []
