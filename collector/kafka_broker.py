@@ -467,9 +467,11 @@ def probe(bootstrap: str, timeout: float = 5.0) -> dict[str, Any]:
     from kafka.errors import KafkaError
 
     ms = max(1000, int(timeout * 1000))
+    # kafka-python 2.x names the bootstrap wait api_version_auto_timeout_ms, 3.x bootstrap_timeout_ms
+    wait_key = "bootstrap_timeout_ms" if "bootstrap_timeout_ms" in KafkaAdminClient.DEFAULT_CONFIG else "api_version_auto_timeout_ms"
     try:
         admin = KafkaAdminClient(bootstrap_servers=bootstrap, client_id="ldp-kafka-probe",
-                                 request_timeout_ms=ms, bootstrap_timeout_ms=ms)
+                                 request_timeout_ms=ms, **{wait_key: ms})
     except (KafkaError, OSError) as exc:
         raise BrokerError(f"the broker at {bootstrap} does not answer: {exc!r}") from exc
     try:
@@ -594,7 +596,11 @@ def _terminate(pid: int, grace: float, proc: subprocess.Popen[bytes] | None = No
         except ProcessLookupError:
             return True
         args = Path(f"/proc/{pid}/cmdline")
-        return args.exists() and args.read_bytes() == b""  # zombie
+        exited = args.exists() and args.read_bytes() == b""  # exiting or a zombie
+        if exited:
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(pid, 0)  # reap it when it is our own child (up() and down() in one process)
+        return exited
 
     def signal_group(sig: int) -> None:
         try:
