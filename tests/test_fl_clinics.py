@@ -29,16 +29,16 @@ def test_client_level_epsilon_of_the_clinics_settings(sigma: float, published: f
 
 
 def test_scenario_result_is_consistent() -> None:
-    cfg = ClinicsConfig(rounds=12, target_epsilons=(3.0,))
+    cfg = ClinicsConfig(rounds=12, noise_multipliers=(0.0, 1.0, 2.0), target_epsilons=(3.0,))
     r = run_clinics(cfg)
     names = [s["name"] for s in r["settings"]]
-    assert names == ["fedavg", "clip0.5_sigma0", "clip0.5_sigma0.5", "clip0.5_sigma2"]
+    assert names == ["fedavg", "clip0.5_sigma0", "clip0.5_sigma1", "clip0.5_sigma2"]
     for s in r["settings"]:
         assert len(s["accuracy_per_round"]) == 12 and 0.0 <= s["test_accuracy"] <= 1.0
     by = {s["name"]: s for s in r["settings"]}
     assert by["fedavg"]["test_accuracy"] > 0.9 and by["fedavg"]["epsilon"] is None
     assert by["clip0.5_sigma0"]["epsilon"] == "inf"
-    assert by["clip0.5_sigma0.5"]["epsilon"] > by["clip0.5_sigma2"]["epsilon"] > 0
+    assert by["clip0.5_sigma1"]["epsilon"] > by["clip0.5_sigma2"]["epsilon"] > 0
     assert by["clip0.5_sigma2"]["epsilon"] == pytest.approx(
         epsilon_pld(sampled_gaussian_event(2.0, 0.5, 12), 1e-5, discretization=1e-3))
     z = r["noise_for_epsilon"]["3"]
@@ -50,11 +50,12 @@ def test_scenario_result_is_consistent() -> None:
 
 def test_cli_json_and_plot(tmp_path, capsys) -> None:
     png = tmp_path / "acc.png"
-    assert main(["fl", "clinics", "--rounds", "3", "--no-noise-search", "--json", "--plot", str(png)]) == 0
+    assert main(["fl", "clinics", "--rounds", "3", "--sample-rate", "1", "--no-noise-search", "--json", "--plot", str(png)]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["rounds"] == 3 and len(out["settings"]) == 4 and "noise_for_epsilon" not in out
+    assert out["sampling"]["rate"] == 1.0
     assert png.stat().st_size > 1000 and png.read_bytes()[:4] == b"\x89PNG"
-    assert main(["fl", "clinics", "--rounds", "2", "--no-noise-search"]) == 0
+    assert main(["fl", "clinics", "--rounds", "2", "--sample-rate", "1", "--no-noise-search"]) == 0
     text = capsys.readouterr().out
     assert "client-level ε" in text and "clip0.5_sigma2" in text
     with pytest.raises(SystemExit):
