@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from client_sdk.fl import ClientState, ClientUpdate, LocalTraining, LogisticRegression, ModelError, RoundConfig, train_client
-from estimator.accounting.accountant import epsilon_pld, sampled_gaussian_event
+from client_sdk.privacy_events import GaussianEvent, SelfComposedEvent
+from estimator.accounting.accountant import account, epsilon_pld, exact_gaussian_epsilon, sampled_gaussian_event
 from estimator.fl.aggregators import RoundContext, WeightedMean
 from estimator.fl.dp import ClientLevelAccountant
 from estimator.fl.rounds import FederatedClient, run_rounds
@@ -147,6 +148,14 @@ def test_accountant_is_told_the_sampling_scheme() -> None:
             a.record(z)
         fixed.append(a.epsilon())
     assert math.isfinite(fixed[0]) and fixed[1] < fixed[0]
+    # everyone sampled: the fixed-count figure is the RDP figure of unsampled Gaussian rounds
+    # under replace-one (sensitivity 2C), as the accounting module computes it
+    everyone = ClientLevelAccountant(FixedCountSampling(10), 10, 1e-5)
+    for _ in range(20):
+        everyone.record(2.0)
+    unsampled = SelfComposedEvent(GaussianEvent(2.0), 20)
+    assert everyone.epsilon() == pytest.approx(account(unsampled, 1e-5, "replace").epsilon_rdp, rel=1e-9)
+    assert everyone.epsilon() >= exact_gaussian_epsilon(unsampled, 1e-5, "replace")
     nonoise = ClientLevelAccountant(PoissonSampling(0.1), 100, 1e-5)
     nonoise.record(0.0)
     assert nonoise.epsilon() == math.inf

@@ -59,7 +59,10 @@ class ClientLevelAccountant:
     composition of Poisson-subsampled Gaussian rounds, add/remove-one-client
     neighbours. Fixed-count sampling: the RDP accountant on rounds sampled
     without replacement, replace-one-client neighbours (see
-    :mod:`estimator.fl.sampling`). A round without noise makes ε infinite."""
+    :mod:`estimator.fl.sampling`); replacing a client moves the clipped sum by up
+    to 2C, so the Gaussian's multiplier relative to that change is σ/2 (the
+    convention of :mod:`client_sdk.privacy_events`). A round without noise makes
+    ε infinite."""
 
     def __init__(self, sampling: Sampling, population: int, delta: float, discretization: float = 1e-3) -> None:
         if not 0.0 < delta < 1.0:
@@ -116,8 +119,9 @@ class ClientLevelAccountant:
 
         acc = RdpAccountant(neighboring_relation=NEIGHBORS["replace"])
         for z, count in self._groups:
+            # dp_accounting's multiplier is noise / (change of the sum under one replacement) = σC / 2C
             ev = dp_accounting.SampledWithoutReplacementDpEvent(
-                self.population, self.sampling.count, dp_accounting.GaussianDpEvent(z)
+                self.population, self.sampling.count, dp_accounting.GaussianDpEvent(z / 2.0)
             )
             acc.compose(ev, count)
         return float(acc.get_epsilon(self.delta))
