@@ -117,3 +117,14 @@ def test_bad_uploads_are_rejected_and_counted() -> None:
     res2 = agg.aggregate([good[2], forged], ctx2)
     assert res2.num_clients == 0 and res2.info["rejected"] == {"stale_round": 1, "replayed": 1}
     assert agg.rejected["replayed"] == 3 and sum(agg.rejected.values()) == 11
+
+
+def test_replay_within_a_round_across_calls_is_refused() -> None:
+    """A round may be aggregated from several batches; an upload seen in an earlier batch
+    of the same round is a replay."""
+    agg = ValidatingAggregator(WeightedMean())
+    up = ClientUpdate("a", 5, np.ones(3, np.float32), 2)
+    ctx = RoundContext(5, 3, np.random.default_rng(0), 1.0)
+    assert agg.aggregate([up], ctx).num_clients == 1
+    res = agg.aggregate([up], ctx)
+    assert res.num_clients == 0 and res.info["rejected"] == {"replayed": 1}

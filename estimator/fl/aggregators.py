@@ -105,11 +105,13 @@ class ValidatingAggregator:
     one (stale); an ``upload_id`` already seen in any round, or one that does
     not match the content (a replayed or tampered upload); a second upload from
     the same client in a round; a negative or non-integer example count.
-    ``rejected`` counts every refusal by reason over the aggregator's life."""
+    ``rejected`` counts every refusal by reason over the aggregator's life.
+    The id binds the round, so only the current round's ids need keeping: an
+    old upload is stale, and one with its round rewritten no longer matches its id."""
 
     inner: Aggregator
     rejected: Counter = dataclasses.field(default_factory=Counter)
-    _seen: set = dataclasses.field(default_factory=set, repr=False)
+    _seen: dict = dataclasses.field(default_factory=dict, repr=False)
 
     @property
     def linear(self) -> bool:  # type: ignore[override]
@@ -128,7 +130,7 @@ class ValidatingAggregator:
             raise UpdateRejected("stale_round", f"update of {u.client_id} is for round {u.round}, current is {ctx.round}")
         if isinstance(u.num_examples, bool) or not isinstance(u.num_examples, (int, np.integer)) or u.num_examples < 0:
             raise UpdateRejected("bad_weight", f"update of {u.client_id}: num_examples {u.num_examples!r}")
-        if u.upload_id in self._seen or u.upload_id != upload_digest(u.client_id, u.round, d):
+        if u.upload_id in self._seen.get(ctx.round, ()) or u.upload_id != upload_digest(u.client_id, u.round, d):
             raise UpdateRejected("replayed", f"upload {u.upload_id} of {u.client_id} was already received or does not match its content")
         if u.client_id in clients:
             raise UpdateRejected("duplicate_client", f"{u.client_id} already uploaded in round {ctx.round}")
@@ -137,13 +139,16 @@ class ValidatingAggregator:
         accepted: list[ClientUpdate] = []
         clients: set[str] = set()
         this_round: Counter = Counter()
+        for r in [r for r in self._seen if r < ctx.round]:
+            del self._seen[r]  # an old round's upload is refused as stale before its id is looked up
+        seen = self._seen.setdefault(ctx.round, set())
         for u in updates:
             try:
                 self.check(u, ctx, clients)
             except UpdateRejected as exc:
                 this_round[exc.reason] += 1
                 continue
-            self._seen.add(u.upload_id)
+            seen.add(u.upload_id)
             clients.add(u.client_id)
             accepted.append(u)
         self.rejected.update(this_round)
