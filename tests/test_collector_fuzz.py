@@ -171,7 +171,7 @@ def _expected_value(body: bytes, ctype: str, h: Harness) -> bytes:
     return encode_frame(batch)
 
 
-@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(data=st.data())
 def test_fuzzed_uploads_never_5xx_and_publish_only_whole_batches(harness: Harness, data: st.DataObject) -> None:
     body, headers = data.draw(requests(harness.metrics))
@@ -302,7 +302,7 @@ def test_openapi_operations_never_5xx(api_server: tuple[ServerThread, MemoryTran
     assert {op.path for op in operations} >= {"/v1/reports", "/v1/metrics", "/healthz", "/readyz", "/metrics"}
     for op in operations:
         @given(case=op.as_strategy())
-        @settings(max_examples=60 if op.path == "/v1/reports" else 5, deadline=None,
+        @settings(max_examples=40 if op.path == "/v1/reports" else 5, deadline=None,
                   suppress_health_check=list(HealthCheck))
         def run(case: Any) -> None:
             case.call_and_validate(base_url=srv.url, checks=[not_a_server_error])

@@ -409,7 +409,7 @@ def crash_scenario(url: str, tmp_path: Path, metrics: MetricSet) -> None:
                 procs.append(ShufflerProcess(url, tp, tmp_path / "metrics.json", tmp_path))
             finally:
                 feeder.join()
-            out = read_shuffled(tr, tp.shuffled, metrics, expect=expected.size, timeout=120, quiet=1.5)
+            out = read_shuffled(tr, tp.shuffled, metrics, expect=expected.size, timeout=120, quiet=1.0)
             final = procs[1].stop()
         finally:
             for p in procs:
