@@ -13,6 +13,7 @@ import math
 import subprocess
 import sys
 
+import numba
 import numpy as np
 import pytest
 import xxhash
@@ -22,7 +23,7 @@ from client_sdk.errors import DomainError, FrameError, SpecError
 from client_sdk.mechanisms import make_spec
 from client_sdk.mechanisms.cms import CMSSpec, HCMSSpec
 from client_sdk.wire import ReportBatch, decode_frame, decode_json, encode_frame, encode_json
-from estimator.kernels.sketch import cms_add, cms_add_bytes, hcms_add
+from estimator.kernels.sketch import PARALLEL_MIN_REPORTS, cms_add, cms_add_bytes, hcms_add
 from estimator.oracles import accumulator_for
 from estimator.oracles.cms import CMSAccumulator, HCMSAccumulator
 
@@ -228,6 +229,37 @@ def test_cms_kernel_matches_unpacked_reference(width: int, kernel: object, step:
     np.add.at(ref, rec["row"], unpacked(spec, rec).astype(np.int64))
     np.testing.assert_array_equal(ones, ref)
     np.testing.assert_array_equal(rows, np.bincount(rec["row"], minlength=3))
+
+
+@pytest.mark.parametrize(
+    "n", [PARALLEL_MIN_REPORTS - 1, PARALLEL_MIN_REPORTS, 2 * PARALLEL_MIN_REPORTS + 7], ids=["below", "at", "odd-above"]
+)
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("step", [1, 3], ids=["contiguous", "strided"])
+def test_cms_kernel_parallel_path_matches_reference(n: int, threads: int, step: int) -> None:
+    """Batch sizes on both sides of the serial/parallel threshold, an odd size whose
+    parts differ in length, 1 and 2 numba threads, contiguous and strided record views:
+    the counts equal an unpackbits sum. Random bytes in a CMS-like record (1-byte row
+    first, so words are unaligned) with 7 rows of 128 bits; counts are added to nonzero
+    starting values."""
+    rng = np.random.default_rng(n + threads)
+    rec = np.zeros(step * n, dtype=[("row", "u1"), ("bits", "u1", (16,))])
+    rec["row"] = rng.integers(0, 7, size=rec.size)
+    rec["bits"] = rng.integers(0, 256, size=rec["bits"].shape, dtype=np.uint8)
+    view = rec[::step]
+    start = rng.integers(0, 1000, size=(7, 128))
+    ones = start.copy()
+    rows = np.full(7, 5, dtype=np.int64)
+    before = numba.get_num_threads()
+    numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))
+    try:
+        cms_add(view["row"], view["bits"], ones, rows)
+    finally:
+        numba.set_num_threads(before)
+    ref = start.copy()
+    np.add.at(ref, view["row"], np.unpackbits(view["bits"], axis=1, bitorder="little").astype(np.int64))
+    np.testing.assert_array_equal(ones, ref)
+    np.testing.assert_array_equal(rows, 5 + np.bincount(view["row"], minlength=7))
 
 
 def test_hcms_kernel_matches_reference() -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 
+import numba
 import numpy as np
 import pytest
 from scipy import stats
@@ -15,6 +16,7 @@ from client_sdk.errors import DomainError, FrameError, SpecError, SpecMismatchEr
 from client_sdk.mechanisms import make_spec, spec_from_dict
 from client_sdk.mechanisms.oue import MAX_OUE_DOMAIN, OUESpec
 from client_sdk.wire import ReportBatch, decode_frame, decode_json, encode_frame, encode_json
+from estimator.kernels.sketch import PARALLEL_MIN_REPORTS
 from estimator.oracles import accumulator_for
 from estimator.oracles.oue import OUEAccumulator
 
@@ -147,6 +149,27 @@ def test_accumulator_counts_match_unpacked_bits(d: int) -> None:
     acc.update(rec)
     assert np.array_equal(acc.sums["ones"], unpack(rec, d).sum(axis=0))
     assert acc.n == 3001
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_accumulator_parallel_path_matches_unpacked_bits(threads: int) -> None:
+    """A batch above the kernel's serial/parallel threshold (odd size, so the
+    per-thread parts differ), d = 1024, 1 and 2 numba threads: counts equal an
+    unpackbits sum, and a second update adds to the first."""
+    spec = OUESpec(epsilon=2.0, domain_size=1024)
+    rng = np.random.default_rng(31 + threads)
+    rec = np.zeros(PARALLEL_MIN_REPORTS + 4097, dtype=spec.record_dtype)
+    rec["bits"] = rng.integers(0, 256, size=rec["bits"].shape, dtype=np.uint8)
+    acc = OUEAccumulator(spec)
+    before = numba.get_num_threads()
+    numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))
+    try:
+        acc.update(rec)
+        acc.update(rec[::5])
+    finally:
+        numba.set_num_threads(before)
+    assert np.array_equal(acc.sums["ones"], unpack(rec, 1024).sum(axis=0) + unpack(rec[::5], 1024).sum(axis=0))
+    assert acc.n == rec.size + rec[::5].size
 
 
 def test_merge_equals_one_pass() -> None:

@@ -25,11 +25,14 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
-__all__ = ["cms_add", "cms_add_bytes", "hcms_add", "SPREAD_BYTE"]
+__all__ = ["cms_add", "cms_add_bytes", "hcms_add", "SPREAD_BYTE", "PARALLEL_MIN_REPORTS"]
 
 _PLANES = 6
 _PLANE_FLUSH = (1 << _PLANES) - 1  # reports per row that fill a 5-bit counter
 _LANE_FLUSH = 255 // _PLANE_FLUSH  # plane flushes that fit in an 8-bit lane
+#: Below this many reports the carry-save kernel runs on the calling thread:
+#: starting the thread pool and summing per-thread counts cost more.
+PARALLEL_MIN_REPORTS = 1 << 14
 
 
 def _spread_table() -> np.ndarray:
@@ -90,10 +93,8 @@ def _planes_to_lanes(planes: np.ndarray, lanes: np.ndarray, j: int, spread: np.n
                 planes[j, level * nw + w] = 0
 
 
-@nb.njit(cache=True, nogil=True)
-def _cms_add_words(
-    rows: np.ndarray, words: np.ndarray, ones: np.ndarray, row_counts: np.ndarray, spread: np.ndarray
-) -> None:
+@nb.njit(cache=True, nogil=True, inline="always")
+def _words_part(rows: np.ndarray, words: np.ndarray, ones: np.ndarray, row_counts: np.ndarray, spread: np.ndarray) -> None:
     n, nw = words.shape
     k = ones.shape[0]
     planes = np.zeros((k, _PLANES * nw), dtype=np.uint64)
@@ -125,6 +126,29 @@ def _cms_add_words(
         _flush_row(lanes, j, ones)
 
 
+# Separate functions, not one Python function compiled twice: numba's on-disk
+# cache keys entries by function and signature, not by the parallel flag.
+@nb.njit(cache=True, nogil=True)
+def _cms_add_words(
+    rows: np.ndarray, words: np.ndarray, ones: np.ndarray, row_counts: np.ndarray, spread: np.ndarray
+) -> None:
+    _words_part(rows, words, ones, row_counts, spread)
+
+
+@nb.njit(cache=True, nogil=True, parallel=True)
+def _cms_add_words_parallel(
+    rows: np.ndarray, words: np.ndarray, ones: np.ndarray, row_counts: np.ndarray, spread: np.ndarray
+) -> None:
+    """Each part of the reports (one per entry of ``ones``' first axis) adds into its own counts."""
+    n = words.shape[0]
+    n_parts = ones.shape[0]
+    per = (n + n_parts - 1) // n_parts
+    for p in nb.prange(n_parts):
+        i0 = min(n, p * per)
+        i1 = min(n, i0 + per)
+        _words_part(rows[i0:i1], words[i0:i1], ones[p], row_counts[p], spread)
+
+
 def cms_add_bytes(rows: np.ndarray, bits: np.ndarray, ones: np.ndarray, row_counts: np.ndarray) -> None:
     """:func:`cms_add` by byte lanes only (any width, any strides)."""
     _cms_add(rows, bits, ones, row_counts, SPREAD_BYTE)
@@ -137,7 +161,16 @@ def cms_add(rows: np.ndarray, bits: np.ndarray, ones: np.ndarray, row_counts: np
     Uses the carry-save scheme when each report's bytes can be read as
     little-endian 64-bit words in place, else byte lanes."""
     if bits.ndim == 2 and bits.shape[1] % 8 == 0 and bits.strides[1] == 1:
-        _cms_add_words(rows, bits.view("<u8"), ones, row_counts, SPREAD_BYTE)
+        threads = nb.get_num_threads()
+        n = bits.shape[0]
+        if threads == 1 or n < PARALLEL_MIN_REPORTS:
+            _cms_add_words(rows, bits.view("<u8"), ones, row_counts, SPREAD_BYTE)
+            return
+        parts = np.zeros((threads,) + ones.shape, dtype=np.int64)
+        part_rows = np.zeros((threads, row_counts.shape[0]), dtype=np.int64)
+        _cms_add_words_parallel(rows, bits.view("<u8"), parts, part_rows, SPREAD_BYTE)
+        ones += parts.sum(axis=0)
+        row_counts += part_rows.sum(axis=0)
     else:
         _cms_add(rows, bits, ones, row_counts, SPREAD_BYTE)
 
