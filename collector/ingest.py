@@ -17,7 +17,7 @@ a future. A publisher thread takes every submission queued so far (up to
 Batching the durable step is what lets one worker accept thousands of
 uploads a second while answering each only after its batch is durable
 (the same idea as a database's group commit). ``threads`` publisher threads
-(default 4) run group commits concurrently, so the next group travels while
+(default 2) run group commits concurrently, so the next group travels while
 the previous one waits for its acknowledgement (on Kafka the wait, not the
 work, dominates). An upload whose batch id is being published by another
 group at that moment is not published again: it is answered when that
@@ -75,7 +75,7 @@ class Ingestor:
     """Publishes submitted batches to ``topic`` in group commits on ``threads`` background threads."""
 
     def __init__(self, transport: Transport, topic: str, dedup: BatchIdStore, *, partitions: int,
-                 max_group: int = 512, retry_after: int = 2, threads: int = 4,
+                 max_group: int = 512, retry_after: int = 2, threads: int = 2,
                  on_group: Callable[[GroupStats], None] | None = None) -> None:
         if threads < 1:
             raise ValueError(f"threads must be >= 1, got {threads}")

@@ -39,7 +39,8 @@ class CollectorSettings:
     ``Retry-After: retry_after``. A batch's day must lie in
     ``[today - max_day_age, today + max_days_ahead]`` (UTC days).
     Batch ids stay in the dedup store (``dedup_path``, SQLite) for
-    ``dedup_ttl`` seconds.
+    ``dedup_ttl`` seconds. ``publishers`` threads publish group commits of
+    up to ``max_group`` uploads each (:mod:`collector.ingest`).
     """
 
     metrics_path: str
@@ -56,7 +57,7 @@ class CollectorSettings:
     max_day_age: int = 31
     publish_timeout: float = 30.0
     max_group: int = 512
-    publishers: int = 4
+    publishers: int = 2
 
     def __post_init__(self) -> None:
         if not isinstance(self.metrics_path, str) or not self.metrics_path:
