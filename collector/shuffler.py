@@ -339,6 +339,13 @@ class _Abort(Exception):
     """Raised into an open transaction to abort it."""
 
 
+def _gather(records: np.ndarray, perm: np.ndarray) -> np.ndarray:
+    """``records[perm]`` for fixed-width records, as a row gather over their bytes (several times faster
+    than fancy indexing a structured dtype)."""
+    raw = np.ascontiguousarray(records).view(np.uint8).reshape(records.size, records.dtype.itemsize)
+    return np.take(raw, perm, axis=0).reshape(-1).view(records.dtype)
+
+
 def _state_keys(partitions: int) -> list[bytes]:
     """For each state partition ``p``, a record key that :func:`partition_for` maps to ``p``."""
     keys: dict[int, bytes] = {}
@@ -665,7 +672,7 @@ class Shuffler:
             return
         recs, src = group.arrays()
         perm = csprng_permutation(recs.size, self.words)
-        recs = recs[perm]
+        recs = _gather(recs, perm)
         src = src[perm]
         metric, _, day = key
         out_key = metric_day_key(metric, day)

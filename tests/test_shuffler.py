@@ -164,6 +164,19 @@ def test_kernel_is_lemire_fisher_yates_and_reports_exhaustion() -> None:
     assert not np.array_equal(real[0], real[1])  # equal with probability 1/50!
 
 
+@pytest.mark.parametrize("name", ["rr", "grr", "oue", "olh", "rappor", "cms", "hcms", "hr"])
+def test_byte_row_gather_equals_fancy_indexing(name: str) -> None:
+    from client_sdk.mechanisms import make_spec
+    from collector.shuffler import _gather
+
+    spec = make_spec(name, epsilon=1.0) if name == "rr" else make_spec(name, epsilon=1.0, domain_size=64)
+    rng = np.random.default_rng(6)
+    records = spec.encode(rng.integers(0, spec.domain_size, 300), rng)
+    perm = csprng_permutation(300, seeded_words(7))
+    got = _gather(records, perm)
+    assert got.dtype == records.dtype and got.tobytes() == records[perm].tobytes()
+
+
 # -- the shuffler in-process on the embedded log ----------------------------------------------------
 
 
