@@ -236,20 +236,22 @@ def test_cms_kernel_matches_unpacked_reference(width: int, kernel: object, step:
 )
 @pytest.mark.parametrize("threads", [1, 2])
 @pytest.mark.parametrize("step", [1, 3], ids=["contiguous", "strided"])
-def test_cms_kernel_parallel_path_matches_reference(n: int, threads: int, step: int) -> None:
-    """Batch sizes on both sides of the serial/parallel threshold, an odd size whose
-    parts differ in length, 1 and 2 numba threads, contiguous and strided record views:
-    the counts equal an unpackbits sum. Random bytes in a CMS-like record (1-byte row
-    first, so words are unaligned) with 7 rows of 128 bits; counts are added to nonzero
-    starting values."""
+@pytest.mark.parametrize("k", [1, 7], ids=["one-row", "rows"])
+def test_cms_kernel_parallel_path_matches_reference(n: int, threads: int, step: int, k: int) -> None:
+    """Batch sizes on both sides of the serial/parallel threshold, odd sizes (parts of
+    different lengths, a report left over from the pairs of the one-row path), 1 and 2
+    numba threads, contiguous and strided record views, one row (the paired path) and
+    several: the counts equal an unpackbits sum. Random bytes in a CMS-like record
+    (1-byte row first, so words are unaligned), rows of 128 bits; counts are added to
+    nonzero starting values."""
     rng = np.random.default_rng(n + threads)
     rec = np.zeros(step * n, dtype=[("row", "u1"), ("bits", "u1", (16,))])
-    rec["row"] = rng.integers(0, 7, size=rec.size)
+    rec["row"] = rng.integers(0, k, size=rec.size)
     rec["bits"] = rng.integers(0, 256, size=rec["bits"].shape, dtype=np.uint8)
     view = rec[::step]
-    start = rng.integers(0, 1000, size=(7, 128))
+    start = rng.integers(0, 1000, size=(k, 128))
     ones = start.copy()
-    rows = np.full(7, 5, dtype=np.int64)
+    rows = np.full(k, 5, dtype=np.int64)
     before = numba.get_num_threads()
     numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))
     try:
@@ -259,7 +261,7 @@ def test_cms_kernel_parallel_path_matches_reference(n: int, threads: int, step: 
     ref = start.copy()
     np.add.at(ref, view["row"], np.unpackbits(view["bits"], axis=1, bitorder="little").astype(np.int64))
     np.testing.assert_array_equal(ones, ref)
-    np.testing.assert_array_equal(rows, 5 + np.bincount(view["row"], minlength=7))
+    np.testing.assert_array_equal(rows, 5 + np.bincount(view["row"], minlength=k))
 
 
 def test_hcms_kernel_matches_reference() -> None:
