@@ -99,6 +99,9 @@ def test_topics_and_groups_are_the_codes(compose: dict[str, Any]) -> None:
     assert parse(s["estimator"]["command"]).topic == SHUFFLED_TOPIC
     sink = parse(s["sink"]["command"])
     assert sink.topic == SHUFFLED_TOPIC and sink.group == SINK_GROUP
+    from simulator.commands.sink import DEFAULT_GROUP as CLI_SINK_GROUP
+
+    assert CLI_SINK_GROUP == SINK_GROUP
     assert parse(s["estimator"]["command"]).group != sink.group  # each consumer sees every batch
 
 

@@ -18,12 +18,13 @@ import threading
 
 from collector.topics import DEFAULT_PARTITIONS, SHUFFLED_TOPIC
 
-__all__ = ["register"]
+__all__ = ["register", "DEFAULT_GROUP"]
+
+#: equals :data:`collector.sinks.parquet.DEFAULT_GROUP` (not imported here: ``ldp --help`` stays light)
+DEFAULT_GROUP = "ldp-parquet-sink"
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    from collector.sinks.parquet import DEFAULT_GROUP
-
     p = sub.add_parser("sink", help="write the shuffled reports to a Parquet dataset partitioned by metric and day",
                        description=__doc__.splitlines()[0] if __doc__ else None)
     p.add_argument("--transport", default=None, help="sqlite:///path or kafka://host:port (default $LDP_TRANSPORT)")
