@@ -172,8 +172,8 @@ def run_rate(procs: PipelineProcs, rate: float, seconds: float, frame: int, clie
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--kafka", default=None, metavar="HOST:PORT", help="run on this broker (default: embedded log)")
-    ap.add_argument("--rates", default="5000,20000,50000", help="offered loads, reports/s (comma-separated)")
-    ap.add_argument("--seconds", type=float, default=8.0, help="measured seconds per load level")
+    ap.add_argument("--rates", default="5000,20000,50000,100000,200000", help="offered loads, reports/s (comma-separated)")
+    ap.add_argument("--seconds", type=float, default=5.0, help="measured seconds per load level")
     ap.add_argument("--warmup", type=float, default=1.0, help="seconds of each level not measured")
     ap.add_argument("--frame", type=int, default=1000, help="reports per uploaded frame (= the crowd threshold)")
     ap.add_argument("--clients", type=int, default=8, help="concurrent HTTP upload clients")
