@@ -13,9 +13,10 @@ Run it as a process so tests can kill it, or the app, with SIGKILL::
     python -m tests.sdk_test_receiver --dir DIR [--metrics FILE] [--fail-first N]
         [--retry-after S] [--delay-after-store S] [--status CODE]
 
-It prints ``PORT <n>`` on stdout once listening. Once the real collector
-exists, the tests' ``collector`` fixture (``tests/sdk_collector.py``) starts
-that instead.
+It prints ``PORT <n>`` on stdout once listening. The SDK tests run against
+the real collector (``collector_factory`` in ``tests/sdk_collector.py``);
+this receiver remains behind ``receiver_factory`` for a behaviour the
+collector has no switch for (``--delay-after-store``).
 """
 
 from __future__ import annotations

@@ -298,7 +298,8 @@ def test_server_metrics_above_the_local_policy_are_refused_and_counted(tmp_path,
     path = tmp_path / "server_metrics.json"
     path.write_text(json.dumps(server_doc))
     col = collector_factory(metrics=path)
-    c = TelemetryClient(tmp_path / "sdk", col.url, POLICY, DOC, fetch_metrics=True, clock=Clock())
+    now = Clock(time.time())  # the real collector takes batches of recent days only
+    c = TelemetryClient(tmp_path / "sdk", col.url, POLICY, DOC, fetch_metrics=True, clock=now)
     try:
         deadline = time.monotonic() + 20
         while "fresh" not in c.metrics and time.monotonic() < deadline:
@@ -312,22 +313,25 @@ def test_server_metrics_above_the_local_policy_are_refused_and_counted(tmp_path,
         c.record("color", "red")
         assert c.flush(20)
         assert c.errors()["unknown_metric"] == 1
-        assert c.stats()["uploaded_reports"] == 2
+        # the collector takes "color" only under its own (refused) spec: 422, dropped and counted
+        assert c.stats()["uploaded_reports"] == 1
+        assert c.errors()["upload_rejected_reports"] == 1
         spent = c.privacy_spent()
         assert spent.metrics["fresh"].spent == pytest.approx(0.25)
         assert spent.metrics["color"].spent == pytest.approx(1.0)
     finally:
         c.close()
     frames = col.frames()
-    assert sorted(read_header(f).metric for f in frames) == ["color", "fresh"]
-    c2 = TelemetryClient(tmp_path / "sdk", None, POLICY, DOC, upload=False, clock=Clock())
+    assert [read_header(f).metric for f in frames] == ["fresh"]
+    assert col.stats()["invalid"] == 1
+    c2 = TelemetryClient(tmp_path / "sdk", None, POLICY, DOC, upload=False, clock=now)
     try:
         assert "fresh" not in c2.metrics  # fetch_metrics=False: bundled only
     finally:
         c2.close()
     col.stop()
     # with fetching on, a restarted client uses the stored server definitions while the server is away
-    c3 = TelemetryClient(tmp_path / "sdk", col.url, POLICY, DOC, fetch_metrics=True, upload=False, clock=Clock())
+    c3 = TelemetryClient(tmp_path / "sdk", col.url, POLICY, DOC, fetch_metrics=True, upload=False, clock=now)
     try:
         assert "fresh" in c3.metrics and "greedy" not in c3.metrics
         deadline = time.monotonic() + 20

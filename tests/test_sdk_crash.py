@@ -1,6 +1,7 @@
 """Crash safety: the app is killed with SIGKILL while recording and while uploading, then
 restarted on the same storage directory; every report whose budget was spent reaches the
-collector exactly once.
+real collector (``ldp collector`` on 127.0.0.1, embedded transport) exactly once: each value
+is in ``ldp.reports.raw`` once, and no batch id was published twice.
 
 The app (:mod:`tests.sdk_crash_app`) records 0, 1, 2, ... with reports that reveal the
 value (GRR, ε = 30), so the collector's records can be checked one by one. Spends and
@@ -18,12 +19,16 @@ import signal
 import sqlite3
 import subprocess
 import sys
+import threading
 import time
+import urllib.error
+import urllib.request
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from client_sdk.metrics import parse_metrics
 from client_sdk.store import DB_FILENAME
 from client_sdk.wire import decode_frame
-from tests.sdk_collector import ROOT, collector_factory  # noqa: F401  (fixture)
+from tests.sdk_collector import ROOT, collector_factory, receiver_factory  # noqa: F401  (fixtures)
 from tests.sdk_crash_app import metrics_doc
 
 COUNT = 2000
@@ -91,7 +96,7 @@ def wait_until(predicate, timeout: float = 60.0) -> None:
 
 
 def test_kill_during_record_then_restart_uploads_each_report_once(tmp_path, collector_factory) -> None:  # noqa: F811
-    col = collector_factory()
+    col = collector_factory(metrics=metrics_doc(COUNT))
     app_dir = tmp_path / "app"
     seen_starts = []
     for pause in (0.05, 0.3, 0.15):
@@ -112,13 +117,15 @@ def test_kill_during_record_then_restart_uploads_each_report_once(tmp_path, coll
     assert ledger_reports(app_dir) == COUNT
     values = received_values(col)
     assert len(values) == COUNT and sorted(values) == list(range(COUNT))  # each exactly once
-    assert col.stats()["invalid"] == 0
+    stats = col.stats()
+    assert stats["invalid"] == 0 and stats["published"] == stats["stored"] == stats["accepted"]
 
 
-def test_kill_during_upload_then_restart_resends_the_same_batch(tmp_path, collector_factory) -> None:  # noqa: F811
-    # the collector stores each batch durably, then waits before answering: a kill in that
-    # window leaves a batch the collector has but the app does not know was delivered
-    col = collector_factory(delay_after_store=0.4)
+def test_kill_during_upload_then_restart_resends_the_same_batch(tmp_path, receiver_factory) -> None:  # noqa: F811
+    """On the TEST RECEIVER (``--delay-after-store``: it stores each batch durably, then waits before
+    answering); the real collector's variant is the next test. A kill in that window leaves a batch
+    the collector has but the app does not know was delivered."""
+    col = receiver_factory(delay_after_store=0.4)
     app_dir = tmp_path / "app"
     proc = start_app(app_dir, col.url, "--batch-size", "500")
     assert read_start(proc) == 0
@@ -135,5 +142,81 @@ def test_kill_during_upload_then_restart_resends_the_same_batch(tmp_path, collec
     stats = col.stats()
     assert stats["duplicates"] >= 1  # the interrupted batch was sent again under its id ...
     assert stats["accepted"] == len(col.frames()) >= accepted_before  # ... and stored once
+    values = received_values(col)
+    assert len(values) == COUNT and sorted(values) == list(range(COUNT))
+
+
+class HoldingProxy:
+    """Forwards uploads to the collector and holds the collector's first answer until released:
+    the collector has published the batch, the app has not heard so."""
+
+    def __init__(self, target: str) -> None:
+        self.target = target
+        self.held = threading.Event()
+        self.release = threading.Event()
+        proxy = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+            def do_POST(self) -> None:  # noqa: N802
+                body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
+                headers = {k: v for k, v in self.headers.items() if k.lower() in ("content-type", "idempotency-key")}
+                req = urllib.request.Request(proxy.target + self.path, data=body, headers=headers, method="POST")
+                try:
+                    with urllib.request.urlopen(req, timeout=30) as resp:
+                        status, answer = resp.status, resp.read()
+                except urllib.error.HTTPError as exc:
+                    status, answer = exc.code, exc.read()
+                if status == 202 and not proxy.held.is_set():
+                    proxy.held.set()
+                    proxy.release.wait(60)
+                self.send_response(status)
+                self.send_header("Content-Length", str(len(answer)))
+                self.end_headers()
+                self.wfile.write(answer)
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+        self.thread.start()
+
+    def close(self) -> None:
+        self.release.set()
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_kill_during_upload_on_the_real_collector_then_restart_uploads_each_report_once(
+        tmp_path, collector_factory) -> None:  # noqa: F811
+    """The real collector published a batch and answered 202; the app is killed (SIGKILL) before
+    the answer reaches it (a proxy holds it). After a restart the app sends that batch again
+    under the same id: the collector answers it as a duplicate and publishes it no second time."""
+    col = collector_factory(metrics=metrics_doc(COUNT))
+    proxy = HoldingProxy(col.url)
+    app_dir = tmp_path / "app"
+    try:
+        proc = start_app(app_dir, proxy.url, "--batch-size", "500")
+        assert read_start(proc) == 0
+        assert proxy.held.wait(60)
+        kill(proc)
+    finally:
+        proxy.close()
+    persisted = ledger_reports(app_dir)
+    before = col.stats()
+    assert persisted > 0 and before["accepted"] == before["stored"] == 1 and before["duplicates"] == 0
+
+    final = start_app(app_dir, col.url, "--batch-size", "500")
+    assert read_start(final) == persisted
+    result = finish(final)
+    assert result["ok"] and result["pending"] == 0
+    stats = col.stats()
+    assert stats["duplicates"] == 1  # the interrupted batch was sent again under its id ...
+    assert stats["published"] == stats["stored"] == stats["accepted"] == len(col.frames())  # ... and published once
+    assert stats["invalid"] == 0
     values = received_values(col)
     assert len(values) == COUNT and sorted(values) == list(range(COUNT))

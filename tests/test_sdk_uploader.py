@@ -5,11 +5,14 @@ from __future__ import annotations
 import email.utils
 import random
 import socket
+import time
+import urllib.request
 
 import numpy as np
 import pytest
 
 from client_sdk.mechanisms.grr import GRRSpec
+from client_sdk.metrics import parse_metrics, utc_day
 from client_sdk.outbox import Outbox
 from client_sdk.store import Store
 from client_sdk.uploader import (
@@ -20,7 +23,7 @@ from client_sdk.uploader import (
     parse_retry_after,
     urllib_transport,
 )
-from client_sdk.wire import read_header
+from client_sdk.wire import decode_frame, read_header
 from tests.sdk_collector import collector_factory  # noqa: F401  (fixture)
 
 SPEC = GRRSpec(epsilon=1.0, domain_size=16)
@@ -164,22 +167,84 @@ def test_full_jitter_distribution() -> None:
         BackoffPolicy(base=0.0)
 
 
-def test_urllib_transport_against_a_real_http_server(tmp_path, collector_factory) -> None:  # noqa: F811
-    col = collector_factory(fail_first=1, retry_after=7)
+def m_metrics_doc() -> dict:
+    """A metrics file declaring metric ``m`` under :data:`SPEC`."""
+    return {"format": "ldp-metrics/1", "metrics": {"m": {
+        "description": "uploader test metric", "owner": "sdk-tests@example.org", "expires": "2099-12-31",
+        "mechanism": {"mechanism": "grr", "epsilon": SPEC.epsilon},
+        "domain": {"kind": "dictionary", "values": list(range(SPEC.domain_size))}, "max_reports_per_day": 100}}}
+
+
+def in_flight(url: str) -> float:
+    with urllib.request.urlopen(url + "/metrics", timeout=10) as resp:
+        text = resp.read().decode()
+    return float(next(x for x in text.splitlines() if x.startswith("ldp_collector_uploads_in_flight ")).split()[1])
+
+
+def wait_until(predicate, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.01)
+
+
+def test_urllib_transport_against_the_real_collector(tmp_path, collector_factory) -> None:  # noqa: F811
+    """The collector's own overload answer (503 + Retry-After): with ``--max-in-flight 1``, an upload
+    stalled mid-body holds the only slot; the SDK's upload is refused, then delivered once it is free."""
+    assert parse_metrics(m_metrics_doc())["m"].spec.spec_id == SPEC.spec_id
+    col = collector_factory(metrics=m_metrics_doc(), max_in_flight=1, retry_after=7)
+    host, port = col.url.removeprefix("http://").split(":")
+    stalled = socket.create_connection((host, int(port)))
+    stalled.sendall(b"POST /v1/reports HTTP/1.1\r\nHost: x\r\nContent-Type: application/vnd.ldp.frame\r\n"
+                    b"Content-Length: 1000\r\n\r\n" + b"\0" * 10)
+    wait_until(lambda: in_flight(col.url) == 1)
     store = Store(tmp_path / "sdk")
     ob = Outbox(store)
-    ob.put("m", SPEC, 100, np.zeros(4, dtype=SPEC.record_dtype), now=T)
-    up = Uploader(ob, col.url, transport=urllib_transport, clock=Clock(), max_age=0.0)
+    now = time.time()
+    recs = np.zeros(4, dtype=SPEC.record_dtype)
+    recs["value"] = np.arange(4)
+    ob.put("m", SPEC, utc_day(now), recs, now=now)
+    clock = Clock()
+    up = Uploader(ob, col.url, transport=urllib_transport, clock=clock, max_age=0.0)
     assert up.upload_one() == "retry" and up.last_status == 503
-    assert T + 7 <= up.blocked_until <= T + 7.7
+    assert clock.t + 7 <= up.blocked_until <= clock.t + 7.7
+    stalled.close()  # the stalled upload ends (client disconnected) and frees the slot
+    wait_until(lambda: in_flight(col.url) == 0)
     up.blocked_until = 0.0
     with store.transaction() as conn:
         conn.execute("UPDATE batches SET next_attempt = 0")
-    assert up.upload_one() == "delivered"
-    assert col.stats() == {"requests": 2, "accepted": 1, "duplicates": 0, "invalid": 0, "failed": 1}
-    assert len(col.frames()) == 1 and read_header(col.frames()[0]).n_records == 4
+    assert up.upload_one() == "delivered" and ob.size() == 0
+    stats = col.stats()
+    assert (stats["accepted"], stats["failed"], stats["duplicates"]) == (1, 1, 0)
+    assert stats["published"] == stats["stored"] == 1
+    (frame,) = col.frames()
+    assert decode_frame(frame, SPEC).records["value"].tolist() == [0, 1, 2, 3]
     resp = urllib_transport(HttpRequest("GET", col.url + "/nothing", None, {}, 5.0))
     assert resp.status == 404
+
+
+def test_the_real_collectors_refusals_are_dropped_and_counted(tmp_path, collector_factory) -> None:  # noqa: F811
+    """413 (body above ``--max-body-bytes``) and 422 (a metric the collector does not declare) are
+    permanent: the SDK drops the batch, counts it, and does not back off; nothing is published."""
+    col = collector_factory(metrics=m_metrics_doc(), max_body_bytes=200)
+    store = Store(tmp_path / "sdk")
+    ob = Outbox(store)
+    now = time.time()
+    up = Uploader(ob, col.url, transport=urllib_transport, clock=Clock(), max_age=0.0)
+    ob.put("m", SPEC, utc_day(now), np.zeros(500, dtype=SPEC.record_dtype), now=now)  # 500 one-byte records
+    assert up.upload_one() == "rejected" and up.last_status == 413
+    ob.put("undeclared", SPEC, utc_day(now), np.zeros(3, dtype=SPEC.record_dtype), now=now)
+    assert up.upload_one() == "rejected" and up.last_status == 422
+    assert ob.size() == 0 and up.blocked_until == 0.0
+    assert store.counters() == {"upload_rejected_batches": 2, "upload_rejected_reports": 503}
+    recs = np.zeros(3, dtype=SPEC.record_dtype)
+    recs["value"] = 1
+    ob.put("m", SPEC, utc_day(now), recs, now=now)
+    assert up.upload_one() == "delivered"
+    stats = col.stats()
+    assert (stats["invalid"], stats["accepted"], stats["published"]) == (2, 1, 1)
+    (frame,) = col.frames()
+    assert read_header(frame).metric == "m" and decode_frame(frame, SPEC).records["value"].tolist() == [1, 1, 1]
 
 
 def test_urllib_transport_raises_oserror_when_nobody_listens() -> None:
