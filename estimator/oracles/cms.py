@@ -30,6 +30,8 @@ M = k c_ε · signed · H_m (a fast Walsh–Hadamard transform per row).
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from client_sdk.mechanisms.cms import CMSSpec, HCMSSpec
@@ -43,10 +45,27 @@ __all__ = ["CMSAccumulator", "HCMSAccumulator", "count_mean"]
 _ITEM_CHUNK = 1 << 14
 
 
+#: Cache the flattened hash positions of a spec when they take at most this many entries.
+_CACHE_ENTRIES = 1 << 24
+
+
+@functools.lru_cache(maxsize=8)
+def _flat_positions(spec: CMSSpec | HCMSSpec) -> np.ndarray:
+    """``j * m + h_j(d)`` for every row j and item d: a ``(k, d)`` index into the flattened
+    sketch. Depends only on the spec, so it is computed once per spec and process."""
+    pos = spec.hash_positions(np.arange(spec.domain_size)).astype(np.intp)
+    pos += (np.arange(spec.num_hashes, dtype=np.intp) * spec.width)[:, None]
+    pos.setflags(write=False)
+    return pos
+
+
 def count_mean(sketch: np.ndarray, spec: CMSSpec | HCMSSpec, n: int) -> np.ndarray:
     """f̂(d) = m/(m-1)((1/k) Σ_j M[j, h_j(d)] - n/m) for every item d of the domain."""
     k, m = sketch.shape
     d = spec.domain_size
+    if k * d <= _CACHE_ENTRIES:
+        means = np.take(np.ascontiguousarray(sketch).ravel(), _flat_positions(spec)).sum(axis=0) / k
+        return m / (m - 1.0) * (means - n / m)
     means = np.empty(d, dtype=np.float64)
     for start in range(0, d, _ITEM_CHUNK):
         stop = min(d, start + _ITEM_CHUNK)
