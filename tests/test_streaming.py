@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime
 import threading
 import time
+import uuid
 from pathlib import Path
 
 import numpy as np
@@ -35,6 +36,20 @@ def transport(tmp_path: Path):  # type: ignore[no-untyped-def]
     t = open_transport(f"sqlite:///{tmp_path}/log.sqlite3", synchronous="NORMAL")
     t.create_topic(SHUFFLED_TOPIC, 4)
     yield t
+    t.close()
+
+
+@pytest.fixture(params=["embedded", pytest.param("kafka", marks=pytest.mark.kafka)])
+def any_transport(request: pytest.FixtureRequest, tmp_path: Path):  # type: ignore[no-untyped-def]
+    """``(transport, topic)``: the embedded log, or the Kafka broker with a topic of this test's own."""
+    if request.param == "embedded":
+        t = open_transport(f"sqlite:///{tmp_path}/log.sqlite3", synchronous="NORMAL")
+        topic = SHUFFLED_TOPIC
+    else:
+        t = open_transport(f"kafka://{request.getfixturevalue('kafka_bootstrap')}")
+        topic = f"{SHUFFLED_TOPIC}.{uuid.uuid4().hex[:10]}"
+    t.create_topic(topic, 4)
+    yield t, topic
     t.close()
 
 
@@ -135,26 +150,33 @@ def test_crash_after_commit_keeps_the_committed_tail(tmp_path: Path, transport) 
         assert_exact(merged, batches)
 
 
-def test_instances_of_one_group_merge_to_the_single_instance_result(tmp_path: Path, transport) -> None:  # type: ignore[no-untyped-def]
+def test_instances_of_one_group_merge_to_the_single_instance_result(tmp_path: Path, any_transport) -> None:  # type: ignore[no-untyped-def]
+    """Three members join one group at different times while batches flow (rebalances move partitions
+    with uncommitted tails); the merge of their states equals one instance reading everything."""
+    transport, topic = any_transport
     specs = default_specs()
     batches = make_batches(specs, DAYS, 60, np.random.default_rng(5))
-    publish(transport, SHUFFLED_TOPIC, batches[:20])
+    publish(transport, topic, batches[:20])
     cat = catalog(specs)
-    group = "g-multi"
-    ests = [StreamingEstimator(transport, tmp_path / f"st{i}", cat, group=group, member=f"e{i}",
+    group = f"g-multi-{uuid.uuid4().hex[:8]}"
+    ests = [StreamingEstimator(transport, tmp_path / f"st{i}", cat, topic=topic, group=group, member=f"e{i}",
                                checkpoint_seconds=0.05, session_timeout=2.0) for i in range(3)]
     stop = threading.Event()
     threads = [threading.Thread(target=e.run, kwargs={"stop": stop, "max_records": 2}) for e in ests]
     threads[0].start()
     time.sleep(0.3)
-    publish(transport, SHUFFLED_TOPIC, batches[20:40])
+    publish(transport, topic, batches[20:40])
     threads[1].start()
     time.sleep(0.3)
     threads[2].start()
-    publish(transport, SHUFFLED_TOPIC, batches[40:])
+    t0 = time.monotonic()
+    while not _split_among_all(ests, 4):  # every member owns partitions, so the next batches spread
+        assert time.monotonic() - t0 < 45, "the group never settled on three members"
+        time.sleep(0.05)
+    publish(transport, topic, batches[40:])  # their keys fall in partitions 1, 2 and 3
     total = sum(len(b) for b in batches)
     t0 = time.monotonic()
-    while time.monotonic() - t0 < 30 and merge_states([e.state() for e in ests]).n < total:
+    while time.monotonic() - t0 < 45 and merge_states([e.state() for e in ests]).n < total:
         time.sleep(0.1)
     time.sleep(0.5)
     stop.set()
@@ -165,11 +187,52 @@ def test_instances_of_one_group_merge_to_the_single_instance_result(tmp_path: Pa
         e.close()
     assert sum(1 for s in states if s.certain.n) >= 2, "the partitions were not split"
     merged = merge_states([EstimatorState.from_json_obj(s.to_json_obj()) for s in states])
-    with StreamingEstimator(transport, tmp_path / "single", cat, group="g-single", checkpoint_seconds=0.1) as one:
-        one.run(idle_timeout=0.5)
+    with StreamingEstimator(transport, tmp_path / "single", cat, topic=topic, group=f"g-single-{uuid.uuid4().hex[:8]}",
+                            checkpoint_seconds=0.1) as one:
+        one.run(idle_timeout=2.0)
         single = one.counted()
     assert_exact(single, batches)
     assert_exact(merged, batches)
+
+
+def _split_among_all(ests: list[StreamingEstimator], partitions: int) -> bool:
+    owned = [e._consumer.assignment() if e._consumer is not None else frozenset() for e in ests]
+    return all(owned) and sum(len(o) for o in owned) == partitions and len(frozenset().union(*owned)) == partitions
+
+
+def test_merged_endpoint_asks_the_peers(tmp_path: Path, transport) -> None:  # type: ignore[no-untyped-def]
+    from simulator.pipeline import serve_in_thread
+
+    specs = default_specs()
+    batches = make_batches(specs, DAYS, 24, np.random.default_rng(9))
+    publish(transport, SHUFFLED_TOPIC, batches)
+    cat = catalog(specs)
+    a = StreamingEstimator(transport, tmp_path / "a", cat, group="g", member="a", checkpoint_seconds=0.05)
+    b = StreamingEstimator(transport, tmp_path / "b", cat, group="g", member="b", checkpoint_seconds=0.05)
+    a.poll_once(timeout=0.5)
+    b.poll_once(timeout=0.5)  # b joins: the group splits the partitions
+    stop = threading.Event()
+    threads = [threading.Thread(target=e.run, kwargs={"stop": stop}) for e in (a, b)]
+    for t in threads:
+        t.start()
+    total = sum(len(x) for x in batches)
+    t0 = time.monotonic()
+    while merge_states([a.state(), b.state()]).n < total and time.monotonic() - t0 < 30:
+        time.sleep(0.1)
+    stop.set()
+    for t in threads:
+        t.join(30)
+    server, url, _ = serve_in_thread(create_app(b), lifespan="off")
+    try:
+        client = TestClient(create_app(a, peers=[url]))
+        (key, acc), = offline([x for x in batches if x.metric == "m_olh" and x.day == DAYS[1]]).items()
+        body = client.get("/v1/estimates/m_olh", params={"day": DAYS[1], "merged": True}).json()
+        assert body["merged_instances"] == 2 and body["n"] == acc.n
+        assert body["counts"] == acc.estimate().counts.tolist()
+    finally:
+        server.should_exit = True
+        a.close()
+        b.close()
 
 
 def _tail(tp: TopicPartition, base: int, end: int, started: float, spec, rng, status: str = "uncertain") -> Tail:  # type: ignore[no-untyped-def]
