@@ -237,6 +237,22 @@ class Tally:
     def to_json_obj(self) -> list[dict[str, Any]]:
         return [{"metric": k[0], "spec_id": k[1], "day": k[2], **ks.to_json_obj()} for k, ks in sorted(self.keys.items())]
 
+    def to_bytes(self) -> bytes:
+        """Binary form for snapshots: a JSON index, then each key's :meth:`KeyState.to_bytes`."""
+        blobs = [(k, ks.to_bytes()) for k, ks in sorted(self.keys.items())]
+        index = json.dumps([[k[0], k[1], k[2], len(b)] for k, b in blobs]).encode()
+        return len(index).to_bytes(4, "little") + index + b"".join(b for _, b in blobs)
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> "Tally":
+        n = int.from_bytes(data[:4], "little")
+        pos = 4 + n
+        t = cls()
+        for metric, spec_id, day, size in json.loads(data[4:pos]):
+            t.keys[(metric, spec_id, int(day))] = KeyState.from_bytes(data[pos:pos + size])
+            pos += size
+        return t
+
     @classmethod
     def from_json_obj(cls, items: Iterable[Mapping[str, Any]]) -> "Tally":
         t = cls()
@@ -441,7 +457,7 @@ class SnapshotStore:
         tails = []
         for topic, part, base, end, started, status, blob in self._conn.execute(
                 "SELECT topic, partition, base, end, started_at, status, blob FROM tails"):
-            tally = Tally.from_json_obj(json.loads(blob)) if blob else Tally()
+            tally = Tally.from_bytes(blob) if blob else Tally()
             tails.append(Tail(TopicPartition(topic, int(part)), int(base), int(end), float(started), tally, status))
         return certain, segments, tails
 
@@ -460,7 +476,7 @@ class SnapshotStore:
             c.execute("DELETE FROM tails")
             c.executemany("INSERT INTO tails VALUES (?,?,?,?,?,?,?)",
                           [(t.tp.topic, t.tp.partition, t.base, t.end, t.started_at, t.status,
-                            json.dumps(t.tally.to_json_obj()).encode()) for t in tails])
+                            t.tally.to_bytes()) for t in tails])
         except BaseException:
             c.execute("ROLLBACK")
             raise
