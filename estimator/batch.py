@@ -18,7 +18,6 @@ those of the unbiased estimate.
 from __future__ import annotations
 
 import dataclasses
-import datetime as _dt
 import os
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
@@ -38,9 +37,6 @@ from estimator.streaming import parse_day
 
 __all__ = ["BatchError", "BatchResult", "parse_day_range", "accumulate", "estimate_dataset", "estimate_table",
            "write_table", "plot_estimates"]
-
-_EPOCH = _dt.date(1970, 1, 1)
-
 
 class BatchError(LDPError, ValueError):
     """No data for the request, or a choice (spec, days) the user must make."""

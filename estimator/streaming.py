@@ -81,6 +81,7 @@ __all__ = [
     "Tail",
     "EstimatorState",
     "StateError",
+    "EstimatorStats",
     "SnapshotStore",
     "StreamingEstimator",
     "merge_states",

@@ -451,7 +451,6 @@ class ParquetSink:
         self._buffered_reports = 0
         self._known_committed: dict[TopicPartition, int] = {}
         self._logs: dict[TopicPartition, ChunkLog] = {}
-        self._lock = threading.Lock()
         self._consumer: Consumer | None = None
 
     # -- lifecycle ---------------------------------------------------------------------------
