@@ -24,6 +24,7 @@ import numpy as np
 import pytest
 
 from collector.transport import (
+    CommitFailedError,
     Consumer,
     Record,
     TopicError,
@@ -310,7 +311,7 @@ class TransportContract:
         """a reads all 20 records without committing; b joins: after the rebalance the group reads all 20 again."""
         name = self.topic(transport, 2)
         group = unique("g")
-        transport.publish_many(name, [(f"k{i}".encode(), f"v{i}".encode()) for i in range(20)])
+        positions = transport.publish_many(name, [(f"k{i}".encode(), f"v{i}".encode()) for i in range(20)])
         a = transport.consume(name, group, member="a", session_timeout=SESSION)
         b = None
         try:
@@ -318,6 +319,9 @@ class TransportContract:
             b = transport.consume(name, group, member="b", session_timeout=SESSION)
             members = run_group([a, b], lambda ms: len({(r.partition, r.offset) for m in ms for r in m.records}) >= 20)
             assert members[0].assigned.isdisjoint(members[1].assigned)
+            with pytest.raises(CommitFailedError):  # a had 20 records it never committed when b joined
+                a.commit()
+            drain([a], sum(1 for p in positions if TopicPartition(name, p.partition) in a.assignment()))
             a.commit()
             b.commit()
         finally:
@@ -326,6 +330,92 @@ class TransportContract:
                 b.close()
         with transport.consume(name, group, session_timeout=SESSION) as c:
             assert c.poll(timeout=1.5) == []
+
+    @pytest.mark.parametrize("via", ["commit", "transaction"])
+    def test_the_first_commit_after_a_rebalance_that_rewound_uncommitted_records_fails_once(
+            self, transport: Transport, via: str) -> None:
+        """a commits 10 records, receives 10 more without committing; b joins and takes half the partitions.
+
+        a's next commit (plain or transactional) raises CommitFailedError and commits nothing; a then receives
+        exactly the uncommitted records of the partitions it still owns, once, and commits them normally.
+        """
+        name = self.topic(transport, 4)
+        group = unique("g")
+        first = transport.publish_many(name, [(f"k{i}".encode(), f"v{i}".encode()) for i in range(10)])
+        a = transport.consume(name, group, member="a", session_timeout=SESSION)
+        b = None
+        try:
+            drain([a], 10)
+            a.commit()
+            second = transport.publish_many(name, [(f"k{i}".encode(), f"v{i}".encode()) for i in range(10, 20)])
+            assert {(r.partition, r.offset) for r in drain([a], 10)[0]} == {(p.partition, p.offset) for p in second}
+            tps = [TopicPartition(name, p) for p in range(4)]
+            committed = {tp: a.committed(tp) for tp in tps}
+            assert a.generation == 0
+            b = transport.consume(name, group, member="b", session_timeout=SESSION)
+            run_group([a, b], lambda ms: all(m.assigned for m in ms) and ms[0].assigned.isdisjoint(ms[1].assigned)
+                      and len(ms[0].assigned | ms[1].assigned) == 4)
+            assert (a.generation, b.generation) == (1, 0)
+            with pytest.raises(CommitFailedError):
+                if via == "commit":
+                    a.commit()
+                else:
+                    with a.transaction():
+                        pass
+            assert {tp: a.committed(tp) for tp in tps} == committed
+            mine = {(p.partition, p.offset) for p in second if TopicPartition(name, p.partition) in a.assignment()}
+            assert mine and len(mine) < 10 and not {(p.partition, p.offset) for p in first} & mine
+            again = drain([a], len(mine))[0]
+            end = time.monotonic() + 1.0
+            while time.monotonic() < end:
+                again.extend(a.poll(timeout=0.1))
+            assert sorted((r.partition, r.offset) for r in again) == sorted(mine)
+            if via == "commit":
+                a.commit()
+            else:
+                with a.transaction():
+                    pass
+            assert a.generation == 1
+            for p, off in dict(sorted((p, o + 1) for p, o in mine)).items():
+                assert a.committed(TopicPartition(name, p)) == off
+        finally:
+            a.close()
+            if b is not None:
+                b.close()
+
+    @pytest.mark.parametrize("via", ["commit", "transaction"])
+    def test_a_rebalance_with_nothing_uncommitted_does_not_fail_a_commit(self, transport: Transport, via: str) -> None:
+        """a reads and commits all 20 records; b joins: a's next commits succeed and its generation stays 0."""
+        name = self.topic(transport, 4)
+        group = unique("g")
+        transport.publish_many(name, [(f"k{i}".encode(), f"v{i}".encode()) for i in range(20)])
+        a = transport.consume(name, group, member="a", session_timeout=SESSION)
+        b = None
+        try:
+            drain([a], 20)
+            a.commit()
+            b = transport.consume(name, group, member="b", session_timeout=SESSION)
+            run_group([a, b], lambda ms: all(m.assigned for m in ms) and ms[0].assigned.isdisjoint(ms[1].assigned)
+                      and len(ms[0].assigned | ms[1].assigned) == 4)
+            assert (a.generation, b.generation) == (0, 0)
+            later = transport.publish_many(name, [(f"k{i}".encode(), f"v{i}".encode()) for i in range(20, 40)])
+            got = drain([a, b], 20)
+            if via == "commit":
+                a.commit()
+                b.commit()
+            else:
+                for c in (a, b):
+                    with c.transaction():
+                        pass
+            assert (a.generation, b.generation) == (0, 0)
+            ends = dict(sorted((p.partition, p.offset + 1) for p in later))
+            for p, off in ends.items():
+                assert a.committed(TopicPartition(name, p)) == off
+            assert sorted((r.partition, r.offset) for g in got for r in g) == sorted((p.partition, p.offset) for p in later)
+        finally:
+            a.close()
+            if b is not None:
+                b.close()
 
     # -- transactions ------------------------------------------------------------
 

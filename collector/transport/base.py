@@ -14,6 +14,11 @@ in KIP-98 and KIP-447):
   offsets; after every rebalance each member restarts all its partitions
   from the committed offsets, so records delivered but not committed, by a
   member that died or lost its partitions, are delivered again (at least once);
+* a rebalance never rewinds a member silently: if it had delivered records
+  it had not committed (on any partition it owned, kept or lost), its
+  :attr:`Consumer.generation` goes up and its next commit, plain or
+  transactional, raises :class:`CommitFailedError` once, so a consumer that
+  keeps state derived from uncommitted records learns to drop it;
 * a **transaction** (:meth:`Consumer.transaction`) publishes outputs and
   commits the consumer's input offsets atomically: either both become
   visible or neither does, so consume-transform-produce runs exactly once.
@@ -91,7 +96,14 @@ class TopicError(TransportError, ValueError):
 
 
 class CommitFailedError(TransportError):
-    """The group was rebalanced before a commit: nothing was committed, the consumer rewound to the committed offsets."""
+    """The group was rebalanced before a commit: nothing was committed, the consumer rewound to the committed offsets.
+
+    Raised by the commit that the rebalance made stale, or, when the rebalance
+    already happened inside :meth:`Consumer.poll`, by the first commit after
+    it (see :attr:`Consumer.generation`). Either way the caller must drop
+    everything it derived from records it had not committed: they, and any
+    record delivered since, will be delivered again.
+    """
 
 
 class FencedError(TransportError):
@@ -136,6 +148,43 @@ class Consumer(abc.ABC):
     topics: tuple[str, ...]
     group: str
     member: str
+    _rewinds: int = 0
+    _rewind_unreported: bool = False
+
+    @property
+    def generation(self) -> int:
+        """How many rebalances rewound records this member had delivered but not committed (0 at the start).
+
+        After every rebalance a member restarts all its partitions from the
+        committed offsets. If it had delivered records it had not committed
+        (on any partition it owned, kept or lost), that rebalance increments
+        ``generation`` and makes the next :meth:`commit` or transaction
+        commit raise :class:`CommitFailedError`, exactly once, committing
+        nothing. A consumer that keeps state derived from uncommitted records
+        may compare ``generation`` after each :meth:`poll` to drop that state
+        at once, instead of waiting for the failed commit; the failed commit
+        still comes, so a consumer that only catches it is correct too. A
+        commit that fails because of a rebalance it raced with increments
+        ``generation`` as well (with no second failure). A rebalance that
+        found nothing uncommitted changes neither.
+        """
+        return self._rewinds
+
+    def _rebalance_rewound(self, *, report: bool = True) -> None:
+        """Record that a rebalance discarded delivered, uncommitted records; ``report``: the next commit must fail."""
+        self._rewinds += 1
+        if report:
+            self._rewind_unreported = True
+
+    def _take_unreported_rewind(self) -> CommitFailedError | None:
+        """The error the next commit must raise (once) after a rebalance rewound uncommitted records, else ``None``."""
+        if not self._rewind_unreported:
+            return None
+        self._rewind_unreported = False
+        return CommitFailedError(
+            f"group {self.group!r} rebalanced after member {self.member!r} received records it had not committed "
+            f"(generation {self._rewinds}); nothing was committed: drop what was derived from uncommitted records, "
+            "they and every record received since will be delivered again")
 
     @abc.abstractmethod
     def poll(self, max_records: int = 500, timeout: float = 1.0) -> list[Record]:
@@ -146,7 +195,9 @@ class Consumer(abc.ABC):
         """Commit the group's next offsets (default: just past every record delivered so far).
 
         Raises :class:`CommitFailedError` if the group rebalanced since the
-        records were delivered; the consumer then rewinds to the committed offsets.
+        records were delivered, or if this is the first commit after a
+        rebalance that rewound uncommitted records (see :attr:`generation`);
+        nothing is committed and the consumer rewinds to the committed offsets.
         """
 
     @abc.abstractmethod
@@ -159,7 +210,8 @@ class Consumer(abc.ABC):
         no output becomes visible, the consumer rewinds to the committed
         offsets (the records will be delivered again), and the exception
         propagates. A rebalance before the commit raises :class:`CommitFailedError`
-        with the same effect.
+        with the same effect, as does the first transaction commit after a
+        rebalance that rewound uncommitted records (see :attr:`generation`).
         """
 
     @abc.abstractmethod

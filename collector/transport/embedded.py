@@ -20,6 +20,9 @@ database as coordinator:
 * a commit, plain or transactional, succeeds only in the generation the
   records were delivered in, so a member that lost its partitions cannot
   commit over their new owner (:class:`~collector.transport.base.CommitFailedError`);
+  a member that follows a new generation while it holds delivered,
+  uncommitted records counts it in ``Consumer.generation`` and fails its
+  next commit once (see :attr:`~collector.transport.base.Consumer.generation`);
 * a consume-transform-produce transaction is one SQLite transaction that
   appends the outputs and writes the input offsets.
 
@@ -245,6 +248,10 @@ class _EmbeddedTransaction(Transaction, _TransactionContext):
         if exc_type is not None:
             c._rewind()
             return
+        stale = c._take_unreported_rewind()
+        if stale is not None:
+            c._rewind()
+            raise stale
         try:
             with _write(c._conn) as conn:
                 c._check_generation(conn)
@@ -307,6 +314,8 @@ class EmbeddedConsumer(Consumer):
         if row is not None and row[0] != self._instance:
             raise FencedError(f"another consumer joined group {self.group!r} as member {self.member!r}; this one is fenced")
         if row is None or self._current_generation(c) != self._generation:
+            if self._delivered:  # this failure reports the rewind: no second one
+                self._rebalance_rewound(report=False)
             raise CommitFailedError(f"group {self.group!r} rebalanced since these records were delivered; "
                                     "nothing was committed and they will be delivered again")
         c.execute("UPDATE members SET heartbeat=? WHERE grp=? AND member=?", (time.time(), self.group, self.member))
@@ -344,6 +353,8 @@ class EmbeddedConsumer(Consumer):
             for p in range(_partitions(c, topic)):
                 if subs[p % len(subs)] == self.member:
                     owned.add(TopicPartition(topic, p))
+        if self._delivered:
+            self._rebalance_rewound()
         self._generation = generation
         self._assignment = frozenset(owned)
         self._fetch = {tp: self._committed_in(c, tp) or 0 for tp in owned}
@@ -408,6 +419,10 @@ class EmbeddedConsumer(Consumer):
     def commit(self, offsets: Mapping[TopicPartition, int] | None = None) -> None:
         if self._closed:
             raise TransportError("commit() on a closed consumer")
+        stale = self._take_unreported_rewind()
+        if stale is not None:
+            self._rewind()
+            raise stale
         todo = dict(self._delivered if offsets is None else offsets)
         try:
             with _write(self._conn) as c:

@@ -16,7 +16,9 @@
   aborts its dead predecessor's open transaction when it starts.
 * After every rebalance a member restarts its partitions from the committed
   offsets (as the embedded log does), so both transports redeliver the same
-  records after a rebalance.
+  records after a rebalance; if it drops delivered, uncommitted records, the
+  rebalance listener counts it in ``Consumer.generation`` and the next commit
+  fails once (see :attr:`~collector.transport.base.Consumer.generation`).
 
 kafka-python is pinned below 3: 3.0.12 discards a JoinGroup/SyncGroup round
 that completes while no ``poll()`` awaits it and sends a new JoinGroup (a
@@ -277,6 +279,10 @@ class _KafkaTransaction(Transaction, _TransactionContext):
         if exc_type is not None:
             self._abort(producer)
             return
+        stale = c._take_unreported_rewind()
+        if stale is not None:
+            self._abort(producer)
+            raise stale
         from kafka import OffsetAndMetadata
         from kafka import TopicPartition as KTP
 
@@ -293,9 +299,12 @@ class _KafkaTransaction(Transaction, _TransactionContext):
             c._rewind()
             raise FencedError(f"another worker took transactional id {c.transactional_id!r}: {exc!r}") from exc
         except (errors.KafkaError, errors.IllegalStateError) as exc:
+            rebalanced = isinstance(exc, (errors.CommitFailedError, errors.IllegalGenerationError,
+                                          errors.UnknownMemberIdError, errors.RebalanceInProgressError))
+            if rebalanced and c._delivered:  # this failure reports the rewind: no second one
+                c._rebalance_rewound(report=False)
             self._abort(producer)
-            if isinstance(exc, (errors.CommitFailedError, errors.IllegalGenerationError,
-                                errors.UnknownMemberIdError, errors.RebalanceInProgressError)):
+            if rebalanced:
                 raise CommitFailedError(f"group {c.group!r} rebalanced before the transaction committed ({exc!r}); "
                                         "it was aborted and its records will be delivered again") from exc
             raise TransportError(f"the transaction was aborted: {exc!r}") from exc
@@ -357,7 +366,7 @@ class KafkaConsumer(Consumer):
         class _Listener(ConsumerRebalanceListener):  # type: ignore[misc]
             # called inside KafkaConsumer.poll; poll() below restarts the partitions from the committed offsets
             def on_partitions_revoked(self, revoked: Any) -> None:
-                owner._delivered = {}
+                owner._forget_delivered()
 
             def on_partitions_assigned(self, assigned: Any) -> None:
                 owner._reassigned = set(assigned)
@@ -388,7 +397,7 @@ class KafkaConsumer(Consumer):
             if self._reassigned is not None:
                 fresh, self._reassigned = self._reassigned, None
                 got = {k: v for k, v in got.items() if k not in fresh}
-                self._delivered = {}
+                self._forget_delivered()
                 self._seek_committed(fresh)
             out: list[Record] = []
             for ktp, recs in got.items():
@@ -405,6 +414,10 @@ class KafkaConsumer(Consumer):
         from kafka import OffsetAndMetadata
         from kafka import TopicPartition as KTP
 
+        stale = self._take_unreported_rewind()
+        if stale is not None:
+            self._rewind()
+            raise stale
         todo = dict(self._delivered if offsets is None else offsets)
         errors = _errors()
         try:
@@ -412,6 +425,8 @@ class KafkaConsumer(Consumer):
                                    for tp, off in todo.items()})
         except (errors.CommitFailedError, errors.IllegalGenerationError, errors.UnknownMemberIdError,
                 errors.RebalanceInProgressError) as exc:
+            if self._delivered:  # this failure reports the rewind: no second one
+                self._rebalance_rewound(report=False)
             self._rewind()
             raise CommitFailedError(f"group {self.group!r} rebalanced since these records were delivered ({exc!r}); "
                                     "nothing was committed and they will be delivered again") from exc
@@ -441,6 +456,12 @@ class KafkaConsumer(Consumer):
                     raise TransportError(f"the transaction committed but the offset of {ktp} is not visible after "
                                          f"{self._transport.request_timeout:g} s")
                 time.sleep(0.01)
+
+    def _forget_delivered(self) -> None:
+        """A rebalance restarts every partition from the committed offsets: report uncommitted deliveries it drops."""
+        if self._delivered:
+            self._rebalance_rewound()
+        self._delivered = {}
 
     def _rewind(self) -> None:
         """Seek every owned partition back to the group's committed offset (the beginning if none)."""
