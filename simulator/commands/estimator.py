@@ -97,12 +97,14 @@ def run(args: argparse.Namespace) -> int:
     worker = threading.Thread(target=work, name="estimator-consumer", daemon=True)
     worker.start()
     code = 0
+    import signal
+
+    # Ours before uvicorn's: it restores them and re-raises the signal after its shutdown, which then
+    # lands here instead of killing the process before the final checkpoint.
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
     try:
         if args.no_http:
-            import signal
-
-            for sig in (signal.SIGTERM, signal.SIGINT):
-                signal.signal(sig, lambda *_: stop.set())
             print(f"ldp estimator: consuming {args.topic} as {args.group}/{engine.member} on {transport.url}",
                   flush=True)
             while not stop.wait(0.5):
