@@ -209,6 +209,8 @@ def test_broker_restart_mid_stream_pipeline_stays_exact(tmp_path: Path, second_b
 def test_broker_restart_mid_stream_consumers_stay_exact(tmp_path: Path, second_broker: BrokerConfig) -> None:
     """The estimator and the sink alone (shuffled batches published directly, as the shuffler would):
     they ride through a broker restart, rejoin their groups, and end with exact counts and files."""
+    from kafka.errors import KafkaError
+
     from collector.transport import TransportError, open_transport
     from tests.shuffled_data import envelope_of
 
@@ -229,7 +231,7 @@ def test_broker_restart_mid_stream_consumers_stay_exact(tmp_path: Path, second_b
                     with open_transport(url, request_timeout=5.0) as t:
                         t.publish(procs.shuffled, metric_day_key(b.metric, b.day), envelope_of(b))
                     break
-                except TransportError:
+                except (TransportError, KafkaError):  # the broker is restarting
                     time.sleep(0.5)
             else:
                 raise AssertionError("the broker did not come back for the publisher")
