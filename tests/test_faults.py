@@ -61,8 +61,14 @@ def _check_exact(procs: PipelineProcs, fleet, day: int) -> None:  # type: ignore
     procs.wait_counted(expected, timeout=120)
     for (metric, _, _), acc in offline(fleet.batches).items():
         est = acc.estimate()
-        body = procs.estimates(metric, day)
-        assert body is not None and body["n"] == acc.n
+        deadline = time.monotonic() + 60
+        while True:  # the live view serves uncommitted reads too: after a rebalance it re-reads them
+            body = procs.estimates(metric, day)
+            if body is not None and body["n"] == acc.n:
+                break
+            assert body is None or body["n"] < acc.n, f"{metric}: {body['n']} counted, {acc.n} uploaded"
+            assert time.monotonic() < deadline, f"{metric}: the estimate stays at {body and body['n']} of {acc.n}"
+            time.sleep(0.2)
         assert body["counts"] == est.counts.tolist(), metric
         assert body["ci_high"] == est.ci_high.tolist(), metric
         deadline = time.monotonic() + 60
