@@ -29,6 +29,12 @@ as *uncertain*. Records below the committed offset are never delivered
 again, and records at or above it are not in the state, so a single
 instance never loses or double-counts a report.
 
+**What is served.** Estimates include the open tails (read, not yet
+committed), so a report shows up as soon as it is read. When a commit fails
+or a rebalance moves a partition, its tail is dropped and read again, so a
+live figure can step back for a moment before it returns to the same
+total; the snapshot and :func:`merge_states` are never affected.
+
 **Several instances.** Members of one group split the partitions. Each
 snapshot records, per partition, the offset ranges it counted and when each
 range began. :func:`merge_states` sums the instances' certain states and
