@@ -9,9 +9,11 @@ and the shuffle's central ε.
 (what was read since this instance's last commit of that partition). A
 checkpoint
 
-1. drops the tails of partitions this member no longer owns, and, if the
-   group's committed offset of an owned partition is not where its tail
-   began (another member owned it meanwhile), drops every tail and rejoins;
+1. drops the tails of partitions this member no longer owns (a rebalance
+   that rewound uncommitted records, seen as a new
+   :attr:`~collector.transport.base.Consumer.generation` after a poll, has
+   dropped every tail already: the partitions restart from their committed
+   offsets);
 2. writes, in one SQLite transaction (``synchronous=FULL``), the certain
    state (everything whose offsets were committed), the offset ranges it
    covers, and the tails marked *pending*;
@@ -546,7 +548,7 @@ class StreamingEstimator:
         self._pending = [t for t in loaded if t.status == "pending"]
         self.open: dict[TopicPartition, Tail] = {}
         self._dirty: set[Key] = set()
-        self._known_committed: dict[TopicPartition, int] = {}
+        self._generation = 0
         self._consumer: Consumer | None = None
         self._last_checkpoint = time.monotonic()
         self.lock = threading.RLock()
@@ -587,7 +589,7 @@ class StreamingEstimator:
         with self.lock:
             self.stats.dropped_tails += len(self.open)
             self.open.clear()
-        self._known_committed.clear()
+        self._generation = 0
         consumer, self._consumer = self._consumer, None
         if consumer is not None:
             consumer.close()
@@ -595,8 +597,14 @@ class StreamingEstimator:
     # -- consuming ---------------------------------------------------------------------------
 
     def poll_once(self, *, max_records: int = 500, timeout: float = 0.2) -> int:
-        recs = self.consumer.poll(max_records=max_records, timeout=timeout)
+        consumer = self.consumer
+        recs = consumer.poll(max_records=max_records, timeout=timeout)
         with self.lock:
+            if consumer.generation != self._generation:
+                # a rebalance restarted every partition from its committed offset: the tails are void
+                self._generation = consumer.generation
+                self.stats.dropped_tails += len(self.open)
+                self.open.clear()
             for rec in recs:
                 self._accept(rec)
         return len(recs)
@@ -608,12 +616,9 @@ class StreamingEstimator:
             # the consumer restarted the partition from the group's committed offset
             self.stats.dropped_tails += 1
             del self.open[tp]
-            self._known_committed.pop(tp, None)
             tail = None
         if tail is None:
-            base = self._known_committed.get(tp)
-            if base is None:
-                base = self.consumer.committed(tp) or 0
+            base = self.consumer.committed(tp) or 0
             tail = self.open[tp] = Tail(tp, base, base, time.time(), Tally())
         self.stats.records += 1
         try:
@@ -642,12 +647,6 @@ class StreamingEstimator:
             tails = dict(self.open)
         if not tails and not self._dirty:
             return False
-        for tp, t in tails.items():
-            c = consumer.committed(tp) or 0
-            if c != t.base:
-                self._rejoin(f"the committed offset of {tp.topic}[{tp.partition}] is {c}, not {t.base} where this "
-                             "member's tail began: another member owned the partition meanwhile")
-                return False
         with self.lock:
             pending = [dataclasses.replace(t, status="pending") for t in tails.values()]
             self.store.write(self.certain, self._dirty, self.segments, self.uncertain + pending)
@@ -662,14 +661,12 @@ class StreamingEstimator:
             with self.lock:
                 self.stats.dropped_tails += len(self.open)
                 self.open.clear()
-            self._known_committed.clear()
             return False
         with self.lock:
             for tp, t in tails.items():
                 self.certain.merge(t.tally)
                 self._dirty.update(t.tally.keys)
                 _add_range(self.segments, tp, t.base, t.end, t.started_at)
-                self._known_committed[tp] = t.end
                 if self.open.get(tp) is t:
                     del self.open[tp]
         self.stats.checkpoints += 1

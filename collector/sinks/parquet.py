@@ -38,7 +38,9 @@ records if it has fewer), and writes the same names with the same content
 exist. Every commit is at a chunk end, so a new owner always starts at a
 chunk start. A member that finds the group's committed offset moved under
 one of its chunks (another member owned the partition meanwhile) drops
-its buffers and rejoins instead of writing. Files are complete or absent
+its buffers and rejoins instead of writing; a rebalance that rewound
+uncommitted records (a new :attr:`~collector.transport.base.Consumer.generation`
+after a poll) drops every buffer at once. Files are complete or absent
 (atomic rename), so a reader that lists the folders sees each report once.
 
 The lock is an ``fcntl`` lock: correct for every writer on one machine (the
@@ -451,6 +453,7 @@ class ParquetSink:
         self._buffered_reports = 0
         self._known_committed: dict[TopicPartition, int] = {}
         self._logs: dict[TopicPartition, ChunkLog] = {}
+        self._generation = 0
         self._consumer: Consumer | None = None
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -470,6 +473,7 @@ class ParquetSink:
         """Leave the group without flushing (buffered batches are redelivered to the next owner)."""
         self._buffers.clear()
         self._buffered_reports = 0
+        self._generation = 0
         consumer, self._consumer = self._consumer, None
         if consumer is not None:
             consumer.close()
@@ -504,7 +508,14 @@ class ParquetSink:
 
     def poll_once(self, *, max_records: int = 500, timeout: float = 0.2) -> int:
         """Poll once and buffer what came; returns the number of batches received."""
-        recs = self.consumer.poll(max_records=max_records, timeout=timeout)
+        consumer = self.consumer
+        recs = consumer.poll(max_records=max_records, timeout=timeout)
+        if consumer.generation != self._generation:
+            # a rebalance restarted every partition from its committed offset: the buffers are void
+            self._generation = consumer.generation
+            self._buffers.clear()
+            self._buffered_reports = 0
+            self._known_committed.clear()
         for rec in recs:
             self._accept(rec)
         return len(recs)
