@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import abc
 import time
+import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from types import TracebackType
 from typing import NamedTuple
@@ -148,8 +149,22 @@ class Consumer(abc.ABC):
     topics: tuple[str, ...]
     group: str
     member: str
+    session_timeout: float
     _rewinds: int = 0
     _rewind_unreported: bool = False
+
+    def _set_identity(self, topics: list[str], group: str, member: str | None, session_timeout: float) -> None:
+        """Check and store the arguments every implementation's constructor takes."""
+        if not topics:
+            raise ValueError("consume() needs at least one topic")
+        if not isinstance(group, str) or not group:
+            raise ValueError(f"group must be a non-empty string, got {group!r}")
+        if session_timeout <= 0:
+            raise ValueError(f"session_timeout must be positive, got {session_timeout!r}")
+        self.topics = tuple(dict.fromkeys(topics))
+        self.group = group
+        self.member = member if member is not None else uuid.uuid4().hex[:16]
+        self.session_timeout = float(session_timeout)
 
     @property
     def generation(self) -> int:

@@ -269,17 +269,8 @@ class EmbeddedConsumer(Consumer):
 
     def __init__(self, transport: EmbeddedTransport, topics: list[str], group: str, *, member: str | None,
                  session_timeout: float) -> None:
-        if not topics:
-            raise ValueError("consume() needs at least one topic")
-        if not isinstance(group, str) or not group:
-            raise ValueError(f"group must be a non-empty string, got {group!r}")
-        if session_timeout <= 0:
-            raise ValueError(f"session_timeout must be positive, got {session_timeout!r}")
+        self._set_identity(topics, group, member, session_timeout)
         self._transport = transport
-        self.topics = tuple(dict.fromkeys(topics))
-        self.group = group
-        self.member = member if member is not None else uuid.uuid4().hex[:16]
-        self.session_timeout = float(session_timeout)
         self._instance = uuid.uuid4().hex
         self._conn = _connect(transport.path, transport.synchronous)
         self._generation = -1

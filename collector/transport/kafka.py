@@ -35,7 +35,6 @@ from __future__ import annotations
 import itertools
 import threading
 import time
-import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from types import TracebackType
 from typing import Any
@@ -323,19 +322,11 @@ class KafkaConsumer(Consumer):
 
     def __init__(self, transport: KafkaTransport, topics: list[str], group: str, *, member: str | None,
                  session_timeout: float) -> None:
-        if not topics:
-            raise ValueError("consume() needs at least one topic")
-        if not isinstance(group, str) or not group:
-            raise ValueError(f"group must be a non-empty string, got {group!r}")
-        if session_timeout <= 0:
-            raise ValueError(f"session_timeout must be positive, got {session_timeout!r}")
+        self._set_identity(topics, group, member, session_timeout)
         from kafka import ConsumerRebalanceListener
         from kafka import KafkaConsumer as _KC
 
         self._transport = transport
-        self.topics = tuple(dict.fromkeys(topics))
-        self.group = group
-        self.member = member if member is not None else uuid.uuid4().hex[:16]
         self.transactional_id = f"ldp.{group}.{self.member}"
         session_ms = max(500, int(session_timeout * 1000))
         cfg: dict[str, Any] = {
