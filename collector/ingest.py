@@ -62,13 +62,35 @@ class GroupStats(NamedTuple):
     seconds: float
 
 
+def _settle(fut: "concurrent.futures.Future[Outcome]", result: Outcome | None = None,
+            exc: BaseException | None = None) -> None:
+    """Resolve ``fut`` unless it is already resolved or cancelled (its waiter gave up): the publish's outcome
+    does not depend on anyone still waiting for it."""
+    try:
+        if exc is not None:
+            fut.set_exception(exc)
+        else:
+            fut.set_result(result)  # type: ignore[arg-type]
+    except concurrent.futures.InvalidStateError:
+        pass
+
+
+def _copy(done: "concurrent.futures.Future[Outcome]", public: "concurrent.futures.Future[Outcome]") -> None:
+    """Hand the internal future's outcome to the one the caller holds (internal futures are never cancelled)."""
+    exc = done.exception()
+    if exc is not None:
+        _settle(public, exc=exc)
+    else:
+        _settle(public, done.result())
+
+
 def _follow(done: "concurrent.futures.Future[Outcome]", fut: "concurrent.futures.Future[Outcome]") -> None:
     """Resolve ``fut`` (a retry that arrived while ``done`` was being published) from ``done``'s outcome."""
     exc = done.exception()
     if exc is not None:
-        fut.set_exception(exc)
+        _settle(fut, exc=exc)
     else:
-        fut.set_result("duplicate")
+        _settle(fut, "duplicate")
 
 
 class Ingestor:
@@ -126,19 +148,23 @@ class Ingestor:
     # -- producer side -----------------------------------------------------------
 
     def submit(self, batch_id: bytes, key: bytes, value: bytes, reports: int) -> "concurrent.futures.Future[Outcome]":
+        """Queue a batch; the returned future resolves to its outcome. Cancelling it (a waiter that gives up)
+        changes nothing for the publish or for a retry of the same batch id that follows it."""
         fut: concurrent.futures.Future[Outcome] = concurrent.futures.Future()
+        public: concurrent.futures.Future[Outcome] = concurrent.futures.Future()
+        fut.add_done_callback(lambda done: _copy(done, public))
         with self._cond:
             if self._stopping:
                 fut.set_exception(UnavailableError("shutting_down", "the collector is shutting down; retry later",
                                                    self.retry_after))
-                return fut
+                return public
             running = self._inflight.get(bytes(batch_id))
             if running is not None:
                 running.add_done_callback(lambda done: _follow(done, fut))
-                return fut
+                return public
             self._queue.append(Submission(bytes(batch_id), key, value, reports, fut))
             self._cond.notify()
-        return fut
+        return public
 
     # -- the thread ------------------------------------------------------------
 
@@ -174,8 +200,7 @@ class Ingestor:
                 err = UnavailableError("internal", f"the collector failed to store the batch ({type(exc).__name__}); "
                                        "retry later", self.retry_after)
                 for s in group:
-                    if not s.future.done():
-                        s.future.set_exception(err)
+                    _settle(s.future, exc=err)
             finally:
                 with self._cond:
                     for s in group:
@@ -217,7 +242,7 @@ class Ingestor:
                                        f"the transport did not accept the batch ({self.last_error}); retry later",
                                        self.retry_after)
                 for s in group:
-                    s.future.set_exception(err)
+                    _settle(s.future, exc=err)
                 self._report(GroupStats(0, 0, len(group), time.perf_counter() - t0))
                 return
             self.last_error = None
@@ -226,9 +251,9 @@ class Ingestor:
             except Exception as exc:  # published: answer 202; a retry is caught by the shuffler's id window
                 log.warning("could not record %d batch ids (%r); a retry of them will reach the shuffler", len(fresh), exc)
         for s in fresh.values():
-            s.future.set_result("accepted")
+            _settle(s.future, "accepted")
         for s in dups:
-            s.future.set_result("duplicate")
+            _settle(s.future, "duplicate")
         self._report(GroupStats(len(fresh), len(dups), 0, time.perf_counter() - t0))
 
     def _report(self, stats: GroupStats) -> None:
