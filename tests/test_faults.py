@@ -193,12 +193,6 @@ def test_broker_restart_mid_stream_producers_lose_nothing(tmp_path: Path, second
 
 
 @pytest.mark.kafka
-@pytest.mark.xfail(
-    reason="known open bug (issue 3): after a broker restart the shuffler's transactional producer blocks "
-    "in kafka-python's send_offsets_to_transaction, which waits without a timeout; fix: bounded wait, "
-    "abort and recreate the producer in collector/transport/kafka.py",
-    strict=False,
-)
 def test_broker_restart_mid_stream_pipeline_stays_exact(tmp_path: Path, second_broker: BrokerConfig) -> None:
     """The whole pipeline across a broker restart: every component keeps running and the final
     estimates and dataset are exact."""

@@ -33,6 +33,7 @@ waiting after each commit until the committed offsets are visible.
 from __future__ import annotations
 
 import itertools
+import logging
 import threading
 import time
 from collections.abc import Iterable, Mapping, Sequence
@@ -56,6 +57,8 @@ from collector.transport.base import (
 )
 
 __all__ = ["KafkaTransport", "KafkaConsumer"]
+
+log = logging.getLogger(__name__)
 
 #: large enough for a 4,096-report batch of the widest mechanisms; the project's broker accepts 8 MiB
 DEFAULT_MAX_REQUEST_SIZE = 8 << 20
@@ -259,13 +262,29 @@ class _KafkaTransaction(Transaction, _TransactionContext):
         _check_value(key, value)
         c = self._consumer
         n = c._transport.partitions(topic)
-        c._tx_producer().send(topic, key=_b(key), value=bytes(value),
-                              partition=partition_for(key, n, next(c._transport._rr)))
+        try:
+            c._tx_producer().send(topic, key=_b(key), value=bytes(value),
+                                  partition=partition_for(key, n, next(c._transport._rr)))
+        except _errors().KafkaError as exc:
+            raise TransportError(f"the transactional producer refused a record for {topic!r}: {exc!r}; "
+                                 "leave the `with` block (the transaction is aborted) and retry") from exc
 
     def __enter__(self) -> Transaction:
         if self._open:
             raise TransportError("this transaction is already open")
-        self._consumer._tx_producer().begin_transaction()
+        c = self._consumer
+        errors = _errors()
+        try:
+            c._tx_producer().begin_transaction()
+        except (errors.ProducerFencedError, errors.InvalidProducerEpochError) as exc:
+            c._drop_producer()
+            raise FencedError(f"another worker took transactional id {c.transactional_id!r}: {exc!r}") from exc
+        except (errors.KafkaError, errors.IllegalStateError) as exc:
+            # no usable transactional state (e.g. init_transactions timed out while the broker was away):
+            # start over with a fresh producer next time, which fences whatever the old one left open
+            c._drop_producer()
+            c._rewind()
+            raise TransportError(f"cannot begin a transaction: {exc!r}") from exc
         self._open = True
         return self
 
@@ -273,14 +292,13 @@ class _KafkaTransaction(Transaction, _TransactionContext):
                  tb: TracebackType | None) -> None:
         self._open = False
         c = self._consumer
-        producer = c._tx_producer()
         errors = _errors()
         if exc_type is not None:
-            self._abort(producer)
+            self._abort()
             return
         stale = c._take_unreported_rewind()
         if stale is not None:
-            self._abort(producer)
+            self._abort()
             raise stale
         from kafka import OffsetAndMetadata
         from kafka import TopicPartition as KTP
@@ -292,17 +310,25 @@ class _KafkaTransaction(Transaction, _TransactionContext):
                     raise errors.RebalanceInProgressError("the group is rebalancing")
                 # KIP-447 group metadata (generation fencing) where the client has it, else the group id
                 meta = c._consumer.group_metadata() if hasattr(c._consumer, "group_metadata") else c.group
-                producer.send_offsets_to_transaction(offsets, meta)
-            producer.commit_transaction()
+                c._tx_call("send_offsets_to_transaction",
+                           lambda tm: tm.send_offsets_to_transaction(offsets, meta))
+            c._tx_call("commit_transaction", lambda tm: tm.begin_commit())
         except (errors.ProducerFencedError, errors.InvalidProducerEpochError) as exc:
+            c._drop_producer()
             c._rewind()
             raise FencedError(f"another worker took transactional id {c.transactional_id!r}: {exc!r}") from exc
+        except _TransactionStuck as exc:
+            c._drop_producer()
+            c._rewind()
+            raise TransportError(f"the transaction did not complete: {exc}; the producer was replaced (its "
+                                 "successor aborts the open transaction) and the records will be delivered again") \
+                from exc
         except (errors.KafkaError, errors.IllegalStateError) as exc:
             rebalanced = isinstance(exc, (errors.CommitFailedError, errors.IllegalGenerationError,
                                           errors.UnknownMemberIdError, errors.RebalanceInProgressError))
             if rebalanced and c._delivered:  # this failure reports the rewind: no second one
                 c._rebalance_rewound(report=False)
-            self._abort(producer)
+            self._abort()
             if rebalanced:
                 raise CommitFailedError(f"group {c.group!r} rebalanced before the transaction committed ({exc!r}); "
                                         "it was aborted and its records will be delivered again") from exc
@@ -310,11 +336,23 @@ class _KafkaTransaction(Transaction, _TransactionContext):
         c._delivered = {}
         c._await_visible(offsets)
 
-    def _abort(self, producer: Any) -> None:
+    def _abort(self) -> None:
+        c = self._consumer
+        if c._producer is None:  # replaced after a failure: its successor aborts what it left open
+            c._rewind()
+            return
         try:
-            producer.abort_transaction()
+            c._tx_call("abort_transaction", lambda tm: tm.begin_abort())
+        except (_TransactionStuck, _errors().KafkaError, _errors().IllegalStateError) as exc:
+            # a producer that cannot abort is replaced; its successor's init_transactions aborts the transaction
+            log.warning("abort_transaction failed (%r); replacing the transactional producer", exc)
+            c._drop_producer()
         finally:
-            self._consumer._rewind()
+            c._rewind()
+
+
+class _TransactionStuck(Exception):
+    """A transactional request got no answer in time (kafka-python 2 waits for ever)."""
 
 
 class KafkaConsumer(Consumer):
@@ -369,12 +407,44 @@ class KafkaConsumer(Consumer):
             from kafka import KafkaProducer
 
             t = self._transport
-            self._producer = KafkaProducer(**t.producer_settings(
+            producer = KafkaProducer(**t.producer_settings(
                 transactional_id=self.transactional_id,
                 transaction_timeout_ms=int(t.transaction_timeout * 1000),
+                max_block_ms=int(t.request_timeout * 1000),
                 client_id=f"{t.client_id}-{self.member}-tx"))
-            self._producer.init_transactions()
+            try:
+                producer.init_transactions()
+            except BaseException:
+                producer.close(timeout=0)
+                raise
+            self._producer = producer
         return self._producer
+
+    def _tx_call(self, what: str, start: Any) -> None:
+        """Run one transactional request of the producer with a bounded wait.
+
+        kafka-python 2's ``send_offsets_to_transaction``, ``commit_transaction``
+        and ``abort_transaction`` wait without a timeout; after a broker
+        restart the request may never be answered and the worker would hang.
+        This starts the request on the producer's transaction manager and
+        waits at most ``request_timeout`` (raising :class:`_TransactionStuck`),
+        so the caller can replace the producer.
+        """
+        producer = self._tx_producer()
+        result = start(producer._transaction_manager)
+        producer._sender.wakeup()
+        timeout = self._transport.request_timeout
+        if not result.wait(timeout_ms=int(timeout * 1000)):
+            raise _TransactionStuck(f"{what} got no answer in {timeout:g} s")
+
+    def _drop_producer(self) -> None:
+        """Close the transactional producer without waiting; the next transaction makes a new one."""
+        producer, self._producer = self._producer, None
+        if producer is not None:
+            try:
+                producer.close(timeout=0)
+            except Exception as exc:  # closing a broken client must not hide the error being handled
+                log.warning("closing the transactional producer failed: %r", exc)
 
     def poll(self, max_records: int = 500, timeout: float = 1.0) -> list[Record]:
         if self._closed:
