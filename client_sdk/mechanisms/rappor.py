@@ -82,7 +82,7 @@ import hmac
 import math
 import struct
 from functools import cached_property
-from typing import Any, ClassVar
+from typing import Any, Callable, ClassVar
 
 import numpy as np
 
@@ -95,6 +95,8 @@ from client_sdk.mechanisms.oue import check_padding, write_packed
 __all__ = [
     "RapporSpec",
     "RapporDesign",
+    "check_gram_factor",
+    "design_positions",
     "default_num_bits",
     "default_num_cohorts",
     "MAX_BITS",
@@ -413,11 +415,64 @@ class RapporSpec(MechanismSpec):
     def _full_design(self) -> "RapporDesign":
         return RapporDesign(self, np.arange(self.domain_size, dtype=np.int64))
 
+    def adopt_full_design(self, design: "RapporDesign") -> None:
+        """Use ``design`` (the whole domain, built elsewhere, e.g. loaded from the
+        estimator's disk cache) as this spec's cached design, so that
+        :meth:`count_variance` does not build it again. Ignored once built."""
+        if design.spec != self or not np.array_equal(design.candidates, np.arange(self.domain_size)):
+            raise SpecError("rappor: adopt_full_design needs a design of this spec over the whole domain")
+        self.__dict__.setdefault("_full_design", design)
+
     def count_variance(self, true_counts: np.ndarray) -> np.ndarray:
         """Exact variance of the least-squares estimates given the true counts, over
         uniformly random cohorts and the PRR/IRR noise, for this spec's hash
         functions: :meth:`RapporDesign.variance` over the whole domain."""
         return self._full_design.variance(true_counts)
+
+
+def design_positions(spec: RapporSpec, candidates: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Checked ``candidates`` (``int64``) with their filter bits in every cohort:
+    ``positions`` (m, d, h) and ``valid`` (m, d, h), False where hash i repeats
+    an earlier hash's bit (that bit counts once in the design X)."""
+    cand = np.asarray(candidates)
+    if cand.ndim != 1 or cand.size == 0 or cand.dtype.kind not in "iu":
+        raise SpecError("rappor: candidates must be a non-empty 1-d array of integer domain indices")
+    cand = cand.astype(np.int64)
+    if cand.min() < 0 or cand.max() >= spec.domain_size:
+        raise SpecError(f"rappor: candidates must lie in [0, {spec.domain_size})")
+    if np.unique(cand).size != cand.size:
+        raise SpecError("rappor: candidates must be distinct")
+    d, m, k, h = cand.size, spec.num_cohorts, spec.num_bits, spec.num_hashes
+    if d > MAX_DESIGN_CANDIDATES:
+        raise SpecError(
+            f"rappor: decoding {d} candidates at once needs d x d matrices; "
+            f"pass at most {MAX_DESIGN_CANDIDATES} candidates (e.g. estimate(candidates=...))"
+        )
+    if d > m * k:
+        raise SpecError(f"rappor: {d} candidates exceed num_cohorts*num_bits = {m * k}; they cannot be separated")
+    pos = spec.bloom_positions(cand[None, :], np.arange(m)[:, None])  # (m, d, h)
+    valid = np.ones(pos.shape, dtype=bool)
+    for i in range(1, h):
+        valid[..., i] = ~np.any(pos[..., :i] == pos[..., i : i + 1], axis=-1)
+    return cand, pos, valid
+
+
+def check_gram_factor(gram: np.ndarray, cholesky: Callable[[np.ndarray], np.ndarray], d: int) -> np.ndarray:
+    """The lower Cholesky factor L of the Gram matrix G = XᵀX (G = L Lᵀ) from
+    ``cholesky``, or :class:`SpecError` when G is rank-deficient: the
+    factorization fails or a pivot L_ii² falls below 1e-9 · max_i G_ii."""
+    try:
+        chol = cholesky(gram)
+        pivots = np.diag(chol) ** 2
+        if pivots.min() <= 1e-9 * np.diag(gram).max():
+            raise np.linalg.LinAlgError
+    except np.linalg.LinAlgError:
+        raise SpecError(
+            f"rappor: the Bloom-filter design over {d} candidates is rank-deficient (some candidates' "
+            f"filters are linear combinations of others in every cohort); raise num_cohorts or num_bits, "
+            f"or change hash_seed"
+        ) from None
+    return chol
 
 
 class RapporDesign:
@@ -447,51 +502,22 @@ class RapporDesign:
     Building the design costs O(m·h·d²) plus one d × d Cholesky factorization;
     the matrices H and K (d × d each) are kept so that :meth:`variance` is two
     matrix-vector products. A rank-deficient design raises :class:`SpecError`.
+    This numpy build is the reference; the estimator builds the same matrices
+    faster (and caches them on disk) and hands them in through
+    :meth:`from_matrices`.
     """
 
     def __init__(self, spec: RapporSpec, candidates: Any) -> None:
-        cand = np.asarray(candidates)
-        if cand.ndim != 1 or cand.size == 0 or cand.dtype.kind not in "iu":
-            raise SpecError("rappor: candidates must be a non-empty 1-d array of integer domain indices")
-        cand = cand.astype(np.int64)
-        if cand.min() < 0 or cand.max() >= spec.domain_size:
-            raise SpecError(f"rappor: candidates must lie in [0, {spec.domain_size})")
-        if np.unique(cand).size != cand.size:
-            raise SpecError("rappor: candidates must be distinct")
-        d, m, k, h = cand.size, spec.num_cohorts, spec.num_bits, spec.num_hashes
-        if d > MAX_DESIGN_CANDIDATES:
-            raise SpecError(
-                f"rappor: decoding {d} candidates at once needs d x d matrices; "
-                f"pass at most {MAX_DESIGN_CANDIDATES} candidates (e.g. estimate(candidates=...))"
-            )
-        if d > m * k:
-            raise SpecError(f"rappor: {d} candidates exceed num_cohorts*num_bits = {m * k}; they cannot be separated")
-        self.spec = spec
-        self.candidates = cand
-        pos = spec.bloom_positions(cand[None, :], np.arange(m)[:, None])  # (m, d, h)
-        valid = np.ones(pos.shape, dtype=bool)
-        for i in range(1, h):
-            valid[..., i] = ~np.any(pos[..., :i] == pos[..., i : i + 1], axis=-1)
-        self.positions, self.valid = pos, valid
-        self._weights = valid.astype(np.float64)
-
+        self._locate(spec, candidates)
+        d, m = self.candidates.size, spec.num_cohorts
         gram = np.zeros((d, d))
         for c in range(m):
             gram += self._gather(self._cohort_matrix(c), c)
-        try:
-            chol = np.linalg.cholesky(gram)
-            pivots = np.diag(chol) ** 2
-            if pivots.min() <= 1e-9 * np.diag(gram).max():
-                raise np.linalg.LinAlgError
-        except np.linalg.LinAlgError:
-            raise SpecError(
-                f"rappor: the Bloom-filter design over {d} candidates is rank-deficient (some candidates' "
-                f"filters are linear combinations of others in every cohort); raise num_cohorts or num_bits, "
-                f"or change hash_seed"
-            ) from None
+        check_gram_factor(gram, np.linalg.cholesky, d)
         gram_inv = np.linalg.inv(gram)
         gram_inv = (gram_inv + gram_inv.T) / 2.0
         self.gram_inv = gram_inv
+        self.gram_solve: Callable[[np.ndarray], np.ndarray] = gram_inv.__matmul__
 
         h_t = np.zeros((d, d))
         k_t = np.zeros((d, d))
@@ -503,6 +529,36 @@ class RapporDesign:
         self.h_matrix = np.ascontiguousarray(h_t.T)
         self.k_matrix = np.ascontiguousarray(k_t.T)
         self.gram_inv_diag = np.diag(gram_inv).copy()
+
+    @classmethod
+    def from_matrices(
+        cls,
+        spec: RapporSpec,
+        candidates: Any,
+        *,
+        h_matrix: np.ndarray,
+        k_matrix: np.ndarray,
+        gram_inv_diag: np.ndarray,
+        gram_solve: Callable[[np.ndarray], np.ndarray],
+    ) -> "RapporDesign":
+        """A design whose H, K, diag(G⁻¹) and solver ``b ↦ G⁻¹ b`` were computed
+        elsewhere (same definitions as the class docstring); only the Bloom
+        positions are recomputed here. Shapes are checked, values are trusted."""
+        self = cls.__new__(cls)
+        self._locate(spec, candidates)
+        d = self.candidates.size
+        for name, arr, shape in (("h_matrix", h_matrix, (d, d)), ("k_matrix", k_matrix, (d, d)),
+                                 ("gram_inv_diag", gram_inv_diag, (d,))):
+            if np.shape(arr) != shape or np.asarray(arr).dtype != np.float64:
+                raise SpecError(f"rappor: {name} must be float64 of shape {shape} for {d} candidates")
+        self.h_matrix, self.k_matrix, self.gram_inv_diag = h_matrix, k_matrix, gram_inv_diag
+        self.gram_solve = gram_solve
+        return self
+
+    def _locate(self, spec: RapporSpec, candidates: Any) -> None:
+        self.spec = spec
+        self.candidates, self.positions, self.valid = design_positions(spec, candidates)
+        self._weights = self.valid.astype(np.float64)
 
     def _cohort_matrix(self, c: int) -> np.ndarray:
         """X_c, (k × d) 0/1."""
@@ -541,7 +597,7 @@ class RapporDesign:
         xt = np.zeros(self.candidates.size)
         for c in range(self.spec.num_cohorts):
             xt += (t[c][self.positions[c]] * self._weights[c]).sum(axis=1)
-        return self.spec.num_cohorts * (self.gram_inv @ xt)
+        return self.spec.num_cohorts * self.gram_solve(xt)
 
     def variance(self, true_counts: np.ndarray) -> np.ndarray:
         """Var n̂ given the true counts of the candidates (class docstring)."""

@@ -5,7 +5,7 @@ reports per cohort N_c and, per cohort, how many reports set each bit Y_{c,j},
 counted from the packed bytes by :func:`estimator.kernels.sketch.cms_add`
 (cohorts as its groups). Decoding is the least squares of
 :class:`client_sdk.mechanisms.rappor.RapporDesign` (unbiased, with its exact
-variance); the interval uses the plug-in variance (the estimate clipped to
+variance), built and cached by :mod:`estimator.oracles.rappor_design`; the interval uses the plug-in variance (the estimate clipped to
 [0, n] and rescaled to sum to n, as for every mechanism).
 """
 
@@ -19,6 +19,7 @@ from client_sdk.mechanisms.rappor import RapporSpec
 from estimator.estimate import Estimate, estimate_from_counts
 from estimator.kernels.sketch import cms_add
 from estimator.oracles.base import Accumulator
+from estimator.oracles.rappor_design import rappor_design
 
 __all__ = ["RapporAccumulator"]
 
@@ -43,7 +44,7 @@ class RapporAccumulator(Accumulator):
 
         With an explicit candidate list the estimate is unbiased when every user
         holds a candidate (values outside the list bias it, as in the paper)."""
-        design = self.spec.design(candidates)
+        design = rappor_design(self.spec, candidates)
         counts = design.counts(self.sums["ones"], self.sums["cohort_counts"])
         n = self.n
         if n > 0:
