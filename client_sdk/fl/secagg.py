@@ -138,14 +138,24 @@ def shamir_combine(shares: list[Share], prime: int = PRIME) -> int:
     if len(pts) < t:
         raise SecAggError(f"need {t} shares with distinct points to reconstruct, got {len(pts)}")
     xs = list(pts)[:t]
-    secret = 0
+    nums, dens = [], []
     for i, xi in enumerate(xs):
         num, den = 1, 1
         for j, xj in enumerate(xs):
             if i != j:
                 num = num * (-xj) % prime
                 den = den * (xi - xj) % prime
-        secret = (secret + pts[xi] * num * pow(den, -1, prime)) % prime
+        nums.append(num)
+        dens.append(den)
+    # one modular inversion for all t denominators (Montgomery's batch-inversion trick)
+    prefix = [1]
+    for den in dens:
+        prefix.append(prefix[-1] * den % prime)
+    inv = pow(prefix[-1], -1, prime)
+    secret = 0
+    for i in range(len(xs) - 1, -1, -1):
+        secret = (secret + pts[xs[i]] * nums[i] * (inv * prefix[i] % prime)) % prime
+        inv = inv * dens[i] % prime
     return secret
 
 
@@ -176,20 +186,27 @@ def prg_words(seed: bytes, d: int, out: np.ndarray | None = None) -> np.ndarray:
 _CHUNK = 1 << 15
 
 
-def add_masks(acc: np.ndarray, masks: Sequence[tuple[bytes, int]]) -> np.ndarray:
-    """acc ← acc + Σ sign·PRG(seed) (mod 2^32) in place, for (seed, sign ∈ {+1, −1}) pairs.
+def add_masks(acc: np.ndarray, masks: Sequence[tuple[bytes, int]], start: int = 0) -> np.ndarray:
+    """acc ← acc + Σ sign·PRG(seed)[start : start + len(acc)] (mod 2^32) in place, for
+    (seed, sign ∈ {+1, −1}) pairs.
 
-    Equal to adding ``prg_words(seed, len(acc))`` one seed at a time, but walks the
-    vector in cache-sized chunks with one keystream per seed, so each chunk of
+    Equal to adding ``prg_words(seed, start + len(acc))[start:]`` one seed at a time, but
+    walks the vector in cache-sized chunks with one keystream per seed, so each chunk of
     keystream is added while still in cache (about 40 % less time than whole-vector
-    passes, measured in benchmarks/bench_secagg.py)."""
+    passes, measured in benchmarks/bench_secagg.py). ``start`` (a multiple of 4: one
+    AES block is 4 words) starts each keystream at block start/4 by setting the CTR
+    counter, so slices of a vector can be masked separately (the server does, in
+    parallel: estimator.fl.parallel_masks)."""
     if acc.dtype != np.uint32 or acc.ndim != 1 or not acc.flags.c_contiguous:
         raise SecAggError("the accumulator must be a contiguous 1-d uint32 array")
+    if isinstance(start, bool) or not isinstance(start, int) or start < 0 or start % 4:
+        raise SecAggError(f"start must be a non-negative multiple of 4 words (one AES block), got {start!r}")
+    counter = (start // 4).to_bytes(16, "big")
     encs = []
     for seed, sign in masks:
         if len(seed) != 32 or sign not in (1, -1):
             raise SecAggError("each mask needs a 32-byte seed and a sign of +1 or -1")
-        encs.append((Cipher(algorithms.AES(seed), modes.CTR(bytes(16))).encryptor(), sign))
+        encs.append((Cipher(algorithms.AES(seed), modes.CTR(counter)).encryptor(), sign))
     d = acc.shape[0]
     buf = np.empty(_CHUNK + 4, np.uint32)
     raw = memoryview(buf).cast("B")

@@ -26,6 +26,7 @@ from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X
 
 from client_sdk.fl.errors import SecAggError
 from client_sdk.fl.secagg import KeyAdvert, SecAggConfig, Share, add_masks, pairwise_seed, public_bytes, shamir_combine
+from estimator.fl.parallel_masks import add_masks_parallel, warm_pool
 
 __all__ = ["default_degree", "default_threshold", "neighbor_graph", "make_config", "SecAggServer"]
 
@@ -71,10 +72,19 @@ def make_config(round: int, n: int, d: int, rng: np.random.Generator, degree: in
 
 
 class SecAggServer:
-    """The server's side of one round."""
+    """The server's side of one round.
 
-    def __init__(self, config: SecAggConfig) -> None:
+    ``workers`` > 1 removes the masks in :meth:`finish` on that many processes
+    (:mod:`estimator.fl.parallel_masks`; the helper processes start here and are
+    reused by later rounds)."""
+
+    def __init__(self, config: SecAggConfig, workers: int = 1) -> None:
+        if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+            raise SecAggError(f"workers must be an integer >= 1, got {workers!r}")
         self.config = config
+        self.workers = workers
+        if workers > 1:
+            warm_pool(workers)
         self.adverts: dict[int, KeyAdvert] = {}
         self.shared: set[int] = set()
         self.survivors: set[int] = set()
@@ -154,5 +164,5 @@ class SecAggServer:
                 if u in survivors:
                     seed = pairwise_seed(sk, X25519PublicKey.from_public_bytes(self.adverts[u].mask_key), self.config.round, v, u)
                     masks.append((seed, -1 if v > u else 1))  # u added +PRG when v > u
-        total = add_masks(self._sum.copy(), masks)
-        return total
+        total = self._sum.copy()
+        return add_masks(total, masks) if self.workers == 1 else add_masks_parallel(total, masks, self.workers)
