@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
-from typing import Any
+from typing import Any, Callable
 
 __all__ = ["register"]
 
@@ -53,6 +53,36 @@ def _positive(text: str) -> float:
     return v
 
 
+#: Type of each sub-command option; every one of them is required.
+_OPTION_TYPES: dict[str, Any] = {
+    "--noise-multiplier": _positive,
+    "--sample-rate": _prob,
+    "--steps": _positive_int,
+    "--target-epsilon": _positive,
+    "--epsilon0": _positive,
+    "--users": _positive_int,
+    "--epsilon": _positive,
+    "--reports": _positive_int,
+}
+
+
+def _add_common(q: argparse.ArgumentParser, neighbors: bool) -> None:
+    """``--delta`` and ``--json`` everywhere; ``--neighbors`` and ``--discretization`` for the PLD commands."""
+    q.add_argument("--delta", type=_prob, required=True, help="target δ (below 1/population is customary)")
+    if neighbors:
+        q.add_argument(
+            "--neighbors", choices=["add_or_remove", "replace"], default="add_or_remove",
+            help="neighbouring datasets: add/remove one person (default) or replace one person's data",
+        )
+    q.add_argument("--json", action="store_true", help="print one JSON object")
+    if neighbors:
+        q.add_argument(
+            "--discretization", type=_positive, default=1e-4,
+            help="PLD grid step (default 1e-4): ε is an upper bound within about this of the exact value; "
+            "1e-3 is about 10x faster",
+        )
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "privacy",
@@ -61,89 +91,62 @@ def register(sub: argparse._SubParsersAction) -> None:
         "of Feldman, McMillan and Talwar. Every figure is an upper bound on ε at the given δ; see docs/PRIVACY.md.",
     )
     ps = p.add_subparsers(dest="privacy_command", required=True)
-
-    def common(q: argparse.ArgumentParser, neighbors: bool = True) -> None:
-        q.add_argument("--delta", type=_prob, required=True, help="target δ (below 1/population is customary)")
-        if neighbors:
-            q.add_argument(
-                "--neighbors", choices=["add_or_remove", "replace"], default="add_or_remove",
-                help="neighbouring datasets: add/remove one person (default) or replace one person's data",
-            )
-        q.add_argument("--json", action="store_true", help="print one JSON object")
-        if neighbors:
-            q.add_argument(
-                "--discretization", type=_positive, default=1e-4,
-                help="PLD grid step (default 1e-4): ε is an upper bound within about this of the exact value; "
-                "1e-3 is about 10x faster",
-            )
-
-    g = ps.add_parser("gaussian", help="ε of T Poisson-sampled Gaussian steps (DP-SGD, DP-FedAvg)")
-    g.add_argument("--noise-multiplier", type=_positive, required=True, help="σ / clipping bound")
-    g.add_argument("--sample-rate", type=_prob, required=True, help="Poisson sampling rate q (1 = everyone)")
-    g.add_argument("--steps", type=_positive_int, required=True)
-    common(g)
-    g.set_defaults(func=run_gaussian)
-
-    gn = ps.add_parser("gaussian-noise", help="noise multiplier for a target ε")
-    gn.add_argument("--target-epsilon", type=_positive, required=True)
-    gn.add_argument("--sample-rate", type=_prob, required=True)
-    gn.add_argument("--steps", type=_positive_int, required=True)
-    common(gn)
-    gn.set_defaults(func=run_gaussian_noise)
-
-    gt = ps.add_parser("gaussian-steps", help="how many Gaussian steps fit a target ε")
-    gt.add_argument("--noise-multiplier", type=_positive, required=True)
-    gt.add_argument("--sample-rate", type=_prob, required=True)
-    gt.add_argument("--target-epsilon", type=_positive, required=True)
-    common(gt)
-    gt.set_defaults(func=run_gaussian_steps)
-
-    s = ps.add_parser("shuffle", help="central ε of a shuffled batch of ε₀-LDP reports")
-    s.add_argument("--epsilon0", type=_positive, required=True, help="local ε of each report")
-    s.add_argument("--users", type=_positive_int, required=True, help="reports in the shuffled batch")
-    common(s, neighbors=False)
-    s.set_defaults(func=run_shuffle)
-
-    se = ps.add_parser("shuffle-epsilon0", help="largest local ε₀ whose shuffled batch meets a target ε")
-    se.add_argument("--target-epsilon", type=_positive, required=True)
-    se.add_argument("--users", type=_positive_int, required=True)
-    common(se, neighbors=False)
-    se.set_defaults(func=run_shuffle_epsilon0)
-
-    lo = ps.add_parser("local", help="what K reports of an ε-LDP mechanism spend for one user")
-    lo.add_argument("--epsilon", type=_positive, required=True, help="local ε per report")
-    lo.add_argument("--reports", type=_positive_int, required=True, help="reports per user (of distinct, unmemoized values)")
-    common(lo, neighbors=False)
-    lo.set_defaults(func=run_local)
+    # name, help, options (flag or (flag, help)), whether it takes the PLD options, handler
+    commands: list[tuple[str, str, list[str | tuple[str, str]], bool, Callable[[argparse.Namespace], int]]] = [
+        ("gaussian", "ε of T Poisson-sampled Gaussian steps (DP-SGD, DP-FedAvg)",
+         [("--noise-multiplier", "σ / clipping bound"), ("--sample-rate", "Poisson sampling rate q (1 = everyone)"),
+          "--steps"], True, run_gaussian),
+        ("gaussian-noise", "noise multiplier for a target ε",
+         ["--target-epsilon", "--sample-rate", "--steps"], True, run_gaussian_noise),
+        ("gaussian-steps", "how many Gaussian steps fit a target ε",
+         ["--noise-multiplier", "--sample-rate", "--target-epsilon"], True, run_gaussian_steps),
+        ("shuffle", "central ε of a shuffled batch of ε₀-LDP reports",
+         [("--epsilon0", "local ε of each report"), ("--users", "reports in the shuffled batch")], False, run_shuffle),
+        ("shuffle-epsilon0", "largest local ε₀ whose shuffled batch meets a target ε",
+         ["--target-epsilon", "--users"], False, run_shuffle_epsilon0),
+        ("local", "what K reports of an ε-LDP mechanism spend for one user",
+         [("--epsilon", "local ε per report"), ("--reports", "reports per user (of distinct, unmemoized values)")],
+         False, run_local),
+    ]
+    for name, help_text, options, neighbors, func in commands:
+        q = ps.add_parser(name, help=help_text)
+        for option in options:
+            flag, option_help = (option, None) if isinstance(option, str) else option
+            q.add_argument(flag, type=_OPTION_TYPES[flag], required=True, help=option_help)
+        _add_common(q, neighbors)
+        q.set_defaults(func=func)
 
 
 def _emit(args: argparse.Namespace, obj: dict[str, Any], lines: list[str]) -> int:
+    """Print ``obj`` as JSON with ``--json``, else ``lines`` and the ``protects`` line."""
     if args.json:
         print(json.dumps(obj))
     else:
-        print("\n".join(lines))
+        print("\n".join([*lines, f"  protects: {obj['protects']}"]))
     return 0
+
+
+def _with_report(head: dict[str, Any], report: Any, protects: str) -> dict[str, Any]:
+    """The JSON object of an accounted command: its inputs, the accountant's report, what it protects."""
+    return {**head, **report.to_dict(), "protects": protects}
 
 
 def _fmt(v: float | None) -> str:
     return "n/a" if v is None else f"{v:.4f}"
 
 
-def run_gaussian(args: argparse.Namespace) -> int:
-    from client_sdk.privacy_events import GaussianEvent, PoissonSampledEvent, SelfComposedEvent
-    from estimator.accounting.accountant import account
+def _gaussian_report(args: argparse.Namespace, noise_multiplier: float) -> Any:
+    """The accountant's report for ``args.steps`` Gaussian steps at ``args.sample_rate``."""
+    from estimator.accounting.accountant import account, sampled_gaussian_event
 
-    step = GaussianEvent(args.noise_multiplier)
-    if args.sample_rate < 1.0:
-        step = PoissonSampledEvent(args.sample_rate, step)
-    report = account(SelfComposedEvent(step, args.steps), args.delta, args.neighbors, args.discretization)
-    obj = {
-        "noise_multiplier": args.noise_multiplier,
-        "sample_rate": args.sample_rate,
-        "steps": args.steps,
-        **report.to_dict(),
-        "protects": GAUSSIAN_PROTECTS[args.neighbors],
-    }
+    event = sampled_gaussian_event(noise_multiplier, args.sample_rate, args.steps)
+    return account(event, args.delta, args.neighbors, args.discretization)
+
+
+def run_gaussian(args: argparse.Namespace) -> int:
+    report = _gaussian_report(args, args.noise_multiplier)
+    head = {"noise_multiplier": args.noise_multiplier, "sample_rate": args.sample_rate, "steps": args.steps}
+    obj = _with_report(head, report, GAUSSIAN_PROTECTS[args.neighbors])
     lines = [
         f"{args.steps} steps, noise multiplier {args.noise_multiplier:g}, Poisson rate {args.sample_rate:g}, "
         f"δ = {args.delta:g}, {args.neighbors} neighbours:",
@@ -154,29 +157,22 @@ def run_gaussian(args: argparse.Namespace) -> int:
     if report.epsilon_exact is not None:
         lines.append(f"  ε (exact)        = {_fmt(report.epsilon_exact)}")
     lines += [f"  note: {n}" for n in report.notes]
-    lines.append(f"  protects: {obj['protects']}")
     return _emit(args, obj, lines)
 
 
 def run_gaussian_noise(args: argparse.Namespace) -> int:
-    from estimator.accounting.accountant import account, gaussian_noise_for_epsilon, sampled_gaussian_event
+    from estimator.accounting.accountant import gaussian_noise_for_epsilon
 
     z = gaussian_noise_for_epsilon(
         args.target_epsilon, args.delta, args.sample_rate, args.steps, args.neighbors, args.discretization
     )
-    report = account(sampled_gaussian_event(z, args.sample_rate, args.steps), args.delta, args.neighbors, args.discretization)
-    obj = {
-        "noise_multiplier": z,
-        "target_epsilon": args.target_epsilon,
-        "sample_rate": args.sample_rate,
-        "steps": args.steps,
-        **report.to_dict(),
-        "protects": GAUSSIAN_PROTECTS[args.neighbors],
-    }
+    report = _gaussian_report(args, z)
+    head = {"noise_multiplier": z, "target_epsilon": args.target_epsilon, "sample_rate": args.sample_rate,
+            "steps": args.steps}
+    obj = _with_report(head, report, GAUSSIAN_PROTECTS[args.neighbors])
     lines = [
         f"noise multiplier {z:.4f} keeps {args.steps} steps at rate {args.sample_rate:g} within "
         f"ε = {args.target_epsilon:g}, δ = {args.delta:g} (PLD ε = {_fmt(report.epsilon_pld)}, RDP ε = {_fmt(report.epsilon_rdp)})",
-        f"  protects: {obj['protects']}",
     ]
     return _emit(args, obj, lines)
 
@@ -199,7 +195,6 @@ def run_gaussian_steps(args: argparse.Namespace) -> int:
     lines = [
         f"at most {t} steps with noise multiplier {args.noise_multiplier:g} and rate {args.sample_rate:g} "
         f"stay within ε = {args.target_epsilon:g}, δ = {args.delta:g} (PLD accountant)",
-        f"  protects: {obj['protects']}",
     ]
     return _emit(args, obj, lines)
 
@@ -208,16 +203,14 @@ def run_shuffle(args: argparse.Namespace) -> int:
     from estimator.accounting.shuffle import shuffle_guarantee
 
     g = shuffle_guarantee(args.epsilon0, args.users, args.delta)
-    obj = g.to_dict()
     lines = [
         f"{args.users} shuffled reports, each {args.epsilon0:g}-LDP, δ = {args.delta:g}:",
         f"  ε (numerical bound)   = {g.epsilon:.4f}",
         f"  ε (closed-form bound) = {_fmt(g.epsilon_closed_form)}"
         + ("" if g.epsilon_closed_form is not None else "   (outside the closed form's range)"),
         f"  method: {g.method}",
-        f"  protects: {g.protects}",
     ]
-    return _emit(args, obj, lines)
+    return _emit(args, g.to_dict(), lines)
 
 
 def run_shuffle_epsilon0(args: argparse.Namespace) -> int:
@@ -236,7 +229,6 @@ def run_shuffle_epsilon0(args: argparse.Namespace) -> int:
     lines = [
         f"local ε₀ up to {e0:.4f} keeps a shuffled batch of {args.users} reports within "
         f"ε = {args.target_epsilon:g}, δ = {args.delta:g} (bound: {eps:.4f})",
-        f"  protects: {PROTECTS}",
     ]
     return _emit(args, obj, lines)
 
@@ -246,16 +238,10 @@ def run_local(args: argparse.Namespace) -> int:
     from estimator.accounting.accountant import account
 
     report = account(SelfComposedEvent(LocalReportEvent(args.epsilon), args.reports), args.delta, "replace")
-    obj = {
-        "epsilon_per_report": args.epsilon,
-        "reports": args.reports,
-        **report.to_dict(),
-        "protects": LOCAL_PROTECTS,
-    }
+    obj = _with_report({"epsilon_per_report": args.epsilon, "reports": args.reports}, report, LOCAL_PROTECTS)
     lines = [
         f"{args.reports} reports at local ε = {args.epsilon:g} per user:",
         f"  ε (basic composition, δ = 0) = {_fmt(report.epsilon_basic)}",
         f"  ε (PLD, δ = {args.delta:g})       = {_fmt(report.epsilon_pld)}",
-        f"  protects: {LOCAL_PROTECTS}",
     ]
     return _emit(args, obj, lines)
