@@ -89,6 +89,7 @@ __all__ = [
     "PLDAccountant",
     "RdpAccountant",
     "to_dp_event",
+    "sensitivity_factor",
     "EpsilonReport",
     "account",
     "epsilon_pld",
@@ -150,6 +151,14 @@ class DiscreteGaussianDpEvent(dp_event.DpEvent):
 def _factor(relation: dp_accounting.NeighboringRelation) -> int:
     """How many contributions two neighbouring datasets differ by."""
     return 2 if relation == _REPLACE else 1
+
+
+def sensitivity_factor(neighbors: Neighbors) -> int:
+    """How many contributions two neighbouring datasets differ by, which multiplies
+    every per-contribution sensitivity: 2 under ``"replace"`` (one contribution
+    swapped for another), 1 under ``"add_or_remove"``. Other names raise
+    :class:`AccountingError`."""
+    return _factor(_relation(neighbors))
 
 
 def rr_rdp(epsilon: float, orders: np.ndarray) -> np.ndarray:
@@ -366,7 +375,7 @@ def exact_gaussian_epsilon(event: PrivacyEvent, delta: float, neighbors: Neighbo
     μ = sqrt(Σ μ_i²) (Dong, Roth, Su, "Gaussian differential privacy", 2019,
     Cor. 3.3), whose ε at δ solves δ = Φ(μ/2 - ε/μ) - e^ε Φ(-μ/2 - ε/μ)
     (Balle and Wang 2018, Thm. 8), computed by ``dp_accounting.get_epsilon_gaussian``."""
-    mu2 = _gaussian_mu2(event, _factor(_relation(neighbors)))
+    mu2 = _gaussian_mu2(event, sensitivity_factor(neighbors))
     if mu2 is None:
         return None
     return float(dp_accounting.get_epsilon_gaussian(1.0 / math.sqrt(mu2), _check_delta(delta)))

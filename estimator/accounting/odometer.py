@@ -86,9 +86,9 @@ from estimator.accounting.accountant import (
     AccountingError,
     Neighbors,
     _check_delta,
-    _relation,
     basic_epsilon,
     epsilon_pld,
+    sensitivity_factor,
 )
 
 __all__ = [
@@ -127,7 +127,7 @@ class PrivacyFilter(ABC):
         self.epsilon = eps
         self.delta = float(delta)
         self.neighbors = neighbors
-        self._factor = 2 if _relation(neighbors).name == "REPLACE_ONE" else 1
+        self._factor = sensitivity_factor(neighbors)
         self._lock = threading.Lock()
         self._releases: list[Release] = []
         self._exact: list[Fraction] = [Fraction(0) for _ in self.units]
@@ -266,8 +266,7 @@ class BasicFilter(PrivacyFilter):
 
 def zcdp_rho(event: PrivacyEvent, neighbors: Neighbors = "add_or_remove") -> float:
     """ρ such that ``event`` is ρ-zCDP (Bun and Steinke 2016): see the module docstring."""
-    rel = _relation(neighbors)
-    f = 2 if rel.name == "REPLACE_ONE" else 1
+    f = sensitivity_factor(neighbors)
     if isinstance(event, LocalReportEvent):
         basic_epsilon(event, neighbors)  # raises under add/remove
         return event.epsilon**2 / 2.0
