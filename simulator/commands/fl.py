@@ -6,6 +6,10 @@
   (``--json``: one object, see :func:`simulator.scenarios.clinics.run_clinics`).
 * ``drift``: FedAvg, FedProx and SCAFFOLD on a label-skewed, feature-shifted
   partition, test accuracy per round (:func:`simulator.scenarios.drift.run_drift`).
+* ``attack``: membership inference by loss threshold with and without client-level
+  DP (advantage, interval, DP bounds) and gradient inversion of one client's update
+  in the clear, under central DP and under secure aggregation
+  (:func:`simulator.scenarios.attacks.run_attacks`).
 """
 
 from __future__ import annotations
@@ -45,6 +49,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     c.add_argument("--json", action="store_true", help="print one JSON object")
     c.set_defaults(func=run_clinics_cmd)
     _register_drift(fsub)
+    _register_attack(fsub)
 
 
 def run_clinics_cmd(args: argparse.Namespace) -> int:
@@ -112,6 +117,56 @@ def run_drift_cmd(args: argparse.Namespace) -> int:
         print(f"{r['name']:<16} {r['final_accuracy']:>7.4f} {r['best_accuracy']:>7.4f} {r['best_round']:>6} "
               f"{r['mean_accuracy_last_10']:>13.4f}")
     print(f"expected: {result['expectation']}")
+    if args.plot:
+        print(f"plot: {args.plot}")
+    return 0
+
+
+def _register_attack(fsub: argparse._SubParsersAction) -> None:
+    a = fsub.add_parser("attack", help="membership inference and gradient inversion, with and without DP and SecAgg",
+                        description="Loss-threshold membership inference on a federatedly trained, overfitting model "
+                        "(plain FedAvg and DP-FedAvg at several noise multipliers, with the advantage's confidence "
+                        "interval and the client-level DP bounds) and the analytic gradient inversion of one client's "
+                        "update in the clear, clipped, under central DP and under secure aggregation "
+                        "(see simulator/scenarios/attacks.py).")
+    a.add_argument("--seed", type=int, default=0)
+    a.add_argument("--rounds", type=_positive_int, default=40, help="training rounds of the membership game (default 40)")
+    a.add_argument("--trials", type=_positive_int, default=50, help="target clients per inversion setting (default 50)")
+    a.add_argument("--plot", default=None, help="write the advantages and inversion success rates to this PNG")
+    a.add_argument("--json", action="store_true", help="print one JSON object")
+    a.set_defaults(func=run_attack_cmd)
+
+
+def run_attack_cmd(args: argparse.Namespace) -> int:
+    from simulator.scenarios.attacks import InversionConfig, MembershipConfig, plot_attacks, run_attacks
+
+    if not 0 <= args.seed < 2**63:
+        raise ValueError(f"--seed must be an integer in [0, 2**63), got {args.seed}")
+    result = run_attacks(MembershipConfig(rounds=args.rounds, seed=args.seed), InversionConfig(trials=args.trials, seed=args.seed))
+    if args.plot:
+        plot_attacks(result, args.plot)
+        result["plot"] = args.plot
+    if args.json:
+        print(json.dumps(result))
+        return 0
+    mi, inv = result["membership_inference"], result["gradient_inversion"]
+    print(f"membership inference: {mi['candidate_clients']} candidate clients ({mi['joining_clients']} joined), "
+          f"{mi['examples_per_client']} examples each, {mi['model']}, {mi['rounds']} rounds, Poisson q = {mi['sampling']['rate']}")
+    print(f"{'setting':<18} {'ε':>8} {'train acc':>9} {'test acc':>8} {'advantage':>9} {'95 % CI':>16} "
+          f"{'Yeom τ':>7} {'TV bound':>8} {'ε,δ bound':>9}")
+    for s in mi["settings"]:
+        e = s["epsilon"]
+        es = "—" if e is None else e if isinstance(e, str) else f"{e:.3g}"
+        print(f"{s['name']:<18} {es:>8} {s['train_accuracy']:>9.3f} {s['nonmember_accuracy']:>8.3f} {s['advantage']:>9.3f} "
+              f"{'[' + format(s['ci'][0], '.3f') + ', ' + format(s['ci'][1], '.3f') + ']':>16} "
+              f"{s['yeom_threshold']['advantage']:>7.3f} {s['bound_total_variation']:>8.3f} {s['bound_epsilon_delta']:>9.3f}")
+    print(f"gradient inversion: {inv['model']}; {inv['trials']} targets per setting; clip {inv['clip_norm']:g}")
+    print(f"{'setting':<28} {'ε (1 round)':>11} {'cos':>6} {'|cos| svd':>9} {'rel. err':>8} {'success':>7}")
+    for s in inv["settings"]:
+        e = s["epsilon_one_round"]
+        es = "—" if e is None else e if isinstance(e, str) else f"{e:.4g}"
+        print(f"{s['name']:<28} {es:>11} {s['cosine_mean']:>6.3f} {s['svd_abs_cosine_mean']:>9.3f} "
+              f"{s['relative_error_median']:>8.3f} {s['success_rate']:>7.2f}")
     if args.plot:
         print(f"plot: {args.plot}")
     return 0
