@@ -36,7 +36,7 @@ from typing import Literal, NamedTuple
 
 from collector.dedup import BatchIdStore
 from collector.errors import UnavailableError
-from collector.transport import TopicError, Transport
+from collector.transport import Transport
 
 __all__ = ["Ingestor", "Outcome", "Submission", "GroupStats"]
 
@@ -211,10 +211,7 @@ class Ingestor:
         if self._topic_ready:
             return
         with self._topic_lock:
-            try:
-                self.transport.partitions(self.topic)
-            except TopicError:
-                self.transport.create_topic(self.topic, self.partitions)
+            self.transport.ensure_topic(self.topic, self.partitions)
             self._topic_ready = True
 
     def _commit(self, group: list[Submission]) -> None:

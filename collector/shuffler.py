@@ -76,6 +76,7 @@ import dataclasses
 import itertools
 import json
 import logging
+import math
 import secrets
 import struct
 import threading
@@ -99,7 +100,6 @@ from collector.transport import (
     Consumer,
     FencedError,
     Record,
-    TopicError,
     TopicPartition,
     Transport,
     TransportError,
@@ -403,20 +403,10 @@ class Shuffler:
 
     def _ensure_topics(self) -> int:
         s = self.settings
-        try:
-            n = self.transport.partitions(s.raw_topic)
-        except TopicError:
-            self.transport.create_topic(s.raw_topic, s.partitions)
-            n = self.transport.partitions(s.raw_topic)
-        try:
-            self.transport.partitions(s.shuffled_topic)
-        except TopicError:
-            self.transport.create_topic(s.shuffled_topic, n)
-        try:
-            m = self.transport.partitions(s.state_topic)
-        except TopicError:
-            self.transport.create_topic(s.state_topic, n)
-            m = n
+        n = self.transport.ensure_topic(s.raw_topic, s.partitions)
+        self.transport.ensure_topic(s.shuffled_topic, n)
+        # checkpoints are kept for ever: one older than a retention would be lost with the reports it buffers
+        m = self.transport.ensure_topic(s.state_topic, n, retention=math.inf)
         if m != n:
             raise ConfigError(f"the state topic {s.state_topic!r} has {m} partitions but the raw topic "
                               f"{s.raw_topic!r} has {n}; they must be equal (the shuffler pairs them)")

@@ -74,7 +74,7 @@ from client_sdk.mechanisms.base import MechanismSpec
 from client_sdk.metrics import MetricDefinition
 from collector.envelope import ShuffleMeta, decode_envelope
 from collector.topics import DEFAULT_PARTITIONS, SHUFFLED_TOPIC
-from collector.transport.base import CommitFailedError, Consumer, Record, TopicError, TopicPartition, Transport
+from collector.transport.base import CommitFailedError, Consumer, Record, TopicPartition, Transport
 from estimator.estimate import Estimate
 from estimator.oracles import accumulator_for
 from estimator.oracles.base import Accumulator
@@ -559,10 +559,7 @@ class StreamingEstimator:
     @property
     def consumer(self) -> Consumer:
         if self._consumer is None:
-            try:
-                self.transport.partitions(self.topic)
-            except TopicError:
-                self.transport.create_topic(self.topic, self.partitions)
+            self.transport.ensure_topic(self.topic, self.partitions)
             self._consumer = self.transport.consume(self.topic, self.group, member=self.member,
                                                     session_timeout=self.session_timeout)
             if self._pending:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import math
 import sqlite3
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -12,6 +14,7 @@ from collector.transport import (
     DEFAULT_URL,
     CommitFailedError,
     FencedError,
+    TopicError,
     TopicPartition,
     TransportError,
     open_transport,
@@ -152,3 +155,121 @@ def test_publish_is_durable_before_it_returns(tmp_path: Path) -> None:
         finally:
             conn.close()
     assert row == (b"k", b"v")
+
+
+# -- time: only the day is stored; retention ------------------------------------------------
+
+DAY = 86400.0
+
+
+class Clock:
+    def __init__(self, t: float) -> None:
+        self.t = t
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def _stored_times(path: Path) -> list[float]:
+    conn = sqlite3.connect(path)
+    try:
+        return [r[0] for r in conn.execute("SELECT ts FROM log ORDER BY id")]
+    finally:
+        conn.close()
+
+
+def test_records_keep_only_the_start_of_their_utc_day(tmp_path: Path) -> None:
+    """An upload's arrival time inside its day is not stored: every record of a day carries the day's start."""
+    clock = Clock(20_000 * DAY + 12_345.678)
+    t = EmbeddedTransport(tmp_path / "log.sqlite3", clock=clock)
+    t.create_topic("raw", 2)
+    t.publish("raw", b"a", b"1")
+    clock.t += 3_600.5
+    with t.consume("raw", "g") as c:  # the transactional path stamps records the same way
+        assert [r.value for r in c.records(idle_timeout=0.2)] == [b"1"]
+        with c.transaction() as tx:
+            tx.publish("raw", b"b", b"2")
+    t.close()
+    assert _stored_times(tmp_path / "log.sqlite3") == [20_000 * DAY, 20_000 * DAY]
+
+
+def test_retention_deletes_whole_old_days_keeps_offsets_and_spares_forever_topics(tmp_path: Path) -> None:
+    start = 20_000 * DAY + 100.0
+    clock = Clock(start)
+    t = EmbeddedTransport(tmp_path / "log.sqlite3", retention=2 * DAY, purge_interval=1e9, clock=clock)
+    t.create_topic("raw", 1)
+    t.create_topic("state", 1, retention=math.inf)
+    assert t.retention_of("raw") == 2 * DAY and t.retention_of("state") == math.inf
+    t.publish_many("raw", [(b"k", b"day0-%d" % i) for i in range(5)])
+    t.publish_many("state", [(b"k", b"cp-%d" % i) for i in range(3)])
+    with t.consume("raw", "slow") as c:  # a group that read two records of day 0, then stopped
+        got = c.poll(max_records=2, timeout=1.0)
+        assert [r.offset for r in got] == [0, 1]
+        c.commit()
+    clock.t = start + DAY
+    t.publish("raw", b"k", b"day1")
+    clock.t = start + 2 * DAY  # day 0 ended 2 days minus 100 s ago: not yet older than the retention
+    assert t.purge() == 0
+    clock.t = 20_000 * DAY + 3 * DAY + 1.0  # day 0 ended more than 2 days ago, day 1 did not
+    assert t.purge() == 5
+    clock.t += 10 * DAY  # everything is old now, but the newest record of a partition stays (offsets go on)
+    assert t.purge() == 0
+    positions = t.publish_many("raw", [(b"k", b"late")])
+    assert positions[0].offset == 6
+    with t.consume("raw", "slow") as c:  # its committed offset 2 was deleted: it resumes at the oldest left
+        assert [(r.offset, r.value) for r in c.records(idle_timeout=0.2)] == [(5, b"day1"), (6, b"late")]
+    with t.consume("state", "reader") as c:
+        assert [r.value for r in c.records(idle_timeout=0.2)] == [b"cp-0", b"cp-1", b"cp-2"]
+    t.close()
+
+
+def test_publishing_purges_by_itself_every_purge_interval(tmp_path: Path) -> None:
+    clock = Clock(20_000 * DAY)
+    t = EmbeddedTransport(tmp_path / "log.sqlite3", retention=DAY, purge_interval=3600.0, clock=clock)
+    t.create_topic("raw", 1)
+    t.publish_many("raw", [(None, b"old-%d" % i) for i in range(4)])
+    clock.t += 5 * DAY
+    t.publish("raw", None, b"new")  # due: purges the 4 old ones (the new one is the partition's newest)
+    with t.consume("raw", "g") as c:
+        assert [r.value for r in c.records(idle_timeout=0.2)] == [b"new"]
+    t.close()
+
+
+def test_bad_retention_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(TopicError, match="retention must be a positive number"):
+        EmbeddedTransport(tmp_path / "a.sqlite3", retention=0)
+    t = EmbeddedTransport(tmp_path / "b.sqlite3")
+    with pytest.raises(TopicError, match="retention must be a positive number"):
+        t.create_topic("x", 1, retention=-5)
+    t.close()
+
+
+def test_a_version_1_file_is_upgraded_in_place(tmp_path: Path) -> None:
+    """A log written before per-topic retention opens, keeps its records and gets the default retention."""
+    path = tmp_path / "log.sqlite3"
+    conn = sqlite3.connect(path)
+    recent = time.time() - 3600  # within the default retention, so opening and publishing purges nothing
+    conn.executescript(f"""
+        CREATE TABLE topics(name TEXT PRIMARY KEY, partitions INTEGER NOT NULL);
+        CREATE TABLE log(id INTEGER PRIMARY KEY, topic TEXT NOT NULL, partition INTEGER NOT NULL,
+                         offset INTEGER NOT NULL, key BLOB, value BLOB NOT NULL, ts REAL NOT NULL);
+        CREATE UNIQUE INDEX log_position ON log(topic, partition, offset);
+        INSERT INTO topics VALUES ('raw', 1);
+        INSERT INTO log(topic, partition, offset, key, value, ts) VALUES ('raw', 0, 0, NULL, x'01', {recent});
+        PRAGMA user_version=1;
+    """)
+    conn.close()
+    t = EmbeddedTransport(path)
+    assert t.retention_of("raw") == t.retention
+    assert t.publish("raw", None, b"\x02").offset == 1
+    with t.consume("raw", "g") as c:
+        assert [r.value for r in c.records(idle_timeout=0.2)] == [b"\x01", b"\x02"]
+    t.close()
+    conn = sqlite3.connect(path)
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+    conn.close()
+
+
+def test_ensure_topic_creates_once_and_reports_partitions(log: EmbeddedTransport) -> None:
+    assert log.ensure_topic("t", 3) == 3
+    assert log.ensure_topic("t", 5) == 3  # exists: its count wins, nothing is recreated

@@ -75,7 +75,7 @@ from client_sdk.mechanisms import spec_from_dict
 from client_sdk.mechanisms.base import MechanismSpec
 from collector.envelope import ShuffleMeta, decode_envelope
 from collector.topics import DEFAULT_PARTITIONS, SHUFFLED_TOPIC
-from collector.transport.base import CommitFailedError, Consumer, Record, TopicError, TopicPartition, Transport
+from collector.transport.base import CommitFailedError, Consumer, Record, TopicPartition, Transport
 
 __all__ = [
     "SHUFFLED_TOPIC",
@@ -461,10 +461,7 @@ class ParquetSink:
     @property
     def consumer(self) -> Consumer:
         if self._consumer is None:
-            try:
-                self.transport.partitions(self.topic)
-            except TopicError:
-                self.transport.create_topic(self.topic, self.partitions)
+            self.transport.ensure_topic(self.topic, self.partitions)
             self._consumer = self.transport.consume(self.topic, self.group, member=self.member,
                                                     session_timeout=self.session_timeout)
         return self._consumer

@@ -21,7 +21,12 @@ in KIP-98 and KIP-447):
   keeps state derived from uncommitted records learns to drop it;
 * a **transaction** (:meth:`Consumer.transaction`) publishes outputs and
   commits the consumer's input offsets atomically: either both become
-  visible or neither does, so consume-transform-produce runs exactly once.
+  visible or neither does, so consume-transform-produce runs exactly once;
+* a record's only time is the **start of the UTC day** it was written
+  (:func:`day_start`): no transport stores when, within the day, an upload
+  arrived; **retention** deletes a record once its whole day is older than
+  its topic's retention (Kafka's default is 7 days; ``math.inf`` keeps
+  records for ever), and never changes the offsets of those that remain.
 
 One record carries one report *batch* (a wire frame), never one report.
 
@@ -53,12 +58,37 @@ __all__ = [
     "CommitFailedError",
     "FencedError",
     "check_topic_name",
+    "check_retention",
+    "day_start",
     "partition_for",
     "Transaction",
     "Consumer",
     "Transport",
     "process",
+    "DAY",
+    "DEFAULT_RETENTION",
 ]
+
+#: a day, in seconds: the resolution of every time a transport stores
+DAY = 86400.0
+#: retention of a topic created without one (Kafka's ``log.retention.hours=168``)
+DEFAULT_RETENTION = 7 * DAY
+
+
+def day_start(t: float) -> float:
+    """The start (Unix seconds, UTC) of the day holding time ``t``: the only time a transport records."""
+    return t - t % DAY
+
+
+def check_retention(retention: float | None) -> float | None:
+    """Validate a topic retention in seconds (``None``: the transport's default; ``math.inf``: for ever)."""
+    if retention is None:
+        return None
+    if isinstance(retention, bool) or not isinstance(retention, (int, float)) or not retention > 0:
+        raise TopicError(f"retention must be a positive number of seconds (math.inf to keep records for ever), "
+                         f"got {retention!r}")
+    return float(retention)
+
 
 _TOPIC_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
 
@@ -283,8 +313,21 @@ class Transport(abc.ABC):
     url: str
 
     @abc.abstractmethod
-    def create_topic(self, name: str, partitions: int = 1) -> None:
-        """Create ``name`` with ``partitions`` partitions; a no-op if it exists with that count, :class:`TopicError` if with another."""
+    def create_topic(self, name: str, partitions: int = 1, *, retention: float | None = None) -> None:
+        """Create ``name`` with ``partitions`` partitions; a no-op if it exists with that count, :class:`TopicError` if with another.
+
+        ``retention`` (seconds; ``math.inf``: for ever) applies to a topic this call creates; ``None`` takes the
+        transport's default. An existing topic keeps its own retention."""
+
+    def ensure_topic(self, name: str, partitions: int, *, retention: float | None = None) -> int:
+        """The partition count of ``name``, creating it with ``partitions`` (and ``retention``) if it is missing.
+
+        Several processes may race to create a topic: creating an existing one with the same count is a no-op."""
+        try:
+            return self.partitions(name)
+        except TopicError:
+            self.create_topic(name, partitions, retention=retention)
+            return self.partitions(name)
 
     @abc.abstractmethod
     def partitions(self, topic: str) -> int:

@@ -26,10 +26,11 @@ database as coordinator:
 * a consume-transform-produce transaction is one SQLite transaction that
   appends the outputs and writes the input offsets.
 
-Schema (``PRAGMA user_version = 1``)::
+Schema (``PRAGMA user_version = 2``; version 1 files are upgraded in place)::
 
-    topics(name PRIMARY KEY, partitions)
+    topics(name PRIMARY KEY, partitions, retention)                       retention: seconds, NULL = default
     log(id INTEGER PRIMARY KEY, topic, partition, offset, key, value, ts)  UNIQUE(topic, partition, offset)
+                                                                          ts = start of the UTC day
     groups(grp PRIMARY KEY, generation)
     members(grp, member, instance, topics, heartbeat, session_timeout)   PRIMARY KEY(grp, member)
     group_offsets(grp, topic, partition, offset)                          PRIMARY KEY(grp, topic, partition)
@@ -40,11 +41,12 @@ from __future__ import annotations
 import contextlib
 import itertools
 import json
+import math
 import sqlite3
 import threading
 import time
 import uuid
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Literal
@@ -61,21 +63,26 @@ from collector.transport.base import (
     Transport,
     TransportError,
     _TransactionContext,
+    DAY,
+    DEFAULT_RETENTION,
+    check_retention,
     check_topic_name,
+    day_start,
     partition_for,
 )
 
 __all__ = ["EmbeddedTransport", "EmbeddedConsumer", "SCHEMA_VERSION"]
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 _SCHEMA = """
-CREATE TABLE IF NOT EXISTS topics(name TEXT PRIMARY KEY, partitions INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS topics(name TEXT PRIMARY KEY, partitions INTEGER NOT NULL, retention REAL);
 CREATE TABLE IF NOT EXISTS log(
     id INTEGER PRIMARY KEY,
     topic TEXT NOT NULL, partition INTEGER NOT NULL, offset INTEGER NOT NULL,
     key BLOB, value BLOB NOT NULL, ts REAL NOT NULL);
 CREATE UNIQUE INDEX IF NOT EXISTS log_position ON log(topic, partition, offset);
+CREATE INDEX IF NOT EXISTS log_day ON log(topic, ts);
 CREATE TABLE IF NOT EXISTS groups(grp TEXT PRIMARY KEY, generation INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS members(
     grp TEXT NOT NULL, member TEXT NOT NULL, instance TEXT NOT NULL, topics TEXT NOT NULL,
@@ -117,11 +124,13 @@ def _partitions(conn: sqlite3.Connection, topic: str) -> int:
     return int(row[0])
 
 
-def _append(conn: sqlite3.Connection, topic: str, items: Sequence[tuple[bytes | None, int, bytes]]) -> list[RecordPosition]:
-    """Append ``(key, partition, value)`` records inside the caller's write transaction."""
+def _append(conn: sqlite3.Connection, topic: str, items: Sequence[tuple[bytes | None, int, bytes]],
+            now: float) -> list[RecordPosition]:
+    """Append ``(key, partition, value)`` records inside the caller's write transaction, stamped with the start of
+    the UTC day of ``now`` (the log keeps no finer time)."""
     nxt: dict[int, int] = {}
     rows, out = [], []
-    now = time.time()
+    now = day_start(now)
     for key, part, value in items:
         if part not in nxt:
             row = conn.execute("SELECT MAX(offset) FROM log WHERE topic=? AND partition=?", (topic, part)).fetchone()
@@ -149,9 +158,20 @@ class EmbeddedTransport(Transport):
     of the process but may lose the last commits on power loss, and is faster.
     """
 
-    def __init__(self, path: str | Path, *, synchronous: Synchronous = "FULL", poll_interval: float = 0.05) -> None:
+    def __init__(self, path: str | Path, *, synchronous: Synchronous = "FULL", poll_interval: float = 0.05,
+                 retention: float = DEFAULT_RETENTION, purge_interval: float = 600.0,
+                 clock: Callable[[], float] = time.time) -> None:
         if synchronous not in ("FULL", "NORMAL", "EXTRA"):
             raise ValueError(f"synchronous must be 'FULL', 'NORMAL' or 'EXTRA', got {synchronous!r}")
+        retention = check_retention(retention)  # type: ignore[assignment]
+        if retention is None:
+            raise TopicError("the embedded log's default retention must be a number of seconds (math.inf: for ever)")
+        if not purge_interval > 0:
+            raise ValueError(f"purge_interval must be > 0 seconds, got {purge_interval!r}")
+        self.retention = float(retention)
+        self.purge_interval = float(purge_interval)
+        self.clock = clock
+        self._next_purge = 0.0
         self.path = Path(path).expanduser().resolve()
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.synchronous: Synchronous = synchronous
@@ -162,8 +182,11 @@ class EmbeddedTransport(Transport):
         self._conn = _connect(self.path, synchronous)
         with _write(self._conn) as c:
             version = c.execute("PRAGMA user_version").fetchone()[0]
-            if version not in (0, SCHEMA_VERSION):
-                raise TransportError(f"{self.path} has log schema version {version}; this code reads version {SCHEMA_VERSION}")
+            if version not in (0, 1, SCHEMA_VERSION):
+                raise TransportError(f"{self.path} has log schema version {version}; this code reads versions 1 and "
+                                     f"{SCHEMA_VERSION}")
+            if version == 1:  # version 2 added per-topic retention (and the day index below)
+                c.execute("ALTER TABLE topics ADD COLUMN retention REAL")
             for stmt in filter(str.strip, _SCHEMA.split(";")):
                 c.execute(stmt)
             c.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
@@ -173,16 +196,18 @@ class EmbeddedTransport(Transport):
         if self._closed:
             raise TransportError(f"the transport on {self.path} is closed")
 
-    def create_topic(self, name: str, partitions: int = 1) -> None:
+    def create_topic(self, name: str, partitions: int = 1, *, retention: float | None = None) -> None:
         check_topic_name(name)
         if isinstance(partitions, bool) or not isinstance(partitions, int) or partitions < 1:
             raise TopicError(f"partitions must be a positive integer, got {partitions!r}")
+        retention = check_retention(retention)
         with self._lock:
             self._check_open()
             with _write(self._conn) as c:
                 row = c.execute("SELECT partitions FROM topics WHERE name=?", (name,)).fetchone()
                 if row is None:
-                    c.execute("INSERT INTO topics(name, partitions) VALUES (?, ?)", (name, partitions))
+                    c.execute("INSERT INTO topics(name, partitions, retention) VALUES (?, ?, ?)",
+                              (name, partitions, None if retention is None else min(retention, 1e300)))
                 elif int(row[0]) != partitions:
                     raise TopicError(f"topic {name!r} exists with {row[0]} partitions, not {partitions}")
 
@@ -203,8 +228,46 @@ class EmbeddedTransport(Transport):
     def publish_many(self, topic: str, items: Iterable[tuple[bytes | None, bytes]]) -> list[RecordPosition]:
         with self._lock:
             self._check_open()
+            now = self.clock()
             with _write(self._conn) as c:
-                return _append(c, topic, self._place(c, topic, items))
+                out = _append(c, topic, self._place(c, topic, items), now)
+        if now >= self._next_purge:
+            self.purge(now)
+        return out
+
+    def retention_of(self, topic: str) -> float:
+        """The retention of ``topic`` in seconds (``math.inf``: kept for ever)."""
+        with self._lock:
+            self._check_open()
+            row = self._conn.execute("SELECT retention FROM topics WHERE name=?", (topic,)).fetchone()
+        if row is None:
+            raise TopicError(f"topic {topic!r} does not exist")
+        return self.retention if row[0] is None else (math.inf if row[0] >= 1e300 else float(row[0]))
+
+    def purge(self, now: float | None = None) -> int:
+        """Delete the records whose whole day ended more than their topic's retention before ``now``; return
+        how many. The newest record of each partition is always kept, so offsets never restart (the log
+        numbers a partition's records from its highest offset); SQLite reuses the freed pages.
+
+        Runs by itself at most every ``purge_interval`` seconds while records are published. A group whose
+        committed offset points at deleted records resumes at the oldest record left, as on Kafka."""
+        now = self.clock() if now is None else float(now)
+        deleted = 0
+        with self._lock:
+            self._check_open()
+            self._next_purge = now + self.purge_interval
+            topics = self._conn.execute("SELECT name, retention FROM topics").fetchall()
+            for name, ret in topics:
+                keep = self.retention if ret is None else float(ret)
+                if keep >= 1e300:
+                    continue
+                cutoff = now - keep - DAY  # a record's ts is the start of its day: the whole day must be older
+                with _write(self._conn) as c:
+                    cur = c.execute(
+                        "DELETE FROM log WHERE topic=? AND ts<? AND offset < (SELECT MAX(l2.offset) FROM log l2 "
+                        "WHERE l2.topic=log.topic AND l2.partition=log.partition)", (name, cutoff))
+                    deleted += cur.rowcount
+        return deleted
 
     def consume(self, topics: str | Sequence[str], group: str, *, member: str | None = None,
                 session_timeout: float = 10.0) -> "EmbeddedConsumer":
@@ -256,7 +319,7 @@ class _EmbeddedTransaction(Transaction, _TransactionContext):
             with _write(c._conn) as conn:
                 c._check_generation(conn)
                 for topic, items in self._outputs.items():
-                    _append(conn, topic, c._transport._place(conn, topic, items))
+                    _append(conn, topic, c._transport._place(conn, topic, items), c._transport.clock())
                 c._write_offsets(conn, c._delivered)
         except BaseException:
             c._rewind()

@@ -34,9 +34,10 @@ from __future__ import annotations
 
 import itertools
 import logging
+import math
 import threading
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from types import TracebackType
 from typing import Any
 
@@ -52,7 +53,9 @@ from collector.transport.base import (
     Transport,
     TransportError,
     _TransactionContext,
+    check_retention,
     check_topic_name,
+    day_start,
     partition_for,
 )
 
@@ -80,6 +83,7 @@ class KafkaTransport(Transport):
 
     def __init__(self, bootstrap: str = "127.0.0.1:9092", *, client_id: str = "ldp", replication_factor: int = 1,
                  transaction_timeout: float = 10.0, request_timeout: float = 30.0,
+                 retention: float | None = None, clock: Callable[[], float] = time.time,
                  producer_config: Mapping[str, Any] | None = None,
                  consumer_config: Mapping[str, Any] | None = None) -> None:
         if not bootstrap or not isinstance(bootstrap, str):
@@ -90,6 +94,9 @@ class KafkaTransport(Transport):
         self.replication_factor = int(replication_factor)
         self.transaction_timeout = float(transaction_timeout)
         self.request_timeout = float(request_timeout)
+        #: retention of topics this transport creates without one (``None``: the broker's ``log.retention``)
+        self.retention = check_retention(retention)
+        self.clock = clock
         self.producer_config = dict(producer_config or {})
         self.consumer_config = dict(consumer_config or {})
         self._lock = threading.Lock()
@@ -146,17 +153,22 @@ class KafkaTransport(Transport):
 
     # -- topics --------------------------------------------------------------
 
-    def create_topic(self, name: str, partitions: int = 1) -> None:
+    def create_topic(self, name: str, partitions: int = 1, *, retention: float | None = None) -> None:
         check_topic_name(name)
         if isinstance(partitions, bool) or not isinstance(partitions, int) or partitions < 1:
             raise TopicError(f"partitions must be a positive integer, got {partitions!r}")
+        retention = check_retention(retention)
+        if retention is None:
+            retention = self.retention
+        configs = {} if retention is None else {
+            "retention.ms": "-1" if math.isinf(retention) else str(max(1, int(retention * 1000)))}
         from kafka.admin import NewTopic
 
         errors = _errors()
         with self._lock:
             admin = self._admin_client()
             try:
-                admin.create_topics([NewTopic(name, partitions, self.replication_factor)])
+                admin.create_topics([NewTopic(name, partitions, self.replication_factor, topic_configs=configs)])
             except errors.TopicAlreadyExistsError:
                 pass
             self._partitions.pop(name, None)
@@ -207,7 +219,7 @@ class KafkaTransport(Transport):
         futures = []
         for key, value in items:
             _check_value(key, value)
-            futures.append(producer.send(topic, key=_b(key), value=bytes(value),
+            futures.append(producer.send(topic, key=_b(key), value=bytes(value), timestamp_ms=self._day_ms(),
                                          partition=partition_for(key, n, next(self._rr))))
         producer.flush()
         out = []
@@ -218,6 +230,10 @@ class KafkaTransport(Transport):
                 raise TransportError(f"Kafka did not acknowledge a record on {topic!r}: {exc!r}") from exc
             out.append(RecordPosition(md.topic, md.partition, md.offset))
         return out
+
+    def _day_ms(self) -> int:
+        """A record's timestamp: the start of the current UTC day (Kafka would otherwise store the send time)."""
+        return int(day_start(self.clock())) * 1000
 
     def consume(self, topics: str | Sequence[str], group: str, *, member: str | None = None,
                 session_timeout: float = 10.0) -> "KafkaConsumer":
@@ -263,7 +279,7 @@ class _KafkaTransaction(Transaction, _TransactionContext):
         c = self._consumer
         n = c._transport.partitions(topic)
         try:
-            c._tx_producer().send(topic, key=_b(key), value=bytes(value),
+            c._tx_producer().send(topic, key=_b(key), value=bytes(value), timestamp_ms=c._transport._day_ms(),
                                   partition=partition_for(key, n, next(c._transport._rr)))
         except _errors().KafkaError as exc:
             raise TransportError(f"the transactional producer refused a record for {topic!r}: {exc!r}; "
