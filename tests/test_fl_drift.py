@@ -9,7 +9,7 @@ import json
 import numpy as np
 import pytest
 
-from client_sdk.fl import ClientState, FLError, LocalTraining, RoundConfig, train_client
+from client_sdk.fl import FLError, LocalTraining, RoundConfig, train_client
 from estimator.fl.aggregators import WeightedMean
 from estimator.fl.rounds import FederatedClient, run_rounds
 from estimator.fl.sampling import FixedCountSampling
@@ -148,8 +148,9 @@ def test_fedprox_with_large_mu_stays_near_the_global_model(mu: float) -> None:
     eta = 1.0 / (lam + mu)
     x = np.array([1.0, 0.0, -1.0])
     tr = LocalTraining(epochs=K, batch_size=1, learning_rate=float(eta))
+    client = _clients([(A, a)])[0]
     up = train_client(Quadratic(), RoundConfig(0, x.astype(np.float32), "fedprox", tr, prox_mu=mu),
-                      *(lambda c: (c.X, c.y))(_clients([(A, a)])[0]), np.random.default_rng(0), "q0")
+                      client.X, client.y, np.random.default_rng(0), "q0")
     B = A + mu * np.eye(DIM)
     wp = np.linalg.solve(B, A @ a + mu * x)
     y = wp + np.linalg.matrix_power(np.eye(DIM) - eta * B, K) @ (x - wp)
