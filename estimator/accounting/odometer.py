@@ -203,8 +203,18 @@ class PrivacyFilter(ABC):
 
     @property
     def remaining(self) -> tuple[float, ...]:
+        """Per unit, the largest float that a release may still cost: the exact rest ``budget − Σ costs``
+        rounded *down*, so spending exactly what this reports is always admitted (``budget - spent`` in
+        floating point can round up by half an ulp, and such a spend would then be refused)."""
         with self._lock:
-            return tuple(max(b - s, 0.0) for b, s in zip(self.budget, self._spent))
+            out = []
+            for b, e in zip(self.budget, self._exact):
+                rest = Fraction(b) - e
+                r = float(rest)
+                if Fraction(r) > rest:
+                    r = math.nextafter(r, -math.inf)
+                out.append(max(r, 0.0))
+            return tuple(out)
 
     @property
     def releases(self) -> tuple[Release, ...]:
