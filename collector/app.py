@@ -76,6 +76,7 @@ from client_sdk.metrics import MetricSet, load_metrics, utc_day
 from client_sdk.wire import MAX_RECORDS, ReportBatch, decode_frame, decode_json, encode_frame, read_header
 from collector.dedup import BatchIdStore
 from collector.errors import RejectedBatch, UnavailableError
+from collector.fl_routes import add_fl_routes, start_fl_service
 from collector.ingest import GroupStats, Ingestor
 from collector.prometheus import CONTENT_TYPE as PROMETHEUS_CONTENT_TYPE
 from collector.prometheus import Registry
@@ -317,9 +318,13 @@ def create_app(settings: CollectorSettings, *, transport: Transport | None = Non
                             threads=settings.publishers, on_group=on_group)
         ingestor.start()
         state.update(transport=tr, ingestor=ingestor, readiness=_Readiness(tr, settings.raw_topic))
+        if settings.fl_enabled:
+            state["fl"] = start_fl_service(tr, settings.fl_rounds_topic, settings.fl_updates_topic, settings.retry_after)
         try:
             yield
         finally:
+            if state.get("fl") is not None:
+                state.pop("fl").stop()
             ingestor.stop(timeout=settings.publish_timeout)
             if dedup is None:
                 store.close()
@@ -506,6 +511,9 @@ def create_app(settings: CollectorSettings, *, transport: Transport | None = Non
     async def prometheus_metrics() -> Response:
         return Response(prom.registry.render(), media_type=PROMETHEUS_CONTENT_TYPE)
 
+    if settings.fl_enabled:
+        add_fl_routes(app, state, prom.registry, max_body_bytes=settings.max_body_bytes,
+                      publish_timeout=settings.publish_timeout)
     app.add_middleware(_Timing, metrics=prom)
     return CollectorApp(app, upload, prom)
 

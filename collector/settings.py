@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from collector.errors import ConfigError
-from collector.topics import DEFAULT_PARTITIONS, RAW_TOPIC
+from collector.topics import DEFAULT_PARTITIONS, FL_ROUNDS_TOPIC, FL_UPDATES_TOPIC, RAW_TOPIC
 from collector.transport import DEFAULT_URL
 from collector.transport.base import check_topic_name
 
@@ -41,6 +41,8 @@ class CollectorSettings:
     Batch ids stay in the dedup store (``dedup_path``, SQLite) for
     ``dedup_ttl`` seconds. ``publishers`` threads publish group commits of
     up to ``max_group`` uploads each (:mod:`collector.ingest`).
+    ``fl_enabled`` adds the federated-learning routes (:mod:`collector.fl_routes`),
+    which follow ``fl_rounds_topic`` and publish to ``fl_updates_topic``.
     """
 
     metrics_path: str
@@ -58,16 +60,22 @@ class CollectorSettings:
     publish_timeout: float = 30.0
     max_group: int = 512
     publishers: int = 2
+    fl_enabled: bool = False
+    fl_rounds_topic: str = FL_ROUNDS_TOPIC
+    fl_updates_topic: str = FL_UPDATES_TOPIC
 
     def __post_init__(self) -> None:
         if not isinstance(self.metrics_path, str) or not self.metrics_path:
             raise ConfigError("metrics_path must name the metrics file (--metrics FILE or $LDP_METRICS)")
         if not isinstance(self.transport_url, str) or "://" not in self.transport_url:
             raise ConfigError(f"transport_url must be sqlite:///path or kafka://host:port, got {self.transport_url!r}")
-        try:
-            check_topic_name(self.raw_topic)
-        except ValueError as exc:
-            raise ConfigError(f"raw_topic: {exc}") from None
+        for name in ("raw_topic", "fl_rounds_topic", "fl_updates_topic"):
+            try:
+                check_topic_name(getattr(self, name))
+            except ValueError as exc:
+                raise ConfigError(f"{name}: {exc}") from None
+        if not isinstance(self.fl_enabled, bool):
+            raise ConfigError(f"fl_enabled must be true or false, got {self.fl_enabled!r}")
         if not isinstance(self.dedup_path, str) or not self.dedup_path:
             raise ConfigError("dedup_path must be a file path (or ':memory:' for tests)")
         ranges: dict[str, tuple[float, float]] = {

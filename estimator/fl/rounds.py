@@ -52,16 +52,21 @@ def run_rounds(
     params: np.ndarray | None = None,
     test: tuple[np.ndarray, np.ndarray] | None = None,
     tamper: Callable[[int, list[ClientUpdate]], list[ClientUpdate]] | None = None,
+    client_rng: Callable[[int, str], np.random.Generator] | None = None,
 ) -> tuple[np.ndarray, list[RoundRecord]]:
     """Run ``rounds`` rounds; return the final parameters and one record per round.
 
-    ``tamper`` (tests of robustness) may replace the round's uploads before aggregation."""
+    ``tamper`` (tests of robustness) may replace the round's uploads before aggregation.
+    ``client_rng(round, client_id)``, if given, is the generator a client trains with
+    (each device has its own, as over the pipeline); otherwise every client draws from ``rng``.
+    Either way sampling and the aggregator's noise draw from ``rng``."""
     x = model.init_params(rng) if params is None else np.asarray(params, np.float32)
     history: list[RoundRecord] = []
     for r in range(rounds):
         chosen = sampling.sample(list(clients), rng)
         config = strategy.configure(r, x)
-        ups = [train_client(model, config, c.X, c.y, rng, c.client_id, c.state) for c in chosen]
+        ups = [train_client(model, config, c.X, c.y, rng if client_rng is None else client_rng(r, c.client_id),
+                            c.client_id, c.state) for c in chosen]
         if tamper is not None:
             ups = tamper(r, ups)
         expected = sampling.expected_clients(len(clients))

@@ -90,6 +90,24 @@ class SecAggServer:
         self.survivors: set[int] = set()
         self._sum = np.zeros(config.vector_length, np.uint32)
 
+    @classmethod
+    def resume(cls, config: SecAggConfig, adverts: Mapping[int, KeyAdvert], shared: set[int], survivors: set[int],
+               masked_sum: np.ndarray) -> "SecAggServer":
+        """A server in the state these values describe (a job restoring a round from its checkpoint):
+        ``masked_sum`` is Σ y_u over ``survivors`` (mod 2^32)."""
+        s = cls(config)
+        d = config.vector_length
+        total = np.asarray(masked_sum)
+        if total.dtype != np.uint32 or total.shape != (d,):
+            raise SecAggError(f"the masked sum must be uint32 of shape ({d},), got {total.dtype} {total.shape}")
+        if not survivors <= shared <= set(adverts) <= set(config.neighbors):
+            raise SecAggError("survivors must have shared, sharers advertised, advertisers be in the graph")
+        s.adverts = dict(adverts)
+        s.shared = set(shared)
+        s.survivors = set(survivors)
+        s._sum = total.copy()
+        return s
+
     def collect_adverts(self, adverts: list[KeyAdvert]) -> dict[int, dict[int, KeyAdvert]]:
         """Record round-0 keys; return, for each advertiser, its neighbours' adverts."""
         for a in adverts:

@@ -1,0 +1,226 @@
+"""A device taking part in federated rounds through the collector (numpy and the standard library).
+
+:class:`FLDevice` polls ``GET /v1/fl/tasks/{task}/round?client_id=…``;
+when the round selects it, it trains with :func:`~client_sdk.fl.client.train_client`,
+clips the update to the round's ``clip_norm`` (in float32, as uploaded), and
+either uploads it (plain rounds) or walks SecAgg+'s four phases with a
+:class:`~client_sdk.fl.secagg.SecAggClient` (advertise keys, send encrypted
+shares, send the masked quantized update, reveal shares for the survivors
+and dropped clients). SecAgg needs the ``fl`` extra (``cryptography``),
+imported only when a round asks for it.
+
+Uploads are retried with exponential backoff and full jitter on network
+errors, 429 and 5xx (honouring ``Retry-After``); a retry sends the same bytes,
+whose id is a digest of the content, so the job counts the upload once. A 4xx
+answer is not retried: it is counted in :attr:`FLDevice.errors` by its
+``error`` reason. Nothing here raises into the host for a network or server
+problem; :meth:`FLDevice.step` reports what it did.
+"""
+
+from __future__ import annotations
+
+import base64
+import collections
+import json
+import os
+import random
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from typing import Any, Callable, Mapping, NamedTuple
+
+import numpy as np
+
+from client_sdk.fl.client import ClientState, LocalTraining, RoundConfig, clip_to_norm, train_client
+from client_sdk.fl.errors import FLError
+from client_sdk.fl.protocol import decode_vector, encode_upload, make_upload, model_from_dict
+
+__all__ = ["FLDevice", "HTTPResult"]
+
+
+class HTTPResult(NamedTuple):
+    """An answer: its status (0 for a network failure) and its body as parsed JSON (or None)."""
+
+    status: int
+    body: Any
+
+
+class FLDevice:
+    """One device of task ``task`` with local data (X, y).
+
+    ``rng_for_round(r)`` gives the generator for round r's training and
+    quantization (simulations fix it; by default a fresh generator seeded
+    from ``os.urandom``). ``random_bytes`` supplies SecAgg secrets.
+    ``drop_at`` (simulation of dropouts): the phase from which the device
+    stops taking part (e.g. ``"masked"``: it shares keys, then goes away)."""
+
+    def __init__(self, collector_url: str, task: str, client_id: str, X: np.ndarray, y: np.ndarray, *,
+                 rng_for_round: Callable[[int], np.random.Generator] | None = None,
+                 random_bytes: Callable[[int], bytes] = os.urandom, timeout: float = 10.0, max_attempts: int = 6,
+                 backoff: float = 0.1, drop_at: str | None = None,
+                 sleep: Callable[[float], None] = time.sleep) -> None:
+        self.base = collector_url.rstrip("/") + f"/v1/fl/tasks/{urllib.parse.quote(task, safe='')}"
+        self.task = task
+        self.client_id = client_id
+        self.X, self.y = X, y
+        self.state = ClientState()
+        self.rng_for_round = rng_for_round or (lambda r: np.random.default_rng(int.from_bytes(os.urandom(16), "little")))
+        self.random_bytes = random_bytes
+        self.timeout = timeout
+        self.max_attempts = max_attempts
+        self.backoff = backoff
+        self.drop_at = drop_at
+        self.sleep = sleep
+        self.errors: collections.Counter[str] = collections.Counter()
+        self.uploads = 0
+        self.retries = 0
+        self.quantized: dict[int, np.ndarray] = {}
+        self._jitter = random.Random(int.from_bytes(os.urandom(8), "little"))
+        self._done: set[tuple[int, str]] = set()
+        self._round: dict[str, Any] = {}
+        self._model_key: str | None = None
+        self._model: Any = None
+
+    # -- HTTP -------------------------------------------------------------------------------------
+    def _request(self, method: str, url: str, body: bytes | None = None) -> HTTPResult:
+        headers = {"Accept": "application/json"}
+        if body is not None:
+            headers["Content-Type"] = "application/json"
+        last = HTTPResult(0, None)
+        for attempt in range(max(1, self.max_attempts)):
+            wait = None
+            try:
+                req = urllib.request.Request(url, data=body, method=method, headers=headers)
+                with urllib.request.urlopen(req, timeout=self.timeout) as resp:
+                    return HTTPResult(resp.status, _json(resp.read()))
+            except urllib.error.HTTPError as exc:
+                payload = _json(exc.read())
+                if exc.code != 429 and exc.code < 500:
+                    return HTTPResult(exc.code, payload)
+                ra = exc.headers.get("Retry-After")
+                wait = float(ra) if ra and ra.strip().isdigit() else None
+                last = HTTPResult(exc.code, payload)
+            except (urllib.error.URLError, OSError, TimeoutError):
+                last = HTTPResult(0, None)
+            if attempt + 1 < self.max_attempts:
+                self.retries += 1
+                cap = self.backoff * (2 ** attempt)
+                self.sleep(min(wait, 5.0) if wait is not None else self._jitter.uniform(0, cap))
+        return last
+
+    def fetch(self) -> dict[str, Any] | None:
+        """The current round as the collector shows it to this device, or None if unavailable."""
+        r = self._request("GET", f"{self.base}/round?client_id={urllib.parse.quote(self.client_id, safe='')}")
+        if r.status != 200 or not isinstance(r.body, dict):
+            self.errors["fetch_" + str(r.status)] += 1
+            return None
+        return r.body
+
+    def _upload(self, round: int, kind: str, payload: Mapping[str, Any]) -> bool:
+        u = make_upload(self.task, round, kind, self.client_id, payload)
+        r = self._request("POST", f"{self.base}/uploads", encode_upload(u))
+        if r.status == 202:
+            self.uploads += 1
+            return True
+        reason = r.body.get("error", str(r.status)) if isinstance(r.body, dict) else str(r.status)
+        self.errors[reason] += 1
+        return False
+
+    # -- rounds -----------------------------------------------------------------------------------
+    def _model_for(self, view: Mapping[str, Any]) -> Any:
+        key = json.dumps(view["model"], sort_keys=True)
+        if key != self._model_key:
+            self._model, self._model_key = model_from_dict(view["model"]), key
+        return self._model
+
+    def _train(self, view: Mapping[str, Any]) -> tuple[np.ndarray, int, np.random.Generator]:
+        r = int(view["round"])
+        n = int(view["num_params"])
+        control = None if view.get("control") is None else decode_vector(view["control"], n, what="control")
+        config = RoundConfig(r, decode_vector(view["params"], n, what="params"), view["algorithm"],
+                             LocalTraining(**view["training"]), float(view["prox_mu"]), control)
+        rng = self.rng_for_round(r)
+        up = train_client(self._model_for(view), config, self.X, self.y, rng, self.client_id, self.state)
+        delta = up.delta
+        if view.get("clip_norm") is not None:
+            delta, _ = clip_to_norm(delta, float(view["clip_norm"]))
+        return np.asarray(delta, np.float32), up.num_examples, rng
+
+    def step(self) -> str:
+        """Fetch the round and do this device's next action in it. Returns what happened:
+        ``"unavailable"``, ``"done"`` (the task ended), ``"idle"``, ``"dropped"``, or the kind uploaded
+        (``"update"``, ``"advert"``, ``"shares"``, ``"masked"``, ``"reveal"``), or ``"failed"``."""
+        view = self.fetch()
+        if view is None:
+            return "unavailable"
+        if view["phase"] == "done":
+            return "done"
+        r, phase = int(view["round"]), str(view["phase"])
+        if not view.get("selected") or (r, phase) in self._done:
+            return "idle"
+        if self.drop_at is not None and _PHASES.index(phase) >= _PHASES.index(self.drop_at):
+            return "dropped"
+        try:
+            kind = self._act(view, r, phase)
+        except FLError as exc:
+            self.errors[type(exc).__name__] += 1
+            self._done.add((r, phase))
+            return "failed"
+        self._done.add((r, phase))
+        return kind
+
+    def _act(self, view: Mapping[str, Any], r: int, phase: str) -> str:
+        if phase == "train":
+            delta, n, _ = self._train(view)
+            return "update" if self._upload(r, "update", {"vector": delta, "num_examples": n}) else "failed"
+        from client_sdk.fl.secagg import KeyAdvert, Quantizer, SecAggClient, SecAggConfig
+
+        sa = view["secagg"]
+        if phase == "advertise":
+            cfg = SecAggConfig(r, int(sa["num_clients"]), {int(u): tuple(vs) for u, vs in sa["neighbors"].items()},
+                               int(sa["threshold"]), int(sa["vector_length"]))
+            client = SecAggClient(int(view["index"]), cfg, self.random_bytes)
+            self._round = {"round": r, "client": client}
+            a = client.advertise_keys()
+            ok = self._upload(r, "advert", {"share_key": a.share_key, "mask_key": a.mask_key})
+            return "advert" if ok else "failed"
+        if self._round.get("round") != r:
+            raise FLError(f"round {r} is past its key-advertising phase and this device holds no keys for it")
+        client = self._round["client"]
+        if phase == "share":
+            adverts = {int(u): KeyAdvert(int(u), base64.b64decode(a), base64.b64decode(b))
+                       for u, (a, b) in view["adverts"].items()}
+            cts = client.share_keys(adverts)
+            return "shares" if self._upload(r, "shares", {"ciphertexts": cts}) else "failed"
+        if phase == "masked":
+            delta, _, rng = self._train(view)
+            q = Quantizer(float(sa["clip_range"]), float(sa["scale"]), int(sa["max_clients"])).quantize(delta, rng)
+            inbox = {int(u): base64.b64decode(ct) for u, ct in view["inbox"].items()}
+            y = client.masked_input(q, inbox)
+            self.quantized[r] = q
+            return "masked" if self._upload(r, "masked", {"vector": y}) else "failed"
+        if phase == "unmask":
+            out = client.unmask(set(view["survivors"]), set(view["dropped"]))
+            shares = {v: (kind, s.x, s.y, s.threshold) for v, (kind, s) in out.items()}
+            return "reveal" if self._upload(r, "reveal", {"shares": shares}) else "failed"
+        raise FLError(f"unknown phase {phase!r}")
+
+    def run(self, *, poll_interval: float = 0.1, timeout: float | None = None) -> int:
+        """Take part until the task is done (or ``timeout`` seconds); return the uploads made."""
+        end = None if timeout is None else time.monotonic() + timeout
+        while end is None or time.monotonic() < end:
+            if self.step() == "done":
+                break
+            self.sleep(poll_interval)
+        return self.uploads
+
+
+_PHASES = ("train", "advertise", "share", "masked", "unmask")
+
+
+def _json(raw: bytes) -> Any:
+    try:
+        return json.loads(raw)
+    except ValueError:
+        return None

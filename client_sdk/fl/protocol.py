@@ -1,0 +1,452 @@
+"""Federated rounds over the pipeline: the messages devices, collector and aggregation job exchange.
+
+Numpy and the standard library only: the device, the collector and the job
+parse and check the same messages with the same code.
+
+Encoding (version 1)
+--------------------
+Every message is one JSON object with ``"version": 1``. Vectors travel as
+base64 (RFC 4648, standard alphabet, padded) of their raw **little-endian**
+bytes: float32 for model parameters and plain updates, uint32 for masked
+SecAgg inputs. A decoder checks the exact byte length (4·d for a vector of
+d values) before it looks at a value, and float vectors must be finite.
+
+Round state (job → ``ldp.fl.rounds`` → collector → device)
+----------------------------------------------------------
+:class:`RoundState`: the task, a sequence number ``seq`` (one per published
+state, increasing), the round, its ``phase``, the model description, the
+:class:`~client_sdk.fl.client.RoundConfig` fields (params, algorithm, local
+training, μ, SCAFFOLD's control variate), the device clip norm, the clients
+selected for the round, the phase deadline, SecAgg's public data (graph,
+threshold, quantizer, key adverts, routed ciphertexts, survivors/dropped)
+and public counters (ε so far, rejections). The collector serves each device
+a *view*: everything public plus whether *that* device is selected, its SecAgg
+index and its own inbox; never the list of selected clients.
+
+Phases: plain rounds have ``train`` only; SecAgg rounds ``advertise`` →
+``share`` → ``masked`` → ``unmask`` (Bonawitz et al. 2017's four rounds).
+After the last round the phase is ``done``.
+
+Uploads (device → collector → ``ldp.fl.updates`` → job)
+-------------------------------------------------------
+:class:`Upload`: task, round, ``kind`` (``update``, ``advert``, ``shares``,
+``masked``, ``reveal``; each belongs to one phase), client id, upload id and
+the kind's payload. The upload id is a BLAKE2b-128 digest of the content, so a retry
+carries the same id and a replay is recognised (:func:`content_digest`).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import dataclasses
+import hashlib
+import json
+import re
+from typing import Any, Literal, Mapping
+
+import numpy as np
+
+from client_sdk.fl.client import LocalTraining, RoundConfig
+from client_sdk.fl.errors import ModelError, UpdateRejected
+from client_sdk.fl.models import MLP, LogisticRegression, Model, SoftmaxRegression
+
+__all__ = [
+    "PROTOCOL_VERSION",
+    "Phase",
+    "UploadKind",
+    "PHASE_OF_KIND",
+    "SECAGG_PHASES",
+    "CIPHERTEXT_BYTES",
+    "SHARE_Y_BYTES",
+    "encode_vector",
+    "decode_vector",
+    "model_to_dict",
+    "model_from_dict",
+    "RoundState",
+    "Upload",
+    "parse_upload",
+    "encode_upload",
+    "check_upload_against",
+    "content_digest",
+    "make_upload",
+]
+
+PROTOCOL_VERSION = 1
+Phase = Literal["train", "advertise", "share", "masked", "unmask", "done"]
+UploadKind = Literal["update", "advert", "shares", "masked", "reveal"]
+PHASE_OF_KIND: dict[str, str] = {"update": "train", "advert": "advertise", "shares": "share",
+                                 "masked": "masked", "reveal": "unmask"}
+SECAGG_PHASES = ("advertise", "share", "masked", "unmask")
+#: nonce (12) + AES-GCM of the share pair (148) + tag (16); see client_sdk.fl.secagg.SecAggClient.share_keys
+CIPHERTEXT_BYTES = 12 + 148 + 16
+#: a Shamir share's y in GF(2^521 − 1), little-endian
+SHARE_Y_BYTES = 66
+_CLIENT_ID = re.compile(r"^[A-Za-z0-9_.:\-]{1,128}$")
+_TASK = re.compile(r"^[A-Za-z0-9_.\-]{1,64}$")
+_HEX32 = re.compile(r"^[0-9a-f]{32}$")
+
+
+def _bad(reason: str, message: str) -> UpdateRejected:
+    return UpdateRejected(reason, message)
+
+
+def encode_vector(v: np.ndarray, dtype: str = "<f4") -> str:
+    """base64 of the vector's raw little-endian bytes (``<f4`` or ``<u4``)."""
+    return base64.b64encode(np.ascontiguousarray(v, dtype=np.dtype(dtype)).tobytes()).decode("ascii")
+
+
+def decode_vector(text: object, length: int, dtype: str = "<f4", what: str = "vector") -> np.ndarray:
+    """The vector of ``length`` values from base64 ``text``; :class:`UpdateRejected` if it is not exactly that.
+
+    ``wrong_shape`` for a length other than 4·``length`` bytes, ``non_finite``
+    for NaN/±inf floats, ``malformed`` for text that is not base64."""
+    if not isinstance(text, str):
+        raise _bad("malformed", f"{what} must be a base64 string, got {type(text).__name__}")
+    if len(text) != 4 * ((4 * length + 2) // 3):
+        n = len(text) * 3 // 4
+        raise _bad("wrong_shape", f"{what} has about {n // 4} values ({len(text)} base64 characters); "
+                   f"this round needs exactly {length} ({4 * ((4 * length + 2) // 3)} characters)")
+    try:
+        raw = base64.b64decode(text, validate=True)
+    except (binascii.Error, ValueError):
+        raise _bad("malformed", f"{what} is not valid base64 (standard alphabet, padded)") from None
+    if len(raw) != 4 * length:
+        raise _bad("wrong_shape", f"{what} has {len(raw)} bytes; this round needs {4 * length} ({length} values)")
+    out = np.frombuffer(raw, dtype=np.dtype(dtype)).astype(np.dtype(dtype).newbyteorder("="))
+    if out.dtype.kind == "f" and not np.isfinite(out).all():
+        raise _bad("non_finite", f"{what} holds NaN or infinite values")
+    return out
+
+
+def _b64_bytes(text: object, size: int, what: str) -> bytes:
+    if not isinstance(text, str) or len(text) != 4 * ((size + 2) // 3):
+        raise _bad("malformed", f"{what} must be base64 of exactly {size} bytes")
+    try:
+        raw = base64.b64decode(text, validate=True)
+    except (binascii.Error, ValueError):
+        raise _bad("malformed", f"{what} is not valid base64") from None
+    if len(raw) != size:
+        raise _bad("malformed", f"{what} must be {size} bytes, got {len(raw)}")
+    return raw
+
+
+def _b64(b: bytes) -> str:
+    return base64.b64encode(b).decode("ascii")
+
+
+# -- models -------------------------------------------------------------------------------------
+def model_to_dict(model: Model) -> dict[str, Any]:
+    """The JSON description of one of the numpy models (what devices build the model from)."""
+    if isinstance(model, LogisticRegression):
+        return {"kind": "logistic", "n_features": model.n_features, "l2": model.l2}
+    if isinstance(model, SoftmaxRegression):
+        return {"kind": "softmax", "n_features": model.n_features, "n_classes": model.n_classes, "l2": model.l2}
+    if isinstance(model, MLP):
+        return {"kind": "mlp", "n_features": model.n_features, "hidden": model.hidden,
+                "n_classes": model.n_classes, "activation": model.activation, "l2": model.l2}
+    raise ModelError(f"no JSON description for {type(model).__name__}; use logistic, softmax or mlp")
+
+
+def model_from_dict(d: Mapping[str, Any]) -> Model:
+    """Inverse of :func:`model_to_dict`."""
+    if not isinstance(d, Mapping):
+        raise ModelError(f"a model description is a JSON object, got {type(d).__name__}")
+    kind = d.get("kind")
+    args = {k: v for k, v in d.items() if k != "kind"}
+    try:
+        if kind == "logistic":
+            return LogisticRegression(**args)
+        if kind == "softmax":
+            return SoftmaxRegression(**args)
+        if kind == "mlp":
+            return MLP(**args)
+    except TypeError as exc:
+        raise ModelError(f"model {kind!r}: {exc}") from None
+    raise ModelError(f"model kind must be 'logistic', 'softmax' or 'mlp', got {kind!r}")
+
+
+# -- round state --------------------------------------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class RoundState:
+    """One published state of a task (see the module docstring).
+
+    ``secagg`` (SecAgg rounds only): ``{"num_clients", "neighbors": {index: [..]},
+    "threshold", "vector_length", "clip_range", "scale", "max_clients"}``;
+    ``indices`` maps selected client ids to SecAgg indices 1..n; ``adverts``
+    (from phase ``share`` on): ``{index: (share_key, mask_key)}``;
+    ``inbox`` (phase ``masked``): ``{recipient: {sender: ciphertext}}``;
+    ``survivors``/``dropped`` (phase ``unmask``): index sets."""
+
+    task: str
+    seq: int
+    round: int
+    phase: str
+    rounds: int
+    model: Mapping[str, Any]
+    params: np.ndarray
+    algorithm: str = "fedavg"
+    training: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    prox_mu: float = 0.0
+    control: np.ndarray | None = None
+    clip_norm: float | None = None
+    selected: tuple[str, ...] = ()
+    opened_at: float = 0.0
+    deadline: float = 0.0
+    secagg: Mapping[str, Any] | None = None
+    indices: Mapping[str, int] = dataclasses.field(default_factory=dict)
+    adverts: Mapping[int, tuple[bytes, bytes]] = dataclasses.field(default_factory=dict)
+    inbox: Mapping[int, Mapping[int, bytes]] = dataclasses.field(default_factory=dict)
+    survivors: tuple[int, ...] = ()
+    dropped: tuple[int, ...] = ()
+    stats: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+
+    @property
+    def payload_size(self) -> int:
+        n = int(self.params.shape[0])
+        return 2 * n if self.algorithm == "scaffold" else n
+
+    def round_config(self) -> RoundConfig:
+        """The :class:`RoundConfig` devices train with."""
+        return RoundConfig(self.round, self.params, self.algorithm,  # type: ignore[arg-type]
+                           LocalTraining(**self.training), self.prox_mu, self.control)
+
+    def _public(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "version": PROTOCOL_VERSION, "task": self.task, "seq": self.seq, "round": self.round,
+            "phase": self.phase, "rounds": self.rounds, "model": dict(self.model),
+            "params": encode_vector(self.params), "num_params": int(self.params.shape[0]),
+            "algorithm": self.algorithm, "training": dict(self.training), "prox_mu": self.prox_mu,
+            "control": None if self.control is None else encode_vector(self.control),
+            "clip_norm": self.clip_norm, "payload_size": self.payload_size,
+            "opened_at": self.opened_at, "deadline": self.deadline,
+            "secagg": None if self.secagg is None else dict(self.secagg),
+            "adverts": {str(u): [_b64(a), _b64(b)] for u, (a, b) in sorted(self.adverts.items())},
+            "survivors": list(self.survivors), "dropped": list(self.dropped), "stats": dict(self.stats),
+        }
+        return out
+
+    def to_json(self) -> bytes:
+        """The full record published to the rounds topic."""
+        out = self._public()
+        out["selected"] = list(self.selected)
+        out["indices"] = dict(self.indices)
+        out["inbox"] = {str(v): {str(u): _b64(ct) for u, ct in sorted(per.items())}
+                        for v, per in sorted(self.inbox.items())}
+        return json.dumps(out, sort_keys=True, separators=(",", ":")).encode()
+
+    def view_for(self, client_id: str | None) -> dict[str, Any]:
+        """What the collector serves to ``client_id``: the public state, ``selected``, its SecAgg ``index``
+        and its own ``inbox`` only."""
+        out = self._public()
+        selected = client_id is not None and client_id in set(self.selected)
+        index = self.indices.get(client_id) if selected and client_id is not None else None
+        out["selected"] = selected
+        out["index"] = index
+        out["inbox"] = {} if index is None else {str(u): _b64(ct) for u, ct in sorted(self.inbox.get(index, {}).items())}
+        return out
+
+    @classmethod
+    def from_json(cls, data: bytes | str | Mapping[str, Any]) -> "RoundState":
+        """Parse the full record (raises :class:`ValueError` if it is not a version-1 round state)."""
+        obj = json.loads(data) if isinstance(data, (bytes, str)) else dict(data)
+        if not isinstance(obj, dict) or obj.get("version") != PROTOCOL_VERSION:
+            raise ValueError(f"not a version-{PROTOCOL_VERSION} round state")
+        n = int(obj["num_params"])
+        params = decode_vector(obj["params"], n, what="params")
+        control = None if obj.get("control") is None else decode_vector(obj["control"], n, what="control")
+        return cls(
+            task=str(obj["task"]), seq=int(obj["seq"]), round=int(obj["round"]), phase=str(obj["phase"]),
+            rounds=int(obj["rounds"]), model=dict(obj["model"]), params=params, algorithm=str(obj["algorithm"]),
+            training=dict(obj["training"]), prox_mu=float(obj["prox_mu"]), control=control,
+            clip_norm=None if obj.get("clip_norm") is None else float(obj["clip_norm"]),
+            selected=tuple(obj.get("selected", ())), opened_at=float(obj["opened_at"]),
+            deadline=float(obj["deadline"]), secagg=obj.get("secagg"),
+            indices={str(k): int(v) for k, v in obj.get("indices", {}).items()},
+            adverts={int(u): (base64.b64decode(a), base64.b64decode(b)) for u, (a, b) in obj.get("adverts", {}).items()},
+            inbox={int(v): {int(u): base64.b64decode(ct) for u, ct in per.items()}
+                   for v, per in obj.get("inbox", {}).items()},
+            survivors=tuple(int(u) for u in obj.get("survivors", ())),
+            dropped=tuple(int(u) for u in obj.get("dropped", ())), stats=dict(obj.get("stats", {})))
+
+
+# -- uploads ------------------------------------------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class Upload:
+    """One checked upload. ``payload`` by kind:
+
+    * ``update``: ``{"vector": float32 array, "num_examples": int}``
+    * ``advert``: ``{"share_key": 32 bytes, "mask_key": 32 bytes}``
+    * ``shares``: ``{"ciphertexts": {recipient index: bytes}}``
+    * ``masked``: ``{"vector": uint32 array}``
+    * ``reveal``: ``{"shares": {neighbour index: (kind "b"/"s", x, y, threshold)}}``
+    """
+
+    task: str
+    round: int
+    kind: str
+    client_id: str
+    upload_id: str
+    payload: Mapping[str, Any]
+
+    @property
+    def phase(self) -> str:
+        return PHASE_OF_KIND[self.kind]
+
+
+def content_digest(task: str, round: int, kind: str, client_id: str, payload: Mapping[str, Any]) -> str:
+    """The upload id: BLAKE2b-128 over the upload's canonical JSON content (task, round, kind, client,
+    payload, including an update's example count), so a retry has the same id and any change a new one."""
+    h = hashlib.blake2b(digest_size=16)
+    h.update(json.dumps([task, int(round), kind, client_id, _payload_json(kind, payload)],
+                        sort_keys=True, separators=(",", ":")).encode())
+    return h.hexdigest()
+
+
+def _payload_json(kind: str, p: Mapping[str, Any]) -> dict[str, Any]:
+    if kind == "update":
+        return {"vector": encode_vector(p["vector"]), "num_examples": int(p["num_examples"])}
+    if kind == "advert":
+        return {"share_key": _b64(p["share_key"]), "mask_key": _b64(p["mask_key"])}
+    if kind == "shares":
+        return {"ciphertexts": {str(v): _b64(ct) for v, ct in sorted(p["ciphertexts"].items())}}
+    if kind == "masked":
+        return {"vector": encode_vector(p["vector"], "<u4")}
+    if kind == "reveal":
+        return {"shares": {str(v): {"kind": k, "x": int(x), "y": _b64(int(y).to_bytes(SHARE_Y_BYTES, "little")),
+                                    "t": int(t)} for v, (k, x, y, t) in sorted(p["shares"].items())}}
+    raise ValueError(f"unknown upload kind {kind!r}")
+
+
+def encode_upload(u: Upload) -> bytes:
+    """The canonical JSON of an upload (what the device sends and what the collector publishes)."""
+    return json.dumps({"version": PROTOCOL_VERSION, "task": u.task, "round": u.round, "kind": u.kind,
+                       "client_id": u.client_id, "upload_id": u.upload_id,
+                       "payload": _payload_json(u.kind, u.payload)},
+                      sort_keys=True, separators=(",", ":")).encode()
+
+
+def _int(obj: Mapping[str, Any], name: str, low: int = 0, high: int = 2**62) -> int:
+    v = obj.get(name)
+    if isinstance(v, bool) or not isinstance(v, int) or not low <= v <= high:
+        raise _bad("malformed", f"{name!r} must be an integer in [{low}, {high}], got {str(v)[:40]!r}")
+    return v
+
+
+def _index_map(obj: object, what: str, limit: int) -> dict[int, Any]:
+    if not isinstance(obj, dict):
+        raise _bad("malformed", f"{what} must be a JSON object keyed by client index")
+    if len(obj) > limit:
+        raise _bad("too_large", f"{what} has {len(obj)} entries; at most {limit}")
+    out = {}
+    for k, v in obj.items():
+        if not (isinstance(k, str) and k.isdigit() and 0 < int(k) < 2**31):
+            raise _bad("malformed", f"{what}: key {k[:20]!r} is not a client index")
+        out[int(k)] = v
+    return out
+
+
+def parse_upload(body: bytes | Mapping[str, Any], *, payload_size: int | None = None,
+                 max_neighbors: int = 4096) -> Upload:
+    """Decode and check an upload's form; :class:`UpdateRejected` says what is wrong.
+
+    Checks that need no round state: the version, field types, the client id
+    and task patterns, base64 and byte lengths (``payload_size`` values for
+    vectors, when given), finiteness, and that ``upload_id`` matches the
+    content. Reasons: ``malformed``, ``unsupported_version``, ``wrong_shape``,
+    ``non_finite``, ``bad_weight``, ``upload_id_mismatch``, ``too_large``."""
+    if isinstance(body, (bytes, bytearray, memoryview)):
+        try:
+            obj = json.loads(bytes(body))
+        except (ValueError, RecursionError) as exc:
+            raise _bad("malformed", f"the body is not JSON: {str(exc)[:120]}") from None
+    else:
+        obj = body
+    if not isinstance(obj, dict):
+        raise _bad("malformed", "an upload is a JSON object")
+    if obj.get("version") != PROTOCOL_VERSION:
+        raise _bad("unsupported_version", f"version must be {PROTOCOL_VERSION}, got {str(obj.get('version'))[:20]!r}")
+    task, client_id, kind, upload_id = obj.get("task"), obj.get("client_id"), obj.get("kind"), obj.get("upload_id")
+    if not isinstance(task, str) or not _TASK.match(task):
+        raise _bad("malformed", "task must be 1-64 characters from letters, digits, '_', '.', '-'")
+    if not isinstance(client_id, str) or not _CLIENT_ID.match(client_id):
+        raise _bad("malformed", "client_id must be 1-128 characters from letters, digits, '_', '.', ':', '-'")
+    if kind not in PHASE_OF_KIND:
+        raise _bad("malformed", f"kind must be one of {sorted(PHASE_OF_KIND)}, got {str(kind)[:30]!r}")
+    if not isinstance(upload_id, str) or not _HEX32.match(upload_id):
+        raise _bad("malformed", "upload_id must be 32 lowercase hex digits")
+    rnd = _int(obj, "round")
+    p = obj.get("payload")
+    if not isinstance(p, dict):
+        raise _bad("malformed", "payload must be a JSON object")
+    payload: dict[str, Any]
+    if kind in ("update", "masked"):
+        if payload_size is None:
+            raise _bad("malformed", "the vector length of this round is unknown")
+        if kind == "update":
+            ne = p.get("num_examples")
+            if isinstance(ne, bool) or not isinstance(ne, int) or not 0 <= ne < 2**53:
+                raise _bad("bad_weight", f"num_examples must be an integer >= 0, got {str(ne)[:30]!r}")
+            payload = {"vector": decode_vector(p.get("vector"), payload_size, "<f4", "the update vector"),
+                       "num_examples": ne}
+        else:
+            payload = {"vector": decode_vector(p.get("vector"), payload_size, "<u4", "the masked input")}
+    elif kind == "advert":
+        payload = {"share_key": _b64_bytes(p.get("share_key"), 32, "share_key"),
+                   "mask_key": _b64_bytes(p.get("mask_key"), 32, "mask_key")}
+    elif kind == "shares":
+        cts = _index_map(p.get("ciphertexts"), "ciphertexts", max_neighbors)
+        payload = {"ciphertexts": {v: _b64_bytes(ct, CIPHERTEXT_BYTES, f"ciphertext for {v}") for v, ct in cts.items()}}
+    else:
+        shares = _index_map(p.get("shares"), "shares", max_neighbors)
+        out = {}
+        for v, s in shares.items():
+            if not isinstance(s, dict) or s.get("kind") not in ("b", "s"):
+                raise _bad("malformed", f"share of {v}: kind must be 'b' or 's'")
+            y = int.from_bytes(_b64_bytes(s.get("y"), SHARE_Y_BYTES, f"share of {v}"), "little")
+            out[v] = (s["kind"], _int(s, "x", 1, 2**31), y, _int(s, "t", 1, 2**31))
+        payload = {"shares": out}
+    expected = content_digest(task, rnd, kind, client_id, payload)
+    if upload_id != expected:
+        raise _bad("upload_id_mismatch", f"upload_id {upload_id} does not match the content (expected {expected}); "
+                   "compute it with client_sdk.fl.protocol (BLAKE2b-128 of the content)")
+    return Upload(task, rnd, kind, client_id, upload_id, payload)
+
+
+def make_upload(task: str, round: int, kind: str, client_id: str, payload: Mapping[str, Any]) -> Upload:
+    """An upload with its content-derived id."""
+    return Upload(task, round, kind, client_id, content_digest(task, round, kind, client_id, payload), dict(payload))
+
+
+
+def check_upload_against(u: Upload, state: RoundState) -> None:
+    """The checks that need the round state (shared by the collector and the job).
+
+    ``stale_round`` (another round), ``wrong_phase`` (the round is in another
+    phase), ``not_selected`` (the client is not in the round's sample), and
+    for SecAgg kinds ``bad_secagg`` (addresses or share points outside the
+    client's neighbourhood)."""
+    if u.round != state.round:
+        raise _bad("stale_round", f"the upload is for round {u.round}; the current round is {state.round}"
+                   + (" (the task is done)" if state.phase == "done" else ""))
+    if u.phase != state.phase:
+        raise _bad("wrong_phase", f"a {u.kind!r} upload belongs to phase {u.phase!r}; round {state.round} is in "
+                   f"phase {state.phase!r}")
+    if u.client_id not in set(state.selected):
+        raise _bad("not_selected", f"client {u.client_id!r} is not selected for round {state.round}")
+    if state.secagg is None:
+        return
+    me = state.indices[u.client_id]
+    nbrs = set(int(v) for v in state.secagg["neighbors"][str(me)])
+    if u.kind == "shares":
+        bad = [v for v in u.payload["ciphertexts"] if v not in nbrs or v not in state.adverts]
+        if bad or me not in state.adverts:
+            raise _bad("bad_secagg", f"shares addressed to {bad[:5]}, not neighbours of {me} with advertised keys"
+                       if bad else f"client {me} advertised no keys in this round")
+    elif u.kind == "reveal":
+        bad = [v for v, (_, x, _, _) in u.payload["shares"].items() if v not in nbrs or x != me]
+        if bad:
+            raise _bad("bad_secagg", f"reveals for {bad[:5]}: not neighbours of {me}, or share points other than {me}")
+        if me not in state.survivors:
+            raise _bad("bad_secagg", f"client {me} is not a survivor of round {state.round}")
+

@@ -1,0 +1,241 @@
+"""The collector's federated-learning routes: serve round states, take device uploads.
+
+Enabled with ``fl_enabled`` (``LDP_COLLECTOR_FL_ENABLED=1``). A follower
+thread reads ``ldp.fl.rounds`` (in a consumer group of its own, from the
+beginning) and keeps the newest :class:`~client_sdk.fl.protocol.RoundState`
+of each task. Routes:
+
+``GET /v1/fl/tasks``
+    The tasks with their round and phase.
+``GET /v1/fl/tasks/{task}/round?client_id=ID``
+    The round as that device sees it (:meth:`RoundState.view_for`): the model,
+    the configuration, the phase, whether the device is selected, its SecAgg
+    index and its own inbox; never the list of selected clients.
+``GET /v1/fl/tasks/{task}/status``
+    Round, phase, ε so far and the job's counters (accepted and rejected by reason).
+``POST /v1/fl/tasks/{task}/uploads``
+    One upload (``application/json``, :mod:`client_sdk.fl.protocol`).
+
+Answers to an upload
+--------------------
+=====  ======================================================================
+202    checked and published durably to ``ldp.fl.updates``
+400    not JSON, wrong version or fields, bad base64, ``upload_id`` not matching
+       the content, ``task`` differing from the path
+403    the client is not selected for the round
+404    no such task
+409    another round (``stale_round``) or another phase (``wrong_phase``)
+413    body above ``max_body_bytes``
+415    another Content-Type
+422    wrong vector length, NaN/inf values, bad example count, SecAgg addresses
+       outside the client's neighbourhood
+503    no round state yet, or the transport did not acknowledge (``Retry-After``)
+=====  ======================================================================
+
+What is published: the upload re-encoded from its checked fields (task,
+round, kind, client id, upload id, payload), keyed by task. No address,
+header or arrival time. The job checks everything again (it trusts no topic).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import threading
+import uuid
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.responses import Response
+
+from client_sdk.fl.errors import UpdateRejected
+from client_sdk.fl.protocol import RoundState, check_upload_against, encode_upload, parse_upload
+from collector.prometheus import Registry
+from collector.transport import Transport, TransportError
+
+__all__ = ["FLService", "add_fl_routes", "start_fl_service", "STATUS_OF_REASON"]
+
+log = logging.getLogger("ldp.collector.fl")
+
+#: HTTP status of each rejection reason
+STATUS_OF_REASON = {
+    "malformed": 400, "unsupported_version": 400, "upload_id_mismatch": 400, "task_mismatch": 400,
+    "not_selected": 403, "unknown_task": 404, "stale_round": 409, "wrong_phase": 409, "too_large": 413,
+    "unsupported_media_type": 415, "wrong_shape": 422, "non_finite": 422, "bad_weight": 422, "bad_secagg": 422,
+}
+
+
+class FLService:
+    """Follows the rounds topic and publishes uploads; one per collector process."""
+
+    def __init__(self, transport: Transport, rounds_topic: str, updates_topic: str, *, retry_after: int = 2,
+                 updates_partitions: int = 1) -> None:
+        self.transport = transport
+        self.rounds_topic = rounds_topic
+        self.updates_topic = updates_topic
+        self.retry_after = retry_after
+        self.updates_partitions = updates_partitions
+        self.states: dict[str, RoundState] = {}
+        self.caught_up = threading.Event()
+        self.last_error: str | None = None
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._follow, name="ldp-fl-rounds", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self, timeout: float = 10.0) -> None:
+        self._stop.set()
+        self._thread.join(timeout)
+
+    def state(self, task: str) -> RoundState | None:
+        with self._lock:
+            return self.states.get(task)
+
+    def _follow(self) -> None:
+        group = f"ldp-collector-fl-{uuid.uuid4().hex[:12]}"
+        while not self._stop.is_set():
+            try:
+                self.transport.create_topic(self.rounds_topic, 1)
+                self.transport.create_topic(self.updates_topic, self.updates_partitions)
+                with self.transport.consume([self.rounds_topic], group) as consumer:
+                    while not self._stop.is_set():
+                        recs = consumer.poll(max_records=100, timeout=0.3)
+                        for r in recs:
+                            self._apply(r.value)
+                        if not recs:
+                            self.caught_up.set()
+                        self.last_error = None
+            except Exception as exc:  # keep following; the routes answer 503 meanwhile
+                self.last_error = f"{type(exc).__name__}: {exc}"
+                log.warning("following %s failed (%s); retrying", self.rounds_topic, self.last_error)
+                self._stop.wait(1.0)
+
+    def _apply(self, value: bytes) -> None:
+        try:
+            st = RoundState.from_json(value)
+        except (ValueError, KeyError, TypeError, UpdateRejected) as exc:
+            log.warning("ignoring an unreadable round state (%s)", exc)
+            return
+        with self._lock:
+            cur = self.states.get(st.task)
+            if cur is None or st.seq >= cur.seq:
+                self.states[st.task] = st
+
+    def publish(self, task: str, value: bytes) -> None:
+        self.transport.publish(self.updates_topic, task.encode(), value)
+
+
+def _json(status: int, obj: Any, headers: dict[str, str] | None = None) -> Response:
+    return Response(json.dumps(obj).encode(), status_code=status, media_type="application/json", headers=headers)
+
+
+def add_fl_routes(app: FastAPI, runtime: dict[str, Any], registry: Registry, *, max_body_bytes: int,
+                  publish_timeout: float) -> None:
+    """Add the routes to ``app``; ``runtime["fl"]`` holds the :class:`FLService` while the app runs."""
+    uploads = registry.counter("ldp_collector_fl_uploads_total", "FL uploads by kind, outcome and reason",
+                               ["kind", "outcome", "reason"])
+
+    def service() -> FLService | None:
+        return runtime.get("fl")
+
+    def unavailable(svc: FLService | None) -> Response:
+        detail = "the collector has not read the rounds topic yet" if svc is None or not svc.last_error \
+            else f"the rounds topic is unreadable ({svc.last_error})"
+        retry = str(svc.retry_after if svc else 2)
+        return _json(503, {"error": "unavailable", "message": detail + "; retry later"}, {"Retry-After": retry})
+
+    def lookup(task: str) -> tuple[RoundState | None, Response | None]:
+        svc = service()
+        if svc is None or not svc.caught_up.is_set():
+            return None, unavailable(svc)
+        st = svc.state(task)
+        if st is None:
+            return None, _json(404, {"error": "unknown_task", "message": f"no task {task[:64]!r} has published a "
+                                     "round; GET /v1/fl/tasks lists the tasks"})
+        return st, None
+
+    def reject(kind: str, reason: str, message: str) -> Response:
+        uploads.inc(kind=kind, outcome="rejected", reason=reason)
+        return _json(STATUS_OF_REASON.get(reason, 400), {"error": reason, "message": message})
+
+    @app.get("/v1/fl/tasks", summary="Federated tasks and their current round")
+    async def fl_tasks() -> Response:
+        svc = service()
+        if svc is None or not svc.caught_up.is_set():
+            return unavailable(svc)
+        with svc._lock:
+            tasks = [{"task": t, "round": s.round, "phase": s.phase, "seq": s.seq, "rounds": s.rounds}
+                     for t, s in sorted(svc.states.items())]
+        return _json(200, {"tasks": tasks})
+
+    @app.get("/v1/fl/tasks/{task}/round", summary="The current round as one device sees it")
+    async def fl_round(task: str, client_id: str | None = None) -> Response:
+        st, err = lookup(task)
+        if err is not None:
+            return err
+        assert st is not None
+        return _json(200, st.view_for(client_id), {"Cache-Control": "no-store"})
+
+    @app.get("/v1/fl/tasks/{task}/status", summary="Round, phase, epsilon and the job's counters")
+    async def fl_status(task: str) -> Response:
+        st, err = lookup(task)
+        if err is not None:
+            return err
+        assert st is not None
+        return _json(200, {"task": st.task, "round": st.round, "phase": st.phase, "seq": st.seq,
+                           "rounds": st.rounds, **st.stats})
+
+    @app.post("/v1/fl/tasks/{task}/uploads", status_code=202, summary="Upload one FL message (update or SecAgg step)")
+    async def fl_upload(task: str, request: Request) -> Response:
+        ctype = request.headers.get("content-type", "").split(";")[0].strip().lower()
+        if ctype != "application/json":
+            return reject("unknown", "unsupported_media_type",
+                          f"Content-Type {ctype[:60] or '(none)'!r} is not accepted; send application/json")
+        length = request.headers.get("content-length")
+        if length is not None and length.strip().isdigit() and int(length) > max_body_bytes:
+            return reject("unknown", "too_large", f"the body has {int(length)} bytes; at most {max_body_bytes}")
+        buf = bytearray()
+        async for chunk in request.stream():
+            buf += chunk
+            if len(buf) > max_body_bytes:
+                return reject("unknown", "too_large", f"the body exceeds {max_body_bytes} bytes")
+        st, err = lookup(task)
+        if err is not None:
+            uploads.inc(kind="unknown", outcome="rejected", reason="unknown_task" if err.status_code == 404 else "unavailable")
+            return err
+        assert st is not None
+        kind = "unknown"
+        try:
+            u = parse_upload(bytes(buf), payload_size=st.payload_size)
+            kind = u.kind
+            if u.task != task:
+                raise UpdateRejected("task_mismatch", f"the body is for task {u.task!r}, the path for {task!r}")
+            if u.round > st.round and st.phase != "done":
+                svc = service()  # this collector lags behind the job: the device retries
+                uploads.inc(kind=u.kind, outcome="unavailable", reason="round_not_open")
+                return _json(503, {"error": "round_not_open", "message": f"round {u.round} is not open here yet "
+                                   f"(this collector is at round {st.round}); retry later"},
+                             {"Retry-After": str(svc.retry_after if svc else 2)})
+            check_upload_against(u, st)
+        except UpdateRejected as exc:
+            return reject(kind, exc.reason, str(exc))
+        svc = service()
+        assert svc is not None
+        try:
+            await asyncio.wait_for(asyncio.to_thread(svc.publish, task, encode_upload(u)), publish_timeout)
+        except (TransportError, asyncio.TimeoutError, OSError) as exc:
+            uploads.inc(kind=u.kind, outcome="unavailable", reason="publish_failed")
+            return _json(503, {"error": "publish_failed", "message": f"the transport did not acknowledge the upload "
+                               f"({type(exc).__name__}); retry later"}, {"Retry-After": str(svc.retry_after)})
+        uploads.inc(kind=u.kind, outcome="accepted", reason="ok")
+        return _json(202, {"status": "accepted", "upload_id": u.upload_id, "round": u.round, "kind": u.kind})
+
+
+def start_fl_service(transport: Transport, rounds_topic: str, updates_topic: str, retry_after: int) -> FLService:
+    svc = FLService(transport, rounds_topic, updates_topic, retry_after=retry_after)
+    svc.start()
+    return svc
+
