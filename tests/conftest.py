@@ -3,8 +3,13 @@
 from __future__ import annotations
 
 import os
+import tempfile
 
 import pytest
+
+# decoding designs cached on disk (estimator/oracles/rappor_design.py) go to a fresh folder per test run, never the
+# user's cache; set before xdist starts its workers, which inherit it
+os.environ.setdefault("LDP_CACHE_DIR", tempfile.mkdtemp(prefix="ldp-test-cache-"))
 
 
 @pytest.fixture(scope="session")
