@@ -149,6 +149,27 @@ def test_secagg_rounds_with_dropouts_unmask_the_ring_sum(tmp_path: Path) -> None
     assert status["rejected"] == {}
 
 
+def test_secagg_round_with_too_many_dropouts_fails_without_release(tmp_path: Path) -> None:
+    """5 of 5 clients on a complete graph (t = 3); two leave after sharing: a survivor's self-mask seed has
+    only 2 surviving holders, so unmasking is impossible. The round fails: the model stays, no ε is
+    spent, and the task moves on."""
+    spec = task_spec("secagg-fail", 5, secagg=True, sampling={"kind": "fixed", "count": 5}, rounds=1,
+                     noise_multiplier=1.0, phase_timeout=1.5)
+    data = make_data(5)
+    topics = Topics.fresh()
+    url = _url(tmp_path)
+    with open_transport(url) as tr, collector(tmp_path, url, topics) as srv, \
+            JobThread(tr, spec, topics, checkpoint_interval=0.2) as jt:
+        devices = devices_for(srv.url, spec, data, drop_at={"dev-0": "masked", "dev-1": "masked"})
+        drive(devices, jt.finished, timeout=60)
+        status = jt.result
+    assert status is not None
+    [rec] = status["history"]
+    assert rec["round"] == 0 and rec["failed"].startswith("unmasking failed: only 2 shares") and "need 3" in rec["failed"]
+    assert np.array_equal(final_params(status), np.zeros(spec.build_model().num_params, np.float32))
+    assert status["epsilon"] is None
+
+
 # -- bad input ----------------------------------------------------------------------------------------
 class _Recording(FLDevice):
     """A device that remembers the bodies it POSTed."""
