@@ -297,7 +297,11 @@ class _Group:
             self.next_source = max(self.next_source, int(sources.max()) + 1)
 
     def arrays(self) -> tuple[np.ndarray, np.ndarray]:
-        recs = self.parts[0][0] if len(self.parts) == 1 else np.concatenate([r for r, _ in self.parts])
+        if len(self.parts) == 1:
+            recs = self.parts[0][0]
+        else:  # as bytes: concatenating structured arrays field by field is ~20x slower
+            dtype = self.parts[0][0].dtype
+            recs = np.concatenate([np.ascontiguousarray(r).view(np.uint8) for r, _ in self.parts]).view(dtype)
         if all(isinstance(s, int) for _, s in self.parts):
             src = np.repeat(np.array([s for _, s in self.parts], dtype=np.uint32), [r.size for r, _ in self.parts])
         else:
