@@ -297,3 +297,24 @@ def test_device_side_imports_stay_light() -> None:
              "'httpx') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_job_refuses_to_restart_a_task_whose_checkpoints_are_gone(tmp_path: Path) -> None:
+    """Offsets committed for the job's group but no checkpoint in the state topic (truncated, or another
+    deployment's): restarting the task from round 0 would double-count, so the job stops with JobStateError."""
+    from estimator.fl.job import AggregationJob, JobSettings, JobStateError
+
+    spec = task_spec("lost-e", 4, sampling={"kind": "fixed", "count": 2})
+    topics = Topics.fresh()
+    with open_transport(_url(tmp_path)) as tr:
+        tr.create_topic(topics.updates, 1)
+        tr.publish(topics.updates, spec.task.encode(), b"{}")
+        with tr.consume([topics.updates], topics.group, member="fl-job-0") as c:
+            while not c.poll(timeout=0.5):
+                pass
+            c.commit()
+        job = AggregationJob(tr, spec, JobSettings(group=topics.group, rounds_topic=topics.rounds,
+                                                   updates_topic=topics.updates, state_topic=topics.state))
+        with pytest.raises(JobStateError, match="no checkpoint"):
+            job.open()
+        job.close()

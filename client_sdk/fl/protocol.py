@@ -443,6 +443,10 @@ def check_upload_against(u: Upload, state: RoundState) -> None:
         if bad or me not in state.adverts:
             raise _bad("bad_secagg", f"shares addressed to {bad[:5]}, not neighbours of {me} with advertised keys"
                        if bad else f"client {me} advertised no keys in this round")
+    elif u.kind == "masked":
+        if me not in set(int(v) for v in state.secagg.get("sharers", ())):
+            raise _bad("bad_secagg", f"client {me} did not share keys in round {state.round}: its masked input "
+                       "could never be unmasked")
     elif u.kind == "reveal":
         bad = [v for v, (_, x, _, _) in u.payload["shares"].items() if v not in nbrs or x != me]
         if bad:
