@@ -8,7 +8,7 @@ import pytest
 
 from client_sdk.fl import SecAggError
 from client_sdk.fl.secagg import SecAggClient, add_masks, prg_words, shamir_combine, shamir_split
-from estimator.fl.parallel_masks import add_masks_parallel, slices
+from estimator.fl.parallel_masks import add_masks_parallel, add_masks_server, slices
 from estimator.fl.secagg_server import SecAggServer, make_config
 
 
@@ -29,10 +29,23 @@ def test_masks_from_an_offset_equal_the_tail_of_the_whole_keystream(start: int, 
     np.testing.assert_array_equal(add_masks(acc.copy(), masks, start=start), _reference(acc, masks, start))
 
 
+@pytest.mark.parametrize("k,start,n", [(1, 0, 5), (3, 8, 32_770), (4, 0, 65_536), (9, 32_768, 70_001)])
+def test_server_kernel_accumulation_equals_the_device_masks(k: int, start: int, n: int) -> None:
+    """The server adds keystreams four at a time in a numba kernel (multipliers 1, 2^32 − 1,
+    and 0 for padding when k is not a multiple of 4); the sum must equal the device's add_masks."""
+    rng = np.random.default_rng(k * 7 + n)
+    acc = rng.integers(0, 2**32, size=n, dtype=np.uint32)
+    masks = [(rng.bytes(32), int(s)) for s in rng.choice([-1, 1], size=k)]
+    np.testing.assert_array_equal(add_masks_server(acc.copy(), masks, start=start), add_masks(acc.copy(), masks, start=start))
+    np.testing.assert_array_equal(add_masks_server(acc.copy(), [], start=start), acc)
+
+
 @pytest.mark.parametrize("start", [1, 6, -4, 4.0, True])
 def test_offset_must_be_a_whole_aes_block(start) -> None:
     with pytest.raises(SecAggError, match="multiple of 4"):
         add_masks(np.zeros(8, np.uint32), [(bytes(32), 1)], start=start)
+    with pytest.raises(SecAggError, match="multiple of 4"):
+        add_masks_server(np.zeros(8, np.uint32), [(bytes(32), 1)], start=start)
 
 
 @pytest.mark.parametrize("d,parts", [(1, 2), (7, 2), (8, 3), (70_001, 2), (1_000_000, 3), (5, 8)])

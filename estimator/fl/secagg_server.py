@@ -25,7 +25,7 @@ import numpy as np
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X25519PublicKey
 
 from client_sdk.fl.errors import SecAggError
-from client_sdk.fl.secagg import KeyAdvert, SecAggConfig, Share, add_masks, pairwise_seed, public_bytes, shamir_combine
+from client_sdk.fl.secagg import KeyAdvert, SecAggConfig, Share, pairwise_seed, public_bytes, shamir_combine
 from estimator.fl.parallel_masks import add_masks_parallel, warm_pool
 
 __all__ = ["default_degree", "default_threshold", "neighbor_graph", "make_config", "SecAggServer"]
@@ -183,4 +183,4 @@ class SecAggServer:
                     seed = pairwise_seed(sk, X25519PublicKey.from_public_bytes(self.adverts[u].mask_key), self.config.round, v, u)
                     masks.append((seed, -1 if v > u else 1))  # u added +PRG when v > u
         total = self._sum.copy()
-        return add_masks(total, masks) if self.workers == 1 else add_masks_parallel(total, masks, self.workers)
+        return add_masks_parallel(total, masks, self.workers)
