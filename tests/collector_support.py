@@ -91,7 +91,7 @@ class MemoryTransport(Transport):
         self.records: list[tuple[str, bytes | None, bytes]] = []
         self.lock = threading.Lock()
 
-    def create_topic(self, name: str, partitions: int = 1) -> None:
+    def create_topic(self, name: str, partitions: int = 1, *, retention: float | None = None) -> None:
         self.topics.setdefault(name, partitions)
 
     def partitions(self, topic: str) -> int:
@@ -127,9 +127,9 @@ class FailingTransport(Transport):
         if self.unreachable.is_set():
             raise TransportError("broker unreachable (test)")
 
-    def create_topic(self, name: str, partitions: int = 1) -> None:
+    def create_topic(self, name: str, partitions: int = 1, *, retention: float | None = None) -> None:
         self._check()
-        self.inner.create_topic(name, partitions)
+        self.inner.create_topic(name, partitions, retention=retention)
 
     def partitions(self, topic: str) -> int:
         self._check()
