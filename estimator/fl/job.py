@@ -339,8 +339,11 @@ class AggregationJob:
     def open(self) -> None:
         """Create the topics, join the group, fence a dead predecessor's transaction, restore the state."""
         s = self.settings
-        for topic, parts in ((s.rounds_topic, 1), (s.state_topic, 1), (s.updates_topic, s.updates_partitions)):
-            self.transport.create_topic(topic, parts)
+        # round states and checkpoints are kept for ever: a job idle longer than a retention must still find
+        # its state (and collectors the current round); updates take the transport's default retention
+        for topic, parts, retention in ((s.rounds_topic, 1, math.inf), (s.state_topic, 1, math.inf),
+                                        (s.updates_topic, s.updates_partitions, None)):
+            self.transport.create_topic(topic, parts, retention=retention)
         self._consumer = consumer = self.transport.consume([s.updates_topic], s.group, member=s.member,
                                                            session_timeout=s.session_timeout)
         deadline = time.monotonic() + s.restore_timeout
