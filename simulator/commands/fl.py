@@ -19,21 +19,9 @@ from __future__ import annotations
 import argparse
 import json
 
+from simulator.commands.argtypes import positive_int as _positive_int, probability as _prob
+
 __all__ = ["register"]
-
-
-def _positive_int(text: str) -> int:
-    v = int(text)
-    if v < 1:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text}")
-    return v
-
-
-def _prob(text: str) -> float:
-    v = float(text)
-    if not 0.0 < v <= 1.0:
-        raise argparse.ArgumentTypeError(f"must be in (0, 1], got {text}")
-    return v
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -16,6 +16,8 @@ import argparse
 import json
 from typing import Any, Callable
 
+from simulator.commands.argtypes import positive_int as _positive_int, probability as _prob, positive as _positive
+
 __all__ = ["register"]
 
 GAUSSIAN_PROTECTS = {
@@ -30,27 +32,6 @@ LOCAL_PROTECTS = (
     "the user's true values, against everyone who sees the reports (collector, shuffler, analyst); "
     "not the fact that the user sent reports, nor their number"
 )
-
-
-def _positive_int(text: str) -> int:
-    v = int(text)
-    if v < 1:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text}")
-    return v
-
-
-def _prob(text: str) -> float:
-    v = float(text)
-    if not 0.0 < v <= 1.0:
-        raise argparse.ArgumentTypeError(f"must be in (0, 1], got {text}")
-    return v
-
-
-def _positive(text: str) -> float:
-    v = float(text)
-    if not v > 0:
-        raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
-    return v
 
 
 #: Type of each sub-command option; every one of them is required.
