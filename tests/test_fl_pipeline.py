@@ -318,3 +318,56 @@ def test_job_refuses_to_restart_a_task_whose_checkpoints_are_gone(tmp_path: Path
         with pytest.raises(JobStateError, match="no checkpoint"):
             job.open()
         job.close()
+
+
+# -- the deployed shape: `ldp collector --fl` and `ldp fl job` as processes ------------------------------
+def test_ldp_collector_fl_flag_serves_the_rounds_of_an_ldp_fl_job_process(tmp_path: Path) -> None:
+    """What an operator runs: the collector process with ``--fl`` (and the FL topic flags), the job process;
+    devices train through it and the final model equals the in-process reference. Without ``--fl`` the
+    collector has no FL routes (404)."""
+    import os
+    import re
+    import subprocess
+    import sys
+
+    from tests.collector_support import write_metrics
+    from tests.fl_pipeline_support import ROOT, JobProcess
+
+    spec = task_spec("procs", 6, rounds=2, sampling={"kind": "fixed", "count": 3})
+    data = make_data(6)
+    ref, _ = reference_run(spec, data)
+    topics = Topics.fresh()
+    url = _url(tmp_path)
+    metrics = tmp_path / "metrics.json"
+    write_metrics(metrics)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LDP_COLLECTOR_")}
+
+    def start_collector(*flags: str) -> tuple[subprocess.Popen[str], str]:
+        argv = [sys.executable, "-m", "simulator.cli", "collector", "--transport", url, "--metrics", str(metrics),
+                "--dedup", str(tmp_path / f"ids{len(flags)}.sqlite3"), "--port", "0",
+                "--raw-topic", f"ldp.reports.raw.{topics.group}", *flags]
+        proc = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env)
+        line = proc.stdout.readline() if proc.stdout else ""
+        found = re.search(r"listening on (http://127\.0\.0\.1:\d+)", line)
+        assert found, f"ldp collector did not start: {line!r}"
+        return proc, found.group(1)
+
+    plain, plain_url = start_collector()
+    try:
+        assert httpx.get(f"{plain_url}/v1/fl/tasks", timeout=10).status_code == 404
+    finally:
+        plain.terminate()
+        plain.wait(20)
+    job = JobProcess(tmp_path, url, spec, topics)
+    proc, srv_url = start_collector("--fl", "--fl-rounds-topic", topics.rounds, "--fl-updates-topic", topics.updates)
+    try:
+        job.start()
+        devices = devices_for(srv_url, spec, data)
+        drive(devices, job.finished, timeout=90)
+        status = job.wait()
+    finally:
+        job.stop()
+        proc.terminate()
+        proc.wait(20)
+    assert np.array_equal(final_params(status), ref)
+    assert status["accepted"] == {"update": 6} and status["rejected"] == {}

@@ -33,6 +33,8 @@ _FLAGS: list[tuple[str, str, type, str]] = [
     ("--max-days-ahead", "max_days_ahead", int, "how many UTC days ahead of the collector a batch's day may be"),
     ("--max-day-age", "max_day_age", int, "how many UTC days old a batch's day may be"),
     ("--dedup-ttl", "dedup_ttl", float, "seconds a batch id is remembered"),
+    ("--fl-rounds-topic", "fl_rounds_topic", str, "with --fl: topic the aggregation jobs publish rounds to"),
+    ("--fl-updates-topic", "fl_updates_topic", str, "with --fl: topic device FL uploads go to"),
 ]
 
 
@@ -41,6 +43,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                        description=__doc__.splitlines()[0] if __doc__ else None)
     for flag, dest, typ, text in _FLAGS:
         p.add_argument(flag, dest=dest, type=typ, default=None, help=text)
+    p.add_argument("--fl", dest="fl_enabled", action="store_const", const=True, default=None,
+                   help="serve the federated-learning routes /v1/fl/... (default $LDP_COLLECTOR_FL_ENABLED, else off)")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=8080, help="port (default 8080; 0 picks a free one)")
     p.add_argument("--workers", type=int, default=1, help="uvicorn worker processes (default 1)")
@@ -55,6 +59,7 @@ def run(args: argparse.Namespace) -> int:
     from collector.settings import CollectorSettings
 
     overrides = {dest: getattr(args, dest) for _, dest, _, _ in _FLAGS}
+    overrides["fl_enabled"] = args.fl_enabled
     try:
         settings = CollectorSettings.from_env(**overrides)
         app = create_app(settings)  # loads and checks the metrics file before listening
