@@ -447,8 +447,8 @@ def create_app(settings: CollectorSettings, *, transport: Transport | None = Non
             ingestor: Ingestor = state["ingestor"]
             fut = ingestor.submit(batch.batch_id, metric_day_key(batch.metric, batch.day), value, len(batch))
             try:
-                # shielded: a timed-out request must not cancel the shared future a retry may be following
-                outcome = await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(fut)), settings.publish_timeout)
+                # cancelling ``fut`` on a timeout is harmless: the ingestor hands out a future of the caller's own
+                outcome = await asyncio.wait_for(asyncio.wrap_future(fut), settings.publish_timeout)
             except asyncio.TimeoutError:
                 raise UnavailableError("timeout", f"the transport did not acknowledge the batch within "
                                        f"{settings.publish_timeout:g} s; retry later", settings.retry_after) from None
