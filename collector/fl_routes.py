@@ -19,12 +19,14 @@ of each task. Routes:
 Answers to an upload
 --------------------
 =====  ======================================================================
-202    checked and published durably to ``ldp.fl.updates``
+202    checked and published durably to ``ldp.fl.updates``; or a duplicate of an
+       upload this collector published in the current round (the same answer)
 400    not JSON, wrong version or fields, bad base64, ``upload_id`` not matching
        the content, ``task`` differing from the path
 403    the client is not selected for the round
 404    no such task
-409    another round (``stale_round``) or another phase (``wrong_phase``)
+409    another round (``stale_round``) or another phase (``wrong_phase``), or an
+       upload this collector published for an earlier round (``replayed``)
 413    body above ``max_body_bytes``
 415    another Content-Type
 422    wrong vector length, NaN/inf values, bad example count, SecAgg addresses
@@ -35,6 +37,25 @@ Answers to an upload
 What is published: the upload re-encoded from its checked fields (task,
 round, kind, client id, upload id, payload), keyed by task. No address,
 header or arrival time. The job checks everything again (it trusts no topic).
+
+Re-sent uploads
+---------------
+The collector remembers the ids it published for the current round and the
+previous :data:`REPLAY_WINDOW` rounds of each task. The same upload id again
+in the same round is a **duplicate** (a device's retry after a lost answer):
+answered 202 like the first, not published again, counted with
+``outcome="duplicate"``. An id it published for an earlier round is
+**replayed** (409, counted as rejected). Ids another collector published
+are not known here; the job tells them apart the same way
+(:mod:`estimator.fl.job`). Client ids are not authenticated, so a re-send of
+another client's upload is indistinguishable from that client's retry: it is
+a duplicate and changes nothing.
+
+Round states
+------------
+Round states arrive as chunk records (:mod:`collector.fl_records`); the
+follower serves a state only once all its chunks are in and their digest
+matches. A single-record JSON state (the first format) is read too.
 """
 
 from __future__ import annotations
@@ -51,19 +72,25 @@ from fastapi.responses import Response
 
 from client_sdk.fl.errors import UpdateRejected
 from client_sdk.fl.protocol import RoundState, check_upload_against, encode_upload, parse_upload
+from collector.fl_records import ChunkAssembler, ChunkError, decode_chunk, is_chunk, unpack_document
 from collector.prometheus import Registry
 from collector.transport import Transport, TransportError
 
-__all__ = ["FLService", "add_fl_routes", "start_fl_service", "STATUS_OF_REASON"]
+__all__ = ["FLService", "add_fl_routes", "start_fl_service", "STATUS_OF_REASON", "REPLAY_WINDOW"]
 
 log = logging.getLogger("ldp.collector.fl")
 
 #: HTTP status of each rejection reason
 STATUS_OF_REASON = {
     "malformed": 400, "unsupported_version": 400, "upload_id_mismatch": 400, "task_mismatch": 400,
-    "not_selected": 403, "unknown_task": 404, "stale_round": 409, "wrong_phase": 409, "too_large": 413,
+    "not_selected": 403, "unknown_task": 404, "stale_round": 409, "wrong_phase": 409, "replayed": 409,
+    "too_large": 413,
     "unsupported_media_type": 415, "wrong_shape": 422, "non_finite": 422, "bad_weight": 422, "bad_secagg": 422,
 }
+#: earlier rounds whose published upload ids a collector keeps (to answer a replay with ``replayed``)
+REPLAY_WINDOW = 16
+#: at most this many remembered ids per task and round (a flood of distinct uploads cannot grow memory further)
+_MAX_IDS_PER_ROUND = 1 << 16
 
 
 class FLService:
@@ -77,6 +104,8 @@ class FLService:
         self.retry_after = retry_after
         self.updates_partitions = updates_partitions
         self.states: dict[str, RoundState] = {}
+        self.published: dict[str, dict[int, dict[str, bytes]]] = {}  # task -> round -> upload id -> answer
+        self._assembler = ChunkAssembler()
         self.caught_up = threading.Event()
         self.last_error: str | None = None
         self._lock = threading.Lock()
@@ -104,7 +133,7 @@ class FLService:
                     while not self._stop.is_set():
                         recs = consumer.poll(max_records=100, timeout=0.3)
                         for r in recs:
-                            self._apply(r.value)
+                            self._apply(r.value, r.offset)
                         if not recs:
                             self.caught_up.set()
                         self.last_error = None
@@ -113,10 +142,22 @@ class FLService:
                 log.warning("following %s failed (%s); retrying", self.rounds_topic, self.last_error)
                 self._stop.wait(1.0)
 
-    def _apply(self, value: bytes) -> None:
+    def _apply(self, value: bytes, offset: int = 0) -> None:
         try:
-            st = RoundState.from_json(value)
-        except (ValueError, KeyError, TypeError, UpdateRejected) as exc:
+            if is_chunk(value):
+                h, payload = decode_chunk(value)
+                if h.kind != "round_state":
+                    return
+                done = self._assembler.add(h, payload, offset)
+                if done is None:
+                    return
+                self._assembler.drop_before(done.first_offset, h.task)
+                st = RoundState.from_document(unpack_document(done.document))
+                if st.task != h.task or st.seq != h.meta.get("seq"):
+                    raise ValueError(f"round state {st.task}/{st.seq} under a header for {h.task}/{h.meta.get('seq')}")
+            else:
+                st = RoundState.from_json(value)
+        except (ValueError, KeyError, TypeError, UpdateRejected, ChunkError) as exc:
             log.warning("ignoring an unreadable round state (%s)", exc)
             return
         with self._lock:
@@ -126,6 +167,20 @@ class FLService:
 
     def publish(self, task: str, value: bytes) -> None:
         self.transport.publish(self.updates_topic, task.encode(), value)
+
+    def seen(self, task: str, round: int, upload_id: str) -> bytes | None:
+        """The answer given when this collector published ``upload_id`` for ``round`` of ``task``, or None."""
+        with self._lock:
+            return self.published.get(task, {}).get(round, {}).get(upload_id)
+
+    def remember(self, task: str, round: int, upload_id: str, answer: bytes) -> None:
+        with self._lock:
+            rounds = self.published.setdefault(task, {})
+            ids = rounds.setdefault(round, {})
+            if len(ids) < _MAX_IDS_PER_ROUND:
+                ids[upload_id] = answer
+            for r in [r for r in rounds if r < round - REPLAY_WINDOW]:
+                del rounds[r]
 
 
 def _json(status: int, obj: Any, headers: dict[str, str] | None = None) -> Response:
@@ -219,11 +274,18 @@ def add_fl_routes(app: FastAPI, runtime: dict[str, Any], registry: Registry, *, 
                 return _json(503, {"error": "round_not_open", "message": f"round {u.round} is not open here yet "
                                    f"(this collector is at round {st.round}); retry later"},
                              {"Retry-After": str(svc.retry_after if svc else 2)})
+            svc = service()
+            assert svc is not None
+            first = svc.seen(task, u.round, u.upload_id)
+            if first is not None and u.round == st.round:  # a retry: answered like the first, not published again
+                uploads.inc(kind=u.kind, outcome="duplicate", reason="same_upload_id")
+                return Response(first, status_code=202, media_type="application/json")
+            if first is not None:
+                raise UpdateRejected("replayed", f"upload {u.upload_id} was accepted for round {u.round}; the current "
+                                     f"round is {st.round}")
             check_upload_against(u, st)
         except UpdateRejected as exc:
             return reject(kind, exc.reason, str(exc))
-        svc = service()
-        assert svc is not None
         try:
             await asyncio.wait_for(asyncio.to_thread(svc.publish, task, encode_upload(u)), publish_timeout)
         except (TransportError, asyncio.TimeoutError, OSError) as exc:
@@ -231,7 +293,9 @@ def add_fl_routes(app: FastAPI, runtime: dict[str, Any], registry: Registry, *, 
             return _json(503, {"error": "publish_failed", "message": f"the transport did not acknowledge the upload "
                                f"({type(exc).__name__}); retry later"}, {"Retry-After": str(svc.retry_after)})
         uploads.inc(kind=u.kind, outcome="accepted", reason="ok")
-        return _json(202, {"status": "accepted", "upload_id": u.upload_id, "round": u.round, "kind": u.kind})
+        answer = json.dumps({"status": "accepted", "upload_id": u.upload_id, "round": u.round, "kind": u.kind}).encode()
+        svc.remember(task, u.round, u.upload_id, answer)
+        return Response(answer, status_code=202, media_type="application/json")
 
 
 def start_fl_service(transport: Transport, rounds_topic: str, updates_topic: str, retry_after: int) -> FLService:

@@ -77,20 +77,25 @@ def device_rng(index: int, r: int) -> np.random.Generator:
     return np.random.default_rng([DEVICE_SEED, r, index])
 
 
-def reference_run(spec: FLTaskSpec, data: Sequence[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, list[Any]]:
+def reference_run(spec: FLTaskSpec, data: Sequence[tuple[np.ndarray, np.ndarray]],
+                  tamper: Any = None, aggregator: Any = None) -> tuple[np.ndarray, list[Any]]:
     """The same task with :func:`run_rounds` in one process: the job's seed for sampling and noise, each
-    device's own generator for training, and the device's float32 clipping applied to the uploads."""
+    device's own generator for training, and the device's float32 clipping (to ``spec.device_clip_norm``)
+    applied to the uploads; then ``tamper(round, updates)`` if given (what malicious devices send).
+    ``aggregator`` (default: ``spec.build_aggregator``) lets a test keep the stack to inspect it."""
     index = {c: i for i, c in enumerate(spec.clients)}
     clients = [FederatedClient(c, X, y) for c, (X, y) in zip(spec.clients, data)]
     acc = spec.build_accountant()
+    clip = spec.device_clip_norm
 
     def device_clip(r: int, ups: list[ClientUpdate]) -> list[ClientUpdate]:
-        if spec.clip_norm is None:
-            return ups
-        return [ClientUpdate(u.client_id, u.round, np.asarray(clip_to_norm(u.delta, spec.clip_norm)[0], np.float32),
-                             u.num_examples) for u in ups]
+        if clip is not None:
+            ups = [ClientUpdate(u.client_id, u.round, np.asarray(clip_to_norm(u.delta, clip)[0], np.float32),
+                                u.num_examples) for u in ups]
+        return ups if tamper is None else tamper(r, ups)
 
-    return run_rounds(spec.build_model(), spec.build_strategy(), spec.build_aggregator(acc), clients,
+    agg = aggregator if aggregator is not None else spec.build_aggregator(acc)
+    return run_rounds(spec.build_model(), spec.build_strategy(), agg, clients,
                       spec.build_sampling(), spec.rounds, np.random.default_rng(spec.seed), tamper=device_clip,
                       client_rng=lambda r, c: device_rng(index[c], r))
 
@@ -167,7 +172,7 @@ class JobProcess:
     """``ldp fl job`` as a subprocess (for SIGKILL), its status in a file."""
 
     def __init__(self, tmp: Path, transport_url: str, spec: FLTaskSpec, topics: Topics,
-                 checkpoint_interval: float = 0.2) -> None:
+                 checkpoint_interval: float = 0.2, extra_args: Sequence[str] = ()) -> None:
         self.task_file = tmp / "task.json"
         self.task_file.write_text(json.dumps(spec.to_dict()))
         self.status_file = tmp / "job-status.json"
@@ -176,7 +181,7 @@ class JobProcess:
                      "--transport", transport_url, "--group", topics.group, "--rounds-topic", topics.rounds,
                      "--updates-topic", topics.updates, "--state-topic", topics.state,
                      "--status-file", str(self.status_file), "--checkpoint-interval", str(checkpoint_interval),
-                     "--session-timeout", "4"]
+                     "--session-timeout", "4", *extra_args]
         self.proc: subprocess.Popen[bytes] | None = None
         self.kills = 0
 

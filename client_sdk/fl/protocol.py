@@ -211,13 +211,13 @@ class RoundState:
         return RoundConfig(self.round, self.params, self.algorithm,  # type: ignore[arg-type]
                            LocalTraining(**self.training), self.prox_mu, self.control)
 
-    def _public(self) -> dict[str, Any]:
+    def _public(self, vec: Any = encode_vector) -> dict[str, Any]:
         out: dict[str, Any] = {
             "version": PROTOCOL_VERSION, "task": self.task, "seq": self.seq, "round": self.round,
             "phase": self.phase, "rounds": self.rounds, "model": dict(self.model),
-            "params": encode_vector(self.params), "num_params": int(self.params.shape[0]),
+            "params": vec(self.params), "num_params": int(self.params.shape[0]),
             "algorithm": self.algorithm, "training": dict(self.training), "prox_mu": self.prox_mu,
-            "control": None if self.control is None else encode_vector(self.control),
+            "control": None if self.control is None else vec(self.control),
             "clip_norm": self.clip_norm, "payload_size": self.payload_size,
             "opened_at": self.opened_at, "deadline": self.deadline,
             "secagg": None if self.secagg is None else dict(self.secagg),
@@ -226,14 +226,33 @@ class RoundState:
         }
         return out
 
-    def to_json(self) -> bytes:
-        """The full record published to the rounds topic."""
-        out = self._public()
+    def _full(self, vec: Any) -> dict[str, Any]:
+        out = self._public(vec)
         out["selected"] = list(self.selected)
         out["indices"] = dict(self.indices)
         out["inbox"] = {str(v): {str(u): _b64(ct) for u, ct in sorted(per.items())}
                         for v, per in sorted(self.inbox.items())}
-        return json.dumps(out, sort_keys=True, separators=(",", ":")).encode()
+        return out
+
+    def to_json(self) -> bytes:
+        """The full state as one JSON object (vectors in base64): the single-record form of version 1."""
+        return json.dumps(self._full(encode_vector), sort_keys=True, separators=(",", ":")).encode()
+
+    def to_document(self) -> dict[str, Any]:
+        """The full state with ``params`` and ``control`` as float32 numpy vectors (for
+        :func:`collector.fl_records.pack_document`: raw little-endian bytes in chunked records)."""
+        return self._full(lambda v: np.ascontiguousarray(v, np.float32))
+
+    @classmethod
+    def from_document(cls, obj: Mapping[str, Any]) -> "RoundState":
+        """Inverse of :meth:`to_document` (:class:`ValueError` or :class:`UpdateRejected` if it is not one)."""
+        def vec(v: object, n: int, what: str) -> np.ndarray:
+            if not isinstance(v, np.ndarray) or v.dtype != np.float32 or v.shape != (n,):
+                raise _bad("wrong_shape", f"{what} must be a float32 vector of {n} values")
+            if not np.isfinite(v).all():
+                raise _bad("non_finite", f"{what} holds NaN or infinite values")
+            return v
+        return cls._from_obj(dict(obj), vec)
 
     def view_for(self, client_id: str | None) -> dict[str, Any]:
         """What the collector serves to ``client_id``: the public state, ``selected``, its SecAgg ``index``
@@ -250,11 +269,15 @@ class RoundState:
     def from_json(cls, data: bytes | str | Mapping[str, Any]) -> "RoundState":
         """Parse the full record (raises :class:`ValueError` if it is not a version-1 round state)."""
         obj = json.loads(data) if isinstance(data, (bytes, str)) else dict(data)
+        return cls._from_obj(obj, lambda v, n, what: decode_vector(v, n, what=what))
+
+    @classmethod
+    def _from_obj(cls, obj: Any, vec: Any) -> "RoundState":
         if not isinstance(obj, dict) or obj.get("version") != PROTOCOL_VERSION:
             raise ValueError(f"not a version-{PROTOCOL_VERSION} round state")
         n = int(obj["num_params"])
-        params = decode_vector(obj["params"], n, what="params")
-        control = None if obj.get("control") is None else decode_vector(obj["control"], n, what="control")
+        params = vec(obj["params"], n, "params")
+        control = None if obj.get("control") is None else vec(obj["control"], n, "control")
         return cls(
             task=str(obj["task"]), seq=int(obj["seq"]), round=int(obj["round"]), phase=str(obj["phase"]),
             rounds=int(obj["rounds"]), model=dict(obj["model"]), params=params, algorithm=str(obj["algorithm"]),

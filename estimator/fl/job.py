@@ -5,9 +5,11 @@ sampling, DP and optionally secure aggregation; :class:`FLTaskSpec`). It
 publishes each round's state (:class:`client_sdk.fl.protocol.RoundState`) to
 ``ldp.fl.rounds``; collectors serve it to devices and publish their checked
 uploads to ``ldp.fl.updates``; the job consumes them, advances the phases,
-aggregates with the usual stack (``ValidatingAggregator(FixedClippingDP(
-WeightedMean(), C, σ, accountant))``, or the SecAgg+ server followed by the
-same Gaussian noise), reports ε after every round and opens the next round.
+aggregates with the task's stack (by default ``ValidatingAggregator(
+FixedClippingDP(WeightedMean(), C, σ, accountant))``; adaptive clipping or a
+robust aggregator as :class:`FLTaskSpec` describes; or the SecAgg+ server
+followed by the same Gaussian noise), reports ε after every round and opens
+the next round.
 
 Exactly once
 ------------
@@ -32,9 +34,16 @@ state topic and reads that topic (in a reader group whose committed offset
 stays at the last restored checkpoint) until the marker comes back; the last
 checkpoint of its task and group before the marker is the newest committed one.
 
-Idempotence of uploads: an upload id already accepted in the round is
-refused as ``replayed`` (a retried or replayed upload has the same id,
-content-derived); ids bind the round, so only the current round's are kept.
+Records: checkpoints and round states are chunked documents
+(:mod:`collector.fl_records`) of at most ``JobSettings.max_record_bytes``
+each, all chunks in the commit's transaction; a restore loads only a
+complete, consistent set (and still checks its offsets against the group's).
+
+Idempotence of uploads: ids are content-derived and bind the round. The same
+id again in the current round is a **duplicate** (a retry, or a second
+collector's copy): counted in ``duplicates``, changing nothing. An id accepted
+in one of the last :data:`REPLAY_WINDOW` rounds, re-sent later, is refused as
+``replayed``; any other upload for another round as ``stale_round``.
 """
 
 from __future__ import annotations
@@ -66,18 +75,39 @@ from client_sdk.fl.protocol import (
     model_from_dict,
     parse_upload,
 )
+from collector.fl_records import (
+    DEFAULT_MAX_RECORD_BYTES,
+    MIN_RECORD_BYTES,
+    ChunkAssembler,
+    ChunkError,
+    decode_chunk,
+    encode_chunks,
+    is_chunk,
+    pack_document,
+    unpack_document,
+)
 from collector.topics import FL_ROUNDS_TOPIC, FL_STATE_TOPIC, FL_UPDATES_TOPIC
 from collector.transport import CommitFailedError, Consumer, FencedError, TopicPartition, Transport, TransportError
 from estimator.fl.aggregators import AggregateResult, Aggregator, RoundContext, ValidatingAggregator, WeightedMean
-from estimator.fl.dp import ClientLevelAccountant, FixedClippingDP
+from estimator.fl.dp import AdaptiveClippingDP, ClientLevelAccountant, FixedClippingDP, update_noise_multiplier
+from estimator.fl.robust import CoordinateMedian, Krum, TrimmedMean
 from estimator.fl.sampling import FixedCountSampling, PoissonSampling, Sampling
 from estimator.fl.strategies import FedAvg, FedProx, Scaffold, Strategy
 
 __all__ = ["FL_ROUNDS_TOPIC", "FL_UPDATES_TOPIC", "FL_STATE_TOPIC", "FLTaskSpec", "JobSettings", "JobStateError",
-           "AggregationJob"]
+           "AggregationJob", "REPLAY_WINDOW"]
 
 log = logging.getLogger("ldp.fl.job")
 
+
+
+#: options of each aggregator kind of a task (see :class:`FLTaskSpec`)
+_AGGREGATOR_OPTIONS: dict[str, tuple[str, ...]] = {
+    "fedavg": (), "adaptive_clipping": ("target_quantile", "clip_learning_rate", "count_stddev"),
+    "median": ("f",), "trimmed_mean": ("f",), "krum": ("f", "multi"),
+}
+#: rounds whose accepted upload ids the job keeps, to count a re-sent old upload as ``replayed``
+REPLAY_WINDOW = 16
 
 
 class JobStateError(FLError):
@@ -106,7 +136,25 @@ class FLTaskSpec:
     ``train`` phase, ``phase_timeout`` each SecAgg phase (seconds). ``seed``
     fixes the job's generator (sampling, SecAgg graph, noise) for
     simulations; ``None`` draws from the OS's entropy and keeps no generator
-    state in checkpoints."""
+    state in checkpoints.
+
+    ``aggregator`` picks the server's stack (:meth:`build_aggregator`):
+
+    * ``{"kind": "fedavg"}`` (default): the weighted mean, under
+      ``FixedClippingDP`` when ``clip_norm`` is set (devices clip to C too).
+    * ``{"kind": "adaptive_clipping", "target_quantile": γ, "clip_learning_rate": η_C,
+      "count_stddev": σ_b}`` (the last three optional: 0.5, 0.2, expected clients / 20):
+      ``AdaptiveClippingDP`` starting at C = ``clip_norm`` with overall noise multiplier
+      z = ``noise_multiplier`` > 0 (the count's noise is paid for on the updates, as the
+      wrapper documents; needs σ_b > z/2). Devices do not clip: the server needs each
+      update's norm against C (the bit 1[‖Δ‖ ≤ C]); the current C is in the round's ``stats``.
+      Not with ``secagg`` (that bit is not securely summed).
+    * ``{"kind": "median", "f": f}``, ``{"kind": "trimmed_mean", "f": f}``,
+      ``{"kind": "krum", "f": f, "multi": m}`` (m optional, 1): the robust wrappers over a
+      weighted mean, tolerating f malicious clients. They are not linear, so they run without
+      DP (``clip_norm`` null, ``noise_multiplier`` 0) and without ``secagg`` (they need every
+      individual update; secure aggregation reveals only the sum). A round with fewer updates
+      than the wrapper needs (2f + 1; Krum 2f + 3) fails without release."""
 
     task: str
     model: Mapping[str, Any]
@@ -125,6 +173,7 @@ class FLTaskSpec:
     round_timeout: float = 60.0
     phase_timeout: float = 30.0
     seed: int | None = None
+    aggregator: Mapping[str, Any] = dataclasses.field(default_factory=lambda: {"kind": "fedavg"})
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "clients", tuple(self.clients))
@@ -143,6 +192,8 @@ class FLTaskSpec:
         _num("phase_timeout", self.phase_timeout)
         if not 0 < self.delta < 1:
             raise FLError(f"delta must be in (0, 1), got {self.delta!r}")
+        object.__setattr__(self, "aggregator", dict(self.aggregator))
+        self._check_aggregator()
         if self.clip_norm is not None:
             _num("clip_norm", self.clip_norm)
         elif self.noise_multiplier:
@@ -151,6 +202,56 @@ class FLTaskSpec:
             raise FLError("secagg needs clip_norm: devices clip to C and quantize values in [-C, C]")
         if self.seed is not None and (isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0):
             raise FLError(f"seed must be an integer >= 0 or null, got {self.seed!r}")
+
+    def _check_aggregator(self) -> None:
+        agg = self.aggregator
+        kind = agg.get("kind")
+        if kind not in _AGGREGATOR_OPTIONS:
+            raise FLError(f"aggregator kind must be one of {sorted(_AGGREGATOR_OPTIONS)}, got {kind!r}")
+        unknown = set(agg) - {"kind"} - set(_AGGREGATOR_OPTIONS[kind])
+        if unknown:
+            raise FLError(f"aggregator {kind!r} has no options {sorted(unknown)}; it takes "
+                          f"{sorted(_AGGREGATOR_OPTIONS[kind]) or 'none'}")
+        if kind == "adaptive_clipping":
+            if self.clip_norm is None or not self.noise_multiplier > 0:
+                raise FLError("adaptive_clipping needs clip_norm (the initial C) and noise_multiplier > 0 (the overall "
+                              "z the accountant charges, shared by the updates and the clipped-count release)")
+            _num("clip_norm", self.clip_norm)
+            if self.secagg:
+                raise FLError("adaptive_clipping cannot run with secagg: the server needs each client's bit "
+                              "1[‖Δ‖ ≤ C], which secure aggregation does not sum; use kind 'fedavg' with secagg")
+            self.build_aggregator(None)  # the wrapper checks γ, η_C; update_noise_multiplier checks σ_b > z/2
+            sb = agg.get("count_stddev")
+            update_noise_multiplier(self.noise_multiplier, self._expected() / 20.0 if sb is None else _num("count_stddev", sb))
+        elif kind in ("median", "trimmed_mean", "krum"):
+            if self.secagg:
+                raise FLError(f"aggregator {kind!r} needs every client's individual update, and secure aggregation "
+                              "reveals only their sum: set secagg to false, or use kind 'fedavg' with secagg")
+            if self.clip_norm is not None or self.noise_multiplier:
+                raise FLError(f"aggregator {kind!r} is not linear, and the DP wrappers need a bounded-sensitivity sum "
+                              "to add noise to: a robust task runs without client-level DP; set clip_norm to null and "
+                              "noise_multiplier to 0, or use kind 'fedavg' or 'adaptive_clipping' for DP")
+            f, multi = agg.get("f"), agg.get("multi", 1)
+            for name, v, low in (("f", f, 0), ("multi", multi, 1)):
+                if isinstance(v, bool) or not isinstance(v, int) or v < low:
+                    raise FLError(f"aggregator {kind!r}: {name} must be an integer >= {low}, got {v!r}")
+            need = 2 * f + 3 if kind == "krum" else 2 * f + 1
+            if kind == "krum":
+                need = max(need, multi + f)
+            count = self.sampling.get("count") if self.sampling.get("kind") == "fixed" else None
+            if count is not None and count < need:
+                raise FLError(f"aggregator {kind!r} with f = {f} needs at least {need} updates per round; the task "
+                              f"samples {count}")
+        elif agg.get("kind") == "fedavg" and len(agg) > 1:
+            raise FLError("aggregator 'fedavg' takes no options")
+
+    def _expected(self) -> float:
+        return self.build_sampling().expected_clients(len(self.clients))
+
+    @property
+    def device_clip_norm(self) -> float | None:
+        """What devices clip to (published in the round state): C for ``fedavg`` with DP, else None."""
+        return self.clip_norm if self.aggregator["kind"] == "fedavg" else None
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "FLTaskSpec":
@@ -193,8 +294,25 @@ class FLTaskSpec:
         return ClientLevelAccountant(self.build_sampling(), len(self.clients), self.delta)
 
     def build_aggregator(self, accountant: ClientLevelAccountant | None) -> Aggregator:
-        """``ValidatingAggregator(FixedClippingDP(WeightedMean(), C, σ, accountant))``, or without the DP
-        wrapper when ``clip_norm`` is None: the stack an in-process run with the same spec uses."""
+        """The stack an in-process run with the same spec uses: ``ValidatingAggregator`` around
+        ``FixedClippingDP(WeightedMean(), C, σ, accountant)`` (``fedavg``; without the DP wrapper when
+        ``clip_norm`` is None), ``AdaptiveClippingDP(WeightedMean(), C, z, γ, η_C, σ_b, accountant)``,
+        ``CoordinateMedian``/``TrimmedMean(WeightedMean(), f)`` or ``Krum(WeightedMean(), f, multi)``."""
+        agg = self.aggregator
+        kind = agg["kind"]
+        if kind == "adaptive_clipping":
+            return ValidatingAggregator(AdaptiveClippingDP(
+                WeightedMean(), float(self.clip_norm), self.noise_multiplier,  # type: ignore[arg-type]
+                target_quantile=float(agg.get("target_quantile", 0.5)),
+                clip_learning_rate=float(agg.get("clip_learning_rate", 0.2)),
+                count_stddev=None if agg.get("count_stddev") is None else float(agg["count_stddev"]),
+                accountant=accountant))
+        if kind == "median":
+            return ValidatingAggregator(CoordinateMedian(WeightedMean(), int(agg["f"])))
+        if kind == "trimmed_mean":
+            return ValidatingAggregator(TrimmedMean(WeightedMean(), int(agg["f"])))
+        if kind == "krum":
+            return ValidatingAggregator(Krum(WeightedMean(), int(agg["f"]), int(agg.get("multi", 1))))
         if self.clip_norm is None:
             return ValidatingAggregator(WeightedMean())
         return ValidatingAggregator(FixedClippingDP(WeightedMean(), self.clip_norm, self.noise_multiplier, accountant))
@@ -205,7 +323,9 @@ class JobSettings:
     """Where the job reads and writes. ``group`` names its consumer group (one per task);
     ``member`` should stay the same across restarts (Kafka fences the predecessor's
     transaction by it). Mid-phase checkpoints are committed every ``checkpoint_interval``
-    seconds while uploads arrive; ``status_path`` receives the JSON status."""
+    seconds while uploads arrive; ``status_path`` receives the JSON status. Checkpoints and round
+    states are split into records of at most ``max_record_bytes`` (keep it under the broker's
+    ``message.max.bytes``)."""
 
     group: str
     member: str = "fl-job-0"
@@ -217,6 +337,13 @@ class JobSettings:
     checkpoint_interval: float = 1.0
     restore_timeout: float = 120.0
     status_path: str | None = None
+    max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES
+
+    def __post_init__(self) -> None:
+        if isinstance(self.max_record_bytes, bool) or not isinstance(self.max_record_bytes, int) or \
+                self.max_record_bytes < MIN_RECORD_BYTES:
+            raise FLError(f"max_record_bytes must be an integer >= {MIN_RECORD_BYTES}, got {self.max_record_bytes!r}; "
+                          "keep it below the broker's message.max.bytes")
 
 
 def _f(x: float | None) -> Any:
@@ -233,7 +360,11 @@ def _b64(b: bytes) -> str:
 
 @dataclasses.dataclass
 class _State:
-    """Everything the job knows; :meth:`to_json`/:meth:`from_json` are the checkpoint."""
+    """Everything the job knows; :meth:`to_obj`/:meth:`from_obj` are the checkpoint's state.
+
+    ``duplicates`` counts re-sent uploads by kind; ``past_ids`` keeps the accepted upload ids of the
+    last :data:`REPLAY_WINDOW` rounds (to tell a replay from a late upload); ``clip_norm`` is adaptive
+    clipping's current C."""
 
     seq: int = 0
     round: int = 0
@@ -260,49 +391,68 @@ class _State:
     rejected: Counter = dataclasses.field(default_factory=Counter)
     accepted: Counter = dataclasses.field(default_factory=Counter)
     history: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    duplicates: Counter = dataclasses.field(default_factory=Counter)
+    past_ids: dict[int, list[str]] = dataclasses.field(default_factory=dict)
+    clip_norm: float | None = None
 
-    def to_json(self) -> dict[str, Any]:
+    def to_obj(self, binary: bool = True) -> dict[str, Any]:
+        """The checkpoint's state: vectors as numpy arrays (``binary``, for a chunked document) or base64."""
+        def vec(v: np.ndarray, dtype: str = "<f4") -> Any:
+            return np.ascontiguousarray(v, np.dtype(dtype)) if binary else encode_vector(v, dtype)
         return {
-            "seq": self.seq, "round": self.round, "phase": self.phase, "params": encode_vector(self.params),
+            "seq": self.seq, "round": self.round, "phase": self.phase, "params": vec(self.params),
             "num_params": int(self.params.shape[0]),
-            "control": None if self.control is None else encode_vector(self.control),
+            "control": None if self.control is None else vec(self.control),
             "selected": self.selected, "indices": self.indices, "opened_at": self.opened_at,
             "deadline": self.deadline, "rng_state": self.rng_state, "noise_history": self.noise_history,
             "epsilon": _f(self.epsilon),
-            "updates": {c: [uid, encode_vector(v), n] for c, (uid, v, n) in self.updates.items()},
+            "updates": {c: [uid, vec(v), n] for c, (uid, v, n) in self.updates.items()},
             "update_length": next((int(v.shape[0]) for _, v, _ in self.updates.values()), 0),
             "seen": sorted(self.seen), "secagg": self.secagg,
             "adverts": {str(u): [_b64(a), _b64(b)] for u, (a, b) in self.adverts.items()},
             "shares": {str(u): {str(v): _b64(ct) for v, ct in per.items()} for u, per in self.shares.items()},
             "inbox": {str(v): {str(u): _b64(ct) for u, ct in per.items()} for v, per in self.inbox.items()},
-            "masked_sum": None if self.masked_sum is None else encode_vector(self.masked_sum, "<u4"),
+            "masked_sum": None if self.masked_sum is None else vec(self.masked_sum, "<u4"),
             "survivors": self.survivors, "dropped": self.dropped,
             "reveals": {str(u): {str(v): [k, x, str(y), t] for v, (k, x, y, t) in per.items()}
                         for u, per in self.reveals.items()},
             "rejected": dict(self.rejected), "accepted": dict(self.accepted), "history": self.history,
+            "duplicates": dict(self.duplicates), "past_ids": {str(r): ids for r, ids in self.past_ids.items()},
+            "clip_norm": self.clip_norm,
         }
 
     @classmethod
-    def from_json(cls, o: Mapping[str, Any]) -> "_State":
+    def from_obj(cls, o: Mapping[str, Any]) -> "_State":
+        """Inverse of :meth:`to_obj` (either form; a binary vector must have the dtype and length expected)."""
+        def dec(v: Any, length: int, dtype: str = "<f4") -> np.ndarray:
+            if not isinstance(v, np.ndarray):
+                return decode_vector(v, length, dtype)
+            if v.shape != (length,) or v.dtype != np.dtype(dtype).newbyteorder("="):
+                raise JobStateError(f"checkpoint vector of shape {v.shape} and dtype {v.dtype}; expected "
+                                    f"({length},) {dtype}")
+            return v
         n = int(o["num_params"])
         ul = int(o["update_length"])
         sa = o["secagg"]
         return cls(
             seq=int(o["seq"]), round=int(o["round"]), phase=str(o["phase"]),
-            params=decode_vector(o["params"], n), control=None if o["control"] is None else decode_vector(o["control"], n),
+            params=dec(o["params"], n), control=None if o["control"] is None else dec(o["control"], n),
             selected=list(o["selected"]), indices={k: int(v) for k, v in o["indices"].items()},
             opened_at=float(o["opened_at"]), deadline=float(o["deadline"]), rng_state=o["rng_state"],
             noise_history=[float(z) for z in o["noise_history"]], epsilon=_unf(o["epsilon"]),
-            updates={c: (uid, decode_vector(v, ul), int(k)) for c, (uid, v, k) in o["updates"].items()},
+            updates={c: (uid, dec(v, ul), int(k)) for c, (uid, v, k) in o["updates"].items()},
             seen=set(o["seen"]), secagg=sa,
             adverts={int(u): (base64.b64decode(a), base64.b64decode(b)) for u, (a, b) in o["adverts"].items()},
             shares={int(u): {int(v): base64.b64decode(ct) for v, ct in per.items()} for u, per in o["shares"].items()},
             inbox={int(v): {int(u): base64.b64decode(ct) for u, ct in per.items()} for v, per in o["inbox"].items()},
-            masked_sum=None if o["masked_sum"] is None else decode_vector(o["masked_sum"], int(sa["vector_length"]), "<u4"),
+            masked_sum=None if o["masked_sum"] is None else dec(o["masked_sum"], int(sa["vector_length"]), "<u4"),
             survivors=[int(u) for u in o["survivors"]], dropped=[int(u) for u in o["dropped"]],
             reveals={int(u): {int(v): (k, int(x), int(y), int(t)) for v, (k, x, y, t) in per.items()}
                      for u, per in o["reveals"].items()},
-            rejected=Counter(o["rejected"]), accepted=Counter(o["accepted"]), history=list(o["history"]))
+            rejected=Counter(o["rejected"]), accepted=Counter(o["accepted"]), history=list(o["history"]),
+            duplicates=Counter(o.get("duplicates", {})),
+            past_ids={int(r): list(ids) for r, ids in o.get("past_ids", {}).items()},
+            clip_norm=None if o.get("clip_norm") is None else float(o["clip_norm"]))
 
 
 class AggregationJob:
@@ -321,6 +471,8 @@ class AggregationJob:
         self.key = spec.task.encode()
         self.restores = 0
         self.aborted = 0
+        self.incomplete_checkpoints = 0
+        self._adaptive: AdaptiveClippingDP | None = None
         self._consumer: Consumer | None = None
         self._st = _State()
         self._rng = np.random.default_rng()
@@ -431,10 +583,12 @@ class AggregationJob:
             return
         offsets = {int(p): int(o) for p, o in found["offsets"].items()}
         if offsets != committed:
+            torn = (f"; {self.incomplete_checkpoints} newer checkpoint(s) were incomplete or inconsistent and "
+                    "cannot be loaded") if self.incomplete_checkpoints else ""
             raise JobStateError(
-                f"the newest checkpoint of task {self.spec.task!r} accounts for offsets {offsets} of "
-                f"{s.updates_topic!r}, but group {s.group!r} committed {committed}; refusing to guess")
-        self._st = _State.from_json(found["state"])
+                f"the newest complete checkpoint of task {self.spec.task!r} accounts for offsets {offsets} of "
+                f"{s.updates_topic!r}, but group {s.group!r} committed {committed}{torn}; refusing to guess")
+        self._st = _State.from_obj(found["state"])
         self._committed = offsets
         if self.spec.seed is not None and self._st.rng_state is not None:
             self._rng = np.random.default_rng(self.spec.seed)
@@ -447,16 +601,24 @@ class AggregationJob:
         if self._accountant is not None:
             for z in self._st.noise_history:
                 self._accountant.record(z)
-        self._aggregator = self.spec.build_aggregator(self._accountant)
+        self._build_aggregator()
+        if self._adaptive is not None and self._st.clip_norm is not None:
+            self._adaptive.clip_norm = self._st.clip_norm
         self._last_commit = time.monotonic()
         self.restores += 1
         log.info("task %s restored: round %d phase %s seq %d, offsets %s", self.spec.task, self._st.round,
                  self._st.phase, self._st.seq, offsets)
 
     def _read_checkpoint(self) -> dict[str, Any] | None:
+        """The newest complete checkpoint of this task and group before a fresh marker: ``{"offsets",
+        "state"}``, or None. Chunked checkpoints count only as complete, consistent sets
+        (:class:`~collector.fl_records.ChunkAssembler`); a single-record JSON checkpoint (the first
+        format) is read too. Incomplete sets newer than the result are counted in
+        ``incomplete_checkpoints`` and never loaded."""
         s = self.settings
         tp = TopicPartition(s.state_topic, 0)
         marker = uuid.uuid4().hex
+        assembler = ChunkAssembler()
         reader = self.transport.consume([s.state_topic], f"{s.group}.restore", member=f"{s.member}.restore",
                                         session_timeout=s.session_timeout)
         try:
@@ -464,25 +626,35 @@ class AggregationJob:
                 {"version": PROTOCOL_VERSION, "kind": "marker", "id": marker}).encode())
             newest: tuple[int, dict[str, Any]] | None = None
             deadline = time.monotonic() + s.restore_timeout
-            while True:
+            got = False
+            while not got:
                 if time.monotonic() > deadline:
                     raise JobStateError(f"the marker published to {s.state_topic!r} did not come back within "
                                         f"{s.restore_timeout:g} s; is the topic readable?")
-                got = False
                 for r in reader.poll(max_records=100, timeout=0.5):
                     if r.key != self.key:
+                        continue
+                    if is_chunk(r.value):
+                        found = self._checkpoint_chunk(assembler, r.value, r.offset)
+                        if found is not None:
+                            newest = found
                         continue
                     try:
                         obj = json.loads(r.value)
                     except ValueError:
                         continue
+                    if not isinstance(obj, dict):
+                        continue
                     if obj.get("kind") == "marker" and obj.get("id") == marker:
                         got = True
                         break
                     if obj.get("kind") == "checkpoint" and obj.get("group") == s.group and obj.get("task") == self.spec.task:
-                        newest = (r.offset, obj)
-                if got:
-                    break
+                        newest = (r.offset, {"offsets": obj["offsets"], "state": obj["state"]})
+                        assembler.drop_before(r.offset)
+            self.incomplete_checkpoints = len(assembler.pending()) + assembler.rejected
+            if self.incomplete_checkpoints:
+                log.warning("task %s: %d checkpoint(s) in %s were incomplete or inconsistent and were ignored",
+                            self.spec.task, self.incomplete_checkpoints, s.state_topic)
             if newest is not None:
                 try:
                     reader.commit({tp: newest[0]})
@@ -492,6 +664,27 @@ class AggregationJob:
         finally:
             reader.close()
 
+    def _checkpoint_chunk(self, assembler: ChunkAssembler, value: bytes,
+                          offset: int) -> tuple[int, dict[str, Any]] | None:
+        try:
+            h, payload = decode_chunk(value)
+        except ChunkError as exc:
+            log.warning("ignoring a malformed record in %s@%d: %s", self.settings.state_topic, offset, exc)
+            return None
+        if h.kind != "checkpoint" or h.task != self.spec.task or h.meta.get("group") != self.settings.group:
+            return None
+        done = assembler.add(h, payload, offset)
+        if done is None:
+            return None
+        try:
+            state = unpack_document(done.document)["state"]
+            offsets = dict(h.meta["offsets"])
+        except (ChunkError, KeyError, TypeError, ValueError) as exc:
+            log.warning("ignoring an unreadable checkpoint %s (%s)", h.id, exc)
+            return None
+        assembler.drop_before(done.first_offset)
+        return done.first_offset, {"offsets": offsets, "state": state}
+
     def _start_task(self) -> None:
         spec = self.spec
         self._rng = np.random.default_rng(spec.seed)
@@ -499,17 +692,32 @@ class AggregationJob:
         self._st = _State(params=np.asarray(params, np.float32))
         self._committed = {}
         self._accountant = spec.build_accountant()
-        self._aggregator = spec.build_aggregator(self._accountant)
+        self._build_aggregator()
         self._open_round(0)
         self._commit()
         log.info("task %s started: %d rounds, %d clients", spec.task, spec.rounds, len(spec.clients))
 
-    def _checkpoint(self, offsets: dict[int, int]) -> bytes:
+    def _build_aggregator(self) -> None:
+        self._aggregator = self.spec.build_aggregator(self._accountant)
+        inner = getattr(self._aggregator, "inner", None)
+        self._adaptive = inner if isinstance(inner, AdaptiveClippingDP) else None
+        if self._adaptive is not None and self._st.clip_norm is None:
+            self._st.clip_norm = float(self._adaptive.clip_norm)
+
+    def _checkpoint(self, offsets: dict[int, int]) -> list[bytes]:
+        """The checkpoint as chunk records (:mod:`collector.fl_records`); every chunk carries the group and
+        the update offsets it accounts for."""
         st = self._st
         st.rng_state = self._rng.bit_generator.state if self.spec.seed is not None else None
-        return json.dumps({"version": PROTOCOL_VERSION, "kind": "checkpoint", "task": self.spec.task,
-                           "group": self.settings.group, "offsets": {str(p): o for p, o in offsets.items()},
-                           "state": st.to_json()}, separators=(",", ":")).encode()
+        if self._adaptive is not None:
+            st.clip_norm = float(self._adaptive.clip_norm)
+        doc = pack_document({"version": PROTOCOL_VERSION, "state": st.to_obj()})
+        meta = {"group": self.settings.group, "offsets": {str(p): o for p, o in offsets.items()}}
+        return encode_chunks("checkpoint", self.spec.task, meta, doc, self.settings.max_record_bytes)
+
+    def _round_state_chunks(self, rs: RoundState) -> list[bytes]:
+        return encode_chunks("round_state", self.spec.task, {"seq": rs.seq}, pack_document(rs.to_document()),
+                             self.settings.max_record_bytes)
 
     def _commit(self) -> None:
         consumer = self._require()
@@ -523,9 +731,11 @@ class AggregationJob:
                 offsets[tp.partition] = off
         try:
             with consumer.transaction() as tx:
-                for rs in self._outbox:
-                    tx.publish(s.rounds_topic, self.key, rs.to_json())
-                tx.publish(s.state_topic, self.key, self._checkpoint(offsets))
+                if self._outbox:  # collectors keep the newest state only: the superseded ones need not go out
+                    for chunk in self._round_state_chunks(self._outbox[-1]):
+                        tx.publish(s.rounds_topic, self.key, chunk)
+                for chunk in self._checkpoint(offsets):
+                    tx.publish(s.state_topic, self.key, chunk)
         except FencedError:
             raise
         except (CommitFailedError, TransportError) as exc:
@@ -547,9 +757,13 @@ class AggregationJob:
     # -- rounds and phases ------------------------------------------------------------------------
     def _public_stats(self) -> dict[str, Any]:
         st = self._st
-        return {"epsilon": _f(st.epsilon), "delta": self.spec.delta if self.spec.clip_norm is not None else None,
-                "rejected": dict(st.rejected), "accepted": dict(st.accepted), "rounds_done": len(st.history),
-                "last_round": st.history[-1] if st.history else None}
+        out = {"epsilon": _f(st.epsilon), "delta": self.spec.delta if self.spec.clip_norm is not None else None,
+               "rejected": dict(st.rejected), "accepted": dict(st.accepted), "duplicates": dict(st.duplicates),
+               "rounds_done": len(st.history), "last_round": st.history[-1] if st.history else None,
+               "aggregator": self.spec.aggregator["kind"]}
+        if st.clip_norm is not None:
+            out["clip_norm"] = st.clip_norm
+        return out
 
     def _round_state(self) -> RoundState:
         st = self._st
@@ -558,7 +772,8 @@ class AggregationJob:
             task=self.spec.task, seq=st.seq, round=st.round, phase=st.phase, rounds=self.spec.rounds,
             model=dict(self.spec.model), params=st.params, algorithm=cfg.algorithm,
             training=dataclasses.asdict(cfg.training), prox_mu=cfg.prox_mu, control=cfg.control,
-            clip_norm=self.spec.clip_norm, selected=tuple(st.selected), opened_at=st.opened_at, deadline=st.deadline,
+            clip_norm=self.spec.device_clip_norm, selected=tuple(st.selected), opened_at=st.opened_at,
+            deadline=st.deadline,
             secagg=st.secagg, indices=dict(st.indices),
             adverts=dict(st.adverts) if st.phase in ("share", "masked", "unmask") else {},
             inbox=st.inbox if st.phase == "masked" else {},
@@ -576,6 +791,9 @@ class AggregationJob:
     def _open_round(self, r: int) -> None:
         st = self._st
         spec = self.spec
+        if st.seen:  # the closing round's accepted ids, to recognise a replay of one of them later
+            st.past_ids[st.round] = sorted(st.seen)
+        st.past_ids = {k: v for k, v in st.past_ids.items() if r - REPLAY_WINDOW <= k < r}
         st.round = r
         st.updates, st.seen, st.adverts, st.shares, st.inbox, st.reveals = {}, set(), {}, {}, {}, {}
         st.survivors, st.dropped, st.masked_sum, st.secagg, st.indices = [], [], None, None, {}
@@ -674,6 +892,10 @@ class AggregationJob:
                 st.epsilon = self._accountant.epsilon()
         info = {k: v for k, v in res.info.items() if isinstance(v, (int, float, str, dict, list)) or v is None}
         info.pop("epsilon", None)
+        if isinstance(info.get("selected"), list):  # Krum's kept client ids would reveal part of the sample
+            info["kept"] = len(info.pop("selected"))
+        if self._adaptive is not None:
+            st.clip_norm = float(self._adaptive.clip_norm)
         rec = {"round": st.round, "clients": res.num_clients, "epsilon": _f(st.epsilon), **extra, **info}
         st.history.append(rec)
         self._open_round(st.round + 1)
@@ -682,7 +904,11 @@ class AggregationJob:
         st = self._st
         ups = [ClientUpdate(c, st.round, st.updates[c][1], st.updates[c][2]) for c in st.selected if c in st.updates]
         assert self._aggregator is not None
-        res = self._aggregator.aggregate(ups, self._ctx())
+        try:
+            res = self._aggregator.aggregate(ups, self._ctx())
+        except FLError as exc:  # a robust wrapper with too few updates for its f: nothing is released
+            self._fail_round(f"aggregation refused the round: {exc}")
+            return
         self._finish_round(res, {})
 
     def _close_secagg(self) -> None:
@@ -722,8 +948,13 @@ class AggregationJob:
             u = parse_upload(value, payload_size=self.payload_size)
             if u.task != self.spec.task:
                 return
-            if u.upload_id in st.seen:
-                raise UpdateRejected("replayed", f"upload {u.upload_id} was already received in this round")
+            if u.upload_id in st.seen:  # a retry (or a second collector's copy) of an accepted upload: idempotent
+                st.duplicates[u.kind] += 1
+                log.info("duplicate of upload %s (round %d): already counted", u.upload_id, u.round)
+                return
+            if u.round < st.round and u.upload_id in st.past_ids.get(u.round, ()):
+                raise UpdateRejected("replayed", f"upload {u.upload_id} was accepted in round {u.round}; the current "
+                                     f"round is {st.round}")
             check_upload_against(u, self._round_state_light())
             self._accept(u)
         except UpdateRejected as exc:
@@ -776,7 +1007,9 @@ class AggregationJob:
         return {"task": self.spec.task, "round": st.round, "phase": st.phase, "seq": st.seq,
                 "rounds": self.spec.rounds, "done": self.done, "epsilon": _f(st.epsilon),
                 "delta": self.spec.delta if self.spec.clip_norm is not None else None,
-                "rejected": dict(st.rejected), "accepted": dict(st.accepted),
+                "rejected": dict(st.rejected), "accepted": dict(st.accepted), "duplicates": dict(st.duplicates),
+                "clip_norm": st.clip_norm if st.clip_norm is not None else self.spec.device_clip_norm,
+                "incomplete_checkpoints": self.incomplete_checkpoints,
                 "received_this_round": len(st.seen), "uncommitted": self._dirty,
                 "committed_offsets": {str(p): o for p, o in self._committed.items()},
                 "restores": self.restores, "aborted_commits": self.aborted, "history": st.history,

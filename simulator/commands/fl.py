@@ -54,6 +54,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     j.add_argument("--checkpoint-interval", type=float, default=1.0,
                    help="seconds between mid-phase checkpoints while uploads arrive (default 1)")
     j.add_argument("--session-timeout", type=float, default=10.0)
+    j.add_argument("--max-record-bytes", type=_positive_int, default=900_000,
+                   help="largest record the job writes; checkpoints and round states are split into chunks "
+                   "of at most this size (default 900000, under Kafka's common 1 MB message.max.bytes)")
     j.add_argument("--keep-running", action="store_true", help="do not exit after the last round")
     j.set_defaults(func=run_job_cmd)
     _register_drift(fsub)
@@ -193,7 +196,8 @@ def run_job_cmd(args: argparse.Namespace) -> int:
                            rounds_topic=args.rounds_topic or FL_ROUNDS_TOPIC,
                            updates_topic=args.updates_topic or FL_UPDATES_TOPIC,
                            state_topic=args.state_topic or FL_STATE_TOPIC, session_timeout=args.session_timeout,
-                           checkpoint_interval=args.checkpoint_interval, status_path=args.status_file)
+                           checkpoint_interval=args.checkpoint_interval, status_path=args.status_file,
+                           max_record_bytes=args.max_record_bytes)
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
