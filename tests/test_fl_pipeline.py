@@ -177,11 +177,15 @@ class _Recording(FLDevice):
     def __init__(self, *a: Any, **kw: Any) -> None:
         super().__init__(*a, **kw)
         self.bodies: list[bytes] = []
+        self.answers: list[HTTPResult] = []
 
     def _request(self, method: str, url: str, body: bytes | None = None) -> HTTPResult:
         if body is not None:
             self.bodies.append(body)
-        return super()._request(method, url, body)
+        res = super()._request(method, url, body)
+        if body is not None:
+            self.answers.append(res)
+        return res
 
 
 def test_bad_uploads_are_rejected_with_their_status_and_counted(tmp_path: Path) -> None:
@@ -228,18 +232,28 @@ def test_bad_uploads_are_rejected_with_their_status_and_counted(tmp_path: Path) 
             assert (resp.status_code, resp.json()["error"]) == (status, reason), resp.text
             assert resp.json()["message"]
 
-        # through the collector but refused by the job: a replay of an accepted upload and a second,
-        # different upload of the same client in the round
+        # a retry of an accepted upload is a duplicate: answered like the first, not published again; a copy
+        # on the topic (as a second collector would publish it) is counted by the job as a duplicate, once.
+        # A second, different upload of the same client in the round goes through the collector and is
+        # refused by the job
         devices = [_Recording(srv.url, spec.task, c, X, y, backoff=0.05) for c, (X, y) in zip(spec.clients, data)]
         first = next(x for x in devices if x.client_id == me)
         assert first.step() == "update"
-        assert send(body=first.bodies[-1]).status_code == 202
+        retry = send(body=first.bodies[-1])
+        assert first.answers[-1] == HTTPResult(202, retry.json()) and retry.status_code == 202
+        tr.publish(topics.updates, spec.task.encode(), first.bodies[-1])
         assert send(update(ok)).status_code == 202
         drive(devices, lambda: jt.job.status()["round"] >= 1, timeout=30)
-        # round 0 is closed: the collector answers 409 for it; records written to the topic directly
-        # (a buggy or compromised publisher) are refused by the job
-        assert send(body=first.bodies[0]).status_code == 409
-        tr.publish(topics.updates, spec.task.encode(), first.bodies[0])
+        # round 0 is closed: its accepted upload re-sent is replayed (409 at the collector that published it;
+        # on the topic, refused by the job); a round-0 upload never accepted is stale. Records written to the
+        # topic directly (a buggy or compromised publisher) are refused by the job
+        replay = send(body=first.bodies[-1])
+        assert (replay.status_code, replay.json()["error"]) == (409, "replayed")
+        late = update(ok * 3)
+        stale = send(late)
+        assert (stale.status_code, stale.json()["error"]) == (409, "stale_round")
+        tr.publish(topics.updates, spec.task.encode(), first.bodies[-1])
+        tr.publish(topics.updates, spec.task.encode(), encode_upload(late))
         tr.publish(topics.updates, spec.task.encode(), b"\x00garbage")
         bad = json.loads(encode_upload(update(np.zeros(d, np.float32), rnd=1)))
         bad["payload"]["vector"] = encode_vector(np.zeros(d + 2, np.float32))
@@ -253,9 +267,12 @@ def test_bad_uploads_are_rejected_with_their_status_and_counted(tmp_path: Path) 
     assert status["rejected"] == expected
     assert served["rejected"] == expected
     assert status["accepted"] == {"update": 9}
+    assert status["duplicates"] == served["duplicates"] == {"update": 1}
     for reason in ("unsupported_media_type", "malformed", "too_large", "wrong_shape", "non_finite",
-                   "not_selected", "wrong_phase", "upload_id_mismatch", "stale_round"):
-        assert f'reason="{reason}"' in prom, reason
+                   "not_selected", "wrong_phase", "upload_id_mismatch", "stale_round", "replayed"):
+        assert f'outcome="rejected",reason="{reason}"' in prom, reason
+    assert 'kind="update",outcome="duplicate",reason="same_upload_id"} 1' in prom
+    assert 'kind="update",outcome="accepted",reason="ok"} 10' in prom  # 9 accepted by the job + duplicate_client
 
 
 def test_task_spec_refuses_inconsistent_settings() -> None:
