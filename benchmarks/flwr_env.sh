@@ -4,7 +4,8 @@
 #
 # flwr pulls grpcio, protobuf, pycryptodome, typer, rich and more; none of that
 # belongs in the project's .venv, so flwr and this project (editable, with the
-# `fl` extra) share a venv of their own, `.bench-flwr-venv` (git-ignored).
+# `fl` extra, plus numba for the server's mask kernel) share a venv of their
+# own, `.bench-flwr-venv` (git-ignored).
 #
 # Usage: bash benchmarks/flwr_env.sh   (from anywhere; prints the python path)
 set -euo pipefail
@@ -12,7 +13,7 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VENV="${BENCH_FLWR_VENV:-$ROOT/.bench-flwr-venv}"
 PY="${PYTHON:-python3.11}"
-PINS=(flwr==1.42.0)
+PINS=(flwr==1.42.0 "numba>=0.60")
 STAMP="$VENV/.pins"
 WANT="${PINS[*]} -e $ROOT[fl] $(sha256sum "$ROOT/pyproject.toml" | cut -d' ' -f1)"
 CHECK="import flwr, numpy, cryptography, client_sdk.fl.secagg, estimator.fl.secagg_server"
