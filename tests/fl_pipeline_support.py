@@ -14,7 +14,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +29,7 @@ from estimator.fl.rounds import FederatedClient, run_rounds
 from tests.collector_support import ServerThread, write_metrics
 
 __all__ = ["Topics", "make_data", "task_spec", "reference_run", "devices_for", "collector", "drive",
-           "JobThread", "JobProcess", "DEVICE_SEED", "final_params"]
+           "JobThread", "JobProcess", "DEVICE_SEED", "final_params", "drive_rounds"]
 
 ROOT = Path(__file__).resolve().parents[1]
 DEVICE_SEED = 12345
@@ -204,6 +204,16 @@ class JobProcess:
         except (OSError, ValueError):
             return None
 
+    def wait_status(self, pred: Callable[[dict[str, Any]], bool], timeout: float = 60.0) -> dict[str, Any]:
+        """Poll the status file until ``pred`` holds for it; fail after ``timeout`` seconds."""
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            st = self.status()
+            if st is not None and pred(st):
+                return st
+            time.sleep(0.02)
+        raise AssertionError(f"the job's status never satisfied the test: {self.status()}")
+
     def kill9(self) -> None:
         assert self.proc is not None and self.proc.poll() is None, "the job is not running"
         os.kill(self.proc.pid, signal.SIGKILL)
@@ -234,3 +244,23 @@ class JobProcess:
 def final_params(status: dict[str, Any]) -> np.ndarray:
     """The model in a job status (base64 of little-endian float32)."""
     return np.frombuffer(base64.b64decode(status["params"]), "<f4").astype(np.float32)
+
+
+def drive_rounds(job: JobProcess, devices: Sequence[FLDevice], rounds: int,
+                 before: Callable[[int, int], None] | None = None,
+                 after: Callable[[int, int], None] | None = None) -> None:
+    """Play ``rounds`` plain rounds against a job process step by step: wait for round r, let each sampled
+    device upload in turn, calling ``before(r, i)`` / ``after(r, i)`` around the i-th upload (where tests
+    kill and restart the job)."""
+    for r in range(rounds):
+        job.wait_status(lambda st: st["round"] == r)
+        views: dict[str, Any] = {}
+        while not views or any(v is None or v["round"] != r for v in views.values()):
+            views = {d.client_id: d.fetch() for d in devices}
+        chosen = [d for d in devices if views[d.client_id]["selected"]]
+        for i, d in enumerate(chosen):
+            if before is not None:
+                before(r, i)
+            assert d.step() == "update"
+            if after is not None:
+                after(r, i)

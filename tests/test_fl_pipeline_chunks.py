@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import random
-import time
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +34,16 @@ from collector.fl_records import (
 from collector.fl_routes import FLService
 from collector.transport import open_transport
 from estimator.fl.job import AggregationJob, JobSettings, JobStateError
-from tests.fl_pipeline_support import JobProcess, Topics, collector, devices_for, final_params, reference_run, task_spec
+from tests.fl_pipeline_support import (
+    JobProcess,
+    Topics,
+    collector,
+    devices_for,
+    drive_rounds,
+    final_params,
+    reference_run,
+    task_spec,
+)
 
 
 def _doc_obj(n: int, seed: int = 0) -> dict[str, Any]:
@@ -203,33 +211,20 @@ def test_large_model_with_chunked_records_survives_sigkill(tmp_path: Path) -> No
     url = f"sqlite:///{tmp_path}/transport.sqlite3"
     job = JobProcess(tmp_path, url, spec, topics, checkpoint_interval=0.3, extra_args=["--max-record-bytes", str(limit)])
 
-    def wait_status(pred: Any, timeout: float = 60.0) -> dict[str, Any]:
-        end = time.monotonic() + timeout
-        while time.monotonic() < end:
-            st = job.status()
-            if st is not None and pred(st):
-                return st
-            time.sleep(0.05)
-        raise AssertionError(f"the job's status never satisfied the test: {job.status()}")
+    def before(r: int, i: int) -> None:
+        if (r, i) == (1, 1):  # the first upload is in a mid-phase checkpoint
+            job.wait_status(lambda st: st["received_this_round"] >= 1 and not st["uncommitted"])
+
+    def after(r: int, i: int) -> None:
+        if (r, i) == (1, 1):  # the job has the second one (committed or not): kill, restart
+            job.wait_status(lambda st: st["received_this_round"] >= 2)
+            job.kill9()
+            job.start()
 
     with collector(tmp_path, url, topics) as srv:
         job.start()
         try:
-            devices = devices_for(srv.url, spec, data)
-            for r in range(spec.rounds):
-                wait_status(lambda st: st["round"] == r)
-                views: dict[str, Any] = {}
-                while not views or any(v is None or v["round"] != r for v in views.values()):
-                    views = {d.client_id: d.fetch() for d in devices}
-                chosen = [d for d in devices if views[d.client_id]["selected"]]
-                for i, d in enumerate(chosen):
-                    if r == 1 and i == 1:  # the first upload is in a mid-phase checkpoint
-                        wait_status(lambda st: st["received_this_round"] >= 1 and not st["uncommitted"])
-                    assert d.step() == "update"
-                    if r == 1 and i == 1:  # the job has the second one (committed or not): kill, restart
-                        wait_status(lambda st: st["received_this_round"] >= 2)
-                        job.kill9()
-                        job.start()
+            drive_rounds(job, devices_for(srv.url, spec, data), spec.rounds, before=before, after=after)
             status = job.wait(timeout=90)
         finally:
             job.stop()

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
@@ -18,6 +17,7 @@ from tests.fl_pipeline_support import (
     Topics,
     collector,
     devices_for,
+    drive_rounds,
     final_params,
     make_data,
     reference_run,
@@ -39,33 +39,18 @@ def test_sigkill_of_the_job_mid_round_resumes_without_loss_or_double_count(tmp_p
     # 2 uploads not yet checkpointed; 1 upload after a mid-phase checkpoint
     plan = {1: (2, 0.0), 2: (1, 0.8)}
 
-    def wait_status(pred: Any, timeout: float = 30.0) -> dict[str, Any]:
-        end = time.monotonic() + timeout
-        while time.monotonic() < end:
-            st = job.status()
-            if st is not None and pred(st):
-                return st
-            time.sleep(0.02)
-        raise AssertionError(f"the job's status never satisfied the test: {job.status()}")
+    def before(r: int, i: int) -> None:
+        k, pause = plan.get(r, (None, 0.0))
+        if i == k:
+            job.wait_status(lambda st: st["round"] == r and st["received_this_round"] >= i)
+            time.sleep(pause)
+            job.kill9()
+            job.start()
 
     with collector(tmp_path, url, topics) as srv:
         job.start()
         try:
-            devices = devices_for(srv.url, spec, data)
-            for r in range(spec.rounds):
-                wait_status(lambda st: st["round"] == r)
-                views = {}
-                while not views or any(v is None or v["round"] != r for v in views.values()):
-                    views = {d.client_id: d.fetch() for d in devices}
-                chosen = [d for d in devices if views[d.client_id]["selected"]]
-                k, pause = plan.get(r, (None, 0.0))
-                for i, d in enumerate(chosen):
-                    if i == k:
-                        wait_status(lambda st: st["round"] == r and st["received_this_round"] >= i)
-                        time.sleep(pause)
-                        job.kill9()
-                        job.start()
-                    assert d.step() == "update"
+            drive_rounds(job, devices_for(srv.url, spec, data), spec.rounds, before=before)
             status = job.wait()
         finally:
             job.stop()

@@ -6,9 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import time
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
@@ -20,6 +18,7 @@ from tests.fl_pipeline_support import (
     collector,
     devices_for,
     drive,
+    drive_rounds,
     final_params,
     make_data,
     reference_run,
@@ -76,31 +75,16 @@ def test_sigkill_of_the_job_on_kafka_resumes_exactly(tmp_path: Path, kafka_boots
     topics = Topics.fresh()
     job = JobProcess(tmp_path, url, spec, topics, checkpoint_interval=5.0)
 
-    def wait_status(pred: Any, timeout: float = 60.0) -> None:
-        end = time.monotonic() + timeout
-        while time.monotonic() < end:
-            st = job.status()
-            if st is not None and pred(st):
-                return
-            time.sleep(0.02)
-        raise AssertionError(f"the job's status never satisfied the test: {job.status()}")
+    def before(r: int, i: int) -> None:
+        if (r, i) == (1, 2):
+            job.wait_status(lambda st: st["round"] == 1 and st["received_this_round"] >= 2)
+            job.kill9()
+            job.start()
 
     with collector(tmp_path, url, topics) as srv:
         job.start()
         try:
-            devices = devices_for(srv.url, spec, data)
-            for r in range(spec.rounds):
-                wait_status(lambda st: st["round"] == r)
-                views: dict[str, Any] = {}
-                while not views or any(v is None or v["round"] != r for v in views.values()):
-                    views = {d.client_id: d.fetch() for d in devices}
-                chosen = [d for d in devices if views[d.client_id]["selected"]]
-                for i, d in enumerate(chosen):
-                    if r == 1 and i == 2:
-                        wait_status(lambda st: st["round"] == 1 and st["received_this_round"] >= 2)
-                        job.kill9()
-                        job.start()
-                    assert d.step() == "update"
+            drive_rounds(job, devices_for(srv.url, spec, data), spec.rounds, before=before)
             status = job.wait(120)
         finally:
             job.stop()
