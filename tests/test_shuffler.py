@@ -7,7 +7,6 @@ so the shuffled output can be checked report by report against the input.
 from __future__ import annotations
 
 import json
-import math
 import os
 import signal
 import subprocess

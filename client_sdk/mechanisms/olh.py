@@ -39,7 +39,6 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from client_sdk.errors import SpecError
 from client_sdk.hashing import hash_bytes, hash_to_range
 from client_sdk.mechanisms.base import MechanismSpec, pure_protocol_variance
 from client_sdk.mechanisms.grr import grr_index_dtype
