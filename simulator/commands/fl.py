@@ -40,8 +40,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     c.set_defaults(func=run_clinics_cmd)
     j = fsub.add_parser("job", help="run a federated task's aggregation job over the pipeline",
                         description="The aggregation job (estimator/fl/job.py): publishes rounds to the rounds topic, "
-                        "consumes device uploads from the updates topic (through `ldp collector` with "
-                        "LDP_COLLECTOR_FL_ENABLED=1), aggregates with client-level DP and optional secure aggregation, "
+                        "consumes device uploads from the updates topic (through `ldp collector --fl`), aggregates "
+                        "with client-level DP, robust aggregators or optional secure aggregation, "
                         "and resumes exactly where it stopped after a crash.")
     j.add_argument("--task", required=True, help="the task file (JSON of estimator.fl.job.FLTaskSpec)")
     j.add_argument("--transport", default=None, help="sqlite:///path or kafka://host:port (default $LDP_TRANSPORT)")
