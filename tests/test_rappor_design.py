@@ -246,3 +246,33 @@ def test_concurrent_writers_never_leave_a_broken_file(private_cache: Path) -> No
     assert np.array_equal(final.h_matrix, rd.build_design_arrays(spec).h_matrix)
     assert sorted(x.name for x in path.parent.iterdir()) == [path.name]
     assert json.loads(str(np.load(path)["meta"][()]))["spec_id"] == spec.spec_id
+
+
+def test_the_disk_cache_is_bounded_and_evicts_the_least_recently_used(private_cache: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """Three designs of 40 candidates (three 40×40 float64 matrices and two vectors, about 39 kB each) under a
+    budget of two and a half designs: writing the third deletes the least recently used one; a load counts as a use."""
+    specs = [RapporSpec(epsilon=e, domain_size=40) for e in (1.0, 2.0, 3.0)]
+    rd.rappor_design(specs[0])
+    one = rd.cache_path(specs[0], np.arange(40)).stat().st_size
+    monkeypatch.setenv("LDP_CACHE_MAX_BYTES", str(int(2.5 * one)))
+    rd.rappor_design(specs[1])
+    past = time.time() - 100
+    os.utime(rd.cache_path(specs[0], np.arange(40)), (past, past))
+    os.utime(rd.cache_path(specs[1], np.arange(40)), (past + 1, past + 1))
+    rd.clear_memory_cache()
+    assert rd.load_design_arrays(specs[0], np.arange(40)) is not None  # specs[0] used now: specs[1] is oldest
+    rd.rappor_design(specs[2])
+    left = {p.name for p in (private_cache / "rappor").glob("*.npz")}
+    assert left == {rd.cache_path(s, np.arange(40)).name for s in (specs[0], specs[2])}
+
+
+def test_a_design_larger_than_the_budget_is_not_written(private_cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LDP_CACHE_MAX_BYTES", "1000")
+    design = rd.rappor_design(RapporSpec(epsilon=2.0, domain_size=40))
+    assert design.candidates.size == 40
+    folder = private_cache / "rappor"
+    assert not folder.exists() or not list(folder.glob("*.npz"))
+    monkeypatch.setenv("LDP_CACHE_MAX_BYTES", "lots")
+    with pytest.raises(ValueError, match="LDP_CACHE_MAX_BYTES must be a non-negative integer"):
+        rd.cache_limit()

@@ -27,6 +27,12 @@ canonical form, not only the id) and candidates, has the expected shapes and
 dtypes, and its SHA-256 over the metadata and the array bytes matches;
 otherwise it is ignored, rebuilt and overwritten. A cache directory that
 cannot be written is skipped (the design is still built and returned).
+
+The folder is bounded: after each write, the least recently used design files
+(by modification time; a load touches its file) are deleted until the
+folder holds at most :func:`cache_limit` bytes (``$LDP_CACHE_MAX_BYTES``,
+default 1 GiB; a design at d = 1024 is 24 MiB, at the largest domain 4,096
+about 400 MiB). A design larger than the whole budget is not written.
 """
 
 from __future__ import annotations
@@ -154,6 +160,49 @@ def cache_dir() -> Path:
     return (Path(xdg) if xdg else Path.home() / ".cache") / "ldp-telemetry"
 
 
+#: default bound on the design files kept on disk (bytes)
+DEFAULT_CACHE_LIMIT = 1 << 30
+
+
+def cache_limit() -> int:
+    """``$LDP_CACHE_MAX_BYTES`` (a non-negative integer; 0 keeps nothing on disk), else 1 GiB."""
+    raw = os.environ.get("LDP_CACHE_MAX_BYTES")
+    if raw is None or raw.strip() == "":
+        return DEFAULT_CACHE_LIMIT
+    try:
+        value = int(raw)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise ValueError(f"LDP_CACHE_MAX_BYTES must be a non-negative integer (bytes), got {raw!r}")
+    return value
+
+
+def _evict(folder: Path, limit: int, keep: Path | None = None) -> int:
+    """Delete the least recently used design files of ``folder`` until their total is at most ``limit``
+    (``keep``, the file just written, goes last); return how many were deleted."""
+    files = []
+    for f in folder.glob("design-v*.npz"):
+        try:
+            st = f.stat()
+        except OSError:  # removed by another process meanwhile
+            continue
+        files.append((f == keep, st.st_mtime, st.st_size, f))
+    files.sort(key=lambda t: (t[0], t[1]))
+    total = sum(t[2] for t in files)
+    removed = 0
+    for _, _, size, f in files:
+        if total <= limit:
+            break
+        try:
+            f.unlink()
+            removed += 1
+        except OSError:
+            pass
+        total -= size
+    return removed
+
+
 def _candidates_digest(cand: np.ndarray) -> str:
     return hashlib.sha256(np.ascontiguousarray(cand, dtype="<i8").tobytes()).hexdigest()
 
@@ -187,6 +236,10 @@ def store_design_arrays(spec: RapporSpec, arrays: DesignArrays) -> Path | None:
     cache directory cannot be written (logged, not raised)."""
     path = cache_path(spec, arrays.candidates)
     fields = {name: getattr(arrays, name) for name in _ARRAYS}
+    limit = cache_limit()
+    if sum(a.nbytes for a in fields.values()) > limit:
+        log.info("rappor design cache: %s would exceed LDP_CACHE_MAX_BYTES=%d; not written", path.name, limit)
+        return None
     meta = _meta(spec, arrays.candidates)
     meta["sha256"] = _checksum({k: v for k, v in meta.items()}, fields)
     tmp_name = None
@@ -199,6 +252,7 @@ def store_design_arrays(spec: RapporSpec, arrays: DesignArrays) -> Path | None:
             os.fsync(fh.fileno())
         os.replace(tmp_name, path)
         tmp_name = None
+        _evict(path.parent, limit, keep=path)
     except OSError as exc:
         log.warning("rappor design cache: cannot write %s (%s); continuing without it", path, exc)
         return None
@@ -240,6 +294,10 @@ def load_design_arrays(spec: RapporSpec, candidates: np.ndarray) -> DesignArrays
     except Exception as exc:  # any unreadable or inconsistent file is rebuilt, never trusted
         log.warning("rappor design cache: ignoring %s (%s: %s)", path, type(exc).__name__, exc)
         return None
+    try:
+        os.utime(path)  # recently used: evicted last
+    except OSError:
+        pass
     return DesignArrays(**fields)
 
 
