@@ -34,7 +34,13 @@ import numpy as np
 
 from client_sdk.fl.client import ClientState, LocalTraining, RoundConfig, clip_to_norm, train_client
 from client_sdk.fl.errors import FLError
-from client_sdk.fl.protocol import decode_vector, encode_upload, make_upload, model_from_dict
+from client_sdk.fl.protocol import (
+    BINARY_CONTENT_TYPE,
+    decode_vector,
+    encode_upload_binary,
+    make_upload,
+    model_from_dict,
+)
 
 __all__ = ["FLDevice", "HTTPResult"]
 
@@ -83,10 +89,11 @@ class FLDevice:
         self._model: Any = None
 
     # -- HTTP -------------------------------------------------------------------------------------
-    def _request(self, method: str, url: str, body: bytes | None = None) -> HTTPResult:
+    def _request(self, method: str, url: str, body: bytes | None = None,
+                 content_type: str = "application/json") -> HTTPResult:
         headers = {"Accept": "application/json"}
         if body is not None:
-            headers["Content-Type"] = "application/json"
+            headers["Content-Type"] = content_type
         last = HTTPResult(0, None)
         for attempt in range(max(1, self.max_attempts)):
             wait = None
@@ -119,7 +126,7 @@ class FLDevice:
 
     def _upload(self, round: int, kind: str, payload: Mapping[str, Any]) -> bool:
         u = make_upload(self.task, round, kind, self.client_id, payload)
-        r = self._request("POST", f"{self.base}/uploads", encode_upload(u))
+        r = self._request("POST", f"{self.base}/uploads", encode_upload_binary(u), BINARY_CONTENT_TYPE)
         if r.status == 202:
             self.uploads += 1
             return True

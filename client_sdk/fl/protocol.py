@@ -33,6 +33,14 @@ Uploads (device → collector → ``ldp.fl.updates`` → job)
 ``masked``, ``reveal``; each belongs to one phase), client id, upload id and
 the kind's payload. The upload id is a BLAKE2b-128 digest of the content, so a retry
 carries the same id and a replay is recognised (:func:`content_digest`).
+
+An upload also has a **binary form** (:func:`encode_upload_binary`, Content-Type
+:data:`BINARY_CONTENT_TYPE`), which devices send and the collector publishes:
+``b"LDPU"``, the version byte 1, the header length (uint32, little-endian), the
+header (the JSON form without the payload's ``vector``), then the vector's raw
+little-endian bytes. A plain or masked update of d values is then 4·d bytes plus
+a header of about 200: 1.001× a plaintext float32 upload at d = 10^5, where
+base64 in JSON would be 1.34×. The upload id is the same in both forms.
 """
 
 from __future__ import annotations
@@ -67,6 +75,9 @@ __all__ = [
     "Upload",
     "parse_upload",
     "encode_upload",
+    "encode_upload_binary",
+    "BINARY_MAGIC",
+    "BINARY_CONTENT_TYPE",
     "check_upload_against",
     "content_digest",
     "make_upload",
@@ -91,16 +102,31 @@ def _bad(reason: str, message: str) -> UpdateRejected:
     return UpdateRejected(reason, message)
 
 
+#: the start of an upload's binary form: a tag and the version byte
+BINARY_MAGIC = b"LDPU\x01"
+BINARY_CONTENT_TYPE = "application/vnd.ldp.fl-upload"
+_HEADER_LIMIT = 16 << 20
+
+
 def encode_vector(v: np.ndarray, dtype: str = "<f4") -> str:
     """base64 of the vector's raw little-endian bytes (``<f4`` or ``<u4``)."""
     return base64.b64encode(np.ascontiguousarray(v, dtype=np.dtype(dtype)).tobytes()).decode("ascii")
 
 
 def decode_vector(text: object, length: int, dtype: str = "<f4", what: str = "vector") -> np.ndarray:
-    """The vector of ``length`` values from base64 ``text``; :class:`UpdateRejected` if it is not exactly that.
+    """The vector of ``length`` values from base64 ``text`` (or raw little-endian bytes, from the binary
+    form); :class:`UpdateRejected` if it is not exactly that.
 
     ``wrong_shape`` for a length other than 4·``length`` bytes, ``non_finite``
     for NaN/±inf floats, ``malformed`` for text that is not base64."""
+    if isinstance(text, (bytes, bytearray, memoryview)):
+        raw = bytes(text)
+        if len(raw) != 4 * length:
+            raise _bad("wrong_shape", f"{what} has {len(raw)} bytes; this round needs {4 * length} ({length} values)")
+        out = np.frombuffer(raw, dtype=np.dtype(dtype)).astype(np.dtype(dtype).newbyteorder("="))
+        if out.dtype.kind == "f" and not np.isfinite(out).all():
+            raise _bad("non_finite", f"{what} holds NaN or infinite values")
+        return out
     if not isinstance(text, str):
         raise _bad("malformed", f"{what} must be a base64 string, got {type(text).__name__}")
     if len(text) != 4 * ((4 * length + 2) // 3):
@@ -349,6 +375,48 @@ def encode_upload(u: Upload) -> bytes:
                       sort_keys=True, separators=(",", ":")).encode()
 
 
+def encode_upload_binary(u: Upload) -> bytes:
+    """The binary form of an upload (module docstring): header JSON, then an update's or masked input's
+    vector as raw little-endian bytes."""
+    vector = u.kind in ("update", "masked")
+    payload = ({"num_examples": int(u.payload["num_examples"])} if u.kind == "update" else {}) if vector \
+        else _payload_json(u.kind, u.payload)
+    header = json.dumps({"version": PROTOCOL_VERSION, "task": u.task, "round": u.round, "kind": u.kind,
+                         "client_id": u.client_id, "upload_id": u.upload_id, "payload": payload},
+                        sort_keys=True, separators=(",", ":")).encode()
+    raw = b""
+    if vector:
+        raw = np.ascontiguousarray(u.payload["vector"], dtype="<f4" if u.kind == "update" else "<u4").tobytes()
+    return BINARY_MAGIC + len(header).to_bytes(4, "little") + header + raw
+
+
+def _split_binary(body: bytes) -> dict[str, Any]:
+    """Header object of a binary upload, with the vector bytes put in the payload (still to be checked)."""
+    view = memoryview(body)
+    if len(view) < len(BINARY_MAGIC) + 4:
+        raise _bad("malformed", "the binary upload ends before its header length")
+    n = int.from_bytes(view[len(BINARY_MAGIC):len(BINARY_MAGIC) + 4], "little")
+    start = len(BINARY_MAGIC) + 4
+    if n > _HEADER_LIMIT or start + n > len(view):
+        raise _bad("malformed", f"the binary upload's header length {n} exceeds the body ({len(view) - start} "
+                   "bytes after it)")
+    try:
+        obj = json.loads(bytes(view[start:start + n]))
+    except (ValueError, RecursionError) as exc:
+        raise _bad("malformed", f"the binary upload's header is not JSON: {str(exc)[:120]}") from None
+    if not isinstance(obj, dict) or not isinstance(obj.get("payload"), dict):
+        raise _bad("malformed", "the binary upload's header must be an object with a payload object")
+    rest = view[start + n:]
+    if obj.get("kind") in ("update", "masked"):
+        if "vector" in obj["payload"]:
+            raise _bad("malformed", "a binary upload carries its vector after the header, not in it")
+        obj["payload"]["vector"] = rest
+    elif len(rest):
+        raise _bad("malformed", f"{len(rest)} bytes follow the header of a {str(obj.get('kind'))[:20]!r} upload, "
+                   "which has no vector")
+    return obj
+
+
 def _int(obj: Mapping[str, Any], name: str, low: int = 0, high: int = 2**62) -> int:
     v = obj.get(name)
     if isinstance(v, bool) or not isinstance(v, int) or not low <= v <= high:
@@ -371,14 +439,17 @@ def _index_map(obj: object, what: str, limit: int) -> dict[int, Any]:
 
 def parse_upload(body: bytes | Mapping[str, Any], *, payload_size: int | None = None,
                  max_neighbors: int = 4096) -> Upload:
-    """Decode and check an upload's form; :class:`UpdateRejected` says what is wrong.
+    """Decode and check an upload's form (JSON, or the binary form, recognised by :data:`BINARY_MAGIC`);
+    :class:`UpdateRejected` says what is wrong.
 
     Checks that need no round state: the version, field types, the client id
     and task patterns, base64 and byte lengths (``payload_size`` values for
     vectors, when given), finiteness, and that ``upload_id`` matches the
     content. Reasons: ``malformed``, ``unsupported_version``, ``wrong_shape``,
     ``non_finite``, ``bad_weight``, ``upload_id_mismatch``, ``too_large``."""
-    if isinstance(body, (bytes, bytearray, memoryview)):
+    if isinstance(body, (bytes, bytearray, memoryview)) and bytes(body[:len(BINARY_MAGIC)]) == BINARY_MAGIC:
+        obj = _split_binary(bytes(body))
+    elif isinstance(body, (bytes, bytearray, memoryview)):
         try:
             obj = json.loads(bytes(body))
         except (ValueError, RecursionError) as exc:
