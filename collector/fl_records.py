@@ -18,7 +18,7 @@ float32 value, not the 5.4 of base64 in JSON.
 
 Chunk record
 ------------
-``magic "LDPF" | version u8 (1) | reserved u8 | header length u16 | header JSON | payload``.
+``magic "LDPF" | version u8 (1) | reserved u8 | header length u32 LE | header JSON | payload`` (:mod:`client_sdk.framing`).
 The header (:class:`ChunkHeader`) names the document ``kind``
 (``checkpoint``, ``round_state``), the ``task``, a random document ``id``
 (fresh for every write), the chunk ``index`` and ``count``, the document's
@@ -43,11 +43,12 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from client_sdk.framing import HEAD_SIZE, FramingError, pack_headed, unpack_headed
+
 __all__ = ["MAGIC", "ChunkHeader", "ChunkError", "pack_document", "unpack_document", "encode_chunks",
            "decode_chunk", "is_chunk", "ChunkAssembler", "Assembled", "MIN_RECORD_BYTES", "DEFAULT_MAX_RECORD_BYTES"]
 
 MAGIC = b"LDPF"
-_HEAD = struct.Struct("<4sBBH")
 _DTYPES = ("<f4", "<u4", "<f8")
 #: below this a record cannot hold a header and a useful payload
 MIN_RECORD_BYTES = 4096
@@ -173,9 +174,9 @@ def encode_chunks(kind: str, task: str, meta: Mapping[str, Any], document: bytes
     for i in range(count):
         h = json.dumps({"kind": kind, "task": task, "id": did, "index": i, "count": count, "size": len(document),
                         "digest": digest, "meta": dict(meta)}, separators=(",", ":")).encode()
-        if len(h) > _HEADER_ROOM - _HEAD.size:
+        if len(h) > _HEADER_ROOM - HEAD_SIZE:
             raise ChunkError(f"chunk header of {len(h)} bytes is too large (meta too big)")
-        out.append(_HEAD.pack(MAGIC, 1, 0, len(h)) + h + document[i * step:(i + 1) * step])
+        out.append(pack_headed(MAGIC, h, document[i * step:(i + 1) * step]))
     return out
 
 
@@ -185,24 +186,19 @@ def is_chunk(value: bytes) -> bool:
 
 def decode_chunk(value: bytes) -> tuple[ChunkHeader, memoryview]:
     """The header and payload of one chunk record; :class:`ChunkError` if it is not one."""
-    buf = memoryview(value).cast("B")
-    if len(buf) < _HEAD.size:
-        raise ChunkError("chunk is truncated")
-    magic, version, _, hlen = _HEAD.unpack_from(buf, 0)
-    if magic != MAGIC or version != 1:
-        raise ChunkError(f"not an FL chunk record (magic {bytes(magic)!r}, version {version})")
-    end = _HEAD.size + hlen
-    if end > len(buf):
-        raise ChunkError("chunk header runs past the record")
     try:
-        o = json.loads(bytes(buf[_HEAD.size:end]))
+        head, payload = unpack_headed(value, MAGIC, "FL chunk record")
+    except FramingError as exc:
+        raise ChunkError(str(exc)) from None
+    try:
+        o = json.loads(head)
         h = ChunkHeader(kind=str(o["kind"]), task=str(o["task"]), id=str(o["id"]), index=int(o["index"]),
                         count=int(o["count"]), size=int(o["size"]), digest=str(o["digest"]), meta=dict(o["meta"]))
     except (ValueError, TypeError, KeyError, AttributeError) as exc:
         raise ChunkError(f"chunk header is malformed: {exc}") from None
     if not (0 <= h.index < h.count and h.size >= 0):
         raise ChunkError(f"chunk index {h.index} outside 0..{h.count - 1}")
-    return h, buf[end:]
+    return h, payload
 
 
 @dataclasses.dataclass(frozen=True)

@@ -79,6 +79,7 @@ from client_sdk.fl.protocol import (
     encode_upload_binary,
     parse_upload,
 )
+from client_sdk.framing import has_magic
 from collector.fl_records import ChunkAssembler, ChunkError, decode_chunk, is_chunk, unpack_document
 from collector.prometheus import Registry
 from collector.transport import Transport, TransportError
@@ -272,7 +273,7 @@ def add_fl_routes(app: FastAPI, runtime: dict[str, Any], registry: Registry, *, 
         assert st is not None
         kind = "unknown"
         try:
-            if (ctype == BINARY_CONTENT_TYPE) != (bytes(buf[:len(BINARY_MAGIC)]) == BINARY_MAGIC):
+            if (ctype == BINARY_CONTENT_TYPE) != has_magic(buf, BINARY_MAGIC):
                 raise UpdateRejected("malformed", f"the body does not match its Content-Type {ctype}: the binary "
                                      f"form ({BINARY_CONTENT_TYPE}) starts with {BINARY_MAGIC!r}, the JSON form "
                                      "(application/json) with '{'")

@@ -78,7 +78,6 @@ import json
 import logging
 import math
 import secrets
-import struct
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -87,6 +86,7 @@ from typing import Any
 import numpy as np
 
 from client_sdk.errors import FrameError
+from client_sdk.framing import FramingError, pack_headed, unpack_headed
 from client_sdk.mechanisms import spec_from_dict
 from client_sdk.mechanisms.base import MechanismSpec
 from client_sdk.metrics import MetricSet
@@ -224,7 +224,6 @@ def plan_release(n: int, min_batch: int, cap: int) -> list[int]:
 # -- checkpoint chunks ---------------------------------------------------------------
 
 _CKPT_MAGIC = b"LDPQ"
-_CKPT_HEAD = struct.Struct("<4sBBI")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -243,28 +242,23 @@ class CheckpointHeader:
 
 
 def encode_checkpoint_chunk(header: CheckpointHeader, payload: bytes) -> bytes:
-    """``magic, version, reserved, header length, header JSON, payload`` (ids, then per piece records and uint32 sources)."""
-    h = json.dumps(dataclasses.asdict(header), separators=(",", ":")).encode()
-    return _CKPT_HEAD.pack(_CKPT_MAGIC, 1, 0, len(h)) + h + payload
+    """A :mod:`client_sdk.framing` frame: the header as JSON, then the payload (ids, then per piece records and
+    uint32 sources)."""
+    return pack_headed(_CKPT_MAGIC, json.dumps(dataclasses.asdict(header), separators=(",", ":")).encode(), payload)
 
 
 def decode_checkpoint_chunk(value: bytes) -> tuple[CheckpointHeader, memoryview]:
-    buf = memoryview(value).cast("B")
-    if len(buf) < _CKPT_HEAD.size:
-        raise FrameError("checkpoint chunk is truncated")
-    magic, version, _, hlen = _CKPT_HEAD.unpack_from(buf, 0)
-    if magic != _CKPT_MAGIC or version != 1:
-        raise FrameError(f"not a shuffler checkpoint chunk (magic {bytes(magic)!r}, version {version})")
-    end = _CKPT_HEAD.size + hlen
-    if end > len(buf):
-        raise FrameError("checkpoint header runs past the chunk")
     try:
-        obj = json.loads(bytes(buf[_CKPT_HEAD.size:end]))
+        head, payload = unpack_headed(value, _CKPT_MAGIC, "shuffler checkpoint chunk")
+    except FramingError as exc:
+        raise FrameError(str(exc)) from None
+    try:
+        obj = json.loads(head)
         obj["pieces"] = tuple(tuple(p) for p in obj["pieces"])
         header = CheckpointHeader(**obj)
     except (ValueError, TypeError, KeyError) as exc:
         raise FrameError(f"checkpoint header is malformed: {exc}") from None
-    return header, buf[end:]
+    return header, payload
 
 
 # -- per-partition state -----------------------------------------------------------------

@@ -128,17 +128,18 @@ def test_binary_upload_form_round_trips_checks_sizes_and_costs_one_float32_uploa
 
     small = make_upload("t", 2, "update", "dev-1", {"vector": np.ones(3, np.float32), "num_examples": 1})
     sb = encode_upload_binary(small)
-    head = int.from_bytes(sb[5:9], "little")
+    head = int.from_bytes(sb[6:10], "little")
     assert reason(sb[:-4], 3) == "wrong_shape"
     assert reason(sb, 4) == "wrong_shape"
     assert reason(encode_upload_binary(make_upload("t", 0, "advert", "dev-1", {"share_key": b"k" * 32,
                                                                                    "mask_key": b"m" * 32})) + b"x") == "malformed"
-    inner = json.loads(sb[9:9 + head])
+    inner = json.loads(sb[10:10 + head])
     inner["payload"]["vector"] = encode_vector(np.ones(3, np.float32))
     hdr = json.dumps(inner).encode()
-    assert reason(BINARY_MAGIC + len(hdr).to_bytes(4, "little") + hdr + sb[9 + head:], 3) == "malformed"
-    assert reason(BINARY_MAGIC + (len(sb) * 2).to_bytes(4, "little") + sb[9:], 3) == "malformed"
-    assert reason(BINARY_MAGIC + b"\x01", 3) == "malformed"
+    assert reason(sb[:6] + len(hdr).to_bytes(4, "little") + hdr + sb[10 + head:], 3) == "malformed"
+    assert reason(sb[:6] + (len(sb) * 2).to_bytes(4, "little") + sb[10:], 3) == "malformed"
+    assert reason(sb[:5], 3) == "malformed"
+    assert reason(BINARY_MAGIC + b"\x02" + sb[5:], 3) == "malformed"  # an unknown version
     nan = make_upload("t", 2, "update", "dev-1", {"vector": np.array([np.nan, 0, 0], np.float32), "num_examples": 1})
     assert reason(encode_upload_binary(nan), 3) == "non_finite"
 

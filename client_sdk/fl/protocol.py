@@ -36,9 +36,9 @@ carries the same id and a replay is recognised (:func:`content_digest`).
 
 An upload also has a **binary form** (:func:`encode_upload_binary`, Content-Type
 :data:`BINARY_CONTENT_TYPE`), which devices send and the collector publishes:
-``b"LDPU"``, the version byte 1, the header length (uint32, little-endian), the
-header (the JSON form without the payload's ``vector``), then the vector's raw
-little-endian bytes. A plain or masked update of d values is then 4·d bytes plus
+a :mod:`client_sdk.framing` frame under ``b"LDPU"`` (version 1) whose header is
+the JSON form without the payload's ``vector`` and whose payload is the vector's
+raw little-endian bytes. A plain or masked update of d values is then 4·d bytes plus
 a header of about 200: 1.001× a plaintext float32 upload at d = 10^5, where
 base64 in JSON would be 1.34×. The upload id is the same in both forms.
 """
@@ -58,6 +58,7 @@ import numpy as np
 from client_sdk.fl.client import LocalTraining, RoundConfig
 from client_sdk.fl.errors import ModelError, UpdateRejected
 from client_sdk.fl.models import MLP, LogisticRegression, Model, SoftmaxRegression
+from client_sdk.framing import FramingError, has_magic, pack_headed, unpack_headed
 
 __all__ = [
     "PROTOCOL_VERSION",
@@ -102,10 +103,9 @@ def _bad(reason: str, message: str) -> UpdateRejected:
     return UpdateRejected(reason, message)
 
 
-#: the start of an upload's binary form: a tag and the version byte
-BINARY_MAGIC = b"LDPU\x01"
+#: the tag that starts an upload's binary form (a :mod:`client_sdk.framing` frame, version 1)
+BINARY_MAGIC = b"LDPU"
 BINARY_CONTENT_TYPE = "application/vnd.ldp.fl-upload"
-_HEADER_LIMIT = 16 << 20
 
 
 def encode_vector(v: np.ndarray, dtype: str = "<f4") -> str:
@@ -387,26 +387,21 @@ def encode_upload_binary(u: Upload) -> bytes:
     raw = b""
     if vector:
         raw = np.ascontiguousarray(u.payload["vector"], dtype="<f4" if u.kind == "update" else "<u4").tobytes()
-    return BINARY_MAGIC + len(header).to_bytes(4, "little") + header + raw
+    return pack_headed(BINARY_MAGIC, header, raw)
 
 
 def _split_binary(body: bytes) -> dict[str, Any]:
     """Header object of a binary upload, with the vector bytes put in the payload (still to be checked)."""
-    view = memoryview(body)
-    if len(view) < len(BINARY_MAGIC) + 4:
-        raise _bad("malformed", "the binary upload ends before its header length")
-    n = int.from_bytes(view[len(BINARY_MAGIC):len(BINARY_MAGIC) + 4], "little")
-    start = len(BINARY_MAGIC) + 4
-    if n > _HEADER_LIMIT or start + n > len(view):
-        raise _bad("malformed", f"the binary upload's header length {n} exceeds the body ({len(view) - start} "
-                   "bytes after it)")
     try:
-        obj = json.loads(bytes(view[start:start + n]))
+        head, rest = unpack_headed(body, BINARY_MAGIC, "binary FL upload")
+    except FramingError as exc:
+        raise _bad("malformed", str(exc)) from None
+    try:
+        obj = json.loads(head)
     except (ValueError, RecursionError) as exc:
         raise _bad("malformed", f"the binary upload's header is not JSON: {str(exc)[:120]}") from None
     if not isinstance(obj, dict) or not isinstance(obj.get("payload"), dict):
         raise _bad("malformed", "the binary upload's header must be an object with a payload object")
-    rest = view[start + n:]
     if obj.get("kind") in ("update", "masked"):
         if "vector" in obj["payload"]:
             raise _bad("malformed", "a binary upload carries its vector after the header, not in it")
@@ -447,7 +442,7 @@ def parse_upload(body: bytes | Mapping[str, Any], *, payload_size: int | None = 
     vectors, when given), finiteness, and that ``upload_id`` matches the
     content. Reasons: ``malformed``, ``unsupported_version``, ``wrong_shape``,
     ``non_finite``, ``bad_weight``, ``upload_id_mismatch``, ``too_large``."""
-    if isinstance(body, (bytes, bytearray, memoryview)) and bytes(body[:len(BINARY_MAGIC)]) == BINARY_MAGIC:
+    if isinstance(body, (bytes, bytearray, memoryview)) and has_magic(body, BINARY_MAGIC):
         obj = _split_binary(bytes(body))
     elif isinstance(body, (bytes, bytearray, memoryview)):
         try:

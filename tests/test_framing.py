@@ -1,0 +1,34 @@
+"""The shared binary framing of headed records (client_sdk/framing.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from client_sdk.framing import HEAD_SIZE, FramingError, has_magic, pack_headed, unpack_headed
+
+
+def test_a_frame_round_trips_and_keeps_its_layout() -> None:
+    frame = pack_headed(b"TEST", b'{"a":1}', b"\x00\x01payload")
+    assert frame[:4] == b"TEST" and frame[4] == 1 and frame[5] == 0
+    assert int.from_bytes(frame[6:10], "little") == 7 and HEAD_SIZE == 10
+    head, payload = unpack_headed(frame, b"TEST", "test record")
+    assert head == b'{"a":1}' and bytes(payload) == b"\x00\x01payload"
+    assert has_magic(frame, b"TEST") and not has_magic(frame, b"LDPU")
+    head, payload = unpack_headed(pack_headed(b"TEST", b"{}"), b"TEST", "test record")
+    assert head == b"{}" and bytes(payload) == b""
+
+
+@pytest.mark.parametrize("bad, message", [
+    (b"TES", "truncated"),
+    (pack_headed(b"ELSE", b"{}"), "not a test record"),
+    (pack_headed(b"TEST", b"{}", version=2), "version 2"),
+    (pack_headed(b"TEST", b'{"a":1}')[:-1], "runs past the record"),
+])
+def test_bad_frames_are_refused_with_what_is_wrong(bad: bytes, message: str) -> None:
+    with pytest.raises(FramingError, match=message):
+        unpack_headed(bad, b"TEST", "test record")
+
+
+def test_magic_must_be_four_bytes() -> None:
+    with pytest.raises(ValueError, match="4 bytes"):
+        pack_headed(b"LONGER", b"{}")
