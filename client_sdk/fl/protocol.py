@@ -121,22 +121,17 @@ def decode_vector(text: object, length: int, dtype: str = "<f4", what: str = "ve
     for NaN/±inf floats, ``malformed`` for text that is not base64."""
     if isinstance(text, (bytes, bytearray, memoryview)):
         raw = bytes(text)
-        if len(raw) != 4 * length:
-            raise _bad("wrong_shape", f"{what} has {len(raw)} bytes; this round needs {4 * length} ({length} values)")
-        out = np.frombuffer(raw, dtype=np.dtype(dtype)).astype(np.dtype(dtype).newbyteorder("="))
-        if out.dtype.kind == "f" and not np.isfinite(out).all():
-            raise _bad("non_finite", f"{what} holds NaN or infinite values")
-        return out
-    if not isinstance(text, str):
+    elif not isinstance(text, str):
         raise _bad("malformed", f"{what} must be a base64 string, got {type(text).__name__}")
-    if len(text) != 4 * ((4 * length + 2) // 3):
+    elif len(text) != 4 * ((4 * length + 2) // 3):
         n = len(text) * 3 // 4
         raise _bad("wrong_shape", f"{what} has about {n // 4} values ({len(text)} base64 characters); "
                    f"this round needs exactly {length} ({4 * ((4 * length + 2) // 3)} characters)")
-    try:
-        raw = base64.b64decode(text, validate=True)
-    except (binascii.Error, ValueError):
-        raise _bad("malformed", f"{what} is not valid base64 (standard alphabet, padded)") from None
+    else:
+        try:
+            raw = base64.b64decode(text, validate=True)
+        except (binascii.Error, ValueError):
+            raise _bad("malformed", f"{what} is not valid base64 (standard alphabet, padded)") from None
     if len(raw) != 4 * length:
         raise _bad("wrong_shape", f"{what} has {len(raw)} bytes; this round needs {4 * length} ({length} values)")
     out = np.frombuffer(raw, dtype=np.dtype(dtype)).astype(np.dtype(dtype).newbyteorder("="))
