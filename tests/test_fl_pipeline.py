@@ -448,3 +448,22 @@ def test_ldp_collector_fl_flag_serves_the_rounds_of_an_ldp_fl_job_process(tmp_pa
         proc.wait(20)
     assert np.array_equal(final_params(status), ref)
     assert status["accepted"] == {"update": 6} and status["rejected"] == {}
+
+
+def test_an_unseeded_task_draws_sampling_and_noise_from_the_os_csprng(tmp_path: Path) -> None:
+    """Production tasks have no seed: the job's generator is the OS CSPRNG (UrandomBitGenerator), not a
+    seeded PCG64 an observer of the models could predict; such a task runs its rounds with DP noise."""
+    from client_sdk.randomness import UrandomBitGenerator
+
+    spec = task_spec("unseeded", 6, rounds=2, sampling={"kind": "fixed", "count": 3}, seed=None)
+    data = make_data(6)
+    topics = Topics.fresh()
+    url = _url(tmp_path)
+    with open_transport(url) as tr, collector(tmp_path, url, topics) as srv, \
+            JobThread(tr, spec, topics, checkpoint_interval=0.2) as jt:
+        assert isinstance(jt.job._rng.bit_generator, UrandomBitGenerator)
+        drive(devices_for(srv.url, spec, data), jt.finished, timeout=60)
+        status = jt.result
+    assert status is not None and status["accepted"] == {"update": 6}
+    assert [h["clients"] for h in status["history"]] == [3, 3]
+    assert status["history"][-1]["epsilon"] > status["history"][0]["epsilon"] > 0

@@ -75,6 +75,7 @@ from client_sdk.fl.protocol import (
     model_from_dict,
     parse_upload,
 )
+from client_sdk.randomness import secure_generator
 from collector.fl_records import (
     DEFAULT_MAX_RECORD_BYTES,
     MIN_RECORD_BYTES,
@@ -135,8 +136,10 @@ class FLTaskSpec:
     needs C (the quantizer's range). ``round_timeout`` bounds the plain
     ``train`` phase, ``phase_timeout`` each SecAgg phase (seconds). ``seed``
     fixes the job's generator (sampling, SecAgg graph, noise) for
-    simulations; ``None`` draws from the OS's entropy and keeps no generator
-    state in checkpoints.
+    simulations; ``None`` (production) draws every value from the OS CSPRNG
+    (:func:`client_sdk.randomness.secure_generator`: an observer of released
+    models must not be able to predict the noise or the sample, which a
+    seeded PCG64 would allow) and keeps no generator state in checkpoints.
 
     ``aggregator`` picks the server's stack (:meth:`build_aggregator`):
 
@@ -475,7 +478,7 @@ class AggregationJob:
         self._adaptive: AdaptiveClippingDP | None = None
         self._consumer: Consumer | None = None
         self._st = _State()
-        self._rng = np.random.default_rng()
+        self._rng = self._new_rng()
         self._accountant: ClientLevelAccountant | None = None
         self._aggregator: Aggregator | None = None
         self._outbox: list[RoundState] = []
@@ -594,7 +597,7 @@ class AggregationJob:
             self._rng = np.random.default_rng(self.spec.seed)
             self._rng.bit_generator.state = self._st.rng_state
         else:
-            self._rng = np.random.default_rng()
+            self._rng = self._new_rng()
         if self.spec.algorithm == "scaffold":
             self.strategy.control = None if self._st.control is None else self._st.control.copy()  # type: ignore[attr-defined]
         self._accountant = self.spec.build_accountant()
@@ -685,9 +688,13 @@ class AggregationJob:
         assembler.drop_before(done.first_offset)
         return done.first_offset, {"offsets": offsets, "state": state}
 
+    def _new_rng(self) -> np.random.Generator:
+        """The job's generator: seeded in simulations, the OS CSPRNG otherwise (see :class:`FLTaskSpec`)."""
+        return np.random.default_rng(self.spec.seed) if self.spec.seed is not None else secure_generator()
+
     def _start_task(self) -> None:
         spec = self.spec
-        self._rng = np.random.default_rng(spec.seed)
+        self._rng = self._new_rng()
         params = self.model.init_params(self._rng)
         self._st = _State(params=np.asarray(params, np.float32))
         self._committed = {}
