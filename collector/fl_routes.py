@@ -63,6 +63,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import math
 import threading
 import uuid
 from typing import Any
@@ -135,8 +136,9 @@ class FLService:
         group = f"ldp-collector-fl-{uuid.uuid4().hex[:12]}"
         while not self._stop.is_set():
             try:
-                self.transport.create_topic(self.rounds_topic, 1)
-                self.transport.create_topic(self.updates_topic, self.updates_partitions)
+                # as the job creates them (estimator/fl/job.py), whichever starts first: round states for ever
+                self.transport.ensure_topic(self.rounds_topic, 1, retention=math.inf)
+                self.transport.ensure_topic(self.updates_topic, self.updates_partitions)
                 with self.transport.consume([self.rounds_topic], group) as consumer:
                     while not self._stop.is_set():
                         recs = consumer.poll(max_records=100, timeout=0.3)

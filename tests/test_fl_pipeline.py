@@ -467,3 +467,24 @@ def test_an_unseeded_task_draws_sampling_and_noise_from_the_os_csprng(tmp_path: 
     assert status is not None and status["accepted"] == {"update": 6}
     assert [h["clients"] for h in status["history"]] == [3, 3]
     assert status["history"][-1]["epsilon"] > status["history"][0]["epsilon"] > 0
+
+
+def test_a_collector_started_before_the_job_keeps_round_states_for_ever(tmp_path: Path) -> None:
+    """Whoever creates the rounds topic first (here the collector) gives it unlimited retention, as the job
+    would: a task idle for longer than a retention must still have its current round to serve."""
+    from collector.transport.base import TopicError
+
+    topics = Topics.fresh()
+    url = _url(tmp_path)
+    with open_transport(url) as tr, collector(tmp_path, url, topics):
+        end = time.monotonic() + 30
+        while True:
+            try:
+                tr.partitions(topics.rounds)
+                tr.partitions(topics.updates)
+                break
+            except TopicError:
+                assert time.monotonic() < end, "the collector never created the FL topics"
+                time.sleep(0.05)
+        assert tr.retention_of(topics.rounds) == math.inf
+        assert tr.retention_of(topics.updates) == tr.retention
