@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-__all__ = ["positive_int", "probability", "positive"]
+__all__ = ["positive_int", "probability", "positive", "seed"]
 
 
 def positive_int(text: str) -> int:
@@ -27,4 +27,12 @@ def positive(text: str) -> float:
     v = float(text)
     if not v > 0:
         raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
+    return v
+
+
+def seed(text: str) -> int:
+    """A seed for numpy's SeedSequence-based generators: an integer in [0, 2**63)."""
+    v = int(text)
+    if not 0 <= v < 2**63:
+        raise argparse.ArgumentTypeError(f"must be an integer in [0, 2**63), got {text}")
     return v

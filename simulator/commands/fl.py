@@ -18,10 +18,22 @@ from __future__ import annotations
 
 import argparse
 import json
+from collections.abc import Callable
+from typing import Any
 
-from simulator.commands.argtypes import positive_int as _positive_int, probability as _prob
+from simulator.commands.argtypes import positive_int as _positive_int, probability as _prob, seed as _seed
 
 __all__ = ["register"]
+
+
+def _plot_and_json(args: argparse.Namespace, result: dict[str, Any], plot: Callable[[dict[str, Any], str], None]) -> bool:
+    """Write ``--plot`` (and name it in the result); with ``--json`` print the result and return True."""
+    if args.plot:
+        plot(result, args.plot)
+        result["plot"] = args.plot
+    if args.json:
+        print(json.dumps(result))
+    return bool(args.json)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -33,7 +45,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "with Poisson sampling of clinics; prints accuracy and the client-level ε of each setting.")
     c.add_argument("--rounds", type=_positive_int, default=100)
     c.add_argument("--sample-rate", type=_prob, default=0.5, help="Poisson rate q (default 0.5: 10 of 20 clinics expected)")
-    c.add_argument("--seed", type=int, default=0)
+    c.add_argument("--seed", type=_seed, default=0)
     c.add_argument("--plot", default=None, help="write accuracy per round per setting to this PNG")
     c.add_argument("--no-noise-search", action="store_true", help="skip the noise needed for ε = 1, 3, 8")
     c.add_argument("--json", action="store_true", help="print one JSON object")
@@ -66,15 +78,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run_clinics_cmd(args: argparse.Namespace) -> int:
     from simulator.scenarios.clinics import ClinicsConfig, plot_accuracy, run_clinics
 
-    if not 0 <= args.seed < 2**63:
-        raise ValueError(f"--seed must be an integer in [0, 2**63), got {args.seed}")
     cfg = ClinicsConfig(rounds=args.rounds, sample_rate=args.sample_rate, seed=args.seed)
     result = run_clinics(cfg, noise_for_targets=not args.no_noise_search)
-    if args.plot:
-        plot_accuracy(result, args.plot)
-        result["plot"] = args.plot
-    if args.json:
-        print(json.dumps(result))
+    if _plot_and_json(args, result, plot_accuracy):
         return 0
     print(f"clinics: {result['clinics']} clinics, {result['rounds']} rounds, Poisson q = {cfg.sample_rate} "
           f"(mean {cfg.sample_rate * cfg.clinics:g} per round), δ = {cfg.delta:g}; {result['data']}")
@@ -101,7 +107,7 @@ def _register_drift(fsub: argparse._SubParsersAction) -> None:
                         "shift; FedAvg, FedProx and SCAFFOLD (and FedAvg on an IID split) on the same client schedule; "
                         "test accuracy per round (see simulator/scenarios/drift.py).")
     d.add_argument("--rounds", type=_positive_int, default=100)
-    d.add_argument("--seed", type=int, default=0)
+    d.add_argument("--seed", type=_seed, default=0)
     d.add_argument("--plot", default=None, help="write accuracy per round per strategy to this PNG")
     d.add_argument("--json", action="store_true", help="print one JSON object")
     d.set_defaults(func=run_drift_cmd)
@@ -110,14 +116,8 @@ def _register_drift(fsub: argparse._SubParsersAction) -> None:
 def run_drift_cmd(args: argparse.Namespace) -> int:
     from simulator.scenarios.drift import DriftConfig, plot_drift, run_drift
 
-    if not 0 <= args.seed < 2**63:
-        raise ValueError(f"--seed must be an integer in [0, 2**63), got {args.seed}")
     result = run_drift(DriftConfig(rounds=args.rounds, seed=args.seed))
-    if args.plot:
-        plot_drift(result, args.plot)
-        result["plot"] = args.plot
-    if args.json:
-        print(json.dumps(result))
+    if _plot_and_json(args, result, plot_drift):
         return 0
     p, t = result["partition"], result["training"]
     print(f"drift: {result['clients']} clients ({result['clients_per_round']} per round), {result['rounds']} rounds, "
@@ -140,7 +140,7 @@ def _register_attack(fsub: argparse._SubParsersAction) -> None:
                         "interval and the client-level DP bounds) and the analytic gradient inversion of one client's "
                         "update in the clear, clipped, under central DP and under secure aggregation "
                         "(see simulator/scenarios/attacks.py).")
-    a.add_argument("--seed", type=int, default=0)
+    a.add_argument("--seed", type=_seed, default=0)
     a.add_argument("--rounds", type=_positive_int, default=40, help="training rounds of the membership game (default 40)")
     a.add_argument("--trials", type=_positive_int, default=50, help="target clients per inversion setting (default 50)")
     a.add_argument("--plot", default=None, help="write the advantages and inversion success rates to this PNG")
@@ -151,14 +151,8 @@ def _register_attack(fsub: argparse._SubParsersAction) -> None:
 def run_attack_cmd(args: argparse.Namespace) -> int:
     from simulator.scenarios.attacks import InversionConfig, MembershipConfig, plot_attacks, run_attacks
 
-    if not 0 <= args.seed < 2**63:
-        raise ValueError(f"--seed must be an integer in [0, 2**63), got {args.seed}")
     result = run_attacks(MembershipConfig(rounds=args.rounds, seed=args.seed), InversionConfig(trials=args.trials, seed=args.seed))
-    if args.plot:
-        plot_attacks(result, args.plot)
-        result["plot"] = args.plot
-    if args.json:
-        print(json.dumps(result))
+    if _plot_and_json(args, result, plot_attacks):
         return 0
     mi, inv = result["membership_inference"], result["gradient_inversion"]
     print(f"membership inference: {mi['candidate_clients']} candidate clients ({mi['joining_clients']} joined), "
