@@ -92,36 +92,43 @@ class Krum:
 
 
 @dataclasses.dataclass
-class CoordinateMedian:
-    """Coordinate-wise median, tolerating ``f`` < n/2 malicious clients."""
+class _CoordinateRule:
+    """A coordinate-wise rule over the stacked updates (n × d) that tolerates ``f`` < n/2 malicious clients;
+    its result goes to ``inner`` as one pseudo-update."""
 
     inner: Aggregator
     f: int
     linear: bool = dataclasses.field(default=False, init=False)
+    name = ""
 
     def __post_init__(self) -> None:
         _check_f(self.f)
 
+    def combine(self, X: np.ndarray) -> np.ndarray:
+        raise NotImplementedError
+
     def aggregate(self, updates: Sequence[ClientUpdate], ctx: RoundContext) -> AggregateResult:
-        _need(updates, 2 * self.f + 1, "CoordinateMedian", self.f)
-        res = self.inner.aggregate([_pseudo(np.median(_stack(updates), axis=0), ctx, "median")], ctx)
+        _need(updates, 2 * self.f + 1, type(self).__name__, self.f)
+        res = self.inner.aggregate([_pseudo(self.combine(_stack(updates)), ctx, self.name)], ctx)
         return dataclasses.replace(res, num_clients=len(updates))
 
 
 @dataclasses.dataclass
-class TrimmedMean:
+class CoordinateMedian(_CoordinateRule):
+    """Coordinate-wise median, tolerating ``f`` < n/2 malicious clients."""
+
+    name = "median"
+
+    def combine(self, X: np.ndarray) -> np.ndarray:
+        return np.median(X, axis=0)
+
+
+@dataclasses.dataclass
+class TrimmedMean(_CoordinateRule):
     """Coordinate-wise mean after dropping the ``f`` largest and ``f`` smallest values."""
 
-    inner: Aggregator
-    f: int
-    linear: bool = dataclasses.field(default=False, init=False)
+    name = "trimmed_mean"
 
-    def __post_init__(self) -> None:
-        _check_f(self.f)
-
-    def aggregate(self, updates: Sequence[ClientUpdate], ctx: RoundContext) -> AggregateResult:
-        _need(updates, 2 * self.f + 1, "TrimmedMean", self.f)
-        X = np.sort(_stack(updates), axis=0)
-        vec = X[self.f : X.shape[0] - self.f].mean(axis=0)
-        res = self.inner.aggregate([_pseudo(vec, ctx, "trimmed_mean")], ctx)
-        return dataclasses.replace(res, num_clients=len(updates))
+    def combine(self, X: np.ndarray) -> np.ndarray:
+        X = np.sort(X, axis=0)
+        return X[self.f : X.shape[0] - self.f].mean(axis=0)
