@@ -47,8 +47,8 @@ from client_sdk.metrics import load_metrics, utc_day  # noqa: E402
 from client_sdk.wire import ReportBatch, encode_frame  # noqa: E402
 from collector.permute import warm_up  # noqa: E402
 from collector.shuffler import Shuffler, ShufflerSettings  # noqa: E402
-from collector.topics import metric_day_key  # noqa: E402
-from collector.transport import open_transport  # noqa: E402
+from pipeline.topics import metric_day_key  # noqa: E402
+from pipeline.transport import open_transport  # noqa: E402
 
 METRICS = ROOT / "metrics" / "example.json"
 
@@ -69,7 +69,7 @@ class Collector:
     """``ldp collector`` in a subprocess."""
 
     def __init__(self, url: str, topic: str, tmp: pathlib.Path) -> None:
-        args = [sys.executable, "-m", "simulator.cli", "collector", "--transport", url, "--metrics", str(METRICS),
+        args = [sys.executable, "-m", "ldp_cli.main", "collector", "--transport", url, "--metrics", str(METRICS),
                 "--port", "0", "--raw-topic", topic, "--dedup", str(tmp / f"ids-{topic}.sqlite3"),
                 "--max-in-flight", "4096"]
         self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp,

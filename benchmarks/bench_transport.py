@@ -33,7 +33,7 @@ import numpy as np
 
 from client_sdk.mechanisms import make_spec
 from client_sdk.wire import ReportBatch, encode_frame
-from collector.transport import Transport, open_transport
+from pipeline.transport import Transport, open_transport
 
 
 def frames(n: int, reports: int) -> list[bytes]:

@@ -76,13 +76,13 @@ from client_sdk.metrics import MetricSet, load_metrics, utc_day
 from client_sdk.wire import MAX_RECORDS, ReportBatch, decode_frame, decode_json, encode_frame, read_header
 from collector.dedup import BatchIdStore
 from collector.errors import RejectedBatch, UnavailableError
-from collector.fl_routes import add_fl_routes, start_fl_service
+from collector.fl.routes import add_fl_routes, start_fl_service
 from collector.ingest import GroupStats, Ingestor
 from collector.prometheus import CONTENT_TYPE as PROMETHEUS_CONTENT_TYPE
 from collector.prometheus import Registry
 from collector.settings import CollectorSettings
-from collector.topics import metric_day_key
-from collector.transport import Transport, TopicError, open_transport
+from pipeline.topics import metric_day_key
+from pipeline.transport import Transport, open_transport
 
 __all__ = ["create_app", "app_from_env", "CollectorApp", "FRAME_CONTENT_TYPES", "JSON_CONTENT_TYPE", "CollectorMetrics"]
 
@@ -260,20 +260,8 @@ class _Readiness:
         self._lock = threading.Lock()
 
     def _probe(self) -> tuple[bool, str]:
-        url = getattr(self.transport, "url", "")
-        try:
-            if url.startswith("kafka://"):
-                from collector.kafka_broker import probe
-
-                probe(url[len("kafka://"):].split(",")[0], timeout=2.0)
-            else:
-                try:
-                    self.transport.partitions(self.topic)
-                except TopicError:
-                    pass  # reachable; the topic is created on the first publish
-        except Exception as exc:
-            return False, f"{type(exc).__name__}: {exc}"
-        return True, "transport reachable"
+        ok, detail = self.transport.health(self.topic, timeout=2.0)
+        return ok, detail
 
     def check(self) -> tuple[bool, str]:
         with self._lock:

@@ -1,26 +1,27 @@
 """The collector package's exceptions (all derive from :class:`client_sdk.errors.LDPError`).
 
     LDPError
+    ├── PipelineError (pipeline.errors)
+    │   └── ConfigError(ValueError)   a setting is invalid; the message names it and its valid range
     └── CollectorError
-        ├── ConfigError(ValueError)   a setting is invalid; the message names it and its valid range
         ├── RejectedBatch             the collector refuses an upload (4xx); carries status and reason
         ├── UnavailableError          the collector cannot take an upload now (503); carries Retry-After
-        └── ShufflerStateError        the shuffler's checkpoint and its input offsets disagree
+        ├── ShufflerStateError        the shuffler's checkpoint and its input offsets disagree
+        └── SinkError                 the Parquet sink's chunk logs and the dataset disagree
+
+:class:`ConfigError` is the shared layer's (re-exported here).
 """
 
 from __future__ import annotations
 
 from client_sdk.errors import LDPError
+from pipeline.errors import ConfigError
 
-__all__ = ["CollectorError", "ConfigError", "RejectedBatch", "UnavailableError", "ShufflerStateError"]
+__all__ = ["CollectorError", "ConfigError", "RejectedBatch", "UnavailableError", "ShufflerStateError", "SinkError"]
 
 
 class CollectorError(LDPError):
     """Base class of the collector package's errors."""
-
-
-class ConfigError(CollectorError, ValueError):
-    """A collector or shuffler setting is invalid."""
 
 
 class RejectedBatch(CollectorError):
@@ -45,3 +46,7 @@ class UnavailableError(CollectorError):
 
 class ShufflerStateError(CollectorError):
     """The shuffler cannot find the checkpoint that matches its committed input offsets."""
+
+
+class SinkError(CollectorError):
+    """The Parquet sink's chunk logs and the dataset disagree, or a chunk cannot be written as recorded."""

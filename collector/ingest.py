@@ -36,7 +36,7 @@ from typing import Literal, NamedTuple
 
 from collector.dedup import BatchIdStore
 from collector.errors import UnavailableError
-from collector.transport import Transport
+from pipeline.transport import Transport
 
 __all__ = ["Ingestor", "Outcome", "Submission", "GroupStats"]
 

@@ -16,9 +16,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from collector.errors import ConfigError
-from collector.topics import DEFAULT_PARTITIONS, FL_ROUNDS_TOPIC, FL_UPDATES_TOPIC, RAW_TOPIC
-from collector.transport import DEFAULT_URL
-from collector.transport.base import check_topic_name
+from pipeline.topics import DEFAULT_PARTITIONS, FL_ROUNDS_TOPIC, FL_UPDATES_TOPIC, RAW_TOPIC
+from pipeline.transport import DEFAULT_URL
+from pipeline.transport.base import check_topic_name
 
 __all__ = ["CollectorSettings", "DEFAULT_DEDUP_PATH", "ENV_PREFIX"]
 
@@ -41,7 +41,7 @@ class CollectorSettings:
     Batch ids stay in the dedup store (``dedup_path``, SQLite) for
     ``dedup_ttl`` seconds. ``publishers`` threads publish group commits of
     up to ``max_group`` uploads each (:mod:`collector.ingest`).
-    ``fl_enabled`` adds the federated-learning routes (:mod:`collector.fl_routes`),
+    ``fl_enabled`` adds the federated-learning routes (:mod:`collector.fl.routes`),
     which follow ``fl_rounds_topic`` and publish to ``fl_updates_topic``.
     """
 

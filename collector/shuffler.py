@@ -1,7 +1,7 @@
 """The shuffler: batches raw uploads per metric, spec and day, permutes them, and releases crowds.
 
 It reads ``ldp.reports.raw`` as a member of a consumer group and writes
-``ldp.reports.shuffled`` (:mod:`collector.envelope`). For each group
+``ldp.reports.shuffled`` (:mod:`pipeline.envelope`). For each group
 ``(metric, spec_id, day)`` it buffers the reports of many uploads; once the
 group holds at least ``min_batch`` reports (the crowd threshold) it permutes
 all of them with a CSPRNG (:mod:`collector.permute`) and releases them as
@@ -15,7 +15,7 @@ the arrival time (released at checkpoints), not the upload batch ids.
 
 Exactly once, with buffered reports that must survive a crash
 -------------------------------------------------------------
-A transaction of the transport (:meth:`~collector.transport.base.Consumer.transaction`)
+A transaction of the transport (:meth:`~pipeline.transport.base.Consumer.transaction`)
 commits the outputs together with the offsets just past *every* record
 delivered so far. Reports buffered below the threshold have been delivered,
 so their offsets get committed too: the buffer itself must therefore be
@@ -91,11 +91,11 @@ from client_sdk.mechanisms import spec_from_dict
 from client_sdk.mechanisms.base import MechanismSpec
 from client_sdk.metrics import MetricSet
 from client_sdk.wire import ReportBatch, decode_frame
-from collector.envelope import ShuffleMeta, encode_envelope
+from pipeline.envelope import ShuffleMeta, encode_envelope
 from collector.errors import ConfigError, ShufflerStateError
 from collector.permute import WordSource, csprng_permutation, urandom_words, warm_up
-from collector.topics import DEFAULT_PARTITIONS, RAW_TOPIC, SHUFFLED_TOPIC, SHUFFLER_STATE_TOPIC, metric_day_key
-from collector.transport import (
+from pipeline.topics import DEFAULT_PARTITIONS, RAW_TOPIC, SHUFFLED_TOPIC, SHUFFLER_STATE_TOPIC, metric_day_key
+from pipeline.transport import (
     CommitFailedError,
     Consumer,
     FencedError,
@@ -105,7 +105,7 @@ from collector.transport import (
     TransportError,
     partition_for,
 )
-from collector.transport.base import check_topic_name
+from pipeline.transport.base import check_topic_name
 
 __all__ = [
     "Guarantee",

@@ -29,7 +29,7 @@ import pandas as pd
 from client_sdk.errors import LDPError
 from client_sdk.mechanisms.base import MechanismSpec
 from client_sdk.metrics import MetricDefinition
-from collector.sinks.parquet import PartFile, list_parts, read_part
+from pipeline.dataset import PartFile, list_parts, read_part
 from estimator.estimate import Estimate
 from estimator.oracles import accumulator_for
 from estimator.oracles.base import Accumulator

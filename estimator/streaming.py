@@ -11,7 +11,7 @@ checkpoint
 
 1. drops the tails of partitions this member no longer owns (a rebalance
    that rewound uncommitted records, seen as a new
-   :attr:`~collector.transport.base.Consumer.generation` after a poll, has
+   :attr:`~pipeline.transport.base.Consumer.generation` after a poll, has
    dropped every tail already: the partitions restart from their committed
    offsets);
 2. writes, in one SQLite transaction (``synchronous=FULL``), the certain
@@ -72,9 +72,9 @@ from client_sdk.errors import FrameError, LDPError
 from client_sdk.mechanisms import spec_from_dict
 from client_sdk.mechanisms.base import MechanismSpec
 from client_sdk.metrics import MetricDefinition
-from collector.envelope import ShuffleMeta, decode_envelope
-from collector.topics import DEFAULT_PARTITIONS, SHUFFLED_TOPIC
-from collector.transport.base import CommitFailedError, Consumer, Record, TopicPartition, Transport
+from pipeline.envelope import ShuffleMeta, decode_envelope
+from pipeline.topics import DEFAULT_PARTITIONS, SHUFFLED_TOPIC
+from pipeline.transport.base import CommitFailedError, Consumer, Record, TopicPartition, Transport
 from estimator.estimate import Estimate
 from estimator.oracles import accumulator_for
 from estimator.oracles.base import Accumulator

@@ -49,7 +49,7 @@ class Topics:
 
     @classmethod
     def for_run(cls, run_id: str | None) -> "Topics":
-        from collector.topics import RAW_TOPIC, SHUFFLED_TOPIC, SHUFFLER_STATE_TOPIC
+        from pipeline.topics import RAW_TOPIC, SHUFFLED_TOPIC, SHUFFLER_STATE_TOPIC
 
         if not run_id:
             return cls(RAW_TOPIC, SHUFFLED_TOPIC, SHUFFLER_STATE_TOPIC)
@@ -113,7 +113,7 @@ class LocalPipeline:
         self.sink: Any = None
 
     def _transport(self) -> Any:
-        from collector.transport import open_transport
+        from pipeline.transport import open_transport
 
         t = open_transport(self.transport_url)
         self._transports.append(t)
@@ -133,7 +133,7 @@ class LocalPipeline:
 
     def start(self) -> "LocalPipeline":
         from collector.app import create_app
-        from collector.catalog import SpecCatalog
+        from pipeline.catalog import SpecCatalog
         from collector.settings import CollectorSettings
         from collector.shuffler import Shuffler, ShufflerSettings
         from collector.sinks.parquet import ParquetSink
@@ -151,9 +151,9 @@ class LocalPipeline:
 
         guarantee = None
         if self.guarantee_delta is not None:
-            from simulator.commands.shuffler import make_guarantee
+            from estimator.accounting.shuffle import shuffler_guarantee
 
-            guarantee = make_guarantee(self.guarantee_delta)
+            guarantee = shuffler_guarantee(self.guarantee_delta)
         self.shuffler = Shuffler(self._transport(), self.metrics, ShufflerSettings(
             min_batch=self.min_batch, raw_topic=self.topics.raw, shuffled_topic=self.topics.shuffled,
             state_topic=self.topics.state, partitions=self.partitions, group=f"ldp-shuffler-{self.run_id}",

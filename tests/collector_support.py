@@ -15,7 +15,7 @@ import uvicorn
 
 from client_sdk.metrics import MetricSet, load_metrics, utc_day
 from client_sdk.wire import ReportBatch
-from collector.transport import Consumer, RecordPosition, TopicError, Transport, TransportError
+from pipeline.transport import Consumer, RecordPosition, TopicError, Transport, TransportError
 
 __all__ = ["TODAY", "write_metrics", "olh_batch", "ServerThread", "MemoryTransport", "FailingTransport",
            "BlockingTransport"]

@@ -19,7 +19,7 @@ def kafka_bootstrap() -> str:
     Fails, never skips, when no broker answers: ``scripts/test`` starts one
     with ``ldp kafka up``; by hand, run ``.venv/bin/ldp kafka up`` first.
     """
-    from collector.kafka_broker import BrokerError, probe
+    from ldp_cli.broker import BrokerError, probe
 
     bootstrap = os.environ.get("LDP_KAFKA_BOOTSTRAP", "127.0.0.1:9092")
     try:

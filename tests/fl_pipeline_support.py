@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+import httpx
 import numpy as np
 
 from client_sdk.fl.client import ClientUpdate, clip_to_norm
@@ -133,6 +134,22 @@ def drive(devices: Sequence[FLDevice], done: Any, timeout: float = 60.0, pause: 
         time.sleep(pause)
 
 
+def served_status(url: str, task: str, pred: Callable[[dict[str, Any]], bool], timeout: float = 30.0) -> dict[str, Any]:
+    """The collector's ``/status`` view of ``task`` once ``pred`` holds for it.
+
+    The collector learns round states by consuming the rounds topic, so its
+    view trails the job's own by up to one poll: wait for it, do not sample it.
+    """
+    end = time.monotonic() + timeout
+    served: dict[str, Any] = {}
+    while time.monotonic() < end:
+        served = httpx.get(f"{url}/v1/fl/tasks/{task}/status", timeout=10).json()
+        if pred(served):
+            return served
+        time.sleep(0.05)
+    raise AssertionError(f"the collector's status never satisfied the test: {served}")
+
+
 class JobThread:
     """The aggregation job in a thread of the test process."""
 
@@ -177,7 +194,7 @@ class JobProcess:
         self.task_file.write_text(json.dumps(spec.to_dict()))
         self.status_file = tmp / "job-status.json"
         self.log = tmp / "job.log"
-        self.argv = [sys.executable, "-m", "simulator.cli", "fl", "job", "--task", str(self.task_file),
+        self.argv = [sys.executable, "-m", "ldp_cli.main", "fl", "job", "--task", str(self.task_file),
                      "--transport", transport_url, "--group", topics.group, "--rounds-topic", topics.rounds,
                      "--updates-topic", topics.updates, "--state-topic", topics.state,
                      "--status-file", str(self.status_file), "--checkpoint-interval", str(checkpoint_interval),

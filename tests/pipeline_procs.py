@@ -53,7 +53,7 @@ class Service:
         with open(self.log, "ab") as f:
             f.write(f"\n==== start {self.name} {time.strftime('%H:%M:%S')}\n".encode())
             self._log_pos = f.tell()
-            self.proc = subprocess.Popen([sys.executable, "-m", "simulator.cli", *self.argv], cwd=ROOT, env=env,
+            self.proc = subprocess.Popen([sys.executable, "-m", "ldp_cli.main", *self.argv], cwd=ROOT, env=env,
                                          stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
         self.starts += 1
         self.wait_ready(timeout)

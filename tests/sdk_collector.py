@@ -31,9 +31,9 @@ import pytest
 
 from client_sdk.metrics import load_metrics
 from client_sdk.wire import decode_frame, read_header
-from collector.topics import RAW_TOPIC
-from collector.transport import TopicError
-from collector.transport.embedded import EmbeddedTransport
+from pipeline.topics import RAW_TOPIC
+from pipeline.transport import TopicError
+from pipeline.transport.embedded import EmbeddedTransport
 
 __all__ = ["TestReceiverProcess", "RealCollectorProcess", "COLLECTOR", "collector_factory", "receiver_factory"]
 
@@ -107,7 +107,7 @@ class RealCollectorProcess:
         self.metrics_path = pathlib.Path(metrics).resolve()
         self._specs = {m.spec.spec_id: m.spec for m in load_metrics(self.metrics_path, reject_expired=False).values()}
         self.transport_path = self.directory / "transport.sqlite3"
-        args = [sys.executable, "-m", "simulator.cli", "collector",
+        args = [sys.executable, "-m", "ldp_cli.main", "collector",
                 "--transport", f"sqlite:///{self.transport_path}", "--metrics", str(self.metrics_path),
                 "--dedup", str(self.directory / "batch-ids.sqlite3"), "--host", "127.0.0.1", "--port", "0"]
         for key, val in options.items():

@@ -1,7 +1,7 @@
 """Shuffled batches for the sink and estimator tests, and their offline estimates.
 
 Batches are made with the real encoders and published as real envelopes
-(:mod:`collector.envelope`) keyed as the shuffler keys them, so the tests
+(:mod:`pipeline.envelope`) keyed as the shuffler keys them, so the tests
 exercise the same bytes the shuffler would produce.
 """
 
@@ -14,9 +14,9 @@ import numpy as np
 from client_sdk.mechanisms import make_spec
 from client_sdk.mechanisms.base import MechanismSpec
 from client_sdk.wire import ReportBatch
-from collector.envelope import ShuffleMeta, encode_envelope
-from collector.topics import metric_day_key
-from collector.transport import RecordPosition, Transport
+from pipeline.envelope import ShuffleMeta, encode_envelope
+from pipeline.topics import metric_day_key
+from pipeline.transport import RecordPosition, Transport
 from estimator.oracles import accumulator_for
 from estimator.oracles.base import Accumulator
 

@@ -12,13 +12,13 @@ import pytest
 from client_sdk.mechanisms import make_spec
 from client_sdk.metrics import parse_metrics
 from client_sdk.wire import ReportBatch
-from collector.catalog import SpecCatalog
+from pipeline.catalog import SpecCatalog
 from collector.sinks.parquet import ParquetSink
-from collector.topics import SHUFFLED_TOPIC
-from collector.transport import open_transport
+from pipeline.topics import SHUFFLED_TOPIC
+from pipeline.transport import open_transport
 from estimator.batch import BatchError, estimate_dataset, parse_day_range
 from estimator.streaming import parse_day
-from simulator.cli import main
+from ldp_cli.main import main
 from tests.shuffled_data import envelope_of, make_batches, offline, publish
 
 DAYS = [20400, 20401, 20402]

@@ -26,8 +26,8 @@ from client_sdk.wire import ReportBatch, decode_frame, encode_frame, encode_json
 from collector.app import create_app
 from collector.dedup import BatchIdStore
 from collector.settings import CollectorSettings
-from collector.topics import RAW_TOPIC, metric_day_key
-from collector.transport import Record, Transport, open_transport
+from pipeline.topics import RAW_TOPIC, metric_day_key
+from pipeline.transport import Record, Transport, open_transport
 from tests.collector_support import TODAY, BlockingTransport, FailingTransport, ServerThread, olh_batch, write_metrics
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -402,7 +402,7 @@ def test_openapi_documents_the_upload(server: ServerThread) -> None:
 def test_ldp_collector_command_serves_and_stops_on_sigterm(tmp_path: Path, metrics: MetricSet) -> None:
     env = dict(os.environ, PYTHONPATH=str(ROOT), LDP_COLLECTOR_MAX_RECORDS="500")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "simulator.cli", "collector", "--transport", f"sqlite:///{tmp_path}/log.sqlite3",
+        [sys.executable, "-m", "ldp_cli.main", "collector", "--transport", f"sqlite:///{tmp_path}/log.sqlite3",
          "--metrics", str(tmp_path / "metrics.json"), "--dedup", str(tmp_path / "ids.sqlite3"), "--port", "0"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=tmp_path)
     try:
@@ -424,7 +424,7 @@ def test_ldp_collector_command_serves_and_stops_on_sigterm(tmp_path: Path, metri
 def test_ldp_collector_command_rejects_a_bad_metrics_file(tmp_path: Path) -> None:
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps({"format": "ldp-metrics/1", "metrics": {"x": {"owner": "o"}}}))
-    out = subprocess.run([sys.executable, "-m", "simulator.cli", "collector", "--metrics", str(bad), "--port", "0"],
+    out = subprocess.run([sys.executable, "-m", "ldp_cli.main", "collector", "--metrics", str(bad), "--port", "0"],
                          capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=str(ROOT)), cwd=tmp_path,
                          timeout=60)
     assert out.returncode == 2 and "missing field" in out.stderr

@@ -16,11 +16,11 @@ from urllib.parse import urlsplit
 import pytest
 import yaml
 
-from collector.kafka_broker import DEFAULT_KAFKA_VERSION
+from ldp_cli.broker import DEFAULT_KAFKA_VERSION
 from collector.sinks.parquet import DEFAULT_GROUP as SINK_GROUP
-from collector.topics import RAW_TOPIC, SHUFFLED_TOPIC, SHUFFLER_STATE_TOPIC
-from collector.transport.kafka import DEFAULT_MAX_REQUEST_SIZE
-from simulator.cli import build_parser
+from pipeline.topics import RAW_TOPIC, SHUFFLED_TOPIC, SHUFFLER_STATE_TOPIC
+from pipeline.transport.kafka import DEFAULT_MAX_REQUEST_SIZE
+from ldp_cli.main import build_parser
 
 ROOT = Path(__file__).resolve().parents[1]
 SERVICES = {"collector", "shuffler", "estimator", "sink"}
@@ -75,7 +75,7 @@ def test_every_command_is_accepted_by_the_real_parser(compose: dict[str, Any]) -
 
 
 def test_ports_match_what_the_services_listen_on(compose: dict[str, Any]) -> None:
-    from simulator.commands.estimator import DEFAULT_PORT
+    from ldp_cli.commands.estimator import DEFAULT_PORT
 
     expect = {"collector": parse(["collector"]).port, "estimator": DEFAULT_PORT}
     assert expect["collector"] == 8080
@@ -99,7 +99,7 @@ def test_topics_and_groups_are_the_codes(compose: dict[str, Any]) -> None:
     assert parse(s["estimator"]["command"]).topic == SHUFFLED_TOPIC
     sink = parse(s["sink"]["command"])
     assert sink.topic == SHUFFLED_TOPIC and sink.group == SINK_GROUP
-    from simulator.commands.sink import DEFAULT_GROUP as CLI_SINK_GROUP
+    from ldp_cli.commands.sink import DEFAULT_GROUP as CLI_SINK_GROUP
 
     assert CLI_SINK_GROUP == SINK_GROUP
     assert parse(s["estimator"]["command"]).group != sink.group  # each consumer sees every batch
@@ -127,4 +127,4 @@ def test_the_dockerfile_builds_the_ldp_entry_point() -> None:
     for folder in ("client_sdk", "collector", "estimator", "simulator", "metrics"):
         assert re.search(rf"^COPY {folder} \./{folder}$", text, re.M), folder
     assert re.search(r"^USER ldp$", text, re.M)
-    assert "ldp = \"simulator.cli:main\"" in (ROOT / "pyproject.toml").read_text()
+    assert "ldp = \"ldp_cli.main:main\"" in (ROOT / "pyproject.toml").read_text()

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from simulator.cli import main
+from ldp_cli.main import main
 
 
 def test_demo_runs_the_pipeline_and_checks_itself(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

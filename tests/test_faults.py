@@ -10,7 +10,7 @@ Parquet dataset must equal, exactly, the offline estimator over the uploaded
 reports: nothing lost, nothing counted twice.
 
 The broker test runs its own second broker (other home, other ports) through
-:mod:`collector.kafka_broker`, so the shared broker of the other tests is
+:mod:`ldp_cli.broker`, so the shared broker of the other tests is
 never touched.
 """
 
@@ -25,7 +25,7 @@ import numpy as np
 import pytest
 
 from client_sdk.metrics import parse_metrics, utc_day
-from collector.kafka_broker import BrokerConfig, default_home, down, up
+from ldp_cli.broker import BrokerConfig, default_home, down, up
 from estimator.batch import estimate_dataset
 from simulator.pipeline import fleet_batches
 from tests.pipeline_procs import PacedUpload, PipelineProcs, free_port
@@ -164,7 +164,7 @@ def test_broker_restart_mid_stream_producers_lose_nothing(tmp_path: Path, second
     """The broker is stopped and started again while devices upload: the collector holds the uploads
     (or answers 503 and the devices retry), and afterwards every accepted batch is in the raw topic."""
     from client_sdk.wire import decode_frame
-    from collector.transport import open_transport
+    from pipeline.transport import open_transport
 
     metrics_path, day, fleet, batches = _setup(tmp_path, 1600, seed=43)
     url = f"kafka://{second_broker.bootstrap}"
@@ -217,7 +217,7 @@ def test_broker_restart_mid_stream_consumers_stay_exact(tmp_path: Path, second_b
     they ride through a broker restart, rejoin their groups, and end with exact counts and files."""
     from kafka.errors import KafkaError
 
-    from collector.transport import TransportError, open_transport
+    from pipeline.transport import TransportError, open_transport
     from tests.shuffled_data import envelope_of
 
     metrics_path, day, fleet, batches = _setup(tmp_path, 2000, seed=53)
@@ -229,7 +229,7 @@ def test_broker_restart_mid_stream_consumers_stay_exact(tmp_path: Path, second_b
         procs[name].start()
 
     def publish(part: list) -> None:  # type: ignore[type-arg]
-        from collector.topics import metric_day_key
+        from pipeline.topics import metric_day_key
 
         for b in part:
             for _ in range(120):

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from client_sdk.fl import LocalTraining, RoundConfig, SoftmaxRegression, clip_to_norm, train_client
-from simulator.cli import main
+from ldp_cli.main import main
 from simulator.scenarios.attacks import (
     MembershipConfig,
     advantage_bound,

@@ -11,7 +11,7 @@ import pytest
 from estimator.accounting.accountant import epsilon_pld, sampled_gaussian_event
 from estimator.fl.dp import ClientLevelAccountant
 from estimator.fl.sampling import PoissonSampling
-from simulator.cli import main
+from ldp_cli.main import main
 from simulator.scenarios.clinics import ClinicsConfig, run_clinics
 
 

@@ -14,7 +14,7 @@ from estimator.fl.aggregators import WeightedMean
 from estimator.fl.rounds import FederatedClient, run_rounds
 from estimator.fl.sampling import FixedCountSampling
 from estimator.fl.strategies import FedAvg, Scaffold
-from simulator.cli import main
+from ldp_cli.main import main
 from simulator.scenarios.drift import DriftConfig, ScheduledSampling, run_drift
 
 DIM = 3

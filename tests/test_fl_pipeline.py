@@ -37,9 +37,10 @@ from client_sdk.fl.protocol import (
     make_upload,
     parse_upload,
 )
-from collector.transport import open_transport
+from pipeline.transport import open_transport
 from tests.fl_pipeline_support import (
     JobThread,
+    served_status,
     Topics,
     collector,
     devices_for,
@@ -158,7 +159,7 @@ def test_dp_fedavg_over_the_pipeline_equals_the_in_process_run(tmp_path: Path) -
         devices = devices_for(srv.url, spec, data)
         drive(devices, jt.finished, timeout=60)
         status = jt.result
-        served = httpx.get(f"{srv.url}/v1/fl/tasks/{spec.task}/status", timeout=10).json()
+        served = served_status(srv.url, spec.task, lambda st: st.get("phase") == "done")
     assert status is not None
     assert np.array_equal(final_params(status), ref), (final_params(status), ref)
     assert [h["epsilon"] for h in status["history"]] == [h.info["epsilon"] for h in history]
@@ -420,7 +421,7 @@ def test_ldp_collector_fl_flag_serves_the_rounds_of_an_ldp_fl_job_process(tmp_pa
     env = {k: v for k, v in os.environ.items() if not k.startswith("LDP_COLLECTOR_")}
 
     def start_collector(*flags: str) -> tuple[subprocess.Popen[str], str]:
-        argv = [sys.executable, "-m", "simulator.cli", "collector", "--transport", url, "--metrics", str(metrics),
+        argv = [sys.executable, "-m", "ldp_cli.main", "collector", "--transport", url, "--metrics", str(metrics),
                 "--dedup", str(tmp_path / f"ids{len(flags)}.sqlite3"), "--port", "0",
                 "--raw-topic", f"ldp.reports.raw.{topics.group}", *flags]
         proc = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env)
@@ -472,7 +473,7 @@ def test_an_unseeded_task_draws_sampling_and_noise_from_the_os_csprng(tmp_path: 
 def test_a_collector_started_before_the_job_keeps_round_states_for_ever(tmp_path: Path) -> None:
     """Whoever creates the rounds topic first (here the collector) gives it unlimited retention, as the job
     would: a task idle for longer than a retention must still have its current round to serve."""
-    from collector.transport.base import TopicError
+    from pipeline.transport.base import TopicError
 
     topics = Topics.fresh()
     url = _url(tmp_path)

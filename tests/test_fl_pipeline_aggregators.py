@@ -21,7 +21,7 @@ import pytest
 from client_sdk.fl.client import ClientUpdate
 from client_sdk.fl.device import FLDevice
 from client_sdk.fl.errors import FLError
-from collector.transport import open_transport
+from pipeline.transport import open_transport
 from estimator.fl.aggregators import AggregateResult, RoundContext
 from tests.fl_pipeline_support import (
     JobThread,

@@ -1,4 +1,4 @@
-"""Chunked checkpoints and round states of the FL job (collector/fl_records.py) on the embedded log.
+"""Chunked checkpoints and round states of the FL job (pipeline/fl_records.py) on the embedded log.
 
 * The chunk codec: vectors as raw little-endian bytes, records never above the limit, and an assembler
   that returns a document only for a complete, consistent set (missing, altered or mixed chunks: nothing).
@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 
 from client_sdk.fl.protocol import RoundState
-from collector.fl_records import (
+from pipeline.fl_records import (
     ChunkAssembler,
     ChunkError,
     decode_chunk,
@@ -31,8 +31,8 @@ from collector.fl_records import (
     pack_document,
     unpack_document,
 )
-from collector.fl_routes import FLService
-from collector.transport import open_transport
+from collector.fl.routes import FLService
+from pipeline.transport import open_transport
 from estimator.fl.job import AggregationJob, JobSettings, JobStateError
 from tests.fl_pipeline_support import (
     JobProcess,

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
-from collector.transport import open_transport
+from pipeline.transport import open_transport
 from tests.fl_pipeline_support import (
     JobProcess,
     JobThread,

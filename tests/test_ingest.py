@@ -12,8 +12,8 @@ import pytest
 from collector.dedup import BatchIdStore
 from collector.errors import UnavailableError
 from collector.ingest import Ingestor
-from collector.transport.base import RecordPosition
-from collector.transport.embedded import EmbeddedTransport
+from pipeline.transport.base import RecordPosition
+from pipeline.transport.embedded import EmbeddedTransport
 
 TOPIC = "ldp.raw"
 

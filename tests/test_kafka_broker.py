@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from collector.kafka_broker import (
+from ldp_cli.broker import (
     BrokerConfig,
     BrokerError,
     _save_state,
@@ -24,7 +24,7 @@ from collector.kafka_broker import (
     status,
     up,
 )
-from simulator.cli import main
+from ldp_cli.main import main
 
 
 def free_port() -> int:

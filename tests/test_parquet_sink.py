@@ -13,19 +13,19 @@ import pytest
 
 from client_sdk.mechanisms import MECHANISMS, make_spec
 from client_sdk.wire import ReportBatch
-from collector.catalog import SpecCatalog
-from collector.sinks.parquet import (
-    ChunkLog,
-    ParquetSink,
-    SinkError,
+from pipeline.catalog import SpecCatalog
+from collector.errors import SinkError
+from collector.sinks.parquet import ChunkLog, ParquetSink
+from pipeline.dataset import (
     list_parts,
     parse_part_name,
+    part_name,
     read_part,
     records_to_table,
     table_to_records,
 )
-from collector.topics import SHUFFLED_TOPIC
-from collector.transport import TopicPartition, open_transport
+from pipeline.topics import SHUFFLED_TOPIC
+from pipeline.transport import TopicPartition, open_transport
 from tests.shuffled_data import default_specs, envelope_of, make_batches, publish, records_of
 
 DAYS = [20400, 20401]
@@ -234,7 +234,6 @@ def test_chunk_log_refuses_a_start_inside_a_recorded_chunk(tmp_path: Path) -> No
 
 
 def test_part_names_round_trip() -> None:
-    from collector.sinks.parquet import part_name
 
     name = part_name("ldp.reports-shuffled_x", 7, 12, 345, "0123456789abcdef")
     assert parse_part_name(name) == {"topic": "ldp.reports-shuffled_x", "partition": 7, "first": 12, "last": 345,

@@ -12,7 +12,7 @@ from pathlib import Path
 import dp_accounting as dpa
 import pytest
 
-from simulator.cli import main
+from ldp_cli.main import main
 
 LDP = Path(sys.executable).with_name("ldp")
 

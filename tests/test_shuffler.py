@@ -24,12 +24,12 @@ from scipy import stats
 
 from client_sdk.metrics import MetricSet
 from client_sdk.wire import encode_frame
-from collector.envelope import decode_envelope
+from pipeline.envelope import decode_envelope
 from collector.permute import csprng_permutation, fisher_yates
 from collector.shuffler import Shuffler, ShufflerSettings, plan_release
-from collector.topics import metric_day_key
-from collector.transport import Transport, open_transport
-from simulator.commands.shuffler import grid_floor, make_guarantee
+from pipeline.topics import metric_day_key
+from pipeline.transport import Transport, open_transport
+from estimator.accounting.shuffle import grid_floor, shuffler_guarantee
 from tests.collector_support import TODAY, olh_batch, write_metrics
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -233,7 +233,7 @@ def test_released_batches_carry_fresh_ids_and_the_central_guarantee(metrics: Met
     batches = [olh_batch(metrics, 100, first_seed=100 * i) for i in range(30)]
     publish(transport, tp.raw, batches)
     delta = 1e-6
-    sh = Shuffler(transport, metrics, tp.settings(min_batch=1000, max_batch=1500), guarantee=make_guarantee(delta))
+    sh = Shuffler(transport, metrics, tp.settings(min_batch=1000, max_batch=1500), guarantee=shuffler_guarantee(delta))
     run_until_idle(sh)
     sh.close()
     out = [sb for _, sb in read_shuffled(transport, tp.shuffled, metrics)]
@@ -304,7 +304,7 @@ def test_exactly_once_while_the_group_rebalances(tmp_path: Path, metrics: Metric
     """Two shufflers in one group on the embedded log: B joins while A works (the partitions are split and
     every member restarts from the committed offsets), then A leaves (B restores A's partitions from their
     checkpoints). Uploads keep arriving throughout; at the end every report was released exactly once."""
-    from collector.transport import partition_for
+    from pipeline.transport import partition_for
 
     tp = Topics()
     url = f"sqlite:///{tmp_path}/log.sqlite3"
@@ -368,7 +368,7 @@ def test_exactly_once_while_the_group_rebalances(tmp_path: Path, metrics: Metric
 
 class ShufflerProcess:
     def __init__(self, url: str, tp: Topics, metrics_path: Path, cwd: Path) -> None:
-        args = [sys.executable, "-m", "simulator.cli", "shuffler", "--transport", url, "--metrics", str(metrics_path),
+        args = [sys.executable, "-m", "ldp_cli.main", "shuffler", "--transport", url, "--metrics", str(metrics_path),
                 "--min-batch", "100", "--max-batch", "400", "--checkpoint-interval", "0.1", "--group", tp.group,
                 "--member", "crash-test", "--partitions", "4", "--session-timeout", "2", "--raw-topic", tp.raw,
                 "--shuffled-topic", tp.shuffled, "--state-topic", tp.state, "--no-guarantee"]

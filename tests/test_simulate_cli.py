@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 from client_sdk.mechanisms import MECHANISMS, make_spec
-from simulator.cli import main
+from ldp_cli.main import main
 
 NAMES = sorted(MECHANISMS)
 CONTRACT = {"mechanism", "epsilon", "domain", "users", "seed", "true", "estimate", "variance", "seconds"}

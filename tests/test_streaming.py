@@ -14,9 +14,9 @@ from fastapi.testclient import TestClient
 
 from client_sdk.mechanisms import make_spec
 from client_sdk.wire import ReportBatch
-from collector.catalog import SpecCatalog
-from collector.topics import SHUFFLED_TOPIC
-from collector.transport import TopicPartition, open_transport
+from pipeline.catalog import SpecCatalog
+from pipeline.topics import SHUFFLED_TOPIC
+from pipeline.transport import TopicPartition, open_transport
 from estimator.streaming import (
     EstimatorState,
     StateError,

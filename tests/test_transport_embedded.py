@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from collector.transport import (
+from pipeline.transport import (
     DEFAULT_URL,
     CommitFailedError,
     FencedError,
@@ -19,8 +19,8 @@ from collector.transport import (
     TransportError,
     open_transport,
 )
-from collector.transport.embedded import SCHEMA_VERSION, EmbeddedTransport
-from collector.transport.kafka import KafkaTransport
+from pipeline.transport.embedded import SCHEMA_VERSION, EmbeddedTransport
+from pipeline.transport.kafka import KafkaTransport
 from tests.transport_contract import TransportContract, drain
 
 

@@ -24,7 +24,7 @@ def test_records_carry_the_start_of_their_utc_day_not_the_send_time(kafka_bootst
 
     from kafka import KafkaConsumer as RawConsumer
 
-    from collector.transport.kafka import KafkaTransport
+    from pipeline.transport.kafka import KafkaTransport
 
     day = 20_000 * 86400.0
     t = KafkaTransport(kafka_bootstrap, clock=lambda: day + 45_678.9)
@@ -49,7 +49,7 @@ def test_topic_retention_reaches_the_broker(kafka_bootstrap: str) -> None:
 
     from kafka.admin import ConfigResource, ConfigResourceType
 
-    from collector.transport.kafka import KafkaTransport
+    from pipeline.transport.kafka import KafkaTransport
 
     t = KafkaTransport(kafka_bootstrap, retention=3 * 86400.0)
     names = {f"ret-{k}-{uuid.uuid4().hex[:8]}": k for k in ("default", "forever", "hour")}

@@ -1,4 +1,4 @@
-"""The contract every :class:`collector.transport.Transport` must pass.
+"""The contract every :class:`pipeline.transport.Transport` must pass.
 
 A test module subclasses :class:`TransportContract` and overrides the
 ``transport_url`` fixture; everything else is shared. Crashes are real: a
@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from collector.transport import (
+from pipeline.transport import (
     CommitFailedError,
     Consumer,
     Record,

@@ -261,7 +261,7 @@ class RoundState:
 
     def to_document(self) -> dict[str, Any]:
         """The full state with ``params`` and ``control`` as float32 numpy vectors (for
-        :func:`collector.fl_records.pack_document`: raw little-endian bytes in chunked records)."""
+        :func:`pipeline.fl_records.pack_document`: raw little-endian bytes in chunked records)."""
         return self._full(lambda v: np.ascontiguousarray(v, np.float32))
 
     @classmethod

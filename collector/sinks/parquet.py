@@ -1,24 +1,13 @@
 """The Parquet sink: shuffled batches become a dataset partitioned by metric and day.
 
-Layout of a dataset rooted at ``root``::
+The dataset format (file names, columns, metadata, readers) is
+:mod:`pipeline.dataset`; this module writes it. Beside the data files the
+sink keeps, under the dataset's root::
 
-    metric=<name>/day=<N>/part-<topic>-<partition>-<first>-<last>-<spec_id>.parquet
+    metric=<name>/day=<N>/part-...parquet     the data (pipeline.dataset)
     _chunks/<topic>/<partition>.log       chunk boundaries, one "first last" line per chunk
     _chunks/<topic>/<partition>.lock      serializes appends to that log
     _undecodable/<topic>-<partition>-<offset>.ldps   shuffled batches no loaded metrics file explains
-
-``N`` is the UTC day number (days since 1970-01-01). A file holds the
-reports of one metric, day and spec taken from one *chunk*: the records
-(shuffled batches) of one topic partition with offsets ``first..last``
-(20-digit zero-padded). Columns mirror the spec's record layout: integer
-fields as integer columns of the same width and signedness, packed-bit
-(sub-array) fields as ``fixed_size_binary`` of the field's byte width, in
-the wire's byte order; plus a dictionary-encoded ``spec_id`` column. The
-file's schema metadata holds ``ldp.spec`` (the spec dict, so a file is
-readable without any metrics file), ``ldp.spec_id``, ``ldp.metric``,
-``ldp.day``, ``ldp.source`` (topic, partition, first, last) and
-``ldp.shuffles`` (the shuffle metadata of every batch in the file, with
-its offset).
 
 **Durability.** A file is written to a hidden temporary name in its folder,
 flushed and fsync'ed, renamed over its final name, and the folder is
@@ -39,7 +28,7 @@ exist. Every commit is at a chunk end, so a new owner always starts at a
 chunk start. A member that finds the group's committed offset moved under
 one of its chunks (another member owned the partition meanwhile) drops
 its buffers and rejoins instead of writing; a rebalance that rewound
-uncommitted records (a new :attr:`~collector.transport.base.Consumer.generation`
+uncommitted records (a new :attr:`~pipeline.transport.base.Consumer.generation`
 after a poll) drops every buffer at once. Files are complete or absent
 (atomic rename), so a reader that lists the folders sees each report once.
 
@@ -70,221 +59,26 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from client_sdk.errors import FrameError, LDPError
-from client_sdk.mechanisms import spec_from_dict
+from client_sdk.errors import FrameError
 from client_sdk.mechanisms.base import MechanismSpec
-from collector.envelope import ShuffleMeta, decode_envelope
-from collector.topics import DEFAULT_PARTITIONS, SHUFFLED_TOPIC
-from collector.transport.base import CommitFailedError, Consumer, Record, TopicPartition, Transport
+from collector.errors import SinkError
+from pipeline.dataset import FORMAT, fsync_dir, makedirs_durable, part_name, records_to_table, write_table_atomic
+from pipeline.envelope import ShuffleMeta, decode_envelope
+from pipeline.topics import DEFAULT_PARTITIONS, SHUFFLED_TOPIC
+from pipeline.transport.base import CommitFailedError, Consumer, Record, TopicPartition, Transport
 
 __all__ = [
     "SHUFFLED_TOPIC",
     "DEFAULT_GROUP",
-    "FORMAT",
     "SinkError",
-    "PartFile",
-    "PartData",
     "SinkStats",
-    "records_to_table",
-    "table_to_records",
-    "part_name",
-    "parse_part_name",
-    "write_table_atomic",
-    "fsync_dir",
-    "list_parts",
-    "read_part",
     "ChunkLog",
     "ParquetSink",
 ]
 
 DEFAULT_GROUP = "ldp-parquet-sink"
-FORMAT = "ldp-parquet/1"
 
 log = logging.getLogger(__name__)
-
-_PART_RE = re.compile(r"^part-(?P<topic>[A-Za-z0-9._-]+)-(?P<partition>\d+)-(?P<first>\d{20})-(?P<last>\d{20})-"
-                      r"(?P<spec_id>[0-9a-f]{16})\.parquet$")
-
-
-class SinkError(LDPError):
-    """The dataset or its chunk logs are inconsistent, or a file cannot be read as a sink part."""
-
-
-# -- records <-> Arrow ---------------------------------------------------------------------------
-
-
-def records_to_table(records: np.ndarray, spec: MechanismSpec) -> pa.Table:
-    """An Arrow table whose columns mirror ``spec.record_dtype``, plus ``spec_id``."""
-    dtype = spec.record_dtype
-    if records.dtype != dtype:
-        raise FrameError(f"records have dtype {records.dtype}, spec {spec.name} ({spec.spec_id}) needs {dtype}")
-    n = int(records.size)
-    arrays, names = [], []
-    for name in dtype.names or ():
-        ftype = dtype.fields[name][0]
-        col = records[name]
-        if ftype.subdtype is not None:
-            raw = np.ascontiguousarray(col).view(np.uint8).reshape(-1)
-            arr = pa.FixedSizeBinaryArray.from_buffers(pa.binary(ftype.itemsize), n, [None, pa.py_buffer(raw)])
-        else:
-            arr = pa.array(np.ascontiguousarray(col, dtype=ftype.newbyteorder("=")))
-        arrays.append(arr)
-        names.append(name)
-    arrays.append(pa.DictionaryArray.from_arrays(pa.array(np.zeros(n, dtype=np.int32)), pa.array([spec.spec_id])))
-    names.append("spec_id")
-    return pa.Table.from_arrays(arrays, names=names)
-
-
-def table_to_records(table: pa.Table, spec: MechanismSpec) -> np.ndarray:
-    """Inverse of :func:`records_to_table`; checks the columns against the spec's layout."""
-    dtype = spec.record_dtype
-    n = table.num_rows
-    out = np.empty(n, dtype=dtype)
-    for name in dtype.names or ():
-        if name not in table.column_names:
-            raise SinkError(f"column {name!r} of spec {spec.name} ({spec.spec_id}) is missing; "
-                            f"the file has {table.column_names}")
-        ftype = dtype.fields[name][0]
-        col = table.column(name).combine_chunks()
-        if ftype.subdtype is not None:
-            if col.type != pa.binary(ftype.itemsize):
-                raise SinkError(f"column {name!r} is {col.type}, expected fixed_size_binary[{ftype.itemsize}]")
-            if n:
-                data = np.frombuffer(col.buffers()[1], dtype=np.uint8, count=n * ftype.itemsize,
-                                     offset=col.offset * ftype.itemsize)
-                out[name] = data.view(ftype.base).reshape((n, *ftype.shape))
-        else:
-            if col.type != pa.from_numpy_dtype(ftype.newbyteorder("=")):
-                raise SinkError(f"column {name!r} is {col.type}, expected {ftype}")
-            out[name] = col.to_numpy(zero_copy_only=False)
-    return out
-
-
-# -- names and durable files -------------------------------------------------------------------
-
-
-@dataclasses.dataclass(frozen=True)
-class PartFile:
-    """A data file of the dataset, described by its path and name."""
-
-    path: Path
-    metric: str
-    day: int
-    topic: str
-    partition: int
-    first: int
-    last: int
-    spec_id: str
-
-
-def part_name(topic: str, partition: int, first: int, last: int, spec_id: str) -> str:
-    """``part-<topic>-<partition>-<first>-<last>-<spec_id>.parquet`` (offsets zero-padded to 20 digits)."""
-    return f"part-{topic}-{partition}-{first:020d}-{last:020d}-{spec_id}.parquet"
-
-
-def parse_part_name(name: str) -> dict[str, Any] | None:
-    """The fields of a part file name, or ``None`` if ``name`` is not one."""
-    m = _PART_RE.match(name)
-    if m is None:
-        return None
-    return {"topic": m["topic"], "partition": int(m["partition"]), "first": int(m["first"]),
-            "last": int(m["last"]), "spec_id": m["spec_id"]}
-
-
-def fsync_dir(path: Path) -> None:
-    """fsync a folder, so that entries created or renamed in it survive a power cut."""
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _makedirs_durable(path: Path) -> None:
-    missing = []
-    p = path
-    while not p.exists():
-        missing.append(p)
-        p = p.parent
-    for d in reversed(missing):
-        with contextlib.suppress(FileExistsError):
-            d.mkdir()
-        fsync_dir(d.parent)
-
-
-def write_table_atomic(path: Path, table: pa.Table) -> None:
-    """Write ``table`` to ``path`` atomically and durably: temp name, fsync, rename, fsync folder."""
-    _makedirs_durable(path.parent)
-    tmp = path.parent / f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp"
-    try:
-        with open(tmp, "wb") as f:
-            pq.write_table(table, f, compression="zstd")
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            tmp.unlink()
-        raise
-    fsync_dir(path.parent)
-
-
-# -- reading -----------------------------------------------------------------------------------
-
-
-@dataclasses.dataclass(frozen=True)
-class PartData:
-    """The content of one part file."""
-
-    file: PartFile
-    spec: MechanismSpec
-    records: np.ndarray
-    shuffles: list[dict[str, Any]]
-
-
-def list_parts(root: str | os.PathLike[str], metric: str, days: Iterable[int] | None = None) -> list[PartFile]:
-    """The part files of ``metric`` (for ``days`` if given), sorted by day, topic, partition and offset."""
-    base = Path(root) / f"metric={metric}"
-    wanted = None if days is None else set(int(d) for d in days)
-    out = []
-    if not base.is_dir():
-        return out
-    for day_dir in base.iterdir():
-        if not day_dir.is_dir() or not day_dir.name.startswith("day="):
-            continue
-        try:
-            day = int(day_dir.name[4:])
-        except ValueError:
-            continue
-        if wanted is not None and day not in wanted:
-            continue
-        for f in day_dir.iterdir():
-            fields = parse_part_name(f.name)
-            if fields is not None:
-                out.append(PartFile(path=f, metric=metric, day=day, **fields))
-    out.sort(key=lambda p: (p.day, p.topic, p.partition, p.first, p.spec_id))
-    return out
-
-
-def read_part(part: PartFile | str | os.PathLike[str]) -> PartData:
-    """Read a part file; its spec comes from the file's own metadata."""
-    if not isinstance(part, PartFile):
-        path = Path(part)
-        fields = parse_part_name(path.name)
-        if fields is None:
-            raise SinkError(f"{path} is not named like a part file (part-<topic>-<p>-<first>-<last>-<spec>.parquet)")
-        md = pq.read_schema(path).metadata or {}
-        part = PartFile(path=path, metric=md.get(b"ldp.metric", b"").decode(), day=int(md.get(b"ldp.day", b"0")),
-                        **fields)
-    table = pq.read_table(part.path)
-    md = table.schema.metadata or {}
-    if md.get(b"ldp.format") != FORMAT.encode():
-        raise SinkError(f"{part.path} was not written by this sink (format {md.get(b'ldp.format')!r})")
-    spec = spec_from_dict(json.loads(md[b"ldp.spec"]))
-    if spec.spec_id != part.spec_id or md.get(b"ldp.spec_id", b"").decode() != spec.spec_id:
-        raise SinkError(f"{part.path}: its metadata's spec has id {spec.spec_id}, its name says {part.spec_id}")
-    return PartData(part, spec, table_to_records(table, spec), json.loads(md.get(b"ldp.shuffles", b"[]")))
-
 
 # -- chunk logs --------------------------------------------------------------------------------
 
@@ -308,7 +102,7 @@ class ChunkLog:
 
     @contextlib.contextmanager
     def locked(self) -> Iterator["ChunkLog"]:
-        _makedirs_durable(self.dir)
+        makedirs_durable(self.dir)
         with open(self.lock_path, "a+b") as lk:
             fcntl.flock(lk.fileno(), fcntl.LOCK_EX)
             self._held = True
@@ -424,7 +218,7 @@ class ParquetSink:
     """Consume shuffled batches in a consumer group and write them as a Parquet dataset (see the module docstring).
 
     ``specs`` resolves ``(metric, spec_id)`` to a spec (a
-    :class:`~collector.catalog.SpecCatalog`). A batch no spec explains is
+    :class:`~pipeline.catalog.SpecCatalog`). A batch no spec explains is
     kept verbatim under ``_undecodable/`` and counted, never dropped.
     A flush happens when ``flush_reports`` reports are buffered or the
     oldest buffered batch is ``flush_seconds`` old. A missing topic is
@@ -545,7 +339,7 @@ class ParquetSink:
         path = self.root / "_undecodable" / f"{rec.topic}-{rec.partition}-{rec.offset:020d}.ldps"
         log.error("parquet sink: %s[%d]@%d cannot be decoded (%s); kept in %s", rec.topic, rec.partition,
                   rec.offset, exc, path)
-        _makedirs_durable(path.parent)
+        makedirs_durable(path.parent)
         tmp = path.parent / f".{path.name}.{uuid.uuid4().hex[:8]}.tmp"
         with open(tmp, "wb") as f:
             f.write(rec.value)

@@ -18,7 +18,7 @@ uploads or SecAgg running sum, seen upload ids, counters, the seeded
 generator's state, the noise of every past round for the accountant) is a
 function of the last **checkpoint** and of the update records after the
 offsets that checkpoint accounts for. Every commit is one transport
-transaction (:meth:`~collector.transport.base.Consumer.transaction`) that
+transaction (:meth:`~pipeline.transport.base.Consumer.transaction`) that
 publishes the new round states, one checkpoint to ``ldp.fl.state``
 (carrying the update offsets it covers) and commits the consumer's offsets
 on ``ldp.fl.updates`` — together or not at all. So after a SIGKILL at any
@@ -35,7 +35,7 @@ stays at the last restored checkpoint) until the marker comes back; the last
 checkpoint of its task and group before the marker is the newest committed one.
 
 Records: checkpoints and round states are chunked documents
-(:mod:`collector.fl_records`) of at most ``JobSettings.max_record_bytes``
+(:mod:`pipeline.fl_records`) of at most ``JobSettings.max_record_bytes``
 each, all chunks in the commit's transaction; a restore loads only a
 complete, consistent set (and still checks its offsets against the group's).
 
@@ -76,7 +76,7 @@ from client_sdk.fl.protocol import (
     parse_upload,
 )
 from client_sdk.randomness import secure_generator
-from collector.fl_records import (
+from pipeline.fl_records import (
     DEFAULT_MAX_RECORD_BYTES,
     MIN_RECORD_BYTES,
     ChunkAssembler,
@@ -87,8 +87,8 @@ from collector.fl_records import (
     pack_document,
     unpack_document,
 )
-from collector.topics import FL_ROUNDS_TOPIC, FL_STATE_TOPIC, FL_UPDATES_TOPIC
-from collector.transport import CommitFailedError, Consumer, FencedError, TopicPartition, Transport, TransportError
+from pipeline.topics import FL_ROUNDS_TOPIC, FL_STATE_TOPIC, FL_UPDATES_TOPIC
+from pipeline.transport import CommitFailedError, Consumer, FencedError, TopicPartition, Transport, TransportError
 from estimator.fl.aggregators import AggregateResult, Aggregator, RoundContext, ValidatingAggregator, WeightedMean
 from estimator.fl.dp import AdaptiveClippingDP, ClientLevelAccountant, FixedClippingDP, update_noise_multiplier
 from estimator.fl.robust import CoordinateMedian, Krum, TrimmedMean
@@ -615,7 +615,7 @@ class AggregationJob:
     def _read_checkpoint(self) -> dict[str, Any] | None:
         """The newest complete checkpoint of this task and group before a fresh marker: ``{"offsets",
         "state"}``, or None. Chunked checkpoints count only as complete, consistent sets
-        (:class:`~collector.fl_records.ChunkAssembler`); a single-record JSON checkpoint (the first
+        (:class:`~pipeline.fl_records.ChunkAssembler`); a single-record JSON checkpoint (the first
         format) is read too. Incomplete sets newer than the result are counted in
         ``incomplete_checkpoints`` and never loaded."""
         s = self.settings
@@ -712,7 +712,7 @@ class AggregationJob:
             self._st.clip_norm = float(self._adaptive.clip_norm)
 
     def _checkpoint(self, offsets: dict[int, int]) -> list[bytes]:
-        """The checkpoint as chunk records (:mod:`collector.fl_records`); every chunk carries the group and
+        """The checkpoint as chunk records (:mod:`pipeline.fl_records`); every chunk carries the group and
         the update offsets it accounts for."""
         st = self._st
         st.rng_state = self._rng.bit_generator.state if self.spec.seed is not None else None

@@ -78,7 +78,7 @@ def run_pipeline(args: argparse.Namespace) -> int:
     import logging
 
     from client_sdk.metrics import load_metrics, utc_day
-    from collector.catalog import SpecCatalog
+    from pipeline.catalog import SpecCatalog
     from estimator.batch import estimate_dataset
     from simulator.pipeline import LocalPipeline, demo_labels, fleet_batches, sdk_devices, upload
 

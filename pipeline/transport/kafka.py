@@ -3,7 +3,7 @@
 * Publishing uses an idempotent producer with ``acks=all``: a record is
   acknowledged once every in-sync replica has it, and retries cannot
   duplicate it (KIP-98). The partition is chosen by
-  :func:`~collector.transport.base.partition_for` (XXH32), not by Kafka's
+  :func:`~pipeline.transport.base.partition_for` (XXH32), not by Kafka's
   murmur2 partitioner, so keys land in the same partitions as in the
   embedded log.
 * Consumers read with ``isolation_level="read_committed"`` (records of open
@@ -18,7 +18,7 @@
   offsets (as the embedded log does), so both transports redeliver the same
   records after a rebalance; if it drops delivered, uncommitted records, the
   rebalance listener counts it in ``Consumer.generation`` and the next commit
-  fails once (see :attr:`~collector.transport.base.Consumer.generation`).
+  fails once (see :attr:`~pipeline.transport.base.Consumer.generation`).
 
 kafka-python is pinned below 3: 3.0.12 discards a JoinGroup/SyncGroup round
 that completes while no ``poll()`` awaits it and sends a new JoinGroup (a
@@ -35,16 +35,18 @@ from __future__ import annotations
 import itertools
 import logging
 import math
+import socket
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from types import TracebackType
 from typing import Any
 
-from collector.transport.base import (
+from pipeline.transport.base import (
     CommitFailedError,
     Consumer,
     FencedError,
+    Health,
     Record,
     RecordPosition,
     TopicError,
@@ -59,7 +61,7 @@ from collector.transport.base import (
     partition_for,
 )
 
-__all__ = ["KafkaTransport", "KafkaConsumer"]
+__all__ = ["KafkaTransport", "KafkaConsumer", "describe_cluster"]
 
 log = logging.getLogger(__name__)
 
@@ -71,6 +73,46 @@ def _errors() -> Any:
     import kafka.errors
 
     return kafka.errors
+
+
+def describe_cluster(bootstrap: str, timeout: float = 5.0) -> dict[str, Any]:
+    """Ask the cluster at ``bootstrap`` (``host:port``) to describe itself; :class:`TransportError` if it cannot.
+
+    Returns ``{"cluster_id", "brokers": [...]}`` once at least one broker is
+    registered and unfenced. A fresh admin client with ``timeout`` for each
+    call, so that a broker that is down costs at most about ``timeout``.
+    """
+    host, _, port = bootstrap.rpartition(":")
+    host = host.strip("[]")
+    if not port.isdigit():
+        raise ValueError(f"bootstrap must be host:port, got {bootstrap!r}")
+    try:
+        with socket.create_connection((host, int(port)), timeout=min(timeout, 1.0)):
+            pass
+    except OSError as exc:
+        raise TransportError(f"nothing accepts connections on {bootstrap}") from exc
+    from kafka import KafkaAdminClient
+    from kafka.errors import KafkaError
+
+    ms = max(1000, int(timeout * 1000))
+    # kafka-python 2.x names the bootstrap wait api_version_auto_timeout_ms, 3.x bootstrap_timeout_ms
+    wait_key = ("bootstrap_timeout_ms" if "bootstrap_timeout_ms" in KafkaAdminClient.DEFAULT_CONFIG
+                else "api_version_auto_timeout_ms")
+    try:
+        admin = KafkaAdminClient(bootstrap_servers=bootstrap, client_id="ldp-kafka-probe",
+                                 request_timeout_ms=ms, **{wait_key: ms})
+    except (KafkaError, OSError) as exc:
+        raise TransportError(f"the broker at {bootstrap} does not answer: {exc!r}") from exc
+    try:
+        desc = admin.describe_cluster()
+    except (KafkaError, OSError) as exc:
+        raise TransportError(f"the broker at {bootstrap} does not describe its cluster: {exc!r}") from exc
+    finally:
+        admin.close()
+    brokers = [b for b in desc.get("brokers", []) if not b.get("is_fenced", False)]
+    if not brokers:
+        raise TransportError(f"the broker at {bootstrap} answers but no broker is registered and unfenced yet")
+    return {"cluster_id": desc.get("cluster_id"), "brokers": brokers}
 
 
 class KafkaTransport(Transport):
@@ -241,6 +283,14 @@ class KafkaTransport(Transport):
         for t in names:
             self.partitions(t)
         return KafkaConsumer(self, names, group, member=member, session_timeout=session_timeout)
+
+    def health(self, topic: str | None = None, *, timeout: float = 2.0) -> Health:
+        """Whether the cluster answers a describe request within about ``timeout`` s (a fresh admin client)."""
+        try:
+            info = describe_cluster(self.bootstrap.split(",")[0], timeout=timeout)
+        except (TransportError, ValueError) as exc:
+            return Health(False, str(exc))
+        return Health(True, f"{len(info['brokers'])} broker(s) up in cluster {info['cluster_id']}")
 
     def close(self) -> None:
         with self._lock:

@@ -10,14 +10,14 @@ __all__ = ["main", "build_parser"]
 
 #: sub-command modules, each exposing ``register(subparsers)``
 COMMANDS = [
-    "simulator.commands.simulate",
-    "simulator.commands.demo",
-    "simulator.commands.kafka",
-    "simulator.commands.estimator", "simulator.commands.estimate", "simulator.commands.sink",
-    "simulator.commands.collector",
-    "simulator.commands.shuffler",
-    "simulator.commands.privacy",
-    "simulator.commands.fl",
+    "ldp_cli.commands.simulate",
+    "ldp_cli.commands.demo",
+    "ldp_cli.commands.kafka",
+    "ldp_cli.commands.estimator", "ldp_cli.commands.estimate", "ldp_cli.commands.sink",
+    "ldp_cli.commands.collector",
+    "ldp_cli.commands.shuffler",
+    "ldp_cli.commands.privacy",
+    "ldp_cli.commands.fl",
 ]
 
 

@@ -31,9 +31,9 @@ in KIP-98 and KIP-447):
 One record carries one report *batch* (a wire frame), never one report.
 
 Two implementations pass the same contract suite (``tests/transport_contract.py``):
-:class:`~collector.transport.embedded.EmbeddedTransport` (SQLite in WAL
+:class:`~pipeline.transport.embedded.EmbeddedTransport` (SQLite in WAL
 mode; the default, no service needed) and
-:class:`~collector.transport.kafka.KafkaTransport` (kafka-python).
+:class:`~pipeline.transport.kafka.KafkaTransport` (kafka-python).
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ from typing import NamedTuple
 
 import xxhash
 
-from client_sdk.errors import LDPError
+from pipeline.errors import PipelineError
 
 __all__ = [
     "TopicPartition",
@@ -64,6 +64,7 @@ __all__ = [
     "Transaction",
     "Consumer",
     "Transport",
+    "Health",
     "process",
     "DAY",
     "DEFAULT_RETENTION",
@@ -118,7 +119,7 @@ class RecordPosition(NamedTuple):
     offset: int
 
 
-class TransportError(LDPError):
+class TransportError(PipelineError):
     """Base class of transport errors."""
 
 
@@ -307,6 +308,13 @@ class _TransactionContext(abc.ABC):
                  tb: TracebackType | None) -> None: ...
 
 
+class Health(NamedTuple):
+    """What :meth:`Transport.health` found: whether the log answers, and a line for an operator."""
+
+    ok: bool
+    detail: str
+
+
 class Transport(abc.ABC):
     """A partitioned durable log. Implementations: embedded (SQLite) and Kafka."""
 
@@ -353,6 +361,22 @@ class Transport(abc.ABC):
         member silent (no poll, for the embedded log; no heartbeat, for
         Kafka) for ``session_timeout`` seconds is removed from the group.
         """
+
+    def health(self, topic: str | None = None, *, timeout: float = 2.0) -> Health:
+        """Whether the log answers now (within about ``timeout`` s), for readiness probes.
+
+        The default asks for ``topic``'s partition count (a missing topic still
+        means the log answers); implementations with a cheaper or bounded
+        probe override it. Never raises.
+        """
+        try:
+            if topic is not None:
+                self.partitions(topic)
+        except TopicError:
+            pass  # reachable; the topic is created on the first publish
+        except Exception as exc:
+            return Health(False, f"{type(exc).__name__}: {exc}")
+        return Health(True, "transport reachable")
 
     @abc.abstractmethod
     def close(self) -> None:

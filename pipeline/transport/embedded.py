@@ -19,10 +19,10 @@ database as coordinator:
   sorted by name) and restarts each from the group's committed offset;
 * a commit, plain or transactional, succeeds only in the generation the
   records were delivered in, so a member that lost its partitions cannot
-  commit over their new owner (:class:`~collector.transport.base.CommitFailedError`);
+  commit over their new owner (:class:`~pipeline.transport.base.CommitFailedError`);
   a member that follows a new generation while it holds delivered,
   uncommitted records counts it in ``Consumer.generation`` and fails its
-  next commit once (see :attr:`~collector.transport.base.Consumer.generation`);
+  next commit once (see :attr:`~pipeline.transport.base.Consumer.generation`);
 * a consume-transform-produce transaction is one SQLite transaction that
   appends the outputs and writes the input offsets.
 
@@ -51,7 +51,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Literal
 
-from collector.transport.base import (
+from pipeline.transport.base import (
     CommitFailedError,
     Consumer,
     FencedError,

@@ -16,7 +16,7 @@ import signal
 import sys
 import threading
 
-from collector.topics import DEFAULT_PARTITIONS, SHUFFLED_TOPIC
+from pipeline.topics import DEFAULT_PARTITIONS, SHUFFLED_TOPIC
 
 __all__ = ["register", "DEFAULT_GROUP"]
 
@@ -44,10 +44,10 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from collector.catalog import SpecCatalog
+    from pipeline.catalog import SpecCatalog
     from collector.sinks.parquet import ParquetSink
-    from collector.transport import open_transport
-    from simulator.commands.estimator import consume_forever
+    from pipeline.transport import open_transport
+    from ldp_cli.commands.estimator import consume_forever
 
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s",
                         stream=sys.stderr)

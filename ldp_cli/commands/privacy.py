@@ -16,7 +16,7 @@ import argparse
 import json
 from typing import Any, Callable
 
-from simulator.commands.argtypes import positive_int as _positive_int, probability as _prob, positive as _positive
+from ldp_cli.commands.argtypes import positive_int as _positive_int, probability as _prob, positive as _positive
 
 __all__ = ["register"]
 

@@ -39,7 +39,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from collector.catalog import SpecCatalog
+    from pipeline.catalog import SpecCatalog
     from estimator.batch import BatchError, estimate_dataset, parse_day_range, plot_estimates, write_table
 
     if not 0.0 < args.confidence < 1.0:

@@ -4,7 +4,7 @@
 topic                       one record is                                           written by
 ==========================  ======================================================  =========================
 ``ldp.reports.raw``         one accepted upload, re-encoded as a wire frame         the collector
-``ldp.reports.shuffled``    one shuffled batch (:mod:`collector.envelope`)          the shuffler
+``ldp.reports.shuffled``    one shuffled batch (:mod:`pipeline.envelope`)          the shuffler
 ``ldp.shuffler.state``      one chunk of a shuffler checkpoint (internal)           the shuffler
 ``ldp.fl.rounds``           one published round state of a federated task           the FL aggregation job
 ``ldp.fl.updates``          one checked device upload (update or SecAgg step)       the collector
@@ -14,7 +14,7 @@ topic                       one record is                                       
 FL records are keyed by task name (:mod:`client_sdk.fl.protocol`, :mod:`estimator.fl.job`).
 
 Raw and shuffled records are keyed ``"<metric>/<day>"``, so every batch of
-one metric-day lands in one partition (:func:`~collector.transport.base.partition_for`)
+one metric-day lands in one partition (:func:`~pipeline.transport.base.partition_for`)
 and keeps its order there.
 """
 

@@ -21,7 +21,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from simulator.commands.argtypes import positive_int as _positive_int, probability as _prob, seed as _seed
+from ldp_cli.commands.argtypes import positive_int as _positive_int, probability as _prob, seed as _seed
 
 __all__ = ["register"]
 
@@ -180,8 +180,8 @@ def run_job_cmd(args: argparse.Namespace) -> int:
     import signal
     import threading
 
-    from collector.topics import FL_ROUNDS_TOPIC, FL_STATE_TOPIC, FL_UPDATES_TOPIC
-    from collector.transport import open_transport
+    from pipeline.topics import FL_ROUNDS_TOPIC, FL_STATE_TOPIC, FL_UPDATES_TOPIC
+    from pipeline.transport import open_transport
     from estimator.fl.job import AggregationJob, FLTaskSpec, JobSettings
 
     with open(args.task) as f:

@@ -53,7 +53,7 @@ a duplicate and changes nothing.
 
 Round states
 ------------
-Round states arrive as chunk records (:mod:`collector.fl_records`); the
+Round states arrive as chunk records (:mod:`pipeline.fl_records`); the
 follower serves a state only once all its chunks are in and their digest
 matches. A single-record JSON state (the first format) is read too.
 """
@@ -81,9 +81,9 @@ from client_sdk.fl.protocol import (
     parse_upload,
 )
 from client_sdk.framing import has_magic
-from collector.fl_records import ChunkAssembler, ChunkError, decode_chunk, is_chunk, unpack_document
+from pipeline.fl_records import ChunkAssembler, ChunkError, decode_chunk, is_chunk, unpack_document
 from collector.prometheus import Registry
-from collector.transport import Transport, TransportError
+from pipeline.transport import Transport, TransportError
 
 __all__ = ["FLService", "add_fl_routes", "start_fl_service", "STATUS_OF_REASON", "REPLAY_WINDOW"]
 

@@ -1,6 +1,6 @@
 """``ldp kafka up|status|down``: the project's own single-node Kafka broker.
 
-See :mod:`collector.kafka_broker` for what each step does.
+See :mod:`ldp_cli.broker` for what each step does.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import logging
 import sys
 import time
 
-from collector.kafka_broker import DEFAULT_KAFKA_VERSION, BrokerConfig, BrokerError, down, status, up
+from ldp_cli.broker import DEFAULT_KAFKA_VERSION, BrokerConfig, BrokerError, down, status, up
 
 __all__ = ["register"]
 

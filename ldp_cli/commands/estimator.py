@@ -19,7 +19,7 @@ import sys
 import threading
 import time
 
-from collector.topics import DEFAULT_PARTITIONS, SHUFFLED_TOPIC
+from pipeline.topics import DEFAULT_PARTITIONS, SHUFFLED_TOPIC
 
 __all__ = ["register", "DEFAULT_PORT"]
 
@@ -51,7 +51,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def consume_forever(engine: object, stop: threading.Event, *, idle_exit: float | None = None,
                     backoff: float = 1.0) -> None:
     """Run ``engine`` (a StreamingEstimator or ParquetSink) until ``stop``; on a transport failure rejoin after ``backoff``."""
-    from collector.transport import FencedError
+    from pipeline.transport import FencedError
 
     log = logging.getLogger("ldp.consumer")
     while not stop.is_set():
@@ -73,8 +73,8 @@ def consume_forever(engine: object, stop: threading.Event, *, idle_exit: float |
 
 
 def run(args: argparse.Namespace) -> int:
-    from collector.catalog import SpecCatalog
-    from collector.transport import open_transport
+    from pipeline.catalog import SpecCatalog
+    from pipeline.transport import open_transport
     from estimator.streaming import StreamingEstimator, create_app
 
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s",

@@ -1,14 +1,8 @@
 """``ldp shuffler``: run the shuffler as a long-lived worker (see :mod:`collector.shuffler`).
 
 The central (ε, δ) of each released batch comes from
-:func:`estimator.accounting.shuffle.shuffle_guarantee` (Feldman, McMillan
-and Talwar 2021, numerical bound), wired in here because the collector
-package must not import the estimator. To keep the bound's cache warm it is
-evaluated at ``n`` rounded down to three significant bits (at most 12.5 %
-below the batch size): a bound for fewer reports also holds for more,
-because in the clone reduction each extra report only adds an independent
-clone-or-not draw to both distributions, a post-processing that cannot
-increase their hockey-stick divergence.
+:func:`estimator.accounting.shuffle.shuffler_guarantee`, wired in here
+because the collector package must not import the estimator.
 
 SIGTERM or Ctrl-C stops it after a final checkpoint; the counters are
 printed as one JSON line on exit.
@@ -23,27 +17,7 @@ import signal
 import sys
 import threading
 
-__all__ = ["register", "make_guarantee", "grid_floor"]
-
-
-def grid_floor(n: int) -> int:
-    """The largest ``b * 2**k <= n`` with ``8 <= b <= 15`` (``n`` itself below 16)."""
-    if n < 16:
-        return int(n)
-    k = int(n).bit_length() - 4
-    return (int(n) >> k) << k
-
-
-def make_guarantee(delta: float):  # type: ignore[no-untyped-def]
-    """``(n, epsilon0) -> (epsilon, delta, bound)`` from the FMT21 numerical bound at :func:`grid_floor` ``(n)``."""
-    from estimator.accounting.shuffle import shuffle_guarantee
-
-    def guarantee(n: int, epsilon0: float) -> tuple[float, float, str]:
-        m = grid_floor(n)
-        g = shuffle_guarantee(float(epsilon0), m, float(delta))
-        return g.epsilon, g.delta, f"{g.method}, evaluated at n={m}"
-
-    return guarantee
+__all__ = ["register"]
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -85,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
     from client_sdk.metrics import load_metrics
     from collector.errors import ConfigError, ShufflerStateError
     from collector.shuffler import Shuffler, ShufflerSettings
-    from collector.transport import FencedError, open_transport
+    from pipeline.transport import FencedError, open_transport
 
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s",
                         stream=sys.stderr)
@@ -103,7 +77,9 @@ def run(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         print(f"ldp shuffler: error: {exc}", file=sys.stderr)
         return 2
-    guarantee = None if args.no_guarantee else make_guarantee(args.delta)
+    from estimator.accounting.shuffle import shuffler_guarantee
+
+    guarantee = None if args.no_guarantee else shuffler_guarantee(args.delta)
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())

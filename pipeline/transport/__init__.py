@@ -1,9 +1,9 @@
 """Transports between pipeline stages, chosen by URL.
 
 ==================================  ==================================================
-``sqlite:///relative/path.sqlite3``  embedded log (:mod:`collector.transport.embedded`)
+``sqlite:///relative/path.sqlite3``  embedded log (:mod:`pipeline.transport.embedded`)
 ``sqlite:////absolute/path.sqlite3`` embedded log, absolute path
-``kafka://host:port[,host:port]``   Kafka (:mod:`collector.transport.kafka`)
+``kafka://host:port[,host:port]``   Kafka (:mod:`pipeline.transport.kafka`)
 ==================================  ==================================================
 
 Without a URL, :func:`open_transport` reads ``$LDP_TRANSPORT`` and otherwise
@@ -19,10 +19,11 @@ import os
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
-from collector.transport.base import (
+from pipeline.transport.base import (
     CommitFailedError,
     Consumer,
     FencedError,
+    Health,
     Record,
     RecordPosition,
     TopicError,
@@ -38,6 +39,7 @@ __all__ = [
     "DEFAULT_URL",
     "open_transport",
     "Transport",
+    "Health",
     "Consumer",
     "Transaction",
     "Record",
@@ -64,7 +66,7 @@ def open_transport(url: str | None = None, **options: Any) -> Transport:
     query = {k: _OPTION_TYPES.get(k, str)(v) for k, v in parse_qsl(parts.query)}
     query.update(options)
     if parts.scheme == "sqlite":
-        from collector.transport.embedded import EmbeddedTransport
+        from pipeline.transport.embedded import EmbeddedTransport
 
         if parts.netloc:
             raise ValueError(f"{url!r}: write sqlite:///relative/path or sqlite:////absolute/path (no host)")
@@ -73,7 +75,7 @@ def open_transport(url: str | None = None, **options: Any) -> Transport:
             raise ValueError(f"{url!r} names no file: write sqlite:///path/to/log.sqlite3")
         return EmbeddedTransport(path, **query)
     if parts.scheme == "kafka":
-        from collector.transport.kafka import KafkaTransport
+        from pipeline.transport.kafka import KafkaTransport
 
         if not parts.netloc:
             raise ValueError(f"{url!r} names no broker: write kafka://127.0.0.1:9092")

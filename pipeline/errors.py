@@ -1,0 +1,30 @@
+"""The shared pipeline layer's exceptions (all derive from :class:`client_sdk.errors.LDPError`).
+
+    LDPError
+    └── PipelineError
+        ├── ConfigError(ValueError)   a setting is invalid; the message names it and its valid range
+        ├── TransportError            the log failed (pipeline.transport)
+        │   ├── TopicError(ValueError)
+        │   ├── CommitFailedError
+        │   └── FencedError
+        ├── DatasetError              a file is not a valid part of a Parquet dataset
+        └── ChunkError(ValueError)    a chunked record (pipeline.fl_records) is malformed or inconsistent
+"""
+
+from __future__ import annotations
+
+from client_sdk.errors import LDPError
+
+__all__ = ["PipelineError", "ConfigError", "DatasetError"]
+
+
+class PipelineError(LDPError):
+    """Base class of the shared pipeline layer's errors."""
+
+
+class ConfigError(PipelineError, ValueError):
+    """A service's setting is invalid: the message names the setting and its valid range."""
+
+
+class DatasetError(PipelineError):
+    """A dataset file cannot be read as a part file, or its columns do not match its spec."""
