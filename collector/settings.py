@@ -15,7 +15,8 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from collector.errors import ConfigError
+from pipeline.errors import ConfigError
+from pipeline.settings import check_ranges, settings_from_env
 from pipeline.topics import DEFAULT_PARTITIONS, FL_ROUNDS_TOPIC, FL_UPDATES_TOPIC, RAW_TOPIC
 from pipeline.transport import DEFAULT_URL
 from pipeline.transport.base import check_topic_name
@@ -24,7 +25,6 @@ __all__ = ["CollectorSettings", "DEFAULT_DEDUP_PATH", "ENV_PREFIX"]
 
 ENV_PREFIX = "LDP_COLLECTOR_"
 DEFAULT_DEDUP_PATH = "ldp-data/collector-batch-ids.sqlite3"
-_FLOATS = frozenset({"dedup_ttl", "publish_timeout"})
 _ALIASES = {"transport_url": "LDP_TRANSPORT", "metrics_path": "LDP_METRICS"}
 
 
@@ -78,7 +78,7 @@ class CollectorSettings:
             raise ConfigError(f"fl_enabled must be true or false, got {self.fl_enabled!r}")
         if not isinstance(self.dedup_path, str) or not self.dedup_path:
             raise ConfigError("dedup_path must be a file path (or ':memory:' for tests)")
-        ranges: dict[str, tuple[float, float]] = {
+        check_ranges(self, {
             "raw_partitions": (1, 10_000),
             "dedup_ttl": (1.0, 365 * 86400.0),
             "max_body_bytes": (64, 1 << 30),
@@ -90,30 +90,16 @@ class CollectorSettings:
             "publish_timeout": (0.1, 3600.0),
             "max_group": (1, 1 << 16),
             "publishers": (1, 64),
-        }
-        for name, (lo, hi) in ranges.items():
-            val = getattr(self, name)
-            integral = name not in _FLOATS
-            ok = not isinstance(val, bool) and isinstance(val, int if integral else (int, float)) and lo <= val <= hi
-            if not ok:
-                kind = "an integer" if integral else "a number"
-                raise ConfigError(f"{name} must be {kind} from {lo:g} to {hi:g}, got {val!r}")
+        })
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> "CollectorSettings":
         """Settings from ``overrides`` (``None`` values ignored), then ``environ`` (default ``os.environ``), then defaults."""
+        values = {k: v for k, v in overrides.items() if v is not None}
         env = os.environ if environ is None else environ
-        values: dict[str, Any] = {}
-        for f in dataclasses.fields(cls):
-            raw = env.get(ENV_PREFIX + f.name.upper())
-            if raw is None and f.name in _ALIASES:
-                raw = env.get(_ALIASES[f.name])
-            if raw is not None:
-                values[f.name] = _parse(f, raw)
-        values.update({k: v for k, v in overrides.items() if v is not None})
-        if "metrics_path" not in values:
+        if "metrics_path" not in values and not env.get(ENV_PREFIX + "METRICS_PATH") and not env.get("LDP_METRICS"):
             raise ConfigError("no metrics file: pass --metrics FILE or set $LDP_METRICS")
-        return cls(**values)
+        return settings_from_env(cls, ENV_PREFIX, env, values, aliases=_ALIASES)
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self), sort_keys=True)
@@ -124,18 +110,3 @@ class CollectorSettings:
             return cls(**json.loads(text))
         except (TypeError, ValueError) as exc:
             raise ConfigError(f"collector settings JSON is invalid: {exc}") from None
-
-
-def _parse(field: dataclasses.Field[Any], raw: str) -> Any:
-    default = field.default
-    env = ENV_PREFIX + field.name.upper()
-    try:
-        if isinstance(default, bool):
-            return raw.lower() in ("1", "true", "yes")
-        if isinstance(default, int):
-            return int(raw)
-        if isinstance(default, float):
-            return float(raw)
-    except ValueError:
-        raise ConfigError(f"${env}={raw!r} is not a number") from None
-    return raw
