@@ -26,10 +26,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from client_sdk.errors import LDPError
 from client_sdk.mechanisms.base import MechanismSpec
 from client_sdk.metrics import MetricDefinition
 from pipeline.dataset import PartFile, list_parts, read_part
+from estimator.errors import BatchError
 from estimator.estimate import Estimate
 from estimator.oracles import accumulator_for
 from estimator.oracles.base import Accumulator
@@ -37,9 +37,6 @@ from estimator.streaming import parse_day
 
 __all__ = ["BatchError", "BatchResult", "parse_day_range", "accumulate", "estimate_dataset", "estimate_table",
            "write_table", "plot_estimates"]
-
-class BatchError(LDPError, ValueError):
-    """No data for the request, or a choice (spec, days) the user must make."""
 
 
 def parse_day_range(days: str | None = None, start: str | None = None, end: str | None = None) -> range | None:

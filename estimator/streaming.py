@@ -68,13 +68,14 @@ from typing import Any
 
 import numpy as np
 
-from client_sdk.errors import FrameError, LDPError
+from client_sdk.errors import FrameError
 from client_sdk.mechanisms import spec_from_dict
 from client_sdk.mechanisms.base import MechanismSpec
 from client_sdk.metrics import MetricDefinition
 from pipeline.envelope import ShuffleMeta, decode_envelope
 from pipeline.topics import DEFAULT_PARTITIONS, SHUFFLED_TOPIC
 from pipeline.transport.base import CommitFailedError, Consumer, Record, TopicPartition, Transport
+from estimator.errors import StateError
 from estimator.estimate import Estimate
 from estimator.oracles import accumulator_for
 from estimator.oracles.base import Accumulator
@@ -106,9 +107,6 @@ log = logging.getLogger(__name__)
 Key = tuple[str, str, int]  # (metric, spec_id, day)
 _EPOCH = _dt.date(1970, 1, 1)
 
-
-class StateError(LDPError):
-    """A snapshot is unreadable, belongs to another topic or group, or states do not merge."""
 
 
 def parse_day(value: str | int) -> int:

@@ -8,6 +8,7 @@
         │   ├── CommitFailedError
         │   └── FencedError
         ├── DatasetError              a file is not a valid part of a Parquet dataset
+        ├── ProcessorError            a stream processor cannot go on: stop it, do not retry the record
         └── ChunkError(ValueError)    a chunked record (pipeline.fl_records) is malformed or inconsistent
 """
 
@@ -15,7 +16,7 @@ from __future__ import annotations
 
 from client_sdk.errors import LDPError
 
-__all__ = ["PipelineError", "ConfigError", "DatasetError"]
+__all__ = ["PipelineError", "ConfigError", "DatasetError", "ProcessorError"]
 
 
 class PipelineError(LDPError):
@@ -28,3 +29,12 @@ class ConfigError(PipelineError, ValueError):
 
 class DatasetError(PipelineError):
     """A dataset file cannot be read as a part file, or its columns do not match its spec."""
+
+
+class ProcessorError(PipelineError):
+    """Fatal for a stream processor: its state and the log disagree in a way a retry cannot mend.
+
+    Command-line runners stop the processor and exit non-zero on it (and on
+    :class:`~pipeline.transport.FencedError`); any other error while
+    processing is retried after a rejoin.
+    """

@@ -65,7 +65,6 @@ from dp_accounting.pld import pld_privacy_accountant
 from dp_accounting.pld import privacy_loss_distribution as pld_lib
 from dp_accounting.rdp import rdp_privacy_accountant
 
-from client_sdk.errors import LDPError
 from client_sdk.privacy_events import (
     ComposedEvent,
     DiscreteGaussianEvent,
@@ -78,6 +77,7 @@ from client_sdk.privacy_events import (
     PureDPEvent,
     SelfComposedEvent,
 )
+from estimator.errors import AccountingError
 
 __all__ = [
     "AccountingError",
@@ -116,9 +116,6 @@ DEFAULT_DISCRETIZATION = 1e-4
 
 _Details = dp_accounting.PrivacyAccountant.CompositionErrorDetails
 
-
-class AccountingError(LDPError, ValueError):
-    """An event cannot be accounted as asked; the message says why and what to do."""
 
 
 # -- events dp_accounting lacks -------------------------------------------------

@@ -89,6 +89,7 @@ from pipeline.fl_records import (
 )
 from pipeline.topics import FL_ROUNDS_TOPIC, FL_STATE_TOPIC, FL_UPDATES_TOPIC
 from pipeline.transport import CommitFailedError, Consumer, FencedError, TopicPartition, Transport, TransportError
+from estimator.errors import JobStateError
 from estimator.fl.aggregators import AggregateResult, Aggregator, RoundContext, ValidatingAggregator, WeightedMean
 from estimator.fl.dp import AdaptiveClippingDP, ClientLevelAccountant, FixedClippingDP, update_noise_multiplier
 from estimator.fl.robust import CoordinateMedian, Krum, TrimmedMean
@@ -110,9 +111,6 @@ _AGGREGATOR_OPTIONS: dict[str, tuple[str, ...]] = {
 #: rounds whose accepted upload ids the job keeps, to count a re-sent old upload as ``replayed``
 REPLAY_WINDOW = 16
 
-
-class JobStateError(FLError):
-    """The job cannot restore its state without risking a lost or double-counted update."""
 
 
 class _Rewind(Exception):

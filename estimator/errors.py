@@ -1,0 +1,39 @@
+"""The estimator package's exceptions (all derive from :class:`client_sdk.errors.LDPError`).
+
+    LDPError
+    └── EstimatorError
+        ├── BatchError(ValueError)       no data for a batch request, or a choice (spec, days) the user must make
+        ├── AccountingError(ValueError)  an event cannot be accounted as asked
+        ├── StateError                   a streaming snapshot is unreadable, foreign, or states do not merge
+        └── JobStateError                an FL job cannot restore its state without losing or double-counting
+
+:class:`JobStateError` is also an :class:`client_sdk.fl.errors.FLError`, so FL callers that catch
+the FL tree keep catching it.
+"""
+
+from __future__ import annotations
+
+from client_sdk.errors import LDPError
+from client_sdk.fl.errors import FLError
+
+__all__ = ["EstimatorError", "BatchError", "AccountingError", "StateError", "JobStateError"]
+
+
+class EstimatorError(LDPError):
+    """Base class of the estimator package's errors."""
+
+
+class BatchError(EstimatorError, ValueError):
+    """No data for the request, or a choice (spec, days) the user must make."""
+
+
+class AccountingError(EstimatorError, ValueError):
+    """An event cannot be accounted as asked; the message says why and what to do."""
+
+
+class StateError(EstimatorError):
+    """A snapshot is unreadable, belongs to another topic or group, or states do not merge."""
+
+
+class JobStateError(EstimatorError, FLError):
+    """The job cannot restore its state without risking a lost or double-counted update."""
