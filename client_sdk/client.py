@@ -50,6 +50,7 @@ from typing import Any, Literal
 import numpy as np
 
 from client_sdk.errors import BudgetError, LDPError
+from client_sdk.files import write_atomic
 from client_sdk.ledger import BudgetLedger, DayBudget, SpendOutcome, epsilon_of
 from client_sdk.memo import MemoStore, load_or_create_secret
 from client_sdk.metrics import MetricDefinition, MetricSet, MetricsFileError, load_metrics, parse_metrics, utc_day
@@ -463,11 +464,8 @@ class TelemetryClient:
             self._count("metrics_fetch_failed")
             return
         self._adopt(server)
-        tmp = os.path.join(self.storage_dir, f".{_SERVER_METRICS_FILE}.{os.getpid()}")
         try:
-            with open(tmp, "w", encoding="utf-8") as f:
-                f.write(server.to_json())
-            os.replace(tmp, os.path.join(self.storage_dir, _SERVER_METRICS_FILE))
+            write_atomic(os.path.join(self.storage_dir, _SERVER_METRICS_FILE), server.to_json().encode("utf-8"))
         except OSError:
             self._count("storage_error")
 
