@@ -4,7 +4,7 @@ Protocol (what the collector implements):
 
 * ``POST {collector}/v1/reports`` with one binary frame
   (:mod:`client_sdk.wire`) as the body, ``Content-Type:
-  application/vnd.ldp.frame`` and ``Idempotency-Key`` the batch id in hex
+  application/vnd.ldp.frame`` (:data:`~client_sdk.wire.FRAME_CONTENT_TYPE`) and ``Idempotency-Key`` the batch id in hex
   (the id is also inside the frame). The collector answers ``202`` once it
   has durably accepted the batch, and answers a batch id it has already
   accepted with ``202`` (or ``409``) without counting it again.
@@ -50,6 +50,7 @@ from collections.abc import Callable, Mapping
 from typing import Literal
 
 from client_sdk.outbox import Outbox, PendingBatch
+from client_sdk.wire import FRAME_CONTENT_TYPE
 
 __all__ = [
     "HttpRequest",
@@ -64,7 +65,6 @@ __all__ = [
     "USER_AGENT",
 ]
 
-FRAME_CONTENT_TYPE = "application/vnd.ldp.frame"
 USER_AGENT = "ldp-telemetry-sdk/1"
 
 
