@@ -31,9 +31,13 @@ up to 10 % jitter, capped at ``max_delay``. Jitter is drawn from the OS
 CSPRNG (``secrets.SystemRandom``). The wait is stored with the batch, so a
 restarted app does not hammer a collector that asked it to wait.
 
-**Transport.** :data:`Transport` is one function, ``HttpRequest ->
+**HTTP transport.** :data:`HttpTransport` is one function, ``HttpRequest ->
 HttpResponse``, raising :class:`OSError` on network failures. The default
-uses ``urllib``; tests and other runtimes plug in their own.
+uses ``urllib``; tests and other runtimes plug in their own. The FL device
+(:class:`client_sdk.fl.device.FLDevice`) sends through the same function,
+with the same :class:`BackoffPolicy` and :func:`parse_retry_after`. (It was
+called ``Transport``, a name that now means only the server side's log,
+:class:`pipeline.transport.Transport`; the old name still works and warns.)
 """
 
 from __future__ import annotations
@@ -55,7 +59,7 @@ from client_sdk.wire import FRAME_CONTENT_TYPE
 __all__ = [
     "HttpRequest",
     "HttpResponse",
-    "Transport",
+    "HttpTransport",
     "urllib_transport",
     "BackoffPolicy",
     "Uploader",
@@ -91,7 +95,19 @@ class HttpResponse:
         return None
 
 
-Transport = Callable[[HttpRequest], HttpResponse]
+#: The SDK's HTTP function: one request in, its response out; :class:`OSError` on a network failure.
+HttpTransport = Callable[[HttpRequest], HttpResponse]
+
+
+def __getattr__(name: str) -> object:
+    """``Transport``, the deprecated name of :data:`HttpTransport` (PEP 562), with a warning."""
+    if name == "Transport":
+        import warnings
+
+        warnings.warn("client_sdk.uploader.Transport is deprecated; use HttpTransport (Transport names the "
+                      "server side's log, pipeline.transport.Transport)", DeprecationWarning, stacklevel=2)
+        return HttpTransport
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def urllib_transport(request: HttpRequest) -> HttpResponse:
@@ -140,7 +156,7 @@ class BackoffPolicy:
             raise ValueError(f"backoff needs base > 0 and max_delay >= base, got {self.base}, {self.max_delay}")
 
     def delay(self, failures: int, rng: random.Random, retry_after: float | None = None) -> float:
-        """The wait after ``failures`` consecutive transient failures (>= 1)."""
+        """The wait after ``failures`` consecutive transient failures (>= 1; 0 gives ``U(0, base)``)."""
         if retry_after is not None:
             wait = min(retry_after, self.max_delay)
             return wait * (1.0 + 0.1 * rng.random())
@@ -159,7 +175,7 @@ class Uploader:
         outbox: Outbox,
         collector_url: str,
         *,
-        transport: Transport = urllib_transport,
+        transport: HttpTransport = urllib_transport,
         batch_size: int = 500,
         max_age: float = 3600.0,
         timeout: float = 30.0,
