@@ -5,7 +5,9 @@ folder, flushes and fsyncs it, renames it over the target (``os.replace``,
 atomic on POSIX) and fsyncs the folder, so that after it returns the new
 file survives a power cut, and at any moment a reader sees either the whole
 old file or the whole new one, never a torn one. If anything fails before the
-rename, the temporary file is removed and the target is untouched.
+rename, the temporary file is removed and the target is untouched. With
+``replace=False`` it creates a file that must never be replaced (the SDK's
+device secret): the first writer wins, the others learn that the file exists.
 
 It lives in ``client_sdk`` because that is the lowest layer: the SDK, the
 pipeline, the collector, the estimator and the CLI all use this one helper
@@ -57,17 +59,21 @@ def temp_name(path: str | os.PathLike[str]) -> Path:
     return p.parent / f".{p.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
 
 
-def write_atomic(path: str | os.PathLike[str], content: Content) -> None:
+def write_atomic(path: str | os.PathLike[str], content: Content, *, mode: int = 0o666,
+                 replace: bool = True) -> None:
     """Replace ``path`` with ``content`` atomically and durably (see the module docstring).
 
     ``content`` is the bytes to write, or a function called with the open binary file that writes them
-    (for writers that stream, such as Parquet or ``np.savez``). The folder must exist (see
+    (for writers that stream, such as Parquet or ``np.savez``). ``mode`` is the new file's permission bits
+    (less the umask; ``0o600`` for a secret). ``replace=False`` creates the file only if ``path`` does not
+    exist yet -- the temporary file is hard-linked into place, so of several writers racing exactly one wins
+    and the others get :class:`FileExistsError` -- with the same durability. The folder must exist (see
     :func:`makedirs_durable`). Raises what the file system raises (:class:`OSError`) or what the writer
-    raises; the temporary file is removed in either case."""
+    raises; the temporary file is removed in every case."""
     target = Path(path)
     tmp = temp_name(target)
     try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
         with os.fdopen(fd, "wb") as f:
             if callable(content):
                 content(f)
@@ -75,9 +81,15 @@ def write_atomic(path: str | os.PathLike[str], content: Content) -> None:
                 f.write(content)
             f.flush()
             os.fsync(f.fileno())
-        os.replace(tmp, target)
+        if replace:
+            os.replace(tmp, target)
+        else:
+            os.link(tmp, target)
     except BaseException:
         with contextlib.suppress(OSError):
             tmp.unlink()
         raise
+    if not replace:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
     fsync_dir(target.parent)

@@ -128,6 +128,34 @@ def test_readers_see_a_whole_file_while_it_is_rewritten(tmp_path: Path) -> None:
     assert bad == [] and leftovers(tmp_path) == []
 
 
+def test_create_only_keeps_the_first_file_and_its_mode(tmp_path: Path) -> None:
+    """``replace=False`` (the device secret): of racing writers exactly one wins, the file is never replaced."""
+    target = tmp_path / "secret"
+    outcomes: list[str] = []
+    barrier = threading.Barrier(4)
+
+    def create(k: int) -> None:
+        barrier.wait()
+        try:
+            write_atomic(target, bytes([k]) * 32, mode=0o600, replace=False)
+            outcomes.append("won")
+        except FileExistsError:
+            outcomes.append("exists")
+
+    threads = [threading.Thread(target=create, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(outcomes) == ["exists", "exists", "exists", "won"]
+    data = target.read_bytes()
+    assert len(data) == 32 and len(set(data)) == 1
+    assert stat.S_IMODE(target.stat().st_mode) == 0o600
+    with pytest.raises(FileExistsError):
+        write_atomic(target, b"other", replace=False)
+    assert target.read_bytes() == data and leftovers(tmp_path) == []
+
+
 def test_temporary_names_are_hidden_unique_and_beside_the_target(tmp_path: Path) -> None:
     a, b = temp_name(tmp_path / "part.parquet"), temp_name(tmp_path / "part.parquet")
     assert a != b and a.parent == b.parent == tmp_path
