@@ -88,7 +88,7 @@ class Collector:
 async def _connection(host: str, port: int, template: bytes, deadline: float, warm_until: float,
                       latencies: list[float], counts: list[int]) -> None:
     reader, writer = await asyncio.open_connection(host, port)
-    head = (f"POST /v1/reports HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/x-ldp-frame\r\n"
+    head = (f"POST /v1/reports HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/vnd.ldp.frame\r\n"
             f"Content-Length: {len(template)}\r\n\r\n").encode()
     frame = bytearray(template)
     while True:

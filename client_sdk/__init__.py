@@ -1,13 +1,26 @@
-"""The device side: mechanism specs and encoders, hashing, the wire format.
+"""The device side: the telemetry client, mechanism specs and encoders, hashing, the wire format.
 
-Importing this package needs only numpy and xxhash.
+What an app embeds is :class:`TelemetryClient` (configured by a :class:`ClientConfig`), a
+:class:`LocalPolicy` and a metrics file (:class:`MetricSet`, :func:`load_metrics`); see docs/SDK.md.
+Importing this package needs only numpy, xxhash and the standard library.
 """
 
+from client_sdk.client import ClientConfig, ClientConfigError, TelemetryClient
 from client_sdk.errors import BudgetError, DomainError, FrameError, LDPError, SpecError, SpecMismatchError
 from client_sdk.mechanisms import MECHANISMS, MechanismSpec, make_spec, spec_from_dict
-from client_sdk.wire import ReportBatch, decode_frame, decode_json, encode_frame, encode_json
+from client_sdk.metrics import MetricSet, MetricsFileError, load_metrics, parse_metrics
+from client_sdk.policy import LocalPolicy
+from client_sdk.wire import FRAME_CONTENT_TYPE, ReportBatch, decode_frame, decode_json, encode_frame, encode_json
 
 __all__ = [
+    "TelemetryClient",
+    "ClientConfig",
+    "ClientConfigError",
+    "LocalPolicy",
+    "MetricSet",
+    "MetricsFileError",
+    "load_metrics",
+    "parse_metrics",
     "BudgetError",
     "DomainError",
     "FrameError",
@@ -19,6 +32,7 @@ __all__ = [
     "make_spec",
     "spec_from_dict",
     "ReportBatch",
+    "FRAME_CONTENT_TYPE",
     "decode_frame",
     "decode_json",
     "encode_frame",

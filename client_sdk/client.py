@@ -4,7 +4,8 @@
 
     client = TelemetryClient(storage_dir, "https://collector.example.org",
                              LocalPolicy(per_metric_daily=2.0, total_daily=8.0),
-                             metrics="metrics.json")
+                             metrics="metrics.json",
+                             config=ClientConfig(fetch_metrics=True))  # optional
     client.record("emoji_used", "😂")     # never raises, returns in microseconds
     client.close()                        # or use it as a context manager
 
@@ -30,6 +31,13 @@ batches by size and age, retries transient failures with backoff and
 optionally refreshes metric definitions from ``GET /v1/metrics``; a server
 definition that would exceed the local policy is refused and counted.
 
+**Configuration.** Four arguments say where the client keeps its state,
+which collector it talks to, what it may spend and what it records; everything
+else -- upload, batching, timing, modes, test hooks -- is one frozen
+:class:`ClientConfig` (like Glean's ``Configuration``), checked when it is
+made. The same fields are still accepted as keyword arguments of
+:class:`TelemetryClient` (the older spelling; they override ``config``).
+
 Construction fails loudly (:class:`ClientConfigError`, :class:`BudgetError`,
 :class:`~client_sdk.metrics.MetricsFileError`) on configuration errors.
 """
@@ -38,6 +46,7 @@ from __future__ import annotations
 
 import atexit
 import collections
+import dataclasses
 import os
 import sqlite3
 import threading
@@ -50,6 +59,7 @@ from typing import Any, Literal
 import numpy as np
 
 from client_sdk.errors import BudgetError, LDPError
+from client_sdk.files import write_atomic
 from client_sdk.ledger import BudgetLedger, DayBudget, SpendOutcome, epsilon_of
 from client_sdk.memo import MemoStore, load_or_create_secret
 from client_sdk.metrics import MetricDefinition, MetricSet, MetricsFileError, load_metrics, parse_metrics, utc_day
@@ -58,9 +68,9 @@ from client_sdk.policy import LocalPolicy, to_units
 from client_sdk.privacy_events import local_event
 from client_sdk.randomness import secure_generator, simulation_generator
 from client_sdk.store import Store
-from client_sdk.uploader import BackoffPolicy, Transport, Uploader, urllib_transport
+from client_sdk.uploader import BackoffPolicy, HttpTransport, Uploader, urllib_transport
 
-__all__ = ["TelemetryClient", "ClientConfigError", "ERROR_TALLIES", "STAT_TALLIES"]
+__all__ = ["TelemetryClient", "ClientConfig", "ClientConfigError", "ERROR_TALLIES", "STAT_TALLIES"]
 
 #: Names that :meth:`TelemetryClient.errors` always reports.
 ERROR_TALLIES = (
@@ -95,6 +105,77 @@ _SERVER_METRICS_FILE = "server_metrics.json"
 
 class ClientConfigError(LDPError, ValueError):
     """The client was configured wrongly; the message says how to fix it."""
+
+
+@dataclasses.dataclass(frozen=True)
+class ClientConfig:
+    """How a :class:`TelemetryClient` runs: every setting besides its four arguments (see the module docstring).
+
+    Checked when made (:class:`ClientConfigError`); change one field with ``dataclasses.replace``.
+
+    Attributes
+    ----------
+    fetch_metrics:
+        Also adopt definitions from ``GET {collector_url}/v1/metrics`` (at
+        start and every ``metrics_refresh_interval`` seconds), each checked
+        against the policy; the last good document is kept on disk.
+    mode:
+        ``"device"`` (default): a CSPRNG, no seeds. ``"simulation"``: allows
+        ``simulation_seed`` for reproducible runs. Never ship simulation mode.
+    simulation_seed:
+        The seed of the randomization (``mode="simulation"`` only).
+    upload:
+        Send reports to the collector (``False``: record and keep them only).
+    transport:
+        The HTTP function (:data:`~client_sdk.uploader.HttpTransport`; default ``urllib``).
+    clock:
+        Wall-clock time source (default ``time.time``), for tests.
+    batch_size, batch_max_age:
+        A batch is sent when it holds ``batch_size`` reports or its oldest is
+        ``batch_max_age`` seconds old.
+    upload_timeout:
+        Seconds one HTTP request may take.
+    backoff:
+        The retry waits (default: a :class:`~client_sdk.uploader.BackoffPolicy` with its defaults).
+    max_outbox_reports:
+        The outbox's cap; the oldest reports are dropped (and counted) beyond it.
+    max_queue:
+        The in-memory queue's cap; ``record()`` drops (and counts) beyond it.
+    metrics_refresh_interval:
+        Seconds between two ``GET /v1/metrics`` (with ``fetch_metrics``).
+    """
+
+    fetch_metrics: bool = False
+    mode: Literal["device", "simulation"] = "device"
+    simulation_seed: int | None = None
+    upload: bool = True
+    transport: HttpTransport | None = None
+    clock: Callable[[], float] | None = None
+    batch_size: int = 500
+    batch_max_age: float = 3600.0
+    upload_timeout: float = 30.0
+    backoff: BackoffPolicy | None = None
+    max_outbox_reports: int = DEFAULT_MAX_REPORTS
+    max_queue: int = 10_000
+    metrics_refresh_interval: float = 86400.0
+
+    def __post_init__(self) -> None:
+        if self.mode not in ("device", "simulation"):
+            raise ClientConfigError(f"mode must be 'device' or 'simulation', got {self.mode!r}")
+        if self.simulation_seed is not None and self.mode != "simulation":
+            raise ClientConfigError(
+                "simulation_seed makes the randomization predictable; it is accepted only with mode='simulation' "
+                "(tests and simulations), never on a device"
+            )
+        for name in ("max_queue", "batch_size", "max_outbox_reports"):
+            val = getattr(self, name)
+            if isinstance(val, bool) or not isinstance(val, int) or val < 1:
+                raise ClientConfigError(f"{name} must be a positive integer, got {val!r}")
+        if not self.batch_max_age >= 0 or not self.upload_timeout > 0 or not self.metrics_refresh_interval > 0:
+            raise ClientConfigError("batch_max_age must be >= 0; upload_timeout and metrics_refresh_interval > 0")
+
+
+_CONFIG_FIELDS = frozenset(f.name for f in dataclasses.fields(ClientConfig))
 
 
 class _Marker:
@@ -146,17 +227,11 @@ class TelemetryClient:
     metrics:
         Bundled metric definitions: a :class:`~client_sdk.metrics.MetricSet`,
         a path to a metrics file, or the document itself.
-    fetch_metrics:
-        Also adopt definitions from ``GET {collector_url}/v1/metrics`` (at
-        start and every ``metrics_refresh_interval`` seconds), each checked
-        against ``policy``; the last good document is kept on disk.
-    mode:
-        ``"device"`` (default): a CSPRNG, no seeds. ``"simulation"``: allows
-        ``simulation_seed`` for reproducible runs. Never ship simulation mode.
-    transport:
-        The HTTP function (default: ``urllib``).
-    clock:
-        Wall-clock time source (default ``time.time``), for tests.
+    config:
+        Everything else (:class:`ClientConfig`; default ``ClientConfig()``).
+    **options:
+        :class:`ClientConfig` fields as keyword arguments, the older spelling
+        (``TelemetryClient(..., upload=False)``); they override ``config``.
     """
 
     def __init__(
@@ -165,46 +240,33 @@ class TelemetryClient:
         collector_url: str | None,
         policy: LocalPolicy,
         metrics: MetricSet | str | os.PathLike[str] | Mapping[str, Any] | bytes,
-        *,
-        fetch_metrics: bool = False,
-        mode: Literal["device", "simulation"] = "device",
-        simulation_seed: int | None = None,
-        upload: bool = True,
-        transport: Transport | None = None,
-        clock: Callable[[], float] | None = None,
-        batch_size: int = 500,
-        batch_max_age: float = 3600.0,
-        upload_timeout: float = 30.0,
-        backoff: BackoffPolicy | None = None,
-        max_outbox_reports: int = DEFAULT_MAX_REPORTS,
-        max_queue: int = 10_000,
-        metrics_refresh_interval: float = 86400.0,
+        config: ClientConfig | None = None,
+        **options: Any,
     ) -> None:
-        if mode not in ("device", "simulation"):
-            raise ClientConfigError(f"mode must be 'device' or 'simulation', got {mode!r}")
-        if simulation_seed is not None and mode != "simulation":
-            raise ClientConfigError(
-                "simulation_seed makes the randomization predictable; it is accepted only with mode='simulation' "
-                "(tests and simulations), never on a device"
-            )
+        unknown = sorted(set(options) - _CONFIG_FIELDS)
+        if unknown:
+            raise TypeError(f"TelemetryClient() got an unexpected keyword argument {unknown[0]!r}")
+        if config is None:
+            config = ClientConfig(**options)
+        elif not isinstance(config, ClientConfig):
+            raise ClientConfigError(f"config must be a ClientConfig, got {type(config).__name__}")
+        elif options:
+            config = dataclasses.replace(config, **options)
         if not isinstance(policy, LocalPolicy):
             raise ClientConfigError(f"policy must be a LocalPolicy, got {type(policy).__name__}")
-        if upload or fetch_metrics or collector_url is not None:
+        if config.upload or config.fetch_metrics or collector_url is not None:
             collector_url = _check_url(collector_url)
-        for name, val in (("max_queue", max_queue), ("batch_size", batch_size), ("max_outbox_reports", max_outbox_reports)):
-            if isinstance(val, bool) or not isinstance(val, int) or val < 1:
-                raise ClientConfigError(f"{name} must be a positive integer, got {val!r}")
-        if not batch_max_age >= 0 or not upload_timeout > 0 or not metrics_refresh_interval > 0:
-            raise ClientConfigError("batch_max_age must be >= 0; upload_timeout and metrics_refresh_interval > 0")
         bundled = _load_metric_set(metrics)
         for m in bundled.values():
             policy.check_metric(m)  # BudgetError: the app's own files disagree
 
+        self.config = config
         self.policy = policy
-        self.mode = mode
+        self.mode = config.mode
         self.collector_url = collector_url
-        self._clock = clock if clock is not None else time.time
-        self._rng = simulation_generator(simulation_seed) if simulation_seed is not None else secure_generator()
+        self._clock = config.clock if config.clock is not None else time.time
+        seed = config.simulation_seed
+        self._rng = simulation_generator(seed) if seed is not None else secure_generator()
         try:
             self._store = Store(storage_dir)
             self._secret = load_or_create_secret(self._store.directory)
@@ -212,7 +274,8 @@ class TelemetryClient:
             raise ClientConfigError(f"cannot use storage_dir {storage_dir!r}: {exc}") from exc
         self.storage_dir = self._store.directory
         self._ledger = BudgetLedger(self._store, policy, clock=self._clock)
-        self._outbox = Outbox(self._store, max_reports=max_outbox_reports, lease_seconds=2 * upload_timeout + 10)
+        self._outbox = Outbox(self._store, max_reports=config.max_outbox_reports,
+                              lease_seconds=2 * config.upload_timeout + 10)
         self._memo = MemoStore(self._secret)
         self._bundled = bundled
         self._tally: collections.Counter[str] = collections.Counter()
@@ -221,14 +284,14 @@ class TelemetryClient:
         self._metrics: dict[str, MetricDefinition] = dict(bundled)
         self._units: dict[str, int] = {}
         self._refused: set[tuple[str, str]] = set()
-        self._fetch = bool(fetch_metrics)
-        self._refresh_interval = float(metrics_refresh_interval)
+        self._fetch = bool(config.fetch_metrics)
+        self._refresh_interval = float(config.metrics_refresh_interval)
         self._next_refresh = 0.0
         if self._fetch:
             self._load_cached_server_metrics()
 
         self._queue: collections.deque[Any] = collections.deque()
-        self._max_queue = max_queue
+        self._max_queue = config.max_queue
         self._floor_day = utc_day(self._ledger.high_water() or 0.0)
         self._closed = False
         self._stopping = False
@@ -238,18 +301,18 @@ class TelemetryClient:
         self._flush_lock = threading.Lock()
 
         self._uploader: Uploader | None = None
-        if upload or fetch_metrics:
+        if config.upload or config.fetch_metrics:
             self._uploader = Uploader(
                 self._outbox,
                 collector_url,  # type: ignore[arg-type]
-                transport=transport if transport is not None else urllib_transport,
-                batch_size=batch_size,
-                max_age=batch_max_age,
-                timeout=upload_timeout,
-                backoff=backoff if backoff is not None else BackoffPolicy(),
+                transport=config.transport if config.transport is not None else urllib_transport,
+                batch_size=config.batch_size,
+                max_age=config.batch_max_age,
+                timeout=config.upload_timeout,
+                backoff=config.backoff if config.backoff is not None else BackoffPolicy(),
                 clock=self._clock,
             )
-        self._upload_enabled = bool(upload)
+        self._upload_enabled = bool(config.upload)
         self._recorder = threading.Thread(target=self._recorder_loop, name="ldp-recorder", daemon=True)
         self._recorder.start()
         self._upload_thread: threading.Thread | None = None
@@ -463,11 +526,8 @@ class TelemetryClient:
             self._count("metrics_fetch_failed")
             return
         self._adopt(server)
-        tmp = os.path.join(self.storage_dir, f".{_SERVER_METRICS_FILE}.{os.getpid()}")
         try:
-            with open(tmp, "w", encoding="utf-8") as f:
-                f.write(server.to_json())
-            os.replace(tmp, os.path.join(self.storage_dir, _SERVER_METRICS_FILE))
+            write_atomic(os.path.join(self.storage_dir, _SERVER_METRICS_FILE), server.to_json().encode("utf-8"))
         except OSError:
             self._count("storage_error")
 

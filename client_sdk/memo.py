@@ -22,6 +22,7 @@ reports: on-device attackers are out of scope.)
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import secrets
@@ -29,6 +30,7 @@ import stat
 
 import numpy as np
 
+from client_sdk.files import write_atomic
 from client_sdk.mechanisms.base import MechanismSpec
 
 __all__ = ["MemoStore", "load_or_create_secret", "SECRET_FILENAME", "SECRET_BYTES"]
@@ -42,23 +44,13 @@ def load_or_create_secret(directory: str) -> bytes:
 
     Two processes starting together agree on one secret: it is written to a
     private temporary file and hard-linked into place, which fails if the
-    name already exists; the loser reads the winner's file.
+    name already exists (:func:`~client_sdk.files.write_atomic` with
+    ``replace=False``); the loser reads the winner's file.
     """
     path = os.path.join(directory, SECRET_FILENAME)
     if not os.path.exists(path):
-        tmp = os.path.join(directory, f".{SECRET_FILENAME}.{os.getpid()}.{secrets.token_hex(4)}")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        try:
-            os.write(fd, secrets.token_bytes(SECRET_BYTES))
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        try:
-            os.link(tmp, path)
-        except FileExistsError:
-            pass
-        finally:
-            os.unlink(tmp)
+        with contextlib.suppress(FileExistsError):
+            write_atomic(path, secrets.token_bytes(SECRET_BYTES), mode=0o600, replace=False)
     st = os.stat(path)
     if os.name == "posix" and stat.S_IMODE(st.st_mode) & 0o077:
         raise PermissionError(

@@ -52,7 +52,6 @@ __all__ = [
     "parse_metrics",
     "load_metrics",
     "utc_day",
-    "day_to_date",
     "MAX_REPORTS_PER_DAY",
 ]
 
@@ -70,10 +69,6 @@ class MetricsFileError(SpecError):
 def utc_day(timestamp: float) -> int:
     """Days since 1970-01-01 of a POSIX timestamp, in UTC."""
     return int(timestamp // 86400)
-
-
-def day_to_date(day: int) -> _dt.date:
-    return _EPOCH + _dt.timedelta(days=day)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -25,7 +25,7 @@ import sqlite3
 import threading
 from collections.abc import Iterator, Mapping
 
-__all__ = ["Store", "DB_FILENAME", "SCHEMA_VERSION"]
+__all__ = ["Store", "DB_FILENAME", "SCHEMA_VERSION", "immediate_transaction"]
 
 DB_FILENAME = "ldp-sdk.sqlite3"
 SCHEMA_VERSION = 1
@@ -70,6 +70,25 @@ CREATE TABLE IF NOT EXISTS counters (
     value INTEGER NOT NULL
 ) WITHOUT ROWID;
 """
+
+
+@contextlib.contextmanager
+def immediate_transaction(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
+    """``BEGIN IMMEDIATE`` ... ``COMMIT``, or ``ROLLBACK`` on any exception: the project's one write transaction.
+
+    ``IMMEDIATE`` takes SQLite's write lock at the start rather than at the first write, so two writers (threads
+    with their own connections, or processes) that read, check and update run strictly one after the other: no
+    lost update, and no deadlock from two readers both upgrading to writers (which SQLite answers with
+    ``SQLITE_BUSY`` at once, without waiting out the busy timeout). ``conn`` must be in autocommit mode
+    (``isolation_level=None``), so that Python's ``sqlite3`` opens no transaction of its own. Used by the SDK
+    store, the embedded log, the collector's deduplication table and the estimator's state."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        yield conn
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    conn.execute("COMMIT")
 
 
 class Store:
@@ -128,13 +147,8 @@ class Store:
         if not durable:
             conn.execute("PRAGMA synchronous=NORMAL")
         try:
-            conn.execute("BEGIN IMMEDIATE")
-            try:
+            with immediate_transaction(conn):
                 yield conn
-            except BaseException:
-                conn.execute("ROLLBACK")
-                raise
-            conn.execute("COMMIT")
         finally:
             if not durable:
                 conn.execute("PRAGMA synchronous=FULL")

@@ -4,7 +4,7 @@ Protocol (what the collector implements):
 
 * ``POST {collector}/v1/reports`` with one binary frame
   (:mod:`client_sdk.wire`) as the body, ``Content-Type:
-  application/vnd.ldp.frame`` and ``Idempotency-Key`` the batch id in hex
+  application/vnd.ldp.frame`` (:data:`~client_sdk.wire.FRAME_CONTENT_TYPE`) and ``Idempotency-Key`` the batch id in hex
   (the id is also inside the frame). The collector answers ``202`` once it
   has durably accepted the batch, and answers a batch id it has already
   accepted with ``202`` (or ``409``) without counting it again.
@@ -31,9 +31,13 @@ up to 10 % jitter, capped at ``max_delay``. Jitter is drawn from the OS
 CSPRNG (``secrets.SystemRandom``). The wait is stored with the batch, so a
 restarted app does not hammer a collector that asked it to wait.
 
-**Transport.** :data:`Transport` is one function, ``HttpRequest ->
+**HTTP transport.** :data:`HttpTransport` is one function, ``HttpRequest ->
 HttpResponse``, raising :class:`OSError` on network failures. The default
-uses ``urllib``; tests and other runtimes plug in their own.
+uses ``urllib``; tests and other runtimes plug in their own. The FL device
+(:class:`client_sdk.fl.device.FLDevice`) sends through the same function,
+with the same :class:`BackoffPolicy` and :func:`parse_retry_after`. (It was
+called ``Transport``, a name that now means only the server side's log,
+:class:`pipeline.transport.Transport`; the old name still works and warns.)
 """
 
 from __future__ import annotations
@@ -50,11 +54,12 @@ from collections.abc import Callable, Mapping
 from typing import Literal
 
 from client_sdk.outbox import Outbox, PendingBatch
+from client_sdk.wire import FRAME_CONTENT_TYPE
 
 __all__ = [
     "HttpRequest",
     "HttpResponse",
-    "Transport",
+    "HttpTransport",
     "urllib_transport",
     "BackoffPolicy",
     "Uploader",
@@ -64,7 +69,6 @@ __all__ = [
     "USER_AGENT",
 ]
 
-FRAME_CONTENT_TYPE = "application/vnd.ldp.frame"
 USER_AGENT = "ldp-telemetry-sdk/1"
 
 
@@ -91,7 +95,19 @@ class HttpResponse:
         return None
 
 
-Transport = Callable[[HttpRequest], HttpResponse]
+#: The SDK's HTTP function: one request in, its response out; :class:`OSError` on a network failure.
+HttpTransport = Callable[[HttpRequest], HttpResponse]
+
+
+def __getattr__(name: str) -> object:
+    """``Transport``, the deprecated name of :data:`HttpTransport` (PEP 562), with a warning."""
+    if name == "Transport":
+        import warnings
+
+        warnings.warn("client_sdk.uploader.Transport is deprecated; use HttpTransport (Transport names the "
+                      "server side's log, pipeline.transport.Transport)", DeprecationWarning, stacklevel=2)
+        return HttpTransport
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def urllib_transport(request: HttpRequest) -> HttpResponse:
@@ -140,7 +156,7 @@ class BackoffPolicy:
             raise ValueError(f"backoff needs base > 0 and max_delay >= base, got {self.base}, {self.max_delay}")
 
     def delay(self, failures: int, rng: random.Random, retry_after: float | None = None) -> float:
-        """The wait after ``failures`` consecutive transient failures (>= 1)."""
+        """The wait after ``failures`` consecutive transient failures (>= 1; 0 gives ``U(0, base)``)."""
         if retry_after is not None:
             wait = min(retry_after, self.max_delay)
             return wait * (1.0 + 0.1 * rng.random())
@@ -159,7 +175,7 @@ class Uploader:
         outbox: Outbox,
         collector_url: str,
         *,
-        transport: Transport = urllib_transport,
+        transport: HttpTransport = urllib_transport,
         batch_size: int = 500,
         max_age: float = 3600.0,
         timeout: float = 30.0,

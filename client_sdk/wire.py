@@ -24,6 +24,10 @@ Nothing is truncated or padded silently.
 The JSON form carries the same fields: ``{"version": 1, "metric", "spec_id",
 "day", "batch_id" (32 hex digits), "records": [[field, ...], ...]}``; integer
 fields are numbers and byte-array fields (packed bits) are hex strings.
+
+Over HTTP the binary frame travels as :data:`FRAME_CONTENT_TYPE`
+(``application/vnd.ldp.frame``), its one name; the JSON form as
+``application/json``.
 """
 
 from __future__ import annotations
@@ -43,6 +47,7 @@ from client_sdk.errors import FrameError, SpecMismatchError
 from client_sdk.mechanisms.base import MechanismSpec
 
 __all__ = [
+    "FRAME_CONTENT_TYPE",
     "MAGIC",
     "VERSION",
     "HEADER_SIZE",
@@ -57,6 +62,10 @@ __all__ = [
     "batch_to_json_obj",
 ]
 
+#: The media type of a binary frame, sent by the SDK and named first by the collector (which also accepts the
+#: older ``application/x-ldp-frame``). A vendor-tree name (RFC 6838), like the FL upload's
+#: ``application/vnd.ldp.fl-upload``; the ``x-`` prefix is deprecated (RFC 6648).
+FRAME_CONTENT_TYPE = "application/vnd.ldp.frame"
 MAGIC = b"LDPB"
 VERSION = 1
 _HEADER = struct.Struct("<4sBBH8sIII16s")

@@ -4,9 +4,10 @@ Endpoints
 ---------
 ``POST /v1/reports``
     One report batch, as a binary frame (``Content-Type:
-    application/x-ldp-frame``; the SDK's ``application/vnd.ldp.frame`` and
-    ``application/octet-stream`` are accepted too) or in the JSON form
-    (``application/json``); see :mod:`client_sdk.wire`. An optional
+    application/vnd.ldp.frame``, :data:`client_sdk.wire.FRAME_CONTENT_TYPE`;
+    ``application/octet-stream`` and the older ``application/x-ldp-frame``,
+    which deployed devices may still send, are accepted too) or in the JSON
+    form (``application/json``); see :mod:`client_sdk.wire`. An optional
     ``Idempotency-Key`` header must equal the frame's batch id.
 ``GET /v1/metrics``
     The metrics document (:mod:`client_sdk.metrics`) the SDK reads, with an ``ETag``.
@@ -73,7 +74,8 @@ from starlette.requests import ClientDisconnect
 from client_sdk.errors import FrameError, SpecMismatchError
 from client_sdk.mechanisms.base import MechanismSpec
 from client_sdk.metrics import MetricSet, load_metrics, utc_day
-from client_sdk.wire import MAX_RECORDS, ReportBatch, decode_frame, decode_json, encode_frame, read_header
+from client_sdk.wire import (FRAME_CONTENT_TYPE, MAX_RECORDS, ReportBatch, decode_frame, decode_json, encode_frame,
+                             read_header)
 from collector.dedup import BatchIdStore
 from collector.errors import RejectedBatch, UnavailableError
 from collector.fl.routes import add_fl_routes, start_fl_service
@@ -84,11 +86,15 @@ from collector.settings import CollectorSettings
 from pipeline.topics import metric_day_key
 from pipeline.transport import Transport, open_transport
 
-__all__ = ["create_app", "app_from_env", "CollectorApp", "FRAME_CONTENT_TYPES", "JSON_CONTENT_TYPE", "CollectorMetrics"]
+__all__ = ["create_app", "app_from_env", "CollectorApp", "FRAME_CONTENT_TYPES", "LEGACY_FRAME_CONTENT_TYPES",
+           "JSON_CONTENT_TYPE", "CollectorMetrics"]
 
 log = logging.getLogger("ldp.collector")
 
-FRAME_CONTENT_TYPES = ("application/x-ldp-frame", "application/vnd.ldp.frame", "application/octet-stream")
+#: Older names of the frame's media type, still accepted (not advertised) so that deployed devices keep working.
+LEGACY_FRAME_CONTENT_TYPES = ("application/x-ldp-frame",)
+#: Every media type accepted as a binary frame; the first is its name (what the SDK sends).
+FRAME_CONTENT_TYPES = (FRAME_CONTENT_TYPE, "application/octet-stream", *LEGACY_FRAME_CONTENT_TYPES)
 JSON_CONTENT_TYPE = "application/json"
 _ROUTES = frozenset({"/v1/reports", "/v1/metrics", "/healthz", "/readyz", "/metrics", "/docs", "/openapi.json"})
 
@@ -210,7 +216,8 @@ _REPORTS_OPENAPI: dict[str, Any] = {
     "requestBody": {
         "required": True,
         "content": {
-            **{ct: {"schema": {"type": "string", "format": "binary"}} for ct in FRAME_CONTENT_TYPES},
+            **{ct: {"schema": {"type": "string", "format": "binary"}} for ct in FRAME_CONTENT_TYPES
+               if ct not in LEGACY_FRAME_CONTENT_TYPES},
             JSON_CONTENT_TYPE: {"schema": _JSON_FORM_SCHEMA},
         },
     },

@@ -27,6 +27,8 @@ import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
+from client_sdk.store import immediate_transaction
+
 __all__ = ["BatchIdStore"]
 
 _CHUNK = 500
@@ -72,16 +74,11 @@ class BatchIdStore:
         now = self.clock()
         rows = [(bytes(i), now + self.ttl) for i in ids]
         with self._lock:
-            self._conn.execute("BEGIN IMMEDIATE")
-            try:
+            with immediate_transaction(self._conn):
                 self._conn.executemany("INSERT OR REPLACE INTO batch_ids(id, expires) VALUES (?, ?)", rows)
                 if now >= self._next_purge:
                     self._conn.execute("DELETE FROM batch_ids WHERE expires <= ?", (now,))
                     self._next_purge = now + self.purge_interval
-            except BaseException:
-                self._conn.execute("ROLLBACK")
-                raise
-            self._conn.execute("COMMIT")
 
     def __len__(self) -> int:
         with self._lock:

@@ -72,6 +72,7 @@ from client_sdk.errors import FrameError
 from client_sdk.mechanisms import spec_from_dict
 from client_sdk.mechanisms.base import MechanismSpec
 from client_sdk.metrics import MetricDefinition
+from client_sdk.store import immediate_transaction
 from pipeline.envelope import ShuffleMeta, decode_envelope
 from pipeline.topics import DEFAULT_PARTITIONS, SHUFFLED_TOPIC
 from pipeline.transport.base import CommitFailedError, Consumer, Record, TopicPartition, Transport
@@ -448,10 +449,9 @@ class SnapshotStore:
         return dict(self._conn.execute("SELECT k, v FROM meta").fetchall())
 
     def set_meta(self, **kv: str) -> None:
-        self._conn.execute("BEGIN IMMEDIATE")
-        for k, v in kv.items():
-            self._conn.execute("INSERT OR REPLACE INTO meta(k, v) VALUES (?, ?)", (k, v))
-        self._conn.execute("COMMIT")
+        with immediate_transaction(self._conn):
+            for k, v in kv.items():
+                self._conn.execute("INSERT OR REPLACE INTO meta(k, v) VALUES (?, ?)", (k, v))
 
     def load(self) -> tuple[Tally, dict[TopicPartition, list[list[float]]], list[Tail]]:
         certain = Tally()
@@ -471,8 +471,7 @@ class SnapshotStore:
     def write(self, certain: Tally, dirty: Iterable[Key], segments: Mapping[TopicPartition, list[list[float]]],
               tails: Iterable[Tail]) -> None:
         c = self._conn
-        c.execute("BEGIN IMMEDIATE")
-        try:
+        with immediate_transaction(c):
             for key in dirty:
                 c.execute("INSERT OR REPLACE INTO certain(metric, spec_id, day, blob) VALUES (?,?,?,?)",
                           (key[0], key[1], key[2], certain.keys[key].to_bytes()))
@@ -484,10 +483,6 @@ class SnapshotStore:
             c.executemany("INSERT INTO tails VALUES (?,?,?,?,?,?,?)",
                           [(t.tp.topic, t.tp.partition, t.base, t.end, t.started_at, t.status,
                             t.tally.to_bytes()) for t in tails])
-        except BaseException:
-            c.execute("ROLLBACK")
-            raise
-        c.execute("COMMIT")
 
     def close(self) -> None:
         self._conn.close()

@@ -51,6 +51,7 @@ from pathlib import Path
 from typing import Any
 
 from client_sdk.errors import LDPError
+from client_sdk.files import write_atomic
 from pipeline.transport.base import TransportError
 
 __all__ = [
@@ -469,9 +470,8 @@ def probe(bootstrap: str, timeout: float = 5.0) -> dict[str, Any]:
 
 
 def _save_state(cfg: BrokerConfig, cluster_id: str) -> None:
-    tmp = cfg.state_path.with_suffix(".tmp")
-    tmp.write_text(json.dumps({"config": cfg.to_json_obj(), "cluster_id": cluster_id}, indent=2) + "\n")
-    tmp.replace(cfg.state_path)
+    write_atomic(cfg.state_path, (json.dumps({"config": cfg.to_json_obj(), "cluster_id": cluster_id}, indent=2)
+                                  + "\n").encode())
 
 
 def up(cfg: BrokerConfig, *, timeout: float = 120.0, log: Any = None) -> BrokerStatus:

@@ -25,12 +25,10 @@ estimation jobs (:mod:`estimator.batch`).
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import json
 import os
 import re
-import uuid
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -40,6 +38,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from client_sdk.errors import FrameError
+from client_sdk.files import fsync_dir, makedirs_durable, write_atomic
 from client_sdk.mechanisms import spec_from_dict
 from client_sdk.mechanisms.base import MechanismSpec
 from pipeline.errors import DatasetError
@@ -147,42 +146,11 @@ def parse_part_name(name: str) -> dict[str, Any] | None:
             "last": int(m["last"]), "spec_id": m["spec_id"]}
 
 
-def fsync_dir(path: Path) -> None:
-    """fsync a folder, so that entries created or renamed in it survive a power cut."""
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def makedirs_durable(path: Path) -> None:
-    missing = []
-    p = path
-    while not p.exists():
-        missing.append(p)
-        p = p.parent
-    for d in reversed(missing):
-        with contextlib.suppress(FileExistsError):
-            d.mkdir()
-        fsync_dir(d.parent)
-
-
 def write_table_atomic(path: Path, table: pa.Table) -> None:
-    """Write ``table`` to ``path`` atomically and durably: temp name, fsync, rename, fsync folder."""
+    """Write ``table`` to ``path`` (creating its folders) atomically and durably, with
+    :func:`client_sdk.files.write_atomic`: temp name, fsync, rename, fsync folder."""
     makedirs_durable(path.parent)
-    tmp = path.parent / f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp"
-    try:
-        with open(tmp, "wb") as f:
-            pq.write_table(table, f, compression="zstd")
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            tmp.unlink()
-        raise
-    fsync_dir(path.parent)
+    write_atomic(path, lambda f: pq.write_table(table, f, compression="zstd"))
 
 
 # -- reading -----------------------------------------------------------------------------------

@@ -20,10 +20,11 @@ import httpx
 import numpy as np
 import pytest
 
+from client_sdk import uploader
 from client_sdk.mechanisms import make_spec
 from client_sdk.metrics import MetricSet, parse_metrics
-from client_sdk.wire import ReportBatch, decode_frame, encode_frame, encode_json
-from collector.app import create_app
+from client_sdk.wire import FRAME_CONTENT_TYPE, ReportBatch, decode_frame, encode_frame, encode_json
+from collector.app import FRAME_CONTENT_TYPES, create_app
 from collector.dedup import BatchIdStore
 from collector.settings import CollectorSettings
 from pipeline.topics import RAW_TOPIC, metric_day_key
@@ -31,7 +32,7 @@ from pipeline.transport import Record, Transport, open_transport
 from tests.collector_support import TODAY, BlockingTransport, FailingTransport, ServerThread, olh_batch, write_metrics
 
 ROOT = Path(__file__).resolve().parents[1]
-FRAME = {"content-type": "application/x-ldp-frame"}
+FRAME = {"content-type": FRAME_CONTENT_TYPE}
 
 
 def read_all(transport: Transport, topic: str = RAW_TOPIC) -> list[Record]:
@@ -99,6 +100,23 @@ def test_json_form_is_published_as_the_same_binary_frame(server: ServerThread, m
                                                          transport: Transport) -> None:
     batch = olh_batch(metrics, 50)
     r = post(server.url, encode_json(batch).encode(), {"content-type": "application/json"})
+    assert r.status_code == 202, r.text
+    (rec,) = read_all(transport)
+    assert rec.value == encode_frame(batch)
+
+
+def test_the_frame_has_one_content_type_shared_by_the_sdk_and_the_collector() -> None:
+    assert FRAME_CONTENT_TYPE == "application/vnd.ldp.frame"
+    assert uploader.FRAME_CONTENT_TYPE == FRAME_CONTENT_TYPE and FRAME_CONTENT_TYPES[0] == FRAME_CONTENT_TYPE
+
+
+@pytest.mark.parametrize("ctype", ["application/x-ldp-frame", "application/octet-stream",
+                                   "Application/X-LDP-Frame; charset=binary"])
+def test_older_and_generic_frame_content_types_are_still_accepted(server: ServerThread, metrics: MetricSet,
+                                                                   transport: Transport, ctype: str) -> None:
+    """Deployed devices that send the frame's older name (or a generic binary type) keep working."""
+    batch = olh_batch(metrics, 10)
+    r = post(server.url, encode_frame(batch), {"content-type": ctype})
     assert r.status_code == 202, r.text
     (rec,) = read_all(transport)
     assert rec.value == encode_frame(batch)
@@ -299,7 +317,7 @@ def test_malformed_bodies_are_400(server: ServerThread, metrics: MetricSet, tran
 
 def test_unsupported_content_type_is_415(server: ServerThread, metrics: MetricSet) -> None:
     r = post(server.url, encode_frame(olh_batch(metrics, 3)), {"content-type": "text/plain"})
-    assert r.status_code == 415 and "application/x-ldp-frame" in r.json()["message"]
+    assert r.status_code == 415 and "application/vnd.ldp.frame" in r.json()["message"]
     r = post(server.url, encode_frame(olh_batch(metrics, 3)), {})
     assert r.status_code == 415
 
@@ -391,7 +409,8 @@ def test_health_readiness_and_prometheus(tmp_path: Path, metrics: MetricSet, tra
 def test_openapi_documents_the_upload(server: ServerThread) -> None:
     spec = httpx.get(server.url + "/openapi.json").json()
     op = spec["paths"]["/v1/reports"]["post"]
-    assert {"application/x-ldp-frame", "application/json"} <= set(op["requestBody"]["content"])
+    assert {"application/vnd.ldp.frame", "application/json"} <= set(op["requestBody"]["content"])
+    assert "application/x-ldp-frame" not in op["requestBody"]["content"]  # accepted, no longer advertised
     assert {"202", "400", "413", "415", "422", "503"} <= set(op["responses"])
     assert httpx.get(server.url + "/docs").status_code == 200
 

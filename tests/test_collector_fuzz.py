@@ -248,7 +248,7 @@ def test_lying_and_malformed_http_never_5xx(tmp_path: Path) -> None:
     transport = MemoryTransport()
     settings = CollectorSettings(metrics_path=str(tmp_path / "metrics.json"), transport_url="memory://x",
                                  max_body_bytes=4096, dedup_path=":memory:")
-    head = b"POST /v1/reports HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-ldp-frame\r\n"
+    head = b"POST /v1/reports HTTP/1.1\r\nHost: x\r\nContent-Type: application/vnd.ldp.frame\r\n"
     cases = [
         head + b"Content-Length: abc\r\n\r\n",
         head + b"Content-Length: -5\r\n\r\nxxxxx",

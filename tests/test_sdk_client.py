@@ -5,6 +5,7 @@ what leaves the device."""
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import threading
 import time
@@ -12,13 +13,13 @@ import time
 import numpy as np
 import pytest
 
-from client_sdk.client import ERROR_TALLIES, STAT_TALLIES, ClientConfigError, TelemetryClient
+from client_sdk.client import ERROR_TALLIES, STAT_TALLIES, ClientConfig, ClientConfigError, TelemetryClient
 from client_sdk.errors import BudgetError
 from client_sdk.metrics import FORMAT, MetricsFileError, parse_metrics
 from client_sdk.policy import LocalPolicy
 from client_sdk.randomness import secure_generator
 from client_sdk.store import Store
-from client_sdk.uploader import FRAME_CONTENT_TYPE, HttpRequest, HttpResponse
+from client_sdk.uploader import FRAME_CONTENT_TYPE, BackoffPolicy, HttpRequest, HttpResponse
 from client_sdk.wire import decode_frame, read_header
 from tests.sdk_collector import collector_factory  # noqa: F401  (fixture)
 
@@ -140,6 +141,43 @@ def test_configuration_errors_fail_loudly(tmp_path) -> None:
         TelemetryClient(afile, "http://127.0.0.1:9", POLICY, DOC)
     with pytest.raises(ClientConfigError, match="max_queue"):
         make_client(tmp_path, max_queue=0)
+
+
+def test_a_config_object_and_the_older_keyword_arguments_configure_the_same_client(tmp_path) -> None:
+    clock, fake, backoff = Clock(), FakeCollector(), BackoffPolicy(base=2.0, max_delay=8.0)
+    config = ClientConfig(transport=fake, clock=clock, batch_size=2, max_queue=50, upload_timeout=5.0, backoff=backoff)
+    with TelemetryClient(tmp_path / "a", "http://127.0.0.1:9", POLICY, DOC, config) as c:
+        assert c.config is config and c.mode == "device"
+        assert c._uploader is not None and c._uploader.batch_size == 2 and c._uploader.backoff is backoff
+        assert c._uploader.transport is fake and c._uploader.timeout == 5.0 and c._max_queue == 50
+        for _ in range(3):
+            c.record("color", "red")
+        assert c.flush(10) and c.stats()["uploaded_reports"] == 3
+    assert len([r for r in fake.requests if r.method == "POST"]) == 2  # batches of 2, as configured
+    with TelemetryClient(tmp_path / "b", "http://127.0.0.1:9", POLICY, DOC, transport=fake, clock=clock,
+                         batch_size=2, max_queue=50, upload_timeout=5.0, backoff=backoff) as old:
+        assert old.config == config
+    with TelemetryClient(tmp_path / "c", None, POLICY, DOC, config=config, upload=False, max_queue=7) as mixed:
+        assert mixed.config == dataclasses.replace(config, upload=False, max_queue=7)  # keywords win
+        assert mixed._uploader is None and mixed._max_queue == 7
+
+
+def test_the_config_is_checked_when_it_is_made(tmp_path) -> None:
+    with pytest.raises(ClientConfigError, match="simulation"):
+        ClientConfig(simulation_seed=3)
+    with pytest.raises(ClientConfigError, match="mode"):
+        ClientConfig(mode="production")  # type: ignore[arg-type]
+    with pytest.raises(ClientConfigError, match="batch_size"):
+        ClientConfig(batch_size=0)
+    with pytest.raises(ClientConfigError, match="upload_timeout"):
+        ClientConfig(upload_timeout=0.0)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        ClientConfig().upload = False  # type: ignore[misc]
+    with pytest.raises(TypeError, match="batch_sise"):
+        TelemetryClient(tmp_path, None, POLICY, DOC, upload=False, batch_sise=3)
+    with pytest.raises(ClientConfigError, match="ClientConfig"):
+        TelemetryClient(tmp_path, None, POLICY, DOC, {"upload": False})  # type: ignore[arg-type]
+    assert ClientConfig(mode="simulation", simulation_seed=3).simulation_seed == 3
 
 
 def test_report_sampling_caps_and_days(tmp_path) -> None:

@@ -9,8 +9,12 @@ shares, send the masked quantized update, reveal shares for the survivors
 and dropped clients). SecAgg needs the ``fl`` extra (``cryptography``),
 imported only when a round asks for it.
 
-Uploads are retried with exponential backoff and full jitter on network
-errors, 429 and 5xx (honouring ``Retry-After``); a retry sends the same bytes,
+HTTP goes through the SDK uploader's machinery (:mod:`client_sdk.uploader`):
+the same pluggable :data:`~client_sdk.uploader.HttpTransport` (``urllib`` by
+default), the same full-jitter :class:`~client_sdk.uploader.BackoffPolicy`
+and the same ``Retry-After`` parsing (seconds or an HTTP date). Requests are
+retried on network errors, 429 and 5xx (honouring ``Retry-After``, plus up to
+10 % jitter, at most 5 s by default); a retry sends the same bytes,
 whose id is a digest of the content, so the job counts the upload once. A 4xx
 answer is not retried: it is counted in :attr:`FLDevice.errors` by its
 ``error`` reason. Nothing here raises into the host for a network or server
@@ -25,9 +29,7 @@ import json
 import os
 import random
 import time
-import urllib.error
 import urllib.parse
-import urllib.request
 from typing import Any, Callable, Mapping, NamedTuple
 
 import numpy as np
@@ -41,8 +43,19 @@ from client_sdk.fl.protocol import (
     make_upload,
     model_from_dict,
 )
+from client_sdk.uploader import (
+    USER_AGENT,
+    BackoffPolicy,
+    HttpRequest,
+    HttpTransport,
+    parse_retry_after,
+    urllib_transport,
+)
 
 __all__ = ["FLDevice", "HTTPResult"]
+
+#: The longest wait between two attempts (also for a ``Retry-After`` asking more) when ``backoff`` is a number.
+MAX_RETRY_WAIT = 5.0
 
 
 class HTTPResult(NamedTuple):
@@ -59,13 +72,21 @@ class FLDevice:
     quantization (simulations fix it; by default a fresh generator seeded
     from ``os.urandom``). ``random_bytes`` supplies SecAgg secrets.
     ``drop_at`` (simulation of dropouts): the phase from which the device
-    stops taking part (e.g. ``"masked"``: it shares keys, then goes away)."""
+    stops taking part (e.g. ``"masked"``: it shares keys, then goes away).
+
+    HTTP: ``transport`` sends each request (default ``urllib``); a request is
+    tried up to ``max_attempts`` times, the k-th retry after
+    ``backoff.delay(k - 1, ...)`` seconds (``U(0, base * 2**(k-1))``), or what a
+    ``Retry-After`` asks; a number ``backoff`` means
+    ``BackoffPolicy(base=backoff, max_delay=MAX_RETRY_WAIT)``. ``clock`` is
+    the wall clock an HTTP-date ``Retry-After`` is measured against."""
 
     def __init__(self, collector_url: str, task: str, client_id: str, X: np.ndarray, y: np.ndarray, *,
                  rng_for_round: Callable[[int], np.random.Generator] | None = None,
                  random_bytes: Callable[[int], bytes] = os.urandom, timeout: float = 10.0, max_attempts: int = 6,
-                 backoff: float = 0.1, drop_at: str | None = None,
-                 sleep: Callable[[float], None] = time.sleep) -> None:
+                 backoff: float | BackoffPolicy = 0.1, drop_at: str | None = None,
+                 sleep: Callable[[float], None] = time.sleep, transport: HttpTransport = urllib_transport,
+                 clock: Callable[[], float] = time.time) -> None:
         self.base = collector_url.rstrip("/") + f"/v1/fl/tasks/{urllib.parse.quote(task, safe='')}"
         self.task = task
         self.client_id = client_id
@@ -75,7 +96,10 @@ class FLDevice:
         self.random_bytes = random_bytes
         self.timeout = timeout
         self.max_attempts = max_attempts
-        self.backoff = backoff
+        self.backoff = (backoff if isinstance(backoff, BackoffPolicy)
+                        else BackoffPolicy(base=backoff, max_delay=max(MAX_RETRY_WAIT, backoff)))
+        self.transport = transport
+        self.clock = clock
         self.drop_at = drop_at
         self.sleep = sleep
         self.errors: collections.Counter[str] = collections.Counter()
@@ -91,29 +115,24 @@ class FLDevice:
     # -- HTTP -------------------------------------------------------------------------------------
     def _request(self, method: str, url: str, body: bytes | None = None,
                  content_type: str = "application/json") -> HTTPResult:
-        headers = {"Accept": "application/json"}
+        headers = {"Accept": "application/json", "User-Agent": USER_AGENT}
         if body is not None:
             headers["Content-Type"] = content_type
         last = HTTPResult(0, None)
         for attempt in range(max(1, self.max_attempts)):
-            wait = None
+            retry_after = None
             try:
-                req = urllib.request.Request(url, data=body, method=method, headers=headers)
-                with urllib.request.urlopen(req, timeout=self.timeout) as resp:
-                    return HTTPResult(resp.status, _json(resp.read()))
-            except urllib.error.HTTPError as exc:
-                payload = _json(exc.read())
-                if exc.code != 429 and exc.code < 500:
-                    return HTTPResult(exc.code, payload)
-                ra = exc.headers.get("Retry-After")
-                wait = float(ra) if ra and ra.strip().isdigit() else None
-                last = HTTPResult(exc.code, payload)
-            except (urllib.error.URLError, OSError, TimeoutError):
+                resp = self.transport(HttpRequest(method, url, body, headers, self.timeout))
+            except OSError:  # refused, reset, timed out, unreachable
                 last = HTTPResult(0, None)
+            else:
+                if resp.status != 429 and resp.status < 500:
+                    return HTTPResult(resp.status, _json(resp.body))
+                retry_after = parse_retry_after(resp.header("Retry-After"), self.clock())
+                last = HTTPResult(resp.status, _json(resp.body))
             if attempt + 1 < self.max_attempts:
                 self.retries += 1
-                cap = self.backoff * (2 ** attempt)
-                self.sleep(min(wait, 5.0) if wait is not None else self._jitter.uniform(0, cap))
+                self.sleep(self.backoff.delay(attempt, self._jitter, retry_after))
         return last
 
     def fetch(self) -> dict[str, Any] | None:

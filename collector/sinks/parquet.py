@@ -60,6 +60,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from client_sdk.errors import FrameError
+from client_sdk.files import write_atomic
 from client_sdk.mechanisms.base import MechanismSpec
 from collector.errors import SinkError
 from pipeline.dataset import FORMAT, fsync_dir, makedirs_durable, part_name, records_to_table, write_table_atomic
@@ -340,13 +341,7 @@ class ParquetSink:
         log.error("parquet sink: %s[%d]@%d cannot be decoded (%s); kept in %s", rec.topic, rec.partition,
                   rec.offset, exc, path)
         makedirs_durable(path.parent)
-        tmp = path.parent / f".{path.name}.{uuid.uuid4().hex[:8]}.tmp"
-        with open(tmp, "wb") as f:
-            f.write(rec.value)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-        fsync_dir(path.parent)
+        write_atomic(path, rec.value)
 
     def _drop(self, tp: TopicPartition) -> None:
         buf = self._buffers.pop(tp, None)

@@ -54,7 +54,6 @@ import hashlib
 import json
 import logging
 import math
-import os
 import threading
 import time
 import uuid
@@ -63,6 +62,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from client_sdk.files import write_atomic
 from client_sdk.fl.client import ClientUpdate, LocalTraining
 from client_sdk.fl.errors import FLError, SecAggError, UpdateRejected
 from client_sdk.fl.protocol import (
@@ -1025,7 +1025,4 @@ class AggregationJob:
         if path is None or (not force and time.monotonic() - self._last_status < 0.1):
             return
         self._last_status = time.monotonic()
-        tmp = f"{path}.{os.getpid()}.tmp"
-        with open(tmp, "w") as f:
-            json.dump(self.status(), f)
-        os.replace(tmp, path)
+        write_atomic(path, json.dumps(self.status()).encode())

@@ -19,9 +19,10 @@ The arrays (L, H, K, diag(G⁻¹)) are cached per (spec, candidate set): in
 process in a small LRU, and on disk in :func:`cache_dir` (``$LDP_CACHE_DIR``,
 else ``$XDG_CACHE_HOME/ldp-telemetry``, else ``~/.cache/ldp-telemetry``), one
 ``.npz`` file per key named after the format version, the ``spec_id`` and a
-digest of the candidates. Files are written to a temporary file in the same
-directory and renamed over the target (``os.replace``, atomic on POSIX), so a
-reader sees a whole file or none, whatever the number of writers. A file is
+digest of the candidates. Files are written with
+:func:`client_sdk.files.write_atomic` (a temporary file in the same directory,
+fsynced and renamed over the target), so a reader sees a whole file or none,
+whatever the number of writers. A file is
 used only if it loads without pickles, names this format, spec (its full
 canonical form, not only the id) and candidates, has the expected shapes and
 dtypes, and its SHA-256 over the metadata and the array bytes matches;
@@ -43,7 +44,6 @@ import hashlib
 import json
 import logging
 import os
-import tempfile
 import threading
 from functools import partial
 from pathlib import Path
@@ -53,6 +53,7 @@ import numpy as np
 import scipy.linalg
 import scipy.sparse
 
+from client_sdk.files import write_atomic
 from client_sdk.mechanisms.rappor import RapporDesign, RapporSpec, check_gram_factor, design_positions
 
 __all__ = [
@@ -242,26 +243,13 @@ def store_design_arrays(spec: RapporSpec, arrays: DesignArrays) -> Path | None:
         return None
     meta = _meta(spec, arrays.candidates)
     meta["sha256"] = _checksum({k: v for k, v in meta.items()}, fields)
-    tmp_name = None
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".tmp")
-        with os.fdopen(fd, "wb") as fh:
-            np.savez(fh, meta=np.array(json.dumps(meta, sort_keys=True)), **fields)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp_name, path)
-        tmp_name = None
+        write_atomic(path, lambda fh: np.savez(fh, meta=np.array(json.dumps(meta, sort_keys=True)), **fields))
         _evict(path.parent, limit, keep=path)
     except OSError as exc:
         log.warning("rappor design cache: cannot write %s (%s); continuing without it", path, exc)
         return None
-    finally:
-        if tmp_name is not None:
-            try:
-                os.unlink(tmp_name)
-            except OSError:
-                pass
     return path
 
 

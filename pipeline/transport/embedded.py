@@ -38,7 +38,6 @@ Schema (``PRAGMA user_version = 2``; version 1 files are upgraded in place)::
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import json
 import math
@@ -46,11 +45,12 @@ import sqlite3
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Literal
 
+from client_sdk.store import immediate_transaction
 from pipeline.transport.base import (
     CommitFailedError,
     Consumer,
@@ -103,18 +103,6 @@ def _connect(path: Path, synchronous: Synchronous) -> sqlite3.Connection:
         raise TransportError(f"SQLite refused WAL mode for {path} (got {mode!r}); put the log on a local file system")
     conn.execute(f"PRAGMA synchronous={synchronous}")
     return conn
-
-
-@contextlib.contextmanager
-def _write(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
-    """One write transaction, taking SQLite's write lock at once (``BEGIN IMMEDIATE``)."""
-    conn.execute("BEGIN IMMEDIATE")
-    try:
-        yield conn
-    except BaseException:
-        conn.execute("ROLLBACK")
-        raise
-    conn.execute("COMMIT")
 
 
 def _partitions(conn: sqlite3.Connection, topic: str) -> int:
@@ -180,7 +168,7 @@ class EmbeddedTransport(Transport):
         self._lock = threading.Lock()
         self._rr = itertools.count()
         self._conn = _connect(self.path, synchronous)
-        with _write(self._conn) as c:
+        with immediate_transaction(self._conn) as c:
             version = c.execute("PRAGMA user_version").fetchone()[0]
             if version not in (0, 1, SCHEMA_VERSION):
                 raise TransportError(f"{self.path} has log schema version {version}; this code reads versions 1 and "
@@ -203,7 +191,7 @@ class EmbeddedTransport(Transport):
         retention = check_retention(retention)
         with self._lock:
             self._check_open()
-            with _write(self._conn) as c:
+            with immediate_transaction(self._conn) as c:
                 row = c.execute("SELECT partitions FROM topics WHERE name=?", (name,)).fetchone()
                 if row is None:
                     c.execute("INSERT INTO topics(name, partitions, retention) VALUES (?, ?, ?)",
@@ -229,7 +217,7 @@ class EmbeddedTransport(Transport):
         with self._lock:
             self._check_open()
             now = self.clock()
-            with _write(self._conn) as c:
+            with immediate_transaction(self._conn) as c:
                 out = _append(c, topic, self._place(c, topic, items), now)
         if now >= self._next_purge:
             self.purge(now)
@@ -262,7 +250,7 @@ class EmbeddedTransport(Transport):
                 if keep >= 1e300:
                     continue
                 cutoff = now - keep - DAY  # a record's ts is the start of its day: the whole day must be older
-                with _write(self._conn) as c:
+                with immediate_transaction(self._conn) as c:
                     cur = c.execute(
                         "DELETE FROM log WHERE topic=? AND ts<? AND offset < (SELECT MAX(l2.offset) FROM log l2 "
                         "WHERE l2.topic=log.topic AND l2.partition=log.partition)", (name, cutoff))
@@ -316,7 +304,7 @@ class _EmbeddedTransaction(Transaction, _TransactionContext):
             c._rewind()
             raise stale
         try:
-            with _write(c._conn) as conn:
+            with immediate_transaction(c._conn) as conn:
                 c._check_generation(conn)
                 for topic, items in self._outputs.items():
                     _append(conn, topic, c._transport._place(conn, topic, items), c._transport.clock())
@@ -345,7 +333,7 @@ class EmbeddedConsumer(Consumer):
         self._turn = 0
         for t in self.topics:
             _partitions(self._conn, t)
-        with _write(self._conn) as c:
+        with immediate_transaction(self._conn) as c:
             c.execute("INSERT OR REPLACE INTO members(grp, member, instance, topics, heartbeat, session_timeout) "
                       "VALUES (?,?,?,?,?,?)",
                       (group, self.member, self._instance, json.dumps(self.topics), time.time(), self.session_timeout))
@@ -379,7 +367,7 @@ class EmbeddedConsumer(Consumer):
         due = time.monotonic() - self._last_heartbeat >= self.session_timeout / 3
         if not due and self._current_generation(self._conn) == self._generation:
             return
-        with _write(self._conn) as c:
+        with immediate_transaction(self._conn) as c:
             now = time.time()
             gone = c.execute("DELETE FROM members WHERE grp=? AND member<>? AND heartbeat + session_timeout < ?",
                              (self.group, self.member, now)).rowcount
@@ -479,7 +467,7 @@ class EmbeddedConsumer(Consumer):
             raise stale
         todo = dict(self._delivered if offsets is None else offsets)
         try:
-            with _write(self._conn) as c:
+            with immediate_transaction(self._conn) as c:
                 self._check_generation(c)
                 self._write_offsets(c, todo)
         except CommitFailedError:
@@ -508,7 +496,7 @@ class EmbeddedConsumer(Consumer):
             return
         self._closed = True
         try:
-            with _write(self._conn) as c:
+            with immediate_transaction(self._conn) as c:
                 left = c.execute("DELETE FROM members WHERE grp=? AND member=? AND instance=?",
                                  (self.group, self.member, self._instance)).rowcount
                 if left:
