@@ -257,7 +257,7 @@ class StreamProcessor(abc.ABC):
         return self._consumer
 
     def transaction(self) -> Transaction:
-        """The open transaction (opened on first use); what is published into it is visible after the next checkpoint."""
+        """The open transaction (opened on first use): what is published into it shows after the next checkpoint."""
         if self._tx is None:
             ctx = self.consumer.transaction()
             self._tx = ctx.__enter__()
