@@ -32,8 +32,9 @@ computes the same values again.
 
 The checkpoint's form, and how a restore finds the newest one and checks it
 against the group's committed offsets, are :mod:`estimator.fl.checkpoint`;
-this module holds the job's settings, its consume-advance-commit loop and
-its phases.
+the consume loop (rewinds, the transaction, the commit) is the shared
+:class:`pipeline.processor.StreamProcessor`; this module holds the job's
+settings, its per-upload step, what each checkpoint publishes, and its phases.
 
 Records: checkpoints and round states are chunked documents
 (:mod:`pipeline.fl_records`) of at most ``JobSettings.max_record_bytes``
@@ -57,7 +58,7 @@ import math
 import os
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any
 
 import numpy as np
@@ -68,10 +69,11 @@ from client_sdk.fl.protocol import RoundState, Upload, check_upload_against, enc
 from client_sdk.randomness import secure_generator
 from pipeline.errors import ConfigError
 from pipeline.fl_records import DEFAULT_MAX_RECORD_BYTES, MIN_RECORD_BYTES, encode_chunks, pack_document
+from pipeline.processor import StreamProcessor
 from pipeline.settings import check_ranges, settings_from_env
 from pipeline.topics import FL_ROUNDS_TOPIC, FL_STATE_TOPIC, FL_UPDATES_TOPIC
 from pipeline.transport import CommitFailedError, Consumer, FencedError, TopicPartition, Transport, TransportError
-from pipeline.transport.base import check_topic_name
+from pipeline.transport.base import Record, Transaction, check_topic_name
 from estimator.errors import JobStateError
 from estimator.fl.aggregators import AggregateResult, Aggregator, RoundContext
 from estimator.fl.checkpoint import CheckpointLog, JobState
@@ -146,12 +148,23 @@ class JobSettings:
         return settings_from_env(cls, ENV_PREFIX, environ, overrides)
 
 
-class AggregationJob:
-    """Runs one task's rounds over ``transport`` (see the module docstring)."""
+class AggregationJob(StreamProcessor):
+    """Runs one task's rounds over ``transport`` (see the module docstring).
+
+    A transactional :class:`~pipeline.processor.StreamProcessor` on the updates topic: the shared loop
+    tracks the group (a rewinding rebalance, a partition restarting from its committed offset, a lost
+    partition, a failed commit) and commits each checkpoint in the consumer's transaction; the job
+    supplies the per-upload step (:meth:`process`), what a checkpoint publishes (:meth:`flush_state`:
+    the newest round state and the checkpoint), and how its state is dropped (:meth:`reset`: the whole
+    state, reloaded from the committed checkpoint before the next step)."""
+
+    transactional = True
 
     def __init__(self, transport: Transport, spec: FLTaskSpec, settings: JobSettings,
                  clock: Any = time.time) -> None:
-        self.transport = transport
+        s = settings
+        super().__init__(transport, [s.updates_topic], s.group, s.member, session_timeout=s.session_timeout,
+                         partitions=s.updates_partitions, checkpoint_seconds=s.checkpoint_interval, poll_records=500)
         self.spec = spec
         self.settings = settings
         self.clock = clock
@@ -162,19 +175,17 @@ class AggregationJob:
         self.key = spec.task.encode()
         self.restores = 0
         self.aborted = 0
-        s = settings
         self._checkpoints = CheckpointLog(transport, task=spec.task, group=s.group, member=s.member,
                                           state_topic=s.state_topic, session_timeout=s.session_timeout,
                                           restore_timeout=s.restore_timeout, max_record_bytes=s.max_record_bytes)
         self._adaptive: AdaptiveClippingDP | None = None
-        self._consumer: Consumer | None = None
         self._st = JobState()
         self._rng = self._new_rng()
         self._accountant: ClientLevelAccountant | None = None
         self._aggregator: Aggregator | None = None
         self._outbox: list[RoundState] = []
         self._committed: dict[int, int] = {}
-        self._generation = 0
+        self._stale = False  # the state holds uncommitted records the group rewound: restore before going on
         self._dirty = False
         self._failures = 0
         self._last_commit = 0.0
@@ -184,14 +195,19 @@ class AggregationJob:
     # -- lifecycle ------------------------------------------------------------------------------
     def open(self) -> None:
         """Create the topics, join the group, fence a dead predecessor's transaction, restore the state."""
+        _ = self.consumer  # joining runs ensure_topics(), then on_join()
+
+    def ensure_topics(self) -> None:
         s = self.settings
         # round states and checkpoints are kept for ever: a job idle longer than a retention must still find
         # its state (and collectors the current round); updates take the transport's default retention
         for topic, parts, retention in ((s.rounds_topic, 1, math.inf), (s.state_topic, 1, math.inf),
                                         (s.updates_topic, s.updates_partitions, None)):
             self.transport.create_topic(topic, parts, retention=retention)
-        self._consumer = consumer = self.transport.consume([s.updates_topic], s.group, member=s.member,
-                                                           session_timeout=s.session_timeout)
+
+    def on_join(self, consumer: Consumer) -> None:
+        """Wait for the assignment, rewind what the join delivered (fencing a predecessor), restore."""
+        s = self.settings
         deadline = time.monotonic() + s.restore_timeout
         while not consumer.assignment():  # join the group before anything is committed
             consumer.poll(max_records=1, timeout=0.5)
@@ -205,16 +221,12 @@ class AggregationJob:
             pass
         self._restore()
 
-    def close(self) -> None:
-        if self._consumer is not None:
-            self._consumer.close()
-            self._consumer = None
-
     @property
     def done(self) -> bool:
         return self._st.phase == "done"
 
-    def run(self, stop: threading.Event | None = None, *, exit_when_done: bool = True) -> dict[str, Any]:
+    def run(self, stop: threading.Event | None = None, *,  # type: ignore[override]
+            exit_when_done: bool = True) -> dict[str, Any]:
         """Process uploads until ``stop`` is set or (``exit_when_done``) the last round is committed."""
         stop = stop or threading.Event()
         if self._consumer is None:
@@ -228,23 +240,18 @@ class AggregationJob:
         self._write_status(force=True)
         return self.status()
 
-    def step(self, timeout: float = 0.2) -> int:
+    def step(self, timeout: float = 0.2, *, max_records: int | None = None) -> int:
         """Poll once, apply what came, advance phases that are complete or past their deadline, and commit
         when a phase moved or ``checkpoint_interval`` passed with uncommitted uploads. Returns the records polled."""
-        consumer = self._require()
-        recs = consumer.poll(max_records=500, timeout=timeout)
-        if consumer.generation != self._generation:
-            log.warning("the group rewound uncommitted records (generation %d); restoring", consumer.generation)
+        self._require()
+        recs = self.poll_and_apply(max_records=max_records, timeout=timeout)
+        if self._stale:
+            log.warning("uncommitted records were rewound (group generation %d); restoring",
+                        self._require().generation)
             self._restore()
             return 0
-        for r in recs:
-            if r.key is not None and r.key != self.key:
-                continue
-            self._dirty = True
-            self._on_upload(r.value)
         self._advance()
-        due = self._outbox or (self._dirty and time.monotonic() - self._last_commit >= self.settings.checkpoint_interval)
-        if due:
+        if self.checkpoint_due():
             self._commit()
         self._write_status()
         return len(recs)
@@ -254,6 +261,65 @@ class AggregationJob:
             raise RuntimeError("call open() first")
         return self._consumer
 
+    # -- the processor's hooks --------------------------------------------------------------------
+    def process(self, rec: Record) -> bool | None:
+        """One upload of this task (other tasks' records are skipped): checked and folded into the round."""
+        if rec.key is not None and rec.key != self.key:
+            return None
+        self._dirty = True
+        self._on_upload(rec.value)
+        return None
+
+    def reset(self, partitions: Collection[TopicPartition] | None) -> None:
+        """Drop the state: it is one state over every partition, so any rewound partition voids all of it.
+
+        The reload from the committed checkpoint waits for the next step or commit (:meth:`_restore`): never
+        inside a failing transport call, and not at all when the job is closing."""
+        self._stale = True
+
+    def checkpoint_due(self) -> bool:
+        """A phase moved (a round state waits), or ``checkpoint_interval`` passed with uncommitted uploads."""
+        return bool(self._outbox) or (
+            self._dirty and time.monotonic() - self._last_commit >= self.settings.checkpoint_interval)
+
+    def flush_state(self, tx: Transaction | None) -> Mapping[TopicPartition, int] | None:
+        """Publish the newest round state and the checkpoint (with the update offsets it covers) into ``tx``."""
+        if self._stale:  # a partition was lost since the last poll: this state is not ours to checkpoint
+            self.rewind_all()
+            return None
+        assert tx is not None
+        s = self.settings
+        offsets = dict(self._committed)
+        for tp, off in self._require().positions().items():
+            if tp.topic == s.updates_topic:
+                offsets[tp.partition] = off
+        if self._outbox:  # collectors keep the newest state only: the superseded ones need not go out
+            for chunk in self._round_state_chunks(self._outbox[-1]):
+                tx.publish(s.rounds_topic, self.key, chunk)
+        for chunk in self._checkpoint(offsets):
+            tx.publish(s.state_topic, self.key, chunk)
+        return {TopicPartition(s.updates_topic, p): o for p, o in offsets.items()}
+
+    def on_committed(self, offsets: Mapping[TopicPartition, int]) -> None:
+        self._failures = 0
+        if self._outbox:
+            self._published_stats = dict(self._outbox[-1].stats)
+        self._outbox = []
+        self._committed = {tp.partition: o for tp, o in offsets.items()}
+        self._dirty = False
+        self._last_commit = time.monotonic()
+
+    def on_commit_failed(self, exc: CommitFailedError) -> None:
+        self._commit_aborted(exc)
+        self.rewind_all()
+
+    def _commit_aborted(self, exc: TransportError) -> None:
+        self.aborted += 1
+        self._failures += 1
+        if self._failures > 20:
+            raise exc
+        log.warning("commit aborted (%s); restoring from the committed checkpoint", exc)
+
     # -- restore and commit -----------------------------------------------------------------------
     def _restore(self) -> None:
         """Load the newest checkpoint (or start the task) and check that it accounts for exactly the
@@ -261,6 +327,7 @@ class AggregationJob:
         consumer = self._require()
         s = self.settings
         self._generation = consumer.generation
+        self._stale = False
         self._outbox = []
         self._dirty = False
         n = self.transport.partitions(s.updates_topic)
@@ -334,39 +401,22 @@ class AggregationJob:
                              self.settings.max_record_bytes)
 
     def _commit(self) -> None:
-        consumer = self._require()
-        s = self.settings
+        """One checkpoint (:meth:`~pipeline.processor.StreamProcessor.checkpoint`); when it aborts, the state
+        is reloaded from the committed checkpoint (after 20 aborts in a row the error propagates)."""
+        self._require()
         stats = self._public_stats()
         if not self._outbox and stats != self._published_stats:
             self._outbox.append(self._round_state())  # counters changed: let collectors show them
-        offsets = dict(self._committed)
-        for tp, off in consumer.positions().items():
-            if tp.topic == s.updates_topic:
-                offsets[tp.partition] = off
         try:
-            with consumer.transaction() as tx:
-                if self._outbox:  # collectors keep the newest state only: the superseded ones need not go out
-                    for chunk in self._round_state_chunks(self._outbox[-1]):
-                        tx.publish(s.rounds_topic, self.key, chunk)
-                for chunk in self._checkpoint(offsets):
-                    tx.publish(s.state_topic, self.key, chunk)
+            self.checkpoint()
         except FencedError:
             raise
-        except (CommitFailedError, TransportError) as exc:
-            self.aborted += 1
-            self._failures += 1
-            if self._failures > 20:
-                raise
-            log.warning("commit aborted (%s); restoring from the committed checkpoint", exc)
+        except TransportError as exc:  # not a rebalance (on_commit_failed): the loop rewound if it could
+            self._commit_aborted(exc)
+            if not self._stale:
+                self.rewind_all()
+        if self._stale:
             self._restore()
-            return
-        self._failures = 0
-        if self._outbox:
-            self._published_stats = dict(self._outbox[-1].stats)
-        self._outbox = []
-        self._committed = offsets
-        self._dirty = False
-        self._last_commit = time.monotonic()
 
     # -- rounds and phases ------------------------------------------------------------------------
     def _public_stats(self) -> dict[str, Any]:
