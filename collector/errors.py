@@ -2,20 +2,23 @@
 
     LDPError
     ├── PipelineError (pipeline.errors)
-    │   └── ConfigError(ValueError)   a setting is invalid; the message names it and its valid range
+    │   ├── ConfigError(ValueError)   a setting is invalid; the message names it and its valid range
+    │   └── ProcessorError            a stream processor cannot go on (pipeline.processor)
     └── CollectorError
         ├── RejectedBatch             the collector refuses an upload (4xx); carries status and reason
         ├── UnavailableError          the collector cannot take an upload now (503); carries Retry-After
-        ├── ShufflerStateError        the shuffler's checkpoint and its input offsets disagree
-        └── SinkError                 the Parquet sink's chunk logs and the dataset disagree
+        ├── ShufflerStateError(ProcessorError)  the shuffler's checkpoint and its input offsets disagree
+        └── SinkError(ProcessorError)           the Parquet sink's chunk logs and the dataset disagree
 
-:class:`ConfigError` is the shared layer's (re-exported here).
+:class:`ConfigError` is the shared layer's (re-exported here). The two
+processor errors derive from :class:`~pipeline.errors.ProcessorError` too:
+they are fatal, so runners stop on them instead of rejoining.
 """
 
 from __future__ import annotations
 
 from client_sdk.errors import LDPError
-from pipeline.errors import ConfigError
+from pipeline.errors import ConfigError, ProcessorError
 
 __all__ = ["CollectorError", "ConfigError", "RejectedBatch", "UnavailableError", "ShufflerStateError", "SinkError"]
 
@@ -44,9 +47,9 @@ class UnavailableError(CollectorError):
         self.retry_after = int(retry_after)
 
 
-class ShufflerStateError(CollectorError):
+class ShufflerStateError(CollectorError, ProcessorError):
     """The shuffler cannot find the checkpoint that matches its committed input offsets."""
 
 
-class SinkError(CollectorError):
+class SinkError(CollectorError, ProcessorError):
     """The Parquet sink's chunk logs and the dataset disagree, or a chunk cannot be written as recorded."""

@@ -4,9 +4,11 @@
     └── EstimatorError
         ├── BatchError(ValueError)       no data for a batch request, or a choice (spec, days) the user must make
         ├── AccountingError(ValueError)  an event cannot be accounted as asked
-        ├── StateError                   a streaming snapshot is unreadable, foreign, or states do not merge
+        ├── StateError(ProcessorError)   a streaming snapshot is unreadable, foreign, or states do not merge
         └── JobStateError                an FL job cannot restore its state without losing or double-counting
 
+:class:`StateError` is also a :class:`pipeline.errors.ProcessorError` (fatal: the
+streaming estimator's runner stops on it instead of rejoining).
 :class:`JobStateError` is also an :class:`client_sdk.fl.errors.FLError`, so FL callers that catch
 the FL tree keep catching it.
 """
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 from client_sdk.errors import LDPError
 from client_sdk.fl.errors import FLError
+from pipeline.errors import ProcessorError
 
 __all__ = ["EstimatorError", "BatchError", "AccountingError", "StateError", "JobStateError"]
 
@@ -31,7 +34,7 @@ class AccountingError(EstimatorError, ValueError):
     """An event cannot be accounted as asked; the message says why and what to do."""
 
 
-class StateError(EstimatorError):
+class StateError(EstimatorError, ProcessorError):
     """A snapshot is unreadable, belongs to another topic or group, or states do not merge."""
 
 

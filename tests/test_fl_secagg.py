@@ -254,33 +254,3 @@ def test_secure_sum_of_clipped_updates_matches_plaintext_dp_fedavg() -> None:
         [ClientUpdate(str(u), 0, deltas[u], 1) for u in surv], RoundContext(0, d, rng, float(n)))
     assert np.max(np.abs(secure - plain.delta)) <= n / q.scale / n
     assert np.max(np.abs(plain.delta)) > 1e3 / q.scale  # the comparison is not vacuous
-
-
-def test_dp_fedavg_over_simulated_secure_sum_trains() -> None:
-    """FixedClippingDP over the secure sum gives the plaintext aggregate up to rounding
-    (σ = 0), and DP-FedAvg through SecAgg with 20 % dropouts learns a separable problem."""
-    from client_sdk.fl import ClientUpdate, LocalTraining, LogisticRegression
-    from estimator.fl.aggregators import RoundContext, WeightedMean
-    from estimator.fl.dp import FixedClippingDP
-    from estimator.fl.rounds import FederatedClient, run_rounds
-    from estimator.fl.sampling import FixedCountSampling
-    from estimator.fl.secure_sum import SimulatedSecureSum
-    from estimator.fl.strategies import FedAvg
-
-    rng = np.random.default_rng(16)
-    ups = [ClientUpdate(f"c{i}", 0, rng.normal(scale=0.3, size=20).astype(np.float32), 1) for i in range(8)]
-    secure = FixedClippingDP(SimulatedSecureSum(1.0, 8), 1.0, 0.0).aggregate(ups, RoundContext(0, 20, np.random.default_rng(1), 8.0))
-    plain = FixedClippingDP(WeightedMean(), 1.0, 0.0).aggregate(ups, RoundContext(0, 20, np.random.default_rng(1), 8.0))
-    sec = SimulatedSecureSum(1.0, 8)
-    assert np.max(np.abs(secure.delta - plain.delta)) <= 8 / sec.quantizer.scale / 8
-    w = np.array([1.0, -1.0, 2.0])
-    def data(n):
-        X = rng.normal(size=(n, 3)).astype(np.float32)
-        return X, (X @ w > 0).astype(int)
-    clients = [FederatedClient(f"c{i}", *data(40)) for i in range(10)]
-    Xt, yt = data(500)
-    agg = FixedClippingDP(SimulatedSecureSum(0.5, 10, dropout_rate=0.2), 0.5, 0.3)
-    _, hist = run_rounds(LogisticRegression(3), FedAvg(LocalTraining(1, 20, 0.5)), agg, clients, FixedCountSampling(8),
-                         10, np.random.default_rng(2), test=(Xt, yt))
-    assert hist[-1].test_accuracy > 0.9
-    assert sum(h.info["secagg_dropped"] for h in hist) > 0

@@ -53,9 +53,9 @@ a duplicate and changes nothing.
 
 Round states
 ------------
-Round states arrive as chunk records (:mod:`pipeline.fl_records`); the
-follower serves a state only once all its chunks are in and their digest
-matches. A single-record JSON state (the first format) is read too.
+Round states arrive as chunk records (:mod:`pipeline.fl_records`), the only
+form the job writes; the follower serves a state only once all its chunks
+are in and their digest matches. Any other record is ignored.
 """
 
 from __future__ import annotations
@@ -153,20 +153,20 @@ class FLService:
                 self._stop.wait(1.0)
 
     def _apply(self, value: bytes, offset: int = 0) -> None:
+        if not is_chunk(value):
+            log.warning("ignoring a record of %s@%d that is not a chunk record", self.rounds_topic, offset)
+            return
         try:
-            if is_chunk(value):
-                h, payload = decode_chunk(value)
-                if h.kind != "round_state":
-                    return
-                done = self._assembler.add(h, payload, offset)
-                if done is None:
-                    return
-                self._assembler.drop_before(done.first_offset, h.task)
-                st = RoundState.from_document(unpack_document(done.document))
-                if st.task != h.task or st.seq != h.meta.get("seq"):
-                    raise ValueError(f"round state {st.task}/{st.seq} under a header for {h.task}/{h.meta.get('seq')}")
-            else:
-                st = RoundState.from_json(value)
+            h, payload = decode_chunk(value)
+            if h.kind != "round_state":
+                return
+            done = self._assembler.add(h, payload, offset)
+            if done is None:
+                return
+            self._assembler.drop_before(done.first_offset, h.task)
+            st = RoundState.from_document(unpack_document(done.document))
+            if st.task != h.task or st.seq != h.meta.get("seq"):
+                raise ValueError(f"round state {st.task}/{st.seq} under a header for {h.task}/{h.meta.get('seq')}")
         except (ValueError, KeyError, TypeError, UpdateRejected, ChunkError) as exc:
             log.warning("ignoring an unreadable round state (%s)", exc)
             return

@@ -29,8 +29,11 @@ chunk start. A member that finds the group's committed offset moved under
 one of its chunks (another member owned the partition meanwhile) drops
 its buffers and rejoins instead of writing; a rebalance that rewound
 uncommitted records (a new :attr:`~pipeline.transport.base.Consumer.generation`
-after a poll) drops every buffer at once. Files are complete or absent
-(atomic rename), so a reader that lists the folders sees each report once.
+after a poll) drops every buffer at once, as does a failed commit, and a
+partition whose offsets go back (it restarted from its committed offset)
+drops its own (the rules of :mod:`pipeline.processor`, whose loop the sink
+runs: its checkpoint is a flush). Files are complete or absent (atomic
+rename), so a reader that lists the folders sees each report once.
 
 The lock is an ``fcntl`` lock: correct for every writer on one machine (the
 embedded transport's case). On Kafka the group protocol already keeps two
@@ -48,10 +51,9 @@ import json
 import logging
 import os
 import re
-import threading
 import time
 import uuid
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -59,25 +61,29 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from client_sdk.errors import FrameError
 from client_sdk.files import write_atomic
 from client_sdk.mechanisms.base import MechanismSpec
-from collector.errors import SinkError
+from collector.errors import ConfigError, SinkError
 from pipeline.dataset import FORMAT, fsync_dir, makedirs_durable, part_name, records_to_table, write_table_atomic
-from pipeline.envelope import ShuffleMeta, decode_envelope
+from pipeline.envelope import ShuffledBatch, ShuffleMeta, decode_envelope
+from pipeline.processor import StreamProcessor
+from pipeline.settings import check_ranges, settings_from_env
 from pipeline.topics import DEFAULT_PARTITIONS, SHUFFLED_TOPIC
-from pipeline.transport.base import CommitFailedError, Consumer, Record, TopicPartition, Transport
+from pipeline.transport.base import CommitFailedError, Record, TopicPartition, Transaction, Transport, check_topic_name
 
 __all__ = [
     "SHUFFLED_TOPIC",
     "DEFAULT_GROUP",
     "SinkError",
+    "SinkSettings",
     "SinkStats",
     "ChunkLog",
     "ParquetSink",
 ]
 
 DEFAULT_GROUP = "ldp-parquet-sink"
+#: prefix of the environment variables :meth:`SinkSettings.from_env` reads (``LDP_SINK_FLUSH_SECONDS``, ...)
+ENV_PREFIX = "LDP_SINK_"
 
 log = logging.getLogger(__name__)
 
@@ -182,6 +188,42 @@ class ChunkLog:
 # -- the sink ----------------------------------------------------------------------------------
 
 
+@dataclasses.dataclass(frozen=True)
+class SinkSettings:
+    """How the sink consumes and when it flushes.
+
+    A flush happens when ``flush_reports`` reports are buffered or the
+    oldest buffered batch is ``flush_seconds`` old. A missing ``topic`` is
+    created with ``partitions`` partitions. ``member`` names this member of
+    ``group`` (default: random).
+    """
+
+    topic: str = SHUFFLED_TOPIC
+    group: str = DEFAULT_GROUP
+    member: str | None = None
+    flush_reports: int = 1_000_000
+    flush_seconds: float = 5.0
+    session_timeout: float = 10.0
+    partitions: int = DEFAULT_PARTITIONS
+
+    def __post_init__(self) -> None:
+        check_ranges(self, {"flush_reports": (1, 1 << 40), "flush_seconds": (0.0, 1e9),
+                            "session_timeout": (0.001, 1e9), "partitions": (1, 10_000)})
+        try:
+            check_topic_name(self.topic)
+        except ValueError as exc:
+            raise ConfigError(f"topic: {exc}") from None
+        for name in ("group", "member"):
+            v = getattr(self, name)
+            if (v is not None or name == "group") and (not isinstance(v, str) or not v or len(v) > 200):
+                raise ConfigError(f"{name} must be a non-empty string, got {v!r}")
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> "SinkSettings":
+        """``overrides`` (``None``: not given) over ``$LDP_SINK_<FIELD>`` over the defaults."""
+        return settings_from_env(cls, ENV_PREFIX, environ, overrides)
+
+
 @dataclasses.dataclass
 class SinkStats:
     records: int = 0  # shuffled batches consumed (including redeliveries)
@@ -215,119 +257,57 @@ class _Buffer:
     since: float
 
 
-class ParquetSink:
+class ParquetSink(StreamProcessor):
     """Consume shuffled batches in a consumer group and write them as a Parquet dataset (see the module docstring).
 
     ``specs`` resolves ``(metric, spec_id)`` to a spec (a
     :class:`~pipeline.catalog.SpecCatalog`). A batch no spec explains is
     kept verbatim under ``_undecodable/`` and counted, never dropped.
-    A flush happens when ``flush_reports`` reports are buffered or the
-    oldest buffered batch is ``flush_seconds`` old. A missing topic is
-    created with ``partitions`` partitions.
+    ``settings`` (:class:`SinkSettings`) says when to flush; the keyword
+    arguments, where given, override its fields.
     """
 
-    def __init__(self, transport: Transport, root: str | os.PathLike[str], specs: Any, *,
-                 topic: str = SHUFFLED_TOPIC, group: str = DEFAULT_GROUP, member: str | None = None,
-                 flush_reports: int = 1_000_000, flush_seconds: float = 5.0, session_timeout: float = 10.0,
-                 partitions: int = DEFAULT_PARTITIONS) -> None:
-        if flush_reports < 1 or flush_seconds < 0:
-            raise ValueError("flush_reports must be >= 1 and flush_seconds >= 0")
-        self.transport = transport
+    def __init__(self, transport: Transport, root: str | os.PathLike[str], specs: Any,
+                 settings: SinkSettings | None = None, *, topic: str | None = None, group: str | None = None,
+                 member: str | None = None, flush_reports: int | None = None, flush_seconds: float | None = None,
+                 session_timeout: float | None = None, partitions: int | None = None) -> None:
+        given = {"topic": topic, "group": group, "member": member, "flush_reports": flush_reports,
+                 "flush_seconds": flush_seconds, "session_timeout": session_timeout, "partitions": partitions}
+        settings = dataclasses.replace(settings or SinkSettings(), **{k: v for k, v in given.items() if v is not None})
+        super().__init__(transport, settings.topic, settings.group, settings.member or f"sink-{uuid.uuid4().hex[:12]}",
+                         session_timeout=settings.session_timeout, partitions=settings.partitions)
+        self.settings = settings
         self.root = Path(root).expanduser().resolve()
         self.root.mkdir(parents=True, exist_ok=True)
         self.specs = specs
-        self.topic = topic
-        self.group = group
-        self.member = member or f"sink-{uuid.uuid4().hex[:12]}"
-        self.flush_reports = int(flush_reports)
-        self.flush_seconds = float(flush_seconds)
-        self.session_timeout = float(session_timeout)
-        self.partitions = int(partitions)
+        self.topic = settings.topic
+        self.flush_reports = settings.flush_reports
+        self.flush_seconds = float(settings.flush_seconds)
         self.stats = SinkStats()
         self._buffers: dict[TopicPartition, _Buffer] = {}
         self._buffered_reports = 0
         self._known_committed: dict[TopicPartition, int] = {}
         self._logs: dict[TopicPartition, ChunkLog] = {}
-        self._generation = 0
-        self._consumer: Consumer | None = None
-
-    # -- lifecycle ---------------------------------------------------------------------------
-
-    @property
-    def consumer(self) -> Consumer:
-        if self._consumer is None:
-            self.transport.ensure_topic(self.topic, self.partitions)
-            self._consumer = self.transport.consume(self.topic, self.group, member=self.member,
-                                                    session_timeout=self.session_timeout)
-        return self._consumer
-
-    def close(self) -> None:
-        """Leave the group without flushing (buffered batches are redelivered to the next owner)."""
-        self._buffers.clear()
-        self._buffered_reports = 0
-        self._generation = 0
-        consumer, self._consumer = self._consumer, None
-        if consumer is not None:
-            consumer.close()
-
-    def _rejoin(self, why: str) -> None:
-        log.warning("parquet sink %s: %s; dropping buffers and rejoining group %s", self.member, why, self.group)
-        self.stats.rejoins += 1
-        self.close()
-        self._known_committed.clear()
+        self._flushing: dict[TopicPartition, int] = {}  # per partition: how many buffered items the flush wrote
+        self._flushed = 0
 
     def __enter__(self) -> "ParquetSink":
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+    # -- consuming (the per-record step of the loop) ---------------------------------------------
 
-    # -- consuming ---------------------------------------------------------------------------
+    def decode(self, rec: Record) -> ShuffledBatch:
+        return decode_envelope(rec.value, self.specs)
 
-    def run(self, *, stop: threading.Event | None = None, idle_timeout: float | None = None,
-            max_records: int = 500) -> SinkStats:
-        """Consume until ``stop`` is set or nothing arrived for ``idle_timeout`` seconds; flush; return the stats."""
-        idle_since = time.monotonic()
-        while stop is None or not stop.is_set():
-            if self.poll_once(max_records=max_records, timeout=0.2):
-                idle_since = time.monotonic()
-            if self.flush_due():
-                self.flush()
-            if idle_timeout is not None and time.monotonic() - idle_since >= idle_timeout and not self._buffers:
-                break
-        self.flush()
-        return self.stats
-
-    def poll_once(self, *, max_records: int = 500, timeout: float = 0.2) -> int:
-        """Poll once and buffer what came; returns the number of batches received."""
-        consumer = self.consumer
-        recs = consumer.poll(max_records=max_records, timeout=timeout)
-        if consumer.generation != self._generation:
-            # a rebalance restarted every partition from its committed offset: the buffers are void
-            self._generation = consumer.generation
-            self._buffers.clear()
-            self._buffered_reports = 0
-            self._known_committed.clear()
-        for rec in recs:
-            self._accept(rec)
-        return len(recs)
-
-    def _accept(self, rec: Record) -> None:
+    def apply(self, rec: Record, sb: ShuffledBatch | None) -> None:
         tp = TopicPartition(rec.topic, rec.partition)
         buf = self._buffers.get(tp)
-        if buf is not None and buf.items and rec.offset <= buf.items[-1].offset:
-            self._drop(tp)  # the consumer restarted this partition from the committed offset
-            buf = None
         if buf is None:
             base = self._known_committed.get(tp)
             if base is None:
                 base = self.consumer.committed(tp)
             buf = self._buffers[tp] = _Buffer(base, [], time.monotonic())
-        self.stats.records += 1
-        try:
-            sb = decode_envelope(rec.value, self.specs)
-        except FrameError as exc:
-            self._keep_undecodable(rec, exc)
+        if sb is None:  # undecodable: kept under _undecodable/, its offset still part of the chunk
             buf.items.append(_Item(rec.offset, None, "", 0, None, None))
             return
         b = sb.batch
@@ -335,8 +315,17 @@ class ParquetSink:
         self._buffered_reports += len(b)
         self.stats.reports += len(b)
 
-    def _keep_undecodable(self, rec: Record, exc: Exception) -> None:
-        self.stats.undecodable += 1
+    def reset(self, partitions: Collection[TopicPartition] | None) -> None:
+        """Drop buffers: the records come again from the committed offsets (and land in the same files)."""
+        if partitions is None:
+            self._buffers.clear()
+            self._buffered_reports = 0
+            self._known_committed.clear()
+        else:
+            for tp in partitions:
+                self._drop(tp)
+
+    def on_undecodable(self, rec: Record, exc: BaseException) -> None:
         path = self.root / "_undecodable" / f"{rec.topic}-{rec.partition}-{rec.offset:020d}.ldps"
         log.error("parquet sink: %s[%d]@%d cannot be decoded (%s); kept in %s", rec.topic, rec.partition,
                   rec.offset, exc, path)
@@ -355,6 +344,12 @@ class ParquetSink:
             return True
         oldest = min(b.since for b in self._buffers.values())
         return time.monotonic() - oldest >= self.flush_seconds
+
+    def checkpoint_due(self) -> bool:
+        return self.flush_due()
+
+    def settled(self) -> bool:
+        return not self._buffers
 
     # -- writing -----------------------------------------------------------------------------
 
@@ -425,43 +420,51 @@ class ParquetSink:
         self.stats.chunks += 1
 
     def flush(self) -> int:
-        """Write every complete chunk durably, then commit the offsets; returns the batches committed."""
-        if not self._buffers or self._consumer is None:
-            return 0
+        """Write every complete chunk durably, then commit the offsets; returns the batches committed.
+
+        This is the sink's checkpoint (:meth:`~pipeline.processor.StreamProcessor.checkpoint`):
+        buffers of partitions this member no longer owns are dropped first;
+        a failed write commits nothing.
+        """
+        self._flushed = 0
+        self.checkpoint()
+        return self._flushed
+
+    def final_checkpoint(self) -> None:
+        self.flush()
+
+    def flush_state(self, tx: Transaction | None) -> Mapping[TopicPartition, int] | None:
+        """Write every complete chunk of every buffer; the offsets just past them (``None``: nothing to commit)."""
         consumer = self._consumer
-        owned = consumer.assignment()
+        if not self._buffers or consumer is None:
+            return None
         offsets: dict[TopicPartition, int] = {}
-        flushed: dict[TopicPartition, int] = {}
+        self._flushing = {}
         for tp in list(self._buffers):
             buf = self._buffers[tp]
-            if tp not in owned:
-                self._drop(tp)
-                continue
             if consumer.committed(tp) != buf.base:
-                self._rejoin(f"the committed offset of {tp.topic}[{tp.partition}] moved from {buf.base} to "
-                             f"{consumer.committed(tp)} while this member held it")
-                return 0
+                self.rejoin(f"the committed offset of {tp.topic}[{tp.partition}] moved from {buf.base} to "
+                            f"{consumer.committed(tp)} while this member held it")
+                return None
             chunks = self._plan(tp, buf.items)
             for i, j in chunks:
                 self._write_chunk(tp, buf.items[i: j + 1])
             if chunks:
                 k = chunks[-1][1] + 1
                 offsets[tp] = buf.items[k - 1].offset + 1
-                flushed[tp] = k
-        if not offsets:
-            return 0
-        try:
-            consumer.commit(offsets)
-        except CommitFailedError as exc:
-            self.stats.commit_failures += 1
-            log.info("parquet sink %s: commit failed (%s); the chunks are durable and their next owner rewrites "
-                     "the same files", self.member, exc)
-            self._buffers.clear()
-            self._buffered_reports = 0
-            return 0
+                self._flushing[tp] = k
+        return offsets or None
+
+    def on_commit_failed(self, exc: CommitFailedError) -> None:
+        self.stats.commit_failures += 1
+        log.info("parquet sink %s: commit failed (%s); the chunks are durable and their next owner rewrites "
+                 "the same files", self.member, exc)
+        self.rewind_all()
+
+    def on_committed(self, offsets: Mapping[TopicPartition, int]) -> None:
         self.stats.commits += 1
         done = 0
-        for tp, k in flushed.items():
+        for tp, k in self._flushing.items():
             buf = self._buffers[tp]
             gone, rest = buf.items[:k], buf.items[k:]
             done += len(gone)
@@ -472,4 +475,5 @@ class ParquetSink:
                 self._buffers[tp] = _Buffer(offsets[tp], rest, time.monotonic())
             else:
                 del self._buffers[tp]
-        return done
+        self._flushing = {}
+        self._flushed = done

@@ -1,7 +1,8 @@
 """The federated aggregation job: rounds over the pipeline, exactly once across crashes.
 
 The job owns one *task* (a model, a client population, a number of rounds,
-sampling, DP and optionally secure aggregation; :class:`FLTaskSpec`). It
+sampling, DP and optionally secure aggregation; :class:`~estimator.fl.task.FLTaskSpec`,
+re-exported here). It
 publishes each round's state (:class:`client_sdk.fl.protocol.RoundState`) to
 ``ldp.fl.rounds``; collectors serve it to devices and publish their checked
 uploads to ``ldp.fl.updates``; the job consumes them, advances the phases,
@@ -29,10 +30,11 @@ crashed process had computed but not committed (a round's aggregate, its
 noise, the next sample) was never visible, and with a seed the restart
 computes the same values again.
 
-Finding the newest checkpoint: the job publishes a *marker* record to the
-state topic and reads that topic (in a reader group whose committed offset
-stays at the last restored checkpoint) until the marker comes back; the last
-checkpoint of its task and group before the marker is the newest committed one.
+The checkpoint's form, and how a restore finds the newest one and checks it
+against the group's committed offsets, are :mod:`estimator.fl.checkpoint`;
+the consume loop (rewinds, the transaction, the commit) is the shared
+:class:`pipeline.processor.StreamProcessor`; this module holds the job's
+settings, its per-upload step, what each checkpoint publishes, and its phases.
 
 Records: checkpoints and round states are chunked documents
 (:mod:`pipeline.fl_records`) of at most ``JobSettings.max_record_bytes``
@@ -48,7 +50,6 @@ in one of the last :data:`REPLAY_WINDOW` rounds, re-sent later, is refused as
 
 from __future__ import annotations
 
-import base64
 import dataclasses
 import hashlib
 import json
@@ -56,277 +57,54 @@ import logging
 import math
 import threading
 import time
-import uuid
-from collections import Counter
-from typing import Any, Mapping
+from collections.abc import Collection, Mapping
+from typing import Any
 
 import numpy as np
 
 from client_sdk.files import write_atomic
-from client_sdk.fl.client import ClientUpdate, LocalTraining
+from client_sdk.fl.client import ClientUpdate
 from client_sdk.fl.errors import FLError, SecAggError, UpdateRejected
-from client_sdk.fl.protocol import (
-    PROTOCOL_VERSION,
-    RoundState,
-    Upload,
-    check_upload_against,
-    decode_vector,
-    encode_vector,
-    model_from_dict,
-    parse_upload,
-)
+from client_sdk.fl.protocol import RoundState, Upload, check_upload_against, encode_vector, parse_upload
 from client_sdk.randomness import secure_generator
-from pipeline.fl_records import (
-    DEFAULT_MAX_RECORD_BYTES,
-    MIN_RECORD_BYTES,
-    ChunkAssembler,
-    ChunkError,
-    decode_chunk,
-    encode_chunks,
-    is_chunk,
-    pack_document,
-    unpack_document,
-)
+from pipeline.errors import ConfigError
+from pipeline.fl_records import DEFAULT_MAX_RECORD_BYTES, MIN_RECORD_BYTES, encode_chunks, pack_document
+from pipeline.processor import StreamProcessor
+from pipeline.settings import check_ranges, settings_from_env
 from pipeline.topics import FL_ROUNDS_TOPIC, FL_STATE_TOPIC, FL_UPDATES_TOPIC
 from pipeline.transport import CommitFailedError, Consumer, FencedError, TopicPartition, Transport, TransportError
+from pipeline.transport.base import Record, Transaction, check_topic_name
 from estimator.errors import JobStateError
-from estimator.fl.aggregators import AggregateResult, Aggregator, RoundContext, ValidatingAggregator, WeightedMean
-from estimator.fl.dp import AdaptiveClippingDP, ClientLevelAccountant, FixedClippingDP, update_noise_multiplier
-from estimator.fl.robust import CoordinateMedian, Krum, TrimmedMean
-from estimator.fl.sampling import FixedCountSampling, PoissonSampling, Sampling
-from estimator.fl.strategies import FedAvg, FedProx, Scaffold, Strategy
+from estimator.fl.aggregators import AggregateResult, Aggregator, RoundContext
+from estimator.fl.checkpoint import CheckpointLog, JobState
+from estimator.fl.checkpoint import json_float as _f
+from estimator.fl.dp import AdaptiveClippingDP, ClientLevelAccountant
+from estimator.fl.task import FLTaskSpec
 
 __all__ = ["FL_ROUNDS_TOPIC", "FL_UPDATES_TOPIC", "FL_STATE_TOPIC", "FLTaskSpec", "JobSettings", "JobStateError",
-           "AggregationJob", "REPLAY_WINDOW"]
+           "AggregationJob", "REPLAY_WINDOW", "ENV_PREFIX"]
 
 log = logging.getLogger("ldp.fl.job")
 
-
-
-#: options of each aggregator kind of a task (see :class:`FLTaskSpec`)
-_AGGREGATOR_OPTIONS: dict[str, tuple[str, ...]] = {
-    "fedavg": (), "adaptive_clipping": ("target_quantile", "clip_learning_rate", "count_stddev"),
-    "median": ("f",), "trimmed_mean": ("f",), "krum": ("f", "multi"),
-}
 #: rounds whose accepted upload ids the job keeps, to count a re-sent old upload as ``replayed``
 REPLAY_WINDOW = 16
-
+#: environment variables of :meth:`JobSettings.from_env`: ``LDP_FL_JOB_<FIELD>``
+ENV_PREFIX = "LDP_FL_JOB_"
 
 
 class _Rewind(Exception):
     """Raised inside a transaction to abort it (which rewinds the consumer to the committed offsets)."""
 
 
-def _num(name: str, v: object, *, low: float = 0.0, strict: bool = True) -> float:
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or \
-            (v <= low if strict else v < low):
-        raise FLError(f"{name} must be a finite number {'>' if strict else '>='} {low:g}, got {v!r}")
-    return float(v)
-
-
-@dataclasses.dataclass(frozen=True)
-class FLTaskSpec:
-    """What the job runs (frozen, validated; JSON via :meth:`from_dict`/:meth:`to_dict`).
-
-    ``sampling`` is ``{"kind": "poisson", "rate": q}`` or ``{"kind": "fixed", "count": m}``;
-    ``clip_norm`` C turns on client-level DP (devices clip to C, the server
-    clips again and adds N(0, (σC)²) with σ = ``noise_multiplier``); ``secagg``
-    needs C (the quantizer's range). ``round_timeout`` bounds the plain
-    ``train`` phase, ``phase_timeout`` each SecAgg phase (seconds). ``seed``
-    fixes the job's generator (sampling, SecAgg graph, noise) for
-    simulations; ``None`` (production) draws every value from the OS CSPRNG
-    (:func:`client_sdk.randomness.secure_generator`: an observer of released
-    models must not be able to predict the noise or the sample, which a
-    seeded PCG64 would allow) and keeps no generator state in checkpoints.
-
-    ``aggregator`` picks the server's stack (:meth:`build_aggregator`):
-
-    * ``{"kind": "fedavg"}`` (default): the weighted mean, under
-      ``FixedClippingDP`` when ``clip_norm`` is set (devices clip to C too).
-    * ``{"kind": "adaptive_clipping", "target_quantile": γ, "clip_learning_rate": η_C,
-      "count_stddev": σ_b}`` (the last three optional: 0.5, 0.2, expected clients / 20):
-      ``AdaptiveClippingDP`` starting at C = ``clip_norm`` with overall noise multiplier
-      z = ``noise_multiplier`` > 0 (the count's noise is paid for on the updates, as the
-      wrapper documents; needs σ_b > z/2). Devices do not clip: the server needs each
-      update's norm against C (the bit 1[‖Δ‖ ≤ C]); the current C is in the round's ``stats``.
-      Not with ``secagg`` (that bit is not securely summed).
-    * ``{"kind": "median", "f": f}``, ``{"kind": "trimmed_mean", "f": f}``,
-      ``{"kind": "krum", "f": f, "multi": m}`` (m optional, 1): the robust wrappers over a
-      weighted mean, tolerating f malicious clients. They are not linear, so they run without
-      DP (``clip_norm`` null, ``noise_multiplier`` 0) and without ``secagg`` (they need every
-      individual update; secure aggregation reveals only the sum). A round with fewer updates
-      than the wrapper needs (2f + 1; Krum 2f + 3) fails without release."""
-
-    task: str
-    model: Mapping[str, Any]
-    clients: tuple[str, ...]
-    rounds: int
-    sampling: Mapping[str, Any]
-    algorithm: str = "fedavg"
-    training: Mapping[str, Any] = dataclasses.field(default_factory=dict)
-    prox_mu: float = 0.01
-    server_learning_rate: float = 1.0
-    clip_norm: float | None = None
-    noise_multiplier: float = 0.0
-    delta: float = 1e-5
-    secagg: bool = False
-    secagg_degree: int | None = None
-    round_timeout: float = 60.0
-    phase_timeout: float = 30.0
-    seed: int | None = None
-    aggregator: Mapping[str, Any] = dataclasses.field(default_factory=lambda: {"kind": "fedavg"})
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "clients", tuple(self.clients))
-        if not self.clients or len(set(self.clients)) != len(self.clients):
-            raise FLError("clients must be a non-empty list of distinct client ids")
-        if isinstance(self.rounds, bool) or not isinstance(self.rounds, int) or self.rounds < 1:
-            raise FLError(f"rounds must be a positive integer, got {self.rounds!r}")
-        self.build_model()
-        self.build_sampling()
-        LocalTraining(**self.training)
-        if self.algorithm not in ("fedavg", "fedprox", "scaffold"):
-            raise FLError(f"algorithm must be fedavg, fedprox or scaffold, got {self.algorithm!r}")
-        _num("server_learning_rate", self.server_learning_rate)
-        _num("noise_multiplier", self.noise_multiplier, strict=False)
-        _num("round_timeout", self.round_timeout)
-        _num("phase_timeout", self.phase_timeout)
-        if not 0 < self.delta < 1:
-            raise FLError(f"delta must be in (0, 1), got {self.delta!r}")
-        object.__setattr__(self, "aggregator", dict(self.aggregator))
-        self._check_aggregator()
-        if self.clip_norm is not None:
-            _num("clip_norm", self.clip_norm)
-        elif self.noise_multiplier:
-            raise FLError("noise_multiplier needs clip_norm (the noise is σ·C)")
-        if self.secagg and self.clip_norm is None:
-            raise FLError("secagg needs clip_norm: devices clip to C and quantize values in [-C, C]")
-        if self.seed is not None and (isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0):
-            raise FLError(f"seed must be an integer >= 0 or null, got {self.seed!r}")
-
-    def _check_aggregator(self) -> None:
-        agg = self.aggregator
-        kind = agg.get("kind")
-        if kind not in _AGGREGATOR_OPTIONS:
-            raise FLError(f"aggregator kind must be one of {sorted(_AGGREGATOR_OPTIONS)}, got {kind!r}")
-        unknown = set(agg) - {"kind"} - set(_AGGREGATOR_OPTIONS[kind])
-        if unknown:
-            raise FLError(f"aggregator {kind!r} has no options {sorted(unknown)}; it takes "
-                          f"{sorted(_AGGREGATOR_OPTIONS[kind]) or 'none'}")
-        if kind == "adaptive_clipping":
-            if self.clip_norm is None or not self.noise_multiplier > 0:
-                raise FLError("adaptive_clipping needs clip_norm (the initial C) and noise_multiplier > 0 (the overall "
-                              "z the accountant charges, shared by the updates and the clipped-count release)")
-            _num("clip_norm", self.clip_norm)
-            if self.secagg:
-                raise FLError("adaptive_clipping cannot run with secagg: the server needs each client's bit "
-                              "1[‖Δ‖ ≤ C], which secure aggregation does not sum; use kind 'fedavg' with secagg")
-            self.build_aggregator(None)  # the wrapper checks γ, η_C; update_noise_multiplier checks σ_b > z/2
-            sb = agg.get("count_stddev")
-            update_noise_multiplier(self.noise_multiplier, self._expected() / 20.0 if sb is None else _num("count_stddev", sb))
-        elif kind in ("median", "trimmed_mean", "krum"):
-            if self.secagg:
-                raise FLError(f"aggregator {kind!r} needs every client's individual update, and secure aggregation "
-                              "reveals only their sum: set secagg to false, or use kind 'fedavg' with secagg")
-            if self.clip_norm is not None or self.noise_multiplier:
-                raise FLError(f"aggregator {kind!r} is not linear, and the DP wrappers need a bounded-sensitivity sum "
-                              "to add noise to: a robust task runs without client-level DP; set clip_norm to null and "
-                              "noise_multiplier to 0, or use kind 'fedavg' or 'adaptive_clipping' for DP")
-            f, multi = agg.get("f"), agg.get("multi", 1)
-            for name, v, low in (("f", f, 0), ("multi", multi, 1)):
-                if isinstance(v, bool) or not isinstance(v, int) or v < low:
-                    raise FLError(f"aggregator {kind!r}: {name} must be an integer >= {low}, got {v!r}")
-            need = 2 * f + 3 if kind == "krum" else 2 * f + 1
-            if kind == "krum":
-                need = max(need, multi + f)
-            count = self.sampling.get("count") if self.sampling.get("kind") == "fixed" else None
-            if count is not None and count < need:
-                raise FLError(f"aggregator {kind!r} with f = {f} needs at least {need} updates per round; the task "
-                              f"samples {count}")
-        elif agg.get("kind") == "fedavg" and len(agg) > 1:
-            raise FLError("aggregator 'fedavg' takes no options")
-
-    def _expected(self) -> float:
-        return self.build_sampling().expected_clients(len(self.clients))
-
-    @property
-    def device_clip_norm(self) -> float | None:
-        """What devices clip to (published in the round state): C for ``fedavg`` with DP, else None."""
-        return self.clip_norm if self.aggregator["kind"] == "fedavg" else None
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> "FLTaskSpec":
-        names = {f.name for f in dataclasses.fields(cls)}
-        unknown = set(d) - names
-        if unknown:
-            raise FLError(f"unknown task fields {sorted(unknown)}; known: {sorted(names)}")
-        return cls(**d)
-
-    def to_dict(self) -> dict[str, Any]:
-        out = dataclasses.asdict(self)
-        out["clients"] = list(self.clients)
-        return out
-
-    def build_model(self) -> Any:
-        return model_from_dict(self.model)
-
-    def build_sampling(self) -> Sampling:
-        kind = self.sampling.get("kind")
-        if kind == "poisson":
-            return PoissonSampling(float(self.sampling["rate"]))
-        if kind == "fixed":
-            s = FixedCountSampling(int(self.sampling["count"]))
-            if s.count > len(self.clients):
-                raise FLError(f"fixed count {s.count} exceeds the {len(self.clients)} clients")
-            return s
-        raise FLError(f"sampling kind must be 'poisson' or 'fixed', got {kind!r}")
-
-    def build_strategy(self) -> Strategy:
-        tr = LocalTraining(**self.training)
-        if self.algorithm == "fedprox":
-            return FedProx(tr, self.server_learning_rate, mu=self.prox_mu)
-        if self.algorithm == "scaffold":
-            return Scaffold(tr, self.server_learning_rate)
-        return FedAvg(tr, self.server_learning_rate)
-
-    def build_accountant(self) -> ClientLevelAccountant | None:
-        if self.clip_norm is None:
-            return None
-        return ClientLevelAccountant(self.build_sampling(), len(self.clients), self.delta)
-
-    def build_aggregator(self, accountant: ClientLevelAccountant | None) -> Aggregator:
-        """The stack an in-process run with the same spec uses: ``ValidatingAggregator`` around
-        ``FixedClippingDP(WeightedMean(), C, σ, accountant)`` (``fedavg``; without the DP wrapper when
-        ``clip_norm`` is None), ``AdaptiveClippingDP(WeightedMean(), C, z, γ, η_C, σ_b, accountant)``,
-        ``CoordinateMedian``/``TrimmedMean(WeightedMean(), f)`` or ``Krum(WeightedMean(), f, multi)``."""
-        agg = self.aggregator
-        kind = agg["kind"]
-        if kind == "adaptive_clipping":
-            return ValidatingAggregator(AdaptiveClippingDP(
-                WeightedMean(), float(self.clip_norm), self.noise_multiplier,  # type: ignore[arg-type]
-                target_quantile=float(agg.get("target_quantile", 0.5)),
-                clip_learning_rate=float(agg.get("clip_learning_rate", 0.2)),
-                count_stddev=None if agg.get("count_stddev") is None else float(agg["count_stddev"]),
-                accountant=accountant))
-        if kind == "median":
-            return ValidatingAggregator(CoordinateMedian(WeightedMean(), int(agg["f"])))
-        if kind == "trimmed_mean":
-            return ValidatingAggregator(TrimmedMean(WeightedMean(), int(agg["f"])))
-        if kind == "krum":
-            return ValidatingAggregator(Krum(WeightedMean(), int(agg["f"]), int(agg.get("multi", 1))))
-        if self.clip_norm is None:
-            return ValidatingAggregator(WeightedMean())
-        return ValidatingAggregator(FixedClippingDP(WeightedMean(), self.clip_norm, self.noise_multiplier, accountant))
-
-
 @dataclasses.dataclass(frozen=True)
 class JobSettings:
-    """Where the job reads and writes. ``group`` names its consumer group (one per task);
+    """Where the job reads and writes (frozen, range-checked; :meth:`from_env` for CLI over environment over
+    defaults). ``group`` names its consumer group (one per task);
     ``member`` should stay the same across restarts (Kafka fences the predecessor's
     transaction by it). Mid-phase checkpoints are committed every ``checkpoint_interval``
     seconds while uploads arrive; ``status_path`` receives the JSON status. Checkpoints and round
     states are split into records of at most ``max_record_bytes`` (keep it under the broker's
-    ``message.max.bytes``)."""
+    ``message.max.bytes``). Every invalid value is a :class:`~pipeline.errors.ConfigError`."""
 
     group: str
     member: str = "fl-job-0"
@@ -341,127 +119,52 @@ class JobSettings:
     max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES
 
     def __post_init__(self) -> None:
-        if isinstance(self.max_record_bytes, bool) or not isinstance(self.max_record_bytes, int) or \
+        for name in ("group", "member"):
+            if not isinstance(getattr(self, name), str) or not getattr(self, name):
+                raise ConfigError(f"{name} must be a non-empty string, got {getattr(self, name)!r}")
+        for name in ("rounds_topic", "updates_topic", "state_topic"):
+            try:
+                check_topic_name(getattr(self, name))
+            except ValueError as exc:
+                raise ConfigError(f"{name}: {exc}") from None
+        if self.status_path is not None and (not isinstance(self.status_path, str) or not self.status_path):
+            raise ConfigError(f"status_path must be a file path or None, got {self.status_path!r}")
+        if isinstance(self.max_record_bytes, int) and not isinstance(self.max_record_bytes, bool) and \
                 self.max_record_bytes < MIN_RECORD_BYTES:
-            raise FLError(f"max_record_bytes must be an integer >= {MIN_RECORD_BYTES}, got {self.max_record_bytes!r}; "
-                          "keep it below the broker's message.max.bytes")
-
-
-def _f(x: float | None) -> Any:
-    return None if x is None else ("inf" if x == math.inf else x)
-
-
-def _unf(x: Any) -> float | None:
-    return None if x is None else (math.inf if x == "inf" else float(x))
-
-
-def _b64(b: bytes) -> str:
-    return base64.b64encode(b).decode("ascii")
-
-
-@dataclasses.dataclass
-class _State:
-    """Everything the job knows; :meth:`to_obj`/:meth:`from_obj` are the checkpoint's state.
-
-    ``duplicates`` counts re-sent uploads by kind; ``past_ids`` keeps the accepted upload ids of the
-    last :data:`REPLAY_WINDOW` rounds (to tell a replay from a late upload); ``clip_norm`` is adaptive
-    clipping's current C."""
-
-    seq: int = 0
-    round: int = 0
-    phase: str = "train"
-    params: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0, np.float32))
-    control: np.ndarray | None = None
-    selected: list[str] = dataclasses.field(default_factory=list)
-    indices: dict[str, int] = dataclasses.field(default_factory=dict)
-    opened_at: float = 0.0
-    deadline: float = 0.0
-    rng_state: dict[str, Any] | None = None
-    noise_history: list[float] = dataclasses.field(default_factory=list)
-    epsilon: float | None = None
-    updates: dict[str, tuple[str, np.ndarray, int]] = dataclasses.field(default_factory=dict)
-    seen: set[str] = dataclasses.field(default_factory=set)
-    secagg: dict[str, Any] | None = None
-    adverts: dict[int, tuple[bytes, bytes]] = dataclasses.field(default_factory=dict)
-    shares: dict[int, dict[int, bytes]] = dataclasses.field(default_factory=dict)
-    inbox: dict[int, dict[int, bytes]] = dataclasses.field(default_factory=dict)
-    masked_sum: np.ndarray | None = None
-    survivors: list[int] = dataclasses.field(default_factory=list)
-    dropped: list[int] = dataclasses.field(default_factory=list)
-    reveals: dict[int, dict[int, tuple[str, int, int, int]]] = dataclasses.field(default_factory=dict)
-    rejected: Counter = dataclasses.field(default_factory=Counter)
-    accepted: Counter = dataclasses.field(default_factory=Counter)
-    history: list[dict[str, Any]] = dataclasses.field(default_factory=list)
-    duplicates: Counter = dataclasses.field(default_factory=Counter)
-    past_ids: dict[int, list[str]] = dataclasses.field(default_factory=dict)
-    clip_norm: float | None = None
-
-    def to_obj(self, binary: bool = True) -> dict[str, Any]:
-        """The checkpoint's state: vectors as numpy arrays (``binary``, for a chunked document) or base64."""
-        def vec(v: np.ndarray, dtype: str = "<f4") -> Any:
-            return np.ascontiguousarray(v, np.dtype(dtype)) if binary else encode_vector(v, dtype)
-        return {
-            "seq": self.seq, "round": self.round, "phase": self.phase, "params": vec(self.params),
-            "num_params": int(self.params.shape[0]),
-            "control": None if self.control is None else vec(self.control),
-            "selected": self.selected, "indices": self.indices, "opened_at": self.opened_at,
-            "deadline": self.deadline, "rng_state": self.rng_state, "noise_history": self.noise_history,
-            "epsilon": _f(self.epsilon),
-            "updates": {c: [uid, vec(v), n] for c, (uid, v, n) in self.updates.items()},
-            "update_length": next((int(v.shape[0]) for _, v, _ in self.updates.values()), 0),
-            "seen": sorted(self.seen), "secagg": self.secagg,
-            "adverts": {str(u): [_b64(a), _b64(b)] for u, (a, b) in self.adverts.items()},
-            "shares": {str(u): {str(v): _b64(ct) for v, ct in per.items()} for u, per in self.shares.items()},
-            "inbox": {str(v): {str(u): _b64(ct) for u, ct in per.items()} for v, per in self.inbox.items()},
-            "masked_sum": None if self.masked_sum is None else vec(self.masked_sum, "<u4"),
-            "survivors": self.survivors, "dropped": self.dropped,
-            "reveals": {str(u): {str(v): [k, x, str(y), t] for v, (k, x, y, t) in per.items()}
-                        for u, per in self.reveals.items()},
-            "rejected": dict(self.rejected), "accepted": dict(self.accepted), "history": self.history,
-            "duplicates": dict(self.duplicates), "past_ids": {str(r): ids for r, ids in self.past_ids.items()},
-            "clip_norm": self.clip_norm,
-        }
+            raise ConfigError(f"max_record_bytes must be an integer >= {MIN_RECORD_BYTES}, got "
+                              f"{self.max_record_bytes!r}; keep it below the broker's message.max.bytes")
+        check_ranges(self, {
+            "updates_partitions": (1, 10_000),
+            "session_timeout": (0.1, 3600.0),
+            "checkpoint_interval": (0.0, 3600.0),
+            "restore_timeout": (0.1, 86400.0),
+            "max_record_bytes": (MIN_RECORD_BYTES, 1 << 30),
+        })
 
     @classmethod
-    def from_obj(cls, o: Mapping[str, Any]) -> "_State":
-        """Inverse of :meth:`to_obj` (either form; a binary vector must have the dtype and length expected)."""
-        def dec(v: Any, length: int, dtype: str = "<f4") -> np.ndarray:
-            if not isinstance(v, np.ndarray):
-                return decode_vector(v, length, dtype)
-            if v.shape != (length,) or v.dtype != np.dtype(dtype).newbyteorder("="):
-                raise JobStateError(f"checkpoint vector of shape {v.shape} and dtype {v.dtype}; expected "
-                                    f"({length},) {dtype}")
-            return v
-        n = int(o["num_params"])
-        ul = int(o["update_length"])
-        sa = o["secagg"]
-        return cls(
-            seq=int(o["seq"]), round=int(o["round"]), phase=str(o["phase"]),
-            params=dec(o["params"], n), control=None if o["control"] is None else dec(o["control"], n),
-            selected=list(o["selected"]), indices={k: int(v) for k, v in o["indices"].items()},
-            opened_at=float(o["opened_at"]), deadline=float(o["deadline"]), rng_state=o["rng_state"],
-            noise_history=[float(z) for z in o["noise_history"]], epsilon=_unf(o["epsilon"]),
-            updates={c: (uid, dec(v, ul), int(k)) for c, (uid, v, k) in o["updates"].items()},
-            seen=set(o["seen"]), secagg=sa,
-            adverts={int(u): (base64.b64decode(a), base64.b64decode(b)) for u, (a, b) in o["adverts"].items()},
-            shares={int(u): {int(v): base64.b64decode(ct) for v, ct in per.items()} for u, per in o["shares"].items()},
-            inbox={int(v): {int(u): base64.b64decode(ct) for u, ct in per.items()} for v, per in o["inbox"].items()},
-            masked_sum=None if o["masked_sum"] is None else dec(o["masked_sum"], int(sa["vector_length"]), "<u4"),
-            survivors=[int(u) for u in o["survivors"]], dropped=[int(u) for u in o["dropped"]],
-            reveals={int(u): {int(v): (k, int(x), int(y), int(t)) for v, (k, x, y, t) in per.items()}
-                     for u, per in o["reveals"].items()},
-            rejected=Counter(o["rejected"]), accepted=Counter(o["accepted"]), history=list(o["history"]),
-            duplicates=Counter(o.get("duplicates", {})),
-            past_ids={int(r): list(ids) for r, ids in o.get("past_ids", {}).items()},
-            clip_norm=None if o.get("clip_norm") is None else float(o["clip_norm"]))
+    def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> "JobSettings":
+        """Settings from ``overrides`` (``None`` values ignored), then ``environ`` (default ``os.environ``,
+        ``LDP_FL_JOB_<FIELD>``, e.g. ``LDP_FL_JOB_CHECKPOINT_INTERVAL=2``), then defaults."""
+        return settings_from_env(cls, ENV_PREFIX, environ, overrides)
 
 
-class AggregationJob:
-    """Runs one task's rounds over ``transport`` (see the module docstring)."""
+class AggregationJob(StreamProcessor):
+    """Runs one task's rounds over ``transport`` (see the module docstring).
+
+    A transactional :class:`~pipeline.processor.StreamProcessor` on the updates topic: the shared loop
+    tracks the group (a rewinding rebalance, a partition restarting from its committed offset, a lost
+    partition, a failed commit) and commits each checkpoint in the consumer's transaction; the job
+    supplies the per-upload step (:meth:`process`), what a checkpoint publishes (:meth:`flush_state`:
+    the newest round state and the checkpoint), and how its state is dropped (:meth:`reset`: the whole
+    state, reloaded from the committed checkpoint before the next step)."""
+
+    transactional = True
 
     def __init__(self, transport: Transport, spec: FLTaskSpec, settings: JobSettings,
                  clock: Any = time.time) -> None:
-        self.transport = transport
+        s = settings
+        super().__init__(transport, [s.updates_topic], s.group, s.member, session_timeout=s.session_timeout,
+                         partitions=s.updates_partitions, checkpoint_seconds=s.checkpoint_interval, poll_records=500)
         self.spec = spec
         self.settings = settings
         self.clock = clock
@@ -472,16 +175,17 @@ class AggregationJob:
         self.key = spec.task.encode()
         self.restores = 0
         self.aborted = 0
-        self.incomplete_checkpoints = 0
+        self._checkpoints = CheckpointLog(transport, task=spec.task, group=s.group, member=s.member,
+                                          state_topic=s.state_topic, session_timeout=s.session_timeout,
+                                          restore_timeout=s.restore_timeout, max_record_bytes=s.max_record_bytes)
         self._adaptive: AdaptiveClippingDP | None = None
-        self._consumer: Consumer | None = None
-        self._st = _State()
+        self._st = JobState()
         self._rng = self._new_rng()
         self._accountant: ClientLevelAccountant | None = None
         self._aggregator: Aggregator | None = None
         self._outbox: list[RoundState] = []
         self._committed: dict[int, int] = {}
-        self._generation = 0
+        self._stale = False  # the state holds uncommitted records the group rewound: restore before going on
         self._dirty = False
         self._failures = 0
         self._last_commit = 0.0
@@ -491,14 +195,19 @@ class AggregationJob:
     # -- lifecycle ------------------------------------------------------------------------------
     def open(self) -> None:
         """Create the topics, join the group, fence a dead predecessor's transaction, restore the state."""
+        _ = self.consumer  # joining runs ensure_topics(), then on_join()
+
+    def ensure_topics(self) -> None:
         s = self.settings
         # round states and checkpoints are kept for ever: a job idle longer than a retention must still find
         # its state (and collectors the current round); updates take the transport's default retention
         for topic, parts, retention in ((s.rounds_topic, 1, math.inf), (s.state_topic, 1, math.inf),
                                         (s.updates_topic, s.updates_partitions, None)):
             self.transport.create_topic(topic, parts, retention=retention)
-        self._consumer = consumer = self.transport.consume([s.updates_topic], s.group, member=s.member,
-                                                           session_timeout=s.session_timeout)
+
+    def on_join(self, consumer: Consumer) -> None:
+        """Wait for the assignment, rewind what the join delivered (fencing a predecessor), restore."""
+        s = self.settings
         deadline = time.monotonic() + s.restore_timeout
         while not consumer.assignment():  # join the group before anything is committed
             consumer.poll(max_records=1, timeout=0.5)
@@ -512,16 +221,12 @@ class AggregationJob:
             pass
         self._restore()
 
-    def close(self) -> None:
-        if self._consumer is not None:
-            self._consumer.close()
-            self._consumer = None
-
     @property
     def done(self) -> bool:
         return self._st.phase == "done"
 
-    def run(self, stop: threading.Event | None = None, *, exit_when_done: bool = True) -> dict[str, Any]:
+    def run(self, stop: threading.Event | None = None, *,  # type: ignore[override]
+            exit_when_done: bool = True) -> dict[str, Any]:
         """Process uploads until ``stop`` is set or (``exit_when_done``) the last round is committed."""
         stop = stop or threading.Event()
         if self._consumer is None:
@@ -535,23 +240,18 @@ class AggregationJob:
         self._write_status(force=True)
         return self.status()
 
-    def step(self, timeout: float = 0.2) -> int:
+    def step(self, timeout: float = 0.2, *, max_records: int | None = None) -> int:
         """Poll once, apply what came, advance phases that are complete or past their deadline, and commit
         when a phase moved or ``checkpoint_interval`` passed with uncommitted uploads. Returns the records polled."""
-        consumer = self._require()
-        recs = consumer.poll(max_records=500, timeout=timeout)
-        if consumer.generation != self._generation:
-            log.warning("the group rewound uncommitted records (generation %d); restoring", consumer.generation)
+        self._require()
+        recs = self.poll_and_apply(max_records=max_records, timeout=timeout)
+        if self._stale:
+            log.warning("uncommitted records were rewound (group generation %d); restoring",
+                        self._require().generation)
             self._restore()
             return 0
-        for r in recs:
-            if r.key is not None and r.key != self.key:
-                continue
-            self._dirty = True
-            self._on_upload(r.value)
         self._advance()
-        due = self._outbox or (self._dirty and time.monotonic() - self._last_commit >= self.settings.checkpoint_interval)
-        if due:
+        if self.checkpoint_due():
             self._commit()
         self._write_status()
         return len(recs)
@@ -561,35 +261,84 @@ class AggregationJob:
             raise RuntimeError("call open() first")
         return self._consumer
 
+    # -- the processor's hooks --------------------------------------------------------------------
+    def process(self, rec: Record) -> bool | None:
+        """One upload of this task (other tasks' records are skipped): checked and folded into the round."""
+        if rec.key is not None and rec.key != self.key:
+            return None
+        self._dirty = True
+        self._on_upload(rec.value)
+        return None
+
+    def reset(self, partitions: Collection[TopicPartition] | None) -> None:
+        """Drop the state: it is one state over every partition, so any rewound partition voids all of it.
+
+        The reload from the committed checkpoint waits for the next step or commit (:meth:`_restore`): never
+        inside a failing transport call, and not at all when the job is closing."""
+        self._stale = True
+
+    def checkpoint_due(self) -> bool:
+        """A phase moved (a round state waits), or ``checkpoint_interval`` passed with uncommitted uploads."""
+        return bool(self._outbox) or (
+            self._dirty and time.monotonic() - self._last_commit >= self.settings.checkpoint_interval)
+
+    def flush_state(self, tx: Transaction | None) -> Mapping[TopicPartition, int] | None:
+        """Publish the newest round state and the checkpoint (with the update offsets it covers) into ``tx``."""
+        if self._stale:  # a partition was lost since the last poll: this state is not ours to checkpoint
+            self.rewind_all()
+            return None
+        assert tx is not None
+        s = self.settings
+        offsets = dict(self._committed)
+        for tp, off in self._require().positions().items():
+            if tp.topic == s.updates_topic:
+                offsets[tp.partition] = off
+        if self._outbox:  # collectors keep the newest state only: the superseded ones need not go out
+            for chunk in self._round_state_chunks(self._outbox[-1]):
+                tx.publish(s.rounds_topic, self.key, chunk)
+        for chunk in self._checkpoint(offsets):
+            tx.publish(s.state_topic, self.key, chunk)
+        return {TopicPartition(s.updates_topic, p): o for p, o in offsets.items()}
+
+    def on_committed(self, offsets: Mapping[TopicPartition, int]) -> None:
+        self._failures = 0
+        if self._outbox:
+            self._published_stats = dict(self._outbox[-1].stats)
+        self._outbox = []
+        self._committed = {tp.partition: o for tp, o in offsets.items()}
+        self._dirty = False
+        self._last_commit = time.monotonic()
+
+    def on_commit_failed(self, exc: CommitFailedError) -> None:
+        self._commit_aborted(exc)
+        self.rewind_all()
+
+    def _commit_aborted(self, exc: TransportError) -> None:
+        self.aborted += 1
+        self._failures += 1
+        if self._failures > 20:
+            raise exc
+        log.warning("commit aborted (%s); restoring from the committed checkpoint", exc)
+
     # -- restore and commit -----------------------------------------------------------------------
     def _restore(self) -> None:
         """Load the newest checkpoint (or start the task) and check that it accounts for exactly the
-        group's committed offsets."""
+        group's committed offsets (:meth:`~estimator.fl.checkpoint.CheckpointLog.restore_point`)."""
         consumer = self._require()
         s = self.settings
         self._generation = consumer.generation
+        self._stale = False
         self._outbox = []
         self._dirty = False
         n = self.transport.partitions(s.updates_topic)
         committed = {p: off for p in range(n)
                      if (off := consumer.committed(TopicPartition(s.updates_topic, p))) is not None}
-        found = self._read_checkpoint()
+        found = self._checkpoints.restore_point(committed, s.updates_topic)
         if found is None:
-            if committed:
-                raise JobStateError(
-                    f"group {s.group!r} has committed offsets {committed} on {s.updates_topic!r} but no checkpoint of "
-                    f"task {self.spec.task!r} is in {s.state_topic!r}: the state topic was truncated or belongs to "
-                    "another deployment; restarting the task would lose or double-count updates, so the job stops")
             self._start_task()
             return
-        offsets = {int(p): int(o) for p, o in found["offsets"].items()}
-        if offsets != committed:
-            torn = (f"; {self.incomplete_checkpoints} newer checkpoint(s) were incomplete or inconsistent and "
-                    "cannot be loaded") if self.incomplete_checkpoints else ""
-            raise JobStateError(
-                f"the newest complete checkpoint of task {self.spec.task!r} accounts for offsets {offsets} of "
-                f"{s.updates_topic!r}, but group {s.group!r} committed {committed}{torn}; refusing to guess")
-        self._st = _State.from_obj(found["state"])
+        offsets = found.offsets
+        self._st = found.load()
         self._committed = offsets
         if self.spec.seed is not None and self._st.rng_state is not None:
             self._rng = np.random.default_rng(self.spec.seed)
@@ -610,81 +359,10 @@ class AggregationJob:
         log.info("task %s restored: round %d phase %s seq %d, offsets %s", self.spec.task, self._st.round,
                  self._st.phase, self._st.seq, offsets)
 
-    def _read_checkpoint(self) -> dict[str, Any] | None:
-        """The newest complete checkpoint of this task and group before a fresh marker: ``{"offsets",
-        "state"}``, or None. Chunked checkpoints count only as complete, consistent sets
-        (:class:`~pipeline.fl_records.ChunkAssembler`); a single-record JSON checkpoint (the first
-        format) is read too. Incomplete sets newer than the result are counted in
-        ``incomplete_checkpoints`` and never loaded."""
-        s = self.settings
-        tp = TopicPartition(s.state_topic, 0)
-        marker = uuid.uuid4().hex
-        assembler = ChunkAssembler()
-        reader = self.transport.consume([s.state_topic], f"{s.group}.restore", member=f"{s.member}.restore",
-                                        session_timeout=s.session_timeout)
-        try:
-            self.transport.publish(s.state_topic, self.key, json.dumps(
-                {"version": PROTOCOL_VERSION, "kind": "marker", "id": marker}).encode())
-            newest: tuple[int, dict[str, Any]] | None = None
-            deadline = time.monotonic() + s.restore_timeout
-            got = False
-            while not got:
-                if time.monotonic() > deadline:
-                    raise JobStateError(f"the marker published to {s.state_topic!r} did not come back within "
-                                        f"{s.restore_timeout:g} s; is the topic readable?")
-                for r in reader.poll(max_records=100, timeout=0.5):
-                    if r.key != self.key:
-                        continue
-                    if is_chunk(r.value):
-                        found = self._checkpoint_chunk(assembler, r.value, r.offset)
-                        if found is not None:
-                            newest = found
-                        continue
-                    try:
-                        obj = json.loads(r.value)
-                    except ValueError:
-                        continue
-                    if not isinstance(obj, dict):
-                        continue
-                    if obj.get("kind") == "marker" and obj.get("id") == marker:
-                        got = True
-                        break
-                    if obj.get("kind") == "checkpoint" and obj.get("group") == s.group and obj.get("task") == self.spec.task:
-                        newest = (r.offset, {"offsets": obj["offsets"], "state": obj["state"]})
-                        assembler.drop_before(r.offset)
-            self.incomplete_checkpoints = len(assembler.pending()) + assembler.rejected
-            if self.incomplete_checkpoints:
-                log.warning("task %s: %d checkpoint(s) in %s were incomplete or inconsistent and were ignored",
-                            self.spec.task, self.incomplete_checkpoints, s.state_topic)
-            if newest is not None:
-                try:
-                    reader.commit({tp: newest[0]})
-                except TransportError as exc:  # only makes the next restore read further back
-                    log.warning("could not advance the restore reader (%s)", exc)
-            return None if newest is None else newest[1]
-        finally:
-            reader.close()
-
-    def _checkpoint_chunk(self, assembler: ChunkAssembler, value: bytes,
-                          offset: int) -> tuple[int, dict[str, Any]] | None:
-        try:
-            h, payload = decode_chunk(value)
-        except ChunkError as exc:
-            log.warning("ignoring a malformed record in %s@%d: %s", self.settings.state_topic, offset, exc)
-            return None
-        if h.kind != "checkpoint" or h.task != self.spec.task or h.meta.get("group") != self.settings.group:
-            return None
-        done = assembler.add(h, payload, offset)
-        if done is None:
-            return None
-        try:
-            state = unpack_document(done.document)["state"]
-            offsets = dict(h.meta["offsets"])
-        except (ChunkError, KeyError, TypeError, ValueError) as exc:
-            log.warning("ignoring an unreadable checkpoint %s (%s)", h.id, exc)
-            return None
-        assembler.drop_before(done.first_offset)
-        return done.first_offset, {"offsets": offsets, "state": state}
+    @property
+    def incomplete_checkpoints(self) -> int:
+        """Checkpoints newer than the one restored that were incomplete or inconsistent (never loaded)."""
+        return self._checkpoints.incomplete
 
     def _new_rng(self) -> np.random.Generator:
         """The job's generator: seeded in simulations, the OS CSPRNG otherwise (see :class:`FLTaskSpec`)."""
@@ -694,7 +372,7 @@ class AggregationJob:
         spec = self.spec
         self._rng = self._new_rng()
         params = self.model.init_params(self._rng)
-        self._st = _State(params=np.asarray(params, np.float32))
+        self._st = JobState(params=np.asarray(params, np.float32))
         self._committed = {}
         self._accountant = spec.build_accountant()
         self._build_aggregator()
@@ -710,54 +388,35 @@ class AggregationJob:
             self._st.clip_norm = float(self._adaptive.clip_norm)
 
     def _checkpoint(self, offsets: dict[int, int]) -> list[bytes]:
-        """The checkpoint as chunk records (:mod:`pipeline.fl_records`); every chunk carries the group and
-        the update offsets it accounts for."""
+        """The checkpoint as chunk records (:meth:`CheckpointLog.encode`), after copying into the state what
+        lives outside it: the seeded generator's state and adaptive clipping's current C."""
         st = self._st
         st.rng_state = self._rng.bit_generator.state if self.spec.seed is not None else None
         if self._adaptive is not None:
             st.clip_norm = float(self._adaptive.clip_norm)
-        doc = pack_document({"version": PROTOCOL_VERSION, "state": st.to_obj()})
-        meta = {"group": self.settings.group, "offsets": {str(p): o for p, o in offsets.items()}}
-        return encode_chunks("checkpoint", self.spec.task, meta, doc, self.settings.max_record_bytes)
+        return self._checkpoints.encode(st, offsets)
 
     def _round_state_chunks(self, rs: RoundState) -> list[bytes]:
         return encode_chunks("round_state", self.spec.task, {"seq": rs.seq}, pack_document(rs.to_document()),
                              self.settings.max_record_bytes)
 
     def _commit(self) -> None:
-        consumer = self._require()
-        s = self.settings
+        """One checkpoint (:meth:`~pipeline.processor.StreamProcessor.checkpoint`); when it aborts, the state
+        is reloaded from the committed checkpoint (after 20 aborts in a row the error propagates)."""
+        self._require()
         stats = self._public_stats()
         if not self._outbox and stats != self._published_stats:
             self._outbox.append(self._round_state())  # counters changed: let collectors show them
-        offsets = dict(self._committed)
-        for tp, off in consumer.positions().items():
-            if tp.topic == s.updates_topic:
-                offsets[tp.partition] = off
         try:
-            with consumer.transaction() as tx:
-                if self._outbox:  # collectors keep the newest state only: the superseded ones need not go out
-                    for chunk in self._round_state_chunks(self._outbox[-1]):
-                        tx.publish(s.rounds_topic, self.key, chunk)
-                for chunk in self._checkpoint(offsets):
-                    tx.publish(s.state_topic, self.key, chunk)
+            self.checkpoint()
         except FencedError:
             raise
-        except (CommitFailedError, TransportError) as exc:
-            self.aborted += 1
-            self._failures += 1
-            if self._failures > 20:
-                raise
-            log.warning("commit aborted (%s); restoring from the committed checkpoint", exc)
+        except TransportError as exc:  # not a rebalance (on_commit_failed): the loop rewound if it could
+            self._commit_aborted(exc)
+            if not self._stale:
+                self.rewind_all()
+        if self._stale:
             self._restore()
-            return
-        self._failures = 0
-        if self._outbox:
-            self._published_stats = dict(self._outbox[-1].stats)
-        self._outbox = []
-        self._committed = offsets
-        self._dirty = False
-        self._last_commit = time.monotonic()
 
     # -- rounds and phases ------------------------------------------------------------------------
     def _public_stats(self) -> dict[str, Any]:
@@ -765,7 +424,7 @@ class AggregationJob:
         out = {"epsilon": _f(st.epsilon), "delta": self.spec.delta if self.spec.clip_norm is not None else None,
                "rejected": dict(st.rejected), "accepted": dict(st.accepted), "duplicates": dict(st.duplicates),
                "rounds_done": len(st.history), "last_round": st.history[-1] if st.history else None,
-               "aggregator": self.spec.aggregator["kind"]}
+               "aggregator": self.spec.aggregator.kind}
         if st.clip_norm is not None:
             out["clip_norm"] = st.clip_norm
         return out

@@ -50,8 +50,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def consume_forever(engine: object, stop: threading.Event, *, idle_exit: float | None = None,
                     backoff: float = 1.0) -> None:
-    """Run ``engine`` (a StreamingEstimator or ParquetSink) until ``stop``; on a transport failure rejoin after ``backoff``."""
-    from pipeline.transport import FencedError
+    """Run ``engine`` (a :class:`~pipeline.processor.StreamProcessor`) until ``stop``; rejoin after ``backoff`` on a
+    transient failure, stop on a fatal one (:data:`~pipeline.processor.FATAL_ERRORS`)."""
+    from pipeline.processor import FATAL_ERRORS
 
     log = logging.getLogger("ldp.consumer")
     while not stop.is_set():
@@ -59,14 +60,12 @@ def consume_forever(engine: object, stop: threading.Event, *, idle_exit: float |
             engine.run(stop=stop, idle_timeout=idle_exit)  # type: ignore[attr-defined]
             if idle_exit is not None:
                 stop.set()
-        except FencedError:
+        except FATAL_ERRORS:  # ProcessorError (state and log disagree) or FencedError: stop
             raise
         except Exception as exc:  # a broker restart, a locked log: rejoin and go on
-            if type(exc).__name__ in ("StateError", "SinkError"):
-                raise
             log.warning("%s failed (%r); rejoining in %.1f s", type(engine).__name__, exc, backoff)
             try:
-                engine._rejoin(f"transport failure {exc!r}")  # type: ignore[attr-defined]
+                engine.rejoin(f"transport failure {exc!r}")  # type: ignore[attr-defined]
             except Exception as again:  # noqa: BLE001 - closing a consumer of a dead broker may fail too
                 log.warning("leaving the group failed too (%r)", again)
             stop.wait(backoff)

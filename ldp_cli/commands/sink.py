@@ -48,6 +48,7 @@ def run(args: argparse.Namespace) -> int:
     from collector.sinks.parquet import ParquetSink
     from pipeline.transport import open_transport
     from ldp_cli.commands.estimator import consume_forever
+    from pipeline.processor import FATAL_ERRORS
 
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s",
                         stream=sys.stderr)
@@ -64,7 +65,7 @@ def run(args: argparse.Namespace) -> int:
     code = 0
     try:
         consume_forever(sink, stop, idle_exit=args.idle_exit)
-    except Exception as exc:  # noqa: BLE001 - a fatal dataset inconsistency or fencing
+    except FATAL_ERRORS as exc:  # a dataset inconsistency (SinkError) or fencing
         print(f"ldp sink: error: {exc}", file=sys.stderr)
         code = 1
     finally:

@@ -1,0 +1,420 @@
+"""A federated task: what the aggregation job runs, as a frozen, validated value read from a JSON task file.
+
+:class:`FLTaskSpec` holds the task file's fields (docs/FL.md, "Task file").
+Its ``sampling`` and ``aggregator`` are typed specs rather than the file's
+``{"kind": ...}`` objects: :func:`sampling_spec` and :func:`aggregator_spec`
+read those objects (refusing an unknown kind, an unknown or missing option
+and an option of the wrong type, each with a message that names it), and
+every spec writes the same object back with ``to_dict``. So the file format
+stays one JSON object, while the code that builds the sampling scheme and
+the aggregator stack (:meth:`FLTaskSpec.build_sampling`,
+:meth:`FLTaskSpec.build_aggregator`) dispatches on types, not on strings.
+
+Each aggregator spec also checks what it needs of the rest of the task
+(``check``): DP settings, SecAgg, enough sampled clients. Every refusal is an
+:class:`~client_sdk.fl.errors.FLError`.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import math
+from collections.abc import Mapping
+from typing import Any, ClassVar, Union
+
+from client_sdk.fl.client import LocalTraining
+from client_sdk.fl.errors import FLError
+from client_sdk.fl.protocol import model_from_dict
+from estimator.fl.aggregators import Aggregator, ValidatingAggregator, WeightedMean
+from estimator.fl.dp import AdaptiveClippingDP, ClientLevelAccountant, FixedClippingDP, update_noise_multiplier
+from estimator.fl.robust import CoordinateMedian, Krum, TrimmedMean
+from estimator.fl.sampling import FixedCountSampling, PoissonSampling, Sampling
+from estimator.fl.strategies import FedAvg, FedProx, Scaffold, Strategy
+
+__all__ = ["FLTaskSpec", "SamplingSpec", "PoissonSamplingSpec", "FixedSamplingSpec", "sampling_spec",
+           "AggregatorSpec", "FedAvgSpec", "AdaptiveClippingSpec", "MedianSpec", "TrimmedMeanSpec", "KrumSpec",
+           "aggregator_spec"]
+
+
+def _num(name: str, v: object, *, low: float = 0.0, strict: bool = True) -> float:
+    """``v`` as a float if it is a finite number above ``low`` (or at least ``low``), else :class:`FLError`."""
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or \
+            (v <= low if strict else v < low):
+        raise FLError(f"{name} must be a finite number {'>' if strict else '>='} {low:g}, got {v!r}")
+    return float(v)
+
+
+def _int(name: str, v: object, low: int) -> int:
+    if isinstance(v, bool) or not isinstance(v, int) or v < low:
+        raise FLError(f"{name} must be an integer >= {low}, got {v!r}")
+    return v
+
+
+def _read_kind(what: str, d: object, kinds: Mapping[str, type]) -> Any:
+    """The spec of ``kinds[d["kind"]]`` built from the other keys of ``d``: the shared reading of a ``{"kind": ...}``
+    object (``what`` names it in messages). Unknown kinds and options, and missing required options, are refused."""
+    if not isinstance(d, Mapping):
+        raise FLError(f"{what} must be an object with a \"kind\", got {d!r}")
+    kind = d.get("kind")
+    if kind not in kinds:
+        raise FLError(f"{what} kind must be one of {sorted(kinds)}, got {kind!r}")
+    cls = kinds[kind]
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    options = {k: v for k, v in d.items() if k != "kind"}
+    unknown = set(options) - set(fields)
+    if unknown:
+        raise FLError(f"{what} {kind!r} has no options {sorted(unknown)}; it takes {sorted(fields) or 'none'}")
+    for name, f in fields.items():
+        if name not in options and f.default is dataclasses.MISSING:
+            raise FLError(f"{what} {kind!r}: {name} must be {cls.requirement[name]}; the option is missing")
+    return cls(**options)
+
+
+# -- sampling --------------------------------------------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class PoissonSamplingSpec:
+    """``{"kind": "poisson", "rate": q}``: every client independently with probability q ∈ (0, 1]."""
+
+    rate: float
+    kind: ClassVar[str] = "poisson"
+    requirement: ClassVar[dict[str, str]] = {"rate": "a number in (0, 1]"}
+
+    def __post_init__(self) -> None:
+        r = self.rate
+        if isinstance(r, bool) or not isinstance(r, (int, float)) or not 0.0 < r <= 1.0:
+            raise FLError(f"sampling 'poisson': rate must be a number in (0, 1], got {r!r}")
+
+    def build(self, population: int) -> Sampling:
+        return PoissonSampling(float(self.rate))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, "rate": self.rate}
+
+
+@dataclasses.dataclass(frozen=True)
+class FixedSamplingSpec:
+    """``{"kind": "fixed", "count": m}``: exactly m clients per round (m at most the population)."""
+
+    count: int
+    kind: ClassVar[str] = "fixed"
+    requirement: ClassVar[dict[str, str]] = {"count": "a positive integer"}
+
+    def __post_init__(self) -> None:
+        _int("sampling 'fixed': count", self.count, 1)
+
+    def build(self, population: int) -> Sampling:
+        if self.count > population:
+            raise FLError(f"fixed count {self.count} exceeds the {population} clients")
+        return FixedCountSampling(self.count)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, "count": self.count}
+
+
+SamplingSpec = Union[PoissonSamplingSpec, FixedSamplingSpec]
+_SAMPLING_KINDS: dict[str, type] = {c.kind: c for c in (PoissonSamplingSpec, FixedSamplingSpec)}
+
+
+def sampling_spec(d: Mapping[str, Any] | SamplingSpec) -> SamplingSpec:
+    """The typed spec of a task file's ``sampling`` object (a spec is returned as it is)."""
+    if isinstance(d, (PoissonSamplingSpec, FixedSamplingSpec)):
+        return d
+    if isinstance(d, Mapping) and d.get("kind") not in _SAMPLING_KINDS:
+        raise FLError(f"sampling kind must be 'poisson' or 'fixed', got {d.get('kind')!r}")
+    return _read_kind("sampling", d, _SAMPLING_KINDS)  # type: ignore[no-any-return]
+
+
+# -- aggregators -----------------------------------------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class FedAvgSpec:
+    """``{"kind": "fedavg"}``: the weighted mean, under ``FixedClippingDP`` when the task sets ``clip_norm``.
+    Devices clip to C too."""
+
+    kind: ClassVar[str] = "fedavg"
+    requirement: ClassVar[dict[str, str]] = {}
+    device_clips: ClassVar[bool] = True
+
+    def check(self, task: "FLTaskSpec") -> None:
+        """Nothing beyond the task's own checks: fedavg works with and without DP and SecAgg."""
+
+    def build(self, task: "FLTaskSpec", accountant: ClientLevelAccountant | None) -> Aggregator:
+        if task.clip_norm is None:
+            return ValidatingAggregator(WeightedMean())
+        return ValidatingAggregator(FixedClippingDP(WeightedMean(), task.clip_norm, task.noise_multiplier, accountant))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind}
+
+
+@dataclasses.dataclass(frozen=True)
+class AdaptiveClippingSpec:
+    """``{"kind": "adaptive_clipping", "target_quantile": γ, "clip_learning_rate": η_C, "count_stddev": σ_b}``
+    (all optional: 0.5, 0.2, expected clients / 20): ``AdaptiveClippingDP`` from C = ``clip_norm`` with overall
+    noise multiplier z = ``noise_multiplier`` > 0. Devices do not clip (the server needs each norm against C)."""
+
+    target_quantile: float = 0.5
+    clip_learning_rate: float = 0.2
+    count_stddev: float | None = None
+    kind: ClassVar[str] = "adaptive_clipping"
+    requirement: ClassVar[dict[str, str]] = {}
+    device_clips: ClassVar[bool] = False
+
+    def __post_init__(self) -> None:
+        q = self.target_quantile
+        if isinstance(q, bool) or not isinstance(q, (int, float)) or not 0.0 < q < 1.0:
+            raise FLError(f"aggregator 'adaptive_clipping': target_quantile must be a number in (0, 1), got {q!r}")
+        _num("aggregator 'adaptive_clipping': clip_learning_rate", self.clip_learning_rate)
+        if self.count_stddev is not None:
+            _num("count_stddev", self.count_stddev)
+
+    def check(self, task: "FLTaskSpec") -> None:
+        if task.clip_norm is None or not task.noise_multiplier > 0:
+            raise FLError("adaptive_clipping needs clip_norm (the initial C) and noise_multiplier > 0 (the overall "
+                          "z the accountant charges, shared by the updates and the clipped-count release)")
+        _num("clip_norm", task.clip_norm)
+        if task.secagg:
+            raise FLError("adaptive_clipping cannot run with secagg: the server needs each client's bit "
+                          "1[‖Δ‖ ≤ C], which secure aggregation does not sum; use kind 'fedavg' with secagg")
+        self.build(task, None)  # the wrapper's own checks
+        update_noise_multiplier(task.noise_multiplier, self.count_stddev_for(task))  # σ_b > z/2
+
+    def count_stddev_for(self, task: "FLTaskSpec") -> float:
+        """σ_b: the option, or the task's expected clients per round / 20."""
+        if self.count_stddev is not None:
+            return float(self.count_stddev)
+        return task.build_sampling().expected_clients(len(task.clients)) / 20.0
+
+    def build(self, task: "FLTaskSpec", accountant: ClientLevelAccountant | None) -> Aggregator:
+        return ValidatingAggregator(AdaptiveClippingDP(
+            WeightedMean(), float(task.clip_norm), task.noise_multiplier,  # type: ignore[arg-type]
+            target_quantile=float(self.target_quantile), clip_learning_rate=float(self.clip_learning_rate),
+            count_stddev=None if self.count_stddev is None else float(self.count_stddev), accountant=accountant))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, "target_quantile": self.target_quantile,
+                "clip_learning_rate": self.clip_learning_rate, "count_stddev": self.count_stddev}
+
+
+@dataclasses.dataclass(frozen=True)
+class _RobustSpec:
+    """A robust wrapper over a weighted mean tolerating ``f`` malicious clients: not linear, so without DP and
+    without SecAgg (it needs every individual update); a round needs :attr:`min_updates` updates."""
+
+    f: int
+    kind: ClassVar[str] = ""
+    requirement: ClassVar[dict[str, str]] = {"f": "an integer >= 0 (the malicious clients tolerated)"}
+    device_clips: ClassVar[bool] = False
+
+    def __post_init__(self) -> None:
+        _int(f"aggregator {self.kind!r}: f", self.f, 0)
+
+    @property
+    def min_updates(self) -> int:
+        return 2 * self.f + 1
+
+    def check(self, task: "FLTaskSpec") -> None:
+        kind = self.kind
+        if task.secagg:
+            raise FLError(f"aggregator {kind!r} needs every client's individual update, and secure aggregation "
+                          "reveals only their sum: set secagg to false, or use kind 'fedavg' with secagg")
+        if task.clip_norm is not None or task.noise_multiplier:
+            raise FLError(f"aggregator {kind!r} is not linear, and the DP wrappers need a bounded-sensitivity sum "
+                          "to add noise to: a robust task runs without client-level DP; set clip_norm to null and "
+                          "noise_multiplier to 0, or use kind 'fedavg' or 'adaptive_clipping' for DP")
+        if isinstance(task.sampling, FixedSamplingSpec) and task.sampling.count < self.min_updates:
+            raise FLError(f"aggregator {kind!r} with f = {self.f} needs at least {self.min_updates} updates per "
+                          f"round; the task samples {task.sampling.count}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, "f": self.f}
+
+
+@dataclasses.dataclass(frozen=True)
+class MedianSpec(_RobustSpec):
+    """``{"kind": "median", "f": f}``: ``CoordinateMedian(WeightedMean(), f)``."""
+
+    kind: ClassVar[str] = "median"
+
+    def build(self, task: "FLTaskSpec", accountant: ClientLevelAccountant | None) -> Aggregator:
+        return ValidatingAggregator(CoordinateMedian(WeightedMean(), self.f))
+
+
+@dataclasses.dataclass(frozen=True)
+class TrimmedMeanSpec(_RobustSpec):
+    """``{"kind": "trimmed_mean", "f": f}``: ``TrimmedMean(WeightedMean(), f)``."""
+
+    kind: ClassVar[str] = "trimmed_mean"
+
+    def build(self, task: "FLTaskSpec", accountant: ClientLevelAccountant | None) -> Aggregator:
+        return ValidatingAggregator(TrimmedMean(WeightedMean(), self.f))
+
+
+@dataclasses.dataclass(frozen=True)
+class KrumSpec(_RobustSpec):
+    """``{"kind": "krum", "f": f, "multi": m}`` (m optional, 1): ``Krum(WeightedMean(), f, multi)``;
+    a round needs 2f + 3 updates and at least m + f."""
+
+    multi: int = 1
+    kind: ClassVar[str] = "krum"
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _int(f"aggregator {self.kind!r}: multi", self.multi, 1)
+
+    @property
+    def min_updates(self) -> int:
+        return max(2 * self.f + 3, self.multi + self.f)
+
+    def build(self, task: "FLTaskSpec", accountant: ClientLevelAccountant | None) -> Aggregator:
+        return ValidatingAggregator(Krum(WeightedMean(), self.f, self.multi))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**super().to_dict(), "multi": self.multi}
+
+
+AggregatorSpec = Union[FedAvgSpec, AdaptiveClippingSpec, MedianSpec, TrimmedMeanSpec, KrumSpec]
+_AGGREGATOR_KINDS: dict[str, type] = {c.kind: c for c in (FedAvgSpec, AdaptiveClippingSpec, MedianSpec,
+                                                          TrimmedMeanSpec, KrumSpec)}
+
+
+def aggregator_spec(d: Mapping[str, Any] | AggregatorSpec) -> AggregatorSpec:
+    """The typed spec of a task file's ``aggregator`` object (a spec is returned as it is)."""
+    if isinstance(d, tuple(_AGGREGATOR_KINDS.values())):
+        return d  # type: ignore[return-value]
+    return _read_kind("aggregator", d, _AGGREGATOR_KINDS)  # type: ignore[no-any-return]
+
+
+# -- the task --------------------------------------------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class FLTaskSpec:
+    """What the job runs (frozen, validated; JSON via :meth:`from_dict`/:meth:`to_dict`).
+
+    ``sampling`` is a :data:`SamplingSpec` (in the file ``{"kind": "poisson", "rate": q}`` or
+    ``{"kind": "fixed", "count": m}``; a mapping given here is read by :func:`sampling_spec`);
+    ``clip_norm`` C turns on client-level DP (devices clip to C, the server
+    clips again and adds N(0, (σC)²) with σ = ``noise_multiplier``); ``secagg``
+    needs C (the quantizer's range). ``round_timeout`` bounds the plain
+    ``train`` phase, ``phase_timeout`` each SecAgg phase (seconds). ``seed``
+    fixes the job's generator (sampling, SecAgg graph, noise) for
+    simulations; ``None`` (production) draws every value from the OS CSPRNG
+    (:func:`client_sdk.randomness.secure_generator`: an observer of released
+    models must not be able to predict the noise or the sample, which a
+    seeded PCG64 would allow) and keeps no generator state in checkpoints.
+
+    ``aggregator`` (an :data:`AggregatorSpec`; a mapping is read by :func:`aggregator_spec`) picks the
+    server's stack (:meth:`build_aggregator`):
+
+    * ``{"kind": "fedavg"}`` (default, :class:`FedAvgSpec`): the weighted mean, under
+      ``FixedClippingDP`` when ``clip_norm`` is set (devices clip to C too).
+    * ``{"kind": "adaptive_clipping", "target_quantile": γ, "clip_learning_rate": η_C,
+      "count_stddev": σ_b}`` (:class:`AdaptiveClippingSpec`; the last three optional: 0.5, 0.2,
+      expected clients / 20): ``AdaptiveClippingDP`` starting at C = ``clip_norm`` with overall noise
+      multiplier z = ``noise_multiplier`` > 0 (the count's noise is paid for on the updates, as the
+      wrapper documents; needs σ_b > z/2). Devices do not clip: the server needs each
+      update's norm against C (the bit 1[‖Δ‖ ≤ C]); the current C is in the round's ``stats``.
+      Not with ``secagg`` (that bit is not securely summed).
+    * ``{"kind": "median", "f": f}``, ``{"kind": "trimmed_mean", "f": f}``,
+      ``{"kind": "krum", "f": f, "multi": m}`` (:class:`MedianSpec`, :class:`TrimmedMeanSpec`,
+      :class:`KrumSpec`; m optional, 1): the robust wrappers over a weighted mean, tolerating f
+      malicious clients. They are not linear, so they run without DP (``clip_norm`` null,
+      ``noise_multiplier`` 0) and without ``secagg`` (they need every individual update; secure
+      aggregation reveals only the sum). A round with fewer updates than the wrapper needs
+      (2f + 1; Krum 2f + 3) fails without release."""
+
+    task: str
+    model: Mapping[str, Any]
+    clients: tuple[str, ...]
+    rounds: int
+    sampling: SamplingSpec
+    algorithm: str = "fedavg"
+    training: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    prox_mu: float = 0.01
+    server_learning_rate: float = 1.0
+    clip_norm: float | None = None
+    noise_multiplier: float = 0.0
+    delta: float = 1e-5
+    secagg: bool = False
+    secagg_degree: int | None = None
+    round_timeout: float = 60.0
+    phase_timeout: float = 30.0
+    seed: int | None = None
+    aggregator: AggregatorSpec = dataclasses.field(default_factory=FedAvgSpec)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "clients", tuple(self.clients))
+        if not self.clients or len(set(self.clients)) != len(self.clients):
+            raise FLError("clients must be a non-empty list of distinct client ids")
+        if isinstance(self.rounds, bool) or not isinstance(self.rounds, int) or self.rounds < 1:
+            raise FLError(f"rounds must be a positive integer, got {self.rounds!r}")
+        self.build_model()
+        object.__setattr__(self, "sampling", sampling_spec(self.sampling))
+        self.build_sampling()
+        LocalTraining(**self.training)
+        if self.algorithm not in ("fedavg", "fedprox", "scaffold"):
+            raise FLError(f"algorithm must be fedavg, fedprox or scaffold, got {self.algorithm!r}")
+        _num("server_learning_rate", self.server_learning_rate)
+        _num("noise_multiplier", self.noise_multiplier, strict=False)
+        _num("round_timeout", self.round_timeout)
+        _num("phase_timeout", self.phase_timeout)
+        if not 0 < self.delta < 1:
+            raise FLError(f"delta must be in (0, 1), got {self.delta!r}")
+        object.__setattr__(self, "aggregator", aggregator_spec(self.aggregator))
+        self.aggregator.check(self)
+        if self.clip_norm is not None:
+            _num("clip_norm", self.clip_norm)
+        elif self.noise_multiplier:
+            raise FLError("noise_multiplier needs clip_norm (the noise is σ·C)")
+        if self.secagg and self.clip_norm is None:
+            raise FLError("secagg needs clip_norm: devices clip to C and quantize values in [-C, C]")
+        if self.seed is not None and (isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0):
+            raise FLError(f"seed must be an integer >= 0 or null, got {self.seed!r}")
+
+    @property
+    def device_clip_norm(self) -> float | None:
+        """What devices clip to (published in the round state): C for ``fedavg`` with DP, else None."""
+        return self.clip_norm if self.aggregator.device_clips else None
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "FLTaskSpec":
+        """The task of a task file's JSON object; unknown fields are refused."""
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = set(d) - names
+        if unknown:
+            raise FLError(f"unknown task fields {sorted(unknown)}; known: {sorted(names)}")
+        return cls(**d)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The task file's JSON object (:meth:`from_dict` of it gives an equal spec)."""
+        out = {f.name: copy.deepcopy(getattr(self, f.name)) for f in dataclasses.fields(self)}
+        out["clients"] = list(self.clients)
+        out["model"], out["training"] = dict(out["model"]), dict(out["training"])
+        out["sampling"] = self.sampling.to_dict()
+        out["aggregator"] = self.aggregator.to_dict()
+        return out
+
+    def build_model(self) -> Any:
+        return model_from_dict(self.model)
+
+    def build_sampling(self) -> Sampling:
+        return self.sampling.build(len(self.clients))
+
+    def build_strategy(self) -> Strategy:
+        tr = LocalTraining(**self.training)
+        if self.algorithm == "fedprox":
+            return FedProx(tr, self.server_learning_rate, mu=self.prox_mu)
+        if self.algorithm == "scaffold":
+            return Scaffold(tr, self.server_learning_rate)
+        return FedAvg(tr, self.server_learning_rate)
+
+    def build_accountant(self) -> ClientLevelAccountant | None:
+        if self.clip_norm is None:
+            return None
+        return ClientLevelAccountant(self.build_sampling(), len(self.clients), self.delta)
+
+    def build_aggregator(self, accountant: ClientLevelAccountant | None) -> Aggregator:
+        """The stack an in-process run with the same spec uses: ``ValidatingAggregator`` around
+        ``FixedClippingDP(WeightedMean(), C, σ, accountant)`` (``fedavg``; without the DP wrapper when
+        ``clip_norm`` is None), ``AdaptiveClippingDP(WeightedMean(), C, z, γ, η_C, σ_b, accountant)``,
+        ``CoordinateMedian``/``TrimmedMean(WeightedMean(), f)`` or ``Krum(WeightedMean(), f, multi)``."""
+        return self.aggregator.build(self, accountant)

@@ -1,0 +1,53 @@
+"""The streaming estimator: live estimates from the shuffled topic, exact across restarts and instances.
+
+The streaming estimator: live estimates from the shuffled topic, exact across restarts and instances.
+
+One accumulator per (metric, spec, day) sums the reports of every shuffled
+batch consumed (accumulators are linear: :mod:`estimator.oracles.base`), and
+a small HTTP service serves the current estimates with confidence intervals
+and the shuffle's central ε.
+
+===========================================  =================================================
+:mod:`estimator.streaming.state`             per-key state, tallies, tails; :func:`merge_states`
+:mod:`estimator.streaming.snapshots`         :class:`SnapshotStore` (SQLite)
+:mod:`estimator.streaming.engine`            :class:`StreamingEstimator`: exactly-once counting
+:mod:`estimator.streaming.app`               :func:`create_app`: the HTTP API
+===========================================  =================================================
+"""
+
+from __future__ import annotations
+
+from estimator.errors import StateError
+from estimator.streaming.app import DEFAULT_PORT, create_app, estimate_json
+from estimator.streaming.engine import EstimatorStats, StreamingEstimator
+from estimator.streaming.snapshots import SnapshotStore
+from estimator.streaming.state import (
+    DEFAULT_GROUP,
+    EstimatorState,
+    Key,
+    KeyState,
+    Tail,
+    Tally,
+    merge_states,
+    parse_day,
+)
+from pipeline.topics import SHUFFLED_TOPIC
+
+__all__ = [
+    "SHUFFLED_TOPIC",
+    "DEFAULT_GROUP",
+    "DEFAULT_PORT",
+    "Key",
+    "KeyState",
+    "Tally",
+    "Tail",
+    "EstimatorState",
+    "StateError",
+    "EstimatorStats",
+    "SnapshotStore",
+    "StreamingEstimator",
+    "merge_states",
+    "estimate_json",
+    "parse_day",
+    "create_app",
+]

@@ -1,0 +1,158 @@
+"""The streaming estimator's HTTP API (FastAPI, imported when an app is made) and its JSON answers."""
+
+from __future__ import annotations
+
+import datetime as _dt
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from client_sdk.metrics import MetricDefinition
+from estimator.errors import StateError
+from estimator.estimate import Estimate
+from estimator.streaming.engine import StreamingEstimator
+from estimator.streaming.state import _EPOCH, EstimatorState, Key, KeyState, Tally, merge_states, parse_day
+
+__all__ = ["DEFAULT_PORT", "estimate_json", "create_app"]
+
+DEFAULT_PORT = 8090
+
+
+def _finite(x: np.ndarray) -> list[float | None]:
+    return [float(v) if math.isfinite(v) else None for v in np.asarray(x, dtype=np.float64)]
+
+
+def estimate_json(metric: str, key: Key, ks: KeyState, *, confidence: float = 0.95, norm_sub: bool = False,
+                  definition: MetricDefinition | None = None) -> dict[str, Any]:
+    """The JSON answer of ``GET /v1/estimates/{metric}``."""
+    est: Estimate = ks.acc.estimate(confidence)
+    if norm_sub:
+        est = est.norm_sub()
+    spec = ks.spec
+    out: dict[str, Any] = {
+        "metric": metric,
+        "day": key[2],
+        "date": (_EPOCH + _dt.timedelta(days=key[2])).isoformat(),
+        "spec_id": key[1],
+        "mechanism": spec.name,
+        "spec": spec.to_dict(),
+        "n": est.n,
+        "batches": ks.batches,
+        "epsilon": spec.epsilon,
+        "epsilon0_reported": ks.epsilon0,
+        "central_epsilon": ks.central_epsilon,
+        "central_delta": ks.central_delta,
+        "central_bound": ks.bound,
+        "confidence": est.confidence,
+        "postprocessing": est.postprocessing,
+        "counts": _finite(est.counts),
+        "std_error": _finite(est.std_error),
+        "ci_low": _finite(est.ci_low),
+        "ci_high": _finite(est.ci_high),
+    }
+    if definition is not None and hasattr(definition.domain, "values"):
+        out["labels"] = [definition.domain.label(i) for i in range(spec.domain_size)]
+    return out
+
+
+
+def _select(tally: Tally, metric: str, day: str | None, spec_id: str | None) -> tuple[Key, KeyState]:
+    from fastapi import HTTPException
+
+    keys = [k for k in tally.keys if k[0] == metric]
+    if not keys:
+        raise HTTPException(404, f"no reports of metric {metric!r} were counted yet")
+    if day is None:
+        d = max(k[2] for k in keys)
+    else:
+        try:
+            d = parse_day(day)
+        except ValueError as exc:
+            raise HTTPException(400, str(exc)) from None
+    keys = [k for k in keys if k[2] == d and (spec_id is None or k[1] == spec_id)]
+    if not keys:
+        raise HTTPException(404, f"no reports of metric {metric!r} on day {d}"
+                            + (f" under spec {spec_id}" if spec_id else ""))
+    if len(keys) > 1:
+        raise HTTPException(409, f"metric {metric!r} has reports under several specs on day {d}: "
+                            f"{sorted(k[1] for k in keys)}; choose one with ?spec_id=")
+    return keys[0], tally.keys[keys[0]]
+
+
+def create_app(estimator: StreamingEstimator | None = None, *, state: Any = None,
+               peers: Sequence[str] = (), metrics: Mapping[str, MetricDefinition] | None = None) -> Any:
+    """The estimator's HTTP API (FastAPI).
+
+    ``GET /v1/estimates/{metric}?day=&spec_id=&confidence=&norm_sub=&merged=``,
+    ``GET /v1/estimates`` (what is available), ``GET /v1/state`` (this
+    instance's state, for :func:`merge_states`), ``/healthz``, ``/metrics``.
+    With ``peers`` (base URLs of the other instances of the group) and
+    ``merged=true``, the answer merges every instance's state.
+    Without an ``estimator``, ``state`` (a callable returning an
+    :class:`EstimatorState`) serves a fixed state.
+    """
+    from fastapi import FastAPI, HTTPException, Query
+    from fastapi.responses import PlainTextResponse
+
+    app = FastAPI(title="ldp estimator", version="1",
+                  description="Live frequency estimates with confidence intervals from the shuffled report stream.")
+    defs = dict(metrics or (estimator.metrics if estimator is not None else {}))
+
+    def local_state() -> EstimatorState:
+        if estimator is not None:
+            return estimator.state()
+        return state()
+
+    def merged_tally(metric: str, merged: bool) -> Tally:
+        if not merged or not peers:
+            return estimator.counted(metric) if estimator is not None else local_state().counted()
+        import httpx
+
+        states = [local_state()]
+        for url in peers:
+            try:
+                r = httpx.get(url.rstrip("/") + "/v1/state", timeout=30.0)
+                r.raise_for_status()
+            except httpx.HTTPError as exc:
+                raise HTTPException(502, f"peer {url} did not answer /v1/state: {exc}") from None
+            states.append(EstimatorState.from_json_obj(r.json()))
+        try:
+            return merge_states(states)
+        except StateError as exc:
+            raise HTTPException(409, str(exc)) from None
+
+    @app.get("/healthz")
+    def healthz() -> dict[str, Any]:
+        return {"status": "ok"}
+
+    @app.get("/v1/estimates")
+    def available() -> dict[str, Any]:
+        t = estimator.counted() if estimator is not None else local_state().counted()
+        return {"estimates": [{"metric": k[0], "spec_id": k[1], "day": k[2], "n": ks.acc.n, "batches": ks.batches}
+                              for k, ks in sorted(t.keys.items())]}
+
+    @app.get("/v1/estimates/{metric}")
+    def estimates(metric: str, day: str | None = None, spec_id: str | None = None,
+                  confidence: float = Query(0.95, gt=0.0, lt=1.0), norm_sub: bool = False,
+                  merged: bool = False) -> dict[str, Any]:
+        key, ks = _select(merged_tally(metric, merged), metric, day, spec_id)
+        out = estimate_json(metric, key, ks, confidence=confidence, norm_sub=norm_sub, definition=defs.get(metric))
+        out["merged_instances"] = 1 + (len(peers) if merged else 0)
+        return out
+
+    @app.get("/v1/state")
+    def get_state() -> dict[str, Any]:
+        return local_state().to_json_obj()
+
+    @app.get("/metrics", response_class=PlainTextResponse)
+    def prometheus() -> str:
+        lines = []
+        if estimator is not None:
+            for k, v in estimator.stats.to_json_obj().items():
+                lines.append(f"# TYPE ldp_estimator_{k} {'gauge' if k == 'last_checkpoint' else 'counter'}")
+                lines.append(f"ldp_estimator_{k} {v}")
+        return "\n".join(lines) + "\n"
+
+    return app

@@ -1,0 +1,425 @@
+"""The checkpointed consume loop of every stream processor, written once.
+
+A *stream processor* reads topics as a member of a consumer group, keeps
+state derived from what it read, and now and then makes that state durable
+and commits the input offsets it accounts for: a **checkpoint**. The
+shuffler, the Parquet sink, the streaming estimator and the FL job are
+stream processors. The loop they share -- poll, drop what a rebalance or a
+rewind voided, decode (or count what cannot be decoded), checkpoint,
+commit, rejoin -- is :class:`StreamProcessor`; a processor supplies only
+
+* its per-record step: :meth:`~StreamProcessor.decode` and
+  :meth:`~StreamProcessor.apply` (or all of :meth:`~StreamProcessor.process`);
+* how to drop the state of some or all partitions: :meth:`~StreamProcessor.reset`;
+* what a checkpoint holds and how it is flushed: :meth:`~StreamProcessor.flush_state`
+  (and :meth:`~StreamProcessor.on_committed`, once it is committed);
+* when one is due: :meth:`~StreamProcessor.checkpoint_due`.
+
+The model is Quix Streams' ``Checkpoint`` and ``BatchingSink``: records
+accumulate in per-partition state; a checkpoint first flushes what that
+state must make durable and only then commits the offsets, and a failed
+flush aborts the checkpoint, so nothing is committed that is not durable.
+
+**The rules the loop keeps**, for every processor:
+
+1. *A new consumer generation voids everything uncommitted.* After each
+   poll the loop compares :attr:`~pipeline.transport.base.Consumer.generation`
+   (override :meth:`~StreamProcessor.rewound` for another test): a rebalance
+   that rewound delivered, uncommitted records restarted every partition
+   from its committed offset, so every partition's state is reset before
+   the polled records are applied.
+2. *An offset that goes back voids its partition.* A record whose offset is
+   below one already delivered on its partition means the consumer
+   restarted that partition from its committed offset: that partition's
+   state is reset (:meth:`~StreamProcessor.on_partition_rewind`).
+3. *A partition no longer owned is dropped* at the next checkpoint, before
+   anything is flushed: its next owner reads it again from the committed offset.
+4. *A failed flush aborts the checkpoint.* If :meth:`~StreamProcessor.flush_state`
+   raises, nothing is committed and the error propagates. A plain-commit
+   processor keeps its state (the consumer did not move; the next
+   checkpoint retries); a transactional one aborts its transaction, which
+   rewinds the consumer, and resets every partition.
+5. *A failed commit voids what it would have committed.* On
+   :class:`~pipeline.transport.base.CommitFailedError` (the group
+   rebalanced) :meth:`~StreamProcessor.on_commit_failed` resets every
+   partition and :meth:`~StreamProcessor.checkpoint` returns ``False``; any
+   other error of the commit propagates, having committed nothing.
+6. *Rejoining* (:meth:`~StreamProcessor.rejoin`) drops everything derived
+   from uncommitted records and leaves the group; the next poll joins again
+   and reads from the committed offsets. Runners rejoin after a transient
+   failure (a broker restart, a locked log) and stop on
+   :data:`FATAL_ERRORS`: a :class:`~pipeline.errors.ProcessorError` (state
+   and log disagree; a retry cannot mend it) or a
+   :class:`~pipeline.transport.base.FencedError` (another process took
+   this member's name).
+
+**Two commit modes.** A plain-commit processor (``transactional = False``;
+the sink, the streaming estimator) writes its outputs outside the log
+(files, a snapshot) idempotently and returns from ``flush_state`` the
+offsets to commit. A transactional processor (``transactional = True``; the
+shuffler, the FL job) publishes its outputs and its checkpoint as records
+into the open transaction (:meth:`~StreamProcessor.transaction`); the
+checkpoint commits that transaction, which makes the outputs visible and
+commits the offsets past every delivered record, atomically.
+
+A processor may count into its ``stats`` object; the loop adds to the
+integer fields ``records``, ``undecodable``, ``rejoins`` and
+``commit_failures`` where ``stats`` has them.
+"""
+
+from __future__ import annotations
+
+import abc
+import logging
+import threading
+import time
+from collections.abc import Collection, Mapping, Sequence
+from typing import Any, ClassVar
+
+from client_sdk.errors import FrameError
+from pipeline.errors import ProcessorError
+from pipeline.topics import DEFAULT_PARTITIONS
+from pipeline.transport.base import (
+    CommitFailedError,
+    Consumer,
+    FencedError,
+    Record,
+    TopicPartition,
+    Transaction,
+    Transport,
+    TransportError,
+)
+
+__all__ = ["FATAL_ERRORS", "StreamProcessor"]
+
+log = logging.getLogger(__name__)
+
+#: errors on which a runner stops the processor instead of rejoining and retrying
+FATAL_ERRORS: tuple[type[BaseException], ...] = (ProcessorError, FencedError)
+
+
+class _Abort(Exception):
+    """Raised into an open transaction to abort it."""
+
+
+class StreamProcessor(abc.ABC):
+    """One member of a consumer group running the checkpointed consume loop (see the module docstring).
+
+    Subclasses call ``super().__init__`` and implement :meth:`reset` and
+    :meth:`flush_state`, and either :meth:`decode` and :meth:`apply` or
+    :meth:`process`. ``lock`` is held while records are applied and while
+    the state is reset or folded after a commit, so another thread (an
+    HTTP server) can read the state under it.
+    """
+
+    #: commit through the consumer's transaction (outputs and offsets atomically) instead of a plain commit
+    transactional: ClassVar[bool] = False
+    #: errors of :meth:`decode` that make a record undecodable (counted, handed to :meth:`on_undecodable`)
+    undecodable_errors: ClassVar[tuple[type[BaseException], ...]] = (FrameError,)
+
+    stats: Any = None
+
+    def __init__(self, transport: Transport, topics: str | Sequence[str], group: str, member: str, *,
+                 session_timeout: float = 10.0, partitions: int = DEFAULT_PARTITIONS,
+                 checkpoint_seconds: float = 1.0, poll_records: int = 500) -> None:
+        self.transport = transport
+        self.topics: tuple[str, ...] = (topics,) if isinstance(topics, str) else tuple(topics)
+        self.group = group
+        self.member = member
+        self.session_timeout = float(session_timeout)
+        self.partitions = int(partitions)
+        self.checkpoint_seconds = float(checkpoint_seconds)
+        self.poll_records = int(poll_records)
+        self.lock = threading.RLock()
+        self._consumer: Consumer | None = None
+        self._generation = 0
+        self._next: dict[TopicPartition, int] = {}  # per partition: just past the last record delivered
+        self._tx_ctx: Any = None
+        self._tx: Transaction | None = None
+        self._last_checkpoint = time.monotonic()
+
+    # -- what a processor supplies -----------------------------------------------------------
+
+    def ensure_topics(self) -> None:
+        """Create missing input topics before joining (default: each of ``topics`` with ``partitions``)."""
+        for topic in self.topics:
+            self.transport.ensure_topic(topic, self.partitions)
+
+    def on_join(self, consumer: Consumer) -> None:
+        """Called once a new consumer has joined the group, before its first poll."""
+
+    def decode(self, rec: Record) -> Any:
+        """The record's value as the processor works with it; raise one of ``undecodable_errors`` if it is not one."""
+        raise NotImplementedError(f"{type(self).__name__} implements neither decode() nor process()")
+
+    def apply(self, rec: Record, value: Any | None) -> None:
+        """Fold ``value`` (``decode(rec)``, or ``None`` for an undecodable record) into the partition's state."""
+        raise NotImplementedError(f"{type(self).__name__} implements neither apply() nor process()")
+
+    def on_undecodable(self, rec: Record, exc: BaseException) -> None:
+        """An undecodable record (already counted in ``stats.undecodable``): log it; a processor may keep it."""
+        log.error("%s %s: %s[%d]@%d cannot be decoded: %s", type(self).__name__, self.member, rec.topic,
+                  rec.partition, rec.offset, exc)
+
+    def process(self, rec: Record) -> bool | None:
+        """The per-record step: count it, decode it (counting an undecodable one), apply it.
+
+        Return ``False`` to stop applying the rest of this poll's records
+        (a processor that rewound its consumer: they come again).
+        """
+        self._count("records")
+        try:
+            value = self.decode(rec)
+        except self.undecodable_errors as exc:
+            self._count("undecodable")
+            self.on_undecodable(rec, exc)
+            value = None
+        self.apply(rec, value)
+        return None
+
+    @abc.abstractmethod
+    def reset(self, partitions: Collection[TopicPartition] | None) -> None:
+        """Drop the state derived from uncommitted records of ``partitions`` (``None``: of every partition).
+
+        Their records are delivered again from the committed offsets.
+        """
+
+    @abc.abstractmethod
+    def flush_state(self, tx: Transaction | None) -> Mapping[TopicPartition, int] | None:
+        """Make what the checkpoint holds durable; return the offsets it accounts for, or ``None`` to skip the commit.
+
+        Plain-commit processors get ``tx=None`` and return the offsets to
+        commit; transactional ones publish into ``tx`` (the transaction then
+        commits the offsets past every delivered record) and return the
+        offsets they account for (``{}`` will do). Raising aborts the
+        checkpoint: nothing is committed. A processor that finds it must
+        rejoin may call :meth:`rejoin` and return ``None``.
+        """
+
+    def on_committed(self, offsets: Mapping[TopicPartition, int]) -> None:
+        """The checkpoint's offsets are committed: fold what it held into the committed state."""
+
+    def on_commit_failed(self, exc: CommitFailedError) -> None:
+        """The group rebalanced before the commit: nothing was committed; default: reset every partition."""
+        log.info("%s %s: commit failed (%s); uncommitted state dropped, its records come again",
+                 type(self).__name__, self.member, exc)
+        self._count("commit_failures")
+        self.rewind_all()
+
+    def on_poll(self, consumer: Consumer) -> None:
+        """Called after every poll, before its records are applied (e.g. to follow the assignment)."""
+
+    def rewound(self, consumer: Consumer, records: Sequence[Record]) -> bool:
+        """Whether the consumer restarted every partition from its committed offsets since the last poll."""
+        return consumer.generation != self._generation
+
+    def on_partition_rewind(self, tp: TopicPartition, rec: Record) -> bool:
+        """``rec`` is below what ``tp`` already delivered: ``tp`` restarted from its committed offset.
+
+        Default: reset ``tp`` and go on (a transactional processor rewinds
+        everything and stops applying the poll, whose records come again).
+        Return whether to apply ``rec`` and the rest of the poll.
+        """
+        log.info("%s %s: %s[%d] came again from offset %d; dropping its uncommitted state", type(self).__name__,
+                 self.member, tp.topic, tp.partition, rec.offset)
+        if self.transactional:
+            self.rewind_all()
+            return False
+        self._next.pop(tp, None)
+        self.reset([tp])
+        return True
+
+    def checkpoint_due(self) -> bool:
+        """Whether :meth:`step` checkpoints now (default: ``checkpoint_seconds`` after the last one)."""
+        return time.monotonic() - self._last_checkpoint >= self.checkpoint_seconds
+
+    def settled(self) -> bool:
+        """Whether nothing waits for a checkpoint, so that :meth:`run` may stop when idle (default: yes)."""
+        return True
+
+    def final_checkpoint(self) -> None:
+        """The checkpoint :meth:`run` takes before it returns."""
+        self.checkpoint()
+
+    # -- the consumer --------------------------------------------------------------------------
+
+    @property
+    def consumer(self) -> Consumer:
+        """The group member, joining (after :meth:`ensure_topics`, then :meth:`on_join`) if there is none."""
+        if self._consumer is None:
+            self.ensure_topics()
+            consumer = self.transport.consume(list(self.topics), self.group, member=self.member,
+                                              session_timeout=self.session_timeout)
+            self._consumer = consumer
+            self._generation = consumer.generation
+            self._next.clear()
+            self.on_join(consumer)
+        return self._consumer
+
+    def transaction(self) -> Transaction:
+        """The open transaction (opened on first use): what is published into it shows after the next checkpoint."""
+        if self._tx is None:
+            ctx = self.consumer.transaction()
+            self._tx = ctx.__enter__()
+            self._tx_ctx = ctx
+        return self._tx
+
+    def _abort_transaction(self) -> None:
+        """Abort the open transaction (or an empty one): the consumer rewinds to the committed offsets."""
+        consumer = self._consumer
+        if consumer is None:
+            return
+        ctx, self._tx_ctx, self._tx = self._tx_ctx, None, None
+        try:
+            if ctx is None:
+                ctx = consumer.transaction()
+                ctx.__enter__()
+            ctx.__exit__(_Abort, _Abort(), None)
+        except FencedError:
+            raise
+        except TransportError as exc:
+            log.warning("%s %s: aborting the transaction failed (%s); the transport rewinds regardless",
+                        type(self).__name__, self.member, exc)
+
+    def rewind_all(self) -> None:
+        """Drop every partition's uncommitted state; a transactional processor first aborts its transaction."""
+        with self.lock:
+            if self.transactional:
+                self._abort_transaction()
+            self._next.clear()
+            self.reset(None)
+
+    def rejoin(self, why: str) -> None:
+        """Drop everything derived from uncommitted records and leave the group; the next poll joins again.
+
+        Runners call it after a transient failure (see :data:`FATAL_ERRORS`).
+        """
+        log.warning("%s %s: %s; dropping uncommitted state and rejoining group %s", type(self).__name__,
+                    self.member, why, self.group)
+        self._count("rejoins")
+        try:
+            self.rewind_all()
+        finally:
+            self._leave()
+
+    def _leave(self) -> None:
+        """Close the consumer (leaving the group at once) without committing anything."""
+        consumer, self._consumer = self._consumer, None
+        self._generation = 0
+        self._next.clear()
+        self._tx_ctx = self._tx = None
+        if consumer is not None:
+            consumer.close()
+
+    def close(self) -> None:
+        """Leave the group without a checkpoint: uncommitted records go again to the partitions' next owner."""
+        try:
+            if self._tx_ctx is not None:
+                self._abort_transaction()
+        finally:
+            with self.lock:
+                self._next.clear()
+                self.reset(None)
+            self._leave()
+
+    def __enter__(self) -> "StreamProcessor":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- the loop ------------------------------------------------------------------------------
+
+    def poll_and_apply(self, *, max_records: int | None = None, timeout: float = 0.2) -> list[Record]:
+        """Poll once and apply what came (rules 1 and 2); return the records applied."""
+        consumer = self.consumer
+        recs = consumer.poll(max_records=max_records or self.poll_records, timeout=timeout)
+        applied: list[Record] = []
+        with self.lock:
+            if self.rewound(consumer, recs):
+                self._generation = consumer.generation
+                log.info("%s %s: the group rewound uncommitted records; dropping every partition's state",
+                         type(self).__name__, self.member)
+                self.rewind_all()
+                if self.transactional:
+                    return applied  # the abort rewound the consumer: these records come again
+            self._generation = consumer.generation
+            self.on_poll(consumer)
+            for rec in recs:
+                tp = TopicPartition(rec.topic, rec.partition)
+                nxt = self._next.get(tp)
+                if nxt is not None and rec.offset < nxt and not self.on_partition_rewind(tp, rec):
+                    break
+                self._next[tp] = rec.offset + 1
+                applied.append(rec)
+                if self.process(rec) is False:
+                    break
+        return applied
+
+    def poll_once(self, *, max_records: int | None = None, timeout: float = 0.2) -> int:
+        """Poll once and apply what came; return the number of records applied."""
+        return len(self.poll_and_apply(max_records=max_records, timeout=timeout))
+
+    def checkpoint(self) -> bool:
+        """Drop partitions no longer owned, flush the state, commit; return whether offsets were committed.
+
+        A failed flush aborts the checkpoint (nothing is committed; the
+        error propagates); a failed commit resets the state (see the module docstring).
+        """
+        self._last_checkpoint = time.monotonic()
+        consumer = self._consumer
+        if consumer is None:
+            return False
+        owned = consumer.assignment()
+        with self.lock:
+            lost = [tp for tp in self._next if tp not in owned]
+            for tp in lost:
+                del self._next[tp]
+            if lost:
+                self.reset(lost)
+        tx = self.transaction() if self.transactional else None
+        try:
+            offsets = self.flush_state(tx)
+            if offsets is None or self._consumer is not consumer:  # nothing to commit, or the flush rejoined
+                return False
+            if tx is None:
+                consumer.commit(offsets)
+            else:
+                ctx, self._tx_ctx, self._tx = self._tx_ctx, None, None
+                ctx.__exit__(None, None, None)  # commits the outputs and the offsets of every delivered record
+        except CommitFailedError as exc:
+            with self.lock:
+                self.on_commit_failed(exc)
+            return False
+        except BaseException:
+            if tx is not None and self._consumer is consumer:
+                self.rewind_all()  # aborts the transaction: its outputs never become visible
+            raise
+        with self.lock:
+            self.on_committed(offsets)
+        return True
+
+    def step(self, timeout: float = 0.2, *, max_records: int | None = None) -> int:
+        """Poll once, apply what came, checkpoint if one is due; return the number of records applied."""
+        n = self.poll_once(max_records=max_records, timeout=timeout)
+        if self.checkpoint_due():
+            self.checkpoint()
+        return n
+
+    def run(self, stop: threading.Event | None = None, *, idle_timeout: float | None = None,
+            max_records: int | None = None) -> Any:
+        """Loop :meth:`step` until ``stop`` is set, or nothing came for ``idle_timeout`` s and the state is
+        :meth:`settled`; take the :meth:`final_checkpoint`; return ``stats``."""
+        idle_since = time.monotonic()
+        while stop is None or not stop.is_set():
+            if self.step(max_records=max_records):
+                idle_since = time.monotonic()
+            if idle_timeout is not None and time.monotonic() - idle_since >= idle_timeout and self.settled():
+                break
+        self.final_checkpoint()
+        return self.stats
+
+    def _count(self, name: str, n: int = 1) -> None:
+        stats = self.stats
+        if stats is not None and isinstance(getattr(stats, name, None), int):
+            setattr(stats, name, getattr(stats, name) + n)
