@@ -10,9 +10,11 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
 WORKDIR /app
 COPY pyproject.toml README.md ./
 COPY client_sdk ./client_sdk
+COPY pipeline ./pipeline
 COPY collector ./collector
 COPY estimator ./estimator
 COPY simulator ./simulator
+COPY ldp_cli ./ldp_cli
 COPY metrics ./metrics
 
 RUN pip install --no-cache-dir ".[server]" \

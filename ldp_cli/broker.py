@@ -50,8 +50,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from client_sdk.errors import LDPError
 from client_sdk.files import write_atomic
+from ldp_cli.errors import BrokerError
 from pipeline.transport.base import TransportError
 
 __all__ = [
@@ -83,10 +83,6 @@ DEPENDENCY_PLUGIN = "org.apache.maven.plugins:maven-dependency-plugin:3.8.1"
 _MIN_JAVA = 17
 _VERSION_RE = re.compile(r"^[0-9]+(\.[0-9]+)*([.-][A-Za-z0-9]+)*$")
 _HEAP_RE = re.compile(r"^[0-9]+[kKmMgG]$")
-
-
-class BrokerError(LDPError, RuntimeError):
-    """The local Kafka broker could not be provisioned, started, reached or stopped."""
 
 
 def default_home() -> Path:

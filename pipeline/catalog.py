@@ -6,28 +6,24 @@ the records, so they resolve the id through the declared metrics
 (:mod:`client_sdk.metrics`). A metric whose parameters changed keeps its old
 spec id in older data; pass every metrics file that was in force
 (``--metrics old.json --metrics new.json``) and all their specs resolve.
+
+There is no default metrics file: a consumer that guessed one (the example
+file of a source checkout, which is not installed with the package) would
+reject or mislabel real data. The command line requires ``--metrics`` or
+``$LDP_METRICS`` (:func:`ldp_cli.options.metrics_files`).
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Mapping
-from pathlib import Path
 
 from client_sdk.errors import SpecMismatchError
 from client_sdk.mechanisms.base import MechanismSpec
 from client_sdk.metrics import MetricDefinition, MetricSet, load_metrics
+from pipeline.errors import ConfigError
 
-__all__ = ["SpecCatalog", "DEFAULT_METRICS_PATH", "default_metrics_path"]
-
-#: the metrics file used when none is given and ``$LDP_METRICS`` is unset
-DEFAULT_METRICS_PATH = Path(__file__).resolve().parents[1] / "metrics" / "example.json"
-
-
-def default_metrics_path() -> Path:
-    """``$LDP_METRICS`` if set, else :data:`DEFAULT_METRICS_PATH`."""
-    env = os.environ.get("LDP_METRICS")
-    return Path(env) if env else DEFAULT_METRICS_PATH
+__all__ = ["SpecCatalog"]
 
 
 class SpecCatalog:
@@ -50,9 +46,12 @@ class SpecCatalog:
             self.add(name, spec)
 
     @classmethod
-    def from_files(cls, paths: Iterable[str | os.PathLike[str]] | None = None) -> "SpecCatalog":
-        """Load metrics files (expired metrics included: old data stays readable); default :func:`default_metrics_path`."""
-        files = list(paths or []) or [default_metrics_path()]
+    def from_files(cls, paths: Iterable[str | os.PathLike[str]]) -> "SpecCatalog":
+        """Load metrics files (expired metrics included: old data stays readable); at least one is required
+        (:class:`~pipeline.errors.ConfigError` otherwise)."""
+        files = list(paths or [])
+        if not files:
+            raise ConfigError("no metrics file: pass --metrics FILE or set $LDP_METRICS")
         return cls(load_metrics(p, reject_expired=False) for p in files)
 
     def add(self, metric: str, spec: MechanismSpec) -> None:

@@ -24,9 +24,9 @@ import struct
 from typing import Any
 
 from client_sdk.errors import FrameError
-from client_sdk.wire import ReportBatch, SpecResolver, decode_frame, encode_frame, read_header
+from client_sdk.wire import ReportBatch, SpecResolver, decode_frame, encode_frame
 
-__all__ = ["ENVELOPE_MAGIC", "ShuffleMeta", "ShuffledBatch", "encode_envelope", "decode_envelope", "read_envelope_meta"]
+__all__ = ["ENVELOPE_MAGIC", "ShuffleMeta", "ShuffledBatch", "encode_envelope", "decode_envelope"]
 
 ENVELOPE_MAGIC = b"LDPS"
 _HEAD = struct.Struct("<4sBBI")
@@ -78,12 +78,6 @@ def _split(data: bytes | memoryview) -> tuple[ShuffleMeta, memoryview]:
     except (ValueError, TypeError) as exc:
         raise FrameError(f"envelope metadata is malformed: {exc}") from None
     return meta, buf[_HEAD.size + mlen :]
-
-
-def read_envelope_meta(data: bytes | memoryview) -> tuple[ShuffleMeta, Any]:
-    """The metadata and the frame's header, without decoding records."""
-    meta, frame = _split(data)
-    return meta, read_header(frame)
 
 
 def decode_envelope(data: bytes | memoryview, specs: SpecResolver) -> ShuffledBatch:

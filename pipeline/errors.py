@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from client_sdk.errors import LDPError
 
-__all__ = ["PipelineError", "ConfigError", "DatasetError", "ProcessorError"]
+__all__ = ["PipelineError", "ConfigError", "DatasetError", "ProcessorError", "ChunkError"]
 
 
 class PipelineError(LDPError):
@@ -38,3 +38,7 @@ class ProcessorError(PipelineError):
     :class:`~pipeline.transport.FencedError`); any other error while
     processing is retried after a rejoin.
     """
+
+
+class ChunkError(PipelineError, ValueError):
+    """A record or document that is not a well-formed chunk or document of :mod:`pipeline.fl_records`."""

@@ -43,7 +43,8 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from client_sdk.framing import HEAD_SIZE, FramingError, pack_headed, unpack_headed
+from client_sdk.framing import HEAD_SIZE, pack_headed, unpack_headed
+from pipeline.errors import ChunkError
 
 __all__ = ["MAGIC", "ChunkHeader", "ChunkError", "pack_document", "unpack_document", "encode_chunks",
            "decode_chunk", "is_chunk", "ChunkAssembler", "Assembled", "MIN_RECORD_BYTES", "DEFAULT_MAX_RECORD_BYTES"]
@@ -55,10 +56,6 @@ MIN_RECORD_BYTES = 4096
 #: under Kafka's common 1 MB ``message.max.bytes`` with room for the record's own overhead
 DEFAULT_MAX_RECORD_BYTES = 900_000
 _HEADER_ROOM = 2048
-
-
-class ChunkError(ValueError):
-    """A record or document that is not a well-formed chunk or document of this format."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -186,10 +183,7 @@ def is_chunk(value: bytes) -> bool:
 
 def decode_chunk(value: bytes) -> tuple[ChunkHeader, memoryview]:
     """The header and payload of one chunk record; :class:`ChunkError` if it is not one."""
-    try:
-        head, payload = unpack_headed(value, MAGIC, "FL chunk record")
-    except FramingError as exc:
-        raise ChunkError(str(exc)) from None
+    head, payload = unpack_headed(value, MAGIC, "FL chunk record", error=ChunkError)
     try:
         o = json.loads(head)
         h = ChunkHeader(kind=str(o["kind"]), task=str(o["task"]), id=str(o["id"]), index=int(o["index"]),

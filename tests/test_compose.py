@@ -124,7 +124,7 @@ def test_the_dockerfile_builds_the_ldp_entry_point() -> None:
     text = (ROOT / "Dockerfile").read_text()
     assert re.search(r'^ENTRYPOINT \["ldp"\]$', text, re.M)
     assert re.search(r'pip install .*"\.\[server\]"', text)
-    for folder in ("client_sdk", "collector", "estimator", "simulator", "metrics"):
+    for folder in ("client_sdk", "pipeline", "collector", "estimator", "simulator", "ldp_cli", "metrics"):
         assert re.search(rf"^COPY {folder} \./{folder}$", text, re.M), folder
     assert re.search(r"^USER ldp$", text, re.M)
     assert "ldp = \"ldp_cli.main:main\"" in (ROOT / "pyproject.toml").read_text()

@@ -106,6 +106,9 @@ def test_chunks_stay_under_the_limit_and_only_complete_consistent_sets_assemble(
     assert asm.rejected == 1
     with pytest.raises(ChunkError):
         decode_chunk(b"LDPF\x02\x00\x00\x00")
+    with pytest.raises(ChunkError, match="not a FL chunk record") as info:
+        decode_chunk(b"LDPX" + chunks[0][4:])  # the framing's refusal comes as a ChunkError, raised once
+    assert info.value.__context__ is None
     with pytest.raises(ChunkError):
         encode_chunks("checkpoint", "t", {}, doc, 1000)
 

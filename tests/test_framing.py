@@ -32,3 +32,21 @@ def test_bad_frames_are_refused_with_what_is_wrong(bad: bytes, message: str) -> 
 def test_magic_must_be_four_bytes() -> None:
     with pytest.raises(ValueError, match="4 bytes"):
         pack_headed(b"LONGER", b"{}")
+
+
+def test_framing_errors_sit_in_the_project_tree() -> None:
+    from client_sdk.errors import FrameError, LDPError
+
+    assert issubclass(FramingError, FrameError) and issubclass(FramingError, LDPError)
+    assert issubclass(FramingError, ValueError)  # callers that catch ValueError keep catching it
+
+
+def test_a_caller_can_have_its_own_error_raised_directly() -> None:
+    class OwnError(ValueError):
+        pass
+
+    with pytest.raises(OwnError, match="not a test record") as info:
+        unpack_headed(pack_headed(b"ELSE", b"{}"), b"TEST", "test record", error=OwnError)
+    assert info.value.__context__ is None  # raised once, not caught and raised again
+    with pytest.raises(OwnError, match="truncated"):
+        unpack_headed(b"TES", b"TEST", "test record", error=lambda m: OwnError(m))

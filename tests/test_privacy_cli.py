@@ -124,3 +124,92 @@ def test_bad_delta_via_console_script():
         capture_output=True, text=True, timeout=120, check=False,
     )
     assert proc.returncode == 2 and "delta" in proc.stderr and proc.stdout == ""
+
+
+# -- central releases and budgets (estimator/accounting/central.py, odometer.py) ---------------------
+
+
+def run_code(capsys, *args: str) -> tuple[int, dict]:
+    code = main(list(args))
+    return code, json.loads(capsys.readouterr().out)
+
+
+def test_central_laplace_calibrates_and_releases(capsys):
+    from estimator.accounting.central import LaplaceCounts
+
+    obj = run_inprocess(capsys, "privacy", "central", "--mechanism", "laplace", "--epsilon", "0.5", "--json")
+    want = LaplaceCounts(0.5)
+    assert obj["scale"] == float(want.scale) == 2.0 and obj["epsilon_achieved"] == pytest.approx(0.5)
+    assert obj["variance"] == pytest.approx(want.variance) and obj["std"] == pytest.approx(math.sqrt(want.variance))
+    assert "released" not in obj and "everyone who sees the released counts" in obj["protects"]
+    # replace-one neighbours differ by two contributions: twice the noise for the same ε
+    rep = run_inprocess(capsys, "privacy", "central", "--mechanism", "laplace", "--epsilon", "0.5",
+                        "--neighbors", "replace", "--sensitivity", "3", "--json")
+    assert rep["scale"] == pytest.approx(12.0) and rep["epsilon_achieved"] <= 0.5 + 1e-12
+    counts = [1000, 0, 250000, 7]
+    rel = run_inprocess(capsys, "privacy", "central", "--mechanism", "laplace", "--epsilon", "0.1",
+                        "--counts", ",".join(map(str, counts)), "--json")
+    assert len(rel["released"]) == 4 and all(isinstance(v, int) for v in rel["released"])
+    assert "counts" not in rel  # the exact counts are never printed
+    assert all(abs(r - c) < 10 * 10 * rel["std"] for r, c in zip(rel["released"], counts))
+
+
+def test_central_gaussian_needs_a_delta_and_meets_the_target(capsys):
+    from estimator.accounting.central import GaussianCounts
+
+    obj = run_inprocess(capsys, "privacy", "central", "--mechanism", "gaussian", "--epsilon", "1",
+                        "--delta", "1e-6", "--json")
+    assert obj["sigma"] == pytest.approx(GaussianCounts.for_epsilon(1.0, 1e-6).sigma)
+    assert obj["epsilon_achieved"] <= 1.0 and obj["delta"] == 1e-6
+    assert obj["variance"] < obj["sigma"] ** 2
+    assert main(["privacy", "central", "--mechanism", "gaussian", "--epsilon", "1"]) == 2
+    assert "--delta is required" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exc:
+        main(["privacy", "central", "--mechanism", "laplace", "--epsilon", "1", "--counts", "1,two"])
+    assert exc.value.code == 2
+
+
+def test_budget_zcdp_admits_more_small_releases_than_basic(capsys):
+    code, z = run_code(capsys, "privacy", "budget", "--epsilon", "1", "--delta", "1e-6",
+                       "--release", "laplace:0.01x500", "--json")
+    # docs/PRIVACY.md: ε = 1, δ = 1e-6 admits 487 releases of ε = 0.01 (basic composition: 100)
+    assert code == 1 and z["filter"] == "ZCDPFilter" and z["releases"] == 487 and z["refused"] == 13
+    assert [r["admitted"] for r in z["plan"]] == [True] * 487 + [False] * 13
+    assert z["plan"][0] == {"release": "laplace:0.01", "admitted": True, "cost": {"rho": pytest.approx(5e-5)}}
+    assert {"guarantee", "spent", "remaining", "budget", "fraction_spent", "neighbors", "protects"} <= set(z)
+    assert z["guarantee"] == {"epsilon": 1.0, "delta": 1e-6} and z["fraction_spent"] <= 1.0
+    code, b = run_code(capsys, "privacy", "budget", "--epsilon", "1", "--filter", "basic",
+                       "--release", "laplace:0.01x100", "--json")
+    assert code == 0 and b["releases"] == 100 and b["refused"] == 0 and b["spent"]["epsilon"] == pytest.approx(1.0)
+    code, b = run_code(capsys, "privacy", "budget", "--epsilon", "1", "--filter", "basic",
+                       "--release", "laplace:0.5", "--release", "sparse-vector:0.6", "--release", "laplace:0.5",
+                       "--json")
+    # a refused release spends nothing; later ones are still tried
+    assert code == 1 and [r["admitted"] for r in b["plan"]] == [True, False, True]
+
+
+def test_budget_gaussian_releases_and_bad_input(capsys):
+    code, z = run_code(capsys, "privacy", "budget", "--epsilon", "1", "--delta", "1e-6", "--release", "gaussian:20x2",
+                       "--neighbors", "replace", "--json")
+    # replace-one: twice the sensitivity, ρ = (2·1)² / (2σ²)
+    assert code == 0 and z["plan"][0]["cost"]["rho"] == pytest.approx(4 / (2 * 400))
+    assert main(["privacy", "budget", "--epsilon", "1", "--filter", "basic", "--release", "gaussian:10"]) == 2
+    assert "per_release_delta" in capsys.readouterr().err
+    code, b = run_code(capsys, "privacy", "budget", "--epsilon", "1", "--delta", "1e-5", "--filter", "basic",
+                       "--per-release-delta", "1e-6", "--release", "gaussian:10", "--json")
+    assert code == 0 and b["spent"]["delta"] == pytest.approx(1e-6) and 0 < b["spent"]["epsilon"] < 1
+    assert main(["privacy", "budget", "--epsilon", "1", "--release", "laplace:0.1"]) == 2
+    assert "--delta is required" in capsys.readouterr().err
+    for bad in ("laplace", "cauchy:1", "laplace:-1", "laplace:0.1x0"):
+        with pytest.raises(SystemExit) as exc:
+            main(["privacy", "budget", "--epsilon", "1", "--delta", "1e-6", "--release", bad])
+        assert exc.value.code == 2
+
+
+def test_budget_via_console_script():
+    obj = run_ldp("privacy", "budget", "--epsilon", "1", "--delta", "1e-6", "--release", "laplace:0.1x2",
+                  "--release", "sparse-vector:0.1", "--json")
+    assert obj["releases"] == 3 and obj["refused"] == 0
+    text = subprocess.run([str(LDP), "privacy", "budget", "--epsilon", "0.1", "--delta", "1e-6", "--release",
+                           "laplace:1"], capture_output=True, text=True, timeout=120, check=False)
+    assert text.returncode == 1 and "REFUSED" in text.stdout and "protects:" in text.stdout

@@ -58,7 +58,7 @@ import numpy as np
 from client_sdk.fl.client import LocalTraining, RoundConfig
 from client_sdk.fl.errors import ModelError, UpdateRejected
 from client_sdk.fl.models import MLP, LogisticRegression, Model, SoftmaxRegression
-from client_sdk.framing import FramingError, has_magic, pack_headed, unpack_headed
+from client_sdk.framing import has_magic, pack_headed, unpack_headed
 
 __all__ = [
     "PROTOCOL_VERSION",
@@ -387,10 +387,7 @@ def encode_upload_binary(u: Upload) -> bytes:
 
 def _split_binary(body: bytes) -> dict[str, Any]:
     """Header object of a binary upload, with the vector bytes put in the payload (still to be checked)."""
-    try:
-        head, rest = unpack_headed(body, BINARY_MAGIC, "binary FL upload")
-    except FramingError as exc:
-        raise _bad("malformed", str(exc)) from None
+    head, rest = unpack_headed(body, BINARY_MAGIC, "binary FL upload", error=lambda m: _bad("malformed", m))
     try:
         obj = json.loads(head)
     except (ValueError, RecursionError) as exc:

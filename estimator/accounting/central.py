@@ -36,6 +36,9 @@ Sensitivity is the per-contribution bound C of :mod:`client_sdk.privacy_events`:
 how much one person can move the released vector (L1 for Laplace and the
 sparse vector technique, L2 for Gaussian) by being added or removed; a
 histogram where each person counts once has C = 1.
+
+From the command line: ``ldp privacy central`` calibrates :class:`LaplaceCounts`
+or :class:`GaussianCounts` to a target ε and, with ``--counts``, releases.
 """
 
 from __future__ import annotations

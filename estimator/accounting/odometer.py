@@ -54,6 +54,9 @@ fill a budget of ε = 1.
 The neighbouring relation is the accountant's: ``"add_or_remove"`` (default)
 or ``"replace"`` (which doubles every per-contribution sensitivity, and is
 the only one under which local reports can be charged).
+
+From the command line: ``ldp privacy budget`` charges a sequence of central
+releases to a :class:`ZCDPFilter` or :class:`BasicFilter` and says which fit.
 """
 
 from __future__ import annotations

@@ -11,18 +11,15 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
-import socket
 import sys
 
 from collector.errors import ConfigError
+from ldp_cli.options import add_log_level, add_metrics, add_transport, bind_socket, on_stop_signals
 
 __all__ = ["register"]
 
+#: flags that are :class:`collector.settings.CollectorSettings` fields of the same ``dest``
 _FLAGS: list[tuple[str, str, type, str]] = [
-    ("--transport", "transport_url", str, "sqlite:///path/log.sqlite3 or kafka://host:port (default $LDP_TRANSPORT, "
-     "else the embedded log ldp-data/transport.sqlite3)"),
-    ("--metrics", "metrics_path", str, "the metrics file (JSON) served to SDKs and used to check uploads"),
     ("--dedup", "dedup_path", str, "SQLite file of recently accepted batch ids"),
     ("--raw-topic", "raw_topic", str, "topic accepted batches go to (default ldp.reports.raw)"),
     ("--raw-partitions", "raw_partitions", int, "partitions of the raw topic when the collector creates it"),
@@ -41,6 +38,10 @@ _FLAGS: list[tuple[str, str, type, str]] = [
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("collector", help="run the HTTP collector that accepts report batches",
                        description=__doc__.splitlines()[0] if __doc__ else None)
+    add_transport(p, dest="transport_url", help="sqlite:///path/log.sqlite3 or kafka://host:port (default "
+                  "$LDP_TRANSPORT, else the embedded log ldp-data/transport.sqlite3)")
+    add_metrics(p, "the metrics file (JSON) served to SDKs and used to check uploads (default $LDP_METRICS)",
+                dest="metrics_path")
     for flag, dest, typ, text in _FLAGS:
         p.add_argument(flag, dest=dest, type=typ, default=None, help=text)
     p.add_argument("--fl", dest="fl_enabled", action="store_const", const=True, default=None,
@@ -48,7 +49,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=8080, help="port (default 8080; 0 picks a free one)")
     p.add_argument("--workers", type=int, default=1, help="uvicorn worker processes (default 1)")
-    p.add_argument("--log-level", default="warning", choices=["critical", "error", "warning", "info", "debug"])
+    add_log_level(p)
     p.set_defaults(func=run)
 
 
@@ -59,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
     from collector.settings import CollectorSettings
 
     overrides = {dest: getattr(args, dest) for _, dest, _, _ in _FLAGS}
-    overrides["fl_enabled"] = args.fl_enabled
+    overrides.update(transport_url=args.transport_url, metrics_path=args.metrics_path, fl_enabled=args.fl_enabled)
     try:
         settings = CollectorSettings.from_env(**overrides)
         app = create_app(settings)  # loads and checks the metrics file before listening
@@ -72,17 +73,13 @@ def run(args: argparse.Namespace) -> int:
         os.environ["LDP_COLLECTOR_SETTINGS"] = settings.to_json()
         uvicorn.run("collector.app:app_from_env", factory=True, workers=args.workers, **common)
         return 0
-    sock = socket.socket(socket.AF_INET6 if ":" in args.host else socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((args.host, args.port))
-    sock.listen(2048)  # connections wait in the backlog until uvicorn accepts them
+    sock = bind_socket(args.host, args.port, backlog=2048)  # connections wait in the backlog until uvicorn accepts them
     host, port = sock.getsockname()[:2]
     print(f"ldp collector: listening on http://{host}:{port} (transport {settings.transport_url})", flush=True)
     server = uvicorn.Server(uvicorn.Config(app, **common))
     # uvicorn shuts down gracefully on SIGTERM/SIGINT, then re-raises the signal with the handlers it found
     # installed; these make that a normal exit
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, _exit_normally)
+    on_stop_signals(_exit_normally)
     server.run(sockets=[sock])
     return 0
 

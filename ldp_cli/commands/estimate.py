@@ -5,7 +5,11 @@
 
 Days are day numbers (days since 1970-01-01, UTC) or ISO dates; ``--days
 A..B`` is inclusive. Without a range every day in the dataset is used.
-Labels come from the metric's dictionary domain in the metrics file.
+Labels come from the metric's dictionary domain in the metrics file
+(``--metrics``, else ``$LDP_METRICS``). The file is optional: part files carry
+their own spec, so without one the estimates are the same and only the labels
+are missing (a note on stderr says so); a metrics file that is given but cannot
+be read is an error (exit 2), as for every other command.
 """
 
 from __future__ import annotations
@@ -13,6 +17,8 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+
+from ldp_cli.options import add_metrics, optional_metrics_files
 
 __all__ = ["register"]
 
@@ -32,8 +38,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--norm-sub", action="store_true", help="Norm-Sub consistent counts (non-negative, sum n)")
     p.add_argument("--per-day", action="store_true", help="one estimate per day (a 'day' column)")
     p.add_argument("--confidence", type=float, default=0.95, help="confidence level of the intervals (default 0.95)")
-    p.add_argument("--metrics", action="append", default=None,
-                   help="metrics file(s) for labels (default $LDP_METRICS or metrics/example.json)")
+    add_metrics(p, "metrics file(s) for labels (repeatable; default $LDP_METRICS, else no labels)", repeatable=True)
     p.add_argument("--no-progress", action="store_true", help="never show a progress bar")
     p.set_defaults(func=run)
 
@@ -46,11 +51,12 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"--confidence must be in (0, 1), got {args.confidence}")
     try:
         days = parse_day_range(args.days, args.start, args.end)
-        definition = None
-        try:
-            definition = SpecCatalog.from_files(args.metrics).metrics.get(args.metric)
-        except ValueError:
-            definition = None  # labels are optional; the dataset carries its specs
+        files = optional_metrics_files(args.metrics)
+        # labels are optional (the dataset carries its specs), but a file that was given must load
+        definition = SpecCatalog.from_files(files).metrics.get(args.metric) if files else None
+        if not files:
+            print("ldp estimate: note: no metrics file (--metrics FILE or $LDP_METRICS): items are not labelled",
+                  file=sys.stderr)
         result = estimate_dataset(args.dataset, args.metric, days, spec_id=args.spec_id,
                                   confidence=args.confidence, norm_sub=args.norm_sub, per_day=args.per_day,
                                   definition=definition, progress=False if args.no_progress else None)

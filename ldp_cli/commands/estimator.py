@@ -14,37 +14,38 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import socket
 import sys
 import threading
 import time
 
+from ldp_cli.options import (add_group, add_idle_exit, add_log_level, add_member, add_metrics, add_session_timeout,
+                             add_transport, bind_socket, metrics_files, setup_logging, stop_event)
 from pipeline.topics import DEFAULT_PARTITIONS, SHUFFLED_TOPIC
 
-__all__ = ["register", "DEFAULT_PORT"]
+__all__ = ["register", "DEFAULT_PORT", "DEFAULT_GROUP"]
 
 DEFAULT_PORT = 8090
+DEFAULT_GROUP = "ldp-estimator"
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("estimator", help="run the streaming estimator and serve live estimates over HTTP",
                        description=__doc__.splitlines()[0] if __doc__ else None)
-    p.add_argument("--transport", default=None, help="sqlite:///path or kafka://host:port (default $LDP_TRANSPORT)")
+    add_transport(p)
     p.add_argument("--state", required=True, help="folder of this instance's snapshot (estimator.sqlite3)")
-    p.add_argument("--metrics", action="append", default=None,
-                   help="metrics file(s) declaring the specs (repeatable; default $LDP_METRICS or metrics/example.json)")
+    add_metrics(p, "metrics file(s) declaring the specs (repeatable; default $LDP_METRICS; required)", repeatable=True)
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT}; 0 picks a free one)")
     p.add_argument("--topic", default=SHUFFLED_TOPIC, help=f"shuffled topic (default {SHUFFLED_TOPIC})")
-    p.add_argument("--group", default="ldp-estimator", help="consumer group (default ldp-estimator)")
-    p.add_argument("--member", default=None, help="member name (default: kept in the state folder)")
+    add_group(p, DEFAULT_GROUP)
+    add_member(p, None, "member name (default: kept in the state folder)")
     p.add_argument("--partitions", type=int, default=DEFAULT_PARTITIONS, help="partitions if the topic is created")
     p.add_argument("--checkpoint-seconds", type=float, default=1.0, help="seconds between snapshots (default 1)")
-    p.add_argument("--session-timeout", type=float, default=10.0, help="group session timeout, seconds")
+    add_session_timeout(p)
     p.add_argument("--peer", action="append", default=[], help="base URL of another instance (repeatable)")
     p.add_argument("--no-http", action="store_true", help="consume only; serve nothing")
-    p.add_argument("--idle-exit", type=float, default=None, help="exit after this many seconds without input")
-    p.add_argument("--log-level", default="warning", choices=["critical", "error", "warning", "info", "debug"])
+    add_idle_exit(p)
+    add_log_level(p)
     p.set_defaults(func=run)
 
 
@@ -76,14 +77,13 @@ def run(args: argparse.Namespace) -> int:
     from pipeline.transport import open_transport
     from estimator.streaming import StreamingEstimator, create_app
 
-    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s",
-                        stream=sys.stderr)
-    catalog = SpecCatalog.from_files(args.metrics)
+    setup_logging(args.log_level)
+    catalog = SpecCatalog.from_files(metrics_files(args.metrics))
     transport = open_transport(args.transport)
     engine = StreamingEstimator(transport, args.state, catalog, topic=args.topic, group=args.group,
                                 member=args.member, checkpoint_seconds=args.checkpoint_seconds,
                                 session_timeout=args.session_timeout, partitions=args.partitions)
-    stop = threading.Event()
+    stop = threading.Event()  # set by the signals below, a consumer failure, or the end of the HTTP server
     failure: list[BaseException] = []
 
     def work() -> None:
@@ -96,12 +96,9 @@ def run(args: argparse.Namespace) -> int:
     worker = threading.Thread(target=work, name="estimator-consumer", daemon=True)
     worker.start()
     code = 0
-    import signal
-
     # Ours before uvicorn's: it restores them and re-raises the signal after its shutdown, which then
     # lands here instead of killing the process before the final checkpoint.
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.set())
+    stop_event(stop)
     try:
         if args.no_http:
             print(f"ldp estimator: consuming {args.topic} as {args.group}/{engine.member} on {transport.url}",
@@ -112,9 +109,7 @@ def run(args: argparse.Namespace) -> int:
             import uvicorn
 
             app = create_app(engine, peers=args.peer)
-            sock = socket.socket(socket.AF_INET6 if ":" in args.host else socket.AF_INET, socket.SOCK_STREAM)
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            sock.bind((args.host, args.port))
+            sock = bind_socket(args.host, args.port)
             host, port = sock.getsockname()[:2]
             print(f"ldp estimator: listening on http://{host}:{port} (consuming {args.topic} as "
                   f"{args.group}/{engine.member} on {transport.url})", flush=True)

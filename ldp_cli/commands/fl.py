@@ -22,6 +22,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ldp_cli.commands.argtypes import positive_int as _positive_int, probability as _prob, seed as _seed
+from ldp_cli.options import add_group, add_member, add_session_timeout, add_transport, stop_event
 
 __all__ = ["register"]
 
@@ -56,16 +57,16 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "with client-level DP, robust aggregators or optional secure aggregation, "
                         "and resumes exactly where it stopped after a crash.")
     j.add_argument("--task", required=True, help="the task file (JSON of estimator.fl.job.FLTaskSpec)")
-    j.add_argument("--transport", default=None, help="sqlite:///path or kafka://host:port (default $LDP_TRANSPORT)")
-    j.add_argument("--group", default=None, help="consumer group (default ldp-fl-<task>)")
-    j.add_argument("--member", default="fl-job-0", help="member name; keep it across restarts")
+    add_transport(j)
+    add_group(j, None, shown="ldp-fl-<task>")
+    add_member(j, "fl-job-0", "member name; keep it across restarts")
     j.add_argument("--rounds-topic", default=None)
     j.add_argument("--updates-topic", default=None)
     j.add_argument("--state-topic", default=None)
     j.add_argument("--status-file", default=None, help="write the JSON status here (atomically, as it changes)")
     j.add_argument("--checkpoint-interval", type=float, default=1.0,
                    help="seconds between mid-phase checkpoints while uploads arrive (default 1)")
-    j.add_argument("--session-timeout", type=float, default=10.0)
+    add_session_timeout(j, help=None)
     j.add_argument("--max-record-bytes", type=_positive_int, default=900_000,
                    help="largest record the job writes; checkpoints and round states are split into chunks "
                    "of at most this size (default 900000, under Kafka's common 1 MB message.max.bytes)")
@@ -177,9 +178,6 @@ def run_attack_cmd(args: argparse.Namespace) -> int:
     return 0
 
 def run_job_cmd(args: argparse.Namespace) -> int:
-    import signal
-    import threading
-
     from pipeline.topics import FL_ROUNDS_TOPIC, FL_STATE_TOPIC, FL_UPDATES_TOPIC
     from pipeline.transport import open_transport
     from estimator.fl.job import AggregationJob, FLTaskSpec, JobSettings
@@ -192,9 +190,7 @@ def run_job_cmd(args: argparse.Namespace) -> int:
                            state_topic=args.state_topic or FL_STATE_TOPIC, session_timeout=args.session_timeout,
                            checkpoint_interval=args.checkpoint_interval, status_path=args.status_file,
                            max_record_bytes=args.max_record_bytes)
-    stop = threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.set())
+    stop = stop_event()
     with open_transport(args.transport) as transport:
         job = AggregationJob(transport, spec, settings)
         job.open()

@@ -11,7 +11,8 @@ import logging
 import sys
 import time
 
-from ldp_cli.broker import DEFAULT_KAFKA_VERSION, BrokerConfig, BrokerError, down, status, up
+from ldp_cli.broker import DEFAULT_KAFKA_VERSION, BrokerConfig, down, status, up
+from ldp_cli.errors import BrokerError
 
 __all__ = ["register"]
 

@@ -8,6 +8,14 @@ Sub-commands (``--json`` prints one object; every figure says what it protects a
 * ``shuffle``: the central ε of a shuffled batch of ε₀-LDP reports (key ``epsilon``).
 * ``shuffle-epsilon0``: the largest local ε₀ whose shuffled batch meets a target ε.
 * ``local``: what K reports of an ε-LDP mechanism spend for one user.
+* ``central``: the noise a central release of integer counts needs for a target ε
+  (discrete Laplace or discrete Gaussian, :mod:`estimator.accounting.central`), and
+  with ``--counts`` the release itself, drawn from the OS CSPRNG (keys ``scale`` or
+  ``sigma``, ``variance``, ``std``, ``released``).
+* ``budget``: whether a sequence of central releases fits an (ε, δ) budget under
+  fully adaptive composition, with a privacy filter (:mod:`estimator.accounting.odometer`;
+  keys ``filter``, ``plan``, ``refused``, ``spent``, ``remaining``; exit 1 if a release
+  is refused).
 """
 
 from __future__ import annotations
@@ -96,6 +104,8 @@ def register(sub: argparse._SubParsersAction) -> None:
             q.add_argument(flag, type=_OPTION_TYPES[flag], required=True, help=option_help)
         _add_common(q, neighbors)
         q.set_defaults(func=func)
+    _register_central(ps)
+    _register_budget(ps)
 
 
 def _emit(args: argparse.Namespace, obj: dict[str, Any], lines: list[str]) -> int:
@@ -226,3 +236,167 @@ def run_local(args: argparse.Namespace) -> int:
         f"  ε (PLD, δ = {args.delta:g})       = {_fmt(report.epsilon_pld)}",
     ]
     return _emit(args, obj, lines)
+
+
+# -- central releases and budgets (estimator.accounting.central, .odometer) ----------------
+CENTRAL_PROTECTS = (
+    "the people behind the counts, against everyone who sees the released counts (assumes each person moves "
+    "the counts by at most the sensitivity: L1 for laplace, L2 for gaussian); not against whoever computes "
+    "the exact counts, nor a second release of the same counts that is not charged"
+)
+BUDGET_PROTECTS = (
+    "the people behind the data, against everyone who sees every release charged to the filter, however "
+    "each release was chosen after the previous ones; not releases that bypass the filter"
+)
+#: the release kinds ``ldp privacy budget --release`` takes and what their number is
+RELEASE_KINDS = {
+    "laplace": "ε of a discrete Laplace release of counts (LaplaceCounts)",
+    "gaussian": "σ of a discrete Gaussian release of counts (GaussianCounts)",
+    "sparse-vector": "ε of a sparse-vector selection of counts above a threshold (SparseVector)",
+}
+
+
+def _counts(text: str) -> list[int]:
+    """``--counts``: comma-separated integers."""
+    try:
+        return [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be comma-separated integers, got {text}") from None
+
+
+def _release(text: str) -> tuple[str, float, int]:
+    """``--release KIND:VALUE[xN]``: (kind, value, repetitions)."""
+    kind, _, rest = text.partition(":")
+    value, _, times = rest.partition("x")
+    try:
+        v, n = float(value), int(times) if times else 1
+    except ValueError:
+        v, n = float("nan"), 0
+    if kind not in RELEASE_KINDS or not v > 0 or v == float("inf") or n < 1:
+        raise argparse.ArgumentTypeError(
+            f"must be KIND:VALUE or KIND:VALUExN with KIND one of {', '.join(RELEASE_KINDS)}, VALUE > 0 and N >= 1, "
+            f"got {text}")
+    return kind, v, n
+
+
+def _add_neighbors(q: argparse.ArgumentParser) -> None:
+    q.add_argument("--neighbors", choices=["add_or_remove", "replace"], default="add_or_remove",
+                   help="neighbouring datasets: add/remove one person (default) or replace one person's data")
+
+
+def _register_central(ps: argparse._SubParsersAction) -> None:
+    q = ps.add_parser("central", help="noise for a central release of integer counts at a target ε (and the release)",
+                      description="Calibrate the discrete Laplace (ε-DP) or discrete Gaussian ((ε, δ)-DP) noise of a "
+                      "central release of integer counts; with --counts, release them with noise drawn from the OS "
+                      "CSPRNG. The released figures are printed, never the exact counts.")
+    q.add_argument("--mechanism", choices=["laplace", "gaussian"], required=True)
+    q.add_argument("--epsilon", type=_positive, required=True, help="target ε of the release")
+    q.add_argument("--delta", type=_prob, default=None, help="target δ (gaussian only; required there)")
+    q.add_argument("--sensitivity", type=_positive_int, default=1,
+                   help="how much one person moves the counts (L1 for laplace, L2 for gaussian; default 1)")
+    _add_neighbors(q)
+    q.add_argument("--counts", type=_counts, default=None, help="comma-separated integer counts to release")
+    q.add_argument("--json", action="store_true", help="print one JSON object")
+    q.set_defaults(func=run_central)
+
+
+def _register_budget(ps: argparse._SubParsersAction) -> None:
+    kinds = "; ".join(f"{k}: {v}" for k, v in RELEASE_KINDS.items())
+    q = ps.add_parser("budget", help="whether a sequence of central releases fits an (ε, δ) budget (privacy filter)",
+                      description="Charge releases, in order, to a privacy filter with a budget fixed in advance: a "
+                      "release that would cross it is refused and spends nothing, later ones are still tried. The "
+                      "whole interaction is then (ε, δ)-DP however adaptively the releases were chosen. Exit 1 if "
+                      "any release is refused.")
+    q.add_argument("--epsilon", type=_positive, required=True, help="ε of the budget")
+    q.add_argument("--delta", type=float, default=None,
+                   help="δ of the budget (zcdp: required, in (0, 1); basic: default 0)")
+    q.add_argument("--filter", choices=["zcdp", "basic"], default="zcdp",
+                   help="zcdp (default; Σρ within the budget, tight for many releases) or basic (Σε, Σδ)")
+    q.add_argument("--release", type=_release, action="append", required=True, metavar="KIND:VALUE[xN]",
+                   help=f"a release, N times (repeatable, in order); {kinds}")
+    q.add_argument("--sensitivity", type=_positive_int, default=1,
+                   help="how much one person moves each released vector (default 1)")
+    q.add_argument("--per-release-delta", type=_prob, default=None,
+                   help="basic filter: δ charged to each gaussian release (its PLD ε at this δ)")
+    _add_neighbors(q)
+    q.add_argument("--json", action="store_true", help="print one JSON object")
+    q.set_defaults(func=run_budget)
+
+
+def run_central(args: argparse.Namespace) -> int:
+    import math
+
+    from estimator.accounting.accountant import basic_epsilon, epsilon_pld, sensitivity_factor
+    from estimator.accounting.central import GaussianCounts, LaplaceCounts
+
+    head: dict[str, Any] = {"mechanism": args.mechanism, "epsilon": args.epsilon, "delta": args.delta,
+                            "sensitivity": args.sensitivity, "neighbors": args.neighbors}
+    mech: LaplaceCounts | GaussianCounts
+    if args.mechanism == "laplace":
+        # ε-DP under add/remove; replace-one neighbours differ by two contributions
+        mech = LaplaceCounts(args.epsilon / sensitivity_factor(args.neighbors), args.sensitivity)
+        achieved = basic_epsilon(mech.event, args.neighbors)
+        obj = {**head, "scale": float(mech.scale), "epsilon_achieved": achieved}
+        what = f"discrete Laplace noise of scale {float(mech.scale):.6g}"
+        bound = f"ε = {_fmt(achieved)} (pure)"
+    else:
+        if args.delta is None:
+            raise ValueError("--delta is required for --mechanism gaussian")
+        mech = GaussianCounts.for_epsilon(args.epsilon, args.delta, args.sensitivity, args.neighbors)
+        achieved = epsilon_pld(mech.event, args.delta, args.neighbors)
+        obj = {**head, "sigma": mech.sigma, "epsilon_achieved": achieved}
+        what = f"discrete Gaussian noise of σ = {mech.sigma:.6g}"
+        bound = f"ε = {_fmt(achieved)} at δ = {args.delta:g} (PLD)"
+    obj.update(variance=mech.variance, std=math.sqrt(mech.variance))
+    lines = [
+        f"a central release of counts (sensitivity {args.sensitivity}, {args.neighbors} neighbours) within "
+        f"ε = {args.epsilon:g}" + ("" if args.delta is None else f", δ = {args.delta:g}") + f": {what}",
+        f"  {bound}; noise variance {mech.variance:.6g} (std {math.sqrt(mech.variance):.4g}) per count",
+    ]
+    if args.counts is not None:
+        released = mech.release(args.counts)  # no generator: the OS CSPRNG (secure_generator)
+        obj["released"] = [int(v) for v in released]
+        lines.append(f"  released: {', '.join(str(v) for v in obj['released'])}")
+    obj["protects"] = CENTRAL_PROTECTS
+    return _emit(args, obj, lines)
+
+
+def _release_event(kind: str, value: float, sensitivity: int) -> Any:
+    from estimator.accounting.central import GaussianCounts, LaplaceCounts, SparseVector
+
+    if kind == "laplace":
+        return LaplaceCounts(value, sensitivity).event
+    if kind == "gaussian":
+        return GaussianCounts(value, sensitivity).event
+    return SparseVector(value, 0.0, sensitivity=sensitivity).event
+
+
+def run_budget(args: argparse.Namespace) -> int:
+    from estimator.accounting.odometer import BasicFilter, PrivacyFilter, ZCDPFilter
+
+    flt: PrivacyFilter
+    if args.filter == "zcdp":
+        if args.delta is None:
+            raise ValueError("--delta is required for --filter zcdp")
+        flt = ZCDPFilter(args.epsilon, args.delta, args.neighbors)
+    else:
+        flt = BasicFilter(args.epsilon, 0.0 if args.delta is None else args.delta, args.neighbors,
+                          per_release_delta=args.per_release_delta)
+    plan: list[dict[str, Any]] = []
+    for kind, value, times in args.release:
+        event = _release_event(kind, value, args.sensitivity)
+        label = f"{kind}:{value:g}"
+        for _ in range(times):
+            cost = dict(zip(flt.units, flt.cost(event)))
+            plan.append({"release": label, "admitted": flt.try_spend(event, label), "cost": cost})
+    refused = sum(not r["admitted"] for r in plan)
+    status = flt.status()
+    obj = {**status, "plan": plan, "refused": refused, "protects": BUDGET_PROTECTS}
+    unit_text = ", ".join(f"{u} {status['spent'][u]:.6g} of {status['budget'][u]:.6g}" for u in flt.units)
+    lines = [f"{status['filter']} with budget ε = {args.epsilon:g}, δ = {flt.delta:g} ({args.neighbors} neighbours): "
+             f"{len(plan) - refused} of {len(plan)} releases admitted; spent {unit_text}"]
+    for r in plan:
+        cost = ", ".join(f"{u} {c:.6g}" for u, c in r["cost"].items())
+        lines.append(f"  {r['release']:<24} {'admitted' if r['admitted'] else 'REFUSED':<9} costs {cost}")
+    _emit(args, obj, lines)
+    return 1 if refused else 0

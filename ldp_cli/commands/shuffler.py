@@ -13,9 +13,11 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import signal
 import sys
 import threading
+
+from ldp_cli.options import (add_group, add_idle_exit, add_log_level, add_member, add_metrics, add_session_timeout,
+                             add_transport, metrics_file, setup_logging, stop_event)
 
 __all__ = ["register"]
 
@@ -27,47 +29,40 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("shuffler", help="run the shuffler: batch, permute and release crowds of reports",
                        description="Consume raw uploads, permute them per metric, spec and day with a CSPRNG, and "
                        "release batches of at least --min-batch reports, exactly once.")
-    p.add_argument("--transport", default=None, help="sqlite:///path or kafka://host:port (default $LDP_TRANSPORT)")
-    p.add_argument("--metrics", default=None, help="the metrics file (default $LDP_METRICS)")
+    add_transport(p)
+    add_metrics(p, "the metrics file (default $LDP_METRICS)")
     p.add_argument("--min-batch", type=int, default=d.min_batch, help=f"crowd threshold (default {d.min_batch})")
     p.add_argument("--max-batch", type=int, default=d.max_batch, help=f"most reports per released batch "
                    f"(default {d.max_batch})")
     p.add_argument("--checkpoint-interval", type=float, default=d.checkpoint_interval,
                    help=f"seconds between transactions (default {d.checkpoint_interval:g})")
-    p.add_argument("--group", default=d.group, help=f"consumer group (default {d.group})")
-    p.add_argument("--member", default=d.member, help="stable member name of this worker; a restarted worker must "
-                   f"keep it (default {d.member})")
+    add_group(p, d.group)
+    add_member(p, d.member, f"stable member name of this worker; a restarted worker must keep it (default {d.member})")
     p.add_argument("--partitions", type=int, default=d.partitions, help="partitions of topics it creates")
     p.add_argument("--dedup-window", type=int, default=d.dedup_window, help="upload batch ids remembered per partition")
     p.add_argument("--max-age-days", type=int, default=d.max_age_days,
                    help="drop buffered groups this many days behind the newest day of their partition")
-    p.add_argument("--session-timeout", type=float, default=d.session_timeout, help="group session timeout, seconds")
+    add_session_timeout(p, d.session_timeout)
     p.add_argument("--raw-topic", default=d.raw_topic)
     p.add_argument("--shuffled-topic", default=d.shuffled_topic)
     p.add_argument("--state-topic", default=d.state_topic)
     p.add_argument("--delta", type=float, default=1e-6, help="delta of the reported central guarantee (default 1e-6)")
     p.add_argument("--no-guarantee", action="store_true", help="do not compute central guarantees")
-    p.add_argument("--idle-exit", type=float, default=None, help="exit after this many seconds without input")
+    add_idle_exit(p)
     p.add_argument("--stats-interval", type=float, default=60.0, help="log the counters every N seconds")
-    p.add_argument("--log-level", default="warning", choices=["critical", "error", "warning", "info", "debug"])
+    add_log_level(p)
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    import os
-
     from client_sdk.metrics import load_metrics
     from collector.errors import ConfigError, ShufflerStateError
     from collector.shuffler import Shuffler, ShufflerSettings
     from pipeline.transport import FencedError, open_transport
 
-    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s",
-                        stream=sys.stderr)
-    metrics_path = args.metrics or os.environ.get("LDP_METRICS")
-    if not metrics_path:
-        print("ldp shuffler: error: no metrics file: pass --metrics FILE or set $LDP_METRICS", file=sys.stderr)
-        return 2
+    setup_logging(args.log_level)
     try:
+        metrics_path = metrics_file(args.metrics)
         settings = ShufflerSettings(
             min_batch=args.min_batch, max_batch=args.max_batch, checkpoint_interval=args.checkpoint_interval,
             group=args.group, member=args.member, partitions=args.partitions, dedup_window=args.dedup_window,
@@ -80,9 +75,7 @@ def run(args: argparse.Namespace) -> int:
     from estimator.accounting.shuffle import shuffler_guarantee
 
     guarantee = None if args.no_guarantee else shuffler_guarantee(args.delta)
-    stop = threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.set())
+    stop = stop_event()
     transport = open_transport(args.transport)
     shuffler = Shuffler(transport, metrics, settings, guarantee=guarantee)
     code = 0

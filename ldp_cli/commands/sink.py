@@ -11,11 +11,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
-import signal
 import sys
-import threading
 
+from ldp_cli.options import (add_group, add_idle_exit, add_log_level, add_member, add_metrics, add_session_timeout,
+                             add_transport, metrics_files, setup_logging, stop_event)
 from pipeline.topics import DEFAULT_PARTITIONS, SHUFFLED_TOPIC
 
 __all__ = ["register", "DEFAULT_GROUP"]
@@ -27,19 +26,18 @@ DEFAULT_GROUP = "ldp-parquet-sink"
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("sink", help="write the shuffled reports to a Parquet dataset partitioned by metric and day",
                        description=__doc__.splitlines()[0] if __doc__ else None)
-    p.add_argument("--transport", default=None, help="sqlite:///path or kafka://host:port (default $LDP_TRANSPORT)")
+    add_transport(p)
     p.add_argument("--dataset", required=True, help="root folder of the Parquet dataset")
-    p.add_argument("--metrics", action="append", default=None,
-                   help="metrics file(s) declaring the specs (repeatable; default $LDP_METRICS or metrics/example.json)")
+    add_metrics(p, "metrics file(s) declaring the specs (repeatable; default $LDP_METRICS; required)", repeatable=True)
     p.add_argument("--topic", default=SHUFFLED_TOPIC, help=f"shuffled topic (default {SHUFFLED_TOPIC})")
-    p.add_argument("--group", default=DEFAULT_GROUP, help=f"consumer group (default {DEFAULT_GROUP})")
-    p.add_argument("--member", default=None, help="member name (default: random)")
+    add_group(p, DEFAULT_GROUP)
+    add_member(p, None, "member name (default: random)")
     p.add_argument("--partitions", type=int, default=DEFAULT_PARTITIONS, help="partitions if the topic is created")
     p.add_argument("--flush-reports", type=int, default=1_000_000, help="flush once this many reports are buffered")
     p.add_argument("--flush-seconds", type=float, default=5.0, help="flush once the oldest buffered batch is this old")
-    p.add_argument("--session-timeout", type=float, default=10.0, help="group session timeout, seconds")
-    p.add_argument("--idle-exit", type=float, default=None, help="exit after this many seconds without input")
-    p.add_argument("--log-level", default="warning", choices=["critical", "error", "warning", "info", "debug"])
+    add_session_timeout(p)
+    add_idle_exit(p)
+    add_log_level(p)
     p.set_defaults(func=run)
 
 
@@ -50,16 +48,13 @@ def run(args: argparse.Namespace) -> int:
     from ldp_cli.commands.estimator import consume_forever
     from pipeline.processor import FATAL_ERRORS
 
-    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s",
-                        stream=sys.stderr)
-    catalog = SpecCatalog.from_files(args.metrics)
+    setup_logging(args.log_level)
+    catalog = SpecCatalog.from_files(metrics_files(args.metrics))
     transport = open_transport(args.transport)
     sink = ParquetSink(transport, args.dataset, catalog, topic=args.topic, group=args.group, member=args.member,
                        flush_reports=args.flush_reports, flush_seconds=args.flush_seconds,
                        session_timeout=args.session_timeout, partitions=args.partitions)
-    stop = threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.set())
+    stop = stop_event()
     print(f"ldp sink: writing {sink.root} from {args.topic} as {args.group}/{sink.member} on {transport.url}",
           flush=True)
     code = 0

@@ -1,0 +1,151 @@
+"""Options and set-up shared by the ``ldp`` sub-commands.
+
+The long-lived workers (``collector``, ``shuffler``, ``estimator``, ``sink``,
+``fl job``) take the same ``--transport``, ``--metrics``, ``--group``,
+``--member``, ``--session-timeout``, ``--idle-exit`` and ``--log-level``
+options, set up logging the same way and stop on SIGTERM or Ctrl-C the same
+way; each is declared once here.
+
+The metrics file is required by every worker that reads reports, in one way:
+``--metrics FILE`` (repeatable where old specs must stay readable), else
+``$LDP_METRICS``, else :func:`metrics_files` raises
+:class:`~pipeline.errors.ConfigError` and the command exits 2 with
+``no metrics file: pass --metrics FILE or set $LDP_METRICS``. No command falls
+back to the example metrics file.
+
+Only the standard library is imported at module level: ``ldp --help`` builds
+every sub-command's parser, and must not load numba, pandas or uvicorn.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import socket
+import sys
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+__all__ = [
+    "LOG_LEVELS",
+    "TRANSPORT_HELP",
+    "NO_METRICS",
+    "add_transport",
+    "add_metrics",
+    "add_group",
+    "add_member",
+    "add_session_timeout",
+    "add_idle_exit",
+    "add_log_level",
+    "metrics_files",
+    "metrics_file",
+    "optional_metrics_files",
+    "setup_logging",
+    "on_stop_signals",
+    "stop_event",
+    "bind_socket",
+]
+
+LOG_LEVELS = ["critical", "error", "warning", "info", "debug"]
+TRANSPORT_HELP = "sqlite:///path or kafka://host:port (default $LDP_TRANSPORT)"
+#: the message (and, through :class:`~pipeline.errors.ConfigError`, exit code 2) of every command without metrics
+NO_METRICS = "no metrics file: pass --metrics FILE or set $LDP_METRICS"
+_LOG_FORMAT = "%(asctime)s %(name)s %(levelname)s %(message)s"
+
+
+# -- options ------------------------------------------------------------------------
+def add_transport(p: argparse.ArgumentParser, help: str = TRANSPORT_HELP, dest: str = "transport") -> None:
+    """``--transport URL`` (default None: the transport reads ``$LDP_TRANSPORT``)."""
+    p.add_argument("--transport", dest=dest, default=None, help=help)
+
+
+def add_metrics(p: argparse.ArgumentParser, help: str, *, repeatable: bool = False, dest: str = "metrics") -> None:
+    """``--metrics FILE``, once or (``repeatable``) several times; None when not given (see :func:`metrics_files`)."""
+    if repeatable:
+        p.add_argument("--metrics", dest=dest, action="append", default=None, help=help)
+    else:
+        p.add_argument("--metrics", dest=dest, default=None, help=help)
+
+
+def add_group(p: argparse.ArgumentParser, default: str | None, shown: str | None = None) -> None:
+    """``--group NAME``, the consumer group; ``shown`` is the default as the help names it (when computed later)."""
+    p.add_argument("--group", default=default, help=f"consumer group (default {shown or default})")
+
+
+def add_member(p: argparse.ArgumentParser, default: str | None, help: str) -> None:
+    """``--member NAME``, the group member's name (``help`` says what the default is and whether to keep it)."""
+    p.add_argument("--member", default=default, help=help)
+
+
+def add_session_timeout(p: argparse.ArgumentParser, default: float = 10.0,
+                        help: str | None = "group session timeout, seconds") -> None:
+    p.add_argument("--session-timeout", type=float, default=default, help=help)
+
+
+def add_idle_exit(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--idle-exit", type=float, default=None, help="exit after this many seconds without input")
+
+
+def add_log_level(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--log-level", default="warning", choices=LOG_LEVELS)
+
+
+# -- the metrics file ---------------------------------------------------------------
+def optional_metrics_files(given: str | Sequence[str] | None, environ: Mapping[str, str] | None = None) -> list[str]:
+    """The metrics files given (``--metrics``, once or repeated), else ``[$LDP_METRICS]``, else ``[]``."""
+    if isinstance(given, str):
+        given = [given]
+    files = [f for f in (given or []) if f]
+    if files:
+        return files
+    env = (os.environ if environ is None else environ).get("LDP_METRICS")
+    return [env] if env else []
+
+
+def metrics_files(given: str | Sequence[str] | None, environ: Mapping[str, str] | None = None) -> list[str]:
+    """Like :func:`optional_metrics_files`, but a :class:`~pipeline.errors.ConfigError` (:data:`NO_METRICS`)
+    instead of ``[]``: a worker that reads reports never guesses which specs they were made under."""
+    files = optional_metrics_files(given, environ)
+    if not files:
+        from pipeline.errors import ConfigError
+
+        raise ConfigError(NO_METRICS)
+    return files
+
+
+def metrics_file(given: str | None, environ: Mapping[str, str] | None = None) -> str:
+    """The one metrics file of a command that takes a single ``--metrics`` (see :func:`metrics_files`)."""
+    return metrics_files(given, environ)[0]
+
+
+# -- process set-up -----------------------------------------------------------------
+def setup_logging(level: str) -> None:
+    """Log records at ``level`` and above to stderr, with time and logger name."""
+    logging.basicConfig(level=level.upper(), format=_LOG_FORMAT, stream=sys.stderr)
+
+
+def on_stop_signals(handler: Callable[[int, Any], None]) -> None:
+    """Install ``handler`` for SIGTERM and SIGINT (Ctrl-C)."""
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, handler)
+
+
+def stop_event(stop: threading.Event | None = None) -> threading.Event:
+    """An event (``stop`` or a new one) that SIGTERM and Ctrl-C set: the worker finishes its step and exits."""
+    ev = threading.Event() if stop is None else stop
+    on_stop_signals(lambda *_: ev.set())
+    return ev
+
+
+def bind_socket(host: str, port: int, backlog: int | None = None) -> socket.socket:
+    """A TCP socket bound to ``host:port`` (IPv6 if ``host`` has a colon; port 0 picks a free one), listening
+    with ``backlog`` if given (connections then wait in the backlog until the server accepts them)."""
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    if backlog is not None:
+        sock.listen(backlog)
+    return sock
