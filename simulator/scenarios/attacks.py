@@ -459,13 +459,15 @@ def run_inversion(cfg: InversionConfig = InversionConfig()) -> dict[str, Any]:
             "success_rate": float(np.mean(np.maximum(a[:, 0], a[:, 1]) >= cfg.success_cosine)),
         })
     return {
-        "model": f"softmax regression, {d} features, {K} classes; one local SGD step (η = {cfg.learning_rate:g}) on one example",
+        "model": f"softmax regression, {d} features, {K} classes; "
+        f"one local SGD step (η = {cfg.learning_rate:g}) on one example",
         "inputs": "x ~ N(0, I_d), labels uniform; global model ~ N(0, 0.01²) per trial",
         "clip_norm": C,
         "delta": cfg.delta,
         "trials": cfg.trials,
         "success_cosine": cfg.success_cosine,
-        "success": f"cosine(x̂, x) >= {cfg.success_cosine:g} for the analytic x̂ or |cosine| for the singular-vector direction",
+        "success": f"cosine(x̂, x) >= {cfg.success_cosine:g} for the analytic x̂ "
+        "or |cosine| for the singular-vector direction",
         "settings": settings,
     }
 
