@@ -290,7 +290,7 @@ def bench_server(n: int, d: int, rng: np.random.Generator, repeats: int, flwr_re
         ours_recv_once = [0.0, 0.0]
         for u in surv:
             y = clients[u].masked_input(np.zeros(d, np.uint32), inbox.get(u, {}))
-            w, c, _ = _clock(lambda: server.receive_masked(u, y))
+            w, c, _ = _clock(lambda u=u, y=y: server.receive_masked(u, y))
             ours_recv_once[0] += w
             ours_recv_once[1] += c
 
@@ -298,7 +298,7 @@ def bench_server(n: int, d: int, rng: np.random.Generator, repeats: int, flwr_re
         s = SecAggServer(cfg)
         s.adverts, s.shared = server.adverts, server.shared
         for u in surv:
-            s.receive_masked(u, ys[u])
+            s.receive_masked(u, ys[u])  # noqa: F821  (called before the `del ys` below, which frees them)
         return s
 
     recv_srv = ours_receive() if flwr_real else server
@@ -318,7 +318,7 @@ def bench_server(n: int, d: int, rng: np.random.Generator, repeats: int, flwr_re
     freveals = {u: frnd.reveal(u) for u in surv}
 
     if flwr_real:
-        recv = _side_by_side(ours_receive, lambda: flwr_sum(fmasked), repeats)
+        recv = _side_by_side(ours_receive, lambda: flwr_sum(fmasked), repeats)  # noqa: F821  (before the del)
         recv["note"] = "the inputs are held in memory (ours uint32 arrays, Flower's .npy bytes)"
     else:
         recv = {"ours_wall": ours_recv_once[0], "ours_cpu": ours_recv_once[1], "repeats": 1}
@@ -389,17 +389,18 @@ def _print(o: dict) -> None:
         for key in ("receive", "unmask"):
             m = s[key]
             if "flwr_wall" not in m:
-                print(f"| server {key}, {s['clients']:,} × {s['d']:,}, {s['dropped']} dropped (ours only) | {m['ours_wall']:.2f} s | "
-                      f"{m['ours_cpu']:.2f} s | — | — | — |")
+                print(f"| server {key}, {s['clients']:,} × {s['d']:,}, {s['dropped']} dropped (ours only) "
+                      f"| {m['ours_wall']:.2f} s | {m['ours_cpu']:.2f} s | — | — | — |")
                 continue
-            print(f"| server {key}, {s['clients']:,} × {s['d']:,}, {s['dropped']} dropped{tag} | {m['ours_wall']:.2f} s | "
-                  f"{m['ours_cpu']:.2f} s | {m['flwr_wall']:.2f} s | {m['flwr_cpu']:.2f} s | {m['ratio_cpu']:.3f} |")
+            print(f"| server {key}, {s['clients']:,} × {s['d']:,}, {s['dropped']} dropped{tag} "
+                  f"| {m['ours_wall']:.2f} s | {m['ours_cpu']:.2f} s "
+                  f"| {m['flwr_wall']:.2f} s | {m['flwr_cpu']:.2f} s | {m['ratio_cpu']:.3f} |")
     print("\n| d | ours upload | Flower upload | plaintext float32 | ours / plaintext | Flower / plaintext |")
     print("|---|---|---|---|---|---|")
     for r in o["client"]:
         c = r["communication"]
-        print(f"| {r['d']:,} | {c['ours_upload_bytes']:,} | {c['flwr_upload_bytes']:,} | {c['plaintext_float32_bytes']:,} | "
-              f"{c['ours_ratio']:.4f} | {c['flwr_ratio']:.4f} |")
+        print(f"| {r['d']:,} | {c['ours_upload_bytes']:,} | {c['flwr_upload_bytes']:,} "
+              f"| {c['plaintext_float32_bytes']:,} | {c['ours_ratio']:.4f} | {c['flwr_ratio']:.4f} |")
 
 
 if __name__ == "__main__":

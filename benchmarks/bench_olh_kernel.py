@@ -116,7 +116,8 @@ def main(argv: list[str] | None = None) -> int:
             wall, cpu = time_kernel(spec, records, repeats)
             med = statistics.median(wall)
             print(
-                f"kernel, {threads} thread{'s' if threads > 1 else ' '}: {hashes / med / 1e6:8.0f} M hash evaluations/s "
+                f"kernel, {threads} thread{'s' if threads > 1 else ' '}: "
+                f"{hashes / med / 1e6:8.0f} M hash evaluations/s "
                 f"(median of {repeats}: {med:.3f} s; best {hashes / min(wall) / 1e6:.0f} M/s; "
                 f"per core of CPU time {hashes / statistics.median(cpu) / 1e6:.0f} M/s)"
             )

@@ -363,7 +363,8 @@ def check_targets(rows: dict[str, dict[str, Any]], cores: int) -> list[dict[str,
         got = None if ours_rate is None else ours_rate / ISSUE_PURELDP_RATES[name]
         out.append(
             {
-                "target": f"{name} server aggregate+estimate >= {target:g}x the issue's pure-ldp figure ({_fmt_rate(ISSUE_PURELDP_RATES[name])}/s)",
+                "target": f"{name} server aggregate+estimate >= {target:g}x the issue's pure-ldp figure "
+                f"({_fmt_rate(ISSUE_PURELDP_RATES[name])}/s)",
                 "value": got,
                 "met": None if got is None else got >= target,
             }
@@ -375,7 +376,8 @@ def check_targets(rows: dict[str, dict[str, Any]], cores: int) -> list[dict[str,
     per_core = None if evals is None else evals / cores
     out.append(
         {
-            "target": f"olh exact estimation >= {TARGETS['olh_hash_evals_per_core'] / 1e6:g}M hash evaluations/s per core ({cores} cores)",
+            "target": f"olh exact estimation >= {TARGETS['olh_hash_evals_per_core'] / 1e6:g}M hash evaluations/s "
+            f"per core ({cores} cores)",
             "value": per_core,
             "met": None if per_core is None else per_core >= TARGETS["olh_hash_evals_per_core"],
         }
@@ -383,7 +385,8 @@ def check_targets(rows: dict[str, dict[str, Any]], cores: int) -> list[dict[str,
     per_cpu_s = rows.get("olh", {}).get("ours", {}).get("olh_hash_evals_per_cpu_s")
     out.append(
         {
-            "target": f"olh exact estimation >= {TARGETS['olh_hash_evals_per_core'] / 1e6:g}M hash evaluations per CPU-second",
+            "target": f"olh exact estimation >= {TARGETS['olh_hash_evals_per_core'] / 1e6:g}M hash evaluations "
+            "per CPU-second",
             "value": per_cpu_s,
             "met": None if per_cpu_s is None else per_cpu_s >= TARGETS["olh_hash_evals_per_core"],
         }
@@ -476,7 +479,8 @@ def _fmt(x: float | None, spec: str = ".3g", suffix: str = "") -> str:
 def table(results: dict[str, Any]) -> str:
     """A Markdown table of the summary rows."""
     head = (
-        "| mechanism | ours encode/s | pure-ldp encode/s | encode × | ours server/s | pure-ldp server/s (n measured) | server × "
+        "| mechanism | ours encode/s | pure-ldp encode/s | encode × | ours server/s "
+        "| pure-ldp server/s (n measured) | server × "
         "| ours MSE / theory | pure-ldp MSE / theory |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|\n"
     )
     lines = []
@@ -486,8 +490,10 @@ def table(results: dict[str, Any]) -> str:
         if "error" in p:
             pn += f" estimation failed: {p['error'][:80]}"
         lines.append(
-            f"| {name} | {_fmt_rate(o.get('encode_rate'))} | {_fmt_rate(p.get('encode_rate'))} | {_fmt(r.get('speedup_encode'), '.3g', '×')} "
-            f"| {_fmt_rate(o.get('server_rate'))} | {_fmt_rate(p.get('server_rate'))}{pn} | {_fmt(r.get('speedup_server'), '.3g', '×')} "
+            f"| {name} | {_fmt_rate(o.get('encode_rate'))} | {_fmt_rate(p.get('encode_rate'))} "
+            f"| {_fmt(r.get('speedup_encode'), '.3g', '×')} "
+            f"| {_fmt_rate(o.get('server_rate'))} | {_fmt_rate(p.get('server_rate'))}{pn} "
+            f"| {_fmt(r.get('speedup_server'), '.3g', '×')} "
             f"| {_fmt(o.get('mse_over_theory'), '.3f')} ± {_fmt(o.get('mse_over_theory_se'), '.3f')} "
             f"| {_fmt(p.get('mse_over_theory'), '.3f')} ± {_fmt(p.get('mse_over_theory_se'), '.3f')} |"
         )
@@ -498,14 +504,17 @@ def cpu_table(results: dict[str, Any]) -> str:
     """Rates per second of process CPU time (all threads): what load from other
     processes on the machine does not dilute."""
     lines = [
-        "| mechanism | ours encode/CPU-s | pure-ldp encode/CPU-s | encode × | ours server/CPU-s | pure-ldp server/CPU-s | server × |",
+        "| mechanism | ours encode/CPU-s | pure-ldp encode/CPU-s | encode × | ours server/CPU-s "
+        "| pure-ldp server/CPU-s | server × |",
         "|---|---:|---:|---:|---:|---:|---:|",
     ]
     for name, r in results["rows"].items():
         o, p = r.get("ours", {}), r.get("pureldp", {})
         lines.append(
-            f"| {name} | {_fmt_rate(o.get('encode_rate_cpu'))} | {_fmt_rate(p.get('encode_rate_cpu'))} | {_fmt(r.get('speedup_encode_cpu'), '.3g', '×')} "
-            f"| {_fmt_rate(o.get('server_rate_cpu'))} | {_fmt_rate(p.get('server_rate_cpu'))} | {_fmt(r.get('speedup_server_cpu'), '.3g', '×')} |"
+            f"| {name} | {_fmt_rate(o.get('encode_rate_cpu'))} | {_fmt_rate(p.get('encode_rate_cpu'))} "
+            f"| {_fmt(r.get('speedup_encode_cpu'), '.3g', '×')} "
+            f"| {_fmt_rate(o.get('server_rate_cpu'))} | {_fmt_rate(p.get('server_rate_cpu'))} "
+            f"| {_fmt(r.get('speedup_server_cpu'), '.3g', '×')} |"
         )
     return "\n".join(lines)
 
@@ -531,7 +540,8 @@ def targets_table(results: dict[str, Any]) -> str:
 
 def first_call_table(results: dict[str, Any]) -> str:
     lines = [
-        "| mechanism | import + numba start-up (s) | cold cache: first job (s) | kernels compiled | warm cache: first job (s) "
+        "| mechanism | import + numba start-up (s) | cold cache: first job (s) | kernels compiled "
+        "| warm cache: first job (s) "
         "| kernels compiled / loaded | same job again in-process (s) |",
         "|---|---:|---:|---:|---:|---:|---:|",
     ]
@@ -601,7 +611,8 @@ def plot(results: dict[str, Any], path: Path) -> None:
     ax.legend(fontsize=8, loc="lower left")
     a = results["args"]
     fig.suptitle(
-        f"frequency oracles, d={a['d']}, n={a['n']:,}, ε={a['epsilon']:g}, Zipf s={a['zipf']:g}; median of {a['repeats']} repeats; "
+        f"frequency oracles, d={a['d']}, n={a['n']:,}, ε={a['epsilon']:g}, Zipf s={a['zipf']:g}; "
+        f"median of {a['repeats']} repeats; "
         f"{results['machine'].get('cpu_model', '')}, {results['machine']['nproc']} cores, shared with other jobs",
         fontsize=10,
     )
@@ -693,7 +704,6 @@ def main(argv: list[str] | None = None) -> int:
     commit = git_commit()  # at the start: other work may commit while this runs
     log(f"data: Zipf(s={args.zipf}) n={args.n:,} d={args.d} seed={args.seed}")
     values = zipf_values(args.n, args.d, args.zipf, args.seed)
-    truth = np.bincount(values, minlength=args.d).astype(np.float64)
 
     ours: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="bench_oracles_") as tmpname:

@@ -29,6 +29,7 @@ import shutil
 import statistics
 import tempfile
 import time
+from typing import Any
 
 import numpy as np
 
@@ -58,7 +59,7 @@ def main() -> None:
             records = base.encode(rng.integers(0, d, size=10_000), rng)
             times: dict[str, list[float]] = {"before": [], "cold": [], "warm": [], "memory": []}
 
-            def estimate_with(spec):  # type: ignore[no-untyped-def]
+            def estimate_with(spec, records=records):  # type: ignore[no-untyped-def]
                 acc = RapporAccumulator(spec)
                 acc.update(records)
                 return acc.estimate()
@@ -66,7 +67,8 @@ def main() -> None:
             for _ in range(args.repeats):
                 spec = make_spec("rappor", epsilon=2.0, domain_size=d)
 
-                def reference() -> None:
+                # Each closure is timed at once, in its own iteration; the defaults bind the loop's values.
+                def reference(spec: Any = spec, d: int = d, records: np.ndarray = records) -> None:
                     design = RapporDesign(spec, np.arange(d))
                     acc = RapporAccumulator(spec)
                     acc.update(records)
@@ -76,10 +78,10 @@ def main() -> None:
                 times["before"].append(_timed(reference))
                 shutil.rmtree(os.path.join(root, "rappor"), ignore_errors=True)
                 rd.clear_memory_cache()
-                times["cold"].append(_timed(lambda: estimate_with(make_spec("rappor", epsilon=2.0, domain_size=d))))
+                times["cold"].append(_timed(lambda d=d: estimate_with(make_spec("rappor", epsilon=2.0, domain_size=d))))
                 rd.clear_memory_cache()
-                times["warm"].append(_timed(lambda: estimate_with(make_spec("rappor", epsilon=2.0, domain_size=d))))
-                times["memory"].append(_timed(lambda: estimate_with(make_spec("rappor", epsilon=2.0, domain_size=d))))
+                times["warm"].append(_timed(lambda d=d: estimate_with(make_spec("rappor", epsilon=2.0, domain_size=d))))
+                times["memory"].append(_timed(lambda d=d: estimate_with(make_spec("rappor", epsilon=2.0, domain_size=d))))
             size = os.path.getsize(rd.cache_path(base, np.arange(d)))
             cells = "  ".join(
                 f"{k} {1e3 * statistics.median(v):8.1f} ms (min {1e3 * min(v):7.1f})" for k, v in times.items()

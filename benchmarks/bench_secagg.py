@@ -165,7 +165,8 @@ def main() -> None:
     for sfx, label in (("", "1 process"), ("_2w", "2 processes")):
         print(f"\nserver ({label}): {s['clients']} clients, d = {s['d']:,}, degree {s['degree']}, t = {s['threshold']}, "
               f"{s['dropped']} dropped: receive {s['receive_s']:.2f} s (CPU {s['receive_cpu_s']:.2f}) + finish "
-              f"{s['finish_s' + sfx]:.2f} s (CPU {s['finish_cpu_s' + sfx]:.2f}) = {s['round_server_s' + sfx]:.2f} s per round "
+              f"{s['finish_s' + sfx]:.2f} s (CPU {s['finish_cpu_s' + sfx]:.2f}) "
+              f"= {s['round_server_s' + sfx]:.2f} s per round "
               f"(CPU {s['round_server_cpu_s' + sfx]:.2f} s)")
     print(f"\nload average {out['load_start']} → {out['load_end']}")
 

@@ -100,7 +100,8 @@ def main() -> None:
             with open_transport(url) as t:
                 results["runs"][name] = run(t, data, args.reports, args.group)
     print(f"{args.batches} batches of {args.reports} reports ({len(data[0])} bytes each), 4 partitions\n")
-    print("| transport | publish (1/call) reports/s | batches/s | publish_many reports/s | MB/s | consume reports/s | MB/s |")
+    print("| transport | publish (1/call) reports/s | batches/s | publish_many reports/s | MB/s "
+          "| consume reports/s | MB/s |")
     print("|---|---|---|---|---|---|---|")
     for name, r in results["runs"].items():
         print(f"| {name} | {r['publish_one_reports_per_s']:,.0f} | {r['publish_one_batches_per_s']:,.0f} | "

@@ -16,14 +16,14 @@ from __future__ import annotations
 import dataclasses
 import struct
 from collections.abc import Sequence
-from typing import Any, Union
+from typing import Any
 
 from client_sdk.errors import DomainError, SpecError
 from client_sdk.hashing import hash_bytes
 
 __all__ = ["Dictionary", "HashedDomain", "Domain", "canonical_bytes", "domain_from_dict"]
 
-Value = Union[str, int]
+Value = str | int
 
 
 def canonical_bytes(value: Value) -> bytes:
@@ -107,7 +107,7 @@ class HashedDomain:
         return {"kind": "hashed", "size": self.size, "seed": self.seed}
 
 
-Domain = Union[Dictionary, HashedDomain]
+Domain = Dictionary | HashedDomain
 
 
 def domain_from_dict(data: dict[str, Any]) -> Domain:

@@ -50,7 +50,7 @@ def _rotl(x: np.ndarray, r: int) -> np.ndarray:
     return (x << _U32(r)) | (x >> _U32(32 - r))
 
 
-def xxh32_u32(values: np.ndarray | int, seeds: np.ndarray | int) -> np.ndarray:
+def xxh32_u32(values: np.ndarray | np.integer | int, seeds: np.ndarray | np.integer | int) -> np.ndarray:
     """XXH32 of each value's 4-byte little-endian form under the matching seed.
 
     ``values`` and ``seeds`` broadcast against each other; both are taken
@@ -71,12 +71,12 @@ def xxh32_u32(values: np.ndarray | int, seeds: np.ndarray | int) -> np.ndarray:
     return np.asarray(h, dtype=_U32)
 
 
-def reduce_range(h: np.ndarray | int, g: int) -> np.ndarray:
+def reduce_range(h: np.ndarray | np.integer | int, g: int) -> np.ndarray:
     """Map 32-bit hashes to ``[0, g)`` by ``(h * g) >> 32`` (multiply-shift)."""
     return ((np.asarray(h).astype(np.uint64) * np.uint64(g)) >> np.uint64(32)).astype(np.uint32)
 
 
-def hash_to_range(values: np.ndarray | int, seeds: np.ndarray | int, g: int) -> np.ndarray:
+def hash_to_range(values: np.ndarray | np.integer | int, seeds: np.ndarray | np.integer | int, g: int) -> np.ndarray:
     """``reduce_range(xxh32_u32(values, seeds), g)``: a seeded hash into ``[0, g)``."""
     return reduce_range(xxh32_u32(values, seeds), g)
 

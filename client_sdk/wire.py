@@ -39,7 +39,7 @@ import struct
 import uuid
 import zlib
 from collections.abc import Callable, Mapping
-from typing import Any, Union
+from typing import Any
 
 import numpy as np
 
@@ -74,7 +74,7 @@ _CRC = struct.Struct("<I")
 MAX_RECORDS = 1 << 24
 _METRIC_RE = re.compile(r"^[A-Za-z0-9_.:\-]{1,255}$")
 
-SpecResolver = Union[Mapping[str, MechanismSpec], Callable[[str, str], MechanismSpec], MechanismSpec]
+SpecResolver = Mapping[str, MechanismSpec] | Callable[[str, str], MechanismSpec] | MechanismSpec
 
 
 def _check_metric(metric: str) -> str:
@@ -184,12 +184,13 @@ def read_header(data: bytes | bytearray | memoryview) -> FrameHeader:
 
 
 def _resolve(specs: SpecResolver, metric: str, spec_id: str) -> MechanismSpec:
+    spec: MechanismSpec | None
     if isinstance(specs, MechanismSpec):
         spec = specs
     elif callable(specs):
         spec = specs(metric, spec_id)
     else:
-        spec = specs.get(spec_id)  # type: ignore[union-attr]
+        spec = specs.get(spec_id)
         if spec is None:
             raise SpecMismatchError(f"metric {metric!r}: unknown spec_id {spec_id}")
     if spec.spec_id != spec_id:
@@ -277,12 +278,13 @@ def decode_json(data: str | bytes | Mapping[str, Any], specs: SpecResolver) -> R
         raise FrameError(f"a batch holds at most {MAX_RECORDS} records, got {len(rows)}")
     dtype = spec.record_dtype
     names = dtype.names or ()
+    fields: Mapping[str, tuple[Any, ...]] = dtype.fields or {}  # a record dtype is structured: names and fields are set
     records = np.zeros(len(rows), dtype=dtype)
     for i, row in enumerate(rows):
         if not isinstance(row, list) or len(row) != len(names):
             raise FrameError(f"record {i} must be a list of {len(names)} fields {list(names)}")
         for name, val in zip(names, row):
-            ftype = dtype.fields[name][0]
+            ftype = fields[name][0]
             if ftype.subdtype is not None:
                 try:
                     raw = bytes.fromhex(val)

@@ -26,7 +26,7 @@ import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -56,7 +56,7 @@ class Topics:
         return cls(f"{RAW_TOPIC}.{run_id}", f"{SHUFFLED_TOPIC}.{run_id}", f"{SHUFFLER_STATE_TOPIC}.{run_id}")
 
 
-def serve_in_thread(app: Any, host: str = "127.0.0.1", port: int = 0, lifespan: str = "on") -> tuple[Any, str, threading.Thread]:
+def serve_in_thread(app: Any, host: str = "127.0.0.1", port: int = 0, lifespan: Literal["auto", "on", "off"] = "on") -> tuple[Any, str, threading.Thread]:
     """Start ``app`` under uvicorn on a thread; returns (server, base URL, thread) once it accepts requests."""
     import uvicorn
 

@@ -85,7 +85,7 @@ def test_permanent_epsilon_defines_f(eps: float, h: int) -> None:
     for y in itertools.product((0, 1), repeat=k):
         y_arr = np.array(y)
 
-        def prob(b: np.ndarray) -> float:
+        def prob(b: np.ndarray, y_arr: np.ndarray = y_arr) -> float:
             p1 = np.where(b == 1, 1 - f / 2, f / 2)
             return float(np.prod(np.where(y_arr == 1, p1, 1 - p1)))
 

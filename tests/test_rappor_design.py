@@ -53,8 +53,9 @@ def test_fast_build_equals_the_reference_to_rounding(spec: RapporSpec) -> None:
     """H, K, diag(G⁻¹), the counts and the variance agree with the numpy reference
     (LU inverse of G) to float64 rounding. Both routes are backward stable, so an
     entry of G⁻¹ (and the sums of products H, K built from it) carries a relative
-    error of order d·κ(G)·u, and the counts m G⁻¹ b one of d·κ(G)·u·m |G⁻¹||b| (Higham, *Accuracy and Stability of Numerical
-    Algorithms*, 2nd ed., Sec. 10.1 and 14.3); the tolerance is 16·d·κ(G)·u of
+    error of order d·κ(G)·u, and the counts m G⁻¹ b one of d·κ(G)·u·m |G⁻¹||b|
+    (Higham, *Accuracy and Stability of Numerical Algorithms*, 2nd ed., Sec. 10.1
+    and 14.3); the tolerance is 16·d·κ(G)·u of
     each quantity's scale. The variance m H n + m α n diag(G⁻¹) + m β K n - n
     cancels, so its scale is the sum of the magnitudes of its terms."""
     d = spec.domain_size

@@ -82,7 +82,7 @@ class MechanismSpec(ABC):
         object.__setattr__(self, "domain_size", int(d))
         self._validate()
 
-    def _validate(self) -> None:
+    def _validate(self) -> None:  # noqa: B027  (an optional hook: a spec without parameters of its own needs none)
         """Subclasses check (and normalize) their own parameters here."""
 
     @staticmethod

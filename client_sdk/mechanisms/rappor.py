@@ -82,7 +82,7 @@ import hmac
 import math
 import struct
 from functools import cached_property
-from typing import Any, Callable, ClassVar
+from typing import Any, Callable, ClassVar, cast
 
 import numpy as np
 
@@ -205,9 +205,11 @@ class RapporSpec(MechanismSpec):
     a device that reports a value repeatedly uses :meth:`encode_memoized` to
     keep the whole history within ε∞."""
 
-    num_bits: int | None = None
+    # None (the default) asks for default_num_bits / default_num_cohorts, which _validate stores in
+    # its place: a constructed spec always holds ints, so that is the type its readers see.
+    num_bits: int = None  # type: ignore[assignment]
     num_hashes: int = 2
-    num_cohorts: int | None = None
+    num_cohorts: int = None  # type: ignore[assignment]
     p: float = 0.5
     q: float = 0.75
     hash_seed: int = 0
@@ -217,14 +219,16 @@ class RapporSpec(MechanismSpec):
     def _validate(self) -> None:
         n = self.name
         d = self.domain_size
-        k = default_num_bits(d) if self.num_bits is None else self._require_int(n, "num_bits", self.num_bits, 1, MAX_BITS)
+        # As given to the constructor, where None still means "the default" (see the fields).
+        bits, cohorts = cast("int | None", self.num_bits), cast("int | None", self.num_cohorts)
+        k = default_num_bits(d) if bits is None else self._require_int(n, "num_bits", bits, 1, MAX_BITS)
         h = self._require_int(n, "num_hashes", self.num_hashes, 1, min(MAX_HASHES, k))
-        if self.num_cohorts is None:
+        if cohorts is None:
             m = default_num_cohorts(d, k)
             if m > MAX_COHORTS:
                 raise SpecError(f"{n}: a domain of {d} values needs num_bits*num_cohorts >= {d}; set both explicitly")
         else:
-            m = self._require_int(n, "num_cohorts", self.num_cohorts, 1, MAX_COHORTS)
+            m = self._require_int(n, "num_cohorts", cohorts, 1, MAX_COHORTS)
         s = self._require_int(n, "hash_seed", self.hash_seed, 0, 2**32 - 1)
         probs = {}
         for field in ("p", "q"):

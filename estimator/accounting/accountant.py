@@ -54,7 +54,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
-from typing import Any, Literal
+from typing import Any, Literal, TypeAlias
 
 import attr
 import dp_accounting
@@ -114,7 +114,7 @@ _ADD_REMOVE = dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE
 #: The PLD accountant's value discretization interval (dp_accounting's default).
 DEFAULT_DISCRETIZATION = 1e-4
 
-_Details = dp_accounting.PrivacyAccountant.CompositionErrorDetails
+_Details: TypeAlias = dp_accounting.PrivacyAccountant.CompositionErrorDetails
 
 
 
@@ -171,6 +171,8 @@ class PLDAccountant(pld_privacy_accountant.PLDAccountant):
     """``dp_accounting``'s PLD accountant, extended with the events above and with
     Laplace events under replace-one neighbours."""
 
+    _pld: Any  # the composed privacy loss distribution, set by dp_accounting's __init__
+
     def _maybe_compose(self, event: dp_event.DpEvent, count: int, do_compose: bool) -> _Details | None:
         rel = self.neighboring_relation
         vdi = self._value_discretization_interval
@@ -210,6 +212,8 @@ class PLDAccountant(pld_privacy_accountant.PLDAccountant):
 class RdpAccountant(rdp_privacy_accountant.RdpAccountant):
     """``dp_accounting``'s RDP accountant, extended with the events above, with the
     sensitivity doubled under replace-one, and with :attr:`dropped_orders`."""
+
+    _rdp: np.ndarray  # the composed RDP curve at each order, set by dp_accounting's __init__
 
     def _add(self, curve: np.ndarray, count: int, do_compose: bool) -> None:
         if do_compose:

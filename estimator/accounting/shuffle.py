@@ -234,7 +234,8 @@ def grid_floor(n: int) -> int:
 
 
 def shuffler_guarantee(delta: float) -> Callable[[int, float], tuple[float, float, str]]:
-    """The shuffler's ``guarantee(n, epsilon0) -> (epsilon, delta, bound)``: the FMT21 numerical bound at :func:`grid_floor` ``(n)``.
+    """The shuffler's ``guarantee(n, epsilon0) -> (epsilon, delta, bound)``: the FMT21 numerical
+    bound at :func:`grid_floor` ``(n)``.
 
     To keep the bound's cache warm it is evaluated at ``n`` rounded down to
     three significant bits (at most 12.5 % below the batch size): a bound for

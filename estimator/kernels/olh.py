@@ -71,7 +71,7 @@ def report_intervals(ys: np.ndarray, g: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 @nb.njit(cache=True, inline="always")
-def _count_tile(k: np.uint32, seeds: np.ndarray, lo: np.ndarray, width: np.ndarray) -> int:
+def _count_tile(k: np.uint32, seeds: np.ndarray, lo: np.ndarray, width: np.ndarray) -> np.uint32:
     # a loop from 0 over views: with a variable start LLVM does not vectorize it
     c = np.uint32(0)
     for i in range(seeds.shape[0]):

@@ -22,7 +22,9 @@ def unbias_pure(support: np.ndarray, n: int, p_star: float, q_star: float) -> np
 
 
 class GRRAccumulator(Accumulator):
-    spec_type = GRRSpec
+    # The histogram accumulator of both k-ary and binary randomized response (BinaryRRAccumulator).
+    spec_type: type[GRRSpec] | type[BinaryRRSpec] = GRRSpec
+    spec: GRRSpec | BinaryRRSpec
 
     def _empty_sums(self) -> dict[str, np.ndarray]:
         return {"hist": np.zeros(self.spec.domain_size, dtype=np.int64)}
@@ -37,6 +39,7 @@ class GRRAccumulator(Accumulator):
 
 class BinaryRRAccumulator(GRRAccumulator):
     spec_type = BinaryRRSpec
+    spec: BinaryRRSpec
 
     def _add(self, records: np.ndarray) -> None:
         histogram(records["bit"], self.sums["hist"])

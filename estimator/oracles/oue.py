@@ -24,6 +24,7 @@ class OUEAccumulator(Accumulator):
     """Per-bit counts of OUE reports."""
 
     spec_type = OUESpec
+    spec: OUESpec
 
     def _empty_sums(self) -> dict[str, np.ndarray]:
         return {"ones": np.zeros(self.spec.domain_size, dtype=np.int64)}

@@ -5,8 +5,9 @@ reports per cohort N_c and, per cohort, how many reports set each bit Y_{c,j},
 counted from the packed bytes by :func:`estimator.kernels.sketch.cms_add`
 (cohorts as its groups). Decoding is the least squares of
 :class:`client_sdk.mechanisms.rappor.RapporDesign` (unbiased, with its exact
-variance), built and cached by :mod:`estimator.oracles.rappor_design`; the interval uses the plug-in variance (the estimate clipped to
-[0, n] and rescaled to sum to n, as for every mechanism).
+variance), built and cached by :mod:`estimator.oracles.rappor_design`; the
+interval uses the plug-in variance (the estimate clipped to [0, n] and
+rescaled to sum to n, as for every mechanism).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ class RapporAccumulator(Accumulator):
     """Per-cohort per-bit counts of RAPPOR reports."""
 
     spec_type = RapporSpec
+    spec: RapporSpec
 
     def _empty_sums(self) -> dict[str, np.ndarray]:
         s = self.spec

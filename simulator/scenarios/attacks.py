@@ -444,14 +444,14 @@ def run_inversion(cfg: InversionConfig = InversionConfig()) -> dict[str, Any]:
     for name in names:
         a = np.array(rows[name])
         noisy = name.startswith("noisy_sum")
-        z = float(name.rsplit("sigma", 1)[1]) if noisy else None
+        sigma = float(name.rsplit("sigma", 1)[1]) if noisy else None
         k = n if (f"of_{n}" in name) else 1
         settings.append({
             "name": name,
             "server_sees": _SEES[name.split("_sigma")[0].replace(f"_{n}", "_n")],
             "clients_in_sum": k,
-            "noise_multiplier": z,
-            "epsilon_one_round": None if z is None else _gaussian_epsilon(z, cfg.delta),
+            "noise_multiplier": sigma,
+            "epsilon_one_round": None if sigma is None else _gaussian_epsilon(sigma, cfg.delta),
             "cosine_mean": float(a[:, 0].mean()),
             "svd_abs_cosine_mean": float(a[:, 1].mean()),
             "relative_error_median": float(np.median(a[:, 2])),
@@ -459,13 +459,15 @@ def run_inversion(cfg: InversionConfig = InversionConfig()) -> dict[str, Any]:
             "success_rate": float(np.mean(np.maximum(a[:, 0], a[:, 1]) >= cfg.success_cosine)),
         })
     return {
-        "model": f"softmax regression, {d} features, {K} classes; one local SGD step (η = {cfg.learning_rate:g}) on one example",
+        "model": f"softmax regression, {d} features, {K} classes; "
+        f"one local SGD step (η = {cfg.learning_rate:g}) on one example",
         "inputs": "x ~ N(0, I_d), labels uniform; global model ~ N(0, 0.01²) per trial",
         "clip_norm": C,
         "delta": cfg.delta,
         "trials": cfg.trials,
         "success_cosine": cfg.success_cosine,
-        "success": f"cosine(x̂, x) >= {cfg.success_cosine:g} for the analytic x̂ or |cosine| for the singular-vector direction",
+        "success": f"cosine(x̂, x) >= {cfg.success_cosine:g} for the analytic x̂ "
+        "or |cosine| for the singular-vector direction",
         "settings": settings,
     }
 

@@ -148,7 +148,8 @@ def plot_accuracy(result: dict[str, Any], path: str) -> None:
         ax.plot(range(1, len(s["accuracy_per_round"]) + 1), s["accuracy_per_round"], label=label)
     ax.set_xlabel("round")
     ax.set_ylabel("test accuracy")
-    ax.set_title(f"clinics: {result['clinics']} clinics, q = {result['sampling']['rate']}, δ = {result['delta']:g} (synthetic data)")
+    ax.set_title(f"clinics: {result['clinics']} clinics, q = {result['sampling']['rate']}, "
+                 f"δ = {result['delta']:g} (synthetic data)")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()

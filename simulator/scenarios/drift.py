@@ -208,7 +208,7 @@ def plot_drift(result: dict[str, Any], path: str) -> None:
 
     fig, ax = plt.subplots(figsize=(7, 4.2))
     for r in result["strategies"]:
-        style = dict(linestyle="--", color="grey") if r["name"].endswith("_iid") else {}
+        style: dict[str, Any] = dict(linestyle="--", color="grey") if r["name"].endswith("_iid") else {}
         acc = r["accuracy_per_round"]
         ax.plot(range(1, len(acc) + 1), acc, label=f"{r['name']} (final {r['final_accuracy']:.3f})", **style)
     p = result["partition"]
