@@ -57,9 +57,10 @@ def run(args: argparse.Namespace) -> int:
     import os
 
     from client_sdk.metrics import load_metrics
-    from collector.errors import ConfigError, ShufflerStateError
+    from collector.errors import ConfigError
     from collector.shuffler import Shuffler, ShufflerSettings
-    from pipeline.transport import FencedError, open_transport
+    from pipeline.processor import FATAL_ERRORS
+    from pipeline.transport import open_transport
 
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s",
                         stream=sys.stderr)
@@ -92,7 +93,7 @@ def run(args: argparse.Namespace) -> int:
         reporter = threading.Thread(target=_report, args=(shuffler, stop, args.stats_interval), daemon=True)
         reporter.start()
         shuffler.run(stop, idle_exit=args.idle_exit)
-    except (FencedError, ShufflerStateError) as exc:
+    except FATAL_ERRORS as exc:  # ShufflerStateError (a ProcessorError) or fencing
         print(f"ldp shuffler: error: {exc}", file=sys.stderr)
         code = 1
     finally:
