@@ -95,6 +95,7 @@ from pipeline.envelope import ShuffleMeta, encode_envelope
 from collector.errors import ConfigError, ShufflerStateError
 from collector.permute import WordSource, csprng_permutation, urandom_words, warm_up
 from pipeline.processor import StreamProcessor
+from pipeline.settings import check_ranges, settings_from_env
 from pipeline.topics import DEFAULT_PARTITIONS, RAW_TOPIC, SHUFFLED_TOPIC, SHUFFLER_STATE_TOPIC, metric_day_key
 from pipeline.transport import (
     CommitFailedError,
@@ -121,6 +122,9 @@ __all__ = [
 ]
 
 log = logging.getLogger("ldp.shuffler")
+
+#: prefix of the environment variables :meth:`ShufflerSettings.from_env` reads (``LDP_SHUFFLER_MIN_BATCH``, ...)
+ENV_PREFIX = "LDP_SHUFFLER_"
 
 #: ``(n, epsilon0) -> (central epsilon, delta, name of the bound)``
 Guarantee = Callable[[int, float], "tuple[float, float, str]"]
@@ -159,17 +163,13 @@ class ShufflerSettings:
     poll_records: int = 500
 
     def __post_init__(self) -> None:
-        ints = {"min_batch": (1, 1 << 24), "max_batch": (1, 1 << 24), "max_batch_bytes": (1024, 1 << 30),
-                "partitions": (1, 10_000), "max_pending_reports": (1, 1 << 40), "dedup_window": (0, 1 << 24),
-                "max_age_days": (0, 3660), "poll_records": (1, 1 << 20)}
-        for name, (lo, hi) in ints.items():
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
-                raise ConfigError(f"{name} must be an integer from {lo} to {hi}, got {v!r}")
-        for name in ("checkpoint_interval", "refresh_interval", "restore_timeout", "session_timeout"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v < 1e9:
-                raise ConfigError(f"{name} must be a positive number of seconds, got {v!r}")
+        check_ranges(self, {
+            "min_batch": (1, 1 << 24), "max_batch": (1, 1 << 24), "max_batch_bytes": (1024, 1 << 30),
+            "partitions": (1, 10_000), "max_pending_reports": (1, 1 << 40), "dedup_window": (0, 1 << 24),
+            "max_age_days": (0, 3660), "poll_records": (1, 1 << 20),
+            # seconds
+            "checkpoint_interval": (0.001, 1e9), "refresh_interval": (0.001, 1e9), "restore_timeout": (0.001, 1e9),
+            "session_timeout": (0.001, 1e9)})
         if self.max_batch < self.min_batch:
             raise ConfigError(f"max_batch ({self.max_batch}) must be at least min_batch ({self.min_batch})")
         topics = (self.raw_topic, self.shuffled_topic, self.state_topic)
@@ -184,6 +184,11 @@ class ShufflerSettings:
             v = getattr(self, name)
             if not isinstance(v, str) or not v or len(v) > 200:
                 raise ConfigError(f"{name} must be a non-empty string, got {v!r}")
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> "ShufflerSettings":
+        """``overrides`` (``None``: not given) over ``$LDP_SHUFFLER_<FIELD>`` over the defaults."""
+        return settings_from_env(cls, ENV_PREFIX, environ, overrides)
 
 
 @dataclasses.dataclass
