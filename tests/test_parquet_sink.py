@@ -241,7 +241,8 @@ def test_part_names_round_trip() -> None:
     assert parse_part_name(".part-x-1-" + "0" * 20 + "-" + "0" * 20 + "-0123456789abcdef.parquet") is None
 
 
-def test_settings_come_from_keywords_over_the_environment_over_defaults(tmp_path: Path, transport) -> None:  # type: ignore[no-untyped-def]
+def test_settings_come_from_keywords_over_the_environment_over_defaults(  # type: ignore[no-untyped-def]
+        tmp_path: Path, transport) -> None:
     from collector.sinks.parquet import SinkSettings
     from pipeline.errors import ConfigError
 

@@ -314,7 +314,8 @@ def test_state_folder_of_another_group_is_refused(tmp_path: Path, transport) -> 
         StreamingEstimator(transport, tmp_path / "st", cat, group="g2")
 
 
-def test_settings_come_from_keywords_over_the_environment_over_defaults(tmp_path: Path, transport) -> None:  # type: ignore[no-untyped-def]
+def test_settings_come_from_keywords_over_the_environment_over_defaults(  # type: ignore[no-untyped-def]
+        tmp_path: Path, transport) -> None:
     from estimator.streaming import EstimatorSettings
     from pipeline.errors import ConfigError
 
