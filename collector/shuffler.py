@@ -80,7 +80,7 @@ import math
 import secrets
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -94,6 +94,8 @@ from client_sdk.wire import ReportBatch, decode_frame
 from pipeline.envelope import ShuffleMeta, encode_envelope
 from collector.errors import ConfigError, ShufflerStateError
 from collector.permute import WordSource, csprng_permutation, urandom_words, warm_up
+from pipeline.processor import StreamProcessor
+from pipeline.settings import check_ranges, settings_from_env
 from pipeline.topics import DEFAULT_PARTITIONS, RAW_TOPIC, SHUFFLED_TOPIC, SHUFFLER_STATE_TOPIC, metric_day_key
 from pipeline.transport import (
     CommitFailedError,
@@ -101,6 +103,7 @@ from pipeline.transport import (
     FencedError,
     Record,
     TopicPartition,
+    Transaction,
     Transport,
     TransportError,
     partition_for,
@@ -119,6 +122,9 @@ __all__ = [
 ]
 
 log = logging.getLogger("ldp.shuffler")
+
+#: prefix of the environment variables :meth:`ShufflerSettings.from_env` reads (``LDP_SHUFFLER_MIN_BATCH``, ...)
+ENV_PREFIX = "LDP_SHUFFLER_"
 
 #: ``(n, epsilon0) -> (central epsilon, delta, name of the bound)``
 Guarantee = Callable[[int, float], "tuple[float, float, str]"]
@@ -157,17 +163,13 @@ class ShufflerSettings:
     poll_records: int = 500
 
     def __post_init__(self) -> None:
-        ints = {"min_batch": (1, 1 << 24), "max_batch": (1, 1 << 24), "max_batch_bytes": (1024, 1 << 30),
-                "partitions": (1, 10_000), "max_pending_reports": (1, 1 << 40), "dedup_window": (0, 1 << 24),
-                "max_age_days": (0, 3660), "poll_records": (1, 1 << 20)}
-        for name, (lo, hi) in ints.items():
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
-                raise ConfigError(f"{name} must be an integer from {lo} to {hi}, got {v!r}")
-        for name in ("checkpoint_interval", "refresh_interval", "restore_timeout", "session_timeout"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v < 1e9:
-                raise ConfigError(f"{name} must be a positive number of seconds, got {v!r}")
+        check_ranges(self, {
+            "min_batch": (1, 1 << 24), "max_batch": (1, 1 << 24), "max_batch_bytes": (1024, 1 << 30),
+            "partitions": (1, 10_000), "max_pending_reports": (1, 1 << 40), "dedup_window": (0, 1 << 24),
+            "max_age_days": (0, 3660), "poll_records": (1, 1 << 20),
+            # seconds
+            "checkpoint_interval": (0.001, 1e9), "refresh_interval": (0.001, 1e9), "restore_timeout": (0.001, 1e9),
+            "session_timeout": (0.001, 1e9)})
         if self.max_batch < self.min_batch:
             raise ConfigError(f"max_batch ({self.max_batch}) must be at least min_batch ({self.min_batch})")
         topics = (self.raw_topic, self.shuffled_topic, self.state_topic)
@@ -182,6 +184,11 @@ class ShufflerSettings:
             v = getattr(self, name)
             if not isinstance(v, str) or not v or len(v) > 200:
                 raise ConfigError(f"{name} must be a non-empty string, got {v!r}")
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> "ShufflerSettings":
+        """``overrides`` (``None``: not given) over ``$LDP_SHUFFLER_<FIELD>`` over the defaults."""
+        return settings_from_env(cls, ENV_PREFIX, environ, overrides)
 
 
 @dataclasses.dataclass
@@ -248,10 +255,9 @@ def encode_checkpoint_chunk(header: CheckpointHeader, payload: bytes) -> bytes:
 
 
 def decode_checkpoint_chunk(value: bytes) -> tuple[CheckpointHeader, memoryview]:
-    try:
-        head, payload = unpack_headed(value, _CKPT_MAGIC, "shuffler checkpoint chunk")
-    except FramingError as exc:
-        raise FrameError(str(exc)) from None
+    """The header and payload of a checkpoint chunk; :class:`~client_sdk.framing.FramingError` if ``value`` is not
+    a whole chunk frame, :class:`~client_sdk.errors.FrameError` if its header is malformed."""
+    head, payload = unpack_headed(value, _CKPT_MAGIC, "shuffler checkpoint chunk")
     try:
         obj = json.loads(head)
         obj["pieces"] = tuple(tuple(p) for p in obj["pieces"])
@@ -333,10 +339,6 @@ class _Partition:
         return sum(g.n for g in self.groups.values())
 
 
-class _Abort(Exception):
-    """Raised into an open transaction to abort it."""
-
-
 def _gather(records: np.ndarray, perm: np.ndarray) -> np.ndarray:
     """``records[perm]`` for fixed-width records, as a row gather over their bytes (several times faster
     than fancy indexing a structured dtype)."""
@@ -355,8 +357,13 @@ def _state_keys(partitions: int) -> list[bytes]:
     raise AssertionError("unreachable")
 
 
-class Shuffler:
+class Shuffler(StreamProcessor):
     """One shuffler worker. ``run()`` loops until stopped; ``close()`` leaves the group.
+
+    It runs the transactional loop of :class:`~pipeline.processor.StreamProcessor`:
+    the per-record step applies a raw upload or a checkpoint chunk, the
+    checkpoint publishes every changed partition's checkpoint into the open
+    transaction and commits it (see the module docstring).
 
     ``specs`` resolves the specs of raw frames: a :class:`~client_sdk.metrics.MetricSet`
     (a frame must carry its metric's current spec) or a mapping from spec id
@@ -370,11 +377,15 @@ class Shuffler:
     and the input offsets.
     """
 
+    transactional = True
+
     def __init__(self, transport: Transport, specs: MetricSet | Mapping[str, MechanismSpec],
                  settings: ShufflerSettings = ShufflerSettings(), *, guarantee: Guarantee | None = None,
                  words: WordSource = urandom_words,
                  new_batch_id: Callable[[], bytes] = lambda: secrets.token_bytes(16)) -> None:
-        self.transport = transport
+        super().__init__(transport, [settings.raw_topic, settings.state_topic], settings.group, settings.member,
+                         session_timeout=settings.session_timeout, partitions=settings.partitions,
+                         checkpoint_seconds=settings.checkpoint_interval, poll_records=settings.poll_records)
         self.settings = settings
         self.guarantee = guarantee
         self.words = words
@@ -386,20 +397,17 @@ class Shuffler:
             self._by_metric = None
             self._by_id = dict(specs)
         self.stats = ShufflerStats()
-        self._consumer: Consumer | None = None
         self._parts: dict[int, _Partition] = {}
         self._state_keys: list[bytes] = []
         self._expected: dict[TopicPartition, int] = {}  # what the consumer must report as delivered
-        self._tx_ctx: Any = None
-        self._tx: Any = None
         self._progress = False
-        self._last_checkpoint = time.monotonic()
         self._last_input = time.monotonic()
         self._guarantee_failed = False
+        self._warming = False
 
     # -- setup --------------------------------------------------------------------------------
 
-    def _ensure_topics(self) -> int:
+    def ensure_topics(self) -> None:
         s = self.settings
         n = self.transport.ensure_topic(s.raw_topic, s.partitions)
         self.transport.ensure_topic(s.shuffled_topic, n)
@@ -408,74 +416,87 @@ class Shuffler:
         if m != n:
             raise ConfigError(f"the state topic {s.state_topic!r} has {m} partitions but the raw topic "
                               f"{s.raw_topic!r} has {n}; they must be equal (the shuffler pairs them)")
-        return n
+        self._state_keys = _state_keys(n)
+
+    def on_join(self, consumer: Consumer) -> None:
+        try:  # an empty transaction: the Kafka transport's init_transactions aborts a zombie's open one
+            with consumer.transaction():
+                pass
+        except CommitFailedError:
+            pass
 
     def open(self) -> None:
         """Create missing topics, join the group, and fence a dead predecessor's open transaction."""
         if self._consumer is not None:
             return
-        threading.Thread(target=warm_up, name="ldp-shuffler-warm-up", daemon=True).start()
-        n = self._ensure_topics()
-        self._state_keys = _state_keys(n)
-        s = self.settings
-        self._consumer = self.transport.consume([s.raw_topic, s.state_topic], s.group, member=s.member,
-                                                session_timeout=s.session_timeout)
-        try:  # an empty transaction: the Kafka transport's init_transactions aborts a zombie's open one
-            with self._consumer.transaction():
-                pass
-        except CommitFailedError:
-            pass
+        if not self._warming:
+            self._warming = True
+            threading.Thread(target=warm_up, name="ldp-shuffler-warm-up", daemon=True).start()
+        self.consumer  # noqa: B018 - joins: ensure_topics, then on_join
 
-    def close(self) -> None:
-        """Leave the group; an open (uncommitted) transaction is aborted."""
-        if self._consumer is not None:
-            if self._tx_ctx is not None:
-                self._abort()
-            self._consumer.close()
-            self._consumer = None
-        self._parts.clear()
+    # close(): the loop's; it aborts an open (uncommitted) transaction and leaves the group
 
     # -- the loop -----------------------------------------------------------------------------
 
     def run(self, stop: threading.Event | None = None, *, idle_exit: float | None = None) -> ShufflerStats:
         """Shuffle until ``stop`` is set (or, with ``idle_exit``, until no input came for that many seconds
         and nothing is waiting to be checkpointed); a final checkpoint is written before returning."""
-        stop = stop or threading.Event()
         self.open()
         self._last_input = time.monotonic()
-        while not stop.is_set():
-            got = self.step()
-            if idle_exit is not None and not got and not self._progress and \
-                    time.monotonic() - self._last_input >= idle_exit and all(p.live for p in self._parts.values()):
-                break
+        stats: ShufflerStats = super().run(stop, idle_timeout=idle_exit)
+        return stats
+
+    def settled(self) -> bool:
+        return not self._progress and all(p.live for p in self._parts.values())
+
+    def final_checkpoint(self) -> None:
         if all(p.live for p in self._parts.values()):
             self.checkpoint(force=True)
-        return self.stats
 
-    def step(self, timeout: float = 0.2) -> int:
+    def step(self, timeout: float = 0.2, *, max_records: int | None = None) -> int:
         """Poll once, apply what came, and checkpoint if one is due; return the number of raw records polled."""
-        consumer = self._require_consumer()
-        recs = consumer.poll(max_records=self.settings.poll_records, timeout=timeout)
-        for r in recs:
-            self._expected[TopicPartition(r.topic, r.partition)] = r.offset + 1
-        if consumer.positions() != self._expected:
-            # the consumer started over from the committed offsets (a rebalance): so do we, entirely
-            self._rewind_everything()
-            return 0
-        self._sync_assignment()
-        raw = 0
-        for r in recs:
-            if r.topic == self.settings.raw_topic:
-                raw += 1
-                if not self._on_raw(r):
-                    return raw
-            elif not self._on_state(r):
-                return raw
+        self._require_consumer()
+        applied = self.poll_and_apply(max_records=max_records, timeout=timeout)
+        raw = sum(1 for r in applied if r.topic == self.settings.raw_topic)
         if raw:
             self._last_input = time.monotonic()
         self._check_restores()
         self.checkpoint()
         return raw
+
+    def rewound(self, consumer: Consumer, records: Sequence[Record]) -> bool:
+        """Whether the consumer started over from the committed offsets (a rebalance): its delivered positions
+        no longer match the records received since the last commit. Then the shuffler does too, entirely."""
+        for r in records:
+            self._expected[TopicPartition(r.topic, r.partition)] = r.offset + 1
+        return consumer.positions() != self._expected
+
+    def on_partition_rewind(self, tp: TopicPartition, rec: Record) -> bool:
+        log.warning("offset %d of %s[%d] came again unannounced; rewinding", rec.offset, tp.topic, tp.partition)
+        self.rewind_all()
+        return False
+
+    def on_poll(self, consumer: Consumer) -> None:
+        self._sync_assignment()
+
+    def reset(self, partitions: Collection[TopicPartition] | None) -> None:
+        """Forget partitions (``None``: every one): each is restored from its checkpoint as its records come again.
+
+        A full reset follows an aborted transaction (:meth:`~pipeline.processor.StreamProcessor.rewind_all`
+        aborts the open one, or an empty one, which rewinds the consumer to the committed offsets).
+        """
+        if partitions is None:
+            self._parts.clear()
+            self._expected = {}
+            self._progress = False
+        else:
+            for tp in partitions:
+                self._parts.pop(tp.partition, None)
+
+    def process(self, rec: Record) -> bool | None:
+        if rec.topic == self.settings.raw_topic:
+            return self._on_raw(rec)
+        return self._on_state(rec)
 
     def _require_consumer(self) -> Consumer:
         if self._consumer is None:
@@ -501,37 +522,13 @@ class Shuffler:
                 if not part.live:
                     self.stats.restores += 1
 
-    def _rewind_everything(self) -> None:
-        """Abort the open transaction (or an empty one), which rewinds the consumer to the committed offsets,
-        and forget every partition: each is restored from its checkpoint as its records come again."""
-        self._abort()
-        self._parts.clear()
-        self._expected = {}
-        self._progress = False
-
-    def _abort(self) -> None:
-        consumer = self._require_consumer()
-        ctx, self._tx_ctx, self._tx = self._tx_ctx, None, None
-        try:
-            if ctx is None:
-                ctx = consumer.transaction()
-                ctx.__enter__()
-            ctx.__exit__(_Abort, _Abort(), None)
-        except FencedError:
-            raise
-        except TransportError as exc:
-            log.warning("aborting the transaction failed (%s); the transport rewinds regardless", exc)
-
     # -- input ----------------------------------------------------------------------------------
 
     def _on_raw(self, r: Record) -> bool:
         part = self._parts.get(r.partition)
         if part is None:
             return True
-        if part.raw_next is not None and r.offset < part.raw_next and part.live:
-            log.warning("raw offset %d of partition %d came again unannounced; rewinding", r.offset, r.partition)
-            self._rewind_everything()
-            return False
+        # (an offset that came again unannounced was caught by the loop: on_partition_rewind)
         if part.live:
             self._apply(part, r)
         else:
@@ -544,7 +541,7 @@ class Shuffler:
             return True
         try:
             header, payload = decode_checkpoint_chunk(r.value)
-        except FrameError as exc:
+        except (FrameError, FramingError) as exc:
             log.warning("ignoring a malformed record in %s[%d]@%d: %s", r.topic, r.partition, r.offset, exc)
             return True
         if header.group != self.settings.group or header.partition != r.partition:
@@ -664,9 +661,7 @@ class Shuffler:
         src = src[perm]
         metric, _, day = key
         out_key = metric_day_key(metric, day)
-        if self._tx is None:
-            self._tx_ctx = self._require_consumer().transaction()
-            self._tx = self._tx_ctx.__enter__()
+        tx = self.transaction()
         pos = 0
         for size in sizes:
             chunk = np.ascontiguousarray(recs[pos:pos + size])
@@ -676,7 +671,7 @@ class Shuffler:
             eps, delta, bound = self._central(size, spec.epsilon)
             meta = ShuffleMeta(shuffle_id=bid.hex(), n=size, epsilon0=float(spec.epsilon), central_epsilon=eps,
                                central_delta=delta, bound=bound, sources=sources)
-            self._tx.publish(s.shuffled_topic, out_key, encode_envelope(meta, ReportBatch(metric, spec, day, chunk, bid)))
+            tx.publish(s.shuffled_topic, out_key, encode_envelope(meta, ReportBatch(metric, spec, day, chunk, bid)))
             part.pending_reports += size
             part.delta["released_batches"] += 1
             part.delta["released_reports"] += size
@@ -735,10 +730,12 @@ class Shuffler:
         Due when input was applied and ``checkpoint_interval`` passed (or
         ``max_pending_reports`` wait), or ``refresh_interval`` passed with
         checkpoints to rewrite; ``force`` skips the timers. Never while a
-        partition is restoring. Returns whether a transaction committed.
+        partition is restoring. Returns whether a transaction committed. A
+        transaction that fails to commit is aborted and every partition is
+        restored from the committed checkpoints.
         """
         s = self.settings
-        consumer = self._require_consumer()
+        self._require_consumer()
         parts = list(self._parts.values())
         if not all(p.live for p in parts):
             return False
@@ -752,24 +749,35 @@ class Shuffler:
                 or (dirty and elapsed >= s.refresh_interval)
         if not due:
             return False
+        last = self._last_checkpoint
         try:
-            if self._tx is None:
-                self._tx_ctx = consumer.transaction()
-                self._tx = self._tx_ctx.__enter__()
-            for p in parts:
-                if p.dirty and p.raw_next is not None:
-                    for chunk in self._chunks(p):
-                        self._tx.publish(s.state_topic, self._state_keys[p.index], chunk)
-            ctx, self._tx_ctx, self._tx = self._tx_ctx, None, None
-            ctx.__exit__(None, None, None)  # commits outputs, checkpoints and input offsets, or raises
+            if super().checkpoint():
+                return True
         except FencedError:
             raise
-        except (CommitFailedError, TransportError) as exc:
+        except TransportError as exc:  # the loop aborted the transaction and forgot every partition
             self.stats.aborted_transactions += 1
             log.warning("checkpoint aborted (%s); restoring from the committed checkpoints", exc)
-            self._rewind_everything()
-            return False
+        self._last_checkpoint = last  # not checkpointed: the next one is due as before
+        return False
+
+    def flush_state(self, tx: Transaction | None) -> Mapping[TopicPartition, int] | None:
+        """Publish a checkpoint of every changed partition into the transaction the loop then commits."""
+        assert tx is not None
+        for p in self._parts.values():
+            if p.dirty and p.raw_next is not None:
+                for chunk in self._chunks(p):
+                    tx.publish(self.settings.state_topic, self._state_keys[p.index], chunk)
+        return {}
+
+    def on_commit_failed(self, exc: CommitFailedError) -> None:
+        self.stats.aborted_transactions += 1
+        log.warning("checkpoint aborted (%s); restoring from the committed checkpoints", exc)
+        self.rewind_all()
+
+    def on_committed(self, offsets: Mapping[TopicPartition, int]) -> None:
         self._expected = {}
+        parts = list(self._parts.values())
         for p in parts:
             p.pending_reports = 0
             p.dirty = False
@@ -780,4 +788,3 @@ class Shuffler:
         self._last_checkpoint = time.monotonic()
         self.stats.checkpoints += 1
         self.stats.buffered_reports = sum(p.buffered() for p in parts)
-        return True

@@ -245,14 +245,20 @@ class StreamProcessor(abc.ABC):
 
     @property
     def consumer(self) -> Consumer:
-        """The group member, joining (after :meth:`ensure_topics`, then :meth:`on_join`) if there is none."""
+        """The group member, joining (after :meth:`ensure_topics`, then :meth:`on_join`) if there is none.
+
+        A new member reads every partition from its committed offset: state
+        left from an earlier consumer is reset first.
+        """
         if self._consumer is None:
             self.ensure_topics()
             consumer = self.transport.consume(list(self.topics), self.group, member=self.member,
                                               session_timeout=self.session_timeout)
-            self._consumer = consumer
-            self._generation = consumer.generation
-            self._next.clear()
+            with self.lock:
+                self._consumer = consumer
+                self._generation = consumer.generation
+                self._next.clear()
+                self.reset(None)
             self.on_join(consumer)
         return self._consumer
 

@@ -49,7 +49,8 @@ def check_ranges(obj: Any, ranges: Mapping[str, tuple[float, float]]) -> None:
               and lo <= val <= hi)
         if not ok:
             kind = "an integer" if integral else "a number"
-            raise ConfigError(f"{name} must be {kind} from {lo:g} to {hi:g}, got {val!r}")
+            bounds = f"{lo} to {hi}" if integral else f"{lo:g} to {hi:g}"  # 16777216, not 1.67772e+07
+            raise ConfigError(f"{name} must be {kind} from {bounds}, got {val!r}")
 
 
 def _is_float_field(field: dataclasses.Field[Any]) -> bool:

@@ -239,3 +239,19 @@ def test_part_names_round_trip() -> None:
     assert parse_part_name(name) == {"topic": "ldp.reports-shuffled_x", "partition": 7, "first": 12, "last": 345,
                                      "spec_id": "0123456789abcdef"}
     assert parse_part_name(".part-x-1-" + "0" * 20 + "-" + "0" * 20 + "-0123456789abcdef.parquet") is None
+
+
+def test_settings_come_from_keywords_over_the_environment_over_defaults(  # type: ignore[no-untyped-def]
+        tmp_path: Path, transport) -> None:
+    from collector.sinks.parquet import SinkSettings
+    from pipeline.errors import ConfigError
+
+    env = {"LDP_SINK_FLUSH_SECONDS": "2.5", "LDP_SINK_GROUP": "g-env"}
+    settings = SinkSettings.from_env(env, flush_reports=10, group=None)
+    assert (settings.flush_seconds, settings.group, settings.flush_reports) == (2.5, "g-env", 10)
+    sink = ParquetSink(transport, tmp_path / "ds", catalog(default_specs()), settings, member="m", flush_seconds=0.0)
+    assert (sink.group, sink.member, sink.flush_seconds, sink.flush_reports) == ("g-env", "m", 0.0, 10)
+    with pytest.raises(ConfigError, match="flush_reports"):
+        ParquetSink(transport, tmp_path / "ds", catalog(default_specs()), flush_reports=0)
+    with pytest.raises(ConfigError, match="flush_seconds"):
+        SinkSettings.from_env({"LDP_SINK_FLUSH_SECONDS": "-1"})

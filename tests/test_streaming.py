@@ -312,3 +312,17 @@ def test_state_folder_of_another_group_is_refused(tmp_path: Path, transport) -> 
     StreamingEstimator(transport, tmp_path / "st", cat, group="g1").close()
     with pytest.raises(StateError):
         StreamingEstimator(transport, tmp_path / "st", cat, group="g2")
+
+
+def test_settings_come_from_keywords_over_the_environment_over_defaults(  # type: ignore[no-untyped-def]
+        tmp_path: Path, transport) -> None:
+    from estimator.streaming import EstimatorSettings
+    from pipeline.errors import ConfigError
+
+    settings = EstimatorSettings.from_env({"LDP_ESTIMATOR_CHECKPOINT_SECONDS": "3", "LDP_ESTIMATOR_GROUP": "g-env"})
+    assert (settings.checkpoint_seconds, settings.group) == (3.0, "g-env")
+    with StreamingEstimator(transport, tmp_path / "st", catalog(default_specs()), settings,
+                            checkpoint_seconds=0.5, member="m") as est:
+        assert (est.group, est.member, est.checkpoint_seconds) == ("g-env", "m", 0.5)
+    with pytest.raises(ConfigError, match="partitions"):
+        EstimatorSettings(partitions=0)

@@ -32,7 +32,6 @@ from pipeline.transport import (
     Transport,
     open_transport,
     partition_for,
-    process,
 )
 
 __all__ = ["TransportContract", "drain", "read_exactly"]
@@ -125,6 +124,26 @@ def run_group(consumers: Sequence[Consumer], done: Callable[[list[_Member]], boo
             m.halt.set()
         for m in members:
             m.join(timeout=120)
+
+
+def transform(consumer: Consumer, fn: Callable[[Record], list[tuple[str, bytes | None, bytes]]], *,
+              max_records: int, idle_timeout: float) -> int:
+    """Run ``fn`` over the records until idle for ``idle_timeout`` s, each polled chunk one transaction (its
+    ``(topic, key, value)`` outputs and its input offsets commit together); return the records done."""
+    done = 0
+    idle_since = time.monotonic()
+    while True:
+        batch = consumer.poll(max_records=max_records, timeout=0.2)
+        if not batch:
+            if time.monotonic() - idle_since >= idle_timeout:
+                return done
+            continue
+        with consumer.transaction() as tx:
+            for rec in batch:
+                for topic, key, value in fn(rec):
+                    tx.publish(topic, key, value)
+        done += len(batch)
+        idle_since = time.monotonic()
 
 
 class _Child:
@@ -427,7 +446,7 @@ class TransportContract:
             drain_done = 0
             end = time.monotonic() + DEADLINE
             while drain_done < 30 and time.monotonic() < end:
-                drain_done += process(c, lambda r: [(dst, r.key, r.value.upper())], max_records=7, idle_timeout=0.5)
+                drain_done += transform(c, lambda r: [(dst, r.key, r.value.upper())], max_records=7, idle_timeout=0.5)
             assert drain_done == 30
             ends = collections.Counter(TopicPartition(src, partition_for(f"k{i % 5}".encode(), 3)) for i in range(30))
             assert {tp: c.committed(tp) for tp in ends} == dict(ends)
@@ -476,7 +495,7 @@ class TransportContract:
             done = 0
             end = time.monotonic() + DEADLINE
             while done < 15 and time.monotonic() < end:
-                done += process(c, lambda r: [(dst, None, r.value.upper())], max_records=4, idle_timeout=0.5)
+                done += transform(c, lambda r: [(dst, None, r.value.upper())], max_records=4, idle_timeout=0.5)
             assert done == 15
         out = read_exactly(transport, dst, 20)
         assert [r.value for r in out] == [f"V{i}".encode() for i in range(20)]

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from estimator.errors import StateError
 from estimator.streaming.app import DEFAULT_PORT, create_app, estimate_json
-from estimator.streaming.engine import EstimatorStats, StreamingEstimator
+from estimator.streaming.engine import EstimatorSettings, EstimatorStats, StreamingEstimator
 from estimator.streaming.snapshots import SnapshotStore
 from estimator.streaming.state import (
     DEFAULT_GROUP,
@@ -43,6 +43,7 @@ __all__ = [
     "Tail",
     "EstimatorState",
     "StateError",
+    "EstimatorSettings",
     "EstimatorStats",
     "SnapshotStore",
     "StreamingEstimator",

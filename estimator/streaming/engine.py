@@ -1,8 +1,10 @@
 """The streaming estimator's engine: consume the shuffled topic, count exactly, checkpoint.
 
 **Exactly once.** Records are counted first into a per-partition *tail*
-(what was read since this instance's last commit of that partition). A
-checkpoint
+(what was read since this instance's last commit of that partition). The
+engine runs the loop of :mod:`pipeline.processor` (a new consumer
+generation, an offset that goes back, a failed commit and a rejoin drop
+tails the same way in every processor); its checkpoint
 
 1. drops the tails of partitions this member no longer owns (a rebalance
    that rewound uncommitted records, seen as a new
@@ -38,25 +40,73 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import threading
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import Any
 
-from client_sdk.errors import FrameError
 from client_sdk.metrics import MetricDefinition
 from estimator.errors import StateError
 from estimator.streaming.snapshots import SnapshotStore
-from estimator.streaming.state import DEFAULT_GROUP, Key, Tail, Tally, EstimatorState, _add_range
-from pipeline.envelope import decode_envelope
+from estimator.streaming.state import DEFAULT_GROUP, EstimatorState, Key, Tail, Tally, _add_range
+from pipeline.envelope import ShuffledBatch, decode_envelope
+from pipeline.errors import ConfigError
+from pipeline.processor import StreamProcessor
+from pipeline.settings import check_ranges, settings_from_env
 from pipeline.topics import DEFAULT_PARTITIONS, SHUFFLED_TOPIC
-from pipeline.transport.base import CommitFailedError, Consumer, Record, TopicPartition, Transport
+from pipeline.transport.base import (
+    CommitFailedError,
+    Consumer,
+    Record,
+    TopicPartition,
+    Transaction,
+    Transport,
+    check_topic_name,
+)
 
-__all__ = ["EstimatorStats", "StreamingEstimator"]
+__all__ = ["ENV_PREFIX", "EstimatorSettings", "EstimatorStats", "StreamingEstimator"]
 
 log = logging.getLogger("estimator.streaming")
+
+#: prefix of the environment variables :meth:`EstimatorSettings.from_env` reads (``LDP_ESTIMATOR_GROUP``, ...)
+ENV_PREFIX = "LDP_ESTIMATOR_"
+
+
+@dataclasses.dataclass(frozen=True)
+class EstimatorSettings:
+    """What one streaming estimator instance consumes and how often it checkpoints.
+
+    A checkpoint (snapshot, then offset commit) happens every
+    ``checkpoint_seconds`` while records flow. A missing ``topic`` is
+    created with ``partitions`` partitions. ``member`` names this member of
+    ``group`` (default: the name kept in the state folder, else random).
+    """
+
+    topic: str = SHUFFLED_TOPIC
+    group: str = DEFAULT_GROUP
+    member: str | None = None
+    checkpoint_seconds: float = 1.0
+    session_timeout: float = 10.0
+    partitions: int = DEFAULT_PARTITIONS
+
+    def __post_init__(self) -> None:
+        check_ranges(self, {"checkpoint_seconds": (0.0, 1e9), "session_timeout": (0.001, 1e9),
+                            "partitions": (1, 10_000)})
+        try:
+            check_topic_name(self.topic)
+        except ValueError as exc:
+            raise ConfigError(f"topic: {exc}") from None
+        for name in ("group", "member"):
+            v = getattr(self, name)
+            if (v is not None or name == "group") and (not isinstance(v, str) or not v or len(v) > 200):
+                raise ConfigError(f"{name} must be a non-empty string, got {v!r}")
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> "EstimatorSettings":
+        """``overrides`` (``None``: not given) over ``$LDP_ESTIMATOR_<FIELD>`` over the defaults."""
+        return settings_from_env(cls, ENV_PREFIX, environ, overrides)
+
 
 @dataclasses.dataclass
 class EstimatorStats:
@@ -75,56 +125,57 @@ class EstimatorStats:
         return dataclasses.asdict(self)
 
 
-class StreamingEstimator:
+class StreamingEstimator(StreamProcessor):
     """Consumes the shuffled topic in a consumer group and keeps exact, restartable estimates.
 
-    ``state_dir`` holds ``estimator.sqlite3`` (see :class:`SnapshotStore`).
-    A checkpoint (snapshot, then offset commit) happens every
-    ``checkpoint_seconds`` while records flow, and on :meth:`close`.
+    ``state_dir`` holds ``estimator.sqlite3`` (see :class:`~estimator.streaming.snapshots.SnapshotStore`).
+    It runs the loop of :class:`~pipeline.processor.StreamProcessor`: the
+    per-record step counts a batch into its partition's tail, a checkpoint
+    is the snapshot then the offset commit (see the module docstring); one
+    happens every ``checkpoint_seconds`` while records flow, and on
+    :meth:`close`. ``settings`` (:class:`EstimatorSettings`) says what to
+    consume; the keyword arguments, where given, override its fields.
     """
 
-    def __init__(self, transport: Transport, state_dir: str | Path, specs: Any, *, topic: str = SHUFFLED_TOPIC,
-                 group: str = DEFAULT_GROUP, member: str | None = None, checkpoint_seconds: float = 1.0,
-                 session_timeout: float = 10.0, metrics: Mapping[str, MetricDefinition] | None = None,
-                 partitions: int = DEFAULT_PARTITIONS) -> None:
-        self.transport = transport
+    def __init__(self, transport: Transport, state_dir: str | Path, specs: Any,
+                 settings: EstimatorSettings | None = None, *, topic: str | None = None, group: str | None = None,
+                 member: str | None = None, checkpoint_seconds: float | None = None,
+                 session_timeout: float | None = None, metrics: Mapping[str, MetricDefinition] | None = None,
+                 partitions: int | None = None) -> None:
+        given = {"topic": topic, "group": group, "member": member, "checkpoint_seconds": checkpoint_seconds,
+                 "session_timeout": session_timeout, "partitions": partitions}
+        settings = dataclasses.replace(settings or EstimatorSettings(),
+                                       **{k: v for k, v in given.items() if v is not None})
+        topic, group = settings.topic, settings.group
+        state_dir = Path(state_dir).expanduser().resolve()
+        store = SnapshotStore(state_dir / "estimator.sqlite3")
+        meta = store.meta()
+        if meta and (meta.get("topic"), meta.get("group")) != (topic, group):
+            raise StateError(f"{state_dir} holds the state of topic {meta.get('topic')!r}, group "
+                             f"{meta.get('group')!r}; use another --state folder for topic {topic!r}, group {group!r}")
+        member = settings.member or meta.get("member") or f"estimator-{uuid.uuid4().hex[:12]}"
+        super().__init__(transport, topic, group, member, session_timeout=settings.session_timeout,
+                         partitions=settings.partitions, checkpoint_seconds=settings.checkpoint_seconds)
+        self.settings = settings
         self.specs = specs
         self.topic = topic
-        self.group = group
         self.metrics = dict(metrics or getattr(specs, "metrics", {}) or {})
-        self.checkpoint_seconds = float(checkpoint_seconds)
-        self.session_timeout = float(session_timeout)
-        self.partitions = int(partitions)
-        self.state_dir = Path(state_dir).expanduser().resolve()
-        self.store = SnapshotStore(self.state_dir / "estimator.sqlite3")
-        meta = self.store.meta()
-        if meta and (meta.get("topic"), meta.get("group")) != (topic, group):
-            raise StateError(f"{self.state_dir} holds the state of topic {meta.get('topic')!r}, group "
-                             f"{meta.get('group')!r}; use another --state folder for topic {topic!r}, group {group!r}")
-        self.member = member or meta.get("member") or f"estimator-{uuid.uuid4().hex[:12]}"
+        self.state_dir = state_dir
+        self.store = store
         self.store.set_meta(topic=topic, group=group, member=self.member)
         self.certain, self.segments, loaded = self.store.load()
         self.uncertain = [t for t in loaded if t.status == "uncertain"]
         self._pending = [t for t in loaded if t.status == "pending"]
         self.open: dict[TopicPartition, Tail] = {}
         self._dirty: set[Key] = set()
-        self._generation = 0
-        self._consumer: Consumer | None = None
-        self._last_checkpoint = time.monotonic()
-        self.lock = threading.RLock()
+        self._flushing: dict[TopicPartition, Tail] = {}
         self.stats = EstimatorStats()
 
-    # -- consumer ----------------------------------------------------------------------------
+    # -- joining -----------------------------------------------------------------------------
 
-    @property
-    def consumer(self) -> Consumer:
-        if self._consumer is None:
-            self.transport.ensure_topic(self.topic, self.partitions)
-            self._consumer = self.transport.consume(self.topic, self.group, member=self.member,
-                                                    session_timeout=self.session_timeout)
-            if self._pending:
-                self._resolve_pending(self._consumer)
-        return self._consumer
+    def on_join(self, consumer: Consumer) -> None:
+        if self._pending:
+            self._resolve_pending(consumer)
 
     def _resolve_pending(self, consumer: Consumer) -> None:
         """Pending tails from before a crash: counted iff the group's offset reached their end."""
@@ -140,109 +191,64 @@ class StreamingEstimator:
             self._pending = []
             self.store.write(self.certain, (), self.segments, self.uncertain)
 
-    def _rejoin(self, why: str) -> None:
-        log.warning("estimator %s: %s; dropping uncommitted tails and rejoining group %s", self.member, why, self.group)
-        self.stats.rejoins += 1
-        with self.lock:
-            self.stats.dropped_tails += len(self.open)
-            self.open.clear()
-        self._generation = 0
-        consumer, self._consumer = self._consumer, None
-        if consumer is not None:
-            consumer.close()
+    # -- consuming (the per-record step of the loop) ---------------------------------------------
 
-    # -- consuming ---------------------------------------------------------------------------
+    def decode(self, rec: Record) -> ShuffledBatch:
+        return decode_envelope(rec.value, self.specs)
 
-    def poll_once(self, *, max_records: int = 500, timeout: float = 0.2) -> int:
-        consumer = self.consumer
-        recs = consumer.poll(max_records=max_records, timeout=timeout)
-        with self.lock:
-            if consumer.generation != self._generation:
-                # a rebalance restarted every partition from its committed offset: the tails are void
-                self._generation = consumer.generation
-                self.stats.dropped_tails += len(self.open)
-                self.open.clear()
-            for rec in recs:
-                self._accept(rec)
-        return len(recs)
+    def on_undecodable(self, rec: Record, exc: BaseException) -> None:
+        log.error("estimator: %s[%d]@%d cannot be decoded and is not counted: %s", rec.topic, rec.partition,
+                  rec.offset, exc)
 
-    def _accept(self, rec: Record) -> None:
+    def apply(self, rec: Record, sb: ShuffledBatch | None) -> None:
         tp = TopicPartition(rec.topic, rec.partition)
         tail = self.open.get(tp)
-        if tail is not None and rec.offset < tail.end:
-            # the consumer restarted the partition from the group's committed offset
-            self.stats.dropped_tails += 1
-            del self.open[tp]
-            tail = None
         if tail is None:
             base = self.consumer.committed(tp) or 0
             tail = self.open[tp] = Tail(tp, base, base, time.time(), Tally())
-        self.stats.records += 1
-        try:
-            sb = decode_envelope(rec.value, self.specs)
-        except FrameError as exc:
-            self.stats.undecodable += 1
-            log.error("estimator: %s[%d]@%d cannot be decoded and is not counted: %s", rec.topic, rec.partition,
-                      rec.offset, exc)
-        else:
+        if sb is not None:
             b = sb.batch
             tail.tally.add(b.metric, b.day, b.spec, b.records, sb.meta)
             self.stats.reports += len(b)
         tail.end = rec.offset + 1
 
-    def checkpoint(self) -> bool:
-        """Snapshot, then commit (see the module docstring); returns whether offsets were committed."""
-        self._last_checkpoint = time.monotonic()
-        consumer = self._consumer
-        if consumer is None:
-            return False
-        owned = consumer.assignment()
-        with self.lock:
-            for tp in [tp for tp in self.open if tp not in owned]:
+    def reset(self, partitions: Collection[TopicPartition] | None) -> None:
+        """Drop open tails (they are read again from the committed offsets); the certain state stays."""
+        for tp in list(self.open) if partitions is None else partitions:
+            if self.open.pop(tp, None) is not None:
                 self.stats.dropped_tails += 1
-                del self.open[tp]
-            tails = dict(self.open)
-        if not tails and not self._dirty:
-            return False
+
+    # -- checkpoints ---------------------------------------------------------------------------
+
+    def flush_state(self, tx: Transaction | None) -> Mapping[TopicPartition, int] | None:
+        """Write the snapshot: certain state, its ranges, the open tails as pending; their ends are the offsets."""
         with self.lock:
+            tails = dict(self.open)
+            if not tails and not self._dirty:
+                return None
             pending = [dataclasses.replace(t, status="pending") for t in tails.values()]
             self.store.write(self.certain, self._dirty, self.segments, self.uncertain + pending)
             self._dirty = set()
         if not tails:
-            return False
-        try:
-            consumer.commit({tp: t.end for tp, t in tails.items()})
-        except CommitFailedError as exc:
-            log.info("estimator %s: commit failed (%s); tails dropped, their records come again", self.member, exc)
-            self.stats.commit_failures += 1
-            with self.lock:
-                self.stats.dropped_tails += len(self.open)
-                self.open.clear()
-            return False
-        with self.lock:
-            for tp, t in tails.items():
-                self.certain.merge(t.tally)
-                self._dirty.update(t.tally.keys)
-                _add_range(self.segments, tp, t.base, t.end, t.started_at)
-                if self.open.get(tp) is t:
-                    del self.open[tp]
+            return None
+        self._flushing = tails
+        return {tp: t.end for tp, t in tails.items()}
+
+    def on_commit_failed(self, exc: CommitFailedError) -> None:
+        log.info("estimator %s: commit failed (%s); tails dropped, their records come again", self.member, exc)
+        self.stats.commit_failures += 1
+        self.rewind_all()
+
+    def on_committed(self, offsets: Mapping[TopicPartition, int]) -> None:
+        for tp, t in self._flushing.items():
+            self.certain.merge(t.tally)
+            self._dirty.update(t.tally.keys)
+            _add_range(self.segments, tp, t.base, t.end, t.started_at)
+            if self.open.get(tp) is t:
+                del self.open[tp]
+        self._flushing = {}
         self.stats.checkpoints += 1
         self.stats.last_checkpoint = time.time()
-        return True
-
-    def run(self, *, stop: threading.Event | None = None, idle_timeout: float | None = None,
-            max_records: int = 500) -> EstimatorStats:
-        """Consume until ``stop`` is set or nothing arrived for ``idle_timeout`` seconds; checkpoint at the end."""
-        idle_since = time.monotonic()
-        while stop is None or not stop.is_set():
-            if self.poll_once(max_records=max_records, timeout=0.2):
-                idle_since = time.monotonic()
-            if time.monotonic() - self._last_checkpoint >= self.checkpoint_seconds:
-                self.checkpoint()
-            if idle_timeout is not None and time.monotonic() - idle_since >= idle_timeout:
-                break
-        self.checkpoint()
-        return self.stats
 
     def close(self) -> None:
         """Checkpoint, leave the group and close the snapshot store."""
@@ -250,16 +256,11 @@ class StreamingEstimator:
             if self._consumer is not None:
                 self.checkpoint()
         finally:
-            if self._consumer is not None:
-                self._consumer.close()
-                self._consumer = None
+            self._leave()
             self.store.close()
 
     def __enter__(self) -> "StreamingEstimator":
         return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     # -- queries -----------------------------------------------------------------------------
 

@@ -56,9 +56,10 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from client_sdk.metrics import load_metrics
-    from collector.errors import ConfigError, ShufflerStateError
+    from collector.errors import ConfigError
     from collector.shuffler import Shuffler, ShufflerSettings
-    from pipeline.transport import FencedError, open_transport
+    from pipeline.processor import FATAL_ERRORS
+    from pipeline.transport import open_transport
 
     setup_logging(args.log_level)
     try:
@@ -85,7 +86,7 @@ def run(args: argparse.Namespace) -> int:
         reporter = threading.Thread(target=_report, args=(shuffler, stop, args.stats_interval), daemon=True)
         reporter.start()
         shuffler.run(stop, idle_exit=args.idle_exit)
-    except (FencedError, ShufflerStateError) as exc:
+    except FATAL_ERRORS as exc:  # ShufflerStateError (a ProcessorError) or fencing
         print(f"ldp shuffler: error: {exc}", file=sys.stderr)
         code = 1
     finally:

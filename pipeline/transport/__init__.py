@@ -32,7 +32,6 @@ from pipeline.transport.base import (
     Transport,
     TransportError,
     partition_for,
-    process,
 )
 
 __all__ = [
@@ -50,7 +49,6 @@ __all__ = [
     "CommitFailedError",
     "FencedError",
     "partition_for",
-    "process",
 ]
 
 DEFAULT_URL = "sqlite:///ldp-data/transport.sqlite3"

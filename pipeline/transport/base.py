@@ -41,7 +41,7 @@ from __future__ import annotations
 import abc
 import time
 import uuid
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from types import TracebackType
 from typing import NamedTuple
 
@@ -65,7 +65,6 @@ __all__ = [
     "Consumer",
     "Transport",
     "Health",
-    "process",
     "DAY",
     "DEFAULT_RETENTION",
 ]
@@ -388,26 +387,3 @@ class Transport(abc.ABC):
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-
-def process(consumer: Consumer, fn: Callable[[Record], Iterable[tuple[str, bytes | None, bytes]]], *,
-            max_records: int = 100, idle_timeout: float | None = 1.0) -> int:
-    """Run ``fn`` over the consumer's records, exactly once, until idle for ``idle_timeout`` s; return the count.
-
-    Each polled chunk is one transaction: the ``(topic, key, value)``
-    outputs of ``fn`` for every record of the chunk and the chunk's input
-    offsets commit together.
-    """
-    done = 0
-    idle_since = time.monotonic()
-    while True:
-        batch = consumer.poll(max_records=max_records, timeout=0.2)
-        if not batch:
-            if idle_timeout is not None and time.monotonic() - idle_since >= idle_timeout:
-                return done
-            continue
-        with consumer.transaction() as tx:
-            for rec in batch:
-                for topic, key, value in fn(rec):
-                    tx.publish(topic, key, value)
-        done += len(batch)
-        idle_since = time.monotonic()
