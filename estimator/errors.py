@@ -5,10 +5,10 @@
         ├── BatchError(ValueError)       no data for a batch request, or a choice (spec, days) the user must make
         ├── AccountingError(ValueError)  an event cannot be accounted as asked
         ├── StateError(ProcessorError)   a streaming snapshot is unreadable, foreign, or states do not merge
-        └── JobStateError                an FL job cannot restore its state without losing or double-counting
+        └── JobStateError(ProcessorError) an FL job cannot restore its state without losing or double-counting
 
-:class:`StateError` is also a :class:`pipeline.errors.ProcessorError` (fatal: the
-streaming estimator's runner stops on it instead of rejoining).
+:class:`StateError` and :class:`JobStateError` are also :class:`pipeline.errors.ProcessorError`\s
+(fatal: the streaming estimator's and the FL job's runners stop on them instead of rejoining).
 :class:`JobStateError` is also an :class:`client_sdk.fl.errors.FLError`, so FL callers that catch
 the FL tree keep catching it.
 """
@@ -38,5 +38,5 @@ class StateError(EstimatorError, ProcessorError):
     """A snapshot is unreadable, belongs to another topic or group, or states do not merge."""
 
 
-class JobStateError(EstimatorError, FLError):
+class JobStateError(EstimatorError, FLError, ProcessorError):
     """The job cannot restore its state without risking a lost or double-counted update."""
