@@ -122,9 +122,31 @@ def metrics_file(given: str | None, environ: Mapping[str, str] | None = None) ->
 
 
 # -- process set-up -----------------------------------------------------------------
-def setup_logging(level: str) -> None:
-    """Log records at ``level`` and above to stderr, with time and logger name."""
-    logging.basicConfig(level=level.upper(), format=_LOG_FORMAT, stream=sys.stderr)
+class _StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
+    """A handler that writes to whatever ``sys.stderr`` is when a record is emitted.
+
+    ``logging.basicConfig(stream=sys.stderr)`` binds the stream of the moment;
+    a command run in-process (tests, the demo) would leave the root logger
+    writing to a stream that has since been closed or replaced.
+    """
+
+    @property  # type: ignore[override]
+    def stream(self) -> Any:
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value: Any) -> None:
+        pass
+
+
+def setup_logging(level: str | int, fmt: str = _LOG_FORMAT) -> None:
+    """Log records at ``level`` and above to the current stderr, with ``fmt`` (once per process)."""
+    root = logging.getLogger()
+    root.setLevel(level.upper() if isinstance(level, str) else level)
+    if not any(isinstance(h, _StderrHandler) for h in root.handlers):
+        handler = _StderrHandler()
+        handler.setFormatter(logging.Formatter(fmt))
+        root.addHandler(handler)
 
 
 def on_stop_signals(handler: Callable[[int, Any], None]) -> None:

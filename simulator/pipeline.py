@@ -64,8 +64,10 @@ def serve_in_thread(app: Any, host: str = "127.0.0.1", port: int = 0, lifespan: 
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((host, port))
     url = f"http://{host}:{sock.getsockname()[1]}"
+    # log_config=None: uvicorn's default dictConfig would rebind (and close) the process's logging handlers,
+    # which breaks whoever runs the pipeline in-process (the demo inside a test run, a notebook)
     server = uvicorn.Server(uvicorn.Config(app, access_log=False, server_header=False, log_level="warning",
-                                           lifespan=lifespan))
+                                           lifespan=lifespan, log_config=None))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True, name=f"uvicorn{url}")
     thread.start()
     deadline = time.monotonic() + 60

@@ -63,7 +63,7 @@ class ServerThread:
         self.sock.bind(("127.0.0.1", 0))
         self.port = self.sock.getsockname()[1]
         self.url = f"http://127.0.0.1:{self.port}"
-        config = uvicorn.Config(app, access_log=False, log_level="warning", lifespan="on")
+        config = uvicorn.Config(app, access_log=False, log_level="warning", lifespan="on", log_config=None)
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True)
 

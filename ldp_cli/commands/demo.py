@@ -85,7 +85,9 @@ def run_pipeline(args: argparse.Namespace) -> int:
     if args.devices < 1 or args.sdk_devices < 0 or args.frame_reports < 1 or args.min_batch < 1:
         raise ValueError("--devices, --frame-reports and --min-batch must be positive, --sdk-devices >= 0")
     parse_distribution(args.distribution, 2)
-    logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="%(name)s %(levelname)s %(message)s")
+    from ldp_cli.options import setup_logging
+
+    setup_logging(logging.WARNING, "%(name)s %(levelname)s %(message)s")
     logging.getLogger("kafka").setLevel(logging.ERROR)  # metadata warnings while topics are created
     metrics = load_metrics(args.metrics, reject_expired=False)
     names = list(metrics)
