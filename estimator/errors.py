@@ -7,7 +7,7 @@
         ├── StateError(ProcessorError)   a streaming snapshot is unreadable, foreign, or states do not merge
         └── JobStateError(ProcessorError) an FL job cannot restore its state without losing or double-counting
 
-:class:`StateError` and :class:`JobStateError` are also :class:`pipeline.errors.ProcessorError`\s
+:class:`StateError` and :class:`JobStateError` are also :class:`pipeline.errors.ProcessorError` subclasses
 (fatal: the streaming estimator's and the FL job's runners stop on them instead of rejoining).
 :class:`JobStateError` is also an :class:`client_sdk.fl.errors.FLError`, so FL callers that catch
 the FL tree keep catching it.
