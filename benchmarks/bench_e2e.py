@@ -1,7 +1,7 @@
 """End-to-end latency, from a device's upload to the estimate that includes it (p50, p99), under load.
 
 The pipeline runs as real processes (``ldp collector``, ``ldp shuffler``,
-``ldp estimator``, ``ldp sink``; see ``tests/pipeline_procs.py``) on the
+``ldp estimator``, ``ldp sink``; see ``tests/support/pipeline_procs.py``) on the
 embedded log or on Kafka. An open-loop load generator uploads frames of
 ``--frame`` reports of one metric at a fixed rate from several HTTP clients
 (frame ``i`` is due at ``t0 + i * frame / rate``, whatever the answers), and
@@ -50,7 +50,7 @@ import httpx  # noqa: E402
 from client_sdk.metrics import parse_metrics, utc_day  # noqa: E402
 from client_sdk.uploader import FRAME_CONTENT_TYPE  # noqa: E402
 from client_sdk.wire import ReportBatch, encode_frame  # noqa: E402
-from tests.pipeline_procs import PipelineProcs  # noqa: E402
+from tests.support.pipeline_procs import PipelineProcs  # noqa: E402
 
 METRICS = {
     "format": "ldp-metrics/1",

@@ -209,7 +209,7 @@ def bench_upload(n: int, batch: int) -> dict:
         out["in_memory_reports_per_s"] = n / (time.perf_counter() - t)
         c.close()
     with tempfile.TemporaryDirectory() as d:
-        recv = subprocess.Popen([sys.executable, "-m", "tests.sdk_test_receiver", "--dir", os.path.join(d, "recv")],
+        recv = subprocess.Popen([sys.executable, "-m", "tests.support.sdk_test_receiver", "--dir", os.path.join(d, "recv")],
                                 stdout=subprocess.PIPE, text=True, cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)))
         try:
             port = int(recv.stdout.readline().split()[1])  # type: ignore[union-attr]

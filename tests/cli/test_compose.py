@@ -1,0 +1,130 @@
+"""docker-compose.yml and the Dockerfile agree with the code (no Docker engine runs here).
+
+Every pipeline service's command must be accepted by the real ``ldp``
+argument parser, its transport must point at the compose broker's
+advertised listener, its published port must be the one it listens on and
+the command's default, and its topics (if named) the code's topics.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import pytest
+import yaml
+
+from ldp_cli.broker import DEFAULT_KAFKA_VERSION
+from collector.sinks.parquet import DEFAULT_GROUP as SINK_GROUP
+from pipeline.topics import RAW_TOPIC, SHUFFLED_TOPIC, SHUFFLER_STATE_TOPIC
+from pipeline.transport.kafka import DEFAULT_MAX_REQUEST_SIZE
+from ldp_cli.main import build_parser
+
+ROOT = Path(__file__).resolve().parents[2]
+SERVICES = {"collector", "shuffler", "estimator", "sink"}
+
+
+@pytest.fixture(scope="module")
+def compose() -> dict[str, Any]:
+    return yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+
+
+def parse(command: list[str]) -> Any:
+    return build_parser().parse_args(command)
+
+
+def test_the_services_are_there(compose: dict[str, Any]) -> None:
+    assert set(compose["services"]) == SERVICES | {"kafka"}
+
+
+def test_kafka_is_the_official_image_in_kraft_single_node(compose: dict[str, Any]) -> None:
+    k = compose["services"]["kafka"]
+    assert k["image"] == f"apache/kafka:{DEFAULT_KAFKA_VERSION}"
+    env = {key: str(v) for key, v in k["environment"].items()}
+    assert set(env["KAFKA_PROCESS_ROLES"].split(",")) == {"broker", "controller"}
+    assert env["KAFKA_CONTROLLER_QUORUM_VOTERS"] == f"{env['KAFKA_NODE_ID']}@kafka:9093"
+    assert "CONTROLLER://:9093" in env["KAFKA_LISTENERS"] and "PLAINTEXT://:9092" in env["KAFKA_LISTENERS"]
+    for name in ("KAFKA_OFFSETS_TOPIC_REPLICATION_FACTOR", "KAFKA_TRANSACTION_STATE_LOG_REPLICATION_FACTOR",
+                 "KAFKA_TRANSACTION_STATE_LOG_MIN_ISR", "KAFKA_DEFAULT_REPLICATION_FACTOR"):
+        assert env[name] == "1", name
+    assert int(env["KAFKA_MESSAGE_MAX_BYTES"]) >= DEFAULT_MAX_REQUEST_SIZE
+    assert env["KAFKA_AUTO_CREATE_TOPICS_ENABLE"] == "false"  # the pipeline creates its topics itself
+    assert re.fullmatch(r"[A-Za-z0-9_-]{22}", env["CLUSTER_ID"])
+    assert "healthcheck" in k
+
+
+def test_every_command_is_accepted_by_the_real_parser(compose: dict[str, Any]) -> None:
+    advertised = compose["services"]["kafka"]["environment"]["KAFKA_ADVERTISED_LISTENERS"]
+    broker = urlsplit(advertised.split(",")[0].replace("PLAINTEXT://", "kafka://")).netloc
+    for name in SERVICES:
+        svc = compose["services"][name]
+        cmd = svc["command"]
+        assert cmd[0] == name, f"service {name} runs `ldp {cmd[0]}`"
+        args = parse(cmd)
+        assert args.command == name
+        transport = getattr(args, "transport", None) or args.transport_url  # the collector's dest
+        assert transport == f"kafka://{broker}", name
+        assert svc["environment"]["LDP_TRANSPORT"] == transport
+        metrics = getattr(args, "metrics", None) or getattr(args, "metrics_path", None)
+        metrics = metrics[0] if isinstance(metrics, list) else metrics
+        assert metrics.startswith("/app/") and (ROOT / metrics[len("/app/"):]).is_file(), name
+        assert svc["depends_on"]["kafka"]["condition"] == "service_healthy"
+        assert svc["build"] == "."
+
+
+def test_ports_match_what_the_services_listen_on(compose: dict[str, Any]) -> None:
+    from ldp_cli.commands.estimator import DEFAULT_PORT
+
+    expect = {"collector": parse(["collector"]).port, "estimator": DEFAULT_PORT}
+    assert expect["collector"] == 8080
+    for name, default in expect.items():
+        svc = compose["services"][name]
+        args = parse(svc["command"])
+        assert args.port == default and args.host == "0.0.0.0"
+        (mapping,) = svc["ports"]
+        host_ip, host_port, container_port = mapping.split(":")
+        assert host_ip == "127.0.0.1" and int(host_port) == int(container_port) == default
+    for name in ("shuffler", "sink"):
+        assert "ports" not in compose["services"][name]
+
+
+def test_topics_and_groups_are_the_codes(compose: dict[str, Any]) -> None:
+    s = compose["services"]
+    shuffler = parse(s["shuffler"]["command"])
+    assert (shuffler.raw_topic, shuffler.shuffled_topic, shuffler.state_topic) == (RAW_TOPIC, SHUFFLED_TOPIC,
+                                                                                   SHUFFLER_STATE_TOPIC)
+    assert parse(s["collector"]["command"]).raw_topic in (None, RAW_TOPIC)
+    assert parse(s["estimator"]["command"]).topic == SHUFFLED_TOPIC
+    sink = parse(s["sink"]["command"])
+    assert sink.topic == SHUFFLED_TOPIC and sink.group == SINK_GROUP
+    from ldp_cli.commands.sink import DEFAULT_GROUP as CLI_SINK_GROUP
+
+    assert CLI_SINK_GROUP == SINK_GROUP
+    assert parse(s["estimator"]["command"]).group != sink.group  # each consumer sees every batch
+
+
+def test_state_lives_on_volumes(compose: dict[str, Any]) -> None:
+    s = compose["services"]
+    est = parse(s["estimator"]["command"])
+    sink = parse(s["sink"]["command"])
+    col = parse(s["collector"]["command"])
+    mounts = {name: [v.split(":")[1] for v in s[name].get("volumes", [])] for name in SERVICES}
+    assert any(est.state.startswith(m) for m in mounts["estimator"])
+    assert any(sink.dataset.startswith(m) for m in mounts["sink"])
+    assert any(col.dedup_path.startswith(m) for m in mounts["collector"])
+    named = set(compose["volumes"])
+    for name in SERVICES | {"kafka"}:
+        for v in s[name].get("volumes", []):
+            assert v.split(":")[0] in named
+
+
+def test_the_dockerfile_builds_the_ldp_entry_point() -> None:
+    text = (ROOT / "Dockerfile").read_text()
+    assert re.search(r'^ENTRYPOINT \["ldp"\]$', text, re.M)
+    assert re.search(r'pip install .*"\.\[server\]"', text)
+    for folder in ("client_sdk", "pipeline", "collector", "estimator", "simulator", "ldp_cli", "metrics"):
+        assert re.search(rf"^COPY {folder} \./{folder}$", text, re.M), folder
+    assert re.search(r"^USER ldp$", text, re.M)
+    assert "ldp = \"ldp_cli.main:main\"" in (ROOT / "pyproject.toml").read_text()

@@ -1,0 +1,66 @@
+"""The transport contract against the Kafka broker started by ``ldp kafka up``."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.support.transport_contract import TransportContract
+
+pytestmark = pytest.mark.kafka
+
+
+class TestKafkaTransport(TransportContract):
+    @pytest.fixture
+    def transport_url(self, kafka_bootstrap: str) -> str:
+        return f"kafka://{kafka_bootstrap}"
+
+
+# -- what only the Kafka transport does ------------------------------------------------------
+
+def test_records_carry_the_start_of_their_utc_day_not_the_send_time(kafka_bootstrap: str) -> None:
+    """Kafka would store each record's send time (CreateTime); the transport sends the start of the UTC day,
+    on the plain and the transactional path, and the broker keeps it (``log.message.timestamp.type=CreateTime``)."""
+    import uuid
+
+    from kafka import KafkaConsumer as RawConsumer
+
+    from pipeline.transport.kafka import KafkaTransport
+
+    day = 20_000 * 86400.0
+    t = KafkaTransport(kafka_bootstrap, clock=lambda: day + 45_678.9)
+    topic = f"ts-{uuid.uuid4().hex[:8]}"
+    t.create_topic(topic, 1)
+    t.publish(topic, b"k", b"plain")
+    with t.consume(topic, f"g-{topic}") as c:
+        assert [r.value for r in c.records(idle_timeout=2.0)] == [b"plain"]
+        with c.transaction() as tx:
+            tx.publish(topic, b"k", b"transactional")
+    t.close()
+    raw = RawConsumer(topic, bootstrap_servers=kafka_bootstrap, auto_offset_reset="earliest",
+                      isolation_level="read_committed", consumer_timeout_ms=5000, enable_auto_commit=False)
+    got = [(m.value, m.timestamp, m.timestamp_type) for m in raw]
+    raw.close()
+    assert got == [(b"plain", int(day) * 1000, 0), (b"transactional", int(day) * 1000, 0)]
+
+
+def test_topic_retention_reaches_the_broker(kafka_bootstrap: str) -> None:
+    import math
+    import uuid
+
+    from kafka.admin import ConfigResource, ConfigResourceType
+
+    from pipeline.transport.kafka import KafkaTransport
+
+    t = KafkaTransport(kafka_bootstrap, retention=3 * 86400.0)
+    names = {f"ret-{k}-{uuid.uuid4().hex[:8]}": k for k in ("default", "forever", "hour")}
+    for name, kind in names.items():
+        t.create_topic(name, 1, retention={"default": None, "forever": math.inf, "hour": 3600.0}[kind])
+    admin = t._admin_client()
+    res = admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, n) for n in names])
+    seen = {}
+    for response in res:
+        for r in response.resources:
+            entries = {e[0]: e[1] for e in r[4]}
+            seen[names[r[3]]] = entries["retention.ms"]
+    t.close()
+    assert seen == {"default": str(3 * 86400 * 1000), "forever": "-1", "hour": "3600000"}

@@ -1,0 +1,1 @@
+"""Helpers shared by the test modules: servers, processes, data and contract suites."""
