@@ -30,7 +30,7 @@ from client_sdk.mechanisms.base import MechanismSpec
 from client_sdk.metrics import MetricDefinition
 from pipeline.dataset import PartFile, list_parts, read_part
 from estimator.errors import BatchError
-from estimator.estimate import Estimate
+from estimator.result import Estimate
 from estimator.oracles import accumulator_for
 from estimator.oracles.base import Accumulator
 from estimator.streaming import parse_day
@@ -207,7 +207,7 @@ def plot_estimates(result: BatchResult, path: str | os.PathLike[str], *, top: in
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from estimator.estimate import z_value
+    from estimator.result import z_value
 
     ests = list(result.estimates.values())
     confidence = ests[0].confidence

@@ -10,7 +10,7 @@ import numpy as np
 
 from client_sdk.mechanisms import make_spec
 from client_sdk.mechanisms.base import MechanismSpec
-from estimator.estimate import Estimate
+from estimator.result import Estimate
 from estimator.oracles import accumulator_for
 from simulator.population import Distribution
 

@@ -17,7 +17,7 @@ import numpy as np
 from client_sdk.errors import SpecMismatchError
 from client_sdk.mechanisms.base import MechanismSpec
 from client_sdk.wire import ReportBatch
-from estimator.estimate import Estimate
+from estimator.result import Estimate
 
 __all__ = ["Accumulator"]
 

@@ -11,7 +11,7 @@ import numpy as np
 
 from client_sdk.metrics import MetricDefinition
 from estimator.errors import StateError
-from estimator.estimate import Estimate
+from estimator.result import Estimate
 from estimator.streaming.engine import StreamingEstimator
 from estimator.streaming.state import _EPOCH, EstimatorState, Key, KeyState, Tally, merge_states, parse_day
 

@@ -24,7 +24,7 @@ __all__ = ["register"]
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("estimate", help="estimate a metric's frequencies over days of the Parquet dataset",
+    p = sub.add_parser("estimate", help="batch job: estimate a metric's frequencies over days of the Parquet dataset",
                        description=__doc__.splitlines()[0] if __doc__ else None)
     p.add_argument("--dataset", required=True, help="root folder of the Parquet dataset (ldp sink --dataset)")
     p.add_argument("--metric", required=True, help="metric name")

@@ -29,7 +29,7 @@ DEFAULT_GROUP = "ldp-estimator"
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("estimator", help="run the streaming estimator and serve live estimates over HTTP",
+    p = sub.add_parser("estimator", help="service: run the streaming estimator and serve live estimates over HTTP",
                        description=__doc__.splitlines()[0] if __doc__ else None)
     add_transport(p)
     p.add_argument("--state", required=True, help="folder of this instance's snapshot (estimator.sqlite3)")

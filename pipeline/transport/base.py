@@ -62,6 +62,7 @@ __all__ = [
     "day_start",
     "partition_for",
     "Transaction",
+    "TransactionScope",
     "Consumer",
     "Transport",
     "Health",
@@ -246,7 +247,7 @@ class Consumer(abc.ABC):
         """
 
     @abc.abstractmethod
-    def transaction(self) -> "_TransactionContext":
+    def transaction(self) -> "TransactionScope":
         """A context manager for one atomic consume-transform-produce step.
 
         ``with consumer.transaction() as tx: tx.publish(...)`` commits on
@@ -296,7 +297,7 @@ class Consumer(abc.ABC):
         self.close()
 
 
-class _TransactionContext(abc.ABC):
+class TransactionScope(abc.ABC):
     """What :meth:`Consumer.transaction` returns: ``__enter__`` gives the :class:`Transaction`."""
 
     @abc.abstractmethod

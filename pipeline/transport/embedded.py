@@ -62,7 +62,7 @@ from pipeline.transport.base import (
     Transaction,
     Transport,
     TransportError,
-    _TransactionContext,
+    TransactionScope,
     DAY,
     DEFAULT_RETENTION,
     check_retention,
@@ -273,7 +273,7 @@ class EmbeddedTransport(Transport):
         return f"EmbeddedTransport({str(self.path)!r}, synchronous={self.synchronous!r})"
 
 
-class _EmbeddedTransaction(Transaction, _TransactionContext):
+class _EmbeddedTransaction(Transaction, TransactionScope):
     def __init__(self, consumer: "EmbeddedConsumer") -> None:
         self._consumer = consumer
         self._outputs: dict[str, list[tuple[bytes | None, bytes]]] = {}
@@ -477,7 +477,7 @@ class EmbeddedConsumer(Consumer):
             if self._delivered.get(tp, -1) <= off:
                 self._delivered.pop(tp, None)
 
-    def transaction(self) -> _TransactionContext:
+    def transaction(self) -> TransactionScope:
         if self._closed:
             raise TransportError("transaction() on a closed consumer")
         return _EmbeddedTransaction(self)

@@ -54,7 +54,7 @@ from pipeline.transport.base import (
     Transaction,
     Transport,
     TransportError,
-    _TransactionContext,
+    TransactionScope,
     check_retention,
     check_topic_name,
     day_start,
@@ -317,7 +317,7 @@ def _check_value(key: bytes | None, value: bytes) -> None:
         raise TypeError(f"a record value must be bytes, got {type(value).__name__}")
 
 
-class _KafkaTransaction(Transaction, _TransactionContext):
+class _KafkaTransaction(Transaction, TransactionScope):
     def __init__(self, consumer: "KafkaConsumer") -> None:
         self._consumer = consumer
         self._open = False
@@ -603,7 +603,7 @@ class KafkaConsumer(Consumer):
             else:
                 self._consumer.seek(ktp, off)
 
-    def transaction(self) -> _TransactionContext:
+    def transaction(self) -> TransactionScope:
         if self._closed:
             raise TransportError("transaction() on a closed consumer")
         return _KafkaTransaction(self)

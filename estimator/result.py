@@ -1,4 +1,4 @@
-"""Frequency estimates with their variances and confidence intervals.
+"""The result type of every estimation: frequency estimates with their variances and confidence intervals.
 
 An :class:`Estimate` holds, for each domain item, the unbiased count
 estimate, the estimated variance of that estimate (the spec's theoretical
