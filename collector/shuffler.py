@@ -65,8 +65,11 @@ so it survives crashes.
 
 The central guarantee of each released batch comes from an injected
 ``guarantee(n, epsilon0) -> (epsilon, delta, bound_name)`` (the ``ldp
-shuffler`` command wires :func:`estimator.accounting.shuffle.shuffle_guarantee`;
-this package does not import the estimator).
+shuffler`` command wires :func:`estimator.accounting.shuffle.shuffler_guarantee`;
+this package does not import the estimator). It is asked per person: for a
+batch of ``n`` reports of a metric whose devices send up to ``r`` a day, at
+``n = ⌈n / r⌉`` people, each an ``r·ε₀``-LDP randomizer
+(:meth:`Shuffler._central`).
 """
 
 from __future__ import annotations
@@ -390,9 +393,13 @@ class Shuffler(StreamProcessor):
         self.guarantee = guarantee
         self.words = words
         self.new_batch_id = new_batch_id
+        #: per metric, the most reports one device sends a day (``max_reports_per_day``): the central ε is
+        #: computed per person from it; unknown without a metrics file, and then no central figure is attached
+        self._reports_per_person: dict[str, int] = {}
         if isinstance(specs, MetricSet):
             self._by_metric: dict[str, MechanismSpec] | None = {n: m.spec for n, m in specs.items()}
             self._by_id: dict[str, MechanismSpec] = {m.spec.spec_id: m.spec for m in specs.values()}
+            self._reports_per_person = {n: int(m.max_reports_per_day) for n, m in specs.items()}
         else:
             self._by_metric = None
             self._by_id = dict(specs)
@@ -668,7 +675,7 @@ class Shuffler(StreamProcessor):
             sources = int(np.count_nonzero(np.bincount(src[pos:pos + size], minlength=1)))
             pos += size
             bid = self.new_batch_id()
-            eps, delta, bound = self._central(size, spec.epsilon)
+            eps, delta, bound = self._central(size, spec.epsilon, self._reports_per_person.get(metric))
             meta = ShuffleMeta(shuffle_id=bid.hex(), n=size, epsilon0=float(spec.epsilon), central_epsilon=eps,
                                central_delta=delta, bound=bound, sources=sources)
             tx.publish(s.shuffled_topic, out_key, encode_envelope(meta, ReportBatch(metric, spec, day, chunk, bid)))
@@ -680,12 +687,24 @@ class Shuffler(StreamProcessor):
         else:
             del part.groups[key]
 
-    def _central(self, n: int, epsilon0: float) -> tuple[float | None, float | None, str | None]:
-        if self.guarantee is None:
+    def _central(self, n: int, epsilon0: float,
+                 reports_per_person: int | None) -> tuple[float | None, float | None, str | None]:
+        """The batch's central (ε, δ, bound) per *person*, not per report.
+
+        A device sends up to ``r = max_reports_per_day`` reports of a metric
+        and day (often in one upload), so a batch of ``n`` reports may hold as
+        few as ``⌈n / r⌉`` people, and each person's day is one
+        ``r·ε₀``-LDP randomizer (basic composition of its ``r`` reports). The
+        bound is evaluated for that crowd and that randomizer; with ``r``
+        unknown (no metrics file) no figure is attached.
+        """
+        if self.guarantee is None or reports_per_person is None:
             return None, None, None
+        r = max(1, int(reports_per_person))
+        people = -(-int(n) // r)
         try:
-            eps, delta, bound = self.guarantee(n, epsilon0)
-            return float(eps), float(delta), str(bound)
+            eps, delta, bound = self.guarantee(people, r * float(epsilon0))
+            return float(eps), float(delta), f"{bound}; per person: {people} people of up to {r} report(s) each"
         except Exception as exc:  # a figure we cannot compute is omitted, never invented
             if not self._guarantee_failed:
                 log.warning("central guarantee unavailable (%r); batches are released without it", exc)

@@ -169,7 +169,15 @@ def numerical_epsilon(epsilon0: float, n: int, delta: float, tolerance: float = 
 @dataclasses.dataclass(frozen=True)
 class ShuffleGuarantee:
     """The central guarantee of one shuffled batch: what the shuffler attaches to
-    a released batch and the estimator shows next to the local ε₀."""
+    a released batch and the estimator shows next to the local ε₀.
+
+    ``users`` counts the reports in the batch and ``epsilon0`` is each
+    report's local ε. When one person may contribute up to
+    ``reports_per_user`` (r) of them, the neighbouring datasets differ in a
+    person, not a report: the bound is evaluated for ``people = ⌈users / r⌉``
+    randomizers of ``r·ε₀`` each (a person's r reports compose to r·ε₀),
+    which is what ``epsilon`` is.
+    """
 
     epsilon0: float
     users: int
@@ -178,29 +186,40 @@ class ShuffleGuarantee:
     epsilon_closed_form: float | None
     method: str = "Feldman, McMillan, Talwar 2021 (Hiding Among the Clones), numerical bound"
     protects: str = PROTECTS
+    reports_per_user: int = 1
+    people: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
     def describe(self) -> str:
         cf = "n/a" if self.epsilon_closed_form is None else f"{self.epsilon_closed_form:.4g}"
+        who = (f"{self.users} reports" if self.reports_per_user == 1
+               else f"{self.users} reports (at least {self.people} people of up to {self.reports_per_user} each)")
         return (
-            f"local ε₀ = {self.epsilon0:g} per report; after shuffling {self.users} reports: "
+            f"local ε₀ = {self.epsilon0:g} per report; after shuffling {who}: "
             f"(ε = {self.epsilon:.4g}, δ = {self.delta:g})-DP (closed form: {cf}) against {self.protects}"
         )
 
 
 @functools.lru_cache(maxsize=1024)
-def shuffle_guarantee(epsilon0: float, users: int, delta: float) -> ShuffleGuarantee:
-    """The amplified guarantee for ``users`` shuffled ε₀-LDP reports (cached: a
-    shuffler asks the same question for every batch of the same size)."""
+def shuffle_guarantee(epsilon0: float, users: int, delta: float, reports_per_user: int = 1) -> ShuffleGuarantee:
+    """The amplified guarantee for ``users`` shuffled ε₀-LDP reports, per person when each person sends up
+    to ``reports_per_user`` of them (cached: a shuffler asks the same question for every batch of a size)."""
     e0, n, d = _check(epsilon0, users, delta)
+    r = int(reports_per_user)
+    if isinstance(reports_per_user, bool) or r != reports_per_user or r < 1:
+        raise AccountingError(f"reports_per_user must be a positive integer, got {reports_per_user!r}")
+    people = -(-n // r)
+    e_person = r * e0
     return ShuffleGuarantee(
         epsilon0=e0,
         users=n,
         delta=d,
-        epsilon=numerical_epsilon(e0, n, d),
-        epsilon_closed_form=closed_form_epsilon(e0, n, d),
+        epsilon=numerical_epsilon(e_person, people, d),
+        epsilon_closed_form=closed_form_epsilon(e_person, people, d),
+        reports_per_user=r,
+        people=people,
     )
 
 

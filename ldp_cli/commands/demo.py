@@ -152,7 +152,9 @@ def run_pipeline(args: argparse.Namespace) -> int:
         cover = float(np.mean((lo <= t) & (t <= hi)))
         rmse = float(np.sqrt(np.mean((counts - t) ** 2)))
         ce = est.get("central_epsilon")
-        central = f"central ε={ce:.3g} (δ={est['central_delta']:g})" if ce is not None else "central ε n/a"
+        r = m.max_reports_per_day
+        central = (f"central ε={ce:.3g} per person (δ={est['central_delta']:g}; locally {r}×ε={r * m.spec.epsilon:g})"
+                   if ce is not None else "central ε n/a")
         print(f"{name}: {m.spec.name} ε={m.spec.epsilon:g}, d={m.spec.domain_size}, n={est['n']:,} in "
               f"{est['batches']} shuffled batches; {central}; RMSE {rmse:,.1f}, 95% CI coverage {cover:.0%}")
         print(f"  {'item':>18} {'truth':>8} {'estimate':>9} {'95% CI':>20}")
@@ -160,6 +162,7 @@ def run_pipeline(args: argparse.Namespace) -> int:
             print(f"  {_label(metrics, name, int(i), words):>18} {int(t[i]):>8,} {counts[i]:>9,.0f} "
                   f"{'[' + format(lo[i], ',.0f') + ', ' + format(hi[i], ',.0f') + ']':>20}")
         summary["metrics"][name] = {"mechanism": m.spec.name, "epsilon": m.spec.epsilon, "n": est["n"],
+                                    "reports_per_day": r, "person_epsilon": r * m.spec.epsilon,
                                     "uploaded": expected[name], "counted": counted.get(name, 0),
                                     "central_epsilon": ce, "central_delta": est.get("central_delta"),
                                     "rmse": rmse, "ci_coverage": cover, "batch_equals_streaming": same,

@@ -89,7 +89,7 @@ def register(sub: argparse._SubParsersAction) -> None:
          ["--target-epsilon", "--sample-rate", "--steps"], True, run_gaussian_noise),
         ("gaussian-steps", "how many Gaussian steps fit a target ε",
          ["--noise-multiplier", "--sample-rate", "--target-epsilon"], True, run_gaussian_steps),
-        ("shuffle", "central ε of a shuffled batch of ε₀-LDP reports",
+        ("shuffle", "central ε of a shuffled batch of ε₀-LDP reports, per person",
          [("--epsilon0", "local ε of each report"), ("--users", "reports in the shuffled batch")], False, run_shuffle),
         ("shuffle-epsilon0", "largest local ε₀ whose shuffled batch meets a target ε",
          ["--target-epsilon", "--users"], False, run_shuffle_epsilon0),
@@ -104,6 +104,10 @@ def register(sub: argparse._SubParsersAction) -> None:
             q.add_argument(flag, type=_OPTION_TYPES[flag], required=True, help=option_help)
         _add_common(q, neighbors)
         q.set_defaults(func=func)
+    shuffle = ps.choices["shuffle"]
+    shuffle.add_argument("--reports-per-user", type=_positive_int, default=1, metavar="R",
+                         help="most reports one person contributes to the batch (a metric's max_reports_per_day; "
+                              "default 1): the bound is per person, at ⌈users / R⌉ people of R·ε₀ each")
     _register_central(ps)
     _register_budget(ps)
 
@@ -193,9 +197,10 @@ def run_gaussian_steps(args: argparse.Namespace) -> int:
 def run_shuffle(args: argparse.Namespace) -> int:
     from estimator.accounting.shuffle import shuffle_guarantee
 
-    g = shuffle_guarantee(args.epsilon0, args.users, args.delta)
+    g = shuffle_guarantee(args.epsilon0, args.users, args.delta, args.reports_per_user)
+    who = "" if g.reports_per_user == 1 else f" (at least {g.people} people of up to {g.reports_per_user} each)"
     lines = [
-        f"{args.users} shuffled reports, each {args.epsilon0:g}-LDP, δ = {args.delta:g}:",
+        f"{args.users} shuffled reports{who}, each {args.epsilon0:g}-LDP, δ = {args.delta:g}:",
         f"  ε (numerical bound)   = {g.epsilon:.4f}",
         f"  ε (closed-form bound) = {_fmt(g.epsilon_closed_form)}"
         + ("" if g.epsilon_closed_form is not None else "   (outside the closed form's range)"),

@@ -27,7 +27,9 @@ def test_demo_runs_the_pipeline_and_checks_itself(tmp_path: Path, capsys: pytest
         assert m["batch_equals_streaming"]
         truth = np.array(m["truth"])
         assert truth.sum() == 4000
-        assert m["central_epsilon"] is not None and m["central_epsilon"] < m["epsilon"]
+        # the central ε is per person (a device's day of up to r reports) and must beat that person's local r·ε
+        assert m["person_epsilon"] == m["reports_per_day"] * m["epsilon"]
+        assert m["central_epsilon"] is not None and m["central_epsilon"] < m["person_epsilon"]
     assert (tmp_path / "work" / "dataset").is_dir()
 
 

@@ -51,6 +51,29 @@ def test_shuffle_json_contract_via_console_script():
     assert obj["epsilon0"] == 4.0 and obj["users"] == 100000
 
 
+def test_shuffle_reports_per_user_is_the_per_person_bound(capsys):
+    """--reports-per-user R: the same keys as without it, and ε is the bound for ⌈users / R⌉ people of R·ε₀ each
+    (a neighbouring dataset changes all R reports of one person)."""
+    from estimator.accounting.shuffle import numerical_epsilon
+
+    base = run_inprocess(capsys, "privacy", "shuffle", "--epsilon0", "1", "--users", "1000", "--delta", "1e-6",
+                         "--json")
+    per_person = run_inprocess(capsys, "privacy", "shuffle", "--epsilon0", "1", "--users", "1000", "--delta", "1e-6",
+                               "--reports-per-user", "2", "--json")
+    assert set(base) <= set(per_person)
+    assert base["reports_per_user"] == 1 and base["people"] == 1000
+    assert per_person["epsilon0"] == 1.0 and per_person["users"] == 1000
+    assert per_person["reports_per_user"] == 2 and per_person["people"] == 500
+    assert per_person["epsilon"] == numerical_epsilon(2.0, 500, 1e-6)
+    assert per_person["epsilon"] > 4 * base["epsilon"]  # the per-report figure understated it
+    odd = run_inprocess(capsys, "privacy", "shuffle", "--epsilon0", "1", "--users", "1001", "--delta", "1e-6",
+                        "--reports-per-user", "2", "--json")
+    assert odd["people"] == 501  # at least ⌈1001 / 2⌉ people sent them
+    with pytest.raises(SystemExit) as refused:
+        main(["privacy", "shuffle", "--epsilon0", "1", "--users", "10", "--delta", "1e-6", "--reports-per-user", "0"])
+    assert refused.value.code == 2
+
+
 def test_gaussian_in_process_full_batch_is_exact(capsys):
     obj = run_inprocess(
         capsys, "privacy", "gaussian", "--noise-multiplier", "2.0", "--sample-rate", "1",

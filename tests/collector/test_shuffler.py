@@ -249,6 +249,46 @@ def test_released_batches_carry_fresh_ids_and_the_central_guarantee(metrics: Met
         assert sb.meta.epsilon0 == 1.0 and sb.meta.central_epsilon < 1.0
 
 
+def test_the_central_epsilon_is_per_person_not_per_report(tmp_path: Path, transport: Transport) -> None:
+    """500 devices each upload their 2 reports of the day (max_reports_per_day = 2, ε₀ = 1) in one upload.
+
+    A neighbouring dataset changes one *person*, i.e. both of that device's reports: the batch is a shuffle of
+    at least ⌈1000 / 2⌉ = 500 randomizers, each 2·ε₀-LDP (basic composition). The figure attached must be the
+    FMT21 bound for that crowd, which is larger than the per-report figure (1,000 randomizers of ε₀) that an
+    analyzer would otherwise be shown."""
+    metrics = write_metrics(tmp_path / "m2.json", emoji_reports_per_day=2)
+    tp = Topics()
+    batches = [olh_batch(metrics, 2, first_seed=2 * i) for i in range(500)]
+    publish(transport, tp.raw, batches, partitions=1)
+    delta = 1e-6
+    sh = Shuffler(transport, metrics, tp.settings(min_batch=1000, max_batch=1000, partitions=1),
+                  guarantee=shuffler_guarantee(delta))
+    run_until_idle(sh)
+    sh.close()
+    (sb,) = [sb for _, sb in read_shuffled(transport, tp.shuffled, metrics)]
+    from estimator.accounting.shuffle import shuffle_guarantee
+
+    per_person = shuffle_guarantee(2.0, grid_floor(500), delta).epsilon
+    per_report = shuffle_guarantee(1.0, grid_floor(1000), delta).epsilon
+    assert sb.meta.n == 1000 and sb.meta.epsilon0 == 1.0
+    assert sb.meta.central_epsilon == per_person
+    assert per_person > 2 * per_report  # what the per-report figure understated
+    assert sb.meta.bound is not None and "500 people of up to 2 report(s)" in sb.meta.bound
+
+
+def test_no_central_figure_without_the_metrics_reports_per_day(metrics: MetricSet, transport: Transport) -> None:
+    """A shuffler given bare specs (no metrics file) cannot bound the reports per person: it attaches no central
+    figure rather than a per-report one."""
+    tp = Topics()
+    publish(transport, tp.raw, [olh_batch(metrics, 1000)])
+    specs = {m.spec.spec_id: m.spec for m in metrics.values()}
+    sh = Shuffler(transport, specs, tp.settings(min_batch=1000), guarantee=shuffler_guarantee(1e-6))
+    run_until_idle(sh)
+    sh.close()
+    out = [sb for _, sb in read_shuffled(transport, tp.shuffled, metrics)]
+    assert out and all(sb.meta.central_epsilon is None and sb.meta.bound is None for sb in out)
+
+
 def test_grid_floor_is_below_and_within_an_eighth() -> None:
     for n in list(range(1, 5000)) + [65_535, 65_536, 10**6 + 7]:
         g = grid_floor(n)

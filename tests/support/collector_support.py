@@ -23,14 +23,16 @@ __all__ = ["TODAY", "write_metrics", "olh_batch", "ServerThread", "MemoryTranspo
 TODAY = utc_day(time.time())
 
 
-def write_metrics(path: Path, *, expired_on: str = "2020-01-01") -> MetricSet:
-    """A metrics file with an OLH metric, a GRR metric and one that expired on ``expired_on``."""
+def write_metrics(path: Path, *, expired_on: str = "2020-01-01", emoji_reports_per_day: int = 1) -> MetricSet:
+    """A metrics file with an OLH metric (``emoji_reports_per_day`` reports a device a day), a GRR metric and
+    one that expired on ``expired_on``."""
     doc = {
         "format": "ldp-metrics/1",
         "metrics": {
             "emoji_used": {"description": "emoji", "owner": "a@example.org", "expires": "2099-12-31",
                            "mechanism": {"mechanism": "olh", "epsilon": 1.0},
-                           "domain": {"kind": "hashed", "size": 1024, "seed": 0}, "max_reports_per_day": 1},
+                           "domain": {"kind": "hashed", "size": 1024, "seed": 0},
+                           "max_reports_per_day": emoji_reports_per_day},
             "settings_tab": {"description": "tab", "owner": "b@example.org", "expires": "2099-12-31",
                              "mechanism": {"mechanism": "grr", "epsilon": 2.0},
                              "domain": {"kind": "dictionary", "values": ["a", "b", "c", "d"]},
