@@ -1,0 +1,111 @@
+"""spec_id: RFC 8785 canonical form, test vectors checked by an independent implementation, legacy ids.
+
+``tests/vectors/spec_ids.json`` holds, for a spec of every mechanism, its dict,
+its canonical bytes and its id, plus number, string and key-order vectors.
+Those were computed by node (``tests/vectors/jcs.js``: ``JSON.stringify`` of
+the value with its keys sorted, which is RFC 8785's form, and node's SHA-256),
+not by :mod:`client_sdk.canonical`. ``test_vectors_agree_with_node`` re-runs
+node on the file here, so the file cannot drift from the standard either;
+node is part of the test environment (and of CI): without it the test fails.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from client_sdk.canonical import CanonicalizationError, canonical_json, canonical_number
+from client_sdk.errors import SpecError
+from client_sdk.mechanisms import MECHANISMS, make_spec, spec_from_dict
+
+VECTORS_DIR = Path(__file__).parent / "vectors"
+VECTORS = json.loads((VECTORS_DIR / "spec_ids.json").read_text(encoding="utf-8"))
+
+
+def node_canonical(values: list[Any]) -> list[tuple[str, str]]:
+    """``[(canonical string, sha256 hex)]`` of ``values`` as node computes them."""
+    node = shutil.which("node")
+    assert node is not None, "node is required for the independent RFC 8785 check (install nodejs)"
+    out = subprocess.run([node, str(VECTORS_DIR / "jcs.js")], input=json.dumps(values), capture_output=True,
+                         text=True, check=True, timeout=60)
+    return [tuple(x) for x in json.loads(out.stdout)]
+
+
+def test_vectors_cover_every_mechanism() -> None:
+    assert {v["spec"]["mechanism"] for v in VECTORS["specs"]} == set(MECHANISMS)
+
+
+def test_vectors_agree_with_node() -> None:
+    got = node_canonical([v["spec"] for v in VECTORS["specs"]])
+    for v, (canon, digest) in zip(VECTORS["specs"], got):
+        assert canon == v["canonical"] and digest[:16] == v["spec_id"]
+    for kind in ("numbers", "strings", "objects"):
+        assert [c for c, _ in node_canonical([v["value"] for v in VECTORS[kind]])] == [v["canonical"] for v in
+                                                                                      VECTORS[kind]]
+
+
+@pytest.mark.parametrize("v", VECTORS["specs"], ids=lambda v: v["spec_id"])
+def test_spec_matches_vector(v: dict[str, Any]) -> None:
+    spec = spec_from_dict(v["spec"])
+    assert spec.to_dict() == v["spec"]
+    assert spec.canonical_bytes() == v["canonical"].encode("utf-8")
+    assert spec.spec_id == v["spec_id"] == hashlib.sha256(v["canonical"].encode()).hexdigest()[:16]
+    assert spec.legacy_spec_id == v["legacy_spec_id"]
+    assert spec.spec_ids == (v["spec_id"], v["legacy_spec_id"])
+    assert spec.has_id(v["spec_id"]) and spec.has_id(v["legacy_spec_id"]) and not spec.has_id("0" * 16)
+
+
+def test_legacy_ids_are_the_old_golden_ids() -> None:
+    """The v0 ids that tests/test_wire.py froze before the change are the legacy ids now."""
+    assert make_spec("grr", epsilon=1.0, domain_size=4).legacy_spec_id == "26c35ef1fe813001"
+    assert make_spec("grr", epsilon=2.0, domain_size=1024).legacy_spec_id == "1e432c2896943cfb"
+    assert make_spec("rr", epsilon=0.5).legacy_spec_id == "6bdd76e2ff273ccf"
+
+
+@pytest.mark.parametrize("v", VECTORS["numbers"], ids=lambda v: v["canonical"])
+def test_number_vectors(v: dict[str, Any]) -> None:
+    assert canonical_number(v["value"]) == v["canonical"]
+    assert canonical_json(v["value"]) == v["canonical"].encode()
+
+
+@pytest.mark.parametrize("kind", ["strings", "objects"])
+def test_string_and_object_vectors(kind: str) -> None:
+    for v in VECTORS[kind]:
+        assert canonical_json(v["value"]) == v["canonical"].encode("utf-8")
+
+
+def test_numbers_against_node_on_random_doubles() -> None:
+    """Random doubles over the whole exponent range, and random small decimals like ε values."""
+    rng = np.random.default_rng(8785)
+    xs = [float(x) for x in rng.standard_normal(300) * 10.0 ** rng.integers(-30, 30, 300)]
+    xs += [float(np.round(x, int(k))) for x, k in zip(rng.uniform(0, 30, 300), rng.integers(0, 8, 300))]
+    xs += [float(i) for i in rng.integers(-(2**53), 2**53, 100)]
+    got = node_canonical(xs)
+    assert [canonical_number(x) for x in xs] == [c for c, _ in got]
+
+
+@pytest.mark.parametrize("bad", [math.nan, math.inf, -math.inf, 2**53 + 1, {1: 2}, "\ud800", object()])
+def test_values_without_canonical_form_are_refused(bad: Any) -> None:
+    with pytest.raises(CanonicalizationError):
+        canonical_json(bad)
+
+
+def test_spec_without_canonical_form_is_a_spec_error() -> None:
+    spec = make_spec("grr", epsilon=1.0, domain_size=4)
+    object.__setattr__(spec, "domain_size", 2**60)  # only a corrupted spec can get here
+    with pytest.raises(SpecError):
+        spec.canonical_bytes()
+
+
+def test_equal_specs_have_equal_ids_whatever_the_input_types() -> None:
+    a = make_spec("grr", epsilon=2, domain_size=np.int64(1024))
+    b = make_spec("grr", epsilon=np.float32(2.0), domain_size=1024)
+    assert a.spec_id == b.spec_id == make_spec("grr", epsilon=2.0, domain_size=1024).spec_id
