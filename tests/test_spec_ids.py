@@ -109,3 +109,78 @@ def test_equal_specs_have_equal_ids_whatever_the_input_types() -> None:
     a = make_spec("grr", epsilon=2, domain_size=np.int64(1024))
     b = make_spec("grr", epsilon=np.float32(2.0), domain_size=1024)
     assert a.spec_id == b.spec_id == make_spec("grr", epsilon=2.0, domain_size=1024).spec_id
+
+
+def _write_part(root: Path, metric: str, day: int, spec: Any, records: np.ndarray, spec_id: str, first: int) -> Path:
+    """A part file as the sink writes it, under ``spec_id`` (the legacy id: a part written before the change)."""
+    import pyarrow as pa
+
+    from pipeline.dataset import FORMAT, part_name, records_to_table, write_table_atomic
+
+    table = records_to_table(records, spec)
+    table = table.set_column(table.schema.get_field_index("spec_id"), "spec_id",
+                             pa.DictionaryArray.from_arrays(pa.array(np.zeros(records.size, dtype=np.int32)),
+                                                            pa.array([spec_id])))
+    table = table.replace_schema_metadata({
+        "ldp.format": FORMAT, "ldp.metric": metric, "ldp.day": str(day),
+        "ldp.spec": json.dumps(spec.to_dict(), sort_keys=True), "ldp.spec_id": spec_id,
+        "ldp.source": json.dumps({"topic": "t", "partition": 0, "first": first, "last": first}),
+        "ldp.shuffles": "[]"})
+    path = root / f"metric={metric}" / f"day={day}" / part_name("t", 0, first, first, spec_id)
+    write_table_atomic(path, table)
+    return path
+
+
+def test_legacy_id_part_files_still_decode_and_add_up(tmp_path: Path) -> None:
+    """A Parquet part named and tagged with the legacy id reads, and counts together with a
+    part of the same spec under its current id (one spec, not two, for ``ldp estimate``)."""
+    from estimator.batch import estimate_dataset
+    from pipeline.dataset import list_parts, read_part
+
+    spec = make_spec("grr", epsilon=1.0, domain_size=4)
+    assert spec.spec_id != spec.legacy_spec_id
+    rng = np.random.default_rng(3)
+    old = spec.encode(rng.integers(0, 4, 300), rng)
+    new = spec.encode(rng.integers(0, 4, 200), rng)
+    _write_part(tmp_path, "m", 5, spec, old, spec.legacy_spec_id, 0)
+    _write_part(tmp_path, "m", 5, spec, new, spec.spec_id, 1)
+    parts = list_parts(tmp_path, "m")
+    assert sorted(p.spec_id for p in parts) == sorted(spec.spec_ids)
+    for p in parts:
+        data = read_part(p)
+        assert data.spec == spec
+    assert read_part(parts[0].path).records.size in (200, 300)
+    for chosen in (None, spec.spec_id, spec.legacy_spec_id):
+        res = estimate_dataset(tmp_path, "m", spec_id=chosen, progress=False)
+        assert res.n == 500 and res.spec.spec_id == spec.spec_id and res.files == 2
+
+
+def test_legacy_id_streaming_state_still_loads() -> None:
+    """A streaming state entry written under the legacy id loads (it is the same spec)."""
+    from estimator.streaming import KeyState, Tally
+
+    spec = make_spec("grr", epsilon=2.0, domain_size=8)
+    rng = np.random.default_rng(4)
+    t = Tally()
+    t.add("m", 3, spec, spec.encode(rng.integers(0, 8, 50), rng), None)
+    items = t.to_json_obj()
+    items[0]["spec_id"] = spec.legacy_spec_id
+    back = Tally.from_json_obj(items)
+    assert back.n == 50 and isinstance(next(iter(back.keys.values())), KeyState)
+    items[0]["spec_id"] = "0" * 16
+    with pytest.raises(Exception, match="says spec"):
+        Tally.from_json_obj(items)
+
+
+def test_rappor_device_randomness_is_unchanged_by_the_id_change() -> None:
+    """RAPPOR's cohort and permanent bits stay keyed by the legacy id: a device that upgrades keeps
+    its PRR (re-drawing it would hand an observer a second independent PRR of each value)."""
+    import hmac
+    import struct
+
+    spec = make_spec("rappor", epsilon=4.0, domain_size=128, num_bits=64, num_hashes=2, num_cohorts=16)
+    assert spec.spec_id != spec.legacy_spec_id
+    secret = bytes(range(32))
+    block = hmac.new(secret, b"ldp-telemetry/rappor/cohort/v1\x00" + bytes.fromhex(spec.legacy_spec_id)
+                     + struct.pack("<Q", 0), hashlib.sha256).digest()
+    assert spec.cohort_of(secret) == int.from_bytes(block[:8], "little") % 16
