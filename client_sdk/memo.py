@@ -98,4 +98,5 @@ class MemoStore:
     def encode(self, metric: str, spec: MechanismSpec, indices: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         """Reports of this device for ``indices``: permanent bits memoized per value,
         fresh instantaneous randomness from ``rng`` per report."""
-        return spec.encode_memoized(indices, self.metric_secret(metric, spec.spec_id), rng)  # type: ignore[attr-defined]
+        key = self.metric_secret(metric, spec.legacy_spec_id)  # stable across the id change: see MechanismSpec
+        return spec.encode_memoized(indices, key, rng)  # type: ignore[attr-defined]

@@ -178,7 +178,7 @@ class Outbox:
                 spec = spec_from_dict(json.loads(row[0]))
             except (LDPError, ValueError):
                 return None
-            if spec.spec_id != spec_id:
+            if not spec.has_id(spec_id):  # rows queued before the RFC 8785 ids carry the legacy one
                 return None
             self._specs[spec_id] = spec
         return spec

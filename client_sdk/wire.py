@@ -193,7 +193,7 @@ def _resolve(specs: SpecResolver, metric: str, spec_id: str) -> MechanismSpec:
         spec = specs.get(spec_id)
         if spec is None:
             raise SpecMismatchError(f"metric {metric!r}: unknown spec_id {spec_id}")
-    if spec.spec_id != spec_id:
+    if not spec.has_id(spec_id):  # the current id, or the legacy one of older frames
         raise SpecMismatchError(
             f"metric {metric!r}: frame was made under spec {spec_id}, expected {spec.spec_id} ({spec.name})"
         )

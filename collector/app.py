@@ -348,7 +348,7 @@ def create_app(settings: CollectorSettings, *, transport: Transport | None = Non
         if m is None:
             raise RejectedBatch(422, "unknown_metric", f"metric {metric!r} is not declared in the collector's "
                                 "metrics file; GET /v1/metrics lists the declared metrics")
-        if m.spec.spec_id != spec_id:
+        if not m.spec.has_id(spec_id):  # old devices send the legacy id
             raise RejectedBatch(422, "spec_mismatch",
                                 f"metric {metric!r} is collected under spec {m.spec.spec_id} ({m.spec.name}, "
                                 f"epsilon={m.spec.epsilon:g}), but the batch was made under spec {spec_id}; "

@@ -398,7 +398,7 @@ class Shuffler(StreamProcessor):
         self._reports_per_person: dict[str, int] = {}
         if isinstance(specs, MetricSet):
             self._by_metric: dict[str, MechanismSpec] | None = {n: m.spec for n, m in specs.items()}
-            self._by_id: dict[str, MechanismSpec] = {m.spec.spec_id: m.spec for m in specs.values()}
+            self._by_id: dict[str, MechanismSpec] = {i: m.spec for m in specs.values() for i in m.spec.spec_ids}
             self._reports_per_person = {n: int(m.max_reports_per_day) for n, m in specs.items()}
         else:
             self._by_metric = None
@@ -608,7 +608,7 @@ class Shuffler(StreamProcessor):
 
     def _resolve(self, metric: str, spec_id: str) -> MechanismSpec:
         spec = self._by_metric.get(metric) if self._by_metric is not None else self._by_id.get(spec_id)
-        if spec is None or spec.spec_id != spec_id:
+        if spec is None or not spec.has_id(spec_id):
             raise FrameError(f"metric {metric!r} with spec {spec_id} is not in the shuffler's metrics file")
         return spec
 

@@ -28,7 +28,7 @@ import pandas as pd
 
 from client_sdk.mechanisms.base import MechanismSpec
 from client_sdk.metrics import MetricDefinition
-from pipeline.dataset import PartFile, list_parts, read_part
+from pipeline.dataset import PartFile, list_parts, read_part, read_part_spec
 from estimator.errors import BatchError
 from estimator.result import Estimate
 from estimator.oracles import accumulator_for
@@ -147,12 +147,19 @@ def estimate_dataset(root: str | os.PathLike[str], metric: str, days: Iterable[i
     if not parts:
         where = "" if days is None else f" on days {_describe(days)}"
         raise BatchError(f"no part files of metric {metric!r}{where} under {Path(root)}")
-    ids = sorted({p.spec_id for p in parts})
+    # A part's name holds the id its writer used: the legacy id for parts written before
+    # the RFC 8785 ids. Group by the spec's current id so both kinds of one spec add up.
+    current: dict[str, str] = {}
+    for p in parts:
+        if p.spec_id not in current:
+            spec = read_part_spec(p)
+            current.update({i: spec.spec_id for i in spec.spec_ids})
+    ids = sorted({current[p.spec_id] for p in parts})
     if spec_id is None and len(ids) > 1:
         raise BatchError(f"metric {metric!r} has reports under several specs in this range: {ids}; "
                          "choose one with --spec-id (estimates of different specs do not add)")
-    chosen = spec_id or ids[0]
-    parts = [p for p in parts if p.spec_id == chosen]
+    chosen = current.get(spec_id, spec_id) if spec_id else ids[0]
+    parts = [p for p in parts if current[p.spec_id] == chosen]
     if not parts:
         raise BatchError(f"metric {metric!r} has no reports under spec {chosen} in this range (it has {ids})")
     from tqdm import tqdm

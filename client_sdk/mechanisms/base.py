@@ -3,8 +3,10 @@
 A spec is a frozen, validated value object: its ε, its domain size and its
 own parameters. It knows
 
-* its stable ``spec_id`` (a hash of its canonical form; it travels in every
-  wire frame, so a report is never decoded under the wrong parameters),
+* its stable ``spec_id`` (a hash of its RFC 8785 canonical form; it travels
+  in every wire frame, so a report is never decoded under the wrong
+  parameters), and the ``legacy_spec_id`` that data written before the
+  canonical form was pinned down carries,
 * its report layout (a fixed-width numpy structured dtype, little-endian),
 * its device-side encoders (:meth:`encode` for batches, :meth:`encode_one`
   for the SDK), which take the randomness as an explicit argument, and
@@ -27,6 +29,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from client_sdk.canonical import CanonicalizationError, canonical_json
 from client_sdk.errors import DomainError, FrameError, SpecError
 
 __all__ = ["MechanismSpec", "MAX_EPSILON", "pure_protocol_variance"]
@@ -102,11 +105,47 @@ class MechanismSpec(ABC):
         """``{"mechanism": name, **params}``: what metric files and JSON frames carry."""
         return {"mechanism": self.name, **self.params()}
 
+    def canonical_bytes(self) -> bytes:
+        """The RFC 8785 (JCS) form of :meth:`to_dict`: what :attr:`spec_id` hashes.
+
+        E.g. ``{"domain_size":4,"epsilon":1,"mechanism":"grr"}`` (keys sorted by
+        UTF-16 code units, no whitespace, ECMAScript number form: ``1``, not
+        ``1.0``); see :mod:`client_sdk.canonical` and ``tests/vectors/spec_ids.json``.
+        """
+        try:
+            return canonical_json(self.to_dict())
+        except CanonicalizationError as exc:
+            raise SpecError(f"{self.name}: {exc}") from None
+
     @cached_property
     def spec_id(self) -> str:
-        """16 hex digits: the first 8 bytes of SHA-256 over the canonical JSON form."""
+        """16 lowercase hex digits: the first 8 bytes of SHA-256 over :meth:`canonical_bytes`."""
+        return hashlib.sha256(self.canonical_bytes()).hexdigest()[:16]
+
+    @cached_property
+    def legacy_spec_id(self) -> str:
+        """The id this spec had before the canonical form followed RFC 8785 (id scheme v0).
+
+        v0 hashed Python's ``json.dumps(to_dict(), sort_keys=True, separators=(",", ":"))``
+        (ASCII-escaped strings, Python float repr: ``1.0``, ``1e-05``). Frames,
+        outboxes, Parquet parts and streaming snapshots written then carry it, so
+        every reader accepts it too (:meth:`has_id`). It also keeps keying
+        RAPPOR's device-side derivations (memo key, cohort, permanent bits):
+        switching those to the new id would re-draw every device's permanent
+        randomized response, and two independent PRRs of one value reveal more
+        than the ε∞ each device was promised.
+        """
         canonical = json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(canonical.encode()).hexdigest()[:16]
+
+    @property
+    def spec_ids(self) -> tuple[str, str]:
+        """``(spec_id, legacy_spec_id)``: every id a report of this spec may carry (equal for some specs)."""
+        return (self.spec_id, self.legacy_spec_id)
+
+    def has_id(self, spec_id: str) -> bool:
+        """Whether ``spec_id`` names this spec (its current or its legacy id)."""
+        return spec_id == self.spec_id or spec_id == self.legacy_spec_id
 
     @property
     def exp_epsilon(self) -> float:

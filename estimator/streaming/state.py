@@ -203,7 +203,7 @@ class Tally:
         t = cls()
         for it in items:
             ks = KeyState.from_json_obj(it)
-            if ks.spec.spec_id != it["spec_id"]:
+            if not ks.spec.has_id(it["spec_id"]):  # snapshots from before the RFC 8785 ids hold the legacy one
                 raise StateError(f"state entry for {it['metric']} says spec {it['spec_id']} but holds {ks.spec.spec_id}")
             t.keys[(str(it["metric"]), str(it["spec_id"]), int(it["day"]))] = ks
         return t

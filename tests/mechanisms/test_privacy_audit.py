@@ -20,6 +20,13 @@ fails this test with probability at most ALPHA = 1e-6.
 Power: the same procedure on the profile's ``broken_spec(spec)`` (an encoder
 that leaks more while claiming the same ε) must find a lower bound above e^ε.
 
+Input pairs: besides the profile's pair, every spec is audited on (0, d − 1)
+(the largest index, i.e. the top of the record dtype's used range) and on a
+pair drawn from a seeded generator per spec (for block HR, one in two
+different blocks), with N_EXTRA reports per side: a leak that only shows for
+some pair (an off-by-one at the domain's end, a per-block constant) is caught
+there. Those extra audits check only that no ratio is provably above e^ε.
+
 Tightness: where the profile's optional ``audit_tight(spec)`` says the event
 attains the bound (P[E|x]/P[E|x'] = e^ε exactly, e.g. GRR's "report = x"),
 the two-sided interval [L₁/U₂, U₁/L₂] must contain e^ε and be narrower than
@@ -39,6 +46,7 @@ from scipy import stats
 from tests.support.spec_cases import optional, profile_spec, spec_cases
 
 N_AUDIT = 1_000_000
+N_EXTRA = 250_000  # reports per side for the extra input pairs (no tightness check there)
 CHUNK = 1 << 17
 ALPHA = 1e-6
 TIGHT_LOG_WIDTH = 0.35
@@ -71,10 +79,24 @@ def count_event(prof: Any, spec: Any, value: int, x: int, x_prime: int, n: int, 
     return hits
 
 
-def audit(prof: Any, spec: Any, rng: np.random.Generator) -> dict[str, float]:
+def extra_pairs(name: str, index: int, spec: Any) -> dict[str, tuple[int, int]]:
+    """The extra audited input pairs of one spec: ``last`` = (0, d − 1), ``random`` = a seeded
+    pair of distinct indices (in different blocks for block HR)."""
+    d = spec.domain_size
+    rng = np.random.default_rng([SEED, zlib.crc32(name.encode()), index, 2])
+    while True:
+        x, x_prime = (int(v) for v in rng.choice(d, size=2, replace=False))
+        per = getattr(spec, "block_size", 0) - 1 if getattr(spec, "variant", "") == "blocks" else 0
+        if per <= 0 or x // per != x_prime // per or d <= per:
+            break
+    pairs = {"last": (0, d - 1), "random": (x, x_prime)}
+    return {k: v for k, v in pairs.items() if v not in ((0, 1), (1, 0)) or d > 2}
+
+
+def audit(prof: Any, spec: Any, rng: np.random.Generator, pair: tuple[int, int] | None = None,
+          n: int = N_AUDIT) -> dict[str, float]:
     """Counts, bounds and ratio bounds of one audit (see the module docstring)."""
-    x, x_prime = optional(prof, "audit_inputs", lambda s: (0, 1))(spec)
-    n = N_AUDIT
+    x, x_prime = pair if pair is not None else optional(prof, "audit_inputs", lambda s: (0, 1))(spec)
     k1 = count_event(prof, spec, x, x, x_prime, n, rng)
     k2 = count_event(prof, spec, x_prime, x, x_prime, n, rng)
     a = ALPHA / 4
@@ -114,6 +136,22 @@ def test_honest_mechanism_passes_audit(name: str, index: int) -> None:
         assert r["P[E|x]/P[E|x']"] <= e_eps <= r["upper"], f"tight event's ratio interval misses e^ε = {e_eps:.4g}: {r}"
         width = math.log(r["upper"]) - math.log(r["P[E|x]/P[E|x']"])
         assert width <= TIGHT_LOG_WIDTH, f"audit too imprecise to show tightness (log width {width:.3f}): {r}"
+
+
+EXTRA_CASES = [pytest.param(*c.values, kind, id=f"{c.id}-{kind}") for c in CASES for kind in ("last", "random")]
+
+
+@pytest.mark.parametrize("name,index,kind", EXTRA_CASES)
+def test_honest_mechanism_passes_audit_on_more_pairs(name: str, index: int, kind: str) -> None:
+    """(0, d − 1) and a seeded random pair per spec: no event ratio provably above e^ε (≤ 1e-6)."""
+    prof, spec = profile_spec(name, index)
+    pair = extra_pairs(name, index, spec).get(kind)
+    if pair is None:  # d = 2: the pair is (0, 1), audited by test_honest_mechanism_passes_audit
+        return
+    r = audit(prof, spec, np.random.default_rng([SEED, zlib.crc32(name.encode()), index, 3, pair[0], pair[1]]),
+              pair, N_EXTRA)
+    e_eps = math.exp(spec.epsilon)
+    assert r["worst_lower"] <= e_eps, f"{name} ε={spec.epsilon} {pair}: ratio lower bound {r} exceeds e^ε"
 
 
 @pytest.mark.parametrize("name,index", CASES)

@@ -83,7 +83,7 @@ def test_permanent_bits_never_change_across_days(tmp_path) -> None:
         m = c.metrics["page"]
         spec: RapporSpec = m.spec  # type: ignore[assignment]
         index = m.domain.index_of("https://example.org/home")
-        key = c._memo.metric_secret("page", spec.spec_id)
+        key = c._memo.metric_secret("page", spec.legacy_spec_id)
         conn = Store(tmp_path).connection()
         rows = conn.execute("SELECT day, record FROM outbox ORDER BY id").fetchall()
     finally:
@@ -111,7 +111,7 @@ def test_instantaneous_layer_per_report() -> None:
     memo = MemoStore(b"s" * 32)
     n = 20_000
     recs = memo.encode("page", spec, np.full(n, 9), rng)
-    key = memo.metric_secret("page", spec.spec_id)
+    key = memo.metric_secret("page", spec.legacy_spec_id)
     prr = np.unpackbits(spec.permanent_bits(9, key), bitorder="little")[: spec.num_bits]
     pi = np.where(prr == 1, spec.q, spec.p)
     freq = unpack(recs, spec.num_bits).mean(axis=0)

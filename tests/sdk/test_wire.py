@@ -5,7 +5,10 @@ code under test, from the layout documented in ``client_sdk/wire.py``: magic
 ``LDPB``, version 1, flags 0, metric length (u16), spec id (8 bytes), day, record
 size, record count (u32 each), 16-byte batch id, metric, records, CRC-32 (zlib)
 of everything before it, all little-endian; the spec id is the first 16 hex
-digits of SHA-256 over the spec's canonical JSON (sorted keys, no spaces).
+digits of SHA-256 over the spec's RFC 8785 canonical JSON (sorted keys, no
+spaces, ECMAScript numbers: ``1``, not ``1.0``; the canonical strings and ids
+come from ``tests/vectors/spec_ids.json``, computed by node). The frames with
+the legacy (v0) ids, frozen before the ids followed RFC 8785, must still decode.
 They are frozen as hex literals so that any change to the format, the spec id
 or the record layout shows up here. ``test_golden_frames_follow_documented_layout``
 rebuilds each literal with :mod:`struct`, :mod:`zlib` and :mod:`hashlib` from
@@ -45,43 +48,56 @@ NAMES = sorted(MECHANISMS)
 PROPERTY = settings(max_examples=40, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
 
 # -- golden vectors (frozen; see the module docstring) ------------------------------
-GOLDEN_SPEC_ID_GRR_2_1024 = "1e432c2896943cfb"
+GOLDEN_SPEC_ID_GRR_2_1024 = "83bc72bce7d80e21"
+LEGACY_SPEC_ID_GRR_2_1024 = "1e432c2896943cfb"
 
 GOLDEN_FRAMES: list[dict[str, Any]] = [
     {
         "spec": GRRSpec(epsilon=1.0, domain_size=4),
-        "canonical": '{"domain_size":4,"epsilon":1.0,"mechanism":"grr"}',
-        "spec_id": "26c35ef1fe813001",
+        "canonical": '{"domain_size":4,"epsilon":1,"mechanism":"grr"}',
+        "spec_id": "9542bc7bcacd3a7f",
+        "legacy_canonical": '{"domain_size":4,"epsilon":1.0,"mechanism":"grr"}',
+        "legacy_spec_id": "26c35ef1fe813001",
         "metric": "app.emoji",
         "day": 19723,
         "batch_id": bytes(range(16)),
         "values": [2, 0, 3, 1],
         "record_bytes": bytes([2, 0, 3, 1]),
-        "hex": "4c4450420100090026c35ef1fe8130010b4d00000100000004000000000102030405060708090a0b0c0d0e0f"
+        "hex": "4c445042010009009542bc7bcacd3a7f0b4d00000100000004000000000102030405060708090a0b0c0d0e0f"
+        "6170702e656d6f6a6902000301f7d12e1d",
+        "legacy_hex": "4c4450420100090026c35ef1fe8130010b4d00000100000004000000000102030405060708090a0b0c0d0e0f"
         "6170702e656d6f6a690200030162bc0425",
     },
     {
         "spec": GRRSpec(epsilon=2.0, domain_size=1024),
-        "canonical": '{"domain_size":1024,"epsilon":2.0,"mechanism":"grr"}',
+        "canonical": '{"domain_size":1024,"epsilon":2,"mechanism":"grr"}',
         "spec_id": GOLDEN_SPEC_ID_GRR_2_1024,
+        "legacy_canonical": '{"domain_size":1024,"epsilon":2.0,"mechanism":"grr"}',
+        "legacy_spec_id": LEGACY_SPEC_ID_GRR_2_1024,
         "metric": "search.lang",
         "day": 20000,
         "batch_id": bytes(range(16, 32)),
         "values": [1023, 0, 513],
         "record_bytes": struct.pack("<3H", 1023, 0, 513),
-        "hex": "4c44504201000b001e432c2896943cfb204e00000200000003000000101112131415161718191a1b1c1d1e1f"
+        "hex": "4c44504201000b0083bc72bce7d80e21204e00000200000003000000101112131415161718191a1b1c1d1e1f"
+        "7365617263682e6c616e67ff03000001024e9403ff",
+        "legacy_hex": "4c44504201000b001e432c2896943cfb204e00000200000003000000101112131415161718191a1b1c1d1e1f"
         "7365617263682e6c616e67ff03000001025a485fe4",
     },
     {
         "spec": BinaryRRSpec(epsilon=0.5),
         "canonical": '{"domain_size":2,"epsilon":0.5,"mechanism":"rr"}',
         "spec_id": "6bdd76e2ff273ccf",
+        "legacy_canonical": '{"domain_size":2,"epsilon":0.5,"mechanism":"rr"}',
+        "legacy_spec_id": "6bdd76e2ff273ccf",  # no float with a ".0": the id did not change
         "metric": "flag",
         "day": 0,
         "batch_id": bytes(16),
         "values": [1],
         "record_bytes": bytes([1]),
         "hex": "4c445042010004006bdd76e2ff273ccf0000000001000000010000000000000000000000000000000000000066"
+        "6c6167012c874d8d",
+        "legacy_hex": "4c445042010004006bdd76e2ff273ccf0000000001000000010000000000000000000000000000000000000066"
         "6c6167012c874d8d",
     },
 ]
@@ -141,8 +157,11 @@ def test_spec_id_golden() -> None:
 
 @pytest.mark.parametrize("g", GOLDEN_FRAMES, ids=lambda g: g["metric"])
 def test_spec_id_is_sha256_of_canonical_json(g: dict[str, Any]) -> None:
-    assert json.dumps(g["spec"].to_dict(), sort_keys=True, separators=(",", ":")) == g["canonical"]
+    assert g["spec"].canonical_bytes() == g["canonical"].encode()
     assert hashlib.sha256(g["canonical"].encode()).hexdigest()[:16] == g["spec_id"] == g["spec"].spec_id
+    assert json.dumps(g["spec"].to_dict(), sort_keys=True, separators=(",", ":")) == g["legacy_canonical"]
+    assert hashlib.sha256(g["legacy_canonical"].encode()).hexdigest()[:16] == g["legacy_spec_id"]
+    assert g["spec"].legacy_spec_id == g["legacy_spec_id"]
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -180,7 +199,30 @@ def test_golden_frames_follow_documented_layout(g: dict[str, Any]) -> None:
     size = len(g["record_bytes"]) // len(g["values"])
     rebuilt = layout_frame(spec_id, g["metric"].encode(), g["day"], size, len(g["values"]), g["batch_id"], g["record_bytes"])
     assert rebuilt.hex() == g["hex"]
+    legacy_id = hashlib.sha256(g["legacy_canonical"].encode()).hexdigest()[:16]
+    legacy = layout_frame(legacy_id, g["metric"].encode(), g["day"], size, len(g["values"]), g["batch_id"],
+                          g["record_bytes"])
+    assert legacy.hex() == g["legacy_hex"]
     assert HEADER_SIZE == 44
+
+
+@pytest.mark.parametrize("g", GOLDEN_FRAMES, ids=lambda g: g["metric"])
+def test_legacy_id_frames_still_decode(g: dict[str, Any]) -> None:
+    """A frame an old device made (legacy spec id) decodes under the spec, a catalog or a resolver,
+    binary and JSON; re-encoding it writes the current id."""
+    from pipeline.catalog import SpecCatalog
+
+    spec = g["spec"]
+    catalog = SpecCatalog(specs=[(g["metric"], spec)])
+    for resolver in (spec, catalog, lambda metric, spec_id: spec):
+        back = decode_frame(bytes.fromhex(g["legacy_hex"]), resolver)
+        assert back.spec == spec and back.records[back.records.dtype.names[0]].tolist() == g["values"]
+        assert encode_frame(back).hex() == g["hex"]
+    obj = json.loads(encode_json(golden_batch(g)))
+    obj["spec_id"] = g["legacy_spec_id"]
+    assert decode_json(json.dumps(obj).encode(), catalog).spec == spec
+    with pytest.raises(SpecMismatchError):
+        decode_frame(bytes.fromhex(g["legacy_hex"]), GRRSpec(1.0, 5))
 
 
 def test_golden_json() -> None:
@@ -189,7 +231,7 @@ def test_golden_json() -> None:
     assert obj == {
         "version": 1,
         "metric": "app.emoji",
-        "spec_id": "26c35ef1fe813001",
+        "spec_id": "9542bc7bcacd3a7f",
         "day": 19723,
         "batch_id": "000102030405060708090a0b0c0d0e0f",
         "records": [[2], [0], [3], [1]],
@@ -330,6 +372,7 @@ def test_spec_resolution_mismatch() -> None:
     with pytest.raises(SpecMismatchError, match="expected"):
         decode_frame(FRAME, lambda metric, spec_id: GRRSpec(1.0, 5))
     assert decode_frame(FRAME, {SPEC.spec_id: SPEC}).spec == SPEC
+    assert decode_frame(bytes.fromhex(G["legacy_hex"]), {SPEC.legacy_spec_id: SPEC}).spec == SPEC
     assert decode_frame(FRAME, lambda metric, spec_id: SPEC).spec == SPEC
 
 

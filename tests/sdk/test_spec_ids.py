@@ -1,0 +1,186 @@
+"""spec_id: RFC 8785 canonical form, test vectors checked by an independent implementation, legacy ids.
+
+``tests/vectors/spec_ids.json`` holds, for a spec of every mechanism, its dict,
+its canonical bytes and its id, plus number, string and key-order vectors.
+Those were computed by node (``tests/vectors/jcs.js``: ``JSON.stringify`` of
+the value with its keys sorted, which is RFC 8785's form, and node's SHA-256),
+not by :mod:`client_sdk.canonical`. ``test_vectors_agree_with_node`` re-runs
+node on the file here, so the file cannot drift from the standard either;
+node is part of the test environment (and of CI): without it the test fails.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from client_sdk.canonical import CanonicalizationError, canonical_json, canonical_number
+from client_sdk.errors import SpecError
+from client_sdk.mechanisms import MECHANISMS, make_spec, spec_from_dict
+
+VECTORS_DIR = Path(__file__).resolve().parents[1] / "vectors"
+VECTORS = json.loads((VECTORS_DIR / "spec_ids.json").read_text(encoding="utf-8"))
+
+
+def node_canonical(values: list[Any]) -> list[tuple[str, str]]:
+    """``[(canonical string, sha256 hex)]`` of ``values`` as node computes them."""
+    node = shutil.which("node")
+    assert node is not None, "node is required for the independent RFC 8785 check (install nodejs)"
+    out = subprocess.run([node, str(VECTORS_DIR / "jcs.js")], input=json.dumps(values), capture_output=True,
+                         text=True, check=True, timeout=60)
+    return [tuple(x) for x in json.loads(out.stdout)]
+
+
+def test_vectors_cover_every_mechanism() -> None:
+    assert {v["spec"]["mechanism"] for v in VECTORS["specs"]} == set(MECHANISMS)
+
+
+def test_vectors_agree_with_node() -> None:
+    got = node_canonical([v["spec"] for v in VECTORS["specs"]])
+    for v, (canon, digest) in zip(VECTORS["specs"], got):
+        assert canon == v["canonical"] and digest[:16] == v["spec_id"]
+    for kind in ("numbers", "strings", "objects"):
+        assert [c for c, _ in node_canonical([v["value"] for v in VECTORS[kind]])] == [v["canonical"] for v in
+                                                                                      VECTORS[kind]]
+
+
+@pytest.mark.parametrize("v", VECTORS["specs"], ids=lambda v: v["spec_id"])
+def test_spec_matches_vector(v: dict[str, Any]) -> None:
+    spec = spec_from_dict(v["spec"])
+    assert spec.to_dict() == v["spec"]
+    assert spec.canonical_bytes() == v["canonical"].encode("utf-8")
+    assert spec.spec_id == v["spec_id"] == hashlib.sha256(v["canonical"].encode()).hexdigest()[:16]
+    assert spec.legacy_spec_id == v["legacy_spec_id"]
+    assert spec.spec_ids == (v["spec_id"], v["legacy_spec_id"])
+    assert spec.has_id(v["spec_id"]) and spec.has_id(v["legacy_spec_id"]) and not spec.has_id("0" * 16)
+
+
+def test_legacy_ids_are_the_old_golden_ids() -> None:
+    """The v0 ids that tests/test_wire.py froze before the change are the legacy ids now."""
+    assert make_spec("grr", epsilon=1.0, domain_size=4).legacy_spec_id == "26c35ef1fe813001"
+    assert make_spec("grr", epsilon=2.0, domain_size=1024).legacy_spec_id == "1e432c2896943cfb"
+    assert make_spec("rr", epsilon=0.5).legacy_spec_id == "6bdd76e2ff273ccf"
+
+
+@pytest.mark.parametrize("v", VECTORS["numbers"], ids=lambda v: v["canonical"])
+def test_number_vectors(v: dict[str, Any]) -> None:
+    assert canonical_number(v["value"]) == v["canonical"]
+    assert canonical_json(v["value"]) == v["canonical"].encode()
+
+
+@pytest.mark.parametrize("kind", ["strings", "objects"])
+def test_string_and_object_vectors(kind: str) -> None:
+    for v in VECTORS[kind]:
+        assert canonical_json(v["value"]) == v["canonical"].encode("utf-8")
+
+
+def test_numbers_against_node_on_random_doubles() -> None:
+    """Random doubles over the whole exponent range, and random small decimals like ε values."""
+    rng = np.random.default_rng(8785)
+    xs = [float(x) for x in rng.standard_normal(300) * 10.0 ** rng.integers(-30, 30, 300)]
+    xs += [float(np.round(x, int(k))) for x, k in zip(rng.uniform(0, 30, 300), rng.integers(0, 8, 300))]
+    xs += [float(i) for i in rng.integers(-(2**53), 2**53, 100)]
+    got = node_canonical(xs)
+    assert [canonical_number(x) for x in xs] == [c for c, _ in got]
+
+
+@pytest.mark.parametrize("bad", [math.nan, math.inf, -math.inf, 2**53 + 1, {1: 2}, "\ud800", object()])
+def test_values_without_canonical_form_are_refused(bad: Any) -> None:
+    with pytest.raises(CanonicalizationError):
+        canonical_json(bad)
+
+
+def test_spec_without_canonical_form_is_a_spec_error() -> None:
+    spec = make_spec("grr", epsilon=1.0, domain_size=4)
+    object.__setattr__(spec, "domain_size", 2**60)  # only a corrupted spec can get here
+    with pytest.raises(SpecError):
+        spec.canonical_bytes()
+
+
+def test_equal_specs_have_equal_ids_whatever_the_input_types() -> None:
+    a = make_spec("grr", epsilon=2, domain_size=np.int64(1024))
+    b = make_spec("grr", epsilon=np.float32(2.0), domain_size=1024)
+    assert a.spec_id == b.spec_id == make_spec("grr", epsilon=2.0, domain_size=1024).spec_id
+
+
+def _write_part(root: Path, metric: str, day: int, spec: Any, records: np.ndarray, spec_id: str, first: int) -> Path:
+    """A part file as the sink writes it, under ``spec_id`` (the legacy id: a part written before the change)."""
+    import pyarrow as pa
+
+    from pipeline.dataset import FORMAT, part_name, records_to_table, write_table_atomic
+
+    table = records_to_table(records, spec)
+    table = table.set_column(table.schema.get_field_index("spec_id"), "spec_id",
+                             pa.DictionaryArray.from_arrays(pa.array(np.zeros(records.size, dtype=np.int32)),
+                                                            pa.array([spec_id])))
+    table = table.replace_schema_metadata({
+        "ldp.format": FORMAT, "ldp.metric": metric, "ldp.day": str(day),
+        "ldp.spec": json.dumps(spec.to_dict(), sort_keys=True), "ldp.spec_id": spec_id,
+        "ldp.source": json.dumps({"topic": "t", "partition": 0, "first": first, "last": first}),
+        "ldp.shuffles": "[]"})
+    path = root / f"metric={metric}" / f"day={day}" / part_name("t", 0, first, first, spec_id)
+    write_table_atomic(path, table)
+    return path
+
+
+def test_legacy_id_part_files_still_decode_and_add_up(tmp_path: Path) -> None:
+    """A Parquet part named and tagged with the legacy id reads, and counts together with a
+    part of the same spec under its current id (one spec, not two, for ``ldp estimate``)."""
+    from estimator.batch import estimate_dataset
+    from pipeline.dataset import list_parts, read_part
+
+    spec = make_spec("grr", epsilon=1.0, domain_size=4)
+    assert spec.spec_id != spec.legacy_spec_id
+    rng = np.random.default_rng(3)
+    old = spec.encode(rng.integers(0, 4, 300), rng)
+    new = spec.encode(rng.integers(0, 4, 200), rng)
+    _write_part(tmp_path, "m", 5, spec, old, spec.legacy_spec_id, 0)
+    _write_part(tmp_path, "m", 5, spec, new, spec.spec_id, 1)
+    parts = list_parts(tmp_path, "m")
+    assert sorted(p.spec_id for p in parts) == sorted(spec.spec_ids)
+    for p in parts:
+        data = read_part(p)
+        assert data.spec == spec
+    assert read_part(parts[0].path).records.size in (200, 300)
+    for chosen in (None, spec.spec_id, spec.legacy_spec_id):
+        res = estimate_dataset(tmp_path, "m", spec_id=chosen, progress=False)
+        assert res.n == 500 and res.spec.spec_id == spec.spec_id and res.files == 2
+
+
+def test_legacy_id_streaming_state_still_loads() -> None:
+    """A streaming state entry written under the legacy id loads (it is the same spec)."""
+    from estimator.streaming import KeyState, Tally
+
+    spec = make_spec("grr", epsilon=2.0, domain_size=8)
+    rng = np.random.default_rng(4)
+    t = Tally()
+    t.add("m", 3, spec, spec.encode(rng.integers(0, 8, 50), rng), None)
+    items = t.to_json_obj()
+    items[0]["spec_id"] = spec.legacy_spec_id
+    back = Tally.from_json_obj(items)
+    assert back.n == 50 and isinstance(next(iter(back.keys.values())), KeyState)
+    items[0]["spec_id"] = "0" * 16
+    with pytest.raises(Exception, match="says spec"):
+        Tally.from_json_obj(items)
+
+
+def test_rappor_device_randomness_is_unchanged_by_the_id_change() -> None:
+    """RAPPOR's cohort and permanent bits stay keyed by the legacy id: a device that upgrades keeps
+    its PRR (re-drawing it would hand an observer a second independent PRR of each value)."""
+    import hmac
+    import struct
+
+    spec = make_spec("rappor", epsilon=4.0, domain_size=128, num_bits=64, num_hashes=2, num_cohorts=16)
+    assert spec.spec_id != spec.legacy_spec_id
+    secret = bytes(range(32))
+    block = hmac.new(secret, b"ldp-telemetry/rappor/cohort/v1\x00" + bytes.fromhex(spec.legacy_spec_id)
+                     + struct.pack("<Q", 0), hashlib.sha256).digest()
+    assert spec.cohort_of(secret) == int.from_bytes(block[:8], "little") % 16
