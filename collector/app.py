@@ -22,7 +22,9 @@ Answers to an upload
 --------------------
 =====  =======================================================================
 202    published durably to ``ldp.reports.raw`` (``"accepted"``), or a batch id
-       accepted before (``"duplicate"``; nothing is published again)
+       accepted before with the same records (``"duplicate"``; nothing is published again)
+409    ``batch_id_conflict``: the batch id was accepted before with other records;
+       nothing of this upload is stored (a new batch needs a fresh batch id)
 400    the body is not a valid frame or JSON form (truncated, bad CRC, bad field,
        record outside the spec's bounds, ``Idempotency-Key`` differing from the batch id)
 413    the body exceeds ``max_body_bytes`` (from ``Content-Length`` or while
@@ -228,6 +230,7 @@ _REPORTS_OPENAPI: dict[str, Any] = {
 _ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
     400: {"model": ErrorBody, "description": "malformed body"},
     413: {"model": ErrorBody, "description": "body or batch too large"},
+    409: {"model": ErrorBody, "description": "batch id accepted before with other records"},
     415: {"model": ErrorBody, "description": "unsupported Content-Type"},
     422: {"model": ErrorBody, "description": "unknown metric, spec mismatch, expired metric or day out of range"},
     503: {"model": ErrorBody, "description": "overloaded or transport unavailable; see Retry-After"},
@@ -403,10 +406,6 @@ def create_app(settings: CollectorSettings, *, transport: Transport | None = Non
                                 f"Idempotency-Key {key[:64]!r} differs from the frame's batch id {batch.batch_id.hex()}")
         if len(batch) == 0:
             raise RejectedBatch(422, "empty", "the batch holds no reports")
-        m = declared[batch.metric]
-        if m.is_expired(batch.day):
-            raise RejectedBatch(422, "expired_metric", f"metric {batch.metric!r} expired on {m.expires.isoformat()}; "
-                                f"reports for day {batch.day} are no longer collected")
         now = utc_day(clock())
         if batch.day > now + settings.max_days_ahead:
             raise RejectedBatch(422, "bad_day", f"day {batch.day} is {batch.day - now} days ahead of the collector's "
@@ -414,6 +413,10 @@ def create_app(settings: CollectorSettings, *, transport: Transport | None = Non
         if batch.day < now - settings.max_day_age:
             raise RejectedBatch(422, "bad_day", f"day {batch.day} is {now - batch.day} days old; batches older than "
                                 f"{settings.max_day_age} days are not accepted")
+        m = declared[batch.metric]  # after the day checks: a day far out of range is bad_day, not expired_metric
+        if m.is_expired(batch.day):
+            raise RejectedBatch(422, "expired_metric", f"metric {batch.metric!r} expired on {m.expires.isoformat()}; "
+                                f"reports for day {batch.day} are no longer collected")
 
     async def upload(ctype: str, length: str | None, idempotency_key: str | None,
                      chunks: AsyncIterator[bytes]) -> tuple[int, bytes, list[tuple[bytes, bytes]]]:
