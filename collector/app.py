@@ -428,6 +428,7 @@ def create_app(settings: CollectorSettings, *, transport: Transport | None = Non
         state["in_flight"] += 1
         prom.in_flight.inc()
         batch: ReportBatch | None = None
+        body_read = False
         try:
             ctype = ctype.split(";")[0].strip().lower()
             if ctype in FRAME_CONTENT_TYPES:
@@ -439,6 +440,7 @@ def create_app(settings: CollectorSettings, *, transport: Transport | None = Non
                                     f"Content-Type {ctype[:80] or '(none)'!r} is not accepted; send a binary frame as "
                                     f"{FRAME_CONTENT_TYPES[0]} or the JSON form as {JSON_CONTENT_TYPE}")
             body = await read_body(length, chunks)
+            body_read = True
             batch = decode(body, kind)
             admit(batch, idempotency_key)
             value = encode_frame(batch)
@@ -452,7 +454,10 @@ def create_app(settings: CollectorSettings, *, transport: Transport | None = Non
                                        f"{settings.publish_timeout:g} s; retry later", settings.retry_after) from None
         except RejectedBatch as exc:
             prom.reject(exc.reason, len(batch) if batch is not None else None)
-            return _error_parts(exc.status, exc.reason, exc.message)
+            status, err, extra = _error_parts(exc.status, exc.reason, exc.message)
+            if not body_read:  # refused before the body was read: the rest of it would be taken for the next request
+                extra.append((b"connection", b"close"))
+            return status, err, extra
         except UnavailableError as exc:
             prom.reject(exc.reason, len(batch) if batch is not None else None, outcome="unavailable")
             return _error_parts(503, exc.reason, exc.message, exc.retry_after)

@@ -476,6 +476,33 @@ def test_too_large_is_413_before_and_while_reading(tmp_path: Path, metrics: Metr
     assert len(read_all(transport)) == 1
 
 
+def test_early_413_closes_the_connection_so_a_keep_alive_client_does_not_hang(tmp_path: Path, metrics: MetricSet,
+                                                                              transport: Transport) -> None:
+    """A keep-alive client declares a too-large body and sends it whole. The collector answers 413 before reading
+    it; before the fix the connection stayed open and the unread body was parsed as the next request, so the
+    client's next upload on that connection hung. Now the 413 says ``Connection: close`` and the server closes."""
+    import socket
+
+    settings = make_settings(tmp_path, max_body_bytes=4096)
+    with ServerThread(create_app(settings, transport=transport)) as srv:
+        big = encode_frame(olh_batch(metrics, 2000))
+        with socket.create_connection(("127.0.0.1", srv.port), timeout=10) as sock:
+            sock.sendall((f"POST /v1/reports HTTP/1.1\r\nHost: x\r\nContent-Type: {FRAME_CONTENT_TYPE}\r\n"
+                          f"Content-Length: {len(big)}\r\n\r\n").encode() + big)
+            data = b""
+            while True:
+                try:
+                    chunk = sock.recv(65536)
+                except TimeoutError:
+                    pytest.fail(f"the connection stayed open after the 413: {data[:200]!r}")
+                if not chunk:
+                    break
+                data += chunk
+        head = data.split(b"\r\n\r\n", 1)[0].lower()
+        assert head.startswith(b"http/1.1 413") and b"connection: close" in head
+        assert post(srv.url, encode_frame(olh_batch(metrics, 5))).status_code == 202
+
+
 # -- the other endpoints ---------------------------------------------------------------------------------
 
 
