@@ -71,6 +71,7 @@ from typing import Any, Literal
 from fastapi import FastAPI, Request
 from fastapi.responses import Response
 from pydantic import BaseModel
+from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 
 from client_sdk.errors import FrameError, SpecMismatchError
@@ -341,6 +342,15 @@ def create_app(settings: CollectorSettings, *, transport: Transport | None = Non
         lifespan=lifespan,
         **extra,
     )
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, exc: StarletteHTTPException) -> Response:
+        # every non-2xx answer has the documented {"error", "message"} body, the framework's 404/405 included
+        reasons = {404: "not_found", 405: "method_not_allowed"}
+        hints = {404: f"no route {request.url.path[:100]!r}; GET /docs lists the routes",
+                 405: f"{request.method} is not allowed on {request.url.path[:100]!r}; GET /docs lists the routes"}
+        return _error(exc.status_code, reasons.get(exc.status_code, "http_error"),
+                      hints.get(exc.status_code, str(exc.detail)[:200]), headers=dict(exc.headers or {}))
+
     app.state.settings = settings
     app.state.metrics = declared
     app.state.prometheus = prom

@@ -506,6 +506,15 @@ def test_early_413_closes_the_connection_so_a_keep_alive_client_does_not_hang(tm
 # -- the other endpoints ---------------------------------------------------------------------------------
 
 
+def test_404_and_405_have_the_documented_error_body(server: ServerThread) -> None:
+    """Outside developers parse every non-2xx answer as ``{"error", "message"}``; the framework's own 404 and
+    405 answered ``{"detail": ...}`` before."""
+    r = httpx.get(server.url + "/v1/no-such-route", timeout=30)
+    assert r.status_code == 404 and r.json()["error"] == "not_found" and r.json()["message"]
+    r = httpx.get(server.url + "/v1/reports", timeout=30)
+    assert r.status_code == 405 and r.json()["error"] == "method_not_allowed" and "POST" in r.headers["allow"]
+
+
 def test_metrics_document_round_trips_with_etag(server: ServerThread, metrics: MetricSet) -> None:
     r = httpx.get(server.url + "/v1/metrics")
     assert r.status_code == 200
