@@ -22,7 +22,9 @@ Answers to an upload
 --------------------
 =====  =======================================================================
 202    published durably to ``ldp.reports.raw`` (``"accepted"``), or a batch id
-       accepted before (``"duplicate"``; nothing is published again)
+       accepted before with the same records (``"duplicate"``; nothing is published again)
+409    ``batch_id_conflict``: the batch id was accepted before with other records;
+       nothing of this upload is stored (a new batch needs a fresh batch id)
 400    the body is not a valid frame or JSON form (truncated, bad CRC, bad field,
        record outside the spec's bounds, ``Idempotency-Key`` differing from the batch id)
 413    the body exceeds ``max_body_bytes`` (from ``Content-Length`` or while
@@ -69,6 +71,7 @@ from typing import Any, Literal
 from fastapi import FastAPI, Request
 from fastapi.responses import Response
 from pydantic import BaseModel
+from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 
 from client_sdk.errors import FrameError, SpecMismatchError
@@ -228,6 +231,7 @@ _REPORTS_OPENAPI: dict[str, Any] = {
 _ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
     400: {"model": ErrorBody, "description": "malformed body"},
     413: {"model": ErrorBody, "description": "body or batch too large"},
+    409: {"model": ErrorBody, "description": "batch id accepted before with other records"},
     415: {"model": ErrorBody, "description": "unsupported Content-Type"},
     422: {"model": ErrorBody, "description": "unknown metric, spec mismatch, expired metric or day out of range"},
     503: {"model": ErrorBody, "description": "overloaded or transport unavailable; see Retry-After"},
@@ -338,6 +342,15 @@ def create_app(settings: CollectorSettings, *, transport: Transport | None = Non
         lifespan=lifespan,
         **extra,
     )
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, exc: StarletteHTTPException) -> Response:
+        # every non-2xx answer has the documented {"error", "message"} body, the framework's 404/405 included
+        reasons = {404: "not_found", 405: "method_not_allowed"}
+        hints = {404: f"no route {request.url.path[:100]!r}; GET /docs lists the routes",
+                 405: f"{request.method} is not allowed on {request.url.path[:100]!r}; GET /docs lists the routes"}
+        return _error(exc.status_code, reasons.get(exc.status_code, "http_error"),
+                      hints.get(exc.status_code, str(exc.detail)[:200]), headers=dict(exc.headers or {}))
+
     app.state.settings = settings
     app.state.metrics = declared
     app.state.prometheus = prom
@@ -403,10 +416,6 @@ def create_app(settings: CollectorSettings, *, transport: Transport | None = Non
                                 f"Idempotency-Key {key[:64]!r} differs from the frame's batch id {batch.batch_id.hex()}")
         if len(batch) == 0:
             raise RejectedBatch(422, "empty", "the batch holds no reports")
-        m = declared[batch.metric]
-        if m.is_expired(batch.day):
-            raise RejectedBatch(422, "expired_metric", f"metric {batch.metric!r} expired on {m.expires.isoformat()}; "
-                                f"reports for day {batch.day} are no longer collected")
         now = utc_day(clock())
         if batch.day > now + settings.max_days_ahead:
             raise RejectedBatch(422, "bad_day", f"day {batch.day} is {batch.day - now} days ahead of the collector's "
@@ -414,6 +423,10 @@ def create_app(settings: CollectorSettings, *, transport: Transport | None = Non
         if batch.day < now - settings.max_day_age:
             raise RejectedBatch(422, "bad_day", f"day {batch.day} is {now - batch.day} days old; batches older than "
                                 f"{settings.max_day_age} days are not accepted")
+        m = declared[batch.metric]  # after the day checks: a day far out of range is bad_day, not expired_metric
+        if m.is_expired(batch.day):
+            raise RejectedBatch(422, "expired_metric", f"metric {batch.metric!r} expired on {m.expires.isoformat()}; "
+                                f"reports for day {batch.day} are no longer collected")
 
     async def upload(ctype: str, length: str | None, idempotency_key: str | None,
                      chunks: AsyncIterator[bytes]) -> tuple[int, bytes, list[tuple[bytes, bytes]]]:
@@ -425,6 +438,7 @@ def create_app(settings: CollectorSettings, *, transport: Transport | None = Non
         state["in_flight"] += 1
         prom.in_flight.inc()
         batch: ReportBatch | None = None
+        body_read = False
         try:
             ctype = ctype.split(";")[0].strip().lower()
             if ctype in FRAME_CONTENT_TYPES:
@@ -436,6 +450,7 @@ def create_app(settings: CollectorSettings, *, transport: Transport | None = Non
                                     f"Content-Type {ctype[:80] or '(none)'!r} is not accepted; send a binary frame as "
                                     f"{FRAME_CONTENT_TYPES[0]} or the JSON form as {JSON_CONTENT_TYPE}")
             body = await read_body(length, chunks)
+            body_read = True
             batch = decode(body, kind)
             admit(batch, idempotency_key)
             value = encode_frame(batch)
@@ -449,7 +464,10 @@ def create_app(settings: CollectorSettings, *, transport: Transport | None = Non
                                        f"{settings.publish_timeout:g} s; retry later", settings.retry_after) from None
         except RejectedBatch as exc:
             prom.reject(exc.reason, len(batch) if batch is not None else None)
-            return _error_parts(exc.status, exc.reason, exc.message)
+            status, err, extra = _error_parts(exc.status, exc.reason, exc.message)
+            if not body_read:  # refused before the body was read: the rest of it would be taken for the next request
+                extra.append((b"connection", b"close"))
+            return status, err, extra
         except UnavailableError as exc:
             prom.reject(exc.reason, len(batch) if batch is not None else None, outcome="unavailable")
             return _error_parts(503, exc.reason, exc.message, exc.retry_after)

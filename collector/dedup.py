@@ -2,9 +2,22 @@
 
 A device retries an upload under the same batch id until it gets an answer,
 so the collector answers an id it already published with 202 without
-publishing it again. The store is a SQLite table ``batch_ids(id, expires)``
-in WAL mode; an id is kept for ``ttl`` seconds (default three days, longer
-than a device's outbox keeps a batch) and then purged.
+publishing it again, provided the retry carries the same content; the same
+id with other content is refused (409), never silently dropped.
+
+**What the store keeps.** A SQLite table ``batches(id_digest, content, day)``
+in WAL mode: a keyed digest (HMAC-SHA-256 under a random key kept in the
+file, truncated to 16 bytes) of the batch id, a digest of the re-encoded
+frame, and the **UTC day** the batch was accepted. No time finer than the
+day is stored: the batch id also travels on the raw topic, and the
+transports coarsen record times to the day, so an accept time kept here
+would give each upload's arrival time back to whoever holds both. An id is
+kept through day ``day + ceil(ttl / 86400)`` (so at least ``ttl`` seconds)
+and then purged. ``PRAGMA user_version`` holds the schema version; a file
+of the first schema (``batch_ids(id, expires)``, accept time + TTL to the
+microsecond) is upgraded in place (its expiries reduced to days, then the
+file vacuumed so the old values do not linger in free pages); a newer
+schema is refused with :class:`~collector.errors.DedupStoreError`.
 
 **The crash window.** An id is recorded *after* the transport acknowledged
 the batch (recording it before would lose the batch if the publish then
@@ -21,21 +34,34 @@ a power cut only lets one retry through to the shuffler's check.
 
 from __future__ import annotations
 
+import hashlib
+import hmac
+import math
+import os
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
 from client_sdk.store import immediate_transaction
+from collector.errors import DedupStoreError
 
-__all__ = ["BatchIdStore"]
+__all__ = ["BatchIdStore", "SCHEMA_VERSION", "content_digest"]
 
 _CHUNK = 500
+#: the store's schema (``PRAGMA user_version``): 0 = none or the first ``batch_ids(id, expires)``, 2 = this one
+SCHEMA_VERSION = 2
+
+
+def content_digest(value: bytes) -> bytes:
+    """The digest stored with a batch id: 16 bytes of BLAKE2b of the re-encoded frame."""
+    return hashlib.blake2b(value, digest_size=16).digest()
 
 
 class BatchIdStore:
-    """Batch ids accepted within the last ``ttl`` seconds, in the SQLite file ``path`` (``":memory:"`` for tests)."""
+    """Batch ids accepted within the last ``ttl`` seconds (rounded up to whole UTC days), with a digest of their
+    content, in the SQLite file ``path`` (``":memory:"`` for tests)."""
 
     def __init__(self, path: str | Path, *, ttl: float = 3 * 86400.0, purge_interval: float = 60.0,
                  clock: Callable[[], float] = time.time) -> None:
@@ -45,44 +71,108 @@ class BatchIdStore:
         if self.path != ":memory:":
             Path(self.path).expanduser().parent.mkdir(parents=True, exist_ok=True)
         self.ttl = float(ttl)
+        self.ttl_days = max(1, math.ceil(self.ttl / 86400.0))
         self.purge_interval = float(purge_interval)
         self.clock = clock
         self._lock = threading.Lock()
         self._conn = sqlite3.connect(self.path, timeout=60.0, isolation_level=None, check_same_thread=False)
-        if self.path != ":memory:":
-            self._conn.execute("PRAGMA journal_mode=WAL")
-        self._conn.execute("PRAGMA synchronous=NORMAL")
-        self._conn.execute("CREATE TABLE IF NOT EXISTS batch_ids(id BLOB PRIMARY KEY, expires REAL NOT NULL) WITHOUT ROWID")
-        self._conn.execute("CREATE INDEX IF NOT EXISTS batch_ids_expires ON batch_ids(expires)")
+        try:
+            if self.path != ":memory:":
+                self._conn.execute("PRAGMA journal_mode=WAL")
+            self._conn.execute("PRAGMA synchronous=NORMAL")
+            self._key = self._open_schema()
+        except BaseException:
+            self._conn.close()
+            raise
         self._next_purge = 0.0
+
+    def _open_schema(self) -> bytes:
+        conn = self._conn
+        with immediate_transaction(conn):
+            version = int(conn.execute("PRAGMA user_version").fetchone()[0])
+            if version > SCHEMA_VERSION:
+                raise DedupStoreError(f"the batch-id store {self.path} has schema version {version}, newer than "
+                                      f"this collector's {SCHEMA_VERSION}: run a newer collector or give it a fresh "
+                                      "--dedup file")
+            conn.execute("CREATE TABLE IF NOT EXISTS meta(name TEXT PRIMARY KEY, value BLOB NOT NULL)")
+            row = conn.execute("SELECT value FROM meta WHERE name = 'id_key'").fetchone()
+            if row is None:
+                key = os.urandom(32)
+                conn.execute("INSERT INTO meta(name, value) VALUES ('id_key', ?)", (key,))
+            else:
+                key = bytes(row[0])
+            conn.execute("CREATE TABLE IF NOT EXISTS batches(id_digest BLOB PRIMARY KEY, content BLOB, "
+                         "day INTEGER NOT NULL) WITHOUT ROWID")
+            conn.execute("CREATE INDEX IF NOT EXISTS batches_day ON batches(day)")
+            old = conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'batch_ids'").fetchone()
+            upgraded = False
+            if old is not None:  # schema 1: id + accept time + TTL; keep the day only, content unknown (NULL)
+                rows = conn.execute("SELECT id, expires FROM batch_ids").fetchall()
+                conn.executemany("INSERT OR IGNORE INTO batches(id_digest, content, day) VALUES (?, NULL, ?)",
+                                 [(self._digest_with(key, bytes(i)), int((float(e) - self.ttl) // 86400))
+                                  for i, e in rows])
+                conn.execute("DROP TABLE batch_ids")
+                upgraded = True
+            conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+        if upgraded:  # the dropped table's pages (with its accept times) must not stay readable in the file
+            conn.execute("VACUUM")
+            if self.path != ":memory:":
+                conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        return key
+
+    @staticmethod
+    def _digest_with(key: bytes, batch_id: bytes) -> bytes:
+        return hmac.new(key, batch_id, hashlib.sha256).digest()[:16]
+
+    def _digest(self, batch_id: bytes) -> bytes:
+        return self._digest_with(self._key, bytes(batch_id))
+
+    def _cutoff(self) -> int:
+        """The oldest accept day still kept."""
+        return int(self.clock() // 86400) - self.ttl_days
+
+    def lookup(self, ids: Iterable[bytes]) -> dict[bytes, bytes | None]:
+        """The ids among ``ids`` accepted within the TTL, each with its content digest (``None``: not known,
+        an id carried over from the first schema)."""
+        todo = {self._digest(i): bytes(i) for i in ids}
+        digests = list(todo)
+        cutoff = self._cutoff()
+        out: dict[bytes, bytes | None] = {}
+        with self._lock:
+            for k in range(0, len(digests), _CHUNK):
+                part = digests[k : k + _CHUNK]
+                marks = ",".join("?" * len(part))
+                rows = self._conn.execute(f"SELECT id_digest, content FROM batches WHERE day >= ? "
+                                          f"AND id_digest IN ({marks})", (cutoff, *part))
+                for d, c in rows:
+                    out[todo[bytes(d)]] = None if c is None else bytes(c)
+        return out
 
     def seen(self, ids: Iterable[bytes]) -> set[bytes]:
         """The ids among ``ids`` accepted within the TTL."""
-        todo = list(dict.fromkeys(bytes(i) for i in ids))
-        now = self.clock()
-        out: set[bytes] = set()
-        with self._lock:
-            for k in range(0, len(todo), _CHUNK):
-                part = todo[k : k + _CHUNK]
-                marks = ",".join("?" * len(part))
-                rows = self._conn.execute(f"SELECT id FROM batch_ids WHERE expires > ? AND id IN ({marks})", (now, *part))
-                out.update(bytes(r[0]) for r in rows)
-        return out
+        return set(self.lookup(ids))
 
-    def add(self, ids: Iterable[bytes]) -> None:
-        """Record ``ids`` as accepted now (one transaction); purge expired ids now and then."""
+    def add(self, ids: Iterable[bytes] | Mapping[bytes, bytes | None]) -> None:
+        """Record ``ids`` as accepted today (one transaction), with their content digests when ``ids`` maps each
+        id to one; purge expired ids now and then."""
         now = self.clock()
-        rows = [(bytes(i), now + self.ttl) for i in ids]
+        day = int(now // 86400)
+        if isinstance(ids, Mapping):
+            rows = [(self._digest(i), None if c is None else bytes(c), day) for i, c in ids.items()]
+        else:
+            rows = [(self._digest(i), None, day) for i in ids]
         with self._lock:
             with immediate_transaction(self._conn):
-                self._conn.executemany("INSERT OR REPLACE INTO batch_ids(id, expires) VALUES (?, ?)", rows)
+                self._conn.executemany("INSERT OR REPLACE INTO batches(id_digest, content, day) VALUES (?, ?, ?)",
+                                       rows)
                 if now >= self._next_purge:
-                    self._conn.execute("DELETE FROM batch_ids WHERE expires <= ?", (now,))
+                    self._conn.execute("DELETE FROM batches WHERE day < ?", (day - self.ttl_days,))
                     self._next_purge = now + self.purge_interval
 
     def __len__(self) -> int:
         with self._lock:
-            return int(self._conn.execute("SELECT COUNT(*) FROM batch_ids WHERE expires > ?", (self.clock(),)).fetchone()[0])
+            return int(self._conn.execute("SELECT COUNT(*) FROM batches WHERE day >= ?",
+                                          (self._cutoff(),)).fetchone()[0])
 
     def close(self) -> None:
         with self._lock:

@@ -7,6 +7,7 @@
     └── CollectorError
         ├── RejectedBatch             the collector refuses an upload (4xx); carries status and reason
         ├── UnavailableError          the collector cannot take an upload now (503); carries Retry-After
+        ├── DedupStoreError           the collector's batch-id store has a schema this version cannot read
         ├── ShufflerStateError(ProcessorError)  the shuffler's checkpoint and its input offsets disagree
         └── SinkError(ProcessorError)           the Parquet sink's chunk logs and the dataset disagree
 
@@ -20,7 +21,8 @@ from __future__ import annotations
 from client_sdk.errors import LDPError
 from pipeline.errors import ConfigError, ProcessorError
 
-__all__ = ["CollectorError", "ConfigError", "RejectedBatch", "UnavailableError", "ShufflerStateError", "SinkError"]
+__all__ = ["CollectorError", "ConfigError", "RejectedBatch", "UnavailableError", "DedupStoreError", "ShufflerStateError",
+           "SinkError"]
 
 
 class CollectorError(LDPError):
@@ -45,6 +47,10 @@ class UnavailableError(CollectorError):
         self.reason = reason
         self.message = message
         self.retry_after = int(retry_after)
+
+
+class DedupStoreError(CollectorError):
+    """The batch-id store (:mod:`collector.dedup`) is of a schema this collector cannot read or upgrade."""
 
 
 class ShufflerStateError(CollectorError, ProcessorError):

@@ -5,7 +5,9 @@ a future. A publisher thread takes every submission queued so far (up to
 ``max_group``) and handles them together:
 
 1. ids already in the :class:`~collector.dedup.BatchIdStore`, or repeated
-   in the group, are duplicates: they are answered without publishing;
+   in the group, are duplicates: they are answered without publishing if
+   their content (a digest of the re-encoded frame) is the same, and refused
+   with a 409 :class:`~collector.errors.RejectedBatch` if it differs;
 2. the rest are published with **one** ``Transport.publish_many`` call,
    which returns once every record is durable (one fsync for the embedded
    log, one flush for Kafka);
@@ -34,8 +36,8 @@ from collections import deque
 from collections.abc import Callable
 from typing import Literal, NamedTuple
 
-from collector.dedup import BatchIdStore
-from collector.errors import UnavailableError
+from collector.dedup import BatchIdStore, content_digest
+from collector.errors import RejectedBatch, UnavailableError
 from pipeline.transport import Transport
 
 __all__ = ["Ingestor", "Outcome", "Submission", "GroupStats"]
@@ -51,6 +53,7 @@ class Submission(NamedTuple):
     value: bytes
     reports: int
     future: "concurrent.futures.Future[Outcome]"
+    digest: bytes = b""
 
 
 class GroupStats(NamedTuple):
@@ -84,13 +87,23 @@ def _copy(done: "concurrent.futures.Future[Outcome]", public: "concurrent.future
         _settle(public, done.result())
 
 
-def _follow(done: "concurrent.futures.Future[Outcome]", fut: "concurrent.futures.Future[Outcome]") -> None:
-    """Resolve ``fut`` (a retry that arrived while ``done`` was being published) from ``done``'s outcome."""
+def _conflict(batch_id: bytes) -> RejectedBatch:
+    return RejectedBatch(409, "batch_id_conflict",
+                         f"batch id {batch_id.hex()} was already accepted with other records; nothing of this upload "
+                         "was stored: give a new batch a fresh random batch id")
+
+
+def _follow(done: "concurrent.futures.Future[Outcome]", fut: "concurrent.futures.Future[Outcome]",
+            same: bool = True, batch_id: bytes = b"") -> None:
+    """Resolve ``fut`` (a retry that arrived while ``done`` was being published) from ``done``'s outcome:
+    a duplicate if it carries the same content (``same``), a conflict if the first one was published."""
     exc = done.exception()
     if exc is not None:
         _settle(fut, exc=exc)
-    else:
+    elif same:
         _settle(fut, "duplicate")
+    else:
+        _settle(fut, exc=_conflict(batch_id))
 
 
 class Ingestor:
@@ -114,7 +127,7 @@ class Ingestor:
         self._stopping = False
         self._topic_ready = False
         self._topic_lock = threading.Lock()
-        self._inflight: dict[bytes, concurrent.futures.Future[Outcome]] = {}
+        self._inflight: dict[bytes, Submission] = {}
         self._workers: list[threading.Thread] = []
         #: the last transport failure, ``None`` once a publish succeeds again
         self.last_error: str | None = None
@@ -153,6 +166,7 @@ class Ingestor:
         fut: concurrent.futures.Future[Outcome] = concurrent.futures.Future()
         public: concurrent.futures.Future[Outcome] = concurrent.futures.Future()
         fut.add_done_callback(lambda done: _copy(done, public))
+        digest = content_digest(value)
         with self._cond:
             if self._stopping:
                 fut.set_exception(UnavailableError("shutting_down", "the collector is shutting down; retry later",
@@ -160,9 +174,10 @@ class Ingestor:
                 return public
             running = self._inflight.get(bytes(batch_id))
             if running is not None:
-                running.add_done_callback(lambda done: _follow(done, fut))
+                same = running.digest == digest
+                running.future.add_done_callback(lambda done: _follow(done, fut, same, bytes(batch_id)))
                 return public
-            self._queue.append(Submission(bytes(batch_id), key, value, reports, fut))
+            self._queue.append(Submission(bytes(batch_id), key, value, reports, fut, digest))
             self._cond.notify()
         return public
 
@@ -179,10 +194,12 @@ class Ingestor:
             for _ in range(n):
                 s = self._queue.popleft()
                 running = self._inflight.get(s.batch_id)
-                if running is not None and all(g.future is not running for g in group):
-                    running.add_done_callback(lambda done, fut=s.future: _follow(done, fut))
+                if running is not None and all(g is not running for g in group):
+                    running.future.add_done_callback(
+                        lambda done, fut=s.future, same=running.digest == s.digest, b=s.batch_id:
+                        _follow(done, fut, same, b))
                     continue
-                self._inflight.setdefault(s.batch_id, s.future)
+                self._inflight.setdefault(s.batch_id, s)
                 group.append(s)
             return group
 
@@ -204,7 +221,7 @@ class Ingestor:
             finally:
                 with self._cond:
                     for s in group:
-                        if self._inflight.get(s.batch_id) is s.future:
+                        if self._inflight.get(s.batch_id) is s:
                             del self._inflight[s.batch_id]
 
     def _ensure_topic(self) -> None:
@@ -218,14 +235,17 @@ class Ingestor:
         t0 = time.perf_counter()
         fresh: dict[bytes, Submission] = {}
         dups: list[Submission] = []
+        conflicts: list[Submission] = []
         try:
-            known = self.dedup.seen(s.batch_id for s in group)
+            known = self.dedup.lookup(s.batch_id for s in group)
         except Exception as exc:  # the store is only an optimization: fall back to publishing
             log.warning("batch-id store unreadable (%r); publishing without the duplicate check", exc)
-            known = set()
+            known = {}
         for s in group:
             if s.batch_id in known or s.batch_id in fresh:
-                dups.append(s)
+                before = known[s.batch_id] if s.batch_id in known else fresh[s.batch_id].digest
+                # an id from the store's first schema has no content digest: answered as before (duplicate)
+                (dups if before is None or before == s.digest else conflicts).append(s)
             else:
                 fresh[s.batch_id] = s
         if fresh:
@@ -244,14 +264,16 @@ class Ingestor:
                 return
             self.last_error = None
             try:
-                self.dedup.add(fresh)
+                self.dedup.add({b: s.digest for b, s in fresh.items()})
             except Exception as exc:  # published: answer 202; a retry is caught by the shuffler's id window
                 log.warning("could not record %d batch ids (%r); a retry of them will reach the shuffler", len(fresh), exc)
         for s in fresh.values():
             _settle(s.future, "accepted")
         for s in dups:
             _settle(s.future, "duplicate")
-        self._report(GroupStats(len(fresh), len(dups), 0, time.perf_counter() - t0))
+        for s in conflicts:
+            _settle(s.future, exc=_conflict(s.batch_id))
+        self._report(GroupStats(len(fresh), len(dups) + len(conflicts), 0, time.perf_counter() - t0))
 
     def _report(self, stats: GroupStats) -> None:
         if self.on_group is not None:

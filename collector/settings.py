@@ -39,7 +39,7 @@ class CollectorSettings:
     ``Retry-After: retry_after``. A batch's day must lie in
     ``[today - max_day_age, today + max_days_ahead]`` (UTC days).
     Batch ids stay in the dedup store (``dedup_path``, SQLite) for
-    ``dedup_ttl`` seconds. ``publishers`` threads publish group commits of
+    ``dedup_ttl`` seconds, rounded up to whole UTC days (the store keeps days, not times). ``publishers`` threads publish group commits of
     up to ``max_group`` uploads each (:mod:`collector.ingest`).
     ``fl_enabled`` adds the federated-learning routes (:mod:`collector.fl.routes`),
     which follow ``fl_rounds_topic`` and publish to ``fl_updates_topic``.

@@ -20,16 +20,17 @@ __all__ = ["register"]
 
 #: flags that are :class:`collector.settings.CollectorSettings` fields of the same ``dest``
 _FLAGS: list[tuple[str, str, type, str]] = [
-    ("--dedup", "dedup_path", str, "SQLite file of recently accepted batch ids"),
+    ("--dedup", "dedup_path", str, "SQLite file of recently accepted batch ids (keyed id digests, content "
+     "digests, UTC days only)"),
     ("--raw-topic", "raw_topic", str, "topic accepted batches go to (default ldp.reports.raw)"),
     ("--raw-partitions", "raw_partitions", int, "partitions of the raw topic when the collector creates it"),
-    ("--max-body-bytes", "max_body_bytes", int, "largest accepted request body (413 above)"),
-    ("--max-records", "max_records", int, "most reports per batch (413 above)"),
-    ("--max-in-flight", "max_in_flight", int, "uploads processed at once (503 with Retry-After above)"),
+    ("--max-body-bytes", "max_body_bytes", int, "largest accepted request body in bytes (413 above; default 4194304)"),
+    ("--max-records", "max_records", int, "most reports per batch (413 above; default 65536)"),
+    ("--max-in-flight", "max_in_flight", int, "uploads processed at once (503 with Retry-After above; default 256)"),
     ("--retry-after", "retry_after", int, "seconds clients are asked to wait on 503"),
     ("--max-days-ahead", "max_days_ahead", int, "how many UTC days ahead of the collector a batch's day may be"),
     ("--max-day-age", "max_day_age", int, "how many UTC days old a batch's day may be"),
-    ("--dedup-ttl", "dedup_ttl", float, "seconds a batch id is remembered"),
+    ("--dedup-ttl", "dedup_ttl", float, "seconds a batch id is remembered, rounded up to whole UTC days (default 259200)"),
     ("--fl-rounds-topic", "fl_rounds_topic", str, "with --fl: topic the aggregation jobs publish rounds to"),
     ("--fl-updates-topic", "fl_updates_topic", str, "with --fl: topic device FL uploads go to"),
 ]

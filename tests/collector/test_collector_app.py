@@ -193,15 +193,124 @@ def test_retry_is_answered_202_without_republishing_even_after_restart(tmp_path:
 
 
 def test_dedup_store_forgets_after_ttl(tmp_path: Path) -> None:
-    now = [1000.0]
+    """The store keeps days, not times: an id lives through day ``accept day + ceil(ttl / 86400)``, so at least
+    ``ttl`` seconds, and is purged after."""
+    now = [1000 * 86400.0 + 86380.0]
     store = BatchIdStore(tmp_path / "ids.sqlite3", ttl=60.0, clock=lambda: now[0])
     store.add([b"a" * 16, b"b" * 16])
     assert store.seen([b"a" * 16, b"c" * 16]) == {b"a" * 16}
-    now[0] += 61.0
+    now[0] += 61.0  # the next UTC day: still kept (a day's granularity never forgets early)
+    assert store.seen([b"a" * 16]) == {b"a" * 16}
+    now[0] += 86400.0
     assert store.seen([b"a" * 16]) == set()
     store.add([b"c" * 16])  # purges the expired rows
     assert len(store) == 1
     store.close()
+
+
+def _store_dump(path: Path) -> str:
+    import sqlite3
+
+    conn = sqlite3.connect(path)
+    try:
+        return "\n".join(conn.iterdump())
+    finally:
+        conn.close()
+
+
+def test_attacker_with_the_store_and_the_raw_topic_learns_only_the_day(tmp_path: Path, metrics: MetricSet,
+                                                                       transport: Transport) -> None:
+    """Play the adversary who holds the dedup store's file and the raw topic. Uploads arrive at times spread over
+    one UTC day (a fake clock). Everything the store holds, joined to the topic's batch ids, must be the same for
+    every upload of that day apart from digests: no number in the store is a time finer than the day (before the
+    fix, ``expires`` was accept time + TTL to the microsecond)."""
+    import re
+
+    day = TODAY
+    times = [day * 86400.0 + s for s in (10.5, 3600.25, 40000.125, 86399.0)]
+    clock = [times[0]]
+    path = tmp_path / "ids.sqlite3"
+    store = BatchIdStore(path, clock=lambda: clock[0])
+    with ServerThread(create_app(make_settings(tmp_path), transport=transport, dedup=store,
+                                 clock=lambda: clock[0])) as srv:
+        for k, t in enumerate(times):
+            clock[0] = t
+            assert post(srv.url, encode_frame(olh_batch(metrics, 5, first_seed=10 * k))).status_code == 202
+    store.close()
+    ids = [decode_frame(r.value, lambda m, s: metrics[m].spec).batch_id for r in read_all(transport)]
+    assert len(ids) == len(times)
+    dump = _store_dump(path)
+    numbers = [float(x) for x in re.findall(r"(?<![0-9A-Fa-fxX'])-?[0-9]+(?:\.[0-9]+)?(?![0-9A-Fa-f'])", dump)]
+    assert all(abs(n) < 10**6 for n in numbers), f"the store holds a time-like number: {sorted(numbers)[-3:]}"
+    raw = path.read_bytes() + (path.with_name(path.name + "-wal").read_bytes()
+                               if path.with_name(path.name + "-wal").exists() else b"")
+    import struct
+    for t in times:  # nor as a binary REAL or a millisecond integer anywhere in the file
+        for secs in (t, t + 3 * 86400.0):
+            assert struct.pack(">d", secs) not in raw
+            assert int(secs * 1000).to_bytes(8, "big") not in raw
+    # the attacker can recompute the keyed digests (the key is in the file); each row then yields only the day
+    import sqlite3
+    conn = sqlite3.connect(path)
+    key = bytes(conn.execute("SELECT value FROM meta WHERE name='id_key'").fetchone()[0])
+    rows = {bytes(d): dict(zip(("content", "day"), rest)) for d, *rest in
+            conn.execute("SELECT id_digest, content, day FROM batches")}
+    conn.close()
+    import hashlib
+    import hmac
+    joined = [rows[hmac.new(key, i, hashlib.sha256).digest()[:16]] for i in ids]
+    assert {r["day"] for r in joined} == {day}
+
+
+def test_same_batch_id_with_other_records_is_409_and_nothing_is_dropped_silently(tmp_path: Path, metrics: MetricSet,
+                                                                                transport: Transport) -> None:
+    """A second upload under an accepted batch id but with other records is refused with 409 (before: ``202
+    duplicate`` and its records silently dropped); the same content again is still a duplicate, also after a
+    restart on the same store."""
+    bid = uuid.uuid4().bytes
+    first = olh_batch(metrics, 20, batch_id=bid)
+    other = olh_batch(metrics, 20, first_seed=500, batch_id=bid)
+    with ServerThread(create_app(make_settings(tmp_path), transport=transport)) as srv:
+        assert post(srv.url, encode_frame(first)).json()["status"] == "accepted"
+        r = post(srv.url, encode_frame(other))
+        assert r.status_code == 409, r.text
+        assert r.json()["error"] == "batch_id_conflict" and bid.hex() in r.json()["message"]
+        r = post(srv.url, encode_json(other).encode(), {"content-type": "application/json"})
+        assert r.status_code == 409
+        assert post(srv.url, encode_frame(first)).json()["status"] == "duplicate"
+    with ServerThread(create_app(make_settings(tmp_path), transport=transport)) as srv:
+        assert post(srv.url, encode_frame(other)).status_code == 409
+        assert post(srv.url, encode_frame(first)).json()["status"] == "duplicate"
+    assert len(read_all(transport)) == 1
+
+
+def test_dedup_store_of_the_first_schema_is_upgraded_and_a_newer_one_refused(tmp_path: Path) -> None:
+    """A file written by the previous collector (``batch_ids(id, expires)``) is upgraded in place: its ids stay
+    known (answered as duplicates), its accept times are gone from the file; a newer schema is a clear error."""
+    import sqlite3
+
+    from collector.errors import DedupStoreError
+
+    path = tmp_path / "old.sqlite3"
+    now = 20000 * 86400.0 + 12345.678
+    conn = sqlite3.connect(path)
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("CREATE TABLE batch_ids(id BLOB PRIMARY KEY, expires REAL NOT NULL) WITHOUT ROWID")
+    conn.execute("INSERT INTO batch_ids VALUES (?, ?)", (b"x" * 16, now + 3 * 86400.0))
+    conn.commit()
+    conn.close()
+    store = BatchIdStore(path, clock=lambda: now + 5.0)
+    assert store.lookup([b"x" * 16, b"y" * 16]) == {b"x" * 16: None}
+    store.close()
+    assert "batch_ids" not in _store_dump(path)
+    import struct
+    assert struct.pack(">d", now + 3 * 86400.0) not in path.read_bytes()
+    newer = tmp_path / "newer.sqlite3"
+    conn = sqlite3.connect(newer)
+    conn.execute("PRAGMA user_version = 99")
+    conn.close()
+    with pytest.raises(DedupStoreError, match="schema version 99"):
+        BatchIdStore(newer)
 
 
 # -- 202 only after a durable publish -----------------------------------------------------------------
@@ -332,6 +441,7 @@ def test_well_formed_batches_the_collector_refuses_are_422(server: ServerThread,
         "spec_mismatch": ReportBatch("emoji_used", other_spec, TODAY, np.zeros(2, dtype=other_spec.record_dtype)),
         "expired_metric": ReportBatch("old_metric", old, TODAY, np.zeros(2, dtype=old.record_dtype)),
         "bad_day": olh_batch(metrics, 2, day=TODAY + 400),
+        "bad_day ": ReportBatch("old_metric", old, 0xFFFFFFFF, np.zeros(2, dtype=old.record_dtype)),
         "empty": olh_batch(metrics, 0),
     }
     for reason, batch in cases.items():
@@ -339,7 +449,7 @@ def test_well_formed_batches_the_collector_refuses_are_422(server: ServerThread,
                               (encode_json(batch).encode(), {"content-type": "application/json"})):
             r = post(server.url, body, headers)
             assert r.status_code == 422, (reason, r.text)
-            assert r.json()["error"] == reason, (reason, r.text)
+            assert r.json()["error"] == reason.strip(), (reason, r.text)
     r = post(server.url, encode_frame(olh_batch(metrics, 2, day=TODAY - 40)))
     assert r.status_code == 422 and "days old" in r.json()["message"]
     assert read_all(transport) == []
@@ -366,7 +476,43 @@ def test_too_large_is_413_before_and_while_reading(tmp_path: Path, metrics: Metr
     assert len(read_all(transport)) == 1
 
 
+def test_early_413_closes_the_connection_so_a_keep_alive_client_does_not_hang(tmp_path: Path, metrics: MetricSet,
+                                                                              transport: Transport) -> None:
+    """A keep-alive client declares a too-large body and sends it whole. The collector answers 413 before reading
+    it; before the fix the connection stayed open and the unread body was parsed as the next request, so the
+    client's next upload on that connection hung. Now the 413 says ``Connection: close`` and the server closes."""
+    import socket
+
+    settings = make_settings(tmp_path, max_body_bytes=4096)
+    with ServerThread(create_app(settings, transport=transport)) as srv:
+        big = encode_frame(olh_batch(metrics, 2000))
+        with socket.create_connection(("127.0.0.1", srv.port), timeout=10) as sock:
+            sock.sendall((f"POST /v1/reports HTTP/1.1\r\nHost: x\r\nContent-Type: {FRAME_CONTENT_TYPE}\r\n"
+                          f"Content-Length: {len(big)}\r\n\r\n").encode() + big)
+            data = b""
+            while True:
+                try:
+                    chunk = sock.recv(65536)
+                except TimeoutError:
+                    pytest.fail(f"the connection stayed open after the 413: {data[:200]!r}")
+                if not chunk:
+                    break
+                data += chunk
+        head = data.split(b"\r\n\r\n", 1)[0].lower()
+        assert head.startswith(b"http/1.1 413") and b"connection: close" in head
+        assert post(srv.url, encode_frame(olh_batch(metrics, 5))).status_code == 202
+
+
 # -- the other endpoints ---------------------------------------------------------------------------------
+
+
+def test_404_and_405_have_the_documented_error_body(server: ServerThread) -> None:
+    """Outside developers parse every non-2xx answer as ``{"error", "message"}``; the framework's own 404 and
+    405 answered ``{"detail": ...}`` before."""
+    r = httpx.get(server.url + "/v1/no-such-route", timeout=30)
+    assert r.status_code == 404 and r.json()["error"] == "not_found" and r.json()["message"]
+    r = httpx.get(server.url + "/v1/reports", timeout=30)
+    assert r.status_code == 405 and r.json()["error"] == "method_not_allowed" and "POST" in r.headers["allow"]
 
 
 def test_metrics_document_round_trips_with_etag(server: ServerThread, metrics: MetricSet) -> None:
