@@ -65,8 +65,11 @@ def main() -> None:
                     walls.append(t1 - t0)
                     cpus.append(c1 - c0)
             w, c = statistics.median(walls), statistics.median(cpus)
-            print(f"{name:7s} threads={threads}: {args.n / w / 1e6:7.2f}M reports/s wall (median {w * 1e3:.1f} ms, "
-                  f"min {min(walls) * 1e3:.1f}), {args.n / c / 1e6:7.2f}M per CPU-s", flush=True)
+            print(
+                f"{name:7s} threads={threads}: {args.n / w / 1e6:7.2f}M reports/s wall (median {w * 1e3:.1f} ms, "
+                f"min {min(walls) * 1e3:.1f}), {args.n / c / 1e6:7.2f}M per CPU-s",
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

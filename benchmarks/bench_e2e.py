@@ -55,10 +55,14 @@ from tests.support.pipeline_procs import PipelineProcs  # noqa: E402
 METRICS = {
     "format": "ldp-metrics/1",
     "metrics": {
-        "tab": {"description": "benchmark metric", "owner": "bench@example.org", "expires": "2099-12-31",
-                "mechanism": {"mechanism": "grr", "epsilon": 1.0},
-                "domain": {"kind": "dictionary", "values": [f"v{i}" for i in range(16)]},
-                "max_reports_per_day": 1},
+        "tab": {
+            "description": "benchmark metric",
+            "owner": "bench@example.org",
+            "expires": "2099-12-31",
+            "mechanism": {"mechanism": "grr", "epsilon": 1.0},
+            "domain": {"kind": "dictionary", "values": [f"v{i}" for i in range(16)]},
+            "max_reports_per_day": 1,
+        },
     },
 }
 
@@ -66,8 +70,10 @@ METRICS = {
 def make_frames(count: int, frame: int, day: int, rng: np.random.Generator) -> list[bytes]:
     spec = parse_metrics(METRICS)["tab"].spec
     recs = spec.encode(rng.integers(0, spec.domain_size, count * frame), rng)
-    return [encode_frame(ReportBatch("tab", spec, day, recs[i * frame:(i + 1) * frame].copy(), rng.bytes(16)))
-            for i in range(count)]
+    return [
+        encode_frame(ReportBatch("tab", spec, day, recs[i * frame : (i + 1) * frame].copy(), rng.bytes(16)))
+        for i in range(count)
+    ]
 
 
 class Poller(threading.Thread):
@@ -99,8 +105,16 @@ class Poller(threading.Thread):
         return self.times[i] if i < len(self.times) else None
 
 
-def run_rate(procs: PipelineProcs, rate: float, seconds: float, frame: int, clients: int, warmup: float,
-             base: int, rng: np.random.Generator) -> dict[str, object]:
+def run_rate(
+    procs: PipelineProcs,
+    rate: float,
+    seconds: float,
+    frame: int,
+    clients: int,
+    warmup: float,
+    base: int,
+    rng: np.random.Generator,
+) -> dict[str, object]:
     """One load level; ``base`` is what the estimator already counted. Returns latency figures."""
     n_frames = max(1, int(rate * (seconds + warmup) / frame))
     frames = make_frames(n_frames, frame, utc_day(time.time()), rng)
@@ -163,16 +177,26 @@ def run_rate(procs: PipelineProcs, rate: float, seconds: float, frame: int, clie
             lat.append(max(0.0, seen - sent[i]))
     offered = n_frames * frame / (t_end - t0)
     arr = np.array(lat) * 1000.0
-    return {"rate": rate, "achieved_rate": offered, "frames": n_frames, "measured_frames": len(lat),
-            "p50_ms": float(np.percentile(arr, 50)), "p90_ms": float(np.percentile(arr, 90)),
-            "p99_ms": float(np.percentile(arr, 99)), "max_ms": float(arr.max()),
-            "poll_samples": len(poller.times), "total": total}
+    return {
+        "rate": rate,
+        "achieved_rate": offered,
+        "frames": n_frames,
+        "measured_frames": len(lat),
+        "p50_ms": float(np.percentile(arr, 50)),
+        "p90_ms": float(np.percentile(arr, 90)),
+        "p99_ms": float(np.percentile(arr, 99)),
+        "max_ms": float(arr.max()),
+        "poll_samples": len(poller.times),
+        "total": total,
+    }
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--kafka", default=None, metavar="HOST:PORT", help="run on this broker (default: embedded log)")
-    ap.add_argument("--rates", default="5000,20000,50000,100000,200000", help="offered loads, reports/s (comma-separated)")
+    ap.add_argument(
+        "--rates", default="5000,20000,50000,100000,200000", help="offered loads, reports/s (comma-separated)"
+    )
     ap.add_argument("--seconds", type=float, default=5.0, help="measured seconds per load level")
     ap.add_argument("--warmup", type=float, default=1.0, help="seconds of each level not measured")
     ap.add_argument("--frame", type=int, default=1000, help="reports per uploaded frame (= the crowd threshold)")
@@ -197,23 +221,41 @@ def main() -> int:
                 row = run_rate(procs, rate, args.seconds, args.frame, args.clients, args.warmup, base, rng)
                 base = int(row["total"])  # type: ignore[arg-type]
                 rows.append(row)
-                print(f"  {transport} {rate:>8,.0f} rep/s offered ({row['achieved_rate']:,.0f} achieved): "
-                      f"p50 {row['p50_ms']:.0f} ms, p99 {row['p99_ms']:.0f} ms", flush=True)
+                print(
+                    f"  {transport} {rate:>8,.0f} rep/s offered ({row['achieved_rate']:,.0f} achieved): "
+                    f"p50 {row['p50_ms']:.0f} ms, p99 {row['p99_ms']:.0f} ms",
+                    flush=True,
+                )
         finally:
             procs.stop()
     print()
-    print(f"| transport | offered reports/s | achieved | frames measured | p50 ms | p90 ms | p99 ms | max ms |")
+    print("| transport | offered reports/s | achieved | frames measured | p50 ms | p90 ms | p99 ms | max ms |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|")
     for r in rows:
-        print(f"| {transport} | {r['rate']:,.0f} | {r['achieved_rate']:,.0f} | {r['measured_frames']} | "
-              f"{r['p50_ms']:.0f} | {r['p90_ms']:.0f} | {r['p99_ms']:.0f} | {r['max_ms']:.0f} |")
+        print(
+            f"| {transport} | {r['rate']:,.0f} | {r['achieved_rate']:,.0f} | {r['measured_frames']} | "
+            f"{r['p50_ms']:.0f} | {r['p90_ms']:.0f} | {r['p99_ms']:.0f} | {r['max_ms']:.0f} |"
+        )
     out = ROOT / "benchmarks" / "results" / f"e2e-{transport}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({
-        "transport": transport, "frame": args.frame, "clients": args.clients, "seconds": args.seconds,
-        "checkpoint_interval": 0.3, "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
-                                                "load_avg_at_end": os.getloadavg()},
-        "rows": rows}, indent=2))
+    out.write_text(
+        json.dumps(
+            {
+                "transport": transport,
+                "frame": args.frame,
+                "clients": args.clients,
+                "seconds": args.seconds,
+                "checkpoint_interval": 0.3,
+                "machine": {
+                    "cpus": os.cpu_count(),
+                    "python": platform.python_version(),
+                    "load_avg_at_end": os.getloadavg(),
+                },
+                "rows": rows,
+            },
+            indent=2,
+        )
+    )
     print(f"\nresults: {out}")
     return 0
 

@@ -60,7 +60,8 @@ import platform
 import statistics
 import subprocess
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -85,7 +86,9 @@ try:
     # the package re-exports a function of the module's name; the stage functions live in the module
     fmod = importlib.import_module("flwr.client.mod.secure_aggregation.secaggplus_mod")
 except ImportError as e:  # pragma: no cover
-    raise SystemExit(f"flwr is not importable ({e}); run with the python printed by `bash benchmarks/flwr_env.sh`") from e
+    raise SystemExit(
+        f"flwr is not importable ({e}); run with the python printed by `bash benchmarks/flwr_env.sh`"
+    ) from e
 
 from client_sdk.fl.secagg import Quantizer, SecAggClient, add_masks, prg_words
 from estimator.fl.secagg_server import SecAggServer, make_config
@@ -110,8 +113,9 @@ def _clock(fn: Callable[[], Any]) -> tuple[float, float, Any]:
     return time.perf_counter() - w, time.process_time() - c, out
 
 
-def _side_by_side(ours: Callable[[], Any], theirs: Callable[[], Any], repeats: int,
-                  theirs_repeats: int | None = None) -> dict[str, Any]:
+def _side_by_side(
+    ours: Callable[[], Any], theirs: Callable[[], Any], repeats: int, theirs_repeats: int | None = None
+) -> dict[str, Any]:
     """Median wall and CPU seconds of each, alternating ours/theirs every repeat
     (Flower's only in the first ``theirs_repeats`` rounds when that is smaller)."""
     k = repeats if theirs_repeats is None else min(repeats, theirs_repeats)
@@ -136,14 +140,28 @@ class FlowerRound:
     """One SecAgg+ round of Flower clients 1..n on a ring of ``num_shares`` (self included),
     set up through secaggplus_mod's stage functions as its server workflow would."""
 
-    def __init__(self, n: int, d: int, num_shares: int, threshold: int, rng: np.random.Generator,
-                 drop_after_share: set[int] = frozenset()) -> None:
+    def __init__(
+        self,
+        n: int,
+        d: int,
+        num_shares: int,
+        threshold: int,
+        rng: np.random.Generator,
+        drop_after_share: set[int] = frozenset(),
+    ) -> None:
         self.n, self.d = n, d
         ids = [int(i) for i in rng.permutation(np.arange(1, n + 1))]
         half = num_shares // 2
         self.nbrs = {nid: {ids[(i + o) % n] for o in range(-half, half + 1)} for i, nid in enumerate(ids)}
-        setup = {Key.SAMPLE_NUMBER: n, Key.SHARE_NUMBER: num_shares, Key.THRESHOLD: threshold,
-                 Key.CLIPPING_RANGE: CLIP, Key.TARGET_RANGE: TARGET_RANGE, Key.MOD_RANGE: MOD, Key.MAX_WEIGHT: MAX_WEIGHT}
+        setup = {
+            Key.SAMPLE_NUMBER: n,
+            Key.SHARE_NUMBER: num_shares,
+            Key.THRESHOLD: threshold,
+            Key.CLIPPING_RANGE: CLIP,
+            Key.TARGET_RANGE: TARGET_RANGE,
+            Key.MOD_RANGE: MOD,
+            Key.MAX_WEIGHT: MAX_WEIGHT,
+        }
         self.states: dict[int, Any] = {}
         self.pks: dict[int, tuple[bytes, bytes]] = {}
         self.up: dict[int, int] = {}
@@ -168,14 +186,22 @@ class FlowerRound:
 
     def masked(self, nid: int, params: list[np.ndarray], num_examples: int = 1) -> list[bytes]:
         srcs, cts = self.fwd[nid]
-        res = fmod._collect_masked_vectors(self.states[nid], ConfigRecord({Key.CIPHERTEXT_LIST: list(cts), Key.SOURCE_LIST: list(srcs)}),
-                                           num_examples, Parameters(tensors=[ndarray_to_bytes(p) for p in params], tensor_type="numpy.ndarray"))
+        res = fmod._collect_masked_vectors(
+            self.states[nid],
+            ConfigRecord({Key.CIPHERTEXT_LIST: list(cts), Key.SOURCE_LIST: list(srcs)}),
+            num_examples,
+            Parameters(tensors=[ndarray_to_bytes(p) for p in params], tensor_type="numpy.ndarray"),
+        )
         return list(res[Key.MASKED_PARAMETERS])
 
     def reveal(self, nid: int) -> tuple[list[int], list[bytes]]:
         nb = self.nbrs[nid]
-        res = fmod._unmask(self.states[nid], ConfigRecord({Key.ACTIVE_NODE_ID_LIST: sorted(nb & self.active),
-                                                           Key.DEAD_NODE_ID_LIST: sorted(nb & self.dead)}))
+        res = fmod._unmask(
+            self.states[nid],
+            ConfigRecord(
+                {Key.ACTIVE_NODE_ID_LIST: sorted(nb & self.active), Key.DEAD_NODE_ID_LIST: sorted(nb & self.dead)}
+            ),
+        )
         return list(res[Key.NODE_ID_LIST]), list(res[Key.SHARE_LIST])
 
 
@@ -188,7 +214,9 @@ def flwr_sum(masked: list[list[bytes]]) -> list[np.ndarray]:
     return parameters_mod(acc, MOD)
 
 
-def flwr_unmask(rnd: FlowerRound, aggregate: list[np.ndarray], reveals: dict[int, tuple[list[int], list[bytes]]]) -> list[np.ndarray]:
+def flwr_unmask(
+    rnd: FlowerRound, aggregate: list[np.ndarray], reveals: dict[int, tuple[list[int], list[bytes]]]
+) -> list[np.ndarray]:
     """The mask removal of Flower's unmask_stage, step by step with its primitives."""
     shares: dict[int, list[bytes]] = {nid: [] for nid in rnd.active | rnd.dead}
     for nids, sh in reveals.values():
@@ -260,7 +288,9 @@ def bench_client(d: int, rng: np.random.Generator, repeats: int) -> dict:
     arith = _side_by_side(lambda: add_masks(x.copy(), seeds), flwr_masks, repeats)
     # (b) the client's whole masking step
     c1 = clients[1]
-    whole = _side_by_side(lambda: c1.masked_input(q.quantize(upd, rng), inbox[1]), lambda: frnd.masked(1, [upd]), repeats)
+    whole = _side_by_side(
+        lambda: c1.masked_input(q.quantize(upd, rng), inbox[1]), lambda: frnd.masked(1, [upd]), repeats
+    )
 
     # communication (every upload of the four stages)
     y = c1.masked_input(x, inbox[1])
@@ -269,12 +299,24 @@ def bench_client(d: int, rng: np.random.Generator, repeats: int) -> dict:
     nids, fsh = frnd.reveal(1)
     flwr_up = frnd.up[1] + sum(len(b) for b in fmasked) + sum(len(s) for s in fsh) + 8 * len(nids)
     plain = 4 * d
-    comm = {"ours_upload_bytes": ours_up, "flwr_upload_bytes": flwr_up, "plaintext_float32_bytes": plain,
-            "ours_ratio": ours_up / plain, "flwr_ratio": flwr_up / plain,
-            "flwr_masked_vector_bytes": sum(len(b) for b in fmasked), "ours_masked_vector_bytes": y.nbytes,
-            "flwr_masked_dtype": str(bytes_to_ndarray(fmasked[1]).dtype)}
-    return {"d": d, "neighbors": 20, "mask_arithmetic": arith, "client_step": whole, "communication": comm,
-            "share_keys_ms": {"ours": share_s * 1e3, "flwr": frnd.share_keys_s * 1e3}}
+    comm = {
+        "ours_upload_bytes": ours_up,
+        "flwr_upload_bytes": flwr_up,
+        "plaintext_float32_bytes": plain,
+        "ours_ratio": ours_up / plain,
+        "flwr_ratio": flwr_up / plain,
+        "flwr_masked_vector_bytes": sum(len(b) for b in fmasked),
+        "ours_masked_vector_bytes": y.nbytes,
+        "flwr_masked_dtype": str(bytes_to_ndarray(fmasked[1]).dtype),
+    }
+    return {
+        "d": d,
+        "neighbors": 20,
+        "mask_arithmetic": arith,
+        "client_step": whole,
+        "communication": comm,
+        "share_keys_ms": {"ours": share_s * 1e3, "flwr": frnd.share_keys_s * 1e3},
+    }
 
 
 def bench_server(n: int, d: int, rng: np.random.Generator, repeats: int, flwr_real: bool = True) -> dict:
@@ -323,20 +365,36 @@ def bench_server(n: int, d: int, rng: np.random.Generator, repeats: int, flwr_re
     else:
         recv = {"ours_wall": ours_recv_once[0], "ours_cpu": ours_recv_once[1], "repeats": 1}
     del ys, fmasked
-    unmask = _side_by_side(lambda: recv_srv.finish(ours_reveals), lambda: flwr_unmask(frnd, fagg, freveals), repeats,
-                           1 if n >= 1000 else None)  # Flower's unmasking of 1,000 clients takes minutes
+    unmask = _side_by_side(
+        lambda: recv_srv.finish(ours_reveals),
+        lambda: flwr_unmask(frnd, fagg, freveals),
+        repeats,
+        1 if n >= 1000 else None,
+    )  # Flower's unmasking of 1,000 clients takes minutes
     ours_total = recv_srv.finish(ours_reveals)
     f_total = flwr_unmask(frnd, fagg, freveals)
     ours_ok = not ours_total.any()
     flwr_ok = None
     if flwr_real:
         k = len(surv)
-        flwr_ok = bool(int(f_total[0][0]) == k * round(TARGET_RANGE / MAX_WEIGHT) and np.all(f_total[1] == (k * TARGET_RANGE // 2) % MOD))
+        flwr_ok = bool(
+            int(f_total[0][0]) == k * round(TARGET_RANGE / MAX_WEIGHT)
+            and np.all(f_total[1] == (k * TARGET_RANGE // 2) % MOD)
+        )
     if not ours_ok or flwr_ok is False:
         raise SystemExit(f"unmasked sum wrong: ours ok {ours_ok}, flwr ok {flwr_ok}")
-    return {"clients": n, "d": d, "dropped": len(dropped), "flwr_real_clients": flwr_real, "receive": recv, "unmask": unmask,
-            "flwr_setup_and_share_keys_s": flwr_setup_s, "flwr_share_keys_ms_per_client": frnd.share_keys_s * 1e3,
-            "ours_sum_checked": ours_ok, "flwr_sum_checked": flwr_ok}
+    return {
+        "clients": n,
+        "d": d,
+        "dropped": len(dropped),
+        "flwr_real_clients": flwr_real,
+        "receive": recv,
+        "unmask": unmask,
+        "flwr_setup_and_share_keys_s": flwr_setup_s,
+        "flwr_share_keys_ms_per_client": frnd.share_keys_s * 1e3,
+        "ours_sum_checked": ours_ok,
+        "flwr_sum_checked": flwr_ok,
+    }
 
 
 def main() -> None:
@@ -348,10 +406,19 @@ def main() -> None:
     args = ap.parse_args()
     rng = np.random.default_rng(0)
     started = time.strftime("%Y-%m-%d %H:%M:%S %Z")
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                            cwd=pathlib.Path(__file__).parent).stdout.strip()
-    out: dict[str, Any] = {"started": started, "commit": commit, "flwr": flwr.__version__, "numpy": np.__version__,
-                           "machine": platform.platform(), "cpus": os.cpu_count(), "load_start": _load(), "argv": vars(args)}
+    commit = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=pathlib.Path(__file__).parent
+    ).stdout.strip()
+    out: dict[str, Any] = {
+        "started": started,
+        "commit": commit,
+        "flwr": flwr.__version__,
+        "numpy": np.__version__,
+        "machine": platform.platform(),
+        "cpus": os.cpu_count(),
+        "load_start": _load(),
+        "argv": vars(args),
+    }
     sizes = (10**4, 10**5) if args.quick else (10**5, 10**6)
     out["prg"] = [bench_prg(d, args.repeats) for d in sizes]
     out["client"] = [bench_client(d, rng, args.repeats) for d in sizes]
@@ -372,35 +439,47 @@ def main() -> None:
 
 def _print(o: dict) -> None:
     ms = 1e3
-    print(f"\nflwr {o['flwr']}, numpy {o['numpy']}, commit {o['commit']}, {o['started']}; "
-          f"load {o['load_start']} → {o['load_end']}\n")
+    print(
+        f"\nflwr {o['flwr']}, numpy {o['numpy']}, commit {o['commit']}, {o['started']}; "
+        f"load {o['load_start']} → {o['load_end']}\n"
+    )
     print("| measurement | ours wall | ours CPU | Flower wall | Flower CPU | ours/Flower (CPU) |")
     print("|---|---|---|---|---|---|")
     for r in o["prg"]:
-        print(f"| mask PRG, d = {r['d']:,} | {r['ours_wall']*ms:.2f} ms | {r['ours_cpu']*ms:.2f} ms | "
-              f"{r['flwr_wall']*ms:.2f} ms | {r['flwr_cpu']*ms:.2f} ms | {r['ratio_cpu']:.3f} |")
+        print(
+            f"| mask PRG, d = {r['d']:,} | {r['ours_wall'] * ms:.2f} ms | {r['ours_cpu'] * ms:.2f} ms | "
+            f"{r['flwr_wall'] * ms:.2f} ms | {r['flwr_cpu'] * ms:.2f} ms | {r['ratio_cpu']:.3f} |"
+        )
     for r in o["client"]:
         for key, label in (("mask_arithmetic", "21 masks added"), ("client_step", "client masking step")):
             m = r[key]
-            print(f"| {label}, d = {r['d']:,} | {m['ours_wall']*ms:.1f} ms | {m['ours_cpu']*ms:.1f} ms | "
-                  f"{m['flwr_wall']*ms:.1f} ms | {m['flwr_cpu']*ms:.1f} ms | {m['ratio_cpu']:.3f} |")
+            print(
+                f"| {label}, d = {r['d']:,} | {m['ours_wall'] * ms:.1f} ms | {m['ours_cpu'] * ms:.1f} ms | "
+                f"{m['flwr_wall'] * ms:.1f} ms | {m['flwr_cpu'] * ms:.1f} ms | {m['ratio_cpu']:.3f} |"
+            )
     for s in o["server"]:
         tag = "" if s["flwr_real_clients"] else " (Flower: zero aggregate)"
         for key in ("receive", "unmask"):
             m = s[key]
             if "flwr_wall" not in m:
-                print(f"| server {key}, {s['clients']:,} × {s['d']:,}, {s['dropped']} dropped (ours only) "
-                      f"| {m['ours_wall']:.2f} s | {m['ours_cpu']:.2f} s | — | — | — |")
+                print(
+                    f"| server {key}, {s['clients']:,} × {s['d']:,}, {s['dropped']} dropped (ours only) "
+                    f"| {m['ours_wall']:.2f} s | {m['ours_cpu']:.2f} s | — | — | — |"
+                )
                 continue
-            print(f"| server {key}, {s['clients']:,} × {s['d']:,}, {s['dropped']} dropped{tag} "
-                  f"| {m['ours_wall']:.2f} s | {m['ours_cpu']:.2f} s "
-                  f"| {m['flwr_wall']:.2f} s | {m['flwr_cpu']:.2f} s | {m['ratio_cpu']:.3f} |")
+            print(
+                f"| server {key}, {s['clients']:,} × {s['d']:,}, {s['dropped']} dropped{tag} "
+                f"| {m['ours_wall']:.2f} s | {m['ours_cpu']:.2f} s "
+                f"| {m['flwr_wall']:.2f} s | {m['flwr_cpu']:.2f} s | {m['ratio_cpu']:.3f} |"
+            )
     print("\n| d | ours upload | Flower upload | plaintext float32 | ours / plaintext | Flower / plaintext |")
     print("|---|---|---|---|---|---|")
     for r in o["client"]:
         c = r["communication"]
-        print(f"| {r['d']:,} | {c['ours_upload_bytes']:,} | {c['flwr_upload_bytes']:,} "
-              f"| {c['plaintext_float32_bytes']:,} | {c['ours_ratio']:.4f} | {c['flwr_ratio']:.4f} |")
+        print(
+            f"| {r['d']:,} | {c['ours_upload_bytes']:,} | {c['flwr_upload_bytes']:,} "
+            f"| {c['plaintext_float32_bytes']:,} | {c['ours_ratio']:.4f} | {c['flwr_ratio']:.4f} |"
+        )
 
 
 if __name__ == "__main__":

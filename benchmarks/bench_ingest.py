@@ -69,11 +69,32 @@ class Collector:
     """``ldp collector`` in a subprocess."""
 
     def __init__(self, url: str, topic: str, tmp: pathlib.Path) -> None:
-        args = [sys.executable, "-m", "ldp_cli.main", "collector", "--transport", url, "--metrics", str(METRICS),
-                "--port", "0", "--raw-topic", topic, "--dedup", str(tmp / f"ids-{topic}.sqlite3"),
-                "--max-in-flight", "4096"]
-        self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp,
-                                     env=dict(os.environ, PYTHONPATH=str(ROOT)))
+        args = [
+            sys.executable,
+            "-m",
+            "ldp_cli.main",
+            "collector",
+            "--transport",
+            url,
+            "--metrics",
+            str(METRICS),
+            "--port",
+            "0",
+            "--raw-topic",
+            topic,
+            "--dedup",
+            str(tmp / f"ids-{topic}.sqlite3"),
+            "--max-in-flight",
+            "4096",
+        ]
+        self.proc = subprocess.Popen(
+            args,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=tmp,
+            env=dict(os.environ, PYTHONPATH=str(ROOT)),
+        )
         line = self.proc.stdout.readline() if self.proc.stdout else ""
         if "listening on" not in line:
             raise RuntimeError(f"collector did not start: {line!r} {self.proc.communicate()[1]}")
@@ -85,11 +106,14 @@ class Collector:
         self.proc.communicate(timeout=60)
 
 
-async def _connection(host: str, port: int, template: bytes, deadline: float, warm_until: float,
-                      latencies: list[float], counts: list[int]) -> None:
+async def _connection(
+    host: str, port: int, template: bytes, deadline: float, warm_until: float, latencies: list[float], counts: list[int]
+) -> None:
     reader, writer = await asyncio.open_connection(host, port)
-    head = (f"POST /v1/reports HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/vnd.ldp.frame\r\n"
-            f"Content-Length: {len(template)}\r\n\r\n").encode()
+    head = (
+        f"POST /v1/reports HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/vnd.ldp.frame\r\n"
+        f"Content-Length: {len(template)}\r\n\r\n"
+    ).encode()
     frame = bytearray(template)
     while True:
         now = time.perf_counter()
@@ -113,13 +137,18 @@ async def _connection(host: str, port: int, template: bytes, deadline: float, wa
     writer.close()
 
 
-async def _load(host: str, port: int, template: bytes, seconds: float, connections: int,
-                warmup: float) -> tuple[list[float], list[int]]:
+async def _load(
+    host: str, port: int, template: bytes, seconds: float, connections: int, warmup: float
+) -> tuple[list[float], list[int]]:
     latencies: list[float] = []
     counts = [0, 0]
     start = time.perf_counter()
-    await asyncio.gather(*(_connection(host, port, template, start + warmup + seconds, start + warmup, latencies,
-                                       counts) for _ in range(connections)))
+    await asyncio.gather(
+        *(
+            _connection(host, port, template, start + warmup + seconds, start + warmup, latencies, counts)
+            for _ in range(connections)
+        )
+    )
     return latencies, counts
 
 
@@ -163,9 +192,14 @@ def bench_ingest(url: str, tmp: pathlib.Path, reports: int, seconds: float, conn
 
 def bench_shuffle(url: str, batches: int, reports: int, min_batch: int) -> dict[str, float]:
     tag = uuid.uuid4().hex[:8]
-    settings = ShufflerSettings(raw_topic=f"bench.raw-{tag}", shuffled_topic=f"bench.shuffled-{tag}",
-                                state_topic=f"bench.state-{tag}", group=f"bench-{tag}", min_batch=min_batch,
-                                partitions=8)
+    settings = ShufflerSettings(
+        raw_topic=f"bench.raw-{tag}",
+        shuffled_topic=f"bench.shuffled-{tag}",
+        state_topic=f"bench.state-{tag}",
+        group=f"bench-{tag}",
+        min_batch=min_batch,
+        partitions=8,
+    )
     metrics = load_metrics(METRICS, reject_expired=False)
     spec = metrics["emoji_used"].spec
     rng = np.random.default_rng(1)
@@ -182,30 +216,42 @@ def bench_shuffle(url: str, batches: int, reports: int, min_batch: int) -> dict[
             items.append((metric_day_key(batch.metric, batch.day), encode_frame(batch)))
         # warm-up: one batch per partition, processed and committed before the clock starts, so the first
         # fetch positions (offset look-ups, with their retry back-off on fresh topics) are not timed
-        warm = [(metric_day_key("emoji_used", day0 - i), encode_frame(
-            ReportBatch("emoji_used", spec, day0 - i, template))) for i in range(8)]
+        warm = [
+            (metric_day_key("emoji_used", day0 - i), encode_frame(ReportBatch("emoji_used", spec, day0 - i, template)))
+            for i in range(8)
+        ]
         tr.publish_many(settings.raw_topic, warm)
         while shuffler.stats.input_reports < len(warm) * reports:
             shuffler.step()
             shuffler.checkpoint(force=True)
         base = shuffler.stats.input_reports
         for k in range(0, len(items), 200):
-            tr.publish_many(settings.raw_topic, items[k:k + 200])
+            tr.publish_many(settings.raw_topic, items[k : k + 200])
         total = batches * reports
         c0 = time.process_time()
         t0 = time.perf_counter()
         while shuffler.stats.input_reports - base < total:
             shuffler.step()
-            if shuffler._progress and shuffler.stats.input_reports - base + sum(
-                    p.delta["input_reports"] for p in shuffler._parts.values()) >= total:
+            if (
+                shuffler._progress
+                and shuffler.stats.input_reports
+                - base
+                + sum(p.delta["input_reports"] for p in shuffler._parts.values())
+                >= total
+            ):
                 shuffler.checkpoint(force=True)
         elapsed = time.perf_counter() - t0
         cpu = time.process_time() - c0
         stats = shuffler.stats.to_dict()
         shuffler.close()
-    return {"reports_per_s": total / elapsed, "seconds": elapsed, "cpu_s_per_m_reports": cpu / total * 1e6,
-            "released_reports": stats["released_reports"],
-            "released_batches": stats["released_batches"], "checkpoints": stats["checkpoints"]}
+    return {
+        "reports_per_s": total / elapsed,
+        "seconds": elapsed,
+        "cpu_s_per_m_reports": cpu / total * 1e6,
+        "released_reports": stats["released_reports"],
+        "released_batches": stats["released_batches"],
+        "checkpoints": stats["checkpoints"],
+    }
 
 
 def main() -> None:
@@ -224,12 +270,17 @@ def main() -> None:
     if args.quick:
         args.runs, args.seconds, args.batches = 1, 2.0, 500
     tmp = pathlib.Path(tempfile.mkdtemp(prefix="bench-ingest-"))
-    url = {"kafka": "kafka://127.0.0.1:9092", "sqlite": f"sqlite:///{tmp}/log.sqlite3"}.get(args.transport,
-                                                                                          args.transport)
+    url = {"kafka": "kafka://127.0.0.1:9092", "sqlite": f"sqlite:///{tmp}/log.sqlite3"}.get(
+        args.transport, args.transport
+    )
     warm_up()
     load0 = os.getloadavg()
-    results: dict[str, object] = {"transport": url.split("://")[0], "python": platform.python_version(),
-                                  "cpus": os.cpu_count(), "loadavg_before": load0}
+    results: dict[str, object] = {
+        "transport": url.split("://")[0],
+        "python": platform.python_version(),
+        "cpus": os.cpu_count(),
+        "loadavg_before": load0,
+    }
     if not args.skip_ingest:
         runs = [bench_ingest(url, tmp, args.reports, args.seconds, args.connections) for _ in range(args.runs)]
         results["ingest_runs"] = runs
@@ -242,23 +293,29 @@ def main() -> None:
     out = ROOT / "benchmarks" / "results" / f"ingest-{results['transport']}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(results, indent=2))
-    print(f"## Ingest and shuffle ({results['transport']}; medians of {args.runs} runs; load average "
-          f"{load0[0]:.1f} before, {results['loadavg_after'][0]:.1f} after)\n")  # type: ignore[index]
+    print(
+        f"## Ingest and shuffle ({results['transport']}; medians of {args.runs} runs; load average "
+        f"{load0[0]:.1f} before, {results['loadavg_after'][0]:.1f} after)\n"
+    )  # type: ignore[index]
     print("| stage | reports/s | detail |\n|---|---|---|")
     if "ingest" in results:
         i = results["ingest"]
-        print(f"| collector → {results['transport']} ({args.reports}-report frames, {args.connections} connections) "
-              f"| {i['reports_per_s']:,.0f} | {i['requests_per_s']:,.0f} req/s; p50 {i['latency_p50_ms']:.1f} ms, "
-              f"p99 {i['latency_p99_ms']:.1f} ms; CPU s per million reports: collector "
-              f"{i['collector_cpu_s_per_m_reports']:.2f}, load generator {i['client_cpu_s_per_m_reports']:.2f}"
-              + (f", broker {i['broker_cpu_s_per_m_reports']:.2f}" if "broker_cpu_s_per_m_reports" in i else "")
-              + " |")
+        print(
+            f"| collector → {results['transport']} ({args.reports}-report frames, {args.connections} connections) "
+            f"| {i['reports_per_s']:,.0f} | {i['requests_per_s']:,.0f} req/s; p50 {i['latency_p50_ms']:.1f} ms, "
+            f"p99 {i['latency_p99_ms']:.1f} ms; CPU s per million reports: collector "
+            f"{i['collector_cpu_s_per_m_reports']:.2f}, load generator {i['client_cpu_s_per_m_reports']:.2f}"
+            + (f", broker {i['broker_cpu_s_per_m_reports']:.2f}" if "broker_cpu_s_per_m_reports" in i else "")
+            + " |"
+        )
     if "shuffle" in results:
         s = results["shuffle"]
-        print(f"| shuffler on {results['transport']} ({args.batches} × {args.reports} reports, min batch "
-              f"{args.min_batch}) | {s['reports_per_s']:,.0f} | {s['seconds']:.2f} s; {s['released_batches']:.0f} "
-              f"batches released in {s['checkpoints']:.0f} transactions; shuffler process CPU "
-              f"{s['cpu_s_per_m_reports']:.2f} s per million reports |")
+        print(
+            f"| shuffler on {results['transport']} ({args.batches} × {args.reports} reports, min batch "
+            f"{args.min_batch}) | {s['reports_per_s']:,.0f} | {s['seconds']:.2f} s; {s['released_batches']:.0f} "
+            f"batches released in {s['checkpoints']:.0f} transactions; shuffler process CPU "
+            f"{s['cpu_s_per_m_reports']:.2f} s per million reports |"
+        )
     print(f"\n(raw figures: {out.relative_to(ROOT)})")
 
 

@@ -142,12 +142,19 @@ def pureldp_params(spec: Any) -> dict[str, Any]:
         # pure-ldp's RAPPOR is the permanent response only (no IRR), with f, a Bloom
         # filter of m bits, k hashes and some cohorts; we hand it our spec's f (the same
         # permanent ε∞ = 2k ln((1 - f/2)/(f/2)), Erlingsson et al. CCS 2014, Sec. 3.1).
-        return {"f": float(spec.f), "m": int(spec.num_bits), "k": int(spec.num_hashes), "cohorts": int(spec.num_cohorts)}
+        return {
+            "f": float(spec.f),
+            "m": int(spec.num_bits),
+            "k": int(spec.num_hashes),
+            "cohorts": int(spec.num_cohorts),
+        }
     return {}
 
 
 # -- ours ---------------------------------------------------------------------
-def _time_ours(spec: Any, values: np.ndarray, truth: np.ndarray, rng: np.random.Generator, chunk: int) -> dict[str, float]:
+def _time_ours(
+    spec: Any, values: np.ndarray, truth: np.ndarray, rng: np.random.Generator, chunk: int
+) -> dict[str, float]:
     from estimator.oracles import accumulator_for
 
     t_enc = c_enc = 0.0
@@ -261,7 +268,15 @@ def run_pureldp(
     py = ROOT / ".bench-venv" / "bin" / "python"
     if not py.exists():
         raise RuntimeError("no .bench-venv: run `bash benchmarks/pureldp_env.sh` first")
-    job = {"data": str(data_file), "d": d, "epsilon": eps, "repeats": repeats, "seed": seed, "out": str(tmp / "pureldp.json"), "mechanisms": jobs}
+    job = {
+        "data": str(data_file),
+        "d": d,
+        "epsilon": eps,
+        "repeats": repeats,
+        "seed": seed,
+        "out": str(tmp / "pureldp.json"),
+        "mechanisms": jobs,
+    }
     job_file = tmp / "pureldp_job.json"
     job_file.write_text(json.dumps(job))
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
@@ -282,7 +297,9 @@ def _mse_stats(runs: list[dict[str, float]], d: int) -> dict[str, float]:
     return {"mse_median": float(np.median(mses)), "mse_mean": mean, "mse_se": se}
 
 
-def summarize(name: str, ours: dict[str, Any] | None, theirs: dict[str, Any] | None, n: int, d: int, theory_sub: float | None) -> dict[str, Any]:
+def summarize(
+    name: str, ours: dict[str, Any] | None, theirs: dict[str, Any] | None, n: int, d: int, theory_sub: float | None
+) -> dict[str, Any]:
     row: dict[str, Any] = {"mechanism": name}
     if ours is not None:
         runs = ours["runs"]
@@ -303,7 +320,9 @@ def summarize(name: str, ours: dict[str, Any] | None, theirs: dict[str, Any] | N
         row["ours"]["mse_over_theory"] = row["ours"]["mse_mean"] / ours["theory_var_mean"]
         row["ours"]["mse_over_theory_se"] = row["ours"]["mse_se"] / ours["theory_var_mean"]
         # after Norm-Sub (non-negative, sums to n): comparable with estimators that clip or regularize
-        row["ours"]["mse_normsub_over_theory"] = float(np.mean([r["mse_normsub"] for r in runs])) / ours["theory_var_mean"]
+        row["ours"]["mse_normsub_over_theory"] = (
+            float(np.mean([r["mse_normsub"] for r in runs])) / ours["theory_var_mean"]
+        )
         if name == "olh":
             row["ours"]["olh_hash_evals_per_s"] = ours["n"] * d / server
             row["ours"]["olh_hash_evals_per_cpu_s"] = ours["n"] * d / _med(runs, "server_cpu_s")
@@ -356,9 +375,21 @@ def check_targets(rows: dict[str, dict[str, Any]], cores: int) -> list[dict[str,
     for name, target in TARGETS["server_speedup"].items():
         r = rows.get(name, {})
         got = r.get("speedup_server")
-        out.append({"target": f"{name} server aggregate+estimate >= {target:g}x pure-ldp (same run, wall clock)", "value": got, "met": None if got is None else got >= target})
+        out.append(
+            {
+                "target": f"{name} server aggregate+estimate >= {target:g}x pure-ldp (same run, wall clock)",
+                "value": got,
+                "met": None if got is None else got >= target,
+            }
+        )
         got = r.get("speedup_server_cpu")
-        out.append({"target": f"{name} server aggregate+estimate >= {target:g}x pure-ldp (same run, per CPU-second)", "value": got, "met": None if got is None else got >= target})
+        out.append(
+            {
+                "target": f"{name} server aggregate+estimate >= {target:g}x pure-ldp (same run, per CPU-second)",
+                "value": got,
+                "met": None if got is None else got >= target,
+            }
+        )
         ours_rate = r.get("ours", {}).get("server_rate")
         got = None if ours_rate is None else ours_rate / ISSUE_PURELDP_RATES[name]
         out.append(
@@ -371,7 +402,13 @@ def check_targets(rows: dict[str, dict[str, Any]], cores: int) -> list[dict[str,
         )
     for name, target in TARGETS["encode_rate"].items():
         got = rows.get(name, {}).get("ours", {}).get("encode_rate")
-        out.append({"target": f"{name} batch encode >= {target / 1e6:g}M reports/s", "value": got, "met": None if got is None else got >= target})
+        out.append(
+            {
+                "target": f"{name} batch encode >= {target / 1e6:g}M reports/s",
+                "value": got,
+                "met": None if got is None else got >= target,
+            }
+        )
     evals = rows.get("olh", {}).get("ours", {}).get("olh_hash_evals_per_s")
     per_core = None if evals is None else evals / cores
     out.append(
@@ -397,13 +434,24 @@ def check_targets(rows: dict[str, dict[str, Any]], cores: int) -> list[dict[str,
         if not o:
             continue
         ratio, se = o["mse_over_theory"], o["mse_over_theory_se"]
-        out.append({"target": f"{name} MSE within {tol:.0%} of theoretical variance", "value": ratio, "noise_se": se, "met": abs(ratio - 1) <= tol})
+        out.append(
+            {
+                "target": f"{name} MSE within {tol:.0%} of theoretical variance",
+                "value": ratio,
+                "noise_se": se,
+                "met": abs(ratio - 1) <= tol,
+            }
+        )
         p = r.get("pureldp", {})
         if name in NOT_LIKE_FOR_LIKE:
             out.append({"target": f"{name} MSE vs pure-ldp: {NOT_LIKE_FOR_LIKE[name]}", "value": None, "met": None})
         elif "mse_over_theory" in p:
             # both normalized by our theory at their own n; worse beyond noise = more than 2 standard errors above
-            mine, how = (o["mse_normsub_over_theory"], "ours after Norm-Sub") if name in REGULARIZED else (ratio, "normalized by theory")
+            mine, how = (
+                (o["mse_normsub_over_theory"], "ours after Norm-Sub")
+                if name in REGULARIZED
+                else (ratio, "normalized by theory")
+            )
             diff = mine - p["mse_over_theory"]
             noise = 2 * math.hypot(se, p["mse_over_theory_se"])
             out.append(
@@ -418,7 +466,11 @@ def check_targets(rows: dict[str, dict[str, Any]], cores: int) -> list[dict[str,
 
 
 def machine_info() -> dict[str, Any]:
-    info: dict[str, Any] = {"nproc": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform()}
+    info: dict[str, Any] = {
+        "nproc": os.cpu_count(),
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+    }
     try:
         with open("/proc/cpuinfo") as fh:
             for line in fh:
@@ -455,8 +507,12 @@ def machine_info() -> dict[str, Any]:
 
 def git_commit() -> str | None:
     try:
-        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=True)
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT, capture_output=True, text=True).stdout
+        out = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=True
+        )
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT, capture_output=True, text=True
+        ).stdout
         return out.stdout.strip() + ("+dirty" if dirty.strip() else "")
     except (OSError, subprocess.CalledProcessError):
         return None
@@ -576,10 +632,19 @@ def plot(results: dict[str, Any], path: Path) -> None:
     x = np.arange(len(names))
     fig, axes = plt.subplots(1, 3, figsize=(19, 5.4), gridspec_kw={"width_ratios": [1.15, 1.15, 1]})
     ticks = [f"{m}\n{_fmt_rate(rows[m].get('pureldp', {}).get('n'))}" for m in names]
-    for ax, key, title in ((axes[0], "encode_rate", "client encode (reports/s)"), (axes[1], "server_rate", "server aggregate + estimate (reports/s)")):
+    for ax, key, title in (
+        (axes[0], "encode_rate", "client encode (reports/s)"),
+        (axes[1], "server_rate", "server aggregate + estimate (reports/s)"),
+    ):
         ours = [rows[m].get("ours", {}).get(key, np.nan) for m in names]
         theirs = [rows[m].get("pureldp", {}).get(key, np.nan) for m in names]
-        ax.bar(x - 0.2, ours, 0.4, label="ldp-telemetry (ours), n = 10^6" if results["args"]["n"] == 10**6 else "ldp-telemetry (ours)", color="#1f77b4")
+        ax.bar(
+            x - 0.2,
+            ours,
+            0.4,
+            label="ldp-telemetry (ours), n = 10^6" if results["args"]["n"] == 10**6 else "ldp-telemetry (ours)",
+            color="#1f77b4",
+        )
         ax.bar(x + 0.2, theirs, 0.4, label="pure-ldp 1.2.0 (its n under each name)", color="#ff7f0e")
         ax.set_yscale("log")
         ax.set_xticks(x, ticks, fontsize=8)
@@ -598,7 +663,10 @@ def plot(results: dict[str, Any], path: Path) -> None:
     )
     for off, side, key, marker, face, label in series:
         ys = np.array([rows[m].get(side, {}).get(key, np.nan) for m in names], dtype=float)
-        es = np.array([rows[m].get(side, {}).get("mse_over_theory_se", 0.0) if key == "mse_over_theory" else 0.0 for m in names], dtype=float)
+        es = np.array(
+            [rows[m].get(side, {}).get("mse_over_theory_se", 0.0) if key == "mse_over_theory" else 0.0 for m in names],
+            dtype=float,
+        )
         edge = "#1f77b4" if side == "ours" else "#ff7f0e"
         ax.errorbar(x + off, ys, yerr=2 * es, fmt=marker, mfc=face, mec=edge, ecolor=edge, capsize=3, label=label)
     ax.axhline(1.0, color="k", lw=0.8)
@@ -625,16 +693,26 @@ def plot(results: dict[str, Any], path: Path) -> None:
 
 # -- main -------------------------------------------------------------------------------
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--n", type=int, default=1_000_000, help="reports (users); default 10^6")
     ap.add_argument("--d", type=int, default=1024, help="domain size; default 1024")
     ap.add_argument("--epsilon", type=float, default=2.0, help="ε; default 2")
-    ap.add_argument("--repeats", type=int, default=3, help="timed runs per side and mechanism (medians are reported); default 3")
-    ap.add_argument("--mechanisms", default=",".join(ALL_MECHANISMS), help=f"comma-separated subset of {','.join(ALL_MECHANISMS)}")
+    ap.add_argument(
+        "--repeats", type=int, default=3, help="timed runs per side and mechanism (medians are reported); default 3"
+    )
+    ap.add_argument(
+        "--mechanisms", default=",".join(ALL_MECHANISMS), help=f"comma-separated subset of {','.join(ALL_MECHANISMS)}"
+    )
     ap.add_argument("--zipf", type=float, default=1.1, help="Zipf exponent s of the data; default 1.1")
     ap.add_argument("--seed", type=int, default=20240601, help="seed of the data and of both sides' randomness")
-    ap.add_argument("--chunk", type=int, default=1 << 17, help="values per spec.encode call on our side; default 131072")
-    ap.add_argument("--pureldp-n", default="", help="per-mechanism pure-ldp prefix sizes, e.g. olh=5000,oue=20000 (capped at --n)")
+    ap.add_argument(
+        "--chunk", type=int, default=1 << 17, help="values per spec.encode call on our side; default 131072"
+    )
+    ap.add_argument(
+        "--pureldp-n", default="", help="per-mechanism pure-ldp prefix sizes, e.g. olh=5000,oue=20000 (capped at --n)"
+    )
     ap.add_argument("--no-pureldp", action="store_true", help="skip the pure-ldp side")
     ap.add_argument("--no-first-call", action="store_true", help="skip the fresh-process first-call measurements")
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "oracles.json")
@@ -687,8 +765,18 @@ def main(argv: list[str] | None = None) -> int:
         plot(results, args.plot)
         return 0
 
-    command = "NUMBA_CACHE_DIR=" + shlex.quote(os.environ["NUMBA_CACHE_DIR"]) + " " + " ".join(
-        shlex.quote(a) for a in [os.path.relpath(sys.executable, ROOT), os.path.relpath(__file__, ROOT), *(sys.argv[1:] if argv is None else argv)]
+    command = (
+        "NUMBA_CACHE_DIR="
+        + shlex.quote(os.environ["NUMBA_CACHE_DIR"])
+        + " "
+        + " ".join(
+            shlex.quote(a)
+            for a in [
+                os.path.relpath(sys.executable, ROOT),
+                os.path.relpath(__file__, ROOT),
+                *(sys.argv[1:] if argv is None else argv),
+            ]
+        )
     )
     mechs = []
     skipped = {}
@@ -755,7 +843,11 @@ def main(argv: list[str] | None = None) -> int:
         "command": command,
         "started_utc": started,
         "git_commit": commit,
-        "args": {k: v for k, v in vars(args).items() if k in ("n", "d", "epsilon", "repeats", "zipf", "seed", "chunk", "pureldp_sizes")},
+        "args": {
+            k: v
+            for k, v in vars(args).items()
+            if k in ("n", "d", "epsilon", "repeats", "zipf", "seed", "chunk", "pureldp_sizes")
+        },
         "machine": machine,
         "load_average": {"before": load_before, "after": os.getloadavg()},
         "pureldp_versions": theirs.get("versions"),

@@ -81,7 +81,9 @@ def main() -> None:
                 times["cold"].append(_timed(lambda d=d: estimate_with(make_spec("rappor", epsilon=2.0, domain_size=d))))
                 rd.clear_memory_cache()
                 times["warm"].append(_timed(lambda d=d: estimate_with(make_spec("rappor", epsilon=2.0, domain_size=d))))
-                times["memory"].append(_timed(lambda d=d: estimate_with(make_spec("rappor", epsilon=2.0, domain_size=d))))
+                times["memory"].append(
+                    _timed(lambda d=d: estimate_with(make_spec("rappor", epsilon=2.0, domain_size=d)))
+                )
             size = os.path.getsize(rd.cache_path(base, np.arange(d)))
             cells = "  ".join(
                 f"{k} {1e3 * statistics.median(v):8.1f} ms (min {1e3 * min(v):7.1f})" for k, v in times.items()

@@ -86,16 +86,20 @@ def value_for(name: str, i: int) -> str:
 
 def pct(samples_ns: list[int]) -> dict[str, float]:
     a = np.asarray(samples_ns, dtype=np.float64) / 1000.0
-    return {"p50": float(np.percentile(a, 50)), "p99": float(np.percentile(a, 99)),
-            "p999": float(np.percentile(a, 99.9))}
+    return {
+        "p50": float(np.percentile(a, 50)),
+        "p99": float(np.percentile(a, 99)),
+        "p999": float(np.percentile(a, 99.9)),
+    }
 
 
 def bench_record(name: str, n: int) -> dict:
     out: dict = {}
     policy = LocalPolicy(per_metric_daily=BIG, total_daily=BIG)
     with tempfile.TemporaryDirectory() as d:
-        c = TelemetryClient(d, None, policy, doc([name], 10_000), upload=False, max_queue=10 * n,
-                            max_outbox_reports=10 * n)
+        c = TelemetryClient(
+            d, None, policy, doc([name], 10_000), upload=False, max_queue=10 * n, max_outbox_reports=10 * n
+        )
         pc = time.perf_counter_ns
         vals = [value_for(name, i) for i in range(n)]
         for v in vals[:200]:  # warm-up (imports, first transaction)
@@ -165,14 +169,24 @@ def memory_child(n: int) -> None:
 
     res = {"import": {"rss_kib": rss_kib(), "heap_kib": tracemalloc.get_traced_memory()[0] // 1024}}
     with tempfile.TemporaryDirectory() as d:
-        c = TelemetryClient(d, None, LocalPolicy(per_metric_daily=BIG, total_daily=BIG), doc(["grr"], 10_000),
-                            upload=False, max_queue=n, max_outbox_reports=n)
+        c = TelemetryClient(
+            d,
+            None,
+            LocalPolicy(per_metric_daily=BIG, total_daily=BIG),
+            doc(["grr"], 10_000),
+            upload=False,
+            max_queue=n,
+            max_outbox_reports=n,
+        )
         res["client"] = {"rss_kib": rss_kib(), "heap_kib": tracemalloc.get_traced_memory()[0] // 1024}
         for i in range(n):
             c.record("grr", f"v{i % 64}")
         c.flush(600)
-        res["full_outbox"] = {"rss_kib": rss_kib(), "heap_kib": tracemalloc.get_traced_memory()[0] // 1024,
-                              "outbox_reports": c.pending_reports()}
+        res["full_outbox"] = {
+            "rss_kib": rss_kib(),
+            "heap_kib": tracemalloc.get_traced_memory()[0] // 1024,
+            "outbox_reports": c.pending_reports(),
+        }
         # a full in-memory queue: the recorder blocked behind another writer's lock
         blocker = Store(d)
         conn = blocker.connection()
@@ -181,8 +195,11 @@ def memory_child(n: int) -> None:
         time.sleep(0.2)
         for i in range(n + 100):
             c.record("grr", f"v{i % 64}")
-        res["full_outbox_and_queue"] = {"rss_kib": rss_kib(), "heap_kib": tracemalloc.get_traced_memory()[0] // 1024,
-                                        "queue_full_tally": c.errors()["queue_full"]}
+        res["full_outbox_and_queue"] = {
+            "rss_kib": rss_kib(),
+            "heap_kib": tracemalloc.get_traced_memory()[0] // 1024,
+            "queue_full_tally": c.errors()["queue_full"],
+        }
         conn.execute("ROLLBACK")
         blocker.close()
         c.close(upload=False)
@@ -199,8 +216,16 @@ def bench_upload(n: int, batch: int) -> dict:
         ob = Outbox(Store(d), max_reports=n)
         ob.put("grr", m.spec, 20_000, m.spec.encode(np.arange(n) % 64, secure_generator()), now=time.time())
         ob.store.close()
-        return TelemetryClient(d, url, policy, doc(["grr"], 10_000), transport=transport, batch_size=batch,
-                               batch_max_age=1e9, max_outbox_reports=n)
+        return TelemetryClient(
+            d,
+            url,
+            policy,
+            doc(["grr"], 10_000),
+            transport=transport,
+            batch_size=batch,
+            batch_max_age=1e9,
+            max_outbox_reports=n,
+        )
 
     with tempfile.TemporaryDirectory() as d:
         c = fill(d, "http://127.0.0.1:9", transport=lambda req: HttpResponse(202, {}))
@@ -209,8 +234,13 @@ def bench_upload(n: int, batch: int) -> dict:
         out["in_memory_reports_per_s"] = n / (time.perf_counter() - t)
         c.close()
     with tempfile.TemporaryDirectory() as d:
-        recv = subprocess.Popen([sys.executable, "-m", "tests.support.sdk_test_receiver", "--dir", os.path.join(d, "recv")],
-                                stdout=subprocess.PIPE, text=True, cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+        recv = subprocess.Popen(
+            [sys.executable, "-m", "tests.support.sdk_test_receiver", "--dir", os.path.join(d, "recv")],
+            stdout=subprocess.PIPE,
+            text=True,
+            cwd=ROOT,
+            env=dict(os.environ, PYTHONPATH=str(ROOT)),
+        )
         try:
             port = int(recv.stdout.readline().split()[1])  # type: ignore[union-attr]
             c = fill(os.path.join(d, "sdk"), f"http://127.0.0.1:{port}")
@@ -241,18 +271,23 @@ def main() -> None:
     for name in MECHANISMS:
         results["record"][name] = bench_record(name, n)
         print(f"{name}: {json.dumps(results['record'][name])}", file=sys.stderr)
-    mem = subprocess.run([sys.executable, __file__, "--memory-child", "10000"], capture_output=True, text=True,
-                         check=True, cwd=ROOT)
+    mem = subprocess.run(
+        [sys.executable, __file__, "--memory-child", "10000"], capture_output=True, text=True, check=True, cwd=ROOT
+    )
     results["memory"] = json.loads(mem.stdout)
     results["upload"] = bench_upload(5000 if args.quick else 50_000, 500)
 
-    print("| mechanism | record() accepted p50 / p99 / p99.9 µs | refused p50 / p99 µs | encode_one p50 µs "
-          "| fsynced txn p50 µs | recorder reports/s |")
+    print(
+        "| mechanism | record() accepted p50 / p99 / p99.9 µs | refused p50 / p99 µs | encode_one p50 µs "
+        "| fsynced txn p50 µs | recorder reports/s |"
+    )
     print("|---|---|---|---|---|---|")
     for name, r in results["record"].items():
         a, f = r["accepted"], r["refused"]
-        print(f"| {name} | {a['p50']:.1f} / {a['p99']:.1f} / {a['p999']:.1f} | {f['p50']:.1f} / {f['p99']:.1f} "
-              f"| {r['encode_one_p50_us']:.1f} | {r['fsynced_txn_p50_us']:.0f} | {r['recorder_reports_per_s']:,.0f} |")
+        print(
+            f"| {name} | {a['p50']:.1f} / {a['p99']:.1f} / {a['p999']:.1f} | {f['p50']:.1f} / {f['p99']:.1f} "
+            f"| {r['encode_one_p50_us']:.1f} | {r['fsynced_txn_p50_us']:.0f} | {r['recorder_reports_per_s']:,.0f} |"
+        )
     print()
     print("| state | RSS MiB | Python heap MiB |")
     print("|---|---|---|")
@@ -260,9 +295,11 @@ def main() -> None:
         print(f"| {k} | {v['rss_kib'] / 1024:.1f} | {v['heap_kib'] / 1024:.2f} |")
     u = results["upload"]
     print()
-    print(f"upload: {u['test_receiver_reports_per_s']:,.0f} reports/s ({u['test_receiver_batches_per_s']:.1f} "
-          f"batches/s of {u['batch_size']}) to the test receiver; {u['in_memory_reports_per_s']:,.0f} reports/s "
-          f"to an in-memory transport")
+    print(
+        f"upload: {u['test_receiver_reports_per_s']:,.0f} reports/s ({u['test_receiver_batches_per_s']:.1f} "
+        f"batches/s of {u['batch_size']}) to the test receiver; {u['in_memory_reports_per_s']:,.0f} reports/s "
+        f"to an in-memory transport"
+    )
     out = ROOT / "benchmarks" / "results" / "sdk.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(results, indent=2))

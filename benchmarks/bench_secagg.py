@@ -100,10 +100,22 @@ def bench_client(d: int, rng: np.random.Generator, repeats: int) -> dict:
     c1 = clients[1]
     mw, mc, y = _timed(lambda: c1.masked_input(x, inbox[1]), repeats)
     up = 64 + sum(len(ct) for ct in shares[1].values()) + y.nbytes + 20 * SHARE_REVEAL_BYTES
-    down = 20 * 64 + sum(len(ct) for ct in inbox[1].values()) + 4 * n  # neighbours' keys, their shares, the survivor list
-    return {"d": d, "neighbors": len(cfg.neighbors[1]), "mask_ms": mw * 1e3, "mask_cpu_ms": mc * 1e3,
-            "quantize_ms": qw * 1e3, "quantize_cpu_ms": qc * 1e3, "share_keys_ms": share_s * 1e3,
-            "upload_bytes": up, "download_bytes": down, "plaintext_bytes": 4 * d, "upload_ratio": up / (4 * d)}
+    down = (
+        20 * 64 + sum(len(ct) for ct in inbox[1].values()) + 4 * n
+    )  # neighbours' keys, their shares, the survivor list
+    return {
+        "d": d,
+        "neighbors": len(cfg.neighbors[1]),
+        "mask_ms": mw * 1e3,
+        "mask_cpu_ms": mc * 1e3,
+        "quantize_ms": qw * 1e3,
+        "quantize_cpu_ms": qc * 1e3,
+        "share_keys_ms": share_s * 1e3,
+        "upload_bytes": up,
+        "download_bytes": down,
+        "plaintext_bytes": 4 * d,
+        "upload_ratio": up / (4 * d),
+    }
 
 
 def bench_server(n: int, d: int, drop_frac: float, rng: np.random.Generator, repeats: int) -> dict:
@@ -122,9 +134,18 @@ def bench_server(n: int, d: int, drop_frac: float, rng: np.random.Generator, rep
     t_clients = time.perf_counter() - t_clients - recv
     surv, drop = server.unmask_request()
     reveals = {u: clients[u].unmask(surv, drop) for u in surv}
-    out = {"clients": n, "d": d, "degree": len(cfg.neighbors[1]), "threshold": cfg.threshold, "dropped": len(drop),
-           "receive_s": recv, "receive_cpu_s": recv_cpu, "clients_masking_total_s": t_clients,
-           "share_keys_ms_per_client": share_s * 1e3, "finish_repeats": repeats}
+    out = {
+        "clients": n,
+        "d": d,
+        "degree": len(cfg.neighbors[1]),
+        "threshold": cfg.threshold,
+        "dropped": len(drop),
+        "receive_s": recv,
+        "receive_cpu_s": recv_cpu,
+        "clients_masking_total_s": t_clients,
+        "share_keys_ms_per_client": share_s * 1e3,
+        "finish_repeats": repeats,
+    }
     for workers in (1, 2):
         server.workers = workers
         walls, cpus = [], []
@@ -136,8 +157,13 @@ def bench_server(n: int, d: int, drop_frac: float, rng: np.random.Generator, rep
             assert not total.any(), "the unmasked sum of zero inputs must be zero"
         fin_w, fin_c = statistics.median(walls), statistics.median(cpus)
         sfx = "" if workers == 1 else f"_{workers}w"
-        out |= {f"finish_s{sfx}": fin_w, f"finish_cpu_s{sfx}": fin_c, f"finish_all_s{sfx}": walls,
-                f"round_server_s{sfx}": recv + fin_w, f"round_server_cpu_s{sfx}": recv_cpu + fin_c}
+        out |= {
+            f"finish_s{sfx}": fin_w,
+            f"finish_cpu_s{sfx}": fin_c,
+            f"finish_all_s{sfx}": walls,
+            f"round_server_s{sfx}": recv + fin_w,
+            f"round_server_cpu_s{sfx}": recv_cpu + fin_c,
+        }
     return out
 
 
@@ -150,24 +176,35 @@ def main() -> None:
     started = time.strftime("%Y-%m-%d %H:%M:%S %Z")
     client = [bench_client(d, rng, 5 if args.quick else 9) for d in (10**5, 10**6)]
     server = bench_server(200, 10**5, 0.1, rng, 2) if args.quick else bench_server(1000, 10**6, 0.1, rng, 3)
-    out = {"started": started, "machine": platform.platform(), "processor": platform.processor(), "quick": args.quick,
-           "load_start": [round(x, 2) for x in load_start], "load_end": [round(x, 2) for x in os.getloadavg()],
-           "client": client, "server": server}
+    out = {
+        "started": started,
+        "machine": platform.platform(),
+        "processor": platform.processor(),
+        "quick": args.quick,
+        "load_start": [round(x, 2) for x in load_start],
+        "load_end": [round(x, 2) for x in os.getloadavg()],
+        "client": client,
+        "server": server,
+    }
     RESULTS.parent.mkdir(exist_ok=True)
     if not args.quick:
         RESULTS.write_text(json.dumps(out, indent=2))
     print("| d | neighbours | mask (ms) | mask CPU (ms) | quantize (ms) | share_keys (ms) | upload / plaintext |")
     print("|---|---|---|---|---|---|---|")
     for r in client:
-        print(f"| {r['d']:,} | {r['neighbors']} | {r['mask_ms']:.1f} | {r['mask_cpu_ms']:.1f} | {r['quantize_ms']:.1f} | "
-              f"{r['share_keys_ms']:.1f} | {r['upload_ratio']:.4f} |")
+        print(
+            f"| {r['d']:,} | {r['neighbors']} | {r['mask_ms']:.1f} | {r['mask_cpu_ms']:.1f} | {r['quantize_ms']:.1f} | "
+            f"{r['share_keys_ms']:.1f} | {r['upload_ratio']:.4f} |"
+        )
     s = server
     for sfx, label in (("", "1 process"), ("_2w", "2 processes")):
-        print(f"\nserver ({label}): {s['clients']} clients, d = {s['d']:,}, degree {s['degree']}, t = {s['threshold']}, "
-              f"{s['dropped']} dropped: receive {s['receive_s']:.2f} s (CPU {s['receive_cpu_s']:.2f}) + finish "
-              f"{s['finish_s' + sfx]:.2f} s (CPU {s['finish_cpu_s' + sfx]:.2f}) "
-              f"= {s['round_server_s' + sfx]:.2f} s per round "
-              f"(CPU {s['round_server_cpu_s' + sfx]:.2f} s)")
+        print(
+            f"\nserver ({label}): {s['clients']} clients, d = {s['d']:,}, degree {s['degree']}, t = {s['threshold']}, "
+            f"{s['dropped']} dropped: receive {s['receive_s']:.2f} s (CPU {s['receive_cpu_s']:.2f}) + finish "
+            f"{s['finish_s' + sfx]:.2f} s (CPU {s['finish_cpu_s' + sfx]:.2f}) "
+            f"= {s['round_server_s' + sfx]:.2f} s per round "
+            f"(CPU {s['round_server_cpu_s' + sfx]:.2f} s)"
+        )
     print(f"\nload average {out['load_start']} → {out['load_end']}")
 
 

@@ -61,7 +61,7 @@ def run(t: Transport, data: list[bytes], reports: int, group: int) -> dict[str, 
     t.create_topic(topic, 4)
     t0 = time.perf_counter()
     for i in range(0, len(data), group):
-        t.publish_many(topic, list(zip(keys[i:i + group], data[i:i + group])))
+        t.publish_many(topic, list(zip(keys[i : i + group], data[i : i + group])))
     dt = time.perf_counter() - t0
     out["publish_many_reports_per_s"] = len(data) * reports / dt
     out["publish_many_mb_per_s"] = mb / dt
@@ -91,22 +91,28 @@ def main() -> None:
     data = frames(args.batches, args.reports)
     results = {"batches": args.batches, "reports_per_batch": args.reports, "frame_bytes": len(data[0]), "runs": {}}
     with tempfile.TemporaryDirectory() as tmp:
-        urls = {"sqlite (FULL)": f"sqlite:///{tmp}/full.sqlite3",
-                "sqlite (NORMAL)": f"sqlite:///{tmp}/normal.sqlite3?synchronous=NORMAL",
-                "kafka": f"kafka://{args.bootstrap}"}
+        urls = {
+            "sqlite (FULL)": f"sqlite:///{tmp}/full.sqlite3",
+            "sqlite (NORMAL)": f"sqlite:///{tmp}/normal.sqlite3?synchronous=NORMAL",
+            "kafka": f"kafka://{args.bootstrap}",
+        }
         for name, url in urls.items():
             if args.only and not name.startswith(args.only):
                 continue
             with open_transport(url) as t:
                 results["runs"][name] = run(t, data, args.reports, args.group)
     print(f"{args.batches} batches of {args.reports} reports ({len(data[0])} bytes each), 4 partitions\n")
-    print("| transport | publish (1/call) reports/s | batches/s | publish_many reports/s | MB/s "
-          "| consume reports/s | MB/s |")
+    print(
+        "| transport | publish (1/call) reports/s | batches/s | publish_many reports/s | MB/s "
+        "| consume reports/s | MB/s |"
+    )
     print("|---|---|---|---|---|---|---|")
     for name, r in results["runs"].items():
-        print(f"| {name} | {r['publish_one_reports_per_s']:,.0f} | {r['publish_one_batches_per_s']:,.0f} | "
-              f"{r['publish_many_reports_per_s']:,.0f} | {r['publish_many_mb_per_s']:.0f} | "
-              f"{r['consume_reports_per_s']:,.0f} | {r['consume_mb_per_s']:.0f} |")
+        print(
+            f"| {name} | {r['publish_one_reports_per_s']:,.0f} | {r['publish_one_batches_per_s']:,.0f} | "
+            f"{r['publish_many_reports_per_s']:,.0f} | {r['publish_many_mb_per_s']:.0f} | "
+            f"{r['consume_reports_per_s']:,.0f} | {r['consume_mb_per_s']:.0f} |"
+        )
     out = pathlib.Path(__file__).parent / "results" / "transport.json"
     out.parent.mkdir(exist_ok=True)
     out.write_text(json.dumps(results, indent=2) + "\n")

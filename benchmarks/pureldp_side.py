@@ -28,7 +28,8 @@ import random
 import sys
 import time
 import warnings
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -120,7 +121,9 @@ CLASSES: dict[str, str] = {
 }
 
 
-def run_one(name: str, kind: str, values: np.ndarray, eps: float, d: int, params: dict[str, Any], repeats: int, seed: int) -> dict[str, Any]:
+def run_one(
+    name: str, kind: str, values: np.ndarray, eps: float, d: int, params: dict[str, Any], repeats: int, seed: int
+) -> dict[str, Any]:
     """Time pure-ldp's client and server for one mechanism over ``values``."""
     n = int(values.size)
     truth = np.bincount(values, minlength=d).astype(np.float64)
@@ -139,7 +142,12 @@ def run_one(name: str, kind: str, values: np.ndarray, eps: float, d: int, params
         for rep in reports:
             aggregate(rep)
         t2, c2 = time.perf_counter(), time.process_time()
-        run: dict[str, Any] = {"encode_s": t1 - t0, "aggregate_s": t2 - t1, "encode_cpu_s": c1 - c0, "aggregate_cpu_s": c2 - c1}
+        run: dict[str, Any] = {
+            "encode_s": t1 - t0,
+            "aggregate_s": t2 - t1,
+            "encode_cpu_s": c1 - c0,
+            "aggregate_cpu_s": c2 - c1,
+        }
         try:
             est = np.asarray(server.estimate_all(domain, suppress_warnings=True), dtype=np.float64)
         except Exception as exc:  # e.g. RAPPOR's Lasso selecting no feature at small n
@@ -184,7 +192,14 @@ def main(argv: list[str]) -> int:
         _log(f"{name}: n={n}, params {mech.get('params', {})}")
         try:
             out["mechanisms"][name] = run_one(
-                name, mech.get("kind", name), data[:n], float(job["epsilon"]), int(job["d"]), mech.get("params", {}), int(job["repeats"]), int(job["seed"])
+                name,
+                mech.get("kind", name),
+                data[:n],
+                float(job["epsilon"]),
+                int(job["d"]),
+                mech.get("params", {}),
+                int(job["repeats"]),
+                int(job["seed"]),
             )
         except Exception as exc:  # report and go on with the next mechanism
             _log(f"{name} failed: {type(exc).__name__}: {exc}")

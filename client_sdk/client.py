@@ -97,8 +97,14 @@ STAT_TALLIES = (
     "uploaded_batches",
     "uploaded_reports",
 )
-_PERSISTED = {"outbox_dropped", "outbox_unsendable", "upload_rejected_batches", "upload_rejected_reports",
-              "uploaded_batches", "uploaded_reports"}
+_PERSISTED = {
+    "outbox_dropped",
+    "outbox_unsendable",
+    "upload_rejected_batches",
+    "upload_rejected_reports",
+    "uploaded_batches",
+    "uploaded_reports",
+}
 
 _SERVER_METRICS_FILE = "server_metrics.json"
 
@@ -274,8 +280,9 @@ class TelemetryClient:
             raise ClientConfigError(f"cannot use storage_dir {storage_dir!r}: {exc}") from exc
         self.storage_dir = self._store.directory
         self._ledger = BudgetLedger(self._store, policy, clock=self._clock)
-        self._outbox = Outbox(self._store, max_reports=config.max_outbox_reports,
-                              lease_seconds=2 * config.upload_timeout + 10)
+        self._outbox = Outbox(
+            self._store, max_reports=config.max_outbox_reports, lease_seconds=2 * config.upload_timeout + 10
+        )
         self._memo = MemoStore(self._secret)
         self._bundled = bundled
         self._tally: collections.Counter[str] = collections.Counter()

@@ -59,8 +59,7 @@ def temp_name(path: str | os.PathLike[str]) -> Path:
     return p.parent / f".{p.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
 
 
-def write_atomic(path: str | os.PathLike[str], content: Content, *, mode: int = 0o666,
-                 replace: bool = True) -> None:
+def write_atomic(path: str | os.PathLike[str], content: Content, *, mode: int = 0o666, replace: bool = True) -> None:
     """Replace ``path`` with ``content`` atomically and durably (see the module docstring).
 
     ``content`` is the bytes to write, or a function called with the open binary file that writes them

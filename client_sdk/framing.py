@@ -42,8 +42,13 @@ def has_magic(value: bytes | bytearray | memoryview, magic: bytes) -> bool:
     return bytes(value[:4]) == magic
 
 
-def unpack_headed(value: bytes | bytearray | memoryview, magic: bytes, what: str,
-                  version: int = 1, error: Callable[[str], Exception] = FramingError) -> tuple[bytes, memoryview]:
+def unpack_headed(
+    value: bytes | bytearray | memoryview,
+    magic: bytes,
+    what: str,
+    version: int = 1,
+    error: Callable[[str], Exception] = FramingError,
+) -> tuple[bytes, memoryview]:
     """``(header bytes, payload view)`` of a frame; ``error`` (an exception type or a factory taking the
     message; default :class:`FramingError`) naming ``what`` if it is truncated, of another kind or version,
     or its header runs past the end."""
@@ -52,8 +57,9 @@ def unpack_headed(value: bytes | bytearray | memoryview, magic: bytes, what: str
         raise error(f"{what} is truncated ({len(buf)} bytes)")
     got_magic, got_version, _, hlen = _HEAD.unpack_from(buf, 0)
     if got_magic != magic or got_version != version:
-        raise error(f"not a {what} (magic {bytes(got_magic)!r}, version {got_version}; "
-                    f"expected {magic!r} version {version})")
+        raise error(
+            f"not a {what} (magic {bytes(got_magic)!r}, version {got_version}; expected {magic!r} version {version})"
+        )
     end = HEAD_SIZE + hlen
     if end > len(buf):
         raise error(f"{what}: the header length {hlen} runs past the record ({len(buf)} bytes)")

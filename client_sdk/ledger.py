@@ -191,7 +191,9 @@ class BudgetLedger:
         return out
 
     # -- standalone ---------------------------------------------------------
-    def spend(self, metric: str, cost: Cost, *, max_reports: int | None = None, now: float | None = None) -> SpendOutcome:
+    def spend(
+        self, metric: str, cost: Cost, *, max_reports: int | None = None, now: float | None = None
+    ) -> SpendOutcome:
         """Charge ``cost`` to ``metric`` on the current day, atomically; say why if refused."""
         units = to_units(epsilon_of(cost), round_up=True)
         with self.store.transaction() as conn:
@@ -215,9 +217,11 @@ class BudgetLedger:
     def day_budget(self, day: int | None = None) -> DayBudget:
         """What was spent on ``day`` (default: the current day) against the caps."""
         day = self.current_day() if day is None else day
-        rows = self.store.connection().execute(
-            "SELECT metric, spent, reports FROM ledger WHERE day = ? ORDER BY metric", (day,)
-        ).fetchall()
+        rows = (
+            self.store.connection()
+            .execute("SELECT metric, spent, reports FROM ledger WHERE day = ? ORDER BY metric", (day,))
+            .fetchall()
+        )
         metrics = {
             m: MetricBudget(spent=s * EPSILON_UNIT, cap=self.policy.metric_cap(m), reports=int(r)) for m, s, r in rows
         }

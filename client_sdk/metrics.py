@@ -149,14 +149,18 @@ class MetricDefinition:
         except ValueError:
             expires = None
         if expires is None:
-            raise MetricsFileError(f"{where}: 'expires' must be an ISO date such as \"2027-12-31\", got {data['expires']!r}")
+            raise MetricsFileError(
+                f"{where}: 'expires' must be an ISO date such as \"2027-12-31\", got {data['expires']!r}"
+            )
         try:
             domain = domain_from_dict(dict(data["domain"]) if isinstance(data["domain"], Mapping) else data["domain"])
         except (SpecError, KeyError, TypeError, ValueError) as exc:
             raise MetricsFileError(f"{where}: bad 'domain': {exc}") from None
         mech = data["mechanism"]
         if not isinstance(mech, Mapping):
-            raise MetricsFileError(f"{where}: 'mechanism' must be an object such as {{\"mechanism\": \"grr\", \"epsilon\": 1.0}}")
+            raise MetricsFileError(
+                f'{where}: \'mechanism\' must be an object such as {{"mechanism": "grr", "epsilon": 1.0}}'
+            )
         mech = dict(mech)
         mech.setdefault("domain_size", domain.size)
         try:
@@ -248,7 +252,7 @@ def parse_metrics(
     metrics = {name: MetricDefinition.from_dict(name, data) for name, data in raw.items()}
     if reject_expired:
         if today is None:
-            today = utc_day(_dt.datetime.now(_dt.timezone.utc).timestamp())
+            today = utc_day(_dt.datetime.now(_dt.UTC).timestamp())
         for m in metrics.values():
             if m.is_expired(today):
                 raise MetricsFileError(
@@ -258,9 +262,7 @@ def parse_metrics(
     return MetricSet(metrics)
 
 
-def load_metrics(
-    path: str | os.PathLike[str], *, today: int | None = None, reject_expired: bool = True
-) -> MetricSet:
+def load_metrics(path: str | os.PathLike[str], *, today: int | None = None, reject_expired: bool = True) -> MetricSet:
     """Read and validate a metrics file (see :func:`parse_metrics`)."""
     try:
         with open(path, "rb") as f:

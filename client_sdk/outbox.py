@@ -226,7 +226,13 @@ class Outbox:
         return out
 
     def _form_in(
-        self, conn: sqlite3.Connection, metric: str, spec_id: str, day: int, batch_size: int, now: float,
+        self,
+        conn: sqlite3.Connection,
+        metric: str,
+        spec_id: str,
+        day: int,
+        batch_size: int,
+        now: float,
         lease: tuple[float, int],
     ) -> PendingBatch | None:
         """Move the ``batch_size`` oldest reports of a group into a new batch (inside a

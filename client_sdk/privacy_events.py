@@ -233,7 +233,7 @@ class SelfComposedEvent(PrivacyEvent):
         object.__setattr__(self, "count", _positive_int(self.kind, "count", self.count))
 
 
-def local_event(spec: "MechanismSpec") -> LocalReportEvent:
+def local_event(spec: MechanismSpec) -> LocalReportEvent:
     """The event of one report privatized under ``spec``: every registered
     mechanism is pure ``spec.epsilon``-LDP per report. Repeated reports of
     the same value compose unless the mechanism memoizes its randomization

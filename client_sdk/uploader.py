@@ -104,8 +104,12 @@ def __getattr__(name: str) -> object:
     if name == "Transport":
         import warnings
 
-        warnings.warn("client_sdk.uploader.Transport is deprecated; use HttpTransport (Transport names the "
-                      "server side's log, pipeline.transport.Transport)", DeprecationWarning, stacklevel=2)
+        warnings.warn(
+            "client_sdk.uploader.Transport is deprecated; use HttpTransport (Transport names the "
+            "server side's log, pipeline.transport.Transport)",
+            DeprecationWarning,
+            stacklevel=2,
+        )
         return HttpTransport
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 

@@ -79,9 +79,7 @@ SpecResolver = Mapping[str, MechanismSpec] | Callable[[str, str], MechanismSpec]
 
 def _check_metric(metric: str) -> str:
     if not isinstance(metric, str) or not _METRIC_RE.match(metric):
-        raise FrameError(
-            f"metric name {metric!r} is invalid: use 1-255 characters from letters, digits and _ . : -"
-        )
+        raise FrameError(f"metric name {metric!r} is invalid: use 1-255 characters from letters, digits and _ . : -")
     return metric
 
 

@@ -77,8 +77,15 @@ from starlette.requests import ClientDisconnect
 from client_sdk.errors import FrameError, SpecMismatchError
 from client_sdk.mechanisms.base import MechanismSpec
 from client_sdk.metrics import MetricSet, load_metrics, utc_day
-from client_sdk.wire import (FRAME_CONTENT_TYPE, MAX_RECORDS, ReportBatch, decode_frame, decode_json, encode_frame,
-                             read_header)
+from client_sdk.wire import (
+    FRAME_CONTENT_TYPE,
+    MAX_RECORDS,
+    ReportBatch,
+    decode_frame,
+    decode_json,
+    encode_frame,
+    read_header,
+)
 from collector.dedup import BatchIdStore
 from collector.errors import RejectedBatch, UnavailableError
 from collector.fl.routes import add_fl_routes, start_fl_service
@@ -89,8 +96,15 @@ from collector.settings import CollectorSettings
 from pipeline.topics import metric_day_key
 from pipeline.transport import Transport, open_transport
 
-__all__ = ["create_app", "app_from_env", "CollectorApp", "FRAME_CONTENT_TYPES", "LEGACY_FRAME_CONTENT_TYPES",
-           "JSON_CONTENT_TYPE", "CollectorMetrics"]
+__all__ = [
+    "create_app",
+    "app_from_env",
+    "CollectorApp",
+    "FRAME_CONTENT_TYPES",
+    "LEGACY_FRAME_CONTENT_TYPES",
+    "JSON_CONTENT_TYPE",
+    "CollectorMetrics",
+]
 
 log = logging.getLogger("ldp.collector")
 
@@ -122,20 +136,30 @@ class CollectorMetrics:
 
     def __init__(self) -> None:
         self.registry = r = Registry()
-        self.batches = r.counter("ldp_collector_batches_total", "Uploaded batches by outcome and reason",
-                                 ["outcome", "reason"])
-        self.reports = r.counter("ldp_collector_reports_total",
-                                 "Reports in uploaded batches by outcome and reason (batches that decoded)",
-                                 ["outcome", "reason"])
-        self.metric_reports = r.counter("ldp_collector_accepted_reports_total",
-                                        "Reports published, per declared metric", ["metric"])
-        self.latency = r.histogram("ldp_collector_request_duration_seconds", "HTTP request latency",
-                                   ["route", "method"])
+        self.batches = r.counter(
+            "ldp_collector_batches_total", "Uploaded batches by outcome and reason", ["outcome", "reason"]
+        )
+        self.reports = r.counter(
+            "ldp_collector_reports_total",
+            "Reports in uploaded batches by outcome and reason (batches that decoded)",
+            ["outcome", "reason"],
+        )
+        self.metric_reports = r.counter(
+            "ldp_collector_accepted_reports_total", "Reports published, per declared metric", ["metric"]
+        )
+        self.latency = r.histogram(
+            "ldp_collector_request_duration_seconds", "HTTP request latency", ["route", "method"]
+        )
         self.in_flight = r.gauge("ldp_collector_uploads_in_flight", "Uploads being processed")
-        self.publish = r.histogram("ldp_collector_publish_duration_seconds",
-                                   "Duration of one group commit (duplicate check, durable publish, id record)")
-        self.group = r.histogram("ldp_collector_publish_group_batches", "Batches per group commit",
-                                 buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024))
+        self.publish = r.histogram(
+            "ldp_collector_publish_duration_seconds",
+            "Duration of one group commit (duplicate check, durable publish, id record)",
+        )
+        self.group = r.histogram(
+            "ldp_collector_publish_group_batches",
+            "Batches per group commit",
+            buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024),
+        )
 
     def reject(self, reason: str, reports: int | None, outcome: str = "rejected") -> None:
         self.batches.inc(outcome=outcome, reason=reason)
@@ -148,8 +172,9 @@ def _error(status: int, reason: str, message: str, headers: dict[str, str] | Non
     return Response(body, status_code=status, media_type="application/json", headers=headers)
 
 
-def _error_parts(status: int, reason: str, message: str,
-                 retry_after: int | None = None) -> tuple[int, bytes, list[tuple[bytes, bytes]]]:
+def _error_parts(
+    status: int, reason: str, message: str, retry_after: int | None = None
+) -> tuple[int, bytes, list[tuple[bytes, bytes]]]:
     extra = [] if retry_after is None else [(b"retry-after", str(retry_after).encode())]
     return status, json.dumps({"error": reason, "message": message}).encode(), extra
 
@@ -193,9 +218,17 @@ class CollectorApp:
 
         try:
             status, body, extra = await self.upload(ctype or "", length, key, chunks())
-            await send({"type": "http.response.start", "status": status,
-                        "headers": [(b"content-type", b"application/json"),
-                                    (b"content-length", str(len(body)).encode()), *extra]})
+            await send(
+                {
+                    "type": "http.response.start",
+                    "status": status,
+                    "headers": [
+                        (b"content-type", b"application/json"),
+                        (b"content-length", str(len(body)).encode()),
+                        *extra,
+                    ],
+                }
+            )
             await send({"type": "http.response.body", "body": body})
         finally:
             self.metrics.latency.observe(time.perf_counter() - t0, route="/v1/reports", method="POST")
@@ -210,8 +243,10 @@ _JSON_FORM_SCHEMA: dict[str, Any] = {
         "spec_id": {"type": "string", "pattern": "^[0-9a-f]{16}$"},
         "day": {"type": "integer", "minimum": 0, "description": "days since 1970-01-01 (UTC)"},
         "batch_id": {"type": "string", "pattern": "^[0-9a-fA-F]{32}$"},
-        "records": {"type": "array", "items": {"type": "array",
-                                               "items": {"anyOf": [{"type": "integer"}, {"type": "string"}]}}},
+        "records": {
+            "type": "array",
+            "items": {"type": "array", "items": {"anyOf": [{"type": "integer"}, {"type": "string"}]}},
+        },
     },
 }
 
@@ -219,13 +254,23 @@ _REPORTS_OPENAPI: dict[str, Any] = {
     "requestBody": {
         "required": True,
         "content": {
-            **{ct: {"schema": {"type": "string", "format": "binary"}} for ct in FRAME_CONTENT_TYPES
-               if ct not in LEGACY_FRAME_CONTENT_TYPES},
+            **{
+                ct: {"schema": {"type": "string", "format": "binary"}}
+                for ct in FRAME_CONTENT_TYPES
+                if ct not in LEGACY_FRAME_CONTENT_TYPES
+            },
             JSON_CONTENT_TYPE: {"schema": _JSON_FORM_SCHEMA},
         },
     },
-    "parameters": [{"name": "Idempotency-Key", "in": "header", "required": False,
-                    "schema": {"type": "string"}, "description": "the batch id in hex (optional)"}],
+    "parameters": [
+        {
+            "name": "Idempotency-Key",
+            "in": "header",
+            "required": False,
+            "schema": {"type": "string"},
+            "description": "the batch id in hex (optional)",
+        }
+    ],
 }
 
 _ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
@@ -255,8 +300,11 @@ class _Timing:
         finally:
             path = scope.get("path", "")
             method = scope.get("method", "")
-            self.metrics.latency.observe(time.perf_counter() - t0, route=path if path in _ROUTES else "other",
-                                         method=method if method in ("GET", "POST", "HEAD") else "other")
+            self.metrics.latency.observe(
+                time.perf_counter() - t0,
+                route=path if path in _ROUTES else "other",
+                method=method if method in ("GET", "POST", "HEAD") else "other",
+            )
 
 
 class _Readiness:
@@ -283,8 +331,14 @@ class _Readiness:
             return self._result
 
 
-def create_app(settings: CollectorSettings, *, transport: Transport | None = None, metrics: MetricSet | None = None,
-               dedup: BatchIdStore | None = None, clock: Callable[[], float] = time.time) -> CollectorApp:
+def create_app(
+    settings: CollectorSettings,
+    *,
+    transport: Transport | None = None,
+    metrics: MetricSet | None = None,
+    dedup: BatchIdStore | None = None,
+    clock: Callable[[], float] = time.time,
+) -> CollectorApp:
     """The collector's ASGI app (a :class:`CollectorApp` around a FastAPI app).
 
     ``transport``, ``metrics`` and ``dedup`` default to what ``settings``
@@ -312,13 +366,22 @@ def create_app(settings: CollectorSettings, *, transport: Transport | None = Non
         own_transport = transport is None
         tr = open_transport(settings.transport_url) if own_transport else transport
         store = dedup if dedup is not None else BatchIdStore(settings.dedup_path, ttl=settings.dedup_ttl, clock=clock)
-        ingestor = Ingestor(tr, settings.raw_topic, store, partitions=settings.raw_partitions,
-                            max_group=settings.max_group, retry_after=settings.retry_after,
-                            threads=settings.publishers, on_group=on_group)
+        ingestor = Ingestor(
+            tr,
+            settings.raw_topic,
+            store,
+            partitions=settings.raw_partitions,
+            max_group=settings.max_group,
+            retry_after=settings.retry_after,
+            threads=settings.publishers,
+            on_group=on_group,
+        )
         ingestor.start()
         state.update(transport=tr, ingestor=ingestor, readiness=_Readiness(tr, settings.raw_topic))
         if settings.fl_enabled:
-            state["fl"] = start_fl_service(tr, settings.fl_rounds_topic, settings.fl_updates_topic, settings.retry_after)
+            state["fl"] = start_fl_service(
+                tr, settings.fl_rounds_topic, settings.fl_updates_topic, settings.retry_after
+            )
         try:
             yield
         finally:
@@ -342,14 +405,21 @@ def create_app(settings: CollectorSettings, *, transport: Transport | None = Non
         lifespan=lifespan,
         **extra,
     )
+
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException) -> Response:
         # every non-2xx answer has the documented {"error", "message"} body, the framework's 404/405 included
         reasons = {404: "not_found", 405: "method_not_allowed"}
-        hints = {404: f"no route {request.url.path[:100]!r}; GET /docs lists the routes",
-                 405: f"{request.method} is not allowed on {request.url.path[:100]!r}; GET /docs lists the routes"}
-        return _error(exc.status_code, reasons.get(exc.status_code, "http_error"),
-                      hints.get(exc.status_code, str(exc.detail)[:200]), headers=dict(exc.headers or {}))
+        hints = {
+            404: f"no route {request.url.path[:100]!r}; GET /docs lists the routes",
+            405: f"{request.method} is not allowed on {request.url.path[:100]!r}; GET /docs lists the routes",
+        }
+        return _error(
+            exc.status_code,
+            reasons.get(exc.status_code, "http_error"),
+            hints.get(exc.status_code, str(exc.detail)[:200]),
+            headers=dict(exc.headers or {}),
+        )
 
     app.state.settings = settings
     app.state.metrics = declared
@@ -359,13 +429,20 @@ def create_app(settings: CollectorSettings, *, transport: Transport | None = Non
     def resolve(metric: str, spec_id: str) -> MechanismSpec:
         m = declared.get(metric)
         if m is None:
-            raise RejectedBatch(422, "unknown_metric", f"metric {metric!r} is not declared in the collector's "
-                                "metrics file; GET /v1/metrics lists the declared metrics")
+            raise RejectedBatch(
+                422,
+                "unknown_metric",
+                f"metric {metric!r} is not declared in the collector's "
+                "metrics file; GET /v1/metrics lists the declared metrics",
+            )
         if not m.spec.has_id(spec_id):  # old devices send the legacy id
-            raise RejectedBatch(422, "spec_mismatch",
-                                f"metric {metric!r} is collected under spec {m.spec.spec_id} ({m.spec.name}, "
-                                f"epsilon={m.spec.epsilon:g}), but the batch was made under spec {spec_id}; "
-                                "refresh the metric definitions from GET /v1/metrics")
+            raise RejectedBatch(
+                422,
+                "spec_mismatch",
+                f"metric {metric!r} is collected under spec {m.spec.spec_id} ({m.spec.name}, "
+                f"epsilon={m.spec.epsilon:g}), but the batch was made under spec {spec_id}; "
+                "refresh the metric definitions from GET /v1/metrics",
+            )
         return m.spec
 
     async def read_body(length: str | None, chunks: AsyncIterator[bytes]) -> bytes:
@@ -373,13 +450,19 @@ def create_app(settings: CollectorSettings, *, transport: Transport | None = Non
             if not length.strip().isdigit():
                 raise RejectedBatch(400, "malformed", f"Content-Length {length[:40]!r} is not a number")
             if int(length) > settings.max_body_bytes:
-                raise RejectedBatch(413, "too_large", f"the body has {int(length)} bytes; this collector takes at "
-                                    f"most {settings.max_body_bytes}: split the batch")
+                raise RejectedBatch(
+                    413,
+                    "too_large",
+                    f"the body has {int(length)} bytes; this collector takes at "
+                    f"most {settings.max_body_bytes}: split the batch",
+                )
         buf = bytearray()
         async for chunk in chunks:
             buf += chunk
             if len(buf) > settings.max_body_bytes:
-                raise RejectedBatch(413, "too_large", f"the body exceeds {settings.max_body_bytes} bytes; split the batch")
+                raise RejectedBatch(
+                    413, "too_large", f"the body exceeds {settings.max_body_bytes} bytes; split the batch"
+                )
         return bytes(buf)
 
     def decode(body: bytes, kind: str) -> ReportBatch:
@@ -389,16 +472,24 @@ def create_app(settings: CollectorSettings, *, transport: Transport | None = Non
             if kind == "frame":
                 header = read_header(body)
                 if header.n_records > max_records:
-                    raise RejectedBatch(413, "too_many_records", f"the batch holds {header.n_records} reports; "
-                                        f"this collector takes at most {max_records} per batch: split it")
+                    raise RejectedBatch(
+                        413,
+                        "too_many_records",
+                        f"the batch holds {header.n_records} reports; "
+                        f"this collector takes at most {max_records} per batch: split it",
+                    )
                 return decode_frame(body, resolve)
             try:
                 obj = json.loads(body)
             except (ValueError, RecursionError) as exc:
                 raise RejectedBatch(400, "malformed", f"the JSON body does not parse: {str(exc)[:200]}") from None
             if isinstance(obj, dict) and isinstance(obj.get("records"), list) and len(obj["records"]) > max_records:
-                raise RejectedBatch(413, "too_many_records", f"the batch holds {len(obj['records'])} reports; "
-                                    f"this collector takes at most {max_records} per batch: split it")
+                raise RejectedBatch(
+                    413,
+                    "too_many_records",
+                    f"the batch holds {len(obj['records'])} reports; "
+                    f"this collector takes at most {max_records} per batch: split it",
+                )
             return decode_json(obj, resolve)
         except RejectedBatch:
             raise
@@ -412,29 +503,49 @@ def create_app(settings: CollectorSettings, *, transport: Transport | None = Non
 
     def admit(batch: ReportBatch, key: str | None) -> None:
         if key is not None and key.strip().lower() != batch.batch_id.hex():
-            raise RejectedBatch(400, "idempotency_key_mismatch",
-                                f"Idempotency-Key {key[:64]!r} differs from the frame's batch id {batch.batch_id.hex()}")
+            raise RejectedBatch(
+                400,
+                "idempotency_key_mismatch",
+                f"Idempotency-Key {key[:64]!r} differs from the frame's batch id {batch.batch_id.hex()}",
+            )
         if len(batch) == 0:
             raise RejectedBatch(422, "empty", "the batch holds no reports")
         now = utc_day(clock())
         if batch.day > now + settings.max_days_ahead:
-            raise RejectedBatch(422, "bad_day", f"day {batch.day} is {batch.day - now} days ahead of the collector's "
-                                f"UTC day {now}; at most {settings.max_days_ahead} ahead is accepted (check the clock)")
+            raise RejectedBatch(
+                422,
+                "bad_day",
+                f"day {batch.day} is {batch.day - now} days ahead of the collector's "
+                f"UTC day {now}; at most {settings.max_days_ahead} ahead is accepted (check the clock)",
+            )
         if batch.day < now - settings.max_day_age:
-            raise RejectedBatch(422, "bad_day", f"day {batch.day} is {now - batch.day} days old; batches older than "
-                                f"{settings.max_day_age} days are not accepted")
+            raise RejectedBatch(
+                422,
+                "bad_day",
+                f"day {batch.day} is {now - batch.day} days old; batches older than "
+                f"{settings.max_day_age} days are not accepted",
+            )
         m = declared[batch.metric]  # after the day checks: a day far out of range is bad_day, not expired_metric
         if m.is_expired(batch.day):
-            raise RejectedBatch(422, "expired_metric", f"metric {batch.metric!r} expired on {m.expires.isoformat()}; "
-                                f"reports for day {batch.day} are no longer collected")
+            raise RejectedBatch(
+                422,
+                "expired_metric",
+                f"metric {batch.metric!r} expired on {m.expires.isoformat()}; "
+                f"reports for day {batch.day} are no longer collected",
+            )
 
-    async def upload(ctype: str, length: str | None, idempotency_key: str | None,
-                     chunks: AsyncIterator[bytes]) -> tuple[int, bytes, list[tuple[bytes, bytes]]]:
+    async def upload(
+        ctype: str, length: str | None, idempotency_key: str | None, chunks: AsyncIterator[bytes]
+    ) -> tuple[int, bytes, list[tuple[bytes, bytes]]]:
         """One upload: ``(status, JSON body, extra headers)``."""
         if state["in_flight"] >= settings.max_in_flight:
             prom.reject("overloaded", None, outcome="unavailable")
-            return _error_parts(503, "overloaded", f"more than {settings.max_in_flight} uploads are in progress; "
-                                "retry later", settings.retry_after)
+            return _error_parts(
+                503,
+                "overloaded",
+                f"more than {settings.max_in_flight} uploads are in progress; retry later",
+                settings.retry_after,
+            )
         state["in_flight"] += 1
         prom.in_flight.inc()
         batch: ReportBatch | None = None
@@ -446,9 +557,12 @@ def create_app(settings: CollectorSettings, *, transport: Transport | None = Non
             elif ctype == JSON_CONTENT_TYPE:
                 kind = "json"
             else:
-                raise RejectedBatch(415, "unsupported_media_type",
-                                    f"Content-Type {ctype[:80] or '(none)'!r} is not accepted; send a binary frame as "
-                                    f"{FRAME_CONTENT_TYPES[0]} or the JSON form as {JSON_CONTENT_TYPE}")
+                raise RejectedBatch(
+                    415,
+                    "unsupported_media_type",
+                    f"Content-Type {ctype[:80] or '(none)'!r} is not accepted; send a binary frame as "
+                    f"{FRAME_CONTENT_TYPES[0]} or the JSON form as {JSON_CONTENT_TYPE}",
+                )
             body = await read_body(length, chunks)
             body_read = True
             batch = decode(body, kind)
@@ -459,9 +573,12 @@ def create_app(settings: CollectorSettings, *, transport: Transport | None = Non
             try:
                 # cancelling ``fut`` on a timeout is harmless: the ingestor hands out a future of the caller's own
                 outcome = await asyncio.wait_for(asyncio.wrap_future(fut), settings.publish_timeout)
-            except asyncio.TimeoutError:
-                raise UnavailableError("timeout", f"the transport did not acknowledge the batch within "
-                                       f"{settings.publish_timeout:g} s; retry later", settings.retry_after) from None
+            except TimeoutError:
+                raise UnavailableError(
+                    "timeout",
+                    f"the transport did not acknowledge the batch within {settings.publish_timeout:g} s; retry later",
+                    settings.retry_after,
+                ) from None
         except RejectedBatch as exc:
             prom.reject(exc.reason, len(batch) if batch is not None else None)
             status, err, extra = _error_parts(exc.status, exc.reason, exc.message)
@@ -481,21 +598,38 @@ def create_app(settings: CollectorSettings, *, transport: Transport | None = Non
         prom.reports.inc(len(batch), outcome=outcome, reason="ok")
         if outcome == "accepted":
             prom.metric_reports.inc(len(batch), metric=batch.metric)
-        return 202, b'{"status":"%s","batch_id":"%s","reports":%d}' % (
-            outcome.encode(), batch.batch_id.hex().encode(), len(batch)), []
+        return (
+            202,
+            b'{"status":"%s","batch_id":"%s","reports":%d}'
+            % (outcome.encode(), batch.batch_id.hex().encode(), len(batch)),
+            [],
+        )
 
-    @app.post("/v1/reports", status_code=202, response_model=AcceptedBody, responses=_ERROR_RESPONSES,
-              openapi_extra=_REPORTS_OPENAPI, summary="Upload one report batch")
+    @app.post(
+        "/v1/reports",
+        status_code=202,
+        response_model=AcceptedBody,
+        responses=_ERROR_RESPONSES,
+        openapi_extra=_REPORTS_OPENAPI,
+        summary="Upload one report batch",
+    )
     async def post_reports(request: Request) -> Response:
         # CollectorApp serves uploads before they reach FastAPI; this route documents the same handler
-        status, body, extra = await upload(request.headers.get("content-type", ""),
-                                           request.headers.get("content-length"),
-                                           request.headers.get("idempotency-key"), request.stream())
-        return Response(body, status_code=status, media_type="application/json",
-                        headers={k.decode(): v.decode() for k, v in extra})
+        status, body, extra = await upload(
+            request.headers.get("content-type", ""),
+            request.headers.get("content-length"),
+            request.headers.get("idempotency-key"),
+            request.stream(),
+        )
+        return Response(
+            body, status_code=status, media_type="application/json", headers={k.decode(): v.decode() for k, v in extra}
+        )
 
-    @app.get("/v1/metrics", summary="The declared metrics (the document the SDK reads)",
-             responses={200: {"content": {"application/json": {}}}, 304: {"description": "not modified"}})
+    @app.get(
+        "/v1/metrics",
+        summary="The declared metrics (the document the SDK reads)",
+        responses={200: {"content": {"application/json": {}}}, 304: {"description": "not modified"}},
+    )
     async def get_metrics(request: Request) -> Response:
         headers = {"ETag": metrics_etag, "Cache-Control": "public, max-age=300"}
         if request.headers.get("if-none-match") == metrics_etag:
@@ -516,8 +650,12 @@ def create_app(settings: CollectorSettings, *, transport: Transport | None = Non
             return _error(503, "starting", "the collector is starting")
         ok, detail = await asyncio.to_thread(readiness.check)
         ingestor: Ingestor = state["ingestor"]
-        body = {"ready": ok, "transport": detail, "last_publish_error": ingestor.last_error,
-                "queued": ingestor.queued()}
+        body = {
+            "ready": ok,
+            "transport": detail,
+            "last_publish_error": ingestor.last_error,
+            "queued": ingestor.queued(),
+        }
         return Response(json.dumps(body).encode(), status_code=200 if ok else 503, media_type="application/json")
 
     @app.get("/metrics", summary="Prometheus metrics", responses={200: {"content": {"text/plain": {}}}})
@@ -525,8 +663,9 @@ def create_app(settings: CollectorSettings, *, transport: Transport | None = Non
         return Response(prom.registry.render(), media_type=PROMETHEUS_CONTENT_TYPE)
 
     if settings.fl_enabled:
-        add_fl_routes(app, state, prom.registry, max_body_bytes=settings.max_body_bytes,
-                      publish_timeout=settings.publish_timeout)
+        add_fl_routes(
+            app, state, prom.registry, max_body_bytes=settings.max_body_bytes, publish_timeout=settings.publish_timeout
+        )
     app.add_middleware(_Timing, metrics=prom)
     return CollectorApp(app, upload, prom)
 

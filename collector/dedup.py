@@ -63,8 +63,14 @@ class BatchIdStore:
     """Batch ids accepted within the last ``ttl`` seconds (rounded up to whole UTC days), with a digest of their
     content, in the SQLite file ``path`` (``":memory:"`` for tests)."""
 
-    def __init__(self, path: str | Path, *, ttl: float = 3 * 86400.0, purge_interval: float = 60.0,
-                 clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        ttl: float = 3 * 86400.0,
+        purge_interval: float = 60.0,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
         if not ttl > 0:
             raise ValueError(f"ttl must be > 0 seconds, got {ttl!r}")
         self.path = str(path)
@@ -91,9 +97,11 @@ class BatchIdStore:
         with immediate_transaction(conn):
             version = int(conn.execute("PRAGMA user_version").fetchone()[0])
             if version > SCHEMA_VERSION:
-                raise DedupStoreError(f"the batch-id store {self.path} has schema version {version}, newer than "
-                                      f"this collector's {SCHEMA_VERSION}: run a newer collector or give it a fresh "
-                                      "--dedup file")
+                raise DedupStoreError(
+                    f"the batch-id store {self.path} has schema version {version}, newer than "
+                    f"this collector's {SCHEMA_VERSION}: run a newer collector or give it a fresh "
+                    "--dedup file"
+                )
             conn.execute("CREATE TABLE IF NOT EXISTS meta(name TEXT PRIMARY KEY, value BLOB NOT NULL)")
             row = conn.execute("SELECT value FROM meta WHERE name = 'id_key'").fetchone()
             if row is None:
@@ -101,16 +109,19 @@ class BatchIdStore:
                 conn.execute("INSERT INTO meta(name, value) VALUES ('id_key', ?)", (key,))
             else:
                 key = bytes(row[0])
-            conn.execute("CREATE TABLE IF NOT EXISTS batches(id_digest BLOB PRIMARY KEY, content BLOB, "
-                         "day INTEGER NOT NULL) WITHOUT ROWID")
+            conn.execute(
+                "CREATE TABLE IF NOT EXISTS batches(id_digest BLOB PRIMARY KEY, content BLOB, "
+                "day INTEGER NOT NULL) WITHOUT ROWID"
+            )
             conn.execute("CREATE INDEX IF NOT EXISTS batches_day ON batches(day)")
             old = conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'batch_ids'").fetchone()
             upgraded = False
             if old is not None:  # schema 1: id + accept time + TTL; keep the day only, content unknown (NULL)
                 rows = conn.execute("SELECT id, expires FROM batch_ids").fetchall()
-                conn.executemany("INSERT OR IGNORE INTO batches(id_digest, content, day) VALUES (?, NULL, ?)",
-                                 [(self._digest_with(key, bytes(i)), int((float(e) - self.ttl) // 86400))
-                                  for i, e in rows])
+                conn.executemany(
+                    "INSERT OR IGNORE INTO batches(id_digest, content, day) VALUES (?, NULL, ?)",
+                    [(self._digest_with(key, bytes(i)), int((float(e) - self.ttl) // 86400)) for i, e in rows],
+                )
                 conn.execute("DROP TABLE batch_ids")
                 upgraded = True
             conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
@@ -142,8 +153,9 @@ class BatchIdStore:
             for k in range(0, len(digests), _CHUNK):
                 part = digests[k : k + _CHUNK]
                 marks = ",".join("?" * len(part))
-                rows = self._conn.execute(f"SELECT id_digest, content FROM batches WHERE day >= ? "
-                                          f"AND id_digest IN ({marks})", (cutoff, *part))
+                rows = self._conn.execute(
+                    f"SELECT id_digest, content FROM batches WHERE day >= ? AND id_digest IN ({marks})", (cutoff, *part)
+                )
                 for d, c in rows:
                     out[todo[bytes(d)]] = None if c is None else bytes(c)
         return out
@@ -163,16 +175,16 @@ class BatchIdStore:
             rows = [(self._digest(i), None, day) for i in ids]
         with self._lock:
             with immediate_transaction(self._conn):
-                self._conn.executemany("INSERT OR REPLACE INTO batches(id_digest, content, day) VALUES (?, ?, ?)",
-                                       rows)
+                self._conn.executemany("INSERT OR REPLACE INTO batches(id_digest, content, day) VALUES (?, ?, ?)", rows)
                 if now >= self._next_purge:
                     self._conn.execute("DELETE FROM batches WHERE day < ?", (day - self.ttl_days,))
                     self._next_purge = now + self.purge_interval
 
     def __len__(self) -> int:
         with self._lock:
-            return int(self._conn.execute("SELECT COUNT(*) FROM batches WHERE day >= ?",
-                                          (self._cutoff(),)).fetchone()[0])
+            return int(
+                self._conn.execute("SELECT COUNT(*) FROM batches WHERE day >= ?", (self._cutoff(),)).fetchone()[0]
+            )
 
     def close(self) -> None:
         with self._lock:

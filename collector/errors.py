@@ -21,8 +21,15 @@ from __future__ import annotations
 from client_sdk.errors import LDPError
 from pipeline.errors import ConfigError, ProcessorError
 
-__all__ = ["CollectorError", "ConfigError", "RejectedBatch", "UnavailableError", "DedupStoreError", "ShufflerStateError",
-           "SinkError"]
+__all__ = [
+    "CollectorError",
+    "ConfigError",
+    "RejectedBatch",
+    "UnavailableError",
+    "DedupStoreError",
+    "ShufflerStateError",
+    "SinkError",
+]
 
 
 class CollectorError(LDPError):

@@ -52,7 +52,7 @@ class Submission(NamedTuple):
     key: bytes
     value: bytes
     reports: int
-    future: "concurrent.futures.Future[Outcome]"
+    future: concurrent.futures.Future[Outcome]
     digest: bytes = b""
 
 
@@ -65,8 +65,9 @@ class GroupStats(NamedTuple):
     seconds: float
 
 
-def _settle(fut: "concurrent.futures.Future[Outcome]", result: Outcome | None = None,
-            exc: BaseException | None = None) -> None:
+def _settle(
+    fut: concurrent.futures.Future[Outcome], result: Outcome | None = None, exc: BaseException | None = None
+) -> None:
     """Resolve ``fut`` unless it is already resolved or cancelled (its waiter gave up): the publish's outcome
     does not depend on anyone still waiting for it."""
     try:
@@ -78,7 +79,7 @@ def _settle(fut: "concurrent.futures.Future[Outcome]", result: Outcome | None = 
         pass
 
 
-def _copy(done: "concurrent.futures.Future[Outcome]", public: "concurrent.futures.Future[Outcome]") -> None:
+def _copy(done: concurrent.futures.Future[Outcome], public: concurrent.futures.Future[Outcome]) -> None:
     """Hand the internal future's outcome to the one the caller holds (internal futures are never cancelled)."""
     exc = done.exception()
     if exc is not None:
@@ -88,13 +89,20 @@ def _copy(done: "concurrent.futures.Future[Outcome]", public: "concurrent.future
 
 
 def _conflict(batch_id: bytes) -> RejectedBatch:
-    return RejectedBatch(409, "batch_id_conflict",
-                         f"batch id {batch_id.hex()} was already accepted with other records; nothing of this upload "
-                         "was stored: give a new batch a fresh random batch id")
+    return RejectedBatch(
+        409,
+        "batch_id_conflict",
+        f"batch id {batch_id.hex()} was already accepted with other records; nothing of this upload "
+        "was stored: give a new batch a fresh random batch id",
+    )
 
 
-def _follow(done: "concurrent.futures.Future[Outcome]", fut: "concurrent.futures.Future[Outcome]",
-            same: bool = True, batch_id: bytes = b"") -> None:
+def _follow(
+    done: concurrent.futures.Future[Outcome],
+    fut: concurrent.futures.Future[Outcome],
+    same: bool = True,
+    batch_id: bytes = b"",
+) -> None:
     """Resolve ``fut`` (a retry that arrived while ``done`` was being published) from ``done``'s outcome:
     a duplicate if it carries the same content (``same``), a conflict if the first one was published."""
     exc = done.exception()
@@ -109,9 +117,18 @@ def _follow(done: "concurrent.futures.Future[Outcome]", fut: "concurrent.futures
 class Ingestor:
     """Publishes submitted batches to ``topic`` in group commits on ``threads`` background threads."""
 
-    def __init__(self, transport: Transport, topic: str, dedup: BatchIdStore, *, partitions: int,
-                 max_group: int = 512, retry_after: int = 2, threads: int = 2,
-                 on_group: Callable[[GroupStats], None] | None = None) -> None:
+    def __init__(
+        self,
+        transport: Transport,
+        topic: str,
+        dedup: BatchIdStore,
+        *,
+        partitions: int,
+        max_group: int = 512,
+        retry_after: int = 2,
+        threads: int = 2,
+        on_group: Callable[[GroupStats], None] | None = None,
+    ) -> None:
         if threads < 1:
             raise ValueError(f"threads must be >= 1, got {threads}")
         self.threads = int(threads)
@@ -137,8 +154,9 @@ class Ingestor:
     def start(self) -> None:
         if self._workers:
             raise RuntimeError("the ingestor is already started")
-        self._workers = [threading.Thread(target=self._run, name=f"ldp-ingest-{i}", daemon=True)
-                         for i in range(self.threads)]
+        self._workers = [
+            threading.Thread(target=self._run, name=f"ldp-ingest-{i}", daemon=True) for i in range(self.threads)
+        ]
         for t in self._workers:
             t.start()
 
@@ -160,7 +178,7 @@ class Ingestor:
 
     # -- producer side -----------------------------------------------------------
 
-    def submit(self, batch_id: bytes, key: bytes, value: bytes, reports: int) -> "concurrent.futures.Future[Outcome]":
+    def submit(self, batch_id: bytes, key: bytes, value: bytes, reports: int) -> concurrent.futures.Future[Outcome]:
         """Queue a batch; the returned future resolves to its outcome. Cancelling it (a waiter that gives up)
         changes nothing for the publish or for a retry of the same batch id that follows it."""
         fut: concurrent.futures.Future[Outcome] = concurrent.futures.Future()
@@ -169,8 +187,9 @@ class Ingestor:
         digest = content_digest(value)
         with self._cond:
             if self._stopping:
-                fut.set_exception(UnavailableError("shutting_down", "the collector is shutting down; retry later",
-                                                   self.retry_after))
+                fut.set_exception(
+                    UnavailableError("shutting_down", "the collector is shutting down; retry later", self.retry_after)
+                )
                 return public
             running = self._inflight.get(bytes(batch_id))
             if running is not None:
@@ -196,8 +215,10 @@ class Ingestor:
                 running = self._inflight.get(s.batch_id)
                 if running is not None and all(g is not running for g in group):
                     running.future.add_done_callback(
-                        lambda done, fut=s.future, same=running.digest == s.digest, b=s.batch_id:
-                        _follow(done, fut, same, b))
+                        lambda done, fut=s.future, same=running.digest == s.digest, b=s.batch_id: _follow(
+                            done, fut, same, b
+                        )
+                    )
                     continue
                 self._inflight.setdefault(s.batch_id, s)
                 group.append(s)
@@ -214,8 +235,11 @@ class Ingestor:
                 self._commit(group)
             except BaseException as exc:  # never leave a request waiting
                 log.exception("group commit failed unexpectedly")
-                err = UnavailableError("internal", f"the collector failed to store the batch ({type(exc).__name__}); "
-                                       "retry later", self.retry_after)
+                err = UnavailableError(
+                    "internal",
+                    f"the collector failed to store the batch ({type(exc).__name__}); retry later",
+                    self.retry_after,
+                )
                 for s in group:
                     _settle(s.future, exc=err)
             finally:
@@ -255,9 +279,11 @@ class Ingestor:
             except Exception as exc:
                 self.last_error = f"{type(exc).__name__}: {exc}"
                 log.warning("the transport refused %d batches: %s", len(fresh), self.last_error)
-                err = UnavailableError("transport_unavailable",
-                                       f"the transport did not accept the batch ({self.last_error}); retry later",
-                                       self.retry_after)
+                err = UnavailableError(
+                    "transport_unavailable",
+                    f"the transport did not accept the batch ({self.last_error}); retry later",
+                    self.retry_after,
+                )
                 for s in group:
                     _settle(s.future, exc=err)
                 self._report(GroupStats(0, 0, len(group), time.perf_counter() - t0))
@@ -266,7 +292,9 @@ class Ingestor:
             try:
                 self.dedup.add({b: s.digest for b, s in fresh.items()})
             except Exception as exc:  # published: answer 202; a retry is caught by the shuffler's id window
-                log.warning("could not record %d batch ids (%r); a retry of them will reach the shuffler", len(fresh), exc)
+                log.warning(
+                    "could not record %d batch ids (%r); a retry of them will reach the shuffler", len(fresh), exc
+                )
         for s in fresh.values():
             _settle(s.future, "accepted")
         for s in dups:

@@ -110,8 +110,9 @@ class Histogram(_Family):
 
     kind = "histogram"
 
-    def __init__(self, name: str, help: str, labelnames: Sequence[str] = (),
-                 buckets: Sequence[float] = LATENCY_BUCKETS) -> None:
+    def __init__(
+        self, name: str, help: str, labelnames: Sequence[str] = (), buckets: Sequence[float] = LATENCY_BUCKETS
+    ) -> None:
         super().__init__(name, help, labelnames)
         self.buckets = tuple(sorted(float(b) for b in buckets))
         self._values: dict[tuple[str, ...], list[float]] = {}
@@ -167,8 +168,9 @@ class Registry:
     def gauge(self, name: str, help: str, labelnames: Sequence[str] = ()) -> Gauge:
         return self.register(Gauge(name, help, labelnames))  # type: ignore[return-value]
 
-    def histogram(self, name: str, help: str, labelnames: Sequence[str] = (),
-                  buckets: Sequence[float] = LATENCY_BUCKETS) -> Histogram:
+    def histogram(
+        self, name: str, help: str, labelnames: Sequence[str] = (), buckets: Sequence[float] = LATENCY_BUCKETS
+    ) -> Histogram:
         return self.register(Histogram(name, help, labelnames, buckets))  # type: ignore[return-value]
 
     def render(self) -> str:

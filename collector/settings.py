@@ -78,22 +78,25 @@ class CollectorSettings:
             raise ConfigError(f"fl_enabled must be true or false, got {self.fl_enabled!r}")
         if not isinstance(self.dedup_path, str) or not self.dedup_path:
             raise ConfigError("dedup_path must be a file path (or ':memory:' for tests)")
-        check_ranges(self, {
-            "raw_partitions": (1, 10_000),
-            "dedup_ttl": (1.0, 365 * 86400.0),
-            "max_body_bytes": (64, 1 << 30),
-            "max_records": (1, 1 << 24),
-            "max_in_flight": (1, 1 << 20),
-            "retry_after": (1, 3600),
-            "max_days_ahead": (0, 366),
-            "max_day_age": (0, 3660),
-            "publish_timeout": (0.1, 3600.0),
-            "max_group": (1, 1 << 16),
-            "publishers": (1, 64),
-        })
+        check_ranges(
+            self,
+            {
+                "raw_partitions": (1, 10_000),
+                "dedup_ttl": (1.0, 365 * 86400.0),
+                "max_body_bytes": (64, 1 << 30),
+                "max_records": (1, 1 << 24),
+                "max_in_flight": (1, 1 << 20),
+                "retry_after": (1, 3600),
+                "max_days_ahead": (0, 366),
+                "max_day_age": (0, 3660),
+                "publish_timeout": (0.1, 3600.0),
+                "max_group": (1, 1 << 16),
+                "publishers": (1, 64),
+            },
+        )
 
     @classmethod
-    def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> "CollectorSettings":
+    def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> CollectorSettings:
         """Settings from ``overrides`` (``None`` values ignored), then ``environ`` (default ``os.environ``), then defaults."""
         values = {k: v for k, v in overrides.items() if v is not None}
         env = os.environ if environ is None else environ
@@ -105,7 +108,7 @@ class CollectorSettings:
         return json.dumps(dataclasses.asdict(self), sort_keys=True)
 
     @classmethod
-    def from_json(cls, text: str) -> "CollectorSettings":
+    def from_json(cls, text: str) -> CollectorSettings:
         try:
             return cls(**json.loads(text))
         except (TypeError, ValueError) as exc:

@@ -94,9 +94,9 @@ from client_sdk.mechanisms import spec_from_dict
 from client_sdk.mechanisms.base import MechanismSpec
 from client_sdk.metrics import MetricSet
 from client_sdk.wire import ReportBatch, decode_frame
-from pipeline.envelope import ShuffleMeta, encode_envelope
 from collector.errors import ConfigError, ShufflerStateError
 from collector.permute import WordSource, csprng_permutation, urandom_words, warm_up
+from pipeline.envelope import ShuffleMeta, encode_envelope
 from pipeline.processor import StreamProcessor
 from pipeline.settings import check_ranges, settings_from_env
 from pipeline.topics import DEFAULT_PARTITIONS, RAW_TOPIC, SHUFFLED_TOPIC, SHUFFLER_STATE_TOPIC, metric_day_key
@@ -166,13 +166,24 @@ class ShufflerSettings:
     poll_records: int = 500
 
     def __post_init__(self) -> None:
-        check_ranges(self, {
-            "min_batch": (1, 1 << 24), "max_batch": (1, 1 << 24), "max_batch_bytes": (1024, 1 << 30),
-            "partitions": (1, 10_000), "max_pending_reports": (1, 1 << 40), "dedup_window": (0, 1 << 24),
-            "max_age_days": (0, 3660), "poll_records": (1, 1 << 20),
-            # seconds
-            "checkpoint_interval": (0.001, 1e9), "refresh_interval": (0.001, 1e9), "restore_timeout": (0.001, 1e9),
-            "session_timeout": (0.001, 1e9)})
+        check_ranges(
+            self,
+            {
+                "min_batch": (1, 1 << 24),
+                "max_batch": (1, 1 << 24),
+                "max_batch_bytes": (1024, 1 << 30),
+                "partitions": (1, 10_000),
+                "max_pending_reports": (1, 1 << 40),
+                "dedup_window": (0, 1 << 24),
+                "max_age_days": (0, 3660),
+                "poll_records": (1, 1 << 20),
+                # seconds
+                "checkpoint_interval": (0.001, 1e9),
+                "refresh_interval": (0.001, 1e9),
+                "restore_timeout": (0.001, 1e9),
+                "session_timeout": (0.001, 1e9),
+            },
+        )
         if self.max_batch < self.min_batch:
             raise ConfigError(f"max_batch ({self.max_batch}) must be at least min_batch ({self.min_batch})")
         topics = (self.raw_topic, self.shuffled_topic, self.state_topic)
@@ -189,7 +200,7 @@ class ShufflerSettings:
                 raise ConfigError(f"{name} must be a non-empty string, got {v!r}")
 
     @classmethod
-    def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> "ShufflerSettings":
+    def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> ShufflerSettings:
         """``overrides`` (``None``: not given) over ``$LDP_SHUFFLER_<FIELD>`` over the defaults."""
         return settings_from_env(cls, ENV_PREFIX, environ, overrides)
 
@@ -308,8 +319,9 @@ class _Group:
         if all(isinstance(s, int) for _, s in self.parts):
             src = np.repeat(np.array([s for _, s in self.parts], dtype=np.uint32), [r.size for r, _ in self.parts])
         else:
-            src = np.concatenate([np.full(r.size, s, dtype=np.uint32) if isinstance(s, int) else s
-                                  for r, s in self.parts])
+            src = np.concatenate(
+                [np.full(r.size, s, dtype=np.uint32) if isinstance(s, int) else s for r, s in self.parts]
+            )
         return recs, src
 
     def keep(self, records: np.ndarray, sources: np.ndarray) -> None:
@@ -382,13 +394,26 @@ class Shuffler(StreamProcessor):
 
     transactional = True
 
-    def __init__(self, transport: Transport, specs: MetricSet | Mapping[str, MechanismSpec],
-                 settings: ShufflerSettings = ShufflerSettings(), *, guarantee: Guarantee | None = None,
-                 words: WordSource = urandom_words,
-                 new_batch_id: Callable[[], bytes] = lambda: secrets.token_bytes(16)) -> None:
-        super().__init__(transport, [settings.raw_topic, settings.state_topic], settings.group, settings.member,
-                         session_timeout=settings.session_timeout, partitions=settings.partitions,
-                         checkpoint_seconds=settings.checkpoint_interval, poll_records=settings.poll_records)
+    def __init__(
+        self,
+        transport: Transport,
+        specs: MetricSet | Mapping[str, MechanismSpec],
+        settings: ShufflerSettings = ShufflerSettings(),
+        *,
+        guarantee: Guarantee | None = None,
+        words: WordSource = urandom_words,
+        new_batch_id: Callable[[], bytes] = lambda: secrets.token_bytes(16),
+    ) -> None:
+        super().__init__(
+            transport,
+            [settings.raw_topic, settings.state_topic],
+            settings.group,
+            settings.member,
+            session_timeout=settings.session_timeout,
+            partitions=settings.partitions,
+            checkpoint_seconds=settings.checkpoint_interval,
+            poll_records=settings.poll_records,
+        )
         self.settings = settings
         self.guarantee = guarantee
         self.words = words
@@ -421,8 +446,10 @@ class Shuffler(StreamProcessor):
         # checkpoints are kept for ever: one older than a retention would be lost with the reports it buffers
         m = self.transport.ensure_topic(s.state_topic, n, retention=math.inf)
         if m != n:
-            raise ConfigError(f"the state topic {s.state_topic!r} has {m} partitions but the raw topic "
-                              f"{s.raw_topic!r} has {n}; they must be equal (the shuffler pairs them)")
+            raise ConfigError(
+                f"the state topic {s.state_topic!r} has {m} partitions but the raw topic "
+                f"{s.raw_topic!r} has {n}; they must be equal (the shuffler pairs them)"
+            )
         self._state_keys = _state_keys(n)
 
     def on_join(self, consumer: Consumer) -> None:
@@ -518,14 +545,19 @@ class Shuffler(StreamProcessor):
             raise ShufflerStateError(
                 f"the group assigned raw partitions {sorted(raw)} but state partitions {sorted(state)} to member "
                 f"{self.settings.member!r}; the shuffler needs them paired (equal partition counts, and every "
-                f"member of group {self.settings.group!r} must be a shuffler subscribing to both topics)")
+                f"member of group {self.settings.group!r} must be a shuffler subscribing to both topics)"
+            )
         for p in list(self._parts):
             if p not in raw:
                 del self._parts[p]
         for p in raw:
             if p not in self._parts:
-                part = self._parts[p] = _Partition(p, self._consumer.committed(  # type: ignore[union-attr]
-                    TopicPartition(self.settings.raw_topic, p)))
+                part = self._parts[p] = _Partition(
+                    p,
+                    self._consumer.committed(  # type: ignore[union-attr]
+                        TopicPartition(self.settings.raw_topic, p)
+                    ),
+                )
                 if not part.live:
                     self.stats.restores += 1
 
@@ -571,7 +603,7 @@ class Shuffler(StreamProcessor):
         for header, payload in chunks:
             pos = 0
             for i in range(header.ids):
-                part.ids[bytes(payload[pos:pos + 16])] = None
+                part.ids[bytes(payload[pos : pos + 16])] = None
                 pos += 16
             for metric, spec_dict, day, count in header.pieces:
                 key_id = json.dumps(spec_dict, sort_keys=True)
@@ -591,8 +623,13 @@ class Shuffler(StreamProcessor):
         part.assembling.clear()
         part.raw_next = part.committed
         held, part.held = part.held, []
-        log.info("partition %d restored at raw offset %s: %d reports buffered, %d ids", part.index,
-                 part.committed, part.buffered(), len(part.ids))
+        log.info(
+            "partition %d restored at raw offset %s: %d reports buffered, %d ids",
+            part.index,
+            part.committed,
+            part.buffered(),
+            len(part.ids),
+        )
         for r in held:
             self._apply(part, r)
 
@@ -604,7 +641,8 @@ class Shuffler(StreamProcessor):
                     f"partition {part.index}: no checkpoint of group {self.settings.group!r} with raw offset "
                     f"{part.committed} arrived from {self.settings.state_topic!r} within "
                     f"{self.settings.restore_timeout:g} s; the state topic was truncated or belongs to another "
-                    "deployment. Restoring would lose or double-count reports, so the shuffler stops.")
+                    "deployment. Restoring would lose or double-count reports, so the shuffler stops."
+                )
 
     def _resolve(self, metric: str, spec_id: str) -> MechanismSpec:
         spec = self._by_metric.get(metric) if self._by_metric is not None else self._by_id.get(spec_id)
@@ -652,8 +690,14 @@ class Shuffler(StreamProcessor):
         for key in [k for k in part.groups if k[2] < oldest]:
             n = part.groups.pop(key).n
             part.delta["expired_reports"] += n
-            log.info("dropping %d reports of %s day %d: no crowd of %d within %d days", n, key[0], key[2],
-                     self.settings.min_batch, self.settings.max_age_days)
+            log.info(
+                "dropping %d reports of %s day %d: no crowd of %d within %d days",
+                n,
+                key[0],
+                key[2],
+                self.settings.min_batch,
+                self.settings.max_age_days,
+            )
 
     def _release(self, part: _Partition, key: _GroupKey, group: _Group) -> None:
         s = self.settings
@@ -671,13 +715,20 @@ class Shuffler(StreamProcessor):
         tx = self.transaction()
         pos = 0
         for size in sizes:
-            chunk = np.ascontiguousarray(recs[pos:pos + size])
-            sources = int(np.count_nonzero(np.bincount(src[pos:pos + size], minlength=1)))
+            chunk = np.ascontiguousarray(recs[pos : pos + size])
+            sources = int(np.count_nonzero(np.bincount(src[pos : pos + size], minlength=1)))
             pos += size
             bid = self.new_batch_id()
             eps, delta, bound = self._central(size, spec.epsilon, self._reports_per_person.get(metric))
-            meta = ShuffleMeta(shuffle_id=bid.hex(), n=size, epsilon0=float(spec.epsilon), central_epsilon=eps,
-                               central_delta=delta, bound=bound, sources=sources)
+            meta = ShuffleMeta(
+                shuffle_id=bid.hex(),
+                n=size,
+                epsilon0=float(spec.epsilon),
+                central_epsilon=eps,
+                central_delta=delta,
+                bound=bound,
+                sources=sources,
+            )
             tx.publish(s.shuffled_topic, out_key, encode_envelope(meta, ReportBatch(metric, spec, day, chunk, bid)))
             part.pending_reports += size
             part.delta["released_batches"] += 1
@@ -687,8 +738,9 @@ class Shuffler(StreamProcessor):
         else:
             del part.groups[key]
 
-    def _central(self, n: int, epsilon0: float,
-                 reports_per_person: int | None) -> tuple[float | None, float | None, str | None]:
+    def _central(
+        self, n: int, epsilon0: float, reports_per_person: int | None
+    ) -> tuple[float | None, float | None, str | None]:
         """The batch's central (ε, δ, bound) per *person*, not per report.
 
         A device sends up to ``r = max_reports_per_day`` reports of a metric
@@ -729,8 +781,10 @@ class Shuffler(StreamProcessor):
                     pieces.append([])
                     sizes.append(0)
                 take = min(max(1, (budget - sizes[-1]) // per), recs.size - pos)
-                blob = [np.ascontiguousarray(recs[pos:pos + take]).tobytes(),
-                        np.ascontiguousarray(src[pos:pos + take], dtype=np.uint32).tobytes()]
+                blob = [
+                    np.ascontiguousarray(recs[pos : pos + take]).tobytes(),
+                    np.ascontiguousarray(src[pos : pos + take], dtype=np.uint32).tobytes(),
+                ]
                 pieces[-1].append(((metric, spec_dict, day, take), blob))
                 sizes[-1] += take * per
                 pos += take
@@ -738,9 +792,16 @@ class Shuffler(StreamProcessor):
         for i, chunk in enumerate(pieces):
             ids = b"".join(part.ids) if i == 0 else b""
             header = CheckpointHeader(
-                group=self.settings.group, partition=part.index, raw_offset=int(part.raw_next or 0),
-                snapshot=snapshot, chunk=i, chunks=total, newest_day=part.newest_day,
-                ids=len(part.ids) if i == 0 else 0, pieces=tuple(p for p, _ in chunk))
+                group=self.settings.group,
+                partition=part.index,
+                raw_offset=int(part.raw_next or 0),
+                snapshot=snapshot,
+                chunk=i,
+                chunks=total,
+                newest_day=part.newest_day,
+                ids=len(part.ids) if i == 0 else 0,
+                pieces=tuple(p for p, _ in chunk),
+            )
             yield encode_checkpoint_chunk(header, ids + b"".join(b for _, blob in chunk for b in blob))
 
     def checkpoint(self, force: bool = False) -> bool:
@@ -764,8 +825,9 @@ class Shuffler(StreamProcessor):
         if force:
             due = self._progress or dirty
         else:
-            due = (self._progress and (elapsed >= s.checkpoint_interval or pending >= s.max_pending_reports)) \
-                or (dirty and elapsed >= s.refresh_interval)
+            due = (self._progress and (elapsed >= s.checkpoint_interval or pending >= s.max_pending_reports)) or (
+                dirty and elapsed >= s.refresh_interval
+            )
         if not due:
             return False
         last = self._last_checkpoint

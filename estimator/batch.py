@@ -28,15 +28,23 @@ import pandas as pd
 
 from client_sdk.mechanisms.base import MechanismSpec
 from client_sdk.metrics import MetricDefinition
-from pipeline.dataset import PartFile, list_parts, read_part, read_part_spec
 from estimator.errors import BatchError
-from estimator.result import Estimate
 from estimator.oracles import accumulator_for
 from estimator.oracles.base import Accumulator
+from estimator.result import Estimate
 from estimator.streaming import parse_day
+from pipeline.dataset import PartFile, list_parts, read_part, read_part_spec
 
-__all__ = ["BatchError", "BatchResult", "parse_day_range", "accumulate", "estimate_dataset", "estimate_table",
-           "write_table", "plot_estimates"]
+__all__ = [
+    "BatchError",
+    "BatchResult",
+    "parse_day_range",
+    "accumulate",
+    "estimate_dataset",
+    "estimate_table",
+    "write_table",
+    "plot_estimates",
+]
 
 
 def parse_day_range(days: str | None = None, start: str | None = None, end: str | None = None) -> range | None:
@@ -69,8 +77,9 @@ class _Acc:
     central_delta: float | None = None
 
 
-def accumulate(parts: Sequence[PartFile], *, per_day: bool = False,
-               progress: Callable[[int], Any] | None = None) -> dict[tuple[str, int | None], _Acc]:
+def accumulate(
+    parts: Sequence[PartFile], *, per_day: bool = False, progress: Callable[[int], Any] | None = None
+) -> dict[tuple[str, int | None], _Acc]:
     """Accumulators keyed by ``(spec_id, day or None)`` over ``parts``."""
     out: dict[tuple[str, int | None], _Acc] = {}
     for part in parts:
@@ -94,8 +103,9 @@ def accumulate(parts: Sequence[PartFile], *, per_day: bool = False,
     return out
 
 
-def estimate_table(est: Estimate, spec: MechanismSpec, definition: MetricDefinition | None = None,
-                   day: int | None = None) -> pd.DataFrame:
+def estimate_table(
+    est: Estimate, spec: MechanismSpec, definition: MetricDefinition | None = None, day: int | None = None
+) -> pd.DataFrame:
     """One row per domain item (see the module docstring)."""
     d = spec.domain_size
     cols: dict[str, Any] = {}
@@ -128,16 +138,32 @@ class BatchResult:
     central_delta: float | None
 
     def summary(self) -> dict[str, Any]:
-        return {"metric": self.metric, "mechanism": self.spec.name, "spec_id": self.spec.spec_id,
-                "epsilon": self.spec.epsilon, "days": [min(self.days), max(self.days)] if self.days else [],
-                "n": self.n, "files": self.files, "batches": self.batches,
-                "central_epsilon": self.central_epsilon, "central_delta": self.central_delta}
+        return {
+            "metric": self.metric,
+            "mechanism": self.spec.name,
+            "spec_id": self.spec.spec_id,
+            "epsilon": self.spec.epsilon,
+            "days": [min(self.days), max(self.days)] if self.days else [],
+            "n": self.n,
+            "files": self.files,
+            "batches": self.batches,
+            "central_epsilon": self.central_epsilon,
+            "central_delta": self.central_delta,
+        }
 
 
-def estimate_dataset(root: str | os.PathLike[str], metric: str, days: Iterable[int] | None = None, *,
-                     spec_id: str | None = None, confidence: float = 0.95, norm_sub: bool = False,
-                     per_day: bool = False, definition: MetricDefinition | None = None,
-                     progress: bool | None = None) -> BatchResult:
+def estimate_dataset(
+    root: str | os.PathLike[str],
+    metric: str,
+    days: Iterable[int] | None = None,
+    *,
+    spec_id: str | None = None,
+    confidence: float = 0.95,
+    norm_sub: bool = False,
+    per_day: bool = False,
+    definition: MetricDefinition | None = None,
+    progress: bool | None = None,
+) -> BatchResult:
     """Estimate ``metric`` over ``days`` (``None``: all) of the dataset at ``root``.
 
     ``progress``: ``True`` shows a progress bar, ``None`` (default) shows it
@@ -156,16 +182,24 @@ def estimate_dataset(root: str | os.PathLike[str], metric: str, days: Iterable[i
             current.update({i: spec.spec_id for i in spec.spec_ids})
     ids = sorted({current[p.spec_id] for p in parts})
     if spec_id is None and len(ids) > 1:
-        raise BatchError(f"metric {metric!r} has reports under several specs in this range: {ids}; "
-                         "choose one with --spec-id (estimates of different specs do not add)")
+        raise BatchError(
+            f"metric {metric!r} has reports under several specs in this range: {ids}; "
+            "choose one with --spec-id (estimates of different specs do not add)"
+        )
     chosen = current.get(spec_id, spec_id) if spec_id else ids[0]
     parts = [p for p in parts if current[p.spec_id] == chosen]
     if not parts:
         raise BatchError(f"metric {metric!r} has no reports under spec {chosen} in this range (it has {ids})")
     from tqdm import tqdm
 
-    with tqdm(total=len(parts), unit="file", desc=metric, delay=1.0,
-              disable=(not progress) if progress is not None else None, leave=False) as bar:
+    with tqdm(
+        total=len(parts),
+        unit="file",
+        desc=metric,
+        delay=1.0,
+        disable=(not progress) if progress is not None else None,
+        leave=False,
+    ) as bar:
         accs = accumulate(parts, per_day=per_day, progress=bar.update)
     spec = next(iter(accs.values())).acc.spec
     estimates: dict[int | None, Estimate] = {}
@@ -179,10 +213,18 @@ def estimate_dataset(root: str | os.PathLike[str], metric: str, days: Iterable[i
     table = pd.concat(tables, ignore_index=True) if len(tables) > 1 else tables[0]
     ce = [a.central_epsilon for a in accs.values() if a.central_epsilon is not None]
     cd = [a.central_delta for a in accs.values() if a.central_delta is not None]
-    result = BatchResult(metric, spec, sorted({d for a in accs.values() for d in a.days}),
-                         sum(a.acc.n for a in accs.values()), estimates, table,
-                         sum(a.files for a in accs.values()), sum(a.batches for a in accs.values()),
-                         max(ce) if ce else None, max(cd) if cd else None)
+    result = BatchResult(
+        metric,
+        spec,
+        sorted({d for a in accs.values() for d in a.days}),
+        sum(a.acc.n for a in accs.values()),
+        estimates,
+        table,
+        sum(a.files for a in accs.values()),
+        sum(a.batches for a in accs.values()),
+        max(ce) if ce else None,
+        max(cd) if cd else None,
+    )
     table.attrs.update({k: v for k, v in result.summary().items() if v is not None})
     return result
 
@@ -206,8 +248,14 @@ def write_table(table: pd.DataFrame, path: str | os.PathLike[str]) -> None:
         raise BatchError(f"--out {p}: use a .csv or .parquet file name")
 
 
-def plot_estimates(result: BatchResult, path: str | os.PathLike[str], *, top: int = 30,
-                   truth: np.ndarray | None = None, title: str | None = None) -> None:
+def plot_estimates(
+    result: BatchResult,
+    path: str | os.PathLike[str],
+    *,
+    top: int = 30,
+    truth: np.ndarray | None = None,
+    title: str | None = None,
+) -> None:
     """Bar-and-whisker plot of the ``top`` largest estimates with their confidence intervals (PNG)."""
     import matplotlib
 
@@ -230,16 +278,25 @@ def plot_estimates(result: BatchResult, path: str | os.PathLike[str], *, top: in
     if truth is not None:
         ax.bar(x, np.asarray(truth)[order], color="#cfd8e3", label="truth")
     yerr = np.vstack([counts[order] - lo[order], hi[order] - counts[order]])
-    ax.errorbar(x, counts[order], yerr=yerr, fmt="o", ms=3, color="#b03a2e", capsize=2,
-                label=f"estimate, {round(100 * confidence):g}% CI")
+    ax.errorbar(
+        x,
+        counts[order],
+        yerr=yerr,
+        fmt="o",
+        ms=3,
+        color="#b03a2e",
+        capsize=2,
+        label=f"estimate, {round(100 * confidence):g}% CI",
+    )
     labels = result.table["label"].iloc[: result.spec.domain_size] if "label" in result.table.columns else None
     if labels is not None:
         ax.set_xticks(x, [str(labels.iloc[i]) for i in order], rotation=60, ha="right", fontsize=7)
     else:
         ax.set_xticks(x, [str(i) for i in order], rotation=60, fontsize=7)
     days = f"days {min(result.days)}..{max(result.days)}" if len(result.days) > 1 else f"day {result.days[0]}"
-    ax.set_title(title or f"{result.metric}: {result.spec.name} ε={result.spec.epsilon:g}, n={result.n:,}, {days}",
-                 fontsize=10)
+    ax.set_title(
+        title or f"{result.metric}: {result.spec.name} ε={result.spec.epsilon:g}, n={result.n:,}, {days}", fontsize=10
+    )
     ax.set_ylabel("count")
     ax.set_xlabel("item" if labels is None else "label")
     ax.axhline(0, color="#888", lw=0.5)

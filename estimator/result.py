@@ -66,7 +66,7 @@ class Estimate:
     def std_error(self) -> np.ndarray:
         return np.sqrt(self.variance)
 
-    def norm_sub(self) -> "Estimate":
+    def norm_sub(self) -> Estimate:
         """Consistent counts (non-negative, summing to n). Variances and intervals
         stay those of the unbiased estimate: Norm-Sub trades bias for lower MSE."""
         return dataclasses.replace(self, counts=norm_sub(self.counts, self.n), postprocessing="norm-sub")

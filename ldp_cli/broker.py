@@ -126,7 +126,9 @@ class BrokerConfig:
             if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= 65535:
                 raise ValueError(f"{name} must be a TCP port in 1..65535, got {v!r}")
         if self.port == self.controller_port:
-            raise ValueError(f"port and controller_port must differ (both are {self.port}); pick another controller port")
+            raise ValueError(
+                f"port and controller_port must differ (both are {self.port}); pick another controller port"
+            )
         if self.host not in ("127.0.0.1", "localhost", "::1"):
             raise ValueError(f"host must be a loopback address (127.0.0.1, localhost or ::1), got {self.host!r}")
         for name in ("kafka_version", "scala_version", "slf4j_version"):
@@ -167,7 +169,7 @@ class BrokerConfig:
         return self.home / "broker.json"
 
     @classmethod
-    def from_home(cls, home: Path | str | None = None, **overrides: Any) -> "BrokerConfig":
+    def from_home(cls, home: Path | str | None = None, **overrides: Any) -> BrokerConfig:
         """The config the broker in ``home`` was last started with, updated by ``overrides`` (``None`` ignored)."""
         home_path = Path(home).expanduser().resolve() if home is not None else default_home()
         saved: dict[str, Any] = {}
@@ -306,7 +308,10 @@ def _java() -> str:
     home = os.environ.get("JAVA_HOME")
     if home and (Path(home) / "bin" / "java").exists():
         return str(Path(home) / "bin" / "java")
-    return _which("java", f"install a Java {_MIN_JAVA}+ runtime (Debian: apt-get install openjdk-17-jre-headless) or set JAVA_HOME")
+    return _which(
+        "java",
+        f"install a Java {_MIN_JAVA}+ runtime (Debian: apt-get install openjdk-17-jre-headless) or set JAVA_HOME",
+    )
 
 
 def _check_java(java: str) -> None:
@@ -316,7 +321,9 @@ def _check_java(java: str) -> None:
         raise BrokerError(f"cannot read the Java version from `{java} -version`: {out.stderr.strip()!r}")
     major = int(m.group(1)) if m.group(1) != "1" else int(m.group(2) or 0)
     if major < _MIN_JAVA:
-        raise BrokerError(f"Kafka's broker needs Java {_MIN_JAVA}+, `{java}` is Java {major}: install a newer JDK or set JAVA_HOME")
+        raise BrokerError(
+            f"Kafka's broker needs Java {_MIN_JAVA}+, `{java}` is Java {major}: install a newer JDK or set JAVA_HOME"
+        )
 
 
 def _tail(path: Path, lines: int = 25) -> str:
@@ -367,8 +374,16 @@ def provision(cfg: BrokerConfig, *, log: Any = None) -> bool:
     pom.write_text(render_pom(cfg))
     tmp = cfg.libs.parent / f"{cfg.libs.name}.partial"
     shutil.rmtree(tmp, ignore_errors=True)
-    cmd = [mvn, "-B", "-q", "-f", str(pom), f"{DEPENDENCY_PLUGIN}:copy-dependencies",
-           "-DincludeScope=runtime", f"-DoutputDirectory={tmp}"]
+    cmd = [
+        mvn,
+        "-B",
+        "-q",
+        "-f",
+        str(pom),
+        f"{DEPENDENCY_PLUGIN}:copy-dependencies",
+        "-DincludeScope=runtime",
+        f"-DoutputDirectory={tmp}",
+    ]
     if log is not None:
         log(f"downloading Apache Kafka {cfg.kafka_version} and its runtime dependencies with Maven (once) ...")
     t0 = time.monotonic()
@@ -376,8 +391,10 @@ def provision(cfg: BrokerConfig, *, log: Any = None) -> bool:
     if proc.returncode != 0:
         shutil.rmtree(tmp, ignore_errors=True)
         out = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-20:])
-        raise BrokerError(f"Maven could not fetch Kafka {cfg.kafka_version} (exit {proc.returncode}); "
-                          f"check that Maven Central is reachable. Command: {' '.join(cmd)}\n{out}")
+        raise BrokerError(
+            f"Maven could not fetch Kafka {cfg.kafka_version} (exit {proc.returncode}); "
+            f"check that Maven Central is reachable. Command: {' '.join(cmd)}\n{out}"
+        )
     if not any(tmp.glob(f"kafka_{cfg.scala_version}-{cfg.kafka_version}.jar")):
         raise BrokerError(f"Maven succeeded but {tmp} holds no kafka_{cfg.scala_version}-{cfg.kafka_version}.jar")
     shutil.rmtree(cfg.libs, ignore_errors=True)
@@ -385,7 +402,9 @@ def provision(cfg: BrokerConfig, *, log: Any = None) -> bool:
     tmp.rename(cfg.libs)
     stamp.write_text(_lib_stamp(cfg) + "\n")
     if log is not None:
-        log(f"downloaded {sum(1 for _ in cfg.libs.glob('*.jar'))} jars into {cfg.libs} in {time.monotonic() - t0:.1f} s")
+        log(
+            f"downloaded {sum(1 for _ in cfg.libs.glob('*.jar'))} jars into {cfg.libs} in {time.monotonic() - t0:.1f} s"
+        )
     return True
 
 
@@ -403,8 +422,18 @@ def format_storage(cfg: BrokerConfig, java: str) -> str:
         raise BrokerError(f"{meta} has no cluster.id; run `ldp kafka down --purge` to start from an empty log")
     cfg.data_dir.mkdir(parents=True, exist_ok=True)
     cid = new_cluster_id()
-    cmd = [java, "-Xmx256m", "-cp", _classpath(cfg), "kafka.tools.StorageTool", "format",
-           "--cluster-id", cid, "--config", str(cfg.properties_path)]
+    cmd = [
+        java,
+        "-Xmx256m",
+        "-cp",
+        _classpath(cfg),
+        "kafka.tools.StorageTool",
+        "format",
+        "--cluster-id",
+        cid,
+        "--config",
+        str(cfg.properties_path),
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     if proc.returncode != 0 or not meta.exists():
         out = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-15:])
@@ -466,8 +495,9 @@ def probe(bootstrap: str, timeout: float = 5.0) -> dict[str, Any]:
 
 
 def _save_state(cfg: BrokerConfig, cluster_id: str) -> None:
-    write_atomic(cfg.state_path, (json.dumps({"config": cfg.to_json_obj(), "cluster_id": cluster_id}, indent=2)
-                                  + "\n").encode())
+    write_atomic(
+        cfg.state_path, (json.dumps({"config": cfg.to_json_obj(), "cluster_id": cluster_id}, indent=2) + "\n").encode()
+    )
 
 
 def up(cfg: BrokerConfig, *, timeout: float = 120.0, log: Any = None) -> BrokerStatus:
@@ -483,30 +513,52 @@ def up(cfg: BrokerConfig, *, timeout: float = 120.0, log: Any = None) -> BrokerS
         if pid is not None and _is_our_broker(pid, cfg):
             running = BrokerConfig.from_home(cfg.home)
             if (running.port, running.controller_port) != (cfg.port, cfg.controller_port):
-                raise BrokerError(f"the broker of {cfg.home} already runs on port {running.port} "
-                                  f"(controller {running.controller_port}); run `ldp kafka down` first to change ports")
+                raise BrokerError(
+                    f"the broker of {cfg.home} already runs on port {running.port} "
+                    f"(controller {running.controller_port}); run `ldp kafka down` first to change ports"
+                )
             _wait_ready(cfg, pid, timeout)
             return status(cfg)
         java = _java()
         _check_java(java)
         for port in (cfg.port, cfg.controller_port):
             if port_open(cfg.host, port):
-                raise BrokerError(f"port {port} on {cfg.host} is already in use by another program; "
-                                  f"stop it or choose other ports (ldp kafka up --port P --controller-port Q)")
+                raise BrokerError(
+                    f"port {port} on {cfg.host} is already in use by another program; "
+                    f"stop it or choose other ports (ldp kafka up --port P --controller-port Q)"
+                )
         provision(cfg, log=log)
         cfg.properties_path.parent.mkdir(parents=True, exist_ok=True)
         cfg.properties_path.write_text(render_server_properties(cfg))
         cluster_id = format_storage(cfg, java)
         _save_state(cfg, cluster_id)
-        cmd = [java, "-server", f"-Xms{cfg.heap}", f"-Xmx{cfg.heap}", "-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20",
-               "-Djava.awt.headless=true", "-Dorg.slf4j.simpleLogger.showDateTime=true",
-               "-Dorg.slf4j.simpleLogger.dateTimeFormat=yyyy-MM-dd'T'HH:mm:ss.SSS",
-               "-cp", _classpath(cfg), "kafka.Kafka", str(cfg.properties_path)]
+        cmd = [
+            java,
+            "-server",
+            f"-Xms{cfg.heap}",
+            f"-Xmx{cfg.heap}",
+            "-XX:+UseG1GC",
+            "-XX:MaxGCPauseMillis=20",
+            "-Djava.awt.headless=true",
+            "-Dorg.slf4j.simpleLogger.showDateTime=true",
+            "-Dorg.slf4j.simpleLogger.dateTimeFormat=yyyy-MM-dd'T'HH:mm:ss.SSS",
+            "-cp",
+            _classpath(cfg),
+            "kafka.Kafka",
+            str(cfg.properties_path),
+        ]
         with open(cfg.log_path, "ab") as logf:
             logf.write(f"\n==== ldp kafka up {time.strftime('%Y-%m-%dT%H:%M:%S')}: {' '.join(cmd)}\n".encode())
             logf.flush()
-            proc = subprocess.Popen(cmd, cwd=cfg.home, stdin=subprocess.DEVNULL, stdout=logf, stderr=subprocess.STDOUT,
-                                    start_new_session=True, close_fds=True)
+            proc = subprocess.Popen(
+                cmd,
+                cwd=cfg.home,
+                stdin=subprocess.DEVNULL,
+                stdout=logf,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                close_fds=True,
+            )
         cfg.pid_path.write_text(f"{proc.pid}\n")
         if log is not None:
             log(f"started Kafka {cfg.kafka_version} (pid {proc.pid}) on {cfg.bootstrap}; log: {cfg.log_path}")
@@ -526,16 +578,20 @@ def _wait_ready(cfg: BrokerConfig, pid: int, timeout: float, proc: subprocess.Po
         exited = proc.poll() is not None if proc is not None else not _is_our_broker(pid, cfg)
         if exited:
             code = f" with code {proc.returncode}" if proc is not None else ""
-            raise BrokerError(f"the Kafka JVM (pid {pid}) exited{code} before answering; last lines of {cfg.log_path}:\n"
-                              f"{_tail(cfg.log_path)}")
+            raise BrokerError(
+                f"the Kafka JVM (pid {pid}) exited{code} before answering; last lines of {cfg.log_path}:\n"
+                f"{_tail(cfg.log_path)}"
+            )
         try:
             probe(cfg.bootstrap, timeout=3.0)
             return
         except BrokerError as exc:
             last = str(exc)
         if time.monotonic() > deadline:
-            raise BrokerError(f"the Kafka broker (pid {pid}) did not answer on {cfg.bootstrap} within {timeout:g} s "
-                              f"({last}); last lines of {cfg.log_path}:\n{_tail(cfg.log_path)}")
+            raise BrokerError(
+                f"the Kafka broker (pid {pid}) did not answer on {cfg.bootstrap} within {timeout:g} s "
+                f"({last}); last lines of {cfg.log_path}:\n{_tail(cfg.log_path)}"
+            )
         time.sleep(0.25)
 
 
@@ -559,8 +615,17 @@ def status(cfg: BrokerConfig, *, timeout: float = 5.0) -> BrokerStatus:
     jars = sorted(cfg.libs.glob(f"kafka_{cfg.scala_version}-*.jar"))
     if jars:
         version = jars[0].stem.split("-", 1)[1]
-    return BrokerStatus(home=str(cfg.home), bootstrap=cfg.bootstrap, pid=pid if alive else None, process_alive=alive,
-                        answering=answering, kafka_version=version, cluster_id=cluster_id, brokers=brokers, detail=detail)
+    return BrokerStatus(
+        home=str(cfg.home),
+        bootstrap=cfg.bootstrap,
+        pid=pid if alive else None,
+        process_alive=alive,
+        answering=answering,
+        kafka_version=version,
+        cluster_id=cluster_id,
+        brokers=brokers,
+        detail=detail,
+    )
 
 
 def _terminate(pid: int, grace: float, proc: subprocess.Popen[bytes] | None = None) -> bool:

@@ -80,8 +80,9 @@ def add_member(p: argparse.ArgumentParser, default: str | None, help: str) -> No
     p.add_argument("--member", default=default, help=help)
 
 
-def add_session_timeout(p: argparse.ArgumentParser, default: float = 10.0,
-                        help: str | None = "group session timeout, seconds") -> None:
+def add_session_timeout(
+    p: argparse.ArgumentParser, default: float = 10.0, help: str | None = "group session timeout, seconds"
+) -> None:
     p.add_argument("--session-timeout", type=float, default=default, help=help)
 
 

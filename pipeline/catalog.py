@@ -46,7 +46,7 @@ class SpecCatalog:
             self.add(name, spec)
 
     @classmethod
-    def from_files(cls, paths: Iterable[str | os.PathLike[str]]) -> "SpecCatalog":
+    def from_files(cls, paths: Iterable[str | os.PathLike[str]]) -> SpecCatalog:
         """Load metrics files (expired metrics included: old data stays readable); at least one is required
         (:class:`~pipeline.errors.ConfigError` otherwise)."""
         files = list(paths or [])
@@ -68,10 +68,12 @@ class SpecCatalog:
         if spec is None:
             raise SpecMismatchError(
                 f"metric {metric!r}: spec {spec_id} is in no metrics file this process loaded; "
-                "pass the metrics file that declared it (--metrics)")
+                "pass the metrics file that declared it (--metrics)"
+            )
         if metric not in self._metric_of[spec_id]:
             raise SpecMismatchError(
-                f"metric {metric!r}: spec {spec_id} is declared for {sorted(self._metric_of[spec_id])}, not this metric")
+                f"metric {metric!r}: spec {spec_id} is declared for {sorted(self._metric_of[spec_id])}, not this metric"
+            )
         return spec
 
     def __contains__(self, spec_id: object) -> bool:

@@ -62,8 +62,10 @@ __all__ = [
 
 FORMAT = "ldp-parquet/1"
 
-_PART_RE = re.compile(r"^part-(?P<topic>[A-Za-z0-9._-]+)-(?P<partition>\d+)-(?P<first>\d{20})-(?P<last>\d{20})-"
-                      r"(?P<spec_id>[0-9a-f]{16})\.parquet$")
+_PART_RE = re.compile(
+    r"^part-(?P<topic>[A-Za-z0-9._-]+)-(?P<partition>\d+)-(?P<first>\d{20})-(?P<last>\d{20})-"
+    r"(?P<spec_id>[0-9a-f]{16})\.parquet$"
+)
 
 
 # -- records <-> Arrow ---------------------------------------------------------------------------
@@ -98,16 +100,18 @@ def table_to_records(table: pa.Table, spec: MechanismSpec) -> np.ndarray:
     out = np.empty(n, dtype=dtype)
     for name in dtype.names or ():
         if name not in table.column_names:
-            raise DatasetError(f"column {name!r} of spec {spec.name} ({spec.spec_id}) is missing; "
-                            f"the file has {table.column_names}")
+            raise DatasetError(
+                f"column {name!r} of spec {spec.name} ({spec.spec_id}) is missing; the file has {table.column_names}"
+            )
         ftype = dtype.fields[name][0]
         col = table.column(name).combine_chunks()
         if ftype.subdtype is not None:
             if col.type != pa.binary(ftype.itemsize):
                 raise DatasetError(f"column {name!r} is {col.type}, expected fixed_size_binary[{ftype.itemsize}]")
             if n:
-                data = np.frombuffer(col.buffers()[1], dtype=np.uint8, count=n * ftype.itemsize,
-                                     offset=col.offset * ftype.itemsize)
+                data = np.frombuffer(
+                    col.buffers()[1], dtype=np.uint8, count=n * ftype.itemsize, offset=col.offset * ftype.itemsize
+                )
                 out[name] = data.view(ftype.base).reshape((n, *ftype.shape))
         else:
             if col.type != pa.from_numpy_dtype(ftype.newbyteorder("=")):
@@ -143,8 +147,13 @@ def parse_part_name(name: str) -> dict[str, Any] | None:
     m = _PART_RE.match(name)
     if m is None:
         return None
-    return {"topic": m["topic"], "partition": int(m["partition"]), "first": int(m["first"]),
-            "last": int(m["last"]), "spec_id": m["spec_id"]}
+    return {
+        "topic": m["topic"],
+        "partition": int(m["partition"]),
+        "first": int(m["first"]),
+        "last": int(m["last"]),
+        "spec_id": m["spec_id"],
+    }
 
 
 def write_table_atomic(path: Path, table: pa.Table) -> None:
@@ -212,8 +221,9 @@ def read_part(part: PartFile | str | os.PathLike[str]) -> PartData:
         if fields is None:
             raise DatasetError(f"{path} is not named like a part file (part-<topic>-<p>-<first>-<last>-<spec>.parquet)")
         md = pq.read_schema(path).metadata or {}
-        part = PartFile(path=path, metric=md.get(b"ldp.metric", b"").decode(), day=int(md.get(b"ldp.day", b"0")),
-                        **fields)
+        part = PartFile(
+            path=path, metric=md.get(b"ldp.metric", b"").decode(), day=int(md.get(b"ldp.day", b"0")), **fields
+        )
     table = pq.read_table(part.path)
     md = table.schema.metadata or {}
     if md.get(b"ldp.format") != FORMAT.encode():

@@ -1,15 +1,15 @@
 """The shared pipeline layer's exceptions (all derive from :class:`client_sdk.errors.LDPError`).
 
-    LDPError
-    └── PipelineError
-        ├── ConfigError(ValueError)   a setting is invalid; the message names it and its valid range
-        ├── TransportError            the log failed (pipeline.transport)
-        │   ├── TopicError(ValueError)
-        │   ├── CommitFailedError
-        │   └── FencedError
-        ├── DatasetError              a file is not a valid part of a Parquet dataset
-        ├── ProcessorError            a stream processor cannot go on: stop it, do not retry the record
-        └── ChunkError(ValueError)    a chunked record (pipeline.fl_records) is malformed or inconsistent
+LDPError
+└── PipelineError
+    ├── ConfigError(ValueError)   a setting is invalid; the message names it and its valid range
+    ├── TransportError            the log failed (pipeline.transport)
+    │   ├── TopicError(ValueError)
+    │   ├── CommitFailedError
+    │   └── FencedError
+    ├── DatasetError              a file is not a valid part of a Parquet dataset
+    ├── ProcessorError            a stream processor cannot go on: stop it, do not retry the record
+    └── ChunkError(ValueError)    a chunked record (pipeline.fl_records) is malformed or inconsistent
 """
 
 from __future__ import annotations

@@ -39,15 +39,28 @@ import hashlib
 import json
 import secrets
 import struct
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 
 from client_sdk.framing import HEAD_SIZE, pack_headed, unpack_headed
 from pipeline.errors import ChunkError
 
-__all__ = ["MAGIC", "ChunkHeader", "ChunkError", "pack_document", "unpack_document", "encode_chunks",
-           "decode_chunk", "is_chunk", "ChunkAssembler", "Assembled", "MIN_RECORD_BYTES", "DEFAULT_MAX_RECORD_BYTES"]
+__all__ = [
+    "MAGIC",
+    "ChunkHeader",
+    "ChunkError",
+    "pack_document",
+    "unpack_document",
+    "encode_chunks",
+    "decode_chunk",
+    "is_chunk",
+    "ChunkAssembler",
+    "Assembled",
+    "MIN_RECORD_BYTES",
+    "DEFAULT_MAX_RECORD_BYTES",
+]
 
 MAGIC = b"LDPF"
 _DTYPES = ("<f4", "<u4", "<f8")
@@ -71,9 +84,16 @@ class ChunkHeader:
     digest: str
     meta: Mapping[str, Any]
 
-    def same_document(self, other: "ChunkHeader") -> bool:
-        return (self.kind, self.task, self.id, self.count, self.size, self.digest, dict(self.meta)) == \
-            (other.kind, other.task, other.id, other.count, other.size, other.digest, dict(other.meta))
+    def same_document(self, other: ChunkHeader) -> bool:
+        return (self.kind, self.task, self.id, self.count, self.size, self.digest, dict(self.meta)) == (
+            other.kind,
+            other.task,
+            other.id,
+            other.count,
+            other.size,
+            other.digest,
+            dict(other.meta),
+        )
 
 
 # -- documents -----------------------------------------------------------------------------------
@@ -119,11 +139,11 @@ def unpack_document(doc: bytes | memoryview) -> dict[str, Any]:
     if 4 + hlen > len(buf):
         raise ChunkError("document header runs past its end")
     try:
-        skeleton = json.loads(bytes(buf[4:4 + hlen]))
+        skeleton = json.loads(bytes(buf[4 : 4 + hlen]))
         blobs = skeleton.pop("$blobs")
     except (ValueError, KeyError, AttributeError, TypeError) as exc:
         raise ChunkError(f"document header is malformed: {exc}") from None
-    data = buf[4 + hlen:]
+    data = buf[4 + hlen :]
     values: list[Any] = []
     for entry in blobs:
         try:
@@ -136,7 +156,7 @@ def unpack_document(doc: bytes | memoryview) -> dict[str, Any]:
             raise ChunkError(f"unknown blob type {str(kind)[:20]!r}")
         if count < 0 or off < 0 or off + width * count > len(data):
             raise ChunkError("a blob runs past the document")
-        raw = data[off:off + width * count]
+        raw = data[off : off + width * count]
         if kind == "bytes":
             values.append(bytes(raw))
         else:
@@ -158,8 +178,9 @@ def unpack_document(doc: bytes | memoryview) -> dict[str, Any]:
 
 
 # -- chunks --------------------------------------------------------------------------------------
-def encode_chunks(kind: str, task: str, meta: Mapping[str, Any], document: bytes, max_record_bytes: int,
-                  doc_id: str | None = None) -> list[bytes]:
+def encode_chunks(
+    kind: str, task: str, meta: Mapping[str, Any], document: bytes, max_record_bytes: int, doc_id: str | None = None
+) -> list[bytes]:
     """``document`` as chunk records of at most ``max_record_bytes`` bytes each (at least one chunk)."""
     if max_record_bytes < MIN_RECORD_BYTES:
         raise ChunkError(f"max_record_bytes must be >= {MIN_RECORD_BYTES}, got {max_record_bytes}")
@@ -169,11 +190,22 @@ def encode_chunks(kind: str, task: str, meta: Mapping[str, Any], document: bytes
     digest = hashlib.sha256(document).hexdigest()
     out = []
     for i in range(count):
-        h = json.dumps({"kind": kind, "task": task, "id": did, "index": i, "count": count, "size": len(document),
-                        "digest": digest, "meta": dict(meta)}, separators=(",", ":")).encode()
+        h = json.dumps(
+            {
+                "kind": kind,
+                "task": task,
+                "id": did,
+                "index": i,
+                "count": count,
+                "size": len(document),
+                "digest": digest,
+                "meta": dict(meta),
+            },
+            separators=(",", ":"),
+        ).encode()
         if len(h) > _HEADER_ROOM - HEAD_SIZE:
             raise ChunkError(f"chunk header of {len(h)} bytes is too large (meta too big)")
-        out.append(pack_headed(MAGIC, h, document[i * step:(i + 1) * step]))
+        out.append(pack_headed(MAGIC, h, document[i * step : (i + 1) * step]))
     return out
 
 
@@ -186,8 +218,16 @@ def decode_chunk(value: bytes) -> tuple[ChunkHeader, memoryview]:
     head, payload = unpack_headed(value, MAGIC, "FL chunk record", error=ChunkError)
     try:
         o = json.loads(head)
-        h = ChunkHeader(kind=str(o["kind"]), task=str(o["task"]), id=str(o["id"]), index=int(o["index"]),
-                        count=int(o["count"]), size=int(o["size"]), digest=str(o["digest"]), meta=dict(o["meta"]))
+        h = ChunkHeader(
+            kind=str(o["kind"]),
+            task=str(o["task"]),
+            id=str(o["id"]),
+            index=int(o["index"]),
+            count=int(o["count"]),
+            size=int(o["size"]),
+            digest=str(o["digest"]),
+            meta=dict(o["meta"]),
+        )
     except (ValueError, TypeError, KeyError, AttributeError) as exc:
         raise ChunkError(f"chunk header is malformed: {exc}") from None
     if not (0 <= h.index < h.count and h.size >= 0):
@@ -225,7 +265,9 @@ class ChunkAssembler:
 
     def drop_before(self, offset: int, task: str | None = None) -> None:
         """Forget incomplete sets (of ``task``) whose first chunk came before ``offset``."""
-        for did in [d for d, p in self._pending.items() if p["first"] < offset and (task is None or p["header"].task == task)]:
+        for did in [
+            d for d, p in self._pending.items() if p["first"] < offset and (task is None or p["header"].task == task)
+        ]:
             del self._pending[did]
 
     def add(self, header: ChunkHeader, payload: bytes | memoryview, offset: int) -> Assembled | None:
@@ -236,8 +278,9 @@ class ChunkAssembler:
             if len(self._pending) >= self.max_pending:
                 del self._pending[next(iter(self._pending))]
             p = self._pending[header.id] = {"header": header, "parts": {}, "first": offset, "last": offset}
-        if not p["header"].same_document(header) or \
-                (header.index in p["parts"] and p["parts"][header.index] != bytes(payload)):
+        if not p["header"].same_document(header) or (
+            header.index in p["parts"] and p["parts"][header.index] != bytes(payload)
+        ):
             self._spoil(header.id)
             return None
         p["parts"][header.index] = bytes(payload)
@@ -256,4 +299,3 @@ class ChunkAssembler:
         self._pending.pop(did, None)
         self.spoiled.add(did)
         self.rejected += 1
-

@@ -119,9 +119,18 @@ class StreamProcessor(abc.ABC):
 
     stats: Any = None
 
-    def __init__(self, transport: Transport, topics: str | Sequence[str], group: str, member: str, *,
-                 session_timeout: float = 10.0, partitions: int = DEFAULT_PARTITIONS,
-                 checkpoint_seconds: float = 1.0, poll_records: int = 500) -> None:
+    def __init__(
+        self,
+        transport: Transport,
+        topics: str | Sequence[str],
+        group: str,
+        member: str,
+        *,
+        session_timeout: float = 10.0,
+        partitions: int = DEFAULT_PARTITIONS,
+        checkpoint_seconds: float = 1.0,
+        poll_records: int = 500,
+    ) -> None:
         self.transport = transport
         self.topics: tuple[str, ...] = (topics,) if isinstance(topics, str) else tuple(topics)
         self.group = group
@@ -158,8 +167,15 @@ class StreamProcessor(abc.ABC):
 
     def on_undecodable(self, rec: Record, exc: BaseException) -> None:
         """An undecodable record (already counted in ``stats.undecodable``): log it; a processor may keep it."""
-        log.error("%s %s: %s[%d]@%d cannot be decoded: %s", type(self).__name__, self.member, rec.topic,
-                  rec.partition, rec.offset, exc)
+        log.error(
+            "%s %s: %s[%d]@%d cannot be decoded: %s",
+            type(self).__name__,
+            self.member,
+            rec.topic,
+            rec.partition,
+            rec.offset,
+            exc,
+        )
 
     def process(self, rec: Record) -> bool | None:
         """The per-record step: count it, decode it (counting an undecodable one), apply it.
@@ -201,8 +217,12 @@ class StreamProcessor(abc.ABC):
 
     def on_commit_failed(self, exc: CommitFailedError) -> None:
         """The group rebalanced before the commit: nothing was committed; default: reset every partition."""
-        log.info("%s %s: commit failed (%s); uncommitted state dropped, its records come again",
-                 type(self).__name__, self.member, exc)
+        log.info(
+            "%s %s: commit failed (%s); uncommitted state dropped, its records come again",
+            type(self).__name__,
+            self.member,
+            exc,
+        )
         self._count("commit_failures")
         self.rewind_all()
 
@@ -220,8 +240,14 @@ class StreamProcessor(abc.ABC):
         everything and stops applying the poll, whose records come again).
         Return whether to apply ``rec`` and the rest of the poll.
         """
-        log.info("%s %s: %s[%d] came again from offset %d; dropping its uncommitted state", type(self).__name__,
-                 self.member, tp.topic, tp.partition, rec.offset)
+        log.info(
+            "%s %s: %s[%d] came again from offset %d; dropping its uncommitted state",
+            type(self).__name__,
+            self.member,
+            tp.topic,
+            tp.partition,
+            rec.offset,
+        )
         if self.transactional:
             self.rewind_all()
             return False
@@ -252,8 +278,9 @@ class StreamProcessor(abc.ABC):
         """
         if self._consumer is None:
             self.ensure_topics()
-            consumer = self.transport.consume(list(self.topics), self.group, member=self.member,
-                                              session_timeout=self.session_timeout)
+            consumer = self.transport.consume(
+                list(self.topics), self.group, member=self.member, session_timeout=self.session_timeout
+            )
             with self.lock:
                 self._consumer = consumer
                 self._generation = consumer.generation
@@ -284,8 +311,12 @@ class StreamProcessor(abc.ABC):
         except FencedError:
             raise
         except TransportError as exc:
-            log.warning("%s %s: aborting the transaction failed (%s); the transport rewinds regardless",
-                        type(self).__name__, self.member, exc)
+            log.warning(
+                "%s %s: aborting the transaction failed (%s); the transport rewinds regardless",
+                type(self).__name__,
+                self.member,
+                exc,
+            )
 
     def rewind_all(self) -> None:
         """Drop every partition's uncommitted state; a transactional processor first aborts its transaction."""
@@ -300,8 +331,13 @@ class StreamProcessor(abc.ABC):
 
         Runners call it after a transient failure (see :data:`FATAL_ERRORS`).
         """
-        log.warning("%s %s: %s; dropping uncommitted state and rejoining group %s", type(self).__name__,
-                    self.member, why, self.group)
+        log.warning(
+            "%s %s: %s; dropping uncommitted state and rejoining group %s",
+            type(self).__name__,
+            self.member,
+            why,
+            self.group,
+        )
         self._count("rejoins")
         try:
             self.rewind_all()
@@ -328,7 +364,7 @@ class StreamProcessor(abc.ABC):
                 self.reset(None)
             self._leave()
 
-    def __enter__(self) -> "StreamProcessor":
+    def __enter__(self) -> StreamProcessor:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -344,8 +380,11 @@ class StreamProcessor(abc.ABC):
         with self.lock:
             if self.rewound(consumer, recs):
                 self._generation = consumer.generation
-                log.info("%s %s: the group rewound uncommitted records; dropping every partition's state",
-                         type(self).__name__, self.member)
+                log.info(
+                    "%s %s: the group rewound uncommitted records; dropping every partition's state",
+                    type(self).__name__,
+                    self.member,
+                )
                 self.rewind_all()
                 if self.transactional:
                     return applied  # the abort rewound the consumer: these records come again
@@ -412,8 +451,9 @@ class StreamProcessor(abc.ABC):
             self.checkpoint()
         return n
 
-    def run(self, stop: threading.Event | None = None, *, idle_timeout: float | None = None,
-            max_records: int | None = None) -> Any:
+    def run(
+        self, stop: threading.Event | None = None, *, idle_timeout: float | None = None, max_records: int | None = None
+    ) -> Any:
         """Loop :meth:`step` until ``stop`` is set, or nothing came for ``idle_timeout`` s and the state is
         :meth:`settled`; take the :meth:`final_checkpoint`; return ``stats``."""
         idle_since = time.monotonic()

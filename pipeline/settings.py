@@ -45,8 +45,7 @@ def check_ranges(obj: Any, ranges: Mapping[str, tuple[float, float]]) -> None:
     for name, (lo, hi) in ranges.items():
         val = getattr(obj, name)
         integral = not _is_float_field(types[name])
-        ok = (not isinstance(val, bool) and isinstance(val, int if integral else (int, float))
-              and lo <= val <= hi)
+        ok = not isinstance(val, bool) and isinstance(val, int if integral else (int, float)) and lo <= val <= hi
         if not ok:
             kind = "an integer" if integral else "a number"
             bounds = f"{lo} to {hi}" if integral else f"{lo:g} to {hi:g}"  # 16777216, not 1.67772e+07
@@ -74,9 +73,14 @@ def parse_env_value(field: dataclasses.Field[Any], raw: str, env_name: str) -> A
     return raw
 
 
-def settings_from_env(cls: type[T], prefix: str, environ: Mapping[str, str] | None = None,
-                      overrides: Mapping[str, Any] | None = None, *,
-                      aliases: Mapping[str, str] | None = None) -> T:
+def settings_from_env(
+    cls: type[T],
+    prefix: str,
+    environ: Mapping[str, str] | None = None,
+    overrides: Mapping[str, Any] | None = None,
+    *,
+    aliases: Mapping[str, str] | None = None,
+) -> T:
     """An instance of the settings dataclass ``cls``: ``overrides`` (``None`` ignored) over ``environ`` over defaults.
 
     ``environ`` defaults to ``os.environ``; field ``f`` is read from

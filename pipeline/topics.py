@@ -20,8 +20,16 @@ and keeps its order there.
 
 from __future__ import annotations
 
-__all__ = ["RAW_TOPIC", "SHUFFLED_TOPIC", "SHUFFLER_STATE_TOPIC", "FL_ROUNDS_TOPIC", "FL_UPDATES_TOPIC", "FL_STATE_TOPIC",
-           "DEFAULT_PARTITIONS", "metric_day_key"]
+__all__ = [
+    "RAW_TOPIC",
+    "SHUFFLED_TOPIC",
+    "SHUFFLER_STATE_TOPIC",
+    "FL_ROUNDS_TOPIC",
+    "FL_UPDATES_TOPIC",
+    "FL_STATE_TOPIC",
+    "DEFAULT_PARTITIONS",
+    "metric_day_key",
+]
 
 RAW_TOPIC = "ldp.reports.raw"
 SHUFFLED_TOPIC = "ldp.reports.shuffled"

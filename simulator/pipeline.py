@@ -35,8 +35,17 @@ from client_sdk.metrics import MetricSet, load_metrics
 from client_sdk.wire import ReportBatch, encode_frame
 from simulator.population import parse_distribution
 
-__all__ = ["Topics", "LocalPipeline", "FleetData", "fleet_batches", "demo_labels", "upload", "UploadStats", "sdk_devices",
-           "serve_in_thread"]
+__all__ = [
+    "Topics",
+    "LocalPipeline",
+    "FleetData",
+    "fleet_batches",
+    "demo_labels",
+    "upload",
+    "UploadStats",
+    "sdk_devices",
+    "serve_in_thread",
+]
 
 log = logging.getLogger("ldp.pipeline")
 
@@ -48,7 +57,7 @@ class Topics:
     state: str
 
     @classmethod
-    def for_run(cls, run_id: str | None) -> "Topics":
+    def for_run(cls, run_id: str | None) -> Topics:
         from pipeline.topics import RAW_TOPIC, SHUFFLED_TOPIC, SHUFFLER_STATE_TOPIC
 
         if not run_id:
@@ -56,7 +65,9 @@ class Topics:
         return cls(f"{RAW_TOPIC}.{run_id}", f"{SHUFFLED_TOPIC}.{run_id}", f"{SHUFFLER_STATE_TOPIC}.{run_id}")
 
 
-def serve_in_thread(app: Any, host: str = "127.0.0.1", port: int = 0, lifespan: Literal["auto", "on", "off"] = "on") -> tuple[Any, str, threading.Thread]:
+def serve_in_thread(
+    app: Any, host: str = "127.0.0.1", port: int = 0, lifespan: Literal["auto", "on", "off"] = "on"
+) -> tuple[Any, str, threading.Thread]:
     """Start ``app`` under uvicorn on a thread; returns (server, base URL, thread) once it accepts requests."""
     import uvicorn
 
@@ -66,8 +77,11 @@ def serve_in_thread(app: Any, host: str = "127.0.0.1", port: int = 0, lifespan: 
     url = f"http://{host}:{sock.getsockname()[1]}"
     # log_config=None: uvicorn's default dictConfig would rebind (and close) the process's logging handlers,
     # which breaks whoever runs the pipeline in-process (the demo inside a test run, a notebook)
-    server = uvicorn.Server(uvicorn.Config(app, access_log=False, server_header=False, log_level="warning",
-                                           lifespan=lifespan, log_config=None))
+    server = uvicorn.Server(
+        uvicorn.Config(
+            app, access_log=False, server_header=False, log_level="warning", lifespan=lifespan, log_config=None
+        )
+    )
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True, name=f"uvicorn{url}")
     thread.start()
     deadline = time.monotonic() + 60
@@ -86,10 +100,19 @@ class LocalPipeline:
     Use as a context manager; :meth:`stop` shuts everything down in order.
     """
 
-    def __init__(self, workdir: str | Path, metrics_path: str | Path, *, transport_url: str | None = None,
-                 run_id: str | None = None, min_batch: int = 1000, partitions: int = 4,
-                 checkpoint_interval: float = 0.25, guarantee_delta: float | None = 1e-6,
-                 sink: bool = True) -> None:
+    def __init__(
+        self,
+        workdir: str | Path,
+        metrics_path: str | Path,
+        *,
+        transport_url: str | None = None,
+        run_id: str | None = None,
+        min_batch: int = 1000,
+        partitions: int = 4,
+        checkpoint_interval: float = 0.25,
+        guarantee_delta: float | None = 1e-6,
+        sink: bool = True,
+    ) -> None:
         self.workdir = Path(workdir).resolve()
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.metrics_path = Path(metrics_path).resolve()
@@ -133,21 +156,25 @@ class LocalPipeline:
         t.start()
         self._threads.append(t)
 
-    def start(self) -> "LocalPipeline":
+    def start(self) -> LocalPipeline:
         from collector.app import create_app
-        from pipeline.catalog import SpecCatalog
         from collector.settings import CollectorSettings
         from collector.shuffler import Shuffler, ShufflerSettings
         from collector.sinks.parquet import ParquetSink
         from estimator.streaming import StreamingEstimator
         from estimator.streaming import create_app as estimator_app
+        from pipeline.catalog import SpecCatalog
 
         setup = self._transport()
         for topic in (self.topics.raw, self.topics.shuffled, self.topics.state):
             setup.create_topic(topic, self.partitions)
-        settings = CollectorSettings(metrics_path=str(self.metrics_path), transport_url=self.transport_url,
-                                     raw_topic=self.topics.raw, raw_partitions=self.partitions,
-                                     dedup_path=str(self.workdir / f"collector-ids-{self.run_id}.sqlite3"))
+        settings = CollectorSettings(
+            metrics_path=str(self.metrics_path),
+            transport_url=self.transport_url,
+            raw_topic=self.topics.raw,
+            raw_partitions=self.partitions,
+            dedup_path=str(self.workdir / f"collector-ids-{self.run_id}.sqlite3"),
+        )
         server, self.collector_url, _ = serve_in_thread(create_app(settings, metrics=self.metrics))
         self._servers.append(server)
 
@@ -156,26 +183,48 @@ class LocalPipeline:
             from estimator.accounting.shuffle import shuffler_guarantee
 
             guarantee = shuffler_guarantee(self.guarantee_delta)
-        self.shuffler = Shuffler(self._transport(), self.metrics, ShufflerSettings(
-            min_batch=self.min_batch, raw_topic=self.topics.raw, shuffled_topic=self.topics.shuffled,
-            state_topic=self.topics.state, partitions=self.partitions, group=f"ldp-shuffler-{self.run_id}",
-            member="shuffler-0", checkpoint_interval=self.checkpoint_interval, session_timeout=10.0),
-            guarantee=guarantee)
+        self.shuffler = Shuffler(
+            self._transport(),
+            self.metrics,
+            ShufflerSettings(
+                min_batch=self.min_batch,
+                raw_topic=self.topics.raw,
+                shuffled_topic=self.topics.shuffled,
+                state_topic=self.topics.state,
+                partitions=self.partitions,
+                group=f"ldp-shuffler-{self.run_id}",
+                member="shuffler-0",
+                checkpoint_interval=self.checkpoint_interval,
+                session_timeout=10.0,
+            ),
+            guarantee=guarantee,
+        )
         self._worker("shuffler", lambda: self.shuffler.run(self.stop_event))
 
         catalog = SpecCatalog([self.metrics])
-        self.estimator = StreamingEstimator(self._transport(), self.workdir / f"estimator-{self.run_id}", catalog,
-                                            topic=self.topics.shuffled, group=f"ldp-estimator-{self.run_id}",
-                                            checkpoint_seconds=self.checkpoint_interval,
-                                            partitions=self.partitions)
+        self.estimator = StreamingEstimator(
+            self._transport(),
+            self.workdir / f"estimator-{self.run_id}",
+            catalog,
+            topic=self.topics.shuffled,
+            group=f"ldp-estimator-{self.run_id}",
+            checkpoint_seconds=self.checkpoint_interval,
+            partitions=self.partitions,
+        )
         self._worker("estimator", lambda: self.estimator.run(stop=self.stop_event, max_records=100))
         server, self.estimator_url, _ = serve_in_thread(estimator_app(self.estimator), lifespan="off")
         self._servers.append(server)
 
         if self.with_sink:
-            self.sink = ParquetSink(self._transport(), self.dataset, catalog, topic=self.topics.shuffled,
-                                    group=f"ldp-parquet-sink-{self.run_id}", flush_seconds=self.checkpoint_interval,
-                                    partitions=self.partitions)
+            self.sink = ParquetSink(
+                self._transport(),
+                self.dataset,
+                catalog,
+                topic=self.topics.shuffled,
+                group=f"ldp-parquet-sink-{self.run_id}",
+                flush_seconds=self.checkpoint_interval,
+                partitions=self.partitions,
+            )
             self._worker("sink", lambda: self.sink.run(stop=self.stop_event))
         return self
 
@@ -210,12 +259,16 @@ class LocalPipeline:
         while True:
             self.check()
             st = self.shuffler.stats
-            if st.input_reports + st.duplicate_reports >= uploaded and \
-                    sum(self.counted().values()) >= st.released_reports:
+            if (
+                st.input_reports + st.duplicate_reports >= uploaded
+                and sum(self.counted().values()) >= st.released_reports
+            ):
                 return time.monotonic() - t0, st.buffered_reports
             if time.monotonic() - t0 > timeout:
-                raise TimeoutError(f"after {timeout:g} s the shuffler took {st.input_reports} of {uploaded} reports "
-                                   f"and released {st.released_reports}; the estimator counted {self.counted()}")
+                raise TimeoutError(
+                    f"after {timeout:g} s the shuffler took {st.input_reports} of {uploaded} reports "
+                    f"and released {st.released_reports}; the estimator counted {self.counted()}"
+                )
             time.sleep(0.05)
 
     def wait_sink(self, total: int, timeout: float = 60.0) -> None:
@@ -226,7 +279,9 @@ class LocalPipeline:
             if self.sink.stats.commits and self._dataset_reports() >= total:
                 return
             if time.monotonic() - t0 > timeout:
-                raise TimeoutError(f"after {timeout:g} s the dataset holds {self._dataset_reports()} of {total} reports")
+                raise TimeoutError(
+                    f"after {timeout:g} s the dataset holds {self._dataset_reports()} of {total} reports"
+                )
             time.sleep(0.1)
 
     def _dataset_reports(self) -> int:
@@ -259,7 +314,7 @@ class LocalPipeline:
             except Exception:  # noqa: BLE001
                 pass
 
-    def __enter__(self) -> "LocalPipeline":
+    def __enter__(self) -> LocalPipeline:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:
@@ -284,8 +339,14 @@ class FleetData:
         return out
 
 
-def true_indices(metrics: MetricSet, name: str, devices: int, rng: np.random.Generator,
-                 distribution: str = "zipf:1.1", vocabulary: int = 2000) -> np.ndarray:
+def true_indices(
+    metrics: MetricSet,
+    name: str,
+    devices: int,
+    rng: np.random.Generator,
+    distribution: str = "zipf:1.1",
+    vocabulary: int = 2000,
+) -> np.ndarray:
     """Each device's true value of ``name`` as a domain index, through the metric's own domain mapping.
 
     Dictionary domains draw their entries from ``distribution``; hashed
@@ -314,8 +375,9 @@ def demo_labels(metrics: MetricSet, name: str, vocabulary: int = 2000) -> dict[i
     return out
 
 
-def _draw_value(metrics: MetricSet, name: str, rng: np.random.Generator, distribution: str,
-                vocabulary: int = 2000) -> tuple[int, Any]:
+def _draw_value(
+    metrics: MetricSet, name: str, rng: np.random.Generator, distribution: str, vocabulary: int = 2000
+) -> tuple[int, Any]:
     """One device's true value of ``name``, as the app would record it, and its domain index."""
     dom = metrics[name].domain
     if isinstance(dom, Dictionary):
@@ -326,8 +388,16 @@ def _draw_value(metrics: MetricSet, name: str, rng: np.random.Generator, distrib
     return dom.index_of(f"w{rank}"), f"w{rank}"
 
 
-def fleet_batches(metrics: MetricSet, names: Sequence[str], devices: int, day: int, rng: np.random.Generator, *,
-                  frame_reports: int = 250, distribution: str = "zipf:1.1") -> FleetData:
+def fleet_batches(
+    metrics: MetricSet,
+    names: Sequence[str],
+    devices: int,
+    day: int,
+    rng: np.random.Generator,
+    *,
+    frame_reports: int = 250,
+    distribution: str = "zipf:1.1",
+) -> FleetData:
     """``devices`` devices each report one value of every metric in ``names`` on ``day``.
 
     Values are privatized with each metric's spec (the SDK's batch encoder:
@@ -366,8 +436,15 @@ class UploadStats:
         return self.reports / self.seconds if self.seconds else 0.0
 
 
-def upload(collector_url: str, batches: Sequence[ReportBatch], *, clients: int = 4, timeout: float = 60.0,
-           max_attempts: int = 50, on_accepted: Callable[[ReportBatch, float], None] | None = None) -> UploadStats:
+def upload(
+    collector_url: str,
+    batches: Sequence[ReportBatch],
+    *,
+    clients: int = 4,
+    timeout: float = 60.0,
+    max_attempts: int = 50,
+    on_accepted: Callable[[ReportBatch, float], None] | None = None,
+) -> UploadStats:
     """POST every batch as a binary frame from ``clients`` threads; retry 408/429/5xx and network errors.
 
     The ``Idempotency-Key`` is the batch id, so a retry after a lost answer is
@@ -393,10 +470,13 @@ def upload(collector_url: str, batches: Sequence[ReportBatch], *, clients: int =
                 body = encode_frame(b)
                 for attempt in range(max_attempts):
                     try:
-                        r = http.post("/v1/reports", content=body, headers={
-                            "Content-Type": FRAME_CONTENT_TYPE, "Idempotency-Key": b.batch_id.hex()})
+                        r = http.post(
+                            "/v1/reports",
+                            content=body,
+                            headers={"Content-Type": FRAME_CONTENT_TYPE, "Idempotency-Key": b.batch_id.hex()},
+                        )
                     except httpx.TransportError:
-                        wait = min(2.0, 0.05 * 2 ** attempt)
+                        wait = min(2.0, 0.05 * 2**attempt)
                     else:
                         if r.status_code in (202, 409) or 200 <= r.status_code < 300:
                             now = time.monotonic()
@@ -408,8 +488,9 @@ def upload(collector_url: str, batches: Sequence[ReportBatch], *, clients: int =
                                 on_accepted(b, now)
                             break
                         if r.status_code in (408, 429) or r.status_code >= 500:
-                            wait = parse_retry_after(r.headers.get("retry-after"), time.time()) or \
-                                min(2.0, 0.05 * 2 ** attempt)
+                            wait = parse_retry_after(r.headers.get("retry-after"), time.time()) or min(
+                                2.0, 0.05 * 2**attempt
+                            )
                         else:
                             with lock:
                                 stats.rejected += 1
@@ -434,9 +515,17 @@ def upload(collector_url: str, batches: Sequence[ReportBatch], *, clients: int =
     return stats
 
 
-def sdk_devices(collector_url: str, metrics_path: str | Path, names: Sequence[str], count: int,
-                rng: np.random.Generator, *, workdir: str | Path | None = None,
-                distribution: str = "zipf:1.1", timeout: float = 60.0) -> dict[str, np.ndarray]:
+def sdk_devices(
+    collector_url: str,
+    metrics_path: str | Path,
+    names: Sequence[str],
+    count: int,
+    rng: np.random.Generator,
+    *,
+    workdir: str | Path | None = None,
+    distribution: str = "zipf:1.1",
+    timeout: float = 60.0,
+) -> dict[str, np.ndarray]:
     """``count`` real SDK clients record one value of each metric and upload it; returns the truth per metric.
 
     Each is a :class:`~client_sdk.client.TelemetryClient` in simulation mode
@@ -449,12 +538,21 @@ def sdk_devices(collector_url: str, metrics_path: str | Path, names: Sequence[st
     metrics = load_metrics(metrics_path, reject_expired=False)
     base = Path(workdir) if workdir is not None else Path(tempfile.mkdtemp(prefix="ldp-sdk-"))
     truth = {n: np.zeros(metrics[n].spec.domain_size, dtype=np.int64) for n in names}
-    policy = LocalPolicy(per_metric_daily=max(m.daily_epsilon for m in metrics.values()),
-                         total_daily=sum(m.daily_epsilon for m in metrics.values()))
+    policy = LocalPolicy(
+        per_metric_daily=max(m.daily_epsilon for m in metrics.values()),
+        total_daily=sum(m.daily_epsilon for m in metrics.values()),
+    )
     seeds = rng.integers(0, 2**31, count)
     for i in range(count):
-        with TelemetryClient(base / f"device-{i}", collector_url, policy, metrics, mode="simulation",
-                             simulation_seed=int(seeds[i]), batch_max_age=0.0) as client:
+        with TelemetryClient(
+            base / f"device-{i}",
+            collector_url,
+            policy,
+            metrics,
+            mode="simulation",
+            simulation_seed=int(seeds[i]),
+            batch_max_age=0.0,
+        ) as client:
             for name in names:
                 idx, value = _draw_value(metrics, name, rng, distribution)
                 client.record(name, value)

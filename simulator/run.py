@@ -10,8 +10,8 @@ import numpy as np
 
 from client_sdk.mechanisms import make_spec
 from client_sdk.mechanisms.base import MechanismSpec
-from estimator.result import Estimate
 from estimator.oracles import accumulator_for
+from estimator.result import Estimate
 from simulator.population import Distribution
 
 __all__ = ["SimulationResult", "simulate", "spec_for"]
@@ -92,4 +92,6 @@ def simulate(
     t0 = time.perf_counter()
     est = acc.estimate()
     t_est = time.perf_counter() - t0
-    return SimulationResult(spec, users, seed, true_counts, est, {"encode": t_enc, "aggregate": t_agg, "estimate": t_est})
+    return SimulationResult(
+        spec, users, seed, true_counts, est, {"encode": t_enc, "aggregate": t_agg, "estimate": t_est}
+    )

@@ -25,7 +25,9 @@ def kafka_bootstrap() -> str:
     try:
         probe(bootstrap, timeout=10.0)
     except BrokerError as exc:
-        pytest.fail(f"no Kafka broker answers on {bootstrap} ({exc}). Start the project's broker with "
-                    "`.venv/bin/ldp kafka up` (scripts/test does it), or point LDP_KAFKA_BOOTSTRAP at one.",
-                    pytrace=False)
+        pytest.fail(
+            f"no Kafka broker answers on {bootstrap} ({exc}). Start the project's broker with "
+            "`.venv/bin/ldp kafka up` (scripts/test does it), or point LDP_KAFKA_BOOTSTRAP at one.",
+            pytrace=False,
+        )
     return bootstrap

@@ -17,7 +17,8 @@ from ldp_cli.broker import BrokerError as BrokerErrorFromBroker
 from ldp_cli.errors import BrokerError, CLIError
 from ldp_cli.main import main
 from pipeline.errors import ChunkError, PipelineError
-from pipeline.fl_records import ChunkError as ChunkErrorFromRecords, decode_chunk
+from pipeline.fl_records import ChunkError as ChunkErrorFromRecords
+from pipeline.fl_records import decode_chunk
 
 
 def test_bases() -> None:

@@ -37,9 +37,14 @@ def imported_packages(path: pathlib.Path) -> list[tuple[int, str]]:
             out += [(node.lineno, alias.name.split(".")[0]) for alias in node.names]
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
             out.append((node.lineno, node.module.split(".")[0]))
-        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
-              and node.func.attr == "import_module" and node.args
-              and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str)):
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr == "import_module"
+            and node.args
+            and isinstance(node.args[0], ast.Constant)
+            and isinstance(node.args[0].value, str)
+        ):
             out.append((node.lineno, node.args[0].value.split(".")[0]))
     return out
 
@@ -56,13 +61,19 @@ def test_every_package_is_in_the_order() -> None:
 @pytest.mark.parametrize("package", sorted(ALLOWED))
 def test_imports_follow_the_layer_order(package: str) -> None:
     forbidden = set(ALLOWED) - ALLOWED[package] - {package}
-    edges = [f"{f.relative_to(ROOT)}:{line} imports {name}"
-             for f in module_files(package) for line, name in imported_packages(f) if name in forbidden]
+    edges = [
+        f"{f.relative_to(ROOT)}:{line} imports {name}"
+        for f in module_files(package)
+        for line, name in imported_packages(f)
+        if name in forbidden
+    ]
     assert not edges, "\n".join(edges)
 
 
 def test_the_walk_sees_lazy_and_dynamic_imports(tmp_path: pathlib.Path) -> None:
     probe = tmp_path / "probe.py"
-    probe.write_text("import os\n\ndef f():\n    from collector.app import create_app\n    import estimator.batch\n"
-                     "    importlib.import_module('simulator.run')\n")
+    probe.write_text(
+        "import os\n\ndef f():\n    from collector.app import create_app\n    import estimator.batch\n"
+        "    importlib.import_module('simulator.run')\n"
+    )
     assert {name for _, name in imported_packages(probe)} == {"os", "collector", "estimator", "simulator"}

@@ -35,16 +35,42 @@ PACKAGE_INITS = [m for m in MODULES if (ROOT / m.replace(".", "/") / "__init__.p
 
 #: What docs/SDK.md, the README and the project's promises name as importable from ``client_sdk`` itself.
 DOCUMENTED_CLIENT_SDK = {
-    "TelemetryClient", "ClientConfig", "ClientConfigError", "LocalPolicy", "MetricSet", "load_metrics",
-    "make_spec", "spec_from_dict", "MechanismSpec", "ReportBatch", "encode_frame", "decode_frame",
-    "encode_json", "decode_json", "FRAME_CONTENT_TYPE", "LDPError",
+    "TelemetryClient",
+    "ClientConfig",
+    "ClientConfigError",
+    "LocalPolicy",
+    "MetricSet",
+    "load_metrics",
+    "make_spec",
+    "spec_from_dict",
+    "MechanismSpec",
+    "ReportBatch",
+    "encode_frame",
+    "decode_frame",
+    "encode_json",
+    "decode_json",
+    "FRAME_CONTENT_TYPE",
+    "LDPError",
 }
 
 
 def test_every_package_is_found() -> None:
-    assert {"client_sdk", "client_sdk.fl", "client_sdk.mechanisms", "pipeline", "pipeline.transport",
-            "collector", "collector.sinks", "collector.fl", "estimator", "estimator.oracles", "estimator.fl",
-            "simulator", "ldp_cli", "ldp_cli.commands"} <= set(PACKAGE_INITS)
+    assert {
+        "client_sdk",
+        "client_sdk.fl",
+        "client_sdk.mechanisms",
+        "pipeline",
+        "pipeline.transport",
+        "collector",
+        "collector.sinks",
+        "collector.fl",
+        "estimator",
+        "estimator.oracles",
+        "estimator.fl",
+        "simulator",
+        "ldp_cli",
+        "ldp_cli.commands",
+    } <= set(PACKAGE_INITS)
 
 
 @pytest.mark.parametrize("name", MODULES)

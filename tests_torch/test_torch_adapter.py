@@ -93,7 +93,9 @@ def test_softmax_and_mlp_match_after_transposing_weights() -> None:
     lo, go = mlp.loss_and_grad(q, X, y)
     assert lt == pytest.approx(lo, rel=1e-10)
     g1, gb1, g2, gb2 = mlp._split(go)
-    np.testing.assert_allclose(gt, _to_torch_layout([(g1, True), (gb1, False), (g2, True), (gb2, False)]), rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(
+        gt, _to_torch_layout([(g1, True), (gb1, False), (g2, True), (gb2, False)]), rtol=1e-9, atol=1e-12
+    )
     np.testing.assert_array_equal(net.predict(tq, X), mlp.predict(q, X))
 
 
@@ -170,9 +172,17 @@ def test_fedavg_with_the_adapter_follows_the_numpy_model() -> None:
     tr = LocalTraining(epochs=2, batch_size=10, learning_rate=0.3)
     runs = {}
     for name, model in (("numpy", LogisticRegression(d)), ("torch", TorchModel(nn.Linear(d, 1), "binary"))):
-        x, hist = run_rounds(model, FedAvg(tr), WeightedMean(), [FederatedClient(c.client_id, c.X, c.y) for c in clients],
-                             FixedCountSampling(4), 15, np.random.default_rng(7), params=np.zeros(d + 1, np.float32),
-                             test=(Xt, yt))
+        x, hist = run_rounds(
+            model,
+            FedAvg(tr),
+            WeightedMean(),
+            [FederatedClient(c.client_id, c.X, c.y) for c in clients],
+            FixedCountSampling(4),
+            15,
+            np.random.default_rng(7),
+            params=np.zeros(d + 1, np.float32),
+            test=(Xt, yt),
+        )
         runs[name] = (x, hist)
     (xn, hn), (xt, ht) = runs["numpy"], runs["torch"]
     np.testing.assert_allclose(xt, xn, atol=1e-5)

@@ -30,7 +30,8 @@ import os
 import random
 import time
 import urllib.parse
-from typing import Any, Callable, Mapping, NamedTuple
+from collections.abc import Callable, Mapping
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -81,23 +82,40 @@ class FLDevice:
     ``BackoffPolicy(base=backoff, max_delay=MAX_RETRY_WAIT)``. ``clock`` is
     the wall clock an HTTP-date ``Retry-After`` is measured against."""
 
-    def __init__(self, collector_url: str, task: str, client_id: str, X: np.ndarray, y: np.ndarray, *,
-                 rng_for_round: Callable[[int], np.random.Generator] | None = None,
-                 random_bytes: Callable[[int], bytes] = os.urandom, timeout: float = 10.0, max_attempts: int = 6,
-                 backoff: float | BackoffPolicy = 0.1, drop_at: str | None = None,
-                 sleep: Callable[[float], None] = time.sleep, transport: HttpTransport = urllib_transport,
-                 clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        collector_url: str,
+        task: str,
+        client_id: str,
+        X: np.ndarray,
+        y: np.ndarray,
+        *,
+        rng_for_round: Callable[[int], np.random.Generator] | None = None,
+        random_bytes: Callable[[int], bytes] = os.urandom,
+        timeout: float = 10.0,
+        max_attempts: int = 6,
+        backoff: float | BackoffPolicy = 0.1,
+        drop_at: str | None = None,
+        sleep: Callable[[float], None] = time.sleep,
+        transport: HttpTransport = urllib_transport,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
         self.base = collector_url.rstrip("/") + f"/v1/fl/tasks/{urllib.parse.quote(task, safe='')}"
         self.task = task
         self.client_id = client_id
         self.X, self.y = X, y
         self.state = ClientState()
-        self.rng_for_round = rng_for_round or (lambda r: np.random.default_rng(int.from_bytes(os.urandom(16), "little")))
+        self.rng_for_round = rng_for_round or (
+            lambda r: np.random.default_rng(int.from_bytes(os.urandom(16), "little"))
+        )
         self.random_bytes = random_bytes
         self.timeout = timeout
         self.max_attempts = max_attempts
-        self.backoff = (backoff if isinstance(backoff, BackoffPolicy)
-                        else BackoffPolicy(base=backoff, max_delay=max(MAX_RETRY_WAIT, backoff)))
+        self.backoff = (
+            backoff
+            if isinstance(backoff, BackoffPolicy)
+            else BackoffPolicy(base=backoff, max_delay=max(MAX_RETRY_WAIT, backoff))
+        )
         self.transport = transport
         self.clock = clock
         self.drop_at = drop_at
@@ -113,8 +131,9 @@ class FLDevice:
         self._model: Any = None
 
     # -- HTTP -------------------------------------------------------------------------------------
-    def _request(self, method: str, url: str, body: bytes | None = None,
-                 content_type: str = "application/json") -> HTTPResult:
+    def _request(
+        self, method: str, url: str, body: bytes | None = None, content_type: str = "application/json"
+    ) -> HTTPResult:
         headers = {"Accept": "application/json", "User-Agent": USER_AGENT}
         if body is not None:
             headers["Content-Type"] = content_type
@@ -164,8 +183,14 @@ class FLDevice:
         r = int(view["round"])
         n = int(view["num_params"])
         control = None if view.get("control") is None else decode_vector(view["control"], n, what="control")
-        config = RoundConfig(r, decode_vector(view["params"], n, what="params"), view["algorithm"],
-                             LocalTraining(**view["training"]), float(view["prox_mu"]), control)
+        config = RoundConfig(
+            r,
+            decode_vector(view["params"], n, what="params"),
+            view["algorithm"],
+            LocalTraining(**view["training"]),
+            float(view["prox_mu"]),
+            control,
+        )
         rng = self.rng_for_round(r)
         up = train_client(self._model_for(view), config, self.X, self.y, rng, self.client_id, self.state)
         delta = up.delta
@@ -204,8 +229,13 @@ class FLDevice:
 
         sa = view["secagg"]
         if phase == "advertise":
-            cfg = SecAggConfig(r, int(sa["num_clients"]), {int(u): tuple(vs) for u, vs in sa["neighbors"].items()},
-                               int(sa["threshold"]), int(sa["vector_length"]))
+            cfg = SecAggConfig(
+                r,
+                int(sa["num_clients"]),
+                {int(u): tuple(vs) for u, vs in sa["neighbors"].items()},
+                int(sa["threshold"]),
+                int(sa["vector_length"]),
+            )
             client = SecAggClient(int(view["index"]), cfg, self.random_bytes)
             self._round = {"round": r, "client": client}
             a = client.advertise_keys()
@@ -215,8 +245,10 @@ class FLDevice:
             raise FLError(f"round {r} is past its key-advertising phase and this device holds no keys for it")
         client = self._round["client"]
         if phase == "share":
-            adverts = {int(u): KeyAdvert(int(u), base64.b64decode(a), base64.b64decode(b))
-                       for u, (a, b) in view["adverts"].items()}
+            adverts = {
+                int(u): KeyAdvert(int(u), base64.b64decode(a), base64.b64decode(b))
+                for u, (a, b) in view["adverts"].items()
+            }
             cts = client.share_keys(adverts)
             return "shares" if self._upload(r, "shares", {"ciphertexts": cts}) else "failed"
         if phase == "masked":

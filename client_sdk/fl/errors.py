@@ -1,10 +1,10 @@
 """Errors of federated learning, on both sides (they extend :mod:`client_sdk.errors`).
 
-    LDPError
-    └── FLError
-        ├── ModelError(ValueError)       parameters of the wrong size or a bad model spec
-        ├── UpdateRejected(ValueError)   a client update failed validation (shape, NaN/inf, stale, replay)
-        └── SecAggError                  secure aggregation cannot proceed (too few shares, a protocol violation)
+LDPError
+└── FLError
+    ├── ModelError(ValueError)       parameters of the wrong size or a bad model spec
+    ├── UpdateRejected(ValueError)   a client update failed validation (shape, NaN/inf, stale, replay)
+    └── SecAggError                  secure aggregation cannot proceed (too few shares, a protocol violation)
 """
 
 from __future__ import annotations

@@ -51,7 +51,8 @@ import dataclasses
 import hashlib
 import json
 import re
-from typing import Any, Literal, Mapping
+from collections.abc import Mapping
+from typing import Any, Literal
 
 import numpy as np
 
@@ -87,8 +88,13 @@ __all__ = [
 PROTOCOL_VERSION = 1
 Phase = Literal["train", "advertise", "share", "masked", "unmask", "done"]
 UploadKind = Literal["update", "advert", "shares", "masked", "reveal"]
-PHASE_OF_KIND: dict[str, str] = {"update": "train", "advert": "advertise", "shares": "share",
-                                 "masked": "masked", "reveal": "unmask"}
+PHASE_OF_KIND: dict[str, str] = {
+    "update": "train",
+    "advert": "advertise",
+    "shares": "share",
+    "masked": "masked",
+    "reveal": "unmask",
+}
 SECAGG_PHASES = ("advertise", "share", "masked", "unmask")
 #: nonce (12) + AES-GCM of the share pair (148) + tag (16); see client_sdk.fl.secagg.SecAggClient.share_keys
 CIPHERTEXT_BYTES = 12 + 148 + 16
@@ -125,8 +131,11 @@ def decode_vector(text: object, length: int, dtype: str = "<f4", what: str = "ve
         raise _bad("malformed", f"{what} must be a base64 string, got {type(text).__name__}")
     elif len(text) != 4 * ((4 * length + 2) // 3):
         n = len(text) * 3 // 4
-        raise _bad("wrong_shape", f"{what} has about {n // 4} values ({len(text)} base64 characters); "
-                   f"this round needs exactly {length} ({4 * ((4 * length + 2) // 3)} characters)")
+        raise _bad(
+            "wrong_shape",
+            f"{what} has about {n // 4} values ({len(text)} base64 characters); "
+            f"this round needs exactly {length} ({4 * ((4 * length + 2) // 3)} characters)",
+        )
     else:
         try:
             raw = base64.b64decode(text, validate=True)
@@ -164,8 +173,14 @@ def model_to_dict(model: Model) -> dict[str, Any]:
     if isinstance(model, SoftmaxRegression):
         return {"kind": "softmax", "n_features": model.n_features, "n_classes": model.n_classes, "l2": model.l2}
     if isinstance(model, MLP):
-        return {"kind": "mlp", "n_features": model.n_features, "hidden": model.hidden,
-                "n_classes": model.n_classes, "activation": model.activation, "l2": model.l2}
+        return {
+            "kind": "mlp",
+            "n_features": model.n_features,
+            "hidden": model.hidden,
+            "n_classes": model.n_classes,
+            "activation": model.activation,
+            "l2": model.l2,
+        }
     raise ModelError(f"no JSON description for {type(model).__name__}; use logistic, softmax or mlp")
 
 
@@ -229,21 +244,39 @@ class RoundState:
 
     def round_config(self) -> RoundConfig:
         """The :class:`RoundConfig` devices train with."""
-        return RoundConfig(self.round, self.params, self.algorithm,  # type: ignore[arg-type]
-                           LocalTraining(**self.training), self.prox_mu, self.control)
+        return RoundConfig(
+            self.round,
+            self.params,
+            self.algorithm,  # type: ignore[arg-type]
+            LocalTraining(**self.training),
+            self.prox_mu,
+            self.control,
+        )
 
     def _public(self, vec: Any = encode_vector) -> dict[str, Any]:
         out: dict[str, Any] = {
-            "version": PROTOCOL_VERSION, "task": self.task, "seq": self.seq, "round": self.round,
-            "phase": self.phase, "rounds": self.rounds, "model": dict(self.model),
-            "params": vec(self.params), "num_params": int(self.params.shape[0]),
-            "algorithm": self.algorithm, "training": dict(self.training), "prox_mu": self.prox_mu,
+            "version": PROTOCOL_VERSION,
+            "task": self.task,
+            "seq": self.seq,
+            "round": self.round,
+            "phase": self.phase,
+            "rounds": self.rounds,
+            "model": dict(self.model),
+            "params": vec(self.params),
+            "num_params": int(self.params.shape[0]),
+            "algorithm": self.algorithm,
+            "training": dict(self.training),
+            "prox_mu": self.prox_mu,
             "control": None if self.control is None else vec(self.control),
-            "clip_norm": self.clip_norm, "payload_size": self.payload_size,
-            "opened_at": self.opened_at, "deadline": self.deadline,
+            "clip_norm": self.clip_norm,
+            "payload_size": self.payload_size,
+            "opened_at": self.opened_at,
+            "deadline": self.deadline,
             "secagg": None if self.secagg is None else dict(self.secagg),
             "adverts": {str(u): [_b64(a), _b64(b)] for u, (a, b) in sorted(self.adverts.items())},
-            "survivors": list(self.survivors), "dropped": list(self.dropped), "stats": dict(self.stats),
+            "survivors": list(self.survivors),
+            "dropped": list(self.dropped),
+            "stats": dict(self.stats),
         }
         return out
 
@@ -251,8 +284,9 @@ class RoundState:
         out = self._public(vec)
         out["selected"] = list(self.selected)
         out["indices"] = dict(self.indices)
-        out["inbox"] = {str(v): {str(u): _b64(ct) for u, ct in sorted(per.items())}
-                        for v, per in sorted(self.inbox.items())}
+        out["inbox"] = {
+            str(v): {str(u): _b64(ct) for u, ct in sorted(per.items())} for v, per in sorted(self.inbox.items())
+        }
         return out
 
     def to_json(self) -> bytes:
@@ -265,14 +299,16 @@ class RoundState:
         return self._full(lambda v: np.ascontiguousarray(v, np.float32))
 
     @classmethod
-    def from_document(cls, obj: Mapping[str, Any]) -> "RoundState":
+    def from_document(cls, obj: Mapping[str, Any]) -> RoundState:
         """Inverse of :meth:`to_document` (:class:`ValueError` or :class:`UpdateRejected` if it is not one)."""
+
         def vec(v: object, n: int, what: str) -> np.ndarray:
             if not isinstance(v, np.ndarray) or v.dtype != np.float32 or v.shape != (n,):
                 raise _bad("wrong_shape", f"{what} must be a float32 vector of {n} values")
             if not np.isfinite(v).all():
                 raise _bad("non_finite", f"{what} holds NaN or infinite values")
             return v
+
         return cls._from_obj(dict(obj), vec)
 
     def view_for(self, client_id: str | None) -> dict[str, Any]:
@@ -283,35 +319,53 @@ class RoundState:
         index = self.indices.get(client_id) if selected and client_id is not None else None
         out["selected"] = selected
         out["index"] = index
-        out["inbox"] = {} if index is None else {str(u): _b64(ct) for u, ct in sorted(self.inbox.get(index, {}).items())}
+        out["inbox"] = (
+            {} if index is None else {str(u): _b64(ct) for u, ct in sorted(self.inbox.get(index, {}).items())}
+        )
         return out
 
     @classmethod
-    def from_json(cls, data: bytes | str | Mapping[str, Any]) -> "RoundState":
+    def from_json(cls, data: bytes | str | Mapping[str, Any]) -> RoundState:
         """Parse the full record (raises :class:`ValueError` if it is not a version-1 round state)."""
         obj = json.loads(data) if isinstance(data, (bytes, str)) else dict(data)
         return cls._from_obj(obj, lambda v, n, what: decode_vector(v, n, what=what))
 
     @classmethod
-    def _from_obj(cls, obj: Any, vec: Any) -> "RoundState":
+    def _from_obj(cls, obj: Any, vec: Any) -> RoundState:
         if not isinstance(obj, dict) or obj.get("version") != PROTOCOL_VERSION:
             raise ValueError(f"not a version-{PROTOCOL_VERSION} round state")
         n = int(obj["num_params"])
         params = vec(obj["params"], n, "params")
         control = None if obj.get("control") is None else vec(obj["control"], n, "control")
         return cls(
-            task=str(obj["task"]), seq=int(obj["seq"]), round=int(obj["round"]), phase=str(obj["phase"]),
-            rounds=int(obj["rounds"]), model=dict(obj["model"]), params=params, algorithm=str(obj["algorithm"]),
-            training=dict(obj["training"]), prox_mu=float(obj["prox_mu"]), control=control,
+            task=str(obj["task"]),
+            seq=int(obj["seq"]),
+            round=int(obj["round"]),
+            phase=str(obj["phase"]),
+            rounds=int(obj["rounds"]),
+            model=dict(obj["model"]),
+            params=params,
+            algorithm=str(obj["algorithm"]),
+            training=dict(obj["training"]),
+            prox_mu=float(obj["prox_mu"]),
+            control=control,
             clip_norm=None if obj.get("clip_norm") is None else float(obj["clip_norm"]),
-            selected=tuple(obj.get("selected", ())), opened_at=float(obj["opened_at"]),
-            deadline=float(obj["deadline"]), secagg=obj.get("secagg"),
+            selected=tuple(obj.get("selected", ())),
+            opened_at=float(obj["opened_at"]),
+            deadline=float(obj["deadline"]),
+            secagg=obj.get("secagg"),
             indices={str(k): int(v) for k, v in obj.get("indices", {}).items()},
-            adverts={int(u): (base64.b64decode(a), base64.b64decode(b)) for u, (a, b) in obj.get("adverts", {}).items()},
-            inbox={int(v): {int(u): base64.b64decode(ct) for u, ct in per.items()}
-                   for v, per in obj.get("inbox", {}).items()},
+            adverts={
+                int(u): (base64.b64decode(a), base64.b64decode(b)) for u, (a, b) in obj.get("adverts", {}).items()
+            },
+            inbox={
+                int(v): {int(u): base64.b64decode(ct) for u, ct in per.items()}
+                for v, per in obj.get("inbox", {}).items()
+            },
             survivors=tuple(int(u) for u in obj.get("survivors", ())),
-            dropped=tuple(int(u) for u in obj.get("dropped", ())), stats=dict(obj.get("stats", {})))
+            dropped=tuple(int(u) for u in obj.get("dropped", ())),
+            stats=dict(obj.get("stats", {})),
+        )
 
 
 # -- uploads ------------------------------------------------------------------------------------
@@ -342,8 +396,11 @@ def content_digest(task: str, round: int, kind: str, client_id: str, payload: Ma
     """The upload id: BLAKE2b-128 over the upload's canonical JSON content (task, round, kind, client,
     payload, including an update's example count), so a retry has the same id and any change a new one."""
     h = hashlib.blake2b(digest_size=16)
-    h.update(json.dumps([task, int(round), kind, client_id, _payload_json(kind, payload)],
-                        sort_keys=True, separators=(",", ":")).encode())
+    h.update(
+        json.dumps(
+            [task, int(round), kind, client_id, _payload_json(kind, payload)], sort_keys=True, separators=(",", ":")
+        ).encode()
+    )
     return h.hexdigest()
 
 
@@ -357,28 +414,54 @@ def _payload_json(kind: str, p: Mapping[str, Any]) -> dict[str, Any]:
     if kind == "masked":
         return {"vector": encode_vector(p["vector"], "<u4")}
     if kind == "reveal":
-        return {"shares": {str(v): {"kind": k, "x": int(x), "y": _b64(int(y).to_bytes(SHARE_Y_BYTES, "little")),
-                                    "t": int(t)} for v, (k, x, y, t) in sorted(p["shares"].items())}}
+        return {
+            "shares": {
+                str(v): {"kind": k, "x": int(x), "y": _b64(int(y).to_bytes(SHARE_Y_BYTES, "little")), "t": int(t)}
+                for v, (k, x, y, t) in sorted(p["shares"].items())
+            }
+        }
     raise ValueError(f"unknown upload kind {kind!r}")
 
 
 def encode_upload(u: Upload) -> bytes:
     """The canonical JSON of an upload (what the device sends and what the collector publishes)."""
-    return json.dumps({"version": PROTOCOL_VERSION, "task": u.task, "round": u.round, "kind": u.kind,
-                       "client_id": u.client_id, "upload_id": u.upload_id,
-                       "payload": _payload_json(u.kind, u.payload)},
-                      sort_keys=True, separators=(",", ":")).encode()
+    return json.dumps(
+        {
+            "version": PROTOCOL_VERSION,
+            "task": u.task,
+            "round": u.round,
+            "kind": u.kind,
+            "client_id": u.client_id,
+            "upload_id": u.upload_id,
+            "payload": _payload_json(u.kind, u.payload),
+        },
+        sort_keys=True,
+        separators=(",", ":"),
+    ).encode()
 
 
 def encode_upload_binary(u: Upload) -> bytes:
     """The binary form of an upload (module docstring): header JSON, then an update's or masked input's
     vector as raw little-endian bytes."""
     vector = u.kind in ("update", "masked")
-    payload = ({"num_examples": int(u.payload["num_examples"])} if u.kind == "update" else {}) if vector \
+    payload = (
+        ({"num_examples": int(u.payload["num_examples"])} if u.kind == "update" else {})
+        if vector
         else _payload_json(u.kind, u.payload)
-    header = json.dumps({"version": PROTOCOL_VERSION, "task": u.task, "round": u.round, "kind": u.kind,
-                         "client_id": u.client_id, "upload_id": u.upload_id, "payload": payload},
-                        sort_keys=True, separators=(",", ":")).encode()
+    )
+    header = json.dumps(
+        {
+            "version": PROTOCOL_VERSION,
+            "task": u.task,
+            "round": u.round,
+            "kind": u.kind,
+            "client_id": u.client_id,
+            "upload_id": u.upload_id,
+            "payload": payload,
+        },
+        sort_keys=True,
+        separators=(",", ":"),
+    ).encode()
     raw = b""
     if vector:
         raw = np.ascontiguousarray(u.payload["vector"], dtype="<f4" if u.kind == "update" else "<u4").tobytes()
@@ -399,8 +482,10 @@ def _split_binary(body: bytes) -> dict[str, Any]:
             raise _bad("malformed", "a binary upload carries its vector after the header, not in it")
         obj["payload"]["vector"] = rest
     elif len(rest):
-        raise _bad("malformed", f"{len(rest)} bytes follow the header of a {str(obj.get('kind'))[:20]!r} upload, "
-                   "which has no vector")
+        raise _bad(
+            "malformed",
+            f"{len(rest)} bytes follow the header of a {str(obj.get('kind'))[:20]!r} upload, which has no vector",
+        )
     return obj
 
 
@@ -424,8 +509,9 @@ def _index_map(obj: object, what: str, limit: int) -> dict[int, Any]:
     return out
 
 
-def parse_upload(body: bytes | Mapping[str, Any], *, payload_size: int | None = None,
-                 max_neighbors: int = 4096) -> Upload:
+def parse_upload(
+    body: bytes | Mapping[str, Any], *, payload_size: int | None = None, max_neighbors: int = 4096
+) -> Upload:
     """Decode and check an upload's form (JSON, or the binary form, recognised by :data:`BINARY_MAGIC`);
     :class:`UpdateRejected` says what is wrong.
 
@@ -468,13 +554,17 @@ def parse_upload(body: bytes | Mapping[str, Any], *, payload_size: int | None = 
             ne = p.get("num_examples")
             if isinstance(ne, bool) or not isinstance(ne, int) or not 0 <= ne < 2**53:
                 raise _bad("bad_weight", f"num_examples must be an integer >= 0, got {str(ne)[:30]!r}")
-            payload = {"vector": decode_vector(p.get("vector"), payload_size, "<f4", "the update vector"),
-                       "num_examples": ne}
+            payload = {
+                "vector": decode_vector(p.get("vector"), payload_size, "<f4", "the update vector"),
+                "num_examples": ne,
+            }
         else:
             payload = {"vector": decode_vector(p.get("vector"), payload_size, "<u4", "the masked input")}
     elif kind == "advert":
-        payload = {"share_key": _b64_bytes(p.get("share_key"), 32, "share_key"),
-                   "mask_key": _b64_bytes(p.get("mask_key"), 32, "mask_key")}
+        payload = {
+            "share_key": _b64_bytes(p.get("share_key"), 32, "share_key"),
+            "mask_key": _b64_bytes(p.get("mask_key"), 32, "mask_key"),
+        }
     elif kind == "shares":
         cts = _index_map(p.get("ciphertexts"), "ciphertexts", max_neighbors)
         payload = {"ciphertexts": {v: _b64_bytes(ct, CIPHERTEXT_BYTES, f"ciphertext for {v}") for v, ct in cts.items()}}
@@ -489,15 +579,17 @@ def parse_upload(body: bytes | Mapping[str, Any], *, payload_size: int | None = 
         payload = {"shares": out}
     expected = content_digest(task, rnd, kind, client_id, payload)
     if upload_id != expected:
-        raise _bad("upload_id_mismatch", f"upload_id {upload_id} does not match the content (expected {expected}); "
-                   "compute it with client_sdk.fl.protocol (BLAKE2b-128 of the content)")
+        raise _bad(
+            "upload_id_mismatch",
+            f"upload_id {upload_id} does not match the content (expected {expected}); "
+            "compute it with client_sdk.fl.protocol (BLAKE2b-128 of the content)",
+        )
     return Upload(task, rnd, kind, client_id, upload_id, payload)
 
 
 def make_upload(task: str, round: int, kind: str, client_id: str, payload: Mapping[str, Any]) -> Upload:
     """An upload with its content-derived id."""
     return Upload(task, round, kind, client_id, content_digest(task, round, kind, client_id, payload), dict(payload))
-
 
 
 def check_upload_against(u: Upload, state: RoundState) -> None:
@@ -508,11 +600,16 @@ def check_upload_against(u: Upload, state: RoundState) -> None:
     for SecAgg kinds ``bad_secagg`` (addresses or share points outside the
     client's neighbourhood)."""
     if u.round != state.round:
-        raise _bad("stale_round", f"the upload is for round {u.round}; the current round is {state.round}"
-                   + (" (the task is done)" if state.phase == "done" else ""))
+        raise _bad(
+            "stale_round",
+            f"the upload is for round {u.round}; the current round is {state.round}"
+            + (" (the task is done)" if state.phase == "done" else ""),
+        )
     if u.phase != state.phase:
-        raise _bad("wrong_phase", f"a {u.kind!r} upload belongs to phase {u.phase!r}; round {state.round} is in "
-                   f"phase {state.phase!r}")
+        raise _bad(
+            "wrong_phase",
+            f"a {u.kind!r} upload belongs to phase {u.phase!r}; round {state.round} is in phase {state.phase!r}",
+        )
     if u.client_id not in set(state.selected):
         raise _bad("not_selected", f"client {u.client_id!r} is not selected for round {state.round}")
     if state.secagg is None:
@@ -522,16 +619,21 @@ def check_upload_against(u: Upload, state: RoundState) -> None:
     if u.kind == "shares":
         bad = [v for v in u.payload["ciphertexts"] if v not in nbrs or v not in state.adverts]
         if bad or me not in state.adverts:
-            raise _bad("bad_secagg", f"shares addressed to {bad[:5]}, not neighbours of {me} with advertised keys"
-                       if bad else f"client {me} advertised no keys in this round")
+            raise _bad(
+                "bad_secagg",
+                f"shares addressed to {bad[:5]}, not neighbours of {me} with advertised keys"
+                if bad
+                else f"client {me} advertised no keys in this round",
+            )
     elif u.kind == "masked":
         if me not in set(int(v) for v in state.secagg.get("sharers", ())):
-            raise _bad("bad_secagg", f"client {me} did not share keys in round {state.round}: its masked input "
-                       "could never be unmasked")
+            raise _bad(
+                "bad_secagg",
+                f"client {me} did not share keys in round {state.round}: its masked input could never be unmasked",
+            )
     elif u.kind == "reveal":
         bad = [v for v, (_, x, _, _) in u.payload["shares"].items() if v not in nbrs or x != me]
         if bad:
             raise _bad("bad_secagg", f"reveals for {bad[:5]}: not neighbours of {me}, or share points other than {me}")
         if me not in state.survivors:
             raise _bad("bad_secagg", f"client {me} is not a survivor of round {state.round}")
-

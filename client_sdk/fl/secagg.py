@@ -54,7 +54,7 @@ import dataclasses
 import math
 import os
 import sys
-from typing import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 from cryptography.hazmat.primitives import hashes, serialization
@@ -261,7 +261,9 @@ class Quantizer:
     max_clients: int
 
     def __post_init__(self) -> None:
-        if not (math.isfinite(self.clip_range) and self.clip_range > 0 and math.isfinite(self.scale) and self.scale > 0):
+        if not (
+            math.isfinite(self.clip_range) and self.clip_range > 0 and math.isfinite(self.scale) and self.scale > 0
+        ):
             raise SecAggError(f"clip_range and scale must be finite and > 0, got {self.clip_range}, {self.scale}")
         if self.max_clients * (self.clip_range * self.scale + 1) > 2**31 - 1:
             raise SecAggError(
@@ -270,7 +272,7 @@ class Quantizer:
             )
 
     @classmethod
-    def for_clients(cls, max_clients: int, clip_range: float) -> "Quantizer":
+    def for_clients(cls, max_clients: int, clip_range: float) -> Quantizer:
         """The finest scale whose sums of ``max_clients`` values cannot overflow."""
         s = ((2**31 - 1) / max_clients - 1) / clip_range
         return cls(clip_range, s * (1 - 1e-12), max_clients)
@@ -337,7 +339,11 @@ class _SharePair:
 
 
 def _encode_pair(u: int, v: int, b: Share, s: Share) -> bytes:
-    return b"".join(i.to_bytes(4, "little") for i in (u, v, b.x, b.threshold)) + b.y.to_bytes(66, "little") + s.y.to_bytes(66, "little")
+    return (
+        b"".join(i.to_bytes(4, "little") for i in (u, v, b.x, b.threshold))
+        + b.y.to_bytes(66, "little")
+        + s.y.to_bytes(66, "little")
+    )
 
 
 def _decode_pair(data: bytes) -> tuple[int, int, _SharePair]:
@@ -414,12 +420,16 @@ class SecAggClient:
                 raise SecAggError(f"the share from {v} is addressed to someone else")
             self._held[v] = pair
         if len(self._held) < self.config.threshold:
-            raise SecAggError(f"only {len(self._held)} neighbours completed key sharing, fewer than t = "
-                              f"{self.config.threshold}: this input could never be unmasked; not sending it")
+            raise SecAggError(
+                f"only {len(self._held)} neighbours completed key sharing, fewer than t = "
+                f"{self.config.threshold}: this input could never be unmasked; not sending it"
+            )
         self._masked_with = tuple(sorted(self._held))
         masks = [(self._b, 1)]
         for v in self._masked_with:
-            k = pairwise_seed(self._s, X25519PublicKey.from_public_bytes(self._peers[v].mask_key), self.config.round, self.index, v)
+            k = pairwise_seed(
+                self._s, X25519PublicKey.from_public_bytes(self._peers[v].mask_key), self.config.round, self.index, v
+            )
             masks.append((k, 1 if v > self.index else -1))
         return add_masks(x.copy(), masks)
 

@@ -47,8 +47,10 @@ def _torch() -> Any:
     try:
         import torch
     except ImportError as e:
-        raise ModelError(f"TorchModel needs PyTorch, which is not importable ({e}); "
-                         "install the optional extra: pip install 'ldp-telemetry[torch]'") from None
+        raise ModelError(
+            f"TorchModel needs PyTorch, which is not importable ({e}); "
+            "install the optional extra: pip install 'ldp-telemetry[torch]'"
+        ) from None
     return torch
 
 
@@ -66,12 +68,19 @@ class TorchModel:
             raise ModelError(f"module must be a torch.nn.Module, got {type(self.module).__name__}")
         if self.task not in ("binary", "multiclass"):
             raise ModelError(f"task must be 'binary' or 'multiclass', got {self.task!r}")
-        if isinstance(self.l2, bool) or not isinstance(self.l2, (int, float)) or not math.isfinite(self.l2) or self.l2 < 0:
+        if (
+            isinstance(self.l2, bool)
+            or not isinstance(self.l2, (int, float))
+            or not math.isfinite(self.l2)
+            or self.l2 < 0
+        ):
             raise ModelError(f"l2 must be a finite number >= 0, got {self.l2!r}")
         if any(True for _ in self.module.buffers()):
             names = [n for n, _ in self.module.named_buffers()]
-            raise ModelError(f"modules with buffers ({', '.join(names[:3])}) are not supported: only parameters "
-                             "travel in federated learning; use a normalization without running statistics")
+            raise ModelError(
+                f"modules with buffers ({', '.join(names[:3])}) are not supported: only parameters "
+                "travel in federated learning; use a normalization without running statistics"
+            )
         named = list(self.module.named_parameters())
         if not named:
             raise ModelError("the module has no parameters")
@@ -108,15 +117,22 @@ class TorchModel:
     def current_params(self) -> np.ndarray:
         """The module's own parameters as a flat float32 vector (``parameters_to_vector``)."""
         with self._torch.no_grad():
-            return self._torch.nn.utils.parameters_to_vector(self.module.parameters()).detach().cpu().numpy().astype(np.float32)
+            return (
+                self._torch.nn.utils.parameters_to_vector(self.module.parameters())
+                .detach()
+                .cpu()
+                .numpy()
+                .astype(np.float32)
+            )
 
     def load_into(self, params: np.ndarray) -> None:
         """Copy a flat vector into the module's parameters (``vector_to_parameters``)."""
         p = self._flat(params)
         ref = next(self.module.parameters())
         with self._torch.no_grad():
-            self._torch.nn.utils.vector_to_parameters(self._torch.as_tensor(p, dtype=ref.dtype, device=ref.device),
-                                                      self.module.parameters())
+            self._torch.nn.utils.vector_to_parameters(
+                self._torch.as_tensor(p, dtype=ref.dtype, device=ref.device), self.module.parameters()
+            )
 
     # -- the Model interface --------------------------------------------------------
     def predict(self, params: np.ndarray, X: np.ndarray) -> np.ndarray:

@@ -67,8 +67,7 @@ class HRSpec(MechanismSpec):
             raise SpecError(f"hr: variant must be one of {HR_VARIANTS}, got {self.variant!r}")
         if self.output_size > MAX_HR_OUTPUTS:
             raise SpecError(
-                f"hr: {self.output_size} outputs exceed {MAX_HR_OUTPUTS}; "
-                "hash values into a smaller domain or use hcms"
+                f"hr: {self.output_size} outputs exceed {MAX_HR_OUTPUTS}; hash values into a smaller domain or use hcms"
             )
 
     # -- layout -----------------------------------------------------------------

@@ -81,8 +81,9 @@ import hashlib
 import hmac
 import math
 import struct
+from collections.abc import Callable
 from functools import cached_property
-from typing import Any, Callable, ClassVar, cast
+from typing import Any, ClassVar, cast
 
 import numpy as np
 
@@ -408,7 +409,7 @@ class RapporSpec(MechanismSpec):
         return self._records(cohorts, self._irr(prr.reshape(-1), rng))
 
     # -- server-side math shared with the estimator ------------------------------
-    def design(self, candidates: Any = None) -> "RapporDesign":
+    def design(self, candidates: Any = None) -> RapporDesign:
         """The least-squares decoding design over ``candidates`` (default: the whole
         domain, built once and cached on the spec)."""
         if candidates is None:
@@ -416,10 +417,10 @@ class RapporSpec(MechanismSpec):
         return RapporDesign(self, candidates)
 
     @cached_property
-    def _full_design(self) -> "RapporDesign":
+    def _full_design(self) -> RapporDesign:
         return RapporDesign(self, np.arange(self.domain_size, dtype=np.int64))
 
-    def adopt_full_design(self, design: "RapporDesign") -> None:
+    def adopt_full_design(self, design: RapporDesign) -> None:
         """Use ``design`` (the whole domain, built elsewhere, e.g. loaded from the
         estimator's disk cache) as this spec's cached design, so that
         :meth:`count_variance` does not build it again. Ignored once built."""
@@ -544,15 +545,18 @@ class RapporDesign:
         k_matrix: np.ndarray,
         gram_inv_diag: np.ndarray,
         gram_solve: Callable[[np.ndarray], np.ndarray],
-    ) -> "RapporDesign":
+    ) -> RapporDesign:
         """A design whose H, K, diag(G⁻¹) and solver ``b ↦ G⁻¹ b`` were computed
         elsewhere (same definitions as the class docstring); only the Bloom
         positions are recomputed here. Shapes are checked, values are trusted."""
         self = cls.__new__(cls)
         self._locate(spec, candidates)
         d = self.candidates.size
-        for name, arr, shape in (("h_matrix", h_matrix, (d, d)), ("k_matrix", k_matrix, (d, d)),
-                                 ("gram_inv_diag", gram_inv_diag, (d,))):
+        for name, arr, shape in (
+            ("h_matrix", h_matrix, (d, d)),
+            ("k_matrix", k_matrix, (d, d)),
+            ("gram_inv_diag", gram_inv_diag, (d,)),
+        ):
             if np.shape(arr) != shape or np.asarray(arr).dtype != np.float64:
                 raise SpecError(f"rappor: {name} must be float64 of shape {shape} for {d} candidates")
         self.h_matrix, self.k_matrix, self.gram_inv_diag = h_matrix, k_matrix, gram_inv_diag
@@ -590,9 +594,9 @@ class RapporDesign:
     def unbiased_bits(self, ones: np.ndarray, cohort_counts: np.ndarray) -> np.ndarray:
         """t[c, j] = (Y[c, j] - p* N_c) / (q* - p*)."""
         s = self.spec
-        return (np.asarray(ones, dtype=np.float64) - s.p_star * np.asarray(cohort_counts, dtype=np.float64)[:, None]) / (
-            s.q_star - s.p_star
-        )
+        return (
+            np.asarray(ones, dtype=np.float64) - s.p_star * np.asarray(cohort_counts, dtype=np.float64)[:, None]
+        ) / (s.q_star - s.p_star)
 
     def counts(self, ones: np.ndarray, cohort_counts: np.ndarray) -> np.ndarray:
         """n̂ = m (XᵀX)⁻¹ Xᵀ t from per-cohort bit counts ``ones`` (m × k) and report

@@ -81,8 +81,8 @@ from client_sdk.fl.protocol import (
     parse_upload,
 )
 from client_sdk.framing import has_magic
-from pipeline.fl_records import ChunkAssembler, ChunkError, decode_chunk, is_chunk, unpack_document
 from collector.prometheus import Registry
+from pipeline.fl_records import ChunkAssembler, ChunkError, decode_chunk, is_chunk, unpack_document
 from pipeline.transport import Transport, TransportError
 
 __all__ = ["FLService", "add_fl_routes", "start_fl_service", "STATUS_OF_REASON", "REPLAY_WINDOW"]
@@ -91,10 +91,21 @@ log = logging.getLogger("ldp.collector.fl")
 
 #: HTTP status of each rejection reason
 STATUS_OF_REASON = {
-    "malformed": 400, "unsupported_version": 400, "upload_id_mismatch": 400, "task_mismatch": 400,
-    "not_selected": 403, "unknown_task": 404, "stale_round": 409, "wrong_phase": 409, "replayed": 409,
+    "malformed": 400,
+    "unsupported_version": 400,
+    "upload_id_mismatch": 400,
+    "task_mismatch": 400,
+    "not_selected": 403,
+    "unknown_task": 404,
+    "stale_round": 409,
+    "wrong_phase": 409,
+    "replayed": 409,
     "too_large": 413,
-    "unsupported_media_type": 415, "wrong_shape": 422, "non_finite": 422, "bad_weight": 422, "bad_secagg": 422,
+    "unsupported_media_type": 415,
+    "wrong_shape": 422,
+    "non_finite": 422,
+    "bad_weight": 422,
+    "bad_secagg": 422,
 }
 #: earlier rounds whose published upload ids a collector keeps (to answer a replay with ``replayed``)
 REPLAY_WINDOW = 16
@@ -105,8 +116,15 @@ _MAX_IDS_PER_ROUND = 1 << 16
 class FLService:
     """Follows the rounds topic and publishes uploads; one per collector process."""
 
-    def __init__(self, transport: Transport, rounds_topic: str, updates_topic: str, *, retry_after: int = 2,
-                 updates_partitions: int = 1) -> None:
+    def __init__(
+        self,
+        transport: Transport,
+        rounds_topic: str,
+        updates_topic: str,
+        *,
+        retry_after: int = 2,
+        updates_partitions: int = 1,
+    ) -> None:
         self.transport = transport
         self.rounds_topic = rounds_topic
         self.updates_topic = updates_topic
@@ -197,18 +215,23 @@ def _json(status: int, obj: Any, headers: dict[str, str] | None = None) -> Respo
     return Response(json.dumps(obj).encode(), status_code=status, media_type="application/json", headers=headers)
 
 
-def add_fl_routes(app: FastAPI, runtime: dict[str, Any], registry: Registry, *, max_body_bytes: int,
-                  publish_timeout: float) -> None:
+def add_fl_routes(
+    app: FastAPI, runtime: dict[str, Any], registry: Registry, *, max_body_bytes: int, publish_timeout: float
+) -> None:
     """Add the routes to ``app``; ``runtime["fl"]`` holds the :class:`FLService` while the app runs."""
-    uploads = registry.counter("ldp_collector_fl_uploads_total", "FL uploads by kind, outcome and reason",
-                               ["kind", "outcome", "reason"])
+    uploads = registry.counter(
+        "ldp_collector_fl_uploads_total", "FL uploads by kind, outcome and reason", ["kind", "outcome", "reason"]
+    )
 
     def service() -> FLService | None:
         return runtime.get("fl")
 
     def unavailable(svc: FLService | None) -> Response:
-        detail = "the collector has not read the rounds topic yet" if svc is None or not svc.last_error \
+        detail = (
+            "the collector has not read the rounds topic yet"
+            if svc is None or not svc.last_error
             else f"the rounds topic is unreadable ({svc.last_error})"
+        )
         retry = str(svc.retry_after if svc else 2)
         return _json(503, {"error": "unavailable", "message": detail + "; retry later"}, {"Retry-After": retry})
 
@@ -218,8 +241,13 @@ def add_fl_routes(app: FastAPI, runtime: dict[str, Any], registry: Registry, *, 
             return None, unavailable(svc)
         st = svc.state(task)
         if st is None:
-            return None, _json(404, {"error": "unknown_task", "message": f"no task {task[:64]!r} has published a "
-                                     "round; GET /v1/fl/tasks lists the tasks"})
+            return None, _json(
+                404,
+                {
+                    "error": "unknown_task",
+                    "message": f"no task {task[:64]!r} has published a round; GET /v1/fl/tasks lists the tasks",
+                },
+            )
         return st, None
 
     def reject(kind: str, reason: str, message: str) -> Response:
@@ -232,8 +260,10 @@ def add_fl_routes(app: FastAPI, runtime: dict[str, Any], registry: Registry, *, 
         if svc is None or not svc.caught_up.is_set():
             return unavailable(svc)
         with svc._lock:
-            tasks = [{"task": t, "round": s.round, "phase": s.phase, "seq": s.seq, "rounds": s.rounds}
-                     for t, s in sorted(svc.states.items())]
+            tasks = [
+                {"task": t, "round": s.round, "phase": s.phase, "seq": s.seq, "rounds": s.rounds}
+                for t, s in sorted(svc.states.items())
+            ]
         return _json(200, {"tasks": tasks})
 
     @app.get("/v1/fl/tasks/{task}/round", summary="The current round as one device sees it")
@@ -250,16 +280,20 @@ def add_fl_routes(app: FastAPI, runtime: dict[str, Any], registry: Registry, *, 
         if err is not None:
             return err
         assert st is not None
-        return _json(200, {"task": st.task, "round": st.round, "phase": st.phase, "seq": st.seq,
-                           "rounds": st.rounds, **st.stats})
+        return _json(
+            200, {"task": st.task, "round": st.round, "phase": st.phase, "seq": st.seq, "rounds": st.rounds, **st.stats}
+        )
 
     @app.post("/v1/fl/tasks/{task}/uploads", status_code=202, summary="Upload one FL message (update or SecAgg step)")
     async def fl_upload(task: str, request: Request) -> Response:
         ctype = request.headers.get("content-type", "").split(";")[0].strip().lower()
         if ctype not in ("application/json", BINARY_CONTENT_TYPE):
-            return reject("unknown", "unsupported_media_type",
-                          f"Content-Type {ctype[:60] or '(none)'!r} is not accepted; send the binary form as "
-                          f"{BINARY_CONTENT_TYPE} or the JSON form as application/json")
+            return reject(
+                "unknown",
+                "unsupported_media_type",
+                f"Content-Type {ctype[:60] or '(none)'!r} is not accepted; send the binary form as "
+                f"{BINARY_CONTENT_TYPE} or the JSON form as application/json",
+            )
         length = request.headers.get("content-length")
         if length is not None and length.strip().isdigit() and int(length) > max_body_bytes:
             return reject("unknown", "too_large", f"the body has {int(length)} bytes; at most {max_body_bytes}")
@@ -270,15 +304,20 @@ def add_fl_routes(app: FastAPI, runtime: dict[str, Any], registry: Registry, *, 
                 return reject("unknown", "too_large", f"the body exceeds {max_body_bytes} bytes")
         st, err = lookup(task)
         if err is not None:
-            uploads.inc(kind="unknown", outcome="rejected", reason="unknown_task" if err.status_code == 404 else "unavailable")
+            uploads.inc(
+                kind="unknown", outcome="rejected", reason="unknown_task" if err.status_code == 404 else "unavailable"
+            )
             return err
         assert st is not None
         kind = "unknown"
         try:
             if (ctype == BINARY_CONTENT_TYPE) != has_magic(buf, BINARY_MAGIC):
-                raise UpdateRejected("malformed", f"the body does not match its Content-Type {ctype}: the binary "
-                                     f"form ({BINARY_CONTENT_TYPE}) starts with {BINARY_MAGIC!r}, the JSON form "
-                                     "(application/json) with '{'")
+                raise UpdateRejected(
+                    "malformed",
+                    f"the body does not match its Content-Type {ctype}: the binary "
+                    f"form ({BINARY_CONTENT_TYPE}) starts with {BINARY_MAGIC!r}, the JSON form "
+                    "(application/json) with '{'",
+                )
             u = parse_upload(bytes(buf), payload_size=st.payload_size)
             kind = u.kind
             if u.task != task:
@@ -286,9 +325,15 @@ def add_fl_routes(app: FastAPI, runtime: dict[str, Any], registry: Registry, *, 
             if u.round > st.round and st.phase != "done":
                 svc = service()  # this collector lags behind the job: the device retries
                 uploads.inc(kind=u.kind, outcome="unavailable", reason="round_not_open")
-                return _json(503, {"error": "round_not_open", "message": f"round {u.round} is not open here yet "
-                                   f"(this collector is at round {st.round}); retry later"},
-                             {"Retry-After": str(svc.retry_after if svc else 2)})
+                return _json(
+                    503,
+                    {
+                        "error": "round_not_open",
+                        "message": f"round {u.round} is not open here yet "
+                        f"(this collector is at round {st.round}); retry later",
+                    },
+                    {"Retry-After": str(svc.retry_after if svc else 2)},
+                )
             svc = service()
             assert svc is not None
             first = svc.seen(task, u.round, u.upload_id)
@@ -296,18 +341,26 @@ def add_fl_routes(app: FastAPI, runtime: dict[str, Any], registry: Registry, *, 
                 uploads.inc(kind=u.kind, outcome="duplicate", reason="same_upload_id")
                 return Response(first, status_code=202, media_type="application/json")
             if first is not None:
-                raise UpdateRejected("replayed", f"upload {u.upload_id} was accepted for round {u.round}; the current "
-                                     f"round is {st.round}")
+                raise UpdateRejected(
+                    "replayed",
+                    f"upload {u.upload_id} was accepted for round {u.round}; the current round is {st.round}",
+                )
             check_upload_against(u, st)
         except UpdateRejected as exc:
             return reject(kind, exc.reason, str(exc))
         try:
             # re-encoded (never the sender's bytes), in the binary form: 4 bytes per value, not base64's 5.4
             await asyncio.wait_for(asyncio.to_thread(svc.publish, task, encode_upload_binary(u)), publish_timeout)
-        except (TransportError, asyncio.TimeoutError, OSError) as exc:
+        except (TimeoutError, TransportError, OSError) as exc:
             uploads.inc(kind=u.kind, outcome="unavailable", reason="publish_failed")
-            return _json(503, {"error": "publish_failed", "message": f"the transport did not acknowledge the upload "
-                               f"({type(exc).__name__}); retry later"}, {"Retry-After": str(svc.retry_after)})
+            return _json(
+                503,
+                {
+                    "error": "publish_failed",
+                    "message": f"the transport did not acknowledge the upload ({type(exc).__name__}); retry later",
+                },
+                {"Retry-After": str(svc.retry_after)},
+            )
         uploads.inc(kind=u.kind, outcome="accepted", reason="ok")
         answer = json.dumps({"status": "accepted", "upload_id": u.upload_id, "round": u.round, "kind": u.kind}).encode()
         svc.remember(task, u.round, u.upload_id, answer)
@@ -318,4 +371,3 @@ def start_fl_service(transport: Transport, rounds_topic: str, updates_topic: str
     svc = FLService(transport, rounds_topic, updates_topic, retry_after=retry_after)
     svc.start()
     return svc
-

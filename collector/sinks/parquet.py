@@ -50,7 +50,6 @@ import fcntl
 import json
 import logging
 import os
-import re
 import time
 import uuid
 from collections.abc import Collection, Iterator, Mapping, Sequence
@@ -58,8 +57,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pyarrow as pa
-import pyarrow.parquet as pq
 
 from client_sdk.files import write_atomic
 from client_sdk.mechanisms.base import MechanismSpec
@@ -108,7 +105,7 @@ class ChunkLog:
         self._held = False
 
     @contextlib.contextmanager
-    def locked(self) -> Iterator["ChunkLog"]:
+    def locked(self) -> Iterator[ChunkLog]:
         makedirs_durable(self.dir)
         with open(self.lock_path, "a+b") as lk:
             fcntl.flock(lk.fileno(), fcntl.LOCK_EX)
@@ -207,8 +204,15 @@ class SinkSettings:
     partitions: int = DEFAULT_PARTITIONS
 
     def __post_init__(self) -> None:
-        check_ranges(self, {"flush_reports": (1, 1 << 40), "flush_seconds": (0.0, 1e9),
-                            "session_timeout": (0.001, 1e9), "partitions": (1, 10_000)})
+        check_ranges(
+            self,
+            {
+                "flush_reports": (1, 1 << 40),
+                "flush_seconds": (0.0, 1e9),
+                "session_timeout": (0.001, 1e9),
+                "partitions": (1, 10_000),
+            },
+        )
         try:
             check_topic_name(self.topic)
         except ValueError as exc:
@@ -219,7 +223,7 @@ class SinkSettings:
                 raise ConfigError(f"{name} must be a non-empty string, got {v!r}")
 
     @classmethod
-    def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> "SinkSettings":
+    def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> SinkSettings:
         """``overrides`` (``None``: not given) over ``$LDP_SINK_<FIELD>`` over the defaults."""
         return settings_from_env(cls, ENV_PREFIX, environ, overrides)
 
@@ -267,15 +271,39 @@ class ParquetSink(StreamProcessor):
     arguments, where given, override its fields.
     """
 
-    def __init__(self, transport: Transport, root: str | os.PathLike[str], specs: Any,
-                 settings: SinkSettings | None = None, *, topic: str | None = None, group: str | None = None,
-                 member: str | None = None, flush_reports: int | None = None, flush_seconds: float | None = None,
-                 session_timeout: float | None = None, partitions: int | None = None) -> None:
-        given = {"topic": topic, "group": group, "member": member, "flush_reports": flush_reports,
-                 "flush_seconds": flush_seconds, "session_timeout": session_timeout, "partitions": partitions}
+    def __init__(
+        self,
+        transport: Transport,
+        root: str | os.PathLike[str],
+        specs: Any,
+        settings: SinkSettings | None = None,
+        *,
+        topic: str | None = None,
+        group: str | None = None,
+        member: str | None = None,
+        flush_reports: int | None = None,
+        flush_seconds: float | None = None,
+        session_timeout: float | None = None,
+        partitions: int | None = None,
+    ) -> None:
+        given = {
+            "topic": topic,
+            "group": group,
+            "member": member,
+            "flush_reports": flush_reports,
+            "flush_seconds": flush_seconds,
+            "session_timeout": session_timeout,
+            "partitions": partitions,
+        }
         settings = dataclasses.replace(settings or SinkSettings(), **{k: v for k, v in given.items() if v is not None})
-        super().__init__(transport, settings.topic, settings.group, settings.member or f"sink-{uuid.uuid4().hex[:12]}",
-                         session_timeout=settings.session_timeout, partitions=settings.partitions)
+        super().__init__(
+            transport,
+            settings.topic,
+            settings.group,
+            settings.member or f"sink-{uuid.uuid4().hex[:12]}",
+            session_timeout=settings.session_timeout,
+            partitions=settings.partitions,
+        )
         self.settings = settings
         self.root = Path(root).expanduser().resolve()
         self.root.mkdir(parents=True, exist_ok=True)
@@ -291,7 +319,7 @@ class ParquetSink(StreamProcessor):
         self._flushing: dict[TopicPartition, int] = {}  # per partition: how many buffered items the flush wrote
         self._flushed = 0
 
-    def __enter__(self) -> "ParquetSink":
+    def __enter__(self) -> ParquetSink:
         return self
 
     # -- consuming (the per-record step of the loop) ---------------------------------------------
@@ -327,8 +355,14 @@ class ParquetSink(StreamProcessor):
 
     def on_undecodable(self, rec: Record, exc: BaseException) -> None:
         path = self.root / "_undecodable" / f"{rec.topic}-{rec.partition}-{rec.offset:020d}.ldps"
-        log.error("parquet sink: %s[%d]@%d cannot be decoded (%s); kept in %s", rec.topic, rec.partition,
-                  rec.offset, exc, path)
+        log.error(
+            "parquet sink: %s[%d]@%d cannot be decoded (%s); kept in %s",
+            rec.topic,
+            rec.partition,
+            rec.offset,
+            exc,
+            path,
+        )
         makedirs_durable(path.parent)
         write_atomic(path, rec.value)
 
@@ -369,8 +403,10 @@ class ParquetSink(StreamProcessor):
                 first = offsets[i]
                 inside = cl.containing(first)
                 if inside is not None:
-                    raise SinkError(f"{tp.topic}[{tp.partition}]: offset {first} falls inside the recorded chunk "
-                                    f"{inside}; the group's committed offset is not at a chunk boundary")
+                    raise SinkError(
+                        f"{tp.topic}[{tp.partition}]: offset {first} falls inside the recorded chunk "
+                        f"{inside}; the group's committed offset is not at a chunk boundary"
+                    )
                 last = cl.lookup(first)
                 if last is None:
                     nxt = cl.next_start_after(first)
@@ -382,8 +418,10 @@ class ParquetSink(StreamProcessor):
                         break  # the recorded chunk is longer than what we hold: wait for more
                     j = bisect.bisect_left(offsets, last)
                     if j >= len(offsets) or offsets[j] != last:
-                        raise SinkError(f"{tp.topic}[{tp.partition}]: recorded chunk {first}..{last} ends at an "
-                                        "offset this consumer was not given")
+                        raise SinkError(
+                            f"{tp.topic}[{tp.partition}]: recorded chunk {first}..{last} ends at an "
+                            "offset this consumer was not given"
+                        )
                 out.append((i, j))
                 i = j + 1
         return out
@@ -395,8 +433,9 @@ class ParquetSink(StreamProcessor):
             if it.spec is not None:
                 groups.setdefault((it.metric, it.day, it.spec.spec_id), []).append(it)
         for (metric, day, spec_id), its in groups.items():
-            path = self.root / f"metric={metric}" / f"day={day}" / part_name(tp.topic, tp.partition, first, last,
-                                                                              spec_id)
+            path = (
+                self.root / f"metric={metric}" / f"day={day}" / part_name(tp.topic, tp.partition, first, last, spec_id)
+            )
             if path.exists():
                 self.stats.files_existing += 1
                 continue
@@ -405,16 +444,19 @@ class ParquetSink(StreamProcessor):
             records = np.concatenate([it.records for it in its]) if len(its) > 1 else its[0].records
             table = records_to_table(records, spec)
             shuffles = [{"offset": it.offset, **(it.meta.to_json() if it.meta else {})} for it in its]
-            table = table.replace_schema_metadata({
-                "ldp.format": FORMAT,
-                "ldp.metric": metric,
-                "ldp.day": str(day),
-                "ldp.spec": json.dumps(spec.to_dict(), sort_keys=True),
-                "ldp.spec_id": spec_id,
-                "ldp.source": json.dumps({"topic": tp.topic, "partition": tp.partition, "first": first,
-                                          "last": last}),
-                "ldp.shuffles": json.dumps(shuffles, sort_keys=True),
-            })
+            table = table.replace_schema_metadata(
+                {
+                    "ldp.format": FORMAT,
+                    "ldp.metric": metric,
+                    "ldp.day": str(day),
+                    "ldp.spec": json.dumps(spec.to_dict(), sort_keys=True),
+                    "ldp.spec_id": spec_id,
+                    "ldp.source": json.dumps(
+                        {"topic": tp.topic, "partition": tp.partition, "first": first, "last": last}
+                    ),
+                    "ldp.shuffles": json.dumps(shuffles, sort_keys=True),
+                }
+            )
             write_table_atomic(path, table)
             self.stats.files_written += 1
         self.stats.chunks += 1
@@ -443,12 +485,14 @@ class ParquetSink(StreamProcessor):
         for tp in list(self._buffers):
             buf = self._buffers[tp]
             if consumer.committed(tp) != buf.base:
-                self.rejoin(f"the committed offset of {tp.topic}[{tp.partition}] moved from {buf.base} to "
-                            f"{consumer.committed(tp)} while this member held it")
+                self.rejoin(
+                    f"the committed offset of {tp.topic}[{tp.partition}] moved from {buf.base} to "
+                    f"{consumer.committed(tp)} while this member held it"
+                )
                 return None
             chunks = self._plan(tp, buf.items)
             for i, j in chunks:
-                self._write_chunk(tp, buf.items[i: j + 1])
+                self._write_chunk(tp, buf.items[i : j + 1])
             if chunks:
                 k = chunks[-1][1] + 1
                 offsets[tp] = buf.items[k - 1].offset + 1
@@ -457,8 +501,11 @@ class ParquetSink(StreamProcessor):
 
     def on_commit_failed(self, exc: CommitFailedError) -> None:
         self.stats.commit_failures += 1
-        log.info("parquet sink %s: commit failed (%s); the chunks are durable and their next owner rewrites "
-                 "the same files", self.member, exc)
+        log.info(
+            "parquet sink %s: commit failed (%s); the chunks are durable and their next owner rewrites the same files",
+            self.member,
+            exc,
+        )
         self.rewind_all()
 
     def on_committed(self, offsets: Mapping[TopicPartition, int]) -> None:

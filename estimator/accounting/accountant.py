@@ -117,7 +117,6 @@ DEFAULT_DISCRETIZATION = 1e-4
 _Details: TypeAlias = dp_accounting.PrivacyAccountant.CompositionErrorDetails
 
 
-
 # -- events dp_accounting lacks -------------------------------------------------
 @attr.s(frozen=True, slots=True, auto_attribs=True)
 class PureDpEvent(dp_event.DpEvent):
@@ -196,7 +195,9 @@ class PLDAccountant(pld_privacy_accountant.PLDAccountant):
             return None
         if rel == _REPLACE and isinstance(event, dp_event.LaplaceDpEvent):
             if do_compose and count > 0:
-                pld = pld_lib.from_laplace_mechanism(event.noise_multiplier, sensitivity=2, value_discretization_interval=vdi)
+                pld = pld_lib.from_laplace_mechanism(
+                    event.noise_multiplier, sensitivity=2, value_discretization_interval=vdi
+                )
                 self._pld = self._pld.compose(pld.self_compose(count))
             return None
         if rel == _REPLACE and isinstance(event, dp_event.DiscreteLaplaceDpEvent):
@@ -243,7 +244,7 @@ class RdpAccountant(rdp_privacy_accountant.RdpAccountant):
             return super()._maybe_compose(dp_event.LaplaceDpEvent(event.noise_multiplier / 2.0), count, do_compose)
         return super()._maybe_compose(event, count, do_compose)
 
-    def compose(self, event: dp_event.DpEvent, count: int = 1) -> "RdpAccountant":
+    def compose(self, event: dp_event.DpEvent, count: int = 1) -> RdpAccountant:
         with _quiet_absl():
             super().compose(event, count)
         return self
@@ -334,7 +335,9 @@ def _compose(accountant: dp_accounting.PrivacyAccountant, event: PrivacyEvent) -
 
 # -- answers --------------------------------------------------------------------
 def epsilon_pld(
-    event: PrivacyEvent, delta: float, neighbors: Neighbors = "add_or_remove",
+    event: PrivacyEvent,
+    delta: float,
+    neighbors: Neighbors = "add_or_remove",
     discretization: float = DEFAULT_DISCRETIZATION,
 ) -> float:
     """Tight ε at ``delta`` by the PLD accountant (an upper bound within about
@@ -345,7 +348,9 @@ def epsilon_pld(
 
 
 def delta_pld(
-    event: PrivacyEvent, epsilon: float, neighbors: Neighbors = "add_or_remove",
+    event: PrivacyEvent,
+    epsilon: float,
+    neighbors: Neighbors = "add_or_remove",
     discretization: float = DEFAULT_DISCRETIZATION,
 ) -> float:
     """δ at ``epsilon`` by the PLD accountant (an upper bound)."""
@@ -435,7 +440,9 @@ class EpsilonReport:
     @property
     def epsilon(self) -> float:
         """The tightest valid figure."""
-        vals = [v for v in (self.epsilon_exact, self.epsilon_pld, self.epsilon_rdp, self.epsilon_basic) if v is not None]
+        vals = [
+            v for v in (self.epsilon_exact, self.epsilon_pld, self.epsilon_rdp, self.epsilon_basic) if v is not None
+        ]
         if not vals:
             raise AccountingError("no accountant could handle this event")
         return min(vals)
@@ -457,7 +464,9 @@ class EpsilonReport:
 
 
 def account(
-    event: PrivacyEvent, delta: float, neighbors: Neighbors = "add_or_remove",
+    event: PrivacyEvent,
+    delta: float,
+    neighbors: Neighbors = "add_or_remove",
     discretization: float = DEFAULT_DISCRETIZATION,
 ) -> EpsilonReport:
     """All figures for ``event`` at ``delta`` (see :class:`EpsilonReport`)."""
@@ -487,7 +496,9 @@ def account(
                 f"orders were dropped; the RDP figure is a valid but loose bound (use the PLD figure)"
             )
         if order in (float(rdp.orders.min()), float(rdp.orders.max())):
-            notes.append(f"RDP: the optimal order {order:g} is at the edge of the order grid; the RDP figure may be loose")
+            notes.append(
+                f"RDP: the optimal order {order:g} is at the edge of the order grid; the RDP figure may be loose"
+            )
     except AccountingError as exc:
         notes.append(f"RDP accountant: {exc}")
     report = EpsilonReport(
@@ -519,8 +530,12 @@ _SEARCH_DISCRETIZATION = 1e-3
 
 
 def gaussian_noise_for_epsilon(
-    target_epsilon: float, delta: float, sample_rate: float = 1.0, steps: int = 1,
-    neighbors: Neighbors = "add_or_remove", discretization: float = DEFAULT_DISCRETIZATION,
+    target_epsilon: float,
+    delta: float,
+    sample_rate: float = 1.0,
+    steps: int = 1,
+    neighbors: Neighbors = "add_or_remove",
+    discretization: float = DEFAULT_DISCRETIZATION,
 ) -> float:
     """The smallest noise multiplier (to about 0.1 % relative) for which ``steps``
     Poisson-sampled Gaussian steps stay within (``target_epsilon``, ``delta``) by
@@ -551,8 +566,12 @@ def gaussian_noise_for_epsilon(
 
 
 def max_steps_for_epsilon(
-    noise_multiplier: float, sample_rate: float, target_epsilon: float, delta: float,
-    neighbors: Neighbors = "add_or_remove", discretization: float = DEFAULT_DISCRETIZATION,
+    noise_multiplier: float,
+    sample_rate: float,
+    target_epsilon: float,
+    delta: float,
+    neighbors: Neighbors = "add_or_remove",
+    discretization: float = DEFAULT_DISCRETIZATION,
     limit: int = 1_000_000,
 ) -> int:
     """The largest number of steps (0 if none, at most ``limit``) that stays within
@@ -563,7 +582,10 @@ def max_steps_for_epsilon(
     coarse = max(discretization, _SEARCH_DISCRETIZATION)
 
     def ok(t: int, disc: float = coarse) -> bool:
-        return epsilon_pld(sampled_gaussian_event(noise_multiplier, sample_rate, t), delta, neighbors, disc) <= target_epsilon
+        return (
+            epsilon_pld(sampled_gaussian_event(noise_multiplier, sample_rate, t), delta, neighbors, disc)
+            <= target_epsilon
+        )
 
     if not ok(1, discretization):
         return 0

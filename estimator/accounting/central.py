@@ -310,7 +310,7 @@ class GaussianCounts:
     @classmethod
     def for_epsilon(
         cls, epsilon: float, delta: float, sensitivity: int = 1, neighbors: Neighbors = "add_or_remove"
-    ) -> "GaussianCounts":
+    ) -> GaussianCounts:
         """The smallest σ (to 0.1 %, rounded up) whose release is (ε, δ)-DP by the PLD
         of the discrete Gaussian (``dp_accounting``)."""
         epsilon = _epsilon(epsilon, "epsilon")

@@ -64,8 +64,8 @@ from __future__ import annotations
 import dataclasses
 import math
 import threading
-from fractions import Fraction
 from abc import ABC, abstractmethod
+from fractions import Fraction
 from typing import Any
 
 import numpy as np
@@ -250,8 +250,12 @@ class BasicFilter(PrivacyFilter):
     units = ("epsilon", "delta")
 
     def __init__(
-        self, epsilon: float, delta: float = 0.0, neighbors: Neighbors = "add_or_remove",
-        per_release_delta: float | None = None, discretization: float = DEFAULT_DISCRETIZATION,
+        self,
+        epsilon: float,
+        delta: float = 0.0,
+        neighbors: Neighbors = "add_or_remove",
+        per_release_delta: float | None = None,
+        discretization: float = DEFAULT_DISCRETIZATION,
     ) -> None:
         if not 0.0 <= float(delta) < 1.0:
             raise AccountingError(f"the budget's delta must be in [0, 1), got {delta!r}")

@@ -194,8 +194,11 @@ class ShuffleGuarantee:
 
     def describe(self) -> str:
         cf = "n/a" if self.epsilon_closed_form is None else f"{self.epsilon_closed_form:.4g}"
-        who = (f"{self.users} reports" if self.reports_per_user == 1
-               else f"{self.users} reports (at least {self.people} people of up to {self.reports_per_user} each)")
+        who = (
+            f"{self.users} reports"
+            if self.reports_per_user == 1
+            else f"{self.users} reports (at least {self.people} people of up to {self.reports_per_user} each)"
+        )
         return (
             f"local ε₀ = {self.epsilon0:g} per report; after shuffling {who}: "
             f"(ε = {self.epsilon:.4g}, δ = {self.delta:g})-DP (closed form: {cf}) against {self.protects}"

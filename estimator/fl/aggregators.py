@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import dataclasses
 from collections import Counter
-from typing import Any, Literal, Protocol, Sequence
+from collections.abc import Sequence
+from typing import Any, Literal, Protocol
 
 import numpy as np
 
@@ -35,7 +36,15 @@ __all__ = [
 ]
 
 #: The reasons :class:`ValidatingAggregator` counts.
-REJECTION_REASONS = ("wrong_shape", "wrong_dtype", "non_finite", "stale_round", "replayed", "duplicate_client", "bad_weight")
+REJECTION_REASONS = (
+    "wrong_shape",
+    "wrong_dtype",
+    "non_finite",
+    "stale_round",
+    "replayed",
+    "duplicate_client",
+    "bad_weight",
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -121,17 +130,23 @@ class ValidatingAggregator:
         """Raise :class:`UpdateRejected` if ``u`` must be refused."""
         d = np.asarray(u.delta)
         if d.shape != (ctx.num_params,):
-            raise UpdateRejected("wrong_shape", f"update of {u.client_id}: shape {d.shape}, expected ({ctx.num_params},)")
+            raise UpdateRejected(
+                "wrong_shape", f"update of {u.client_id}: shape {d.shape}, expected ({ctx.num_params},)"
+            )
         if d.dtype.kind != "f":
             raise UpdateRejected("wrong_dtype", f"update of {u.client_id}: dtype {d.dtype}, expected a float vector")
         if not np.isfinite(d).all():
             raise UpdateRejected("non_finite", f"update of {u.client_id} holds NaN or infinite values")
         if u.round != ctx.round:
-            raise UpdateRejected("stale_round", f"update of {u.client_id} is for round {u.round}, current is {ctx.round}")
+            raise UpdateRejected(
+                "stale_round", f"update of {u.client_id} is for round {u.round}, current is {ctx.round}"
+            )
         if isinstance(u.num_examples, bool) or not isinstance(u.num_examples, (int, np.integer)) or u.num_examples < 0:
             raise UpdateRejected("bad_weight", f"update of {u.client_id}: num_examples {u.num_examples!r}")
         if u.upload_id in self._seen.get(ctx.round, ()) or u.upload_id != upload_digest(u.client_id, u.round, d):
-            raise UpdateRejected("replayed", f"upload {u.upload_id} of {u.client_id} was already received or does not match its content")
+            raise UpdateRejected(
+                "replayed", f"upload {u.upload_id} of {u.client_id} was already received or does not match its content"
+            )
         if u.client_id in clients:
             raise UpdateRejected("duplicate_client", f"{u.client_id} already uploaded in round {ctx.round}")
 

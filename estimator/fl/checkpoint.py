@@ -33,7 +33,8 @@ import math
 import time
 import uuid
 from collections import Counter
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 
@@ -108,62 +109,95 @@ class JobState:
 
     def to_obj(self, binary: bool = True) -> dict[str, Any]:
         """The checkpoint's state: vectors as numpy arrays (``binary``, for a chunked document) or base64."""
+
         def vec(v: np.ndarray, dtype: str = "<f4") -> Any:
             return np.ascontiguousarray(v, np.dtype(dtype)) if binary else encode_vector(v, dtype)
+
         return {
-            "seq": self.seq, "round": self.round, "phase": self.phase, "params": vec(self.params),
+            "seq": self.seq,
+            "round": self.round,
+            "phase": self.phase,
+            "params": vec(self.params),
             "num_params": int(self.params.shape[0]),
             "control": None if self.control is None else vec(self.control),
-            "selected": self.selected, "indices": self.indices, "opened_at": self.opened_at,
-            "deadline": self.deadline, "rng_state": self.rng_state, "noise_history": self.noise_history,
+            "selected": self.selected,
+            "indices": self.indices,
+            "opened_at": self.opened_at,
+            "deadline": self.deadline,
+            "rng_state": self.rng_state,
+            "noise_history": self.noise_history,
             "epsilon": json_float(self.epsilon),
             "updates": {c: [uid, vec(v), n] for c, (uid, v, n) in self.updates.items()},
             "update_length": next((int(v.shape[0]) for _, v, _ in self.updates.values()), 0),
-            "seen": sorted(self.seen), "secagg": self.secagg,
+            "seen": sorted(self.seen),
+            "secagg": self.secagg,
             "adverts": {str(u): [_b64(a), _b64(b)] for u, (a, b) in self.adverts.items()},
             "shares": {str(u): {str(v): _b64(ct) for v, ct in per.items()} for u, per in self.shares.items()},
             "inbox": {str(v): {str(u): _b64(ct) for u, ct in per.items()} for v, per in self.inbox.items()},
             "masked_sum": None if self.masked_sum is None else vec(self.masked_sum, "<u4"),
-            "survivors": self.survivors, "dropped": self.dropped,
-            "reveals": {str(u): {str(v): [k, x, str(y), t] for v, (k, x, y, t) in per.items()}
-                        for u, per in self.reveals.items()},
-            "rejected": dict(self.rejected), "accepted": dict(self.accepted), "history": self.history,
-            "duplicates": dict(self.duplicates), "past_ids": {str(r): ids for r, ids in self.past_ids.items()},
+            "survivors": self.survivors,
+            "dropped": self.dropped,
+            "reveals": {
+                str(u): {str(v): [k, x, str(y), t] for v, (k, x, y, t) in per.items()}
+                for u, per in self.reveals.items()
+            },
+            "rejected": dict(self.rejected),
+            "accepted": dict(self.accepted),
+            "history": self.history,
+            "duplicates": dict(self.duplicates),
+            "past_ids": {str(r): ids for r, ids in self.past_ids.items()},
             "clip_norm": self.clip_norm,
         }
 
     @classmethod
-    def from_obj(cls, o: Mapping[str, Any]) -> "JobState":
+    def from_obj(cls, o: Mapping[str, Any]) -> JobState:
         """Inverse of :meth:`to_obj` (either form; a binary vector must have the dtype and length expected)."""
+
         def dec(v: Any, length: int, dtype: str = "<f4") -> np.ndarray:
             if not isinstance(v, np.ndarray):
                 return decode_vector(v, length, dtype)
             if v.shape != (length,) or v.dtype != np.dtype(dtype).newbyteorder("="):
-                raise JobStateError(f"checkpoint vector of shape {v.shape} and dtype {v.dtype}; expected "
-                                    f"({length},) {dtype}")
+                raise JobStateError(
+                    f"checkpoint vector of shape {v.shape} and dtype {v.dtype}; expected ({length},) {dtype}"
+                )
             return v
+
         n = int(o["num_params"])
         ul = int(o["update_length"])
         sa = o["secagg"]
         return cls(
-            seq=int(o["seq"]), round=int(o["round"]), phase=str(o["phase"]),
-            params=dec(o["params"], n), control=None if o["control"] is None else dec(o["control"], n),
-            selected=list(o["selected"]), indices={k: int(v) for k, v in o["indices"].items()},
-            opened_at=float(o["opened_at"]), deadline=float(o["deadline"]), rng_state=o["rng_state"],
-            noise_history=[float(z) for z in o["noise_history"]], epsilon=float_from_json(o["epsilon"]),
+            seq=int(o["seq"]),
+            round=int(o["round"]),
+            phase=str(o["phase"]),
+            params=dec(o["params"], n),
+            control=None if o["control"] is None else dec(o["control"], n),
+            selected=list(o["selected"]),
+            indices={k: int(v) for k, v in o["indices"].items()},
+            opened_at=float(o["opened_at"]),
+            deadline=float(o["deadline"]),
+            rng_state=o["rng_state"],
+            noise_history=[float(z) for z in o["noise_history"]],
+            epsilon=float_from_json(o["epsilon"]),
             updates={c: (uid, dec(v, ul), int(k)) for c, (uid, v, k) in o["updates"].items()},
-            seen=set(o["seen"]), secagg=sa,
+            seen=set(o["seen"]),
+            secagg=sa,
             adverts={int(u): (base64.b64decode(a), base64.b64decode(b)) for u, (a, b) in o["adverts"].items()},
             shares={int(u): {int(v): base64.b64decode(ct) for v, ct in per.items()} for u, per in o["shares"].items()},
             inbox={int(v): {int(u): base64.b64decode(ct) for u, ct in per.items()} for v, per in o["inbox"].items()},
             masked_sum=None if o["masked_sum"] is None else dec(o["masked_sum"], int(sa["vector_length"]), "<u4"),
-            survivors=[int(u) for u in o["survivors"]], dropped=[int(u) for u in o["dropped"]],
-            reveals={int(u): {int(v): (k, int(x), int(y), int(t)) for v, (k, x, y, t) in per.items()}
-                     for u, per in o["reveals"].items()},
-            rejected=Counter(o["rejected"]), accepted=Counter(o["accepted"]), history=list(o["history"]),
+            survivors=[int(u) for u in o["survivors"]],
+            dropped=[int(u) for u in o["dropped"]],
+            reveals={
+                int(u): {int(v): (k, int(x), int(y), int(t)) for v, (k, x, y, t) in per.items()}
+                for u, per in o["reveals"].items()
+            },
+            rejected=Counter(o["rejected"]),
+            accepted=Counter(o["accepted"]),
+            history=list(o["history"]),
             duplicates=Counter(o.get("duplicates", {})),
             past_ids={int(r): list(ids) for r, ids in o.get("past_ids", {}).items()},
-            clip_norm=None if o.get("clip_norm") is None else float(o["clip_norm"]))
+            clip_norm=None if o.get("clip_norm") is None else float(o["clip_norm"]),
+        )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -180,8 +214,18 @@ class Checkpoint:
 class CheckpointLog:
     """One task's checkpoints in one group, on the state topic (see the module docstring)."""
 
-    def __init__(self, transport: Transport, *, task: str, group: str, member: str, state_topic: str,
-                 session_timeout: float, restore_timeout: float, max_record_bytes: int) -> None:
+    def __init__(
+        self,
+        transport: Transport,
+        *,
+        task: str,
+        group: str,
+        member: str,
+        state_topic: str,
+        session_timeout: float,
+        restore_timeout: float,
+        max_record_bytes: int,
+    ) -> None:
         self.transport = transport
         self.task = task
         self.key = task.encode()
@@ -213,14 +257,19 @@ class CheckpointLog:
                     f"group {self.group!r} has committed offsets {dict(committed)} on {updates_topic!r} but no "
                     f"checkpoint of task {self.task!r} is in {self.state_topic!r}: the state topic was truncated or "
                     "belongs to another deployment; restarting the task would lose or double-count updates, so the "
-                    "job stops")
+                    "job stops"
+                )
             return None
         if found.offsets != dict(committed):
-            torn = (f"; {self.incomplete} newer checkpoint(s) were incomplete or inconsistent and "
-                    "cannot be loaded") if self.incomplete else ""
+            torn = (
+                (f"; {self.incomplete} newer checkpoint(s) were incomplete or inconsistent and cannot be loaded")
+                if self.incomplete
+                else ""
+            )
             raise JobStateError(
                 f"the newest complete checkpoint of task {self.task!r} accounts for offsets {found.offsets} of "
-                f"{updates_topic!r}, but group {self.group!r} committed {dict(committed)}{torn}; refusing to guess")
+                f"{updates_topic!r}, but group {self.group!r} committed {dict(committed)}{torn}; refusing to guess"
+            )
         return found
 
     def read_newest(self) -> Checkpoint | None:
@@ -232,18 +281,27 @@ class CheckpointLog:
         tp = TopicPartition(self.state_topic, 0)
         marker = uuid.uuid4().hex
         assembler = ChunkAssembler()
-        reader = self.transport.consume([self.state_topic], f"{self.group}.restore", member=f"{self.member}.restore",
-                                        session_timeout=self.session_timeout)
+        reader = self.transport.consume(
+            [self.state_topic],
+            f"{self.group}.restore",
+            member=f"{self.member}.restore",
+            session_timeout=self.session_timeout,
+        )
         try:
-            self.transport.publish(self.state_topic, self.key, json.dumps(
-                {"version": PROTOCOL_VERSION, "kind": "marker", "id": marker}).encode())
+            self.transport.publish(
+                self.state_topic,
+                self.key,
+                json.dumps({"version": PROTOCOL_VERSION, "kind": "marker", "id": marker}).encode(),
+            )
             newest: tuple[int, Checkpoint] | None = None
             deadline = time.monotonic() + self.restore_timeout
             got = False
             while not got:
                 if time.monotonic() > deadline:
-                    raise JobStateError(f"the marker published to {self.state_topic!r} did not come back within "
-                                        f"{self.restore_timeout:g} s; is the topic readable?")
+                    raise JobStateError(
+                        f"the marker published to {self.state_topic!r} did not come back within "
+                        f"{self.restore_timeout:g} s; is the topic readable?"
+                    )
                 for r in reader.poll(max_records=100, timeout=0.5):
                     if r.key != self.key:
                         continue
@@ -261,14 +319,21 @@ class CheckpointLog:
                     if obj.get("kind") == "marker" and obj.get("id") == marker:
                         got = True
                         break
-                    if obj.get("kind") == "checkpoint" and obj.get("group") == self.group and \
-                            obj.get("task") == self.task:
+                    if (
+                        obj.get("kind") == "checkpoint"
+                        and obj.get("group") == self.group
+                        and obj.get("task") == self.task
+                    ):
                         newest = (r.offset, Checkpoint(_offsets(obj["offsets"]), obj["state"]))
                         assembler.drop_before(r.offset)
             self.incomplete = len(assembler.pending()) + assembler.rejected
             if self.incomplete:
-                log.warning("task %s: %d checkpoint(s) in %s were incomplete or inconsistent and were ignored",
-                            self.task, self.incomplete, self.state_topic)
+                log.warning(
+                    "task %s: %d checkpoint(s) in %s were incomplete or inconsistent and were ignored",
+                    self.task,
+                    self.incomplete,
+                    self.state_topic,
+                )
             if newest is not None:
                 try:
                     reader.commit({tp: newest[0]})

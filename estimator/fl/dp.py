@@ -36,7 +36,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -129,8 +130,10 @@ class ClientLevelAccountant:
 
 def _require_linear(inner: Aggregator, who: str) -> None:
     if not getattr(inner, "linear", False):
-        raise FLError(f"{who} needs a linear inner aggregator (a weighted sum); {type(inner).__name__} is not. "
-                      "Robust aggregators have no bounded-sensitivity sum to add noise to.")
+        raise FLError(
+            f"{who} needs a linear inner aggregator (a weighted sum); {type(inner).__name__} is not. "
+            "Robust aggregators have no bounded-sensitivity sum to add noise to."
+        )
 
 
 def _report(acc: ClientLevelAccountant | None, every: int, info: dict[str, Any]) -> None:
@@ -183,11 +186,13 @@ class FixedClippingDP:
 def update_noise_multiplier(noise_multiplier: float, count_stddev: float) -> float:
     """σ_Δ = (z⁻² − (2σ_b)⁻²)^(−1/2): the update noise that, with count noise σ_b,
     makes the round a Gaussian mechanism of multiplier z (Andrew et al. 2021, Thm. 1)."""
-    rest = noise_multiplier ** -2 - (2.0 * count_stddev) ** -2
+    rest = noise_multiplier**-2 - (2.0 * count_stddev) ** -2
     if rest <= 0:
-        raise FLError(f"count noise σ_b = {count_stddev} alone costs more than noise multiplier {noise_multiplier} "
-                      f"allows: need σ_b > z/2 = {noise_multiplier / 2}")
-    return rest ** -0.5
+        raise FLError(
+            f"count noise σ_b = {count_stddev} alone costs more than noise multiplier {noise_multiplier} "
+            f"allows: need σ_b > z/2 = {noise_multiplier / 2}"
+        )
+    return rest**-0.5
 
 
 @dataclasses.dataclass
@@ -239,7 +244,13 @@ class AdaptiveClippingDP:
         if self.accountant is not None:
             self.accountant.record(self.noise_multiplier)
         info = dict(res.info)
-        info.update(clip_norm=C, next_clip_norm=self.clip_norm, noisy_fraction_below=b_bar,
-                    update_noise_multiplier=z_delta, count_stddev=sb, noise_stddev=z_delta * C)
+        info.update(
+            clip_norm=C,
+            next_clip_norm=self.clip_norm,
+            noisy_fraction_below=b_bar,
+            update_noise_multiplier=z_delta,
+            count_stddev=sb,
+            noise_stddev=z_delta * C,
+        )
         _report(self.accountant, self.report_every, info)
         return AggregateResult(noisy / m_bar, m_bar, res.num_clients, info)

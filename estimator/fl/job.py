@@ -67,6 +67,12 @@ from client_sdk.fl.client import ClientUpdate
 from client_sdk.fl.errors import FLError, SecAggError, UpdateRejected
 from client_sdk.fl.protocol import RoundState, Upload, check_upload_against, encode_vector, parse_upload
 from client_sdk.randomness import secure_generator
+from estimator.errors import JobStateError
+from estimator.fl.aggregators import AggregateResult, Aggregator, RoundContext
+from estimator.fl.checkpoint import CheckpointLog, JobState
+from estimator.fl.checkpoint import json_float as _f
+from estimator.fl.dp import AdaptiveClippingDP, ClientLevelAccountant
+from estimator.fl.task import FLTaskSpec
 from pipeline.errors import ConfigError
 from pipeline.fl_records import DEFAULT_MAX_RECORD_BYTES, MIN_RECORD_BYTES, encode_chunks, pack_document
 from pipeline.processor import StreamProcessor
@@ -74,15 +80,18 @@ from pipeline.settings import check_ranges, settings_from_env
 from pipeline.topics import FL_ROUNDS_TOPIC, FL_STATE_TOPIC, FL_UPDATES_TOPIC
 from pipeline.transport import CommitFailedError, Consumer, FencedError, TopicPartition, Transport, TransportError
 from pipeline.transport.base import Record, Transaction, check_topic_name
-from estimator.errors import JobStateError
-from estimator.fl.aggregators import AggregateResult, Aggregator, RoundContext
-from estimator.fl.checkpoint import CheckpointLog, JobState
-from estimator.fl.checkpoint import json_float as _f
-from estimator.fl.dp import AdaptiveClippingDP, ClientLevelAccountant
-from estimator.fl.task import FLTaskSpec
 
-__all__ = ["FL_ROUNDS_TOPIC", "FL_UPDATES_TOPIC", "FL_STATE_TOPIC", "FLTaskSpec", "JobSettings", "JobStateError",
-           "AggregationJob", "REPLAY_WINDOW", "ENV_PREFIX"]
+__all__ = [
+    "FL_ROUNDS_TOPIC",
+    "FL_UPDATES_TOPIC",
+    "FL_STATE_TOPIC",
+    "FLTaskSpec",
+    "JobSettings",
+    "JobStateError",
+    "AggregationJob",
+    "REPLAY_WINDOW",
+    "ENV_PREFIX",
+]
 
 log = logging.getLogger("ldp.fl.job")
 
@@ -129,20 +138,28 @@ class JobSettings:
                 raise ConfigError(f"{name}: {exc}") from None
         if self.status_path is not None and (not isinstance(self.status_path, str) or not self.status_path):
             raise ConfigError(f"status_path must be a file path or None, got {self.status_path!r}")
-        if isinstance(self.max_record_bytes, int) and not isinstance(self.max_record_bytes, bool) and \
-                self.max_record_bytes < MIN_RECORD_BYTES:
-            raise ConfigError(f"max_record_bytes must be an integer >= {MIN_RECORD_BYTES}, got "
-                              f"{self.max_record_bytes!r}; keep it below the broker's message.max.bytes")
-        check_ranges(self, {
-            "updates_partitions": (1, 10_000),
-            "session_timeout": (0.1, 3600.0),
-            "checkpoint_interval": (0.0, 3600.0),
-            "restore_timeout": (0.1, 86400.0),
-            "max_record_bytes": (MIN_RECORD_BYTES, 1 << 30),
-        })
+        if (
+            isinstance(self.max_record_bytes, int)
+            and not isinstance(self.max_record_bytes, bool)
+            and self.max_record_bytes < MIN_RECORD_BYTES
+        ):
+            raise ConfigError(
+                f"max_record_bytes must be an integer >= {MIN_RECORD_BYTES}, got "
+                f"{self.max_record_bytes!r}; keep it below the broker's message.max.bytes"
+            )
+        check_ranges(
+            self,
+            {
+                "updates_partitions": (1, 10_000),
+                "session_timeout": (0.1, 3600.0),
+                "checkpoint_interval": (0.0, 3600.0),
+                "restore_timeout": (0.1, 86400.0),
+                "max_record_bytes": (MIN_RECORD_BYTES, 1 << 30),
+            },
+        )
 
     @classmethod
-    def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> "JobSettings":
+    def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> JobSettings:
         """Settings from ``overrides`` (``None`` values ignored), then ``environ`` (default ``os.environ``,
         ``LDP_FL_JOB_<FIELD>``, e.g. ``LDP_FL_JOB_CHECKPOINT_INTERVAL=2``), then defaults."""
         return settings_from_env(cls, ENV_PREFIX, environ, overrides)
@@ -160,11 +177,18 @@ class AggregationJob(StreamProcessor):
 
     transactional = True
 
-    def __init__(self, transport: Transport, spec: FLTaskSpec, settings: JobSettings,
-                 clock: Any = time.time) -> None:
+    def __init__(self, transport: Transport, spec: FLTaskSpec, settings: JobSettings, clock: Any = time.time) -> None:
         s = settings
-        super().__init__(transport, [s.updates_topic], s.group, s.member, session_timeout=s.session_timeout,
-                         partitions=s.updates_partitions, checkpoint_seconds=s.checkpoint_interval, poll_records=500)
+        super().__init__(
+            transport,
+            [s.updates_topic],
+            s.group,
+            s.member,
+            session_timeout=s.session_timeout,
+            partitions=s.updates_partitions,
+            checkpoint_seconds=s.checkpoint_interval,
+            poll_records=500,
+        )
         self.spec = spec
         self.settings = settings
         self.clock = clock
@@ -175,9 +199,16 @@ class AggregationJob(StreamProcessor):
         self.key = spec.task.encode()
         self.restores = 0
         self.aborted = 0
-        self._checkpoints = CheckpointLog(transport, task=spec.task, group=s.group, member=s.member,
-                                          state_topic=s.state_topic, session_timeout=s.session_timeout,
-                                          restore_timeout=s.restore_timeout, max_record_bytes=s.max_record_bytes)
+        self._checkpoints = CheckpointLog(
+            transport,
+            task=spec.task,
+            group=s.group,
+            member=s.member,
+            state_topic=s.state_topic,
+            session_timeout=s.session_timeout,
+            restore_timeout=s.restore_timeout,
+            max_record_bytes=s.max_record_bytes,
+        )
         self._adaptive: AdaptiveClippingDP | None = None
         self._st = JobState()
         self._rng = self._new_rng()
@@ -201,8 +232,11 @@ class AggregationJob(StreamProcessor):
         s = self.settings
         # round states and checkpoints are kept for ever: a job idle longer than a retention must still find
         # its state (and collectors the current round); updates take the transport's default retention
-        for topic, parts, retention in ((s.rounds_topic, 1, math.inf), (s.state_topic, 1, math.inf),
-                                        (s.updates_topic, s.updates_partitions, None)):
+        for topic, parts, retention in (
+            (s.rounds_topic, 1, math.inf),
+            (s.state_topic, 1, math.inf),
+            (s.updates_topic, s.updates_partitions, None),
+        ):
             self.transport.create_topic(topic, parts, retention=retention)
 
     def on_join(self, consumer: Consumer) -> None:
@@ -212,8 +246,10 @@ class AggregationJob(StreamProcessor):
         while not consumer.assignment():  # join the group before anything is committed
             consumer.poll(max_records=1, timeout=0.5)
             if time.monotonic() > deadline:
-                raise JobStateError(f"group {s.group!r} assigned no partition of {s.updates_topic!r} to member "
-                                    f"{s.member!r} within {s.restore_timeout:g} s; is another job in the group?")
+                raise JobStateError(
+                    f"group {s.group!r} assigned no partition of {s.updates_topic!r} to member "
+                    f"{s.member!r} within {s.restore_timeout:g} s; is another job in the group?"
+                )
         try:  # rewinds what the join delivered; on Kafka it also aborts a dead predecessor's open transaction
             with consumer.transaction():
                 raise _Rewind()
@@ -225,8 +261,12 @@ class AggregationJob(StreamProcessor):
     def done(self) -> bool:
         return self._st.phase == "done"
 
-    def run(self, stop: threading.Event | None = None, *,  # type: ignore[override]
-            exit_when_done: bool = True) -> dict[str, Any]:
+    def run(
+        self,
+        stop: threading.Event | None = None,
+        *,  # type: ignore[override]
+        exit_when_done: bool = True,
+    ) -> dict[str, Any]:
         """Process uploads until ``stop`` is set or (``exit_when_done``) the last round is committed."""
         stop = stop or threading.Event()
         if self._consumer is None:
@@ -246,8 +286,7 @@ class AggregationJob(StreamProcessor):
         self._require()
         recs = self.poll_and_apply(max_records=max_records, timeout=timeout)
         if self._stale:
-            log.warning("uncommitted records were rewound (group generation %d); restoring",
-                        self._require().generation)
+            log.warning("uncommitted records were rewound (group generation %d); restoring", self._require().generation)
             self._restore()
             return 0
         self._advance()
@@ -280,7 +319,8 @@ class AggregationJob(StreamProcessor):
     def checkpoint_due(self) -> bool:
         """A phase moved (a round state waits), or ``checkpoint_interval`` passed with uncommitted uploads."""
         return bool(self._outbox) or (
-            self._dirty and time.monotonic() - self._last_commit >= self.settings.checkpoint_interval)
+            self._dirty and time.monotonic() - self._last_commit >= self.settings.checkpoint_interval
+        )
 
     def flush_state(self, tx: Transaction | None) -> Mapping[TopicPartition, int] | None:
         """Publish the newest round state and the checkpoint (with the update offsets it covers) into ``tx``."""
@@ -331,8 +371,9 @@ class AggregationJob(StreamProcessor):
         self._outbox = []
         self._dirty = False
         n = self.transport.partitions(s.updates_topic)
-        committed = {p: off for p in range(n)
-                     if (off := consumer.committed(TopicPartition(s.updates_topic, p))) is not None}
+        committed = {
+            p: off for p in range(n) if (off := consumer.committed(TopicPartition(s.updates_topic, p))) is not None
+        }
         found = self._checkpoints.restore_point(committed, s.updates_topic)
         if found is None:
             self._start_task()
@@ -356,8 +397,14 @@ class AggregationJob(StreamProcessor):
             self._adaptive.clip_norm = self._st.clip_norm
         self._last_commit = time.monotonic()
         self.restores += 1
-        log.info("task %s restored: round %d phase %s seq %d, offsets %s", self.spec.task, self._st.round,
-                 self._st.phase, self._st.seq, offsets)
+        log.info(
+            "task %s restored: round %d phase %s seq %d, offsets %s",
+            self.spec.task,
+            self._st.round,
+            self._st.phase,
+            self._st.seq,
+            offsets,
+        )
 
     @property
     def incomplete_checkpoints(self) -> int:
@@ -397,8 +444,13 @@ class AggregationJob(StreamProcessor):
         return self._checkpoints.encode(st, offsets)
 
     def _round_state_chunks(self, rs: RoundState) -> list[bytes]:
-        return encode_chunks("round_state", self.spec.task, {"seq": rs.seq}, pack_document(rs.to_document()),
-                             self.settings.max_record_bytes)
+        return encode_chunks(
+            "round_state",
+            self.spec.task,
+            {"seq": rs.seq},
+            pack_document(rs.to_document()),
+            self.settings.max_record_bytes,
+        )
 
     def _commit(self) -> None:
         """One checkpoint (:meth:`~pipeline.processor.StreamProcessor.checkpoint`); when it aborts, the state
@@ -421,10 +473,16 @@ class AggregationJob(StreamProcessor):
     # -- rounds and phases ------------------------------------------------------------------------
     def _public_stats(self) -> dict[str, Any]:
         st = self._st
-        out = {"epsilon": _f(st.epsilon), "delta": self.spec.delta if self.spec.clip_norm is not None else None,
-               "rejected": dict(st.rejected), "accepted": dict(st.accepted), "duplicates": dict(st.duplicates),
-               "rounds_done": len(st.history), "last_round": st.history[-1] if st.history else None,
-               "aggregator": self.spec.aggregator.kind}
+        out = {
+            "epsilon": _f(st.epsilon),
+            "delta": self.spec.delta if self.spec.clip_norm is not None else None,
+            "rejected": dict(st.rejected),
+            "accepted": dict(st.accepted),
+            "duplicates": dict(st.duplicates),
+            "rounds_done": len(st.history),
+            "last_round": st.history[-1] if st.history else None,
+            "aggregator": self.spec.aggregator.kind,
+        }
         if st.clip_norm is not None:
             out["clip_norm"] = st.clip_norm
         return out
@@ -433,16 +491,29 @@ class AggregationJob(StreamProcessor):
         st = self._st
         cfg = self.strategy.configure(st.round, st.params)
         return RoundState(
-            task=self.spec.task, seq=st.seq, round=st.round, phase=st.phase, rounds=self.spec.rounds,
-            model=dict(self.spec.model), params=st.params, algorithm=cfg.algorithm,
-            training=dataclasses.asdict(cfg.training), prox_mu=cfg.prox_mu, control=cfg.control,
-            clip_norm=self.spec.device_clip_norm, selected=tuple(st.selected), opened_at=st.opened_at,
+            task=self.spec.task,
+            seq=st.seq,
+            round=st.round,
+            phase=st.phase,
+            rounds=self.spec.rounds,
+            model=dict(self.spec.model),
+            params=st.params,
+            algorithm=cfg.algorithm,
+            training=dataclasses.asdict(cfg.training),
+            prox_mu=cfg.prox_mu,
+            control=cfg.control,
+            clip_norm=self.spec.device_clip_norm,
+            selected=tuple(st.selected),
+            opened_at=st.opened_at,
             deadline=st.deadline,
-            secagg=st.secagg, indices=dict(st.indices),
+            secagg=st.secagg,
+            indices=dict(st.indices),
             adverts=dict(st.adverts) if st.phase in ("share", "masked", "unmask") else {},
             inbox=st.inbox if st.phase == "masked" else {},
             survivors=tuple(st.survivors) if st.phase == "unmask" else (),
-            dropped=tuple(st.dropped) if st.phase == "unmask" else (), stats=self._public_stats())
+            dropped=tuple(st.dropped) if st.phase == "unmask" else (),
+            stats=self._public_stats(),
+        )
 
     def _set_phase(self, phase: str, timeout: float) -> None:
         st = self._st
@@ -480,9 +551,15 @@ class AggregationJob(StreamProcessor):
         cfg = make_config(r, n, self.payload_size, self._rng, deg)
         q = Quantizer.for_clients(n, float(spec.clip_norm))  # type: ignore[arg-type]
         st.indices = {c: i + 1 for i, c in enumerate(st.selected)}
-        st.secagg = {"num_clients": n, "neighbors": {str(u): list(vs) for u, vs in cfg.neighbors.items()},
-                     "threshold": cfg.threshold, "vector_length": cfg.vector_length,
-                     "clip_range": q.clip_range, "scale": q.scale, "max_clients": q.max_clients}
+        st.secagg = {
+            "num_clients": n,
+            "neighbors": {str(u): list(vs) for u, vs in cfg.neighbors.items()},
+            "threshold": cfg.threshold,
+            "vector_length": cfg.vector_length,
+            "clip_range": q.clip_range,
+            "scale": q.scale,
+            "max_clients": q.max_clients,
+        }
         st.masked_sum = np.zeros(self.payload_size, np.uint32)
         self._set_phase("advertise", spec.phase_timeout)
 
@@ -537,8 +614,9 @@ class AggregationJob(StreamProcessor):
                 self._close_secagg()
 
     def _ctx(self) -> RoundContext:
-        return RoundContext(self._st.round, self.payload_size, self._rng,
-                            self.sampling.expected_clients(len(self.spec.clients)))
+        return RoundContext(
+            self._st.round, self.payload_size, self._rng, self.sampling.expected_clients(len(self.spec.clients))
+        )
 
     def _finish_round(self, res: AggregateResult, extra: dict[str, Any]) -> None:
         st = self._st
@@ -582,10 +660,20 @@ class AggregationJob(StreamProcessor):
         st = self._st
         sa = st.secagg
         assert sa is not None and st.masked_sum is not None
-        cfg = SecAggConfig(st.round, int(sa["num_clients"]), {int(u): tuple(vs) for u, vs in sa["neighbors"].items()},
-                           int(sa["threshold"]), int(sa["vector_length"]))
-        server = SecAggServer.resume(cfg, {u: KeyAdvert(u, a, b) for u, (a, b) in st.adverts.items()},
-                                     set(sa["sharers"]), set(st.survivors), st.masked_sum)
+        cfg = SecAggConfig(
+            st.round,
+            int(sa["num_clients"]),
+            {int(u): tuple(vs) for u, vs in sa["neighbors"].items()},
+            int(sa["threshold"]),
+            int(sa["vector_length"]),
+        )
+        server = SecAggServer.resume(
+            cfg,
+            {u: KeyAdvert(u, a, b) for u, (a, b) in st.adverts.items()},
+            set(sa["sharers"]),
+            set(st.survivors),
+            st.masked_sum,
+        )
         reveals = {u: {v: (k, Share(x, y, t)) for v, (k, x, y, t) in per.items()} for u, per in st.reveals.items()}
         try:
             total = server.finish(reveals)
@@ -600,10 +688,20 @@ class AggregationJob(StreamProcessor):
         if self._accountant is not None:
             self._accountant.record(self.spec.noise_multiplier)
         m = len(st.survivors)
-        res = AggregateResult(noisy / ctx.expected_clients, ctx.expected_clients, m,
-                              {"noise_stddev": sd, "clip_norm": self.spec.clip_norm})
-        self._finish_round(res, {"secagg_survivors": list(st.survivors), "secagg_dropped": list(st.dropped),
-                                 "sum_sha256": hashlib.sha256(total.astype("<u4").tobytes()).hexdigest()})
+        res = AggregateResult(
+            noisy / ctx.expected_clients,
+            ctx.expected_clients,
+            m,
+            {"noise_stddev": sd, "clip_norm": self.spec.clip_norm},
+        )
+        self._finish_round(
+            res,
+            {
+                "secagg_survivors": list(st.survivors),
+                "secagg_dropped": list(st.dropped),
+                "sum_sha256": hashlib.sha256(total.astype("<u4").tobytes()).hexdigest(),
+            },
+        )
 
     # -- uploads --------------------------------------------------------------------------------
     def _on_upload(self, value: bytes) -> None:
@@ -617,8 +715,9 @@ class AggregationJob(StreamProcessor):
                 log.info("duplicate of upload %s (round %d): already counted", u.upload_id, u.round)
                 return
             if u.round < st.round and u.upload_id in st.past_ids.get(u.round, ()):
-                raise UpdateRejected("replayed", f"upload {u.upload_id} was accepted in round {u.round}; the current "
-                                     f"round is {st.round}")
+                raise UpdateRejected(
+                    "replayed", f"upload {u.upload_id} was accepted in round {u.round}; the current round is {st.round}"
+                )
             check_upload_against(u, self._round_state_light())
             self._accept(u)
         except UpdateRejected as exc:
@@ -630,17 +729,31 @@ class AggregationJob(StreamProcessor):
 
     def _round_state_light(self) -> RoundState:
         st = self._st
-        return RoundState(task=self.spec.task, seq=st.seq, round=st.round, phase=st.phase, rounds=self.spec.rounds,
-                          model=self.spec.model, params=st.params, selected=tuple(st.selected), secagg=st.secagg,
-                          indices=st.indices, adverts=st.adverts, survivors=tuple(st.survivors))
+        return RoundState(
+            task=self.spec.task,
+            seq=st.seq,
+            round=st.round,
+            phase=st.phase,
+            rounds=self.spec.rounds,
+            model=self.spec.model,
+            params=st.params,
+            selected=tuple(st.selected),
+            secagg=st.secagg,
+            indices=st.indices,
+            adverts=st.adverts,
+            survivors=tuple(st.survivors),
+        )
 
     def _accept(self, u: Upload) -> None:
         st = self._st
         if u.kind == "update":
             if u.client_id in st.updates:
                 raise UpdateRejected("duplicate_client", f"{u.client_id} already uploaded in round {st.round}")
-            st.updates[u.client_id] = (u.upload_id, np.asarray(u.payload["vector"], np.float32),
-                                       int(u.payload["num_examples"]))
+            st.updates[u.client_id] = (
+                u.upload_id,
+                np.asarray(u.payload["vector"], np.float32),
+                int(u.payload["num_examples"]),
+            )
             return
         me = st.indices[u.client_id]
         if u.kind == "advert":
@@ -668,16 +781,28 @@ class AggregationJob(StreamProcessor):
     def status(self) -> dict[str, Any]:
         """The job's JSON status: round, phase, ε, counters (committed and pending), history."""
         st = self._st
-        return {"task": self.spec.task, "round": st.round, "phase": st.phase, "seq": st.seq,
-                "rounds": self.spec.rounds, "done": self.done, "epsilon": _f(st.epsilon),
-                "delta": self.spec.delta if self.spec.clip_norm is not None else None,
-                "rejected": dict(st.rejected), "accepted": dict(st.accepted), "duplicates": dict(st.duplicates),
-                "clip_norm": st.clip_norm if st.clip_norm is not None else self.spec.device_clip_norm,
-                "incomplete_checkpoints": self.incomplete_checkpoints,
-                "received_this_round": len(st.seen), "uncommitted": self._dirty,
-                "committed_offsets": {str(p): o for p, o in self._committed.items()},
-                "restores": self.restores, "aborted_commits": self.aborted, "history": st.history,
-                "params": encode_vector(st.params)}
+        return {
+            "task": self.spec.task,
+            "round": st.round,
+            "phase": st.phase,
+            "seq": st.seq,
+            "rounds": self.spec.rounds,
+            "done": self.done,
+            "epsilon": _f(st.epsilon),
+            "delta": self.spec.delta if self.spec.clip_norm is not None else None,
+            "rejected": dict(st.rejected),
+            "accepted": dict(st.accepted),
+            "duplicates": dict(st.duplicates),
+            "clip_norm": st.clip_norm if st.clip_norm is not None else self.spec.device_clip_norm,
+            "incomplete_checkpoints": self.incomplete_checkpoints,
+            "received_this_round": len(st.seen),
+            "uncommitted": self._dirty,
+            "committed_offsets": {str(p): o for p, o in self._committed.items()},
+            "restores": self.restores,
+            "aborted_commits": self.aborted,
+            "history": st.history,
+            "params": encode_vector(st.params),
+        }
 
     def _write_status(self, force: bool = False) -> None:
         path = self.settings.status_path

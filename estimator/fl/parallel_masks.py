@@ -25,8 +25,8 @@ from __future__ import annotations
 
 import multiprocessing
 import sys
+from collections.abc import Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
-from typing import Sequence
 
 import numpy as np
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
@@ -75,6 +75,7 @@ def add_masks_server(acc: np.ndarray, masks: Sequence[tuple[bytes, int]], start:
                         rows[g, :n].byteswap(inplace=True)
             accumulate4(a, rows[0], rows[1], rows[2], rows[3], mult[g0], mult[g0 + 1], mult[g0 + 2], mult[g0 + 3], n)
     return acc
+
 
 _POOLS: dict[int, ProcessPoolExecutor] = {}
 
@@ -125,7 +126,9 @@ def add_masks_parallel(acc: np.ndarray, masks: Sequence[tuple[bytes, int]], work
         return add_masks_server(acc, masks)
     masks = list(masks)
     pool = _pool(workers - 1)
-    futures: list[tuple[int, int, Future]] = [(s, e, pool.submit(_masks_of_slice, masks, s, e - s)) for s, e in parts[1:]]
+    futures: list[tuple[int, int, Future]] = [
+        (s, e, pool.submit(_masks_of_slice, masks, s, e - s)) for s, e in parts[1:]
+    ]
     s0, e0 = parts[0]
     add_masks_server(acc[s0:e0], masks, start=s0)
     for s, e, f in futures:

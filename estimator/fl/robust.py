@@ -25,7 +25,7 @@ so none may sit under a DP wrapper.
 from __future__ import annotations
 
 import dataclasses
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -42,8 +42,9 @@ def _stack(updates: Sequence[ClientUpdate]) -> np.ndarray:
 
 def _need(updates: Sequence[ClientUpdate], need: int, who: str, f: int) -> None:
     if len(updates) < need:
-        raise FLError(f"{who} with f = {f} needs at least {need} updates, got {len(updates)}; "
-                      "sample more clients or lower f")
+        raise FLError(
+            f"{who} with f = {f} needs at least {need} updates, got {len(updates)}; sample more clients or lower f"
+        )
 
 
 def _check_f(f: int) -> None:
@@ -81,8 +82,10 @@ class Krum:
     def aggregate(self, updates: Sequence[ClientUpdate], ctx: RoundContext) -> AggregateResult:
         _need(updates, 2 * self.f + 3, "Krum", self.f)
         if self.multi > len(updates) - self.f:
-            raise FLError(f"multi-Krum keeps {self.multi} of {len(updates)} updates with f = {self.f}: "
-                          f"at most n − f = {len(updates) - self.f}")
+            raise FLError(
+                f"multi-Krum keeps {self.multi} of {len(updates)} updates with f = {self.f}: "
+                f"at most n − f = {len(updates) - self.f}"
+            )
         scores = krum_scores(_stack(updates), self.f)
         keep = np.argsort(scores, kind="stable")[: self.multi]
         res = self.inner.aggregate([updates[i] for i in keep], ctx)

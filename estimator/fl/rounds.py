@@ -10,7 +10,8 @@ without transport.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -65,8 +66,12 @@ def run_rounds(
     for r in range(rounds):
         chosen = sampling.sample(list(clients), rng)
         config = strategy.configure(r, x)
-        ups = [train_client(model, config, c.X, c.y, rng if client_rng is None else client_rng(r, c.client_id),
-                            c.client_id, c.state) for c in chosen]
+        ups = [
+            train_client(
+                model, config, c.X, c.y, rng if client_rng is None else client_rng(r, c.client_id), c.client_id, c.state
+            )
+            for c in chosen
+        ]
         if tamper is not None:
             ups = tamper(r, ups)
         expected = sampling.expected_clients(len(clients))

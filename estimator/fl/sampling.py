@@ -15,7 +15,8 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Protocol, Sequence, TypeVar
+from collections.abc import Sequence
+from typing import Protocol, TypeVar
 
 import numpy as np
 

@@ -19,7 +19,7 @@ draws the graph honestly; no consistency round against a malicious server
 from __future__ import annotations
 
 import math
-from typing import Mapping
+from collections.abc import Mapping
 
 import numpy as np
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X25519PublicKey
@@ -63,8 +63,9 @@ def neighbor_graph(n: int, degree: int, rng: np.random.Generator) -> dict[int, t
     return {u: tuple(sorted(vs)) for u, vs in nbrs.items()}
 
 
-def make_config(round: int, n: int, d: int, rng: np.random.Generator, degree: int | None = None,
-                threshold: int | None = None) -> SecAggConfig:
+def make_config(
+    round: int, n: int, d: int, rng: np.random.Generator, degree: int | None = None, threshold: int | None = None
+) -> SecAggConfig:
     """The round's parameters with the defaults above."""
     k = default_degree(n) if degree is None else degree
     t = default_threshold(k) if threshold is None else threshold
@@ -91,8 +92,14 @@ class SecAggServer:
         self._sum = np.zeros(config.vector_length, np.uint32)
 
     @classmethod
-    def resume(cls, config: SecAggConfig, adverts: Mapping[int, KeyAdvert], shared: set[int], survivors: set[int],
-               masked_sum: np.ndarray) -> "SecAggServer":
+    def resume(
+        cls,
+        config: SecAggConfig,
+        adverts: Mapping[int, KeyAdvert],
+        shared: set[int],
+        survivors: set[int],
+        masked_sum: np.ndarray,
+    ) -> SecAggServer:
         """A server in the state these values describe (a job restoring a round from its checkpoint):
         ``masked_sum`` is Σ y_u over ``survivors`` (mod 2^32)."""
         s = cls(config)
@@ -168,19 +175,25 @@ class SecAggServer:
         for u in sorted(survivors):
             shares = b_sh.get(u, [])
             if len(shares) < self.config.threshold:
-                raise SecAggError(f"only {len(shares)} shares of client {u}'s self-mask seed; need {self.config.threshold}")
+                raise SecAggError(
+                    f"only {len(shares)} shares of client {u}'s self-mask seed; need {self.config.threshold}"
+                )
             masks.append((shamir_combine(shares).to_bytes(32, "little"), -1))
         nb = self.config.neighbors
         for v in sorted(dropped):
             shares = s_sh.get(v, [])
             if len(shares) < self.config.threshold:
-                raise SecAggError(f"only {len(shares)} shares of dropped client {v}'s mask key; need {self.config.threshold}")
+                raise SecAggError(
+                    f"only {len(shares)} shares of dropped client {v}'s mask key; need {self.config.threshold}"
+                )
             sk = X25519PrivateKey.from_private_bytes(shamir_combine(shares).to_bytes(32, "little"))
             if public_bytes(sk.public_key()) != self.adverts[v].mask_key:
                 raise SecAggError(f"the mask key rebuilt for client {v} does not match its advertised key: bad shares")
             for u in nb[v]:
                 if u in survivors:
-                    seed = pairwise_seed(sk, X25519PublicKey.from_public_bytes(self.adverts[u].mask_key), self.config.round, v, u)
+                    seed = pairwise_seed(
+                        sk, X25519PublicKey.from_public_bytes(self.adverts[u].mask_key), self.config.round, v, u
+                    )
                     masks.append((seed, -1 if v > u else 1))  # u added +PRG when v > u
         total = self._sum.copy()
         return add_masks_parallel(total, masks, self.workers)

@@ -32,15 +32,30 @@ from estimator.fl.robust import CoordinateMedian, Krum, TrimmedMean
 from estimator.fl.sampling import FixedCountSampling, PoissonSampling, Sampling
 from estimator.fl.strategies import FedAvg, FedProx, Scaffold, Strategy
 
-__all__ = ["FLTaskSpec", "SamplingSpec", "PoissonSamplingSpec", "FixedSamplingSpec", "sampling_spec",
-           "AggregatorSpec", "FedAvgSpec", "AdaptiveClippingSpec", "MedianSpec", "TrimmedMeanSpec", "KrumSpec",
-           "aggregator_spec"]
+__all__ = [
+    "FLTaskSpec",
+    "SamplingSpec",
+    "PoissonSamplingSpec",
+    "FixedSamplingSpec",
+    "sampling_spec",
+    "AggregatorSpec",
+    "FedAvgSpec",
+    "AdaptiveClippingSpec",
+    "MedianSpec",
+    "TrimmedMeanSpec",
+    "KrumSpec",
+    "aggregator_spec",
+]
 
 
 def _num(name: str, v: object, *, low: float = 0.0, strict: bool = True) -> float:
     """``v`` as a float if it is a finite number above ``low`` (or at least ``low``), else :class:`FLError`."""
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or \
-            (v <= low if strict else v < low):
+    if (
+        isinstance(v, bool)
+        or not isinstance(v, (int, float))
+        or not math.isfinite(v)
+        or (v <= low if strict else v < low)
+    ):
         raise FLError(f"{name} must be a finite number {'>' if strict else '>='} {low:g}, got {v!r}")
     return float(v)
 
@@ -55,7 +70,7 @@ def _read_kind(what: str, d: object, kinds: Mapping[str, type]) -> Any:
     """The spec of ``kinds[d["kind"]]`` built from the other keys of ``d``: the shared reading of a ``{"kind": ...}``
     object (``what`` names it in messages). Unknown kinds and options, and missing required options, are refused."""
     if not isinstance(d, Mapping):
-        raise FLError(f"{what} must be an object with a \"kind\", got {d!r}")
+        raise FLError(f'{what} must be an object with a "kind", got {d!r}')
     kind = d.get("kind")
     if kind not in kinds:
         raise FLError(f"{what} kind must be one of {sorted(kinds)}, got {kind!r}")
@@ -135,10 +150,10 @@ class FedAvgSpec:
     requirement: ClassVar[dict[str, str]] = {}
     device_clips: ClassVar[bool] = True
 
-    def check(self, task: "FLTaskSpec") -> None:
+    def check(self, task: FLTaskSpec) -> None:
         """Nothing beyond the task's own checks: fedavg works with and without DP and SecAgg."""
 
-    def build(self, task: "FLTaskSpec", accountant: ClientLevelAccountant | None) -> Aggregator:
+    def build(self, task: FLTaskSpec, accountant: ClientLevelAccountant | None) -> Aggregator:
         if task.clip_norm is None:
             return ValidatingAggregator(WeightedMean())
         return ValidatingAggregator(FixedClippingDP(WeightedMean(), task.clip_norm, task.noise_multiplier, accountant))
@@ -168,32 +183,47 @@ class AdaptiveClippingSpec:
         if self.count_stddev is not None:
             _num("count_stddev", self.count_stddev)
 
-    def check(self, task: "FLTaskSpec") -> None:
+    def check(self, task: FLTaskSpec) -> None:
         if task.clip_norm is None or not task.noise_multiplier > 0:
-            raise FLError("adaptive_clipping needs clip_norm (the initial C) and noise_multiplier > 0 (the overall "
-                          "z the accountant charges, shared by the updates and the clipped-count release)")
+            raise FLError(
+                "adaptive_clipping needs clip_norm (the initial C) and noise_multiplier > 0 (the overall "
+                "z the accountant charges, shared by the updates and the clipped-count release)"
+            )
         _num("clip_norm", task.clip_norm)
         if task.secagg:
-            raise FLError("adaptive_clipping cannot run with secagg: the server needs each client's bit "
-                          "1[‖Δ‖ ≤ C], which secure aggregation does not sum; use kind 'fedavg' with secagg")
+            raise FLError(
+                "adaptive_clipping cannot run with secagg: the server needs each client's bit "
+                "1[‖Δ‖ ≤ C], which secure aggregation does not sum; use kind 'fedavg' with secagg"
+            )
         self.build(task, None)  # the wrapper's own checks
         update_noise_multiplier(task.noise_multiplier, self.count_stddev_for(task))  # σ_b > z/2
 
-    def count_stddev_for(self, task: "FLTaskSpec") -> float:
+    def count_stddev_for(self, task: FLTaskSpec) -> float:
         """σ_b: the option, or the task's expected clients per round / 20."""
         if self.count_stddev is not None:
             return float(self.count_stddev)
         return task.build_sampling().expected_clients(len(task.clients)) / 20.0
 
-    def build(self, task: "FLTaskSpec", accountant: ClientLevelAccountant | None) -> Aggregator:
-        return ValidatingAggregator(AdaptiveClippingDP(
-            WeightedMean(), float(task.clip_norm), task.noise_multiplier,  # type: ignore[arg-type]
-            target_quantile=float(self.target_quantile), clip_learning_rate=float(self.clip_learning_rate),
-            count_stddev=None if self.count_stddev is None else float(self.count_stddev), accountant=accountant))
+    def build(self, task: FLTaskSpec, accountant: ClientLevelAccountant | None) -> Aggregator:
+        return ValidatingAggregator(
+            AdaptiveClippingDP(
+                WeightedMean(),
+                float(task.clip_norm),
+                task.noise_multiplier,  # type: ignore[arg-type]
+                target_quantile=float(self.target_quantile),
+                clip_learning_rate=float(self.clip_learning_rate),
+                count_stddev=None if self.count_stddev is None else float(self.count_stddev),
+                accountant=accountant,
+            )
+        )
 
     def to_dict(self) -> dict[str, Any]:
-        return {"kind": self.kind, "target_quantile": self.target_quantile,
-                "clip_learning_rate": self.clip_learning_rate, "count_stddev": self.count_stddev}
+        return {
+            "kind": self.kind,
+            "target_quantile": self.target_quantile,
+            "clip_learning_rate": self.clip_learning_rate,
+            "count_stddev": self.count_stddev,
+        }
 
 
 @dataclasses.dataclass(frozen=True)
@@ -213,18 +243,24 @@ class _RobustSpec:
     def min_updates(self) -> int:
         return 2 * self.f + 1
 
-    def check(self, task: "FLTaskSpec") -> None:
+    def check(self, task: FLTaskSpec) -> None:
         kind = self.kind
         if task.secagg:
-            raise FLError(f"aggregator {kind!r} needs every client's individual update, and secure aggregation "
-                          "reveals only their sum: set secagg to false, or use kind 'fedavg' with secagg")
+            raise FLError(
+                f"aggregator {kind!r} needs every client's individual update, and secure aggregation "
+                "reveals only their sum: set secagg to false, or use kind 'fedavg' with secagg"
+            )
         if task.clip_norm is not None or task.noise_multiplier:
-            raise FLError(f"aggregator {kind!r} is not linear, and the DP wrappers need a bounded-sensitivity sum "
-                          "to add noise to: a robust task runs without client-level DP; set clip_norm to null and "
-                          "noise_multiplier to 0, or use kind 'fedavg' or 'adaptive_clipping' for DP")
+            raise FLError(
+                f"aggregator {kind!r} is not linear, and the DP wrappers need a bounded-sensitivity sum "
+                "to add noise to: a robust task runs without client-level DP; set clip_norm to null and "
+                "noise_multiplier to 0, or use kind 'fedavg' or 'adaptive_clipping' for DP"
+            )
         if isinstance(task.sampling, FixedSamplingSpec) and task.sampling.count < self.min_updates:
-            raise FLError(f"aggregator {kind!r} with f = {self.f} needs at least {self.min_updates} updates per "
-                          f"round; the task samples {task.sampling.count}")
+            raise FLError(
+                f"aggregator {kind!r} with f = {self.f} needs at least {self.min_updates} updates per "
+                f"round; the task samples {task.sampling.count}"
+            )
 
     def to_dict(self) -> dict[str, Any]:
         return {"kind": self.kind, "f": self.f}
@@ -236,7 +272,7 @@ class MedianSpec(_RobustSpec):
 
     kind: ClassVar[str] = "median"
 
-    def build(self, task: "FLTaskSpec", accountant: ClientLevelAccountant | None) -> Aggregator:
+    def build(self, task: FLTaskSpec, accountant: ClientLevelAccountant | None) -> Aggregator:
         return ValidatingAggregator(CoordinateMedian(WeightedMean(), self.f))
 
 
@@ -246,7 +282,7 @@ class TrimmedMeanSpec(_RobustSpec):
 
     kind: ClassVar[str] = "trimmed_mean"
 
-    def build(self, task: "FLTaskSpec", accountant: ClientLevelAccountant | None) -> Aggregator:
+    def build(self, task: FLTaskSpec, accountant: ClientLevelAccountant | None) -> Aggregator:
         return ValidatingAggregator(TrimmedMean(WeightedMean(), self.f))
 
 
@@ -266,7 +302,7 @@ class KrumSpec(_RobustSpec):
     def min_updates(self) -> int:
         return max(2 * self.f + 3, self.multi + self.f)
 
-    def build(self, task: "FLTaskSpec", accountant: ClientLevelAccountant | None) -> Aggregator:
+    def build(self, task: FLTaskSpec, accountant: ClientLevelAccountant | None) -> Aggregator:
         return ValidatingAggregator(Krum(WeightedMean(), self.f, self.multi))
 
     def to_dict(self) -> dict[str, Any]:
@@ -274,8 +310,9 @@ class KrumSpec(_RobustSpec):
 
 
 AggregatorSpec = Union[FedAvgSpec, AdaptiveClippingSpec, MedianSpec, TrimmedMeanSpec, KrumSpec]
-_AGGREGATOR_KINDS: dict[str, type] = {c.kind: c for c in (FedAvgSpec, AdaptiveClippingSpec, MedianSpec,
-                                                          TrimmedMeanSpec, KrumSpec)}
+_AGGREGATOR_KINDS: dict[str, type] = {
+    c.kind: c for c in (FedAvgSpec, AdaptiveClippingSpec, MedianSpec, TrimmedMeanSpec, KrumSpec)
+}
 
 
 def aggregator_spec(d: Mapping[str, Any] | AggregatorSpec) -> AggregatorSpec:
@@ -376,7 +413,7 @@ class FLTaskSpec:
         return self.clip_norm if self.aggregator.device_clips else None
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> "FLTaskSpec":
+    def from_dict(cls, d: Mapping[str, Any]) -> FLTaskSpec:
         """The task of a task file's JSON object; unknown fields are refused."""
         names = {f.name for f in dataclasses.fields(cls)}
         unknown = set(d) - names

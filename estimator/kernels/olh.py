@@ -31,7 +31,14 @@ import numpy as np
 
 from estimator.kernels.xxh32 import _P3, _P4, _P5_PLUS_4, _avalanche, _rotl, support_interval
 
-__all__ = ["olh_support_counts", "report_intervals", "TILE", "ITEM_CHUNK", "PARALLEL_MIN_HASHES", "PARALLEL_MIN_REPORTS"]
+__all__ = [
+    "olh_support_counts",
+    "report_intervals",
+    "TILE",
+    "ITEM_CHUNK",
+    "PARALLEL_MIN_HASHES",
+    "PARALLEL_MIN_REPORTS",
+]
 
 #: Reports per tile: 3 uint32 columns × 2048 = 24 KiB, inside a 32 KiB L1d.
 TILE = 2048
@@ -83,7 +90,15 @@ def _count_tile(k: np.uint32, seeds: np.ndarray, lo: np.ndarray, width: np.ndarr
 
 @nb.njit(cache=True, inline="always")
 def _run_unit(
-    u: int, seeds: np.ndarray, lo: np.ndarray, width: np.ndarray, d: int, tile: int, chunk: int, n_parts: int, out: np.ndarray
+    u: int,
+    seeds: np.ndarray,
+    lo: np.ndarray,
+    width: np.ndarray,
+    d: int,
+    tile: int,
+    chunk: int,
+    n_parts: int,
+    out: np.ndarray,
 ) -> None:
     """Work unit u: item chunk ``u % n_chunks`` over report part ``u // n_chunks``."""
     n = seeds.shape[0]

@@ -103,7 +103,9 @@ def _planes_to_lanes(planes: np.ndarray, lanes: np.ndarray, j: int, spread: np.n
 
 
 @nb.njit(cache=True, nogil=True, inline="always")
-def _words_part(rows: np.ndarray, words: np.ndarray, ones: np.ndarray, row_counts: np.ndarray, spread: np.ndarray) -> None:
+def _words_part(
+    rows: np.ndarray, words: np.ndarray, ones: np.ndarray, row_counts: np.ndarray, spread: np.ndarray
+) -> None:
     n, nw = words.shape
     k = ones.shape[0]
     planes = np.zeros((k, _PLANES * nw), dtype=np.uint64)

@@ -130,9 +130,7 @@ def xxh32_bytes(data: np.ndarray, seed: np.uint32) -> np.uint32:
             v3 = _round(v3, _read_u32le(data, i + 8))
             v4 = _round(v4, _read_u32le(data, i + 12))
             i += 16
-        h = np.uint32(
-            np.uint32(np.uint32(_rotl(v1, 1) + _rotl(v2, 7)) + _rotl(v3, 12)) + _rotl(v4, 18)
-        )
+        h = np.uint32(np.uint32(np.uint32(_rotl(v1, 1) + _rotl(v2, 7)) + _rotl(v3, 12)) + _rotl(v4, 18))
     else:
         h = np.uint32(seed + _P5)
     h = np.uint32(h + np.uint32(n & 0xFFFFFFFF))

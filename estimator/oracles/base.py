@@ -52,7 +52,9 @@ class Accumulator(ABC):
         """Add a batch of reports (a :class:`ReportBatch` or a record array)."""
         if isinstance(batch, ReportBatch):
             if batch.spec.spec_id != self.spec.spec_id:
-                raise SpecMismatchError(f"batch spec {batch.spec.spec_id} is not this accumulator's {self.spec.spec_id}")
+                raise SpecMismatchError(
+                    f"batch spec {batch.spec.spec_id} is not this accumulator's {self.spec.spec_id}"
+                )
             records = batch.records
         else:
             records = np.asarray(batch)
@@ -62,7 +64,7 @@ class Accumulator(ABC):
             self._add(records)
             self.n += int(records.size)
 
-    def merge(self, other: "Accumulator") -> "Accumulator":
+    def merge(self, other: Accumulator) -> Accumulator:
         """Add ``other``'s state into this one (in place); returns ``self``."""
         if type(other) is not type(self) or other.spec.spec_id != self.spec.spec_id:
             raise SpecMismatchError("only accumulators of the same spec merge")
@@ -76,7 +78,7 @@ class Accumulator(ABC):
         return {"spec": self.spec.to_dict(), "n": self.n, "sums": {k: v.copy() for k, v in self.sums.items()}}
 
     @classmethod
-    def from_state(cls, spec: MechanismSpec, state: dict[str, Any]) -> "Accumulator":
+    def from_state(cls, spec: MechanismSpec, state: dict[str, Any]) -> Accumulator:
         acc = cls(spec)
         if state.get("spec") not in (None, spec.to_dict()):
             raise SpecMismatchError("state was saved under another spec")

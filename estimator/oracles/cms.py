@@ -35,10 +35,10 @@ import functools
 import numpy as np
 
 from client_sdk.mechanisms.cms import CMSSpec, HCMSSpec
-from estimator.result import Estimate, estimate_from_counts
 from estimator.kernels.hadamard import fwht
 from estimator.kernels.sketch import cms_add, hcms_add
 from estimator.oracles.base import Accumulator
+from estimator.result import Estimate, estimate_from_counts
 
 __all__ = ["CMSAccumulator", "HCMSAccumulator", "count_mean"]
 

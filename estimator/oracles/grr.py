@@ -9,9 +9,9 @@ import numpy as np
 
 from client_sdk.mechanisms.grr import GRRSpec
 from client_sdk.mechanisms.rr import BinaryRRSpec
-from estimator.result import Estimate, estimate_from_counts
 from estimator.kernels.counting import histogram
 from estimator.oracles.base import Accumulator
+from estimator.result import Estimate, estimate_from_counts
 
 __all__ = ["GRRAccumulator", "BinaryRRAccumulator", "unbias_pure"]
 

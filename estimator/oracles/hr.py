@@ -20,10 +20,10 @@ from __future__ import annotations
 import numpy as np
 
 from client_sdk.mechanisms.hr import HRSpec
-from estimator.result import Estimate, estimate_from_counts
 from estimator.kernels.counting import histogram
 from estimator.kernels.hadamard import fwht
 from estimator.oracles.base import Accumulator
+from estimator.result import Estimate, estimate_from_counts
 
 __all__ = ["HRAccumulator"]
 

@@ -13,10 +13,10 @@ from __future__ import annotations
 import numpy as np
 
 from client_sdk.mechanisms.olh import OLHSpec
-from estimator.result import Estimate, estimate_from_counts
 from estimator.kernels.olh import olh_support_counts
 from estimator.oracles.base import Accumulator
 from estimator.oracles.grr import unbias_pure
+from estimator.result import Estimate, estimate_from_counts
 
 __all__ = ["OLHAccumulator"]
 

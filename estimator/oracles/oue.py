@@ -12,10 +12,10 @@ from __future__ import annotations
 import numpy as np
 
 from client_sdk.mechanisms.oue import OUESpec
-from estimator.result import Estimate, estimate_from_counts
 from estimator.kernels.sketch import cms_add
 from estimator.oracles.base import Accumulator
 from estimator.oracles.grr import unbias_pure
+from estimator.result import Estimate, estimate_from_counts
 
 __all__ = ["OUEAccumulator"]
 

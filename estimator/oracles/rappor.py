@@ -17,10 +17,10 @@ from typing import Any
 import numpy as np
 
 from client_sdk.mechanisms.rappor import RapporSpec
-from estimator.result import Estimate, estimate_from_counts
 from estimator.kernels.sketch import cms_add
 from estimator.oracles.base import Accumulator
 from estimator.oracles.rappor_design import rappor_design
+from estimator.result import Estimate, estimate_from_counts
 
 __all__ = ["RapporAccumulator"]
 

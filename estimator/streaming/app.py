@@ -24,8 +24,15 @@ def _finite(x: np.ndarray) -> list[float | None]:
     return [float(v) if math.isfinite(v) else None for v in np.asarray(x, dtype=np.float64)]
 
 
-def estimate_json(metric: str, key: Key, ks: KeyState, *, confidence: float = 0.95, norm_sub: bool = False,
-                  definition: MetricDefinition | None = None) -> dict[str, Any]:
+def estimate_json(
+    metric: str,
+    key: Key,
+    ks: KeyState,
+    *,
+    confidence: float = 0.95,
+    norm_sub: bool = False,
+    definition: MetricDefinition | None = None,
+) -> dict[str, Any]:
     """The JSON answer of ``GET /v1/estimates/{metric}``."""
     est: Estimate = ks.acc.estimate(confidence)
     if norm_sub:
@@ -57,7 +64,6 @@ def estimate_json(metric: str, key: Key, ks: KeyState, *, confidence: float = 0.
     return out
 
 
-
 def _select(tally: Tally, metric: str, day: str | None, spec_id: str | None) -> tuple[Key, KeyState]:
     from fastapi import HTTPException
 
@@ -73,16 +79,25 @@ def _select(tally: Tally, metric: str, day: str | None, spec_id: str | None) -> 
             raise HTTPException(400, str(exc)) from None
     keys = [k for k in keys if k[2] == d and (spec_id is None or k[1] == spec_id)]
     if not keys:
-        raise HTTPException(404, f"no reports of metric {metric!r} on day {d}"
-                            + (f" under spec {spec_id}" if spec_id else ""))
+        raise HTTPException(
+            404, f"no reports of metric {metric!r} on day {d}" + (f" under spec {spec_id}" if spec_id else "")
+        )
     if len(keys) > 1:
-        raise HTTPException(409, f"metric {metric!r} has reports under several specs on day {d}: "
-                            f"{sorted(k[1] for k in keys)}; choose one with ?spec_id=")
+        raise HTTPException(
+            409,
+            f"metric {metric!r} has reports under several specs on day {d}: "
+            f"{sorted(k[1] for k in keys)}; choose one with ?spec_id=",
+        )
     return keys[0], tally.keys[keys[0]]
 
 
-def create_app(estimator: StreamingEstimator | None = None, *, state: Any = None,
-               peers: Sequence[str] = (), metrics: Mapping[str, MetricDefinition] | None = None) -> Any:
+def create_app(
+    estimator: StreamingEstimator | None = None,
+    *,
+    state: Any = None,
+    peers: Sequence[str] = (),
+    metrics: Mapping[str, MetricDefinition] | None = None,
+) -> Any:
     """The estimator's HTTP API (FastAPI).
 
     ``GET /v1/estimates/{metric}?day=&spec_id=&confidence=&norm_sub=&merged=``,
@@ -96,8 +111,11 @@ def create_app(estimator: StreamingEstimator | None = None, *, state: Any = None
     from fastapi import FastAPI, HTTPException, Query
     from fastapi.responses import PlainTextResponse
 
-    app = FastAPI(title="ldp estimator", version="1",
-                  description="Live frequency estimates with confidence intervals from the shuffled report stream.")
+    app = FastAPI(
+        title="ldp estimator",
+        version="1",
+        description="Live frequency estimates with confidence intervals from the shuffled report stream.",
+    )
     defs = dict(metrics or (estimator.metrics if estimator is not None else {}))
 
     def local_state() -> EstimatorState:
@@ -130,13 +148,22 @@ def create_app(estimator: StreamingEstimator | None = None, *, state: Any = None
     @app.get("/v1/estimates")
     def available() -> dict[str, Any]:
         t = estimator.counted() if estimator is not None else local_state().counted()
-        return {"estimates": [{"metric": k[0], "spec_id": k[1], "day": k[2], "n": ks.acc.n, "batches": ks.batches}
-                              for k, ks in sorted(t.keys.items())]}
+        return {
+            "estimates": [
+                {"metric": k[0], "spec_id": k[1], "day": k[2], "n": ks.acc.n, "batches": ks.batches}
+                for k, ks in sorted(t.keys.items())
+            ]
+        }
 
     @app.get("/v1/estimates/{metric}")
-    def estimates(metric: str, day: str | None = None, spec_id: str | None = None,
-                  confidence: float = Query(0.95, gt=0.0, lt=1.0), norm_sub: bool = False,
-                  merged: bool = False) -> dict[str, Any]:
+    def estimates(
+        metric: str,
+        day: str | None = None,
+        spec_id: str | None = None,
+        confidence: float = Query(0.95, gt=0.0, lt=1.0),
+        norm_sub: bool = False,
+        merged: bool = False,
+    ) -> dict[str, Any]:
         key, ks = _select(merged_tally(metric, merged), metric, day, spec_id)
         out = estimate_json(metric, key, ks, confidence=confidence, norm_sub=norm_sub, definition=defs.get(metric))
         out["merged_instances"] = 1 + (len(peers) if merged else 0)

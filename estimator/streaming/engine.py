@@ -91,8 +91,9 @@ class EstimatorSettings:
     partitions: int = DEFAULT_PARTITIONS
 
     def __post_init__(self) -> None:
-        check_ranges(self, {"checkpoint_seconds": (0.0, 1e9), "session_timeout": (0.001, 1e9),
-                            "partitions": (1, 10_000)})
+        check_ranges(
+            self, {"checkpoint_seconds": (0.0, 1e9), "session_timeout": (0.001, 1e9), "partitions": (1, 10_000)}
+        )
         try:
             check_topic_name(self.topic)
         except ValueError as exc:
@@ -103,7 +104,7 @@ class EstimatorSettings:
                 raise ConfigError(f"{name} must be a non-empty string, got {v!r}")
 
     @classmethod
-    def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> "EstimatorSettings":
+    def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> EstimatorSettings:
         """``overrides`` (``None``: not given) over ``$LDP_ESTIMATOR_<FIELD>`` over the defaults."""
         return settings_from_env(cls, ENV_PREFIX, environ, overrides)
 
@@ -137,25 +138,51 @@ class StreamingEstimator(StreamProcessor):
     consume; the keyword arguments, where given, override its fields.
     """
 
-    def __init__(self, transport: Transport, state_dir: str | Path, specs: Any,
-                 settings: EstimatorSettings | None = None, *, topic: str | None = None, group: str | None = None,
-                 member: str | None = None, checkpoint_seconds: float | None = None,
-                 session_timeout: float | None = None, metrics: Mapping[str, MetricDefinition] | None = None,
-                 partitions: int | None = None) -> None:
-        given = {"topic": topic, "group": group, "member": member, "checkpoint_seconds": checkpoint_seconds,
-                 "session_timeout": session_timeout, "partitions": partitions}
-        settings = dataclasses.replace(settings or EstimatorSettings(),
-                                       **{k: v for k, v in given.items() if v is not None})
+    def __init__(
+        self,
+        transport: Transport,
+        state_dir: str | Path,
+        specs: Any,
+        settings: EstimatorSettings | None = None,
+        *,
+        topic: str | None = None,
+        group: str | None = None,
+        member: str | None = None,
+        checkpoint_seconds: float | None = None,
+        session_timeout: float | None = None,
+        metrics: Mapping[str, MetricDefinition] | None = None,
+        partitions: int | None = None,
+    ) -> None:
+        given = {
+            "topic": topic,
+            "group": group,
+            "member": member,
+            "checkpoint_seconds": checkpoint_seconds,
+            "session_timeout": session_timeout,
+            "partitions": partitions,
+        }
+        settings = dataclasses.replace(
+            settings or EstimatorSettings(), **{k: v for k, v in given.items() if v is not None}
+        )
         topic, group = settings.topic, settings.group
         state_dir = Path(state_dir).expanduser().resolve()
         store = SnapshotStore(state_dir / "estimator.sqlite3")
         meta = store.meta()
         if meta and (meta.get("topic"), meta.get("group")) != (topic, group):
-            raise StateError(f"{state_dir} holds the state of topic {meta.get('topic')!r}, group "
-                             f"{meta.get('group')!r}; use another --state folder for topic {topic!r}, group {group!r}")
+            raise StateError(
+                f"{state_dir} holds the state of topic {meta.get('topic')!r}, group "
+                f"{meta.get('group')!r}; use another --state folder for topic {topic!r}, group {group!r}"
+            )
         member = settings.member or meta.get("member") or f"estimator-{uuid.uuid4().hex[:12]}"
-        super().__init__(transport, topic, group, member, session_timeout=settings.session_timeout,
-                         partitions=settings.partitions, checkpoint_seconds=settings.checkpoint_seconds)
+        super().__init__(
+            transport,
+            topic,
+            group,
+            member,
+            session_timeout=settings.session_timeout,
+            partitions=settings.partitions,
+            checkpoint_seconds=settings.checkpoint_seconds,
+        )
         self.settings = settings
         self.specs = specs
         self.topic = topic
@@ -197,8 +224,9 @@ class StreamingEstimator(StreamProcessor):
         return decode_envelope(rec.value, self.specs)
 
     def on_undecodable(self, rec: Record, exc: BaseException) -> None:
-        log.error("estimator: %s[%d]@%d cannot be decoded and is not counted: %s", rec.topic, rec.partition,
-                  rec.offset, exc)
+        log.error(
+            "estimator: %s[%d]@%d cannot be decoded and is not counted: %s", rec.topic, rec.partition, rec.offset, exc
+        )
 
     def apply(self, rec: Record, sb: ShuffledBatch | None) -> None:
         tp = TopicPartition(rec.topic, rec.partition)
@@ -259,7 +287,7 @@ class StreamingEstimator(StreamProcessor):
             self._leave()
             self.store.close()
 
-    def __enter__(self) -> "StreamingEstimator":
+    def __enter__(self) -> StreamingEstimator:
         return self
 
     # -- queries -----------------------------------------------------------------------------
@@ -269,8 +297,14 @@ class StreamingEstimator(StreamProcessor):
         with self.lock:
             tails = [dataclasses.replace(t, tally=t.tally.copy()) for t in self.uncertain]
             tails += [dataclasses.replace(t, tally=t.tally.copy()) for t in self.open.values()]
-            return EstimatorState(self.certain.copy(), {tp: [list(r) for r in rs] for tp, rs in self.segments.items()},
-                                  tails, self.topic, self.group, self.member)
+            return EstimatorState(
+                self.certain.copy(),
+                {tp: [list(r) for r in rs] for tp, rs in self.segments.items()},
+                tails,
+                self.topic,
+                self.group,
+                self.member,
+            )
 
     def counted(self, metric: str | None = None) -> Tally:
         """Everything counted so far (certain, uncertain and open tails), for one metric or all."""

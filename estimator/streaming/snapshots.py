@@ -54,30 +54,44 @@ class SnapshotStore:
             certain.keys[(metric, spec_id, int(day))] = KeyState.from_bytes(blob)
         segments: dict[TopicPartition, list[list[float]]] = {}
         for topic, part, base, end, started in self._conn.execute(
-                "SELECT topic, partition, base, end, started_at FROM segments ORDER BY topic, partition, base"):
+            "SELECT topic, partition, base, end, started_at FROM segments ORDER BY topic, partition, base"
+        ):
             segments.setdefault(TopicPartition(topic, int(part)), []).append([int(base), int(end), float(started)])
         tails = []
         for topic, part, base, end, started, status, blob in self._conn.execute(
-                "SELECT topic, partition, base, end, started_at, status, blob FROM tails"):
+            "SELECT topic, partition, base, end, started_at, status, blob FROM tails"
+        ):
             tally = Tally.from_bytes(blob) if blob else Tally()
             tails.append(Tail(TopicPartition(topic, int(part)), int(base), int(end), float(started), tally, status))
         return certain, segments, tails
 
-    def write(self, certain: Tally, dirty: Iterable[Key], segments: Mapping[TopicPartition, list[list[float]]],
-              tails: Iterable[Tail]) -> None:
+    def write(
+        self,
+        certain: Tally,
+        dirty: Iterable[Key],
+        segments: Mapping[TopicPartition, list[list[float]]],
+        tails: Iterable[Tail],
+    ) -> None:
         c = self._conn
         with immediate_transaction(c):
             for key in dirty:
-                c.execute("INSERT OR REPLACE INTO certain(metric, spec_id, day, blob) VALUES (?,?,?,?)",
-                          (key[0], key[1], key[2], certain.keys[key].to_bytes()))
+                c.execute(
+                    "INSERT OR REPLACE INTO certain(metric, spec_id, day, blob) VALUES (?,?,?,?)",
+                    (key[0], key[1], key[2], certain.keys[key].to_bytes()),
+                )
             c.execute("DELETE FROM segments")
-            c.executemany("INSERT INTO segments VALUES (?,?,?,?,?)",
-                          [(tp.topic, tp.partition, int(b), int(e), float(s))
-                           for tp, rs in segments.items() for b, e, s in rs])
+            c.executemany(
+                "INSERT INTO segments VALUES (?,?,?,?,?)",
+                [(tp.topic, tp.partition, int(b), int(e), float(s)) for tp, rs in segments.items() for b, e, s in rs],
+            )
             c.execute("DELETE FROM tails")
-            c.executemany("INSERT INTO tails VALUES (?,?,?,?,?,?,?)",
-                          [(t.tp.topic, t.tp.partition, t.base, t.end, t.started_at, t.status,
-                            t.tally.to_bytes()) for t in tails])
+            c.executemany(
+                "INSERT INTO tails VALUES (?,?,?,?,?,?,?)",
+                [
+                    (t.tp.topic, t.tp.partition, t.base, t.end, t.started_at, t.status, t.tally.to_bytes())
+                    for t in tails
+                ],
+            )
 
     def close(self) -> None:
         self._conn.close()

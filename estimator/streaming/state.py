@@ -80,7 +80,7 @@ class KeyState:
     bound: str | None = None
 
     @classmethod
-    def empty(cls, spec: MechanismSpec) -> "KeyState":
+    def empty(cls, spec: MechanismSpec) -> KeyState:
         return cls(accumulator_for(spec))
 
     @property
@@ -101,19 +101,26 @@ class KeyState:
         if cd is not None:
             self.central_delta = cd if self.central_delta is None else max(self.central_delta, cd)
 
-    def merge(self, other: "KeyState") -> "KeyState":
+    def merge(self, other: KeyState) -> KeyState:
         self.acc.merge(other.acc)
         self.batches += other.batches
         self._meta(other.epsilon0, other.central_epsilon, other.central_delta, other.bound)
         return self
 
-    def copy(self) -> "KeyState":
+    def copy(self) -> KeyState:
         acc = type(self.acc).from_state(self.spec, self.acc.state())
         return KeyState(acc, self.batches, self.epsilon0, self.central_epsilon, self.central_delta, self.bound)
 
     def header(self) -> dict[str, Any]:
-        return {"spec": self.spec.to_dict(), "n": self.acc.n, "batches": self.batches, "epsilon0": self.epsilon0,
-                "central_epsilon": self.central_epsilon, "central_delta": self.central_delta, "bound": self.bound}
+        return {
+            "spec": self.spec.to_dict(),
+            "n": self.acc.n,
+            "batches": self.batches,
+            "epsilon0": self.epsilon0,
+            "central_epsilon": self.central_epsilon,
+            "central_delta": self.central_delta,
+            "bound": self.bound,
+        }
 
     def to_bytes(self) -> bytes:
         head = json.dumps(self.header(), sort_keys=True).encode()
@@ -122,19 +129,26 @@ class KeyState:
         return len(head).to_bytes(4, "little") + head + buf.getvalue()
 
     @classmethod
-    def from_parts(cls, head: Mapping[str, Any], sums: Mapping[str, Any]) -> "KeyState":
+    def from_parts(cls, head: Mapping[str, Any], sums: Mapping[str, Any]) -> KeyState:
         spec = spec_from_dict(dict(head["spec"]))
         acc = accumulator_for(spec)
-        acc = type(acc).from_state(spec, {"spec": spec.to_dict(), "n": int(head["n"]),
-                                          "sums": {k: np.asarray(v) for k, v in sums.items()}})
-        return cls(acc, int(head["batches"]), head.get("epsilon0"), head.get("central_epsilon"),
-                   head.get("central_delta"), head.get("bound"))
+        acc = type(acc).from_state(
+            spec, {"spec": spec.to_dict(), "n": int(head["n"]), "sums": {k: np.asarray(v) for k, v in sums.items()}}
+        )
+        return cls(
+            acc,
+            int(head["batches"]),
+            head.get("epsilon0"),
+            head.get("central_epsilon"),
+            head.get("central_delta"),
+            head.get("bound"),
+        )
 
     @classmethod
-    def from_bytes(cls, data: bytes) -> "KeyState":
+    def from_bytes(cls, data: bytes) -> KeyState:
         hl = int.from_bytes(data[:4], "little")
-        head = json.loads(data[4: 4 + hl])
-        with np.load(io.BytesIO(data[4 + hl:]), allow_pickle=False) as z:
+        head = json.loads(data[4 : 4 + hl])
+        with np.load(io.BytesIO(data[4 + hl :]), allow_pickle=False) as z:
             sums = {k: z[k] for k in z.files}
         return cls.from_parts(head, sums)
 
@@ -142,7 +156,7 @@ class KeyState:
         return {**self.header(), "sums": {k: v.tolist() for k, v in self.acc.sums.items()}}
 
     @classmethod
-    def from_json_obj(cls, obj: Mapping[str, Any]) -> "KeyState":
+    def from_json_obj(cls, obj: Mapping[str, Any]) -> KeyState:
         return cls.from_parts(obj, obj["sums"])
 
 
@@ -167,12 +181,12 @@ class Tally:
         else:
             mine.merge(ks)
 
-    def merge(self, other: "Tally") -> "Tally":
+    def merge(self, other: Tally) -> Tally:
         for key, ks in other.keys.items():
             self.merge_key(key, ks)
         return self
 
-    def copy(self) -> "Tally":
+    def copy(self) -> Tally:
         return Tally().merge(self)
 
     @property
@@ -180,7 +194,9 @@ class Tally:
         return sum(ks.acc.n for ks in self.keys.values())
 
     def to_json_obj(self) -> list[dict[str, Any]]:
-        return [{"metric": k[0], "spec_id": k[1], "day": k[2], **ks.to_json_obj()} for k, ks in sorted(self.keys.items())]
+        return [
+            {"metric": k[0], "spec_id": k[1], "day": k[2], **ks.to_json_obj()} for k, ks in sorted(self.keys.items())
+        ]
 
     def to_bytes(self) -> bytes:
         """Binary form for snapshots: a JSON index, then each key's :meth:`KeyState.to_bytes`."""
@@ -189,22 +205,24 @@ class Tally:
         return len(index).to_bytes(4, "little") + index + b"".join(b for _, b in blobs)
 
     @classmethod
-    def from_bytes(cls, data: bytes) -> "Tally":
+    def from_bytes(cls, data: bytes) -> Tally:
         n = int.from_bytes(data[:4], "little")
         pos = 4 + n
         t = cls()
         for metric, spec_id, day, size in json.loads(data[4:pos]):
-            t.keys[(metric, spec_id, int(day))] = KeyState.from_bytes(data[pos:pos + size])
+            t.keys[(metric, spec_id, int(day))] = KeyState.from_bytes(data[pos : pos + size])
             pos += size
         return t
 
     @classmethod
-    def from_json_obj(cls, items: Iterable[Mapping[str, Any]]) -> "Tally":
+    def from_json_obj(cls, items: Iterable[Mapping[str, Any]]) -> Tally:
         t = cls()
         for it in items:
             ks = KeyState.from_json_obj(it)
             if not ks.spec.has_id(it["spec_id"]):  # snapshots from before the RFC 8785 ids hold the legacy one
-                raise StateError(f"state entry for {it['metric']} says spec {it['spec_id']} but holds {ks.spec.spec_id}")
+                raise StateError(
+                    f"state entry for {it['metric']} says spec {it['spec_id']} but holds {ks.spec.spec_id}"
+                )
             t.keys[(str(it["metric"]), str(it["spec_id"]), int(it["day"]))] = ks
         return t
 
@@ -221,13 +239,26 @@ class Tail:
     status: str = "open"  # open (in memory) | pending (on disk, commit unknown) | uncertain (resolved as counted)
 
     def to_json_obj(self) -> dict[str, Any]:
-        return {"topic": self.tp.topic, "partition": self.tp.partition, "base": self.base, "end": self.end,
-                "started_at": self.started_at, "status": self.status, "tally": self.tally.to_json_obj()}
+        return {
+            "topic": self.tp.topic,
+            "partition": self.tp.partition,
+            "base": self.base,
+            "end": self.end,
+            "started_at": self.started_at,
+            "status": self.status,
+            "tally": self.tally.to_json_obj(),
+        }
 
     @classmethod
-    def from_json_obj(cls, o: Mapping[str, Any]) -> "Tail":
-        return cls(TopicPartition(o["topic"], int(o["partition"])), int(o["base"]), int(o["end"]),
-                   float(o["started_at"]), Tally.from_json_obj(o["tally"]), str(o["status"]))
+    def from_json_obj(cls, o: Mapping[str, Any]) -> Tail:
+        return cls(
+            TopicPartition(o["topic"], int(o["partition"])),
+            int(o["base"]),
+            int(o["end"]),
+            float(o["started_at"]),
+            Tally.from_json_obj(o["tally"]),
+            str(o["status"]),
+        )
 
 
 @dataclasses.dataclass
@@ -250,24 +281,35 @@ class EstimatorState:
 
     def to_json_obj(self) -> dict[str, Any]:
         return {
-            "format": "ldp-estimator-state/1", "topic": self.topic, "group": self.group, "member": self.member,
+            "format": "ldp-estimator-state/1",
+            "topic": self.topic,
+            "group": self.group,
+            "member": self.member,
             "certain": self.certain.to_json_obj(),
-            "segments": [{"topic": tp.topic, "partition": tp.partition, "ranges": rs}
-                         for tp, rs in sorted(self.segments.items())],
+            "segments": [
+                {"topic": tp.topic, "partition": tp.partition, "ranges": rs} for tp, rs in sorted(self.segments.items())
+            ],
             "tails": [t.to_json_obj() for t in self.tails],
         }
 
     @classmethod
-    def from_json_obj(cls, o: Mapping[str, Any]) -> "EstimatorState":
+    def from_json_obj(cls, o: Mapping[str, Any]) -> EstimatorState:
         if o.get("format") != "ldp-estimator-state/1":
             raise StateError(f"not an estimator state (format {o.get('format')!r})")
         segs = {TopicPartition(s["topic"], int(s["partition"])): [list(r) for r in s["ranges"]] for s in o["segments"]}
-        return cls(Tally.from_json_obj(o["certain"]), segs, [Tail.from_json_obj(t) for t in o["tails"]],
-                   o.get("topic", SHUFFLED_TOPIC), o.get("group", DEFAULT_GROUP), o.get("member", ""))
+        return cls(
+            Tally.from_json_obj(o["certain"]),
+            segs,
+            [Tail.from_json_obj(t) for t in o["tails"]],
+            o.get("topic", SHUFFLED_TOPIC),
+            o.get("group", DEFAULT_GROUP),
+            o.get("member", ""),
+        )
 
 
-def _add_range(segments: dict[TopicPartition, list[list[float]]], tp: TopicPartition, base: int, end: int,
-               started_at: float) -> None:
+def _add_range(
+    segments: dict[TopicPartition, list[list[float]]], tp: TopicPartition, base: int, end: int, started_at: float
+) -> None:
     rs = segments.setdefault(tp, [])
     if rs and int(rs[-1][1]) == base:
         rs[-1][1] = end
@@ -301,14 +343,16 @@ def merge_states(states: Sequence[EstimatorState]) -> Tally:
         rs.sort()
         for (b1, e1, i1), (b2, e2, i2) in zip(rs, rs[1:]):
             if b2 < e1:
-                raise StateError(f"{tp.topic}[{tp.partition}]: instances {i1} and {i2} both counted offsets "
-                                 f"{b2}..{min(e1, e2) - 1}; these states do not come from one consumer group run")
+                raise StateError(
+                    f"{tp.topic}[{tp.partition}]: instances {i1} and {i2} both counted offsets "
+                    f"{b2}..{min(e1, e2) - 1}; these states do not come from one consumer group run"
+                )
     for i, s in enumerate(states):
         for j, t in enumerate(s.tails):
-            void = any(t.base <= b < t.end and started > t.started_at and (si, sj) != (i, j)
-                       for b, started, si, sj in starts.get(t.tp, []))
+            void = any(
+                t.base <= b < t.end and started > t.started_at and (si, sj) != (i, j)
+                for b, started, si, sj in starts.get(t.tp, [])
+            )
             if not void:
                 total.merge(t.tally)
     return total
-
-

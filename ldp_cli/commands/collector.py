@@ -20,8 +20,12 @@ __all__ = ["register"]
 
 #: flags that are :class:`collector.settings.CollectorSettings` fields of the same ``dest``
 _FLAGS: list[tuple[str, str, type, str]] = [
-    ("--dedup", "dedup_path", str, "SQLite file of recently accepted batch ids (keyed id digests, content "
-     "digests, UTC days only)"),
+    (
+        "--dedup",
+        "dedup_path",
+        str,
+        "SQLite file of recently accepted batch ids (keyed id digests, content digests, UTC days only)",
+    ),
     ("--raw-topic", "raw_topic", str, "topic accepted batches go to (default ldp.reports.raw)"),
     ("--raw-partitions", "raw_partitions", int, "partitions of the raw topic when the collector creates it"),
     ("--max-body-bytes", "max_body_bytes", int, "largest accepted request body in bytes (413 above; default 4194304)"),
@@ -30,23 +34,44 @@ _FLAGS: list[tuple[str, str, type, str]] = [
     ("--retry-after", "retry_after", int, "seconds clients are asked to wait on 503"),
     ("--max-days-ahead", "max_days_ahead", int, "how many UTC days ahead of the collector a batch's day may be"),
     ("--max-day-age", "max_day_age", int, "how many UTC days old a batch's day may be"),
-    ("--dedup-ttl", "dedup_ttl", float, "seconds a batch id is remembered, rounded up to whole UTC days (default 259200)"),
+    (
+        "--dedup-ttl",
+        "dedup_ttl",
+        float,
+        "seconds a batch id is remembered, rounded up to whole UTC days (default 259200)",
+    ),
     ("--fl-rounds-topic", "fl_rounds_topic", str, "with --fl: topic the aggregation jobs publish rounds to"),
     ("--fl-updates-topic", "fl_updates_topic", str, "with --fl: topic device FL uploads go to"),
 ]
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("collector", help="run the HTTP collector that accepts report batches",
-                       description=__doc__.splitlines()[0] if __doc__ else None)
-    add_transport(p, dest="transport_url", help="sqlite:///path/log.sqlite3 or kafka://host:port (default "
-                  "$LDP_TRANSPORT, else the embedded log ldp-data/transport.sqlite3)")
-    add_metrics(p, "the metrics file (JSON) served to SDKs and used to check uploads (default $LDP_METRICS)",
-                dest="metrics_path")
+    p = sub.add_parser(
+        "collector",
+        help="run the HTTP collector that accepts report batches",
+        description=__doc__.splitlines()[0] if __doc__ else None,
+    )
+    add_transport(
+        p,
+        dest="transport_url",
+        help="sqlite:///path/log.sqlite3 or kafka://host:port (default "
+        "$LDP_TRANSPORT, else the embedded log ldp-data/transport.sqlite3)",
+    )
+    add_metrics(
+        p,
+        "the metrics file (JSON) served to SDKs and used to check uploads (default $LDP_METRICS)",
+        dest="metrics_path",
+    )
     for flag, dest, typ, text in _FLAGS:
         p.add_argument(flag, dest=dest, type=typ, default=None, help=text)
-    p.add_argument("--fl", dest="fl_enabled", action="store_const", const=True, default=None,
-                   help="serve the federated-learning routes /v1/fl/... (default $LDP_COLLECTOR_FL_ENABLED, else off)")
+    p.add_argument(
+        "--fl",
+        dest="fl_enabled",
+        action="store_const",
+        const=True,
+        default=None,
+        help="serve the federated-learning routes /v1/fl/... (default $LDP_COLLECTOR_FL_ENABLED, else off)",
+    )
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=8080, help="port (default 8080; 0 picks a free one)")
     p.add_argument("--workers", type=int, default=1, help="uvicorn worker processes (default 1)")
@@ -68,8 +93,15 @@ def run(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         print(f"ldp collector: error: {exc}", file=sys.stderr)
         return 2
-    common = dict(host=args.host, port=args.port, access_log=False, server_header=False,
-                  log_level=args.log_level, proxy_headers=False, lifespan="on")
+    common = dict(
+        host=args.host,
+        port=args.port,
+        access_log=False,
+        server_header=False,
+        log_level=args.log_level,
+        proxy_headers=False,
+        lifespan="on",
+    )
     if args.workers > 1:
         os.environ["LDP_COLLECTOR_SETTINGS"] = settings.to_json()
         uvicorn.run("collector.app:app_from_env", factory=True, workers=args.workers, **common)

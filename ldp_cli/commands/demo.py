@@ -39,18 +39,33 @@ DEFAULT_METRICS = Path(__file__).resolve().parents[2] / "metrics" / "example.jso
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("demo", help="run the whole pipeline on simulated devices and compare the estimates with the "
-                       "truth (--offline: every oracle in memory)",
-                       description=__doc__.splitlines()[0] if __doc__ else None)
+    p = sub.add_parser(
+        "demo",
+        help="run the whole pipeline on simulated devices and compare the estimates with the "
+        "truth (--offline: every oracle in memory)",
+        description=__doc__.splitlines()[0] if __doc__ else None,
+    )
     p.add_argument("--devices", type=int, default=20_000, help="simulated devices (default 20,000)")
-    p.add_argument("--sdk-devices", type=int, default=4,
-                   help="of which this many run the real TelemetryClient end to end (default 4)")
+    p.add_argument(
+        "--sdk-devices",
+        type=int,
+        default=4,
+        help="of which this many run the real TelemetryClient end to end (default 4)",
+    )
     p.add_argument("--metrics", type=Path, default=DEFAULT_METRICS, help="metrics file (default metrics/example.json)")
-    p.add_argument("--kafka", default=None, metavar="HOST:PORT", help="run on this Kafka broker instead of the "
-                   "embedded log (topics and groups get a per-run suffix)")
+    p.add_argument(
+        "--kafka",
+        default=None,
+        metavar="HOST:PORT",
+        help="run on this Kafka broker instead of the embedded log (topics and groups get a per-run suffix)",
+    )
     p.add_argument("--min-batch", type=int, default=1000, help="the shuffler's crowd threshold (default 1000)")
-    p.add_argument("--frame-reports", type=int, default=1000,
-                   help="reports per uploaded frame (default 1000; below --min-batch some may stay in the shuffler)")
+    p.add_argument(
+        "--frame-reports",
+        type=int,
+        default=1000,
+        help="reports per uploaded frame (default 1000; below --min-batch some may stay in the shuffler)",
+    )
     p.add_argument("--clients", type=int, default=4, help="concurrent HTTP upload clients (default 4)")
     p.add_argument("--top", type=int, default=8, help="rows printed per metric (default 8)")
     p.add_argument("--workdir", type=Path, default=None, help="keep the run's log, state and dataset here")
@@ -78,8 +93,8 @@ def run_pipeline(args: argparse.Namespace) -> int:
     import logging
 
     from client_sdk.metrics import load_metrics, utc_day
-    from pipeline.catalog import SpecCatalog
     from estimator.batch import estimate_dataset
+    from pipeline.catalog import SpecCatalog
     from simulator.pipeline import LocalPipeline, demo_labels, fleet_batches, sdk_devices, upload
 
     if args.devices < 1 or args.sdk_devices < 0 or args.frame_reports < 1 or args.min_batch < 1:
@@ -99,44 +114,78 @@ def run_pipeline(args: argparse.Namespace) -> int:
     url = f"kafka://{args.kafka}" if args.kafka else None
     t_start = time.monotonic()
     rng = np.random.default_rng(args.seed)
-    print(f"ldp demo: {args.devices:,} devices x {len(names)} metrics on "
-          f"{'Kafka at ' + args.kafka if args.kafka else 'the embedded log'} (seed {args.seed}); work folder {workdir}",
-          flush=True)
+    print(
+        f"ldp demo: {args.devices:,} devices x {len(names)} metrics on "
+        f"{'Kafka at ' + args.kafka if args.kafka else 'the embedded log'} (seed {args.seed}); work folder {workdir}",
+        flush=True,
+    )
     with LocalPipeline(workdir, args.metrics, transport_url=url, min_batch=args.min_batch) as pipe:
-        print(f"  collector {pipe.collector_url}   estimator {pipe.estimator_url}   "
-              f"shuffler crowd >= {args.min_batch}   Parquet sink {pipe.dataset}", flush=True)
+        print(
+            f"  collector {pipe.collector_url}   estimator {pipe.estimator_url}   "
+            f"shuffler crowd >= {args.min_batch}   Parquet sink {pipe.dataset}",
+            flush=True,
+        )
         truth = {n: np.zeros(metrics[n].spec.domain_size, dtype=np.int64) for n in names}
         n_sdk = min(args.sdk_devices, args.devices)
         if n_sdk:
             t0 = time.monotonic()
-            for name, counts in sdk_devices(pipe.collector_url, args.metrics, names, n_sdk, rng,
-                                            workdir=workdir / "sdk-devices", distribution=args.distribution).items():
+            for name, counts in sdk_devices(
+                pipe.collector_url,
+                args.metrics,
+                names,
+                n_sdk,
+                rng,
+                workdir=workdir / "sdk-devices",
+                distribution=args.distribution,
+            ).items():
                 truth[name] += counts
-            print(f"  {n_sdk} SDK devices: record -> ledger -> outbox -> uploader in {time.monotonic() - t0:.1f} s",
-                  flush=True)
-        fleet = fleet_batches(metrics, names, args.devices - n_sdk, day, rng, frame_reports=args.frame_reports,
-                              distribution=args.distribution)
+            print(
+                f"  {n_sdk} SDK devices: record -> ledger -> outbox -> uploader in {time.monotonic() - t0:.1f} s",
+                flush=True,
+            )
+        fleet = fleet_batches(
+            metrics,
+            names,
+            args.devices - n_sdk,
+            day,
+            rng,
+            frame_reports=args.frame_reports,
+            distribution=args.distribution,
+        )
         for name, counts in fleet.truth.items():
             truth[name] += counts
         stats = upload(pipe.collector_url, fleet.batches, clients=args.clients)
-        print(f"  {args.devices - n_sdk:,} devices uploaded {stats.reports:,} reports in {stats.batches} frames "
-              f"in {stats.seconds:.1f} s ({stats.rate:,.0f} reports/s, {stats.retries} retries)", flush=True)
+        print(
+            f"  {args.devices - n_sdk:,} devices uploaded {stats.reports:,} reports in {stats.batches} frames "
+            f"in {stats.seconds:.1f} s ({stats.rate:,.0f} reports/s, {stats.retries} retries)",
+            flush=True,
+        )
         expected = {n: int(truth[n].sum()) for n in names}
         waited, held = pipe.wait_settled(sum(expected.values()), timeout=120)
-        print(f"  the streaming estimator counted every released report {waited:.1f} s after the last upload"
-              + (f"; {held:,} reports wait in the shuffler for a crowd of {args.min_batch}" if held else ""),
-              flush=True)
+        print(
+            f"  the streaming estimator counted every released report {waited:.1f} s after the last upload"
+            + (f"; {held:,} reports wait in the shuffler for a crowd of {args.min_batch}" if held else ""),
+            flush=True,
+        )
         pipe.wait_sink(sum(expected.values()) - held, timeout=120)
         import httpx
 
-        live = {n: httpx.get(f"{pipe.estimator_url}/v1/estimates/{n}", params={"day": day}, timeout=60).json()
-                for n in names}
+        live = {
+            n: httpx.get(f"{pipe.estimator_url}/v1/estimates/{n}", params={"day": day}, timeout=60).json()
+            for n in names
+        }
         counted = pipe.counted()
         shuffler_stats = pipe.shuffler.stats.to_dict()
     catalog = SpecCatalog([metrics])
     words = {n: demo_labels(metrics, n) for n in names}
-    summary: dict[str, Any] = {"devices": args.devices, "day": day, "transport": "kafka" if args.kafka else "embedded",
-                               "metrics": {}, "shuffler": shuffler_stats, "held_by_shuffler": held}
+    summary: dict[str, Any] = {
+        "devices": args.devices,
+        "day": day,
+        "transport": "kafka" if args.kafka else "embedded",
+        "metrics": {},
+        "shuffler": shuffler_stats,
+        "held_by_shuffler": held,
+    }
     batch_equal = True
     print()
     for name in names:
@@ -145,35 +194,58 @@ def run_pipeline(args: argparse.Namespace) -> int:
         counts, lo, hi = (np.array(est[k], dtype=np.float64) for k in ("counts", "ci_low", "ci_high"))
         t = truth[name]
         res = estimate_dataset(pipe.dataset, name, [day], progress=False, definition=catalog.metrics.get(name))
-        same = bool(np.array_equal(res.table["estimate"].to_numpy(), counts)
-                    and np.array_equal(res.table["ci_low"].to_numpy(), lo)
-                    and np.array_equal(res.table["ci_high"].to_numpy(), hi))
+        same = bool(
+            np.array_equal(res.table["estimate"].to_numpy(), counts)
+            and np.array_equal(res.table["ci_low"].to_numpy(), lo)
+            and np.array_equal(res.table["ci_high"].to_numpy(), hi)
+        )
         batch_equal &= same
         cover = float(np.mean((lo <= t) & (t <= hi)))
         rmse = float(np.sqrt(np.mean((counts - t) ** 2)))
         ce = est.get("central_epsilon")
         r = m.max_reports_per_day
-        central = (f"central ε={ce:.3g} per person (δ={est['central_delta']:g}; locally {r}×ε={r * m.spec.epsilon:g})"
-                   if ce is not None else "central ε n/a")
-        print(f"{name}: {m.spec.name} ε={m.spec.epsilon:g}, d={m.spec.domain_size}, n={est['n']:,} in "
-              f"{est['batches']} shuffled batches; {central}; RMSE {rmse:,.1f}, 95% CI coverage {cover:.0%}")
+        central = (
+            f"central ε={ce:.3g} per person (δ={est['central_delta']:g}; locally {r}×ε={r * m.spec.epsilon:g})"
+            if ce is not None
+            else "central ε n/a"
+        )
+        print(
+            f"{name}: {m.spec.name} ε={m.spec.epsilon:g}, d={m.spec.domain_size}, n={est['n']:,} in "
+            f"{est['batches']} shuffled batches; {central}; RMSE {rmse:,.1f}, 95% CI coverage {cover:.0%}"
+        )
         print(f"  {'item':>18} {'truth':>8} {'estimate':>9} {'95% CI':>20}")
         for i in np.argsort(-t, kind="stable")[: args.top]:
-            print(f"  {_label(metrics, name, int(i), words):>18} {int(t[i]):>8,} {counts[i]:>9,.0f} "
-                  f"{'[' + format(lo[i], ',.0f') + ', ' + format(hi[i], ',.0f') + ']':>20}")
-        summary["metrics"][name] = {"mechanism": m.spec.name, "epsilon": m.spec.epsilon, "n": est["n"],
-                                    "reports_per_day": r, "person_epsilon": r * m.spec.epsilon,
-                                    "uploaded": expected[name], "counted": counted.get(name, 0),
-                                    "central_epsilon": ce, "central_delta": est.get("central_delta"),
-                                    "rmse": rmse, "ci_coverage": cover, "batch_equals_streaming": same,
-                                    "truth": t.tolist(), "estimate": est["counts"], "ci_low": est["ci_low"],
-                                    "ci_high": est["ci_high"]}
-    once = sum(counted.values()) + held == sum(expected.values()) and all(counted.get(n, 0) <= expected[n]
-                                                                          for n in names)
+            print(
+                f"  {_label(metrics, name, int(i), words):>18} {int(t[i]):>8,} {counts[i]:>9,.0f} "
+                f"{'[' + format(lo[i], ',.0f') + ', ' + format(hi[i], ',.0f') + ']':>20}"
+            )
+        summary["metrics"][name] = {
+            "mechanism": m.spec.name,
+            "epsilon": m.spec.epsilon,
+            "n": est["n"],
+            "reports_per_day": r,
+            "person_epsilon": r * m.spec.epsilon,
+            "uploaded": expected[name],
+            "counted": counted.get(name, 0),
+            "central_epsilon": ce,
+            "central_delta": est.get("central_delta"),
+            "rmse": rmse,
+            "ci_coverage": cover,
+            "batch_equals_streaming": same,
+            "truth": t.tolist(),
+            "estimate": est["counts"],
+            "ci_low": est["ci_low"],
+            "ci_high": est["ci_high"],
+        }
+    once = sum(counted.values()) + held == sum(expected.values()) and all(
+        counted.get(n, 0) <= expected[n] for n in names
+    )
     print()
-    print(f"every uploaded report counted exactly once: {'yes' if once else 'NO'} "
-          f"({sum(counted.values()):,} counted + {held:,} below the crowd threshold = "
-          f"{sum(expected.values()):,} uploaded)")
+    print(
+        f"every uploaded report counted exactly once: {'yes' if once else 'NO'} "
+        f"({sum(counted.values()):,} counted + {held:,} below the crowd threshold = "
+        f"{sum(expected.values()):,} uploaded)"
+    )
     print(f"streaming estimates equal the batch job over the Parquet dataset: {'yes' if batch_equal else 'NO'}")
     args.out.mkdir(parents=True, exist_ok=True)
     summary["seconds"] = time.monotonic() - t_start
@@ -185,8 +257,14 @@ def run_pipeline(args: argparse.Namespace) -> int:
     return 0 if once and batch_equal else 1
 
 
-def _plot_pipeline(metrics: Any, live: dict[str, Any], truth: dict[str, np.ndarray], words: dict[str, dict[int, str]],
-                   path: Path, top: int = 20) -> None:
+def _plot_pipeline(
+    metrics: Any,
+    live: dict[str, Any],
+    truth: dict[str, np.ndarray],
+    words: dict[str, dict[int, str]],
+    path: Path,
+    top: int = 20,
+) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -202,14 +280,22 @@ def _plot_pipeline(metrics: Any, live: dict[str, Any], truth: dict[str, np.ndarr
         order = np.argsort(-t, kind="stable")[:top]
         x = np.arange(order.size)
         ax.bar(x, t[order], color="#cfd8e3", label="truth")
-        ax.errorbar(x, counts[order], yerr=np.vstack([counts[order] - lo[order], hi[order] - counts[order]]),
-                    fmt="o", ms=3, color="#b03a2e", capsize=2, label="estimate, 95% CI")
+        ax.errorbar(
+            x,
+            counts[order],
+            yerr=np.vstack([counts[order] - lo[order], hi[order] - counts[order]]),
+            fmt="o",
+            ms=3,
+            color="#b03a2e",
+            capsize=2,
+            label="estimate, 95% CI",
+        )
         ax.set_xticks(x, [_label(metrics, name, int(i), words) for i in order], rotation=60, ha="right", fontsize=7)
         ce = est.get("central_epsilon")
         extra = f", central ε={ce:.2g}" if ce is not None else ""
         ax.set_title(f"{name}: {m.spec.name} ε={m.spec.epsilon:g}{extra}, n={est['n']:,}", fontsize=10)
         ax.axhline(0, color="#888", lw=0.5)
-    for ax in axes.flat[len(names):]:
+    for ax in axes.flat[len(names) :]:
         ax.axis("off")
     axes[0][0].set_ylabel("count")
     axes[0][0].legend(fontsize=8)
@@ -237,11 +323,15 @@ def _plot_offline(results: list[SimulationResult], path: Path, top: int = 25) ->
         est = res.estimate
         ax.bar(x, res.true_counts[order] / res.users, color="#cfd8e3", label="truth")
         err = np.vstack([est.counts[order] - est.ci_low[order], est.ci_high[order] - est.counts[order]]) / res.users
-        ax.errorbar(x, est.counts[order] / res.users, yerr=err, fmt="o", ms=3, color="#b03a2e", label="estimate, 95% CI")
-        ax.set_title(f"{res.spec.name}  (ε={res.spec.epsilon:g}, d={res.spec.domain_size}, n={res.users:,})", fontsize=10)
+        ax.errorbar(
+            x, est.counts[order] / res.users, yerr=err, fmt="o", ms=3, color="#b03a2e", label="estimate, 95% CI"
+        )
+        ax.set_title(
+            f"{res.spec.name}  (ε={res.spec.epsilon:g}, d={res.spec.domain_size}, n={res.users:,})", fontsize=10
+        )
         ax.set_xticks(x[::5])
         ax.set_xlabel("item (rank by true frequency)")
-    for ax in axes.flat[len(results):]:
+    for ax in axes.flat[len(results) :]:
         ax.axis("off")
     axes[0][0].set_ylabel("frequency")
     axes[0][0].legend(fontsize=8)
@@ -268,8 +358,12 @@ def run_offline(args: argparse.Namespace) -> int:
             bar.set_description(name)
             results.append(simulate(spec, args.users, dist, rng, seed=args.seed, progress=bar.update))
 
-    print(f"ldp demo: {args.users:,} simulated users, {args.distribution}, ε={args.epsilon:g}, d={args.domain}, seed {args.seed}")
-    print(f"{'mechanism':>9} {'MSE/n':>10} {'theory/n':>10} {'ratio':>6} {'CI cover':>8} {'enc Mrep/s':>10} {'agg Mrep/s':>10}")
+    print(
+        f"ldp demo: {args.users:,} simulated users, {args.distribution}, ε={args.epsilon:g}, d={args.domain}, seed {args.seed}"
+    )
+    print(
+        f"{'mechanism':>9} {'MSE/n':>10} {'theory/n':>10} {'ratio':>6} {'CI cover':>8} {'enc Mrep/s':>10} {'agg Mrep/s':>10}"
+    )
     summary = []
     for res in results:
         err = res.estimate.counts - res.true_counts
@@ -277,7 +371,9 @@ def run_offline(args: argparse.Namespace) -> int:
         cover = float(np.mean((res.estimate.ci_low <= res.true_counts) & (res.true_counts <= res.estimate.ci_high)))
         enc = res.users / max(res.seconds["encode"], 1e-9) / 1e6
         agg = res.users / max(res.seconds["aggregate"] + res.seconds["estimate"], 1e-9) / 1e6
-        print(f"{res.spec.name:>9} {mse / res.users:>10.4f} {theory / res.users:>10.4f} {mse / theory:>6.2f} {cover:>8.3f} {enc:>10.2f} {agg:>10.2f}")
+        print(
+            f"{res.spec.name:>9} {mse / res.users:>10.4f} {theory / res.users:>10.4f} {mse / theory:>6.2f} {cover:>8.3f} {enc:>10.2f} {agg:>10.2f}"
+        )
         summary.append({**res.to_json_obj(), "mse": mse, "theory_mse": theory, "ci_coverage": cover})
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "demo.json").write_text(json.dumps(summary))

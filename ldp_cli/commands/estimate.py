@@ -24,8 +24,11 @@ __all__ = ["register"]
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("estimate", help="batch job: estimate a metric's frequencies over days of the Parquet dataset",
-                       description=__doc__.splitlines()[0] if __doc__ else None)
+    p = sub.add_parser(
+        "estimate",
+        help="batch job: estimate a metric's frequencies over days of the Parquet dataset",
+        description=__doc__.splitlines()[0] if __doc__ else None,
+    )
     p.add_argument("--dataset", required=True, help="root folder of the Parquet dataset (ldp sink --dataset)")
     p.add_argument("--metric", required=True, help="metric name")
     p.add_argument("--days", default=None, help="A..B inclusive (day numbers or ISO dates), or one day")
@@ -44,8 +47,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from pipeline.catalog import SpecCatalog
     from estimator.batch import BatchError, estimate_dataset, parse_day_range, plot_estimates, write_table
+    from pipeline.catalog import SpecCatalog
 
     if not 0.0 < args.confidence < 1.0:
         raise ValueError(f"--confidence must be in (0, 1), got {args.confidence}")
@@ -55,11 +58,21 @@ def run(args: argparse.Namespace) -> int:
         # labels are optional (the dataset carries its specs), but a file that was given must load
         definition = SpecCatalog.from_files(files).metrics.get(args.metric) if files else None
         if not files:
-            print("ldp estimate: note: no metrics file (--metrics FILE or $LDP_METRICS): items are not labelled",
-                  file=sys.stderr)
-        result = estimate_dataset(args.dataset, args.metric, days, spec_id=args.spec_id,
-                                  confidence=args.confidence, norm_sub=args.norm_sub, per_day=args.per_day,
-                                  definition=definition, progress=False if args.no_progress else None)
+            print(
+                "ldp estimate: note: no metrics file (--metrics FILE or $LDP_METRICS): items are not labelled",
+                file=sys.stderr,
+            )
+        result = estimate_dataset(
+            args.dataset,
+            args.metric,
+            days,
+            spec_id=args.spec_id,
+            confidence=args.confidence,
+            norm_sub=args.norm_sub,
+            per_day=args.per_day,
+            definition=definition,
+            progress=False if args.no_progress else None,
+        )
     except BatchError as exc:
         print(f"ldp estimate: error: {exc}", file=sys.stderr)
         return 2

@@ -18,8 +18,19 @@ import sys
 import threading
 import time
 
-from ldp_cli.options import (add_group, add_idle_exit, add_log_level, add_member, add_metrics, add_session_timeout,
-                             add_transport, bind_socket, metrics_files, setup_logging, stop_event)
+from ldp_cli.options import (
+    add_group,
+    add_idle_exit,
+    add_log_level,
+    add_member,
+    add_metrics,
+    add_session_timeout,
+    add_transport,
+    bind_socket,
+    metrics_files,
+    setup_logging,
+    stop_event,
+)
 from pipeline.topics import DEFAULT_PARTITIONS, SHUFFLED_TOPIC
 
 __all__ = ["register", "DEFAULT_PORT", "DEFAULT_GROUP"]
@@ -29,8 +40,11 @@ DEFAULT_GROUP = "ldp-estimator"
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("estimator", help="service: run the streaming estimator and serve live estimates over HTTP",
-                       description=__doc__.splitlines()[0] if __doc__ else None)
+    p = sub.add_parser(
+        "estimator",
+        help="service: run the streaming estimator and serve live estimates over HTTP",
+        description=__doc__.splitlines()[0] if __doc__ else None,
+    )
     add_transport(p)
     p.add_argument("--state", required=True, help="folder of this instance's snapshot (estimator.sqlite3)")
     add_metrics(p, "metrics file(s) declaring the specs (repeatable; default $LDP_METRICS; required)", repeatable=True)
@@ -49,8 +63,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-def consume_forever(engine: object, stop: threading.Event, *, idle_exit: float | None = None,
-                    backoff: float = 1.0) -> None:
+def consume_forever(
+    engine: object, stop: threading.Event, *, idle_exit: float | None = None, backoff: float = 1.0
+) -> None:
     """Run ``engine`` (a :class:`~pipeline.processor.StreamProcessor`) until ``stop``; rejoin after ``backoff`` on a
     transient failure, stop on a fatal one (:data:`~pipeline.processor.FATAL_ERRORS`)."""
     from pipeline.processor import FATAL_ERRORS
@@ -73,16 +88,24 @@ def consume_forever(engine: object, stop: threading.Event, *, idle_exit: float |
 
 
 def run(args: argparse.Namespace) -> int:
+    from estimator.streaming import StreamingEstimator, create_app
     from pipeline.catalog import SpecCatalog
     from pipeline.transport import open_transport
-    from estimator.streaming import StreamingEstimator, create_app
 
     setup_logging(args.log_level)
     catalog = SpecCatalog.from_files(metrics_files(args.metrics))
     transport = open_transport(args.transport)
-    engine = StreamingEstimator(transport, args.state, catalog, topic=args.topic, group=args.group,
-                                member=args.member, checkpoint_seconds=args.checkpoint_seconds,
-                                session_timeout=args.session_timeout, partitions=args.partitions)
+    engine = StreamingEstimator(
+        transport,
+        args.state,
+        catalog,
+        topic=args.topic,
+        group=args.group,
+        member=args.member,
+        checkpoint_seconds=args.checkpoint_seconds,
+        session_timeout=args.session_timeout,
+        partitions=args.partitions,
+    )
     stop = threading.Event()  # set by the signals below, a consumer failure, or the end of the HTTP server
     failure: list[BaseException] = []
 
@@ -101,8 +124,9 @@ def run(args: argparse.Namespace) -> int:
     stop_event(stop)
     try:
         if args.no_http:
-            print(f"ldp estimator: consuming {args.topic} as {args.group}/{engine.member} on {transport.url}",
-                  flush=True)
+            print(
+                f"ldp estimator: consuming {args.topic} as {args.group}/{engine.member} on {transport.url}", flush=True
+            )
             while not stop.wait(0.5):
                 pass
         else:
@@ -111,10 +135,22 @@ def run(args: argparse.Namespace) -> int:
             app = create_app(engine, peers=args.peer)
             sock = bind_socket(args.host, args.port)
             host, port = sock.getsockname()[:2]
-            print(f"ldp estimator: listening on http://{host}:{port} (consuming {args.topic} as "
-                  f"{args.group}/{engine.member} on {transport.url})", flush=True)
-            server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, access_log=False, server_header=False,
-                                                   log_level=args.log_level, lifespan="off"))
+            print(
+                f"ldp estimator: listening on http://{host}:{port} (consuming {args.topic} as "
+                f"{args.group}/{engine.member} on {transport.url})",
+                flush=True,
+            )
+            server = uvicorn.Server(
+                uvicorn.Config(
+                    app,
+                    host=host,
+                    port=port,
+                    access_log=False,
+                    server_header=False,
+                    log_level=args.log_level,
+                    lifespan="off",
+                )
+            )
 
             def watch() -> None:
                 while not stop.wait(0.5):

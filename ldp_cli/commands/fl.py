@@ -21,13 +21,17 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from ldp_cli.commands.argtypes import positive_int as _positive_int, probability as _prob, seed as _seed
+from ldp_cli.commands.argtypes import positive_int as _positive_int
+from ldp_cli.commands.argtypes import probability as _prob
+from ldp_cli.commands.argtypes import seed as _seed
 from ldp_cli.options import add_group, add_member, add_session_timeout, add_transport, stop_event
 
 __all__ = ["register"]
 
 
-def _plot_and_json(args: argparse.Namespace, result: dict[str, Any], plot: Callable[[dict[str, Any], str], None]) -> bool:
+def _plot_and_json(
+    args: argparse.Namespace, result: dict[str, Any], plot: Callable[[dict[str, Any], str], None]
+) -> bool:
     """Write ``--plot`` (and name it in the result); with ``--json`` print the result and return True."""
     if args.plot:
         plot(result, args.plot)
@@ -38,24 +42,35 @@ def _plot_and_json(args: argparse.Namespace, result: dict[str, Any], plot: Calla
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("fl", help="federated-learning scenarios with client-level DP",
-                       description="Federated-learning scenarios that reproduce published set-ups on seeded synthetic data.")
+    p = sub.add_parser(
+        "fl",
+        help="federated-learning scenarios with client-level DP",
+        description="Federated-learning scenarios that reproduce published set-ups on seeded synthetic data.",
+    )
     fsub = p.add_subparsers(dest="scenario", required=True)
-    c = fsub.add_parser("clinics", help="20 clinics, logistic regression, DP-FedAvg at σ = 0 / 0.5 / 2.0",
-                        description="20 synthetic clinics with shifted features; FedAvg and DP-FedAvg (clip 0.5) "
-                        "with Poisson sampling of clinics; prints accuracy and the client-level ε of each setting.")
+    c = fsub.add_parser(
+        "clinics",
+        help="20 clinics, logistic regression, DP-FedAvg at σ = 0 / 0.5 / 2.0",
+        description="20 synthetic clinics with shifted features; FedAvg and DP-FedAvg (clip 0.5) "
+        "with Poisson sampling of clinics; prints accuracy and the client-level ε of each setting.",
+    )
     c.add_argument("--rounds", type=_positive_int, default=100)
-    c.add_argument("--sample-rate", type=_prob, default=0.5, help="Poisson rate q (default 0.5: 10 of 20 clinics expected)")
+    c.add_argument(
+        "--sample-rate", type=_prob, default=0.5, help="Poisson rate q (default 0.5: 10 of 20 clinics expected)"
+    )
     c.add_argument("--seed", type=_seed, default=0)
     c.add_argument("--plot", default=None, help="write accuracy per round per setting to this PNG")
     c.add_argument("--no-noise-search", action="store_true", help="skip the noise needed for ε = 1, 3, 8")
     c.add_argument("--json", action="store_true", help="print one JSON object")
     c.set_defaults(func=run_clinics_cmd)
-    j = fsub.add_parser("job", help="run a federated task's aggregation job over the pipeline",
-                        description="The aggregation job (estimator/fl/job.py): publishes rounds to the rounds topic, "
-                        "consumes device uploads from the updates topic (through `ldp collector --fl`), aggregates "
-                        "with client-level DP, robust aggregators or optional secure aggregation, "
-                        "and resumes exactly where it stopped after a crash.")
+    j = fsub.add_parser(
+        "job",
+        help="run a federated task's aggregation job over the pipeline",
+        description="The aggregation job (estimator/fl/job.py): publishes rounds to the rounds topic, "
+        "consumes device uploads from the updates topic (through `ldp collector --fl`), aggregates "
+        "with client-level DP, robust aggregators or optional secure aggregation, "
+        "and resumes exactly where it stopped after a crash.",
+    )
     j.add_argument("--task", required=True, help="the task file (JSON of estimator.fl.job.FLTaskSpec)")
     add_transport(j)
     add_group(j, None, shown="ldp-fl-<task>")
@@ -64,12 +79,20 @@ def register(sub: argparse._SubParsersAction) -> None:
     j.add_argument("--updates-topic", default=None)
     j.add_argument("--state-topic", default=None)
     j.add_argument("--status-file", default=None, help="write the JSON status here (atomically, as it changes)")
-    j.add_argument("--checkpoint-interval", type=float, default=1.0,
-                   help="seconds between mid-phase checkpoints while uploads arrive (default 1)")
+    j.add_argument(
+        "--checkpoint-interval",
+        type=float,
+        default=1.0,
+        help="seconds between mid-phase checkpoints while uploads arrive (default 1)",
+    )
     add_session_timeout(j, help=None)
-    j.add_argument("--max-record-bytes", type=_positive_int, default=900_000,
-                   help="largest record the job writes; checkpoints and round states are split into chunks "
-                   "of at most this size (default 900000, under Kafka's common 1 MB message.max.bytes)")
+    j.add_argument(
+        "--max-record-bytes",
+        type=_positive_int,
+        default=900_000,
+        help="largest record the job writes; checkpoints and round states are split into chunks "
+        "of at most this size (default 900000, under Kafka's common 1 MB message.max.bytes)",
+    )
     j.add_argument("--keep-running", action="store_true", help="do not exit after the last round")
     j.set_defaults(func=run_job_cmd)
     _register_drift(fsub)
@@ -83,8 +106,10 @@ def run_clinics_cmd(args: argparse.Namespace) -> int:
     result = run_clinics(cfg, noise_for_targets=not args.no_noise_search)
     if _plot_and_json(args, result, plot_accuracy):
         return 0
-    print(f"clinics: {result['clinics']} clinics, {result['rounds']} rounds, Poisson q = {cfg.sample_rate} "
-          f"(mean {cfg.sample_rate * cfg.clinics:g} per round), δ = {cfg.delta:g}; {result['data']}")
+    print(
+        f"clinics: {result['clinics']} clinics, {result['rounds']} rounds, Poisson q = {cfg.sample_rate} "
+        f"(mean {cfg.sample_rate * cfg.clinics:g} per round), δ = {cfg.delta:g}; {result['data']}"
+    )
     print(f"{'setting':<22} {'clip':>6} {'σ':>6} {'accuracy':>9} {'client-level ε':>15}")
     for s in result["settings"]:
         eps = s["epsilon"]
@@ -93,20 +118,27 @@ def run_clinics_cmd(args: argparse.Namespace) -> int:
         sig = "—" if s["noise_multiplier"] is None else f"{s['noise_multiplier']:g}"
         print(f"{s['name']:<22} {clip:>6} {sig:>6} {s['test_accuracy']:>9.4f} {eps_s:>15}")
     for e, z in result.get("noise_for_epsilon", {}).items():
-        print(f"noise multiplier for ε = {e} over {result['rounds']} rounds at q = {cfg.sample_rate}: {z:.3f} "
-              f"(test accuracy {result['accuracy_at_target_epsilon'][e]:.4f})")
-    print("ε protects whether one clinic took part (all its patients), against anyone who sees every model; "
-          "it assumes the Poisson sample stays secret.")
+        print(
+            f"noise multiplier for ε = {e} over {result['rounds']} rounds at q = {cfg.sample_rate}: {z:.3f} "
+            f"(test accuracy {result['accuracy_at_target_epsilon'][e]:.4f})"
+        )
+    print(
+        "ε protects whether one clinic took part (all its patients), against anyone who sees every model; "
+        "it assumes the Poisson sample stays secret."
+    )
     if args.plot:
         print(f"plot: {args.plot}")
     return 0
 
 
 def _register_drift(fsub: argparse._SubParsersAction) -> None:
-    d = fsub.add_parser("drift", help="non-IID drift: FedAvg vs FedProx vs SCAFFOLD on a label-skewed partition",
-                        description="Seeded synthetic classes split by Dirichlet(0.1) label skew with per-client feature "
-                        "shift; FedAvg, FedProx and SCAFFOLD (and FedAvg on an IID split) on the same client schedule; "
-                        "test accuracy per round (see simulator/scenarios/drift.py).")
+    d = fsub.add_parser(
+        "drift",
+        help="non-IID drift: FedAvg vs FedProx vs SCAFFOLD on a label-skewed partition",
+        description="Seeded synthetic classes split by Dirichlet(0.1) label skew with per-client feature "
+        "shift; FedAvg, FedProx and SCAFFOLD (and FedAvg on an IID split) on the same client schedule; "
+        "test accuracy per round (see simulator/scenarios/drift.py).",
+    )
     d.add_argument("--rounds", type=_positive_int, default=100)
     d.add_argument("--seed", type=_seed, default=0)
     d.add_argument("--plot", default=None, help="write accuracy per round per strategy to this PNG")
@@ -121,13 +153,17 @@ def run_drift_cmd(args: argparse.Namespace) -> int:
     if _plot_and_json(args, result, plot_drift):
         return 0
     p, t = result["partition"], result["training"]
-    print(f"drift: {result['clients']} clients ({result['clients_per_round']} per round), {result['rounds']} rounds, "
-          f"{result['model']}; Dirichlet α = {p['alpha']:g} (majority class share {p['majority_class_share_mean']:.2f}), "
-          f"feature shift {p['feature_shift']:g}; {t['local_steps_mean']:.0f} local steps on average; {result['data']}")
+    print(
+        f"drift: {result['clients']} clients ({result['clients_per_round']} per round), {result['rounds']} rounds, "
+        f"{result['model']}; Dirichlet α = {p['alpha']:g} (majority class share {p['majority_class_share_mean']:.2f}), "
+        f"feature shift {p['feature_shift']:g}; {t['local_steps_mean']:.0f} local steps on average; {result['data']}"
+    )
     print(f"{'strategy':<16} {'final':>7} {'best':>7} {'round':>6} {'mean last 10':>13}")
     for r in result["strategies"]:
-        print(f"{r['name']:<16} {r['final_accuracy']:>7.4f} {r['best_accuracy']:>7.4f} {r['best_round']:>6} "
-              f"{r['mean_accuracy_last_10']:>13.4f}")
+        print(
+            f"{r['name']:<16} {r['final_accuracy']:>7.4f} {r['best_accuracy']:>7.4f} {r['best_round']:>6} "
+            f"{r['mean_accuracy_last_10']:>13.4f}"
+        )
     print(f"expected: {result['expectation']}")
     if args.plot:
         print(f"plot: {args.plot}")
@@ -135,14 +171,19 @@ def run_drift_cmd(args: argparse.Namespace) -> int:
 
 
 def _register_attack(fsub: argparse._SubParsersAction) -> None:
-    a = fsub.add_parser("attack", help="membership inference and gradient inversion, with and without DP and SecAgg",
-                        description="Loss-threshold membership inference on a federatedly trained, overfitting model "
-                        "(plain FedAvg and DP-FedAvg at several noise multipliers, with the advantage's confidence "
-                        "interval and the client-level DP bounds) and the analytic gradient inversion of one client's "
-                        "update in the clear, clipped, under central DP and under secure aggregation "
-                        "(see simulator/scenarios/attacks.py).")
+    a = fsub.add_parser(
+        "attack",
+        help="membership inference and gradient inversion, with and without DP and SecAgg",
+        description="Loss-threshold membership inference on a federatedly trained, overfitting model "
+        "(plain FedAvg and DP-FedAvg at several noise multipliers, with the advantage's confidence "
+        "interval and the client-level DP bounds) and the analytic gradient inversion of one client's "
+        "update in the clear, clipped, under central DP and under secure aggregation "
+        "(see simulator/scenarios/attacks.py).",
+    )
     a.add_argument("--seed", type=_seed, default=0)
-    a.add_argument("--rounds", type=_positive_int, default=40, help="training rounds of the membership game (default 40)")
+    a.add_argument(
+        "--rounds", type=_positive_int, default=40, help="training rounds of the membership game (default 40)"
+    )
     a.add_argument("--trials", type=_positive_int, default=50, help="target clients per inversion setting (default 50)")
     a.add_argument("--plot", default=None, help="write the advantages and inversion success rates to this PNG")
     a.add_argument("--json", action="store_true", help="print one JSON object")
@@ -152,50 +193,67 @@ def _register_attack(fsub: argparse._SubParsersAction) -> None:
 def run_attack_cmd(args: argparse.Namespace) -> int:
     from simulator.scenarios.attacks import InversionConfig, MembershipConfig, plot_attacks, run_attacks
 
-    result = run_attacks(MembershipConfig(rounds=args.rounds, seed=args.seed), InversionConfig(trials=args.trials, seed=args.seed))
+    result = run_attacks(
+        MembershipConfig(rounds=args.rounds, seed=args.seed), InversionConfig(trials=args.trials, seed=args.seed)
+    )
     if _plot_and_json(args, result, plot_attacks):
         return 0
     mi, inv = result["membership_inference"], result["gradient_inversion"]
-    print(f"membership inference: {mi['candidate_clients']} candidate clients ({mi['joining_clients']} joined), "
-          f"{mi['examples_per_client']} examples each, {mi['model']}, {mi['rounds']} rounds, Poisson q = {mi['sampling']['rate']}")
-    print(f"{'setting':<18} {'ε':>8} {'train acc':>9} {'test acc':>8} {'advantage':>9} {'95 % CI':>16} "
-          f"{'Yeom τ':>7} {'TV bound':>8} {'ε,δ bound':>9}")
+    print(
+        f"membership inference: {mi['candidate_clients']} candidate clients ({mi['joining_clients']} joined), "
+        f"{mi['examples_per_client']} examples each, {mi['model']}, {mi['rounds']} rounds, Poisson q = {mi['sampling']['rate']}"
+    )
+    print(
+        f"{'setting':<18} {'ε':>8} {'train acc':>9} {'test acc':>8} {'advantage':>9} {'95 % CI':>16} "
+        f"{'Yeom τ':>7} {'TV bound':>8} {'ε,δ bound':>9}"
+    )
     for s in mi["settings"]:
         e = s["epsilon"]
         es = "—" if e is None else e if isinstance(e, str) else f"{e:.3g}"
-        print(f"{s['name']:<18} {es:>8} {s['train_accuracy']:>9.3f} {s['nonmember_accuracy']:>8.3f} {s['advantage']:>9.3f} "
-              f"{'[' + format(s['ci'][0], '.3f') + ', ' + format(s['ci'][1], '.3f') + ']':>16} "
-              f"{s['yeom_threshold']['advantage']:>7.3f} {s['bound_total_variation']:>8.3f} {s['bound_epsilon_delta']:>9.3f}")
+        print(
+            f"{s['name']:<18} {es:>8} {s['train_accuracy']:>9.3f} {s['nonmember_accuracy']:>8.3f} {s['advantage']:>9.3f} "
+            f"{'[' + format(s['ci'][0], '.3f') + ', ' + format(s['ci'][1], '.3f') + ']':>16} "
+            f"{s['yeom_threshold']['advantage']:>7.3f} {s['bound_total_variation']:>8.3f} {s['bound_epsilon_delta']:>9.3f}"
+        )
     print(f"gradient inversion: {inv['model']}; {inv['trials']} targets per setting; clip {inv['clip_norm']:g}")
     print(f"{'setting':<28} {'ε (1 round)':>11} {'cos':>6} {'|cos| svd':>9} {'rel. err':>8} {'success':>7}")
     for s in inv["settings"]:
         e = s["epsilon_one_round"]
         es = "—" if e is None else e if isinstance(e, str) else f"{e:.4g}"
-        print(f"{s['name']:<28} {es:>11} {s['cosine_mean']:>6.3f} {s['svd_abs_cosine_mean']:>9.3f} "
-              f"{s['relative_error_median']:>8.3f} {s['success_rate']:>7.2f}")
+        print(
+            f"{s['name']:<28} {es:>11} {s['cosine_mean']:>6.3f} {s['svd_abs_cosine_mean']:>9.3f} "
+            f"{s['relative_error_median']:>8.3f} {s['success_rate']:>7.2f}"
+        )
     if args.plot:
         print(f"plot: {args.plot}")
     return 0
 
+
 def run_job_cmd(args: argparse.Namespace) -> int:
+    from estimator.fl.job import AggregationJob, FLTaskSpec, JobSettings
     from pipeline.topics import FL_ROUNDS_TOPIC, FL_STATE_TOPIC, FL_UPDATES_TOPIC
     from pipeline.transport import open_transport
-    from estimator.fl.job import AggregationJob, FLTaskSpec, JobSettings
 
     with open(args.task) as f:
         spec = FLTaskSpec.from_dict(json.load(f))
-    settings = JobSettings(group=args.group or f"ldp-fl-{spec.task}", member=args.member,
-                           rounds_topic=args.rounds_topic or FL_ROUNDS_TOPIC,
-                           updates_topic=args.updates_topic or FL_UPDATES_TOPIC,
-                           state_topic=args.state_topic or FL_STATE_TOPIC, session_timeout=args.session_timeout,
-                           checkpoint_interval=args.checkpoint_interval, status_path=args.status_file,
-                           max_record_bytes=args.max_record_bytes)
+    settings = JobSettings(
+        group=args.group or f"ldp-fl-{spec.task}",
+        member=args.member,
+        rounds_topic=args.rounds_topic or FL_ROUNDS_TOPIC,
+        updates_topic=args.updates_topic or FL_UPDATES_TOPIC,
+        state_topic=args.state_topic or FL_STATE_TOPIC,
+        session_timeout=args.session_timeout,
+        checkpoint_interval=args.checkpoint_interval,
+        status_path=args.status_file,
+        max_record_bytes=args.max_record_bytes,
+    )
     stop = stop_event()
     with open_transport(args.transport) as transport:
         job = AggregationJob(transport, spec, settings)
         job.open()
-        print(f"ldp fl job: running task {spec.task} (round {job.status()['round']}, "
-              f"restores {job.restores})", flush=True)
+        print(
+            f"ldp fl job: running task {spec.task} (round {job.status()['round']}, restores {job.restores})", flush=True
+        )
         try:
             status = job.run(stop, exit_when_done=not args.keep_running)
         finally:

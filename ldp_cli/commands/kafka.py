@@ -34,8 +34,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     q.add_argument("--port", type=int, default=None, help="broker port (default 9092, or the last one used)")
     q.add_argument("--controller-port", type=int, default=None, help="KRaft controller port (default 9093)")
     q.add_argument("--heap", default=None, help="JVM heap, e.g. 512m (default)")
-    q.add_argument("--kafka-version", default=None, help=f"Kafka version on Maven Central (default {DEFAULT_KAFKA_VERSION})")
-    q.add_argument("--timeout", type=float, default=120.0, help="seconds to wait for the broker to answer (default 120)")
+    q.add_argument(
+        "--kafka-version", default=None, help=f"Kafka version on Maven Central (default {DEFAULT_KAFKA_VERSION})"
+    )
+    q.add_argument(
+        "--timeout", type=float, default=120.0, help="seconds to wait for the broker to answer (default 120)"
+    )
     q.set_defaults(func=run_up)
 
     q = ksub.add_parser("status", help="whether the broker runs and answers; exit 0 if so, 1 if not")
@@ -46,7 +50,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     q = ksub.add_parser("down", help="stop the broker (SIGTERM, then SIGKILL after --grace seconds)")
     common(q)
     q.add_argument("--grace", type=float, default=30.0, help="seconds between SIGTERM and SIGKILL (default 30)")
-    q.add_argument("--purge", action="store_true", help="also delete the broker's data (topics, offsets); keeps the jars")
+    q.add_argument(
+        "--purge", action="store_true", help="also delete the broker's data (topics, offsets); keeps the jars"
+    )
     q.set_defaults(func=run_down)
 
 
@@ -65,13 +71,20 @@ def run_up(args: argparse.Namespace) -> int:
     _quiet_client_logs()
     t0 = time.monotonic()
     try:
-        cfg = BrokerConfig.from_home(args.home, port=args.port, controller_port=args.controller_port,
-                                     heap=args.heap, kafka_version=args.kafka_version)
+        cfg = BrokerConfig.from_home(
+            args.home,
+            port=args.port,
+            controller_port=args.controller_port,
+            heap=args.heap,
+            kafka_version=args.kafka_version,
+        )
         st = up(cfg, timeout=args.timeout, log=lambda m: print(f"ldp kafka: {m}", file=sys.stderr))
     except BrokerError as exc:
         return _err(args, exc)
-    print(f"Kafka {st.kafka_version} answers on {st.bootstrap} (pid {st.pid}, cluster {st.cluster_id}); "
-          f"ready in {time.monotonic() - t0:.1f} s")
+    print(
+        f"Kafka {st.kafka_version} answers on {st.bootstrap} (pid {st.pid}, cluster {st.cluster_id}); "
+        f"ready in {time.monotonic() - t0:.1f} s"
+    )
     return 0
 
 
@@ -85,7 +98,9 @@ def run_status(args: argparse.Namespace) -> int:
         print(json.dumps(st.to_json_obj()))
     else:
         print(st.detail)
-        print(f"  bootstrap {st.bootstrap}  pid {st.pid}  kafka {st.kafka_version}  cluster {st.cluster_id}  home {st.home}")
+        print(
+            f"  bootstrap {st.bootstrap}  pid {st.pid}  kafka {st.kafka_version}  cluster {st.cluster_id}  home {st.home}"
+        )
     return 0 if st.running else 1
 
 

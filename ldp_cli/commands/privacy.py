@@ -22,9 +22,12 @@ from __future__ import annotations
 
 import argparse
 import json
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
-from ldp_cli.commands.argtypes import positive_int as _positive_int, probability as _prob, positive as _positive
+from ldp_cli.commands.argtypes import positive as _positive
+from ldp_cli.commands.argtypes import positive_int as _positive_int
+from ldp_cli.commands.argtypes import probability as _prob
 
 __all__ = ["register"]
 
@@ -60,13 +63,17 @@ def _add_common(q: argparse.ArgumentParser, neighbors: bool) -> None:
     q.add_argument("--delta", type=_prob, required=True, help="target δ (below 1/population is customary)")
     if neighbors:
         q.add_argument(
-            "--neighbors", choices=["add_or_remove", "replace"], default="add_or_remove",
+            "--neighbors",
+            choices=["add_or_remove", "replace"],
+            default="add_or_remove",
             help="neighbouring datasets: add/remove one person (default) or replace one person's data",
         )
     q.add_argument("--json", action="store_true", help="print one JSON object")
     if neighbors:
         q.add_argument(
-            "--discretization", type=_positive, default=1e-4,
+            "--discretization",
+            type=_positive,
+            default=1e-4,
             help="PLD grid step (default 1e-4): ε is an upper bound within about this of the exact value; "
             "1e-3 is about 10x faster",
         )
@@ -82,20 +89,52 @@ def register(sub: argparse._SubParsersAction) -> None:
     ps = p.add_subparsers(dest="privacy_command", required=True)
     # name, help, options (flag or (flag, help)), whether it takes the PLD options, handler
     commands: list[tuple[str, str, list[str | tuple[str, str]], bool, Callable[[argparse.Namespace], int]]] = [
-        ("gaussian", "ε of T Poisson-sampled Gaussian steps (DP-SGD, DP-FedAvg)",
-         [("--noise-multiplier", "σ / clipping bound"), ("--sample-rate", "Poisson sampling rate q (1 = everyone)"),
-          "--steps"], True, run_gaussian),
-        ("gaussian-noise", "noise multiplier for a target ε",
-         ["--target-epsilon", "--sample-rate", "--steps"], True, run_gaussian_noise),
-        ("gaussian-steps", "how many Gaussian steps fit a target ε",
-         ["--noise-multiplier", "--sample-rate", "--target-epsilon"], True, run_gaussian_steps),
-        ("shuffle", "central ε of a shuffled batch of ε₀-LDP reports, per person",
-         [("--epsilon0", "local ε of each report"), ("--users", "reports in the shuffled batch")], False, run_shuffle),
-        ("shuffle-epsilon0", "largest local ε₀ whose shuffled batch meets a target ε",
-         ["--target-epsilon", "--users"], False, run_shuffle_epsilon0),
-        ("local", "what K reports of an ε-LDP mechanism spend for one user",
-         [("--epsilon", "local ε per report"), ("--reports", "reports per user (of distinct, unmemoized values)")],
-         False, run_local),
+        (
+            "gaussian",
+            "ε of T Poisson-sampled Gaussian steps (DP-SGD, DP-FedAvg)",
+            [
+                ("--noise-multiplier", "σ / clipping bound"),
+                ("--sample-rate", "Poisson sampling rate q (1 = everyone)"),
+                "--steps",
+            ],
+            True,
+            run_gaussian,
+        ),
+        (
+            "gaussian-noise",
+            "noise multiplier for a target ε",
+            ["--target-epsilon", "--sample-rate", "--steps"],
+            True,
+            run_gaussian_noise,
+        ),
+        (
+            "gaussian-steps",
+            "how many Gaussian steps fit a target ε",
+            ["--noise-multiplier", "--sample-rate", "--target-epsilon"],
+            True,
+            run_gaussian_steps,
+        ),
+        (
+            "shuffle",
+            "central ε of a shuffled batch of ε₀-LDP reports, per person",
+            [("--epsilon0", "local ε of each report"), ("--users", "reports in the shuffled batch")],
+            False,
+            run_shuffle,
+        ),
+        (
+            "shuffle-epsilon0",
+            "largest local ε₀ whose shuffled batch meets a target ε",
+            ["--target-epsilon", "--users"],
+            False,
+            run_shuffle_epsilon0,
+        ),
+        (
+            "local",
+            "what K reports of an ε-LDP mechanism spend for one user",
+            [("--epsilon", "local ε per report"), ("--reports", "reports per user (of distinct, unmemoized values)")],
+            False,
+            run_local,
+        ),
     ]
     for name, help_text, options, neighbors, func in commands:
         q = ps.add_parser(name, help=help_text)
@@ -105,9 +144,14 @@ def register(sub: argparse._SubParsersAction) -> None:
         _add_common(q, neighbors)
         q.set_defaults(func=func)
     shuffle = ps.choices["shuffle"]
-    shuffle.add_argument("--reports-per-user", type=_positive_int, default=1, metavar="R",
-                         help="most reports one person contributes to the batch (a metric's max_reports_per_day; "
-                              "default 1): the bound is per person, at ⌈users / R⌉ people of R·ε₀ each")
+    shuffle.add_argument(
+        "--reports-per-user",
+        type=_positive_int,
+        default=1,
+        metavar="R",
+        help="most reports one person contributes to the batch (a metric's max_reports_per_day; "
+        "default 1): the bound is per person, at ⌈users / R⌉ people of R·ε₀ each",
+    )
     _register_central(ps)
     _register_budget(ps)
 
@@ -162,8 +206,12 @@ def run_gaussian_noise(args: argparse.Namespace) -> int:
         args.target_epsilon, args.delta, args.sample_rate, args.steps, args.neighbors, args.discretization
     )
     report = _gaussian_report(args, z)
-    head = {"noise_multiplier": z, "target_epsilon": args.target_epsilon, "sample_rate": args.sample_rate,
-            "steps": args.steps}
+    head = {
+        "noise_multiplier": z,
+        "target_epsilon": args.target_epsilon,
+        "sample_rate": args.sample_rate,
+        "steps": args.steps,
+    }
     obj = _with_report(head, report, GAUSSIAN_PROTECTS[args.neighbors])
     lines = [
         f"noise multiplier {z:.4f} keeps {args.steps} steps at rate {args.sample_rate:g} within "
@@ -280,25 +328,37 @@ def _release(text: str) -> tuple[str, float, int]:
     if kind not in RELEASE_KINDS or not v > 0 or v == float("inf") or n < 1:
         raise argparse.ArgumentTypeError(
             f"must be KIND:VALUE or KIND:VALUExN with KIND one of {', '.join(RELEASE_KINDS)}, VALUE > 0 and N >= 1, "
-            f"got {text}")
+            f"got {text}"
+        )
     return kind, v, n
 
 
 def _add_neighbors(q: argparse.ArgumentParser) -> None:
-    q.add_argument("--neighbors", choices=["add_or_remove", "replace"], default="add_or_remove",
-                   help="neighbouring datasets: add/remove one person (default) or replace one person's data")
+    q.add_argument(
+        "--neighbors",
+        choices=["add_or_remove", "replace"],
+        default="add_or_remove",
+        help="neighbouring datasets: add/remove one person (default) or replace one person's data",
+    )
 
 
 def _register_central(ps: argparse._SubParsersAction) -> None:
-    q = ps.add_parser("central", help="noise for a central release of integer counts at a target ε (and the release)",
-                      description="Calibrate the discrete Laplace (ε-DP) or discrete Gaussian ((ε, δ)-DP) noise of a "
-                      "central release of integer counts; with --counts, release them with noise drawn from the OS "
-                      "CSPRNG. The released figures are printed, never the exact counts.")
+    q = ps.add_parser(
+        "central",
+        help="noise for a central release of integer counts at a target ε (and the release)",
+        description="Calibrate the discrete Laplace (ε-DP) or discrete Gaussian ((ε, δ)-DP) noise of a "
+        "central release of integer counts; with --counts, release them with noise drawn from the OS "
+        "CSPRNG. The released figures are printed, never the exact counts.",
+    )
     q.add_argument("--mechanism", choices=["laplace", "gaussian"], required=True)
     q.add_argument("--epsilon", type=_positive, required=True, help="target ε of the release")
     q.add_argument("--delta", type=_prob, default=None, help="target δ (gaussian only; required there)")
-    q.add_argument("--sensitivity", type=_positive_int, default=1,
-                   help="how much one person moves the counts (L1 for laplace, L2 for gaussian; default 1)")
+    q.add_argument(
+        "--sensitivity",
+        type=_positive_int,
+        default=1,
+        help="how much one person moves the counts (L1 for laplace, L2 for gaussian; default 1)",
+    )
     _add_neighbors(q)
     q.add_argument("--counts", type=_counts, default=None, help="comma-separated integer counts to release")
     q.add_argument("--json", action="store_true", help="print one JSON object")
@@ -307,22 +367,44 @@ def _register_central(ps: argparse._SubParsersAction) -> None:
 
 def _register_budget(ps: argparse._SubParsersAction) -> None:
     kinds = "; ".join(f"{k}: {v}" for k, v in RELEASE_KINDS.items())
-    q = ps.add_parser("budget", help="whether a sequence of central releases fits an (ε, δ) budget (privacy filter)",
-                      description="Charge releases, in order, to a privacy filter with a budget fixed in advance: a "
-                      "release that would cross it is refused and spends nothing, later ones are still tried. The "
-                      "whole interaction is then (ε, δ)-DP however adaptively the releases were chosen. Exit 1 if "
-                      "any release is refused.")
+    q = ps.add_parser(
+        "budget",
+        help="whether a sequence of central releases fits an (ε, δ) budget (privacy filter)",
+        description="Charge releases, in order, to a privacy filter with a budget fixed in advance: a "
+        "release that would cross it is refused and spends nothing, later ones are still tried. The "
+        "whole interaction is then (ε, δ)-DP however adaptively the releases were chosen. Exit 1 if "
+        "any release is refused.",
+    )
     q.add_argument("--epsilon", type=_positive, required=True, help="ε of the budget")
-    q.add_argument("--delta", type=float, default=None,
-                   help="δ of the budget (zcdp: required, in (0, 1); basic: default 0)")
-    q.add_argument("--filter", choices=["zcdp", "basic"], default="zcdp",
-                   help="zcdp (default; Σρ within the budget, tight for many releases) or basic (Σε, Σδ)")
-    q.add_argument("--release", type=_release, action="append", required=True, metavar="KIND:VALUE[xN]",
-                   help=f"a release, N times (repeatable, in order); {kinds}")
-    q.add_argument("--sensitivity", type=_positive_int, default=1,
-                   help="how much one person moves each released vector (default 1)")
-    q.add_argument("--per-release-delta", type=_prob, default=None,
-                   help="basic filter: δ charged to each gaussian release (its PLD ε at this δ)")
+    q.add_argument(
+        "--delta", type=float, default=None, help="δ of the budget (zcdp: required, in (0, 1); basic: default 0)"
+    )
+    q.add_argument(
+        "--filter",
+        choices=["zcdp", "basic"],
+        default="zcdp",
+        help="zcdp (default; Σρ within the budget, tight for many releases) or basic (Σε, Σδ)",
+    )
+    q.add_argument(
+        "--release",
+        type=_release,
+        action="append",
+        required=True,
+        metavar="KIND:VALUE[xN]",
+        help=f"a release, N times (repeatable, in order); {kinds}",
+    )
+    q.add_argument(
+        "--sensitivity",
+        type=_positive_int,
+        default=1,
+        help="how much one person moves each released vector (default 1)",
+    )
+    q.add_argument(
+        "--per-release-delta",
+        type=_prob,
+        default=None,
+        help="basic filter: δ charged to each gaussian release (its PLD ε at this δ)",
+    )
     _add_neighbors(q)
     q.add_argument("--json", action="store_true", help="print one JSON object")
     q.set_defaults(func=run_budget)
@@ -334,8 +416,13 @@ def run_central(args: argparse.Namespace) -> int:
     from estimator.accounting.accountant import basic_epsilon, epsilon_pld, sensitivity_factor
     from estimator.accounting.central import GaussianCounts, LaplaceCounts
 
-    head: dict[str, Any] = {"mechanism": args.mechanism, "epsilon": args.epsilon, "delta": args.delta,
-                            "sensitivity": args.sensitivity, "neighbors": args.neighbors}
+    head: dict[str, Any] = {
+        "mechanism": args.mechanism,
+        "epsilon": args.epsilon,
+        "delta": args.delta,
+        "sensitivity": args.sensitivity,
+        "neighbors": args.neighbors,
+    }
     mech: LaplaceCounts | GaussianCounts
     if args.mechanism == "laplace":
         # ε-DP under add/remove; replace-one neighbours differ by two contributions
@@ -385,8 +472,12 @@ def run_budget(args: argparse.Namespace) -> int:
             raise ValueError("--delta is required for --filter zcdp")
         flt = ZCDPFilter(args.epsilon, args.delta, args.neighbors)
     else:
-        flt = BasicFilter(args.epsilon, 0.0 if args.delta is None else args.delta, args.neighbors,
-                          per_release_delta=args.per_release_delta)
+        flt = BasicFilter(
+            args.epsilon,
+            0.0 if args.delta is None else args.delta,
+            args.neighbors,
+            per_release_delta=args.per_release_delta,
+        )
     plan: list[dict[str, Any]] = []
     for kind, value, times in args.release:
         event = _release_event(kind, value, args.sensitivity)
@@ -398,8 +489,10 @@ def run_budget(args: argparse.Namespace) -> int:
     status = flt.status()
     obj = {**status, "plan": plan, "refused": refused, "protects": BUDGET_PROTECTS}
     unit_text = ", ".join(f"{u} {status['spent'][u]:.6g} of {status['budget'][u]:.6g}" for u in flt.units)
-    lines = [f"{status['filter']} with budget ε = {args.epsilon:g}, δ = {flt.delta:g} ({args.neighbors} neighbours): "
-             f"{len(plan) - refused} of {len(plan)} releases admitted; spent {unit_text}"]
+    lines = [
+        f"{status['filter']} with budget ε = {args.epsilon:g}, δ = {flt.delta:g} ({args.neighbors} neighbours): "
+        f"{len(plan) - refused} of {len(plan)} releases admitted; spent {unit_text}"
+    ]
     for r in plan:
         cost = ", ".join(f"{u} {c:.6g}" for u, c in r["cost"].items())
         lines.append(f"  {r['release']:<24} {'admitted' if r['admitted'] else 'REFUSED':<9} costs {cost}")

@@ -16,8 +16,18 @@ import logging
 import sys
 import threading
 
-from ldp_cli.options import (add_group, add_idle_exit, add_log_level, add_member, add_metrics, add_session_timeout,
-                             add_transport, metrics_file, setup_logging, stop_event)
+from ldp_cli.options import (
+    add_group,
+    add_idle_exit,
+    add_log_level,
+    add_member,
+    add_metrics,
+    add_session_timeout,
+    add_transport,
+    metrics_file,
+    setup_logging,
+    stop_event,
+)
 
 __all__ = ["register"]
 
@@ -26,22 +36,34 @@ def register(sub: argparse._SubParsersAction) -> None:
     from collector.shuffler import ShufflerSettings  # light: numba loads only when a permutation is drawn
 
     d = ShufflerSettings()
-    p = sub.add_parser("shuffler", help="run the shuffler: batch, permute and release crowds of reports",
-                       description="Consume raw uploads, permute them per metric, spec and day with a CSPRNG, and "
-                       "release batches of at least --min-batch reports, exactly once.")
+    p = sub.add_parser(
+        "shuffler",
+        help="run the shuffler: batch, permute and release crowds of reports",
+        description="Consume raw uploads, permute them per metric, spec and day with a CSPRNG, and "
+        "release batches of at least --min-batch reports, exactly once.",
+    )
     add_transport(p)
     add_metrics(p, "the metrics file (default $LDP_METRICS)")
     p.add_argument("--min-batch", type=int, default=d.min_batch, help=f"crowd threshold (default {d.min_batch})")
-    p.add_argument("--max-batch", type=int, default=d.max_batch, help=f"most reports per released batch "
-                   f"(default {d.max_batch})")
-    p.add_argument("--checkpoint-interval", type=float, default=d.checkpoint_interval,
-                   help=f"seconds between transactions (default {d.checkpoint_interval:g})")
+    p.add_argument(
+        "--max-batch", type=int, default=d.max_batch, help=f"most reports per released batch (default {d.max_batch})"
+    )
+    p.add_argument(
+        "--checkpoint-interval",
+        type=float,
+        default=d.checkpoint_interval,
+        help=f"seconds between transactions (default {d.checkpoint_interval:g})",
+    )
     add_group(p, d.group)
     add_member(p, d.member, f"stable member name of this worker; a restarted worker must keep it (default {d.member})")
     p.add_argument("--partitions", type=int, default=d.partitions, help="partitions of topics it creates")
     p.add_argument("--dedup-window", type=int, default=d.dedup_window, help="upload batch ids remembered per partition")
-    p.add_argument("--max-age-days", type=int, default=d.max_age_days,
-                   help="drop buffered groups this many days behind the newest day of their partition")
+    p.add_argument(
+        "--max-age-days",
+        type=int,
+        default=d.max_age_days,
+        help="drop buffered groups this many days behind the newest day of their partition",
+    )
     add_session_timeout(p, d.session_timeout)
     p.add_argument("--raw-topic", default=d.raw_topic)
     p.add_argument("--shuffled-topic", default=d.shuffled_topic)
@@ -65,10 +87,19 @@ def run(args: argparse.Namespace) -> int:
     try:
         metrics_path = metrics_file(args.metrics)
         settings = ShufflerSettings(
-            min_batch=args.min_batch, max_batch=args.max_batch, checkpoint_interval=args.checkpoint_interval,
-            group=args.group, member=args.member, partitions=args.partitions, dedup_window=args.dedup_window,
-            max_age_days=args.max_age_days, session_timeout=args.session_timeout, raw_topic=args.raw_topic,
-            shuffled_topic=args.shuffled_topic, state_topic=args.state_topic)
+            min_batch=args.min_batch,
+            max_batch=args.max_batch,
+            checkpoint_interval=args.checkpoint_interval,
+            group=args.group,
+            member=args.member,
+            partitions=args.partitions,
+            dedup_window=args.dedup_window,
+            max_age_days=args.max_age_days,
+            session_timeout=args.session_timeout,
+            raw_topic=args.raw_topic,
+            shuffled_topic=args.shuffled_topic,
+            state_topic=args.state_topic,
+        )
         metrics = load_metrics(metrics_path, reject_expired=False)
     except ConfigError as exc:
         print(f"ldp shuffler: error: {exc}", file=sys.stderr)

@@ -37,7 +37,9 @@ def run(args: argparse.Namespace) -> int:
     if domain is None:
         raise ValueError(f"--domain is required for {args.mechanism}: give the number of distinct values (at least 2)")
     if args.mechanism == "rr" and args.domain not in (None, 2):
-        raise ValueError(f"rr (binary randomized response) has domain 2, got --domain {args.domain}; use grr for larger domains")
+        raise ValueError(
+            f"rr (binary randomized response) has domain 2, got --domain {args.domain}; use grr for larger domains"
+        )
     if args.users < 1:
         raise ValueError(f"--users must be at least 1, got {args.users}")
     if args.seed is not None and not 0 <= args.seed < 2**63:
@@ -53,7 +55,14 @@ def run(args: argparse.Namespace) -> int:
     if not args.json or sys.stderr.isatty():
         from tqdm import tqdm
 
-        bar = tqdm(total=args.users, unit="user", unit_scale=True, file=sys.stderr, disable=args.users < 2_000_000 and not sys.stderr.isatty(), leave=False)
+        bar = tqdm(
+            total=args.users,
+            unit="user",
+            unit_scale=True,
+            file=sys.stderr,
+            disable=args.users < 2_000_000 and not sys.stderr.isatty(),
+            leave=False,
+        )
     try:
         result = simulate(spec, args.users, dist, rng, seed=seed, progress=bar.update if bar else None)
     finally:
@@ -65,13 +74,19 @@ def run(args: argparse.Namespace) -> int:
         return 0
     est, truth, var = result.estimate, result.true_counts, result.variance
     print(f"{spec.name}  ε={spec.epsilon:g}  d={spec.domain_size}  n={args.users}  seed={seed}  spec_id={spec.spec_id}")
-    print(f"timings: encode {result.seconds['encode']:.3f}s  aggregate {result.seconds['aggregate']:.3f}s  estimate {result.seconds['estimate']:.3f}s")
+    print(
+        f"timings: encode {result.seconds['encode']:.3f}s  aggregate {result.seconds['aggregate']:.3f}s  estimate {result.seconds['estimate']:.3f}s"
+    )
     order = np.argsort(-truth, kind="stable")[: args.top]
     print(f"{'item':>8} {'true':>10} {'estimate':>12} {'95% CI':>27} {'theory sd':>10}")
     for i in order:
-        print(f"{i:>8} {truth[i]:>10} {est.counts[i]:>12.1f}  [{est.ci_low[i]:>11.1f}, {est.ci_high[i]:>11.1f}] {np.sqrt(var[i]):>10.1f}")
+        print(
+            f"{i:>8} {truth[i]:>10} {est.counts[i]:>12.1f}  [{est.ci_low[i]:>11.1f}, {est.ci_high[i]:>11.1f}] {np.sqrt(var[i]):>10.1f}"
+        )
     z = (est.counts - truth) / np.sqrt(var)
     cover = float(np.mean((est.ci_low <= truth) & (truth <= est.ci_high)))
-    print(f"standardized errors: mean {z.mean():+.3f}, variance {z.var():.3f}; CI coverage {cover:.3f}; "
-          f"MSE {np.mean((est.counts - truth) ** 2):.4g} (theory {var.mean():.4g})")
+    print(
+        f"standardized errors: mean {z.mean():+.3f}, variance {z.var():.3f}; CI coverage {cover:.3f}; "
+        f"MSE {np.mean((est.counts - truth) ** 2):.4g} (theory {var.mean():.4g})"
+    )
     return 0

@@ -13,8 +13,18 @@ import argparse
 import json
 import sys
 
-from ldp_cli.options import (add_group, add_idle_exit, add_log_level, add_member, add_metrics, add_session_timeout,
-                             add_transport, metrics_files, setup_logging, stop_event)
+from ldp_cli.options import (
+    add_group,
+    add_idle_exit,
+    add_log_level,
+    add_member,
+    add_metrics,
+    add_session_timeout,
+    add_transport,
+    metrics_files,
+    setup_logging,
+    stop_event,
+)
 from pipeline.topics import DEFAULT_PARTITIONS, SHUFFLED_TOPIC
 
 __all__ = ["register", "DEFAULT_GROUP"]
@@ -24,8 +34,11 @@ DEFAULT_GROUP = "ldp-parquet-sink"
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("sink", help="write the shuffled reports to a Parquet dataset partitioned by metric and day",
-                       description=__doc__.splitlines()[0] if __doc__ else None)
+    p = sub.add_parser(
+        "sink",
+        help="write the shuffled reports to a Parquet dataset partitioned by metric and day",
+        description=__doc__.splitlines()[0] if __doc__ else None,
+    )
     add_transport(p)
     p.add_argument("--dataset", required=True, help="root folder of the Parquet dataset")
     add_metrics(p, "metrics file(s) declaring the specs (repeatable; default $LDP_METRICS; required)", repeatable=True)
@@ -42,21 +55,31 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from pipeline.catalog import SpecCatalog
     from collector.sinks.parquet import ParquetSink
-    from pipeline.transport import open_transport
     from ldp_cli.commands.estimator import consume_forever
+    from pipeline.catalog import SpecCatalog
     from pipeline.processor import FATAL_ERRORS
+    from pipeline.transport import open_transport
 
     setup_logging(args.log_level)
     catalog = SpecCatalog.from_files(metrics_files(args.metrics))
     transport = open_transport(args.transport)
-    sink = ParquetSink(transport, args.dataset, catalog, topic=args.topic, group=args.group, member=args.member,
-                       flush_reports=args.flush_reports, flush_seconds=args.flush_seconds,
-                       session_timeout=args.session_timeout, partitions=args.partitions)
+    sink = ParquetSink(
+        transport,
+        args.dataset,
+        catalog,
+        topic=args.topic,
+        group=args.group,
+        member=args.member,
+        flush_reports=args.flush_reports,
+        flush_seconds=args.flush_seconds,
+        session_timeout=args.session_timeout,
+        partitions=args.partitions,
+    )
     stop = stop_event()
-    print(f"ldp sink: writing {sink.root} from {args.topic} as {args.group}/{sink.member} on {transport.url}",
-          flush=True)
+    print(
+        f"ldp sink: writing {sink.root} from {args.topic} as {args.group}/{sink.member} on {transport.url}", flush=True
+    )
     code = 0
     try:
         consume_forever(sink, stop, idle_exit=args.idle_exit)

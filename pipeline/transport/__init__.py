@@ -53,8 +53,14 @@ __all__ = [
 
 DEFAULT_URL = "sqlite:///ldp-data/transport.sqlite3"
 
-_OPTION_TYPES = {"poll_interval": float, "replication_factor": int, "transaction_timeout": float,
-                 "request_timeout": float, "retention": float, "purge_interval": float}
+_OPTION_TYPES = {
+    "poll_interval": float,
+    "replication_factor": int,
+    "transaction_timeout": float,
+    "request_timeout": float,
+    "retention": float,
+    "purge_interval": float,
+}
 
 
 def open_transport(url: str | None = None, **options: Any) -> Transport:

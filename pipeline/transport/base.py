@@ -86,8 +86,9 @@ def check_retention(retention: float | None) -> float | None:
     if retention is None:
         return None
     if isinstance(retention, bool) or not isinstance(retention, (int, float)) or not retention > 0:
-        raise TopicError(f"retention must be a positive number of seconds (math.inf to keep records for ever), "
-                         f"got {retention!r}")
+        raise TopicError(
+            f"retention must be a positive number of seconds (math.inf to keep records for ever), got {retention!r}"
+        )
     return float(retention)
 
 
@@ -230,7 +231,8 @@ class Consumer(abc.ABC):
         return CommitFailedError(
             f"group {self.group!r} rebalanced after member {self.member!r} received records it had not committed "
             f"(generation {self._rewinds}); nothing was committed: drop what was derived from uncommitted records, "
-            "they and every record received since will be delivered again")
+            "they and every record received since will be delivered again"
+        )
 
     @abc.abstractmethod
     def poll(self, max_records: int = 500, timeout: float = 1.0) -> list[Record]:
@@ -247,7 +249,7 @@ class Consumer(abc.ABC):
         """
 
     @abc.abstractmethod
-    def transaction(self) -> "TransactionScope":
+    def transaction(self) -> TransactionScope:
         """A context manager for one atomic consume-transform-produce step.
 
         ``with consumer.transaction() as tx: tx.publish(...)`` commits on
@@ -290,7 +292,7 @@ class Consumer(abc.ABC):
     def __iter__(self) -> Iterator[Record]:
         return self.records(idle_timeout=None)
 
-    def __enter__(self) -> "Consumer":
+    def __enter__(self) -> Consumer:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -304,8 +306,9 @@ class TransactionScope(abc.ABC):
     def __enter__(self) -> Transaction: ...
 
     @abc.abstractmethod
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None: ...
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None: ...
 
 
 class Health(NamedTuple):
@@ -350,8 +353,9 @@ class Transport(abc.ABC):
         return self.publish_many(topic, [(key, value)])[0]
 
     @abc.abstractmethod
-    def consume(self, topics: str | Sequence[str], group: str, *, member: str | None = None,
-                session_timeout: float = 10.0) -> Consumer:
+    def consume(
+        self, topics: str | Sequence[str], group: str, *, member: str | None = None, session_timeout: float = 10.0
+    ) -> Consumer:
         """Join ``group`` as a member reading ``topics``.
 
         ``member`` names the member (default: random). Give a stable name to
@@ -382,9 +386,8 @@ class Transport(abc.ABC):
     def close(self) -> None:
         """Release connections; published records stay."""
 
-    def __enter__(self) -> "Transport":
+    def __enter__(self) -> Transport:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-

@@ -52,6 +52,8 @@ from typing import Literal
 
 from client_sdk.store import immediate_transaction
 from pipeline.transport.base import (
+    DAY,
+    DEFAULT_RETENTION,
     CommitFailedError,
     Consumer,
     FencedError,
@@ -60,11 +62,9 @@ from pipeline.transport.base import (
     TopicError,
     TopicPartition,
     Transaction,
+    TransactionScope,
     Transport,
     TransportError,
-    TransactionScope,
-    DAY,
-    DEFAULT_RETENTION,
     check_retention,
     check_topic_name,
     day_start,
@@ -112,8 +112,9 @@ def _partitions(conn: sqlite3.Connection, topic: str) -> int:
     return int(row[0])
 
 
-def _append(conn: sqlite3.Connection, topic: str, items: Sequence[tuple[bytes | None, int, bytes]],
-            now: float) -> list[RecordPosition]:
+def _append(
+    conn: sqlite3.Connection, topic: str, items: Sequence[tuple[bytes | None, int, bytes]], now: float
+) -> list[RecordPosition]:
     """Append ``(key, partition, value)`` records inside the caller's write transaction, stamped with the start of
     the UTC day of ``now`` (the log keeps no finer time)."""
     nxt: dict[int, int] = {}
@@ -146,9 +147,16 @@ class EmbeddedTransport(Transport):
     of the process but may lose the last commits on power loss, and is faster.
     """
 
-    def __init__(self, path: str | Path, *, synchronous: Synchronous = "FULL", poll_interval: float = 0.05,
-                 retention: float = DEFAULT_RETENTION, purge_interval: float = 600.0,
-                 clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        synchronous: Synchronous = "FULL",
+        poll_interval: float = 0.05,
+        retention: float = DEFAULT_RETENTION,
+        purge_interval: float = 600.0,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
         if synchronous not in ("FULL", "NORMAL", "EXTRA"):
             raise ValueError(f"synchronous must be 'FULL', 'NORMAL' or 'EXTRA', got {synchronous!r}")
         retention = check_retention(retention)  # type: ignore[assignment]
@@ -171,8 +179,9 @@ class EmbeddedTransport(Transport):
         with immediate_transaction(self._conn) as c:
             version = c.execute("PRAGMA user_version").fetchone()[0]
             if version not in (0, 1, SCHEMA_VERSION):
-                raise TransportError(f"{self.path} has log schema version {version}; this code reads versions 1 and "
-                                     f"{SCHEMA_VERSION}")
+                raise TransportError(
+                    f"{self.path} has log schema version {version}; this code reads versions 1 and {SCHEMA_VERSION}"
+                )
             if version == 1:  # version 2 added per-topic retention (and the day index below)
                 c.execute("ALTER TABLE topics ADD COLUMN retention REAL")
             for stmt in filter(str.strip, _SCHEMA.split(";")):
@@ -194,8 +203,10 @@ class EmbeddedTransport(Transport):
             with immediate_transaction(self._conn) as c:
                 row = c.execute("SELECT partitions FROM topics WHERE name=?", (name,)).fetchone()
                 if row is None:
-                    c.execute("INSERT INTO topics(name, partitions, retention) VALUES (?, ?, ?)",
-                              (name, partitions, None if retention is None else min(retention, 1e300)))
+                    c.execute(
+                        "INSERT INTO topics(name, partitions, retention) VALUES (?, ?, ?)",
+                        (name, partitions, None if retention is None else min(retention, 1e300)),
+                    )
                 elif int(row[0]) != partitions:
                     raise TopicError(f"topic {name!r} exists with {row[0]} partitions, not {partitions}")
 
@@ -204,8 +215,9 @@ class EmbeddedTransport(Transport):
             self._check_open()
             return _partitions(self._conn, topic)
 
-    def _place(self, conn: sqlite3.Connection, topic: str,
-               items: Iterable[tuple[bytes | None, bytes]]) -> list[tuple[bytes | None, int, bytes]]:
+    def _place(
+        self, conn: sqlite3.Connection, topic: str, items: Iterable[tuple[bytes | None, bytes]]
+    ) -> list[tuple[bytes | None, int, bytes]]:
         n = _partitions(conn, topic)
         placed = []
         for key, value in items:
@@ -253,15 +265,23 @@ class EmbeddedTransport(Transport):
                 with immediate_transaction(self._conn) as c:
                     cur = c.execute(
                         "DELETE FROM log WHERE topic=? AND ts<? AND offset < (SELECT MAX(l2.offset) FROM log l2 "
-                        "WHERE l2.topic=log.topic AND l2.partition=log.partition)", (name, cutoff))
+                        "WHERE l2.topic=log.topic AND l2.partition=log.partition)",
+                        (name, cutoff),
+                    )
                     deleted += cur.rowcount
         return deleted
 
-    def consume(self, topics: str | Sequence[str], group: str, *, member: str | None = None,
-                session_timeout: float = 10.0) -> "EmbeddedConsumer":
+    def consume(
+        self, topics: str | Sequence[str], group: str, *, member: str | None = None, session_timeout: float = 10.0
+    ) -> EmbeddedConsumer:
         self._check_open()
-        return EmbeddedConsumer(self, [topics] if isinstance(topics, str) else list(topics), group,
-                                member=member, session_timeout=session_timeout)
+        return EmbeddedConsumer(
+            self,
+            [topics] if isinstance(topics, str) else list(topics),
+            group,
+            member=member,
+            session_timeout=session_timeout,
+        )
 
     def close(self) -> None:
         with self._lock:
@@ -274,7 +294,7 @@ class EmbeddedTransport(Transport):
 
 
 class _EmbeddedTransaction(Transaction, TransactionScope):
-    def __init__(self, consumer: "EmbeddedConsumer") -> None:
+    def __init__(self, consumer: EmbeddedConsumer) -> None:
         self._consumer = consumer
         self._outputs: dict[str, list[tuple[bytes | None, bytes]]] = {}
         self._open = False
@@ -292,8 +312,9 @@ class _EmbeddedTransaction(Transaction, TransactionScope):
         self._open = True
         return self
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         self._open = False
         c = self._consumer
         if exc_type is not None:
@@ -318,8 +339,9 @@ class _EmbeddedTransaction(Transaction, TransactionScope):
 class EmbeddedConsumer(Consumer):
     """A member of a consumer group on an :class:`EmbeddedTransport` (not thread-safe: one per thread)."""
 
-    def __init__(self, transport: EmbeddedTransport, topics: list[str], group: str, *, member: str | None,
-                 session_timeout: float) -> None:
+    def __init__(
+        self, transport: EmbeddedTransport, topics: list[str], group: str, *, member: str | None, session_timeout: float
+    ) -> None:
         self._set_identity(topics, group, member, session_timeout)
         self._transport = transport
         self._instance = uuid.uuid4().hex
@@ -334,17 +356,22 @@ class EmbeddedConsumer(Consumer):
         for t in self.topics:
             _partitions(self._conn, t)
         with immediate_transaction(self._conn) as c:
-            c.execute("INSERT OR REPLACE INTO members(grp, member, instance, topics, heartbeat, session_timeout) "
-                      "VALUES (?,?,?,?,?,?)",
-                      (group, self.member, self._instance, json.dumps(self.topics), time.time(), self.session_timeout))
+            c.execute(
+                "INSERT OR REPLACE INTO members(grp, member, instance, topics, heartbeat, session_timeout) "
+                "VALUES (?,?,?,?,?,?)",
+                (group, self.member, self._instance, json.dumps(self.topics), time.time(), self.session_timeout),
+            )
             self._bump(c)
             self._last_heartbeat = time.monotonic()
 
     # -- group membership ----------------------------------------------------
 
     def _bump(self, c: sqlite3.Connection) -> None:
-        c.execute("INSERT INTO groups(grp, generation) VALUES (?, 1) "
-                  "ON CONFLICT(grp) DO UPDATE SET generation = generation + 1", (self.group,))
+        c.execute(
+            "INSERT INTO groups(grp, generation) VALUES (?, 1) "
+            "ON CONFLICT(grp) DO UPDATE SET generation = generation + 1",
+            (self.group,),
+        )
 
     def _current_generation(self, c: sqlite3.Connection) -> int:
         row = c.execute("SELECT generation FROM groups WHERE grp=?", (self.group,)).fetchone()
@@ -354,12 +381,16 @@ class EmbeddedConsumer(Consumer):
         """Inside a write transaction: refuse a commit from a fenced member or an old generation."""
         row = c.execute("SELECT instance FROM members WHERE grp=? AND member=?", (self.group, self.member)).fetchone()
         if row is not None and row[0] != self._instance:
-            raise FencedError(f"another consumer joined group {self.group!r} as member {self.member!r}; this one is fenced")
+            raise FencedError(
+                f"another consumer joined group {self.group!r} as member {self.member!r}; this one is fenced"
+            )
         if row is None or self._current_generation(c) != self._generation:
             if self._delivered:  # this failure reports the rewind: no second one
                 self._rebalance_rewound(report=False)
-            raise CommitFailedError(f"group {self.group!r} rebalanced since these records were delivered; "
-                                    "nothing was committed and they will be delivered again")
+            raise CommitFailedError(
+                f"group {self.group!r} rebalanced since these records were delivered; "
+                "nothing was committed and they will be delivered again"
+            )
         c.execute("UPDATE members SET heartbeat=? WHERE grp=? AND member=?", (time.time(), self.group, self.member))
 
     def _sync(self) -> None:
@@ -369,15 +400,23 @@ class EmbeddedConsumer(Consumer):
             return
         with immediate_transaction(self._conn) as c:
             now = time.time()
-            gone = c.execute("DELETE FROM members WHERE grp=? AND member<>? AND heartbeat + session_timeout < ?",
-                             (self.group, self.member, now)).rowcount
-            row = c.execute("SELECT instance FROM members WHERE grp=? AND member=?", (self.group, self.member)).fetchone()
+            gone = c.execute(
+                "DELETE FROM members WHERE grp=? AND member<>? AND heartbeat + session_timeout < ?",
+                (self.group, self.member, now),
+            ).rowcount
+            row = c.execute(
+                "SELECT instance FROM members WHERE grp=? AND member=?", (self.group, self.member)
+            ).fetchone()
             if row is None:
-                c.execute("INSERT INTO members(grp, member, instance, topics, heartbeat, session_timeout) VALUES (?,?,?,?,?,?)",
-                          (self.group, self.member, self._instance, json.dumps(self.topics), now, self.session_timeout))
+                c.execute(
+                    "INSERT INTO members(grp, member, instance, topics, heartbeat, session_timeout) VALUES (?,?,?,?,?,?)",
+                    (self.group, self.member, self._instance, json.dumps(self.topics), now, self.session_timeout),
+                )
                 gone += 1
             elif row[0] != self._instance:
-                raise FencedError(f"another consumer joined group {self.group!r} as member {self.member!r}; this one is fenced")
+                raise FencedError(
+                    f"another consumer joined group {self.group!r} as member {self.member!r}; this one is fenced"
+                )
             else:
                 c.execute("UPDATE members SET heartbeat=? WHERE grp=? AND member=?", (now, self.group, self.member))
             if gone:
@@ -403,17 +442,21 @@ class EmbeddedConsumer(Consumer):
         self._delivered = {}
 
     def _committed_in(self, c: sqlite3.Connection, tp: TopicPartition) -> int | None:
-        row = c.execute("SELECT offset FROM group_offsets WHERE grp=? AND topic=? AND partition=?",
-                        (self.group, tp.topic, tp.partition)).fetchone()
+        row = c.execute(
+            "SELECT offset FROM group_offsets WHERE grp=? AND topic=? AND partition=?",
+            (self.group, tp.topic, tp.partition),
+        ).fetchone()
         return None if row is None else int(row[0])
 
     def _write_offsets(self, c: sqlite3.Connection, offsets: Mapping[TopicPartition, int]) -> None:
         for tp, off in offsets.items():
             if tp not in self._assignment:
                 raise CommitFailedError(f"{tp} is not assigned to member {self.member!r} of group {self.group!r}")
-            c.execute("INSERT INTO group_offsets(grp, topic, partition, offset) VALUES (?,?,?,?) "
-                      "ON CONFLICT(grp, topic, partition) DO UPDATE SET offset=excluded.offset",
-                      (self.group, tp.topic, tp.partition, int(off)))
+            c.execute(
+                "INSERT INTO group_offsets(grp, topic, partition, offset) VALUES (?,?,?,?) "
+                "ON CONFLICT(grp, topic, partition) DO UPDATE SET offset=excluded.offset",
+                (self.group, tp.topic, tp.partition, int(off)),
+            )
 
     def _rewind(self) -> None:
         """Forget undelivered progress: restart every owned partition from its committed offset."""
@@ -446,13 +489,14 @@ class EmbeddedConsumer(Consumer):
             return []
         self._turn = (self._turn + 1) % len(tps)
         out: list[Record] = []
-        for tp in tps[self._turn:] + tps[: self._turn]:
+        for tp in tps[self._turn :] + tps[: self._turn]:
             left = max_records - len(out)
             if left <= 0:
                 break
             rows = self._conn.execute(
                 "SELECT offset, key, value FROM log WHERE topic=? AND partition=? AND offset>=? ORDER BY offset LIMIT ?",
-                (tp.topic, tp.partition, self._fetch[tp], left)).fetchall()
+                (tp.topic, tp.partition, self._fetch[tp], left),
+            ).fetchall()
             if rows:
                 out.extend(Record(tp.topic, tp.partition, int(o), k, v) for o, k, v in rows)
                 self._fetch[tp] = self._delivered[tp] = int(rows[-1][0]) + 1
@@ -497,8 +541,10 @@ class EmbeddedConsumer(Consumer):
         self._closed = True
         try:
             with immediate_transaction(self._conn) as c:
-                left = c.execute("DELETE FROM members WHERE grp=? AND member=? AND instance=?",
-                                 (self.group, self.member, self._instance)).rowcount
+                left = c.execute(
+                    "DELETE FROM members WHERE grp=? AND member=? AND instance=?",
+                    (self.group, self.member, self._instance),
+                ).rowcount
                 if left:
                     self._bump(c)
         finally:

@@ -52,9 +52,9 @@ from pipeline.transport.base import (
     TopicError,
     TopicPartition,
     Transaction,
+    TransactionScope,
     Transport,
     TransportError,
-    TransactionScope,
     check_retention,
     check_topic_name,
     day_start,
@@ -96,11 +96,15 @@ def describe_cluster(bootstrap: str, timeout: float = 5.0) -> dict[str, Any]:
 
     ms = max(1000, int(timeout * 1000))
     # kafka-python 2.x names the bootstrap wait api_version_auto_timeout_ms, 3.x bootstrap_timeout_ms
-    wait_key = ("bootstrap_timeout_ms" if "bootstrap_timeout_ms" in KafkaAdminClient.DEFAULT_CONFIG
-                else "api_version_auto_timeout_ms")
+    wait_key = (
+        "bootstrap_timeout_ms"
+        if "bootstrap_timeout_ms" in KafkaAdminClient.DEFAULT_CONFIG
+        else "api_version_auto_timeout_ms"
+    )
     try:
-        admin = KafkaAdminClient(bootstrap_servers=bootstrap, client_id="ldp-kafka-probe",
-                                 request_timeout_ms=ms, **{wait_key: ms})
+        admin = KafkaAdminClient(
+            bootstrap_servers=bootstrap, client_id="ldp-kafka-probe", request_timeout_ms=ms, **{wait_key: ms}
+        )
     except (KafkaError, OSError) as exc:
         raise TransportError(f"the broker at {bootstrap} does not answer: {exc!r}") from exc
     try:
@@ -123,11 +127,19 @@ class KafkaTransport(Transport):
     ``consumer_config`` entries go to kafka-python unchanged.
     """
 
-    def __init__(self, bootstrap: str = "127.0.0.1:9092", *, client_id: str = "ldp", replication_factor: int = 1,
-                 transaction_timeout: float = 10.0, request_timeout: float = 30.0,
-                 retention: float | None = None, clock: Callable[[], float] = time.time,
-                 producer_config: Mapping[str, Any] | None = None,
-                 consumer_config: Mapping[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        bootstrap: str = "127.0.0.1:9092",
+        *,
+        client_id: str = "ldp",
+        replication_factor: int = 1,
+        transaction_timeout: float = 10.0,
+        request_timeout: float = 30.0,
+        retention: float | None = None,
+        clock: Callable[[], float] = time.time,
+        producer_config: Mapping[str, Any] | None = None,
+        consumer_config: Mapping[str, Any] | None = None,
+    ) -> None:
         if not bootstrap or not isinstance(bootstrap, str):
             raise ValueError(f"bootstrap must be 'host:port[,host:port...]', got {bootstrap!r}")
         self.bootstrap = bootstrap
@@ -157,11 +169,15 @@ class KafkaTransport(Transport):
             from kafka import KafkaAdminClient
 
             try:
-                self._admin = KafkaAdminClient(bootstrap_servers=self.bootstrap, client_id=f"{self.client_id}-admin",
-                                               request_timeout_ms=int(self.request_timeout * 1000))
+                self._admin = KafkaAdminClient(
+                    bootstrap_servers=self.bootstrap,
+                    client_id=f"{self.client_id}-admin",
+                    request_timeout_ms=int(self.request_timeout * 1000),
+                )
             except _errors().KafkaError as exc:
-                raise TransportError(f"cannot reach Kafka at {self.bootstrap} ({exc!r}); "
-                                     "start the project's broker with `ldp kafka up`") from exc
+                raise TransportError(
+                    f"cannot reach Kafka at {self.bootstrap} ({exc!r}); start the project's broker with `ldp kafka up`"
+                ) from exc
         return self._admin
 
     def producer_settings(self, **extra: Any) -> dict[str, Any]:
@@ -189,8 +205,9 @@ class KafkaTransport(Transport):
             try:
                 self._producer = KafkaProducer(**self.producer_settings())
             except _errors().KafkaError as exc:
-                raise TransportError(f"cannot reach Kafka at {self.bootstrap} ({exc!r}); "
-                                     "start the project's broker with `ldp kafka up`") from exc
+                raise TransportError(
+                    f"cannot reach Kafka at {self.bootstrap} ({exc!r}); start the project's broker with `ldp kafka up`"
+                ) from exc
         return self._producer
 
     # -- topics --------------------------------------------------------------
@@ -202,8 +219,11 @@ class KafkaTransport(Transport):
         retention = check_retention(retention)
         if retention is None:
             retention = self.retention
-        configs = {} if retention is None else {
-            "retention.ms": "-1" if math.isinf(retention) else str(max(1, int(retention * 1000)))}
+        configs = (
+            {}
+            if retention is None
+            else {"retention.ms": "-1" if math.isinf(retention) else str(max(1, int(retention * 1000)))}
+        )
         from kafka.admin import NewTopic
 
         errors = _errors()
@@ -231,12 +251,15 @@ class KafkaTransport(Transport):
         end = time.monotonic() + self.request_timeout
         while True:
             info = self._describe(topic)
-            if info is not None and all(p.get("leader", -1) >= 0 and p.get("error_code", 0) == 0
-                                        for p in info["partitions"]):
+            if info is not None and all(
+                p.get("leader", -1) >= 0 and p.get("error_code", 0) == 0 for p in info["partitions"]
+            ):
                 return len(info["partitions"])
             if time.monotonic() > end:
-                raise TopicError(f"topic {topic!r} was created but its partitions have no leader after "
-                                 f"{self.request_timeout:g} s; check the broker's log")
+                raise TopicError(
+                    f"topic {topic!r} was created but its partitions have no leader after "
+                    f"{self.request_timeout:g} s; check the broker's log"
+                )
             time.sleep(0.05)
 
     def partitions(self, topic: str) -> int:
@@ -246,8 +269,10 @@ class KafkaTransport(Transport):
             return n
         info = self._describe(topic)
         if info is None:
-            raise TopicError(f"topic {topic!r} does not exist on {self.bootstrap}: "
-                             f"create it first with create_topic({topic!r}, partitions)")
+            raise TopicError(
+                f"topic {topic!r} does not exist on {self.bootstrap}: "
+                f"create it first with create_topic({topic!r}, partitions)"
+            )
         n = len(info["partitions"])
         with self._lock:
             self._partitions[topic] = n
@@ -261,8 +286,15 @@ class KafkaTransport(Transport):
         futures = []
         for key, value in items:
             _check_value(key, value)
-            futures.append(producer.send(topic, key=_b(key), value=bytes(value), timestamp_ms=self._day_ms(),
-                                         partition=partition_for(key, n, next(self._rr))))
+            futures.append(
+                producer.send(
+                    topic,
+                    key=_b(key),
+                    value=bytes(value),
+                    timestamp_ms=self._day_ms(),
+                    partition=partition_for(key, n, next(self._rr)),
+                )
+            )
         producer.flush()
         out = []
         for f in futures:
@@ -277,8 +309,9 @@ class KafkaTransport(Transport):
         """A record's timestamp: the start of the current UTC day (Kafka would otherwise store the send time)."""
         return int(day_start(self.clock())) * 1000
 
-    def consume(self, topics: str | Sequence[str], group: str, *, member: str | None = None,
-                session_timeout: float = 10.0) -> "KafkaConsumer":
+    def consume(
+        self, topics: str | Sequence[str], group: str, *, member: str | None = None, session_timeout: float = 10.0
+    ) -> KafkaConsumer:
         names = [topics] if isinstance(topics, str) else list(topics)
         for t in names:
             self.partitions(t)
@@ -318,7 +351,7 @@ def _check_value(key: bytes | None, value: bytes) -> None:
 
 
 class _KafkaTransaction(Transaction, TransactionScope):
-    def __init__(self, consumer: "KafkaConsumer") -> None:
+    def __init__(self, consumer: KafkaConsumer) -> None:
         self._consumer = consumer
         self._open = False
 
@@ -329,11 +362,18 @@ class _KafkaTransaction(Transaction, TransactionScope):
         c = self._consumer
         n = c._transport.partitions(topic)
         try:
-            c._tx_producer().send(topic, key=_b(key), value=bytes(value), timestamp_ms=c._transport._day_ms(),
-                                  partition=partition_for(key, n, next(c._transport._rr)))
+            c._tx_producer().send(
+                topic,
+                key=_b(key),
+                value=bytes(value),
+                timestamp_ms=c._transport._day_ms(),
+                partition=partition_for(key, n, next(c._transport._rr)),
+            )
         except _errors().KafkaError as exc:
-            raise TransportError(f"the transactional producer refused a record for {topic!r}: {exc!r}; "
-                                 "leave the `with` block (the transaction is aborted) and retry") from exc
+            raise TransportError(
+                f"the transactional producer refused a record for {topic!r}: {exc!r}; "
+                "leave the `with` block (the transaction is aborted) and retry"
+            ) from exc
 
     def __enter__(self) -> Transaction:
         if self._open:
@@ -354,8 +394,9 @@ class _KafkaTransaction(Transaction, TransactionScope):
         self._open = True
         return self
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         self._open = False
         c = self._consumer
         errors = _errors()
@@ -376,8 +417,7 @@ class _KafkaTransaction(Transaction, TransactionScope):
                     raise errors.RebalanceInProgressError("the group is rebalancing")
                 # KIP-447 group metadata (generation fencing) where the client has it, else the group id
                 meta = c._consumer.group_metadata() if hasattr(c._consumer, "group_metadata") else c.group
-                c._tx_call("send_offsets_to_transaction",
-                           lambda tm: tm.send_offsets_to_transaction(offsets, meta))
+                c._tx_call("send_offsets_to_transaction", lambda tm: tm.send_offsets_to_transaction(offsets, meta))
             c._tx_call("commit_transaction", lambda tm: tm.begin_commit())
         except (errors.ProducerFencedError, errors.InvalidProducerEpochError) as exc:
             c._drop_producer()
@@ -386,18 +426,28 @@ class _KafkaTransaction(Transaction, TransactionScope):
         except _TransactionStuck as exc:
             c._drop_producer()
             c._rewind()
-            raise TransportError(f"the transaction did not complete: {exc}; the producer was replaced (its "
-                                 "successor aborts the open transaction) and the records will be delivered again") \
-                from exc
+            raise TransportError(
+                f"the transaction did not complete: {exc}; the producer was replaced (its "
+                "successor aborts the open transaction) and the records will be delivered again"
+            ) from exc
         except (errors.KafkaError, errors.IllegalStateError) as exc:
-            rebalanced = isinstance(exc, (errors.CommitFailedError, errors.IllegalGenerationError,
-                                          errors.UnknownMemberIdError, errors.RebalanceInProgressError))
+            rebalanced = isinstance(
+                exc,
+                (
+                    errors.CommitFailedError,
+                    errors.IllegalGenerationError,
+                    errors.UnknownMemberIdError,
+                    errors.RebalanceInProgressError,
+                ),
+            )
             if rebalanced and c._delivered:  # this failure reports the rewind: no second one
                 c._rebalance_rewound(report=False)
             self._abort()
             if rebalanced:
-                raise CommitFailedError(f"group {c.group!r} rebalanced before the transaction committed ({exc!r}); "
-                                        "it was aborted and its records will be delivered again") from exc
+                raise CommitFailedError(
+                    f"group {c.group!r} rebalanced before the transaction committed ({exc!r}); "
+                    "it was aborted and its records will be delivered again"
+                ) from exc
             raise TransportError(f"the transaction was aborted: {exc!r}") from exc
         c._delivered = {}
         c._await_visible(offsets)
@@ -424,8 +474,9 @@ class _TransactionStuck(Exception):
 class KafkaConsumer(Consumer):
     """A kafka-python consumer in ``group`` reading ``topics`` with read_committed isolation (not thread-safe)."""
 
-    def __init__(self, transport: KafkaTransport, topics: list[str], group: str, *, member: str | None,
-                 session_timeout: float) -> None:
+    def __init__(
+        self, transport: KafkaTransport, topics: list[str], group: str, *, member: str | None, session_timeout: float
+    ) -> None:
         self._set_identity(topics, group, member, session_timeout)
         from kafka import ConsumerRebalanceListener
         from kafka import KafkaConsumer as _KC
@@ -454,8 +505,9 @@ class KafkaConsumer(Consumer):
         try:
             self._consumer = _KC(**cfg)
         except _errors().KafkaError as exc:
-            raise TransportError(f"cannot reach Kafka at {transport.bootstrap} ({exc!r}); "
-                                 "start the project's broker with `ldp kafka up`") from exc
+            raise TransportError(
+                f"cannot reach Kafka at {transport.bootstrap} ({exc!r}); start the project's broker with `ldp kafka up`"
+            ) from exc
         owner = self
 
         class _Listener(ConsumerRebalanceListener):  # type: ignore[misc]
@@ -473,11 +525,14 @@ class KafkaConsumer(Consumer):
             from kafka import KafkaProducer
 
             t = self._transport
-            producer = KafkaProducer(**t.producer_settings(
-                transactional_id=self.transactional_id,
-                transaction_timeout_ms=int(t.transaction_timeout * 1000),
-                max_block_ms=int(t.request_timeout * 1000),
-                client_id=f"{t.client_id}-{self.member}-tx"))
+            producer = KafkaProducer(
+                **t.producer_settings(
+                    transactional_id=self.transactional_id,
+                    transaction_timeout_ms=int(t.transaction_timeout * 1000),
+                    max_block_ms=int(t.request_timeout * 1000),
+                    client_id=f"{t.client_id}-{self.member}-tx",
+                )
+            )
             try:
                 producer.init_transactions()
             except BaseException:
@@ -548,15 +603,22 @@ class KafkaConsumer(Consumer):
         todo = dict(self._delivered if offsets is None else offsets)
         errors = _errors()
         try:
-            self._consumer.commit({KTP(tp.topic, tp.partition): OffsetAndMetadata(int(off), "", -1)
-                                   for tp, off in todo.items()})
-        except (errors.CommitFailedError, errors.IllegalGenerationError, errors.UnknownMemberIdError,
-                errors.RebalanceInProgressError) as exc:
+            self._consumer.commit(
+                {KTP(tp.topic, tp.partition): OffsetAndMetadata(int(off), "", -1) for tp, off in todo.items()}
+            )
+        except (
+            errors.CommitFailedError,
+            errors.IllegalGenerationError,
+            errors.UnknownMemberIdError,
+            errors.RebalanceInProgressError,
+        ) as exc:
             if self._delivered:  # this failure reports the rewind: no second one
                 self._rebalance_rewound(report=False)
             self._rewind()
-            raise CommitFailedError(f"group {self.group!r} rebalanced since these records were delivered ({exc!r}); "
-                                    "nothing was committed and they will be delivered again") from exc
+            raise CommitFailedError(
+                f"group {self.group!r} rebalanced since these records were delivered ({exc!r}); "
+                "nothing was committed and they will be delivered again"
+            ) from exc
         for tp, off in todo.items():
             if self._delivered.get(tp, -1) <= off:
                 self._delivered.pop(tp, None)
@@ -580,8 +642,10 @@ class KafkaConsumer(Consumer):
         for ktp, om in offsets.items():
             while (self._consumer.committed(ktp) or 0) < om.offset:
                 if time.monotonic() > end:
-                    raise TransportError(f"the transaction committed but the offset of {ktp} is not visible after "
-                                         f"{self._transport.request_timeout:g} s")
+                    raise TransportError(
+                        f"the transaction committed but the offset of {ktp} is not visible after "
+                        f"{self._transport.request_timeout:g} s"
+                    )
                 time.sleep(0.01)
 
     def _forget_delivered(self) -> None:

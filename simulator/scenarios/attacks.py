@@ -76,7 +76,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, Sequence, TypeVar
+from collections.abc import Sequence
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -139,7 +140,9 @@ class MembershipConfig:
 
     def __post_init__(self) -> None:
         if self.candidate_clients < 8:
-            raise FLError(f"candidate_clients must be >= 8 (members and non-members in two halves), got {self.candidate_clients}")
+            raise FLError(
+                f"candidate_clients must be >= 8 (members and non-members in two halves), got {self.candidate_clients}"
+            )
         if self.examples_per_client < 1 or self.rounds < 1 or self.features < 1 or self.classes < 2:
             raise FLError("examples_per_client, rounds and features must be >= 1 and classes >= 2")
         if not 0.0 < self.sample_rate <= 1.0:
@@ -173,7 +176,9 @@ class InversionConfig:
         if self.features < 2 or self.classes < 2 or self.trials < 1:
             raise FLError("features and classes must be >= 2 and trials >= 1")
         if self.clients_in_sum < 3:
-            raise FLError(f"clients_in_sum must be >= 3 (secure aggregation needs 3 clients), got {self.clients_in_sum}")
+            raise FLError(
+                f"clients_in_sum must be >= 3 (secure aggregation needs 3 clients), got {self.clients_in_sum}"
+            )
         if not (math.isfinite(self.clip_norm) and self.clip_norm > 0 and self.learning_rate > 0):
             raise FLError("clip_norm and learning_rate must be finite and > 0")
         if any(not (math.isfinite(z) and z > 0) for z in self.noise_multipliers):
@@ -235,7 +240,9 @@ def clopper_pearson(k: int, n: int, alpha: float) -> tuple[float, float]:
     return lo, hi
 
 
-def advantage_with_ci(member_losses: np.ndarray, nonmember_losses: np.ndarray, tau: float, alpha: float) -> dict[str, float]:
+def advantage_with_ci(
+    member_losses: np.ndarray, nonmember_losses: np.ndarray, tau: float, alpha: float
+) -> dict[str, float]:
     """TPR, FPR and TPR − FPR of "member iff loss ≤ τ", with the 1 − α interval of the
     module docstring (Clopper–Pearson at 1 − α/2 on each rate)."""
     m, n = len(member_losses), len(nonmember_losses)
@@ -243,9 +250,17 @@ def advantage_with_ci(member_losses: np.ndarray, nonmember_losses: np.ndarray, t
     kn = int(np.sum(np.asarray(nonmember_losses) <= tau))
     tl, th = clopper_pearson(km, m, alpha / 2)
     fl, fh = clopper_pearson(kn, n, alpha / 2)
-    return {"threshold": float(tau), "tpr": km / m, "fpr": kn / n, "advantage": km / m - kn / n,
-            "ci_low": tl - fh, "ci_high": th - fl, "half_width": 0.5 * ((th - fl) - (tl - fh)),
-            "members": m, "nonmembers": n}
+    return {
+        "threshold": float(tau),
+        "tpr": km / m,
+        "fpr": kn / n,
+        "advantage": km / m - kn / n,
+        "ci_low": tl - fh,
+        "ci_high": th - fl,
+        "half_width": 0.5 * ((th - fl) - (tl - fh)),
+        "members": m,
+        "nonmembers": n,
+    }
 
 
 def advantage_bound(epsilon: float, delta: float) -> float:
@@ -261,7 +276,9 @@ def yeom_bound(epsilon: float) -> float:
     return 1.0 if epsilon > 1.0 else min(1.0, math.expm1(epsilon))
 
 
-def _membership_data(cfg: MembershipConfig, rng: np.random.Generator) -> tuple[list[np.ndarray], list[np.ndarray], np.ndarray, np.ndarray]:
+def _membership_data(
+    cfg: MembershipConfig, rng: np.random.Generator
+) -> tuple[list[np.ndarray], list[np.ndarray], np.ndarray, np.ndarray]:
     K, d = cfg.classes, cfg.features
     means = rng.normal(scale=cfg.class_separation, size=(K, d))
     Xs, ys = [], []
@@ -275,8 +292,15 @@ def _membership_data(cfg: MembershipConfig, rng: np.random.Generator) -> tuple[l
     return Xs, ys, joins, calibration
 
 
-def _membership_setting(cfg: MembershipConfig, name: str, noise: float | None, Xs: list[np.ndarray], ys: list[np.ndarray],
-                        joins: np.ndarray, calibration: np.ndarray) -> dict[str, Any]:
+def _membership_setting(
+    cfg: MembershipConfig,
+    name: str,
+    noise: float | None,
+    Xs: list[np.ndarray],
+    ys: list[np.ndarray],
+    joins: np.ndarray,
+    calibration: np.ndarray,
+) -> dict[str, Any]:
     from estimator.accounting.accountant import delta_pld
 
     model = SoftmaxRegression(cfg.features, cfg.classes)
@@ -287,10 +311,12 @@ def _membership_setting(cfg: MembershipConfig, name: str, noise: float | None, X
         agg: Any = ValidatingAggregator(WeightedMean())
     else:
         accountant = ClientLevelAccountant(PoissonSampling(cfg.sample_rate), cfg.candidate_clients, cfg.delta)
-        agg = ValidatingAggregator(FixedClippingDP(WeightedMean(), cfg.clip_norm, noise, accountant=accountant,
-                                                   report_every=cfg.rounds))
-    params, _ = run_rounds(model, FedAvg(cfg.training), agg, clients, sampling, cfg.rounds,
-                           np.random.default_rng([cfg.seed, 1]))
+        agg = ValidatingAggregator(
+            FixedClippingDP(WeightedMean(), cfg.clip_norm, noise, accountant=accountant, report_every=cfg.rounds)
+        )
+    params, _ = run_rounds(
+        model, FedAvg(cfg.training), agg, clients, sampling, cfg.rounds, np.random.default_rng([cfg.seed, 1])
+    )
     losses = [softmax_losses(model, params, X, y) for X, y in zip(Xs, ys)]
 
     def pool(mask: np.ndarray) -> np.ndarray:
@@ -343,7 +369,11 @@ def run_membership(cfg: MembershipConfig = MembershipConfig()) -> dict[str, Any]
         "examples_per_client": cfg.examples_per_client,
         "model": f"softmax regression, {cfg.features} features, {cfg.classes} classes",
         "rounds": cfg.rounds,
-        "sampling": {"kind": "poisson", "rate": cfg.sample_rate, "public_denominator": cfg.sample_rate * cfg.candidate_clients / 2},
+        "sampling": {
+            "kind": "poisson",
+            "rate": cfg.sample_rate,
+            "public_denominator": cfg.sample_rate * cfg.candidate_clients / 2,
+        },
         "training": {"epochs": tr.epochs, "batch_size": tr.batch_size, "learning_rate": tr.learning_rate},
         "alpha": cfg.alpha,
         "neighbors": "add or remove one client (client-level DP)",
@@ -355,7 +385,9 @@ def run_membership(cfg: MembershipConfig = MembershipConfig()) -> dict[str, Any]
 def _split(delta: np.ndarray, d: int, k: int) -> tuple[np.ndarray, np.ndarray]:
     v = np.asarray(delta, np.float64)
     if v.shape != ((d + 1) * k,):
-        raise FLError(f"a softmax-regression update of {d} features and {k} classes has {(d + 1) * k} values, got {v.shape}")
+        raise FLError(
+            f"a softmax-regression update of {d} features and {k} classes has {(d + 1) * k} values, got {v.shape}"
+        )
     return v[: d * k].reshape(d, k), v[d * k :]
 
 
@@ -378,12 +410,16 @@ def cosine(a: np.ndarray, b: np.ndarray) -> float:
     return float(a @ b / (na * nb)) if na > 0 and nb > 0 else 0.0
 
 
-def _one_step(model: SoftmaxRegression, params: np.ndarray, x: np.ndarray, y: int, lr: float, rng: np.random.Generator, cid: str) -> np.ndarray:
+def _one_step(
+    model: SoftmaxRegression, params: np.ndarray, x: np.ndarray, y: int, lr: float, rng: np.random.Generator, cid: str
+) -> np.ndarray:
     cfg = RoundConfig(0, params, "fedavg", LocalTraining(epochs=1, batch_size=1, learning_rate=lr))
     return train_client(model, cfg, x[None, :].astype(np.float32), np.array([y]), rng, cid).delta
 
 
-def secagg_views(updates: list[np.ndarray], clip_range: float, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+def secagg_views(
+    updates: list[np.ndarray], clip_range: float, rng: np.random.Generator
+) -> tuple[np.ndarray, np.ndarray]:
     """(client 1's masked upload decoded as if it were a sum, the unmasked decoded sum) of one SecAgg+ round."""
     from client_sdk.fl.secagg import Quantizer, SecAggClient
     from estimator.fl.secagg_server import SecAggServer, make_config
@@ -418,8 +454,12 @@ def run_inversion(cfg: InversionConfig = InversionConfig()) -> dict[str, Any]:
     rng = np.random.default_rng([cfg.seed, 3])
     names = ["individual_update", "individual_update_clipped"]
     names += [f"noisy_sum_alone_sigma{z:g}" for z in cfg.noise_multipliers]
-    names += [f"sum_of_{n}", f"noisy_sum_of_{n}_sigma{max(cfg.noise_multipliers):g}",
-              "secagg_masked_update", f"secagg_sum_of_{n}"]
+    names += [
+        f"sum_of_{n}",
+        f"noisy_sum_of_{n}_sigma{max(cfg.noise_multipliers):g}",
+        "secagg_masked_update",
+        f"secagg_sum_of_{n}",
+    ]
     rows: dict[str, list[tuple[float, float, float, float]]] = {k: [] for k in names}
     for _ in range(cfg.trials):
         params = rng.normal(scale=0.01, size=model.num_params).astype(np.float32)
@@ -439,25 +479,29 @@ def run_inversion(cfg: InversionConfig = InversionConfig()) -> dict[str, Any]:
             xh = invert_single_example(v, d, K)
             c_svd = abs(cosine(leading_direction(v, d, K), X[0]))
             best_other = max(cosine(xh, X[j]) for j in range(n))
-            rows[name].append((cosine(xh, X[0]), c_svd, float(np.linalg.norm(xh - X[0]) / np.linalg.norm(X[0])), best_other))
+            rows[name].append(
+                (cosine(xh, X[0]), c_svd, float(np.linalg.norm(xh - X[0]) / np.linalg.norm(X[0])), best_other)
+            )
     settings = []
     for name in names:
         a = np.array(rows[name])
         noisy = name.startswith("noisy_sum")
         sigma = float(name.rsplit("sigma", 1)[1]) if noisy else None
         k = n if (f"of_{n}" in name) else 1
-        settings.append({
-            "name": name,
-            "server_sees": _SEES[name.split("_sigma")[0].replace(f"_{n}", "_n")],
-            "clients_in_sum": k,
-            "noise_multiplier": sigma,
-            "epsilon_one_round": None if sigma is None else _gaussian_epsilon(sigma, cfg.delta),
-            "cosine_mean": float(a[:, 0].mean()),
-            "svd_abs_cosine_mean": float(a[:, 1].mean()),
-            "relative_error_median": float(np.median(a[:, 2])),
-            "best_participant_cosine_mean": float(a[:, 3].mean()),
-            "success_rate": float(np.mean(np.maximum(a[:, 0], a[:, 1]) >= cfg.success_cosine)),
-        })
+        settings.append(
+            {
+                "name": name,
+                "server_sees": _SEES[name.split("_sigma")[0].replace(f"_{n}", "_n")],
+                "clients_in_sum": k,
+                "noise_multiplier": sigma,
+                "epsilon_one_round": None if sigma is None else _gaussian_epsilon(sigma, cfg.delta),
+                "cosine_mean": float(a[:, 0].mean()),
+                "svd_abs_cosine_mean": float(a[:, 1].mean()),
+                "relative_error_median": float(np.median(a[:, 2])),
+                "best_participant_cosine_mean": float(a[:, 3].mean()),
+                "success_rate": float(np.mean(np.maximum(a[:, 0], a[:, 1]) >= cfg.success_cosine)),
+            }
+        )
     return {
         "model": f"softmax regression, {d} features, {K} classes; "
         f"one local SGD step (η = {cfg.learning_rate:g}) on one example",
@@ -483,7 +527,9 @@ _SEES = {
 }
 
 
-def run_attacks(membership: MembershipConfig = MembershipConfig(), inversion: InversionConfig = InversionConfig()) -> dict[str, Any]:
+def run_attacks(
+    membership: MembershipConfig = MembershipConfig(), inversion: InversionConfig = InversionConfig()
+) -> dict[str, Any]:
     """Both checks; a JSON-ready result."""
     return {
         "scenario": "attacks",
@@ -510,7 +556,9 @@ def plot_attacks(result: dict[str, Any], path: str) -> None:
     hi = np.array([s["ci"][1] for s in ms])
     a1.errorbar(xs, adv, yerr=[adv - lo, hi - adv], fmt="o", capsize=4, label="advantage (95 % CI)")
     a1.plot(xs, [s["bound_total_variation"] for s in ms], "v", color="C3", label="bound: TV (PLD, ε = 0)")
-    a1.plot(xs, [s["bound_epsilon_delta"] for s in ms], "_", markersize=14, color="C2", label="bound: (e^ε−1+2δ)/(e^ε+1)")
+    a1.plot(
+        xs, [s["bound_epsilon_delta"] for s in ms], "_", markersize=14, color="C2", label="bound: (e^ε−1+2δ)/(e^ε+1)"
+    )
     labels = []
     for s in ms:
         e = s["epsilon"]
@@ -523,7 +571,9 @@ def plot_attacks(result: dict[str, Any], path: str) -> None:
     inv = result["gradient_inversion"]["settings"]
     ys = np.arange(len(inv))
     a2.barh(ys - 0.2, [s["cosine_mean"] for s in inv], height=0.4, color="C0", label="analytic x̂: mean cos(x̂, x)")
-    a2.barh(ys + 0.2, [s["svd_abs_cosine_mean"] for s in inv], height=0.4, color="C1", label="singular vector: mean |cos|")
+    a2.barh(
+        ys + 0.2, [s["svd_abs_cosine_mean"] for s in inv], height=0.4, color="C1", label="singular vector: mean |cos|"
+    )
     for y, s in zip(ys, inv):
         a2.text(1.01, y, f"{s['success_rate']:.0%}", va="center", fontsize=7)
     a2.axvline(result["gradient_inversion"].get("success_cosine", 0.9), color="grey", ls=":", lw=1)

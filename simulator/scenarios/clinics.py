@@ -40,8 +40,10 @@ from estimator.fl.strategies import FedAvg
 
 __all__ = ["ClinicsConfig", "make_clinics", "run_clinics", "DATA_NOTE"]
 
-DATA_NOTE = ("synthetic seeded clinics (the original example's seed data is not available): "
-             "per-clinic feature shifts, a shared logistic outcome model")
+DATA_NOTE = (
+    "synthetic seeded clinics (the original example's seed data is not available): "
+    "per-clinic feature shifts, a shared logistic outcome model"
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -59,7 +61,9 @@ class ClinicsConfig:
     seed: int = 0
 
 
-def make_clinics(cfg: ClinicsConfig, rng: np.random.Generator) -> tuple[list[FederatedClient], tuple[np.ndarray, np.ndarray]]:
+def make_clinics(
+    cfg: ClinicsConfig, rng: np.random.Generator
+) -> tuple[list[FederatedClient], tuple[np.ndarray, np.ndarray]]:
     """The clinics' training data and a pooled test set (20 % of every clinic's patients)."""
     d = cfg.features
     w = rng.normal(size=d)
@@ -79,7 +83,9 @@ def make_clinics(cfg: ClinicsConfig, rng: np.random.Generator) -> tuple[list[Fed
     return clients, (np.concatenate(tests_X), np.concatenate(tests_y))
 
 
-def _setting(name: str, cfg: ClinicsConfig, clients: list[FederatedClient], test: Any, noise: float | None) -> dict[str, Any]:
+def _setting(
+    name: str, cfg: ClinicsConfig, clients: list[FederatedClient], test: Any, noise: float | None
+) -> dict[str, Any]:
     model = LogisticRegression(cfg.features)
     sampling = PoissonSampling(cfg.sample_rate)
     rng = np.random.default_rng([cfg.seed, 1])
@@ -88,8 +94,9 @@ def _setting(name: str, cfg: ClinicsConfig, clients: list[FederatedClient], test
         agg: Any = ValidatingAggregator(WeightedMean())
     else:
         acc = ClientLevelAccountant(sampling, len(clients), cfg.delta)
-        agg = ValidatingAggregator(FixedClippingDP(WeightedMean(), cfg.clip_norm, noise, accountant=acc,
-                                                   report_every=cfg.rounds))
+        agg = ValidatingAggregator(
+            FixedClippingDP(WeightedMean(), cfg.clip_norm, noise, accountant=acc, report_every=cfg.rounds)
+        )
     _, hist = run_rounds(model, FedAvg(cfg.training), agg, clients, sampling, cfg.rounds, rng, test=test)
     eps = None if acc is None else acc.epsilon()
     return {
@@ -115,8 +122,11 @@ def run_clinics(cfg: ClinicsConfig = ClinicsConfig(), noise_for_targets: bool = 
         "seed": cfg.seed,
         "clinics": cfg.clinics,
         "rounds": cfg.rounds,
-        "sampling": {"kind": "poisson", "rate": cfg.sample_rate,
-                     "expected_clients_per_round": cfg.sample_rate * cfg.clinics},
+        "sampling": {
+            "kind": "poisson",
+            "rate": cfg.sample_rate,
+            "expected_clients_per_round": cfg.sample_rate * cfg.clinics,
+        },
         "delta": cfg.delta,
         "neighbors": "add or remove one clinic (all its patients)",
         "test_examples": int(len(test[1])),
@@ -148,8 +158,10 @@ def plot_accuracy(result: dict[str, Any], path: str) -> None:
         ax.plot(range(1, len(s["accuracy_per_round"]) + 1), s["accuracy_per_round"], label=label)
     ax.set_xlabel("round")
     ax.set_ylabel("test accuracy")
-    ax.set_title(f"clinics: {result['clinics']} clinics, q = {result['sampling']['rate']}, "
-                 f"δ = {result['delta']:g} (synthetic data)")
+    ax.set_title(
+        f"clinics: {result['clinics']} clinics, q = {result['sampling']['rate']}, "
+        f"δ = {result['delta']:g} (synthetic data)"
+    )
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()

@@ -28,7 +28,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, Sequence, TypeVar
+from collections.abc import Sequence
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -43,10 +44,14 @@ __all__ = ["DriftConfig", "ScheduledSampling", "make_drift_data", "run_drift", "
 
 T = TypeVar("T")
 
-DATA_NOTE = ("synthetic seeded Gaussian classes; label skew by Dirichlet(α) class mixes per client "
-             "and a per-client feature offset")
-EXPECTATION = ("Karimireddy et al., ICML 2020 (SCAFFOLD), §7: under heterogeneity and many local steps "
-               "SCAFFOLD >= FedAvg in accuracy per round; FedProx between or near FedAvg")
+DATA_NOTE = (
+    "synthetic seeded Gaussian classes; label skew by Dirichlet(α) class mixes per client "
+    "and a per-client feature offset"
+)
+EXPECTATION = (
+    "Karimireddy et al., ICML 2020 (SCAFFOLD), §7: under heterogeneity and many local steps "
+    "SCAFFOLD >= FedAvg in accuracy per round; FedProx between or near FedAvg"
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -96,9 +101,11 @@ class ScheduledSampling:
     _next: int = dataclasses.field(default=0, init=False, repr=False)
 
     @classmethod
-    def draw(cls, population: int, per_round: int, rounds: int, rng: np.random.Generator) -> "ScheduledSampling":
+    def draw(cls, population: int, per_round: int, rounds: int, rng: np.random.Generator) -> ScheduledSampling:
         """``per_round`` of ``population`` uniformly without replacement, independently per round."""
-        return cls(tuple(tuple(np.sort(rng.choice(population, per_round, replace=False)).tolist()) for _ in range(rounds)))
+        return cls(
+            tuple(tuple(np.sort(rng.choice(population, per_round, replace=False)).tolist()) for _ in range(rounds))
+        )
 
     def sample(self, clients: Sequence[T], rng: np.random.Generator) -> list[T]:
         if self._next >= len(self.schedule):
@@ -111,7 +118,9 @@ class ScheduledSampling:
         return float(len(self.schedule[0])) if self.schedule else 0.0
 
 
-def make_drift_data(cfg: DriftConfig, rng: np.random.Generator) -> tuple[list[FederatedClient], list[FederatedClient], tuple[np.ndarray, np.ndarray]]:
+def make_drift_data(
+    cfg: DriftConfig, rng: np.random.Generator
+) -> tuple[list[FederatedClient], list[FederatedClient], tuple[np.ndarray, np.ndarray]]:
     """(skewed clients, IID clients of the same sizes, pooled test set); see the module docstring."""
     K, d = cfg.classes, cfg.features
     means = rng.normal(scale=cfg.class_separation, size=(K, d))
@@ -146,15 +155,22 @@ def _skew(clients: list[FederatedClient], K: int) -> dict[str, float]:
     }
 
 
-def _run(name: str, strategy: Any, clients: list[FederatedClient], cfg: DriftConfig, schedule: ScheduledSampling,
-         test: tuple[np.ndarray, np.ndarray]) -> dict[str, Any]:
+def _run(
+    name: str,
+    strategy: Any,
+    clients: list[FederatedClient],
+    cfg: DriftConfig,
+    schedule: ScheduledSampling,
+    test: tuple[np.ndarray, np.ndarray],
+) -> dict[str, Any]:
     model = SoftmaxRegression(cfg.features, cfg.classes)
     fresh = [FederatedClient(c.client_id, c.X, c.y) for c in clients]
     sampling = ScheduledSampling(schedule.schedule)
-    _, hist = run_rounds(model, strategy, WeightedMean(), fresh, sampling, cfg.rounds,
-                         np.random.default_rng([cfg.seed, 2]), test=test)
+    _, hist = run_rounds(
+        model, strategy, WeightedMean(), fresh, sampling, cfg.rounds, np.random.default_rng([cfg.seed, 2]), test=test
+    )
     acc = [float(h.test_accuracy) for h in hist]  # type: ignore[arg-type]
-    tail = acc[-min(10, len(acc)):]
+    tail = acc[-min(10, len(acc)) :]
     return {
         "name": name,
         "accuracy_per_round": acc,
@@ -168,7 +184,9 @@ def _run(name: str, strategy: Any, clients: list[FederatedClient], cfg: DriftCon
 def run_drift(cfg: DriftConfig = DriftConfig()) -> dict[str, Any]:
     """Run FedAvg, FedProx(μ), SCAFFOLD (and FedAvg on the IID partition); return a JSON-ready result."""
     skewed, iid, test = make_drift_data(cfg, np.random.default_rng([cfg.seed, 0]))
-    schedule = ScheduledSampling.draw(cfg.clients, cfg.clients_per_round, cfg.rounds, np.random.default_rng([cfg.seed, 1]))
+    schedule = ScheduledSampling.draw(
+        cfg.clients, cfg.clients_per_round, cfg.rounds, np.random.default_rng([cfg.seed, 1])
+    )
     tr = cfg.training
     runs = [
         _run("fedavg", FedAvg(tr), skewed, cfg, schedule, test),
@@ -187,10 +205,20 @@ def run_drift(cfg: DriftConfig = DriftConfig()) -> dict[str, Any]:
         "clients": cfg.clients,
         "clients_per_round": cfg.clients_per_round,
         "model": f"softmax regression, {cfg.features} features, {cfg.classes} classes",
-        "partition": {"kind": "dirichlet", "alpha": cfg.dirichlet_alpha, "feature_shift": cfg.feature_shift,
-                      "class_separation": cfg.class_separation, **_skew(skewed, cfg.classes)},
-        "training": {"epochs": tr.epochs, "batch_size": tr.batch_size, "learning_rate": tr.learning_rate,
-                     "local_steps_mean": float(np.mean(steps)), "prox_mu": cfg.prox_mu},
+        "partition": {
+            "kind": "dirichlet",
+            "alpha": cfg.dirichlet_alpha,
+            "feature_shift": cfg.feature_shift,
+            "class_separation": cfg.class_separation,
+            **_skew(skewed, cfg.classes),
+        },
+        "training": {
+            "epochs": tr.epochs,
+            "batch_size": tr.batch_size,
+            "learning_rate": tr.learning_rate,
+            "local_steps_mean": float(np.mean(steps)),
+            "prox_mu": cfg.prox_mu,
+        },
         "train_examples": int(sum(len(c.y) for c in skewed)),
         "test_examples": int(len(test[1])),
         "strategies": runs,
@@ -214,8 +242,11 @@ def plot_drift(result: dict[str, Any], path: str) -> None:
     p = result["partition"]
     ax.set_xlabel("round")
     ax.set_ylabel("test accuracy")
-    ax.set_title(f"non-IID drift: Dirichlet α = {p['alpha']:g}, feature shift {p['feature_shift']:g}, "
-                 f"{result['clients_per_round']} of {result['clients']} clients per round", fontsize=9)
+    ax.set_title(
+        f"non-IID drift: Dirichlet α = {p['alpha']:g}, feature shift {p['feature_shift']:g}, "
+        f"{result['clients_per_round']} of {result['clients']} clients per round",
+        fontsize=9,
+    )
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()

@@ -42,14 +42,18 @@ def test_metrics_flag_over_environment_and_no_default() -> None:
         SpecCatalog.from_files([])
 
 
-@pytest.mark.parametrize("argv", [
-    ["shuffler", "--transport", "sqlite:///{tmp}/log.sqlite3"],
-    ["sink", "--transport", "sqlite:///{tmp}/log.sqlite3", "--dataset", "{tmp}/dataset"],
-    ["estimator", "--transport", "sqlite:///{tmp}/log.sqlite3", "--state", "{tmp}/state", "--no-http"],
-    ["collector", "--transport", "sqlite:///{tmp}/log.sqlite3", "--port", "0"],
-])
-def test_every_worker_requires_the_metrics_file_the_same_way(argv: list[str], tmp_path: Path, monkeypatch,
-                                                             capsys) -> None:  # type: ignore[no-untyped-def]
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["shuffler", "--transport", "sqlite:///{tmp}/log.sqlite3"],
+        ["sink", "--transport", "sqlite:///{tmp}/log.sqlite3", "--dataset", "{tmp}/dataset"],
+        ["estimator", "--transport", "sqlite:///{tmp}/log.sqlite3", "--state", "{tmp}/state", "--no-http"],
+        ["collector", "--transport", "sqlite:///{tmp}/log.sqlite3", "--port", "0"],
+    ],
+)
+def test_every_worker_requires_the_metrics_file_the_same_way(
+    argv: list[str], tmp_path: Path, monkeypatch, capsys
+) -> None:  # type: ignore[no-untyped-def]
     monkeypatch.delenv("LDP_METRICS", raising=False)
     monkeypatch.delenv("LDP_COLLECTOR_METRICS_PATH", raising=False)
     args = [a.replace("{tmp}", str(tmp_path)) for a in argv]
@@ -61,9 +65,26 @@ def test_every_worker_requires_the_metrics_file_the_same_way(argv: list[str], tm
 
 def test_the_metrics_environment_variable_is_enough_for_a_worker(tmp_path: Path) -> None:
     env = {**os.environ, "LDP_METRICS": EXAMPLE}
-    out = subprocess.run([sys.executable, "-m", "ldp_cli.main", "sink", "--transport",
-                          f"sqlite:///{tmp_path}/log.sqlite3", "--dataset", str(tmp_path / "ds"), "--idle-exit", "0.2"],
-                         cwd=ROOT, env=env, capture_output=True, text=True, timeout=120, check=False)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "ldp_cli.main",
+            "sink",
+            "--transport",
+            f"sqlite:///{tmp_path}/log.sqlite3",
+            "--dataset",
+            str(tmp_path / "ds"),
+            "--idle-exit",
+            "0.2",
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout.strip().splitlines()[-1])["sink"]["records"] == 0
 

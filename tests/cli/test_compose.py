@@ -16,11 +16,11 @@ from urllib.parse import urlsplit
 import pytest
 import yaml
 
-from ldp_cli.broker import DEFAULT_KAFKA_VERSION
 from collector.sinks.parquet import DEFAULT_GROUP as SINK_GROUP
+from ldp_cli.broker import DEFAULT_KAFKA_VERSION
+from ldp_cli.main import build_parser
 from pipeline.topics import RAW_TOPIC, SHUFFLED_TOPIC, SHUFFLER_STATE_TOPIC
 from pipeline.transport.kafka import DEFAULT_MAX_REQUEST_SIZE
-from ldp_cli.main import build_parser
 
 ROOT = Path(__file__).resolve().parents[2]
 SERVICES = {"collector", "shuffler", "estimator", "sink"}
@@ -46,8 +46,12 @@ def test_kafka_is_the_official_image_in_kraft_single_node(compose: dict[str, Any
     assert set(env["KAFKA_PROCESS_ROLES"].split(",")) == {"broker", "controller"}
     assert env["KAFKA_CONTROLLER_QUORUM_VOTERS"] == f"{env['KAFKA_NODE_ID']}@kafka:9093"
     assert "CONTROLLER://:9093" in env["KAFKA_LISTENERS"] and "PLAINTEXT://:9092" in env["KAFKA_LISTENERS"]
-    for name in ("KAFKA_OFFSETS_TOPIC_REPLICATION_FACTOR", "KAFKA_TRANSACTION_STATE_LOG_REPLICATION_FACTOR",
-                 "KAFKA_TRANSACTION_STATE_LOG_MIN_ISR", "KAFKA_DEFAULT_REPLICATION_FACTOR"):
+    for name in (
+        "KAFKA_OFFSETS_TOPIC_REPLICATION_FACTOR",
+        "KAFKA_TRANSACTION_STATE_LOG_REPLICATION_FACTOR",
+        "KAFKA_TRANSACTION_STATE_LOG_MIN_ISR",
+        "KAFKA_DEFAULT_REPLICATION_FACTOR",
+    ):
         assert env[name] == "1", name
     assert int(env["KAFKA_MESSAGE_MAX_BYTES"]) >= DEFAULT_MAX_REQUEST_SIZE
     assert env["KAFKA_AUTO_CREATE_TOPICS_ENABLE"] == "false"  # the pipeline creates its topics itself
@@ -69,7 +73,7 @@ def test_every_command_is_accepted_by_the_real_parser(compose: dict[str, Any]) -
         assert svc["environment"]["LDP_TRANSPORT"] == transport
         metrics = getattr(args, "metrics", None) or getattr(args, "metrics_path", None)
         metrics = metrics[0] if isinstance(metrics, list) else metrics
-        assert metrics.startswith("/app/") and (ROOT / metrics[len("/app/"):]).is_file(), name
+        assert metrics.startswith("/app/") and (ROOT / metrics[len("/app/") :]).is_file(), name
         assert svc["depends_on"]["kafka"]["condition"] == "service_healthy"
         assert svc["build"] == "."
 
@@ -93,8 +97,11 @@ def test_ports_match_what_the_services_listen_on(compose: dict[str, Any]) -> Non
 def test_topics_and_groups_are_the_codes(compose: dict[str, Any]) -> None:
     s = compose["services"]
     shuffler = parse(s["shuffler"]["command"])
-    assert (shuffler.raw_topic, shuffler.shuffled_topic, shuffler.state_topic) == (RAW_TOPIC, SHUFFLED_TOPIC,
-                                                                                   SHUFFLER_STATE_TOPIC)
+    assert (shuffler.raw_topic, shuffler.shuffled_topic, shuffler.state_topic) == (
+        RAW_TOPIC,
+        SHUFFLED_TOPIC,
+        SHUFFLER_STATE_TOPIC,
+    )
     assert parse(s["collector"]["command"]).raw_topic in (None, RAW_TOPIC)
     assert parse(s["estimator"]["command"]).topic == SHUFFLED_TOPIC
     sink = parse(s["sink"]["command"])
@@ -127,4 +134,4 @@ def test_the_dockerfile_builds_the_ldp_entry_point() -> None:
     for folder in ("client_sdk", "pipeline", "collector", "estimator", "simulator", "ldp_cli", "metrics"):
         assert re.search(rf"^COPY {folder} \./{folder}$", text, re.M), folder
     assert re.search(r"^USER ldp$", text, re.M)
-    assert "ldp = \"ldp_cli.main:main\"" in (ROOT / "pyproject.toml").read_text()
+    assert 'ldp = "ldp_cli.main:main"' in (ROOT / "pyproject.toml").read_text()

@@ -13,8 +13,25 @@ from ldp_cli.main import main
 
 def test_demo_runs_the_pipeline_and_checks_itself(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "out"
-    code = main(["demo", "--devices", "4000", "--sdk-devices", "2", "--frame-reports", "500", "--min-batch", "500",
-                 "--out", str(out), "--workdir", str(tmp_path / "work"), "--seed", "5"])
+    code = main(
+        [
+            "demo",
+            "--devices",
+            "4000",
+            "--sdk-devices",
+            "2",
+            "--frame-reports",
+            "500",
+            "--min-batch",
+            "500",
+            "--out",
+            str(out),
+            "--workdir",
+            str(tmp_path / "work"),
+            "--seed",
+            "5",
+        ]
+    )
     text = capsys.readouterr().out
     assert code == 0, text
     assert "every uploaded report counted exactly once: yes" in text
@@ -34,8 +51,21 @@ def test_demo_runs_the_pipeline_and_checks_itself(tmp_path: Path, capsys: pytest
 
 
 def test_demo_offline_keeps_the_all_oracles_simulation(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    code = main(["demo", "--offline", "--mechanisms", "grr,oue", "--users", "20000", "--domain", "32",
-                 "--out", str(tmp_path), "--no-plot"])
+    code = main(
+        [
+            "demo",
+            "--offline",
+            "--mechanisms",
+            "grr,oue",
+            "--users",
+            "20000",
+            "--domain",
+            "32",
+            "--out",
+            str(tmp_path),
+            "--no-plot",
+        ]
+    )
     assert code == 0
     rows = json.loads((tmp_path / "demo.json").read_text())
     assert [r["mechanism"] for r in rows] == ["grr", "oue"]

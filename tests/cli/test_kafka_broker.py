@@ -51,8 +51,13 @@ def test_server_properties_describe_one_combined_node_on_loopback(tmp_path: Path
     assert props["listeners"] == "PLAINTEXT://127.0.0.1:19001,CONTROLLER://127.0.0.1:19002"
     assert props["advertised.listeners"] == "PLAINTEXT://127.0.0.1:19001"
     assert props["log.dirs"] == str(tmp_path / "data")
-    for key in ("offsets.topic.replication.factor", "transaction.state.log.replication.factor",
-                "transaction.state.log.min.isr", "default.replication.factor", "min.insync.replicas"):
+    for key in (
+        "offsets.topic.replication.factor",
+        "transaction.state.log.replication.factor",
+        "transaction.state.log.min.isr",
+        "default.replication.factor",
+        "min.insync.replicas",
+    ):
         assert props[key] == "1", key
     assert props["group.initial.rebalance.delay.ms"] == "0"
     assert props["auto.create.topics.enable"] == "false"
@@ -62,8 +67,14 @@ def test_pom_lists_the_broker_and_a_logging_binding(tmp_path: Path) -> None:
     cfg = BrokerConfig(home=tmp_path, kafka_version="4.1.1", slf4j_version="1.7.36")
     ns = {"m": "http://maven.apache.org/POM/4.0.0"}
     root = ET.fromstring(render_pom(cfg))
-    deps = {(d.findtext("m:groupId", namespaces=ns), d.findtext("m:artifactId", namespaces=ns),
-             d.findtext("m:version", namespaces=ns)) for d in root.iterfind("m:dependencies/m:dependency", ns)}
+    deps = {
+        (
+            d.findtext("m:groupId", namespaces=ns),
+            d.findtext("m:artifactId", namespaces=ns),
+            d.findtext("m:version", namespaces=ns),
+        )
+        for d in root.iterfind("m:dependencies/m:dependency", ns)
+    }
     assert deps == {("org.apache.kafka", "kafka_2.13", "4.1.1"), ("org.slf4j", "slf4j-simple", "1.7.36")}
 
 
@@ -75,13 +86,16 @@ def test_cluster_ids_are_16_random_bytes_in_url_safe_base64() -> None:
         assert len(base64.urlsafe_b64decode(cid + "==")) == 16
 
 
-@pytest.mark.parametrize("kwargs, match", [
-    ({"port": 9092, "controller_port": 9092}, "must differ"),
-    ({"host": "0.0.0.0"}, "loopback"),
-    ({"heap": "lots"}, "heap"),
-    ({"port": 70000}, "TCP port"),
-    ({"kafka_version": "4.1; rm -rf"}, "Maven version"),
-])
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        ({"port": 9092, "controller_port": 9092}, "must differ"),
+        ({"host": "0.0.0.0"}, "loopback"),
+        ({"heap": "lots"}, "heap"),
+        ({"port": 70000}, "TCP port"),
+        ({"kafka_version": "4.1; rm -rf"}, "Maven version"),
+    ],
+)
 def test_config_refuses_bad_settings(tmp_path: Path, kwargs: dict, match: str) -> None:
     with pytest.raises(ValueError, match=match):
         BrokerConfig(home=tmp_path, **kwargs)
@@ -125,8 +139,9 @@ def test_up_refuses_a_port_held_by_another_program(tmp_path: Path) -> None:
 
 
 @pytest.mark.kafka
-def test_status_reports_the_running_broker_and_up_is_idempotent(kafka_bootstrap: str,
-                                                               capsys: pytest.CaptureFixture[str]) -> None:
+def test_status_reports_the_running_broker_and_up_is_idempotent(
+    kafka_bootstrap: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     """The broker scripts/test started (``ldp kafka up``) is reported; a second ``up`` leaves it alone."""
     assert main(["kafka", "status", "--json"]) == 0
     st = json.loads(capsys.readouterr().out)

@@ -85,7 +85,10 @@ def test_same_seed_same_output(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_table_output(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["simulate", "--mechanism", "grr", "--epsilon", "1", "--domain", "5", "--users", "300", "--seed", "3"]) == 0
+    assert (
+        main(["simulate", "--mechanism", "grr", "--epsilon", "1", "--domain", "5", "--users", "300", "--seed", "3"])
+        == 0
+    )
     out = capsys.readouterr().out
     assert "grr" in out and "seed=3" in out and "standardized errors" in out
 
@@ -114,7 +117,12 @@ def test_bad_arguments_exit_2(args: list[str], word: str, capsys: pytest.Capture
 
 @pytest.mark.parametrize(
     "args,word",
-    [(["--users", "0"], "--users"), (["--users", "-5"], "--users"), (["--seed", "-1"], "--seed"), (["--distribution", "zipf:x"], "distribution")],
+    [
+        (["--users", "0"], "--users"),
+        (["--users", "-5"], "--users"),
+        (["--seed", "-1"], "--seed"),
+        (["--distribution", "zipf:x"], "distribution"),
+    ],
 )
 def test_bad_population_arguments_exit_2(args: list[str], word: str, capsys: pytest.CaptureFixture[str]) -> None:
     base = ["simulate", "--mechanism", "grr", "--epsilon", "1", "--domain", "4", "--users", "10"]
@@ -139,7 +147,9 @@ def test_installed_script(capsys: pytest.CaptureFixture[str]) -> None:
     """The console script gives the same object as an in-process run with the same seed."""
     assert LDP.exists(), f"the ldp script is not installed next to {sys.executable}"
     args = ["--mechanism", "grr", "--epsilon", "1", "--domain", "6", "--users", "800", "--seed", "5"]
-    out = subprocess.run([str(LDP), "simulate", *args, "--json"], capture_output=True, text=True, timeout=120, check=False)
+    out = subprocess.run(
+        [str(LDP), "simulate", *args, "--json"], capture_output=True, text=True, timeout=120, check=False
+    )
     assert out.returncode == 0, out.stderr
     obj = json.loads(out.stdout)
     check_contract(obj, "grr", 1.0, 6, 800, 5)

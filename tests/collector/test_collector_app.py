@@ -29,7 +29,14 @@ from collector.dedup import BatchIdStore
 from collector.settings import CollectorSettings
 from pipeline.topics import RAW_TOPIC, metric_day_key
 from pipeline.transport import Record, Transport, open_transport
-from tests.support.collector_support import TODAY, BlockingTransport, FailingTransport, ServerThread, olh_batch, write_metrics
+from tests.support.collector_support import (
+    TODAY,
+    BlockingTransport,
+    FailingTransport,
+    ServerThread,
+    olh_batch,
+    write_metrics,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 FRAME = {"content-type": FRAME_CONTENT_TYPE}
@@ -63,8 +70,12 @@ def transport(tmp_path: Path) -> Iterator[Transport]:
 
 
 def make_settings(tmp_path: Path, **kw: object) -> CollectorSettings:
-    base = dict(metrics_path=str(tmp_path / "metrics.json"), transport_url=f"sqlite:///{tmp_path}/log.sqlite3",
-                dedup_path=str(tmp_path / "ids.sqlite3"), raw_partitions=2)
+    base = dict(
+        metrics_path=str(tmp_path / "metrics.json"),
+        transport_url=f"sqlite:///{tmp_path}/log.sqlite3",
+        dedup_path=str(tmp_path / "ids.sqlite3"),
+        raw_partitions=2,
+    )
     base.update(kw)
     return CollectorSettings(**base)  # type: ignore[arg-type]
 
@@ -82,8 +93,9 @@ def post(url: str, body: bytes, headers: dict[str, str] | None = None) -> httpx.
 # -- accepted uploads ----------------------------------------------------------------------
 
 
-def test_frame_is_published_reencoded_with_metric_day_key(server: ServerThread, metrics: MetricSet,
-                                                          transport: Transport) -> None:
+def test_frame_is_published_reencoded_with_metric_day_key(
+    server: ServerThread, metrics: MetricSet, transport: Transport
+) -> None:
     batch = olh_batch(metrics, 1000)
     r = post(server.url, encode_frame(batch))
     assert r.status_code == 202, r.text
@@ -96,8 +108,9 @@ def test_frame_is_published_reencoded_with_metric_day_key(server: ServerThread, 
     assert np.array_equal(got.records, batch.records)
 
 
-def test_json_form_is_published_as_the_same_binary_frame(server: ServerThread, metrics: MetricSet,
-                                                         transport: Transport) -> None:
+def test_json_form_is_published_as_the_same_binary_frame(
+    server: ServerThread, metrics: MetricSet, transport: Transport
+) -> None:
     batch = olh_batch(metrics, 50)
     r = post(server.url, encode_json(batch).encode(), {"content-type": "application/json"})
     assert r.status_code == 202, r.text
@@ -110,10 +123,12 @@ def test_the_frame_has_one_content_type_shared_by_the_sdk_and_the_collector() ->
     assert uploader.FRAME_CONTENT_TYPE == FRAME_CONTENT_TYPE and FRAME_CONTENT_TYPES[0] == FRAME_CONTENT_TYPE
 
 
-@pytest.mark.parametrize("ctype", ["application/x-ldp-frame", "application/octet-stream",
-                                   "Application/X-LDP-Frame; charset=binary"])
-def test_older_and_generic_frame_content_types_are_still_accepted(server: ServerThread, metrics: MetricSet,
-                                                                   transport: Transport, ctype: str) -> None:
+@pytest.mark.parametrize(
+    "ctype", ["application/x-ldp-frame", "application/octet-stream", "Application/X-LDP-Frame; charset=binary"]
+)
+def test_older_and_generic_frame_content_types_are_still_accepted(
+    server: ServerThread, metrics: MetricSet, transport: Transport, ctype: str
+) -> None:
     """Deployed devices that send the frame's older name (or a generic binary type) keep working."""
     batch = olh_batch(metrics, 10)
     r = post(server.url, encode_frame(batch), {"content-type": ctype})
@@ -124,8 +139,11 @@ def test_older_and_generic_frame_content_types_are_still_accepted(server: Server
 
 def test_sdk_content_type_and_idempotency_key(server: ServerThread, metrics: MetricSet, transport: Transport) -> None:
     batch = olh_batch(metrics, 10)
-    r = post(server.url, encode_frame(batch),
-             {"content-type": "application/vnd.ldp.frame", "idempotency-key": batch.batch_id.hex().upper()})
+    r = post(
+        server.url,
+        encode_frame(batch),
+        {"content-type": "application/vnd.ldp.frame", "idempotency-key": batch.batch_id.hex().upper()},
+    )
     assert r.status_code == 202, r.text
     other = olh_batch(metrics, 10)
     r = post(server.url, encode_frame(other), {**FRAME, "idempotency-key": batch.batch_id.hex()})
@@ -133,8 +151,9 @@ def test_sdk_content_type_and_idempotency_key(server: ServerThread, metrics: Met
     assert len(read_all(transport)) == 1
 
 
-def test_nothing_that_identifies_the_sender_reaches_the_transport(server: ServerThread, metrics: MetricSet,
-                                                                  transport: Transport, tmp_path: Path) -> None:
+def test_nothing_that_identifies_the_sender_reaches_the_transport(
+    server: ServerThread, metrics: MetricSet, transport: Transport, tmp_path: Path
+) -> None:
     """The stored record is exactly the canonical frame of (metric, spec, day, batch id, records), built
     here independently; no header value sent with the upload appears anywhere in the log's file."""
     spec = metrics["emoji_used"].spec
@@ -142,8 +161,12 @@ def test_nothing_that_identifies_the_sender_reaches_the_transport(server: Server
     rec["seed"] = np.arange(20) * 7919
     bid = bytes(range(16))
     body = encode_frame(ReportBatch("emoji_used", spec, TODAY, rec, bid))
-    markers = {"user-agent": "agent-7f3a9c-marker", "x-forwarded-for": "203.0.113.77",
-               "cookie": "session=cookie-55d1e2-marker", "x-device-id": "device-0b4c8e-marker"}
+    markers = {
+        "user-agent": "agent-7f3a9c-marker",
+        "x-forwarded-for": "203.0.113.77",
+        "cookie": "session=cookie-55d1e2-marker",
+        "x-device-id": "device-0b4c8e-marker",
+    }
     r = post(server.url, body, {**FRAME, **markers})
     assert r.status_code == 202
     (stored,) = read_all(transport)
@@ -154,8 +177,9 @@ def test_nothing_that_identifies_the_sender_reaches_the_transport(server: Server
         assert value.encode() not in blob
 
 
-def test_concurrent_uploads_are_each_published_once(server: ServerThread, metrics: MetricSet,
-                                                    transport: Transport) -> None:
+def test_concurrent_uploads_are_each_published_once(
+    server: ServerThread, metrics: MetricSet, transport: Transport
+) -> None:
     batches = [olh_batch(metrics, 30, first_seed=30 * i) for i in range(64)]
     results: list[int] = []
 
@@ -170,16 +194,18 @@ def test_concurrent_uploads_are_each_published_once(server: ServerThread, metric
     for t in threads:
         t.join()
     assert results == [202] * 64
-    seeds = np.concatenate([decode_frame(r.value, metrics["emoji_used"].spec).records["seed"]
-                            for r in read_all(transport)])
+    seeds = np.concatenate(
+        [decode_frame(r.value, metrics["emoji_used"].spec).records["seed"] for r in read_all(transport)]
+    )
     assert np.array_equal(np.sort(seeds), np.arange(30 * 64))
 
 
 # -- idempotency -----------------------------------------------------------------------------
 
 
-def test_retry_is_answered_202_without_republishing_even_after_restart(tmp_path: Path, metrics: MetricSet,
-                                                                       transport: Transport) -> None:
+def test_retry_is_answered_202_without_republishing_even_after_restart(
+    tmp_path: Path, metrics: MetricSet, transport: Transport
+) -> None:
     batch = olh_batch(metrics, 100)
     with ServerThread(create_app(make_settings(tmp_path), transport=transport)) as srv:
         assert post(srv.url, encode_frame(batch)).json()["status"] == "accepted"
@@ -218,8 +244,9 @@ def _store_dump(path: Path) -> str:
         conn.close()
 
 
-def test_attacker_with_the_store_and_the_raw_topic_learns_only_the_day(tmp_path: Path, metrics: MetricSet,
-                                                                       transport: Transport) -> None:
+def test_attacker_with_the_store_and_the_raw_topic_learns_only_the_day(
+    tmp_path: Path, metrics: MetricSet, transport: Transport
+) -> None:
     """Play the adversary who holds the dedup store's file and the raw topic. Uploads arrive at times spread over
     one UTC day (a fake clock). Everything the store holds, joined to the topic's batch ids, must be the same for
     every upload of that day apart from digests: no number in the store is a time finer than the day (before the
@@ -231,8 +258,9 @@ def test_attacker_with_the_store_and_the_raw_topic_learns_only_the_day(tmp_path:
     clock = [times[0]]
     path = tmp_path / "ids.sqlite3"
     store = BatchIdStore(path, clock=lambda: clock[0])
-    with ServerThread(create_app(make_settings(tmp_path), transport=transport, dedup=store,
-                                 clock=lambda: clock[0])) as srv:
+    with ServerThread(
+        create_app(make_settings(tmp_path), transport=transport, dedup=store, clock=lambda: clock[0])
+    ) as srv:
         for k, t in enumerate(times):
             clock[0] = t
             assert post(srv.url, encode_frame(olh_batch(metrics, 5, first_seed=10 * k))).status_code == 202
@@ -242,28 +270,35 @@ def test_attacker_with_the_store_and_the_raw_topic_learns_only_the_day(tmp_path:
     dump = _store_dump(path)
     numbers = [float(x) for x in re.findall(r"(?<![0-9A-Fa-fxX'])-?[0-9]+(?:\.[0-9]+)?(?![0-9A-Fa-f'])", dump)]
     assert all(abs(n) < 10**6 for n in numbers), f"the store holds a time-like number: {sorted(numbers)[-3:]}"
-    raw = path.read_bytes() + (path.with_name(path.name + "-wal").read_bytes()
-                               if path.with_name(path.name + "-wal").exists() else b"")
+    raw = path.read_bytes() + (
+        path.with_name(path.name + "-wal").read_bytes() if path.with_name(path.name + "-wal").exists() else b""
+    )
     import struct
+
     for t in times:  # nor as a binary REAL or a millisecond integer anywhere in the file
         for secs in (t, t + 3 * 86400.0):
             assert struct.pack(">d", secs) not in raw
             assert int(secs * 1000).to_bytes(8, "big") not in raw
     # the attacker can recompute the keyed digests (the key is in the file); each row then yields only the day
     import sqlite3
+
     conn = sqlite3.connect(path)
     key = bytes(conn.execute("SELECT value FROM meta WHERE name='id_key'").fetchone()[0])
-    rows = {bytes(d): dict(zip(("content", "day"), rest)) for d, *rest in
-            conn.execute("SELECT id_digest, content, day FROM batches")}
+    rows = {
+        bytes(d): dict(zip(("content", "day"), rest))
+        for d, *rest in conn.execute("SELECT id_digest, content, day FROM batches")
+    }
     conn.close()
     import hashlib
     import hmac
+
     joined = [rows[hmac.new(key, i, hashlib.sha256).digest()[:16]] for i in ids]
     assert {r["day"] for r in joined} == {day}
 
 
-def test_same_batch_id_with_other_records_is_409_and_nothing_is_dropped_silently(tmp_path: Path, metrics: MetricSet,
-                                                                                transport: Transport) -> None:
+def test_same_batch_id_with_other_records_is_409_and_nothing_is_dropped_silently(
+    tmp_path: Path, metrics: MetricSet, transport: Transport
+) -> None:
     """A second upload under an accepted batch id but with other records is refused with 409 (before: ``202
     duplicate`` and its records silently dropped); the same content again is still a duplicate, also after a
     restart on the same store."""
@@ -304,6 +339,7 @@ def test_dedup_store_of_the_first_schema_is_upgraded_and_a_newer_one_refused(tmp
     store.close()
     assert "batch_ids" not in _store_dump(path)
     import struct
+
     assert struct.pack(">d", now + 3 * 86400.0) not in path.read_bytes()
     newer = tmp_path / "newer.sqlite3"
     conn = sqlite3.connect(newer)
@@ -316,8 +352,9 @@ def test_dedup_store_of_the_first_schema_is_upgraded_and_a_newer_one_refused(tmp
 # -- 202 only after a durable publish -----------------------------------------------------------------
 
 
-def test_failed_publish_is_503_and_publishes_nothing_then_retry_succeeds(tmp_path: Path, metrics: MetricSet,
-                                                                         transport: Transport) -> None:
+def test_failed_publish_is_503_and_publishes_nothing_then_retry_succeeds(
+    tmp_path: Path, metrics: MetricSet, transport: Transport
+) -> None:
     failing = FailingTransport(transport)
     failing.failing.set()
     batch = olh_batch(metrics, 40)
@@ -347,14 +384,16 @@ def test_answer_waits_for_the_publish(tmp_path: Path, metrics: MetricSet, transp
     assert len(read_all(transport)) == 1
 
 
-def test_a_retry_during_the_publish_is_not_published_again(tmp_path: Path, metrics: MetricSet,
-                                                           transport: Transport) -> None:
+def test_a_retry_during_the_publish_is_not_published_again(
+    tmp_path: Path, metrics: MetricSet, transport: Transport
+) -> None:
     blocking = BlockingTransport(transport)
     batch = olh_batch(metrics, 5)
     answers: list[httpx.Response] = []
     with ServerThread(create_app(make_settings(tmp_path), transport=blocking)) as srv:
-        threads = [threading.Thread(target=lambda: answers.append(post(srv.url, encode_frame(batch))))
-                   for _ in range(2)]
+        threads = [
+            threading.Thread(target=lambda: answers.append(post(srv.url, encode_frame(batch)))) for _ in range(2)
+        ]
         threads[0].start()
         assert blocking.entered.wait(30)
         threads[1].start()
@@ -401,7 +440,7 @@ def test_malformed_bodies_are_400(server: ServerThread, metrics: MetricSet, tran
     bad_rec = np.zeros(3, dtype=spec.record_dtype)
     bad_rec["y"] = 200  # OLH with g=4 has y < 4
     body = encode_frame(ReportBatch("emoji_used", spec, TODAY, np.zeros(3, dtype=spec.record_dtype)))
-    out_of_bounds = body[:44 + len(b"emoji_used")] + bad_rec.tobytes()
+    out_of_bounds = body[: 44 + len(b"emoji_used")] + bad_rec.tobytes()
     import zlib
 
     out_of_bounds += zlib.crc32(out_of_bounds).to_bytes(4, "little")
@@ -431,13 +470,18 @@ def test_unsupported_content_type_is_415(server: ServerThread, metrics: MetricSe
     assert r.status_code == 415
 
 
-def test_well_formed_batches_the_collector_refuses_are_422(server: ServerThread, metrics: MetricSet,
-                                                          transport: Transport) -> None:
+def test_well_formed_batches_the_collector_refuses_are_422(
+    server: ServerThread, metrics: MetricSet, transport: Transport
+) -> None:
     other_spec = make_spec("olh", epsilon=2.0, domain_size=1024)
     old = metrics["old_metric"].spec
     cases = {
-        "unknown_metric": ReportBatch("no_such_metric", metrics["emoji_used"].spec, TODAY,
-                                      np.zeros(2, dtype=metrics["emoji_used"].spec.record_dtype)),
+        "unknown_metric": ReportBatch(
+            "no_such_metric",
+            metrics["emoji_used"].spec,
+            TODAY,
+            np.zeros(2, dtype=metrics["emoji_used"].spec.record_dtype),
+        ),
         "spec_mismatch": ReportBatch("emoji_used", other_spec, TODAY, np.zeros(2, dtype=other_spec.record_dtype)),
         "expired_metric": ReportBatch("old_metric", old, TODAY, np.zeros(2, dtype=old.record_dtype)),
         "bad_day": olh_batch(metrics, 2, day=TODAY + 400),
@@ -445,8 +489,10 @@ def test_well_formed_batches_the_collector_refuses_are_422(server: ServerThread,
         "empty": olh_batch(metrics, 0),
     }
     for reason, batch in cases.items():
-        for body, headers in ((encode_frame(batch), FRAME),
-                              (encode_json(batch).encode(), {"content-type": "application/json"})):
+        for body, headers in (
+            (encode_frame(batch), FRAME),
+            (encode_json(batch).encode(), {"content-type": "application/json"}),
+        ):
             r = post(server.url, body, headers)
             assert r.status_code == 422, (reason, r.text)
             assert r.json()["error"] == reason.strip(), (reason, r.text)
@@ -464,7 +510,7 @@ def test_too_large_is_413_before_and_while_reading(tmp_path: Path, metrics: Metr
 
         def chunks() -> Iterator[bytes]:  # no Content-Length: chunked transfer encoding
             for i in range(0, len(big), 1000):
-                yield big[i:i + 1000]
+                yield big[i : i + 1000]
 
         r = httpx.post(srv.url + "/v1/reports", content=chunks(), headers=FRAME, timeout=30)
         assert r.status_code == 413 and r.json()["error"] == "too_large"
@@ -476,8 +522,9 @@ def test_too_large_is_413_before_and_while_reading(tmp_path: Path, metrics: Metr
     assert len(read_all(transport)) == 1
 
 
-def test_early_413_closes_the_connection_so_a_keep_alive_client_does_not_hang(tmp_path: Path, metrics: MetricSet,
-                                                                              transport: Transport) -> None:
+def test_early_413_closes_the_connection_so_a_keep_alive_client_does_not_hang(
+    tmp_path: Path, metrics: MetricSet, transport: Transport
+) -> None:
     """A keep-alive client declares a too-large body and sends it whole. The collector answers 413 before reading
     it; before the fix the connection stayed open and the unread body was parsed as the next request, so the
     client's next upload on that connection hung. Now the 413 says ``Connection: close`` and the server closes."""
@@ -487,8 +534,13 @@ def test_early_413_closes_the_connection_so_a_keep_alive_client_does_not_hang(tm
     with ServerThread(create_app(settings, transport=transport)) as srv:
         big = encode_frame(olh_batch(metrics, 2000))
         with socket.create_connection(("127.0.0.1", srv.port), timeout=10) as sock:
-            sock.sendall((f"POST /v1/reports HTTP/1.1\r\nHost: x\r\nContent-Type: {FRAME_CONTENT_TYPE}\r\n"
-                          f"Content-Length: {len(big)}\r\n\r\n").encode() + big)
+            sock.sendall(
+                (
+                    f"POST /v1/reports HTTP/1.1\r\nHost: x\r\nContent-Type: {FRAME_CONTENT_TYPE}\r\n"
+                    f"Content-Length: {len(big)}\r\n\r\n"
+                ).encode()
+                + big
+            )
             data = b""
             while True:
                 try:
@@ -541,12 +593,14 @@ def test_health_readiness_and_prometheus(tmp_path: Path, metrics: MetricSet, tra
         assert httpx.get(srv.url + "/healthz").status_code == 200
     assert text.headers["content-type"].startswith("text/plain; version=0.0.4")
     body = text.text
-    for line in ['ldp_collector_batches_total{outcome="accepted",reason="ok"} 1',
-                 'ldp_collector_reports_total{outcome="accepted",reason="ok"} 7',
-                 'ldp_collector_accepted_reports_total{metric="emoji_used"} 7',
-                 'ldp_collector_batches_total{outcome="rejected",reason="malformed"} 1',
-                 'ldp_collector_batches_total{outcome="rejected",reason="bad_day"} 1',
-                 'ldp_collector_reports_total{outcome="rejected",reason="bad_day"} 2']:
+    for line in [
+        'ldp_collector_batches_total{outcome="accepted",reason="ok"} 1',
+        'ldp_collector_reports_total{outcome="accepted",reason="ok"} 7',
+        'ldp_collector_accepted_reports_total{metric="emoji_used"} 7',
+        'ldp_collector_batches_total{outcome="rejected",reason="malformed"} 1',
+        'ldp_collector_batches_total{outcome="rejected",reason="bad_day"} 1',
+        'ldp_collector_reports_total{outcome="rejected",reason="bad_day"} 2',
+    ]:
         assert line in body, line
     assert 'ldp_collector_request_duration_seconds_count{route="/v1/reports",method="POST"} 3' in body
     assert not_ready.status_code == 503 and not_ready.json()["ready"] is False
@@ -567,9 +621,26 @@ def test_openapi_documents_the_upload(server: ServerThread) -> None:
 def test_ldp_collector_command_serves_and_stops_on_sigterm(tmp_path: Path, metrics: MetricSet) -> None:
     env = dict(os.environ, PYTHONPATH=str(ROOT), LDP_COLLECTOR_MAX_RECORDS="500")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "ldp_cli.main", "collector", "--transport", f"sqlite:///{tmp_path}/log.sqlite3",
-         "--metrics", str(tmp_path / "metrics.json"), "--dedup", str(tmp_path / "ids.sqlite3"), "--port", "0"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=tmp_path)
+        [
+            sys.executable,
+            "-m",
+            "ldp_cli.main",
+            "collector",
+            "--transport",
+            f"sqlite:///{tmp_path}/log.sqlite3",
+            "--metrics",
+            str(tmp_path / "metrics.json"),
+            "--dedup",
+            str(tmp_path / "ids.sqlite3"),
+            "--port",
+            "0",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+    )
     try:
         line = proc.stdout.readline() if proc.stdout else ""
         assert "listening on http://127.0.0.1:" in line, (line, proc.stderr.read() if proc.stderr else "")
@@ -589,9 +660,14 @@ def test_ldp_collector_command_serves_and_stops_on_sigterm(tmp_path: Path, metri
 def test_ldp_collector_command_rejects_a_bad_metrics_file(tmp_path: Path) -> None:
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps({"format": "ldp-metrics/1", "metrics": {"x": {"owner": "o"}}}))
-    out = subprocess.run([sys.executable, "-m", "ldp_cli.main", "collector", "--metrics", str(bad), "--port", "0"],
-                         capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=str(ROOT)), cwd=tmp_path,
-                         timeout=60)
+    out = subprocess.run(
+        [sys.executable, "-m", "ldp_cli.main", "collector", "--metrics", str(bad), "--port", "0"],
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, PYTHONPATH=str(ROOT)),
+        cwd=tmp_path,
+        timeout=60,
+    )
     assert out.returncode == 2 and "missing field" in out.stderr
 
 
@@ -605,10 +681,10 @@ def test_upload_reaches_kafka(tmp_path: Path, metrics: MetricSet, kafka_bootstra
     batches = [olh_batch(metrics, 1000, first_seed=1000 * i) for i in range(20)]
     with ServerThread(create_app(settings)) as srv:
         with httpx.Client(timeout=60) as c:
-            codes = [c.post(srv.url + "/v1/reports", content=encode_frame(b), headers=FRAME).status_code
-                     for b in batches]
-            codes.append(c.post(srv.url + "/v1/reports", content=encode_frame(batches[0]),
-                                headers=FRAME).status_code)
+            codes = [
+                c.post(srv.url + "/v1/reports", content=encode_frame(b), headers=FRAME).status_code for b in batches
+            ]
+            codes.append(c.post(srv.url + "/v1/reports", content=encode_frame(batches[0]), headers=FRAME).status_code)
         assert httpx.get(srv.url + "/readyz", timeout=30).json()["ready"] is True
     assert codes == [202] * 21
     with open_transport(f"kafka://{kafka_bootstrap}") as tr:

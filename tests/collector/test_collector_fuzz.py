@@ -41,8 +41,13 @@ class Harness:
         self.metrics = write_metrics(tmp / "metrics.json")
         self.specs = {m.spec.spec_id: m.spec for m in self.metrics.values()}
         self.transport = MemoryTransport()
-        settings = CollectorSettings(metrics_path=str(tmp / "metrics.json"), transport_url="memory://x",
-                                     max_body_bytes=64 * 1024, max_records=2000, dedup_path=":memory:")
+        settings = CollectorSettings(
+            metrics_path=str(tmp / "metrics.json"),
+            transport_url="memory://x",
+            max_body_bytes=64 * 1024,
+            max_records=2000,
+            dedup_path=":memory:",
+        )
         self.app = create_app(settings, transport=self.transport, dedup=BatchIdStore(":memory:"))
         self.loop = asyncio.new_event_loop()
         self.client = httpx.AsyncClient(transport=httpx.ASGITransport(app=self.app), base_url="http://collector")
@@ -79,8 +84,14 @@ def valid_batches(draw: Callable[..., Any], metrics: MetricSet) -> ReportBatch:
     seed = draw(st.integers(0, 2**32 - 1))
     rng = np.random.default_rng(seed)
     records = spec.encode(rng.integers(0, spec.domain_size, n), rng) if n else np.zeros(0, spec.record_dtype)
-    day = draw(st.one_of(st.just(TODAY), st.just(TODAY), st.just(TODAY - 1),
-                         st.sampled_from([TODAY + 1, TODAY + 5, TODAY - 400, 0, 2**32 - 1])))
+    day = draw(
+        st.one_of(
+            st.just(TODAY),
+            st.just(TODAY),
+            st.just(TODAY - 1),
+            st.sampled_from([TODAY + 1, TODAY + 5, TODAY - 400, 0, 2**32 - 1]),
+        )
+    )
     return ReportBatch(name, spec, day, records, rng.bytes(16))
 
 
@@ -137,8 +148,11 @@ def json_bodies(draw: Callable[..., Any], metrics: MetricSet) -> bytes:
 
 
 def content_types() -> st.SearchStrategy[str | None]:
-    return st.one_of(st.sampled_from(FRAME_TYPES + ["application/json", "application/JSON; charset=utf-8"]),
-                     st.none(), st.text(alphabet=st.characters(min_codepoint=32, max_codepoint=126), max_size=30))
+    return st.one_of(
+        st.sampled_from(FRAME_TYPES + ["application/json", "application/JSON; charset=utf-8"]),
+        st.none(),
+        st.text(alphabet=st.characters(min_codepoint=32, max_codepoint=126), max_size=30),
+    )
 
 
 @st.composite
@@ -153,9 +167,12 @@ def requests(draw: Callable[..., Any], metrics: MetricSet) -> tuple[bytes, dict[
     if ctype is not None:
         headers["content-type"] = ctype
     if draw(st.integers(0, 3)) == 0:
-        headers["idempotency-key"] = draw(st.one_of(
-            st.text(alphabet="0123456789abcdefABCDEF", min_size=0, max_size=40),
-            st.text(alphabet=st.characters(min_codepoint=32, max_codepoint=126), max_size=20)))
+        headers["idempotency-key"] = draw(
+            st.one_of(
+                st.text(alphabet="0123456789abcdefABCDEF", min_size=0, max_size=40),
+                st.text(alphabet=st.characters(min_codepoint=32, max_codepoint=126), max_size=20),
+            )
+        )
     for _ in range(draw(st.integers(0, 3))):
         name = draw(st.sampled_from(["user-agent", "x-forwarded-for", "cookie", "accept", "x-anything", "forwarded"]))
         headers[name] = draw(st.text(alphabet=st.characters(min_codepoint=32, max_codepoint=126), max_size=40))
@@ -246,8 +263,12 @@ def _raw(port: int, payload: bytes, timeout: float = 10.0) -> bytes:
 def test_lying_and_malformed_http_never_5xx(tmp_path: Path) -> None:
     write_metrics(tmp_path / "metrics.json")
     transport = MemoryTransport()
-    settings = CollectorSettings(metrics_path=str(tmp_path / "metrics.json"), transport_url="memory://x",
-                                 max_body_bytes=4096, dedup_path=":memory:")
+    settings = CollectorSettings(
+        metrics_path=str(tmp_path / "metrics.json"),
+        transport_url="memory://x",
+        max_body_bytes=4096,
+        dedup_path=":memory:",
+    )
     head = b"POST /v1/reports HTTP/1.1\r\nHost: x\r\nContent-Type: application/vnd.ldp.frame\r\n"
     cases = [
         head + b"Content-Length: abc\r\n\r\n",
@@ -255,7 +276,12 @@ def test_lying_and_malformed_http_never_5xx(tmp_path: Path) -> None:
         head + b"Content-Length: 99999999999999999999\r\n\r\n",
         head + b"Content-Length: 100\r\n\r\nshort",  # the client closes before the declared length
         head + b"Transfer-Encoding: chunked\r\n\r\nzz\r\nbad\r\n0\r\n\r\n",
-        head + b"Transfer-Encoding: chunked\r\n\r\n" + b"1000\r\n" + b"a" * 4096 + b"\r\n1000\r\n" + b"a" * 4096
+        head
+        + b"Transfer-Encoding: chunked\r\n\r\n"
+        + b"1000\r\n"
+        + b"a" * 4096
+        + b"\r\n1000\r\n"
+        + b"a" * 4096
         + b"\r\n0\r\n\r\n",
         head + b"Content-Length: 3\r\nContent-Length: 4\r\n\r\nabcd",
         b"GARBAGE\r\n\r\n",
@@ -287,8 +313,9 @@ def api_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Serve
     tmp = tmp_path_factory.mktemp("schemathesis")
     metrics = write_metrics(tmp / "metrics.json")
     transport = MemoryTransport()
-    settings = CollectorSettings(metrics_path=str(tmp / "metrics.json"), transport_url="memory://x",
-                                 dedup_path=":memory:")
+    settings = CollectorSettings(
+        metrics_path=str(tmp / "metrics.json"), transport_url="memory://x", dedup_path=":memory:"
+    )
     with ServerThread(create_app(settings, transport=transport, dedup=BatchIdStore(":memory:"))) as srv:
         yield srv, transport, {m.spec.spec_id: m.spec for m in metrics.values()}
 
@@ -301,9 +328,11 @@ def test_openapi_operations_never_5xx(api_server: tuple[ServerThread, MemoryTran
     operations = [result.ok() for result in api.get_all_operations()]
     assert {op.path for op in operations} >= {"/v1/reports", "/v1/metrics", "/healthz", "/readyz", "/metrics"}
     for op in operations:
+
         @given(case=op.as_strategy())
-        @settings(max_examples=40 if op.path == "/v1/reports" else 5, deadline=None,
-                  suppress_health_check=list(HealthCheck))
+        @settings(
+            max_examples=40 if op.path == "/v1/reports" else 5, deadline=None, suppress_health_check=list(HealthCheck)
+        )
         def run(case: Any) -> None:
             case.call_and_validate(base_url=srv.url, checks=[not_a_server_error])
 

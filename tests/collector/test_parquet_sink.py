@@ -13,9 +13,9 @@ import pytest
 
 from client_sdk.mechanisms import MECHANISMS, make_spec
 from client_sdk.wire import ReportBatch
-from pipeline.catalog import SpecCatalog
 from collector.errors import SinkError
 from collector.sinks.parquet import ChunkLog, ParquetSink
+from pipeline.catalog import SpecCatalog
 from pipeline.dataset import (
     list_parts,
     parse_part_name,
@@ -174,8 +174,9 @@ def test_two_members_split_the_partitions_and_write_each_report_once(tmp_path: P
     publish(transport, SHUFFLED_TOPIC, batches[:20])
     root = tmp_path / "ds"
     cat = catalog(specs)
-    sinks = [ParquetSink(transport, root, cat, flush_seconds=0.05, member=f"s{i}", session_timeout=2.0)
-             for i in range(2)]
+    sinks = [
+        ParquetSink(transport, root, cat, flush_seconds=0.05, member=f"s{i}", session_timeout=2.0) for i in range(2)
+    ]
     stop = threading.Event()
     threads = [threading.Thread(target=s.run, kwargs={"stop": stop, "max_records": 3}) for s in sinks]
     threads[0].start()
@@ -236,13 +237,19 @@ def test_chunk_log_refuses_a_start_inside_a_recorded_chunk(tmp_path: Path) -> No
 def test_part_names_round_trip() -> None:
 
     name = part_name("ldp.reports-shuffled_x", 7, 12, 345, "0123456789abcdef")
-    assert parse_part_name(name) == {"topic": "ldp.reports-shuffled_x", "partition": 7, "first": 12, "last": 345,
-                                     "spec_id": "0123456789abcdef"}
+    assert parse_part_name(name) == {
+        "topic": "ldp.reports-shuffled_x",
+        "partition": 7,
+        "first": 12,
+        "last": 345,
+        "spec_id": "0123456789abcdef",
+    }
     assert parse_part_name(".part-x-1-" + "0" * 20 + "-" + "0" * 20 + "-0123456789abcdef.parquet") is None
 
 
 def test_settings_come_from_keywords_over_the_environment_over_defaults(  # type: ignore[no-untyped-def]
-        tmp_path: Path, transport) -> None:
+    tmp_path: Path, transport
+) -> None:
     from collector.sinks.parquet import SinkSettings
     from pipeline.errors import ConfigError
 

@@ -24,12 +24,12 @@ from scipy import stats
 
 from client_sdk.metrics import MetricSet
 from client_sdk.wire import encode_frame
-from pipeline.envelope import decode_envelope
 from collector.permute import csprng_permutation, fisher_yates
 from collector.shuffler import Shuffler, ShufflerSettings, plan_release
+from estimator.accounting.shuffle import grid_floor, shuffler_guarantee
+from pipeline.envelope import decode_envelope
 from pipeline.topics import metric_day_key
 from pipeline.transport import Transport, open_transport
-from estimator.accounting.shuffle import grid_floor, shuffler_guarantee
 from tests.support.collector_support import TODAY, olh_batch, write_metrics
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -58,14 +58,28 @@ class Topics:
         self.group = f"shuffler-{tag}"
 
     def settings(self, **kw: object) -> ShufflerSettings:
-        base = dict(raw_topic=self.raw, shuffled_topic=self.shuffled, state_topic=self.state, group=self.group,
-                    partitions=4, checkpoint_interval=0.05, session_timeout=2.0)
+        base = dict(
+            raw_topic=self.raw,
+            shuffled_topic=self.shuffled,
+            state_topic=self.state,
+            group=self.group,
+            partitions=4,
+            checkpoint_interval=0.05,
+            session_timeout=2.0,
+        )
         base.update(kw)
         return ShufflerSettings(**base)  # type: ignore[arg-type]
 
 
-def read_shuffled(transport: Transport, topic: str, metrics: MetricSet, *, expect: int | None = None,
-                  timeout: float = 60.0, quiet: float = 0.5) -> list:  # type: ignore[type-arg]
+def read_shuffled(
+    transport: Transport,
+    topic: str,
+    metrics: MetricSet,
+    *,
+    expect: int | None = None,
+    timeout: float = 60.0,
+    quiet: float = 0.5,
+) -> list:  # type: ignore[type-arg]
     """Every shuffled batch of ``topic``; with ``expect``, wait until that many reports came, then ``quiet`` s more."""
     specs = {m.spec.spec_id: m.spec for m in metrics.values()}
     out = []
@@ -183,8 +197,9 @@ def run_until_idle(shuffler: Shuffler, idle: float = 0.5) -> None:
     shuffler.run(idle_exit=idle)
 
 
-def test_threshold_holds_back_small_groups_and_releases_crowds(tmp_path: Path, metrics: MetricSet,
-                                                               transport: Transport) -> None:
+def test_threshold_holds_back_small_groups_and_releases_crowds(
+    tmp_path: Path, metrics: MetricSet, transport: Transport
+) -> None:
     tp = Topics()
     # group A: 99 reports in 3 uploads; group B: 250 reports; with min 100 and max 100, B releases 2 x 100
     a = [olh_batch(metrics, 33, first_seed=33 * i) for i in range(3)]
@@ -209,8 +224,9 @@ def test_threshold_holds_back_small_groups_and_releases_crowds(tmp_path: Path, m
     assert np.array_equal(np.sort(released_a[0].batch.records["seed"]), np.arange(100))
 
 
-def test_duplicate_uploads_are_dropped_across_a_restart(tmp_path: Path, metrics: MetricSet,
-                                                        transport: Transport) -> None:
+def test_duplicate_uploads_are_dropped_across_a_restart(
+    tmp_path: Path, metrics: MetricSet, transport: Transport
+) -> None:
     tp = Topics()
     first = [olh_batch(metrics, 10, first_seed=10 * i) for i in range(5)]
     publish(transport, tp.raw, first + first[:2])  # a collector retry that was published twice
@@ -261,8 +277,12 @@ def test_the_central_epsilon_is_per_person_not_per_report(tmp_path: Path, transp
     batches = [olh_batch(metrics, 2, first_seed=2 * i) for i in range(500)]
     publish(transport, tp.raw, batches, partitions=1)
     delta = 1e-6
-    sh = Shuffler(transport, metrics, tp.settings(min_batch=1000, max_batch=1000, partitions=1),
-                  guarantee=shuffler_guarantee(delta))
+    sh = Shuffler(
+        transport,
+        metrics,
+        tp.settings(min_batch=1000, max_batch=1000, partitions=1),
+        guarantee=shuffler_guarantee(delta),
+    )
     run_until_idle(sh)
     sh.close()
     (sb,) = [sb for _, sb in read_shuffled(transport, tp.shuffled, metrics)]
@@ -310,14 +330,14 @@ def test_shuffling_destroys_arrival_order(metrics: MetricSet, transport: Transpo
             b = olh_batch(metrics, 1, first_seed=g * n + i)
             uploads.append(type(b)(f"m{g}", spec, TODAY, b.records, b.batch_id))
     publish(transport, tp.raw, uploads)
-    sh = Shuffler(transport, {spec.spec_id: spec}, tp.settings(min_batch=n, max_batch=n, poll_records=2000),
-                  words=seeded_words(4))
+    sh = Shuffler(
+        transport, {spec.spec_id: spec}, tp.settings(min_batch=n, max_batch=n, poll_records=2000), words=seeded_words(4)
+    )
     run_until_idle(sh)
     sh.close()
     positions = {0: np.zeros(n, dtype=np.int64), n - 1: np.zeros(n, dtype=np.int64)}
     released = 0
-    for _, sb in read_shuffled(transport, tp.shuffled, MetricSet({"emoji_used": metrics["emoji_used"]}),
-                               expect=t * n):
+    for _, sb in read_shuffled(transport, tp.shuffled, MetricSet({"emoji_used": metrics["emoji_used"]}), expect=t * n):
         seeds = sb.batch.records["seed"].astype(np.int64)
         g = int(sb.batch.metric[1:])
         rank = seeds - g * n
@@ -332,10 +352,17 @@ def test_shuffling_destroys_arrival_order(metrics: MetricSet, transport: Transpo
 
 
 def test_collector_package_does_not_import_the_estimator() -> None:
-    code = ("import sys, collector.app, collector.shuffler, collector.ingest; "
-            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('estimator', 'simulator')))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
-                         env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    code = (
+        "import sys, collector.app, collector.shuffler, collector.ingest; "
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('estimator', 'simulator')))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=dict(os.environ, PYTHONPATH=str(ROOT)),
+    )
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"
 
@@ -372,7 +399,7 @@ def test_exactly_once_while_the_group_rebalances(tmp_path: Path, metrics: Metric
 
     def feed(tr: Transport, lo: int, hi: int) -> None:
         for i in range(lo, hi, 8):
-            publish(tr, tp.raw, uploads[i:i + 8] + uploads[i:i + 1])  # one upload of each eight twice
+            publish(tr, tp.raw, uploads[i : i + 8] + uploads[i : i + 1])  # one upload of each eight twice
             time.sleep(0.05)
 
     def wait_released(member: str) -> None:
@@ -408,12 +435,45 @@ def test_exactly_once_while_the_group_rebalances(tmp_path: Path, metrics: Metric
 
 class ShufflerProcess:
     def __init__(self, url: str, tp: Topics, metrics_path: Path, cwd: Path) -> None:
-        args = [sys.executable, "-m", "ldp_cli.main", "shuffler", "--transport", url, "--metrics", str(metrics_path),
-                "--min-batch", "100", "--max-batch", "400", "--checkpoint-interval", "0.1", "--group", tp.group,
-                "--member", "crash-test", "--partitions", "4", "--session-timeout", "2", "--raw-topic", tp.raw,
-                "--shuffled-topic", tp.shuffled, "--state-topic", tp.state, "--no-guarantee"]
-        self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=cwd,
-                                     env=dict(os.environ, PYTHONPATH=str(ROOT)))
+        args = [
+            sys.executable,
+            "-m",
+            "ldp_cli.main",
+            "shuffler",
+            "--transport",
+            url,
+            "--metrics",
+            str(metrics_path),
+            "--min-batch",
+            "100",
+            "--max-batch",
+            "400",
+            "--checkpoint-interval",
+            "0.1",
+            "--group",
+            tp.group,
+            "--member",
+            "crash-test",
+            "--partitions",
+            "4",
+            "--session-timeout",
+            "2",
+            "--raw-topic",
+            tp.raw,
+            "--shuffled-topic",
+            tp.shuffled,
+            "--state-topic",
+            tp.state,
+            "--no-guarantee",
+        ]
+        self.proc = subprocess.Popen(
+            args,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=cwd,
+            env=dict(os.environ, PYTHONPATH=str(ROOT)),
+        )
         line = self.proc.stdout.readline() if self.proc.stdout else ""
         if "running as" not in line:
             self.proc.kill()
@@ -439,7 +499,7 @@ def crash_scenario(url: str, tmp_path: Path, metrics: MetricSet) -> None:
     uploads = [olh_batch(metrics, 50, first_seed=50 * i, day=days[i % 3]) for i in range(120)]
     schedule = []
     for i in range(0, 120, 10):
-        chunk = uploads[i:i + 10]
+        chunk = uploads[i : i + 10]
         schedule.append(chunk + chunk[:1])  # each tenth upload is published twice
     expected = np.arange(50 * 120)
     procs: list[ShufflerProcess] = []

@@ -30,16 +30,30 @@ pytestmark = pytest.mark.kafka
 METRICS = {
     "format": "ldp-metrics/1",
     "metrics": {
-        "tab": {"description": "tab", "owner": "o@example.org", "expires": "2099-12-31",
-                "mechanism": {"mechanism": "grr", "epsilon": 1.0},
-                "domain": {"kind": "dictionary", "values": ["a", "b", "c", "d", "e"], "other": True},
-                "max_reports_per_day": 1},
-        "color": {"description": "color", "owner": "o@example.org", "expires": "2099-12-31",
-                  "mechanism": {"mechanism": "oue", "epsilon": 2.0},
-                  "domain": {"kind": "hashed", "size": 96, "seed": 3}, "max_reports_per_day": 1},
-        "word": {"description": "word", "owner": "o@example.org", "expires": "2099-12-31",
-                 "mechanism": {"mechanism": "olh", "epsilon": 1.5},
-                 "domain": {"kind": "hashed", "size": 256, "seed": 4}, "max_reports_per_day": 1},
+        "tab": {
+            "description": "tab",
+            "owner": "o@example.org",
+            "expires": "2099-12-31",
+            "mechanism": {"mechanism": "grr", "epsilon": 1.0},
+            "domain": {"kind": "dictionary", "values": ["a", "b", "c", "d", "e"], "other": True},
+            "max_reports_per_day": 1,
+        },
+        "color": {
+            "description": "color",
+            "owner": "o@example.org",
+            "expires": "2099-12-31",
+            "mechanism": {"mechanism": "oue", "epsilon": 2.0},
+            "domain": {"kind": "hashed", "size": 96, "seed": 3},
+            "max_reports_per_day": 1,
+        },
+        "word": {
+            "description": "word",
+            "owner": "o@example.org",
+            "expires": "2099-12-31",
+            "mechanism": {"mechanism": "olh", "epsilon": 1.5},
+            "domain": {"kind": "hashed", "size": 256, "seed": 4},
+            "max_reports_per_day": 1,
+        },
     },
 }
 FRAME = 200
@@ -52,8 +66,14 @@ def test_devices_to_estimates_on_kafka_exactly_once(tmp_path: Path, kafka_bootst
     names = sorted(metrics)
     day = utc_day(time.time())
     fleet = fleet_batches(metrics, names, 3000, day, np.random.default_rng(2024), frame_reports=FRAME)
-    with LocalPipeline(tmp_path / "run", metrics_path, transport_url=f"kafka://{kafka_bootstrap}",
-                       min_batch=FRAME, partitions=3, checkpoint_interval=0.3) as pipe:
+    with LocalPipeline(
+        tmp_path / "run",
+        metrics_path,
+        transport_url=f"kafka://{kafka_bootstrap}",
+        min_batch=FRAME,
+        partitions=3,
+        checkpoint_interval=0.3,
+    ) as pipe:
         stats = upload(pipe.collector_url, fleet.batches, clients=4)
         assert stats.batches == len(fleet.batches) and stats.rejected == 0
         again = upload(pipe.collector_url, fleet.batches[:1], clients=1)  # a retried upload
@@ -63,8 +83,10 @@ def test_devices_to_estimates_on_kafka_exactly_once(tmp_path: Path, kafka_bootst
         pipe.wait_sink(sum(expected.values()), timeout=90)
         assert pipe.shuffler.stats.buffered_reports == 0
         assert pipe.counted() == expected
-        live = {n: httpx.get(f"{pipe.estimator_url}/v1/estimates/{n}", params={"day": day}, timeout=60).json()
-                for n in names}
+        live = {
+            n: httpx.get(f"{pipe.estimator_url}/v1/estimates/{n}", params={"day": day}, timeout=60).json()
+            for n in names
+        }
         counted = pipe.estimator.counted()
         dataset = pipe.dataset
     want = offline(fleet.batches)

@@ -25,8 +25,8 @@ import numpy as np
 import pytest
 
 from client_sdk.metrics import parse_metrics, utc_day
-from ldp_cli.broker import BrokerConfig, default_home, down, up
 from estimator.batch import estimate_dataset
+from ldp_cli.broker import BrokerConfig, default_home, down, up
 from simulator.pipeline import fleet_batches
 from tests.support.pipeline_procs import PacedUpload, PipelineProcs, free_port
 from tests.support.shuffled_data import offline
@@ -34,13 +34,22 @@ from tests.support.shuffled_data import offline
 METRICS = {
     "format": "ldp-metrics/1",
     "metrics": {
-        "tab": {"description": "tab", "owner": "o@example.org", "expires": "2099-12-31",
-                "mechanism": {"mechanism": "grr", "epsilon": 1.0},
-                "domain": {"kind": "dictionary", "values": ["a", "b", "c", "d"], "other": True},
-                "max_reports_per_day": 1},
-        "color": {"description": "color", "owner": "o@example.org", "expires": "2099-12-31",
-                  "mechanism": {"mechanism": "oue", "epsilon": 2.0},
-                  "domain": {"kind": "hashed", "size": 48, "seed": 3}, "max_reports_per_day": 1},
+        "tab": {
+            "description": "tab",
+            "owner": "o@example.org",
+            "expires": "2099-12-31",
+            "mechanism": {"mechanism": "grr", "epsilon": 1.0},
+            "domain": {"kind": "dictionary", "values": ["a", "b", "c", "d"], "other": True},
+            "max_reports_per_day": 1,
+        },
+        "color": {
+            "description": "color",
+            "owner": "o@example.org",
+            "expires": "2099-12-31",
+            "mechanism": {"mechanism": "oue", "epsilon": 2.0},
+            "domain": {"kind": "hashed", "size": 48, "seed": 3},
+            "max_reports_per_day": 1,
+        },
     },
 }
 FRAME = 100
@@ -126,8 +135,7 @@ def transport_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     return f"kafka://{request.getfixturevalue('kafka_bootstrap')}"
 
 
-@pytest.mark.parametrize("transport_url", ["embedded", pytest.param("kafka", marks=pytest.mark.kafka)],
-                         indirect=True)
+@pytest.mark.parametrize("transport_url", ["embedded", pytest.param("kafka", marks=pytest.mark.kafka)], indirect=True)
 def test_kill_9_each_component_mid_stream(tmp_path: Path, transport_url: str) -> None:
     metrics_path, day, fleet, batches = _setup(tmp_path, 5000, seed=31)
     procs = PipelineProcs(tmp_path, transport_url, metrics_path, min_batch=FRAME)

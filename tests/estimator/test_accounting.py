@@ -148,7 +148,9 @@ def test_local_reports_match_randomized_response_in_dp_accounting():
     eps, k, delta = 1.0, 10, 1e-5
     rr = dp_event.RandomizedResponseDpEvent(2.0 / (math.exp(eps) + 1.0), 2)
     ref_pld = pld_privacy_accountant.PLDAccountant(REPLACE).compose(dp_event.ComposedDpEvent([rr] * k))
-    ref_rdp = rdp_privacy_accountant.RdpAccountant(neighboring_relation=REPLACE).compose(dp_event.ComposedDpEvent([rr] * k))
+    ref_rdp = rdp_privacy_accountant.RdpAccountant(neighboring_relation=REPLACE).compose(
+        dp_event.ComposedDpEvent([rr] * k)
+    )
     ours = account(SelfComposedEvent(LocalReportEvent(eps), k), delta, "replace")
     assert ours.epsilon_pld == pytest.approx(ref_pld.get_epsilon(delta), abs=2e-4)
     assert ours.epsilon_rdp == pytest.approx(ref_rdp.get_epsilon(delta), rel=1e-9)
@@ -191,9 +193,7 @@ def test_replace_doubles_the_sensitivity_in_both_accountants():
     dp_accounting's RDP accountant alone ignores the relation, which is corrected here."""
     z, delta = 3.0, 1e-6
     ours = account(GaussianEvent(z), delta, "replace")
-    assert ours.epsilon_exact == pytest.approx(
-        float(dpa.get_epsilon_gaussian(z / 2.0, delta)), rel=1e-9
-    )
+    assert ours.epsilon_exact == pytest.approx(float(dpa.get_epsilon_gaussian(z / 2.0, delta)), rel=1e-9)
     assert balle_wang_delta(2.0 / z, ours.epsilon_exact) == pytest.approx(delta, rel=1e-6)
     assert ours.epsilon_exact <= ours.epsilon_pld <= ours.epsilon_exact + 2e-3
     ref_rdp = rdp_privacy_accountant.RdpAccountant().compose(dp_event.GaussianDpEvent(z / 2.0))
@@ -263,14 +263,18 @@ def test_mixed_composition_with_local_reports_under_replace():
         # pure ε under add/remove costs 2ε under replace (group privacy)
         dp_event.ComposedDpEvent([rr(eps0)] * 4 + [dp_event.GaussianDpEvent(z), rr(2 * eps_svt)])
     )
-    assert ours.epsilon_pld == pytest.approx(ref.get_epsilon(delta), abs=1e-3)  # both pessimistic, by up to one grid step per event
+    assert ours.epsilon_pld == pytest.approx(
+        ref.get_epsilon(delta), abs=1e-3
+    )  # both pessimistic, by up to one grid step per event
 
 
 def test_composition_is_monotone_and_accountants_are_ordered():
     delta = 1e-5
     last = 0.0
     for t in (1, 10, 40):
-        r = account(ComposedEvent((dpsgd(1.5, 0.02, t), SelfComposedEvent(PureDPEvent(0.1), t))), delta, discretization=1e-3)
+        r = account(
+            ComposedEvent((dpsgd(1.5, 0.02, t), SelfComposedEvent(PureDPEvent(0.1), t))), delta, discretization=1e-3
+        )
         assert r.epsilon_pld > last
         assert r.epsilon_pld <= r.epsilon_rdp
         last = r.epsilon_pld

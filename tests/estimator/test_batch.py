@@ -12,26 +12,35 @@ import pytest
 from client_sdk.mechanisms import make_spec
 from client_sdk.metrics import parse_metrics
 from client_sdk.wire import ReportBatch
-from pipeline.catalog import SpecCatalog
 from collector.sinks.parquet import ParquetSink
-from pipeline.topics import SHUFFLED_TOPIC
-from pipeline.transport import open_transport
 from estimator.batch import BatchError, estimate_dataset, parse_day_range
 from estimator.streaming import parse_day
 from ldp_cli.main import main
+from pipeline.catalog import SpecCatalog
+from pipeline.topics import SHUFFLED_TOPIC
+from pipeline.transport import open_transport
 from tests.support.shuffled_data import envelope_of, make_batches, offline, publish
 
 DAYS = [20400, 20401, 20402]
 METRICS = {
     "format": "ldp-metrics/1",
     "metrics": {
-        "tab": {"description": "tab", "owner": "o@example.org", "expires": "2099-12-31",
-                "mechanism": {"mechanism": "grr", "epsilon": 1.0},
-                "domain": {"kind": "dictionary", "values": ["a", "b", "c", "d"], "other": True},
-                "max_reports_per_day": 1},
-        "word": {"description": "word", "owner": "o@example.org", "expires": "2099-12-31",
-                 "mechanism": {"mechanism": "hr", "epsilon": 2.0},
-                 "domain": {"kind": "hashed", "size": 64, "seed": 1}, "max_reports_per_day": 1},
+        "tab": {
+            "description": "tab",
+            "owner": "o@example.org",
+            "expires": "2099-12-31",
+            "mechanism": {"mechanism": "grr", "epsilon": 1.0},
+            "domain": {"kind": "dictionary", "values": ["a", "b", "c", "d"], "other": True},
+            "max_reports_per_day": 1,
+        },
+        "word": {
+            "description": "word",
+            "owner": "o@example.org",
+            "expires": "2099-12-31",
+            "mechanism": {"mechanism": "hr", "epsilon": 2.0},
+            "domain": {"kind": "hashed", "size": 64, "seed": 1},
+            "max_reports_per_day": 1,
+        },
     },
 }
 
@@ -83,13 +92,21 @@ def test_range_estimate_equals_the_offline_estimator(dataset) -> None:  # type: 
 def test_per_day_and_labels_and_norm_sub(dataset) -> None:  # type: ignore[no-untyped-def]
     ms = parse_metrics(METRICS)
     tab = dataset["specs"]["tab"]
-    res = estimate_dataset(dataset["root"], "tab", None, spec_id=tab.spec_id, per_day=True,
-                           definition=ms["tab"], norm_sub=True, progress=False)
+    res = estimate_dataset(
+        dataset["root"],
+        "tab",
+        None,
+        spec_id=tab.spec_id,
+        per_day=True,
+        definition=ms["tab"],
+        norm_sub=True,
+        progress=False,
+    )
     t = res.table
     assert list(t.columns) == ["day", "item", "label", "estimate", "std_error", "ci_low", "ci_high", "frequency"]
     assert t["label"].tolist()[:5] == ["a", "b", "c", "d", "(other)"]
     for day in DAYS:
-        (_, acc), = offline([b for b in dataset["batches"] if b.metric == "tab" and b.day == day]).items()
+        ((_, acc),) = offline([b for b in dataset["batches"] if b.metric == "tab" and b.day == day]).items()
         want = acc.estimate().norm_sub()
         rows = t[t["day"] == day]
         np.testing.assert_array_equal(rows["estimate"].to_numpy(), want.counts)
@@ -121,9 +138,24 @@ def test_day_ranges() -> None:
 
 def test_ldp_estimate_writes_table_and_plot(dataset, tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
     out, png = tmp_path / "t.parquet", tmp_path / "p.png"
-    code = main(["estimate", "--dataset", str(dataset["root"]), "--metric", "word", "--days",
-                 f"{DAYS[0]}..{DAYS[2]}", "--out", str(out), "--plot", str(png), "--metrics", str(dataset["metrics"]),
-                 "--no-progress"])
+    code = main(
+        [
+            "estimate",
+            "--dataset",
+            str(dataset["root"]),
+            "--metric",
+            "word",
+            "--days",
+            f"{DAYS[0]}..{DAYS[2]}",
+            "--out",
+            str(out),
+            "--plot",
+            str(png),
+            "--metrics",
+            str(dataset["metrics"]),
+            "--no-progress",
+        ]
+    )
     assert code == 0
     summary = json.loads(capsys.readouterr().out.splitlines()[0])
     assert summary["n"] == sum(len(b) for b in dataset["batches"] if b.metric == "word")
@@ -132,9 +164,27 @@ def test_ldp_estimate_writes_table_and_plot(dataset, tmp_path: Path, capsys) -> 
     pd.testing.assert_frame_equal(table, res.table, check_like=False)
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     csv = tmp_path / "t.csv"
-    assert main(["estimate", "--dataset", str(dataset["root"]), "--metric", "tab", "--spec-id",
-                 dataset["specs"]["tab"].spec_id, "--out", str(csv), "--metrics", str(dataset["metrics"])]) == 0
+    assert (
+        main(
+            [
+                "estimate",
+                "--dataset",
+                str(dataset["root"]),
+                "--metric",
+                "tab",
+                "--spec-id",
+                dataset["specs"]["tab"].spec_id,
+                "--out",
+                str(csv),
+                "--metrics",
+                str(dataset["metrics"]),
+            ]
+        )
+        == 0
+    )
     assert pd.read_csv(csv)["label"].tolist()[:2] == ["a", "b"]
     assert main(["estimate", "--dataset", str(dataset["root"]), "--metric", "nope"]) == 2
     assert "no part files" in capsys.readouterr().err
-    assert main(["estimate", "--dataset", str(dataset["root"]), "--metric", "word", "--out", str(tmp_path / "x.txt")]) == 2
+    assert (
+        main(["estimate", "--dataset", str(dataset["root"]), "--metric", "word", "--out", str(tmp_path / "x.txt")]) == 2
+    )

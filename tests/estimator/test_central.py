@@ -132,9 +132,13 @@ def test_stated_scales_and_events():
 
 
 def test_invalid_parameters_are_refused():
-    for bad in (lambda: LaplaceCounts(0), lambda: LaplaceCounts(1.0, sensitivity=0.5),
-                lambda: GaussianCounts(-1.0), lambda: SparseVector(1.0, float("nan")),
-                lambda: SparseVector(1.0, 3, max_answers=0)):
+    for bad in (
+        lambda: LaplaceCounts(0),
+        lambda: LaplaceCounts(1.0, sensitivity=0.5),
+        lambda: GaussianCounts(-1.0),
+        lambda: SparseVector(1.0, float("nan")),
+        lambda: SparseVector(1.0, 3, max_answers=0),
+    ):
         with pytest.raises(SpecError):
             bad()
     with pytest.raises(SpecError, match="integers"):

@@ -28,8 +28,8 @@ from hypothesis.extra import numpy as hnp
 from scipy import stats
 
 from client_sdk.mechanisms import MECHANISMS, make_spec
-from estimator.result import Estimate, estimate_from_counts, norm_sub, z_value
 from estimator.oracles import accumulator_for
+from estimator.result import Estimate, estimate_from_counts, norm_sub, z_value
 from tests.support.profiles import profile
 
 NAMES = sorted(MECHANISMS)

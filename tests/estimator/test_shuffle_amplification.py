@@ -55,7 +55,9 @@ def _exact_shuffled_rr_epsilon(eps0: float, n: int, delta: float) -> float:
     return hi
 
 
-@pytest.mark.parametrize("eps0, n, delta", [(1.0, 1000, 1e-6), (3.0, 5000, 1e-6), (0.5, 20000, 1e-8), (6.0, 20000, 1e-5)])
+@pytest.mark.parametrize(
+    "eps0, n, delta", [(1.0, 1000, 1e-6), (3.0, 5000, 1e-6), (0.5, 20000, 1e-8), (6.0, 20000, 1e-5)]
+)
 def test_bound_is_sound_against_an_exact_shuffled_randomizer(eps0, n, delta):
     exact = _exact_shuffled_rr_epsilon(eps0, n, delta)
     g = shuffle_guarantee(eps0, n, delta)

@@ -14,9 +14,6 @@ from fastapi.testclient import TestClient
 
 from client_sdk.mechanisms import make_spec
 from client_sdk.wire import ReportBatch
-from pipeline.catalog import SpecCatalog
-from pipeline.topics import SHUFFLED_TOPIC
-from pipeline.transport import TopicPartition, open_transport
 from estimator.streaming import (
     EstimatorState,
     StateError,
@@ -26,6 +23,9 @@ from estimator.streaming import (
     create_app,
     merge_states,
 )
+from pipeline.catalog import SpecCatalog
+from pipeline.topics import SHUFFLED_TOPIC
+from pipeline.transport import TopicPartition, open_transport
 from tests.support.shuffled_data import default_specs, envelope_of, make_batches, offline, publish
 
 DAYS = [20400, 20401]
@@ -159,8 +159,19 @@ def test_instances_of_one_group_merge_to_the_single_instance_result(tmp_path: Pa
     publish(transport, topic, batches[:20])
     cat = catalog(specs)
     group = f"g-multi-{uuid.uuid4().hex[:8]}"
-    ests = [StreamingEstimator(transport, tmp_path / f"st{i}", cat, topic=topic, group=group, member=f"e{i}",
-                               checkpoint_seconds=0.05, session_timeout=2.0) for i in range(3)]
+    ests = [
+        StreamingEstimator(
+            transport,
+            tmp_path / f"st{i}",
+            cat,
+            topic=topic,
+            group=group,
+            member=f"e{i}",
+            checkpoint_seconds=0.05,
+            session_timeout=2.0,
+        )
+        for i in range(3)
+    ]
     stop = threading.Event()
     threads = [threading.Thread(target=e.run, kwargs={"stop": stop, "max_records": 2}) for e in ests]
     threads[0].start()
@@ -187,8 +198,14 @@ def test_instances_of_one_group_merge_to_the_single_instance_result(tmp_path: Pa
         e.close()
     assert sum(1 for s in states if s.certain.n) >= 2, "the partitions were not split"
     merged = merge_states([EstimatorState.from_json_obj(s.to_json_obj()) for s in states])
-    with StreamingEstimator(transport, tmp_path / "single", cat, topic=topic, group=f"g-single-{uuid.uuid4().hex[:8]}",
-                            checkpoint_seconds=0.1) as one:
+    with StreamingEstimator(
+        transport,
+        tmp_path / "single",
+        cat,
+        topic=topic,
+        group=f"g-single-{uuid.uuid4().hex[:8]}",
+        checkpoint_seconds=0.1,
+    ) as one:
         one.run(idle_timeout=2.0)
         single = one.counted()
     assert_exact(single, batches)
@@ -225,7 +242,7 @@ def test_merged_endpoint_asks_the_peers(tmp_path: Path, transport) -> None:  # t
     server, url, _ = serve_in_thread(create_app(b), lifespan="off")
     try:
         client = TestClient(create_app(a, peers=[url]))
-        (key, acc), = offline([x for x in batches if x.metric == "m_olh" and x.day == DAYS[1]]).items()
+        ((key, acc),) = offline([x for x in batches if x.metric == "m_olh" and x.day == DAYS[1]]).items()
         body = client.get("/v1/estimates/m_olh", params={"day": DAYS[1], "merged": True}).json()
         assert body["merged_instances"] == 2 and body["n"] == acc.n
         assert body["counts"] == acc.estimate().counts.tolist()
@@ -285,7 +302,7 @@ def test_http_estimates(tmp_path: Path, transport) -> None:  # type: ignore[no-u
         assert r.status_code == 200, r.text
         body = r.json()
         acc = offline([b for b in batches if b.metric == "m_oue" and b.day == DAYS[0]])
-        (key, want), = acc.items()
+        ((key, want),) = acc.items()
         e = want.estimate()
         assert body["day"] == DAYS[0] and body["date"] == iso and body["n"] == want.n and body["spec_id"] == key[1]
         assert body["counts"] == e.counts.tolist()
@@ -315,14 +332,16 @@ def test_state_folder_of_another_group_is_refused(tmp_path: Path, transport) -> 
 
 
 def test_settings_come_from_keywords_over_the_environment_over_defaults(  # type: ignore[no-untyped-def]
-        tmp_path: Path, transport) -> None:
+    tmp_path: Path, transport
+) -> None:
     from estimator.streaming import EstimatorSettings
     from pipeline.errors import ConfigError
 
     settings = EstimatorSettings.from_env({"LDP_ESTIMATOR_CHECKPOINT_SECONDS": "3", "LDP_ESTIMATOR_GROUP": "g-env"})
     assert (settings.checkpoint_seconds, settings.group) == (3.0, "g-env")
-    with StreamingEstimator(transport, tmp_path / "st", catalog(default_specs()), settings,
-                            checkpoint_seconds=0.5, member="m") as est:
+    with StreamingEstimator(
+        transport, tmp_path / "st", catalog(default_specs()), settings, checkpoint_seconds=0.5, member="m"
+    ) as est:
         assert (est.group, est.member, est.checkpoint_seconds) == ("g-env", "m", 0.5)
     with pytest.raises(ConfigError, match="partitions"):
         EstimatorSettings(partitions=0)

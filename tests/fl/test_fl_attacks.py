@@ -105,9 +105,9 @@ def test_randomized_response_attains_the_epsilon_delta_advantage_bound() -> None
 def test_clopper_pearson_and_threshold() -> None:
     """k = 0: the upper end solves (1 − p)^n = α/2, i.e. 1 − (α/2)^(1/n); k = n mirrors it."""
     lo, hi = clopper_pearson(0, 10, 0.05)
-    assert lo == 0.0 and hi == pytest.approx(1 - 0.025 ** 0.1, rel=1e-9)
+    assert lo == 0.0 and hi == pytest.approx(1 - 0.025**0.1, rel=1e-9)
     lo, hi = clopper_pearson(10, 10, 0.05)
-    assert hi == 1.0 and lo == pytest.approx(0.025 ** 0.1, rel=1e-9)
+    assert hi == 1.0 and lo == pytest.approx(0.025**0.1, rel=1e-9)
     lo, hi = clopper_pearson(30, 100, 0.05)
     assert lo < 0.3 < hi and hi - lo == pytest.approx(2 * 1.96 * math.sqrt(0.3 * 0.7 / 100), rel=0.1)
     members, non = np.array([0.1, 0.2, 0.3, 2.0]), np.array([0.5, 1.0, 3.0, 4.0])
@@ -148,11 +148,28 @@ def test_cli_json_and_plot(tmp_path, capsys) -> None:
     mi, inv = out["membership_inference"], out["gradient_inversion"]
     assert out["seed"] == 4 and mi["rounds"] == 1 and inv["trials"] == 2
     for s in mi["settings"]:
-        assert {"name", "epsilon", "advantage", "ci", "bound_epsilon_delta", "bound_total_variation", "bound_yeom",
-                "yeom_threshold", "calibrated_threshold", "train_accuracy", "nonmember_accuracy"} <= set(s)
+        assert {
+            "name",
+            "epsilon",
+            "advantage",
+            "ci",
+            "bound_epsilon_delta",
+            "bound_total_variation",
+            "bound_yeom",
+            "yeom_threshold",
+            "calibrated_threshold",
+            "train_accuracy",
+            "nonmember_accuracy",
+        } <= set(s)
     names = [s["name"] for s in inv["settings"]]
     assert names[0] == "individual_update" and "secagg_masked_update" in names and "secagg_sum_of_10" in names
     for s in inv["settings"]:
-        assert {"cosine_mean", "svd_abs_cosine_mean", "relative_error_median", "success_rate", "epsilon_one_round"} <= set(s)
+        assert {
+            "cosine_mean",
+            "svd_abs_cosine_mean",
+            "relative_error_median",
+            "success_rate",
+            "epsilon_one_round",
+        } <= set(s)
     assert inv["settings"][0]["success_rate"] == 1.0
     assert png.read_bytes()[:4] == b"\x89PNG"

@@ -40,7 +40,8 @@ def test_scenario_result_is_consistent() -> None:
     assert by["clip0.5_sigma0"]["epsilon"] == "inf"
     assert by["clip0.5_sigma1"]["epsilon"] > by["clip0.5_sigma2"]["epsilon"] > 0
     assert by["clip0.5_sigma2"]["epsilon"] == pytest.approx(
-        epsilon_pld(sampled_gaussian_event(2.0, 0.5, 12), 1e-5, discretization=1e-3))
+        epsilon_pld(sampled_gaussian_event(2.0, 0.5, 12), 1e-5, discretization=1e-3)
+    )
     z = r["noise_for_epsilon"]["3"]
     assert epsilon_pld(sampled_gaussian_event(z, 0.5, 12), 1e-5) <= 3.0
     assert epsilon_pld(sampled_gaussian_event(0.98 * z, 0.5, 12), 1e-5) > 3.0
@@ -50,7 +51,12 @@ def test_scenario_result_is_consistent() -> None:
 
 def test_cli_json_and_plot(tmp_path, capsys) -> None:
     png = tmp_path / "acc.png"
-    assert main(["fl", "clinics", "--rounds", "3", "--sample-rate", "1", "--no-noise-search", "--json", "--plot", str(png)]) == 0
+    assert (
+        main(
+            ["fl", "clinics", "--rounds", "3", "--sample-rate", "1", "--no-noise-search", "--json", "--plot", str(png)]
+        )
+        == 0
+    )
     out = json.loads(capsys.readouterr().out)
     assert out["rounds"] == 3 and len(out["settings"]) == 4 and "noise_for_epsilon" not in out
     assert out["sampling"]["rate"] == 1.0

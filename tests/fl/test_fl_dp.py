@@ -21,8 +21,10 @@ def _ctx(n, seed=0, expected=4.0, round=0):
 
 
 def test_fixed_clipping_without_noise_is_sum_of_clipped_over_expected_count() -> None:
-    ups = [ClientUpdate("a", 0, np.array([3.0, 4.0], np.float32), 100),  # norm 5 -> clipped to norm 1
-           ClientUpdate("b", 0, np.array([0.6, 0.0], np.float32), 1)]    # norm 0.6 kept
+    ups = [
+        ClientUpdate("a", 0, np.array([3.0, 4.0], np.float32), 100),  # norm 5 -> clipped to norm 1
+        ClientUpdate("b", 0, np.array([0.6, 0.0], np.float32), 1),
+    ]  # norm 0.6 kept
     dp = FixedClippingDP(WeightedMean(), clip_norm=1.0, noise_multiplier=0.0)
     res = dp.aggregate(ups, _ctx(2, expected=4.0))
     np.testing.assert_allclose(res.delta, (np.array([0.6, 0.8]) + np.array([0.6, 0.0])) / 4.0, rtol=1e-6)
@@ -67,7 +69,9 @@ def test_count_noise_is_paid_for_by_the_update_noise() -> None:
         zd = update_noise_multiplier(z, sb)
         assert zd > z  # the updates carry a little more noise than z
         pair = ComposedEvent((GaussianEvent(zd), GaussianEvent(2 * sb)))
-        assert exact_gaussian_epsilon(pair, 1e-5) == pytest.approx(exact_gaussian_epsilon(GaussianEvent(z), 1e-5), rel=1e-9)
+        assert exact_gaussian_epsilon(pair, 1e-5) == pytest.approx(
+            exact_gaussian_epsilon(GaussianEvent(z), 1e-5), rel=1e-9
+        )
     with pytest.raises(FLError, match="σ_b"):
         update_noise_multiplier(1.0, 0.4)
 

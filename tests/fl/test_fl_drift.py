@@ -62,8 +62,10 @@ def _problems(n: int, seed: int) -> list[tuple[np.ndarray, np.ndarray]]:
 
 
 def _clients(problems) -> list[FederatedClient]:
-    return [FederatedClient(f"q{i}", np.concatenate([A.ravel(), a])[None, :], np.zeros(1, np.int64))
-            for i, (A, a) in enumerate(problems)]
+    return [
+        FederatedClient(f"q{i}", np.concatenate([A.ravel(), a])[None, :], np.zeros(1, np.int64))
+        for i, (A, a) in enumerate(problems)
+    ]
 
 
 ETA, K = 0.1, 10
@@ -98,7 +100,9 @@ def test_fedavg_converges_to_its_biased_fixed_point_scaffold_to_the_optimum() ->
     assert np.linalg.norm(x_fa - x_star) > 100 * tol
 
     everyone = FixedCountSampling(4)
-    x_avg, _ = run_rounds(Quadratic(), FedAvg(TRAIN), WeightedMean(), _clients(probs), everyone, 80, np.random.default_rng(0))
+    x_avg, _ = run_rounds(
+        Quadratic(), FedAvg(TRAIN), WeightedMean(), _clients(probs), everyone, 80, np.random.default_rng(0)
+    )
     np.testing.assert_allclose(x_avg, x_fa, atol=tol)
 
     clients = _clients(probs)
@@ -129,8 +133,16 @@ def test_scaffold_control_variates_after_two_rounds_match_the_closed_form() -> N
 
     clients = _clients(probs)
     sca = Scaffold(TRAIN)
-    x, _ = run_rounds(Quadratic(), sca, WeightedMean(), clients, FixedCountSampling(3), 2, np.random.default_rng(0),
-                      params=x0.astype(np.float32))
+    x, _ = run_rounds(
+        Quadratic(),
+        sca,
+        WeightedMean(),
+        clients,
+        FixedCountSampling(3),
+        2,
+        np.random.default_rng(0),
+        params=x0.astype(np.float32),
+    )
     np.testing.assert_allclose(x, x2, rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(sca.control, c2, rtol=1e-5, atol=1e-6)
     for c, want in zip(clients, ci2):
@@ -143,14 +155,20 @@ def test_fedprox_with_large_mu_stays_near_the_global_model(mu: float) -> None:
     w_p = (A + μI)⁻¹(A a + μ x), so y = w_p + (I − η(A + μI))^K (x − w_p). With
     η = 1/(λ_max + μ) every eigenvalue of I − η(A + μI) lies in [0, 1), hence in each
     eigendirection |y − x| ≤ λ/(λ + μ)·|a − x|: ‖y − x‖ ≤ λ_max/(λ_max + μ)·‖a − x‖ → 0 as μ grows."""
-    (A, a), = _problems(1, seed=13)
+    ((A, a),) = _problems(1, seed=13)
     lam = np.linalg.eigvalsh(A)[-1]
     eta = 1.0 / (lam + mu)
     x = np.array([1.0, 0.0, -1.0])
     tr = LocalTraining(epochs=K, batch_size=1, learning_rate=float(eta))
     client = _clients([(A, a)])[0]
-    up = train_client(Quadratic(), RoundConfig(0, x.astype(np.float32), "fedprox", tr, prox_mu=mu),
-                      client.X, client.y, np.random.default_rng(0), "q0")
+    up = train_client(
+        Quadratic(),
+        RoundConfig(0, x.astype(np.float32), "fedprox", tr, prox_mu=mu),
+        client.X,
+        client.y,
+        np.random.default_rng(0),
+        "q0",
+    )
     B = A + mu * np.eye(DIM)
     wp = np.linalg.solve(B, A @ a + mu * x)
     y = wp + np.linalg.matrix_power(np.eye(DIM) - eta * B, K) @ (x - wp)
@@ -158,8 +176,15 @@ def test_fedprox_with_large_mu_stays_near_the_global_model(mu: float) -> None:
     assert np.linalg.norm(up.delta) <= lam / (lam + mu) * np.linalg.norm(a - x) * (1 + 1e-5)
 
 
-SMALL = DriftConfig(clients=12, clients_per_round=4, features=6, classes=4, mean_examples=30, rounds=4,
-                    training=LocalTraining(epochs=2, batch_size=10, learning_rate=0.2))
+SMALL = DriftConfig(
+    clients=12,
+    clients_per_round=4,
+    features=6,
+    classes=4,
+    mean_examples=30,
+    rounds=4,
+    training=LocalTraining(epochs=2, batch_size=10, learning_rate=0.2),
+)
 
 
 def test_scenario_is_deterministic_and_every_strategy_sees_the_same_clients() -> None:
@@ -191,8 +216,18 @@ def test_cli_json_and_plot(tmp_path, capsys) -> None:
     png = tmp_path / "drift.png"
     assert main(["fl", "drift", "--rounds", "2", "--seed", "3", "--json", "--plot", str(png)]) == 0
     out = json.loads(capsys.readouterr().out)
-    assert {"scenario", "rounds", "seed", "partition", "training", "strategies", "final_accuracy", "best_accuracy",
-            "expectation", "plot"} <= set(out)
+    assert {
+        "scenario",
+        "rounds",
+        "seed",
+        "partition",
+        "training",
+        "strategies",
+        "final_accuracy",
+        "best_accuracy",
+        "expectation",
+        "plot",
+    } <= set(out)
     assert out["rounds"] == 2 and out["seed"] == 3 and out["scenario"] == "drift"
     assert set(out["final_accuracy"]) == {"fedavg", "fedprox_mu0.1", "scaffold", "fedavg_iid"}
     assert all(len(s["accuracy_per_round"]) == 2 for s in out["strategies"])

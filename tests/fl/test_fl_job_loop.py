@@ -6,8 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from pipeline.transport import CommitFailedError, open_transport
 from estimator.fl.job import AggregationJob, JobSettings
+from pipeline.transport import CommitFailedError, open_transport
 from tests.support.fl_pipeline_support import Topics, task_spec
 
 
@@ -41,9 +41,18 @@ class _FailOnce:
 
 
 def _job(tr: Any, spec: Any, topics: Topics) -> AggregationJob:
-    return AggregationJob(tr, spec, JobSettings(group=topics.group, rounds_topic=topics.rounds,
-                                                updates_topic=topics.updates, state_topic=topics.state,
-                                                session_timeout=4.0, checkpoint_interval=0.0))
+    return AggregationJob(
+        tr,
+        spec,
+        JobSettings(
+            group=topics.group,
+            rounds_topic=topics.rounds,
+            updates_topic=topics.updates,
+            state_topic=topics.state,
+            session_timeout=4.0,
+            checkpoint_interval=0.0,
+        ),
+    )
 
 
 def test_a_failed_commit_restores_the_committed_state_and_counts_each_upload_once(tmp_path: Path) -> None:

@@ -40,7 +40,6 @@ from client_sdk.fl.protocol import (
 from pipeline.transport import open_transport
 from tests.support.fl_pipeline_support import (
     JobThread,
-    served_status,
     Topics,
     collector,
     devices_for,
@@ -48,6 +47,7 @@ from tests.support.fl_pipeline_support import (
     final_params,
     make_data,
     reference_run,
+    served_status,
     task_spec,
 )
 
@@ -117,8 +117,10 @@ def test_binary_upload_form_round_trips_checks_sizes_and_costs_one_float32_uploa
     assert back.payload["vector"].tobytes() == v.astype("<f4").tobytes()
     masked = make_upload("t", 0, "masked", "dev-1", {"vector": np.array([1, 2**32 - 1], np.uint32)})
     assert parse_upload(encode_upload_binary(masked), payload_size=2).payload["vector"].tolist() == [1, 2**32 - 1]
-    for kind, payload in (("advert", {"share_key": b"k" * 32, "mask_key": b"m" * 32}),
-                          ("reveal", {"shares": {3: ("b", 1, 2**520 + 5, 4)}})):
+    for kind, payload in (
+        ("advert", {"share_key": b"k" * 32, "mask_key": b"m" * 32}),
+        ("reveal", {"shares": {3: ("b", 1, 2**520 + 5, 4)}}),
+    ):
         up = make_upload("t", 0, kind, "dev-1", payload)
         assert parse_upload(encode_upload_binary(up)).payload == up.payload
 
@@ -132,12 +134,19 @@ def test_binary_upload_form_round_trips_checks_sizes_and_costs_one_float32_uploa
     head = int.from_bytes(sb[6:10], "little")
     assert reason(sb[:-4], 3) == "wrong_shape"
     assert reason(sb, 4) == "wrong_shape"
-    assert reason(encode_upload_binary(make_upload("t", 0, "advert", "dev-1", {"share_key": b"k" * 32,
-                                                                                   "mask_key": b"m" * 32})) + b"x") == "malformed"
-    inner = json.loads(sb[10:10 + head])
+    assert (
+        reason(
+            encode_upload_binary(
+                make_upload("t", 0, "advert", "dev-1", {"share_key": b"k" * 32, "mask_key": b"m" * 32})
+            )
+            + b"x"
+        )
+        == "malformed"
+    )
+    inner = json.loads(sb[10 : 10 + head])
     inner["payload"]["vector"] = encode_vector(np.ones(3, np.float32))
     hdr = json.dumps(inner).encode()
-    assert reason(sb[:6] + len(hdr).to_bytes(4, "little") + hdr + sb[10 + head:], 3) == "malformed"
+    assert reason(sb[:6] + len(hdr).to_bytes(4, "little") + hdr + sb[10 + head :], 3) == "malformed"
     assert reason(sb[:6] + (len(sb) * 2).to_bytes(4, "little") + sb[10:], 3) == "malformed"
     assert reason(sb[:5], 3) == "malformed"
     assert reason(BINARY_MAGIC + b"\x02" + sb[5:], 3) == "malformed"  # an unknown version
@@ -154,8 +163,11 @@ def test_dp_fedavg_over_the_pipeline_equals_the_in_process_run(tmp_path: Path) -
     ref, history = reference_run(spec, data)
     topics = Topics.fresh()
     url = _url(tmp_path)
-    with open_transport(url) as tr, collector(tmp_path, url, topics) as srv, \
-            JobThread(tr, spec, topics, checkpoint_interval=0.2) as jt:
+    with (
+        open_transport(url) as tr,
+        collector(tmp_path, url, topics) as srv,
+        JobThread(tr, spec, topics, checkpoint_interval=0.2) as jt,
+    ):
         devices = devices_for(srv.url, spec, data)
         drive(devices, jt.finished, timeout=60)
         status = jt.result
@@ -174,13 +186,23 @@ def test_secagg_rounds_with_dropouts_unmask_the_ring_sum(tmp_path: Path) -> None
     """6 of 7 clients per round; dev-2 leaves after advertising keys (before sharing), dev-4 after sharing
     (before masking). The job's unmasked sum equals Σ of the survivors' quantized updates mod 2^32, and
     with σ = 0 the model moves by exactly decode(sum) / expected clients."""
-    spec = task_spec("secagg-e", 7, secagg=True, sampling={"kind": "fixed", "count": 6}, rounds=2,
-                     noise_multiplier=0.0, phase_timeout=2.0)
+    spec = task_spec(
+        "secagg-e",
+        7,
+        secagg=True,
+        sampling={"kind": "fixed", "count": 6},
+        rounds=2,
+        noise_multiplier=0.0,
+        phase_timeout=2.0,
+    )
     data = make_data(7)
     topics = Topics.fresh()
     url = _url(tmp_path)
-    with open_transport(url) as tr, collector(tmp_path, url, topics) as srv, \
-            JobThread(tr, spec, topics, checkpoint_interval=0.2) as jt:
+    with (
+        open_transport(url) as tr,
+        collector(tmp_path, url, topics) as srv,
+        JobThread(tr, spec, topics, checkpoint_interval=0.2) as jt,
+    ):
         devices = devices_for(srv.url, spec, data, drop_at={"dev-2": "share", "dev-4": "masked"})
         first = _wait_round(srv.url, spec.task)
         x = np.frombuffer(base64.b64decode(first["params"]), "<f4").astype(np.float32)
@@ -208,19 +230,31 @@ def test_secagg_round_with_too_many_dropouts_fails_without_release(tmp_path: Pat
     """5 of 5 clients on a complete graph (t = 3); two leave after sharing: a survivor's self-mask seed has
     only 2 surviving holders, so unmasking is impossible. The round fails: the model stays, no ε is
     spent, and the task moves on."""
-    spec = task_spec("secagg-fail", 5, secagg=True, sampling={"kind": "fixed", "count": 5}, rounds=1,
-                     noise_multiplier=1.0, phase_timeout=1.5)
+    spec = task_spec(
+        "secagg-fail",
+        5,
+        secagg=True,
+        sampling={"kind": "fixed", "count": 5},
+        rounds=1,
+        noise_multiplier=1.0,
+        phase_timeout=1.5,
+    )
     data = make_data(5)
     topics = Topics.fresh()
     url = _url(tmp_path)
-    with open_transport(url) as tr, collector(tmp_path, url, topics) as srv, \
-            JobThread(tr, spec, topics, checkpoint_interval=0.2) as jt:
+    with (
+        open_transport(url) as tr,
+        collector(tmp_path, url, topics) as srv,
+        JobThread(tr, spec, topics, checkpoint_interval=0.2) as jt,
+    ):
         devices = devices_for(srv.url, spec, data, drop_at={"dev-0": "masked", "dev-1": "masked"})
         drive(devices, jt.finished, timeout=60)
         status = jt.result
     assert status is not None
     [rec] = status["history"]
-    assert rec["round"] == 0 and rec["failed"].startswith("unmasking failed: only 2 shares") and "need 3" in rec["failed"]
+    assert (
+        rec["round"] == 0 and rec["failed"].startswith("unmasking failed: only 2 shares") and "need 3" in rec["failed"]
+    )
     assert np.array_equal(final_params(status), np.zeros(spec.build_model().num_params, np.float32))
     assert status["epsilon"] is None
 
@@ -234,8 +268,9 @@ class _Recording(FLDevice):
         self.bodies: list[bytes] = []
         self.answers: list[HTTPResult] = []
 
-    def _request(self, method: str, url: str, body: bytes | None = None,
-                 content_type: str = "application/json") -> HTTPResult:
+    def _request(
+        self, method: str, url: str, body: bytes | None = None, content_type: str = "application/json"
+    ) -> HTTPResult:
         if body is not None:
             self.bodies.append(body)
         res = super()._request(method, url, body, content_type)
@@ -249,19 +284,26 @@ def test_bad_uploads_are_rejected_with_their_status_and_counted(tmp_path: Path) 
     data = make_data(6)
     topics = Topics.fresh()
     url = _url(tmp_path)
-    with open_transport(url) as tr, collector(tmp_path, url, topics) as srv, \
-            JobThread(tr, spec, topics, checkpoint_interval=0.1) as jt:
+    with (
+        open_transport(url) as tr,
+        collector(tmp_path, url, topics) as srv,
+        JobThread(tr, spec, topics, checkpoint_interval=0.1) as jt,
+    ):
         view = _wait_round(srv.url, spec.task)
-        selected = [c for c in spec.clients
-                    if httpx.get(f"{srv.url}/v1/fl/tasks/{spec.task}/round", params={"client_id": c}).json()["selected"]]
+        selected = [
+            c
+            for c in spec.clients
+            if httpx.get(f"{srv.url}/v1/fl/tasks/{spec.task}/round", params={"client_id": c}).json()["selected"]
+        ]
         outsider = next(c for c in spec.clients if c not in selected)
         assert "selected" not in view or view["selected"] is False  # the sample is never listed
         d = spec.build_model().num_params
         post = f"{srv.url}/v1/fl/tasks/{spec.task}/uploads"
         me = selected[0]
 
-        def send(u: Any = None, *, body: bytes | None = None, ctype: str | None = None,
-                 path: str = post) -> httpx.Response:
+        def send(
+            u: Any = None, *, body: bytes | None = None, ctype: str | None = None, path: str = post
+        ) -> httpx.Response:
             content = encode_upload(u) if body is None else body
             if ctype is None:  # the type that matches the form
                 ctype = BINARY_CONTENT_TYPE if content.startswith(BINARY_MAGIC) else "application/json"
@@ -279,8 +321,11 @@ def test_bad_uploads_are_rejected_with_their_status_and_counted(tmp_path: Path) 
             (send(update(np.array([np.inf] + [0.0] * (d - 1), np.float32))), 422, "non_finite"),
             (send(update(ok, rnd=5)), 503, "round_not_open"),
             (send(update(ok, client=outsider)), 403, "not_selected"),
-            (send(make_upload(spec.task, 0, "advert", me, {"share_key": bytes(32), "mask_key": bytes(32)})),
-             409, "wrong_phase"),
+            (
+                send(make_upload(spec.task, 0, "advert", me, {"share_key": bytes(32), "mask_key": bytes(32)})),
+                409,
+                "wrong_phase",
+            ),
             (send(update(ok), path=f"{srv.url}/v1/fl/tasks/nope/uploads"), 404, "unknown_task"),
             (send(body=encode_upload_binary(update(ok)), ctype="application/json"), 400, "malformed"),
             (send(update(ok), ctype=BINARY_CONTENT_TYPE), 400, "malformed"),
@@ -330,8 +375,18 @@ def test_bad_uploads_are_rejected_with_their_status_and_counted(tmp_path: Path) 
     assert served["rejected"] == expected
     assert status["accepted"] == {"update": 9}
     assert status["duplicates"] == served["duplicates"] == {"update": 1}
-    for reason in ("unsupported_media_type", "malformed", "too_large", "wrong_shape", "non_finite",
-                   "not_selected", "wrong_phase", "upload_id_mismatch", "stale_round", "replayed"):
+    for reason in (
+        "unsupported_media_type",
+        "malformed",
+        "too_large",
+        "wrong_shape",
+        "non_finite",
+        "not_selected",
+        "wrong_phase",
+        "upload_id_mismatch",
+        "stale_round",
+        "replayed",
+    ):
         assert f'outcome="rejected",reason="{reason}"' in prom, reason
     assert 'kind="update",outcome="duplicate",reason="same_upload_id"} 1' in prom
     assert 'kind="update",outcome="accepted",reason="ok"} 10' in prom  # 9 accepted by the job + duplicate_client
@@ -353,9 +408,18 @@ def test_task_spec_refuses_inconsistent_settings() -> None:
 
 
 def test_round_state_view_hides_the_sample_and_other_inboxes() -> None:
-    st = RoundState(task="t", seq=3, round=1, phase="masked", rounds=2, model={"kind": "logistic", "n_features": 1},
-                    params=np.zeros(2, np.float32), selected=("a", "b"), indices={"a": 1, "b": 2},
-                    inbox={1: {2: b"x" * 176}, 2: {1: b"y" * 176}})
+    st = RoundState(
+        task="t",
+        seq=3,
+        round=1,
+        phase="masked",
+        rounds=2,
+        model={"kind": "logistic", "n_features": 1},
+        params=np.zeros(2, np.float32),
+        selected=("a", "b"),
+        indices={"a": 1, "b": 2},
+        inbox={1: {2: b"x" * 176}, 2: {1: b"y" * 176}},
+    )
     back = RoundState.from_json(st.to_json())
     assert back.selected == ("a", "b") and back.inbox == st.inbox
     va, vz = st.view_for("a"), st.view_for("zz")
@@ -364,16 +428,17 @@ def test_round_state_view_hides_the_sample_and_other_inboxes() -> None:
     assert "b" not in json.dumps(va["inbox"]) and "indices" not in va
 
 
-
 def test_device_side_imports_stay_light() -> None:
     """The device client and the protocol load neither server packages nor `cryptography` (SecAgg is
     imported only when a round asks for it)."""
     import subprocess
     import sys
 
-    probe = ("import sys, client_sdk.fl.device, client_sdk.fl.protocol; "
-             "print(sorted(m for m in ('numba', 'pandas', 'pyarrow', 'fastapi', 'kafka', 'scipy', 'cryptography', "
-             "'httpx') if m in sys.modules))")
+    probe = (
+        "import sys, client_sdk.fl.device, client_sdk.fl.protocol; "
+        "print(sorted(m for m in ('numba', 'pandas', 'pyarrow', 'fastapi', 'kafka', 'scipy', 'cryptography', "
+        "'httpx') if m in sys.modules))"
+    )
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
 
@@ -392,8 +457,13 @@ def test_job_refuses_to_restart_a_task_whose_checkpoints_are_gone(tmp_path: Path
             while not c.poll(timeout=0.5):
                 pass
             c.commit()
-        job = AggregationJob(tr, spec, JobSettings(group=topics.group, rounds_topic=topics.rounds,
-                                                   updates_topic=topics.updates, state_topic=topics.state))
+        job = AggregationJob(
+            tr,
+            spec,
+            JobSettings(
+                group=topics.group, rounds_topic=topics.rounds, updates_topic=topics.updates, state_topic=topics.state
+            ),
+        )
         with pytest.raises(JobStateError, match="no checkpoint"):
             job.open()
         job.close()
@@ -422,9 +492,23 @@ def test_ldp_collector_fl_flag_serves_the_rounds_of_an_ldp_fl_job_process(tmp_pa
     env = {k: v for k, v in os.environ.items() if not k.startswith("LDP_COLLECTOR_")}
 
     def start_collector(*flags: str) -> tuple[subprocess.Popen[str], str]:
-        argv = [sys.executable, "-m", "ldp_cli.main", "collector", "--transport", url, "--metrics", str(metrics),
-                "--dedup", str(tmp_path / f"ids{len(flags)}.sqlite3"), "--port", "0",
-                "--raw-topic", f"ldp.reports.raw.{topics.group}", *flags]
+        argv = [
+            sys.executable,
+            "-m",
+            "ldp_cli.main",
+            "collector",
+            "--transport",
+            url,
+            "--metrics",
+            str(metrics),
+            "--dedup",
+            str(tmp_path / f"ids{len(flags)}.sqlite3"),
+            "--port",
+            "0",
+            "--raw-topic",
+            f"ldp.reports.raw.{topics.group}",
+            *flags,
+        ]
         proc = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env)
         line = proc.stdout.readline() if proc.stdout else ""
         found = re.search(r"listening on (http://127\.0\.0\.1:\d+)", line)
@@ -461,8 +545,11 @@ def test_an_unseeded_task_draws_sampling_and_noise_from_the_os_csprng(tmp_path: 
     data = make_data(6)
     topics = Topics.fresh()
     url = _url(tmp_path)
-    with open_transport(url) as tr, collector(tmp_path, url, topics) as srv, \
-            JobThread(tr, spec, topics, checkpoint_interval=0.2) as jt:
+    with (
+        open_transport(url) as tr,
+        collector(tmp_path, url, topics) as srv,
+        JobThread(tr, spec, topics, checkpoint_interval=0.2) as jt,
+    ):
         assert isinstance(jt.job._rng.bit_generator, UrandomBitGenerator)
         drive(devices_for(srv.url, spec, data), jt.finished, timeout=60)
         status = jt.result

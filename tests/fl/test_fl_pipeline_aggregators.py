@@ -21,8 +21,8 @@ import pytest
 from client_sdk.fl.client import ClientUpdate
 from client_sdk.fl.device import FLDevice
 from client_sdk.fl.errors import FLError
-from pipeline.transport import open_transport
 from estimator.fl.aggregators import AggregateResult, RoundContext
+from pipeline.transport import open_transport
 from tests.support.fl_pipeline_support import (
     JobThread,
     Topics,
@@ -40,9 +40,19 @@ SCALE = np.float32(-10.0)
 
 
 def test_adaptive_clipping_task_equals_run_rounds_across_a_restart(tmp_path: Path) -> None:
-    spec = task_spec("adaptive", 8, rounds=4, clip_norm=0.5, noise_multiplier=0.8,
-                     aggregator={"kind": "adaptive_clipping", "target_quantile": 0.5, "clip_learning_rate": 0.2,
-                                 "count_stddev": 2.0})
+    spec = task_spec(
+        "adaptive",
+        8,
+        rounds=4,
+        clip_norm=0.5,
+        noise_multiplier=0.8,
+        aggregator={
+            "kind": "adaptive_clipping",
+            "target_quantile": 0.5,
+            "clip_learning_rate": 0.2,
+            "count_stddev": 2.0,
+        },
+    )
     assert spec.device_clip_norm is None  # the server needs each update's norm against C
     data = make_data(8)
     ref, history = reference_run(spec, data)
@@ -75,8 +85,12 @@ class _Malicious(FLDevice):
 
 def _attack(r: int, ups: list[ClientUpdate]) -> list[ClientUpdate]:
     # a new ClientUpdate, so its upload id matches the changed content (ValidatingAggregator checks it)
-    return [ClientUpdate(u.client_id, u.round, (SCALE * u.delta).astype(np.float32), u.num_examples)
-            if u.client_id == ATTACKER else u for u in ups]
+    return [
+        ClientUpdate(u.client_id, u.round, (SCALE * u.delta).astype(np.float32), u.num_examples)
+        if u.client_id == ATTACKER
+        else u
+        for u in ups
+    ]
 
 
 class _Recorder:
@@ -96,8 +110,15 @@ class _Recorder:
 
 
 def _robust_spec(kind: str, **agg: Any) -> Any:
-    return task_spec(f"robust-{kind}", 7, rounds=3, clip_norm=None, noise_multiplier=0.0,
-                     sampling={"kind": "fixed", "count": 7}, aggregator={"kind": kind, **agg})
+    return task_spec(
+        f"robust-{kind}",
+        7,
+        rounds=3,
+        clip_norm=None,
+        noise_multiplier=0.0,
+        sampling={"kind": "fixed", "count": 7},
+        aggregator={"kind": kind, **agg},
+    )
 
 
 @pytest.mark.parametrize("kind,agg", [("median", {"f": 1}), ("krum", {"f": 1})])
@@ -109,13 +130,17 @@ def test_robust_task_with_a_malicious_device_over_the_pipeline(tmp_path: Path, k
     ref, _ = reference_run(spec, data, tamper=_attack)
     topics = Topics.fresh()
     url = f"sqlite:///{tmp_path}/transport.sqlite3"
-    with open_transport(url) as tr, collector(tmp_path, url, topics) as srv, \
-            JobThread(tr, spec, topics, checkpoint_interval=0.2) as jt:
+    with (
+        open_transport(url) as tr,
+        collector(tmp_path, url, topics) as srv,
+        JobThread(tr, spec, topics, checkpoint_interval=0.2) as jt,
+    ):
         devices = devices_for(srv.url, spec, data)
         i = spec.clients.index(ATTACKER)
         d = devices[i]
-        devices[i] = _Malicious(srv.url, spec.task, ATTACKER, d.X, d.y, rng_for_round=d.rng_for_round,
-                                timeout=15.0, backoff=0.05)
+        devices[i] = _Malicious(
+            srv.url, spec.task, ATTACKER, d.X, d.y, rng_for_round=d.rng_for_round, timeout=15.0, backoff=0.05
+        )
         drive(devices, jt.finished, timeout=60)
         status = jt.result
     assert status is not None
@@ -135,9 +160,15 @@ def test_robust_aggregates_stay_inside_the_honest_updates_and_fedavg_does_not() 
     weighted mean leaves the honest range in most coordinates. Final models: the robust ones lie within
     a quarter of attacked FedAvg's distance from the honest-only FedAvg model (the 6 honest clients)."""
     data = make_data(7)
-    honest_spec = task_spec("honest", 6, rounds=3, clip_norm=None, noise_multiplier=0.0,
-                            clients=[c for c in _robust_spec("median", f=1).clients if c != ATTACKER],
-                            sampling={"kind": "fixed", "count": 6})
+    honest_spec = task_spec(
+        "honest",
+        6,
+        rounds=3,
+        clip_norm=None,
+        noise_multiplier=0.0,
+        clients=[c for c in _robust_spec("median", f=1).clients if c != ATTACKER],
+        sampling={"kind": "fixed", "count": 6},
+    )
     honest, _ = reference_run(honest_spec, [xy for i, xy in enumerate(data) if i != 3])
     dist: dict[str, float] = {}
     for kind, agg in (("median", {"f": 1}), ("trimmed_mean", {"f": 1}), ("krum", {"f": 1}), ("fedavg", {})):
@@ -179,6 +210,12 @@ def test_task_spec_refuses_aggregators_that_cannot_work() -> None:
         task_spec("x", 7, clip_norm=None, noise_multiplier=0.0, aggregator={"kind": "median"})
     with pytest.raises(FLError, match="aggregator kind must be one of"):
         task_spec("x", 7, aggregator={"kind": "mean"})
-    ok = task_spec("x", 7, clip_norm=None, noise_multiplier=0.0, sampling={"kind": "fixed", "count": 5},
-                   aggregator={"kind": "krum", "f": 1, "multi": 2})
+    ok = task_spec(
+        "x",
+        7,
+        clip_norm=None,
+        noise_multiplier=0.0,
+        sampling={"kind": "fixed", "count": 5},
+        aggregator={"kind": "krum", "f": 1, "multi": 2},
+    )
     assert type(ok.from_dict(ok.to_dict()).build_aggregator(None).inner).__name__ == "Krum"

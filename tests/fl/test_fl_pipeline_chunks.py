@@ -22,6 +22,8 @@ import numpy as np
 import pytest
 
 from client_sdk.fl.protocol import RoundState
+from collector.fl.routes import FLService
+from estimator.fl.job import AggregationJob, JobSettings, JobStateError
 from pipeline.fl_records import (
     ChunkAssembler,
     ChunkError,
@@ -31,9 +33,7 @@ from pipeline.fl_records import (
     pack_document,
     unpack_document,
 )
-from collector.fl.routes import FLService
 from pipeline.transport import open_transport
-from estimator.fl.job import AggregationJob, JobSettings, JobStateError
 from tests.support.fl_pipeline_support import (
     JobProcess,
     Topics,
@@ -48,8 +48,15 @@ from tests.support.fl_pipeline_support import (
 
 def _doc_obj(n: int, seed: int = 0) -> dict[str, Any]:
     rng = np.random.default_rng(seed)
-    return {"a": rng.normal(size=n).astype(np.float32), "nested": {"u": np.arange(7, dtype=np.uint32),
-            "raw": b"\x00\xff" * 5, "list": [1, "x", None, np.array([0.5], np.float64)]}, "inf": "inf"}
+    return {
+        "a": rng.normal(size=n).astype(np.float32),
+        "nested": {
+            "u": np.arange(7, dtype=np.uint32),
+            "raw": b"\x00\xff" * 5,
+            "list": [1, "x", None, np.array([0.5], np.float64)],
+        },
+        "inf": "inf",
+    }
 
 
 def test_documents_keep_vectors_as_raw_little_endian_bytes() -> None:
@@ -98,8 +105,9 @@ def test_chunks_stay_under_the_limit_and_only_complete_consistent_sets_assemble(
     mixed = [other[0], *chunks[1:]]
     assert all(asm.add(*decode_chunk(c), offset=i) is None for i, c in enumerate(mixed))
     # a chunk claiming the same id with other offsets spoils the id
-    forged = encode_chunks("checkpoint", "t", {"group": "g", "offsets": {"0": 9}}, doc, 8192,
-                           doc_id=decode_chunk(chunks[0])[0].id)
+    forged = encode_chunks(
+        "checkpoint", "t", {"group": "g", "offsets": {"0": 9}}, doc, 8192, doc_id=decode_chunk(chunks[0])[0].id
+    )
     asm = ChunkAssembler()
     assert asm.add(*decode_chunk(forged[0]), offset=0) is None
     assert all(asm.add(*decode_chunk(c), offset=i + 1) is None for i, c in enumerate(chunks[1:]))
@@ -115,9 +123,16 @@ def test_chunks_stay_under_the_limit_and_only_complete_consistent_sets_assemble(
 
 def test_collector_serves_a_round_state_only_when_all_its_chunks_are_in() -> None:
     def state(seq: int, fill: float) -> RoundState:
-        return RoundState(task="big", seq=seq, round=seq, phase="train", rounds=9,
-                          model={"kind": "logistic", "n_features": 5999}, params=np.full(6000, fill, np.float32),
-                          selected=("a",))
+        return RoundState(
+            task="big",
+            seq=seq,
+            round=seq,
+            phase="train",
+            rounds=9,
+            model={"kind": "logistic", "n_features": 5999},
+            params=np.full(6000, fill, np.float32),
+            selected=("a",),
+        )
 
     def chunks(st: RoundState) -> list[bytes]:
         return encode_chunks("round_state", st.task, {"seq": st.seq}, pack_document(st.to_document()), 4096)
@@ -141,9 +156,18 @@ def test_collector_serves_a_round_state_only_when_all_its_chunks_are_in() -> Non
 
 
 def _job(tr: Any, spec: Any, topics: Topics) -> AggregationJob:
-    return AggregationJob(tr, spec, JobSettings(group=topics.group, rounds_topic=topics.rounds,
-                                                updates_topic=topics.updates, state_topic=topics.state,
-                                                session_timeout=4.0, max_record_bytes=4096))
+    return AggregationJob(
+        tr,
+        spec,
+        JobSettings(
+            group=topics.group,
+            rounds_topic=topics.rounds,
+            updates_topic=topics.updates,
+            state_topic=topics.state,
+            session_timeout=4.0,
+            max_record_bytes=4096,
+        ),
+    )
 
 
 def test_a_restore_never_loads_a_partial_checkpoint(tmp_path: Path) -> None:
@@ -152,8 +176,12 @@ def test_a_restore_never_loads_a_partial_checkpoint(tmp_path: Path) -> None:
     previous complete checkpoint, bit for bit, and counts the torn one. (2) Some chunks written in a
     transaction that also committed an update's offset: no complete checkpoint matches the committed
     offsets, so the job refuses to start rather than load a partial state or guess."""
-    spec = task_spec("torn", 4, model={"kind": "softmax", "n_features": 200, "n_classes": 10, "l2": 0.0},
-                     sampling={"kind": "fixed", "count": 2})
+    spec = task_spec(
+        "torn",
+        4,
+        model={"kind": "softmax", "n_features": 200, "n_classes": 10, "l2": 0.0},
+        sampling={"kind": "fixed", "count": 2},
+    )
     topics = Topics.fresh()
     with open_transport(f"sqlite:///{tmp_path}/t.sqlite3") as tr:
         job = _job(tr, spec, topics)
@@ -188,7 +216,9 @@ def test_a_restore_never_loads_a_partial_checkpoint(tmp_path: Path) -> None:
         third.close()
 
 
-def _big_data(n_clients: int, d: int, k: int, per_client: int = 12, seed: int = 5) -> list[tuple[np.ndarray, np.ndarray]]:
+def _big_data(
+    n_clients: int, d: int, k: int, per_client: int = 12, seed: int = 5
+) -> list[tuple[np.ndarray, np.ndarray]]:
     rng = np.random.default_rng(seed)
     centers = rng.normal(size=(k, d)).astype(np.float32)
     out = []
@@ -205,15 +235,22 @@ def test_large_model_with_chunked_records_survives_sigkill(tmp_path: Path) -> No
     mid-phase checkpoint of one upload, as soon as it has received a second, and restarted; the final model equals run_rounds bit for
     bit, every update is accepted once, and no record in the rounds or state topic exceeds 64 kB."""
     limit = 65536
-    spec = task_spec("big", 6, model={"kind": "softmax", "n_features": 3000, "n_classes": 100, "l2": 0.0},
-                     sampling={"kind": "fixed", "count": 3}, rounds=3,
-                     training={"epochs": 1, "batch_size": 6, "learning_rate": 0.1})
+    spec = task_spec(
+        "big",
+        6,
+        model={"kind": "softmax", "n_features": 3000, "n_classes": 100, "l2": 0.0},
+        sampling={"kind": "fixed", "count": 3},
+        rounds=3,
+        training={"epochs": 1, "batch_size": 6, "learning_rate": 0.1},
+    )
     assert spec.build_model().num_params == 300_100
     data = _big_data(6, 3000, 100)
     ref, history = reference_run(spec, data)
     topics = Topics.fresh()
     url = f"sqlite:///{tmp_path}/transport.sqlite3"
-    job = JobProcess(tmp_path, url, spec, topics, checkpoint_interval=0.3, extra_args=["--max-record-bytes", str(limit)])
+    job = JobProcess(
+        tmp_path, url, spec, topics, checkpoint_interval=0.3, extra_args=["--max-record-bytes", str(limit)]
+    )
 
     def before(r: int, i: int) -> None:
         if (r, i) == (1, 1):  # the first upload is in a mid-phase checkpoint

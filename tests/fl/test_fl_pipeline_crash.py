@@ -59,5 +59,3 @@ def test_sigkill_of_the_job_mid_round_resumes_without_loss_or_double_count(tmp_p
     assert status["accepted"] == {"update": 16} and status["rejected"] == {}
     assert [h["clients"] for h in status["history"]] == [h.sampled for h in history]
     assert [h["epsilon"] for h in status["history"]] == [h.info["epsilon"] for h in history]
-
-

@@ -44,8 +44,15 @@ def test_dp_fedavg_and_secagg_over_kafka(tmp_path: Path, kafka_bootstrap: str) -
         assert [h["epsilon"] for h in status["history"]] == [h.info["epsilon"] for h in history]
         assert status["accepted"] == {"update": 12} and status["rejected"] == {}
 
-        sa = task_spec("secagg-k", 6, secagg=True, sampling={"kind": "fixed", "count": 5}, rounds=1,
-                       noise_multiplier=0.0, phase_timeout=2.0)
+        sa = task_spec(
+            "secagg-k",
+            6,
+            secagg=True,
+            sampling={"kind": "fixed", "count": 5},
+            rounds=1,
+            noise_multiplier=0.0,
+            phase_timeout=2.0,
+        )
         sdata = make_data(6, seed=3)
         sa_topics = dataclasses.replace(topics, group=topics.group + "-sa")  # one group per task
         with JobThread(tr, sa, sa_topics, checkpoint_interval=0.3) as jt:

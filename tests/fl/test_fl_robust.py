@@ -55,20 +55,38 @@ def test_training_with_sign_flipping_clients() -> None:
     pushed the wrong way, trimmed mean and multi-Krum still learn."""
     rng = np.random.default_rng(3)
     w = np.array([1.0, -2.0, 0.5])
+
     def data(n):
         X = rng.normal(size=(n, 3)).astype(np.float32)
         return X, (X @ w > 0).astype(int)
+
     clients = [FederatedClient(f"c{i}", *data(60)) for i in range(8)]
     Xt, yt = data(1000)
+
     def tamper(r, ups):
-        return [ClientUpdate(u.client_id, u.round, -5.0 * u.delta, u.num_examples) if u.client_id in ("c0", "c1") else u
-                for u in ups]
+        return [
+            ClientUpdate(u.client_id, u.round, -5.0 * u.delta, u.num_examples) if u.client_id in ("c0", "c1") else u
+            for u in ups
+        ]
+
     model, tr = LogisticRegression(3), LocalTraining(epochs=1, batch_size=20, learning_rate=0.2)
     acc = {}
-    for name, agg in [("fedavg", WeightedMean()), ("trimmed", TrimmedMean(WeightedMean(), f=2)),
-                      ("multikrum", Krum(WeightedMean(), f=2, multi=4))]:
-        _, hist = run_rounds(model, FedAvg(tr), agg, clients, FixedCountSampling(8), 15, np.random.default_rng(0),
-                             test=(Xt, yt), tamper=tamper)
+    for name, agg in [
+        ("fedavg", WeightedMean()),
+        ("trimmed", TrimmedMean(WeightedMean(), f=2)),
+        ("multikrum", Krum(WeightedMean(), f=2, multi=4)),
+    ]:
+        _, hist = run_rounds(
+            model,
+            FedAvg(tr),
+            agg,
+            clients,
+            FixedCountSampling(8),
+            15,
+            np.random.default_rng(0),
+            test=(Xt, yt),
+            tamper=tamper,
+        )
         acc[name] = hist[-1].test_accuracy
     assert acc["fedavg"] < 0.5
     assert acc["trimmed"] > 0.9 and acc["multikrum"] > 0.9
@@ -95,21 +113,28 @@ def test_bad_uploads_are_rejected_and_counted() -> None:
     tampered = ClientUpdate("t", 1, np.ones(4, np.float32), 1)
     object.__setattr__(tampered, "delta", np.full(4, 9.0, np.float32))  # content changed after the id was computed
     bad = [
-        ClientUpdate("s", 1, np.ones(5, np.float32), 1),             # wrong shape
-        ClientUpdate("i", 1, np.ones(4, np.int32), 1),               # not floats
-        ClientUpdate("n", 1, nan, 1),                                # NaN
-        ClientUpdate("f", 1, inf, 1),                                # inf
-        ClientUpdate("o", 0, np.ones(4, np.float32), 1),             # stale round
-        good[0],                                                     # replay within the round
-        ClientUpdate("g1", 1, np.full(4, 7.0, np.float32), 1),       # second upload from g1
-        ClientUpdate("w", 1, np.ones(4, np.float32), -3),            # negative weight
+        ClientUpdate("s", 1, np.ones(5, np.float32), 1),  # wrong shape
+        ClientUpdate("i", 1, np.ones(4, np.int32), 1),  # not floats
+        ClientUpdate("n", 1, nan, 1),  # NaN
+        ClientUpdate("f", 1, inf, 1),  # inf
+        ClientUpdate("o", 0, np.ones(4, np.float32), 1),  # stale round
+        good[0],  # replay within the round
+        ClientUpdate("g1", 1, np.full(4, 7.0, np.float32), 1),  # second upload from g1
+        ClientUpdate("w", 1, np.ones(4, np.float32), -3),  # negative weight
         tampered,
     ]
     res = agg.aggregate(good + bad, RoundContext(1, 4, np.random.default_rng(0), 3.0))
     assert res.num_clients == 3
     np.testing.assert_allclose(res.delta, np.full(4, 1.0))
-    assert res.info["rejected"] == {"wrong_shape": 1, "wrong_dtype": 1, "non_finite": 2, "stale_round": 1,
-                                    "replayed": 2, "duplicate_client": 1, "bad_weight": 1}
+    assert res.info["rejected"] == {
+        "wrong_shape": 1,
+        "wrong_dtype": 1,
+        "non_finite": 2,
+        "stale_round": 1,
+        "replayed": 2,
+        "duplicate_client": 1,
+        "bad_weight": 1,
+    }
     assert set(res.info["rejected"]) <= set(REJECTION_REASONS)
     # the same upload replayed in the next round is stale; replayed with its round forged, its id no longer matches
     ctx2 = RoundContext(2, 4, np.random.default_rng(0), 3.0)

@@ -12,7 +12,16 @@ import pytest
 from scipy import stats
 
 from client_sdk.fl import SecAggError
-from client_sdk.fl.secagg import PRIME, Quantizer, SecAggClient, Share, add_masks, prg_words, shamir_combine, shamir_split
+from client_sdk.fl.secagg import (
+    PRIME,
+    Quantizer,
+    SecAggClient,
+    Share,
+    add_masks,
+    prg_words,
+    shamir_combine,
+    shamir_split,
+)
 from estimator.fl.secagg_server import SecAggServer, default_degree, make_config, neighbor_graph
 
 
@@ -251,6 +260,7 @@ def test_secure_sum_of_clipped_updates_matches_plaintext_dp_fedavg() -> None:
     total, surv, _, _ = run_round(n, d, xs, seed=15)
     secure = q.decode_sum(total) / n
     plain = FixedClippingDP(WeightedMean(), C, 0.0).aggregate(
-        [ClientUpdate(str(u), 0, deltas[u], 1) for u in surv], RoundContext(0, d, rng, float(n)))
+        [ClientUpdate(str(u), 0, deltas[u], 1) for u in surv], RoundContext(0, d, rng, float(n))
+    )
     assert np.max(np.abs(secure - plain.delta)) <= n / q.scale / n
     assert np.max(np.abs(plain.delta)) > 1e3 / q.scale  # the comparison is not vacuous

@@ -36,7 +36,9 @@ def test_server_kernel_accumulation_equals_the_device_masks(k: int, start: int, 
     rng = np.random.default_rng(k * 7 + n)
     acc = rng.integers(0, 2**32, size=n, dtype=np.uint32)
     masks = [(rng.bytes(32), int(s)) for s in rng.choice([-1, 1], size=k)]
-    np.testing.assert_array_equal(add_masks_server(acc.copy(), masks, start=start), add_masks(acc.copy(), masks, start=start))
+    np.testing.assert_array_equal(
+        add_masks_server(acc.copy(), masks, start=start), add_masks(acc.copy(), masks, start=start)
+    )
     np.testing.assert_array_equal(add_masks_server(acc.copy(), [], start=start), acc)
 
 

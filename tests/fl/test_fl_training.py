@@ -7,7 +7,15 @@ import math
 import numpy as np
 import pytest
 
-from client_sdk.fl import ClientState, ClientUpdate, LocalTraining, LogisticRegression, ModelError, RoundConfig, train_client
+from client_sdk.fl import (
+    ClientState,
+    ClientUpdate,
+    LocalTraining,
+    LogisticRegression,
+    ModelError,
+    RoundConfig,
+    train_client,
+)
 from client_sdk.privacy_events import GaussianEvent, SelfComposedEvent
 from estimator.accounting.accountant import account, epsilon_pld, exact_gaussian_epsilon, sampled_gaussian_event
 from estimator.fl.aggregators import RoundContext, WeightedMean
@@ -30,8 +38,10 @@ def _ctx(n, rng=None, expected=1.0, round=0):
 
 
 def test_weighted_mean_weights_by_examples() -> None:
-    ups = [ClientUpdate("a", 0, np.array([1.0, 0.0], np.float32), 1),
-           ClientUpdate("b", 0, np.array([0.0, 4.0], np.float32), 3)]
+    ups = [
+        ClientUpdate("a", 0, np.array([1.0, 0.0], np.float32), 1),
+        ClientUpdate("b", 0, np.array([0.0, 4.0], np.float32), 3),
+    ]
     res = WeightedMean().aggregate(ups, _ctx(2))
     np.testing.assert_allclose(res.delta, [1 / 4, 12 / 4])
     assert res.total_weight == 4 and res.num_clients == 2
@@ -94,14 +104,18 @@ def test_scaffold_removes_client_drift_fedavg_does_not() -> None:
     model = LogisticRegression(4, l2=0.1)
     rng = np.random.default_rng(6)
     shifts = [-2.0, -1.0, 1.0, 2.5]
-    clients = [FederatedClient(f"c{i}", *_client_data(rng, n, s)) for i, (n, s) in enumerate(zip([20, 80, 40, 60], shifts))]
+    clients = [
+        FederatedClient(f"c{i}", *_client_data(rng, n, s)) for i, (n, s) in enumerate(zip([20, 80, 40, 60], shifts))
+    ]
     tr = LocalTraining(epochs=20, batch_size=100, learning_rate=0.2)
     everyone = FixedCountSampling(4)
     x_avg, _ = run_rounds(model, FedAvg(tr), WeightedMean("uniform"), clients, everyone, 60, np.random.default_rng(0))
     x_sca, _ = run_rounds(model, Scaffold(tr), WeightedMean("uniform"), clients, everyone, 60, np.random.default_rng(0))
 
     def mix_grad(x):
-        return np.linalg.norm(np.mean([model.loss_and_grad(x.astype(np.float64), c.X, c.y)[1] for c in clients], axis=0))
+        return np.linalg.norm(
+            np.mean([model.loss_and_grad(x.astype(np.float64), c.X, c.y)[1] for c in clients], axis=0)
+        )
 
     assert mix_grad(x_sca) < 1e-4
     assert mix_grad(x_avg) > 100 * mix_grad(x_sca)
@@ -113,7 +127,9 @@ def test_fedprox_and_fedavg_learn_with_poisson_sampling() -> None:
     Xt, yt = _client_data(rng, 500, 0.0)
     tr = LocalTraining(epochs=2, batch_size=10, learning_rate=0.1)
     for strat in (FedAvg(tr), FedProx(tr, mu=0.1)):
-        _, hist = run_rounds(MODEL, strat, WeightedMean(), clients, PoissonSampling(0.5), 15, np.random.default_rng(1), test=(Xt, yt))
+        _, hist = run_rounds(
+            MODEL, strat, WeightedMean(), clients, PoissonSampling(0.5), 15, np.random.default_rng(1), test=(Xt, yt)
+        )
         assert hist[-1].test_accuracy > 0.85
         assert all(h.round == i for i, h in enumerate(hist))
 

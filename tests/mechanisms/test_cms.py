@@ -232,7 +232,9 @@ def test_cms_kernel_matches_unpacked_reference(width: int, kernel: object, step:
 
 
 @pytest.mark.parametrize(
-    "n", [PARALLEL_MIN_REPORTS - 1, PARALLEL_MIN_REPORTS, 2 * PARALLEL_MIN_REPORTS + 7], ids=["below", "at", "odd-above"]
+    "n",
+    [PARALLEL_MIN_REPORTS - 1, PARALLEL_MIN_REPORTS, 2 * PARALLEL_MIN_REPORTS + 7],
+    ids=["below", "at", "odd-above"],
 )
 @pytest.mark.parametrize("threads", [1, 2])
 @pytest.mark.parametrize("step", [1, 3], ids=["contiguous", "strided"])

@@ -223,7 +223,7 @@ def test_block_output_distribution_is_two_levels(eps: float, d: int, x: int) -> 
     p0 = 1 / (b / 2 * math.exp(eps) + k - b / 2)
     prob = np.where(spec.support_sets([x])[0], math.exp(eps) * p0, p0)
     assert prob.sum() == pytest.approx(1.0)
-    assert np.all(np.abs(counts - n * prob) < 5 * np.sqrt(n * prob * (1 - prob))), (counts / n / prob)
+    assert np.all(np.abs(counts - n * prob) < 5 * np.sqrt(n * prob * (1 - prob))), counts / n / prob
 
 
 def test_block_estimate_matches_brute_force() -> None:

@@ -153,10 +153,7 @@ def coverage_check(covered: np.ndarray, nominal: float, alpha: float = ALPHA) ->
     cov = float(share.mean())
     if not lo <= cov <= hi:
         worst = int(np.argmin(covered.mean(axis=0)))
-        return (
-            f"coverage {cov:.4f} outside [{lo:.4f}, {hi:.4f}] "
-            f"(lowest item {worst}: {covered[:, worst].mean():.3f})"
-        )
+        return f"coverage {cov:.4f} outside [{lo:.4f}, {hi:.4f}] (lowest item {worst}: {covered[:, worst].mean():.3f})"
     return None
 
 

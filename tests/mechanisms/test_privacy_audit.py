@@ -93,8 +93,9 @@ def extra_pairs(name: str, index: int, spec: Any) -> dict[str, tuple[int, int]]:
     return {k: v for k, v in pairs.items() if v not in ((0, 1), (1, 0)) or d > 2}
 
 
-def audit(prof: Any, spec: Any, rng: np.random.Generator, pair: tuple[int, int] | None = None,
-          n: int = N_AUDIT) -> dict[str, float]:
+def audit(
+    prof: Any, spec: Any, rng: np.random.Generator, pair: tuple[int, int] | None = None, n: int = N_AUDIT
+) -> dict[str, float]:
     """Counts, bounds and ratio bounds of one audit (see the module docstring)."""
     x, x_prime = pair if pair is not None else optional(prof, "audit_inputs", lambda s: (0, 1))(spec)
     k1 = count_event(prof, spec, x, x, x_prime, n, rng)
@@ -148,8 +149,9 @@ def test_honest_mechanism_passes_audit_on_more_pairs(name: str, index: int, kind
     pair = extra_pairs(name, index, spec).get(kind)
     if pair is None:  # d = 2: the pair is (0, 1), audited by test_honest_mechanism_passes_audit
         return
-    r = audit(prof, spec, np.random.default_rng([SEED, zlib.crc32(name.encode()), index, 3, pair[0], pair[1]]),
-              pair, N_EXTRA)
+    r = audit(
+        prof, spec, np.random.default_rng([SEED, zlib.crc32(name.encode()), index, 3, pair[0], pair[1]]), pair, N_EXTRA
+    )
     e_eps = math.exp(spec.epsilon)
     assert r["worst_lower"] <= e_eps, f"{name} ε={spec.epsilon} {pair}: ratio lower bound {r} exceeds e^ε"
 

@@ -78,7 +78,12 @@ def test_fast_build_equals_the_reference_to_rounding(spec: RapporSpec) -> None:
     qs, ps, m = spec.q_star, spec.p_star, spec.num_cohorts
     alpha = ps * (1 - ps) / (qs - ps) ** 2
     beta = (qs * (1 - qs) - ps * (1 - ps)) / (qs - ps) ** 2
-    terms = m * (ref.h_matrix @ true) + m * alpha * true.sum() * ref.gram_inv_diag + m * abs(beta) * (ref.k_matrix @ true) + true
+    terms = (
+        m * (ref.h_matrix @ true)
+        + m * alpha * true.sum() * ref.gram_inv_diag
+        + m * abs(beta) * (ref.k_matrix @ true)
+        + true
+    )
     assert np.all(np.abs(fast.variance(true) - ref.variance(true)) <= tol * terms)
 
 
@@ -155,7 +160,9 @@ def _corrupt(path: Path, how: str, other: Path) -> None:
         raise AssertionError(how)
 
 
-@pytest.mark.parametrize("how", ["truncated", "empty", "byte-flipped", "garbage", "checksum", "other-spec", "wrong-shape"])
+@pytest.mark.parametrize(
+    "how", ["truncated", "empty", "byte-flipped", "garbage", "checksum", "other-spec", "wrong-shape"]
+)
 def test_a_bad_cache_file_is_ignored_and_rebuilt(how: str, monkeypatch: pytest.MonkeyPatch) -> None:
     spec = make_spec("rappor", epsilon=2.0, domain_size=48)
     other = make_spec("rappor", epsilon=3.0, domain_size=48)
@@ -216,8 +223,13 @@ def test_concurrent_writers_never_leave_a_broken_file(private_cache: Path) -> No
     d, rounds = 128, 40
     env = dict(os.environ, LDP_CACHE_DIR=str(private_cache))
     procs = [
-        subprocess.Popen([sys.executable, "-c", _WRITER, str(d), str(rounds)], env=env, stdin=subprocess.PIPE,
-                         stdout=subprocess.PIPE, text=True)
+        subprocess.Popen(
+            [sys.executable, "-c", _WRITER, str(d), str(rounds)],
+            env=env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
         for _ in range(2)
     ]
     try:
@@ -249,8 +261,9 @@ def test_concurrent_writers_never_leave_a_broken_file(private_cache: Path) -> No
     assert json.loads(str(np.load(path)["meta"][()]))["spec_id"] == spec.spec_id
 
 
-def test_the_disk_cache_is_bounded_and_evicts_the_least_recently_used(private_cache: Path,
-                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_disk_cache_is_bounded_and_evicts_the_least_recently_used(
+    private_cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Three designs of 40 candidates (three 40×40 float64 matrices and two vectors, about 39 kB each) under a
     budget of two and a half designs: writing the third deletes the least recently used one; a load counts as a use."""
     specs = [RapporSpec(epsilon=e, domain_size=40) for e in (1.0, 2.0, 3.0)]

@@ -59,7 +59,8 @@ def test_publishing_producer_waits_for_all_replicas_and_is_idempotent(recorded: 
 
 @pytest.mark.kafka
 def test_transactional_producer_waits_for_all_replicas_and_is_idempotent(
-        kafka_bootstrap: str, recorded: list[dict[str, Any]]) -> None:
+    kafka_bootstrap: str, recorded: list[dict[str, Any]]
+) -> None:
     t = KafkaTransport(kafka_bootstrap)
     topic = f"test-producer-config-{uuid.uuid4().hex[:8]}"
     t.create_topic(topic)

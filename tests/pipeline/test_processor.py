@@ -93,8 +93,9 @@ def _topic(log: EmbeddedTransport, partitions: int = 2) -> str:
 
 
 def _publish(log: EmbeddedTransport, topic: str, values: list[int | bytes]) -> None:
-    log.publish_many(topic, [(f"k{i % 7}".encode(), v if isinstance(v, bytes) else str(v).encode())
-                             for i, v in enumerate(values)])
+    log.publish_many(
+        topic, [(f"k{i % 7}".encode(), v if isinstance(v, bytes) else str(v).encode()) for i, v in enumerate(values)]
+    )
 
 
 def _committed(p: StreamProcessor, topic: str) -> dict[int, int | None]:
@@ -130,8 +131,7 @@ def test_a_failed_flush_aborts_the_checkpoint_and_commits_nothing(log: EmbeddedT
     p.close()
 
 
-def test_a_new_generation_resets_every_partition_and_the_group_counts_each_record_once(
-        log: EmbeddedTransport) -> None:
+def test_a_new_generation_resets_every_partition_and_the_group_counts_each_record_once(log: EmbeddedTransport) -> None:
     topic = _topic(log)
     _publish(log, topic, list(range(30)))
     a = Summer(log, topic, "g", "a")
@@ -193,7 +193,8 @@ def test_an_offset_that_goes_back_resets_only_its_partition(log: EmbeddedTranspo
 
 
 def test_rejoin_drops_uncommitted_state_leaves_the_group_and_resumes_from_the_committed_offsets(
-        log: EmbeddedTransport) -> None:
+    log: EmbeddedTransport,
+) -> None:
     topic = _topic(log)
     _publish(log, topic, list(range(8)))
     p = Summer(log, topic, "g", "a")

@@ -32,6 +32,7 @@ class TestEmbeddedTransport(TransportContract):
 
 # -- what only the embedded log does, or does differently ---------------------------------
 
+
 @pytest.fixture
 def log(tmp_path: Path) -> Iterator[EmbeddedTransport]:
     t = EmbeddedTransport(tmp_path / "log.sqlite3")
@@ -122,8 +123,9 @@ def test_records_must_be_bytes(log: EmbeddedTransport) -> None:
         EmbeddedTransport(log.path, synchronous="OFF")  # type: ignore[arg-type]
 
 
-def test_open_transport_reads_urls_and_defaults_to_the_embedded_log(tmp_path: Path,
-                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+def test_open_transport_reads_urls_and_defaults_to_the_embedded_log(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("LDP_TRANSPORT", raising=False)
     with open_transport() as t:
@@ -150,8 +152,9 @@ def test_publish_is_durable_before_it_returns(tmp_path: Path) -> None:
         pos = t.publish("t", b"k", b"v")
         conn = sqlite3.connect(t.path)
         try:
-            row = conn.execute("SELECT key, value FROM log WHERE topic='t' AND partition=? AND offset=?",
-                               (pos.partition, pos.offset)).fetchone()
+            row = conn.execute(
+                "SELECT key, value FROM log WHERE topic='t' AND partition=? AND offset=?", (pos.partition, pos.offset)
+            ).fetchone()
         finally:
             conn.close()
     assert row == (b"k", b"v")

@@ -17,6 +17,7 @@ class TestKafkaTransport(TransportContract):
 
 # -- what only the Kafka transport does ------------------------------------------------------
 
+
 def test_records_carry_the_start_of_their_utc_day_not_the_send_time(kafka_bootstrap: str) -> None:
     """Kafka would store each record's send time (CreateTime); the transport sends the start of the UTC day,
     on the plain and the transactional path, and the broker keeps it (``log.message.timestamp.type=CreateTime``)."""
@@ -36,8 +37,14 @@ def test_records_carry_the_start_of_their_utc_day_not_the_send_time(kafka_bootst
         with c.transaction() as tx:
             tx.publish(topic, b"k", b"transactional")
     t.close()
-    raw = RawConsumer(topic, bootstrap_servers=kafka_bootstrap, auto_offset_reset="earliest",
-                      isolation_level="read_committed", consumer_timeout_ms=5000, enable_auto_commit=False)
+    raw = RawConsumer(
+        topic,
+        bootstrap_servers=kafka_bootstrap,
+        auto_offset_reset="earliest",
+        isolation_level="read_committed",
+        consumer_timeout_ms=5000,
+        enable_auto_commit=False,
+    )
     got = [(m.value, m.timestamp, m.timestamp_type) for m in raw]
     raw.close()
     assert got == [(b"plain", int(day) * 1000, 0), (b"transactional", int(day) * 1000, 0)]

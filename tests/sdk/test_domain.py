@@ -35,7 +35,7 @@ def test_bad_dictionaries(values: tuple) -> None:
 
 def test_hashed_domain_is_xxh32_of_the_canonical_form() -> None:
     h = HashedDomain(1000, seed=7)
-    expected = xxhash.xxh32_intdigest(b"s" + "https://example.org".encode(), seed=7) % 1000
+    expected = xxhash.xxh32_intdigest(b"s" + b"https://example.org", seed=7) % 1000
     assert h.index_of("https://example.org") == expected
     assert canonical_bytes(5) == b"i" + (5).to_bytes(8, "little")
     assert canonical_bytes(5) != canonical_bytes("5")
@@ -43,7 +43,10 @@ def test_hashed_domain_is_xxh32_of_the_canonical_form() -> None:
 
 def test_hashed_domain_is_stable_across_processes() -> None:
     code = "from client_sdk.domain import HashedDomain; print(HashedDomain(4096, 3).index_of('emoji:😂'))"
-    outs = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout for _ in range(2)}
+    outs = {
+        subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+        for _ in range(2)
+    }
     assert outs == {f"{HashedDomain(4096, 3).index_of('emoji:😂')}\n"}
 
 

@@ -18,12 +18,15 @@ def test_a_frame_round_trips_and_keeps_its_layout() -> None:
     assert head == b"{}" and bytes(payload) == b""
 
 
-@pytest.mark.parametrize("bad, message", [
-    (b"TES", "truncated"),
-    (pack_headed(b"ELSE", b"{}"), "not a test record"),
-    (pack_headed(b"TEST", b"{}", version=2), "version 2"),
-    (pack_headed(b"TEST", b'{"a":1}')[:-1], "runs past the record"),
-])
+@pytest.mark.parametrize(
+    "bad, message",
+    [
+        (b"TES", "truncated"),
+        (pack_headed(b"ELSE", b"{}"), "not a test record"),
+        (pack_headed(b"TEST", b"{}", version=2), "version 2"),
+        (pack_headed(b"TEST", b'{"a":1}')[:-1], "runs past the record"),
+    ],
+)
 def test_bad_frames_are_refused_with_what_is_wrong(bad: bytes, message: str) -> None:
     with pytest.raises(FramingError, match=message):
         unpack_headed(bad, b"TEST", "test record")

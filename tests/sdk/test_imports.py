@@ -45,9 +45,7 @@ _PROBE = textwrap.dedent(
 
 
 def loaded_top_level_modules(name: str) -> set[str]:
-    out = subprocess.run(
-        [sys.executable, "-c", _PROBE, name], capture_output=True, text=True, timeout=120, check=False
-    )
+    out = subprocess.run([sys.executable, "-c", _PROBE, name], capture_output=True, text=True, timeout=120, check=False)
     assert out.returncode == 0, out.stderr
     return set(json.loads(out.stdout.strip().splitlines()[-1]))
 

@@ -154,8 +154,18 @@ def test_a_config_object_and_the_older_keyword_arguments_configure_the_same_clie
             c.record("color", "red")
         assert c.flush(10) and c.stats()["uploaded_reports"] == 3
     assert len([r for r in fake.requests if r.method == "POST"]) == 2  # batches of 2, as configured
-    with TelemetryClient(tmp_path / "b", "http://127.0.0.1:9", POLICY, DOC, transport=fake, clock=clock,
-                         batch_size=2, max_queue=50, upload_timeout=5.0, backoff=backoff) as old:
+    with TelemetryClient(
+        tmp_path / "b",
+        "http://127.0.0.1:9",
+        POLICY,
+        DOC,
+        transport=fake,
+        clock=clock,
+        batch_size=2,
+        max_queue=50,
+        upload_timeout=5.0,
+        backoff=backoff,
+    ) as old:
         assert old.config == config
     with TelemetryClient(tmp_path / "c", None, POLICY, DOC, config=config, upload=False, max_queue=7) as mixed:
         assert mixed.config == dataclasses.replace(config, upload=False, max_queue=7)  # keywords win
@@ -218,8 +228,9 @@ def test_report_sampling_caps_and_days(tmp_path) -> None:
 
 def test_expired_metric_stops_recording(tmp_path) -> None:
     doc = copy.deepcopy(DOC)
-    doc["metrics"]["old"] = metric({"mechanism": "rr", "epsilon": 0.5}, {"kind": "dictionary", "values": [0, 1]},
-                                   expires="2026-01-01")
+    doc["metrics"]["old"] = metric(
+        {"mechanism": "rr", "epsilon": 0.5}, {"kind": "dictionary", "values": [0, 1]}, expires="2026-01-01"
+    )
     clock = Clock((20_454 + 1) * DAY)  # 2026-01-02
     with make_client(tmp_path, doc=doc, clock=clock, upload=False) as c:
         c.record("old", 1)
@@ -256,6 +267,7 @@ def test_concurrent_recording_accounts_for_every_call(tmp_path) -> None:
     doc["metrics"]["word"]["max_reports_per_day"] = 20  # 20 x 0.5; together above the total cap
     calls = 4 * 500
     with make_client(tmp_path, doc=doc, policy=policy, upload=False, max_queue=100_000) as c:
+
         def work(k: int) -> None:
             for i in range(500):
                 c.record("color" if i % 2 else "word", f"v{(i + k) % 7}")
@@ -282,8 +294,12 @@ def test_reports_carry_only_metric_spec_day_and_record(tmp_path) -> None:
     doc = {
         "format": FORMAT,
         "metrics": {
-            "a": metric({"mechanism": "grr", "epsilon": 30.0}, {"kind": "dictionary", "values": list(range(100))}, r=50),
-            "b": metric({"mechanism": "grr", "epsilon": 30.0}, {"kind": "dictionary", "values": list(range(1000))}, r=50),
+            "a": metric(
+                {"mechanism": "grr", "epsilon": 30.0}, {"kind": "dictionary", "values": list(range(100))}, r=50
+            ),
+            "b": metric(
+                {"mechanism": "grr", "epsilon": 30.0}, {"kind": "dictionary", "values": list(range(1000))}, r=50
+            ),
         },
     }
     fake = FakeCollector()
@@ -316,8 +332,9 @@ def test_simulation_seed_reproduces_reports(tmp_path) -> None:
         doc = copy.deepcopy(DOC)
         doc["metrics"]["word"]["max_reports_per_day"] = 100
         policy = LocalPolicy(per_metric_daily=100.0, total_daily=100.0)
-        with make_client(tmp_path / sub, doc=doc, policy=policy, transport=fake, mode="simulation",
-                         simulation_seed=42) as c:
+        with make_client(
+            tmp_path / sub, doc=doc, policy=policy, transport=fake, mode="simulation", simulation_seed=42
+        ) as c:
             for i in range(100):
                 c.record("word", i)
             assert c.flush(10)

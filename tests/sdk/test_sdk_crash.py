@@ -36,9 +36,22 @@ COUNT = 2000
 
 def start_app(directory: pathlib.Path, url: str, *extra: str) -> subprocess.Popen:
     return subprocess.Popen(
-        [sys.executable, "-m", "tests.support.sdk_crash_app", "--dir", str(directory), "--url", url,
-         "--count", str(COUNT), *extra],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
+        [
+            sys.executable,
+            "-m",
+            "tests.support.sdk_crash_app",
+            "--dir",
+            str(directory),
+            "--url",
+            url,
+            "--count",
+            str(COUNT),
+            *extra,
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
         env=dict(os.environ, PYTHONPATH=str(ROOT)),
     )
 
@@ -62,7 +75,7 @@ def finish(proc: subprocess.Popen) -> dict:
     out, err = proc.communicate(timeout=180)
     assert proc.returncode == 0, err
     line = [x for x in out.splitlines() if x.startswith("FLUSHED ")][-1]
-    return json.loads(line[len("FLUSHED "):])
+    return json.loads(line[len("FLUSHED ") :])
 
 
 def ledger_reports(directory: pathlib.Path) -> int:
@@ -192,7 +205,8 @@ class HoldingProxy:
 
 
 def test_kill_during_upload_on_the_real_collector_then_restart_uploads_each_report_once(
-        tmp_path, collector_factory) -> None:  # noqa: F811
+    tmp_path, collector_factory
+) -> None:  # noqa: F811
     """The real collector published a batch and answered 202; the app is killed (SIGKILL) before
     the answer reaches it (a proxy holds it). After a restart the app sends that batch again
     under the same id: the collector answers it as a duplicate and publishes it no second time."""

@@ -81,7 +81,8 @@ def test_a_missing_folder_is_an_oserror_and_leaves_nothing(tmp_path: Path) -> No
 
 
 def test_write_atomic_fsyncs_the_file_before_the_rename_and_the_folder_after(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     events: list[tuple[str, str]] = []
     real_fsync, real_replace = os.fsync, os.replace
 

@@ -44,8 +44,17 @@ def ok(body: object, status: int = 200) -> HttpResponse:
 
 def device(transport: HttpTransport, sleeps: list[float], **kw: object) -> FLDevice:
     X, y = np.zeros((4, 2)), np.zeros(4, dtype=np.int64)
-    return FLDevice("http://collector.test/", "task/1", "c1", X, y, transport=transport, sleep=sleeps.append,
-                    clock=lambda: NOW, **kw)  # type: ignore[arg-type]
+    return FLDevice(
+        "http://collector.test/",
+        "task/1",
+        "c1",
+        X,
+        y,
+        transport=transport,
+        sleep=sleeps.append,
+        clock=lambda: NOW,
+        **kw,
+    )  # type: ignore[arg-type]
 
 
 def test_requests_go_through_the_transport_with_the_sdk_headers() -> None:
@@ -60,8 +69,12 @@ def test_requests_go_through_the_transport_with_the_sdk_headers() -> None:
 
 
 def test_network_errors_and_5xx_are_retried_with_full_jitter_backoff() -> None:
-    answers: list[HttpResponse | Exception] = [ConnectionRefusedError("refused"), ok({"error": "x"}, 503),
-                                               TimeoutError("slow"), ok({"phase": "done"})]
+    answers: list[HttpResponse | Exception] = [
+        ConnectionRefusedError("refused"),
+        ok({"error": "x"}, 503),
+        TimeoutError("slow"),
+        ok({"phase": "done"}),
+    ]
     script, sleeps = Script(answers), []
     d = device(script, sleeps, backoff=0.5)
     assert d.fetch() == {"phase": "done"}
@@ -73,9 +86,12 @@ def test_network_errors_and_5xx_are_retried_with_full_jitter_backoff() -> None:
 
 def test_retry_after_in_seconds_or_as_an_http_date_is_honoured_and_capped() -> None:
     date = email.utils.formatdate(NOW + 3, usegmt=True)
-    answers: list[HttpResponse | Exception] = [HttpResponse(429, {"Retry-After": "2"}),
-                                               HttpResponse(503, {"retry-after": date}),
-                                               HttpResponse(503, {"Retry-After": "3600"}), ok({"phase": "done"})]
+    answers: list[HttpResponse | Exception] = [
+        HttpResponse(429, {"Retry-After": "2"}),
+        HttpResponse(503, {"retry-after": date}),
+        HttpResponse(503, {"Retry-After": "3600"}),
+        ok({"phase": "done"}),
+    ]
     sleeps: list[float] = []
     d = device(Script(answers), sleeps)
     assert d.fetch() == {"phase": "done"}

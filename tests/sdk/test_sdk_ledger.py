@@ -127,8 +127,14 @@ def run_together(script: str, *args: str) -> list[dict]:
     return what each printed last (JSON)."""
     env = dict(os.environ, PYTHONPATH=os.getcwd())
     procs = [
-        subprocess.Popen([sys.executable, "-c", script, *args], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE, text=True, env=env)
+        subprocess.Popen(
+            [sys.executable, "-c", script, *args],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
         for _ in range(2)
     ]
     for p in procs:
@@ -210,18 +216,20 @@ def test_batched_spends_decide_exactly_like_one_at_a_time(tmp_path) -> None:
 
     rnd = random.Random(7)
     policy = LocalPolicy(per_metric_daily=2.0, total_daily=5.0, per_metric_overrides={"c": 0.9})
-    requests = [(rnd.choice("abcd"), rnd.choice([100_000_000, 250_000_000, 700_000_000]), rnd.choice([None, 3, 6]))
-                for _ in range(400)]
+    requests = [
+        (rnd.choice("abcd"), rnd.choice([100_000_000, 250_000_000, 700_000_000]), rnd.choice([None, 3, 6]))
+        for _ in range(400)
+    ]
     one = BudgetLedger(Store(tmp_path / "one"), policy)
     many = BudgetLedger(Store(tmp_path / "many"), policy)
     singles = []
     for chunk in range(0, 400, 50):
         with one.store.transaction() as conn:
-            singles += [one.spend_in(conn, m, u, 7, r) for m, u, r in requests[chunk:chunk + 50]]
+            singles += [one.spend_in(conn, m, u, 7, r) for m, u, r in requests[chunk : chunk + 50]]
     batched = []
     for chunk in range(0, 400, 50):
         with many.store.transaction() as conn:
-            batched += many.spend_many_in(conn, 7, requests[chunk:chunk + 50])
+            batched += many.spend_many_in(conn, 7, requests[chunk : chunk + 50])
     assert batched == singles
     assert {o for o in singles} == set(SpendOutcome)  # every outcome occurred
     assert one.day_budget(7) == many.day_budget(7)

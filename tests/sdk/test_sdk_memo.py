@@ -20,8 +20,15 @@ from client_sdk.randomness import simulation_generator
 from client_sdk.store import DB_FILENAME, Store
 
 DAY = 86400.0
-RAPPOR = {"mechanism": "rappor", "epsilon": 2.0, "num_bits": 32, "num_hashes": 2, "num_cohorts": 4,
-          "p": 0.25, "q": 0.75}
+RAPPOR = {
+    "mechanism": "rappor",
+    "epsilon": 2.0,
+    "num_bits": 32,
+    "num_hashes": 2,
+    "num_cohorts": 4,
+    "p": 0.25,
+    "q": 0.75,
+}
 Z = 5.0  # per-bit z tolerance; over <= 64 bits the chance of a false alarm is below 64 * 5.7e-7
 
 
@@ -32,8 +39,12 @@ def unpack(records: np.ndarray, k: int) -> np.ndarray:
 def test_secret_is_private_stable_and_shared_by_racing_processes(tmp_path) -> None:
     code = "import sys; from client_sdk.memo import load_or_create_secret as f; print(f(sys.argv[1]).hex())"
     procs = [
-        subprocess.Popen([sys.executable, "-c", code, str(tmp_path)], stdout=subprocess.PIPE, text=True,
-                         env=dict(os.environ, PYTHONPATH=os.getcwd()))
+        subprocess.Popen(
+            [sys.executable, "-c", code, str(tmp_path)],
+            stdout=subprocess.PIPE,
+            text=True,
+            env=dict(os.environ, PYTHONPATH=os.getcwd()),
+        )
         for _ in range(3)
     ]
     outs = {p.communicate(timeout=60)[0].strip() for p in procs}
@@ -54,8 +65,17 @@ def test_secret_is_private_stable_and_shared_by_racing_processes(tmp_path) -> No
 def test_metric_keys_differ_per_metric_and_device() -> None:
     a, b = MemoStore(b"a" * 32), MemoStore(b"b" * 32)
     assert a.metric_secret("m", "00") == a.metric_secret("m", "00")
-    assert len({a.metric_secret("m", "00"), a.metric_secret("n", "00"), a.metric_secret("m", "01"),
-                b.metric_secret("m", "00")}) == 4
+    assert (
+        len(
+            {
+                a.metric_secret("m", "00"),
+                a.metric_secret("n", "00"),
+                a.metric_secret("m", "01"),
+                b.metric_secret("m", "00"),
+            }
+        )
+        == 4
+    )
 
 
 def test_permanent_bits_never_change_across_days(tmp_path) -> None:
@@ -66,12 +86,23 @@ def test_permanent_bits_never_change_across_days(tmp_path) -> None:
     redrawn per report, bits whose PRR differs from the Bloom filter (about f/2 = 38 % of
     them; f = 0.755 here) would be 1 with probability p* = 0.44 or q* = 0.56 instead: off
     by 0.19-0.31, and the cohort would vary."""
-    doc = {"format": FORMAT, "metrics": {"page": {
-        "description": "home page", "owner": "t@example.org", "expires": "2099-01-01",
-        "mechanism": RAPPOR, "domain": {"kind": "hashed", "size": 64}, "max_reports_per_day": 1}}}
+    doc = {
+        "format": FORMAT,
+        "metrics": {
+            "page": {
+                "description": "home page",
+                "owner": "t@example.org",
+                "expires": "2099-01-01",
+                "mechanism": RAPPOR,
+                "domain": {"kind": "hashed", "size": 64},
+                "max_reports_per_day": 1,
+            }
+        },
+    }
     clock_t = [20_000 * DAY]
-    c = TelemetryClient(tmp_path, None, LocalPolicy(per_metric_daily=2.0, total_daily=2.0), doc,
-                        upload=False, clock=lambda: clock_t[0])
+    c = TelemetryClient(
+        tmp_path, None, LocalPolicy(per_metric_daily=2.0, total_daily=2.0), doc, upload=False, clock=lambda: clock_t[0]
+    )
     days = 150
     try:
         for d in range(days):
@@ -136,12 +167,27 @@ def test_instantaneous_layer_per_report() -> None:
 
 def test_no_plaintext_value_anywhere_in_storage(tmp_path) -> None:
     secret_value = "my-very-secret-search-query-\U0001f984"
-    doc = {"format": FORMAT, "metrics": {
-        "query": {"description": "q", "owner": "t@example.org", "expires": "2099-01-01", "mechanism": RAPPOR,
-                  "domain": {"kind": "hashed", "size": 64}, "max_reports_per_day": 3},
-        "query_grr": {"description": "q", "owner": "t@example.org", "expires": "2099-01-01",
-                      "mechanism": {"mechanism": "grr", "epsilon": 1.0},
-                      "domain": {"kind": "hashed", "size": 1024}, "max_reports_per_day": 3}}}
+    doc = {
+        "format": FORMAT,
+        "metrics": {
+            "query": {
+                "description": "q",
+                "owner": "t@example.org",
+                "expires": "2099-01-01",
+                "mechanism": RAPPOR,
+                "domain": {"kind": "hashed", "size": 64},
+                "max_reports_per_day": 3,
+            },
+            "query_grr": {
+                "description": "q",
+                "owner": "t@example.org",
+                "expires": "2099-01-01",
+                "mechanism": {"mechanism": "grr", "epsilon": 1.0},
+                "domain": {"kind": "hashed", "size": 1024},
+                "max_reports_per_day": 3,
+            },
+        },
+    }
     c = TelemetryClient(tmp_path, None, LocalPolicy(per_metric_daily=6.0, total_daily=12.0), doc, upload=False)
     for _ in range(3):
         c.record("query", secret_value)

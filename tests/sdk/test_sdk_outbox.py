@@ -136,7 +136,9 @@ def test_reject_and_unsendable_are_counted(tmp_path) -> None:
     assert b is not None and ob.reject(b.batch_id) == 2 and ob.reject(b.batch_id) == 0
     with store.transaction() as conn:  # a report under a spec this SDK cannot rebuild
         conn.execute("INSERT INTO specs VALUES ('00000000deadbeef', '{\"mechanism\": \"gone\"}')")
-        conn.execute("INSERT INTO outbox (metric, spec_id, day, record, enqueued) VALUES ('m', '00000000deadbeef', 1, x'01', 0)")
+        conn.execute(
+            "INSERT INTO outbox (metric, spec_id, day, record, enqueued) VALUES ('m', '00000000deadbeef', 1, x'01', 0)"
+        )
     fresh = Outbox(store)
     assert fresh.claim(T, batch_size=1, max_age=60) is None
     assert store.counters() == {

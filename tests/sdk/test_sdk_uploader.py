@@ -118,8 +118,15 @@ def test_permanent_4xx_drops_and_counts(tmp_path, status: int) -> None:
 
 @pytest.mark.parametrize(
     "failure",
-    [HttpResponse(500, {}), HttpResponse(502, {}), HttpResponse(408, {}), HttpResponse(301, {}),
-     ConnectionRefusedError("refused"), TimeoutError("timed out"), OSError("unreachable")],
+    [
+        HttpResponse(500, {}),
+        HttpResponse(502, {}),
+        HttpResponse(408, {}),
+        HttpResponse(301, {}),
+        ConnectionRefusedError("refused"),
+        TimeoutError("timed out"),
+        OSError("unreachable"),
+    ],
 )
 def test_transient_failures_keep_the_batch(tmp_path, failure) -> None:
     up, ob, clock, tr = setup(tmp_path, failure, ok())
@@ -137,8 +144,9 @@ def test_409_means_already_accepted(tmp_path) -> None:
 
 
 def test_backoff_grows_then_resets(tmp_path) -> None:
-    up, _, clock, _ = setup(tmp_path, *[HttpResponse(500, {})] * 6, ok(), HttpResponse(500, {}), n=2,
-                            backoff=BackoffPolicy(1.0, 20.0))
+    up, _, clock, _ = setup(
+        tmp_path, *[HttpResponse(500, {})] * 6, ok(), HttpResponse(500, {}), n=2, backoff=BackoffPolicy(1.0, 20.0)
+    )
     ceilings = []
     for k in range(1, 7):
         assert up.upload_one() == "retry"
@@ -169,10 +177,19 @@ def test_full_jitter_distribution() -> None:
 
 def m_metrics_doc() -> dict:
     """A metrics file declaring metric ``m`` under :data:`SPEC`."""
-    return {"format": "ldp-metrics/1", "metrics": {"m": {
-        "description": "uploader test metric", "owner": "sdk-tests@example.org", "expires": "2099-12-31",
-        "mechanism": {"mechanism": "grr", "epsilon": SPEC.epsilon},
-        "domain": {"kind": "dictionary", "values": list(range(SPEC.domain_size))}, "max_reports_per_day": 100}}}
+    return {
+        "format": "ldp-metrics/1",
+        "metrics": {
+            "m": {
+                "description": "uploader test metric",
+                "owner": "sdk-tests@example.org",
+                "expires": "2099-12-31",
+                "mechanism": {"mechanism": "grr", "epsilon": SPEC.epsilon},
+                "domain": {"kind": "dictionary", "values": list(range(SPEC.domain_size))},
+                "max_reports_per_day": 100,
+            }
+        },
+    }
 
 
 def in_flight(url: str) -> float:
@@ -195,8 +212,10 @@ def test_urllib_transport_against_the_real_collector(tmp_path, collector_factory
     col = collector_factory(metrics=m_metrics_doc(), max_in_flight=1, retry_after=7)
     host, port = col.url.removeprefix("http://").split(":")
     stalled = socket.create_connection((host, int(port)))
-    stalled.sendall(b"POST /v1/reports HTTP/1.1\r\nHost: x\r\nContent-Type: application/vnd.ldp.frame\r\n"
-                    b"Content-Length: 1000\r\n\r\n" + b"\0" * 10)
+    stalled.sendall(
+        b"POST /v1/reports HTTP/1.1\r\nHost: x\r\nContent-Type: application/vnd.ldp.frame\r\n"
+        b"Content-Length: 1000\r\n\r\n" + b"\0" * 10
+    )
     wait_until(lambda: in_flight(col.url) == 1)
     store = Store(tmp_path / "sdk")
     ob = Outbox(store)

@@ -34,8 +34,14 @@ def node_canonical(values: list[Any]) -> list[tuple[str, str]]:
     """``[(canonical string, sha256 hex)]`` of ``values`` as node computes them."""
     node = shutil.which("node")
     assert node is not None, "node is required for the independent RFC 8785 check (install nodejs)"
-    out = subprocess.run([node, str(VECTORS_DIR / "jcs.js")], input=json.dumps(values), capture_output=True,
-                         text=True, check=True, timeout=60)
+    out = subprocess.run(
+        [node, str(VECTORS_DIR / "jcs.js")],
+        input=json.dumps(values),
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    )
     return [tuple(x) for x in json.loads(out.stdout)]
 
 
@@ -48,8 +54,9 @@ def test_vectors_agree_with_node() -> None:
     for v, (canon, digest) in zip(VECTORS["specs"], got):
         assert canon == v["canonical"] and digest[:16] == v["spec_id"]
     for kind in ("numbers", "strings", "objects"):
-        assert [c for c, _ in node_canonical([v["value"] for v in VECTORS[kind]])] == [v["canonical"] for v in
-                                                                                      VECTORS[kind]]
+        assert [c for c, _ in node_canonical([v["value"] for v in VECTORS[kind]])] == [
+            v["canonical"] for v in VECTORS[kind]
+        ]
 
 
 @pytest.mark.parametrize("v", VECTORS["specs"], ids=lambda v: v["spec_id"])
@@ -118,14 +125,22 @@ def _write_part(root: Path, metric: str, day: int, spec: Any, records: np.ndarra
     from pipeline.dataset import FORMAT, part_name, records_to_table, write_table_atomic
 
     table = records_to_table(records, spec)
-    table = table.set_column(table.schema.get_field_index("spec_id"), "spec_id",
-                             pa.DictionaryArray.from_arrays(pa.array(np.zeros(records.size, dtype=np.int32)),
-                                                            pa.array([spec_id])))
-    table = table.replace_schema_metadata({
-        "ldp.format": FORMAT, "ldp.metric": metric, "ldp.day": str(day),
-        "ldp.spec": json.dumps(spec.to_dict(), sort_keys=True), "ldp.spec_id": spec_id,
-        "ldp.source": json.dumps({"topic": "t", "partition": 0, "first": first, "last": first}),
-        "ldp.shuffles": "[]"})
+    table = table.set_column(
+        table.schema.get_field_index("spec_id"),
+        "spec_id",
+        pa.DictionaryArray.from_arrays(pa.array(np.zeros(records.size, dtype=np.int32)), pa.array([spec_id])),
+    )
+    table = table.replace_schema_metadata(
+        {
+            "ldp.format": FORMAT,
+            "ldp.metric": metric,
+            "ldp.day": str(day),
+            "ldp.spec": json.dumps(spec.to_dict(), sort_keys=True),
+            "ldp.spec_id": spec_id,
+            "ldp.source": json.dumps({"topic": "t", "partition": 0, "first": first, "last": first}),
+            "ldp.shuffles": "[]",
+        }
+    )
     path = root / f"metric={metric}" / f"day={day}" / part_name("t", 0, first, first, spec_id)
     write_table_atomic(path, table)
     return path
@@ -181,6 +196,9 @@ def test_rappor_device_randomness_is_unchanged_by_the_id_change() -> None:
     spec = make_spec("rappor", epsilon=4.0, domain_size=128, num_bits=64, num_hashes=2, num_cohorts=16)
     assert spec.spec_id != spec.legacy_spec_id
     secret = bytes(range(32))
-    block = hmac.new(secret, b"ldp-telemetry/rappor/cohort/v1\x00" + bytes.fromhex(spec.legacy_spec_id)
-                     + struct.pack("<Q", 0), hashlib.sha256).digest()
+    block = hmac.new(
+        secret,
+        b"ldp-telemetry/rappor/cohort/v1\x00" + bytes.fromhex(spec.legacy_spec_id) + struct.pack("<Q", 0),
+        hashlib.sha256,
+    ).digest()
     assert spec.cohort_of(secret) == int.from_bytes(block[:8], "little") % 16

@@ -197,11 +197,14 @@ def test_golden_frames(g: dict[str, Any]) -> None:
 def test_golden_frames_follow_documented_layout(g: dict[str, Any]) -> None:
     spec_id = hashlib.sha256(g["canonical"].encode()).hexdigest()[:16]
     size = len(g["record_bytes"]) // len(g["values"])
-    rebuilt = layout_frame(spec_id, g["metric"].encode(), g["day"], size, len(g["values"]), g["batch_id"], g["record_bytes"])
+    rebuilt = layout_frame(
+        spec_id, g["metric"].encode(), g["day"], size, len(g["values"]), g["batch_id"], g["record_bytes"]
+    )
     assert rebuilt.hex() == g["hex"]
     legacy_id = hashlib.sha256(g["legacy_canonical"].encode()).hexdigest()[:16]
-    legacy = layout_frame(legacy_id, g["metric"].encode(), g["day"], size, len(g["values"]), g["batch_id"],
-                          g["record_bytes"])
+    legacy = layout_frame(
+        legacy_id, g["metric"].encode(), g["day"], size, len(g["values"]), g["batch_id"], g["record_bytes"]
+    )
     assert legacy.hex() == g["legacy_hex"]
     assert HEADER_SIZE == 44
 
@@ -503,7 +506,9 @@ _json_values = st.recursive(
 @PROPERTY
 @given(
     base=st.fixed_dictionaries({}, optional={k: st.just(v) for k, v in _golden_json().items()}),
-    extra=st.dictionaries(st.sampled_from(["version", "metric", "spec_id", "day", "batch_id", "records"]), _json_values),
+    extra=st.dictionaries(
+        st.sampled_from(["version", "metric", "spec_id", "day", "batch_id", "records"]), _json_values
+    ),
 )
 def test_random_json_only_frame_exceptions(base: dict[str, Any], extra: dict[str, Any]) -> None:
     obj = {**base, **extra}
@@ -522,7 +527,22 @@ def test_random_json_text_only_frame_exceptions(text: str) -> None:
 
 
 # -- spec validation and domains ----------------------------------------------------------
-BAD_EPSILONS = [0, 0.0, -1.0, -1e-9, math.nan, math.inf, -math.inf, MAX_EPSILON * 1.0001, 1e9, True, False, "1.0", None, 1j]
+BAD_EPSILONS = [
+    0,
+    0.0,
+    -1.0,
+    -1e-9,
+    math.nan,
+    math.inf,
+    -math.inf,
+    MAX_EPSILON * 1.0001,
+    1e9,
+    True,
+    False,
+    "1.0",
+    None,
+    1j,
+]
 BAD_DOMAINS = [1, 0, -4, 16.0, "16", True, None, 2**31 + 1]
 
 

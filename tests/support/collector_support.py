@@ -17,8 +17,15 @@ from client_sdk.metrics import MetricSet, load_metrics, utc_day
 from client_sdk.wire import ReportBatch
 from pipeline.transport import Consumer, RecordPosition, TopicError, Transport, TransportError
 
-__all__ = ["TODAY", "write_metrics", "olh_batch", "ServerThread", "MemoryTransport", "FailingTransport",
-           "BlockingTransport"]
+__all__ = [
+    "TODAY",
+    "write_metrics",
+    "olh_batch",
+    "ServerThread",
+    "MemoryTransport",
+    "FailingTransport",
+    "BlockingTransport",
+]
 
 TODAY = utc_day(time.time())
 
@@ -29,25 +36,45 @@ def write_metrics(path: Path, *, expired_on: str = "2020-01-01", emoji_reports_p
     doc = {
         "format": "ldp-metrics/1",
         "metrics": {
-            "emoji_used": {"description": "emoji", "owner": "a@example.org", "expires": "2099-12-31",
-                           "mechanism": {"mechanism": "olh", "epsilon": 1.0},
-                           "domain": {"kind": "hashed", "size": 1024, "seed": 0},
-                           "max_reports_per_day": emoji_reports_per_day},
-            "settings_tab": {"description": "tab", "owner": "b@example.org", "expires": "2099-12-31",
-                             "mechanism": {"mechanism": "grr", "epsilon": 2.0},
-                             "domain": {"kind": "dictionary", "values": ["a", "b", "c", "d"]},
-                             "max_reports_per_day": 1},
-            "old_metric": {"description": "gone", "owner": "c@example.org", "expires": expired_on,
-                           "mechanism": {"mechanism": "rr", "epsilon": 0.5},
-                           "domain": {"kind": "dictionary", "values": ["off", "on"]}, "max_reports_per_day": 1},
+            "emoji_used": {
+                "description": "emoji",
+                "owner": "a@example.org",
+                "expires": "2099-12-31",
+                "mechanism": {"mechanism": "olh", "epsilon": 1.0},
+                "domain": {"kind": "hashed", "size": 1024, "seed": 0},
+                "max_reports_per_day": emoji_reports_per_day,
+            },
+            "settings_tab": {
+                "description": "tab",
+                "owner": "b@example.org",
+                "expires": "2099-12-31",
+                "mechanism": {"mechanism": "grr", "epsilon": 2.0},
+                "domain": {"kind": "dictionary", "values": ["a", "b", "c", "d"]},
+                "max_reports_per_day": 1,
+            },
+            "old_metric": {
+                "description": "gone",
+                "owner": "c@example.org",
+                "expires": expired_on,
+                "mechanism": {"mechanism": "rr", "epsilon": 0.5},
+                "domain": {"kind": "dictionary", "values": ["off", "on"]},
+                "max_reports_per_day": 1,
+            },
         },
     }
     path.write_text(json.dumps(doc))
     return load_metrics(path, reject_expired=False)
 
 
-def olh_batch(metrics: MetricSet, n: int, *, first_seed: int = 0, day: int = TODAY, metric: str = "emoji_used",
-              batch_id: bytes | None = None) -> ReportBatch:
+def olh_batch(
+    metrics: MetricSet,
+    n: int,
+    *,
+    first_seed: int = 0,
+    day: int = TODAY,
+    metric: str = "emoji_used",
+    batch_id: bytes | None = None,
+) -> ReportBatch:
     """A batch of ``n`` reports whose OLH seeds ``first_seed .. first_seed+n-1`` identify each report."""
     spec = metrics[metric].spec
     rec = np.zeros(n, dtype=spec.record_dtype)
@@ -69,7 +96,7 @@ class ServerThread:
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True)
 
-    def __enter__(self) -> "ServerThread":
+    def __enter__(self) -> ServerThread:
         self.thread.start()
         end = time.monotonic() + 30
         while not self.server.started:
@@ -108,8 +135,9 @@ class MemoryTransport(Transport):
             self.records.extend((topic, k, bytes(v)) for k, v in items)
         return [RecordPosition(topic, 0, start + i) for i in range(len(items))]
 
-    def consume(self, topics: str | Sequence[str], group: str, *, member: str | None = None,
-                session_timeout: float = 10.0) -> Consumer:
+    def consume(
+        self, topics: str | Sequence[str], group: str, *, member: str | None = None, session_timeout: float = 10.0
+    ) -> Consumer:
         raise NotImplementedError("MemoryTransport only publishes")
 
     def close(self) -> None:
@@ -143,8 +171,9 @@ class FailingTransport(Transport):
             raise TransportError("the broker did not acknowledge (test)")
         return self.inner.publish_many(topic, items)
 
-    def consume(self, topics: str | Sequence[str], group: str, *, member: str | None = None,
-                session_timeout: float = 10.0) -> Consumer:
+    def consume(
+        self, topics: str | Sequence[str], group: str, *, member: str | None = None, session_timeout: float = 10.0
+    ) -> Consumer:
         return self.inner.consume(topics, group, member=member, session_timeout=session_timeout)
 
     def close(self) -> None:

@@ -29,8 +29,20 @@ from estimator.fl.job import AggregationJob, FLTaskSpec, JobSettings
 from estimator.fl.rounds import FederatedClient, run_rounds
 from tests.support.collector_support import ServerThread, write_metrics
 
-__all__ = ["Topics", "make_data", "task_spec", "reference_run", "devices_for", "collector", "drive",
-           "JobThread", "JobProcess", "DEVICE_SEED", "final_params", "drive_rounds"]
+__all__ = [
+    "Topics",
+    "make_data",
+    "task_spec",
+    "reference_run",
+    "devices_for",
+    "collector",
+    "drive",
+    "JobThread",
+    "JobProcess",
+    "DEVICE_SEED",
+    "final_params",
+    "drive_rounds",
+]
 
 ROOT = Path(__file__).resolve().parents[2]
 DEVICE_SEED = 12345
@@ -46,12 +58,14 @@ class Topics:
     group: str
 
     @classmethod
-    def fresh(cls) -> "Topics":
+    def fresh(cls) -> Topics:
         run = uuid.uuid4().hex[:10]
         return cls(f"ldp.fl.rounds.{run}", f"ldp.fl.updates.{run}", f"ldp.fl.state.{run}", f"ldp-fl-{run}")
 
 
-def make_data(n_clients: int, n_features: int = 4, per_client: int = 24, seed: int = 7) -> list[tuple[np.ndarray, np.ndarray]]:
+def make_data(
+    n_clients: int, n_features: int = 4, per_client: int = 24, seed: int = 7
+) -> list[tuple[np.ndarray, np.ndarray]]:
     """Linearly separable-ish binary data, each client's features shifted differently."""
     rng = np.random.default_rng(seed)
     w = rng.normal(size=n_features)
@@ -64,12 +78,20 @@ def make_data(n_clients: int, n_features: int = 4, per_client: int = 24, seed: i
 
 
 def task_spec(name: str, n_clients: int, **kw: Any) -> FLTaskSpec:
-    base: dict[str, Any] = dict(task=name, model={"kind": "logistic", "n_features": 4, "l2": 0.0},
-                                clients=[f"dev-{i}" for i in range(n_clients)], rounds=3,
-                                sampling={"kind": "fixed", "count": 4},
-                                training={"epochs": 1, "batch_size": 8, "learning_rate": 0.5},
-                                clip_norm=0.5, noise_multiplier=0.8, delta=1e-5, seed=2024,
-                                round_timeout=60.0, phase_timeout=30.0)
+    base: dict[str, Any] = dict(
+        task=name,
+        model={"kind": "logistic", "n_features": 4, "l2": 0.0},
+        clients=[f"dev-{i}" for i in range(n_clients)],
+        rounds=3,
+        sampling={"kind": "fixed", "count": 4},
+        training={"epochs": 1, "batch_size": 8, "learning_rate": 0.5},
+        clip_norm=0.5,
+        noise_multiplier=0.8,
+        delta=1e-5,
+        seed=2024,
+        round_timeout=60.0,
+        phase_timeout=30.0,
+    )
     base.update(kw)
     return FLTaskSpec(**base)
 
@@ -78,8 +100,9 @@ def device_rng(index: int, r: int) -> np.random.Generator:
     return np.random.default_rng([DEVICE_SEED, r, index])
 
 
-def reference_run(spec: FLTaskSpec, data: Sequence[tuple[np.ndarray, np.ndarray]],
-                  tamper: Any = None, aggregator: Any = None) -> tuple[np.ndarray, list[Any]]:
+def reference_run(
+    spec: FLTaskSpec, data: Sequence[tuple[np.ndarray, np.ndarray]], tamper: Any = None, aggregator: Any = None
+) -> tuple[np.ndarray, list[Any]]:
     """The same task with :func:`run_rounds` in one process: the job's seed for sampling and noise, each
     device's own generator for training, and the device's float32 clipping (to ``spec.device_clip_norm``)
     applied to the uploads; then ``tamper(round, updates)`` if given (what malicious devices send).
@@ -91,23 +114,47 @@ def reference_run(spec: FLTaskSpec, data: Sequence[tuple[np.ndarray, np.ndarray]
 
     def device_clip(r: int, ups: list[ClientUpdate]) -> list[ClientUpdate]:
         if clip is not None:
-            ups = [ClientUpdate(u.client_id, u.round, np.asarray(clip_to_norm(u.delta, clip)[0], np.float32),
-                                u.num_examples) for u in ups]
+            ups = [
+                ClientUpdate(
+                    u.client_id, u.round, np.asarray(clip_to_norm(u.delta, clip)[0], np.float32), u.num_examples
+                )
+                for u in ups
+            ]
         return ups if tamper is None else tamper(r, ups)
 
     agg = aggregator if aggregator is not None else spec.build_aggregator(acc)
-    return run_rounds(spec.build_model(), spec.build_strategy(), agg, clients,
-                      spec.build_sampling(), spec.rounds, np.random.default_rng(spec.seed), tamper=device_clip,
-                      client_rng=lambda r, c: device_rng(index[c], r))
+    return run_rounds(
+        spec.build_model(),
+        spec.build_strategy(),
+        agg,
+        clients,
+        spec.build_sampling(),
+        spec.rounds,
+        np.random.default_rng(spec.seed),
+        tamper=device_clip,
+        client_rng=lambda r, c: device_rng(index[c], r),
+    )
 
 
-def devices_for(url: str, spec: FLTaskSpec, data: Sequence[tuple[np.ndarray, np.ndarray]],
-                drop_at: dict[str, str] | None = None) -> list[FLDevice]:
+def devices_for(
+    url: str, spec: FLTaskSpec, data: Sequence[tuple[np.ndarray, np.ndarray]], drop_at: dict[str, str] | None = None
+) -> list[FLDevice]:
     drop_at = drop_at or {}
-    return [FLDevice(url, spec.task, c, X, y, rng_for_round=lambda r, i=i: device_rng(i, r),
-                     random_bytes=np.random.default_rng([DEVICE_SEED, 99, i]).bytes, timeout=15.0, backoff=0.05,
-                     drop_at=drop_at.get(c))
-            for i, (c, (X, y)) in enumerate(zip(spec.clients, data))]
+    return [
+        FLDevice(
+            url,
+            spec.task,
+            c,
+            X,
+            y,
+            rng_for_round=lambda r, i=i: device_rng(i, r),
+            random_bytes=np.random.default_rng([DEVICE_SEED, 99, i]).bytes,
+            timeout=15.0,
+            backoff=0.05,
+            drop_at=drop_at.get(c),
+        )
+        for i, (c, (X, y)) in enumerate(zip(spec.clients, data))
+    ]
 
 
 @contextlib.contextmanager
@@ -115,10 +162,15 @@ def collector(tmp: Path, transport_url: str, topics: Topics) -> Iterator[ServerT
     """A real collector (uvicorn in a thread) with the FL routes on ``transport_url``."""
     metrics = tmp / "metrics.json"
     write_metrics(metrics)
-    settings = CollectorSettings(metrics_path=str(metrics), transport_url=transport_url,
-                                 dedup_path=str(tmp / f"ids-{uuid.uuid4().hex[:6]}.sqlite3"), fl_enabled=True,
-                                 fl_rounds_topic=topics.rounds, fl_updates_topic=topics.updates,
-                                 raw_topic=f"ldp.reports.raw.{topics.group}")
+    settings = CollectorSettings(
+        metrics_path=str(metrics),
+        transport_url=transport_url,
+        dedup_path=str(tmp / f"ids-{uuid.uuid4().hex[:6]}.sqlite3"),
+        fl_enabled=True,
+        fl_rounds_topic=topics.rounds,
+        fl_updates_topic=topics.updates,
+        raw_topic=f"ldp.reports.raw.{topics.group}",
+    )
     with ServerThread(create_app(settings)) as srv:
         yield srv
 
@@ -154,9 +206,18 @@ class JobThread:
     """The aggregation job in a thread of the test process."""
 
     def __init__(self, transport: Any, spec: FLTaskSpec, topics: Topics, **kw: Any) -> None:
-        self.job = AggregationJob(transport, spec, JobSettings(
-            group=topics.group, rounds_topic=topics.rounds, updates_topic=topics.updates, state_topic=topics.state,
-            session_timeout=kw.pop("session_timeout", 6.0), **kw))
+        self.job = AggregationJob(
+            transport,
+            spec,
+            JobSettings(
+                group=topics.group,
+                rounds_topic=topics.rounds,
+                updates_topic=topics.updates,
+                state_topic=topics.state,
+                session_timeout=kw.pop("session_timeout", 6.0),
+                **kw,
+            ),
+        )
         self.stop = threading.Event()
         self.result: dict[str, Any] | None = None
         self.error: BaseException | None = None
@@ -170,7 +231,7 @@ class JobThread:
         finally:
             self.job.close()
 
-    def __enter__(self) -> "JobThread":
+    def __enter__(self) -> JobThread:
         self.job.open()
         self.thread.start()
         return self
@@ -188,25 +249,54 @@ class JobThread:
 class JobProcess:
     """``ldp fl job`` as a subprocess (for SIGKILL), its status in a file."""
 
-    def __init__(self, tmp: Path, transport_url: str, spec: FLTaskSpec, topics: Topics,
-                 checkpoint_interval: float = 0.2, extra_args: Sequence[str] = ()) -> None:
+    def __init__(
+        self,
+        tmp: Path,
+        transport_url: str,
+        spec: FLTaskSpec,
+        topics: Topics,
+        checkpoint_interval: float = 0.2,
+        extra_args: Sequence[str] = (),
+    ) -> None:
         self.task_file = tmp / "task.json"
         self.task_file.write_text(json.dumps(spec.to_dict()))
         self.status_file = tmp / "job-status.json"
         self.log = tmp / "job.log"
-        self.argv = [sys.executable, "-m", "ldp_cli.main", "fl", "job", "--task", str(self.task_file),
-                     "--transport", transport_url, "--group", topics.group, "--rounds-topic", topics.rounds,
-                     "--updates-topic", topics.updates, "--state-topic", topics.state,
-                     "--status-file", str(self.status_file), "--checkpoint-interval", str(checkpoint_interval),
-                     "--session-timeout", "4", *extra_args]
+        self.argv = [
+            sys.executable,
+            "-m",
+            "ldp_cli.main",
+            "fl",
+            "job",
+            "--task",
+            str(self.task_file),
+            "--transport",
+            transport_url,
+            "--group",
+            topics.group,
+            "--rounds-topic",
+            topics.rounds,
+            "--updates-topic",
+            topics.updates,
+            "--state-topic",
+            topics.state,
+            "--status-file",
+            str(self.status_file),
+            "--checkpoint-interval",
+            str(checkpoint_interval),
+            "--session-timeout",
+            "4",
+            *extra_args,
+        ]
         self.proc: subprocess.Popen[bytes] | None = None
         self.kills = 0
 
     def start(self, timeout: float = 90.0) -> None:
         with open(self.log, "ab") as f:
             start = f.tell()
-            self.proc = subprocess.Popen(self.argv, cwd=ROOT, stdout=f, stderr=subprocess.STDOUT,
-                                         env=dict(os.environ, PYTHONUNBUFFERED="1"))
+            self.proc = subprocess.Popen(
+                self.argv, cwd=ROOT, stdout=f, stderr=subprocess.STDOUT, env=dict(os.environ, PYTHONUNBUFFERED="1")
+            )
         end = time.monotonic() + timeout
         while b"ldp fl job: running" not in self.log.read_bytes()[start:]:
             if self.proc.poll() is not None:
@@ -263,9 +353,13 @@ def final_params(status: dict[str, Any]) -> np.ndarray:
     return np.frombuffer(base64.b64decode(status["params"]), "<f4").astype(np.float32)
 
 
-def drive_rounds(job: JobProcess, devices: Sequence[FLDevice], rounds: int,
-                 before: Callable[[int, int], None] | None = None,
-                 after: Callable[[int, int], None] | None = None) -> None:
+def drive_rounds(
+    job: JobProcess,
+    devices: Sequence[FLDevice],
+    rounds: int,
+    before: Callable[[int, int], None] | None = None,
+    after: Callable[[int, int], None] | None = None,
+) -> None:
     """Play ``rounds`` plain rounds against a job process step by step: wait for round r, let each sampled
     device upload in turn, calling ``before(r, i)`` / ``after(r, i)`` around the i-th upload (where tests
     kill and restart the job)."""

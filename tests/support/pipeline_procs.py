@@ -53,8 +53,14 @@ class Service:
         with open(self.log, "ab") as f:
             f.write(f"\n==== start {self.name} {time.strftime('%H:%M:%S')}\n".encode())
             self._log_pos = f.tell()
-            self.proc = subprocess.Popen([sys.executable, "-m", "ldp_cli.main", *self.argv], cwd=ROOT, env=env,
-                                         stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "ldp_cli.main", *self.argv],
+                cwd=ROOT,
+                env=env,
+                stdout=f,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+            )
         self.starts += 1
         self.wait_ready(timeout)
 
@@ -106,38 +112,134 @@ class Service:
 class PipelineProcs:
     """Collector, shuffler, estimator and sink subprocesses on ``transport_url``."""
 
-    def __init__(self, workdir: Path, transport_url: str, metrics_path: Path, *, min_batch: int,
-                 partitions: int = 3, session_timeout: float = 3.0) -> None:
+    def __init__(
+        self,
+        workdir: Path,
+        transport_url: str,
+        metrics_path: Path,
+        *,
+        min_batch: int,
+        partitions: int = 3,
+        session_timeout: float = 3.0,
+    ) -> None:
         run = uuid.uuid4().hex[:8]
         self.workdir = workdir
-        self.raw, self.shuffled, self.state = (f"ldp.reports.raw.{run}", f"ldp.reports.shuffled.{run}",
-                                               f"ldp.shuffler.state.{run}")
+        self.raw, self.shuffled, self.state = (
+            f"ldp.reports.raw.{run}",
+            f"ldp.reports.shuffled.{run}",
+            f"ldp.shuffler.state.{run}",
+        )
         self.dataset = workdir / "dataset"
         cport, eport = free_port(), free_port()
         self.collector_url = f"http://127.0.0.1:{cport}"
         self.estimator_url = f"http://127.0.0.1:{eport}"
         t, m, st = transport_url, str(metrics_path), str(session_timeout)
         self.services = {
-            "collector": Service("collector", [
-                "collector", "--transport", t, "--metrics", m, "--port", str(cport), "--raw-topic", self.raw,
-                "--raw-partitions", str(partitions), "--dedup", str(workdir / "collector-ids.sqlite3")],
-                workdir / "collector.log", "listening on", self.collector_url),
-            "shuffler": Service("shuffler", [
-                "shuffler", "--transport", t, "--metrics", m, "--min-batch", str(min_batch), "--raw-topic", self.raw,
-                "--shuffled-topic", self.shuffled, "--state-topic", self.state, "--partitions", str(partitions),
-                "--group", f"shuffler-{run}", "--member", "shuffler-0", "--checkpoint-interval", "0.3",
-                "--session-timeout", st, "--no-guarantee"],
-                workdir / "shuffler.log", "ldp shuffler: running"),
-            "estimator": Service("estimator", [
-                "estimator", "--transport", t, "--metrics", m, "--state", str(workdir / "estimator-state"),
-                "--port", str(eport), "--topic", self.shuffled, "--group", f"estimator-{run}",
-                "--partitions", str(partitions), "--checkpoint-seconds", "0.3", "--session-timeout", st],
-                workdir / "estimator.log", "listening on", self.estimator_url),
-            "sink": Service("sink", [
-                "sink", "--transport", t, "--metrics", m, "--dataset", str(self.dataset), "--topic", self.shuffled,
-                "--group", f"sink-{run}", "--member", "sink-0", "--partitions", str(partitions),
-                "--flush-seconds", "0.3", "--session-timeout", st],
-                workdir / "sink.log", "ldp sink: writing"),
+            "collector": Service(
+                "collector",
+                [
+                    "collector",
+                    "--transport",
+                    t,
+                    "--metrics",
+                    m,
+                    "--port",
+                    str(cport),
+                    "--raw-topic",
+                    self.raw,
+                    "--raw-partitions",
+                    str(partitions),
+                    "--dedup",
+                    str(workdir / "collector-ids.sqlite3"),
+                ],
+                workdir / "collector.log",
+                "listening on",
+                self.collector_url,
+            ),
+            "shuffler": Service(
+                "shuffler",
+                [
+                    "shuffler",
+                    "--transport",
+                    t,
+                    "--metrics",
+                    m,
+                    "--min-batch",
+                    str(min_batch),
+                    "--raw-topic",
+                    self.raw,
+                    "--shuffled-topic",
+                    self.shuffled,
+                    "--state-topic",
+                    self.state,
+                    "--partitions",
+                    str(partitions),
+                    "--group",
+                    f"shuffler-{run}",
+                    "--member",
+                    "shuffler-0",
+                    "--checkpoint-interval",
+                    "0.3",
+                    "--session-timeout",
+                    st,
+                    "--no-guarantee",
+                ],
+                workdir / "shuffler.log",
+                "ldp shuffler: running",
+            ),
+            "estimator": Service(
+                "estimator",
+                [
+                    "estimator",
+                    "--transport",
+                    t,
+                    "--metrics",
+                    m,
+                    "--state",
+                    str(workdir / "estimator-state"),
+                    "--port",
+                    str(eport),
+                    "--topic",
+                    self.shuffled,
+                    "--group",
+                    f"estimator-{run}",
+                    "--partitions",
+                    str(partitions),
+                    "--checkpoint-seconds",
+                    "0.3",
+                    "--session-timeout",
+                    st,
+                ],
+                workdir / "estimator.log",
+                "listening on",
+                self.estimator_url,
+            ),
+            "sink": Service(
+                "sink",
+                [
+                    "sink",
+                    "--transport",
+                    t,
+                    "--metrics",
+                    m,
+                    "--dataset",
+                    str(self.dataset),
+                    "--topic",
+                    self.shuffled,
+                    "--group",
+                    f"sink-{run}",
+                    "--member",
+                    "sink-0",
+                    "--partitions",
+                    str(partitions),
+                    "--flush-seconds",
+                    "0.3",
+                    "--session-timeout",
+                    st,
+                ],
+                workdir / "sink.log",
+                "ldp sink: writing",
+            ),
         }
 
     def __getitem__(self, name: str) -> Service:
@@ -197,8 +299,10 @@ class PipelineProcs:
             if any(got.get(m, 0) > n for m, n in expected.items()):
                 raise AssertionError(f"the estimator counted more than was uploaded: {got} > {expected}")
             if time.monotonic() > deadline:
-                raise AssertionError(f"after {timeout:g} s the estimator counted {got}, expected {expected}\n"
-                                     + "\n".join(f"--- {n}\n{s.tail(15)}" for n, s in self.services.items()))
+                raise AssertionError(
+                    f"after {timeout:g} s the estimator counted {got}, expected {expected}\n"
+                    + "\n".join(f"--- {n}\n{s.tail(15)}" for n, s in self.services.items())
+                )
             self.check_alive()
             time.sleep(0.2)
 
@@ -232,7 +336,7 @@ class PacedUpload:
         self._cond = threading.Condition()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
-    def start(self) -> "PacedUpload":
+    def start(self) -> PacedUpload:
         self._thread.start()
         return self
 
@@ -256,8 +360,11 @@ class PacedUpload:
                     body = encode_frame(b)
                     while True:
                         try:
-                            r = http.post("/v1/reports", content=body, headers={
-                                "Content-Type": FRAME_CONTENT_TYPE, "Idempotency-Key": b.batch_id.hex()})
+                            r = http.post(
+                                "/v1/reports",
+                                content=body,
+                                headers={"Content-Type": FRAME_CONTENT_TYPE, "Idempotency-Key": b.batch_id.hex()},
+                            )
                         except httpx.TransportError:
                             self.retries += 1
                             time.sleep(0.2)

@@ -96,8 +96,9 @@ class RealCollectorProcess:
     answer counts come from the collector's ``GET /metrics``.
     """
 
-    def __init__(self, directory: pathlib.Path, *, metrics: str | os.PathLike[str] | dict[str, Any],
-                 **options: Any) -> None:
+    def __init__(
+        self, directory: pathlib.Path, *, metrics: str | os.PathLike[str] | dict[str, Any], **options: Any
+    ) -> None:
         self.directory = pathlib.Path(directory).resolve()
         self.directory.mkdir(parents=True, exist_ok=True)
         if isinstance(metrics, dict):
@@ -107,9 +108,22 @@ class RealCollectorProcess:
         self.metrics_path = pathlib.Path(metrics).resolve()
         self._specs = {m.spec.spec_id: m.spec for m in load_metrics(self.metrics_path, reject_expired=False).values()}
         self.transport_path = self.directory / "transport.sqlite3"
-        args = [sys.executable, "-m", "ldp_cli.main", "collector",
-                "--transport", f"sqlite:///{self.transport_path}", "--metrics", str(self.metrics_path),
-                "--dedup", str(self.directory / "batch-ids.sqlite3"), "--host", "127.0.0.1", "--port", "0"]
+        args = [
+            sys.executable,
+            "-m",
+            "ldp_cli.main",
+            "collector",
+            "--transport",
+            f"sqlite:///{self.transport_path}",
+            "--metrics",
+            str(self.metrics_path),
+            "--dedup",
+            str(self.directory / "batch-ids.sqlite3"),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            "0",
+        ]
         for key, val in options.items():
             args += ["--" + key.replace("_", "-"), str(val)]
         env = dict(os.environ, PYTHONPATH=str(ROOT))
@@ -117,7 +131,9 @@ class RealCollectorProcess:
             if name.startswith("LDP_COLLECTOR_") or name in ("LDP_TRANSPORT", "LDP_METRICS"):
                 del env[name]
         self._log = open(self.directory / "collector.log", "w+")
-        self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=self._log, text=True, env=env, cwd=self.directory)
+        self.proc = subprocess.Popen(
+            args, stdout=subprocess.PIPE, stderr=self._log, text=True, env=env, cwd=self.directory
+        )
         line = self.proc.stdout.readline() if self.proc.stdout else ""
         found = re.search(r"listening on (http://127\.0\.0\.1:\d+)", line)
         if not found:
@@ -167,7 +183,9 @@ class RealCollectorProcess:
             batch_id = read_header(value).batch_id
             if batch_id in by_id:
                 a, b = decode_frame(by_id[batch_id], self._specs), decode_frame(value, self._specs)
-                if (a.metric, a.spec_id, a.day) != (b.metric, b.spec_id, b.day) or not np.array_equal(a.records, b.records):
+                if (a.metric, a.spec_id, a.day) != (b.metric, b.spec_id, b.day) or not np.array_equal(
+                    a.records, b.records
+                ):
                     raise AssertionError(f"batch id {batch_id.hex()} reached the transport with different contents")
             else:
                 by_id[batch_id] = value

@@ -64,8 +64,9 @@ def main() -> None:
         if args.slow and i % 4 == 0:
             time.sleep(0.002)
     ok = client.flush(120.0)
-    print("FLUSHED " + json.dumps({"ok": ok, "pending": client.pending_reports(), "errors": client.errors()}),
-          flush=True)
+    print(
+        "FLUSHED " + json.dumps({"ok": ok, "pending": client.pending_reports(), "errors": client.errors()}), flush=True
+    )
     client.close()
 
 

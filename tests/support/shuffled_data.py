@@ -14,11 +14,11 @@ import numpy as np
 from client_sdk.mechanisms import make_spec
 from client_sdk.mechanisms.base import MechanismSpec
 from client_sdk.wire import ReportBatch
+from estimator.oracles import accumulator_for
+from estimator.oracles.base import Accumulator
 from pipeline.envelope import ShuffleMeta, encode_envelope
 from pipeline.topics import metric_day_key
 from pipeline.transport import RecordPosition, Transport
-from estimator.oracles import accumulator_for
-from estimator.oracles.base import Accumulator
 
 __all__ = ["default_specs", "make_batches", "envelope_of", "publish", "offline", "records_of"]
 
@@ -32,8 +32,14 @@ def default_specs() -> dict[str, MechanismSpec]:
     }
 
 
-def make_batches(specs: Mapping[str, MechanismSpec], days: Sequence[int], count: int, rng: np.random.Generator,
-                 *, size: tuple[int, int] = (50, 400)) -> list[ReportBatch]:
+def make_batches(
+    specs: Mapping[str, MechanismSpec],
+    days: Sequence[int],
+    count: int,
+    rng: np.random.Generator,
+    *,
+    size: tuple[int, int] = (50, 400),
+) -> list[ReportBatch]:
     """``count`` batches cycling through metrics and days, of random sizes in ``size``."""
     names = sorted(specs)
     out = []
@@ -48,8 +54,15 @@ def make_batches(specs: Mapping[str, MechanismSpec], days: Sequence[int], count:
 
 
 def envelope_of(batch: ReportBatch, central: float | None = 0.25) -> bytes:
-    meta = ShuffleMeta(batch.batch_id.hex(), len(batch), batch.spec.epsilon, central,
-                       None if central is None else 1e-6, "test" if central is not None else None, 3)
+    meta = ShuffleMeta(
+        batch.batch_id.hex(),
+        len(batch),
+        batch.spec.epsilon,
+        central,
+        None if central is None else 1e-6,
+        "test" if central is not None else None,
+        3,
+    )
     return encode_envelope(meta, batch)
 
 

@@ -24,7 +24,7 @@ def spec_cases() -> list[Any]:
     for name in NAMES:
         try:
             specs = profile(name).specs()
-        except Exception as exc:  # reported when the case runs
+        except Exception:  # reported when the case runs
             cases.append(pytest.param(name, -1, id=f"{name}-unavailable"))
             continue
         for i, spec in enumerate(specs):

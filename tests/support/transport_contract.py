@@ -90,8 +90,13 @@ class _Member(threading.Thread):
             self.error = exc
 
 
-def run_group(consumers: Sequence[Consumer], done: Callable[[list[_Member]], bool],
-              timeout: float = DEADLINE, *, between: Callable[[], object] | None = None) -> list[_Member]:
+def run_group(
+    consumers: Sequence[Consumer],
+    done: Callable[[list[_Member]], bool],
+    timeout: float = DEADLINE,
+    *,
+    between: Callable[[], object] | None = None,
+) -> list[_Member]:
     """Poll every consumer in its own thread until ``done(members)``; fail after ``timeout`` s.
 
     ``between()``, if given, runs once the group settled (every member owns partitions).
@@ -116,8 +121,10 @@ def run_group(consumers: Sequence[Consumer], done: Callable[[list[_Member]], boo
                 elif settled and done(members):
                     return members
             if time.monotonic() > end:
-                pytest.fail(f"the group did not finish in {timeout} s: assignments {[sorted(m.assigned) for m in members]}, "
-                            f"records {[len(m.records) for m in members]}")
+                pytest.fail(
+                    f"the group did not finish in {timeout} s: assignments {[sorted(m.assigned) for m in members]}, "
+                    f"records {[len(m.records) for m in members]}"
+                )
             time.sleep(0.05)
     finally:
         for m in members:
@@ -126,8 +133,13 @@ def run_group(consumers: Sequence[Consumer], done: Callable[[list[_Member]], boo
             m.join(timeout=120)
 
 
-def transform(consumer: Consumer, fn: Callable[[Record], list[tuple[str, bytes | None, bytes]]], *,
-              max_records: int, idle_timeout: float) -> int:
+def transform(
+    consumer: Consumer,
+    fn: Callable[[Record], list[tuple[str, bytes | None, bytes]]],
+    *,
+    max_records: int,
+    idle_timeout: float,
+) -> int:
     """Run ``fn`` over the records until idle for ``idle_timeout`` s, each polled chunk one transaction (its
     ``(topic, key, value)`` outputs and its input offsets commit together); return the records done."""
     done = 0
@@ -153,16 +165,22 @@ class _Child:
         self.ready = tmp / f"ready-{uuid.uuid4().hex}"
         self.err = tmp / f"stderr-{uuid.uuid4().hex}"
         self._errf = open(self.err, "wb")
-        self.proc = subprocess.Popen([sys.executable, "-m", "tests.support.transport_contract", str(self.ready), *args],
-                                     cwd=ROOT, stdout=subprocess.DEVNULL, stderr=self._errf)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "tests.support.transport_contract", str(self.ready), *args],
+            cwd=ROOT,
+            stdout=subprocess.DEVNULL,
+            stderr=self._errf,
+        )
 
     def wait_ready(self, timeout: float = 60.0) -> None:
         end = time.monotonic() + timeout
         while not self.ready.exists():
             if self.proc.poll() is not None or time.monotonic() > end:
                 self.kill()
-                pytest.fail(f"worker exited ({self.proc.returncode}) or timed out before it was ready:\n"
-                            f"{self.err.read_text()[-3000:]}")
+                pytest.fail(
+                    f"worker exited ({self.proc.returncode}) or timed out before it was ready:\n"
+                    f"{self.err.read_text()[-3000:]}"
+                )
             time.sleep(0.05)
 
     def kill(self) -> None:
@@ -222,7 +240,7 @@ class TransportContract:
         sent = [(keys[(i * 7) % 12], f"{(i * 7) % 12}:{i}".encode()) for i in range(240)]
         positions = []
         for start in range(0, 240, 60):
-            positions += transport.publish_many(name, sent[start:start + 60])
+            positions += transport.publish_many(name, sent[start : start + 60])
         for (key, _), pos in zip(sent, positions):
             assert pos.partition == partition_for(key, 4)
         with transport.consume(name, unique("g"), session_timeout=SESSION) as c:
@@ -263,8 +281,10 @@ class TransportContract:
         b = transport.consume(name, group, member="b", session_timeout=SESSION)
         try:
             members = run_group(
-                [a, b], lambda ms: sum(len(m.records) for m in ms) >= 80,
-                between=lambda: transport.publish_many(name, [(f"k{i}".encode(), f"v{i}".encode()) for i in range(80)]))
+                [a, b],
+                lambda ms: sum(len(m.records) for m in ms) >= 80,
+                between=lambda: transport.publish_many(name, [(f"k{i}".encode(), f"v{i}".encode()) for i in range(80)]),
+            )
         finally:
             a.close()
             b.close()
@@ -306,7 +326,9 @@ class TransportContract:
             first = drain([c], 20)[0]
         with transport.consume(name, group, session_timeout=SESSION) as c:
             again = drain([c], 20)[0]
-        assert sorted((r.partition, r.offset, r.value) for r in again) == sorted((r.partition, r.offset, r.value) for r in first)
+        assert sorted((r.partition, r.offset, r.value) for r in again) == sorted(
+            (r.partition, r.offset, r.value) for r in first
+        )
 
     def test_redelivery_after_a_killed_consumer(self, transport: Transport, transport_url: str, tmp_path: Path) -> None:
         """A member SIGKILLed after committing 8 of 20 records: the group redelivers exactly offsets 8..19."""
@@ -352,7 +374,8 @@ class TransportContract:
 
     @pytest.mark.parametrize("via", ["commit", "transaction"])
     def test_the_first_commit_after_a_rebalance_that_rewound_uncommitted_records_fails_once(
-            self, transport: Transport, via: str) -> None:
+        self, transport: Transport, via: str
+    ) -> None:
         """a commits 10 records, receives 10 more without committing; b joins and takes half the partitions.
 
         a's next commit (plain or transactional) raises CommitFailedError and commits nothing; a then receives
@@ -372,8 +395,14 @@ class TransportContract:
             committed = {tp: a.committed(tp) for tp in tps}
             assert a.generation == 0
             b = transport.consume(name, group, member="b", session_timeout=SESSION)
-            run_group([a, b], lambda ms: all(m.assigned for m in ms) and ms[0].assigned.isdisjoint(ms[1].assigned)
-                      and len(ms[0].assigned | ms[1].assigned) == 4)
+            run_group(
+                [a, b],
+                lambda ms: (
+                    all(m.assigned for m in ms)
+                    and ms[0].assigned.isdisjoint(ms[1].assigned)
+                    and len(ms[0].assigned | ms[1].assigned) == 4
+                ),
+            )
             assert (a.generation, b.generation) == (1, 0)
             with pytest.raises(CommitFailedError):
                 if via == "commit":
@@ -414,8 +443,14 @@ class TransportContract:
             drain([a], 20)
             a.commit()
             b = transport.consume(name, group, member="b", session_timeout=SESSION)
-            run_group([a, b], lambda ms: all(m.assigned for m in ms) and ms[0].assigned.isdisjoint(ms[1].assigned)
-                      and len(ms[0].assigned | ms[1].assigned) == 4)
+            run_group(
+                [a, b],
+                lambda ms: (
+                    all(m.assigned for m in ms)
+                    and ms[0].assigned.isdisjoint(ms[1].assigned)
+                    and len(ms[0].assigned | ms[1].assigned) == 4
+                ),
+            )
             assert (a.generation, b.generation) == (0, 0)
             later = transport.publish_many(name, [(f"k{i}".encode(), f"v{i}".encode()) for i in range(20, 40)])
             got = drain([a, b], 20)
@@ -430,7 +465,9 @@ class TransportContract:
             ends = dict(sorted((p.partition, p.offset + 1) for p in later))
             for p, off in ends.items():
                 assert a.committed(TopicPartition(name, p)) == off
-            assert sorted((r.partition, r.offset) for g in got for r in g) == sorted((p.partition, p.offset) for p in later)
+            assert sorted((r.partition, r.offset) for g in got for r in g) == sorted(
+                (p.partition, p.offset) for p in later
+            )
         finally:
             a.close()
             if b is not None:
@@ -476,8 +513,9 @@ class TransportContract:
         out = read_exactly(transport, dst, 10)
         assert [r.value for r in out] == [b"done-v%d" % i for i in range(10)]
 
-    def test_no_duplicates_when_a_worker_dies_inside_a_transaction(self, transport: Transport, transport_url: str,
-                                                                   tmp_path: Path) -> None:
+    def test_no_duplicates_when_a_worker_dies_inside_a_transaction(
+        self, transport: Transport, transport_url: str, tmp_path: Path
+    ) -> None:
         """The worker commits 5 records' outputs, then is SIGKILLed with 5 more outputs sent but not committed.
 
         A restarted worker (same member name) finishes; the output holds each of the 20 inputs exactly once.
