@@ -29,7 +29,6 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Union
 
 from client_sdk.errors import BudgetError
 from client_sdk.metrics import utc_day
@@ -45,7 +44,7 @@ from client_sdk.store import Store
 
 __all__ = ["BudgetLedger", "SpendOutcome", "MetricBudget", "DayBudget", "Cost", "epsilon_of"]
 
-Cost = Union[float, PrivacyEvent]
+Cost = float | PrivacyEvent
 
 
 def epsilon_of(cost: Cost) -> float:

@@ -602,7 +602,7 @@ class Shuffler(StreamProcessor):
         specs: dict[str, MechanismSpec] = {}
         for header, payload in chunks:
             pos = 0
-            for i in range(header.ids):
+            for _ in range(header.ids):
                 part.ids[bytes(payload[pos : pos + 16])] = None
                 pos += 16
             for metric, spec_dict, day, count in header.pieces:

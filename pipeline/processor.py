@@ -154,7 +154,7 @@ class StreamProcessor(abc.ABC):
         for topic in self.topics:
             self.transport.ensure_topic(topic, self.partitions)
 
-    def on_join(self, consumer: Consumer) -> None:
+    def on_join(self, consumer: Consumer) -> None:  # noqa: B027 (an optional hook: a no-op by default)
         """Called once a new consumer has joined the group, before its first poll."""
 
     def decode(self, rec: Record) -> Any:
@@ -212,7 +212,7 @@ class StreamProcessor(abc.ABC):
         rejoin may call :meth:`rejoin` and return ``None``.
         """
 
-    def on_committed(self, offsets: Mapping[TopicPartition, int]) -> None:
+    def on_committed(self, offsets: Mapping[TopicPartition, int]) -> None:  # noqa: B027 (an optional hook: a no-op by default)
         """The checkpoint's offsets are committed: fold what it held into the committed state."""
 
     def on_commit_failed(self, exc: CommitFailedError) -> None:
@@ -226,7 +226,7 @@ class StreamProcessor(abc.ABC):
         self._count("commit_failures")
         self.rewind_all()
 
-    def on_poll(self, consumer: Consumer) -> None:
+    def on_poll(self, consumer: Consumer) -> None:  # noqa: B027 (an optional hook: a no-op by default)
         """Called after every poll, before its records are applied (e.g. to follow the assignment)."""
 
     def rewound(self, consumer: Consumer, records: Sequence[Record]) -> bool:

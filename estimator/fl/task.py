@@ -21,7 +21,7 @@ import copy
 import dataclasses
 import math
 from collections.abc import Mapping
-from typing import Any, ClassVar, Union
+from typing import Any, ClassVar
 
 from client_sdk.fl.client import LocalTraining
 from client_sdk.fl.errors import FLError
@@ -127,7 +127,7 @@ class FixedSamplingSpec:
         return {"kind": self.kind, "count": self.count}
 
 
-SamplingSpec = Union[PoissonSamplingSpec, FixedSamplingSpec]
+SamplingSpec = PoissonSamplingSpec | FixedSamplingSpec
 _SAMPLING_KINDS: dict[str, type] = {c.kind: c for c in (PoissonSamplingSpec, FixedSamplingSpec)}
 
 
@@ -309,7 +309,7 @@ class KrumSpec(_RobustSpec):
         return {**super().to_dict(), "multi": self.multi}
 
 
-AggregatorSpec = Union[FedAvgSpec, AdaptiveClippingSpec, MedianSpec, TrimmedMeanSpec, KrumSpec]
+AggregatorSpec = FedAvgSpec | AdaptiveClippingSpec | MedianSpec | TrimmedMeanSpec | KrumSpec
 _AGGREGATOR_KINDS: dict[str, type] = {
     c.kind: c for c in (FedAvgSpec, AdaptiveClippingSpec, MedianSpec, TrimmedMeanSpec, KrumSpec)
 }

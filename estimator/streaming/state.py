@@ -341,7 +341,7 @@ def merge_states(states: Sequence[EstimatorState]) -> Tally:
             starts.setdefault(t.tp, []).append((t.base, t.started_at, i, j))
     for tp, rs in ranges.items():
         rs.sort()
-        for (b1, e1, i1), (b2, e2, i2) in zip(rs, rs[1:]):
+        for (_, e1, i1), (b2, e2, i2) in zip(rs, rs[1:]):
             if b2 < e1:
                 raise StateError(
                     f"{tp.topic}[{tp.partition}]: instances {i1} and {i2} both counted offsets "

@@ -74,7 +74,7 @@ def test_range_estimate_equals_the_offline_estimator(dataset) -> None:  # type: 
     days = range(DAYS[0], DAYS[1] + 1)
     res = estimate_dataset(dataset["root"], "word", days, progress=False)
     acc = None
-    for key, a in offline([b for b in dataset["batches"] if b.metric == "word" and b.day in days]).items():
+    for a in offline([b for b in dataset["batches"] if b.metric == "word" and b.day in days]).values():
         acc = a if acc is None else acc.merge(a)
     assert acc is not None
     want = acc.estimate()

@@ -364,7 +364,7 @@ def drive_rounds(
     device upload in turn, calling ``before(r, i)`` / ``after(r, i)`` around the i-th upload (where tests
     kill and restart the job)."""
     for r in range(rounds):
-        job.wait_status(lambda st: st["round"] == r)
+        job.wait_status(lambda st, r=r: st["round"] == r)
         views: dict[str, Any] = {}
         while not views or any(v is None or v["round"] != r for v in views.values()):
             views = {d.client_id: d.fetch() for d in devices}
