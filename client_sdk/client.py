@@ -210,7 +210,9 @@ def _load_metric_set(metrics: Any) -> MetricSet:
         if text.lstrip().startswith("{"):
             return parse_metrics(text, reject_expired=False)
         return load_metrics(text, reject_expired=False)
-    if isinstance(metrics, (bytes, bytearray, Mapping)):
+    if isinstance(metrics, (bytes, bytearray)):
+        return parse_metrics(bytes(metrics), reject_expired=False)
+    if isinstance(metrics, Mapping):
         return parse_metrics(metrics, reject_expired=False)
     raise ClientConfigError(
         "metrics must be a MetricSet, a path to a metrics file, or a metrics document (JSON text or dict)"
@@ -327,10 +329,22 @@ class TelemetryClient:
             self._upload_thread = threading.Thread(target=self._uploader_loop, name="ldp-uploader", daemon=True)
             self._upload_thread.start()
         ref = weakref.ref(self)
-        self._atexit = lambda: (c := ref()) is not None and c._persist_at_exit()
+
+        def at_exit() -> None:
+            c = ref()
+            if c is not None:
+                c._persist_at_exit()
+
+        self._atexit = at_exit
         atexit.register(self._atexit)
         if hasattr(os, "register_at_fork"):  # a forked child has no SDK threads: it must not queue
-            os.register_at_fork(after_in_child=lambda: (c := ref()) is not None and c._forked())
+
+            def in_child() -> None:
+                c = ref()
+                if c is not None:
+                    c._forked()
+
+            os.register_at_fork(after_in_child=in_child)
 
     # ------------------------------------------------------------------ hot path
     def _count(self, name: str, n: int = 1) -> None:

@@ -364,7 +364,7 @@ def create_app(
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         own_transport = transport is None
-        tr = open_transport(settings.transport_url) if own_transport else transport
+        tr: Transport = open_transport(settings.transport_url) if transport is None else transport
         store = dedup if dedup is not None else BatchIdStore(settings.dedup_path, ttl=settings.dedup_ttl, clock=clock)
         ingestor = Ingestor(
             tr,

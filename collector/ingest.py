@@ -29,6 +29,7 @@ publish ends (``"duplicate"`` if it succeeded).
 from __future__ import annotations
 
 import concurrent.futures
+import functools
 import logging
 import threading
 import time
@@ -209,15 +210,13 @@ class Ingestor:
             if not self._queue:
                 return None
             n = min(len(self._queue), self.max_group)
-            group = []
+            group: list[Submission] = []
             for _ in range(n):
                 s = self._queue.popleft()
                 running = self._inflight.get(s.batch_id)
                 if running is not None and all(g is not running for g in group):
                     running.future.add_done_callback(
-                        lambda done, fut=s.future, same=running.digest == s.digest, b=s.batch_id: _follow(
-                            done, fut, same, b
-                        )
+                        functools.partial(_follow, fut=s.future, same=running.digest == s.digest, batch_id=s.batch_id)
                     )
                     continue
                 self._inflight.setdefault(s.batch_id, s)

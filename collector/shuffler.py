@@ -472,7 +472,9 @@ class Shuffler(StreamProcessor):
 
     # -- the loop -----------------------------------------------------------------------------
 
-    def run(self, stop: threading.Event | None = None, *, idle_exit: float | None = None) -> ShufflerStats:
+    def run(  # type: ignore[override]  # idle_exit, not the loop's idle_timeout: ldp shuffler's contract
+        self, stop: threading.Event | None = None, *, idle_exit: float | None = None
+    ) -> ShufflerStats:
         """Shuffle until ``stop`` is set (or, with ``idle_exit``, until no input came for that many seconds
         and nothing is waiting to be checkpointed); a final checkpoint is written before returning."""
         self.open()

@@ -123,7 +123,7 @@ def metrics_file(given: str | None, environ: Mapping[str, str] | None = None) ->
 
 
 # -- process set-up -----------------------------------------------------------------
-class _StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
+class _StderrHandler(logging.StreamHandler):
     """A handler that writes to whatever ``sys.stderr`` is when a record is emitted.
 
     ``logging.basicConfig(stream=sys.stderr)`` binds the stream of the moment;
@@ -131,7 +131,7 @@ class _StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
     writing to a stream that has since been closed or replaced.
     """
 
-    @property  # type: ignore[override]
+    @property
     def stream(self) -> Any:
         return sys.stderr
 

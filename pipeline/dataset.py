@@ -79,7 +79,7 @@ def records_to_table(records: np.ndarray, spec: MechanismSpec) -> pa.Table:
     n = int(records.size)
     arrays, names = [], []
     for name in dtype.names or ():
-        ftype = dtype.fields[name][0]
+        ftype = dtype.fields[name][0]  # type: ignore[index]  # a structured dtype: fields is set
         col = records[name]
         if ftype.subdtype is not None:
             raw = np.ascontiguousarray(col).view(np.uint8).reshape(-1)
@@ -103,7 +103,7 @@ def table_to_records(table: pa.Table, spec: MechanismSpec) -> np.ndarray:
             raise DatasetError(
                 f"column {name!r} of spec {spec.name} ({spec.spec_id}) is missing; the file has {table.column_names}"
             )
-        ftype = dtype.fields[name][0]
+        ftype = dtype.fields[name][0]  # type: ignore[index]  # a structured dtype: fields is set
         col = table.column(name).combine_chunks()
         if ftype.subdtype is not None:
             if col.type != pa.binary(ftype.itemsize):
@@ -180,7 +180,7 @@ def list_parts(root: str | os.PathLike[str], metric: str, days: Iterable[int] | 
     """The part files of ``metric`` (for ``days`` if given), sorted by day, topic, partition and offset."""
     base = Path(root) / f"metric={metric}"
     wanted = None if days is None else set(int(d) for d in days)
-    out = []
+    out: list[PartFile] = []
     if not base.is_dir():
         return out
     for day_dir in base.iterdir():

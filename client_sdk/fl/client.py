@@ -24,7 +24,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import math
-from typing import Literal
+from typing import Literal, cast
 
 import numpy as np
 
@@ -48,7 +48,7 @@ Algorithm = Literal["fedavg", "fedprox", "scaffold"]
 
 def _pos(name: str, v: object, integer: bool = False) -> None:
     ok = isinstance(v, int) if integer else isinstance(v, (int, float))
-    if isinstance(v, bool) or not ok or not math.isfinite(v) or v <= 0:  # type: ignore[arg-type]
+    if isinstance(v, bool) or not ok or not math.isfinite(cast(float, v)) or cast(float, v) <= 0:
         kind = "a positive integer" if integer else "a finite number > 0"
         raise ModelError(f"{name} must be {kind}, got {v!r}")
 

@@ -520,6 +520,7 @@ def parse_upload(
     vectors, when given), finiteness, and that ``upload_id`` matches the
     content. Reasons: ``malformed``, ``unsupported_version``, ``wrong_shape``,
     ``non_finite``, ``bad_weight``, ``upload_id_mismatch``, ``too_large``."""
+    obj: Any
     if isinstance(body, (bytes, bytearray, memoryview)) and has_magic(body, BINARY_MAGIC):
         obj = _split_binary(bytes(body))
     elif isinstance(body, (bytes, bytearray, memoryview)):

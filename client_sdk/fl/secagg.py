@@ -177,7 +177,7 @@ def prg_words(seed: bytes, d: int, out: np.ndarray | None = None) -> np.ndarray:
     if len(_ZEROS) < n:
         _ZEROS = bytes(n)
     enc = Cipher(algorithms.AES(seed), modes.CTR(bytes(16))).encryptor()
-    enc.update_into(memoryview(_ZEROS)[:n], memoryview(buf).cast("B"))
+    enc.update_into(memoryview(_ZEROS)[:n], buf.data.cast("B"))
     if sys.byteorder == "big":
         buf[:d].byteswap(inplace=True)
     return buf[:d]
@@ -209,7 +209,7 @@ def add_masks(acc: np.ndarray, masks: Sequence[tuple[bytes, int]], start: int = 
         encs.append((Cipher(algorithms.AES(seed), modes.CTR(counter)).encryptor(), sign))
     d = acc.shape[0]
     buf = np.empty(_CHUNK + 4, np.uint32)
-    raw = memoryview(buf).cast("B")
+    raw = buf.data.cast("B")
     zeros = memoryview(bytes(4 * _CHUNK))
     swap = sys.byteorder == "big"
     for start in range(0, d, _CHUNK):

@@ -61,6 +61,12 @@ class TorchModel:
     module: Any
     task: Literal["binary", "multiclass"]
     l2: float = 0.0
+    # set once in __post_init__ (the dataclass is frozen): the torch module, the parameter layout, the count
+    _torch: Any = dataclasses.field(init=False, repr=False, compare=False)
+    _layout: tuple[tuple[str, tuple[int, ...], int, int, bool], ...] = dataclasses.field(
+        init=False, repr=False, compare=False
+    )
+    _n: int = dataclasses.field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         torch = _torch()

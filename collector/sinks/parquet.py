@@ -286,7 +286,7 @@ class ParquetSink(StreamProcessor):
         session_timeout: float | None = None,
         partitions: int | None = None,
     ) -> None:
-        given = {
+        given: dict[str, Any] = {
             "topic": topic,
             "group": group,
             "member": member,
@@ -441,7 +441,8 @@ class ParquetSink(StreamProcessor):
                 continue
             spec = its[0].spec
             assert spec is not None
-            records = np.concatenate([it.records for it in its]) if len(its) > 1 else its[0].records
+            parts = [it.records for it in its if it.records is not None]
+            records = np.concatenate(parts) if len(parts) > 1 else parts[0]
             table = records_to_table(records, spec)
             shuffles = [{"offset": it.offset, **(it.meta.to_json() if it.meta else {})} for it in its]
             table = table.replace_schema_metadata(

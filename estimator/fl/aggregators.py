@@ -81,7 +81,10 @@ class AggregateResult:
 class Aggregator(Protocol):
     """Combines a round's client updates into one update."""
 
-    linear: bool
+    @property
+    def linear(self) -> bool:
+        """Whether the output is Σ wᵢΔᵢ / Σ wᵢ with weights independent of the updates."""
+        ...
 
     def aggregate(self, updates: Sequence[ClientUpdate], ctx: RoundContext) -> AggregateResult: ...
 
@@ -123,7 +126,7 @@ class ValidatingAggregator:
     _seen: dict = dataclasses.field(default_factory=dict, repr=False)
 
     @property
-    def linear(self) -> bool:  # type: ignore[override]
+    def linear(self) -> bool:
         return self.inner.linear
 
     def check(self, u: ClientUpdate, ctx: RoundContext, clients: set[str]) -> None:

@@ -261,10 +261,10 @@ class AggregationJob(StreamProcessor):
     def done(self) -> bool:
         return self._st.phase == "done"
 
-    def run(
+    def run(  # type: ignore[override]  # runs until the task is done, not until idle
         self,
         stop: threading.Event | None = None,
-        *,  # type: ignore[override]
+        *,
         exit_when_done: bool = True,
     ) -> dict[str, Any]:
         """Process uploads until ``stop`` is set or (``exit_when_done``) the last round is committed."""
@@ -438,7 +438,7 @@ class AggregationJob(StreamProcessor):
         """The checkpoint as chunk records (:meth:`CheckpointLog.encode`), after copying into the state what
         lives outside it: the seeded generator's state and adaptive clipping's current C."""
         st = self._st
-        st.rng_state = self._rng.bit_generator.state if self.spec.seed is not None else None
+        st.rng_state = dict(self._rng.bit_generator.state) if self.spec.seed is not None else None
         if self._adaptive is not None:
             st.clip_norm = float(self._adaptive.clip_norm)
         return self._checkpoints.encode(st, offsets)
@@ -634,8 +634,10 @@ class AggregationJob(StreamProcessor):
                 st.epsilon = self._accountant.epsilon()
         info = {k: v for k, v in res.info.items() if isinstance(v, (int, float, str, dict, list)) or v is None}
         info.pop("epsilon", None)
-        if isinstance(info.get("selected"), list):  # Krum's kept client ids would reveal part of the sample
-            info["kept"] = len(info.pop("selected"))
+        selected = info.get("selected")
+        if isinstance(selected, list):  # Krum's kept client ids would reveal part of the sample
+            info.pop("selected")
+            info["kept"] = len(selected)
         if self._adaptive is not None:
             st.clip_norm = float(self._adaptive.clip_norm)
         rec = {"round": st.round, "clients": res.num_clients, "epsilon": _f(st.epsilon), **extra, **info}

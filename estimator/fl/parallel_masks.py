@@ -27,6 +27,7 @@ import multiprocessing
 import sys
 from collections.abc import Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
+from typing import Any
 
 import numpy as np
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
@@ -49,7 +50,8 @@ def add_masks_server(acc: np.ndarray, masks: Sequence[tuple[bytes, int]], start:
     if isinstance(start, bool) or not isinstance(start, int) or start < 0 or start % 4:
         raise SecAggError(f"start must be a non-negative multiple of 4 words (one AES block), got {start!r}")
     counter = (start // 4).to_bytes(16, "big")
-    encs, mult = [], []
+    encs: list[Any] = []  # AES-CTR encryptors, padded with None to a multiple of four
+    mult: list[np.uint32] = []
     for seed, sign in masks:
         if len(seed) != 32 or sign not in (1, -1):
             raise SecAggError("each mask needs a 32-byte seed and a sign of +1 or -1")

@@ -66,7 +66,7 @@ def _int(name: str, v: object, low: int) -> int:
     return v
 
 
-def _read_kind(what: str, d: object, kinds: Mapping[str, type]) -> Any:
+def _read_kind(what: str, d: object, kinds: Mapping[str, Any]) -> Any:
     """The spec of ``kinds[d["kind"]]`` built from the other keys of ``d``: the shared reading of a ``{"kind": ...}``
     object (``what`` names it in messages). Unknown kinds and options, and missing required options, are refused."""
     if not isinstance(d, Mapping):
@@ -74,7 +74,7 @@ def _read_kind(what: str, d: object, kinds: Mapping[str, type]) -> Any:
     kind = d.get("kind")
     if kind not in kinds:
         raise FLError(f"{what} kind must be one of {sorted(kinds)}, got {kind!r}")
-    cls = kinds[kind]
+    cls = kinds[str(kind)]
     fields = {f.name: f for f in dataclasses.fields(cls)}
     options = {k: v for k, v in d.items() if k != "kind"}
     unknown = set(options) - set(fields)
@@ -137,7 +137,7 @@ def sampling_spec(d: Mapping[str, Any] | SamplingSpec) -> SamplingSpec:
         return d
     if isinstance(d, Mapping) and d.get("kind") not in _SAMPLING_KINDS:
         raise FLError(f"sampling kind must be 'poisson' or 'fixed', got {d.get('kind')!r}")
-    return _read_kind("sampling", d, _SAMPLING_KINDS)  # type: ignore[no-any-return]
+    return _read_kind("sampling", d, _SAMPLING_KINDS)
 
 
 # -- aggregators -----------------------------------------------------------------------------------
@@ -205,11 +205,12 @@ class AdaptiveClippingSpec:
         return task.build_sampling().expected_clients(len(task.clients)) / 20.0
 
     def build(self, task: FLTaskSpec, accountant: ClientLevelAccountant | None) -> Aggregator:
+        assert task.clip_norm is not None and task.noise_multiplier is not None  # checked with the task's DP
         return ValidatingAggregator(
             AdaptiveClippingDP(
                 WeightedMean(),
                 float(task.clip_norm),
-                task.noise_multiplier,  # type: ignore[arg-type]
+                task.noise_multiplier,
                 target_quantile=float(self.target_quantile),
                 clip_learning_rate=float(self.clip_learning_rate),
                 count_stddev=None if self.count_stddev is None else float(self.count_stddev),
@@ -319,7 +320,7 @@ def aggregator_spec(d: Mapping[str, Any] | AggregatorSpec) -> AggregatorSpec:
     """The typed spec of a task file's ``aggregator`` object (a spec is returned as it is)."""
     if isinstance(d, tuple(_AGGREGATOR_KINDS.values())):
         return d  # type: ignore[return-value]
-    return _read_kind("aggregator", d, _AGGREGATOR_KINDS)  # type: ignore[no-any-return]
+    return _read_kind("aggregator", d, _AGGREGATOR_KINDS)
 
 
 # -- the task --------------------------------------------------------------------------------------

@@ -153,7 +153,7 @@ class StreamingEstimator(StreamProcessor):
         metrics: Mapping[str, MetricDefinition] | None = None,
         partitions: int | None = None,
     ) -> None:
-        given = {
+        given: dict[str, Any] = {
             "topic": topic,
             "group": group,
             "member": member,

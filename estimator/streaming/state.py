@@ -125,7 +125,7 @@ class KeyState:
     def to_bytes(self) -> bytes:
         head = json.dumps(self.header(), sort_keys=True).encode()
         buf = io.BytesIO()
-        np.savez(buf, **self.acc.sums)
+        np.savez(buf, **self.acc.sums)  # type: ignore[arg-type]  # numpy's stub types **kwds as allow_pickle
         return len(head).to_bytes(4, "little") + head + buf.getvalue()
 
     @classmethod
@@ -339,9 +339,9 @@ def merge_states(states: Sequence[EstimatorState]) -> Tally:
                 ranges.setdefault(tp, []).append((int(base), int(end), i))
         for j, t in enumerate(s.tails):
             starts.setdefault(t.tp, []).append((t.base, t.started_at, i, j))
-    for tp, rs in ranges.items():
-        rs.sort()
-        for (_, e1, i1), (b2, e2, i2) in zip(rs, rs[1:]):
+    for tp, spans in ranges.items():
+        spans.sort()
+        for (_, e1, i1), (b2, e2, i2) in zip(spans, spans[1:]):
             if b2 < e1:
                 raise StateError(
                     f"{tp.topic}[{tp.partition}]: instances {i1} and {i2} both counted offsets "

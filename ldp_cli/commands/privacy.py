@@ -494,7 +494,7 @@ def run_budget(args: argparse.Namespace) -> int:
         f"{len(plan) - refused} of {len(plan)} releases admitted; spent {unit_text}"
     ]
     for r in plan:
-        cost = ", ".join(f"{u} {c:.6g}" for u, c in r["cost"].items())
-        lines.append(f"  {r['release']:<24} {'admitted' if r['admitted'] else 'REFUSED':<9} costs {cost}")
+        costs = ", ".join(f"{u} {c:.6g}" for u, c in r["cost"].items())
+        lines.append(f"  {r['release']:<24} {'admitted' if r['admitted'] else 'REFUSED':<9} costs {costs}")
     _emit(args, obj, lines)
     return 1 if refused else 0
