@@ -47,6 +47,7 @@ from __future__ import annotations
 import atexit
 import collections
 import dataclasses
+import ipaddress
 import os
 import sqlite3
 import threading
@@ -199,7 +200,22 @@ def _check_url(url: Any) -> str:
     parts = urllib.parse.urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.netloc or parts.query or parts.fragment:
         raise ClientConfigError(f"collector_url {url!r} must be an http(s) URL with a host and no query")
+    if parts.scheme == "http" and not _is_loopback(parts.hostname or ""):
+        raise ClientConfigError(
+            f"collector_url {url!r} is plain http: reports and batch ids would cross the network unencrypted; "
+            "use https:// (plain http is accepted only on loopback, e.g. http://127.0.0.1:8080 in development)"
+        )
     return url.rstrip("/")
+
+
+def _is_loopback(host: str) -> bool:
+    """``localhost``, 127.0.0.0/8 or ::1 (a name that only resolves to loopback is not trusted to)."""
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def _load_metric_set(metrics: Any) -> MetricSet:
@@ -548,7 +564,9 @@ class TelemetryClient:
             return
         self._adopt(server)
         try:
-            write_atomic(os.path.join(self.storage_dir, _SERVER_METRICS_FILE), server.to_json().encode("utf-8"))
+            write_atomic(
+                os.path.join(self.storage_dir, _SERVER_METRICS_FILE), server.to_json().encode("utf-8"), mode=0o600
+            )
         except OSError:
             self._count("storage_error")
 

@@ -23,6 +23,7 @@ import ctypes
 import os
 import struct
 import threading
+import weakref
 
 import numpy as np
 
@@ -56,11 +57,26 @@ _capsule_new.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
 _CAPSULE_NAME = b"BitGenerator"
 
 
+#: every live generator, so that a forked child can drop what its parent had buffered
+_LIVE: weakref.WeakSet[UrandomBitGenerator] = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    for gen in list(_LIVE):
+        gen._forget()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
 class UrandomBitGenerator:
     """A numpy bit generator backed by ``os.urandom``, read 4 KiB at a time.
 
     Use it as ``numpy.random.Generator(UrandomBitGenerator())``. It has no
-    seed and no state that could be saved or replayed.
+    seed and no state that could be saved or replayed. It is fork-safe: a
+    forked child drops the words its parent had read ahead (the parent would
+    draw them too) and starts from fresh ``os.urandom`` output.
     """
 
     def __init__(self) -> None:
@@ -88,6 +104,13 @@ class UrandomBitGenerator:
         self._callbacks = (_U64_FN(next_uint64), _U32_FN(next_uint32), _DBL_FN(next_double), _U64_FN(next_uint64))
         self._bitgen = _BitgenT(None, *self._callbacks)
         self.capsule = _capsule_new(ctypes.addressof(self._bitgen), _CAPSULE_NAME, None)
+        _LIVE.add(self)
+
+    def _forget(self) -> None:
+        """Drop the read-ahead words (in a forked child); a mutex another thread held at the fork is replaced."""
+        self._mutex = threading.Lock()
+        self._words = ()
+        self._pos = 0
 
 
 def secure_generator() -> np.random.Generator:

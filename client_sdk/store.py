@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sqlite3
+import stat
 import threading
 from collections.abc import Iterator, Mapping
 
@@ -91,6 +92,22 @@ def immediate_transaction(conn: sqlite3.Connection) -> Iterator[sqlite3.Connecti
     conn.execute("COMMIT")
 
 
+def _private(path: str) -> None:
+    """Create the database file as 0600 if it is missing, and make it (and its WAL files) 0600 if not.
+
+    SQLite creates its ``-wal`` and ``-shm`` files with the database file's
+    permissions, so a private database keeps its journal private too. What
+    it holds (the budget spent per metric and day, the reports waiting to
+    leave) is the device's business alone, like the memo secret.
+    """
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    os.close(fd)
+    for p in (path, path + "-wal", path + "-shm"):
+        with contextlib.suppress(FileNotFoundError):
+            if stat.S_IMODE(os.stat(p).st_mode) & 0o077:
+                os.chmod(p, 0o600)
+
+
 class Store:
     """The SDK database at ``<directory>/ldp-sdk.sqlite3`` (created if missing)."""
 
@@ -98,6 +115,7 @@ class Store:
         self.directory = os.fspath(directory)
         os.makedirs(self.directory, mode=0o700, exist_ok=True)
         self.path = os.path.join(self.directory, DB_FILENAME)
+        _private(self.path)
         self._busy_timeout = busy_timeout
         self._local = threading.local()
         self._all: list[sqlite3.Connection] = []

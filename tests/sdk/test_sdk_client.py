@@ -7,6 +7,8 @@ from __future__ import annotations
 import copy
 import dataclasses
 import json
+import os
+import stat
 import threading
 import time
 
@@ -422,3 +424,39 @@ def test_a_forked_child_does_not_queue_into_a_dead_client(tmp_path) -> None:
         assert os.waitstatus_to_exitcode(status) == 0
         c.record("color", "red")  # the parent is unaffected
         assert c.flush(10) and c.stats()["recorded"] == 1
+
+
+def test_the_sdks_files_are_private_to_the_app(tmp_path) -> None:
+    """Another local user (the attacker here) must not read what the device spent or what waits in its
+    outbox: the database, its WAL files and the cached server metrics are 0600 like the memo secret, even
+    under a permissive umask, and a database left 0644 by an older SDK is tightened on open."""
+    old = os.umask(0o022)
+    try:
+        fake = FakeCollector(DOC)
+        with make_client(tmp_path, transport=fake, fetch_metrics=True) as client:
+            client.record("color", "red")
+            client.flush()
+        files = [p for p in (tmp_path / "sdk").iterdir() if p.is_file()]
+        assert any(p.name.endswith(".sqlite3") for p in files), files
+        for p in files:
+            assert stat.S_IMODE(p.stat().st_mode) & 0o077 == 0, (p.name, oct(p.stat().st_mode))
+        db = next(p for p in files if p.name.endswith(".sqlite3"))
+        os.chmod(db, 0o644)
+        with make_client(tmp_path):
+            assert stat.S_IMODE(db.stat().st_mode) == 0o600
+    finally:
+        os.umask(old)
+
+
+@pytest.mark.parametrize("url", ["http://collector.example.org", "http://10.1.2.3:8080", "http://127.example.org"])
+def test_plain_http_off_loopback_is_refused(tmp_path, url: str) -> None:
+    """A network observer would read every report and batch id of a plain-http upload."""
+    with pytest.raises(ClientConfigError, match="https"):
+        TelemetryClient(tmp_path / "sdk", url, POLICY, DOC, transport=FakeCollector())
+
+
+@pytest.mark.parametrize(
+    "url", ["https://collector.example.org", "http://127.0.0.1:8080", "http://[::1]:9", "http://localhost:8080"]
+)
+def test_https_and_loopback_http_are_accepted(tmp_path, url: str) -> None:
+    TelemetryClient(tmp_path / "sdk", url, POLICY, DOC, transport=FakeCollector()).close()

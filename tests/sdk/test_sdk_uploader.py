@@ -160,6 +160,41 @@ def test_backoff_grows_then_resets(tmp_path) -> None:
     assert up.blocked_until <= clock.t + 2.0
 
 
+class _TopOfRange(random.Random):
+    """A jitter source that always draws the top of the range: uniform(0, c) = c exactly."""
+
+    def random(self) -> float:
+        return 1.0 - 2.0**-53
+
+    def uniform(self, a: float, b: float) -> float:
+        return b
+
+
+def test_backoff_sequence_is_pinned_growth_ceiling_reset(tmp_path) -> None:
+    """With the jitter draw fixed at the top of its range the waits are the ceilings themselves:
+    base·2^k (1 s base: 2, 4, 8, 16), then max_delay (20, 20), and after a success the count restarts
+    (2 again). A backoff that never grows, never caps or never resets fails here."""
+    up, _, clock, _ = setup(
+        tmp_path,
+        *[HttpResponse(500, {})] * 6,
+        ok(),
+        HttpResponse(500, {}),
+        n=2,
+        backoff=BackoffPolicy(1.0, 20.0),
+        jitter_rng=_TopOfRange(),
+    )
+    waits = []
+    for _ in range(6):
+        assert up.upload_one() == "retry"
+        waits.append(up.blocked_until - clock.t)
+        clock.t = up.blocked_until
+    assert waits == [2.0, 4.0, 8.0, 16.0, 20.0, 20.0]
+    assert up.upload_one() == "delivered"
+    up.outbox.put("m", SPEC, 100, np.zeros(1, dtype=SPEC.record_dtype), now=clock.t)
+    assert up.upload_one() == "retry"
+    assert up.blocked_until - clock.t == 2.0
+
+
 def test_full_jitter_distribution() -> None:
     """Full jitter: delay ~ U(0, c) with c = min(max, base 2^k). Over 20,000 draws the mean is
     c/2 with standard error c / sqrt(12 * 20000); we allow 5 standard errors. A wrong scheme
