@@ -16,10 +16,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from pipeline.errors import ConfigError
-from pipeline.settings import check_ranges, settings_from_env
+from pipeline.settings import check_ranges, check_topics, settings_from_env
 from pipeline.topics import DEFAULT_PARTITIONS, FL_ROUNDS_TOPIC, FL_UPDATES_TOPIC, RAW_TOPIC
 from pipeline.transport import DEFAULT_URL
-from pipeline.transport.base import check_topic_name
 
 __all__ = ["CollectorSettings", "DEFAULT_DEDUP_PATH", "ENV_PREFIX"]
 
@@ -69,11 +68,7 @@ class CollectorSettings:
             raise ConfigError("metrics_path must name the metrics file (--metrics FILE or $LDP_METRICS)")
         if not isinstance(self.transport_url, str) or "://" not in self.transport_url:
             raise ConfigError(f"transport_url must be sqlite:///path or kafka://host:port, got {self.transport_url!r}")
-        for name in ("raw_topic", "fl_rounds_topic", "fl_updates_topic"):
-            try:
-                check_topic_name(getattr(self, name))
-            except ValueError as exc:
-                raise ConfigError(f"{name}: {exc}") from None
+        check_topics(self, "raw_topic", "fl_rounds_topic", "fl_updates_topic")
         if not isinstance(self.fl_enabled, bool):
             raise ConfigError(f"fl_enabled must be true or false, got {self.fl_enabled!r}")
         if not isinstance(self.dedup_path, str) or not self.dedup_path:

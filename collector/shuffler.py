@@ -98,7 +98,7 @@ from collector.errors import ConfigError, ShufflerStateError
 from collector.permute import WordSource, csprng_permutation, urandom_words, warm_up
 from pipeline.envelope import ShuffleMeta, encode_envelope
 from pipeline.processor import StreamProcessor
-from pipeline.settings import check_ranges, settings_from_env
+from pipeline.settings import check_names, check_ranges, check_topics, settings_from_env
 from pipeline.topics import DEFAULT_PARTITIONS, RAW_TOPIC, SHUFFLED_TOPIC, SHUFFLER_STATE_TOPIC, metric_day_key
 from pipeline.transport import (
     CommitFailedError,
@@ -111,7 +111,6 @@ from pipeline.transport import (
     TransportError,
     partition_for,
 )
-from pipeline.transport.base import check_topic_name
 
 __all__ = [
     "Guarantee",
@@ -186,18 +185,11 @@ class ShufflerSettings:
         )
         if self.max_batch < self.min_batch:
             raise ConfigError(f"max_batch ({self.max_batch}) must be at least min_batch ({self.min_batch})")
+        check_topics(self, "raw_topic", "shuffled_topic", "state_topic")
         topics = (self.raw_topic, self.shuffled_topic, self.state_topic)
-        for t in topics:
-            try:
-                check_topic_name(t)
-            except ValueError as exc:
-                raise ConfigError(str(exc)) from None
         if len(set(topics)) != 3:
             raise ConfigError(f"the raw, shuffled and state topics must differ, got {topics}")
-        for name in ("group", "member"):
-            v = getattr(self, name)
-            if not isinstance(v, str) or not v or len(v) > 200:
-                raise ConfigError(f"{name} must be a non-empty string, got {v!r}")
+        check_names(self, "group", "member")
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> ShufflerSettings:

@@ -29,8 +29,9 @@ from collections.abc import Mapping
 from typing import Any, TypeVar
 
 from pipeline.errors import ConfigError
+from pipeline.transport.base import check_topic_name
 
-__all__ = ["check_ranges", "settings_from_env", "parse_env_value"]
+__all__ = ["check_ranges", "check_topics", "check_names", "settings_from_env", "parse_env_value"]
 
 T = TypeVar("T")
 
@@ -50,6 +51,26 @@ def check_ranges(obj: Any, ranges: Mapping[str, tuple[float, float]]) -> None:
             kind = "an integer" if integral else "a number"
             bounds = f"{lo} to {hi}" if integral else f"{lo:g} to {hi:g}"  # 16777216, not 1.67772e+07
             raise ConfigError(f"{name} must be {kind} from {bounds}, got {val!r}")
+
+
+def check_topics(obj: Any, *names: str) -> None:
+    """Raise :class:`ConfigError` unless each named field of ``obj`` is a valid topic name."""
+    for name in names:
+        try:
+            check_topic_name(getattr(obj, name))
+        except ValueError as exc:
+            raise ConfigError(f"{name}: {exc}") from None
+
+
+def check_names(obj: Any, *names: str, optional: tuple[str, ...] = ()) -> None:
+    """Raise :class:`ConfigError` unless each named field (consumer group, member name) is a non-empty string
+    of at most 200 characters; those in ``optional`` may also be ``None``."""
+    for name in (*names, *optional):
+        v = getattr(obj, name)
+        if v is None and name in optional:
+            continue
+        if not isinstance(v, str) or not v or len(v) > 200:
+            raise ConfigError(f"{name} must be a non-empty string, got {v!r}")
 
 
 def _is_float_field(field: dataclasses.Field[Any]) -> bool:

@@ -60,13 +60,13 @@ import numpy as np
 
 from client_sdk.files import write_atomic
 from client_sdk.mechanisms.base import MechanismSpec
-from collector.errors import ConfigError, SinkError
+from collector.errors import SinkError
 from pipeline.dataset import FORMAT, fsync_dir, makedirs_durable, part_name, records_to_table, write_table_atomic
 from pipeline.envelope import ShuffledBatch, ShuffleMeta, decode_envelope
 from pipeline.processor import StreamProcessor
-from pipeline.settings import check_ranges, settings_from_env
+from pipeline.settings import check_names, check_ranges, check_topics, settings_from_env
 from pipeline.topics import DEFAULT_PARTITIONS, SHUFFLED_TOPIC
-from pipeline.transport.base import CommitFailedError, Record, TopicPartition, Transaction, Transport, check_topic_name
+from pipeline.transport.base import CommitFailedError, Record, TopicPartition, Transaction, Transport
 
 __all__ = [
     "SHUFFLED_TOPIC",
@@ -213,14 +213,8 @@ class SinkSettings:
                 "partitions": (1, 10_000),
             },
         )
-        try:
-            check_topic_name(self.topic)
-        except ValueError as exc:
-            raise ConfigError(f"topic: {exc}") from None
-        for name in ("group", "member"):
-            v = getattr(self, name)
-            if (v is not None or name == "group") and (not isinstance(v, str) or not v or len(v) > 200):
-                raise ConfigError(f"{name} must be a non-empty string, got {v!r}")
+        check_topics(self, "topic")
+        check_names(self, "group", optional=("member",))
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> SinkSettings:

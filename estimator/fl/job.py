@@ -76,10 +76,10 @@ from estimator.fl.task import FLTaskSpec
 from pipeline.errors import ConfigError
 from pipeline.fl_records import DEFAULT_MAX_RECORD_BYTES, MIN_RECORD_BYTES, encode_chunks, pack_document
 from pipeline.processor import StreamProcessor
-from pipeline.settings import check_ranges, settings_from_env
+from pipeline.settings import check_names, check_ranges, check_topics, settings_from_env
 from pipeline.topics import FL_ROUNDS_TOPIC, FL_STATE_TOPIC, FL_UPDATES_TOPIC
 from pipeline.transport import CommitFailedError, Consumer, FencedError, TopicPartition, Transport, TransportError
-from pipeline.transport.base import Record, Transaction, check_topic_name
+from pipeline.transport.base import Record, Transaction
 
 __all__ = [
     "FL_ROUNDS_TOPIC",
@@ -128,14 +128,8 @@ class JobSettings:
     max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES
 
     def __post_init__(self) -> None:
-        for name in ("group", "member"):
-            if not isinstance(getattr(self, name), str) or not getattr(self, name):
-                raise ConfigError(f"{name} must be a non-empty string, got {getattr(self, name)!r}")
-        for name in ("rounds_topic", "updates_topic", "state_topic"):
-            try:
-                check_topic_name(getattr(self, name))
-            except ValueError as exc:
-                raise ConfigError(f"{name}: {exc}") from None
+        check_names(self, "group", "member")
+        check_topics(self, "rounds_topic", "updates_topic", "state_topic")
         if self.status_path is not None and (not isinstance(self.status_path, str) or not self.status_path):
             raise ConfigError(f"status_path must be a file path or None, got {self.status_path!r}")
         if (

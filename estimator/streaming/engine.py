@@ -51,9 +51,8 @@ from estimator.errors import StateError
 from estimator.streaming.snapshots import SnapshotStore
 from estimator.streaming.state import DEFAULT_GROUP, EstimatorState, Key, Tail, Tally, _add_range
 from pipeline.envelope import ShuffledBatch, decode_envelope
-from pipeline.errors import ConfigError
 from pipeline.processor import StreamProcessor
-from pipeline.settings import check_ranges, settings_from_env
+from pipeline.settings import check_names, check_ranges, check_topics, settings_from_env
 from pipeline.topics import DEFAULT_PARTITIONS, SHUFFLED_TOPIC
 from pipeline.transport.base import (
     CommitFailedError,
@@ -62,7 +61,6 @@ from pipeline.transport.base import (
     TopicPartition,
     Transaction,
     Transport,
-    check_topic_name,
 )
 
 __all__ = ["ENV_PREFIX", "EstimatorSettings", "EstimatorStats", "StreamingEstimator"]
@@ -94,14 +92,8 @@ class EstimatorSettings:
         check_ranges(
             self, {"checkpoint_seconds": (0.0, 1e9), "session_timeout": (0.001, 1e9), "partitions": (1, 10_000)}
         )
-        try:
-            check_topic_name(self.topic)
-        except ValueError as exc:
-            raise ConfigError(f"topic: {exc}") from None
-        for name in ("group", "member"):
-            v = getattr(self, name)
-            if (v is not None or name == "group") and (not isinstance(v, str) or not v or len(v) > 200):
-                raise ConfigError(f"{name} must be a non-empty string, got {v!r}")
+        check_topics(self, "topic")
+        check_names(self, "group", optional=("member",))
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> EstimatorSettings:

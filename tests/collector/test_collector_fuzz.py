@@ -30,7 +30,8 @@ from collector.dedup import BatchIdStore
 from collector.settings import CollectorSettings
 from tests.support.collector_support import TODAY, MemoryTransport, ServerThread, write_metrics
 
-ERROR_STATUSES = {400, 413, 415, 422}
+# 409: a drawn body that reuses an accepted batch id with other records (batch_id_conflict)
+ERROR_STATUSES = {400, 409, 413, 415, 422}
 FRAME_TYPES = ["application/x-ldp-frame", "application/vnd.ldp.frame", "application/octet-stream"]
 
 
@@ -200,6 +201,8 @@ def test_fuzzed_uploads_never_5xx_and_publish_only_whole_batches(harness: Harnes
     if r.status_code != 202:
         err = r.json()
         assert set(err) == {"error", "message"} and err["message"]
+        if r.status_code == 409:
+            assert err["error"] == "batch_id_conflict"
         assert published == []
         return
     answer = r.json()
