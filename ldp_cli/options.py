@@ -47,6 +47,7 @@ __all__ = [
     "on_stop_signals",
     "stop_event",
     "bind_socket",
+    "consume_forever",
 ]
 
 LOG_LEVELS = ["critical", "error", "warning", "info", "debug"]
@@ -172,3 +173,27 @@ def bind_socket(host: str, port: int, backlog: int | None = None) -> socket.sock
     if backlog is not None:
         sock.listen(backlog)
     return sock
+
+
+def consume_forever(
+    engine: object, stop: threading.Event, *, idle_exit: float | None = None, backoff: float = 1.0
+) -> None:
+    """Run ``engine`` (a :class:`~pipeline.processor.StreamProcessor`) until ``stop``; rejoin after ``backoff`` on a
+    transient failure, stop on a fatal one (:data:`~pipeline.processor.FATAL_ERRORS`)."""
+    from pipeline.processor import FATAL_ERRORS
+
+    log = logging.getLogger("ldp.consumer")
+    while not stop.is_set():
+        try:
+            engine.run(stop=stop, idle_timeout=idle_exit)  # type: ignore[attr-defined]
+            if idle_exit is not None:
+                stop.set()
+        except FATAL_ERRORS:  # ProcessorError (state and log disagree) or FencedError: stop
+            raise
+        except Exception as exc:  # a broker restart, a locked log: rejoin and go on
+            log.warning("%s failed (%r); rejoining in %.1f s", type(engine).__name__, exc, backoff)
+            try:
+                engine.rejoin(f"transport failure {exc!r}")  # type: ignore[attr-defined]
+            except Exception as again:  # noqa: BLE001 - closing a consumer of a dead broker may fail too
+                log.warning("leaving the group failed too (%r)", again)
+            stop.wait(backoff)

@@ -27,6 +27,7 @@ from ldp_cli.options import (
     add_session_timeout,
     add_transport,
     bind_socket,
+    consume_forever,
     metrics_files,
     setup_logging,
     stop_event,
@@ -61,30 +62,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_idle_exit(p)
     add_log_level(p)
     p.set_defaults(func=run)
-
-
-def consume_forever(
-    engine: object, stop: threading.Event, *, idle_exit: float | None = None, backoff: float = 1.0
-) -> None:
-    """Run ``engine`` (a :class:`~pipeline.processor.StreamProcessor`) until ``stop``; rejoin after ``backoff`` on a
-    transient failure, stop on a fatal one (:data:`~pipeline.processor.FATAL_ERRORS`)."""
-    from pipeline.processor import FATAL_ERRORS
-
-    log = logging.getLogger("ldp.consumer")
-    while not stop.is_set():
-        try:
-            engine.run(stop=stop, idle_timeout=idle_exit)  # type: ignore[attr-defined]
-            if idle_exit is not None:
-                stop.set()
-        except FATAL_ERRORS:  # ProcessorError (state and log disagree) or FencedError: stop
-            raise
-        except Exception as exc:  # a broker restart, a locked log: rejoin and go on
-            log.warning("%s failed (%r); rejoining in %.1f s", type(engine).__name__, exc, backoff)
-            try:
-                engine.rejoin(f"transport failure {exc!r}")  # type: ignore[attr-defined]
-            except Exception as again:  # noqa: BLE001 - closing a consumer of a dead broker may fail too
-                log.warning("leaving the group failed too (%r)", again)
-            stop.wait(backoff)
 
 
 def run(args: argparse.Namespace) -> int:

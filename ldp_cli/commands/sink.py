@@ -21,6 +21,7 @@ from ldp_cli.options import (
     add_metrics,
     add_session_timeout,
     add_transport,
+    consume_forever,
     metrics_files,
     setup_logging,
     stop_event,
@@ -56,7 +57,6 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from collector.sinks.parquet import ParquetSink
-    from ldp_cli.commands.estimator import consume_forever
     from pipeline.catalog import SpecCatalog
     from pipeline.processor import FATAL_ERRORS
     from pipeline.transport import open_transport
