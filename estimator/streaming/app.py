@@ -15,9 +15,79 @@ from estimator.result import Estimate
 from estimator.streaming.engine import StreamingEstimator
 from estimator.streaming.state import _EPOCH, EstimatorState, Key, KeyState, Tally, merge_states, parse_day
 
-__all__ = ["DEFAULT_PORT", "estimate_json", "create_app"]
+__all__ = ["DEFAULT_PORT", "estimate_json", "create_app", "response_models"]
 
 DEFAULT_PORT = 8090
+
+
+def response_models() -> dict[str, Any]:
+    """The pydantic models of the API's answers (built lazily: pydantic comes with the ``server`` extra).
+
+    Keys: ``"estimate"``, ``"available"``, ``"health"``, ``"error"``. Each field is documented in the
+    OpenAPI schema the app serves at ``/openapi.json``.
+    """
+    global _MODELS
+    if _MODELS is None:
+        _MODELS = _build_models()
+    return _MODELS
+
+
+_MODELS: dict[str, Any] | None = None
+
+
+def _build_models() -> dict[str, Any]:
+    from pydantic import BaseModel, ConfigDict, Field
+
+    class ErrorDetail(BaseModel):
+        """Every non-2xx answer (FastAPI's form)."""
+
+        detail: Any = Field(description="what went wrong: a message, or a list of invalid parameters (422)")
+
+    class Health(BaseModel):
+        status: str = Field(description='"ok" while the process serves requests')
+
+    class Available(BaseModel):
+        metric: str
+        spec_id: str
+        day: int = Field(description="days since 1970-01-01 (UTC)")
+        n: int = Field(description="reports counted")
+        batches: int = Field(description="shuffled batches counted")
+
+    class AvailableList(BaseModel):
+        estimates: list[Available]
+
+    class EstimateBody(BaseModel):
+        """One day's frequency estimate of a metric under one spec."""
+
+        model_config = ConfigDict(extra="forbid")
+
+        metric: str
+        day: int = Field(description="days since 1970-01-01 (UTC)")
+        date: str = Field(description="the day as an ISO date")
+        spec_id: str = Field(description="the spec's id (RFC 8785 canonical JSON, hashed; see ARCHITECTURE.md)")
+        mechanism: str = Field(description="the frequency oracle, e.g. olh, oue, hr")
+        spec: dict[str, Any] = Field(description="the spec's parameters, as in the metrics file")
+        n: int = Field(description="reports counted")
+        batches: int = Field(description="shuffled batches counted")
+        epsilon: float = Field(description="the local ε₀ of one report")
+        epsilon0_reported: float | None = Field(description="ε₀ as the shuffler reported it")
+        central_epsilon: float | None = Field(
+            description="the weakest (largest) per-person central ε of the counted batches, if the shuffler attached one"
+        )
+        central_delta: float | None
+        central_bound: str | None = Field(description="which amplification bound gave central_epsilon")
+        confidence: float = Field(description="the confidence level of ci_low..ci_high")
+        postprocessing: str = Field(
+            description='"norm-sub" when the counts were projected (norm_sub=true), else "none"'
+        )
+        counts: list[float | None] = Field(description="unbiased count per domain index (null: not finite)")
+        std_error: list[float | None] = Field(description="standard error per index, from the exact variance")
+        ci_low: list[float | None]
+        ci_high: list[float | None]
+        labels: list[str] | None = Field(None, description="the dictionary's label per index, if the metric has one")
+        merged_instances: int = Field(description="how many estimator instances' states were merged")
+
+    return {"estimate": EstimateBody, "available": AvailableList, "health": Health, "error": ErrorDetail}
 
 
 def _finite(x: np.ndarray) -> list[float | None]:
@@ -111,6 +181,8 @@ def create_app(
     from fastapi import FastAPI, HTTPException, Query
     from fastapi.responses import PlainTextResponse
 
+    models = response_models()
+    err = {"model": models["error"]}
     app = FastAPI(
         title="ldp estimator",
         version="1",
@@ -141,11 +213,11 @@ def create_app(
         except StateError as exc:
             raise HTTPException(409, str(exc)) from None
 
-    @app.get("/healthz")
+    @app.get("/healthz", response_model=models["health"])
     def healthz() -> dict[str, Any]:
         return {"status": "ok"}
 
-    @app.get("/v1/estimates")
+    @app.get("/v1/estimates", response_model=models["available"])
     def available() -> dict[str, Any]:
         t = estimator.counted() if estimator is not None else local_state().counted()
         return {
@@ -155,7 +227,18 @@ def create_app(
             ]
         }
 
-    @app.get("/v1/estimates/{metric}")
+    @app.get(
+        "/v1/estimates/{metric}",
+        response_model=models["estimate"],
+        response_model_exclude_unset=True,
+        responses={
+            400: {**err, "description": "a malformed day"},
+            404: {**err, "description": "no reports of that metric (on that day, under that spec)"},
+            409: {**err, "description": "several specs on that day (choose one with spec_id), or peers' states differ"},
+            422: {**err, "description": "an invalid query parameter"},
+            502: {**err, "description": "a peer did not answer (merged=true)"},
+        },
+    )
     def estimates(
         metric: str,
         day: str | None = None,

@@ -345,3 +345,33 @@ def test_settings_come_from_keywords_over_the_environment_over_defaults(  # type
         assert (est.group, est.member, est.checkpoint_seconds) == ("g-env", "m", 0.5)
     with pytest.raises(ConfigError, match="partitions"):
         EstimatorSettings(partitions=0)
+
+
+def test_openapi_types_every_answer(tmp_path: Path, transport) -> None:  # type: ignore[no-untyped-def]
+    """The served schema names a typed model for each answer, and the real answers satisfy it exactly."""
+    from estimator.streaming.app import response_models
+
+    specs = default_specs()
+    publish(transport, SHUFFLED_TOPIC, make_batches(specs, DAYS[:1], 6, np.random.default_rng(3)))
+    with StreamingEstimator(transport, tmp_path / "st", catalog(specs), checkpoint_seconds=0.1) as est:
+        est.run(idle_timeout=0.5)
+        client = TestClient(create_app(est))
+        schema = client.get("/openapi.json").json()
+        comps = schema["components"]["schemas"]
+        op = schema["paths"]["/v1/estimates/{metric}"]["get"]["responses"]
+        ref = op["200"]["content"]["application/json"]["schema"]["$ref"].rsplit("/", 1)[1]
+        props = comps[ref]["properties"]
+        assert {"counts", "std_error", "ci_low", "ci_high", "central_epsilon", "spec_id", "n"} <= set(props)
+        assert props["counts"]["type"] == "array" and props["n"]["type"] == "integer"
+        for code in ("400", "404", "409", "422", "502"):
+            err = op[code]["content"]["application/json"]["schema"]["$ref"].rsplit("/", 1)[1]
+            assert "detail" in comps[err]["properties"], code
+        listing_ref = schema["paths"]["/v1/estimates"]["get"]["responses"]["200"]["content"]["application/json"]
+        assert listing_ref["schema"]["$ref"].endswith("/AvailableList")
+        models = response_models()
+        body = client.get("/v1/estimates/m_oue").json()
+        models["estimate"].model_validate(body)  # extra="forbid": a key the schema does not name fails here
+        assert set(body) - {"labels"} == set(models["estimate"].model_fields) - {"labels"}
+        models["available"].model_validate(client.get("/v1/estimates").json())
+        missing = client.get("/v1/estimates/nope")
+        assert missing.status_code == 404 and set(missing.json()) == {"detail"}

@@ -1,0 +1,245 @@
+"""Data poisoning: what a flood of crafted reports does to a frequency estimate.
+
+Local DP protects what a device *says*; it does nothing to stop a device (or
+someone posing as many devices) from saying something it did not draw from
+the mechanism. A crafted report is any record the collector accepts: it
+passes every check the pipeline makes (frame, metric, spec id, field
+bounds), because a privatized report carries no proof that it was drawn
+honestly. Cheu, Smith and Ullman ("Manipulation attacks in local
+differential privacy", IEEE S&P 2021) show this is inherent to local
+protocols: a few manipulators skew an estimate by far more than their
+number, the more so the smaller ε.
+
+**The attack measured here** (output manipulation, one target item ``t``):
+each crafted report is the record that supports ``t`` for sure and no other
+item more than an honest report would. For a pure protocol with support
+probabilities ``p*`` (holder) and ``q*`` (non-holder), the unbiased count is
+``(C_t − n·q*) / (p* − q*)``, so one crafted report that supports ``t``
+moves it by exactly
+
+    Δ = (1 − q*) / (p* − q*),
+
+and ``m`` of them by ``m·Δ`` (the largest shift any ``m`` reports can cause
+to one count: no record supports an item more than once). Non-target items
+move by ``m·(s − q*)/(p* − q*)`` where ``s`` is how often a crafted report
+happens to support them: 0 for GRR and OUE (their crafted record supports
+``t`` only), ``1/g`` on average for OLH (the seed is random), so by zero in
+expectation.
+
+* GRR: the record ``value = t``.
+* OUE: the bit vector with only bit ``t`` set.
+* OLH: a uniformly random seed ``s`` and ``y = H_s(t)``.
+
+**What bounds it.** Nothing in the pipeline today bounds ``m``: the
+collector accepts any well-formed upload, and the shuffler's crowd
+threshold counts reports, not people. The shift is bounded only by how many
+reports an attacker can get accepted; the anonymous, rate-limited upload
+tokens of the sealed-reports work cap it at ``tokens × max_reports_per_day
+× Δ`` per day. Central noise, norm-sub and the confidence interval do not
+help: the interval is computed from the (poisoned) data and is as narrow as
+for honest data.
+
+:func:`poisoning_run` measures this with the real specs, encoders and
+accumulators; ``python -m simulator.scenarios.poisoning`` prints the table of
+``docs/PRIVACY.md`` and draws ``docs/img/poisoning.png``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from client_sdk.hashing import hash_to_range
+from client_sdk.mechanisms import make_spec
+from client_sdk.mechanisms.base import MechanismSpec
+from estimator.oracles import accumulator_for
+from simulator.population import Distribution
+
+__all__ = ["PoisoningResult", "crafted_reports", "influence", "poisoning_run", "main"]
+
+#: mechanisms with a crafting rule here
+CRAFTABLE = ("grr", "oue", "olh")
+
+
+def influence(spec: MechanismSpec) -> float:
+    """Δ = (1 − q*)/(p* − q*): how far one crafted report moves its target's unbiased count."""
+    p, q = spec.support_probabilities()  # type: ignore[attr-defined]
+    return (1.0 - q) / (p - q)
+
+
+def crafted_reports(spec: MechanismSpec, target: int, m: int, rng: np.random.Generator) -> np.ndarray:
+    """``m`` records, each supporting ``target`` with certainty (module docstring)."""
+    if not 0 <= target < spec.domain_size:
+        raise ValueError(f"target {target} is outside the domain [0, {spec.domain_size})")
+    out = np.zeros(m, dtype=spec.record_dtype)
+    if spec.name == "grr":
+        out["value"] = target
+    elif spec.name == "oue":
+        out["bits"][:, target // 8] = 1 << (target % 8)  # packed little-endian (docs/SDK.md, "Records")
+    elif spec.name == "olh":
+        seeds = rng.integers(0, 2**32, size=m, dtype=np.uint32)
+        out["seed"] = seeds
+        out["y"] = hash_to_range(np.full(m, target, dtype=np.uint32), seeds, spec.hash_range)  # type: ignore[attr-defined]
+    else:
+        raise ValueError(f"no crafting rule for {spec.name!r}; one of {CRAFTABLE}")
+    spec.check_records(out)  # what the collector checks: the crafted records pass
+    return out
+
+
+@dataclasses.dataclass(frozen=True)
+class PoisoningResult:
+    mechanism: str
+    epsilon: float
+    domain: int
+    users: int
+    crafted: int
+    target: int
+    true_count: int
+    influence: float
+    honest_estimate: float
+    honest_ci: tuple[float, float]
+    poisoned_estimate: float
+    poisoned_ci: tuple[float, float]
+    predicted_shift: float
+
+    @property
+    def shift(self) -> float:
+        return self.poisoned_estimate - self.honest_estimate
+
+    def to_dict(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        d["shift"] = self.shift
+        return d
+
+
+def poisoning_run(
+    mechanism: str,
+    epsilon: float,
+    domain: int,
+    users: int,
+    crafted: Sequence[int],
+    rng: np.random.Generator,
+    *,
+    target: int | None = None,
+    distribution: str = "zipf",
+    confidence: float = 0.95,
+) -> list[PoisoningResult]:
+    """Honest users (zipf or uniform values) plus ``m`` crafted reports for each ``m`` in ``crafted``.
+
+    The honest reports are drawn once and the crafted ones added to a copy of their accumulator, so
+    every row shares the same honest estimate and differs only by the attack. ``target`` defaults to
+    the middle of the domain (a rare item under zipf).
+    """
+    spec = make_spec(mechanism, epsilon=epsilon, domain_size=domain)
+    t = domain // 2 if target is None else int(target)
+    values = Distribution(distribution, domain).sample(users, rng)
+    honest = accumulator_for(spec)
+    honest.update(spec.encode(values, rng))
+    h = honest.estimate(confidence)
+    delta = influence(spec)
+    out = []
+    for m in crafted:
+        acc = accumulator_for(spec)
+        acc.merge(honest)
+        if m:
+            acc.update(crafted_reports(spec, t, int(m), rng))
+        e = acc.estimate(confidence)
+        out.append(
+            PoisoningResult(
+                mechanism=mechanism,
+                epsilon=float(epsilon),
+                domain=domain,
+                users=users,
+                crafted=int(m),
+                target=t,
+                true_count=int(np.count_nonzero(values == t)),
+                influence=delta,
+                honest_estimate=float(h.counts[t]),
+                honest_ci=(float(h.ci_low[t]), float(h.ci_high[t])),
+                poisoned_estimate=float(e.counts[t]),
+                poisoned_ci=(float(e.ci_low[t]), float(e.ci_high[t])),
+                predicted_shift=m * delta,
+            )
+        )
+    return out
+
+
+def _plot(rows: list[PoisoningResult], path: str) -> None:
+    """Left: the target's estimate with its 95% CI (mechanisms whose scale fits one axis); right: the shift in
+    honest standard errors, every mechanism."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
+    mechs = list(dict.fromkeys(r.mechanism for r in rows))
+    for mech in mechs:
+        rs = [r for r in rows if r.mechanism == mech]
+        m = np.array([r.crafted for r in rs])
+        se = (rs[0].honest_ci[1] - rs[0].honest_ci[0]) / (2 * 1.959963984540054)
+        shift_se = np.array([r.shift for r in rs]) / se
+        (line,) = right.plot(m[1:], shift_se[1:], marker="o", label=f"{mech} (Δ = {rs[0].influence:.1f}/report)")
+        if rs[0].influence < 50:  # GRR over a large domain would flatten the others
+            est = np.array([r.poisoned_estimate for r in rs])
+            lo = np.array([r.poisoned_ci[0] for r in rs])
+            hi = np.array([r.poisoned_ci[1] for r in rs])
+            left.plot(m, est, marker="o", color=line.get_color(), label=mech)
+            left.fill_between(m, lo, hi, color=line.get_color(), alpha=0.2)
+    r0 = rows[0]
+    left.axhline(r0.true_count, color="k", ls="--", lw=1, label=f"true count ({r0.true_count})")
+    left.set_xlabel("crafted reports for the target item")
+    left.set_ylabel("target's estimated count (95% CI shaded)")
+    left.legend(fontsize=8)
+    right.axhline(1.96, color="k", ls=":", lw=1, label="1.96 standard errors")
+    right.set_xscale("log")
+    right.set_yscale("log")
+    right.set_xlabel("crafted reports for the target item")
+    right.set_ylabel("shift of the estimate (honest std. errors)")
+    right.legend(fontsize=8)
+    fig.suptitle(f"Poisoning an LDP frequency estimate: {r0.users:,} honest users, ε = {r0.epsilon:g}, d = {r0.domain}")
+    fig.tight_layout(rect=(0, 0, 1, 0.94))
+    fig.savefig(path, dpi=120)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m simulator.scenarios.poisoning", description=__doc__.split("\n")[0])
+    ap.add_argument("--mechanisms", default="olh,oue,grr")
+    ap.add_argument("--epsilon", type=float, default=1.0)
+    ap.add_argument("--domain", type=int, default=1024)
+    ap.add_argument("--users", type=int, default=100_000)
+    ap.add_argument("--crafted", default="0,100,500,1000,2000")
+    ap.add_argument("--seed", type=int, default=11)
+    ap.add_argument("--plot", default=None, help="write the plot here (PNG)")
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args(argv)
+    crafted = [int(x) for x in args.crafted.split(",")]
+    rows: list[PoisoningResult] = []
+    for mech in args.mechanisms.split(","):
+        rng = np.random.default_rng(args.seed)
+        rows += poisoning_run(mech, args.epsilon, args.domain, args.users, crafted, rng)
+    if args.json:
+        json.dump([r.to_dict() for r in rows], sys.stdout, indent=1)
+        print()
+    else:
+        print("| mechanism | crafted | Δ per report | estimate (95% CI) | shift | m·Δ |")
+        print("|---|---:|---:|---|---:|---:|")
+        for r in rows:
+            print(
+                f"| {r.mechanism} | {r.crafted:,} | {r.influence:.2f} | {r.poisoned_estimate:,.0f} "
+                f"({r.poisoned_ci[0]:,.0f} .. {r.poisoned_ci[1]:,.0f}) | {r.shift:,.0f} | {r.predicted_shift:,.0f} |"
+            )
+        print(f"true count of the target: {rows[0].true_count}")
+    if args.plot:
+        _plot(rows, args.plot)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
