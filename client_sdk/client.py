@@ -467,7 +467,8 @@ class TelemetryClient:
         """Inside the recorder's transaction, before any spend: pin each memoized metric
         reported for the first time to its definition, and keep only the items whose
         definition equals their metric's pin. Returns (kept items, pins learned, conflicts)."""
-        memo_defs = {id(m): m for m, _, _ in items if MemoStore.supports(m.spec)}
+        distinct = {id(m): m for m, _, _ in items}
+        memo_defs = {k: m for k, m in distinct.items() if MemoStore.supports(m.spec)}
         if not memo_defs:
             return items, {}, 0
         with self._defs_lock:
