@@ -31,6 +31,14 @@ batches by size and age, retries transient failures with backoff and
 optionally refreshes metric definitions from ``GET /v1/metrics``; a server
 definition that would exceed the local policy is refused and counted.
 
+**Pinned definitions.** A memoized (RAPPOR) metric's first report pins its
+definition (mechanism spec and domain; :func:`~client_sdk.memo.definition_pin`)
+in the store. A later definition of it that differs -- from the server or a
+new bundled file -- is refused (``metric_refused``, logged once), and the
+metric stops being reported until a definition equal to the pin is served
+again: it never gets a second permanent response (docs/SDK.md, "Pinned
+definitions").
+
 **Configuration.** Four arguments say where the client keeps its state,
 which collector it talks to, what it may spend and what it records; everything
 else -- upload, batching, timing, modes, test hooks -- is one frozen
@@ -48,6 +56,8 @@ import atexit
 import collections
 import dataclasses
 import ipaddress
+import json
+import logging
 import os
 import sqlite3
 import threading
@@ -59,10 +69,18 @@ from typing import Any, Literal
 
 import numpy as np
 
+from client_sdk.canonical import canonical_json
 from client_sdk.errors import BudgetError, LDPError
 from client_sdk.files import write_atomic
 from client_sdk.ledger import BudgetLedger, DayBudget, SpendOutcome, epsilon_of
-from client_sdk.memo import MemoStore, load_or_create_secret
+from client_sdk.memo import (
+    MemoStore,
+    definition_pin,
+    insert_pin_in,
+    load_or_create_secret,
+    load_pins,
+    read_pins_in,
+)
 from client_sdk.metrics import MetricDefinition, MetricSet, MetricsFileError, load_metrics, parse_metrics, utc_day
 from client_sdk.outbox import DEFAULT_MAX_REPORTS, Outbox
 from client_sdk.policy import LocalPolicy, to_units
@@ -82,7 +100,8 @@ ERROR_TALLIES = (
     "closed",  # record() after close() (or in a child process forked from the app)
     "internal_error",  # a bug caught on the hot path or the recorder thread
     "storage_error",  # the database refused a write (disk full, locked too long)
-    "metric_refused",  # a server metric definition above the local policy
+    "metric_refused",  # a metric definition above the local policy, or unlike its memoized metric's pin
+    "pin_conflict",  # reports dropped: their definition differs from the pin another process (or queue) set
     "metrics_fetch_failed",  # GET /v1/metrics failed or returned an invalid document
     "upload_failures",  # transient upload failures (each retried)
     "outbox_dropped",  # reports dropped, oldest first, because the outbox was full
@@ -108,6 +127,19 @@ _PERSISTED = {
 }
 
 _SERVER_METRICS_FILE = "server_metrics.json"
+_log = logging.getLogger("client_sdk")
+
+
+def _differences(a: dict[str, Any], b: dict[str, Any], prefix: str = "") -> list[str]:
+    """The dotted names of the fields in which two pinned definitions differ."""
+    out = []
+    for key in sorted(set(a) | set(b)):
+        x, y = a.get(key), b.get(key)
+        if isinstance(x, dict) and isinstance(y, dict):
+            out += _differences(x, y, f"{prefix}{key}.")
+        elif x != y:
+            out.append(f"{prefix}{key} ({x!r} -> {y!r})")
+    return out
 
 
 class ClientConfigError(LDPError, ValueError):
@@ -294,6 +326,7 @@ class TelemetryClient:
         try:
             self._store = Store(storage_dir)
             self._secret = load_or_create_secret(self._store.directory)
+            self._pins: dict[str, str] = load_pins(self._store.connection())
         except (OSError, sqlite3.Error, ValueError, TypeError) as exc:
             raise ClientConfigError(f"cannot use storage_dir {storage_dir!r}: {exc}") from exc
         self.storage_dir = self._store.directory
@@ -306,7 +339,9 @@ class TelemetryClient:
         self._tally: collections.Counter[str] = collections.Counter()
         self._tally_lock = threading.Lock()
         self._exhausted: dict[str, tuple[int, str]] = {}
-        self._metrics: dict[str, MetricDefinition] = dict(bundled)
+        self._metrics: dict[str, MetricDefinition] = {}
+        self._server: MetricSet | None = None
+        self._defs_lock = threading.RLock()
         self._units: dict[str, int] = {}
         self._refused: set[tuple[str, str]] = set()
         self._fetch = bool(config.fetch_metrics)
@@ -314,6 +349,11 @@ class TelemetryClient:
         self._next_refresh = 0.0
         if self._fetch:
             self._load_cached_server_metrics()
+        try:
+            self._pin_reported_metrics()
+        except sqlite3.Error as exc:
+            raise ClientConfigError(f"cannot use storage_dir {storage_dir!r}: {exc}") from exc
+        self._rebuild()
 
         self._queue: collections.deque[Any] = collections.deque()
         self._max_queue = config.max_queue
@@ -421,6 +461,39 @@ class TelemetryClient:
             return self._memo.encode(m.name, m.spec, values, self._rng)
         return m.spec.encode(values, self._rng)
 
+    def _pin_in(
+        self, conn: sqlite3.Connection, items: list[tuple[MetricDefinition, int, float]], now: float
+    ) -> tuple[list[tuple[MetricDefinition, int, float]], dict[str, str], int]:
+        """Inside the recorder's transaction, before any spend: pin each memoized metric
+        reported for the first time to its definition, and keep only the items whose
+        definition equals their metric's pin. Returns (kept items, pins learned, conflicts)."""
+        distinct = {id(m): m for m, _, _ in items}
+        memo_defs = {k: m for k, m in distinct.items() if MemoStore.supports(m.spec)}
+        if not memo_defs:
+            return items, {}, 0
+        with self._defs_lock:
+            pins = dict(self._pins)
+        unknown = {m.name for m in memo_defs.values()} - pins.keys()
+        if unknown:  # pins are never changed, so only those this process has not seen need reading
+            pins.update(read_pins_in(conn, unknown))
+        wanted = {k: definition_pin(m) for k, m in memo_defs.items()}
+        kept: list[tuple[MetricDefinition, int, float]] = []
+        conflicts = 0
+        for item in items:
+            m = item[0]
+            want = wanted.get(id(m))
+            if want is None:
+                kept.append(item)
+                continue
+            pin = pins.get(m.name)
+            if pin is None:
+                pin = pins[m.name] = insert_pin_in(conn, m.name, want, now)
+            if pin == want:
+                kept.append(item)
+            else:
+                conflicts += 1
+        return kept, {n: pins[n] for n in unknown}, conflicts
+
     def _persist(self, items: list[tuple[MetricDefinition, int, float]]) -> None:
         conn = self._store.connection()
         groups: dict[tuple[str, str], tuple[MetricDefinition, list[int]]] = {}
@@ -431,6 +504,7 @@ class TelemetryClient:
                 now = max(t for _, _, t in items)
                 high = self._ledger.observe_time_in(conn, now)
                 day = utc_day(high)
+                items, learned, conflicts = self._pin_in(conn, items, now)
                 outcomes = self._ledger.spend_many_in(
                     conn, day, [(m.name, self._units_of(m), m.max_reports_per_day) for m, _, _ in items]
                 )
@@ -451,10 +525,18 @@ class TelemetryClient:
             self._count("internal_error", len(items))
             return
         self._floor_day = max(self._floor_day, day)
+        if learned:
+            with self._defs_lock:
+                changed = any(self._pins.get(n) != p for n, p in learned.items())
+                self._pins.update(learned)
+            if changed or conflicts:  # another process pinned first: drop definitions unlike its pins
+                self._rebuild()
         self._exhausted.update(newly_exhausted)
         with self._tally_lock:
             self._tally.update(refused)
             self._tally["recorded"] += sum(len(ix) for _, ix in groups.values())
+            if conflicts:
+                self._tally["pin_conflict"] += conflicts
 
     def _drain(self, limit: int = 2048) -> None:
         while self._queue:
@@ -524,26 +606,93 @@ class TelemetryClient:
             self._upload_wake.wait(wait)
             self._upload_wake.clear()
 
-    def _adopt(self, server: MetricSet) -> None:
-        merged = dict(self._bundled)
-        for name, m in server.items():
+    def _pin_refusal(self, m: MetricDefinition) -> str | None:
+        """Why ``m`` may not be used because its memoized metric is pinned to another definition, or None."""
+        if not MemoStore.supports(m.spec):
+            return None
+        pin, want = self._pins.get(m.name), definition_pin(m)
+        if pin is None or pin == want:
+            return None
+        return (
+            f"metric {m.name!r} keeps the permanent response it drew under the definition it was first "
+            f"reported under; this one differs in {', '.join(_differences(json.loads(pin), json.loads(want)))}, "
+            "which would draw a second one of the same value, so it is refused and the metric is not reported "
+            "until its pinned definition is served again (rename the metric to change its definition)"
+        )
+
+    def _merge(self) -> tuple[dict[str, MetricDefinition], list[tuple[MetricDefinition, str]]]:
+        """The definitions in effect and those refused (with why): bundled ones unless unlike their pin;
+        a server one replaces the bundled one if it passes the policy and its pin, drops it if it
+        passes the policy but not its pin (the collector serving it would not take the pinned one),
+        and leaves it if it fails the policy."""
+        merged: dict[str, MetricDefinition] = {}
+        refused: list[tuple[MetricDefinition, str]] = []
+        for name, m in self._bundled.items():
+            reason = self._pin_refusal(m)
+            if reason is None:
+                merged[name] = m
+            else:
+                refused.append((m, reason))
+        for name, m in (self._server or MetricSet()).items():
             try:
                 self.policy.check_metric(m)
-            except BudgetError:
-                key = (name, m.spec.spec_id)
+            except BudgetError as exc:
+                refused.append((m, str(exc)))
+                continue
+            reason = self._pin_refusal(m)
+            if reason is None:
+                merged[name] = m
+            else:
+                refused.append((m, reason))
+                merged.pop(name, None)
+        return merged, refused
+
+    def _rebuild(self) -> None:
+        """Recompute the definitions in effect; count (and log, once each) the refused ones."""
+        with self._defs_lock:
+            merged, refused = self._merge()
+            self._metrics = merged
+            self._exhausted = {}
+            for m, reason in refused:
+                key = (m.name, canonical_json(m.to_dict()).decode("utf-8"))
                 if key not in self._refused:
                     self._refused.add(key)
                     self._count("metric_refused")
-                continue
-            merged[name] = m
-        self._metrics = merged
-        self._exhausted = {}
+                    _log.warning("refused a definition of metric %r: %s", m.name, reason)
+
+    def _pin_reported_metrics(self) -> None:
+        """Pin memoized metrics that were reported before this store had pins (schema 1) to the
+        definition in effect now: the last one adopted, hence the one they were reported under."""
+        merged, _ = self._merge()
+        todo = {n: m for n, m in merged.items() if MemoStore.supports(m.spec) and n not in self._pins}
+        if not todo:
+            return
+        conn = self._store.connection()
+        marks = ",".join("?" * len(todo))
+        names = sorted(todo)
+        seen = {
+            str(r[0])
+            for r in conn.execute(
+                f"SELECT DISTINCT metric FROM ledger WHERE metric IN ({marks}) "
+                f"UNION SELECT DISTINCT metric FROM outbox WHERE metric IN ({marks})",
+                names + names,
+            )
+        }
+        if not seen:
+            return
+        with self._store.transaction(conn):
+            for n in sorted(seen):
+                self._pins[n] = insert_pin_in(conn, n, definition_pin(todo[n]), self._clock())
+
+    def _adopt(self, server: MetricSet) -> None:
+        self._server = server
+        self._rebuild()
 
     def _load_cached_server_metrics(self) -> None:
         path = os.path.join(self.storage_dir, _SERVER_METRICS_FILE)
         try:
             with open(path, "rb") as f:
-                self._adopt(parse_metrics(f.read(), reject_expired=False))
+                self._server = parse_metrics(f.read(), reject_expired=False)
         except FileNotFoundError:
             pass
         except (OSError, MetricsFileError):

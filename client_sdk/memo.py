@@ -18,6 +18,22 @@ values. The secret lives in ``<storage>/device_secret``, created with
 ``secrets.token_bytes`` and mode 0600; it never leaves the device.
 (Someone who can read the secret can test candidate values against
 reports: on-device attackers are out of scope.)
+
+**Pins.** The PRR is a function of the *definition* as well as the value:
+the metric key, the cohort and the permanent bits all depend on the spec's
+(legacy) id, and the value's index on the domain. A server that changes any
+of them (a new ``hash_seed`` or hashed-domain ``seed`` every day, each
+definition within the local policy) would get a fresh PRR of the same value
+every day, and enough fresh PRRs reveal the value as surely as fresh
+reports. So the first report of a memoized metric *pins* its definition
+(:func:`definition_pin`: the whole mechanism spec and the domain) in the
+store's ``pins`` table, in the transaction that spends and queues that
+report; pins are never changed or removed. A later definition of the metric
+that differs from its pin is refused by the client (docs/SDK.md, "Pinned
+definitions"). Keying the PRR to the raw value instead would not help: a
+PRR is a Bloom filter under the spec's hashes and bit count, and no PRR
+drawn under one definition can be carried over to another, so *any*
+definition change needs a fresh one.
 """
 
 from __future__ import annotations
@@ -26,14 +42,27 @@ import contextlib
 import hashlib
 import os
 import secrets
+import sqlite3
 import stat
+from collections.abc import Iterable
 
 import numpy as np
 
+from client_sdk.canonical import canonical_json
 from client_sdk.files import write_atomic
 from client_sdk.mechanisms.base import MechanismSpec
+from client_sdk.metrics import MetricDefinition
 
-__all__ = ["MemoStore", "load_or_create_secret", "SECRET_FILENAME", "SECRET_BYTES"]
+__all__ = [
+    "MemoStore",
+    "load_or_create_secret",
+    "SECRET_FILENAME",
+    "SECRET_BYTES",
+    "definition_pin",
+    "load_pins",
+    "read_pins_in",
+    "insert_pin_in",
+]
 
 SECRET_FILENAME = "device_secret"
 SECRET_BYTES = 32
@@ -100,3 +129,43 @@ class MemoStore:
         fresh instantaneous randomness from ``rng`` per report."""
         key = self.metric_secret(metric, spec.legacy_spec_id)  # stable across the id change: see MechanismSpec
         return spec.encode_memoized(indices, key, rng)  # type: ignore[attr-defined]
+
+
+def definition_pin(metric: MetricDefinition) -> str:
+    """What a memoized metric's permanent responses depend on, as RFC 8785 JSON:
+    ``{"domain": domain.to_dict(), "mechanism": spec.to_dict()}``.
+
+    The whole spec, not only the fields the PRR reads (bits, hashes, cohorts,
+    hash seed, ε hence f): the memo key, the cohort and the keystream are all
+    keyed by the spec's legacy id, a hash of every field, so a change of p or
+    q draws a fresh PRR too. The domain decides the index a value maps to.
+    Not pinned: owner, description, expiry and ``max_reports_per_day``, which
+    the permanent response does not depend on (the budget ledger caps r)."""
+    doc = {"domain": metric.domain.to_dict(), "mechanism": metric.spec.to_dict()}
+    return canonical_json(doc).decode("utf-8")
+
+
+def load_pins(conn: sqlite3.Connection) -> dict[str, str]:
+    """Every pin in the store: metric name -> :func:`definition_pin`."""
+    return {str(m): str(d) for m, d in conn.execute("SELECT metric, definition FROM pins")}
+
+
+def read_pins_in(conn: sqlite3.Connection, metrics: Iterable[str]) -> dict[str, str]:
+    """The pins of ``metrics`` (those that have one), read inside the caller's transaction."""
+    names = sorted(set(metrics))
+    out: dict[str, str] = {}
+    for i in range(0, len(names), 500):  # below SQLite's limit on bound parameters
+        chunk = names[i : i + 500]
+        rows = conn.execute(
+            f"SELECT metric, definition FROM pins WHERE metric IN ({','.join('?' * len(chunk))})", chunk
+        )
+        out.update({str(m): str(d) for m, d in rows})
+    return out
+
+
+def insert_pin_in(conn: sqlite3.Connection, metric: str, pin: str, now: float) -> str:
+    """Pin ``metric`` to ``pin`` unless it has a pin already; return the pin in force (the caller's
+    transaction decides: another process may have pinned first)."""
+    conn.execute("INSERT OR IGNORE INTO pins (metric, definition, pinned) VALUES (?, ?, ?)", (metric, pin, now))
+    row = conn.execute("SELECT definition FROM pins WHERE metric = ?", (metric,)).fetchone()
+    return str(row[0])

@@ -16,6 +16,21 @@ Before that, :meth:`LocalPolicy.check_metric` refuses a *definition* whose
 own daily demand ``r * ε`` (r = ``max_reports_per_day``) exceeds a cap: a
 metric from a mistaken or malicious server that asks for more than the
 device allows is not adopted at all, rather than adopted and cut short.
+
+**What a memoized definition may ask beyond ε.** ε∞ bounds what a RAPPOR
+metric reveals about the *value*; it says nothing about how well a device's
+reports identify the *device*. A definition with no instantaneous
+randomization (``p = 0, q = 1``) makes every report of one value the same
+bytes (the permanent response itself), and 4,096 bits in 65,536 cohorts make
+those bytes a fingerprint. So :meth:`LocalPolicy.check_metric` also refuses a
+memoized definition whose per-bit instantaneous ε, ``ln(q(1-p) / (p(1-q)))``,
+is above ``max_irr_epsilon`` (infinite for ``p = 0`` or ``q = 1``), or that has
+more than ``max_rappor_bits`` bits or ``max_rappor_cohorts`` cohorts. The
+shipped bounds (:data:`SHIPPED_MAX_IRR_EPSILON` 2.5, :data:`SHIPPED_MAX_RAPPOR_BITS`
+1,024, :data:`SHIPPED_MAX_RAPPOR_COHORTS` 128) are the laxest a policy accepts:
+a device may be configured stricter, never laxer, and nothing a server sends
+changes a :class:`LocalPolicy`. (The paper's IRR, p = 0.5 and q = 0.75, has a
+per-bit ε of ln 3 = 1.1.)
 """
 
 from __future__ import annotations
@@ -27,9 +42,23 @@ from types import MappingProxyType
 from typing import Any
 
 from client_sdk.errors import BudgetError
+from client_sdk.mechanisms.rappor import RapporSpec
+from client_sdk.memo import MemoStore
 from client_sdk.metrics import MetricDefinition
 
-__all__ = ["LocalPolicy", "EPSILON_UNIT", "to_units"]
+__all__ = [
+    "LocalPolicy",
+    "EPSILON_UNIT",
+    "to_units",
+    "SHIPPED_MAX_IRR_EPSILON",
+    "SHIPPED_MAX_RAPPOR_BITS",
+    "SHIPPED_MAX_RAPPOR_COHORTS",
+]
+
+#: The laxest bounds a :class:`LocalPolicy` accepts on a memoized definition (module docstring).
+SHIPPED_MAX_IRR_EPSILON = 2.5
+SHIPPED_MAX_RAPPOR_BITS = 1024
+SHIPPED_MAX_RAPPOR_COHORTS = 128
 
 #: Ledgers count ε in integer units of 1e-9 so that sums and cap checks are
 #: exact; spends are rounded up and caps down (never in the device's disfavor).
@@ -54,13 +83,28 @@ def _check_cap(name: str, value: Any) -> float:
     return value
 
 
+def _check_bound(name: str, value: Any, shipped: float, *, integer: bool) -> Any:
+    kind = "an integer" if integer else "a number"
+    if isinstance(value, bool) or not isinstance(value, int if integer else (int, float)):
+        raise BudgetError(f"local policy: {name} must be {kind}, got {value!r}")
+    if not (0 < value <= shipped) or (not integer and not math.isfinite(value)):
+        raise BudgetError(
+            f"local policy: {name} must be above 0 and at most {shipped:g}, the bound this SDK ships with "
+            f"(a device may be stricter, never laxer), got {value!r}"
+        )
+    return int(value) if integer else float(value)
+
+
 @dataclasses.dataclass(frozen=True)
 class LocalPolicy:
-    """Daily ε caps enforced on the device (see the module docstring)."""
+    """Daily ε caps and bounds on memoized definitions, enforced on the device (see the module docstring)."""
 
     per_metric_daily: float
     total_daily: float
     per_metric_overrides: Mapping[str, float] = dataclasses.field(default_factory=dict)
+    max_irr_epsilon: float = SHIPPED_MAX_IRR_EPSILON
+    max_rappor_bits: int = SHIPPED_MAX_RAPPOR_BITS
+    max_rappor_cohorts: int = SHIPPED_MAX_RAPPOR_COHORTS
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "per_metric_daily", _check_cap("per_metric_daily", self.per_metric_daily))
@@ -71,6 +115,12 @@ class LocalPolicy:
             str(k): _check_cap(f"per_metric_overrides[{k!r}]", v) for k, v in self.per_metric_overrides.items()
         }
         object.__setattr__(self, "per_metric_overrides", MappingProxyType(overrides))
+        for name, shipped, integer in (
+            ("max_irr_epsilon", SHIPPED_MAX_IRR_EPSILON, False),
+            ("max_rappor_bits", SHIPPED_MAX_RAPPOR_BITS, True),
+            ("max_rappor_cohorts", SHIPPED_MAX_RAPPOR_COHORTS, True),
+        ):
+            object.__setattr__(self, name, _check_bound(name, getattr(self, name), shipped, integer=integer))
 
     def metric_cap(self, metric: str) -> float:
         """The daily ε cap of ``metric`` (never above the total cap)."""
@@ -84,7 +134,9 @@ class LocalPolicy:
         return to_units(self.total_daily, round_up=False)
 
     def check_metric(self, metric: MetricDefinition) -> None:
-        """Raise :class:`BudgetError` if ``metric``'s daily demand exceeds a cap."""
+        """Raise :class:`BudgetError` if ``metric``'s daily demand exceeds a cap, or if it is
+        memoized and its instantaneous noise, bits or cohorts are out of bounds."""
+        self._check_memoized(metric)
         cap = self.metric_cap(metric.name)
         demand = metric.daily_epsilon
         if to_units(demand, round_up=True) > to_units(cap, round_up=False):
@@ -94,9 +146,34 @@ class LocalPolicy:
                 f"of {cap:g} for it; lower its epsilon or max_reports_per_day, or raise the local policy's cap"
             )
 
+    def _check_memoized(self, metric: MetricDefinition) -> None:
+        spec = metric.spec
+        if not MemoStore.supports(spec):
+            return
+        if not isinstance(spec, RapporSpec):  # a memoized mechanism whose noise this policy cannot bound
+            raise BudgetError(f"metric {metric.name!r}: this device bounds memoized RAPPOR definitions only")
+        problems = []
+        if spec.irr_epsilon > self.max_irr_epsilon:
+            problems.append(
+                f"its instantaneous randomization (p={spec.p:g}, q={spec.q:g}) has a per-bit epsilon of "
+                f"{spec.irr_epsilon:g}, above {self.max_irr_epsilon:g} (p=0 or q=1 is none at all: every report "
+                "of a value would be the same bytes)"
+            )
+        if spec.num_bits > self.max_rappor_bits:
+            problems.append(f"num_bits {spec.num_bits} is above {self.max_rappor_bits}")
+        if spec.num_cohorts > self.max_rappor_cohorts:
+            problems.append(f"num_cohorts {spec.num_cohorts} is above {self.max_rappor_cohorts}")
+        if problems:
+            raise BudgetError(
+                f"metric {metric.name!r} would make this device's reports identify it: " + "; ".join(problems)
+            )
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "per_metric_daily": self.per_metric_daily,
             "total_daily": self.total_daily,
             "per_metric_overrides": dict(self.per_metric_overrides),
+            "max_irr_epsilon": self.max_irr_epsilon,
+            "max_rappor_bits": self.max_rappor_bits,
+            "max_rappor_cohorts": self.max_rappor_cohorts,
         }

@@ -15,6 +15,14 @@ neither does, and a report can never leave the device without its spend.
   strictly one after the other (no lost updates, no lock-upgrade deadlock).
 * One connection per thread (SQLite connections must not interleave
   transactions from several threads).
+
+**Schema versions** (``PRAGMA user_version``). 1: clock, ledger, specs,
+outbox, batches, counters. 2 adds ``pins``: the definition (mechanism spec
+and domain, RFC 8785 JSON) each memoized metric was first reported under
+(:mod:`client_sdk.memo`, "Pins"). A version-1 file is upgraded in place
+when it is opened (one transaction: the new table, then the version; every
+existing row stays); a file of a newer version than this SDK's is refused,
+so an older SDK never runs on a store whose pins it would ignore.
 """
 
 from __future__ import annotations
@@ -26,10 +34,12 @@ import stat
 import threading
 from collections.abc import Iterator, Mapping
 
-__all__ = ["Store", "DB_FILENAME", "SCHEMA_VERSION", "immediate_transaction"]
+__all__ = ["Store", "DB_FILENAME", "SCHEMA_VERSION", "UPGRADABLE_VERSIONS", "immediate_transaction"]
 
 DB_FILENAME = "ldp-sdk.sqlite3"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+#: Versions this SDK upgrades in place (see the module docstring).
+UPGRADABLE_VERSIONS = (0, 1)
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS clock (
@@ -69,6 +79,11 @@ CREATE TABLE IF NOT EXISTS batches (
 CREATE TABLE IF NOT EXISTS counters (
     name TEXT PRIMARY KEY,
     value INTEGER NOT NULL
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS pins (
+    metric TEXT PRIMARY KEY,
+    definition TEXT NOT NULL,
+    pinned REAL NOT NULL
 ) WITHOUT ROWID;
 """
 
@@ -125,14 +140,15 @@ class Store:
         if conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION:
             return  # already set up: opening takes no write lock
         with self.transaction(conn):
-            for statement in _SCHEMA.split(";"):
+            version = conn.execute("PRAGMA user_version").fetchone()[0]
+            if version not in (*UPGRADABLE_VERSIONS, SCHEMA_VERSION):
+                raise sqlite3.DatabaseError(
+                    f"{self.path} has schema version {version}; this SDK understands versions up to "
+                    f"{SCHEMA_VERSION} (a newer SDK wrote it: use that SDK, or a fresh storage directory)"
+                )
+            for statement in _SCHEMA.split(";"):  # every table is IF NOT EXISTS: an upgrade adds the new ones
                 if statement.strip():
                     conn.execute(statement)
-            version = conn.execute("PRAGMA user_version").fetchone()[0]
-            if version not in (0, SCHEMA_VERSION):
-                raise sqlite3.DatabaseError(
-                    f"{self.path} has schema version {version}; this SDK understands {SCHEMA_VERSION}"
-                )
             conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
 
     def connection(self) -> sqlite3.Connection:

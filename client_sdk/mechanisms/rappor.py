@@ -281,6 +281,16 @@ class RapporSpec(MechanismSpec):
         return self.epsilon
 
     @property
+    def irr_epsilon(self) -> float:
+        """Per-bit ε of the instantaneous randomization alone, ln(q(1-p) / (p(1-q))): how much one
+        report reveals about one bit of the permanent response (infinite with p = 0 or q = 1, when
+        every report of a value is the permanent response itself). The device's
+        :class:`~client_sdk.policy.LocalPolicy` bounds it (``max_irr_epsilon``)."""
+        if self.p <= 0.0 or self.q >= 1.0:
+            return math.inf
+        return math.log(self.q * (1.0 - self.p) / (self.p * (1.0 - self.q)))
+
+    @property
     def epsilon_one_report(self) -> float:
         """ε1 = h ln(q*(1-p*) / (p*(1-q*))), the bound for a single report (Sec. 3.1)."""
         qs, ps = self.q_star, self.p_star
