@@ -1,7 +1,8 @@
 """The common shape of every mechanism specification.
 
-A spec is a frozen, validated value object: its ε, its domain size and its
-own parameters. It knows
+A spec is a frozen, validated value object: its ε and its own parameters
+(:class:`ReportSpec`; a frequency oracle's :class:`MechanismSpec` adds its
+domain size). It knows
 
 * its stable ``spec_id`` (a hash of its RFC 8785 canonical form; it travels
   in every wire frame, so a report is never decoded under the wrong
@@ -10,10 +11,11 @@ own parameters. It knows
 * its report layout (a fixed-width numpy structured dtype, little-endian),
 * its device-side encoders (:meth:`encode` for batches, :meth:`encode_one`
   for the SDK), which take the randomness as an explicit argument, and
-* the theoretical variance of its unbiased count estimates
-  (:meth:`count_variance`), which the estimator and the tests both use.
+* the theoretical variance of its unbiased estimates (a frequency oracle's
+  :meth:`MechanismSpec.count_variance`), which the estimator and the tests
+  both use.
 
-Values handed to a mechanism are domain *indices* ``0 .. domain_size-1``;
+Values handed to a frequency oracle are domain *indices* ``0 .. domain_size-1``;
 mapping application values to indices is :mod:`client_sdk.domain`'s job.
 """
 
@@ -32,7 +34,7 @@ import numpy as np
 from client_sdk.canonical import CanonicalizationError, canonical_json
 from client_sdk.errors import DomainError, FrameError, SpecError
 
-__all__ = ["MechanismSpec", "MAX_EPSILON", "pure_protocol_variance"]
+__all__ = ["ReportSpec", "MechanismSpec", "MAX_EPSILON", "pure_protocol_variance"]
 
 #: Above this a mechanism offers no meaningful privacy and exp(ε) starts to
 #: lose precision in the estimators; specs refuse it.
@@ -56,14 +58,21 @@ def pure_protocol_variance(true_counts: np.ndarray, p_star: float, q_star: float
 
 
 @dataclasses.dataclass(frozen=True)
-class MechanismSpec(ABC):
-    """Base class of the frozen mechanism specs (see the module docstring)."""
+class ReportSpec(ABC):
+    """What every privatized report's spec has, whatever it estimates: ε, an id, a record layout, encoders.
+
+    The wire, the collector, the shuffler and the catalogs need only this.
+    :class:`MechanismSpec` (frequency oracles over domain indices) and
+    :class:`client_sdk.mechanisms.numeric.NumericSpec` (means and
+    distributions of bounded numbers) add what their estimators need.
+    """
 
     epsilon: float
-    domain_size: int
 
     #: Short registry name, used on the command line and in metric files.
     name: ClassVar[str] = ""
+    #: What the reports estimate: ``"frequency"`` (counts per domain index) or a numeric kind.
+    kind: ClassVar[str] = "frequency"
 
     def __post_init__(self) -> None:
         eps = self.epsilon
@@ -75,15 +84,11 @@ class MechanismSpec(ABC):
         if eps > MAX_EPSILON:
             raise SpecError(f"{self.name}: epsilon {eps} is above {MAX_EPSILON}; such a report is not private")
         object.__setattr__(self, "epsilon", eps)
-        d = self.domain_size
-        if isinstance(d, bool) or not isinstance(d, (int, np.integer)):
-            raise SpecError(f"{self.name}: domain_size must be an integer, got {d!r}")
-        if d < 2:
-            raise SpecError(f"{self.name}: domain_size must be at least 2, got {d}")
-        if d > 2**31:
-            raise SpecError(f"{self.name}: domain_size {d} is above 2**31; use a hashed domain")
-        object.__setattr__(self, "domain_size", int(d))
+        self._validate_base()
         self._validate()
+
+    def _validate_base(self) -> None:  # noqa: B027  (an optional hook for intermediate bases)
+        """Intermediate bases (:class:`MechanismSpec`) check their shared fields here."""
 
     def _validate(self) -> None:  # noqa: B027  (an optional hook: a spec without parameters of its own needs none)
         """Subclasses check (and normalize) their own parameters here."""
@@ -175,6 +180,27 @@ class MechanismSpec(ABC):
                     f"{self.name}: record {i} has {field}={int(col.reshape(col.shape[0], -1)[i].max())}, "
                     f"which must be below {bound}"
                 )
+
+    @abstractmethod
+    def encode(self, values: Any, rng: np.random.Generator) -> np.ndarray:
+        """Privatize a batch of values; returns records of :attr:`record_dtype`."""
+
+
+@dataclasses.dataclass(frozen=True)
+class MechanismSpec(ReportSpec):
+    """A frequency oracle's spec: ε, a domain of ``domain_size`` indices, and its own parameters."""
+
+    domain_size: int
+
+    def _validate_base(self) -> None:
+        d = self.domain_size
+        if isinstance(d, bool) or not isinstance(d, (int, np.integer)):
+            raise SpecError(f"{self.name}: domain_size must be an integer, got {d!r}")
+        if d < 2:
+            raise SpecError(f"{self.name}: domain_size must be at least 2, got {d}")
+        if d > 2**31:
+            raise SpecError(f"{self.name}: domain_size {d} is above 2**31; use a hashed domain")
+        object.__setattr__(self, "domain_size", int(d))
 
     # -- device side ------------------------------------------------------
     def check_values(self, values: Any) -> np.ndarray:

@@ -10,25 +10,29 @@ pass over all reports would have. :meth:`Accumulator.state` and
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import Any
+from typing import Any, Self
 
 import numpy as np
 
 from client_sdk.errors import SpecMismatchError
-from client_sdk.mechanisms.base import MechanismSpec
+from client_sdk.mechanisms.base import MechanismSpec, ReportSpec
 from client_sdk.wire import ReportBatch
 from estimator.result import Estimate
 
-__all__ = ["Accumulator"]
+__all__ = ["LinearState", "Accumulator"]
 
 
-class Accumulator(ABC):
-    """Sums of one spec's reports; see the module docstring."""
+class LinearState(ABC):
+    """Sums of one spec's reports, whatever they estimate; see the module docstring.
+
+    :class:`Accumulator` (frequency oracles) and the numeric accumulators
+    (:mod:`estimator.numeric`) add their own ``estimate``.
+    """
 
     #: the spec class this accumulator serves (checked at construction)
-    spec_type: type[MechanismSpec]
+    spec_type: type[ReportSpec]
 
-    def __init__(self, spec: MechanismSpec) -> None:
+    def __init__(self, spec: ReportSpec) -> None:
         if not isinstance(spec, self.spec_type):
             raise TypeError(f"{type(self).__name__} serves {self.spec_type.__name__}, got {type(spec).__name__}")
         self.spec = spec
@@ -44,8 +48,8 @@ class Accumulator(ABC):
         """Add ``records`` (already checked to have the spec's dtype) into :attr:`sums`."""
 
     @abstractmethod
-    def estimate(self, confidence: float = 0.95) -> Estimate:
-        """Unbiased counts with variances and confidence intervals."""
+    def estimate(self, confidence: float = 0.95) -> Any:
+        """The estimate, with its variance and confidence interval."""
 
     # -- generic linear-state machinery ----------------------------------
     def update(self, batch: ReportBatch | np.ndarray) -> None:
@@ -64,7 +68,7 @@ class Accumulator(ABC):
             self._add(records)
             self.n += int(records.size)
 
-    def merge(self, other: Accumulator) -> Accumulator:
+    def merge(self, other: LinearState) -> Self:
         """Add ``other``'s state into this one (in place); returns ``self``."""
         if type(other) is not type(self) or other.spec.spec_id != self.spec.spec_id:
             raise SpecMismatchError("only accumulators of the same spec merge")
@@ -78,7 +82,7 @@ class Accumulator(ABC):
         return {"spec": self.spec.to_dict(), "n": self.n, "sums": {k: v.copy() for k, v in self.sums.items()}}
 
     @classmethod
-    def from_state(cls, spec: MechanismSpec, state: dict[str, Any]) -> Accumulator:
+    def from_state(cls, spec: ReportSpec, state: dict[str, Any]) -> Self:
         acc = cls(spec)
         if state.get("spec") not in (None, spec.to_dict()):
             raise SpecMismatchError("state was saved under another spec")
@@ -91,3 +95,17 @@ class Accumulator(ABC):
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.spec.name}, n={self.n})"
+
+
+class Accumulator(LinearState):
+    """A frequency oracle's sums: :meth:`estimate` gives unbiased counts per domain index."""
+
+    spec_type: type[MechanismSpec]
+    spec: MechanismSpec
+
+    def __init__(self, spec: MechanismSpec) -> None:
+        super().__init__(spec)
+
+    @abstractmethod
+    def estimate(self, confidence: float = 0.95) -> Estimate:
+        """Unbiased counts with variances and confidence intervals."""

@@ -10,6 +10,7 @@ import sys
 import numpy as np
 
 from client_sdk.mechanisms import MECHANISMS
+from simulator.numeric import NUMERIC_MECHANISMS, NumericPopulation, numeric_spec, parse_range, simulate_numeric
 from simulator.population import parse_distribution
 from simulator.run import simulate, spec_for
 
@@ -17,15 +18,27 @@ from simulator.run import simulate, spec_for
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "simulate",
-        help="privatize a simulated population with a real encoder and estimate its counts",
+        help="privatize a simulated population with a real encoder and estimate its counts, mean or distribution",
         description="Draw N users' true values, privatize them with the real encoders, "
-        "aggregate with the real estimator and print estimates against the truth.",
+        "aggregate with the real estimator and print estimates against the truth. Frequency oracles "
+        f"({', '.join(sorted(MECHANISMS))}) take --domain; the numeric mechanisms "
+        f"({', '.join(NUMERIC_MECHANISMS)}) take --range LO:HI (sw also --bins).",
     )
-    p.add_argument("--mechanism", required=True, choices=sorted(MECHANISMS))
+    p.add_argument("--mechanism", required=True, choices=sorted(MECHANISMS) + list(NUMERIC_MECHANISMS))
     p.add_argument("--epsilon", type=float, required=True)
-    p.add_argument("--domain", type=int, default=None, help="domain size D (rr: always 2)")
+    p.add_argument("--domain", type=int, default=None, help="domain size D of a frequency oracle (rr: always 2)")
+    p.add_argument("--range", default=None, metavar="LO:HI", help="the value range of a numeric mechanism")
+    p.add_argument("--bins", type=int, default=None, help="sw: histogram bins (default 256)")
+    p.add_argument(
+        "--bootstrap", type=int, default=50, help="sw: bootstrap resamples for the intervals (default 50; 0: none)"
+    )
     p.add_argument("--users", type=int, required=True)
-    p.add_argument("--distribution", default="zipf:1.1", help="zipf:S or uniform (default zipf:1.1)")
+    p.add_argument(
+        "--distribution",
+        default=None,
+        help="frequency: zipf:S or uniform (default zipf:1.1); numeric: uniform, beta:A,B, normal:MU,SD or zipf:S "
+        "(default beta:2,5)",
+    )
     p.add_argument("--seed", type=int, default=None, help="seed of the simulation's generator (default: random)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     p.add_argument("--top", type=int, default=20, help="rows of the table (default 20)")
@@ -33,6 +46,11 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.mechanism in NUMERIC_MECHANISMS:
+        return run_numeric(args)
+    if args.range is not None or args.bins is not None:
+        raise ValueError(f"--range and --bins are for the numeric mechanisms, not {args.mechanism}; use --domain")
+    args.distribution = args.distribution or "zipf:1.1"
     domain = 2 if args.mechanism == "rr" else args.domain
     if domain is None:
         raise ValueError(f"--domain is required for {args.mechanism}: give the number of distinct values (at least 2)")
@@ -40,15 +58,11 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(
             f"rr (binary randomized response) has domain 2, got --domain {args.domain}; use grr for larger domains"
         )
-    if args.users < 1:
-        raise ValueError(f"--users must be at least 1, got {args.users}")
-    if args.seed is not None and not 0 <= args.seed < 2**63:
-        raise ValueError(f"--seed must be an integer in [0, 2**63), got {args.seed}")
+    seed = _check_common(args)
     if args.top < 1:
         raise ValueError(f"--top must be at least 1, got {args.top}")
     spec = spec_for(args.mechanism, args.epsilon, domain)
     dist = parse_distribution(args.distribution, domain)
-    seed = args.seed if args.seed is not None else secrets.randbits(63)
     rng = np.random.default_rng(seed)
 
     bar = None
@@ -89,4 +103,63 @@ def run(args: argparse.Namespace) -> int:
         f"standardized errors: mean {z.mean():+.3f}, variance {z.var():.3f}; CI coverage {cover:.3f}; "
         f"MSE {np.mean((est.counts - truth) ** 2):.4g} (theory {var.mean():.4g})"
     )
+    return 0
+
+
+def _check_common(args: argparse.Namespace) -> int:
+    if args.users < 1:
+        raise ValueError(f"--users must be at least 1, got {args.users}")
+    if args.seed is not None and not 0 <= args.seed < 2**63:
+        raise ValueError(f"--seed must be an integer in [0, 2**63), got {args.seed}")
+    return args.seed if args.seed is not None else secrets.randbits(63)
+
+
+def run_numeric(args: argparse.Namespace) -> int:
+    if args.domain is not None:
+        raise ValueError(f"{args.mechanism} estimates a number: give --range LO:HI, not --domain")
+    if args.range is None:
+        raise ValueError(f"--range LO:HI is required for {args.mechanism}")
+    if args.bootstrap < 0:
+        raise ValueError(f"--bootstrap must be at least 0, got {args.bootstrap}")
+    lo, hi = parse_range(args.range)
+    seed = _check_common(args)
+    spec = numeric_spec(args.mechanism, args.epsilon, lo, hi, args.bins)
+    population = NumericPopulation(args.distribution or "beta:2,5", lo, hi)
+    rng = np.random.default_rng(seed)
+    from tqdm import tqdm
+
+    with tqdm(
+        total=args.users,
+        unit="user",
+        unit_scale=True,
+        file=sys.stderr,
+        disable=args.users < 2_000_000 and not sys.stderr.isatty(),
+        leave=False,
+    ) as bar:
+        out = simulate_numeric(
+            spec, args.users, population, rng, seed=seed, bootstrap=args.bootstrap, progress=bar.update
+        )
+    if args.json:
+        print(json.dumps(out))
+        return 0
+    print(
+        f"{spec.name}  ε={spec.epsilon:g}  range [{lo:g}, {hi:g}]  n={args.users}  seed={seed}  spec_id={spec.spec_id}"
+    )
+    secs = out["seconds"]
+    print(
+        f"timings: encode {secs['encode']:.3f}s  aggregate {secs['aggregate']:.3f}s  estimate {secs['estimate']:.3f}s"
+    )
+    if "mean" in out:
+        print(
+            f"true mean {out['true_mean']:.6g}   estimate {out['mean']:.6g}   95% CI [{out['ci_low']:.6g}, "
+            f"{out['ci_high']:.6g}]   theory sd {np.sqrt(out['mean_variance']):.4g}"
+        )
+        return 0
+    for name, q in out["quantiles"].items():
+        print(
+            f"{name:>4}: true {out['true_quantiles'][name]:.5g}   estimate {q['value']:.5g}   "
+            f"95% CI [{q['ci_low']:.5g}, {q['ci_high']:.5g}]"
+        )
+    tv = 0.5 * float(np.abs(np.array(out["hist"]) - np.array(out["true_hist"])).sum())
+    print(f"histogram of {out['bins']} bins: total variation from the truth {tv:.4f}; EMS steps {out['iterations']}")
     return 0

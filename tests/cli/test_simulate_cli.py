@@ -163,3 +163,89 @@ def test_installed_script_bad_argument() -> None:
     assert out.returncode == 2
     assert out.stderr.startswith("ldp simulate: error: ") and "epsilon" in out.stderr
     assert "Traceback" not in out.stderr and out.stdout == ""
+
+
+# -- numeric mechanisms -----------------------------------------------------------------------------------
+
+NUMERIC_CONTRACT = {"mechanism", "epsilon", "users", "seed", "seconds"}
+MEAN_KEYS = {"true_mean", "mean", "mean_variance", "ci_low", "ci_high"}
+SW_KEYS = {"bins", "true_hist", "hist", "quantiles", "true_quantiles"}
+NUMERIC_EXTRAS = {"range", "distribution", "spec", "spec_id", "estimated_variance", "edges", "hist_low", "hist_high"}
+NUMERIC_EXTRAS |= {"iterations", "bootstrap"}
+
+
+@pytest.mark.parametrize("name", ["duchi", "pm", "hm"])
+@pytest.mark.parametrize("dist", ["uniform", "beta:2,5", "normal:40,15", "zipf:1.2"])
+def test_json_contract_of_the_mean_mechanisms(name: str, dist: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """Keys as the issue writes them; the estimate within 5 theoretical standard deviations (mean_variance,
+    the variance of the mean at these users' values) of the true mean."""
+    obj = run_json(
+        capsys,
+        "--mechanism",
+        name,
+        "--epsilon",
+        "1",
+        "--users",
+        "20000",
+        "--range",
+        "0:60",
+        "--seed",
+        "5",
+        "--distribution",
+        dist,
+    )
+    assert NUMERIC_CONTRACT | MEAN_KEYS <= set(obj) and set(obj) - NUMERIC_CONTRACT - MEAN_KEYS <= NUMERIC_EXTRAS
+    assert obj["mechanism"] == name and obj["users"] == 20000 and obj["seed"] == 5 and obj["epsilon"] == 1.0
+    assert 0 <= obj["true_mean"] <= 60 and obj["mean_variance"] > 0
+    assert abs(obj["mean"] - obj["true_mean"]) < 5 * math.sqrt(obj["mean_variance"])
+    assert obj["ci_low"] < obj["mean"] < obj["ci_high"]
+    assert set(obj["seconds"]) == {"encode", "aggregate", "estimate"}
+
+
+def test_json_contract_of_square_wave(capsys: pytest.CaptureFixture[str]) -> None:
+    obj = run_json(
+        capsys,
+        "--mechanism",
+        "sw",
+        "--epsilon",
+        "2",
+        "--users",
+        "50000",
+        "--range",
+        "0:60",
+        "--bins",
+        "32",
+        "--seed",
+        "3",
+        "--bootstrap",
+        "10",
+    )
+    assert NUMERIC_CONTRACT | SW_KEYS <= set(obj) and set(obj) - NUMERIC_CONTRACT - SW_KEYS <= NUMERIC_EXTRAS
+    assert obj["bins"] == 32 and len(obj["hist"]) == len(obj["true_hist"]) == 32
+    assert abs(sum(obj["hist"]) - 1) < 1e-9 and abs(sum(obj["true_hist"]) - 1) < 1e-9
+    assert set(obj["quantiles"]) == set(obj["true_quantiles"]) == {"p50", "p90", "p99"}
+    for q in obj["quantiles"].values():
+        assert set(q) == {"value", "ci_low", "ci_high"} and q["ci_low"] <= q["ci_high"]
+    # the median within its interval widened by one bin (60/32), as in tests/mechanisms/test_numeric.py
+    med = obj["quantiles"]["p50"]
+    assert med["ci_low"] - 60 / 32 <= obj["true_quantiles"]["p50"] <= med["ci_high"] + 60 / 32
+
+
+@pytest.mark.parametrize(
+    "args,word",
+    [
+        (["--mechanism", "pm", "--epsilon", "1"], "--range"),
+        (["--mechanism", "pm", "--epsilon", "1", "--range", "5:1"], "--range"),
+        (["--mechanism", "pm", "--epsilon", "1", "--range", "a:b"], "--range"),
+        (["--mechanism", "pm", "--epsilon", "1", "--range", "0:1", "--domain", "4"], "--range"),
+        (["--mechanism", "pm", "--epsilon", "1", "--range", "0:1", "--bins", "4"], "--bins"),
+        (["--mechanism", "sw", "--epsilon", "1", "--range", "0:1", "--bins", "1"], "bins"),
+        (["--mechanism", "hm", "--epsilon", "1", "--range", "0:1", "--distribution", "beta:0,1"], "positive"),
+        (["--mechanism", "hm", "--epsilon", "1", "--range", "0:1", "--distribution", "gamma:2"], "distribution"),
+        (["--mechanism", "grr", "--epsilon", "1", "--domain", "4", "--range", "0:1"], "--range"),
+    ],
+)
+def test_bad_numeric_arguments_exit_2(args: list[str], word: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["simulate", *args, "--users", "100", "--json"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("ldp simulate: error: ") and word in err and "Traceback" not in err
