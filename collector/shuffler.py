@@ -7,8 +7,11 @@ group holds at least ``min_batch`` reports (the crowd threshold) it permutes
 all of them with a CSPRNG (:mod:`collector.permute`) and releases them as
 batches of at most ``max_batch`` reports, each of at least ``min_batch``,
 under fresh random batch ids. A group below the threshold stays buffered;
-one whose day is more than ``max_age_days`` behind the newest day seen in
-its partition is dropped (it never reached a crowd; counted in the stats).
+one whose day left the day window it shares with the collector
+(:class:`pipeline.days.DayWindow`: older than ``today - max_day_age -
+expiry_grace_days`` by the UTC clock, never by the newest day seen) is
+dropped (it never reached a crowd; counted as ``expired_groups`` and
+logged).
 Nothing of the input survives but the records themselves: not the upload
 grouping (uploads are mixed, then re-chunked), not the order (permuted), not
 the arrival time (released at checkpoints), not the upload batch ids.
@@ -24,9 +27,9 @@ committed in the same transaction, as data. The shuffler keeps a
 ``ldp.shuffler.state``, partition ``p`` (it has as many partitions as the
 raw topic, and the consumer subscribes to both, so the group assigns raw
 ``p`` and state ``p`` to the same member; the shuffler checks this). A
-checkpoint holds the partition's buffered reports (with their upload numbers), its
-window of recent upload batch ids, and ``raw_offset``: the raw offset up to
-which it accounts for the input. Every ``checkpoint_interval`` seconds, one
+checkpoint holds the partition's buffered reports, its window of recent
+upload batch ids, and ``raw_offset``: the raw offset up to which it accounts
+for the input. Every ``checkpoint_interval`` seconds, one
 transaction publishes the released batches, a new checkpoint of every
 partition that changed, and commits all input offsets. Hence the invariant:
 
@@ -35,8 +38,30 @@ partition that changed, and commits all input offsets. Hence the invariant:
 
 (A checkpoint that was delivered back to the shuffler is rewritten in the next
 transaction, since that transaction commits past it.) A partition's buffer
-and window change only when a raw record of that partition is applied, so
-two checkpoints with the same ``raw_offset`` hold the same state.
+and window change only when a raw record of that partition is applied or a
+day leaves the window, so two checkpoints with the same ``raw_offset`` hold
+the same state up to expiry, which a restore applies again.
+
+**What a checkpoint does not hold** (format 2, :data:`CHECKPOINT_VERSION`):
+the arrival order or any upload number. Each group's buffer is freshly
+permuted with the CSPRNG for every checkpoint; the id window is kept as
+HMAC-SHA-256 digests (16 bytes) in two unordered sets (:class:`_IdWindow`);
+and the whole body is sealed with AES-256-GCM under a subkey of the
+shuffler's secret (``key_file``, created 0600 if missing, never written to
+a topic), the clear header (group, partition, raw offset, snapshot, chunk,
+key id) as associated data. So whoever reads the state topic, even as it is
+written, cannot tell which upload a released report came from, nor which
+checkpoint interval it arrived in. In memory a group keeps per-record
+upload numbers to count a released batch's sources; restored records count
+as one, so ``ShuffleMeta.sources`` is a lower bound. Format 1 checkpoints
+(clear, in arrival order) are still restored.
+
+**Superseded checkpoints are deleted.** When the shuffler reads back chunk
+0 of the latest checkpoint it committed (or restored) for a partition,
+every state record before it in that partition is superseded: it calls
+:meth:`~pipeline.transport.base.Transport.delete_before` (Kafka:
+DeleteRecords; embedded: an overwriting DELETE). Nothing a restore needs is
+lost: the checkpoint a restore looks for is the latest committed one.
 
 Released batches go into the open transaction as soon as they are cut (on
 Kafka they travel to the broker while the shuffler works on) and become
@@ -59,9 +84,10 @@ or is still buffered, and no upload is counted twice.
 Duplicates: the collector publishes a retried upload again if it crashed
 between publishing and recording the batch id (:mod:`collector.dedup`).
 The retry has the same batch id and key, so it lands in the same partition
-soon after; the shuffler drops a batch whose id is among the last
-``dedup_window`` ids of its partition. The window is part of the checkpoint,
-so it survives crashes.
+soon after; the shuffler drops a batch whose id's digest is among the
+recent ones of its partition (at least the last ``dedup_window / 2``, at
+most ``dedup_window``). The window is part of the checkpoint, so it
+survives crashes.
 
 The central guarantee of each released batch comes from an injected
 ``guarantee(n, epsilon0) -> (epsilon, delta, bound_name)`` (the ``ldp
@@ -154,6 +180,12 @@ class ShufflerSettings:
     bounds, else as full ``max_batch`` batches with the (random) remainder
     kept. ``checkpoint_interval`` is the time between transactions (the
     added latency); ``max_pending_reports`` forces one earlier.
+    ``max_day_age``, ``max_days_ahead`` are the collector's window of days
+    (:mod:`pipeline.days`; also from ``$LDP_MAX_DAY_AGE`` /
+    ``$LDP_MAX_DAYS_AHEAD``) and a group is kept ``expiry_grace_days`` past
+    it; ``max_age_days`` is the old name of ``max_day_age``. ``key_file`` is
+    the shuffler's secret (created 0600 if missing; the same file for every
+    member of the group).
     """
 
     min_batch: int = 1000
@@ -638,7 +670,8 @@ class Shuffler(StreamProcessor):
         s = self.settings
         n = self.transport.ensure_topic(s.raw_topic, s.partitions)
         self.transport.ensure_topic(s.shuffled_topic, n)
-        # checkpoints are kept for ever: one older than a retention would be lost with the reports it buffers
+        # no retention: a checkpoint older than one would be lost with the reports it buffers; the shuffler
+        # deletes superseded checkpoints itself (_delete_superseded)
         m = self.transport.ensure_topic(s.state_topic, n, retention=math.inf)
         if m != n:
             raise ConfigError(
