@@ -199,6 +199,7 @@ def bench_shuffle(url: str, batches: int, reports: int, min_batch: int) -> dict[
         group=f"bench-{tag}",
         min_batch=min_batch,
         partitions=8,
+        key_file=os.path.join(tempfile.gettempdir(), f"ldp-bench-shuffler-{tag}.key"),
     )
     metrics = load_metrics(METRICS, reject_expired=False)
     spec = metrics["emoji_used"].spec

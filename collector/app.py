@@ -511,14 +511,15 @@ def create_app(
         if len(batch) == 0:
             raise RejectedBatch(422, "empty", "the batch holds no reports")
         now = utc_day(clock())
-        if batch.day > now + settings.max_days_ahead:
+        oldest, newest = settings.day_window.bounds(now)  # the window the shuffler keeps too (pipeline.days)
+        if batch.day > newest:
             raise RejectedBatch(
                 422,
                 "bad_day",
                 f"day {batch.day} is {batch.day - now} days ahead of the collector's "
                 f"UTC day {now}; at most {settings.max_days_ahead} ahead is accepted (check the clock)",
             )
-        if batch.day < now - settings.max_day_age:
+        if batch.day < oldest:
             raise RejectedBatch(
                 422,
                 "bad_day",

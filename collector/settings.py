@@ -15,6 +15,7 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
+from pipeline.days import DAY_WINDOW_ENV, DEFAULT_MAX_DAY_AGE, DEFAULT_MAX_DAYS_AHEAD, DayWindow
 from pipeline.errors import ConfigError
 from pipeline.settings import check_ranges, check_topics, settings_from_env
 from pipeline.topics import DEFAULT_PARTITIONS, FL_ROUNDS_TOPIC, FL_UPDATES_TOPIC, RAW_TOPIC
@@ -24,7 +25,7 @@ __all__ = ["CollectorSettings", "DEFAULT_DEDUP_PATH", "ENV_PREFIX"]
 
 ENV_PREFIX = "LDP_COLLECTOR_"
 DEFAULT_DEDUP_PATH = "ldp-data/collector-batch-ids.sqlite3"
-_ALIASES = {"transport_url": "LDP_TRANSPORT", "metrics_path": "LDP_METRICS"}
+_ALIASES = {"transport_url": "LDP_TRANSPORT", "metrics_path": "LDP_METRICS", **DAY_WINDOW_ENV}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -36,7 +37,10 @@ class CollectorSettings:
     header before the records are decoded. ``max_in_flight`` bounds the
     uploads being processed at once: one more is answered 503 with
     ``Retry-After: retry_after``. A batch's day must lie in
-    ``[today - max_day_age, today + max_days_ahead]`` (UTC days).
+    ``[today - max_day_age, today + max_days_ahead]`` (UTC days): the
+    :class:`~pipeline.days.DayWindow` the shuffler keeps too, read from
+    ``$LDP_MAX_DAY_AGE`` / ``$LDP_MAX_DAYS_AHEAD`` (``$LDP_COLLECTOR_MAX_DAY_AGE``
+    and ``--max-day-age`` still win).
     Batch ids stay in the dedup store (``dedup_path``, SQLite) for
     ``dedup_ttl`` seconds, rounded up to whole UTC days (the store keeps days, not times). ``publishers`` threads publish group commits of
     up to ``max_group`` uploads each (:mod:`collector.ingest`).
@@ -54,8 +58,8 @@ class CollectorSettings:
     max_records: int = 1 << 16
     max_in_flight: int = 256
     retry_after: int = 2
-    max_days_ahead: int = 1
-    max_day_age: int = 31
+    max_days_ahead: int = DEFAULT_MAX_DAYS_AHEAD
+    max_day_age: int = DEFAULT_MAX_DAY_AGE
     publish_timeout: float = 30.0
     max_group: int = 512
     publishers: int = 2
@@ -89,6 +93,11 @@ class CollectorSettings:
                 "publishers": (1, 64),
             },
         )
+
+    @property
+    def day_window(self) -> DayWindow:
+        """The accepted days as the shared :class:`~pipeline.days.DayWindow`."""
+        return DayWindow(self.max_day_age, self.max_days_ahead)
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> CollectorSettings:

@@ -7,8 +7,11 @@ group holds at least ``min_batch`` reports (the crowd threshold) it permutes
 all of them with a CSPRNG (:mod:`collector.permute`) and releases them as
 batches of at most ``max_batch`` reports, each of at least ``min_batch``,
 under fresh random batch ids. A group below the threshold stays buffered;
-one whose day is more than ``max_age_days`` behind the newest day seen in
-its partition is dropped (it never reached a crowd; counted in the stats).
+one whose day left the day window it shares with the collector
+(:class:`pipeline.days.DayWindow`: older than ``today - max_day_age -
+expiry_grace_days`` by the UTC clock, never by the newest day seen) is
+dropped (it never reached a crowd; counted as ``expired_groups`` and
+logged).
 Nothing of the input survives but the records themselves: not the upload
 grouping (uploads are mixed, then re-chunked), not the order (permuted), not
 the arrival time (released at checkpoints), not the upload batch ids.
@@ -24,9 +27,9 @@ committed in the same transaction, as data. The shuffler keeps a
 ``ldp.shuffler.state``, partition ``p`` (it has as many partitions as the
 raw topic, and the consumer subscribes to both, so the group assigns raw
 ``p`` and state ``p`` to the same member; the shuffler checks this). A
-checkpoint holds the partition's buffered reports (with their upload numbers), its
-window of recent upload batch ids, and ``raw_offset``: the raw offset up to
-which it accounts for the input. Every ``checkpoint_interval`` seconds, one
+checkpoint holds the partition's buffered reports, its window of recent
+upload batch ids, and ``raw_offset``: the raw offset up to which it accounts
+for the input. Every ``checkpoint_interval`` seconds, one
 transaction publishes the released batches, a new checkpoint of every
 partition that changed, and commits all input offsets. Hence the invariant:
 
@@ -35,8 +38,30 @@ partition that changed, and commits all input offsets. Hence the invariant:
 
 (A checkpoint that was delivered back to the shuffler is rewritten in the next
 transaction, since that transaction commits past it.) A partition's buffer
-and window change only when a raw record of that partition is applied, so
-two checkpoints with the same ``raw_offset`` hold the same state.
+and window change only when a raw record of that partition is applied or a
+day leaves the window, so two checkpoints with the same ``raw_offset`` hold
+the same state up to expiry, which a restore applies again.
+
+**What a checkpoint does not hold** (format 2, :data:`CHECKPOINT_VERSION`):
+the arrival order or any upload number. Each group's buffer is freshly
+permuted with the CSPRNG for every checkpoint; the id window is kept as
+HMAC-SHA-256 digests (16 bytes) in two unordered sets (:class:`_IdWindow`);
+and the whole body is sealed with AES-256-GCM under a subkey of the
+shuffler's secret (``key_file``, created 0600 if missing, never written to
+a topic), the clear header (group, partition, raw offset, snapshot, chunk,
+key id) as associated data. So whoever reads the state topic, even as it is
+written, cannot tell which upload a released report came from, nor which
+checkpoint interval it arrived in. In memory a group keeps per-record
+upload numbers to count a released batch's sources; restored records count
+as one, so ``ShuffleMeta.sources`` is a lower bound. Format 1 checkpoints
+(clear, in arrival order) are still restored.
+
+**Superseded checkpoints are deleted.** When the shuffler reads back chunk
+0 of the latest checkpoint it committed (or restored) for a partition,
+every state record before it in that partition is superseded: it calls
+:meth:`~pipeline.transport.base.Transport.delete_before` (Kafka:
+DeleteRecords; embedded: an overwriting DELETE). Nothing a restore needs is
+lost: the checkpoint a restore looks for is the latest committed one.
 
 Released batches go into the open transaction as soon as they are cut (on
 Kafka they travel to the broker while the shuffler works on) and become
@@ -59,9 +84,10 @@ or is still buffered, and no upload is counted twice.
 Duplicates: the collector publishes a retried upload again if it crashed
 between publishing and recording the batch id (:mod:`collector.dedup`).
 The retry has the same batch id and key, so it lands in the same partition
-soon after; the shuffler drops a batch whose id is among the last
-``dedup_window`` ids of its partition. The window is part of the checkpoint,
-so it survives crashes.
+soon after; the shuffler drops a batch whose id's digest is among the
+recent ones of its partition (at least the last ``dedup_window / 2``, at
+most ``dedup_window``). The window is part of the checkpoint, so it
+survives crashes.
 
 The central guarantee of each released batch comes from an injected
 ``guarantee(n, epsilon0) -> (epsilon, delta, bound_name)`` (the ``ldp
@@ -75,12 +101,17 @@ batch of ``n`` reports of a metric whose devices send up to ``r`` a day, at
 from __future__ import annotations
 
 import collections
+import contextlib
 import dataclasses
+import hashlib
+import hmac
 import itertools
 import json
 import logging
 import math
+import os
 import secrets
+import stat
 import threading
 import time
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
@@ -89,13 +120,15 @@ from typing import Any
 import numpy as np
 
 from client_sdk.errors import FrameError
-from client_sdk.framing import FramingError, pack_headed, unpack_headed
+from client_sdk.files import makedirs_durable, write_atomic
+from client_sdk.framing import HEAD_SIZE, FramingError, pack_headed, unpack_headed
 from client_sdk.mechanisms import spec_from_dict
 from client_sdk.mechanisms.base import MechanismSpec
 from client_sdk.metrics import MetricSet
 from client_sdk.wire import ReportBatch, decode_frame
 from collector.errors import ConfigError, ShufflerStateError
 from collector.permute import WordSource, csprng_permutation, urandom_words, warm_up
+from pipeline.days import DAY_WINDOW_ENV, DEFAULT_MAX_DAY_AGE, DEFAULT_MAX_DAYS_AHEAD, DayWindow, utc_day
 from pipeline.envelope import ShuffleMeta, encode_envelope
 from pipeline.processor import StreamProcessor
 from pipeline.settings import check_names, check_ranges, check_topics, settings_from_env
@@ -127,6 +160,9 @@ log = logging.getLogger("ldp.shuffler")
 
 #: prefix of the environment variables :meth:`ShufflerSettings.from_env` reads (``LDP_SHUFFLER_MIN_BATCH``, ...)
 ENV_PREFIX = "LDP_SHUFFLER_"
+#: the shuffler's secret (checkpoint encryption and dedup digests), created 0600 on first use
+DEFAULT_KEY_PATH = "ldp-data/shuffler.key"
+KEY_BYTES = 32
 
 #: ``(n, epsilon0) -> (central epsilon, delta, name of the bound)``
 Guarantee = Callable[[int, float], "tuple[float, float, str]"]
@@ -144,6 +180,12 @@ class ShufflerSettings:
     bounds, else as full ``max_batch`` batches with the (random) remainder
     kept. ``checkpoint_interval`` is the time between transactions (the
     added latency); ``max_pending_reports`` forces one earlier.
+    ``max_day_age``, ``max_days_ahead`` are the collector's window of days
+    (:mod:`pipeline.days`; also from ``$LDP_MAX_DAY_AGE`` /
+    ``$LDP_MAX_DAYS_AHEAD``) and a group is kept ``expiry_grace_days`` past
+    it; ``max_age_days`` is the old name of ``max_day_age``. ``key_file`` is
+    the shuffler's secret (created 0600 if missing; the same file for every
+    member of the group).
     """
 
     min_batch: int = 1000
@@ -158,13 +200,22 @@ class ShufflerSettings:
     checkpoint_interval: float = 1.0
     max_pending_reports: int = 1 << 22
     dedup_window: int = 16384
-    max_age_days: int = 7
+    max_day_age: int = DEFAULT_MAX_DAY_AGE
+    max_days_ahead: int = DEFAULT_MAX_DAYS_AHEAD
+    expiry_grace_days: int = 1
+    max_age_days: int | None = None
+    key_file: str = DEFAULT_KEY_PATH
     refresh_interval: float = 6 * 3600.0
     restore_timeout: float = 120.0
     session_timeout: float = 10.0
     poll_records: int = 500
 
     def __post_init__(self) -> None:
+        if self.max_age_days is not None:  # the old name of max_day_age (it counted from the newest day seen)
+            check_ranges(self, {"max_age_days": (0, 3660)})
+            object.__setattr__(self, "max_day_age", self.max_age_days)
+        if not isinstance(self.key_file, str) or not self.key_file:
+            raise ConfigError("key_file must be a file path")
         check_ranges(
             self,
             {
@@ -174,7 +225,9 @@ class ShufflerSettings:
                 "partitions": (1, 10_000),
                 "max_pending_reports": (1, 1 << 40),
                 "dedup_window": (0, 1 << 24),
-                "max_age_days": (0, 3660),
+                "max_day_age": (0, 3660),
+                "max_days_ahead": (0, 366),
+                "expiry_grace_days": (0, 366),
                 "poll_records": (1, 1 << 20),
                 # seconds
                 "checkpoint_interval": (0.001, 1e9),
@@ -191,10 +244,16 @@ class ShufflerSettings:
             raise ConfigError(f"the raw, shuffled and state topics must differ, got {topics}")
         check_names(self, "group", "member")
 
+    @property
+    def day_window(self) -> DayWindow:
+        """The shared window of days (:mod:`pipeline.days`): the collector's, plus ``expiry_grace_days``."""
+        return DayWindow(self.max_day_age, self.max_days_ahead, self.expiry_grace_days)
+
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> ShufflerSettings:
-        """``overrides`` (``None``: not given) over ``$LDP_SHUFFLER_<FIELD>`` over the defaults."""
-        return settings_from_env(cls, ENV_PREFIX, environ, overrides)
+        """``overrides`` (``None``: not given) over ``$LDP_SHUFFLER_<FIELD>`` over the defaults; the day window
+        also from the shared ``$LDP_MAX_DAY_AGE`` / ``$LDP_MAX_DAYS_AHEAD``."""
+        return settings_from_env(cls, ENV_PREFIX, environ, overrides, aliases=DAY_WINDOW_ENV)
 
 
 @dataclasses.dataclass
@@ -206,7 +265,12 @@ class ShufflerStats:
     duplicate_batches: int = 0
     duplicate_reports: int = 0
     undecodable_batches: int = 0
+    #: batches whose day was already out of the window when they were read (their reports are in expired_reports)
+    expired_batches: int = 0
+    #: buffered groups dropped because their day left the window before they reached a crowd
+    expired_groups: int = 0
     expired_reports: int = 0
+    superseded_deletes: int = 0
     released_batches: int = 0
     released_reports: int = 0
     checkpoints: int = 0
@@ -234,14 +298,74 @@ def plan_release(n: int, min_batch: int, cap: int) -> list[int]:
     return [cap] * (n // cap)
 
 
+# -- the shuffler's secret ---------------------------------------------------------------
+
+
+def load_or_create_key(path: str) -> bytes:
+    """The shuffler's 32-byte secret in ``path``, created on first use (0600, atomically; of several processes
+    starting together exactly one creates it, the others read it). Refused if other users may read it."""
+    target = os.path.expanduser(path)
+    if not os.path.exists(target):
+        makedirs_durable(os.path.dirname(os.path.abspath(target)))
+        with contextlib.suppress(FileExistsError):
+            write_atomic(target, os.urandom(KEY_BYTES), mode=0o600, replace=False)
+    st = os.stat(target)
+    if os.name == "posix" and stat.S_IMODE(st.st_mode) & 0o077:
+        raise ConfigError(
+            f"the shuffler key {target} is readable by other users (mode {stat.S_IMODE(st.st_mode):o}); chmod 600 it"
+        )
+    with open(target, "rb") as f:
+        key = f.read()
+    if len(key) != KEY_BYTES:
+        raise ConfigError(f"the shuffler key {target} holds {len(key)} bytes, not {KEY_BYTES}: it is damaged")
+    return key
+
+
+class _Keys:
+    """Subkeys of the shuffler's secret: AES-256-GCM for checkpoints, HMAC-SHA-256 for batch-id digests."""
+
+    def __init__(self, secret: bytes) -> None:
+        if not isinstance(secret, (bytes, bytearray)) or len(secret) != KEY_BYTES:
+            raise ConfigError(f"the shuffler key must be {KEY_BYTES} bytes")
+        from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+        def sub(label: bytes) -> bytes:
+            return hmac.new(bytes(secret), label, hashlib.sha256).digest()
+
+        self.aead = AESGCM(sub(b"ldp-shuffler checkpoint v2"))
+        self.dedup = sub(b"ldp-shuffler batch-id digest v2")
+        #: names the key in clear checkpoint headers, so a member with another key says so instead of failing later
+        self.key_id = sub(b"ldp-shuffler key id")[:8].hex()
+
+    def digest(self, batch_id: bytes) -> bytes:
+        return hmac.new(self.dedup, bytes(batch_id), hashlib.sha256).digest()[:16]
+
+    def seal(self, head: bytes, inner: bytes) -> bytes:
+        nonce = os.urandom(12)
+        return nonce + self.aead.encrypt(nonce, inner, head)
+
+    def open(self, head: bytes, sealed: memoryview) -> bytes:
+        from cryptography.exceptions import InvalidTag
+
+        try:
+            return bytes(self.aead.decrypt(bytes(sealed[:12]), bytes(sealed[12:]), head))
+        except (InvalidTag, ValueError):
+            raise FrameError("the checkpoint chunk does not authenticate under this shuffler's key") from None
+
+
 # -- checkpoint chunks ---------------------------------------------------------------
 
 _CKPT_MAGIC = b"LDPQ"
+_INNER_MAGIC = b"LDPq"
+#: format of the checkpoints written: 2 = sealed, permuted, no upload numbers; 1 (still restored) = in the clear
+CHECKPOINT_VERSION = 2
 
 
 @dataclasses.dataclass(frozen=True)
 class CheckpointHeader:
-    """The JSON header of one checkpoint chunk; ``pieces`` lists ``[metric, spec dict, day, count]``."""
+    """The clear header of a checkpoint chunk: which group, partition and input offset it belongs to, nothing
+    about its reports. ``key_id`` names the key the payload is sealed with. A version 1 chunk (written in the
+    clear by older shufflers) carries its body's description in ``legacy`` (``newest_day``, ``ids``, ``pieces``)."""
 
     group: str
     partition: int
@@ -249,28 +373,76 @@ class CheckpointHeader:
     snapshot: str
     chunk: int
     chunks: int
-    newest_day: int
-    ids: int
-    pieces: tuple[tuple[str, dict[str, Any], int, int], ...]
+    key_id: str = ""
+    version: int = CHECKPOINT_VERSION
+    legacy: Mapping[str, Any] | None = None
+
+    def to_json(self) -> bytes:
+        obj = {k: v for k, v in dataclasses.asdict(self).items() if k not in ("version", "legacy")}
+        return json.dumps(obj, separators=(",", ":")).encode()
 
 
-def encode_checkpoint_chunk(header: CheckpointHeader, payload: bytes) -> bytes:
-    """A :mod:`client_sdk.framing` frame: the header as JSON, then the payload (ids, then per piece records and
-    uint32 sources)."""
-    return pack_headed(_CKPT_MAGIC, json.dumps(dataclasses.asdict(header), separators=(",", ":")).encode(), payload)
+#: ``[metric, spec dict, day, count]`` of one run of records in a checkpoint body
+Piece = tuple[str, dict[str, Any], int, int]
+
+
+def encode_checkpoint_chunk(header: CheckpointHeader, body: bytes, keys: _Keys) -> bytes:
+    """A :mod:`client_sdk.framing` frame (version 2): the clear header as JSON, then the body (see
+    :func:`encode_checkpoint_body`) sealed with AES-256-GCM under the shuffler's key, the header as associated data."""
+    head = header.to_json()
+    return pack_headed(_CKPT_MAGIC, head, keys.seal(head, body), version=CHECKPOINT_VERSION)
+
+
+def encode_checkpoint_body(
+    pieces: Sequence[Piece], digests: Sequence[bytes], previous: int, records: Sequence[bytes]
+) -> bytes:
+    """The plaintext of a chunk: ``pieces``, then the 16-byte batch-id digests (the older set's ``previous``
+    first, each set sorted by value), then the records."""
+    head = json.dumps(
+        {"pieces": list(pieces), "ids": len(digests), "previous": int(previous)}, separators=(",", ":")
+    ).encode()
+    return pack_headed(_INNER_MAGIC, head, b"".join(digests) + b"".join(records))
 
 
 def decode_checkpoint_chunk(value: bytes) -> tuple[CheckpointHeader, memoryview]:
-    """The header and payload of a checkpoint chunk; :class:`~client_sdk.framing.FramingError` if ``value`` is not
-    a whole chunk frame, :class:`~client_sdk.errors.FrameError` if its header is malformed."""
-    head, payload = unpack_headed(value, _CKPT_MAGIC, "shuffler checkpoint chunk")
+    """The clear header and the (sealed, or for version 1 plain) payload of a checkpoint chunk;
+    :class:`~client_sdk.framing.FramingError` if ``value`` is not a whole chunk frame,
+    :class:`~client_sdk.errors.FrameError` if its header is malformed."""
+    version = value[4] if len(value) > HEAD_SIZE else CHECKPOINT_VERSION
+    version = 1 if version == 1 else CHECKPOINT_VERSION
+    head, payload = unpack_headed(value, _CKPT_MAGIC, "shuffler checkpoint chunk", version=version)
     try:
         obj = json.loads(head)
-        obj["pieces"] = tuple(tuple(p) for p in obj["pieces"])
-        header = CheckpointHeader(**obj)
+        if version == 1:
+            legacy = {
+                "newest_day": int(obj.pop("newest_day")),
+                "ids": int(obj.pop("ids")),
+                "pieces": tuple(tuple(p) for p in obj.pop("pieces")),
+            }
+            header = CheckpointHeader(**obj, version=1, legacy=legacy)
+        else:
+            header = CheckpointHeader(**obj)
+            if header.to_json() != head:
+                raise ValueError("the header is not in its canonical form")
     except (ValueError, TypeError, KeyError) as exc:
         raise FrameError(f"checkpoint header is malformed: {exc}") from None
     return header, payload
+
+
+def decode_checkpoint_body(body: bytes) -> tuple[tuple[Piece, ...], list[bytes], int, memoryview]:
+    """``(pieces, batch-id digests, how many of them are the older set's, records payload)`` of a chunk's
+    plaintext."""
+    head, payload = unpack_headed(body, _INNER_MAGIC, "shuffler checkpoint body")
+    try:
+        obj = json.loads(head)
+        pieces = tuple((str(m), dict(s), int(d), int(c)) for m, s, d, c in obj["pieces"])
+        n = int(obj["ids"])
+        previous = int(obj["previous"])
+    except (ValueError, TypeError, KeyError) as exc:
+        raise FrameError(f"checkpoint body header is malformed: {exc}") from None
+    if 16 * n > len(payload):
+        raise FrameError("checkpoint body is truncated")
+    return pieces, [bytes(payload[16 * i : 16 * i + 16]) for i in range(n)], previous, payload[16 * n :]
 
 
 # -- per-partition state -----------------------------------------------------------------
@@ -280,7 +452,10 @@ class _Group:
     """Buffered reports of one (metric, spec, day): record arrays with per-record source (upload) numbers.
 
     Sources are numbered densely per group (0, 1, ...), so the distinct
-    uploads in a released batch are counted with one ``bincount``.
+    uploads in a released batch are counted with one ``bincount``. They live
+    in memory only: a checkpoint holds no source numbers (nor any order), so
+    the records restored from one count as a single source and
+    :attr:`~pipeline.envelope.ShuffleMeta.sources` is a lower bound.
     """
 
     __slots__ = ("spec", "parts", "n", "next_source")
@@ -296,18 +471,21 @@ class _Group:
         self.next_source += 1
         self.n += int(records.size)
 
-    def add_restored(self, records: np.ndarray, sources: np.ndarray) -> None:
-        self.parts.append((records, sources))
+    def add_restored(self, records: np.ndarray) -> None:
+        """Records read from a checkpoint (before any upload of this process): together, source 0."""
+        self.parts.append((records, 0))
         self.n += int(records.size)
-        if sources.size:
-            self.next_source = max(self.next_source, int(sources.max()) + 1)
+        self.next_source = max(self.next_source, 1)
+
+    def records(self) -> np.ndarray:
+        if len(self.parts) == 1:
+            return self.parts[0][0]
+        # as bytes: concatenating structured arrays field by field is ~20x slower
+        dtype = self.parts[0][0].dtype
+        return np.concatenate([np.ascontiguousarray(r).view(np.uint8) for r, _ in self.parts]).view(dtype)
 
     def arrays(self) -> tuple[np.ndarray, np.ndarray]:
-        if len(self.parts) == 1:
-            recs = self.parts[0][0]
-        else:  # as bytes: concatenating structured arrays field by field is ~20x slower
-            dtype = self.parts[0][0].dtype
-            recs = np.concatenate([np.ascontiguousarray(r).view(np.uint8) for r, _ in self.parts]).view(dtype)
+        recs = self.records()
         if all(isinstance(s, int) for _, s in self.parts):
             src = np.repeat(np.array([s for _, s in self.parts], dtype=np.uint32), [r.size for r, _ in self.parts])
         else:
@@ -324,23 +502,71 @@ class _Group:
         self.next_source = int(uniq.size)
 
 
+class _IdWindow:
+    """Digests of recent upload batch ids, in no order: two sets, the current one and the one before.
+
+    An id goes into ``current``; once it holds ``half = ceil(limit / 2)``
+    digests it becomes ``previous`` (the old ``previous`` is forgotten). So
+    at least the last ``half`` and at most ``limit`` ids are remembered, and
+    within each set nothing tells which id came first.
+    """
+
+    __slots__ = ("limit", "half", "current", "previous")
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.half = max(1, -(-limit // 2))
+        self.current: set[bytes] = set()
+        self.previous: set[bytes] = set()
+
+    def __contains__(self, digest: bytes) -> bool:
+        return digest in self.current or digest in self.previous
+
+    def __len__(self) -> int:
+        return len(self.current) + len(self.previous)
+
+    def add(self, digest: bytes) -> None:
+        if not self.limit:
+            return
+        self.current.add(digest)
+        if len(self.current) >= self.half:
+            self.previous, self.current = self.current, set()
+
+    def clear(self) -> None:
+        self.current.clear()
+        self.previous.clear()
+
+    def serialized(self) -> tuple[list[bytes], int]:
+        """Every digest, each set sorted by value (``previous`` first), and how many are ``previous``."""
+        return sorted(self.previous) + sorted(self.current), len(self.previous)
+
+    def restore(self, digests: Sequence[bytes], previous: int) -> None:
+        self.previous = set(digests[:previous])
+        self.current = set(digests[previous:])
+        if len(self.current) >= self.half:  # a smaller window than the checkpoint's writer had
+            self.previous, self.current = self.current, set()
+
+
 class _Partition:
     """What the shuffler holds for one raw partition (and its state partition of the same number)."""
 
-    def __init__(self, index: int, committed: int | None) -> None:
+    def __init__(self, index: int, committed: int | None, dedup_window: int) -> None:
         self.index = index
         self.live = committed is None
         self.committed = committed  # raw offset the restore looks for
         self.restore_since = time.monotonic()
-        self.assembling: dict[str, dict[int, tuple[CheckpointHeader, memoryview]]] = {}
+        #: snapshot -> chunk -> (header, payload, state offset)
+        self.assembling: dict[str, dict[int, tuple[CheckpointHeader, memoryview, int]]] = {}
         self.held: list[Record] = []
         self.groups: dict[_GroupKey, _Group] = {}
-        self.ids: collections.OrderedDict[bytes, None] = collections.OrderedDict()
-        self.newest_day = -1
+        self.ids = _IdWindow(dedup_window)
         self.raw_next: int | None = committed
         self.dirty = False
         self.pending_reports = 0
         self.delta: collections.Counter[str] = collections.Counter()  # stats, counted once committed
+        self.writing: str | None = None  # snapshot id of the checkpoint in the open transaction
+        self.latest: str | None = None  # snapshot id of the latest committed checkpoint (written or restored)
+        self.foreign = False  # another group's chunks share this state partition: delete nothing
 
     def buffered(self) -> int:
         return sum(g.n for g in self.groups.values())
@@ -395,6 +621,8 @@ class Shuffler(StreamProcessor):
         guarantee: Guarantee | None = None,
         words: WordSource = urandom_words,
         new_batch_id: Callable[[], bytes] = lambda: secrets.token_bytes(16),
+        key: bytes | None = None,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         super().__init__(
             transport,
@@ -410,6 +638,9 @@ class Shuffler(StreamProcessor):
         self.guarantee = guarantee
         self.words = words
         self.new_batch_id = new_batch_id
+        self.clock = clock
+        self.window = settings.day_window
+        self._keys = _Keys(load_or_create_key(settings.key_file) if key is None else key)
         #: per metric, the most reports one device sends a day (``max_reports_per_day``): the central ε is
         #: computed per person from it; unknown without a metrics file, and then no central figure is attached
         self._reports_per_person: dict[str, int] = {}
@@ -428,6 +659,10 @@ class Shuffler(StreamProcessor):
         self._last_input = time.monotonic()
         self._guarantee_failed = False
         self._warming = False
+        self._today: int | None = None
+        self._deletes: dict[int, int] = {}  # state partition -> offset below which its records are superseded
+        self._deleted: dict[int, int] = {}
+        self._can_delete = True
 
     # -- setup --------------------------------------------------------------------------------
 
@@ -435,7 +670,8 @@ class Shuffler(StreamProcessor):
         s = self.settings
         n = self.transport.ensure_topic(s.raw_topic, s.partitions)
         self.transport.ensure_topic(s.shuffled_topic, n)
-        # checkpoints are kept for ever: one older than a retention would be lost with the reports it buffers
+        # no retention: a checkpoint older than one would be lost with the reports it buffers; the shuffler
+        # deletes superseded checkpoints itself (_delete_superseded)
         m = self.transport.ensure_topic(s.state_topic, n, retention=math.inf)
         if m != n:
             raise ConfigError(
@@ -489,8 +725,39 @@ class Shuffler(StreamProcessor):
         if raw:
             self._last_input = time.monotonic()
         self._check_restores()
+        today = self._day()
+        if today != self._today:
+            self._today = today
+            for part in self._parts.values():
+                if part.live:
+                    self._expire(part, today)
+        self._delete_superseded()
         self.checkpoint()
         return raw
+
+    def _delete_superseded(self) -> None:
+        """Delete the state records before each partition's latest committed checkpoint (older checkpoints,
+        aborted chunks): nobody needs them, and they would tell what was buffered when."""
+        todo, self._deletes = self._deletes, {}
+        if not todo or not self._can_delete:
+            return
+        try:
+            self.transport.delete_before(self.settings.state_topic, todo)
+        except NotImplementedError:
+            self._can_delete = False
+            log.warning(
+                "%s cannot delete records: superseded checkpoints stay in %r (sealed, but they show when how "
+                "much was buffered)",
+                type(self.transport).__name__,
+                self.settings.state_topic,
+            )
+            return
+        except TransportError as exc:  # retried with the next checkpoint read back
+            log.warning("deleting superseded checkpoints of %r failed: %s", self.settings.state_topic, exc)
+            return
+        for p, off in todo.items():
+            self._deleted[p] = max(off, self._deleted.get(p, 0))
+        self.stats.superseded_deletes += 1
 
     def rewound(self, consumer: Consumer, records: Sequence[Record]) -> bool:
         """Whether the consumer started over from the committed offsets (a rebalance): its delivered positions
@@ -551,6 +818,7 @@ class Shuffler(StreamProcessor):
                     self._consumer.committed(  # type: ignore[union-attr]
                         TopicPartition(self.settings.raw_topic, p)
                     ),
+                    self.settings.dedup_window,
                 )
                 if not part.live:
                     self.stats.restores += 1
@@ -578,52 +846,101 @@ class Shuffler(StreamProcessor):
             log.warning("ignoring a malformed record in %s[%d]@%d: %s", r.topic, r.partition, r.offset, exc)
             return True
         if header.group != self.settings.group or header.partition != r.partition:
+            if not part.foreign:
+                part.foreign = True
+                log.warning(
+                    "%s[%d]@%d holds a checkpoint of group %r: the state topic is shared, so superseded "
+                    "checkpoints of this partition are no longer deleted",
+                    r.topic,
+                    r.partition,
+                    r.offset,
+                    header.group,
+                )
             return True
         part.dirty = True  # the next transaction commits past this chunk: it writes a fresh checkpoint
+        if header.chunk == 0 and header.snapshot == part.latest:
+            self._supersede(part, r.offset)  # our latest committed checkpoint starts here: all before is garbage
         if part.live or header.raw_offset != part.committed:
             return True
         chunks = part.assembling.setdefault(header.snapshot, {})
-        chunks[header.chunk] = (header, payload)
+        chunks[header.chunk] = (header, payload, r.offset)
         if len(chunks) == header.chunks:
             self._load(part, [chunks[i] for i in range(header.chunks)])
         return True
 
-    def _load(self, part: _Partition, chunks: list[tuple[CheckpointHeader, memoryview]]) -> None:
-        first = chunks[0][0]
+    def _supersede(self, part: _Partition, offset: int) -> None:
+        if not part.foreign and offset > self._deleted.get(part.index, 0):
+            self._deletes[part.index] = max(offset, self._deletes.get(part.index, 0))
+
+    def _open_chunk(
+        self, header: CheckpointHeader, payload: memoryview
+    ) -> tuple[tuple[Piece, ...], list[bytes], int, memoryview]:
+        """``(pieces, batch-id digests, how many digests are of the older set, records)`` of a chunk of the
+        checkpoint being restored; a version 1 chunk's raw batch ids are digested here."""
+        if header.version == 1:
+            assert header.legacy is not None
+            n = int(header.legacy["ids"])
+            ids = [self._keys.digest(bytes(payload[16 * i : 16 * i + 16])) for i in range(n)]
+            pieces = tuple((str(m), dict(sd), int(d), int(c)) for m, sd, d, c in header.legacy["pieces"])
+            return pieces, ids, len(ids), payload[16 * n :]
+        if header.key_id != self._keys.key_id:
+            raise ShufflerStateError(
+                f"partition {header.partition}: the checkpoint to restore (raw offset {header.raw_offset}) is sealed "
+                f"under another shuffler key (id {header.key_id}, this process has {self._keys.key_id}). Every "
+                f"member of group {self.settings.group!r} must read the same key_file "
+                f"({self.settings.key_file!r}); without that key the buffered reports cannot be restored."
+            )
+        try:
+            pieces, ids, previous, rest = decode_checkpoint_body(self._keys.open(header.to_json(), payload))
+        except FrameError as exc:
+            raise ShufflerStateError(
+                f"partition {header.partition}: the checkpoint to restore (raw offset {header.raw_offset}) is "
+                f"damaged: {exc}"
+            ) from None
+        return pieces, ids, previous, rest
+
+    def _load(self, part: _Partition, chunks: list[tuple[CheckpointHeader, memoryview, int]]) -> None:
         part.groups.clear()
         part.ids.clear()
-        part.newest_day = first.newest_day
         specs: dict[str, MechanismSpec] = {}
-        for header, payload in chunks:
+        digests: list[bytes] = []
+        previous = 0
+        version = chunks[0][0].version
+        for header, payload, _ in chunks:
+            pieces, ids, prev, rest = self._open_chunk(header, payload)
+            digests.extend(ids)
+            previous += prev
             pos = 0
-            for _ in range(header.ids):
-                part.ids[bytes(payload[pos : pos + 16])] = None
-                pos += 16
-            for metric, spec_dict, day, count in header.pieces:
+            for metric, spec_dict, day, count in pieces:
                 key_id = json.dumps(spec_dict, sort_keys=True)
                 spec = specs.get(key_id)
                 if spec is None:
                     spec = specs[key_id] = spec_from_dict(dict(spec_dict))
-                recs = np.frombuffer(payload, dtype=spec.record_dtype, count=count, offset=pos).copy()
+                recs = np.frombuffer(rest, dtype=spec.record_dtype, count=count, offset=pos).copy()
                 pos += count * spec.record_size
-                src = np.frombuffer(payload, dtype=np.uint32, count=count, offset=pos).copy()
-                pos += 4 * count
+                if version == 1:
+                    pos += 4 * count  # the upload numbers of the old format: not restored
                 key = (metric, spec.spec_id, int(day))
                 group = part.groups.get(key)
                 if group is None:
                     group = part.groups[key] = _Group(spec)
-                group.add_restored(recs, src)
+                group.add_restored(recs)
+        part.ids.restore(digests, previous)
         part.live = True
         part.assembling.clear()
         part.raw_next = part.committed
+        part.latest = chunks[0][0].snapshot
+        self._supersede(part, chunks[0][2])
         held, part.held = part.held, []
         log.info(
-            "partition %d restored at raw offset %s: %d reports buffered, %d ids",
+            "partition %d restored at raw offset %s (checkpoint format %d): %d reports buffered, %d ids",
             part.index,
             part.committed,
+            version,
             part.buffered(),
             len(part.ids),
         )
+        self._expire(part, self._day())
         for r in held:
             self._apply(part, r)
 
@@ -644,6 +961,9 @@ class Shuffler(StreamProcessor):
             raise FrameError(f"metric {metric!r} with spec {spec_id} is not in the shuffler's metrics file")
         return spec
 
+    def _day(self) -> int:
+        return utc_day(self.clock())
+
     def _apply(self, part: _Partition, r: Record) -> None:
         part.raw_next = r.offset + 1
         part.dirty = True
@@ -655,21 +975,31 @@ class Shuffler(StreamProcessor):
             log.warning("dropping raw record %s[%d]@%d: %s", r.topic, r.partition, r.offset, exc)
             return
         n = len(batch)
-        if batch.batch_id in part.ids:
+        digest = self._keys.digest(batch.batch_id)
+        if digest in part.ids:
             part.delta["duplicate_batches"] += 1
             part.delta["duplicate_reports"] += n
             return
         part.delta["input_batches"] += 1
         part.delta["input_reports"] += n
-        if self.settings.dedup_window:
-            part.ids[batch.batch_id] = None
-            while len(part.ids) > self.settings.dedup_window:
-                part.ids.popitem(last=False)
-        if batch.day > part.newest_day:
-            part.newest_day = batch.day
-            self._expire(part)
-        if batch.day < part.newest_day - self.settings.max_age_days:
+        part.ids.add(digest)
+        oldest = self.window.oldest_kept(self._day())
+        if batch.day < oldest:
+            part.delta["expired_batches"] += 1
             part.delta["expired_reports"] += n
+            log.warning(
+                "dropping %d reports of %s day %d read from %s[%d]@%d: the day left the window (oldest kept: %d; "
+                "max_day_age %d + %d grace day(s)) before the shuffler read it",
+                n,
+                batch.metric,
+                batch.day,
+                r.topic,
+                r.partition,
+                r.offset,
+                oldest,
+                self.window.max_day_age,
+                self.window.grace_days,
+            )
             return
         key = (batch.metric, batch.spec.spec_id, batch.day)
         group = part.groups.get(key)
@@ -679,18 +1009,26 @@ class Shuffler(StreamProcessor):
         if group.n >= self.settings.min_batch:
             self._release(part, key, group)
 
-    def _expire(self, part: _Partition) -> None:
-        oldest = part.newest_day - self.settings.max_age_days
+    def _expire(self, part: _Partition, today: int) -> None:
+        """Drop (count, log) the buffered groups whose day left the window: they never reached a crowd."""
+        oldest = self.window.oldest_kept(today)
         for key in [k for k in part.groups if k[2] < oldest]:
             n = part.groups.pop(key).n
+            part.delta["expired_groups"] += 1
             part.delta["expired_reports"] += n
-            log.info(
-                "dropping %d reports of %s day %d: no crowd of %d within %d days",
+            part.dirty = True
+            self._progress = True
+            log.warning(
+                "dropping %d buffered reports of %s day %d (partition %d): no crowd of %d before the day left "
+                "the window (UTC day %d, max_day_age %d + %d grace day(s))",
                 n,
                 key[0],
                 key[2],
+                part.index,
                 self.settings.min_batch,
-                self.settings.max_age_days,
+                today,
+                self.window.max_day_age,
+                self.window.grace_days,
             )
 
     def _release(self, part: _Partition, key: _GroupKey, group: _Group) -> None:
@@ -760,31 +1098,31 @@ class Shuffler(StreamProcessor):
     # -- checkpoints ----------------------------------------------------------------------------
 
     def _chunks(self, part: _Partition) -> Iterator[bytes]:
-        """The checkpoint of ``part`` as chunks of at most about ``max_batch_bytes``."""
+        """The checkpoint of ``part`` as chunks of at most about ``max_batch_bytes``: each group's buffer
+        freshly permuted (so the stored order says nothing of the arrival order), no upload numbers, the
+        batch-id window as keyed digests in no order, everything but the clear header sealed."""
         budget = self.settings.max_batch_bytes
         snapshot = secrets.token_hex(8)
-        pieces: list[list[tuple[tuple[str, dict[str, Any], int, int], list[bytes]]]] = [[]]
-        sizes = [16 * len(part.ids)]
+        part.writing = snapshot
+        digests, previous = part.ids.serialized()
+        pieces: list[list[tuple[Piece, bytes]]] = [[]]
+        sizes = [16 * len(digests)]
         for (metric, _, day), group in sorted(part.groups.items()):
-            recs, src = group.arrays()
+            recs = group.records()
+            recs = _gather(recs, csprng_permutation(recs.size, self.words))
             spec_dict = group.spec.to_dict()
-            per = group.spec.record_size + 4
+            per = group.spec.record_size
             pos = 0
             while pos < recs.size:
                 if sizes[-1] >= budget:
                     pieces.append([])
                     sizes.append(0)
                 take = min(max(1, (budget - sizes[-1]) // per), recs.size - pos)
-                blob = [
-                    np.ascontiguousarray(recs[pos : pos + take]).tobytes(),
-                    np.ascontiguousarray(src[pos : pos + take], dtype=np.uint32).tobytes(),
-                ]
-                pieces[-1].append(((metric, spec_dict, day, take), blob))
+                pieces[-1].append(((metric, spec_dict, day, take), recs[pos : pos + take].tobytes()))
                 sizes[-1] += take * per
                 pos += take
         total = len(pieces)
         for i, chunk in enumerate(pieces):
-            ids = b"".join(part.ids) if i == 0 else b""
             header = CheckpointHeader(
                 group=self.settings.group,
                 partition=part.index,
@@ -792,11 +1130,12 @@ class Shuffler(StreamProcessor):
                 snapshot=snapshot,
                 chunk=i,
                 chunks=total,
-                newest_day=part.newest_day,
-                ids=len(part.ids) if i == 0 else 0,
-                pieces=tuple(p for p, _ in chunk),
+                key_id=self._keys.key_id,
             )
-            yield encode_checkpoint_chunk(header, ids + b"".join(b for _, blob in chunk for b in blob))
+            body = encode_checkpoint_body(
+                [p for p, _ in chunk], digests if i == 0 else [], previous if i == 0 else 0, [b for _, b in chunk]
+            )
+            yield encode_checkpoint_chunk(header, body, self._keys)
 
     def checkpoint(self, force: bool = False) -> bool:
         """Commit released batches, changed checkpoints and input offsets in one transaction, if one is due.
@@ -840,6 +1179,7 @@ class Shuffler(StreamProcessor):
         """Publish a checkpoint of every changed partition into the transaction the loop then commits."""
         assert tx is not None
         for p in self._parts.values():
+            p.writing = None
             if p.dirty and p.raw_next is not None:
                 for chunk in self._chunks(p):
                     tx.publish(self.settings.state_topic, self._state_keys[p.index], chunk)
@@ -856,6 +1196,8 @@ class Shuffler(StreamProcessor):
         for p in parts:
             p.pending_reports = 0
             p.dirty = False
+            if p.writing is not None:
+                p.latest, p.writing = p.writing, None
             for name, value in p.delta.items():
                 setattr(self.stats, name, getattr(self.stats, name) + value)
             p.delta.clear()

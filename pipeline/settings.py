@@ -85,7 +85,7 @@ def parse_env_value(field: dataclasses.Field[Any], raw: str, env_name: str) -> A
     try:
         if isinstance(default, bool) or field.type in (bool, "bool"):
             return raw.strip().lower() in ("1", "true", "yes", "on")
-        if isinstance(default, int) or field.type in (int, "int"):
+        if isinstance(default, int) or field.type in (int, "int", "int | None"):
             return int(raw)
         if _is_float_field(field):
             return float(raw)

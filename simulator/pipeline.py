@@ -196,6 +196,7 @@ class LocalPipeline:
                 member="shuffler-0",
                 checkpoint_interval=self.checkpoint_interval,
                 session_timeout=10.0,
+                key_file=str(self.workdir / f"shuffler-{self.run_id}.key"),
             ),
             guarantee=guarantee,
         )

@@ -32,8 +32,19 @@ _FLAGS: list[tuple[str, str, type, str]] = [
     ("--max-records", "max_records", int, "most reports per batch (413 above; default 65536)"),
     ("--max-in-flight", "max_in_flight", int, "uploads processed at once (503 with Retry-After above; default 256)"),
     ("--retry-after", "retry_after", int, "seconds clients are asked to wait on 503"),
-    ("--max-days-ahead", "max_days_ahead", int, "how many UTC days ahead of the collector a batch's day may be"),
-    ("--max-day-age", "max_day_age", int, "how many UTC days old a batch's day may be"),
+    (
+        "--max-days-ahead",
+        "max_days_ahead",
+        int,
+        "how many UTC days ahead of the collector a batch's day may be (default $LDP_MAX_DAYS_AHEAD, shared with "
+        "the shuffler, else 1)",
+    ),
+    (
+        "--max-day-age",
+        "max_day_age",
+        int,
+        "how many UTC days old a batch's day may be (default $LDP_MAX_DAY_AGE, shared with the shuffler, else 31)",
+    ),
     (
         "--dedup-ttl",
         "dedup_ttl",

@@ -59,10 +59,34 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--partitions", type=int, default=d.partitions, help="partitions of topics it creates")
     p.add_argument("--dedup-window", type=int, default=d.dedup_window, help="upload batch ids remembered per partition")
     p.add_argument(
-        "--max-age-days",
+        "--max-day-age",
         type=int,
-        default=d.max_age_days,
-        help="drop buffered groups this many days behind the newest day of their partition",
+        default=None,
+        help=f"the day window shared with the collector: a buffered group of day d is dropped (counted in "
+        f"expired_groups, logged) once d < today - MAX_DAY_AGE - grace, today being the UTC day of this "
+        f"machine's clock (default $LDP_SHUFFLER_MAX_DAY_AGE, else $LDP_MAX_DAY_AGE, else {d.max_day_age}: "
+        f"the collector accepts [today - {d.max_day_age}, today + {d.max_days_ahead}])",
+    )
+    p.add_argument("--max-age-days", type=int, default=None, dest="max_age_days", help="the old name of --max-day-age")
+    p.add_argument(
+        "--max-days-ahead",
+        type=int,
+        default=None,
+        help=f"the collector's newest accepted day, today + N (default $LDP_MAX_DAYS_AHEAD, else "
+        f"{d.max_days_ahead}); later days are kept buffered, never dropped",
+    )
+    p.add_argument(
+        "--expiry-grace-days",
+        type=int,
+        default=None,
+        help=f"days a group is kept after the collector stopped accepting its day, for batches accepted just "
+        f"before UTC midnight or read late (default {d.expiry_grace_days})",
+    )
+    p.add_argument(
+        "--key-file",
+        default=None,
+        help=f"the shuffler's secret (seals checkpoints, keys the batch-id digests); created 0600 if missing; "
+        f"every member of the group needs the same file (default $LDP_SHUFFLER_KEY_FILE, else {d.key_file})",
     )
     add_session_timeout(p, d.session_timeout)
     p.add_argument("--raw-topic", default=d.raw_topic)
@@ -86,7 +110,9 @@ def run(args: argparse.Namespace) -> int:
     setup_logging(args.log_level)
     try:
         metrics_path = metrics_file(args.metrics)
-        settings = ShufflerSettings(
+        if args.max_day_age is not None and args.max_age_days is not None and args.max_day_age != args.max_age_days:
+            raise ConfigError("--max-day-age and its old name --max-age-days disagree: give one")
+        settings = ShufflerSettings.from_env(
             min_batch=args.min_batch,
             max_batch=args.max_batch,
             checkpoint_interval=args.checkpoint_interval,
@@ -94,7 +120,10 @@ def run(args: argparse.Namespace) -> int:
             member=args.member,
             partitions=args.partitions,
             dedup_window=args.dedup_window,
-            max_age_days=args.max_age_days,
+            max_day_age=args.max_day_age if args.max_day_age is not None else args.max_age_days,
+            max_days_ahead=args.max_days_ahead,
+            expiry_grace_days=args.expiry_grace_days,
+            key_file=args.key_file,
             session_timeout=args.session_timeout,
             raw_topic=args.raw_topic,
             shuffled_topic=args.shuffled_topic,

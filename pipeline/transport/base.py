@@ -366,6 +366,21 @@ class Transport(abc.ABC):
         Kafka) for ``session_timeout`` seconds is removed from the group.
         """
 
+    def delete_before(self, topic: str, offsets: Mapping[int, int]) -> None:
+        """Delete, for each partition ``p`` of ``offsets``, the records of ``topic`` below offset ``offsets[p]``.
+
+        The records at and after the offset keep their offsets, and later
+        records are numbered as before; a group whose committed offset points
+        at deleted records resumes at the oldest record left. ``offsets[p]``
+        must not lie past the partition's end (use an offset that was read). Used for the shuffler's
+        superseded checkpoints (:mod:`collector.shuffler`). The embedded log
+        overwrites the deleted records' bytes (``secure_delete``); Kafka moves
+        the partition's log start offset (DeleteRecords, KIP-107): no consumer
+        can read them any more, and the broker removes the segments wholly
+        below it. Raises :class:`NotImplementedError` where a transport cannot.
+        """
+        raise NotImplementedError(f"{type(self).__name__} cannot delete records")
+
     def health(self, topic: str | None = None, *, timeout: float = 2.0) -> Health:
         """Whether the log answers now (within about ``timeout`` s), for readiness probes.
 

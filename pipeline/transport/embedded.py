@@ -176,6 +176,8 @@ class EmbeddedTransport(Transport):
         self._lock = threading.Lock()
         self._rr = itertools.count()
         self._conn = _connect(self.path, synchronous)
+        # deletions (retention, delete_before) overwrite the freed content: a deleted record must not stay readable
+        self._conn.execute("PRAGMA secure_delete=ON")
         with immediate_transaction(self._conn) as c:
             version = c.execute("PRAGMA user_version").fetchone()[0]
             if version not in (0, 1, SCHEMA_VERSION):
@@ -270,6 +272,23 @@ class EmbeddedTransport(Transport):
                     )
                     deleted += cur.rowcount
         return deleted
+
+    def delete_before(self, topic: str, offsets: Mapping[int, int]) -> None:
+        """Delete the records of ``topic`` below ``offsets[p]`` in each partition ``p`` (one transaction); their
+        bytes are overwritten (``PRAGMA secure_delete``), in the database and, once SQLite checkpoints it, in the
+        WAL. The newest record of a partition is always kept, so offsets never restart."""
+        with self._lock:
+            self._check_open()
+            with immediate_transaction(self._conn) as c:
+                n = _partitions(c, topic)
+                for p, off in offsets.items():
+                    if not 0 <= int(p) < n:
+                        raise TopicError(f"topic {topic!r} has no partition {p}")
+                    c.execute(
+                        "DELETE FROM log WHERE topic=? AND partition=? AND offset<? AND offset < "
+                        "(SELECT MAX(l2.offset) FROM log l2 WHERE l2.topic=? AND l2.partition=?)",
+                        (topic, int(p), int(off), topic, int(p)),
+                    )
 
     def consume(
         self, topics: str | Sequence[str], group: str, *, member: str | None = None, session_timeout: float = 10.0

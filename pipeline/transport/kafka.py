@@ -305,6 +305,29 @@ class KafkaTransport(Transport):
             out.append(RecordPosition(md.topic, md.partition, md.offset))
         return out
 
+    def delete_before(self, topic: str, offsets: Mapping[int, int]) -> None:
+        """DeleteRecords (KIP-107): move each partition's log start offset up to ``offsets[p]`` (an offset past
+        the high watermark is refused). Consumers can no longer read what lies below; the broker deletes the segments wholly below
+        it at its next retention check (``log.retention.check.interval.ms``)."""
+        from kafka import TopicPartition as KTP
+
+        if not offsets:
+            return
+        n = self.partitions(topic)
+        for p in offsets:
+            if not 0 <= int(p) < n:
+                raise TopicError(f"topic {topic!r} has no partition {p}")
+        errors = _errors()
+        with self._lock:
+            admin = self._admin_client()
+            try:
+                admin.delete_records(
+                    {KTP(topic, int(p)): int(off) for p, off in offsets.items()},
+                    timeout_ms=int(self.request_timeout * 1000),
+                )
+            except errors.KafkaError as exc:
+                raise TransportError(f"Kafka did not delete records of {topic!r}: {exc!r}") from exc
+
     def _day_ms(self) -> int:
         """A record's timestamp: the start of the current UTC day (Kafka would otherwise store the send time)."""
         return int(day_start(self.clock())) * 1000

@@ -183,6 +183,8 @@ class PipelineProcs:
                     "--session-timeout",
                     st,
                     "--no-guarantee",
+                    "--key-file",
+                    str(workdir / "shuffler.key"),
                 ],
                 workdir / "shuffler.log",
                 "ldp shuffler: running",

@@ -234,6 +234,25 @@ class TransportContract:
         assert [r.offset for r in recs] == list(range(40))
         assert [r.key for r in recs] == [None] * 10 + [b"k"] * 30
 
+    def test_delete_before_removes_older_records_and_keeps_offsets(self, transport: Transport) -> None:
+        name = self.topic(transport, 2)
+        keys = {partition_for(f"k{i}".encode(), 2): f"k{i}".encode() for i in range(20)}
+        for p in (0, 1):
+            transport.publish_many(name, [(keys[p], f"{p}:{i}".encode()) for i in range(10)])
+        group = unique("g")
+        with transport.consume(name, group, session_timeout=SESSION) as c:
+            drain([c], 20)
+            c.commit({TopicPartition(name, 0): 2})  # behind what will be deleted
+        transport.delete_before(name, {0: 6})
+        transport.delete_before(name, {0: 3})  # below what is already gone: nothing more
+        recs = read_exactly(transport, name, 14)
+        assert sorted(r.offset for r in recs if r.partition == 0) == [6, 7, 8, 9]
+        assert sorted(r.offset for r in recs if r.partition == 1) == list(range(10))
+        assert transport.publish(name, keys[0], b"new").offset == 10  # numbering goes on
+        with transport.consume(name, group, session_timeout=SESSION) as c:  # resumes at the oldest record left
+            first = [r for r in drain([c], 15)[0] if r.partition == 0]
+        assert [r.offset for r in first] == [6, 7, 8, 9, 10]
+
     def test_keys_keep_their_partition_and_their_order(self, transport: Transport) -> None:
         name = self.topic(transport, 4)
         keys = [f"device-{i}".encode() for i in range(12)]
