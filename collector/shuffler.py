@@ -234,6 +234,18 @@ def plan_release(n: int, min_batch: int, cap: int) -> list[int]:
     return [cap] * (n // cap)
 
 
+#: the counters kept per partition in its checkpoints (:meth:`Shuffler.totals`)
+_TOTALS = (
+    "input_batches",
+    "input_reports",
+    "duplicate_batches",
+    "duplicate_reports",
+    "undecodable_batches",
+    "expired_reports",
+    "released_batches",
+    "released_reports",
+)
+
 # -- checkpoint chunks ---------------------------------------------------------------
 
 _CKPT_MAGIC = b"LDPQ"
@@ -252,6 +264,9 @@ class CheckpointHeader:
     newest_day: int
     ids: int
     pieces: tuple[tuple[str, dict[str, Any], int, int], ...]
+    #: the partition's counters (ShufflerStats fields) since its first record, as of ``raw_offset``; on the first
+    #: chunk only. Chunks written before it existed load with none: the totals start from 0 there.
+    totals: dict[str, int] = dataclasses.field(default_factory=dict)
 
 
 def encode_checkpoint_chunk(header: CheckpointHeader, payload: bytes) -> bytes:
@@ -341,6 +356,7 @@ class _Partition:
         self.dirty = False
         self.pending_reports = 0
         self.delta: collections.Counter[str] = collections.Counter()  # stats, counted once committed
+        self.totals: collections.Counter[str] = collections.Counter()  # committed counters since the first record
 
     def buffered(self) -> int:
         return sum(g.n for g in self.groups.values())
@@ -428,6 +444,7 @@ class Shuffler(StreamProcessor):
         self._last_input = time.monotonic()
         self._guarantee_failed = False
         self._warming = False
+        self._totals: dict[int, collections.Counter[str]] = {}  # per owned raw partition, as last committed
 
     # -- setup --------------------------------------------------------------------------------
 
@@ -459,6 +476,19 @@ class Shuffler(StreamProcessor):
             self._warming = True
             threading.Thread(target=warm_up, name="ldp-shuffler-warm-up", daemon=True).start()
         self.consumer  # noqa: B018 - joins: ensure_topics, then on_join
+
+    def join(self) -> None:  # what the runner's connect() retries
+        self.open()
+
+    def totals(self) -> dict[str, int]:
+        """The counters of :class:`ShufflerStats` that are counted at commit, summed over the partitions this
+        worker owns, since each partition's first record: kept in the checkpoints, so they survive restarts.
+        Summed over every worker of the group they reconcile with the collector's (docs/ARCHITECTURE.md)."""
+        with self.lock:
+            out: collections.Counter[str] = collections.Counter()
+            for t in self._totals.values():
+                out.update(t)
+            return {k: int(out.get(k, 0)) for k in _TOTALS}
 
     # close(): the loop's; it aborts an open (uncommitted) transaction and leaves the group
 
@@ -544,6 +574,9 @@ class Shuffler(StreamProcessor):
         for p in list(self._parts):
             if p not in raw:
                 del self._parts[p]
+        for p in list(self._totals):
+            if p not in raw:
+                del self._totals[p]
         for p in raw:
             if p not in self._parts:
                 part = self._parts[p] = _Partition(
@@ -593,6 +626,8 @@ class Shuffler(StreamProcessor):
         part.groups.clear()
         part.ids.clear()
         part.newest_day = first.newest_day
+        part.totals = collections.Counter({k: int(v) for k, v in first.totals.items()})
+        self._totals[part.index] = part.totals.copy()
         specs: dict[str, MechanismSpec] = {}
         for header, payload in chunks:
             pos = 0
@@ -795,6 +830,7 @@ class Shuffler(StreamProcessor):
                 newest_day=part.newest_day,
                 ids=len(part.ids) if i == 0 else 0,
                 pieces=tuple(p for p, _ in chunk),
+                totals={k: int(v) for k, v in (part.totals + part.delta).items()} if i == 0 else {},
             )
             yield encode_checkpoint_chunk(header, ids + b"".join(b for _, blob in chunk for b in blob))
 
@@ -858,6 +894,8 @@ class Shuffler(StreamProcessor):
             p.dirty = False
             for name, value in p.delta.items():
                 setattr(self.stats, name, getattr(self.stats, name) + value)
+            p.totals.update(p.delta)
+            self._totals[p.index] = p.totals.copy()
             p.delta.clear()
         self._progress = False
         self._last_checkpoint = time.monotonic()
