@@ -89,7 +89,7 @@ from client_sdk.wire import (
 from collector.dedup import BatchIdStore
 from collector.errors import RejectedBatch, UnavailableError
 from collector.fl.routes import add_fl_routes, start_fl_service
-from collector.ingest import GroupStats, Ingestor
+from collector.ingest import BATCHES_TOTAL, METRIC_REPORTS_TOTAL, REPORTS_TOTAL, GroupStats, Ingestor
 from collector.prometheus import CONTENT_TYPE as PROMETHEUS_CONTENT_TYPE
 from collector.prometheus import Registry
 from collector.settings import CollectorSettings
@@ -113,7 +113,9 @@ LEGACY_FRAME_CONTENT_TYPES = ("application/x-ldp-frame",)
 #: Every media type accepted as a binary frame; the first is its name (what the SDK sends).
 FRAME_CONTENT_TYPES = (FRAME_CONTENT_TYPE, "application/octet-stream", *LEGACY_FRAME_CONTENT_TYPES)
 JSON_CONTENT_TYPE = "application/json"
-_ROUTES = frozenset({"/v1/reports", "/v1/metrics", "/healthz", "/readyz", "/metrics", "/docs", "/openapi.json"})
+_ROUTES = frozenset(
+    {"/v1/reports", "/v1/metrics", "/healthz", "/readyz", "/ready", "/metrics", "/docs", "/openapi.json"}
+)
 
 
 class ErrorBody(BaseModel):
@@ -136,17 +138,13 @@ class CollectorMetrics:
 
     def __init__(self) -> None:
         self.registry = r = Registry()
-        self.batches = r.counter(
-            "ldp_collector_batches_total", "Uploaded batches by outcome and reason", ["outcome", "reason"]
-        )
+        self.batches = r.counter(BATCHES_TOTAL, "Uploaded batches by outcome and reason", ["outcome", "reason"])
         self.reports = r.counter(
-            "ldp_collector_reports_total",
+            REPORTS_TOTAL,
             "Reports in uploaded batches by outcome and reason (batches that decoded)",
             ["outcome", "reason"],
         )
-        self.metric_reports = r.counter(
-            "ldp_collector_accepted_reports_total", "Reports published, per declared metric", ["metric"]
-        )
+        self.metric_reports = r.counter(METRIC_REPORTS_TOTAL, "Reports published, per declared metric", ["metric"])
         self.latency = r.histogram(
             "ldp_collector_request_duration_seconds", "HTTP request latency", ["route", "method"]
         )
@@ -160,6 +158,12 @@ class CollectorMetrics:
             "Batches per group commit",
             buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024),
         )
+
+    def persist(self, store: BatchIdStore) -> None:
+        """Keep the upload counters in the batch-id store: they survive restarts, and the accepted ones are
+        counted in the transaction that records the ids (:mod:`collector.dedup`, :mod:`collector.ingest`)."""
+        for c in (self.batches, self.reports, self.metric_reports):
+            c.persist(store)
 
     def reject(self, reason: str, reports: int | None, outcome: str = "rejected") -> None:
         self.batches.inc(outcome=outcome, reason=reason)
@@ -366,6 +370,7 @@ def create_app(
         own_transport = transport is None
         tr: Transport = open_transport(settings.transport_url) if transport is None else transport
         store = dedup if dedup is not None else BatchIdStore(settings.dedup_path, ttl=settings.dedup_ttl, clock=clock)
+        prom.persist(store)
         ingestor = Ingestor(
             tr,
             settings.raw_topic,
@@ -570,7 +575,9 @@ def create_app(
             admit(batch, idempotency_key)
             value = encode_frame(batch)
             ingestor: Ingestor = state["ingestor"]
-            fut = ingestor.submit(batch.batch_id, metric_day_key(batch.metric, batch.day), value, len(batch))
+            fut = ingestor.submit(
+                batch.batch_id, metric_day_key(batch.metric, batch.day), value, len(batch), metric=batch.metric
+            )
             try:
                 # cancelling ``fut`` on a timeout is harmless: the ingestor hands out a future of the caller's own
                 outcome = await asyncio.wait_for(asyncio.wrap_future(fut), settings.publish_timeout)
@@ -595,10 +602,9 @@ def create_app(
         finally:
             state["in_flight"] -= 1
             prom.in_flight.inc(-1)
-        prom.batches.inc(outcome=outcome, reason="ok")
-        prom.reports.inc(len(batch), outcome=outcome, reason="ok")
-        if outcome == "accepted":
-            prom.metric_reports.inc(len(batch), metric=batch.metric)
+        if outcome != "accepted":  # accepted ones were counted with their ids, in the store's transaction
+            prom.batches.inc(outcome=outcome, reason="ok")
+            prom.reports.inc(len(batch), outcome=outcome, reason="ok")
         return (
             202,
             b'{"status":"%s","batch_id":"%s","reports":%d}'
@@ -645,6 +651,7 @@ def create_app(
         return Response(b'{"status":"ok"}', media_type="application/json")
 
     @app.get("/readyz", summary="Readiness: the transport answers")
+    @app.get("/ready", include_in_schema=False)
     async def readyz() -> Response:
         readiness: _Readiness | None = state.get("readiness")
         if readiness is None:

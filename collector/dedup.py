@@ -16,8 +16,21 @@ kept through day ``day + ceil(ttl / 86400)`` (so at least ``ttl`` seconds)
 and then purged. ``PRAGMA user_version`` holds the schema version; a file
 of the first schema (``batch_ids(id, expires)``, accept time + TTL to the
 microsecond) is upgraded in place (its expiries reduced to days, then the
-file vacuumed so the old values do not linger in free pages); a newer
-schema is refused with :class:`~collector.errors.DedupStoreError`.
+file vacuumed so the old values do not linger in free pages), and so is a
+file of schema 2 (it gains the counters table); a newer schema is refused
+with :class:`~collector.errors.DedupStoreError` (so a collector older than
+schema 3 refuses a file a newer one wrote: roll back with a fresh file).
+
+**The collector's counters** live here too, in ``counters(name, value)``
+(:class:`~collector.prometheus.CounterStore`), so that they survive
+restarts and every worker process (``--workers N``) renders the same totals
+at ``/metrics``. The accepted batches and reports are added **in the
+transaction that records their ids** (:meth:`BatchIdStore.add` with
+``counts``): the counter is exactly the number of batches recorded, crash
+or no crash. Other outcomes (duplicates, refusals) are added in memory and
+written at most ``counter_flush`` seconds later (or with the next id
+record, or on close): a kill -9 may lose that last second of them, never an
+accepted one.
 
 **The crash window.** An id is recorded *after* the transport acknowledged
 the batch (recording it before would lose the batch if the publish then
@@ -36,6 +49,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import json
 import math
 import os
 import sqlite3
@@ -50,8 +64,13 @@ from collector.errors import DedupStoreError
 __all__ = ["BatchIdStore", "SCHEMA_VERSION", "content_digest"]
 
 _CHUNK = 500
-#: the store's schema (``PRAGMA user_version``): 0 = none or the first ``batch_ids(id, expires)``, 2 = this one
-SCHEMA_VERSION = 2
+#: the store's schema (``PRAGMA user_version``): 0 = none or the first ``batch_ids(id, expires)``, 2 = batches
+#: with content digests, 3 = this one (2 and a ``counters`` table)
+SCHEMA_VERSION = 3
+
+_ADD_COUNT = (
+    "INSERT INTO counters(name, value) VALUES (?, ?) ON CONFLICT(name) DO UPDATE SET value = value + excluded.value"
+)
 
 
 def content_digest(value: bytes) -> bytes:
@@ -69,6 +88,7 @@ class BatchIdStore:
         *,
         ttl: float = 3 * 86400.0,
         purge_interval: float = 60.0,
+        counter_flush: float = 1.0,
         clock: Callable[[], float] = time.time,
     ) -> None:
         if not ttl > 0:
@@ -80,7 +100,10 @@ class BatchIdStore:
         self.ttl_days = max(1, math.ceil(self.ttl / 86400.0))
         self.purge_interval = float(purge_interval)
         self.clock = clock
+        self.counter_flush = float(counter_flush)
         self._lock = threading.Lock()
+        self._pending: dict[str, int] = {}  # counts not written yet (see the module docstring)
+        self._flushed = time.monotonic()
         self._conn = sqlite3.connect(self.path, timeout=60.0, isolation_level=None, check_same_thread=False)
         try:
             if self.path != ":memory:":
@@ -114,6 +137,7 @@ class BatchIdStore:
                 "day INTEGER NOT NULL) WITHOUT ROWID"
             )
             conn.execute("CREATE INDEX IF NOT EXISTS batches_day ON batches(day)")
+            conn.execute("CREATE TABLE IF NOT EXISTS counters(name TEXT PRIMARY KEY, value INTEGER NOT NULL)")
             old = conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'batch_ids'").fetchone()
             upgraded = False
             if old is not None:  # schema 1: id + accept time + TTL; keep the day only, content unknown (NULL)
@@ -164,9 +188,10 @@ class BatchIdStore:
         """The ids among ``ids`` accepted within the TTL."""
         return set(self.lookup(ids))
 
-    def add(self, ids: Iterable[bytes] | Mapping[bytes, bytes | None]) -> None:
+    def add(self, ids: Iterable[bytes] | Mapping[bytes, bytes | None], counts: Mapping[str, int] | None = None) -> None:
         """Record ``ids`` as accepted today (one transaction), with their content digests when ``ids`` maps each
-        id to one; purge expired ids now and then."""
+        id to one, and add ``counts`` to the counters in the same transaction (with any pending ones); purge
+        expired ids now and then."""
         now = self.clock()
         day = int(now // 86400)
         if isinstance(ids, Mapping):
@@ -174,11 +199,77 @@ class BatchIdStore:
         else:
             rows = [(self._digest(i), None, day) for i in ids]
         with self._lock:
-            with immediate_transaction(self._conn):
-                self._conn.executemany("INSERT OR REPLACE INTO batches(id_digest, content, day) VALUES (?, ?, ?)", rows)
-                if now >= self._next_purge:
-                    self._conn.execute("DELETE FROM batches WHERE day < ?", (day - self.ttl_days,))
-                    self._next_purge = now + self.purge_interval
+            pending = self._take_pending(counts)
+            try:
+                with immediate_transaction(self._conn):
+                    self._conn.executemany(
+                        "INSERT OR REPLACE INTO batches(id_digest, content, day) VALUES (?, ?, ?)", rows
+                    )
+                    self._conn.executemany(_ADD_COUNT, pending)
+                    if now >= self._next_purge:
+                        self._conn.execute("DELETE FROM batches WHERE day < ?", (day - self.ttl_days,))
+                        self._next_purge = now + self.purge_interval
+            except BaseException:
+                self._put_back(pending, counts)
+                raise
+
+    # -- counters (collector.prometheus.CounterStore) -----------------------------------------
+
+    def _take_pending(self, counts: Mapping[str, int] | None = None) -> list[tuple[str, int]]:
+        """The pending counts plus ``counts``, taken out of memory (call with ``_lock`` held)."""
+        merged = dict(self._pending)
+        for k, v in (counts or {}).items():
+            merged[k] = merged.get(k, 0) + int(v)
+        self._pending.clear()
+        self._flushed = time.monotonic()
+        return [(k, v) for k, v in merged.items() if v]
+
+    def _put_back(self, taken: list[tuple[str, int]], counts: Mapping[str, int] | None = None) -> None:
+        """A write failed: keep the pending counts in memory (not ``counts``: the caller has them)."""
+        own = dict(counts or {})
+        for k, v in taken:
+            rest = v - int(own.get(k, 0))
+            if rest:
+                self._pending[k] = self._pending.get(k, 0) + rest
+
+    def add_counts(self, counts: Mapping[str, int]) -> None:
+        """Add ``counts`` in memory; write what is pending if ``counter_flush`` seconds passed since the last write."""
+        with self._lock:
+            for k, v in counts.items():
+                self._pending[k] = self._pending.get(k, 0) + int(v)
+            due = time.monotonic() - self._flushed >= self.counter_flush
+        if due:
+            self.flush_counts()
+
+    def flush_counts(self) -> None:
+        """Write the pending counts now (one transaction)."""
+        with self._lock:
+            pending = self._take_pending()
+            if not pending:
+                return
+            try:
+                with immediate_transaction(self._conn):
+                    self._conn.executemany(_ADD_COUNT, pending)
+            except BaseException:
+                self._put_back(pending)
+                raise
+
+    def counters(self) -> dict[str, int]:
+        """Every counter: the durable values plus what is pending in this process."""
+        with self._lock:
+            out = {str(k): int(v) for k, v in self._conn.execute("SELECT name, value FROM counters")}
+            for k, v in self._pending.items():
+                out[k] = out.get(k, 0) + v
+        return out
+
+    def counter_values(self, name: str) -> dict[tuple[str, ...], float]:
+        """The samples of the Prometheus family ``name`` (keys from :func:`collector.prometheus.stored_key`)."""
+        out: dict[tuple[str, ...], float] = {}
+        for key, value in self.counters().items():
+            family, _, labels = key.partition("\t")
+            if family == name:
+                out[tuple(json.loads(labels))] = float(value)
+        return out
 
     def __len__(self) -> int:
         with self._lock:
@@ -187,5 +278,8 @@ class BatchIdStore:
             )
 
     def close(self) -> None:
-        with self._lock:
-            self._conn.close()
+        try:
+            self.flush_counts()
+        finally:
+            with self._lock:
+                self._conn.close()

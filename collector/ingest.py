@@ -11,7 +11,9 @@ a future. A publisher thread takes every submission queued so far (up to
 2. the rest are published with **one** ``Transport.publish_many`` call,
    which returns once every record is durable (one fsync for the embedded
    log, one flush for Kafka);
-3. their ids are recorded in the store (one SQLite transaction);
+3. their ids are recorded in the store (one SQLite transaction), and the
+   accepted batches and reports counted in the same transaction (the
+   collector's durable counters, :mod:`collector.dedup`);
 4. the futures resolve: ``"accepted"`` or ``"duplicate"``, or an
    :class:`~collector.errors.UnavailableError` if the transport failed, in
    which case nothing of the group was acknowledged to anyone.
@@ -28,20 +30,27 @@ publish ends (``"duplicate"`` if it succeeded).
 
 from __future__ import annotations
 
+import collections
 import concurrent.futures
 import functools
 import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Literal, NamedTuple
 
 from collector.dedup import BatchIdStore, content_digest
 from collector.errors import RejectedBatch, UnavailableError
+from collector.prometheus import stored_key
 from pipeline.transport import Transport
 
-__all__ = ["Ingestor", "Outcome", "Submission", "GroupStats"]
+__all__ = ["Ingestor", "Outcome", "Submission", "GroupStats", "BATCHES_TOTAL", "REPORTS_TOTAL", "METRIC_REPORTS_TOTAL"]
+
+#: the Prometheus families the collector counts (the accepted samples are added here, see ``_commit``)
+BATCHES_TOTAL = "ldp_collector_batches_total"
+REPORTS_TOTAL = "ldp_collector_reports_total"
+METRIC_REPORTS_TOTAL = "ldp_collector_accepted_reports_total"
 
 log = logging.getLogger("ldp.collector")
 
@@ -55,6 +64,7 @@ class Submission(NamedTuple):
     reports: int
     future: concurrent.futures.Future[Outcome]
     digest: bytes = b""
+    metric: str = ""
 
 
 class GroupStats(NamedTuple):
@@ -113,6 +123,16 @@ def _follow(
         _settle(fut, "duplicate")
     else:
         _settle(fut, exc=_conflict(batch_id))
+
+
+def _accepted_counts(subs: Iterable[Submission]) -> dict[str, int]:
+    """The counter samples (:func:`collector.prometheus.stored_key`) of published batches."""
+    out: collections.Counter[str] = collections.Counter()
+    for s in subs:
+        out[stored_key(BATCHES_TOTAL, ("accepted", "ok"))] += 1
+        out[stored_key(REPORTS_TOTAL, ("accepted", "ok"))] += s.reports
+        out[stored_key(METRIC_REPORTS_TOTAL, (s.metric,))] += s.reports
+    return dict(out)
 
 
 class Ingestor:
@@ -179,7 +199,9 @@ class Ingestor:
 
     # -- producer side -----------------------------------------------------------
 
-    def submit(self, batch_id: bytes, key: bytes, value: bytes, reports: int) -> concurrent.futures.Future[Outcome]:
+    def submit(
+        self, batch_id: bytes, key: bytes, value: bytes, reports: int, metric: str = ""
+    ) -> concurrent.futures.Future[Outcome]:
         """Queue a batch; the returned future resolves to its outcome. Cancelling it (a waiter that gives up)
         changes nothing for the publish or for a retry of the same batch id that follows it."""
         fut: concurrent.futures.Future[Outcome] = concurrent.futures.Future()
@@ -197,7 +219,7 @@ class Ingestor:
                 same = running.digest == digest
                 running.future.add_done_callback(lambda done: _follow(done, fut, same, bytes(batch_id)))
                 return public
-            self._queue.append(Submission(bytes(batch_id), key, value, reports, fut, digest))
+            self._queue.append(Submission(bytes(batch_id), key, value, reports, fut, digest, metric))
             self._cond.notify()
         return public
 
@@ -288,12 +310,14 @@ class Ingestor:
                 self._report(GroupStats(0, 0, len(group), time.perf_counter() - t0))
                 return
             self.last_error = None
+            counts = _accepted_counts(fresh.values())
             try:
-                self.dedup.add({b: s.digest for b, s in fresh.items()})
+                self.dedup.add({b: s.digest for b, s in fresh.items()}, counts)
             except Exception as exc:  # published: answer 202; a retry is caught by the shuffler's id window
                 log.warning(
                     "could not record %d batch ids (%r); a retry of them will reach the shuffler", len(fresh), exc
                 )
+                self.dedup.add_counts(counts)  # counted in memory, written when the store works again
         for s in fresh.values():
             _settle(s.future, "accepted")
         for s in dups:

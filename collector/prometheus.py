@@ -10,11 +10,22 @@ values escaped (backslash, double quote, newline), histograms as cumulative
 from __future__ import annotations
 
 import bisect
+import json
 import math
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Protocol
 
-__all__ = ["CONTENT_TYPE", "LATENCY_BUCKETS", "Counter", "Gauge", "Histogram", "Registry"]
+__all__ = [
+    "CONTENT_TYPE",
+    "LATENCY_BUCKETS",
+    "Counter",
+    "CounterStore",
+    "Gauge",
+    "Histogram",
+    "Registry",
+    "stored_key",
+]
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
@@ -63,36 +74,77 @@ class _Family:
         raise NotImplementedError
 
 
+def stored_key(name: str, labels: Sequence[str]) -> str:
+    """The name under which a :class:`CounterStore` keeps the sample of family ``name`` with label values
+    ``labels`` (in the family's label order): ``name``, a tab, the values as a JSON array."""
+    return name + "\t" + json.dumps([str(v) for v in labels], separators=(",", ":"))
+
+
+class CounterStore(Protocol):
+    """Where a persisted :class:`Counter` keeps its values (the collector's: :class:`collector.dedup.BatchIdStore`)."""
+
+    def add_counts(self, counts: Mapping[str, int]) -> None:
+        """Add to the samples named by :func:`stored_key` (durably within a short while)."""
+
+    def counter_values(self, name: str) -> dict[tuple[str, ...], float]:
+        """Every sample of family ``name``, by label values (including what is not durable yet)."""
+
+
 class Counter(_Family):
-    """A monotonically increasing count per label set."""
+    """A monotonically increasing count per label set.
+
+    In memory, or, after :meth:`persist`, in a :class:`CounterStore`: then
+    the values survive a restart and every process sharing the store
+    renders the same totals.
+    """
 
     kind = "counter"
 
     def __init__(self, name: str, help: str, labelnames: Sequence[str] = ()) -> None:
         super().__init__(name, help, labelnames)
         self._values: dict[tuple[str, ...], float] = {}
+        self._store: CounterStore | None = None
+
+    def persist(self, store: CounterStore) -> None:
+        """Keep the values in ``store`` from now on; what was counted in memory so far is added to it."""
+        with self._lock:
+            moved, self._values, self._store = self._values, {}, store
+        if moved:
+            store.add_counts({stored_key(self.name, k): int(v) for k, v in moved.items()})
 
     def inc(self, amount: float = 1.0, **labels: str) -> None:
         if amount < 0:
             raise ValueError("a counter only goes up")
         key = self._key(labels)
+        store = self._store
+        if store is not None:
+            store.add_counts({stored_key(self.name, key): int(amount)})
+            return
         with self._lock:
             self._values[key] = self._values.get(key, 0.0) + amount
 
-    def value(self, **labels: str) -> float:
+    def _items(self) -> dict[tuple[str, ...], float]:
+        store = self._store
+        if store is not None:
+            return store.counter_values(self.name)
         with self._lock:
-            return self._values.get(self._key(labels), 0.0)
+            return dict(self._values)
+
+    def value(self, **labels: str) -> float:
+        return self._items().get(self._key(labels), 0.0)
 
     def render(self) -> list[str]:
-        with self._lock:
-            items = sorted(self._values.items())
+        items = sorted(self._items().items())
         return self.header() + [f"{self.name}{self._labels(k)} {_fmt(v)}" for k, v in items]
 
 
 class Gauge(Counter):
-    """A value that goes up and down."""
+    """A value that goes up and down (in memory only: a gauge is the process's own)."""
 
     kind = "gauge"
+
+    def persist(self, store: CounterStore) -> None:
+        raise TypeError("a gauge is not persisted")
 
     def inc(self, amount: float = 1.0, **labels: str) -> None:
         key = self._key(labels)

@@ -353,6 +353,20 @@ class _Keys:
             raise FrameError("the checkpoint chunk does not authenticate under this shuffler's key") from None
 
 
+#: the counters kept per partition in its checkpoints (:meth:`Shuffler.totals`)
+_TOTALS = (
+    "input_batches",
+    "input_reports",
+    "duplicate_batches",
+    "duplicate_reports",
+    "undecodable_batches",
+    "expired_batches",
+    "expired_groups",
+    "expired_reports",
+    "released_batches",
+    "released_reports",
+)
+
 # -- checkpoint chunks ---------------------------------------------------------------
 
 _CKPT_MAGIC = b"LDPQ"
@@ -394,13 +408,18 @@ def encode_checkpoint_chunk(header: CheckpointHeader, body: bytes, keys: _Keys) 
 
 
 def encode_checkpoint_body(
-    pieces: Sequence[Piece], digests: Sequence[bytes], previous: int, records: Sequence[bytes]
+    pieces: Sequence[Piece],
+    digests: Sequence[bytes],
+    previous: int,
+    records: Sequence[bytes],
+    totals: Mapping[str, int] | None = None,
 ) -> bytes:
-    """The plaintext of a chunk: ``pieces``, then the 16-byte batch-id digests (the older set's ``previous``
-    first, each set sorted by value), then the records."""
-    head = json.dumps(
-        {"pieces": list(pieces), "ids": len(digests), "previous": int(previous)}, separators=(",", ":")
-    ).encode()
+    """The plaintext of a chunk: ``pieces`` (and on the first chunk the partition's counter ``totals``), then the
+    16-byte batch-id digests (the older set's ``previous`` first, each set sorted by value), then the records."""
+    obj: dict[str, Any] = {"pieces": list(pieces), "ids": len(digests), "previous": int(previous)}
+    if totals:
+        obj["totals"] = {k: int(v) for k, v in sorted(totals.items())}
+    head = json.dumps(obj, separators=(",", ":")).encode()
     return pack_headed(_INNER_MAGIC, head, b"".join(digests) + b"".join(records))
 
 
@@ -429,20 +448,23 @@ def decode_checkpoint_chunk(value: bytes) -> tuple[CheckpointHeader, memoryview]
     return header, payload
 
 
-def decode_checkpoint_body(body: bytes) -> tuple[tuple[Piece, ...], list[bytes], int, memoryview]:
-    """``(pieces, batch-id digests, how many of them are the older set's, records payload)`` of a chunk's
-    plaintext."""
+def decode_checkpoint_body(
+    body: bytes,
+) -> tuple[tuple[Piece, ...], list[bytes], int, memoryview, dict[str, int]]:
+    """``(pieces, batch-id digests, how many of them are the older set's, records payload, counter totals)`` of a
+    chunk's plaintext (the totals are empty on all but the first chunk, and in chunks written before them)."""
     head, payload = unpack_headed(body, _INNER_MAGIC, "shuffler checkpoint body")
     try:
         obj = json.loads(head)
         pieces = tuple((str(m), dict(s), int(d), int(c)) for m, s, d, c in obj["pieces"])
         n = int(obj["ids"])
         previous = int(obj["previous"])
+        totals = {str(k): int(v) for k, v in dict(obj.get("totals", {})).items()}
     except (ValueError, TypeError, KeyError) as exc:
         raise FrameError(f"checkpoint body header is malformed: {exc}") from None
     if 16 * n > len(payload):
         raise FrameError("checkpoint body is truncated")
-    return pieces, [bytes(payload[16 * i : 16 * i + 16]) for i in range(n)], previous, payload[16 * n :]
+    return pieces, [bytes(payload[16 * i : 16 * i + 16]) for i in range(n)], previous, payload[16 * n :], totals
 
 
 # -- per-partition state -----------------------------------------------------------------
@@ -567,6 +589,7 @@ class _Partition:
         self.writing: str | None = None  # snapshot id of the checkpoint in the open transaction
         self.latest: str | None = None  # snapshot id of the latest committed checkpoint (written or restored)
         self.foreign = False  # another group's chunks share this state partition: delete nothing
+        self.totals: collections.Counter[str] = collections.Counter()  # committed counters since the first record
 
     def buffered(self) -> int:
         return sum(g.n for g in self.groups.values())
@@ -659,6 +682,7 @@ class Shuffler(StreamProcessor):
         self._last_input = time.monotonic()
         self._guarantee_failed = False
         self._warming = False
+        self._totals: dict[int, collections.Counter[str]] = {}  # per owned raw partition, as last committed
         self._today: int | None = None
         self._deletes: dict[int, int] = {}  # state partition -> offset below which its records are superseded
         self._deleted: dict[int, int] = {}
@@ -695,6 +719,20 @@ class Shuffler(StreamProcessor):
             self._warming = True
             threading.Thread(target=warm_up, name="ldp-shuffler-warm-up", daemon=True).start()
         self.consumer  # noqa: B018 - joins: ensure_topics, then on_join
+
+    def join(self) -> None:  # what the runner's connect() retries
+        self.open()
+
+    def totals(self) -> dict[str, int]:
+        """The counters of :class:`ShufflerStats` that are counted at commit, summed over the partitions this
+        worker owns, since each partition's first record: kept (sealed) in the checkpoints, so they survive
+        restarts. Summed over every worker of the group they reconcile with the collector's
+        (docs/ARCHITECTURE.md)."""
+        with self.lock:
+            out: collections.Counter[str] = collections.Counter()
+            for t in self._totals.values():
+                out.update(t)
+            return {k: int(out.get(k, 0)) for k in _TOTALS}
 
     # close(): the loop's; it aborts an open (uncommitted) transaction and leaves the group
 
@@ -811,6 +849,9 @@ class Shuffler(StreamProcessor):
         for p in list(self._parts):
             if p not in raw:
                 del self._parts[p]
+        for p in list(self._totals):
+            if p not in raw:
+                del self._totals[p]
         for p in raw:
             if p not in self._parts:
                 part = self._parts[p] = _Partition(
@@ -874,15 +915,16 @@ class Shuffler(StreamProcessor):
 
     def _open_chunk(
         self, header: CheckpointHeader, payload: memoryview
-    ) -> tuple[tuple[Piece, ...], list[bytes], int, memoryview]:
-        """``(pieces, batch-id digests, how many digests are of the older set, records)`` of a chunk of the
-        checkpoint being restored; a version 1 chunk's raw batch ids are digested here."""
+    ) -> tuple[tuple[Piece, ...], list[bytes], int, memoryview, dict[str, int]]:
+        """``(pieces, batch-id digests, how many digests are of the older set, records, counter totals)`` of a
+        chunk of the checkpoint being restored; a version 1 chunk's raw batch ids are digested here (it has no
+        totals: they start from 0)."""
         if header.version == 1:
             assert header.legacy is not None
             n = int(header.legacy["ids"])
             ids = [self._keys.digest(bytes(payload[16 * i : 16 * i + 16])) for i in range(n)]
             pieces = tuple((str(m), dict(sd), int(d), int(c)) for m, sd, d, c in header.legacy["pieces"])
-            return pieces, ids, len(ids), payload[16 * n :]
+            return pieces, ids, len(ids), payload[16 * n :], {}
         if header.key_id != self._keys.key_id:
             raise ShufflerStateError(
                 f"partition {header.partition}: the checkpoint to restore (raw offset {header.raw_offset}) is sealed "
@@ -891,13 +933,13 @@ class Shuffler(StreamProcessor):
                 f"({self.settings.key_file!r}); without that key the buffered reports cannot be restored."
             )
         try:
-            pieces, ids, previous, rest = decode_checkpoint_body(self._keys.open(header.to_json(), payload))
+            pieces, ids, previous, rest, totals = decode_checkpoint_body(self._keys.open(header.to_json(), payload))
         except FrameError as exc:
             raise ShufflerStateError(
                 f"partition {header.partition}: the checkpoint to restore (raw offset {header.raw_offset}) is "
                 f"damaged: {exc}"
             ) from None
-        return pieces, ids, previous, rest
+        return pieces, ids, previous, rest, totals
 
     def _load(self, part: _Partition, chunks: list[tuple[CheckpointHeader, memoryview, int]]) -> None:
         part.groups.clear()
@@ -906,8 +948,11 @@ class Shuffler(StreamProcessor):
         digests: list[bytes] = []
         previous = 0
         version = chunks[0][0].version
-        for header, payload, _ in chunks:
-            pieces, ids, prev, rest = self._open_chunk(header, payload)
+        for i, (header, payload, _) in enumerate(chunks):
+            pieces, ids, prev, rest, totals = self._open_chunk(header, payload)
+            if i == 0:
+                part.totals = collections.Counter({k: v for k, v in totals.items() if k in _TOTALS})
+                self._totals[part.index] = part.totals.copy()
             digests.extend(ids)
             previous += prev
             pos = 0
@@ -1133,7 +1178,11 @@ class Shuffler(StreamProcessor):
                 key_id=self._keys.key_id,
             )
             body = encode_checkpoint_body(
-                [p for p, _ in chunk], digests if i == 0 else [], previous if i == 0 else 0, [b for _, b in chunk]
+                [p for p, _ in chunk],
+                digests if i == 0 else [],
+                previous if i == 0 else 0,
+                [b for _, b in chunk],
+                {k: int(v) for k, v in (part.totals + part.delta).items() if k in _TOTALS} if i == 0 else None,
             )
             yield encode_checkpoint_chunk(header, body, self._keys)
 
@@ -1200,6 +1249,8 @@ class Shuffler(StreamProcessor):
                 p.latest, p.writing = p.writing, None
             for name, value in p.delta.items():
                 setattr(self.stats, name, getattr(self.stats, name) + value)
+            p.totals.update({k: v for k, v in p.delta.items() if k in _TOTALS})
+            self._totals[p.index] = p.totals.copy()
             p.delta.clear()
         self._progress = False
         self._last_checkpoint = time.monotonic()

@@ -26,6 +26,7 @@ import signal
 import socket
 import sys
 import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -40,6 +41,7 @@ __all__ = [
     "add_session_timeout",
     "add_idle_exit",
     "add_log_level",
+    "add_status_file",
     "metrics_files",
     "metrics_file",
     "optional_metrics_files",
@@ -89,6 +91,16 @@ def add_session_timeout(
 
 def add_idle_exit(p: argparse.ArgumentParser) -> None:
     p.add_argument("--idle-exit", type=float, default=None, help="exit after this many seconds without input")
+
+
+def add_status_file(p: argparse.ArgumentParser) -> None:
+    """``--status-file PATH``: keep a JSON file of the worker's state and counters (:mod:`pipeline.status`)."""
+    p.add_argument(
+        "--status-file",
+        default=None,
+        help="keep this JSON file of the state (ready or not) and counters, rewritten on each change and every "
+        "5 s; `python -m pipeline.status PATH` checks it (a healthcheck)",
+    )
 
 
 def add_log_level(p: argparse.ArgumentParser) -> None:
@@ -141,14 +153,60 @@ class _StderrHandler(logging.StreamHandler):
         pass
 
 
+class _OncePerTemplate(logging.Filter):
+    """Let a record of a chatty third-party client (kafka-python's ``kafka.*`` loggers) through only once per
+    ``every`` seconds per message template: a broker restart makes it log a line (often ERROR) per connection
+    attempt, while the processor's own state line (``ldp.status``) already says the broker is gone. Their
+    tracebacks are cut to the exception's one line (kept at ``--log-level debug``)."""
+
+    def __init__(self, prefixes: tuple[str, ...] = ("kafka",), every: float = 600.0) -> None:
+        super().__init__()
+        self.prefixes = prefixes
+        self.every = every
+        self._last: dict[tuple[str, int, str], float] = {}
+        self._lock = threading.Lock()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not record.name.startswith(self.prefixes):
+            return True
+
+        key = (record.name, record.levelno, str(record.msg))
+        now = time.monotonic()
+        with self._lock:
+            last = self._last.get(key)
+            if last is not None and now - last < self.every:
+                return False
+            self._last[key] = now
+        if record.exc_info and record.exc_info[1] is not None and logging.getLogger().level > logging.DEBUG:
+            # kafka.conn logs a broker's dropped connection with its traceback: one line says as much
+            record.msg, record.args = f"{record.getMessage()}: {record.exc_info[1]!r}", ()
+            record.exc_info, record.exc_text = None, None
+        return True
+
+
 def setup_logging(level: str | int, fmt: str = _LOG_FORMAT) -> None:
-    """Log records at ``level`` and above to the current stderr, with ``fmt`` (once per process)."""
+    """Log records at ``level`` and above to the current stderr, with ``fmt`` (once per process).
+
+    Two exceptions to ``level``, both for the operator: the state changes of
+    the stream processors (logger ``ldp.status``: "unreachable", "connected",
+    "lost", "recovered") are shown from INFO up at any level but ``critical``
+    and ``error``; kafka-python's loggers (``kafka.*``) are held at WARNING
+    (unless ``level`` is ``debug``), each message template at most once every
+    ten minutes, so that a broker restart does not fill the log with a
+    traceback per connection attempt.
+    """
     root = logging.getLogger()
-    root.setLevel(level.upper() if isinstance(level, str) else level)
+    numeric = logging.getLevelName(level.upper()) if isinstance(level, str) else level
+    root.setLevel(numeric)
     if not any(isinstance(h, _StderrHandler) for h in root.handlers):
         handler = _StderrHandler()
         handler.setFormatter(logging.Formatter(fmt))
+        handler.addFilter(_OncePerTemplate())
         root.addHandler(handler)
+    if isinstance(numeric, int) and numeric > logging.DEBUG:
+        logging.getLogger("kafka").setLevel(max(logging.WARNING, numeric))
+        if numeric <= logging.WARNING:
+            logging.getLogger("ldp.status").setLevel(logging.INFO)
 
 
 def on_stop_signals(handler: Callable[[int, Any], None]) -> None:
@@ -176,24 +234,17 @@ def bind_socket(host: str, port: int, backlog: int | None = None) -> socket.sock
 
 
 def consume_forever(
-    engine: object, stop: threading.Event, *, idle_exit: float | None = None, backoff: float = 1.0
+    engine: Any,
+    stop: threading.Event,
+    *,
+    idle_exit: float | None = None,
+    backoff: Any = None,
+    rng: Any = None,
 ) -> None:
-    """Run ``engine`` (a :class:`~pipeline.processor.StreamProcessor`) until ``stop``; rejoin after ``backoff`` on a
-    transient failure, stop on a fatal one (:data:`~pipeline.processor.FATAL_ERRORS`)."""
-    from pipeline.processor import FATAL_ERRORS
-
-    log = logging.getLogger("ldp.consumer")
-    while not stop.is_set():
-        try:
-            engine.run(stop=stop, idle_timeout=idle_exit)  # type: ignore[attr-defined]
-            if idle_exit is not None:
-                stop.set()
-        except FATAL_ERRORS:  # ProcessorError (state and log disagree) or FencedError: stop
-            raise
-        except Exception as exc:  # a broker restart, a locked log: rejoin and go on
-            log.warning("%s failed (%r); rejoining in %.1f s", type(engine).__name__, exc, backoff)
-            try:
-                engine.rejoin(f"transport failure {exc!r}")  # type: ignore[attr-defined]
-            except Exception as again:  # noqa: BLE001 - closing a consumer of a dead broker may fail too
-                log.warning("leaving the group failed too (%r)", again)
-            stop.wait(backoff)
+    """Run ``engine`` (a :class:`~pipeline.processor.StreamProcessor`) until ``stop`` (or, with ``idle_exit``,
+    until it was idle that long) under :meth:`~pipeline.processor.StreamProcessor.supervise`: the join is retried
+    with backoff while the broker is down, a transient failure rejoins, a fatal one
+    (:data:`~pipeline.processor.FATAL_ERRORS`) propagates."""
+    engine.supervise(lambda: engine.run(stop=stop, idle_timeout=idle_exit), stop, backoff=backoff, rng=rng)
+    if idle_exit is not None:
+        stop.set()

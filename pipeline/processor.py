@@ -65,19 +65,45 @@ commits the offsets past every delivered record, atomically.
 A processor may count into its ``stats`` object; the loop adds to the
 integer fields ``records``, ``undecodable``, ``rejoins`` and
 ``commit_failures`` where ``stats`` has them.
+
+**Start-up and recovery** (:meth:`~StreamProcessor.connect`,
+:meth:`~StreamProcessor.supervise`). Every runner (``ldp shuffler``, ``ldp
+sink``, ``ldp estimator``, ``ldp fl job``) joins and runs through these two,
+so a broker that is down at start-up or goes away later is handled once, the
+same way everywhere: the join is retried with exponential backoff and jitter
+(:class:`Backoff`, its random source an explicit argument), capped; a
+failure of the running loop drops the uncommitted state, rejoins and runs
+again. :data:`FATAL_ERRORS` are never retried. The processor's
+:attr:`~StreamProcessor.run_state` is one of :data:`STATES` and only its
+changes are logged, one line each, on the ``ldp.status`` logger, without a
+traceback (a failure of a type the transport does not raise gets its
+traceback once, on the line of that change)::
+
+    Shuffler shuffler-0: transport kafka://127.0.0.1:9092 unreachable (...); retrying every <= 15 s
+    Shuffler shuffler-0: connected to kafka://127.0.0.1:9092 as ldp-shuffler/shuffler-0
+    Shuffler shuffler-0: lost kafka://127.0.0.1:9092 (...); uncommitted state dropped, retrying every <= 15 s
+    Shuffler shuffler-0: recovered: connected to kafka://127.0.0.1:9092 after 12.3 s
+
+:attr:`~StreamProcessor.ready` is true while the processor is joined and
+its loop runs; runners expose it (``GET /readyz``, ``--status-file``, see
+:mod:`pipeline.status`). Listeners added to
+:attr:`~StreamProcessor.state_listeners` are called on each change.
 """
 
 from __future__ import annotations
 
 import abc
+import dataclasses
 import logging
 import threading
 import time
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any, ClassVar
 
+import numpy as np
+
 from client_sdk.errors import FrameError
-from pipeline.errors import ProcessorError
+from pipeline.errors import ConfigError, ProcessorError
 from pipeline.topics import DEFAULT_PARTITIONS
 from pipeline.transport.base import (
     CommitFailedError,
@@ -90,12 +116,54 @@ from pipeline.transport.base import (
     TransportError,
 )
 
-__all__ = ["FATAL_ERRORS", "StreamProcessor"]
+__all__ = ["FATAL_ERRORS", "STATES", "Backoff", "StreamProcessor"]
 
 log = logging.getLogger(__name__)
+#: the logger of state changes (one line each); ``ldp`` shows it at INFO whatever ``--log-level`` says
+status_log = logging.getLogger("ldp.status")
 
-#: errors on which a runner stops the processor instead of rejoining and retrying
-FATAL_ERRORS: tuple[type[BaseException], ...] = (ProcessorError, FencedError)
+#: errors on which a runner stops the processor instead of rejoining and retrying: the state and the log
+#: disagree (ProcessorError), another process took this member's name (FencedError), a setting is wrong
+#: (ConfigError: e.g. the shuffler's state topic has another partition count than its raw topic)
+FATAL_ERRORS: tuple[type[BaseException], ...] = (ProcessorError, FencedError, ConfigError)
+
+#: the processor's states: not joined yet; joining failed and is retried; joined and running; it was running
+#: and failed, the join is retried; stopped
+STATES = ("starting", "waiting", "ready", "lost", "stopped")
+
+
+@dataclasses.dataclass(frozen=True)
+class Backoff:
+    """Exponential backoff with jitter: the ``k``-th retry (from 0) waits a uniform draw from
+    ``[d/2, d]``, ``d = min(cap, initial * factor**k)`` ("equal jitter": never less than half the step,
+    so a fleet restarted together spreads out without any member hammering the broker)."""
+
+    initial: float = 0.5
+    cap: float = 15.0
+    factor: float = 2.0
+
+    def __post_init__(self) -> None:
+        if not (0 < self.initial <= self.cap) or self.factor < 1:
+            raise ConfigError(
+                f"backoff needs 0 < initial <= cap and factor >= 1, got initial={self.initial!r}, "
+                f"cap={self.cap!r}, factor={self.factor!r}"
+            )
+
+    def delay(self, attempt: int, rng: np.random.Generator) -> float:
+        d = min(self.cap, self.initial * self.factor ** min(attempt, 64))
+        return float(d / 2 + rng.uniform(0.0, d / 2))
+
+
+def _expected_failure(exc: BaseException) -> bool:
+    """Whether ``exc`` is what a transport raises when its broker or file is unavailable (logged without a
+    traceback); anything else gets its traceback once."""
+    return isinstance(exc, (TransportError, OSError, TimeoutError)) or type(exc).__module__.startswith("kafka")
+
+
+def _brief(exc: BaseException) -> str:
+    """One line for ``exc``, without the chain of causes."""
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    return text if len(text) <= 300 else text[:297] + "..."
 
 
 class _Abort(Exception):
@@ -146,6 +214,11 @@ class StreamProcessor(abc.ABC):
         self._tx_ctx: Any = None
         self._tx: Transaction | None = None
         self._last_checkpoint = time.monotonic()
+        self._state = "starting"
+        self._state_since = time.time()
+        self._state_detail = ""
+        #: called as ``listener(processor, state)`` after each change of :attr:`run_state`
+        self.state_listeners: list[Callable[[StreamProcessor, str], None]] = []
 
     # -- what a processor supplies -----------------------------------------------------------
 
@@ -326,12 +399,14 @@ class StreamProcessor(abc.ABC):
             self._next.clear()
             self.reset(None)
 
-    def rejoin(self, why: str) -> None:
+    def rejoin(self, why: str, *, level: int = logging.WARNING) -> None:
         """Drop everything derived from uncommitted records and leave the group; the next poll joins again.
 
-        Runners call it after a transient failure (see :data:`FATAL_ERRORS`).
+        Runners call it after a transient failure (see :data:`FATAL_ERRORS`);
+        :meth:`supervise` logs it at ``level`` INFO (its state line says it already).
         """
-        log.warning(
+        log.log(
+            level,
             "%s %s: %s; dropping uncommitted state and rejoining group %s",
             type(self).__name__,
             self.member,
@@ -362,13 +437,179 @@ class StreamProcessor(abc.ABC):
             with self.lock:
                 self._next.clear()
                 self.reset(None)
-            self._leave()
+            try:
+                self._leave()
+            finally:
+                self._set_run_state("stopped")
 
     def __enter__(self) -> StreamProcessor:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+    # -- start-up, recovery, readiness ----------------------------------------------------------
+
+    @property
+    def run_state(self) -> str:
+        """One of :data:`STATES`: ``starting``, ``waiting`` (the join fails and is retried), ``ready``,
+        ``lost`` (the running loop failed; the join is retried), ``stopped``."""
+        return self._state
+
+    @property
+    def ready(self) -> bool:
+        """Whether the processor is joined and its loop runs (what ``GET /ready`` and status files report)."""
+        return self._state == "ready"
+
+    def run_status(self) -> dict[str, Any]:
+        """``state``, ``ready``, ``since`` (POSIX time of the last change), ``detail`` (why) and the
+        transport's URL: what :class:`pipeline.status.StatusFile` writes (with the runner's counters)."""
+        return {
+            "state": self._state,
+            "ready": self.ready,
+            "since": round(self._state_since, 3),
+            "detail": self._state_detail,
+            "transport": getattr(self.transport, "url", ""),
+            "group": self.group,
+            "member": self.member,
+        }
+
+    def _set_run_state(self, state: str, detail: str = "", exc: BaseException | None = None) -> None:
+        before, since = self._state, self._state_since
+        if state == before:
+            return
+        now = time.time()
+        self._state, self._state_since, self._state_detail = state, now, detail
+        who = f"{type(self).__name__} {self.member}"
+        url = getattr(self.transport, "url", "the transport")
+        trace = exc is not None and not _expected_failure(exc)  # an unexpected error: its traceback, once
+        if state == "waiting":
+            status_log.warning(
+                "%s: transport %s unreachable (%s); retrying every <= %g s", who, url, detail, self._cap, exc_info=trace
+            )
+        elif state == "lost":
+            status_log.warning(
+                "%s: lost %s (%s); uncommitted state dropped, retrying every <= %g s",
+                who,
+                url,
+                detail,
+                self._cap,
+                exc_info=trace,
+            )
+        elif state == "ready":
+            if before == "lost":
+                status_log.warning("%s: recovered: connected to %s after %.1f s", who, url, now - since)
+            elif before == "waiting":
+                status_log.info(
+                    "%s: connected to %s as %s/%s after %.1f s", who, url, self.group, self.member, now - since
+                )
+            else:
+                status_log.info("%s: connected to %s as %s/%s", who, url, self.group, self.member)
+        elif state == "stopped" and before != "starting":
+            status_log.info("%s: stopped", who)
+        for listener in list(self.state_listeners):
+            try:
+                listener(self, state)
+            except Exception:  # a status file that cannot be written must not stop the processor
+                log.exception("%s: a state listener failed", who)
+
+    _cap: float = Backoff.cap
+
+    def join(self) -> None:
+        """Create the topics and join the group (:attr:`consumer`); a processor may do more (the shuffler
+        starts its warm-up). :meth:`connect` calls it, retrying its failures."""
+        self.consumer  # noqa: B018 - joins: ensure_topics, then on_join
+
+    def connect(
+        self,
+        stop: threading.Event | None = None,
+        *,
+        backoff: Backoff | None = None,
+        rng: np.random.Generator | None = None,
+    ) -> bool:
+        """:meth:`join`, retrying a failure with ``backoff`` (draws from ``rng``; default a fresh
+        :func:`numpy.random.default_rng`) until it succeeds or ``stop`` is set; return whether it joined.
+
+        :data:`FATAL_ERRORS` propagate at once. The first failure logs one
+        line (state ``waiting``, or ``lost`` if it already was), success one
+        more (``ready``); the retries between log nothing.
+        """
+        backoff = backoff or Backoff()
+        rng = rng if rng is not None else np.random.default_rng()
+        self._cap = backoff.cap
+        attempt = 0
+        while stop is None or not stop.is_set():
+            try:
+                self.join()
+            except FATAL_ERRORS:
+                self._drop_consumer()
+                raise
+            except Exception as exc:  # the broker is down or not ready: wait and try again
+                self._drop_consumer()
+                log.debug("join attempt %d failed", attempt + 1, exc_info=True)
+                if self._state not in ("waiting", "lost"):
+                    self._set_run_state("waiting", _brief(exc), exc)
+                pause = backoff.delay(attempt, rng)
+                attempt += 1
+                if stop is None:
+                    time.sleep(pause)
+                elif stop.wait(pause):
+                    return False
+                continue
+            self._set_run_state("ready")
+            return True
+        return False
+
+    def _drop_consumer(self) -> None:
+        """Forget a consumer left by a failed join (closing it may fail too: the broker is gone)."""
+        try:
+            self._leave()
+        except Exception:  # noqa: BLE001 - closing a client of an unreachable broker
+            log.debug("closing the consumer of a failed join failed", exc_info=True)
+
+    def supervise(
+        self,
+        body: Callable[[], Any],
+        stop: threading.Event,
+        *,
+        backoff: Backoff | None = None,
+        rng: np.random.Generator | None = None,
+    ) -> Any:
+        """:meth:`connect`, then run ``body`` (the processor's loop) until it returns, and return what it
+        returned (``None`` if ``stop`` was set first).
+
+        A failure of ``body`` other than :data:`FATAL_ERRORS` sets the state
+        ``lost``, drops the uncommitted state and leaves the group
+        (:meth:`rejoin`), waits a backoff step and connects again. A body that
+        fails again within ``backoff.cap`` seconds of its start keeps
+        climbing the backoff; one that ran longer starts it over.
+        """
+        backoff = backoff or Backoff()
+        rng = rng if rng is not None else np.random.default_rng()
+        attempt = 0
+        while not stop.is_set():
+            if not self.connect(stop, backoff=backoff, rng=rng):
+                break
+            started = time.monotonic()
+            try:
+                return body()
+            except FATAL_ERRORS:
+                raise
+            except Exception as exc:  # a broker restart, a locked log: rejoin and go on
+                self._set_run_state("lost", _brief(exc), exc)
+                try:
+                    self.rejoin(f"transport failure {_brief(exc)}", level=logging.INFO)
+                except FATAL_ERRORS:
+                    raise
+                except Exception:  # noqa: BLE001 - closing a consumer of a dead broker may fail too
+                    log.debug("leaving the group failed too", exc_info=True)
+                    self._drop_consumer()
+                if time.monotonic() - started > backoff.cap:
+                    attempt = 0
+                if stop.wait(backoff.delay(attempt, rng)):
+                    break
+                attempt += 1
+        return None
 
     # -- the loop ------------------------------------------------------------------------------
 

@@ -798,6 +798,9 @@ class AggregationJob(StreamProcessor):
             "aborted_commits": self.aborted,
             "history": st.history,
             "params": encode_vector(st.params),
+            "state": self.run_state,  # readiness (pipeline.processor); `python -m pipeline.status FILE` checks it
+            "ready": self.ready,
+            "updated": round(time.time(), 3),
         }
 
     def _write_status(self, force: bool = False) -> None:

@@ -172,7 +172,8 @@ def create_app(
 
     ``GET /v1/estimates/{metric}?day=&spec_id=&confidence=&norm_sub=&merged=``,
     ``GET /v1/estimates`` (what is available), ``GET /v1/state`` (this
-    instance's state, for :func:`merge_states`), ``/healthz``, ``/metrics``.
+    instance's state, for :func:`merge_states`), ``/healthz``, ``/readyz`` (also ``/ready``: 503 until the
+    consumer is joined, see :attr:`pipeline.processor.StreamProcessor.ready`), ``/metrics``.
     With ``peers`` (base URLs of the other instances of the group) and
     ``merged=true``, the answer merges every instance's state.
     Without an ``estimator``, ``state`` (a callable returning an
@@ -216,6 +217,20 @@ def create_app(
     @app.get("/healthz", response_model=models["health"])
     def healthz() -> dict[str, Any]:
         return {"status": "ok"}
+
+    @app.get(
+        "/readyz",
+        summary="Readiness: joined to the group, consuming (503 while the broker is unreachable)",
+        responses={503: {"description": "not ready: the same body, with ready false"}},
+    )
+    @app.get("/ready", include_in_schema=False)
+    def readyz() -> Any:
+        from fastapi.responses import JSONResponse
+
+        if estimator is None:  # a fixed state: always ready
+            return JSONResponse({"ready": True, "state": "fixed"})
+        body = estimator.run_status()
+        return JSONResponse(body, status_code=200 if body["ready"] else 503)
 
     @app.get("/v1/estimates", response_model=models["available"])
     def available() -> dict[str, Any]:

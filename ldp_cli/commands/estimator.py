@@ -5,8 +5,13 @@ offsets to ``--state DIR``, and serves ``GET /v1/estimates/{metric}`` on
 ``--host:--port``. Give each instance its own ``--state`` folder; instances
 of one ``--group`` split the partitions, and ``--peer URL`` (repeatable)
 lets one instance answer ``?merged=true`` with the merged state of all.
-A transport failure (broker restart, locked log) drops the uncommitted
-tails and rejoins after a pause; SIGTERM or Ctrl-C checkpoints and exits.
+It starts (and serves its restored state) whether or not the broker
+answers: the join is retried with backoff (:mod:`pipeline.processor`), and
+``GET /readyz`` (also ``/ready``) answers 503 until it is joined. A
+transport failure (broker restart, locked log) drops the uncommitted tails
+and rejoins after a backoff step; ``--status-file`` keeps a JSON file of
+its state and counters (:mod:`pipeline.status`); SIGTERM or Ctrl-C
+checkpoints and exits.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from ldp_cli.options import (
     add_member,
     add_metrics,
     add_session_timeout,
+    add_status_file,
     add_transport,
     bind_socket,
     consume_forever,
@@ -60,6 +66,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--peer", action="append", default=[], help="base URL of another instance (repeatable)")
     p.add_argument("--no-http", action="store_true", help="consume only; serve nothing")
     add_idle_exit(p)
+    add_status_file(p)
     add_log_level(p)
     p.set_defaults(func=run)
 
@@ -67,6 +74,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from estimator.streaming import StreamingEstimator, create_app
     from pipeline.catalog import SpecCatalog
+    from pipeline.status import StatusFile
     from pipeline.transport import open_transport
 
     setup_logging(args.log_level)
@@ -93,6 +101,8 @@ def run(args: argparse.Namespace) -> int:
             failure.append(exc)
             stop.set()
 
+    if args.status_file:
+        StatusFile(args.status_file, "estimator", engine, engine.stats.to_json_obj).start(stop)
     worker = threading.Thread(target=work, name="estimator-consumer", daemon=True)
     worker.start()
     code = 0

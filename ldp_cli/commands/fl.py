@@ -250,12 +250,18 @@ def run_job_cmd(args: argparse.Namespace) -> int:
     stop = stop_event()
     with open_transport(args.transport) as transport:
         job = AggregationJob(transport, spec, settings)
-        job.open()
-        print(
-            f"ldp fl job: running task {spec.task} (round {job.status()['round']}, restores {job.restores})", flush=True
-        )
+        if args.status_file:  # the job writes it as it runs; on each change of state too (waiting for the broker)
+            job.state_listeners.append(lambda _job, _state: job._write_status(force=True))
         try:
-            status = job.run(stop, exit_when_done=not args.keep_running)
+            if not job.connect(stop):
+                return 0
+            print(
+                f"ldp fl job: running task {spec.task} (round {job.status()['round']}, restores {job.restores})",
+                flush=True,
+            )
+            status = job.supervise(lambda: job.run(stop, exit_when_done=not args.keep_running), stop)
+            if status is None:  # stopped while reconnecting
+                status = job.status()
         finally:
             job.close()
     status.pop("params", None)

@@ -4,8 +4,12 @@ The central (ε, δ) of each released batch comes from
 :func:`estimator.accounting.shuffle.shuffler_guarantee`, wired in here
 because the collector package must not import the estimator.
 
-SIGTERM or Ctrl-C stops it after a final checkpoint; the counters are
-printed as one JSON line on exit.
+It starts whether or not the broker answers: the join is retried with
+backoff (one log line when the broker is unreachable, one when connected;
+see :mod:`pipeline.processor`), and ``ldp shuffler: running`` is printed
+once it is connected. ``--status-file`` keeps a JSON file of its state and
+counters for a healthcheck (:mod:`pipeline.status`). SIGTERM or Ctrl-C stops
+it after a final checkpoint; the counters are printed as one JSON line on exit.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ import json
 import logging
 import sys
 import threading
+from typing import Any
 
 from ldp_cli.options import (
     add_group,
@@ -23,6 +28,7 @@ from ldp_cli.options import (
     add_member,
     add_metrics,
     add_session_timeout,
+    add_status_file,
     add_transport,
     metrics_file,
     setup_logging,
@@ -96,6 +102,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--no-guarantee", action="store_true", help="do not compute central guarantees")
     add_idle_exit(p)
     p.add_argument("--stats-interval", type=float, default=60.0, help="log the counters every N seconds")
+    add_status_file(p)
     add_log_level(p)
     p.set_defaults(func=run)
 
@@ -105,6 +112,7 @@ def run(args: argparse.Namespace) -> int:
     from collector.errors import ConfigError
     from collector.shuffler import Shuffler, ShufflerSettings
     from pipeline.processor import FATAL_ERRORS
+    from pipeline.status import StatusFile
     from pipeline.transport import open_transport
 
     setup_logging(args.log_level)
@@ -141,23 +149,30 @@ def run(args: argparse.Namespace) -> int:
     shuffler = Shuffler(transport, metrics, settings, guarantee=guarantee)
     code = 0
     try:
-        shuffler.open()
-        print(f"ldp shuffler: running as {settings.group}/{settings.member} on {transport.url}", flush=True)
-        reporter = threading.Thread(target=_report, args=(shuffler, stop, args.stats_interval), daemon=True)
-        reporter.start()
-        shuffler.run(stop, idle_exit=args.idle_exit)
-    except FATAL_ERRORS as exc:  # ShufflerStateError (a ProcessorError) or fencing
+        if args.status_file:
+            StatusFile(args.status_file, "shuffler", shuffler, lambda: _counters(shuffler)).start(stop)
+        if shuffler.connect(stop):
+            print(f"ldp shuffler: running as {settings.group}/{settings.member} on {transport.url}", flush=True)
+            reporter = threading.Thread(target=_report, args=(shuffler, stop, args.stats_interval), daemon=True)
+            reporter.start()
+            shuffler.supervise(lambda: shuffler.run(stop, idle_exit=args.idle_exit), stop)
+    except FATAL_ERRORS as exc:  # ShufflerStateError (a ProcessorError), fencing, a configuration error
         print(f"ldp shuffler: error: {exc}", file=sys.stderr)
         code = 1
     finally:
         stop.set()
         shuffler.close()
         transport.close()
-    print(json.dumps({"shuffler": shuffler.stats.to_dict()}), flush=True)
+    print(json.dumps({"shuffler": shuffler.stats.to_dict(), "totals": shuffler.totals()}), flush=True)
     return code
 
 
-def _report(shuffler: object, stop: threading.Event, every: float) -> None:
+def _counters(shuffler: Any) -> dict[str, Any]:
+    """This process's counters and the durable totals of the partitions it owns (see ``Shuffler.totals``)."""
+    return {"process": shuffler.stats.to_dict(), "totals": shuffler.totals()}
+
+
+def _report(shuffler: Any, stop: threading.Event, every: float) -> None:
     log = logging.getLogger("ldp.shuffler")
     while not stop.wait(every):
-        log.info("stats %s", json.dumps(shuffler.stats.to_dict()))  # type: ignore[attr-defined]
+        log.info("stats %s", json.dumps(_counters(shuffler)))

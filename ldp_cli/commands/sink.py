@@ -2,9 +2,12 @@
 
 Consumes the shuffled topic in a consumer group and writes
 ``DATASET/metric=<m>/day=<N>/part-*.parquet``; files become visible
-atomically and offsets are committed only once they are durable. A
-transport failure drops the buffers and rejoins after a pause; SIGTERM or
-Ctrl-C flushes and exits; the counters are printed as one JSON line.
+atomically and offsets are committed only once they are durable. It
+starts whether or not the broker answers (the join is retried with backoff,
+:mod:`pipeline.processor`); a transport failure drops the buffers and
+rejoins after a backoff step; ``--status-file`` keeps a JSON file of its
+state and counters (:mod:`pipeline.status`); SIGTERM or Ctrl-C flushes and
+exits; the counters are printed as one JSON line.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from ldp_cli.options import (
     add_member,
     add_metrics,
     add_session_timeout,
+    add_status_file,
     add_transport,
     consume_forever,
     metrics_files,
@@ -51,6 +55,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--flush-seconds", type=float, default=5.0, help="flush once the oldest buffered batch is this old")
     add_session_timeout(p)
     add_idle_exit(p)
+    add_status_file(p)
     add_log_level(p)
     p.set_defaults(func=run)
 
@@ -59,6 +64,7 @@ def run(args: argparse.Namespace) -> int:
     from collector.sinks.parquet import ParquetSink
     from pipeline.catalog import SpecCatalog
     from pipeline.processor import FATAL_ERRORS
+    from pipeline.status import StatusFile
     from pipeline.transport import open_transport
 
     setup_logging(args.log_level)
@@ -82,11 +88,14 @@ def run(args: argparse.Namespace) -> int:
     )
     code = 0
     try:
+        if args.status_file:
+            StatusFile(args.status_file, "sink", sink, sink.stats.to_json_obj).start(stop)
         consume_forever(sink, stop, idle_exit=args.idle_exit)
     except FATAL_ERRORS as exc:  # a dataset inconsistency (SinkError) or fencing
         print(f"ldp sink: error: {exc}", file=sys.stderr)
         code = 1
     finally:
+        stop.set()
         sink.close()
         transport.close()
     print(json.dumps({"sink": sink.stats.to_json_obj()}), flush=True)

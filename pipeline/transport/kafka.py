@@ -589,6 +589,12 @@ class KafkaConsumer(Consumer):
                 producer.close(timeout=0)
             except Exception as exc:  # closing a broken client must not hide the error being handled
                 log.warning("closing the transactional producer failed: %r", exc)
+                # its flush timed out before it stopped its sender: stop that, and mark it closed, or its
+                # __del__ closes it again and Python prints that failure's traceback to stderr
+                sender = getattr(producer, "_sender", None)
+                if sender is not None:
+                    sender.force_close()
+                producer._closed = True
 
     def poll(self, max_records: int = 500, timeout: float = 1.0) -> list[Record]:
         if self._closed:

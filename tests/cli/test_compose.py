@@ -135,3 +135,24 @@ def test_the_dockerfile_builds_the_ldp_entry_point() -> None:
         assert re.search(rf"^COPY {folder} \./{folder}$", text, re.M), folder
     assert re.search(r"^USER ldp$", text, re.M)
     assert 'ldp = "ldp_cli.main:main"' in (ROOT / "pyproject.toml").read_text()
+
+
+def test_every_service_has_a_readiness_healthcheck_the_status_checker_accepts(compose: dict[str, Any]) -> None:
+    """Each pipeline service is checked by ``python -m pipeline.status``: the HTTP ones on their own /readyz,
+    the workers on the --status-file their command writes (tests/e2e/test_broker_startup.py runs the checker
+    against live workers)."""
+    from pipeline.status import main as status_main
+
+    for name in SERVICES:
+        svc = compose["services"][name]
+        test = svc["healthcheck"]["test"]
+        assert test[:4] == ["CMD", "python", "-m", "pipeline.status"], (name, test)
+        args = parse(svc["command"])
+        if "--url" in test:
+            url = urlsplit(test[test.index("--url") + 1])
+            assert url.hostname == "127.0.0.1" and url.path == "/readyz"
+            assert url.port == args.port, name
+        else:
+            assert test[4] == args.status_file, name
+            # the checker takes these arguments; no worker wrote the file here, so it says not ready
+            assert status_main(test[4:]) == 1, name

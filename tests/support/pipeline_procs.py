@@ -49,6 +49,11 @@ class Service:
         self._log_pos = 0
 
     def start(self, timeout: float = 90.0) -> None:
+        self.launch()
+        self.wait_ready(timeout)
+
+    def launch(self) -> None:
+        """Start the process without waiting for it to say it is ready."""
         env = dict(os.environ, PYTHONUNBUFFERED="1")
         with open(self.log, "ab") as f:
             f.write(f"\n==== start {self.name} {time.strftime('%H:%M:%S')}\n".encode())
@@ -62,7 +67,6 @@ class Service:
                 stdin=subprocess.DEVNULL,
             )
         self.starts += 1
-        self.wait_ready(timeout)
 
     def wait_ready(self, timeout: float) -> None:
         deadline = time.monotonic() + timeout
