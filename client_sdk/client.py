@@ -112,6 +112,7 @@ ERROR_TALLIES = (
 #: Names that :meth:`TelemetryClient.stats` always reports.
 STAT_TALLIES = (
     "recorded",  # reports privatized and queued in the outbox
+    "clamped",  # numbers outside a numeric metric's range, clamped to it (out_of_range: clamp) and recorded
     "sampled_out",  # not reported: the metric already sent r reports today
     "over_budget",  # not reported: a daily ε cap would be exceeded
     "uploaded_batches",
@@ -425,6 +426,8 @@ class TelemetryClient:
             except Exception:  # noqa: BLE001 -- DomainError, or a value whose __hash__/__eq__ raises
                 self._count("bad_value")
                 return
+            if type(index) is float and index != value:  # a numeric metric's value clamped into its range
+                self._count("clamped")
             now = self._clock()
             day = int(now // 86400)
             if day < self._floor_day:
@@ -455,8 +458,9 @@ class TelemetryClient:
             u = self._units[m.spec.spec_id] = to_units(epsilon_of(local_event(m.spec)), round_up=True)
         return u
 
-    def _encode(self, m: MetricDefinition, indices: list[int]) -> np.ndarray:
-        values = np.asarray(indices, dtype=np.int64)
+    def _encode(self, m: MetricDefinition, indices: list[Any]) -> np.ndarray:
+        """Privatize ``indices``: domain indices of a frequency metric, numbers of a numeric one."""
+        values = np.asarray(indices, dtype=np.int64 if m.kind == "frequency" else np.float64)
         if self._memo.supports(m.spec):
             return self._memo.encode(m.name, m.spec, values, self._rng)
         return m.spec.encode(values, self._rng)

@@ -9,11 +9,19 @@ map to indices:
 * :class:`HashedDomain` -- an open domain (URLs, words, emoji) hashed into
   ``size`` buckets with seeded XXH32 over a canonical byte form of the value.
   Python's ``hash`` is never used: it differs between processes.
+
+Numeric metrics (means, distributions) take numbers, not indices:
+
+* :class:`NumberRange` -- a declared range ``[low, high]``; a value outside
+  it is clamped to the nearest end or refused (``out_of_range``), and a
+  non-finite value (NaN, ±inf) is always refused.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
+import numbers
 import struct
 from collections.abc import Sequence
 from typing import Any
@@ -21,7 +29,7 @@ from typing import Any
 from client_sdk.errors import DomainError, SpecError
 from client_sdk.hashing import hash_bytes
 
-__all__ = ["Dictionary", "HashedDomain", "Domain", "canonical_bytes", "domain_from_dict"]
+__all__ = ["Dictionary", "HashedDomain", "NumberRange", "Domain", "canonical_bytes", "domain_from_dict"]
 
 Value = str | int
 
@@ -107,7 +115,50 @@ class HashedDomain:
         return {"kind": "hashed", "size": self.size, "seed": self.seed}
 
 
-Domain = Dictionary | HashedDomain
+@dataclasses.dataclass(frozen=True)
+class NumberRange:
+    """The values of a numeric metric: numbers in ``[low, high]``; ``out_of_range`` is ``"clamp"`` or ``"refuse"``."""
+
+    low: float
+    high: float
+    out_of_range: str = "clamp"
+
+    def __post_init__(self) -> None:
+        for f in ("low", "high"):
+            v = getattr(self, f)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+                raise SpecError(f"range domain: '{f}' must be a finite number, got {v!r}")
+        if not self.low < self.high:
+            raise SpecError(f"range domain: low ({self.low}) must be below high ({self.high})")
+        if self.out_of_range not in ("clamp", "refuse"):
+            raise SpecError(f"range domain: 'out_of_range' must be 'clamp' or 'refuse', got {self.out_of_range!r}")
+
+    @property
+    def size(self) -> int:
+        """Not a number of indices: numeric metrics have none (kept so every domain has the attribute)."""
+        return 0
+
+    def index_of(self, value: Any) -> float:
+        """The number to privatize: ``value`` as a float, clamped into the range (or :class:`DomainError`)."""
+        if isinstance(value, bool) or not isinstance(value, numbers.Real):  # numpy's numbers register as Real
+            raise DomainError(f"a numeric metric takes a number, got {type(value).__name__}")
+        x = float(value)
+        if not math.isfinite(x):
+            raise DomainError(f"a numeric metric takes a finite number, got {x!r}")
+        if x < self.low or x > self.high:
+            if self.out_of_range == "refuse":
+                raise DomainError(f"value {x!r} is outside [{self.low}, {self.high}]")
+            x = min(max(x, float(self.low)), float(self.high))
+        return x
+
+    def label(self, index: int) -> str:
+        return f"#{index}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": "range", "low": self.low, "high": self.high, "out_of_range": self.out_of_range}
+
+
+Domain = Dictionary | HashedDomain | NumberRange
 
 
 def domain_from_dict(data: dict[str, Any]) -> Domain:
@@ -120,4 +171,9 @@ def domain_from_dict(data: dict[str, Any]) -> Domain:
         return Dictionary(tuple(vals), bool(data.get("other", False)))
     if kind == "hashed":
         return HashedDomain(int(data["size"]), int(data.get("seed", 0)))
-    raise SpecError(f"domain kind must be 'dictionary' or 'hashed', got {kind!r}")
+    if kind == "range":
+        unknown = sorted(set(data) - {"kind", "low", "high", "out_of_range"})
+        if unknown:
+            raise SpecError(f"range domain: unknown key(s) {unknown}")
+        return NumberRange(data["low"], data["high"], str(data.get("out_of_range", "clamp")))
+    raise SpecError(f"domain kind must be 'dictionary', 'hashed' or 'range', got {kind!r}")

@@ -50,7 +50,7 @@ import numpy as np
 
 from client_sdk.canonical import canonical_json
 from client_sdk.files import write_atomic
-from client_sdk.mechanisms.base import MechanismSpec
+from client_sdk.mechanisms.base import ReportSpec
 from client_sdk.metrics import MetricDefinition
 
 __all__ = [
@@ -120,14 +120,14 @@ class MemoStore:
         return key
 
     @staticmethod
-    def supports(spec: MechanismSpec) -> bool:
+    def supports(spec: ReportSpec) -> bool:
         """Whether ``spec`` has a memoized encoder (``encode_memoized``)."""
         return callable(getattr(spec, "encode_memoized", None))
 
-    def encode(self, metric: str, spec: MechanismSpec, indices: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    def encode(self, metric: str, spec: ReportSpec, indices: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         """Reports of this device for ``indices``: permanent bits memoized per value,
         fresh instantaneous randomness from ``rng`` per report."""
-        key = self.metric_secret(metric, spec.legacy_spec_id)  # stable across the id change: see MechanismSpec
+        key = self.metric_secret(metric, spec.legacy_spec_id)  # stable across the id change: see ReportSpec
         return spec.encode_memoized(indices, key, rng)  # type: ignore[attr-defined]
 
 

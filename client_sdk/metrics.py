@@ -18,10 +18,28 @@ at ``GET /v1/metrics``::
       }
     }
 
-Every field of a metric is required. ``mechanism`` is a spec dict for
-:func:`client_sdk.mechanisms.spec_from_dict`; its ``domain_size`` may be
-left out and is then the domain's size, and when given it must equal it.
-``domain`` is a dict for :func:`client_sdk.domain.domain_from_dict`.
+Every field of a metric is required but ``kind``. ``mechanism`` is a spec
+dict for :func:`client_sdk.mechanisms.spec_from_dict`; its ``domain_size``
+may be left out and is then the domain's size, and when given it must equal
+it. ``domain`` is a dict for :func:`client_sdk.domain.domain_from_dict`.
+
+**Numeric metrics** (docs/NUMERIC.md) have a ``range`` domain and a numeric
+mechanism, and may say what they estimate in ``kind``::
+
+    "session_minutes": {
+      "kind": "mean",
+      "mechanism": {"mechanism": "auto", "epsilon": 1.0},
+      "domain": {"kind": "range", "low": 0, "high": 240, "out_of_range": "clamp"},
+      ...
+    }
+
+``kind`` is ``frequency`` (the default), ``mean`` or ``distribution`` and
+must be what the mechanism estimates. The mechanism's ``low`` and ``high``
+may be left out and are then the range's (when given they must equal it);
+``"mechanism": "auto"`` (means only) picks the mechanism with the lowest
+worst-case variance at the metric's ε
+(:func:`client_sdk.mechanisms.numeric.best_mean_mechanism`), once, when the
+file is read, so the spec and its id are fixed.
 ``expires`` is the last UTC day (ISO date, inclusive) on which the metric may
 be recorded: like Glean's ``expires``, it forces an owner to renew each
 collection deliberately. ``max_reports_per_day`` (r) caps the reports one
@@ -40,9 +58,9 @@ import re
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from client_sdk.domain import Domain, domain_from_dict
+from client_sdk.domain import Domain, NumberRange, domain_from_dict
 from client_sdk.errors import SpecError
-from client_sdk.mechanisms import MechanismSpec, spec_from_dict
+from client_sdk.mechanisms import ReportSpec, spec_class, spec_from_dict
 
 __all__ = [
     "FORMAT",
@@ -59,6 +77,8 @@ FORMAT = "ldp-metrics/1"
 MAX_REPORTS_PER_DAY = 10_000
 _NAME_RE = re.compile(r"^[A-Za-z0-9_.:\-]{1,255}$")
 _FIELDS = ("description", "owner", "expires", "mechanism", "domain", "max_reports_per_day")
+_OPTIONAL = ("kind",)
+KINDS = ("frequency", "mean", "distribution")
 _EPOCH = _dt.date(1970, 1, 1)
 
 
@@ -76,7 +96,7 @@ class MetricDefinition:
     """One declared metric: what is collected, how privately, by whom, until when."""
 
     name: str
-    spec: MechanismSpec
+    spec: ReportSpec
     domain: Domain
     owner: str
     description: str
@@ -100,11 +120,30 @@ class MetricDefinition:
             raise MetricsFileError(
                 f"{where}: 'max_reports_per_day' must be an integer from 1 to {MAX_REPORTS_PER_DAY}, got {r!r}"
             )
-        if self.spec.domain_size != self.domain.size:
+        dom = self.domain
+        numeric = isinstance(dom, NumberRange)
+        if numeric != (self.spec.kind != "frequency"):
             raise MetricsFileError(
-                f"{where}: the mechanism's domain_size {self.spec.domain_size} differs from the domain's "
-                f"size {self.domain.size}; leave domain_size out to use the domain's"
+                f"{where}: a {self.spec.kind} mechanism ({self.spec.name}) needs "
+                + ("a 'range' domain" if self.spec.kind != "frequency" else "a 'dictionary' or 'hashed' domain")
             )
+        if isinstance(dom, NumberRange):
+            rng = (getattr(self.spec, "low", None), getattr(self.spec, "high", None))
+            if rng != (dom.low, dom.high):
+                raise MetricsFileError(
+                    f"{where}: the mechanism's range [{rng[0]}, {rng[1]}] differs from the domain's "
+                    f"[{dom.low}, {dom.high}]; leave low and high out to use the domain's"
+                )
+        elif getattr(self.spec, "domain_size", None) != dom.size:
+            raise MetricsFileError(
+                f"{where}: the mechanism's domain_size {getattr(self.spec, 'domain_size', None)} differs from the "
+                f"domain's size {self.domain.size}; leave domain_size out to use the domain's"
+            )
+
+    @property
+    def kind(self) -> str:
+        """What the metric estimates: ``frequency``, ``mean`` or ``distribution`` (its mechanism's kind)."""
+        return self.spec.kind
 
     @property
     def expires_day(self) -> int:
@@ -124,7 +163,9 @@ class MetricDefinition:
         return self.max_reports_per_day * self.spec.epsilon
 
     def to_dict(self) -> dict[str, Any]:
+        kind = {} if self.kind == "frequency" else {"kind": self.kind}
         return {
+            **kind,
             "description": self.description,
             "owner": self.owner,
             "expires": self.expires.isoformat(),
@@ -138,9 +179,14 @@ class MetricDefinition:
         where = f"metric {name!r}"
         if not isinstance(data, Mapping):
             raise MetricsFileError(f"{where}: the definition must be an object with {list(_FIELDS)}")
-        unknown = sorted(set(data) - set(_FIELDS))
+        unknown = sorted(set(data) - set(_FIELDS) - set(_OPTIONAL))
         if unknown:
-            raise MetricsFileError(f"{where}: unknown field(s) {unknown}; the fields are {list(_FIELDS)}")
+            raise MetricsFileError(
+                f"{where}: unknown field(s) {unknown}; the fields are {list(_FIELDS)} and optionally {list(_OPTIONAL)}"
+            )
+        kind = data.get("kind", None)
+        if kind is not None and kind not in KINDS:
+            raise MetricsFileError(f"{where}: 'kind' must be one of {list(KINDS)}, got {kind!r}")
         missing = [f for f in _FIELDS if f not in data]
         if missing:
             raise MetricsFileError(f"{where}: missing field(s) {missing}")
@@ -162,11 +208,34 @@ class MetricDefinition:
                 f'{where}: \'mechanism\' must be an object such as {{"mechanism": "grr", "epsilon": 1.0}}'
             )
         mech = dict(mech)
-        mech.setdefault("domain_size", domain.size)
         try:
+            if isinstance(domain, NumberRange):
+                name_ = mech.get("mechanism")
+                if name_ != "auto" and isinstance(name_, str) and spec_class(name_).kind == "frequency":
+                    raise SpecError(
+                        f"a frequency mechanism ({name_}) needs a 'dictionary' or 'hashed' domain, not a range"
+                    )
+                mech.setdefault("low", domain.low)
+                mech.setdefault("high", domain.high)
+                if mech.get("mechanism") == "auto":
+                    if kind not in (None, "mean"):
+                        raise SpecError(f"'auto' picks a mean mechanism, but the metric's kind is {kind!r}")
+                    from client_sdk.mechanisms.numeric import best_mean_mechanism
+
+                    eps = mech.get("epsilon")
+                    if isinstance(eps, bool) or not isinstance(eps, (int, float)):
+                        raise SpecError(f"epsilon must be a number, got {eps!r}")
+                    mech["mechanism"] = best_mean_mechanism(float(eps), int(mech.get("dims", 1)), mech.get("sample"))
+            else:
+                name_ = mech.get("mechanism")
+                if name_ == "auto" or (isinstance(name_, str) and spec_class(name_).kind != "frequency"):
+                    raise SpecError(f"a numeric mechanism ({name_}) needs a 'range' domain")
+                mech.setdefault("domain_size", domain.size)
             spec = spec_from_dict(mech)
         except SpecError as exc:
             raise MetricsFileError(f"{where}: bad 'mechanism': {exc}") from None
+        if kind is not None and kind != spec.kind:
+            raise MetricsFileError(f"{where}: 'kind' is {kind!r} but {spec.name} estimates a {spec.kind}")
         return cls(
             name=name,
             spec=spec,

@@ -40,7 +40,7 @@ from collections.abc import Iterable
 import numpy as np
 
 from client_sdk.errors import LDPError
-from client_sdk.mechanisms import MechanismSpec, spec_from_dict
+from client_sdk.mechanisms import ReportSpec, spec_from_dict
 from client_sdk.store import Store
 from client_sdk.wire import ReportBatch, encode_frame
 
@@ -86,7 +86,7 @@ class Outbox:
         self.store = store
         self.max_reports = max_reports
         self.lease_seconds = float(lease_seconds)
-        self._specs: dict[str, MechanismSpec] = {}
+        self._specs: dict[str, ReportSpec] = {}
         self._registered: set[str] = set()
 
     # -- writing (inside the recorder's transaction) --------------------------
@@ -94,7 +94,7 @@ class Outbox:
         self,
         conn: sqlite3.Connection,
         metric: str,
-        spec: MechanismSpec,
+        spec: ReportSpec,
         day: int,
         records: np.ndarray | Iterable[bytes],
         now: float,
@@ -120,7 +120,7 @@ class Outbox:
         )
         return self._enforce_cap_in(conn, now)
 
-    def put(self, metric: str, spec: MechanismSpec, day: int, records: np.ndarray, now: float | None = None) -> int:
+    def put(self, metric: str, spec: ReportSpec, day: int, records: np.ndarray, now: float | None = None) -> int:
         """:meth:`put_in` in a transaction of its own."""
         with self.store.transaction() as conn:
             return self.put_in(conn, metric, spec, day, records, time.time() if now is None else now)
@@ -168,7 +168,7 @@ class Outbox:
     def pending_batches(self) -> int:
         return int(self.store.connection().execute("SELECT COUNT(*) FROM batches").fetchone()[0])
 
-    def _spec(self, conn: sqlite3.Connection, spec_id: str) -> MechanismSpec | None:
+    def _spec(self, conn: sqlite3.Connection, spec_id: str) -> ReportSpec | None:
         spec = self._specs.get(spec_id)
         if spec is None:
             row = conn.execute("SELECT spec FROM specs WHERE spec_id = ?", (spec_id,)).fetchone()

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from client_sdk.errors import SpecError
 
 if TYPE_CHECKING:
-    from client_sdk.mechanisms.base import MechanismSpec
+    from client_sdk.mechanisms.base import ReportSpec
 
 __all__ = [
     "PrivacyEvent",
@@ -233,7 +233,7 @@ class SelfComposedEvent(PrivacyEvent):
         object.__setattr__(self, "count", _positive_int(self.kind, "count", self.count))
 
 
-def local_event(spec: MechanismSpec) -> LocalReportEvent:
+def local_event(spec: ReportSpec) -> LocalReportEvent:
     """The event of one report privatized under ``spec``: every registered
     mechanism is pure ``spec.epsilon``-LDP per report. Repeated reports of
     the same value compose unless the mechanism memoizes its randomization

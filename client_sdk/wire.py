@@ -44,7 +44,7 @@ from typing import Any
 import numpy as np
 
 from client_sdk.errors import FrameError, SpecMismatchError
-from client_sdk.mechanisms.base import MechanismSpec
+from client_sdk.mechanisms.base import ReportSpec
 
 __all__ = [
     "FRAME_CONTENT_TYPE",
@@ -74,7 +74,7 @@ _CRC = struct.Struct("<I")
 MAX_RECORDS = 1 << 24
 _METRIC_RE = re.compile(r"^[A-Za-z0-9_.:\-]{1,255}$")
 
-SpecResolver = Mapping[str, MechanismSpec] | Callable[[str, str], MechanismSpec] | MechanismSpec
+SpecResolver = Mapping[str, ReportSpec] | Callable[[str, str], ReportSpec] | ReportSpec
 
 
 def _check_metric(metric: str) -> str:
@@ -88,7 +88,7 @@ class ReportBatch:
     """Privatized reports of one metric, under one spec, for one UTC day."""
 
     metric: str
-    spec: MechanismSpec
+    spec: ReportSpec
     day: int
     records: np.ndarray
     batch_id: bytes = dataclasses.field(default_factory=lambda: uuid.uuid4().bytes)
@@ -181,9 +181,9 @@ def read_header(data: bytes | bytearray | memoryview) -> FrameHeader:
     return FrameHeader(VERSION, metric, bytes(spec_id).hex(), day, rsize, n, bytes(batch_id))
 
 
-def _resolve(specs: SpecResolver, metric: str, spec_id: str) -> MechanismSpec:
-    spec: MechanismSpec | None
-    if isinstance(specs, MechanismSpec):
+def _resolve(specs: SpecResolver, metric: str, spec_id: str) -> ReportSpec:
+    spec: ReportSpec | None
+    if isinstance(specs, ReportSpec):
         spec = specs
     elif callable(specs):
         spec = specs(metric, spec_id)

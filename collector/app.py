@@ -75,7 +75,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 
 from client_sdk.errors import FrameError, SpecMismatchError
-from client_sdk.mechanisms.base import MechanismSpec
+from client_sdk.mechanisms.base import ReportSpec
 from client_sdk.metrics import MetricSet, load_metrics, utc_day
 from client_sdk.wire import (
     FRAME_CONTENT_TYPE,
@@ -431,7 +431,7 @@ def create_app(
     app.state.prometheus = prom
     app.state.runtime = state
 
-    def resolve(metric: str, spec_id: str) -> MechanismSpec:
+    def resolve(metric: str, spec_id: str) -> ReportSpec:
         m = declared.get(metric)
         if m is None:
             raise RejectedBatch(

@@ -123,7 +123,7 @@ from client_sdk.errors import FrameError
 from client_sdk.files import makedirs_durable, write_atomic
 from client_sdk.framing import HEAD_SIZE, FramingError, pack_headed, unpack_headed
 from client_sdk.mechanisms import spec_from_dict
-from client_sdk.mechanisms.base import MechanismSpec
+from client_sdk.mechanisms.base import ReportSpec
 from client_sdk.metrics import MetricSet
 from client_sdk.wire import ReportBatch, decode_frame
 from collector.errors import ConfigError, ShufflerStateError
@@ -482,7 +482,7 @@ class _Group:
 
     __slots__ = ("spec", "parts", "n", "next_source")
 
-    def __init__(self, spec: MechanismSpec) -> None:
+    def __init__(self, spec: ReportSpec) -> None:
         self.spec = spec
         self.parts: list[tuple[np.ndarray, np.ndarray | int]] = []
         self.n = 0
@@ -638,7 +638,7 @@ class Shuffler(StreamProcessor):
     def __init__(
         self,
         transport: Transport,
-        specs: MetricSet | Mapping[str, MechanismSpec],
+        specs: MetricSet | Mapping[str, ReportSpec],
         settings: ShufflerSettings = ShufflerSettings(),
         *,
         guarantee: Guarantee | None = None,
@@ -668,8 +668,8 @@ class Shuffler(StreamProcessor):
         #: computed per person from it; unknown without a metrics file, and then no central figure is attached
         self._reports_per_person: dict[str, int] = {}
         if isinstance(specs, MetricSet):
-            self._by_metric: dict[str, MechanismSpec] | None = {n: m.spec for n, m in specs.items()}
-            self._by_id: dict[str, MechanismSpec] = {i: m.spec for m in specs.values() for i in m.spec.spec_ids}
+            self._by_metric: dict[str, ReportSpec] | None = {n: m.spec for n, m in specs.items()}
+            self._by_id: dict[str, ReportSpec] = {i: m.spec for m in specs.values() for i in m.spec.spec_ids}
             self._reports_per_person = {n: int(m.max_reports_per_day) for n, m in specs.items()}
         else:
             self._by_metric = None
@@ -944,7 +944,7 @@ class Shuffler(StreamProcessor):
     def _load(self, part: _Partition, chunks: list[tuple[CheckpointHeader, memoryview, int]]) -> None:
         part.groups.clear()
         part.ids.clear()
-        specs: dict[str, MechanismSpec] = {}
+        specs: dict[str, ReportSpec] = {}
         digests: list[bytes] = []
         previous = 0
         version = chunks[0][0].version
@@ -1000,7 +1000,7 @@ class Shuffler(StreamProcessor):
                     "deployment. Restoring would lose or double-count reports, so the shuffler stops."
                 )
 
-    def _resolve(self, metric: str, spec_id: str) -> MechanismSpec:
+    def _resolve(self, metric: str, spec_id: str) -> ReportSpec:
         spec = self._by_metric.get(metric) if self._by_metric is not None else self._by_id.get(spec_id)
         if spec is None or not spec.has_id(spec_id):
             raise FrameError(f"metric {metric!r} with spec {spec_id} is not in the shuffler's metrics file")

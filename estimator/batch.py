@@ -26,11 +26,12 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from client_sdk.mechanisms.base import MechanismSpec
+from client_sdk.mechanisms.base import MechanismSpec, ReportSpec
 from client_sdk.metrics import MetricDefinition
 from estimator.errors import BatchError
-from estimator.oracles import accumulator_for
-from estimator.oracles.base import Accumulator
+from estimator.numeric import DistributionEstimate, MeanEstimate
+from estimator.oracles import state_for
+from estimator.oracles.base import LinearState
 from estimator.result import Estimate
 from estimator.streaming import parse_day
 from pipeline.dataset import PartFile, list_parts, read_part, read_part_spec
@@ -69,7 +70,7 @@ def parse_day_range(days: str | None = None, start: str | None = None, end: str 
 
 @dataclasses.dataclass
 class _Acc:
-    acc: Accumulator
+    acc: LinearState
     days: set[int]
     files: int = 0
     batches: int = 0
@@ -87,7 +88,7 @@ def accumulate(
         key = (data.spec.spec_id, part.day if per_day else None)
         a = out.get(key)
         if a is None:
-            a = out[key] = _Acc(accumulator_for(data.spec), set())
+            a = out[key] = _Acc(state_for(data.spec), set())
         a.acc.update(data.records)
         a.days.add(part.day)
         a.files += 1
@@ -122,15 +123,46 @@ def estimate_table(
     return pd.DataFrame(cols)
 
 
+def numeric_table(est: MeanEstimate | DistributionEstimate, day: int | None = None) -> pd.DataFrame:
+    """A numeric metric's rows: one per attribute (``attribute, mean, std_error, ci_low, ci_high``) for a
+    mean, one per bin (``bin, low, high, share, share_low, share_high``) for a distribution, whose quantiles
+    go into the table's ``attrs``."""
+    cols: dict[str, Any] = {}
+    if isinstance(est, MeanEstimate):
+        d = est.mean.size
+        if day is not None:
+            cols["day"] = np.full(d, day, dtype=np.int64)
+        cols["attribute"] = np.arange(d, dtype=np.int64)
+        cols["mean"] = est.mean
+        cols["std_error"] = est.std_error
+        cols["ci_low"] = est.ci_low
+        cols["ci_high"] = est.ci_high
+        cols["n"] = np.full(d, est.n, dtype=np.int64)
+        return pd.DataFrame(cols)
+    b = est.hist.size
+    if day is not None:
+        cols["day"] = np.full(b, day, dtype=np.int64)
+    cols["bin"] = np.arange(b, dtype=np.int64)
+    cols["low"] = est.edges[:-1]
+    cols["high"] = est.edges[1:]
+    cols["share"] = est.hist
+    cols["share_low"] = est.hist_low
+    cols["share_high"] = est.hist_high
+    table = pd.DataFrame(cols)
+    table.attrs["quantiles"] = est.to_dict()["quantiles"]
+    return table
+
+
 @dataclasses.dataclass
 class BatchResult:
     """The estimate(s) of one metric under one spec over a range of days."""
 
     metric: str
-    spec: MechanismSpec
+    spec: ReportSpec
     days: list[int]
     n: int
-    estimates: dict[int | None, Estimate]  # by day when per day, else {None: estimate}
+    #: by day when per day, else {None: estimate}; a numeric metric's are MeanEstimate or DistributionEstimate
+    estimates: dict[int | None, Any]
     table: pd.DataFrame
     files: int
     batches: int
@@ -202,14 +234,17 @@ def estimate_dataset(
     ) as bar:
         accs = accumulate(parts, per_day=per_day, progress=bar.update)
     spec = next(iter(accs.values())).acc.spec
-    estimates: dict[int | None, Estimate] = {}
+    estimates: dict[int | None, Any] = {}
     tables = []
     for (_, day), a in sorted(accs.items(), key=lambda kv: -1 if kv[0][1] is None else kv[0][1]):
         est = a.acc.estimate(confidence)
-        if norm_sub:
-            est = est.norm_sub()
+        if isinstance(spec, MechanismSpec):
+            if norm_sub:
+                est = est.norm_sub()
+            tables.append(estimate_table(est, spec, definition, day))
+        else:
+            tables.append(numeric_table(est, day))
         estimates[day] = est
-        tables.append(estimate_table(est, spec, definition, day))
     table = pd.concat(tables, ignore_index=True) if len(tables) > 1 else tables[0]
     ce = [a.central_epsilon for a in accs.values() if a.central_epsilon is not None]
     cd = [a.central_delta for a in accs.values() if a.central_delta is not None]
@@ -256,13 +291,19 @@ def plot_estimates(
     truth: np.ndarray | None = None,
     title: str | None = None,
 ) -> None:
-    """Bar-and-whisker plot of the ``top`` largest estimates with their confidence intervals (PNG)."""
+    """Bar-and-whisker plot of the ``top`` largest estimates with their confidence intervals (PNG); for a
+    numeric metric, its mean(s) with intervals or its histogram with bands and quantiles."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     from estimator.result import z_value
+
+    if not isinstance(result.spec, MechanismSpec):
+        _plot_numeric(result, path, title)
+        return
+    spec = result.spec
 
     ests = list(result.estimates.values())
     confidence = ests[0].confidence
@@ -288,7 +329,7 @@ def plot_estimates(
         capsize=2,
         label=f"estimate, {round(100 * confidence):g}% CI",
     )
-    labels = result.table["label"].iloc[: result.spec.domain_size] if "label" in result.table.columns else None
+    labels = result.table["label"].iloc[: spec.domain_size] if "label" in result.table.columns else None
     if labels is not None:
         ax.set_xticks(x, [str(labels.iloc[i]) for i in order], rotation=60, ha="right", fontsize=7)
     else:
@@ -300,6 +341,45 @@ def plot_estimates(
     ax.set_ylabel("count")
     ax.set_xlabel("item" if labels is None else "label")
     ax.axhline(0, color="#888", lw=0.5)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def _plot_numeric(result: BatchResult, path: str | os.PathLike[str], title: str | None) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    spec = result.spec
+    days = f"days {min(result.days)}..{max(result.days)}" if len(result.days) > 1 else f"day {result.days[0]}"
+    fig, ax = plt.subplots(figsize=(7.0, 4.0))
+    items = sorted(result.estimates.items(), key=lambda kv: -1 if kv[0] is None else kv[0])
+    first = items[0][1]
+    if isinstance(first, MeanEstimate):
+        for i, (day, est) in enumerate(items):
+            x = np.arange(est.mean.size) + 0.8 * i / max(1, len(items))
+            yerr = np.vstack([est.mean - est.ci_low, est.ci_high - est.mean])
+            ax.errorbar(x, est.mean, yerr=yerr, fmt="o", capsize=3, label="all days" if day is None else f"day {day}")
+        ax.set_xlabel("attribute")
+        ax.set_ylabel(f"mean ({round(100 * first.confidence):g}% CI)")
+        ax.set_xticks(np.arange(first.mean.size))
+    else:
+        for day, est in items:
+            centres = (est.edges[:-1] + est.edges[1:]) / 2
+            (line,) = ax.plot(
+                centres, est.hist, drawstyle="steps-mid", label="all days" if day is None else f"day {day}"
+            )
+            ax.fill_between(centres, est.hist_low, est.hist_high, step="mid", alpha=0.25, color=line.get_color())
+        for q, v in zip(first.quantile_levels, first.quantiles):
+            ax.axvline(v, color="#555", ls=":", lw=1)
+            ax.annotate(f"p{round(q * 100):g}", (v, ax.get_ylim()[1] * 0.95), fontsize=7, ha="center")
+        ax.set_xlabel("value")
+        ax.set_ylabel(f"share of users per bin ({round(100 * first.confidence):g}% band)")
+    ax.set_title(title or f"{result.metric}: {spec.name} ε={spec.epsilon:g}, n={result.n:,}, {days}", fontsize=10)
     ax.legend(fontsize=8)
     fig.tight_layout()
     Path(path).parent.mkdir(parents=True, exist_ok=True)

@@ -322,7 +322,7 @@ class SquareWaveAccumulator(LinearState):
         confidence: float = 0.95,
         *,
         quantiles: Sequence[float] = (0.5, 0.9, 0.99),
-        bootstrap: int = 100,
+        bootstrap: int = 50,
         rng: np.random.Generator | None = None,
         smoothing: bool = True,
     ) -> DistributionEstimate:

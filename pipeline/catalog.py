@@ -19,7 +19,7 @@ import os
 from collections.abc import Iterable, Mapping
 
 from client_sdk.errors import SpecMismatchError
-from client_sdk.mechanisms.base import MechanismSpec
+from client_sdk.mechanisms.base import ReportSpec
 from client_sdk.metrics import MetricDefinition, MetricSet, load_metrics
 from pipeline.errors import ConfigError
 
@@ -34,9 +34,9 @@ class SpecCatalog:
     declared for another metric, raises :class:`SpecMismatchError`.
     """
 
-    def __init__(self, metric_sets: Iterable[MetricSet] = (), specs: Iterable[tuple[str, MechanismSpec]] = ()) -> None:
+    def __init__(self, metric_sets: Iterable[MetricSet] = (), specs: Iterable[tuple[str, ReportSpec]] = ()) -> None:
         self.metrics: dict[str, MetricDefinition] = {}
-        self._by_id: dict[str, MechanismSpec] = {}
+        self._by_id: dict[str, ReportSpec] = {}
         self._metric_of: dict[str, set[str]] = {}
         for ms in metric_sets:
             for name, m in ms.items():
@@ -54,16 +54,16 @@ class SpecCatalog:
             raise ConfigError("no metrics file: pass --metrics FILE or set $LDP_METRICS")
         return cls(load_metrics(p, reject_expired=False) for p in files)
 
-    def add(self, metric: str, spec: MechanismSpec) -> None:
+    def add(self, metric: str, spec: ReportSpec) -> None:
         """Declare that ``metric`` may carry reports of ``spec``."""
         for spec_id in spec.spec_ids:  # data written before the RFC 8785 ids carries the legacy one
             self._by_id[spec_id] = spec
             self._metric_of.setdefault(spec_id, set()).add(metric)
 
-    def get(self, spec_id: str) -> MechanismSpec | None:
+    def get(self, spec_id: str) -> ReportSpec | None:
         return self._by_id.get(spec_id)
 
-    def __call__(self, metric: str, spec_id: str) -> MechanismSpec:
+    def __call__(self, metric: str, spec_id: str) -> ReportSpec:
         spec = self._by_id.get(spec_id)
         if spec is None:
             raise SpecMismatchError(
@@ -79,5 +79,5 @@ class SpecCatalog:
     def __contains__(self, spec_id: object) -> bool:
         return spec_id in self._by_id
 
-    def specs(self) -> Mapping[str, MechanismSpec]:
+    def specs(self) -> Mapping[str, ReportSpec]:
         return dict(self._by_id)

@@ -40,7 +40,7 @@ import pyarrow.parquet as pq
 from client_sdk.errors import FrameError
 from client_sdk.files import fsync_dir, makedirs_durable, write_atomic
 from client_sdk.mechanisms import spec_from_dict
-from client_sdk.mechanisms.base import MechanismSpec
+from client_sdk.mechanisms.base import ReportSpec
 from pipeline.errors import DatasetError
 
 __all__ = [
@@ -71,7 +71,7 @@ _PART_RE = re.compile(
 # -- records <-> Arrow ---------------------------------------------------------------------------
 
 
-def records_to_table(records: np.ndarray, spec: MechanismSpec) -> pa.Table:
+def records_to_table(records: np.ndarray, spec: ReportSpec) -> pa.Table:
     """An Arrow table whose columns mirror ``spec.record_dtype``, plus ``spec_id``."""
     dtype = spec.record_dtype
     if records.dtype != dtype:
@@ -93,7 +93,7 @@ def records_to_table(records: np.ndarray, spec: MechanismSpec) -> pa.Table:
     return pa.Table.from_arrays(arrays, names=names)
 
 
-def table_to_records(table: pa.Table, spec: MechanismSpec) -> np.ndarray:
+def table_to_records(table: pa.Table, spec: ReportSpec) -> np.ndarray:
     """Inverse of :func:`records_to_table`; checks the columns against the spec's layout."""
     dtype = spec.record_dtype
     n = table.num_rows
@@ -171,7 +171,7 @@ class PartData:
     """The content of one part file."""
 
     file: PartFile
-    spec: MechanismSpec
+    spec: ReportSpec
     records: np.ndarray
     shuffles: list[dict[str, Any]]
 
@@ -200,11 +200,11 @@ def list_parts(root: str | os.PathLike[str], metric: str, days: Iterable[int] | 
     return out
 
 
-def read_part_spec(part: PartFile | str | os.PathLike[str]) -> MechanismSpec:
+def read_part_spec(part: PartFile | str | os.PathLike[str]) -> ReportSpec:
     """The spec of a part file, from its schema metadata only (no record is read).
 
     A part's name carries the id its writer used, which is the legacy id for parts
-    written before the RFC 8785 ids; the spec tells both (:attr:`MechanismSpec.spec_ids`).
+    written before the RFC 8785 ids; the spec tells both (:attr:`ReportSpec.spec_ids`).
     """
     path = part.path if isinstance(part, PartFile) else Path(part)
     md = pq.read_schema(path).metadata or {}

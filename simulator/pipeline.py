@@ -30,10 +30,35 @@ from typing import Any, Literal
 
 import numpy as np
 
-from client_sdk.domain import Dictionary, HashedDomain
+from client_sdk.domain import Dictionary, HashedDomain, NumberRange
+from client_sdk.mechanisms import frequency_spec
 from client_sdk.metrics import MetricSet, load_metrics
 from client_sdk.wire import ReportBatch, encode_frame
+from simulator.numeric import NumericPopulation
 from simulator.population import parse_distribution
+
+#: how the demo's simulated devices hold a numeric metric's value: beta(2, 5) over its range (a right-skewed
+#: quantity such as session minutes)
+NUMERIC_POPULATION = "beta:2,5"
+
+
+def empty_truth(metrics: MetricSet, name: str) -> np.ndarray:
+    """The truth of no devices: zero counts per index for a frequency metric, no values for a numeric one."""
+    m = metrics[name]
+    if m.kind == "frequency":
+        return np.zeros(frequency_spec(m.spec).domain_size, dtype=np.int64)
+    return np.zeros(0, dtype=np.float64)
+
+
+def add_truth(metrics: MetricSet, name: str, truth: np.ndarray, more: np.ndarray) -> np.ndarray:
+    """``truth`` and ``more`` together: counts add, value lists concatenate."""
+    return truth + more if metrics[name].kind == "frequency" else np.concatenate([truth, more])
+
+
+def truth_reports(metrics: MetricSet, name: str, truth: np.ndarray) -> int:
+    """How many reports ``truth`` stands for."""
+    return int(truth.sum()) if metrics[name].kind == "frequency" else int(truth.size)
+
 
 __all__ = [
     "Topics",
@@ -356,6 +381,8 @@ def true_indices(
     """
     m = metrics[name]
     dom = m.domain
+    if isinstance(dom, NumberRange):  # a numeric metric: the values themselves
+        return NumericPopulation(NUMERIC_POPULATION, dom.low, dom.high).sample(devices, rng)
     if isinstance(dom, Dictionary):
         return parse_distribution(distribution, dom.size).sample(devices, rng)
     if isinstance(dom, HashedDomain):
@@ -378,9 +405,13 @@ def demo_labels(metrics: MetricSet, name: str, vocabulary: int = 2000) -> dict[i
 
 def _draw_value(
     metrics: MetricSet, name: str, rng: np.random.Generator, distribution: str, vocabulary: int = 2000
-) -> tuple[int, Any]:
-    """One device's true value of ``name``, as the app would record it, and its domain index."""
+) -> tuple[int | float, Any]:
+    """One device's true value of ``name``, as the app would record it, and its domain index (a numeric
+    metric's: the number itself)."""
     dom = metrics[name].domain
+    if isinstance(dom, NumberRange):
+        x = float(NumericPopulation(NUMERIC_POPULATION, dom.low, dom.high).sample(1, rng)[0])
+        return x, x
     if isinstance(dom, Dictionary):
         idx = int(parse_distribution(distribution, dom.size).sample(1, rng)[0])
         value: Any = dom.values[idx] if idx < len(dom.values) else f"undeclared-{idx}"
@@ -413,7 +444,9 @@ def fleet_batches(
     for name in names:
         spec = metrics[name].spec
         idx = true_indices(metrics, name, devices, rng, distribution)
-        truth[name] = np.bincount(idx, minlength=spec.domain_size)
+        truth[name] = (
+            np.bincount(idx, minlength=frequency_spec(spec).domain_size) if metrics[name].kind == "frequency" else idx
+        )
         recs = spec.encode(idx, rng)
         cuts = list(range(0, devices, frame_reports))[1:]
         if cuts and devices - cuts[-1] < frame_reports:
@@ -538,7 +571,8 @@ def sdk_devices(
 
     metrics = load_metrics(metrics_path, reject_expired=False)
     base = Path(workdir) if workdir is not None else Path(tempfile.mkdtemp(prefix="ldp-sdk-"))
-    truth = {n: np.zeros(metrics[n].spec.domain_size, dtype=np.int64) for n in names}
+    truth = {n: empty_truth(metrics, n) for n in names}
+    values: dict[str, list[float]] = {n: [] for n in names if metrics[n].kind != "frequency"}
     policy = LocalPolicy(
         per_metric_daily=max(m.daily_epsilon for m in metrics.values()),
         total_daily=sum(m.daily_epsilon for m in metrics.values()),
@@ -557,9 +591,14 @@ def sdk_devices(
             for name in names:
                 idx, value = _draw_value(metrics, name, rng, distribution)
                 client.record(name, value)
-                truth[name][idx] += 1
+                if name in values:
+                    values[name].append(float(idx))
+                else:
+                    truth[name][int(idx)] += 1
             if not client.flush(timeout=timeout):
                 raise RuntimeError(f"SDK device {i} did not upload within {timeout:g} s: {client.errors()}")
             if client.pending_reports():
                 raise RuntimeError(f"SDK device {i} still holds {client.pending_reports()} reports: {client.errors()}")
+    for name, vals in values.items():
+        truth[name] = np.asarray(vals, dtype=np.float64)
     return truth

@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from client_sdk.mechanisms import make_spec
+from client_sdk.mechanisms import frequency_spec, make_spec
 from client_sdk.mechanisms.base import MechanismSpec
 from estimator.oracles import accumulator_for
 from estimator.result import Estimate
@@ -22,8 +22,8 @@ CHUNK = 1 << 18
 def spec_for(mechanism: str, epsilon: float, domain: int, **params: Any) -> MechanismSpec:
     """The spec the simulator uses: the mechanism's defaults (``rr`` has domain 2)."""
     if mechanism == "rr":
-        return make_spec("rr", epsilon=epsilon, **params)
-    return make_spec(mechanism, epsilon=epsilon, domain_size=domain, **params)
+        return frequency_spec(make_spec("rr", epsilon=epsilon, **params))
+    return frequency_spec(make_spec(mechanism, epsilon=epsilon, domain_size=domain, **params))
 
 
 @dataclasses.dataclass

@@ -11,9 +11,19 @@ import importlib
 from typing import Any
 
 from client_sdk.errors import SpecError
-from client_sdk.mechanisms.base import MechanismSpec, pure_protocol_variance
+from client_sdk.mechanisms.base import MechanismSpec, ReportSpec, pure_protocol_variance
 
-__all__ = ["MechanismSpec", "MECHANISMS", "spec_class", "make_spec", "spec_from_dict", "pure_protocol_variance"]
+__all__ = [
+    "ReportSpec",
+    "MechanismSpec",
+    "MECHANISMS",
+    "FREQUENCY_MECHANISMS",
+    "spec_class",
+    "make_spec",
+    "spec_from_dict",
+    "frequency_spec",
+    "pure_protocol_variance",
+]
 
 #: name -> "module:Class"
 MECHANISMS: dict[str, str] = {
@@ -25,10 +35,18 @@ MECHANISMS: dict[str, str] = {
     "cms": "client_sdk.mechanisms.cms:CMSSpec",
     "hcms": "client_sdk.mechanisms.cms:HCMSSpec",
     "hr": "client_sdk.mechanisms.hr:HRSpec",
+    # numeric: means and distributions of bounded numbers (docs/NUMERIC.md)
+    "duchi": "client_sdk.mechanisms.numeric:DuchiSpec",
+    "pm": "client_sdk.mechanisms.numeric:PiecewiseSpec",
+    "hm": "client_sdk.mechanisms.numeric:HybridSpec",
+    "sw": "client_sdk.mechanisms.square_wave:SquareWaveSpec",
 }
 
+#: the frequency oracles (counts per domain index): the registry names whose specs are :class:`MechanismSpec`
+FREQUENCY_MECHANISMS = ("rr", "grr", "oue", "rappor", "olh", "cms", "hcms", "hr")
 
-def spec_class(name: str) -> type[MechanismSpec]:
+
+def spec_class(name: str) -> type[ReportSpec]:
     """The spec class registered under ``name``."""
     try:
         target = MECHANISMS[name]
@@ -38,7 +56,7 @@ def spec_class(name: str) -> type[MechanismSpec]:
     return getattr(importlib.import_module(module), cls)
 
 
-def make_spec(name: str, **params: Any) -> MechanismSpec:
+def make_spec(name: str, **params: Any) -> ReportSpec:
     """Build the spec ``name`` from keyword parameters (``epsilon``, ``domain_size``, ...)."""
     cls = spec_class(name)
     try:
@@ -47,9 +65,16 @@ def make_spec(name: str, **params: Any) -> MechanismSpec:
         raise SpecError(f"{name}: {exc}") from None
 
 
-def spec_from_dict(data: dict[str, Any]) -> MechanismSpec:
+def spec_from_dict(data: dict[str, Any]) -> ReportSpec:
     """Inverse of :meth:`MechanismSpec.to_dict`."""
     if not isinstance(data, dict) or "mechanism" not in data:
         raise SpecError(f"a spec must be an object with a 'mechanism' key, got {data!r}")
     params = {k: v for k, v in data.items() if k != "mechanism"}
     return make_spec(str(data["mechanism"]), **params)
+
+
+def frequency_spec(spec: ReportSpec) -> MechanismSpec:
+    """``spec`` as a frequency oracle's, or :class:`SpecError` naming what it estimates instead."""
+    if not isinstance(spec, MechanismSpec):
+        raise SpecError(f"{spec.name} estimates a {spec.kind}, not frequencies: this needs a frequency oracle")
+    return spec

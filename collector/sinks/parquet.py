@@ -59,7 +59,7 @@ from typing import Any
 import numpy as np
 
 from client_sdk.files import write_atomic
-from client_sdk.mechanisms.base import MechanismSpec
+from client_sdk.mechanisms.base import ReportSpec
 from collector.errors import SinkError
 from pipeline.dataset import FORMAT, fsync_dir, makedirs_durable, part_name, records_to_table, write_table_atomic
 from pipeline.envelope import ShuffledBatch, ShuffleMeta, decode_envelope
@@ -244,7 +244,7 @@ class _Item:
     meta: ShuffleMeta | None
     metric: str
     day: int
-    spec: MechanismSpec | None
+    spec: ReportSpec | None
     records: np.ndarray | None
 
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import importlib
 
-from client_sdk.mechanisms.base import MechanismSpec
-from estimator.oracles.base import Accumulator
+from client_sdk.mechanisms.base import MechanismSpec, ReportSpec
+from estimator.oracles.base import Accumulator, LinearState
 
-__all__ = ["Accumulator", "ACCUMULATORS", "accumulator_for"]
+__all__ = ["Accumulator", "LinearState", "ACCUMULATORS", "accumulator_for", "state_for"]
 
 ACCUMULATORS: dict[str, str] = {
     "rr": "estimator.oracles.grr:BinaryRRAccumulator",
@@ -19,6 +19,11 @@ ACCUMULATORS: dict[str, str] = {
     "cms": "estimator.oracles.cms:CMSAccumulator",
     "hcms": "estimator.oracles.cms:HCMSAccumulator",
     "hr": "estimator.oracles.hr:HRAccumulator",
+    # numeric (estimator/numeric.py): their estimate is a MeanEstimate or a DistributionEstimate
+    "duchi": "estimator.numeric:MeanAccumulator",
+    "pm": "estimator.numeric:MeanAccumulator",
+    "hm": "estimator.numeric:MeanAccumulator",
+    "sw": "estimator.numeric:SquareWaveAccumulator",
 }
 
 
@@ -26,3 +31,10 @@ def accumulator_for(spec: MechanismSpec) -> Accumulator:
     """A fresh accumulator for ``spec``."""
     module, cls = ACCUMULATORS[spec.name].split(":")
     return getattr(importlib.import_module(module), cls)(spec)
+
+
+def state_for(spec: ReportSpec) -> LinearState:
+    """A fresh accumulator for any spec (frequency or numeric): what the pipeline's consumers keep per key."""
+    module, cls = ACCUMULATORS[spec.name].split(":")
+    acc: LinearState = getattr(importlib.import_module(module), cls)(spec)
+    return acc

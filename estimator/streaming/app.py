@@ -36,6 +36,8 @@ _MODELS: dict[str, Any] | None = None
 
 
 def _build_models() -> dict[str, Any]:
+    from typing import Literal
+
     from pydantic import BaseModel, ConfigDict, Field
 
     class ErrorDetail(BaseModel):
@@ -62,6 +64,7 @@ def _build_models() -> dict[str, Any]:
         model_config = ConfigDict(extra="forbid")
 
         metric: str
+        kind: Literal["frequency"] = Field(description="what the metric estimates")
         day: int = Field(description="days since 1970-01-01 (UTC)")
         date: str = Field(description="the day as an ISO date")
         spec_id: str = Field(description="the spec's id (RFC 8785 canonical JSON, hashed; see ARCHITECTURE.md)")
@@ -87,7 +90,61 @@ def _build_models() -> dict[str, Any]:
         labels: list[str] | None = Field(None, description="the dictionary's label per index, if the metric has one")
         merged_instances: int = Field(description="how many estimator instances' states were merged")
 
-    return {"estimate": EstimateBody, "available": AvailableList, "health": Health, "error": ErrorDetail}
+    class NumericCommon(BaseModel):
+        model_config = ConfigDict(extra="forbid")
+
+        metric: str
+        day: int
+        date: str
+        spec_id: str
+        mechanism: str
+        spec: dict[str, Any]
+        n: int
+        batches: int
+        epsilon: float
+        epsilon0_reported: float | None
+        central_epsilon: float | None
+        central_delta: float | None
+        central_bound: str | None
+        confidence: float
+        merged_instances: int
+
+    class MeanBody(NumericCommon):
+        """One day's mean of a numeric metric (one entry per attribute), in the value's units."""
+
+        kind: Literal["mean"]
+        mean: list[float | None] = Field(description="unbiased mean per attribute")
+        variance: list[float | None] = Field(description="estimated variance of the mean (sample variance / n)")
+        std_error: list[float | None]
+        ci_low: list[float | None]
+        ci_high: list[float | None]
+
+    class Quantile(BaseModel):
+        value: float
+        ci_low: float
+        ci_high: float
+
+    class DistributionBody(NumericCommon):
+        """One day's distribution of a numeric metric: EMS histogram with basic-bootstrap bands, and quantiles."""
+
+        kind: Literal["distribution"]
+        edges: list[float] = Field(description="the bins + 1 bin edges, in the value's units")
+        hist: list[float] = Field(description="estimated share of users per bin (sums to 1)")
+        hist_low: list[float]
+        hist_high: list[float]
+        quantiles: dict[str, Quantile] = Field(description='keyed "p50", "p90", "p99"')
+        iterations: int = Field(description="EM steps taken")
+        bootstrap: int = Field(description="bootstrap resamples behind the intervals")
+
+    return {
+        "estimate": EstimateBody,
+        "mean": MeanBody,
+        "distribution": DistributionBody,
+        "any_estimate": EstimateBody | MeanBody | DistributionBody,
+        "available": AvailableList,
+        "health": Health,
+        "error": ErrorDetail,
+    }
 
 
 def _finite(x: np.ndarray) -> list[float | None]:
@@ -103,13 +160,17 @@ def estimate_json(
     norm_sub: bool = False,
     definition: MetricDefinition | None = None,
 ) -> dict[str, Any]:
-    """The JSON answer of ``GET /v1/estimates/{metric}``."""
+    """The JSON answer of ``GET /v1/estimates/{metric}``: a frequency estimate (``counts``...), or for a numeric
+    metric its mean or distribution (``kind``; docs/NUMERIC.md)."""
+    spec = ks.spec
+    if spec.kind != "frequency":
+        return _numeric_json(metric, key, ks, confidence)
     est: Estimate = ks.acc.estimate(confidence)
     if norm_sub:
         est = est.norm_sub()
-    spec = ks.spec
     out: dict[str, Any] = {
         "metric": metric,
+        "kind": "frequency",
         "day": key[2],
         "date": (_EPOCH + _dt.timedelta(days=key[2])).isoformat(),
         "spec_id": key[1],
@@ -130,7 +191,42 @@ def estimate_json(
         "ci_high": _finite(est.ci_high),
     }
     if definition is not None and hasattr(definition.domain, "values"):
-        out["labels"] = [definition.domain.label(i) for i in range(spec.domain_size)]
+        out["labels"] = [definition.domain.label(i) for i in range(est.counts.size)]
+    return out
+
+
+def _common(metric: str, key: Key, ks: KeyState) -> dict[str, Any]:
+    spec = ks.spec
+    return {
+        "metric": metric,
+        "kind": spec.kind,
+        "day": key[2],
+        "date": (_EPOCH + _dt.timedelta(days=key[2])).isoformat(),
+        "spec_id": key[1],
+        "mechanism": spec.name,
+        "spec": spec.to_dict(),
+        "n": ks.acc.n,
+        "batches": ks.batches,
+        "epsilon": spec.epsilon,
+        "epsilon0_reported": ks.epsilon0,
+        "central_epsilon": ks.central_epsilon,
+        "central_delta": ks.central_delta,
+        "central_bound": ks.bound,
+    }
+
+
+def _numeric_json(metric: str, key: Key, ks: KeyState, confidence: float) -> dict[str, Any]:
+    """A numeric metric's answer: ``mean`` (per attribute) with ``variance`` and the interval, or the
+    distribution's histogram with bands and quantiles with intervals (seeded from the state: one answer)."""
+    out = _common(metric, key, ks)
+    body = ks.acc.estimate(confidence).to_dict()
+    body.pop("n", None)
+    if ks.spec.kind == "mean":
+        for k in ("mean", "variance", "ci_low", "ci_high"):
+            body[k] = [v if math.isfinite(v) else None for v in body[k]]
+        body["std_error"] = [None if v is None else math.sqrt(v) for v in body["variance"]]
+    out.update(body)
+    out["confidence"] = confidence
     return out
 
 
@@ -244,7 +340,7 @@ def create_app(
 
     @app.get(
         "/v1/estimates/{metric}",
-        response_model=models["estimate"],
+        response_model=models["any_estimate"],
         response_model_exclude_unset=True,
         responses={
             400: {**err, "description": "a malformed day"},

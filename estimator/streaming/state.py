@@ -31,10 +31,10 @@ from typing import Any
 import numpy as np
 
 from client_sdk.mechanisms import spec_from_dict
-from client_sdk.mechanisms.base import MechanismSpec
+from client_sdk.mechanisms.base import ReportSpec
 from estimator.errors import StateError
-from estimator.oracles import accumulator_for
-from estimator.oracles.base import Accumulator
+from estimator.oracles import state_for
+from estimator.oracles.base import LinearState
 from pipeline.envelope import ShuffleMeta
 from pipeline.topics import SHUFFLED_TOPIC
 from pipeline.transport.base import TopicPartition
@@ -72,7 +72,7 @@ class KeyState:
     guarantee holds for every report (Feldman et al. 2021 bound per batch).
     """
 
-    acc: Accumulator
+    acc: LinearState
     batches: int = 0
     epsilon0: float | None = None
     central_epsilon: float | None = None
@@ -80,11 +80,11 @@ class KeyState:
     bound: str | None = None
 
     @classmethod
-    def empty(cls, spec: MechanismSpec) -> KeyState:
-        return cls(accumulator_for(spec))
+    def empty(cls, spec: ReportSpec) -> KeyState:
+        return cls(state_for(spec))
 
     @property
-    def spec(self) -> MechanismSpec:
+    def spec(self) -> ReportSpec:
         return self.acc.spec
 
     def add(self, records: np.ndarray, meta: ShuffleMeta | None) -> None:
@@ -131,7 +131,7 @@ class KeyState:
     @classmethod
     def from_parts(cls, head: Mapping[str, Any], sums: Mapping[str, Any]) -> KeyState:
         spec = spec_from_dict(dict(head["spec"]))
-        acc = accumulator_for(spec)
+        acc = state_for(spec)
         acc = type(acc).from_state(
             spec, {"spec": spec.to_dict(), "n": int(head["n"]), "sums": {k: np.asarray(v) for k, v in sums.items()}}
         )
@@ -166,7 +166,7 @@ class Tally:
     def __init__(self) -> None:
         self.keys: dict[Key, KeyState] = {}
 
-    def add(self, metric: str, day: int, spec: MechanismSpec, records: np.ndarray, meta: ShuffleMeta | None) -> Key:
+    def add(self, metric: str, day: int, spec: ReportSpec, records: np.ndarray, meta: ShuffleMeta | None) -> Key:
         key = (metric, spec.spec_id, int(day))
         ks = self.keys.get(key)
         if ks is None:

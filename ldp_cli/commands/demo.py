@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from client_sdk.mechanisms import MECHANISMS
+from client_sdk.mechanisms import FREQUENCY_MECHANISMS
 from simulator.population import parse_distribution
 from simulator.run import SimulationResult, simulate, spec_for
 
@@ -95,7 +95,16 @@ def run_pipeline(args: argparse.Namespace) -> int:
     from client_sdk.metrics import load_metrics, utc_day
     from estimator.batch import estimate_dataset
     from pipeline.catalog import SpecCatalog
-    from simulator.pipeline import LocalPipeline, demo_labels, fleet_batches, sdk_devices, upload
+    from simulator.pipeline import (
+        LocalPipeline,
+        add_truth,
+        demo_labels,
+        empty_truth,
+        fleet_batches,
+        sdk_devices,
+        truth_reports,
+        upload,
+    )
 
     if args.devices < 1 or args.sdk_devices < 0 or args.frame_reports < 1 or args.min_batch < 1:
         raise ValueError("--devices, --frame-reports and --min-batch must be positive, --sdk-devices >= 0")
@@ -125,7 +134,7 @@ def run_pipeline(args: argparse.Namespace) -> int:
             f"shuffler crowd >= {args.min_batch}   Parquet sink {pipe.dataset}",
             flush=True,
         )
-        truth = {n: np.zeros(metrics[n].spec.domain_size, dtype=np.int64) for n in names}
+        truth = {n: empty_truth(metrics, n) for n in names}
         n_sdk = min(args.sdk_devices, args.devices)
         if n_sdk:
             t0 = time.monotonic()
@@ -138,7 +147,7 @@ def run_pipeline(args: argparse.Namespace) -> int:
                 workdir=workdir / "sdk-devices",
                 distribution=args.distribution,
             ).items():
-                truth[name] += counts
+                truth[name] = add_truth(metrics, name, truth[name], counts)
             print(
                 f"  {n_sdk} SDK devices: record -> ledger -> outbox -> uploader in {time.monotonic() - t0:.1f} s",
                 flush=True,
@@ -153,14 +162,14 @@ def run_pipeline(args: argparse.Namespace) -> int:
             distribution=args.distribution,
         )
         for name, counts in fleet.truth.items():
-            truth[name] += counts
+            truth[name] = add_truth(metrics, name, truth[name], counts)
         stats = upload(pipe.collector_url, fleet.batches, clients=args.clients)
         print(
             f"  {args.devices - n_sdk:,} devices uploaded {stats.reports:,} reports in {stats.batches} frames "
             f"in {stats.seconds:.1f} s ({stats.rate:,.0f} reports/s, {stats.retries} retries)",
             flush=True,
         )
-        expected = {n: int(truth[n].sum()) for n in names}
+        expected = {n: truth_reports(metrics, n, truth[n]) for n in names}
         waited, held = pipe.wait_settled(sum(expected.values()), timeout=120)
         print(
             f"  the streaming estimator counted every released report {waited:.1f} s after the last upload"
@@ -191,6 +200,13 @@ def run_pipeline(args: argparse.Namespace) -> int:
     for name in names:
         m = metrics[name]
         est = live[name]
+        if m.kind != "frequency":
+            res = estimate_dataset(pipe.dataset, name, [day], progress=False)
+            row, same = _numeric_row(m, est, truth[name], res.table)
+            batch_equal &= same
+            row.update(uploaded=expected[name], counted=counted.get(name, 0))
+            summary["metrics"][name] = row
+            continue
         counts, lo, hi = (np.array(est[k], dtype=np.float64) for k in ("counts", "ci_low", "ci_high"))
         t = truth[name]
         res = estimate_dataset(pipe.dataset, name, [day], progress=False, definition=catalog.metrics.get(name))
@@ -210,7 +226,7 @@ def run_pipeline(args: argparse.Namespace) -> int:
             else "central ε n/a"
         )
         print(
-            f"{name}: {m.spec.name} ε={m.spec.epsilon:g}, d={m.spec.domain_size}, n={est['n']:,} in "
+            f"{name}: {m.spec.name} ε={m.spec.epsilon:g}, d={len(counts)}, n={est['n']:,} in "
             f"{est['batches']} shuffled batches; {central}; RMSE {rmse:,.1f}, 95% CI coverage {cover:.0%}"
         )
         print(f"  {'item':>18} {'truth':>8} {'estimate':>9} {'95% CI':>20}")
@@ -257,6 +273,86 @@ def run_pipeline(args: argparse.Namespace) -> int:
     return 0 if once and batch_equal else 1
 
 
+def _central(est: dict[str, Any], m: Any) -> str:
+    ce, r = est.get("central_epsilon"), m.max_reports_per_day
+    if ce is None:
+        return "central ε n/a"
+    return f"central ε={ce:.3g} per person (δ={est['central_delta']:g}; locally {r}×ε={r * m.spec.epsilon:g})"
+
+
+def _numeric_row(m: Any, est: dict[str, Any], values: np.ndarray, table: Any) -> tuple[dict[str, Any], bool]:
+    """Print a numeric metric's live estimate against the devices' true values; its demo.json entry, and
+    whether the batch job over the Parquet dataset gave the same numbers."""
+    head = f"{m.name}: {m.spec.name} ε={m.spec.epsilon:g}, range [{m.spec.low:g}, {m.spec.high:g}], n={est['n']:,} in "
+    head += f"{est['batches']} shuffled batches; {_central(est, m)}"
+    row: dict[str, Any] = {
+        "kind": m.kind,
+        "mechanism": m.spec.name,
+        "epsilon": m.spec.epsilon,
+        "n": est["n"],
+        "reports_per_day": m.max_reports_per_day,
+        "person_epsilon": m.max_reports_per_day * m.spec.epsilon,
+        "central_epsilon": est.get("central_epsilon"),
+        "central_delta": est.get("central_delta"),
+    }
+    if m.kind == "mean":
+        mean, lo, hi = est["mean"][0], est["ci_low"][0], est["ci_high"][0]
+        truth = float(values.mean())
+        covered = bool(lo <= truth <= hi)
+        same = bool(np.array_equal(table["mean"].to_numpy(), np.array(est["mean"], dtype=np.float64)))
+        print(head)
+        print(f"  true mean {truth:,.3f}   estimate {mean:,.3f}   95% CI [{lo:,.3f}, {hi:,.3f}]   covered: {covered}")
+        row.update(true_mean=truth, mean=mean, ci_low=lo, ci_high=hi, ci_covers=covered, batch_equals_streaming=same)
+        return row, same
+    edges = np.array(est["edges"], dtype=np.float64)
+    hist = np.array(est["hist"], dtype=np.float64)
+    true_hist = np.histogram(np.clip(values, edges[0], edges[-1]), bins=edges)[0] / max(1, values.size)
+    tv = float(0.5 * np.abs(hist - true_hist).sum())
+    same = bool(np.array_equal(table["share"].to_numpy(), hist))
+    print(head)
+    print(f"  histogram of {hist.size} bins: total variation from the truth {tv:.3f}")
+    quantiles = {}
+    for q, v in est["quantiles"].items():
+        true_q = float(np.quantile(values, float(q[1:]) / 100))
+        quantiles[q] = {**v, "truth": true_q}
+        print(
+            f"  {q:>4}: true {true_q:,.2f}   estimate {v['value']:,.2f}   95% CI [{v['ci_low']:,.2f}, {v['ci_high']:,.2f}]"
+        )
+    row.update(
+        tv=tv,
+        quantiles=quantiles,
+        edges=est["edges"],
+        hist=est["hist"],
+        true_hist=true_hist.tolist(),
+        batch_equals_streaming=same,
+    )
+    return row, same
+
+
+def _plot_numeric(ax: Any, m: Any, est: dict[str, Any], values: np.ndarray) -> None:
+    if m.kind == "mean":
+        ax.hist(values, bins=40, color="#cfd8e3", label="true values")
+        ax.axvline(float(values.mean()), color="k", ls="--", lw=1, label=f"true mean {values.mean():.2f}")
+        ax.axvspan(est["ci_low"][0], est["ci_high"][0], color="#b03a2e", alpha=0.3, label="estimate, 95% CI")
+        ax.axvline(est["mean"][0], color="#b03a2e", lw=1.5)
+        ax.set_xlabel("value")
+    else:
+        edges = np.array(est["edges"], dtype=np.float64)
+        centres = (edges[:-1] + edges[1:]) / 2
+        true_hist = np.histogram(np.clip(values, edges[0], edges[-1]), bins=edges)[0] / max(1, values.size)
+        ax.bar(centres, true_hist, width=np.diff(edges), color="#cfd8e3", label="truth")
+        ax.plot(centres, est["hist"], color="#b03a2e", drawstyle="steps-mid", label="estimate")
+        ax.fill_between(centres, est["hist_low"], est["hist_high"], step="mid", color="#b03a2e", alpha=0.25)
+        for q, v in est["quantiles"].items():
+            ax.axvline(v["value"], color="#555", ls=":", lw=1)
+            ax.annotate(q, (v["value"], max(true_hist) * 0.95), fontsize=7, ha="center")
+        ax.set_xlabel("value")
+    ce = est.get("central_epsilon")
+    extra = f", central ε={ce:.2g}" if ce is not None else ""
+    ax.set_title(f"{m.name}: {m.spec.name} ({m.kind}) ε={m.spec.epsilon:g}{extra}, n={est['n']:,}", fontsize=10)
+    ax.legend(fontsize=7)
+
+
 def _plot_pipeline(
     metrics: Any,
     live: dict[str, Any],
@@ -276,6 +372,9 @@ def _plot_pipeline(
     fig, axes = plt.subplots(rows, cols, figsize=(12, 3.4 * rows), squeeze=False)
     for ax, name in zip(axes.flat, names):
         est, t, m = live[name], truth[name], metrics[name]
+        if m.kind != "frequency":
+            _plot_numeric(ax, m, est, t)
+            continue
         counts, lo, hi = (np.array(est[k], dtype=np.float64) for k in ("counts", "ci_low", "ci_high"))
         order = np.argsort(-t, kind="stable")[:top]
         x = np.arange(order.size)
@@ -343,9 +442,9 @@ def _plot_offline(results: list[SimulationResult], path: Path, top: int = 25) ->
 
 def run_offline(args: argparse.Namespace) -> int:
     names = [m.strip() for m in args.mechanisms.split(",") if m.strip()]
-    unknown = [m for m in names if m not in MECHANISMS]
+    unknown = [m for m in names if m not in FREQUENCY_MECHANISMS]
     if unknown:
-        raise ValueError(f"unknown mechanisms {unknown}; choose from {sorted(MECHANISMS)}")
+        raise ValueError(f"unknown mechanisms {unknown}; choose from {sorted(FREQUENCY_MECHANISMS)}")
     from tqdm import tqdm
 
     parse_distribution(args.distribution, args.domain)  # fail early on a bad argument

@@ -9,7 +9,7 @@ import sys
 
 import numpy as np
 
-from client_sdk.mechanisms import MECHANISMS
+from client_sdk.mechanisms import FREQUENCY_MECHANISMS
 from simulator.numeric import NUMERIC_MECHANISMS, NumericPopulation, numeric_spec, parse_range, simulate_numeric
 from simulator.population import parse_distribution
 from simulator.run import simulate, spec_for
@@ -21,10 +21,10 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="privatize a simulated population with a real encoder and estimate its counts, mean or distribution",
         description="Draw N users' true values, privatize them with the real encoders, "
         "aggregate with the real estimator and print estimates against the truth. Frequency oracles "
-        f"({', '.join(sorted(MECHANISMS))}) take --domain; the numeric mechanisms "
+        f"({', '.join(sorted(FREQUENCY_MECHANISMS))}) take --domain; the numeric mechanisms "
         f"({', '.join(NUMERIC_MECHANISMS)}) take --range LO:HI (sw also --bins).",
     )
-    p.add_argument("--mechanism", required=True, choices=sorted(MECHANISMS) + list(NUMERIC_MECHANISMS))
+    p.add_argument("--mechanism", required=True, choices=sorted(FREQUENCY_MECHANISMS) + list(NUMERIC_MECHANISMS))
     p.add_argument("--epsilon", type=float, required=True)
     p.add_argument("--domain", type=int, default=None, help="domain size D of a frequency oracle (rr: always 2)")
     p.add_argument("--range", default=None, metavar="LO:HI", help="the value range of a numeric mechanism")

@@ -56,7 +56,7 @@ from typing import Any
 import numpy as np
 
 from client_sdk.hashing import hash_to_range
-from client_sdk.mechanisms import make_spec
+from client_sdk.mechanisms import frequency_spec, make_spec
 from client_sdk.mechanisms.base import MechanismSpec
 from estimator.oracles import accumulator_for
 from simulator.population import Distribution
@@ -136,7 +136,7 @@ def poisoning_run(
     every row shares the same honest estimate and differs only by the attack. ``target`` defaults to
     the middle of the domain (a rare item under zipf).
     """
-    spec = make_spec(mechanism, epsilon=epsilon, domain_size=domain)
+    spec = frequency_spec(make_spec(mechanism, epsilon=epsilon, domain_size=domain))
     t = domain // 2 if target is None else int(target)
     values = Distribution(distribution, domain).sample(users, rng)
     honest = accumulator_for(spec)

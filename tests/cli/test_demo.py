@@ -39,11 +39,21 @@ def test_demo_runs_the_pipeline_and_checks_itself(tmp_path: Path, capsys: pytest
     assert (out / "demo.png").read_bytes()[:4] == b"\x89PNG"
     summary = json.loads((out / "demo.json").read_text())
     assert summary["held_by_shuffler"] == 0 and summary["transport"] == "embedded"
+    kinds = {name: m.get("kind", "frequency") for name, m in summary["metrics"].items()}
+    assert {"mean", "distribution"} <= set(kinds.values())  # the example metrics include numeric ones
     for name, m in summary["metrics"].items():
         assert m["counted"] == m["uploaded"] == m["n"] == 4000, name
         assert m["batch_equals_streaming"]
-        truth = np.array(m["truth"])
-        assert truth.sum() == 4000
+        if kinds[name] == "mean":
+            # the mean within 5 of its own standard errors (CI half-width / 1.96) of the devices' true mean
+            se = (m["ci_high"] - m["ci_low"]) / (2 * 1.959963984540054)
+            assert abs(m["mean"] - m["true_mean"]) < 5 * se, m
+        elif kinds[name] == "distribution":
+            assert abs(sum(m["hist"]) - 1) < 1e-9 and abs(sum(m["true_hist"]) - 1) < 1e-9
+            assert set(m["quantiles"]) == {"p50", "p90", "p99"}
+        else:
+            truth = np.array(m["truth"])
+            assert truth.sum() == 4000
         # the central ε is per person (a device's day of up to r reports) and must beat that person's local r·ε
         assert m["person_epsilon"] == m["reports_per_day"] * m["epsilon"]
         assert m["central_epsilon"] is not None and m["central_epsilon"] < m["person_epsilon"]

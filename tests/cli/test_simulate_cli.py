@@ -19,10 +19,10 @@ from typing import Any
 import numpy as np
 import pytest
 
-from client_sdk.mechanisms import MECHANISMS, make_spec
+from client_sdk.mechanisms import FREQUENCY_MECHANISMS, make_spec
 from ldp_cli.main import main
 
-NAMES = sorted(MECHANISMS)
+NAMES = sorted(FREQUENCY_MECHANISMS)
 CONTRACT = {"mechanism", "epsilon", "domain", "users", "seed", "true", "estimate", "variance", "seconds"}
 EXTRAS = {"spec", "spec_id", "ci_low", "ci_high"}
 LDP = Path(sys.executable).with_name("ldp")

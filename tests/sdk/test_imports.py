@@ -30,11 +30,16 @@ _PROBE = textwrap.dedent(
     if name:
         module = MECHANISMS[name].split(":")[0]
         importlib.import_module(module)
-        spec = make_spec(name, epsilon=1.0) if name == "rr" else make_spec(name, epsilon=1.0, domain_size=16)
         rng = np.random.default_rng(0)
-        records = spec.encode(np.arange(spec.domain_size), rng)
-        spec.encode_one(1, rng)
-        spec.count_variance(np.ones(spec.domain_size))
+        if getattr(importlib.import_module(module), MECHANISMS[name].split(":")[1]).kind != "frequency":
+            spec = make_spec(name, epsilon=1.0, low=0, high=1)
+            records = spec.encode(rng.random(16), rng)
+            spec.encode_one(0.5, rng)
+        else:
+            spec = make_spec(name, epsilon=1.0) if name == "rr" else make_spec(name, epsilon=1.0, domain_size=16)
+            records = spec.encode(np.arange(spec.domain_size), rng)
+            spec.encode_one(1, rng)
+            spec.count_variance(np.ones(spec.domain_size))
         batch = ReportBatch("probe", spec, 1, records)
         decode_frame(encode_frame(batch), spec)
         encode_json(batch)

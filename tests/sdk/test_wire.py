@@ -30,7 +30,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from client_sdk.errors import DomainError, FrameError, SpecError, SpecMismatchError
-from client_sdk.mechanisms import MECHANISMS, make_spec, spec_from_dict
+from client_sdk.mechanisms import FREQUENCY_MECHANISMS, make_spec, spec_from_dict
 from client_sdk.mechanisms.base import MAX_EPSILON
 from client_sdk.mechanisms.grr import GRRSpec
 from client_sdk.mechanisms.rr import BinaryRRSpec
@@ -44,7 +44,7 @@ from client_sdk.wire import (
     encode_json,
 )
 
-NAMES = sorted(MECHANISMS)
+NAMES = sorted(FREQUENCY_MECHANISMS)
 PROPERTY = settings(max_examples=40, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
 
 # -- golden vectors (frozen; see the module docstring) ------------------------------

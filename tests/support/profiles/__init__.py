@@ -37,11 +37,11 @@ from __future__ import annotations
 import importlib
 from types import ModuleType
 
-from client_sdk.mechanisms import MECHANISMS
+from client_sdk.mechanisms import FREQUENCY_MECHANISMS
 
 __all__ = ["profile", "NAMES"]
 
-NAMES: list[str] = sorted(MECHANISMS)
+NAMES: list[str] = sorted(FREQUENCY_MECHANISMS)
 
 
 def profile(name: str) -> ModuleType:

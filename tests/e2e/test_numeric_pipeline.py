@@ -1,0 +1,114 @@
+"""Numeric metrics end to end, on the embedded log and on Kafka: devices -> HTTP collector -> shuffler ->
+streaming estimator + Parquet sink -> batch job (docs/NUMERIC.md).
+
+The components are the real ones (:class:`simulator.pipeline.LocalPipeline`). Every frame holds at least the
+crowd threshold, so every report is released; the live sums must then equal, exactly, what an offline pass over
+the uploaded reports adds up (the numeric accumulators' sums are integers), the batch job must print the same
+numbers, and the mean must lie within 5 of its standard errors of the devices' true mean.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import httpx
+import numpy as np
+import pytest
+
+from client_sdk.metrics import parse_metrics, utc_day
+from estimator.batch import estimate_dataset
+from simulator.pipeline import LocalPipeline, fleet_batches, upload
+from tests.support.shuffled_data import offline
+
+RANGE = {"kind": "range", "low": 0, "high": 120, "out_of_range": "clamp"}
+METRICS = {
+    "format": "ldp-metrics/1",
+    "metrics": {
+        "minutes": {
+            "kind": "mean",
+            "description": "minutes",
+            "owner": "o@example.org",
+            "expires": "2099-12-31",
+            "mechanism": {"mechanism": "auto", "epsilon": 2.0},
+            "domain": RANGE,
+            "max_reports_per_day": 1,
+        },
+        "minutes_dist": {
+            "kind": "distribution",
+            "description": "minutes, distribution",
+            "owner": "o@example.org",
+            "expires": "2099-12-31",
+            "mechanism": {"mechanism": "sw", "epsilon": 2.0, "bins": 32},
+            "domain": RANGE,
+            "max_reports_per_day": 1,
+        },
+        "battery": {
+            "description": "battery drain, Duchi et al. by name",
+            "owner": "o@example.org",
+            "expires": "2099-12-31",
+            "mechanism": {"mechanism": "duchi", "epsilon": 0.5},
+            "domain": {"kind": "range", "low": 0, "high": 1},
+            "max_reports_per_day": 1,
+        },
+    },
+}
+FRAME = 250
+
+
+@pytest.fixture(params=["embedded", pytest.param("kafka", marks=pytest.mark.kafka)])
+def transport_url(request: pytest.FixtureRequest) -> str | None:
+    if request.param == "embedded":
+        return None
+    return f"kafka://{request.getfixturevalue('kafka_bootstrap')}"
+
+
+def test_numeric_metrics_through_the_pipeline(tmp_path: Path, transport_url: str | None) -> None:
+    metrics_path = tmp_path / "metrics.json"
+    metrics_path.write_text(json.dumps(METRICS))
+    metrics = parse_metrics(METRICS)
+    assert metrics["minutes"].spec.name == "hm"  # "auto" at ε = 2 picks the Hybrid Mechanism
+    names = sorted(metrics)
+    day = utc_day(time.time())
+    fleet = fleet_batches(metrics, names, 4000, day, np.random.default_rng(77), frame_reports=FRAME)
+    with LocalPipeline(
+        tmp_path / "run",
+        metrics_path,
+        transport_url=transport_url,
+        min_batch=FRAME,
+        partitions=2,
+        checkpoint_interval=0.3,
+    ) as pipe:
+        stats = upload(pipe.collector_url, fleet.batches, clients=4)
+        assert stats.batches == len(fleet.batches) and stats.rejected == 0
+        expected = fleet.reports()
+        pipe.wait_settled(sum(expected.values()), timeout=90)
+        pipe.wait_sink(sum(expected.values()), timeout=90)
+        assert pipe.counted() == expected
+        live = {
+            n: httpx.get(f"{pipe.estimator_url}/v1/estimates/{n}", params={"day": day}, timeout=60).json()
+            for n in names
+        }
+        counted = pipe.estimator.counted()
+        dataset = pipe.dataset
+    want = offline(fleet.batches)
+    for key, acc in want.items():
+        metric = key[0]
+        for field, arr in acc.sums.items():
+            np.testing.assert_array_equal(counted.keys[key].acc.sums[field], arr, err_msg=f"{key} {field}")
+        body = live[metric]
+        assert body["kind"] == metrics[metric].kind and body["n"] == acc.n == expected[metric]
+        assert body["central_epsilon"] is not None and body["central_epsilon"] < metrics[metric].spec.epsilon
+        batch = estimate_dataset(dataset, metric, [day], progress=False)
+        truth = fleet.truth[metric]
+        if body["kind"] == "mean":
+            est = acc.estimate()
+            assert body["mean"] == est.mean.tolist() and body["ci_low"] == est.ci_low.tolist()
+            np.testing.assert_array_equal(batch.table["mean"].to_numpy(), est.mean)
+            assert abs(body["mean"][0] - truth.mean()) < 5 * body["std_error"][0]
+        else:
+            np.testing.assert_array_equal(batch.table["share"].to_numpy(), np.array(body["hist"]))
+            true_hist = np.histogram(truth, bins=np.array(body["edges"]))[0] / truth.size
+            assert 0.5 * np.abs(np.array(body["hist"]) - true_hist).sum() < 0.15
+            assert set(body["quantiles"]) == {"p50", "p90", "p99"}
