@@ -58,11 +58,14 @@ durable store (:mod:`collector.dedup`), whose crash window the shuffler closes.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
+import functools
 import hashlib
 import inspect
 import json
 import logging
+import multiprocessing
 import threading
 import time
 from collections.abc import AsyncIterator, Callable
@@ -76,7 +79,7 @@ from starlette.requests import ClientDisconnect
 
 from client_sdk.errors import FrameError, SpecMismatchError
 from client_sdk.mechanisms.base import MechanismSpec
-from client_sdk.metrics import MetricSet, load_metrics, utc_day
+from client_sdk.metrics import MetricSet, load_metrics, parse_metrics, utc_day
 from client_sdk.wire import (
     FRAME_CONTENT_TYPE,
     MAX_RECORDS,
@@ -150,7 +153,8 @@ class CollectorMetrics:
         self.latency = r.histogram(
             "ldp_collector_request_duration_seconds", "HTTP request latency", ["route", "method"]
         )
-        self.in_flight = r.gauge("ldp_collector_uploads_in_flight", "Uploads being processed")
+        self.in_flight = r.gauge("ldp_collector_uploads_in_flight", "Uploads being processed (body read)")
+        self.reading = r.gauge("ldp_collector_uploads_reading", "Uploads whose body is being read")
         self.publish = r.histogram(
             "ldp_collector_publish_duration_seconds",
             "Duration of one group commit (duplicate check, durable publish, id record)",
@@ -172,11 +176,89 @@ def _error(status: int, reason: str, message: str, headers: dict[str, str] | Non
     return Response(body, status_code=status, media_type="application/json", headers=headers)
 
 
-def _error_parts(
-    status: int, reason: str, message: str, retry_after: int | None = None
-) -> tuple[int, bytes, list[tuple[bytes, bytes]]]:
+_Answer = tuple[int, bytes, list[tuple[bytes, bytes]]]
+
+
+def _error_parts(status: int, reason: str, message: str, retry_after: int | None = None) -> _Answer:
     extra = [] if retry_after is None else [(b"retry-after", str(retry_after).encode())]
     return status, json.dumps({"error": reason, "message": message}).encode(), extra
+
+
+def _resolve(declared: MetricSet, metric: str, spec_id: str) -> MechanismSpec:
+    """The spec a batch of ``metric`` made under ``spec_id`` is decoded with; 422 if there is none."""
+    m = declared.get(metric)
+    if m is None:
+        raise RejectedBatch(
+            422,
+            "unknown_metric",
+            f"metric {metric!r} is not declared in the collector's "
+            "metrics file; GET /v1/metrics lists the declared metrics",
+        )
+    if not m.spec.has_id(spec_id):  # old devices send the legacy id
+        raise RejectedBatch(
+            422,
+            "spec_mismatch",
+            f"metric {metric!r} is collected under spec {m.spec.spec_id} ({m.spec.name}, "
+            f"epsilon={m.spec.epsilon:g}), but the batch was made under spec {spec_id}; "
+            "refresh the metric definitions from GET /v1/metrics",
+        )
+    return m.spec
+
+
+def _decode(body: bytes, kind: str, declared: MetricSet, max_records: int) -> ReportBatch:
+    """Decode one body (``kind`` ``"frame"`` or ``"json"``) against the declared metrics; :class:`RejectedBatch` if it does not."""
+    resolve = functools.partial(_resolve, declared)
+    if not body:
+        raise RejectedBatch(400, "malformed", "the body is empty; send one report batch")
+    try:
+        if kind == "frame":
+            header = read_header(body)
+            if header.n_records > max_records:
+                raise RejectedBatch(
+                    413,
+                    "too_many_records",
+                    f"the batch holds {header.n_records} reports; "
+                    f"this collector takes at most {max_records} per batch: split it",
+                )
+            return decode_frame(body, resolve)
+        try:
+            obj = json.loads(body)
+        except (ValueError, RecursionError) as exc:
+            raise RejectedBatch(400, "malformed", f"the JSON body does not parse: {str(exc)[:200]}") from None
+        if isinstance(obj, dict) and isinstance(obj.get("records"), list) and len(obj["records"]) > max_records:
+            raise RejectedBatch(
+                413,
+                "too_many_records",
+                f"the batch holds {len(obj['records'])} reports; "
+                f"this collector takes at most {max_records} per batch: split it",
+            )
+        return decode_json(obj, resolve)
+    except RejectedBatch:
+        raise
+    except SpecMismatchError as exc:
+        raise RejectedBatch(422, "spec_mismatch", str(exc)) from None
+    except FrameError as exc:
+        raise RejectedBatch(400, "malformed", str(exc)) from None
+    except (ValueError, TypeError, KeyError, IndexError, OverflowError, RecursionError) as exc:
+        log.warning("undecodable upload: %s", type(exc).__name__)
+        raise RejectedBatch(400, "malformed", f"the batch does not decode ({type(exc).__name__})") from None
+
+
+#: the decode process's metrics and record limit (set by :func:`_decode_worker_init`)
+_WORKER: dict[str, Any] = {}
+
+
+def _decode_worker_init(metrics_json: str, max_records: int) -> None:
+    _WORKER["metrics"] = parse_metrics(metrics_json, reject_expired=False)
+    _WORKER["max_records"] = max_records
+
+
+def _json_to_frame(body: bytes) -> bytes | tuple[int, str, str]:
+    """In a decode process: a JSON form's batch as a binary frame, or the refusal ``(status, reason, message)``."""
+    try:
+        return encode_frame(_decode(body, "json", _WORKER["metrics"], _WORKER["max_records"]))
+    except RejectedBatch as exc:
+        return exc.status, exc.reason, exc.message
 
 
 class CollectorApp:
@@ -355,7 +437,8 @@ def create_app(
     metrics_etag = '"' + hashlib.sha256(metrics_body).hexdigest()[:32] + '"'
     prom = CollectorMetrics()
     max_records = min(settings.max_records, MAX_RECORDS)
-    state: dict[str, Any] = {"in_flight": 0}
+    decode = functools.partial(_decode, declared=declared, max_records=max_records)
+    state: dict[str, Any] = {"in_flight": 0, "reading": 0}
 
     def on_group(stats: GroupStats) -> None:
         prom.publish.observe(stats.seconds)
@@ -375,9 +458,23 @@ def create_app(
             retry_after=settings.retry_after,
             threads=settings.publishers,
             on_group=on_group,
+            probe_after=settings.probe_after,
+            probe_interval=settings.probe_interval,
         )
         ingestor.start()
-        state.update(transport=tr, ingestor=ingestor, readiness=_Readiness(tr, settings.raw_topic))
+        # spawned, not forked: this process runs threads (publishers, uvicorn's); started on the first large JSON
+        json_decoder = concurrent.futures.ProcessPoolExecutor(
+            settings.decode_workers,
+            mp_context=multiprocessing.get_context("spawn"),
+            initializer=_decode_worker_init,
+            initargs=(metrics_body.decode(), max_records),
+        )
+        state.update(
+            transport=tr,
+            ingestor=ingestor,
+            readiness=_Readiness(tr, settings.raw_topic),
+            json_decoder=json_decoder,
+        )
         if settings.fl_enabled:
             state["fl"] = start_fl_service(
                 tr, settings.fl_rounds_topic, settings.fl_updates_topic, settings.retry_after
@@ -387,6 +484,7 @@ def create_app(
         finally:
             if state.get("fl") is not None:
                 state.pop("fl").stop()
+            json_decoder.shutdown(wait=True, cancel_futures=True)
             ingestor.stop(timeout=settings.publish_timeout)
             if dedup is None:
                 store.close()
@@ -426,26 +524,7 @@ def create_app(
     app.state.prometheus = prom
     app.state.runtime = state
 
-    def resolve(metric: str, spec_id: str) -> MechanismSpec:
-        m = declared.get(metric)
-        if m is None:
-            raise RejectedBatch(
-                422,
-                "unknown_metric",
-                f"metric {metric!r} is not declared in the collector's "
-                "metrics file; GET /v1/metrics lists the declared metrics",
-            )
-        if not m.spec.has_id(spec_id):  # old devices send the legacy id
-            raise RejectedBatch(
-                422,
-                "spec_mismatch",
-                f"metric {metric!r} is collected under spec {m.spec.spec_id} ({m.spec.name}, "
-                f"epsilon={m.spec.epsilon:g}), but the batch was made under spec {spec_id}; "
-                "refresh the metric definitions from GET /v1/metrics",
-            )
-        return m.spec
-
-    async def read_body(length: str | None, chunks: AsyncIterator[bytes]) -> bytes:
+    def check_length(length: str | None) -> None:
         if length is not None:
             if not length.strip().isdigit():
                 raise RejectedBatch(400, "malformed", f"Content-Length {length[:40]!r} is not a number")
@@ -456,6 +535,8 @@ def create_app(
                     f"the body has {int(length)} bytes; this collector takes at "
                     f"most {settings.max_body_bytes}: split the batch",
                 )
+
+    async def read_body(chunks: AsyncIterator[bytes]) -> bytes:
         buf = bytearray()
         async for chunk in chunks:
             buf += chunk
@@ -464,42 +545,6 @@ def create_app(
                     413, "too_large", f"the body exceeds {settings.max_body_bytes} bytes; split the batch"
                 )
         return bytes(buf)
-
-    def decode(body: bytes, kind: str) -> ReportBatch:
-        if not body:
-            raise RejectedBatch(400, "malformed", "the body is empty; send one report batch")
-        try:
-            if kind == "frame":
-                header = read_header(body)
-                if header.n_records > max_records:
-                    raise RejectedBatch(
-                        413,
-                        "too_many_records",
-                        f"the batch holds {header.n_records} reports; "
-                        f"this collector takes at most {max_records} per batch: split it",
-                    )
-                return decode_frame(body, resolve)
-            try:
-                obj = json.loads(body)
-            except (ValueError, RecursionError) as exc:
-                raise RejectedBatch(400, "malformed", f"the JSON body does not parse: {str(exc)[:200]}") from None
-            if isinstance(obj, dict) and isinstance(obj.get("records"), list) and len(obj["records"]) > max_records:
-                raise RejectedBatch(
-                    413,
-                    "too_many_records",
-                    f"the batch holds {len(obj['records'])} reports; "
-                    f"this collector takes at most {max_records} per batch: split it",
-                )
-            return decode_json(obj, resolve)
-        except RejectedBatch:
-            raise
-        except SpecMismatchError as exc:
-            raise RejectedBatch(422, "spec_mismatch", str(exc)) from None
-        except FrameError as exc:
-            raise RejectedBatch(400, "malformed", str(exc)) from None
-        except (ValueError, TypeError, KeyError, IndexError, OverflowError, RecursionError) as exc:
-            log.warning("undecodable upload: %s", type(exc).__name__)
-            raise RejectedBatch(400, "malformed", f"the batch does not decode ({type(exc).__name__})") from None
 
     def admit(batch: ReportBatch, key: str | None) -> None:
         if key is not None and key.strip().lower() != batch.batch_id.hex():
@@ -534,10 +579,76 @@ def create_app(
                 f"reports for day {batch.day} are no longer collected",
             )
 
+    def prepare(body: bytes, kind: str, key: str | None) -> tuple[ReportBatch, bytes | RejectedBatch]:
+        """Decode, check and re-encode one body (on the event loop, or on a decode thread for large ones):
+        the batch and its new frame, or the batch and why it is refused (its reports are counted)."""
+        batch = decode(body, kind)
+        try:
+            admit(batch, key)
+        except RejectedBatch as exc:
+            return batch, exc
+        return batch, encode_frame(batch)
+
+    def refuse_early(status: int, reason: str, message: str, retry_after: int | None = None) -> _Answer:
+        """A refusal sent before the whole body was read: the rest of it would be taken for the next request
+        on a keep-alive connection, so the connection is closed after the answer."""
+        status, err, extra = _error_parts(status, reason, message, retry_after)
+        extra.append((b"connection", b"close"))
+        return status, err, extra
+
     async def upload(
         ctype: str, length: str | None, idempotency_key: str | None, chunks: AsyncIterator[bytes]
-    ) -> tuple[int, bytes, list[tuple[bytes, bytes]]]:
-        """One upload: ``(status, JSON body, extra headers)``."""
+    ) -> _Answer:
+        """One upload: ``(status, JSON body, extra headers)``.
+
+        The body is read (within ``body_timeout``) before the upload is admitted: a socket that sends a
+        partial body holds no ``max_in_flight`` slot, only one of the ``max_reading`` ones, and for at most
+        ``body_timeout``. Large bodies are decoded on the decode threads (``offload_*_bytes``)."""
+        ctype = ctype.split(";")[0].strip().lower()
+        if ctype in FRAME_CONTENT_TYPES:
+            kind, offload = "frame", settings.offload_frame_bytes
+        elif ctype == JSON_CONTENT_TYPE:
+            kind, offload = "json", settings.offload_json_bytes
+        else:
+            prom.reject("unsupported_media_type", None)
+            return refuse_early(
+                415,
+                "unsupported_media_type",
+                f"Content-Type {ctype[:80] or '(none)'!r} is not accepted; send a binary frame as "
+                f"{FRAME_CONTENT_TYPES[0]} or the JSON form as {JSON_CONTENT_TYPE}",
+            )
+        if state["reading"] >= settings.max_reading:
+            prom.reject("overloaded", None, outcome="unavailable")
+            return refuse_early(
+                503,
+                "overloaded",
+                f"more than {settings.max_reading} request bodies are being read; retry later",
+                settings.retry_after,
+            )
+        state["reading"] += 1
+        prom.reading.inc()
+        try:
+            check_length(length)
+            async with asyncio.timeout(settings.body_timeout):
+                body = await read_body(chunks)
+        except RejectedBatch as exc:
+            prom.reject(exc.reason, None)
+            return refuse_early(exc.status, exc.reason, exc.message)
+        except TimeoutError:
+            prom.reject("body_timeout", None)
+            return refuse_early(
+                408,
+                "body_timeout",
+                f"the body did not arrive within {settings.body_timeout:g} s of the request's headers; "
+                "send the whole body at once",
+            )
+        except ClientDisconnect:
+            prom.reject("client_disconnected", None)
+            return _error_parts(400, "client_disconnected", "the client closed the connection before the body ended")
+        finally:
+            state["reading"] -= 1
+            prom.reading.inc(-1)
+        # admission, once the body is here
         if state["in_flight"] >= settings.max_in_flight:
             prom.reject("overloaded", None, outcome="unavailable")
             return _error_parts(
@@ -546,30 +657,38 @@ def create_app(
                 f"more than {settings.max_in_flight} uploads are in progress; retry later",
                 settings.retry_after,
             )
+        ingestor: Ingestor = state["ingestor"]
+        down = ingestor.down
+        if down is not None:
+            prom.reject("transport_unavailable", None, outcome="unavailable")
+            return _error_parts(
+                503,
+                "transport_unavailable",
+                f"the transport is unavailable ({down}); retry later",
+                settings.retry_after,
+            )
         state["in_flight"] += 1
         prom.in_flight.inc()
         batch: ReportBatch | None = None
-        body_read = False
         try:
-            ctype = ctype.split(";")[0].strip().lower()
-            if ctype in FRAME_CONTENT_TYPES:
-                kind = "frame"
-            elif ctype == JSON_CONTENT_TYPE:
-                kind = "json"
+            if len(body) > offload:
+                # JSON rows are decoded in Python, so in a decode process (a thread would hold this process's
+                # interpreter lock, and every other upload would wait for it); large frames decode in numpy,
+                # on a thread
+                loop = asyncio.get_running_loop()
+                if kind == "json":
+                    frame = await loop.run_in_executor(state["json_decoder"], _json_to_frame, body)
+                    if isinstance(frame, tuple):
+                        raise RejectedBatch(*frame)
+                    decoded, value = prepare(frame, "frame", idempotency_key)
+                else:
+                    decoded, value = await loop.run_in_executor(None, prepare, body, kind, idempotency_key)
             else:
-                raise RejectedBatch(
-                    415,
-                    "unsupported_media_type",
-                    f"Content-Type {ctype[:80] or '(none)'!r} is not accepted; send a binary frame as "
-                    f"{FRAME_CONTENT_TYPES[0]} or the JSON form as {JSON_CONTENT_TYPE}",
-                )
-            body = await read_body(length, chunks)
-            body_read = True
-            batch = decode(body, kind)
-            admit(batch, idempotency_key)
-            value = encode_frame(batch)
-            ingestor: Ingestor = state["ingestor"]
-            fut = ingestor.submit(batch.batch_id, metric_day_key(batch.metric, batch.day), value, len(batch))
+                decoded, value = prepare(body, kind, idempotency_key)
+            batch = decoded
+            if isinstance(value, RejectedBatch):
+                raise value
+            fut = ingestor.submit(decoded.batch_id, metric_day_key(decoded.metric, decoded.day), value, len(decoded))
             try:
                 # cancelling ``fut`` on a timeout is harmless: the ingestor hands out a future of the caller's own
                 outcome = await asyncio.wait_for(asyncio.wrap_future(fut), settings.publish_timeout)
@@ -581,19 +700,14 @@ def create_app(
                 ) from None
         except RejectedBatch as exc:
             prom.reject(exc.reason, len(batch) if batch is not None else None)
-            status, err, extra = _error_parts(exc.status, exc.reason, exc.message)
-            if not body_read:  # refused before the body was read: the rest of it would be taken for the next request
-                extra.append((b"connection", b"close"))
-            return status, err, extra
+            return _error_parts(exc.status, exc.reason, exc.message)
         except UnavailableError as exc:
             prom.reject(exc.reason, len(batch) if batch is not None else None, outcome="unavailable")
             return _error_parts(503, exc.reason, exc.message, exc.retry_after)
-        except ClientDisconnect:
-            prom.reject("client_disconnected", None)
-            return _error_parts(400, "client_disconnected", "the client closed the connection before the body ended")
         finally:
             state["in_flight"] -= 1
             prom.in_flight.inc(-1)
+        assert batch is not None  # decoded before the publish it was answered for
         prom.batches.inc(outcome=outcome, reason="ok")
         prom.reports.inc(len(batch), outcome=outcome, reason="ok")
         if outcome == "accepted":
