@@ -768,6 +768,7 @@ def create_app(
             "ready": ok,
             "transport": detail,
             "last_publish_error": ingestor.last_error,
+            "transport_down": ingestor.down,
             "queued": ingestor.queued(),
         }
         return Response(json.dumps(body).encode(), status_code=200 if ok else 503, media_type="application/json")
