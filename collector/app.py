@@ -68,9 +68,10 @@ import logging
 import multiprocessing
 import threading
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any, Literal
 
+import numpy as np
 from fastapi import FastAPI, Request
 from fastapi.responses import Response
 from pydantic import BaseModel
@@ -261,6 +262,48 @@ def _json_to_frame(body: bytes) -> bytes | tuple[int, str, str]:
         return exc.status, exc.reason, exc.message
 
 
+def record_layout(spec: MechanismSpec) -> dict[str, Any]:
+    """How one record of ``spec`` is laid out: in a frame (packed little-endian fields, numpy type strings) and
+    in the JSON form (a list of the fields' values in order: an integer, or a hex string for a byte array)."""
+    dtype = spec.record_dtype
+    types: Mapping[str, tuple[Any, ...]] = dtype.fields or {}  # a record dtype is structured
+    fields: list[dict[str, Any]] = []
+    for name in dtype.names or ():
+        ftype = types[name][0]
+        if ftype.subdtype is not None:
+            base, shape = ftype.subdtype
+            fields.append(
+                {
+                    "name": name,
+                    "dtype": base.str,
+                    "shape": list(shape),
+                    "json": {"type": "string", "format": f"hex, {ftype.itemsize} bytes"},
+                }
+            )
+        else:
+            info = np.iinfo(ftype)
+            fields.append(
+                {
+                    "name": name,
+                    "dtype": ftype.str,
+                    "json": {"type": "integer", "minimum": int(info.min), "maximum": int(info.max)},
+                }
+            )
+    return {"itemsize": dtype.itemsize, "fields": fields, "json_record": [f["name"] for f in fields]}
+
+
+def metrics_layout(declared: MetricSet) -> dict[str, Any]:
+    """The metrics document with, per metric, its ``spec_id``, the ``accepted_spec_ids`` and its ``record``
+    layout (:func:`record_layout`) added (``GET /v1/metrics?layout=1``)."""
+    doc = declared.to_dict()
+    for name, entry in doc["metrics"].items():
+        spec = declared[name].spec
+        entry["spec_id"] = spec.spec_id
+        entry["accepted_spec_ids"] = list(dict.fromkeys(spec.spec_ids))
+        entry["record"] = record_layout(spec)
+    return doc
+
+
 class CollectorApp:
     """The collector's ASGI application: ``POST /v1/reports`` is served here directly, everything else by
     the FastAPI app (``.fastapi``), whose route for uploads documents the same handler in the OpenAPI
@@ -435,6 +478,8 @@ def create_app(
         log.warning("metrics past their expiry are refused: %s", ", ".join(sorted(expired)))
     metrics_body = declared.to_json().encode()
     metrics_etag = '"' + hashlib.sha256(metrics_body).hexdigest()[:32] + '"'
+    layout_body = json.dumps(metrics_layout(declared), indent=2, ensure_ascii=False).encode()
+    layout_etag = '"' + hashlib.sha256(layout_body).hexdigest()[:32] + '"'
     prom = CollectorMetrics()
     max_records = min(settings.max_records, MAX_RECORDS)
     decode = functools.partial(_decode, declared=declared, max_records=max_records)
@@ -743,12 +788,29 @@ def create_app(
         "/v1/metrics",
         summary="The declared metrics (the document the SDK reads)",
         responses={200: {"content": {"application/json": {}}}, 304: {"description": "not modified"}},
+        openapi_extra={
+            "parameters": [
+                {
+                    "name": "layout",
+                    "in": "query",
+                    "required": False,
+                    "schema": {"type": "string", "enum": ["0", "1", "true", "false"]},
+                    "description": "1: add each metric's spec_id, accepted_spec_ids and record layout",
+                }
+            ]
+        },
     )
     async def get_metrics(request: Request) -> Response:
-        headers = {"ETag": metrics_etag, "Cache-Control": "public, max-age=300"}
-        if request.headers.get("if-none-match") == metrics_etag:
+        """The metrics document the SDK reads. With ``?layout=1`` each metric also carries its ``spec_id``
+        (and the ids still accepted) and its ``record`` layout: the fields' numpy types and the JSON form's
+        record shape, for clients written without the SDK. (Not by default: the SDK's parser refuses
+        unknown fields, deployed SDKs included.)"""
+        layout = request.query_params.get("layout", "").lower() in ("1", "true", "yes")
+        body, etag = (layout_body, layout_etag) if layout else (metrics_body, metrics_etag)
+        headers = {"ETag": etag, "Cache-Control": "public, max-age=300"}
+        if request.headers.get("if-none-match") == etag:
             return Response(status_code=304, headers=headers)
-        return Response(metrics_body, media_type="application/json", headers=headers)
+        return Response(body, media_type="application/json", headers=headers)
 
     @app.get("/healthz", summary="Liveness: the process and its publisher thread run")
     async def healthz() -> Response:
