@@ -10,7 +10,8 @@ Endpoints
     form (``application/json``); see :mod:`client_sdk.wire`. An optional
     ``Idempotency-Key`` header must equal the frame's batch id.
 ``GET /v1/metrics``
-    The metrics document (:mod:`client_sdk.metrics`) the SDK reads, with an ``ETag``.
+    The metrics document (:mod:`client_sdk.metrics`) the SDK reads, with an ``ETag``; with
+    ``?layout=1`` each metric also carries its ``spec_id`` and ``record`` layout (:func:`metrics_layout`).
 ``GET /healthz``, ``GET /readyz``
     Liveness (the process and its publisher thread run) and readiness (the transport answers).
 ``GET /metrics``
@@ -27,15 +28,24 @@ Answers to an upload
        nothing of this upload is stored (a new batch needs a fresh batch id)
 400    the body is not a valid frame or JSON form (truncated, bad CRC, bad field,
        record outside the spec's bounds, ``Idempotency-Key`` differing from the batch id)
+408    ``body_timeout``: the body did not arrive whole within ``body_timeout`` s
 413    the body exceeds ``max_body_bytes`` (from ``Content-Length`` or while
        reading) or the batch holds more than ``max_records`` reports
 415    another ``Content-Type``
 422    a well-formed batch the collector will not take: unknown metric, spec
        other than the metric's, metric expired on the batch's day, day outside
        ``[today - max_day_age, today + max_days_ahead]``, no reports
-503    overloaded (more than ``max_in_flight`` uploads in progress) or the
-       transport did not acknowledge the batch; ``Retry-After`` says when to retry
+503    overloaded (more than ``max_reading`` bodies being read, or ``max_in_flight``
+       uploads in progress), the transport known to be down (answered at once,
+       see :mod:`collector.ingest`) or not acknowledging; ``Retry-After`` says when to retry
 =====  =======================================================================
+
+A refusal sent before the whole body was read carries ``Connection: close``.
+An upload is admitted (counted against ``max_in_flight``) only once its body
+is read, and the body must arrive within ``body_timeout``; large JSON bodies
+are decoded in a decode process, large frames on a thread, so that a few
+sockets cannot stall the event loop (docs/COLLECTOR.md, "A few sockets
+cannot stall it").
 
 Every error body is ``{"error": <reason>, "message": <what is wrong and how to fix it>}``.
 
@@ -59,6 +69,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import concurrent.futures.process
 import contextlib
 import functools
 import hashlib
@@ -489,6 +500,15 @@ def create_app(
         prom.publish.observe(stats.seconds)
         prom.group.observe(stats.published + stats.duplicates + stats.failed)
 
+    def new_json_decoder() -> concurrent.futures.ProcessPoolExecutor:
+        # spawned, not forked: this process runs threads (publishers, uvicorn's); started on the first large JSON
+        return concurrent.futures.ProcessPoolExecutor(
+            settings.decode_workers,
+            mp_context=multiprocessing.get_context("spawn"),
+            initializer=_decode_worker_init,
+            initargs=(metrics_body.decode(), max_records),
+        )
+
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         own_transport = transport is None
@@ -507,18 +527,11 @@ def create_app(
             probe_interval=settings.probe_interval,
         )
         ingestor.start()
-        # spawned, not forked: this process runs threads (publishers, uvicorn's); started on the first large JSON
-        json_decoder = concurrent.futures.ProcessPoolExecutor(
-            settings.decode_workers,
-            mp_context=multiprocessing.get_context("spawn"),
-            initializer=_decode_worker_init,
-            initargs=(metrics_body.decode(), max_records),
-        )
         state.update(
             transport=tr,
             ingestor=ingestor,
             readiness=_Readiness(tr, settings.raw_topic),
-            json_decoder=json_decoder,
+            json_decoder=new_json_decoder(),
         )
         if settings.fl_enabled:
             state["fl"] = start_fl_service(
@@ -529,7 +542,7 @@ def create_app(
         finally:
             if state.get("fl") is not None:
                 state.pop("fl").stop()
-            json_decoder.shutdown(wait=True, cancel_futures=True)
+            state["json_decoder"].shutdown(wait=True, cancel_futures=True)
             ingestor.stop(timeout=settings.publish_timeout)
             if dedup is None:
                 store.close()
@@ -624,6 +637,28 @@ def create_app(
                 f"reports for day {batch.day} are no longer collected",
             )
 
+    async def read_body_within(chunks: AsyncIterator[bytes], timeout: float) -> bytes:
+        """:func:`read_body`, or :class:`TimeoutError` after ``timeout`` s. (A bare timer handle: asyncio.timeout
+        costs about five times as much, on every upload.)"""
+        task = asyncio.current_task()
+        assert task is not None
+        expired = False
+
+        def expire() -> None:
+            nonlocal expired
+            expired = True
+            task.cancel()
+
+        handle = asyncio.get_running_loop().call_later(timeout, expire)
+        try:
+            return await read_body(chunks)
+        except asyncio.CancelledError:
+            if expired and task.uncancel() == 0:
+                raise TimeoutError from None
+            raise  # cancelled by someone else (the server shutting down)
+        finally:
+            handle.cancel()
+
     def prepare(body: bytes, kind: str, key: str | None) -> tuple[ReportBatch, bytes | RejectedBatch]:
         """Decode, check and re-encode one body (on the event loop, or on a decode thread for large ones):
         the batch and its new frame, or the batch and why it is refused (its reports are counted)."""
@@ -674,8 +709,7 @@ def create_app(
         prom.reading.inc()
         try:
             check_length(length)
-            async with asyncio.timeout(settings.body_timeout):
-                body = await read_body(chunks)
+            body = await read_body_within(chunks, settings.body_timeout)
         except RejectedBatch as exc:
             prom.reject(exc.reason, None)
             return refuse_early(exc.status, exc.reason, exc.message)
@@ -722,7 +756,16 @@ def create_app(
                 # on a thread
                 loop = asyncio.get_running_loop()
                 if kind == "json":
-                    frame = await loop.run_in_executor(state["json_decoder"], _json_to_frame, body)
+                    try:
+                        frame = await loop.run_in_executor(state["json_decoder"], _json_to_frame, body)
+                    except concurrent.futures.process.BrokenProcessPool:
+                        # the decode process died (killed, out of memory): a new pool for the next upload
+                        log.error("the JSON decode process died; starting a new one")
+                        state["json_decoder"].shutdown(wait=False)
+                        state["json_decoder"] = new_json_decoder()
+                        raise UnavailableError(
+                            "internal", "the collector's decode process failed; retry later", settings.retry_after
+                        ) from None
                     if isinstance(frame, tuple):
                         raise RejectedBatch(*frame)
                     decoded, value = prepare(frame, "frame", idempotency_key)

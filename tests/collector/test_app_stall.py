@@ -226,3 +226,37 @@ def test_large_json_is_decoded_off_the_loop_and_published_like_a_frame(tmp_path:
         )
         assert r.status_code == 400 and r.json()["error"] == "malformed"
     assert [v for _, _, v in transport.records] == [encode_frame(small), encode_frame(large)]
+
+
+def test_a_dead_decode_process_is_503_once_and_replaced(tmp_path: Path, metrics: MetricSet) -> None:
+    """The decode process killed (say by the OOM killer): the upload it was needed for is 503 with
+    ``Retry-After``, not a 500 or a hang, and the next large JSON upload gets a fresh process."""
+    import os
+    import signal
+
+    from client_sdk.wire import encode_json
+
+    transport = MemoryTransport()
+    app = create_app(settings(tmp_path, offload_json_bytes=1024), transport=transport)
+    batches = [olh_batch(metrics, 500, first_seed=1000 * i) for i in range(3)]
+    with ServerThread(app) as srv:
+
+        def post(b: object) -> httpx.Response:
+            return httpx.post(
+                srv.url + "/v1/reports",
+                content=encode_json(b).encode(),  # type: ignore[arg-type]
+                headers={"content-type": "application/json"},
+                timeout=60,
+            )
+
+        assert post(batches[0]).status_code == 202
+        pool = app.state.runtime["json_decoder"]
+        for pid in list(pool._processes):
+            os.kill(pid, signal.SIGKILL)
+        wait_for(lambda: bool(pool._broken))  # the pool has seen its process die
+        r = post(batches[1])
+        assert r.status_code == 503 and r.json()["error"] == "internal" and r.headers["retry-after"], r.text
+        r = post(batches[1])  # the device's retry
+        assert r.status_code == 202, r.text
+        assert post(batches[2]).status_code == 202
+    assert len(transport.records) == 3
