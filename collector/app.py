@@ -705,8 +705,7 @@ def create_app(
                 f"more than {settings.max_reading} request bodies are being read; retry later",
                 settings.retry_after,
             )
-        state["reading"] += 1
-        prom.reading.inc()
+        state["reading"] += 1  # the gauge is set from this when /metrics is read (not on every upload)
         try:
             check_length(length)
             body = await read_body_within(chunks, settings.body_timeout)
@@ -726,7 +725,6 @@ def create_app(
             return _error_parts(400, "client_disconnected", "the client closed the connection before the body ended")
         finally:
             state["reading"] -= 1
-            prom.reading.inc(-1)
         # admission, once the body is here
         if state["in_flight"] >= settings.max_in_flight:
             prom.reject("overloaded", None, outcome="unavailable")
@@ -880,6 +878,7 @@ def create_app(
 
     @app.get("/metrics", summary="Prometheus metrics", responses={200: {"content": {"text/plain": {}}}})
     async def prometheus_metrics() -> Response:
+        prom.reading.set(state["reading"])
         return Response(prom.registry.render(), media_type=PROMETHEUS_CONTENT_TYPE)
 
     if settings.fl_enabled:

@@ -142,16 +142,18 @@ def test_partial_bodies_and_invalid_json_do_not_stall_honest_uploads(tmp_path: P
             t.start()
         try:
             wait_for(lambda: len(attack_answers) >= 4)  # the attack is in full swing
+            answered_before = len(attack_answers)
             latencies: list[float] = []
             codes: list[int] = []
             with httpx.Client(timeout=30) as client:
-                for i in range(100):
+                for i in range(100):  # over about 2 s, as a device's uploads would be spread
                     body = encode_frame(olh_batch(metrics, 20, first_seed=20 * i))
                     t0 = time.perf_counter()
                     r = client.post(srv.url + "/v1/reports", content=body, headers=FRAME)
                     latencies.append(time.perf_counter() - t0)
                     codes.append(r.status_code)
-            answered_during = len(attack_answers)
+                    time.sleep(0.02)
+            answered_during = len(attack_answers) - answered_before
         finally:
             stop.set()
             for t in threads:
@@ -160,7 +162,7 @@ def test_partial_bodies_and_invalid_json_do_not_stall_honest_uploads(tmp_path: P
     assert codes == [202] * 100, sorted(set(codes))
     p99 = float(np.percentile(np.array(latencies), 99))
     assert p99 < 0.100, f"honest upload p99 {p99 * 1000:.1f} ms (median {np.median(latencies) * 1000:.1f} ms)"
-    assert answered_during > 4 and set(attack_answers) == {400}  # the JSON was decoded (and refused) all along
+    assert answered_during >= 5 and set(attack_answers) == {400}  # the JSON was decoded (and refused) all along
     assert reading == 300  # the idle sockets were still holding their partial bodies
     assert len(transport.records) == 100
 
