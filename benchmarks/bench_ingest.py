@@ -15,7 +15,7 @@
 Each figure is the median of ``--runs`` runs, each on fresh topics. Usage::
 
     .venv/bin/ldp kafka up
-    .venv/bin/python benchmarks/bench_ingest.py                       # Kafka at 127.0.0.1:9092
+    .venv/bin/python benchmarks/bench_ingest.py                       # Kafka at $LDP_KAFKA_BOOTSTRAP or 127.0.0.1:9092
     .venv/bin/python benchmarks/bench_ingest.py --transport sqlite    # the embedded log
     .venv/bin/python benchmarks/bench_ingest.py --quick
 
@@ -257,7 +257,11 @@ def bench_shuffle(url: str, batches: int, reports: int, min_batch: int) -> dict[
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--transport", default="kafka", help="'kafka' (127.0.0.1:9092), 'sqlite', or a transport URL")
+    ap.add_argument(
+        "--transport",
+        default="kafka",
+        help="'kafka' ($LDP_KAFKA_BOOTSTRAP, default 127.0.0.1:9092), 'sqlite', or a transport URL",
+    )
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--seconds", type=float, default=5.0, help="load duration of one ingest run")
     ap.add_argument("--connections", type=int, default=256)
@@ -271,9 +275,8 @@ def main() -> None:
     if args.quick:
         args.runs, args.seconds, args.batches = 1, 2.0, 500
     tmp = pathlib.Path(tempfile.mkdtemp(prefix="bench-ingest-"))
-    url = {"kafka": "kafka://127.0.0.1:9092", "sqlite": f"sqlite:///{tmp}/log.sqlite3"}.get(
-        args.transport, args.transport
-    )
+    kafka = os.environ.get("LDP_KAFKA_BOOTSTRAP", "127.0.0.1:9092")
+    url = {"kafka": f"kafka://{kafka}", "sqlite": f"sqlite:///{tmp}/log.sqlite3"}.get(args.transport, args.transport)
     warm_up()
     load0 = os.getloadavg()
     results: dict[str, object] = {

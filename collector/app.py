@@ -10,7 +10,8 @@ Endpoints
     form (``application/json``); see :mod:`client_sdk.wire`. An optional
     ``Idempotency-Key`` header must equal the frame's batch id.
 ``GET /v1/metrics``
-    The metrics document (:mod:`client_sdk.metrics`) the SDK reads, with an ``ETag``.
+    The metrics document (:mod:`client_sdk.metrics`) the SDK reads, with an ``ETag``; with
+    ``?layout=1`` each metric also carries its ``spec_id`` and ``record`` layout (:func:`metrics_layout`).
 ``GET /healthz``, ``GET /readyz``
     Liveness (the process and its publisher thread run) and readiness (the transport answers).
 ``GET /metrics``
@@ -27,15 +28,24 @@ Answers to an upload
        nothing of this upload is stored (a new batch needs a fresh batch id)
 400    the body is not a valid frame or JSON form (truncated, bad CRC, bad field,
        record outside the spec's bounds, ``Idempotency-Key`` differing from the batch id)
+408    ``body_timeout``: the body did not arrive whole within ``body_timeout`` s
 413    the body exceeds ``max_body_bytes`` (from ``Content-Length`` or while
        reading) or the batch holds more than ``max_records`` reports
 415    another ``Content-Type``
 422    a well-formed batch the collector will not take: unknown metric, spec
        other than the metric's, metric expired on the batch's day, day outside
        ``[today - max_day_age, today + max_days_ahead]``, no reports
-503    overloaded (more than ``max_in_flight`` uploads in progress) or the
-       transport did not acknowledge the batch; ``Retry-After`` says when to retry
+503    overloaded (more than ``max_reading`` bodies being read, or ``max_in_flight``
+       uploads in progress), the transport known to be down (answered at once,
+       see :mod:`collector.ingest`) or not acknowledging; ``Retry-After`` says when to retry
 =====  =======================================================================
+
+A refusal sent before the whole body was read carries ``Connection: close``.
+An upload is admitted (counted against ``max_in_flight``) only once its body
+is read, and the body must arrive within ``body_timeout``; large JSON bodies
+are decoded in a decode process, large frames on a thread, so that a few
+sockets cannot stall the event loop (docs/COLLECTOR.md, "A few sockets
+cannot stall it").
 
 Every error body is ``{"error": <reason>, "message": <what is wrong and how to fix it>}``.
 
@@ -58,16 +68,21 @@ durable store (:mod:`collector.dedup`), whose crash window the shuffler closes.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import concurrent.futures.process
 import contextlib
+import functools
 import hashlib
 import inspect
 import json
 import logging
+import multiprocessing
 import threading
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any, Literal
 
+import numpy as np
 from fastapi import FastAPI, Request
 from fastapi.responses import Response
 from pydantic import BaseModel
@@ -76,7 +91,7 @@ from starlette.requests import ClientDisconnect
 
 from client_sdk.errors import FrameError, SpecMismatchError
 from client_sdk.mechanisms.base import ReportSpec
-from client_sdk.metrics import MetricSet, load_metrics, utc_day
+from client_sdk.metrics import MetricSet, load_metrics, parse_metrics, utc_day
 from client_sdk.wire import (
     FRAME_CONTENT_TYPE,
     MAX_RECORDS,
@@ -148,7 +163,8 @@ class CollectorMetrics:
         self.latency = r.histogram(
             "ldp_collector_request_duration_seconds", "HTTP request latency", ["route", "method"]
         )
-        self.in_flight = r.gauge("ldp_collector_uploads_in_flight", "Uploads being processed")
+        self.in_flight = r.gauge("ldp_collector_uploads_in_flight", "Uploads being processed (body read)")
+        self.reading = r.gauge("ldp_collector_uploads_reading", "Uploads whose body is being read")
         self.publish = r.histogram(
             "ldp_collector_publish_duration_seconds",
             "Duration of one group commit (duplicate check, durable publish, id record)",
@@ -176,11 +192,131 @@ def _error(status: int, reason: str, message: str, headers: dict[str, str] | Non
     return Response(body, status_code=status, media_type="application/json", headers=headers)
 
 
-def _error_parts(
-    status: int, reason: str, message: str, retry_after: int | None = None
-) -> tuple[int, bytes, list[tuple[bytes, bytes]]]:
+_Answer = tuple[int, bytes, list[tuple[bytes, bytes]]]
+
+
+def _error_parts(status: int, reason: str, message: str, retry_after: int | None = None) -> _Answer:
     extra = [] if retry_after is None else [(b"retry-after", str(retry_after).encode())]
     return status, json.dumps({"error": reason, "message": message}).encode(), extra
+
+
+def _resolve(declared: MetricSet, metric: str, spec_id: str) -> ReportSpec:
+    """The spec a batch of ``metric`` made under ``spec_id`` is decoded with; 422 if there is none."""
+    m = declared.get(metric)
+    if m is None:
+        raise RejectedBatch(
+            422,
+            "unknown_metric",
+            f"metric {metric!r} is not declared in the collector's "
+            "metrics file; GET /v1/metrics lists the declared metrics",
+        )
+    if not m.spec.has_id(spec_id):  # old devices send the legacy id
+        raise RejectedBatch(
+            422,
+            "spec_mismatch",
+            f"metric {metric!r} is collected under spec {m.spec.spec_id} ({m.spec.name}, "
+            f"epsilon={m.spec.epsilon:g}), but the batch was made under spec {spec_id}; "
+            "refresh the metric definitions from GET /v1/metrics",
+        )
+    return m.spec
+
+
+def _decode(body: bytes, kind: str, declared: MetricSet, max_records: int) -> ReportBatch:
+    """Decode one body (``kind`` ``"frame"`` or ``"json"``) against the declared metrics; :class:`RejectedBatch` if it does not."""
+    resolve = functools.partial(_resolve, declared)
+    if not body:
+        raise RejectedBatch(400, "malformed", "the body is empty; send one report batch")
+    try:
+        if kind == "frame":
+            header = read_header(body)
+            if header.n_records > max_records:
+                raise RejectedBatch(
+                    413,
+                    "too_many_records",
+                    f"the batch holds {header.n_records} reports; "
+                    f"this collector takes at most {max_records} per batch: split it",
+                )
+            return decode_frame(body, resolve)
+        try:
+            obj = json.loads(body)
+        except (ValueError, RecursionError) as exc:
+            raise RejectedBatch(400, "malformed", f"the JSON body does not parse: {str(exc)[:200]}") from None
+        if isinstance(obj, dict) and isinstance(obj.get("records"), list) and len(obj["records"]) > max_records:
+            raise RejectedBatch(
+                413,
+                "too_many_records",
+                f"the batch holds {len(obj['records'])} reports; "
+                f"this collector takes at most {max_records} per batch: split it",
+            )
+        return decode_json(obj, resolve)
+    except RejectedBatch:
+        raise
+    except SpecMismatchError as exc:
+        raise RejectedBatch(422, "spec_mismatch", str(exc)) from None
+    except FrameError as exc:
+        raise RejectedBatch(400, "malformed", str(exc)) from None
+    except (ValueError, TypeError, KeyError, IndexError, OverflowError, RecursionError) as exc:
+        log.warning("undecodable upload: %s", type(exc).__name__)
+        raise RejectedBatch(400, "malformed", f"the batch does not decode ({type(exc).__name__})") from None
+
+
+#: the decode process's metrics and record limit (set by :func:`_decode_worker_init`)
+_WORKER: dict[str, Any] = {}
+
+
+def _decode_worker_init(metrics_json: str, max_records: int) -> None:
+    _WORKER["metrics"] = parse_metrics(metrics_json, reject_expired=False)
+    _WORKER["max_records"] = max_records
+
+
+def _json_to_frame(body: bytes) -> bytes | tuple[int, str, str]:
+    """In a decode process: a JSON form's batch as a binary frame, or the refusal ``(status, reason, message)``."""
+    try:
+        return encode_frame(_decode(body, "json", _WORKER["metrics"], _WORKER["max_records"]))
+    except RejectedBatch as exc:
+        return exc.status, exc.reason, exc.message
+
+
+def record_layout(spec: ReportSpec) -> dict[str, Any]:
+    """How one record of ``spec`` is laid out: in a frame (packed little-endian fields, numpy type strings) and
+    in the JSON form (a list of the fields' values in order: an integer, or a hex string for a byte array)."""
+    dtype = spec.record_dtype
+    types: Mapping[str, tuple[Any, ...]] = dtype.fields or {}  # a record dtype is structured
+    fields: list[dict[str, Any]] = []
+    for name in dtype.names or ():
+        ftype = types[name][0]
+        if ftype.subdtype is not None:
+            base, shape = ftype.subdtype
+            fields.append(
+                {
+                    "name": name,
+                    "dtype": base.str,
+                    "shape": list(shape),
+                    "json": {"type": "string", "format": f"hex, {ftype.itemsize} bytes"},
+                }
+            )
+        else:
+            info = np.iinfo(ftype)
+            fields.append(
+                {
+                    "name": name,
+                    "dtype": ftype.str,
+                    "json": {"type": "integer", "minimum": int(info.min), "maximum": int(info.max)},
+                }
+            )
+    return {"itemsize": dtype.itemsize, "fields": fields, "json_record": [f["name"] for f in fields]}
+
+
+def metrics_layout(declared: MetricSet) -> dict[str, Any]:
+    """The metrics document with, per metric, its ``spec_id``, the ``accepted_spec_ids`` and its ``record``
+    layout (:func:`record_layout`) added (``GET /v1/metrics?layout=1``)."""
+    doc = declared.to_dict()
+    for name, entry in doc["metrics"].items():
+        spec = declared[name].spec
+        entry["spec_id"] = spec.spec_id
+        entry["accepted_spec_ids"] = list(dict.fromkeys(spec.spec_ids))
+        entry["record"] = record_layout(spec)
+    return doc
 
 
 class CollectorApp:
@@ -357,13 +493,25 @@ def create_app(
         log.warning("metrics past their expiry are refused: %s", ", ".join(sorted(expired)))
     metrics_body = declared.to_json().encode()
     metrics_etag = '"' + hashlib.sha256(metrics_body).hexdigest()[:32] + '"'
+    layout_body = json.dumps(metrics_layout(declared), indent=2, ensure_ascii=False).encode()
+    layout_etag = '"' + hashlib.sha256(layout_body).hexdigest()[:32] + '"'
     prom = CollectorMetrics()
     max_records = min(settings.max_records, MAX_RECORDS)
-    state: dict[str, Any] = {"in_flight": 0}
+    decode = functools.partial(_decode, declared=declared, max_records=max_records)
+    state: dict[str, Any] = {"in_flight": 0, "reading": 0}
 
     def on_group(stats: GroupStats) -> None:
         prom.publish.observe(stats.seconds)
         prom.group.observe(stats.published + stats.duplicates + stats.failed)
+
+    def new_json_decoder() -> concurrent.futures.ProcessPoolExecutor:
+        # spawned, not forked: this process runs threads (publishers, uvicorn's); started on the first large JSON
+        return concurrent.futures.ProcessPoolExecutor(
+            settings.decode_workers,
+            mp_context=multiprocessing.get_context("spawn"),
+            initializer=_decode_worker_init,
+            initargs=(metrics_body.decode(), max_records),
+        )
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -380,9 +528,16 @@ def create_app(
             retry_after=settings.retry_after,
             threads=settings.publishers,
             on_group=on_group,
+            probe_after=settings.probe_after,
+            probe_interval=settings.probe_interval,
         )
         ingestor.start()
-        state.update(transport=tr, ingestor=ingestor, readiness=_Readiness(tr, settings.raw_topic))
+        state.update(
+            transport=tr,
+            ingestor=ingestor,
+            readiness=_Readiness(tr, settings.raw_topic),
+            json_decoder=new_json_decoder(),
+        )
         if settings.fl_enabled:
             state["fl"] = start_fl_service(
                 tr, settings.fl_rounds_topic, settings.fl_updates_topic, settings.retry_after
@@ -392,6 +547,7 @@ def create_app(
         finally:
             if state.get("fl") is not None:
                 state.pop("fl").stop()
+            state["json_decoder"].shutdown(wait=True, cancel_futures=True)
             ingestor.stop(timeout=settings.publish_timeout)
             if dedup is None:
                 store.close()
@@ -431,26 +587,7 @@ def create_app(
     app.state.prometheus = prom
     app.state.runtime = state
 
-    def resolve(metric: str, spec_id: str) -> ReportSpec:
-        m = declared.get(metric)
-        if m is None:
-            raise RejectedBatch(
-                422,
-                "unknown_metric",
-                f"metric {metric!r} is not declared in the collector's "
-                "metrics file; GET /v1/metrics lists the declared metrics",
-            )
-        if not m.spec.has_id(spec_id):  # old devices send the legacy id
-            raise RejectedBatch(
-                422,
-                "spec_mismatch",
-                f"metric {metric!r} is collected under spec {m.spec.spec_id} ({m.spec.name}, "
-                f"epsilon={m.spec.epsilon:g}), but the batch was made under spec {spec_id}; "
-                "refresh the metric definitions from GET /v1/metrics",
-            )
-        return m.spec
-
-    async def read_body(length: str | None, chunks: AsyncIterator[bytes]) -> bytes:
+    def check_length(length: str | None) -> None:
         if length is not None:
             if not length.strip().isdigit():
                 raise RejectedBatch(400, "malformed", f"Content-Length {length[:40]!r} is not a number")
@@ -461,6 +598,8 @@ def create_app(
                     f"the body has {int(length)} bytes; this collector takes at "
                     f"most {settings.max_body_bytes}: split the batch",
                 )
+
+    async def read_body(chunks: AsyncIterator[bytes]) -> bytes:
         buf = bytearray()
         async for chunk in chunks:
             buf += chunk
@@ -469,42 +608,6 @@ def create_app(
                     413, "too_large", f"the body exceeds {settings.max_body_bytes} bytes; split the batch"
                 )
         return bytes(buf)
-
-    def decode(body: bytes, kind: str) -> ReportBatch:
-        if not body:
-            raise RejectedBatch(400, "malformed", "the body is empty; send one report batch")
-        try:
-            if kind == "frame":
-                header = read_header(body)
-                if header.n_records > max_records:
-                    raise RejectedBatch(
-                        413,
-                        "too_many_records",
-                        f"the batch holds {header.n_records} reports; "
-                        f"this collector takes at most {max_records} per batch: split it",
-                    )
-                return decode_frame(body, resolve)
-            try:
-                obj = json.loads(body)
-            except (ValueError, RecursionError) as exc:
-                raise RejectedBatch(400, "malformed", f"the JSON body does not parse: {str(exc)[:200]}") from None
-            if isinstance(obj, dict) and isinstance(obj.get("records"), list) and len(obj["records"]) > max_records:
-                raise RejectedBatch(
-                    413,
-                    "too_many_records",
-                    f"the batch holds {len(obj['records'])} reports; "
-                    f"this collector takes at most {max_records} per batch: split it",
-                )
-            return decode_json(obj, resolve)
-        except RejectedBatch:
-            raise
-        except SpecMismatchError as exc:
-            raise RejectedBatch(422, "spec_mismatch", str(exc)) from None
-        except FrameError as exc:
-            raise RejectedBatch(400, "malformed", str(exc)) from None
-        except (ValueError, TypeError, KeyError, IndexError, OverflowError, RecursionError) as exc:
-            log.warning("undecodable upload: %s", type(exc).__name__)
-            raise RejectedBatch(400, "malformed", f"the batch does not decode ({type(exc).__name__})") from None
 
     def admit(batch: ReportBatch, key: str | None) -> None:
         if key is not None and key.strip().lower() != batch.batch_id.hex():
@@ -540,10 +643,95 @@ def create_app(
                 f"reports for day {batch.day} are no longer collected",
             )
 
+    async def read_body_within(chunks: AsyncIterator[bytes], timeout: float) -> bytes:
+        """:func:`read_body`, or :class:`TimeoutError` after ``timeout`` s. (A bare timer handle: asyncio.timeout
+        costs about five times as much, on every upload.)"""
+        task = asyncio.current_task()
+        assert task is not None
+        expired = False
+
+        def expire() -> None:
+            nonlocal expired
+            expired = True
+            task.cancel()
+
+        handle = asyncio.get_running_loop().call_later(timeout, expire)
+        try:
+            return await read_body(chunks)
+        except asyncio.CancelledError:
+            if expired and task.uncancel() == 0:
+                raise TimeoutError from None
+            raise  # cancelled by someone else (the server shutting down)
+        finally:
+            handle.cancel()
+
+    def prepare(body: bytes, kind: str, key: str | None) -> tuple[ReportBatch, bytes | RejectedBatch]:
+        """Decode, check and re-encode one body (on the event loop, or on a decode thread for large ones):
+        the batch and its new frame, or the batch and why it is refused (its reports are counted)."""
+        batch = decode(body, kind)
+        try:
+            admit(batch, key)
+        except RejectedBatch as exc:
+            return batch, exc
+        return batch, encode_frame(batch)
+
+    def refuse_early(status: int, reason: str, message: str, retry_after: int | None = None) -> _Answer:
+        """A refusal sent before the whole body was read: the rest of it would be taken for the next request
+        on a keep-alive connection, so the connection is closed after the answer."""
+        status, err, extra = _error_parts(status, reason, message, retry_after)
+        extra.append((b"connection", b"close"))
+        return status, err, extra
+
     async def upload(
         ctype: str, length: str | None, idempotency_key: str | None, chunks: AsyncIterator[bytes]
-    ) -> tuple[int, bytes, list[tuple[bytes, bytes]]]:
-        """One upload: ``(status, JSON body, extra headers)``."""
+    ) -> _Answer:
+        """One upload: ``(status, JSON body, extra headers)``.
+
+        The body is read (within ``body_timeout``) before the upload is admitted: a socket that sends a
+        partial body holds no ``max_in_flight`` slot, only one of the ``max_reading`` ones, and for at most
+        ``body_timeout``. Large bodies are decoded on the decode threads (``offload_*_bytes``)."""
+        ctype = ctype.split(";")[0].strip().lower()
+        if ctype in FRAME_CONTENT_TYPES:
+            kind, offload = "frame", settings.offload_frame_bytes
+        elif ctype == JSON_CONTENT_TYPE:
+            kind, offload = "json", settings.offload_json_bytes
+        else:
+            prom.reject("unsupported_media_type", None)
+            return refuse_early(
+                415,
+                "unsupported_media_type",
+                f"Content-Type {ctype[:80] or '(none)'!r} is not accepted; send a binary frame as "
+                f"{FRAME_CONTENT_TYPES[0]} or the JSON form as {JSON_CONTENT_TYPE}",
+            )
+        if state["reading"] >= settings.max_reading:
+            prom.reject("overloaded", None, outcome="unavailable")
+            return refuse_early(
+                503,
+                "overloaded",
+                f"more than {settings.max_reading} request bodies are being read; retry later",
+                settings.retry_after,
+            )
+        state["reading"] += 1  # the gauge is set from this when /metrics is read (not on every upload)
+        try:
+            check_length(length)
+            body = await read_body_within(chunks, settings.body_timeout)
+        except RejectedBatch as exc:
+            prom.reject(exc.reason, None)
+            return refuse_early(exc.status, exc.reason, exc.message)
+        except TimeoutError:
+            prom.reject("body_timeout", None)
+            return refuse_early(
+                408,
+                "body_timeout",
+                f"the body did not arrive within {settings.body_timeout:g} s of the request's headers; "
+                "send the whole body at once",
+            )
+        except ClientDisconnect:
+            prom.reject("client_disconnected", None)
+            return _error_parts(400, "client_disconnected", "the client closed the connection before the body ended")
+        finally:
+            state["reading"] -= 1
+        # admission, once the body is here
         if state["in_flight"] >= settings.max_in_flight:
             prom.reject("overloaded", None, outcome="unavailable")
             return _error_parts(
@@ -552,31 +740,52 @@ def create_app(
                 f"more than {settings.max_in_flight} uploads are in progress; retry later",
                 settings.retry_after,
             )
+        ingestor: Ingestor = state["ingestor"]
+        down = ingestor.down
+        if down is not None:
+            prom.reject("transport_unavailable", None, outcome="unavailable")
+            return _error_parts(
+                503,
+                "transport_unavailable",
+                f"the transport is unavailable ({down}); retry later",
+                settings.retry_after,
+            )
         state["in_flight"] += 1
         prom.in_flight.inc()
         batch: ReportBatch | None = None
-        body_read = False
         try:
-            ctype = ctype.split(";")[0].strip().lower()
-            if ctype in FRAME_CONTENT_TYPES:
-                kind = "frame"
-            elif ctype == JSON_CONTENT_TYPE:
-                kind = "json"
+            if len(body) > offload:
+                # JSON rows are decoded in Python, so in a decode process (a thread would hold this process's
+                # interpreter lock, and every other upload would wait for it); large frames decode in numpy,
+                # on a thread
+                loop = asyncio.get_running_loop()
+                if kind == "json":
+                    try:
+                        frame = await loop.run_in_executor(state["json_decoder"], _json_to_frame, body)
+                    except concurrent.futures.process.BrokenProcessPool:
+                        # the decode process died (killed, out of memory): a new pool for the next upload
+                        log.error("the JSON decode process died; starting a new one")
+                        state["json_decoder"].shutdown(wait=False)
+                        state["json_decoder"] = new_json_decoder()
+                        raise UnavailableError(
+                            "internal", "the collector's decode process failed; retry later", settings.retry_after
+                        ) from None
+                    if isinstance(frame, tuple):
+                        raise RejectedBatch(*frame)
+                    decoded, value = prepare(frame, "frame", idempotency_key)
+                else:
+                    decoded, value = await loop.run_in_executor(None, prepare, body, kind, idempotency_key)
             else:
-                raise RejectedBatch(
-                    415,
-                    "unsupported_media_type",
-                    f"Content-Type {ctype[:80] or '(none)'!r} is not accepted; send a binary frame as "
-                    f"{FRAME_CONTENT_TYPES[0]} or the JSON form as {JSON_CONTENT_TYPE}",
-                )
-            body = await read_body(length, chunks)
-            body_read = True
-            batch = decode(body, kind)
-            admit(batch, idempotency_key)
-            value = encode_frame(batch)
-            ingestor: Ingestor = state["ingestor"]
+                decoded, value = prepare(body, kind, idempotency_key)
+            batch = decoded
+            if isinstance(value, RejectedBatch):
+                raise value
             fut = ingestor.submit(
-                batch.batch_id, metric_day_key(batch.metric, batch.day), value, len(batch), metric=batch.metric
+                decoded.batch_id,
+                metric_day_key(decoded.metric, decoded.day),
+                value,
+                len(decoded),
+                metric=decoded.metric,
             )
             try:
                 # cancelling ``fut`` on a timeout is harmless: the ingestor hands out a future of the caller's own
@@ -589,19 +798,14 @@ def create_app(
                 ) from None
         except RejectedBatch as exc:
             prom.reject(exc.reason, len(batch) if batch is not None else None)
-            status, err, extra = _error_parts(exc.status, exc.reason, exc.message)
-            if not body_read:  # refused before the body was read: the rest of it would be taken for the next request
-                extra.append((b"connection", b"close"))
-            return status, err, extra
+            return _error_parts(exc.status, exc.reason, exc.message)
         except UnavailableError as exc:
             prom.reject(exc.reason, len(batch) if batch is not None else None, outcome="unavailable")
             return _error_parts(503, exc.reason, exc.message, exc.retry_after)
-        except ClientDisconnect:
-            prom.reject("client_disconnected", None)
-            return _error_parts(400, "client_disconnected", "the client closed the connection before the body ended")
         finally:
             state["in_flight"] -= 1
             prom.in_flight.inc(-1)
+        assert batch is not None  # decoded before the publish it was answered for
         if outcome != "accepted":  # accepted ones were counted with their ids, in the store's transaction
             prom.batches.inc(outcome=outcome, reason="ok")
             prom.reports.inc(len(batch), outcome=outcome, reason="ok")
@@ -636,12 +840,29 @@ def create_app(
         "/v1/metrics",
         summary="The declared metrics (the document the SDK reads)",
         responses={200: {"content": {"application/json": {}}}, 304: {"description": "not modified"}},
+        openapi_extra={
+            "parameters": [
+                {
+                    "name": "layout",
+                    "in": "query",
+                    "required": False,
+                    "schema": {"type": "string", "enum": ["0", "1", "true", "false"]},
+                    "description": "1: add each metric's spec_id, accepted_spec_ids and record layout",
+                }
+            ]
+        },
     )
     async def get_metrics(request: Request) -> Response:
-        headers = {"ETag": metrics_etag, "Cache-Control": "public, max-age=300"}
-        if request.headers.get("if-none-match") == metrics_etag:
+        """The metrics document the SDK reads. With ``?layout=1`` each metric also carries its ``spec_id``
+        (and the ids still accepted) and its ``record`` layout: the fields' numpy types and the JSON form's
+        record shape, for clients written without the SDK. (Not by default: the SDK's parser refuses
+        unknown fields, deployed SDKs included.)"""
+        layout = request.query_params.get("layout", "").lower() in ("1", "true", "yes")
+        body, etag = (layout_body, layout_etag) if layout else (metrics_body, metrics_etag)
+        headers = {"ETag": etag, "Cache-Control": "public, max-age=300"}
+        if request.headers.get("if-none-match") == etag:
             return Response(status_code=304, headers=headers)
-        return Response(metrics_body, media_type="application/json", headers=headers)
+        return Response(body, media_type="application/json", headers=headers)
 
     @app.get("/healthz", summary="Liveness: the process and its publisher thread run")
     async def healthz() -> Response:
@@ -662,12 +883,14 @@ def create_app(
             "ready": ok,
             "transport": detail,
             "last_publish_error": ingestor.last_error,
+            "transport_down": ingestor.down,
             "queued": ingestor.queued(),
         }
         return Response(json.dumps(body).encode(), status_code=200 if ok else 503, media_type="application/json")
 
     @app.get("/metrics", summary="Prometheus metrics", responses={200: {"content": {"text/plain": {}}}})
     async def prometheus_metrics() -> Response:
+        prom.reading.set(state["reading"])
         return Response(prom.registry.render(), media_type=PROMETHEUS_CONTENT_TYPE)
 
     if settings.fl_enabled:

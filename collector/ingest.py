@@ -26,6 +26,24 @@ the previous one waits for its acknowledgement (on Kafka the wait, not the
 work, dominates). An upload whose batch id is being published by another
 group at that moment is not published again: it is answered when that
 publish ends (``"duplicate"`` if it succeeded).
+
+**A transport that is down.** A watcher thread probes the transport
+(:meth:`Transport.health <pipeline.transport.Transport.health>`) when the
+ingestor starts, when a group commit fails, and when one is still running
+after ``probe_after`` seconds (a stopped Kafka broker does not fail a
+publish: the producer retries for its whole request timeout). While a probe
+fails the ingestor is **down** (:attr:`Ingestor.down`): every waiting upload
+and every new submission is answered at once with an
+:class:`~collector.errors.UnavailableError` (503 with ``Retry-After``),
+queued submissions are dropped unpublished, and the transport is probed
+every ``probe_interval`` seconds until it answers. A failed publish alone
+does not mark the transport down (one bad record, or a broker hiccup, would
+otherwise refuse everyone): only the probe decides. An upload answered 503
+whose publish was already under way may still be published; its retry
+carries the same batch id and is answered ``"duplicate"`` (the store, the
+running-publish table or the shuffler's id window catch it), so nothing is
+lost and nothing is counted twice. Nothing is answered 202 before the
+transport acknowledged it.
 """
 
 from __future__ import annotations
@@ -149,9 +167,17 @@ class Ingestor:
         retry_after: int = 2,
         threads: int = 2,
         on_group: Callable[[GroupStats], None] | None = None,
+        probe_after: float = 1.0,
+        probe_interval: float = 1.0,
+        probe_timeout: float = 2.0,
     ) -> None:
         if threads < 1:
             raise ValueError(f"threads must be >= 1, got {threads}")
+        if not (probe_after > 0 and probe_interval > 0 and probe_timeout > 0):
+            raise ValueError("probe_after, probe_interval and probe_timeout must be positive")
+        self.probe_after = float(probe_after)
+        self.probe_interval = float(probe_interval)
+        self.probe_timeout = float(probe_timeout)
         self.threads = int(threads)
         self.transport = transport
         self.topic = topic
@@ -169,6 +195,13 @@ class Ingestor:
         self._workers: list[threading.Thread] = []
         #: the last transport failure, ``None`` once a publish succeeds again
         self.last_error: str | None = None
+        self._down: str | None = None
+        self._waiting: set[concurrent.futures.Future[Outcome]] = set()
+        self._publishing: dict[int, float] = {}  # publisher thread id -> when its publish started (monotonic)
+        self._wake = threading.Event()
+        self._probe_soon = False
+        self._next_probe = 0.0
+        self._watcher: threading.Thread | None = None
 
     # -- lifecycle -------------------------------------------------------------
 
@@ -180,15 +213,25 @@ class Ingestor:
         ]
         for t in self._workers:
             t.start()
+        self._watcher = threading.Thread(target=self._watch, name="ldp-ingest-probe", daemon=True)
+        self._watcher.start()
 
     def stop(self, timeout: float = 30.0) -> None:
         """Publish what is queued, then stop the threads."""
         with self._cond:
             self._stopping = True
             self._cond.notify_all()
+        self._wake.set()
         end = time.monotonic() + timeout
         for t in self._workers:
             t.join(max(0.0, end - time.monotonic()))
+        if self._watcher is not None:
+            self._watcher.join(max(0.0, end - time.monotonic()))
+
+    @property
+    def down(self) -> str | None:
+        """Why the transport is taken to be down (its last failed probe), or ``None`` while it is up."""
+        return self._down
 
     @property
     def alive(self) -> bool:
@@ -214,6 +257,11 @@ class Ingestor:
                     UnavailableError("shutting_down", "the collector is shutting down; retry later", self.retry_after)
                 )
                 return public
+            if self._down is not None:
+                fut.set_exception(self._down_error())
+                return public
+            self._waiting.add(public)
+            public.add_done_callback(self._waiting.discard)
             running = self._inflight.get(bytes(batch_id))
             if running is not None:
                 same = running.digest == digest
@@ -269,6 +317,58 @@ class Ingestor:
                         if self._inflight.get(s.batch_id) is s:
                             del self._inflight[s.batch_id]
 
+    # -- the watcher -----------------------------------------------------------
+
+    def _down_error(self) -> UnavailableError:
+        return UnavailableError(
+            "transport_unavailable",
+            f"the transport is unavailable ({self._down}); retry later",
+            self.retry_after,
+        )
+
+    def _watch(self) -> None:
+        self._probe()  # a collector started while the transport is down answers 503 from its first upload
+        while True:
+            wait = self.probe_interval if self._down is not None else min(self.probe_after, self.probe_interval) / 4
+            self._wake.wait(wait)
+            self._wake.clear()
+            if self._stopping:
+                return
+            now = time.monotonic()
+            if now < self._next_probe:
+                continue
+            if self._down is not None:
+                self._probe()
+                continue
+            stalled = any(now - t0 >= self.probe_after for t0 in list(self._publishing.values()))
+            if stalled or self._probe_soon:
+                self._probe_soon = False
+                self._probe()
+
+    def _probe(self) -> None:
+        try:
+            ok, detail = self.transport.health(self.topic, timeout=self.probe_timeout)
+        except Exception as exc:  # health() should never raise; a transport that does is down
+            ok, detail = False, f"{type(exc).__name__}: {exc}"
+        self._next_probe = time.monotonic() + self.probe_interval
+        if ok:
+            if self._down is not None:
+                log.warning("the transport answers again (%s); accepting uploads", detail)
+                self._down = None
+            return
+        if self._down is None:
+            log.warning("the transport is down (%s); answering uploads 503 until it answers", detail)
+        with self._cond:
+            self._down = detail
+            dropped = list(self._queue)
+            self._queue.clear()
+            waiting = list(self._waiting)
+        err = self._down_error()
+        for s in dropped:  # never published: the 503 is the whole truth
+            _settle(s.future, exc=err)
+        for fut in waiting:  # their publish may still end well: a retry is then answered "duplicate"
+            _settle(fut, exc=err)
+
     def _ensure_topic(self) -> None:
         if self._topic_ready:
             return
@@ -294,10 +394,14 @@ class Ingestor:
             else:
                 fresh[s.batch_id] = s
         if fresh:
+            me = threading.get_ident()
+            self._publishing[me] = time.monotonic()
             try:
                 self._ensure_topic()
                 self.transport.publish_many(self.topic, [(s.key, s.value) for s in fresh.values()])
             except Exception as exc:
+                self._probe_soon = True
+                self._wake.set()
                 self.last_error = f"{type(exc).__name__}: {exc}"
                 log.warning("the transport refused %d batches: %s", len(fresh), self.last_error)
                 err = UnavailableError(
@@ -309,6 +413,8 @@ class Ingestor:
                     _settle(s.future, exc=err)
                 self._report(GroupStats(0, 0, len(group), time.perf_counter() - t0))
                 return
+            finally:
+                self._publishing.pop(me, None)
             self.last_error = None
             counts = _accepted_counts(fresh.values())
             try:

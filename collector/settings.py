@@ -34,9 +34,18 @@ class CollectorSettings:
 
     ``max_body_bytes`` is checked against ``Content-Length`` before the body
     is read and again while it is read; ``max_records`` against the frame
-    header before the records are decoded. ``max_in_flight`` bounds the
-    uploads being processed at once: one more is answered 503 with
-    ``Retry-After: retry_after``. A batch's day must lie in
+    header before the records are decoded. A body must arrive whole within
+    ``body_timeout`` seconds of its headers (else 408 and the connection is
+    closed); at most ``max_reading`` bodies are read at once. ``max_in_flight``
+    bounds the uploads being processed at once, counted from when their
+    body has been read: one more is answered 503 with ``Retry-After:
+    retry_after``. JSON bodies above ``offload_json_bytes`` and frames above
+    ``offload_frame_bytes`` are decoded off the event loop: JSON in
+    ``decode_workers`` decode processes, frames on a thread. A group commit still running after ``probe_after``
+    seconds, or one that failed, makes the collector probe the transport
+    (``Transport.health``); while a probe fails, uploads are answered 503 at
+    once, and the transport is probed every ``probe_interval`` seconds until
+    it answers again. A batch's day must lie in
     ``[today - max_day_age, today + max_days_ahead]`` (UTC days): the
     :class:`~pipeline.days.DayWindow` the shuffler keeps too, read from
     ``$LDP_MAX_DAY_AGE`` / ``$LDP_MAX_DAYS_AHEAD`` (``$LDP_COLLECTOR_MAX_DAY_AGE``
@@ -57,6 +66,13 @@ class CollectorSettings:
     max_body_bytes: int = 4 << 20
     max_records: int = 1 << 16
     max_in_flight: int = 256
+    max_reading: int = 1024
+    body_timeout: float = 15.0
+    offload_json_bytes: int = 2048
+    offload_frame_bytes: int = 1 << 20
+    decode_workers: int = 1
+    probe_after: float = 1.0
+    probe_interval: float = 1.0
     retry_after: int = 2
     max_days_ahead: int = DEFAULT_MAX_DAYS_AHEAD
     max_day_age: int = DEFAULT_MAX_DAY_AGE
@@ -85,6 +101,13 @@ class CollectorSettings:
                 "max_body_bytes": (64, 1 << 30),
                 "max_records": (1, 1 << 24),
                 "max_in_flight": (1, 1 << 20),
+                "max_reading": (1, 1 << 20),
+                "body_timeout": (0.05, 3600.0),
+                "offload_json_bytes": (0, 1 << 30),
+                "offload_frame_bytes": (0, 1 << 30),
+                "decode_workers": (1, 64),
+                "probe_after": (0.01, 3600.0),
+                "probe_interval": (0.01, 3600.0),
                 "retry_after": (1, 3600),
                 "max_days_ahead": (0, 366),
                 "max_day_age": (0, 3660),

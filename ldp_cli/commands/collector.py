@@ -30,7 +30,50 @@ _FLAGS: list[tuple[str, str, type, str]] = [
     ("--raw-partitions", "raw_partitions", int, "partitions of the raw topic when the collector creates it"),
     ("--max-body-bytes", "max_body_bytes", int, "largest accepted request body in bytes (413 above; default 4194304)"),
     ("--max-records", "max_records", int, "most reports per batch (413 above; default 65536)"),
-    ("--max-in-flight", "max_in_flight", int, "uploads processed at once (503 with Retry-After above; default 256)"),
+    (
+        "--max-in-flight",
+        "max_in_flight",
+        int,
+        "uploads processed at once, counted once their body is read (503 with Retry-After above; default 256)",
+    ),
+    (
+        "--max-reading",
+        "max_reading",
+        int,
+        "request bodies read at once (503 with Retry-After and Connection: close above; default 1024)",
+    ),
+    (
+        "--body-timeout",
+        "body_timeout",
+        float,
+        "seconds a request body may take to arrive after its headers (408 and close after; default 15)",
+    ),
+    (
+        "--offload-json-bytes",
+        "offload_json_bytes",
+        int,
+        "JSON bodies above this many bytes are decoded in a decode process, off the event loop (default 2048)",
+    ),
+    (
+        "--offload-frame-bytes",
+        "offload_frame_bytes",
+        int,
+        "binary frames above this many bytes are decoded on a thread, off the event loop (default 1048576)",
+    ),
+    ("--decode-workers", "decode_workers", int, "processes that decode large JSON bodies (default 1)"),
+    (
+        "--probe-after",
+        "probe_after",
+        float,
+        "seconds a publish may run before the transport is probed; while a probe fails uploads get 503 at once "
+        "(default 1)",
+    ),
+    (
+        "--probe-interval",
+        "probe_interval",
+        float,
+        "seconds between probes of a transport that is down, and at least between two probes (default 1)",
+    ),
     ("--retry-after", "retry_after", int, "seconds clients are asked to wait on 503"),
     (
         "--max-days-ahead",

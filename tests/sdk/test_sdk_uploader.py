@@ -227,10 +227,11 @@ def m_metrics_doc() -> dict:
     }
 
 
-def in_flight(url: str) -> float:
+def reading(url: str) -> float:
+    """Uploads whose body the collector is reading."""
     with urllib.request.urlopen(url + "/metrics", timeout=10) as resp:
         text = resp.read().decode()
-    return float(next(x for x in text.splitlines() if x.startswith("ldp_collector_uploads_in_flight ")).split()[1])
+    return float(next(x for x in text.splitlines() if x.startswith("ldp_collector_uploads_reading ")).split()[1])
 
 
 def wait_until(predicate, timeout: float = 30.0) -> None:
@@ -241,17 +242,18 @@ def wait_until(predicate, timeout: float = 30.0) -> None:
 
 
 def test_urllib_transport_against_the_real_collector(tmp_path, collector_factory) -> None:  # noqa: F811
-    """The collector's own overload answer (503 + Retry-After): with ``--max-in-flight 1``, an upload
-    stalled mid-body holds the only slot; the SDK's upload is refused, then delivered once it is free."""
+    """The collector's own overload answer (503 + Retry-After): with ``--max-reading 1``, an upload
+    stalled mid-body holds the only body-reading slot (uploads take a ``--max-in-flight`` slot only once
+    their body is read); the SDK's upload is refused, then delivered once it is free."""
     assert parse_metrics(m_metrics_doc())["m"].spec.spec_id == SPEC.spec_id
-    col = collector_factory(metrics=m_metrics_doc(), max_in_flight=1, retry_after=7)
+    col = collector_factory(metrics=m_metrics_doc(), max_reading=1, retry_after=7)
     host, port = col.url.removeprefix("http://").split(":")
     stalled = socket.create_connection((host, int(port)))
     stalled.sendall(
         b"POST /v1/reports HTTP/1.1\r\nHost: x\r\nContent-Type: application/vnd.ldp.frame\r\n"
         b"Content-Length: 1000\r\n\r\n" + b"\0" * 10
     )
-    wait_until(lambda: in_flight(col.url) == 1)
+    wait_until(lambda: reading(col.url) == 1)
     store = Store(tmp_path / "sdk")
     ob = Outbox(store)
     now = time.time()
@@ -263,7 +265,7 @@ def test_urllib_transport_against_the_real_collector(tmp_path, collector_factory
     assert up.upload_one() == "retry" and up.last_status == 503
     assert clock.t + 7 <= up.blocked_until <= clock.t + 7.7
     stalled.close()  # the stalled upload ends (client disconnected) and frees the slot
-    wait_until(lambda: in_flight(col.url) == 0)
+    wait_until(lambda: reading(col.url) == 0)
     up.blocked_until = 0.0
     with store.transaction() as conn:
         conn.execute("UPDATE batches SET next_attempt = 0")
