@@ -493,6 +493,12 @@ def create_app(
         log.warning("metrics past their expiry are refused: %s", ", ".join(sorted(expired)))
     metrics_body = declared.to_json().encode()
     metrics_etag = '"' + hashlib.sha256(metrics_body).hexdigest()[:32] + '"'
+    # SDKs from before numeric metrics refuse a document with fields they do not know ("kind", range
+    # domains), so by default GET /v1/metrics serves them the frequency metrics only; ?kinds=all (what the
+    # SDK asks for now) serves every metric
+    frequency_only = MetricSet({n: m for n, m in declared.items() if m.kind == "frequency"})
+    compat_body = frequency_only.to_json().encode()
+    compat_etag = '"' + hashlib.sha256(compat_body).hexdigest()[:32] + '"'
     layout_body = json.dumps(metrics_layout(declared), indent=2, ensure_ascii=False).encode()
     layout_etag = '"' + hashlib.sha256(layout_body).hexdigest()[:32] + '"'
     prom = CollectorMetrics()
@@ -848,7 +854,15 @@ def create_app(
                     "required": False,
                     "schema": {"type": "string", "enum": ["0", "1", "true", "false"]},
                     "description": "1: add each metric's spec_id, accepted_spec_ids and record layout",
-                }
+                },
+                {
+                    "name": "kinds",
+                    "in": "query",
+                    "required": False,
+                    "schema": {"type": "string", "enum": ["all", "frequency"]},
+                    "description": "all: every metric, numeric ones included (what the SDK asks for); "
+                    "frequency (the default, for SDKs from before numeric metrics): frequency metrics only",
+                },
             ]
         },
     )
@@ -858,7 +872,11 @@ def create_app(
         record shape, for clients written without the SDK. (Not by default: the SDK's parser refuses
         unknown fields, deployed SDKs included.)"""
         layout = request.query_params.get("layout", "").lower() in ("1", "true", "yes")
-        body, etag = (layout_body, layout_etag) if layout else (metrics_body, metrics_etag)
+        every = request.query_params.get("kinds", "frequency").lower() == "all"
+        if layout:
+            body, etag = layout_body, layout_etag
+        else:
+            body, etag = (metrics_body, metrics_etag) if every else (compat_body, compat_etag)
         headers = {"ETag": etag, "Cache-Control": "public, max-age=300"}
         if request.headers.get("if-none-match") == etag:
             return Response(status_code=304, headers=headers)

@@ -693,3 +693,20 @@ def test_upload_reaches_kafka(tmp_path: Path, metrics: MetricSet, kafka_bootstra
         recs = read_exactly(tr, topic, 20)
     assert len(recs) == 20
     assert sorted(r.value for r in recs) == sorted(encode_frame(b) for b in batches)
+
+
+def test_metrics_document_serves_numeric_metrics_only_to_sdks_that_ask(tmp_path: Path, transport: Transport) -> None:
+    """An SDK from before numeric metrics refuses a document with fields it does not know, so the default
+    document holds the frequency metrics only (and parses under the old rules: no ``kind``, no range domain);
+    ``?kinds=all``, what the SDK asks for now, holds every metric."""
+    doc = json.loads((Path(__file__).resolve().parents[2] / "metrics" / "example.json").read_text())
+    (tmp_path / "metrics.json").write_text(json.dumps(doc))
+    with ServerThread(create_app(make_settings(tmp_path), transport=transport)) as srv:
+        default = httpx.get(srv.url + "/v1/metrics", timeout=10).json()
+        every = httpx.get(srv.url + "/v1/metrics", params={"kinds": "all"}, timeout=10).json()
+    assert set(every["metrics"]) == set(doc["metrics"])
+    numeric = {n for n, m in doc["metrics"].items() if m["domain"]["kind"] == "range"}
+    assert numeric and set(default["metrics"]) == set(doc["metrics"]) - numeric
+    for m in default["metrics"].values():
+        assert "kind" not in m and m["domain"]["kind"] in ("dictionary", "hashed")
+    assert set(parse_metrics(every)) == set(doc["metrics"])

@@ -111,7 +111,7 @@ class HostileServer:
                 self.wfile.write(body)
 
             def do_GET(self) -> None:  # noqa: N802 -- http.server's spelling
-                if self.path != "/v1/metrics":
+                if self.path.split("?", 1)[0] != "/v1/metrics":
                     return self._answer(404)
                 document = owner.serve(int(owner.clock() // DAY))
                 with owner.lock:

@@ -70,7 +70,7 @@ def _handler(state: _State) -> type[http.server.BaseHTTPRequestHandler]:
             self.wfile.write(body)
 
         def do_GET(self) -> None:  # noqa: N802
-            if self.path == "/v1/metrics" and state.metrics_bytes is not None:
+            if self.path.split("?", 1)[0] == "/v1/metrics" and state.metrics_bytes is not None:
                 self._reply(200, state.metrics_bytes, {"Content-Type": "application/json"})
             elif self.path == "/stats":
                 with state.lock:
