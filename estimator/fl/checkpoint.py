@@ -106,6 +106,8 @@ class JobState:
     duplicates: Counter = dataclasses.field(default_factory=Counter)
     past_ids: dict[int, list[str]] = dataclasses.field(default_factory=dict)
     clip_norm: float | None = None
+    #: SHA-256 of each recent round's un-noised SecAgg sum (the operator's integrity record; never published)
+    audit: dict[int, str] = dataclasses.field(default_factory=dict)
 
     def to_obj(self, binary: bool = True) -> dict[str, Any]:
         """The checkpoint's state: vectors as numpy arrays (``binary``, for a chunked document) or base64."""
@@ -147,6 +149,7 @@ class JobState:
             "duplicates": dict(self.duplicates),
             "past_ids": {str(r): ids for r, ids in self.past_ids.items()},
             "clip_norm": self.clip_norm,
+            "audit": {str(r): h for r, h in self.audit.items()},
         }
 
     @classmethod
@@ -197,6 +200,7 @@ class JobState:
             duplicates=Counter(o.get("duplicates", {})),
             past_ids={int(r): list(ids) for r, ids in o.get("past_ids", {}).items()},
             clip_norm=None if o.get("clip_norm") is None else float(o["clip_norm"]),
+            audit={int(r): str(h) for r, h in o.get("audit", {}).items()},
         )
 
 

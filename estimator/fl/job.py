@@ -690,14 +690,12 @@ class AggregationJob(StreamProcessor):
             m,
             {"noise_stddev": sd, "clip_norm": self.spec.clip_norm},
         )
-        self._finish_round(
-            res,
-            {
-                "secagg_survivors": list(st.survivors),
-                "secagg_dropped": list(st.dropped),
-                "sum_sha256": hashlib.sha256(total.astype("<u4").tobytes()).hexdigest(),
-            },
-        )
+        # the digest of the un-noised sum is an integrity record for the operator's audit, kept in the checkpoint
+        # only: published, it would let anyone who knows the other inputs test a hypothesis about one client's
+        # update with certainty (issue 13), voiding the DP guarantee of the noised release
+        st.audit[st.round] = hashlib.sha256(total.astype("<u4").tobytes()).hexdigest()
+        st.audit = {r: h for r, h in st.audit.items() if r > st.round - REPLAY_WINDOW}
+        self._finish_round(res, {"secagg_survivors": list(st.survivors), "secagg_dropped": list(st.dropped)})
 
     # -- uploads --------------------------------------------------------------------------------
     def _on_upload(self, value: bytes) -> None:
