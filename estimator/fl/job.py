@@ -65,7 +65,14 @@ import numpy as np
 from client_sdk.files import write_atomic
 from client_sdk.fl.client import ClientUpdate
 from client_sdk.fl.errors import FLError, SecAggError, UpdateRejected
-from client_sdk.fl.protocol import RoundState, Upload, check_upload_against, encode_vector, parse_upload
+from client_sdk.fl.protocol import (
+    RoundState,
+    Upload,
+    check_upload_against,
+    encode_vector,
+    parse_upload,
+    verify_upload_auth,
+)
 from client_sdk.randomness import secure_generator
 from estimator.errors import JobStateError
 from estimator.fl.aggregators import AggregateResult, Aggregator, RoundContext
@@ -99,6 +106,8 @@ log = logging.getLogger("ldp.fl.job")
 REPLAY_WINDOW = 16
 #: environment variables of :meth:`JobSettings.from_env`: ``LDP_FL_JOB_<FIELD>``
 ENV_PREFIX = "LDP_FL_JOB_"
+#: the keys of a round's record that the public counters show (none depends on the sample)
+_PUBLIC_ROUND_KEYS = ("round", "epsilon", "noise_stddev", "clip_norm")
 
 
 class _Rewind(Exception):
@@ -466,17 +475,21 @@ class AggregationJob(StreamProcessor):
 
     # -- rounds and phases ------------------------------------------------------------------------
     def _public_stats(self) -> dict[str, Any]:
+        """The counters every collector serves to anyone (``/status``, every round view). Nothing that
+        depends on the round's sample: no accepted, rejected or duplicate counts, no realized client count,
+        no survivor lists, no failure reason (those stay in the operator's :meth:`status`); the sampling
+        amplification the accountant credits assumes an observer who does not know the sample."""
         st = self._st
+        last = st.history[-1] if st.history else None
         out = {
             "epsilon": _f(st.epsilon),
             "delta": self.spec.delta if self.spec.clip_norm is not None else None,
-            "rejected": dict(st.rejected),
-            "accepted": dict(st.accepted),
-            "duplicates": dict(st.duplicates),
             "rounds_done": len(st.history),
-            "last_round": st.history[-1] if st.history else None,
+            "last_round": None if last is None else {k: last[k] for k in _PUBLIC_ROUND_KEYS if k in last},
             "aggregator": self.spec.aggregator.kind,
         }
+        if last is not None and "failed" in last:
+            out["last_round"]["failed"] = True
         if st.clip_norm is not None:
             out["clip_norm"] = st.clip_norm
         return out
@@ -504,10 +517,18 @@ class AggregationJob(StreamProcessor):
             indices=dict(st.indices),
             adverts=dict(st.adverts) if st.phase in ("share", "masked", "unmask") else {},
             inbox=st.inbox if st.phase == "masked" else {},
-            survivors=tuple(st.survivors) if st.phase == "unmask" else (),
-            dropped=tuple(st.dropped) if st.phase == "unmask" else (),
+            survivors=tuple(st.survivors) if st.phase in ("consistency", "unmask") else (),
+            dropped=tuple(st.dropped) if st.phase in ("consistency", "unmask") else (),
             stats=self._public_stats(),
+            enrollment_key=self.spec.authority_key,
+            task_config=self._task_config(),
+            advert_auth=dict(st.advert_auth) if st.phase in ("share", "masked", "consistency", "unmask") else {},
+            consistency=dict(st.consistency) if st.phase == "unmask" else {},
         )
+
+    def _task_config(self) -> dict[str, Any] | None:
+        sig = self.spec.task_signature
+        return None if sig is None else {"config": self.spec.signed_config(), "signature": sig}
 
     def _set_phase(self, phase: str, timeout: float) -> None:
         st = self._st
@@ -525,6 +546,7 @@ class AggregationJob(StreamProcessor):
         st.past_ids = {k: v for k, v in st.past_ids.items() if r - REPLAY_WINDOW <= k < r}
         st.round = r
         st.updates, st.seen, st.adverts, st.shares, st.inbox, st.reveals = {}, set(), {}, {}, {}, {}
+        st.advert_auth, st.consistency, st.commitments = {}, {}, {}
         st.survivors, st.dropped, st.masked_sum, st.secagg, st.indices = [], [], None, None, {}
         if r >= spec.rounds:
             st.selected = []
@@ -704,6 +726,7 @@ class AggregationJob(StreamProcessor):
             u = parse_upload(value, payload_size=self.payload_size)
             if u.task != self.spec.task:
                 return
+            verify_upload_auth(u, self.spec.authority_key, self.clock())  # the topic is not trusted either
             if u.upload_id in st.seen:  # a retry (or a second collector's copy) of an accepted upload: idempotent
                 st.duplicates[u.kind] += 1
                 log.info("duplicate of upload %s (round %d): already counted", u.upload_id, u.round)
@@ -754,6 +777,9 @@ class AggregationJob(StreamProcessor):
             if me in st.adverts:
                 raise UpdateRejected("duplicate_client", f"client {me} already advertised keys")
             st.adverts[me] = (u.payload["share_key"], u.payload["mask_key"])
+            assert u.auth is not None  # verified in _on_upload
+            # peers check this signature themselves: the server cannot swap in keys of its own
+            st.advert_auth[me] = {"client_id": u.client_id, **u.auth}
         elif u.kind == "shares":
             if me in st.shares:
                 raise UpdateRejected("duplicate_client", f"client {me} already shared keys")
