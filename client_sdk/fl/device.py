@@ -256,7 +256,7 @@ class FLDevice:
                 int(sa["threshold"]),
                 int(sa["vector_length"]),
             )
-            client = SecAggClient(int(view["index"]), cfg, self.random_bytes)
+            client = SecAggClient(int(view["index"]), cfg, self.random_bytes, self._signed_threshold(view))
             self._round = {"round": r, "client": client}
             a = client.advertise_keys()
             ok = self._upload(r, "advert", {"share_key": a.share_key, "mask_key": a.mask_key})
@@ -266,7 +266,8 @@ class FLDevice:
         client = self._round["client"]
         if phase == "share":
             cts = client.share_keys(self._verified_adverts(view, r))
-            return "shares" if self._upload(r, "shares", {"ciphertexts": cts}) else "failed"
+            payload = {"ciphertexts": cts, "commitments": dict(client.commitments)}
+            return "shares" if self._upload(r, "shares", payload) else "failed"
         if phase == "masked":
             delta, _, rng = self._train(view)
             q = Quantizer(float(sa["clip_range"]), float(sa["scale"]), int(sa["max_clients"])).quantize(delta, rng)
@@ -279,6 +280,28 @@ class FLDevice:
             shares = {v: (kind, s.x, s.y, s.threshold) for v, (kind, s) in out.items()}
             return "reveal" if self._upload(r, "reveal", {"shares": shares}) else "failed"
         raise FLError(f"unknown phase {phase!r}")
+
+    def _signed_threshold(self, view: Mapping[str, Any]) -> int | None:
+        """t from the task configuration the enrollment authority signed (None if it fixes none); a SecAgg
+        round without a valid signed configuration for this task is refused."""
+        from client_sdk.enrollment import verify_document
+
+        tc = view.get("task_config")
+        if self.identity is None:
+            raise FLError("secure aggregation needs an enrolled device (FLDevice(identity=...))")
+        ok = isinstance(tc, Mapping) and isinstance(tc.get("config"), Mapping) and isinstance(tc.get("signature"), str)
+        if ok:
+            assert isinstance(tc, Mapping)
+            cfg = tc["config"]
+            ok = (
+                verify_document(self.identity.authority_key, cfg, base64.b64decode(tc["signature"]))
+                and cfg.get("task") == self.task
+                and cfg.get("secagg") is True
+            )
+        if not ok:
+            raise FLError("the round's task configuration is not signed by this device's enrollment authority")
+        t = tc["config"].get("secagg_threshold")  # type: ignore[index]
+        return None if t is None else int(t)
 
     def _verified_adverts(self, view: Mapping[str, Any], r: int) -> dict[int, Any]:
         """The neighbours' key adverts whose signatures verify: each signed by an enrolled device (credential

@@ -721,6 +721,8 @@ def check_upload_against(u: Upload, state: RoundState) -> None:
     me = state.indices[u.client_id]
     nbrs = set(int(v) for v in state.secagg["neighbors"][str(me)])
     if u.kind == "shares":
+        if "commitments" in u.payload and set(u.payload["commitments"]) != set(u.payload["ciphertexts"]):
+            raise _bad("bad_secagg", "the share commitments must name exactly the share recipients")
         bad = [v for v in u.payload["ciphertexts"] if v not in nbrs or v not in state.adverts]
         if bad or me not in state.adverts:
             raise _bad(

@@ -560,11 +560,18 @@ class AggregationJob(StreamProcessor):
             self._fail_round(f"secure aggregation needs at least 3 clients, {len(st.selected)} were sampled")
             return
         from client_sdk.fl.secagg import Quantizer
-        from estimator.fl.secagg_server import make_config
+        from estimator.fl.secagg_server import default_degree, make_config
 
         n = len(st.selected)
-        deg = None if spec.secagg_degree is None else min(spec.secagg_degree, n - 1)
-        cfg = make_config(r, n, self.payload_size, self._rng, deg)
+        deg = default_degree(n) if spec.secagg_degree is None else min(spec.secagg_degree, n - 1)
+        t = spec.secagg_threshold
+        if t is not None:  # the signed t: devices refuse any other, and any degree k >= 2t
+            ok = [k for k in range(t, min(2 * t - 1, n - 1) + 1) if k == n - 1 or k % 2 == 0]
+            if not ok:
+                self._fail_round(f"no neighbour graph on {n} clients has a degree k with t = {t} <= k < 2t")
+                return
+            deg = max([k for k in ok if k <= deg] or [min(ok)])
+        cfg = make_config(r, n, self.payload_size, self._rng, deg, t)
         q = Quantizer.for_clients(n, float(spec.clip_norm))  # type: ignore[arg-type]
         st.indices = {c: i + 1 for i, c in enumerate(st.selected)}
         st.secagg = {
@@ -694,10 +701,13 @@ class AggregationJob(StreamProcessor):
         )
         reveals = {u: {v: (k, Share(x, y, t)) for v, (k, x, y, t) in per.items()} for u, per in st.reveals.items()}
         try:
-            total = server.finish(reveals)
+            total = server.finish(reveals, st.commitments)
         except SecAggError as exc:
             self._fail_round(f"unmasking failed: {exc}")
             return
+        if server.bad_shares:
+            st.rejected["bad_share"] += server.bad_shares
+            log.warning("round %d: %d revealed shares did not match their commitments", st.round, server.bad_shares)
         q = Quantizer(float(sa["clip_range"]), float(sa["scale"]), int(sa["max_clients"]))
         ctx = self._ctx()
         s = q.decode_sum(total)
@@ -784,6 +794,8 @@ class AggregationJob(StreamProcessor):
             if me in st.shares:
                 raise UpdateRejected("duplicate_client", f"client {me} already shared keys")
             st.shares[me] = dict(u.payload["ciphertexts"])
+            if "commitments" in u.payload:
+                st.commitments[me] = dict(u.payload["commitments"])
         elif u.kind == "masked":
             if me in st.survivors:
                 raise UpdateRejected("duplicate_client", f"client {me} already sent its masked input")

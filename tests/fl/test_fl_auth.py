@@ -24,6 +24,7 @@ from tests.support.fl_pipeline_support import (
     drive,
     enroll,
     make_data,
+    served_status,
     task_spec,
 )
 
@@ -106,8 +107,7 @@ def test_an_outsider_cannot_take_over_a_selected_clients_secagg_slot(tmp_path: P
         JobThread(tr, spec, topics, checkpoint_interval=0.2) as jt,
     ):
         out = Outsider(srv.url, spec.task, "dev-0")
-        while jt.job._st.phase != "advertise":
-            pass
+        served_status(srv.url, spec.task, lambda st: st.get("phase") == "advertise")
         out.step()  # first in line
         forged = make_upload(spec.task, 0, "advert", "dev-0", {"share_key": bytes(32), "mask_key": bytes(range(32))})
         tr.publish(topics.updates, spec.task.encode(), encode_upload(forged))
