@@ -43,6 +43,8 @@ from client_sdk.fl.protocol import (
     encode_upload_binary,
     make_upload,
     model_from_dict,
+    sign_upload,
+    verify_upload_auth,
 )
 from client_sdk.uploader import (
     USER_AGENT,
@@ -99,6 +101,7 @@ class FLDevice:
         sleep: Callable[[float], None] = time.sleep,
         transport: HttpTransport = urllib_transport,
         clock: Callable[[], float] = time.time,
+        identity: Any = None,
     ) -> None:
         self.base = collector_url.rstrip("/") + f"/v1/fl/tasks/{urllib.parse.quote(task, safe='')}"
         self.task = task
@@ -120,6 +123,10 @@ class FLDevice:
         self.clock = clock
         self.drop_at = drop_at
         self.sleep = sleep
+        if identity is not None and identity.device_id != client_id:
+            raise FLError(f"the identity is enrolled as {identity.device_id!r}, not {client_id!r}")
+        #: the device's :class:`client_sdk.enrollment.DeviceIdentity`: signs every request and upload
+        self.identity = identity
         self.errors: collections.Counter[str] = collections.Counter()
         self.uploads = 0
         self.retries = 0
@@ -132,7 +139,12 @@ class FLDevice:
 
     # -- HTTP -------------------------------------------------------------------------------------
     def _request(
-        self, method: str, url: str, body: bytes | None = None, content_type: str = "application/json"
+        self,
+        method: str,
+        url: str,
+        body: bytes | None = None,
+        content_type: str = "application/json",
+        sign: bool = False,
     ) -> HTTPResult:
         headers = {"Accept": "application/json", "User-Agent": USER_AGENT}
         if body is not None:
@@ -140,6 +152,10 @@ class FLDevice:
         last = HTTPResult(0, None)
         for attempt in range(max(1, self.max_attempts)):
             retry_after = None
+            if sign and self.identity is not None:  # a fresh timestamp and nonce per attempt
+                parts = urllib.parse.urlsplit(url)
+                target = parts.path + ("?" + parts.query if parts.query else "")
+                headers.update(self.identity.sign_request(method, target, body or b"", now=self.clock()))
             try:
                 resp = self.transport(HttpRequest(method, url, body, headers, self.timeout))
             except OSError:  # refused, reset, timed out, unreachable
@@ -156,7 +172,9 @@ class FLDevice:
 
     def fetch(self) -> dict[str, Any] | None:
         """The current round as the collector shows it to this device, or None if unavailable."""
-        r = self._request("GET", f"{self.base}/round?client_id={urllib.parse.quote(self.client_id, safe='')}")
+        r = self._request(
+            "GET", f"{self.base}/round?client_id={urllib.parse.quote(self.client_id, safe='')}", sign=True
+        )
         if r.status != 200 or not isinstance(r.body, dict):
             self.errors["fetch_" + str(r.status)] += 1
             return None
@@ -164,6 +182,8 @@ class FLDevice:
 
     def _upload(self, round: int, kind: str, payload: Mapping[str, Any]) -> bool:
         u = make_upload(self.task, round, kind, self.client_id, payload)
+        if self.identity is not None:
+            u = sign_upload(u, self.identity)
         r = self._request("POST", f"{self.base}/uploads", encode_upload_binary(u), BINARY_CONTENT_TYPE)
         if r.status == 202:
             self.uploads += 1
@@ -225,7 +245,7 @@ class FLDevice:
         if phase == "train":
             delta, n, _ = self._train(view)
             return "update" if self._upload(r, "update", {"vector": delta, "num_examples": n}) else "failed"
-        from client_sdk.fl.secagg import KeyAdvert, Quantizer, SecAggClient, SecAggConfig
+        from client_sdk.fl.secagg import Quantizer, SecAggClient, SecAggConfig
 
         sa = view["secagg"]
         if phase == "advertise":
@@ -236,7 +256,7 @@ class FLDevice:
                 int(sa["threshold"]),
                 int(sa["vector_length"]),
             )
-            client = SecAggClient(int(view["index"]), cfg, self.random_bytes)
+            client = SecAggClient(int(view["index"]), cfg, self.random_bytes, self._signed_threshold(view))
             self._round = {"round": r, "client": client}
             a = client.advertise_keys()
             ok = self._upload(r, "advert", {"share_key": a.share_key, "mask_key": a.mask_key})
@@ -245,12 +265,9 @@ class FLDevice:
             raise FLError(f"round {r} is past its key-advertising phase and this device holds no keys for it")
         client = self._round["client"]
         if phase == "share":
-            adverts = {
-                int(u): KeyAdvert(int(u), base64.b64decode(a), base64.b64decode(b))
-                for u, (a, b) in view["adverts"].items()
-            }
-            cts = client.share_keys(adverts)
-            return "shares" if self._upload(r, "shares", {"ciphertexts": cts}) else "failed"
+            cts = client.share_keys(self._verified_adverts(view, r))
+            payload = {"ciphertexts": cts, "commitments": dict(client.commitments)}
+            return "shares" if self._upload(r, "shares", payload) else "failed"
         if phase == "masked":
             delta, _, rng = self._train(view)
             q = Quantizer(float(sa["clip_range"]), float(sa["scale"]), int(sa["max_clients"])).quantize(delta, rng)
@@ -263,6 +280,64 @@ class FLDevice:
             shares = {v: (kind, s.x, s.y, s.threshold) for v, (kind, s) in out.items()}
             return "reveal" if self._upload(r, "reveal", {"shares": shares}) else "failed"
         raise FLError(f"unknown phase {phase!r}")
+
+    def _signed_threshold(self, view: Mapping[str, Any]) -> int | None:
+        """t from the task configuration the enrollment authority signed (None if it fixes none); a SecAgg
+        round without a valid signed configuration for this task is refused."""
+        from client_sdk.enrollment import verify_document
+
+        tc = view.get("task_config")
+        if self.identity is None:
+            raise FLError("secure aggregation needs an enrolled device (FLDevice(identity=...))")
+        ok = isinstance(tc, Mapping) and isinstance(tc.get("config"), Mapping) and isinstance(tc.get("signature"), str)
+        if ok:
+            assert isinstance(tc, Mapping)
+            cfg = tc["config"]
+            ok = (
+                verify_document(self.identity.authority_key, cfg, base64.b64decode(tc["signature"]))
+                and cfg.get("task") == self.task
+                and cfg.get("secagg") is True
+            )
+        if not ok:
+            raise FLError("the round's task configuration is not signed by this device's enrollment authority")
+        t = tc["config"].get("secagg_threshold")  # type: ignore[index]
+        return None if t is None else int(t)
+
+    def _verified_adverts(self, view: Mapping[str, Any], r: int) -> dict[int, Any]:
+        """The neighbours' key adverts whose signatures verify: each signed by an enrolled device (credential
+        from this device's authority) for this task and round, one index per device. An advert the server
+        made up or swapped is dropped (counted in ``errors["bad_advert"]``), so no share goes to it."""
+        from client_sdk.fl.protocol import Upload
+        from client_sdk.fl.secagg import KeyAdvert
+
+        if self.identity is None:
+            raise FLError("secure aggregation needs an enrolled device (FLDevice(identity=...))")
+        auths = view.get("advert_auth") or {}
+        out: dict[int, Any] = {}
+        ids = {self.client_id}
+        for u, (a, b) in view["adverts"].items():
+            auth = auths.get(u)
+            if not isinstance(auth, Mapping) or not isinstance(auth.get("client_id"), str):
+                self.errors["bad_advert"] += 1
+                continue
+            keys = {"share_key": base64.b64decode(a), "mask_key": base64.b64decode(b)}
+            up = make_upload(self.task, r, "advert", auth["client_id"], keys)
+            try:
+                verify_upload_auth(
+                    Upload(up.task, up.round, up.kind, up.client_id, up.upload_id, up.payload, auth),
+                    self.identity.authority_key,
+                    self.clock(),
+                )
+            except FLError:
+                self.errors["bad_advert"] += 1
+                continue
+            if auth["client_id"] in ids:  # one device behind two indices (or posing as this one)
+                self.errors["bad_advert"] += 1
+                continue
+            ids.add(auth["client_id"])
+            out[int(u)] = KeyAdvert(int(u), keys["share_key"], keys["mask_key"])
+        self._round["peer_ids"] = {u: auths[str(u)]["client_id"] for u in out}
+        return out
 
     def run(self, *, poll_interval: float = 0.1, timeout: float | None = None) -> int:
         """Take part until the task is done (or ``timeout`` seconds); return the uploads made."""

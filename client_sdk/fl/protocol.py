@@ -83,19 +83,28 @@ __all__ = [
     "check_upload_against",
     "content_digest",
     "make_upload",
+    "sign_upload",
+    "verify_upload_auth",
+    "UPLOAD_SIGNATURE_TAG",
+    "CONSISTENCY_TAG",
 ]
 
 PROTOCOL_VERSION = 1
-Phase = Literal["train", "advertise", "share", "masked", "unmask", "done"]
-UploadKind = Literal["update", "advert", "shares", "masked", "reveal"]
+Phase = Literal["train", "advertise", "share", "masked", "consistency", "unmask", "done"]
+UploadKind = Literal["update", "advert", "shares", "masked", "consistency", "reveal"]
 PHASE_OF_KIND: dict[str, str] = {
     "update": "train",
     "advert": "advertise",
     "shares": "share",
     "masked": "masked",
+    "consistency": "consistency",
     "reveal": "unmask",
 }
-SECAGG_PHASES = ("advertise", "share", "masked", "unmask")
+SECAGG_PHASES = ("advertise", "share", "masked", "consistency", "unmask")
+#: the domain tag of an upload's signature (over its upload id): client_sdk.enrollment
+UPLOAD_SIGNATURE_TAG = b"ldp-fl-upload-v1"
+#: the domain tag of a survivor's signature of the survivor set it was shown (the consistency round)
+CONSISTENCY_TAG = b"ldp-secagg-consistency-v1"
 #: nonce (12) + AES-GCM of the share pair (148) + tag (16); see client_sdk.fl.secagg.SecAggClient.share_keys
 CIPHERTEXT_BYTES = 12 + 148 + 16
 #: a Shamir share's y in GF(2^521 − 1), little-endian
@@ -236,6 +245,10 @@ class RoundState:
     survivors: tuple[int, ...] = ()
     dropped: tuple[int, ...] = ()
     stats: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    enrollment_key: bytes | None = None
+    task_config: Mapping[str, Any] | None = None
+    advert_auth: Mapping[int, Mapping[str, Any]] = dataclasses.field(default_factory=dict)
+    consistency: Mapping[int, Mapping[str, Any]] = dataclasses.field(default_factory=dict)
 
     @property
     def payload_size(self) -> int:
@@ -272,16 +285,21 @@ class RoundState:
             "payload_size": self.payload_size,
             "opened_at": self.opened_at,
             "deadline": self.deadline,
-            "secagg": None if self.secagg is None else dict(self.secagg),
-            "adverts": {str(u): [_b64(a), _b64(b)] for u, (a, b) in sorted(self.adverts.items())},
-            "survivors": list(self.survivors),
-            "dropped": list(self.dropped),
+            "secure_aggregation": self.secagg is not None,
             "stats": dict(self.stats),
+            "enrollment_key": None if self.enrollment_key is None else _b64(self.enrollment_key),
+            "task_config": None if self.task_config is None else dict(self.task_config),
         }
         return out
 
     def _full(self, vec: Any) -> dict[str, Any]:
         out = self._public(vec)
+        out["secagg"] = None if self.secagg is None else dict(self.secagg)
+        out["adverts"] = {str(u): [_b64(a), _b64(b)] for u, (a, b) in sorted(self.adverts.items())}
+        out["advert_auth"] = {str(u): dict(a) for u, a in sorted(self.advert_auth.items())}
+        out["survivors"] = list(self.survivors)
+        out["dropped"] = list(self.dropped)
+        out["consistency"] = {str(u): dict(c) for u, c in sorted(self.consistency.items())}
         out["selected"] = list(self.selected)
         out["indices"] = dict(self.indices)
         out["inbox"] = {
@@ -311,17 +329,33 @@ class RoundState:
 
         return cls._from_obj(dict(obj), vec)
 
-    def view_for(self, client_id: str | None) -> dict[str, Any]:
-        """What the collector serves to ``client_id``: the public state, ``selected``, its SecAgg ``index``
-        and its own ``inbox`` only."""
+    def public_view(self) -> dict[str, Any]:
+        """What anyone may read: the model, the configuration, the phase and its deadline, public counters.
+        Nothing in it depends on the round's sample (no realized count, no SecAgg graph, adverts or survivor
+        lists: those go to selected devices only, :meth:`view_for`)."""
+        return self._public()
+
+    def view_for(self, client_id: str) -> dict[str, Any]:
+        """What the collector serves to the *authenticated* device ``client_id``: the public view,
+        ``selected``, and for a selected device of a SecAgg round its ``index``, the round's SecAgg
+        parameters, its neighbours' adverts (with their signatures), the survivor set it is shown, the
+        consistency signatures and its own ``inbox``. Never the sample, nor anyone else's inbox."""
         out = self._public()
-        selected = client_id is not None and client_id in set(self.selected)
-        index = self.indices.get(client_id) if selected and client_id is not None else None
+        selected = client_id in set(self.selected)
+        index = self.indices.get(client_id) if selected else None
         out["selected"] = selected
         out["index"] = index
-        out["inbox"] = (
-            {} if index is None else {str(u): _b64(ct) for u, ct in sorted(self.inbox.get(index, {}).items())}
-        )
+        out["inbox"] = {}
+        if index is None or self.secagg is None:
+            return out
+        nbrs = {int(v) for v in self.secagg["neighbors"][str(index)]}
+        out["secagg"] = dict(self.secagg)
+        out["adverts"] = {str(u): [_b64(a), _b64(b)] for u, (a, b) in sorted(self.adverts.items()) if u in nbrs}
+        out["advert_auth"] = {str(u): dict(a) for u, a in sorted(self.advert_auth.items()) if u in nbrs}
+        out["survivors"] = list(self.survivors)
+        out["dropped"] = [u for u in self.dropped if u in nbrs]
+        out["consistency"] = {str(u): dict(c) for u, c in sorted(self.consistency.items())}
+        out["inbox"] = {str(u): _b64(ct) for u, ct in sorted(self.inbox.get(index, {}).items())}
         return out
 
     @classmethod
@@ -365,6 +399,10 @@ class RoundState:
             survivors=tuple(int(u) for u in obj.get("survivors", ())),
             dropped=tuple(int(u) for u in obj.get("dropped", ())),
             stats=dict(obj.get("stats", {})),
+            enrollment_key=None if obj.get("enrollment_key") is None else base64.b64decode(obj["enrollment_key"]),
+            task_config=None if obj.get("task_config") is None else dict(obj["task_config"]),
+            advert_auth={int(u): dict(a) for u, a in obj.get("advert_auth", {}).items()},
+            consistency={int(u): dict(c) for u, c in obj.get("consistency", {}).items()},
         )
 
 
@@ -386,10 +424,63 @@ class Upload:
     client_id: str
     upload_id: str
     payload: Mapping[str, Any]
+    #: ``{"credential": {...}, "signature": base64}``: the enrolled device's signature of the upload id
+    #: (:func:`sign_upload`); outside the content digest, so a retry has the same id
+    auth: Mapping[str, Any] | None = None
 
     @property
     def phase(self) -> str:
         return PHASE_OF_KIND[self.kind]
+
+
+def sign_upload(u: Upload, identity: Any) -> Upload:
+    """``u`` signed by ``identity`` (a :class:`client_sdk.enrollment.DeviceIdentity` of ``u.client_id``):
+    Ed25519 over :data:`UPLOAD_SIGNATURE_TAG` and the upload id, which binds task, round, kind, client and
+    content, so a signed upload cannot be moved to another round, client or content."""
+    sig = identity.sign(UPLOAD_SIGNATURE_TAG, u.upload_id.encode())
+    return dataclasses.replace(u, auth={"credential": identity.credential.to_dict(), "signature": _b64(sig)})
+
+
+def verify_upload_auth(u: Upload, authority_key: bytes | None, now: float | None = None) -> Any:
+    """The verified :class:`client_sdk.enrollment.Credential` of ``u``'s sender, or
+    :class:`UpdateRejected` (``unauthenticated``): the credential must be valid under the task's
+    ``authority_key``, name ``u.client_id``, and its key must have signed ``u``'s id."""
+    from client_sdk.enrollment import Credential, EnrollmentError, verify_signature
+
+    if authority_key is None:
+        raise _bad("unauthenticated", "the task names no enrollment key, so no upload can be authenticated")
+    if u.auth is None:
+        raise _bad("unauthenticated", f"the upload of {u.client_id!r} is not signed by an enrolled device")
+    try:
+        cred = Credential.from_dict(u.auth.get("credential"))
+        cred.verify([authority_key], now)
+    except EnrollmentError as exc:
+        raise _bad("unauthenticated", f"the upload's credential: {exc}") from None
+    if cred.device_id != u.client_id:
+        raise _bad("unauthenticated", f"a credential of {cred.device_id!r} on an upload of {u.client_id!r}")
+    sig = u.auth.get("signature")
+    try:
+        raw = base64.b64decode(sig, validate=True) if isinstance(sig, str) else b""
+    except (binascii.Error, ValueError):
+        raw = b""
+    if not verify_signature(cred.public_key, raw, UPLOAD_SIGNATURE_TAG, u.upload_id.encode()):
+        raise _bad("unauthenticated", f"the signature on the upload of {u.client_id!r} does not verify")
+    return cred
+
+
+def _auth_json(auth: Mapping[str, Any] | None) -> dict[str, Any]:
+    return {} if auth is None else {"auth": {"credential": auth.get("credential"), "signature": auth.get("signature")}}
+
+
+def _parse_auth(obj: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    a = obj.get("auth")
+    if a is None:
+        return None
+    if not isinstance(a, dict) or not isinstance(a.get("credential"), dict) or not isinstance(a.get("signature"), str):
+        raise _bad("malformed", "auth must be an object with a credential object and a base64 signature")
+    if len(json.dumps(a)) > 4096:
+        raise _bad("too_large", "auth is larger than 4096 bytes")
+    return {"credential": a["credential"], "signature": a["signature"]}
 
 
 def content_digest(task: str, round: int, kind: str, client_id: str, payload: Mapping[str, Any]) -> str:
@@ -410,9 +501,14 @@ def _payload_json(kind: str, p: Mapping[str, Any]) -> dict[str, Any]:
     if kind == "advert":
         return {"share_key": _b64(p["share_key"]), "mask_key": _b64(p["mask_key"])}
     if kind == "shares":
-        return {"ciphertexts": {str(v): _b64(ct) for v, ct in sorted(p["ciphertexts"].items())}}
+        out = {"ciphertexts": {str(v): _b64(ct) for v, ct in sorted(p["ciphertexts"].items())}}
+        if "commitments" in p:
+            out["commitments"] = {str(v): _b64(c) for v, c in sorted(p["commitments"].items())}
+        return out
     if kind == "masked":
         return {"vector": encode_vector(p["vector"], "<u4")}
+    if kind == "consistency":
+        return {"signature": _b64(p["signature"])}
     if kind == "reveal":
         return {
             "shares": {
@@ -434,6 +530,7 @@ def encode_upload(u: Upload) -> bytes:
             "client_id": u.client_id,
             "upload_id": u.upload_id,
             "payload": _payload_json(u.kind, u.payload),
+            **_auth_json(u.auth),
         },
         sort_keys=True,
         separators=(",", ":"),
@@ -458,6 +555,7 @@ def encode_upload_binary(u: Upload) -> bytes:
             "client_id": u.client_id,
             "upload_id": u.upload_id,
             "payload": payload,
+            **_auth_json(u.auth),
         },
         sort_keys=True,
         separators=(",", ":"),
@@ -569,6 +667,11 @@ def parse_upload(
     elif kind == "shares":
         cts = _index_map(p.get("ciphertexts"), "ciphertexts", max_neighbors)
         payload = {"ciphertexts": {v: _b64_bytes(ct, CIPHERTEXT_BYTES, f"ciphertext for {v}") for v, ct in cts.items()}}
+        if "commitments" in p:
+            cms = _index_map(p.get("commitments"), "commitments", max_neighbors)
+            payload["commitments"] = {v: _b64_bytes(c, 64, f"commitment for {v}") for v, c in cms.items()}
+    elif kind == "consistency":
+        payload = {"signature": _b64_bytes(p.get("signature"), 64, "signature")}
     else:
         shares = _index_map(p.get("shares"), "shares", max_neighbors)
         out = {}
@@ -585,7 +688,7 @@ def parse_upload(
             f"upload_id {upload_id} does not match the content (expected {expected}); "
             "compute it with client_sdk.fl.protocol (BLAKE2b-128 of the content)",
         )
-    return Upload(task, rnd, kind, client_id, upload_id, payload)
+    return Upload(task, rnd, kind, client_id, upload_id, payload, _parse_auth(obj))
 
 
 def make_upload(task: str, round: int, kind: str, client_id: str, payload: Mapping[str, Any]) -> Upload:
@@ -618,6 +721,8 @@ def check_upload_against(u: Upload, state: RoundState) -> None:
     me = state.indices[u.client_id]
     nbrs = set(int(v) for v in state.secagg["neighbors"][str(me)])
     if u.kind == "shares":
+        if "commitments" in u.payload and set(u.payload["commitments"]) != set(u.payload["ciphertexts"]):
+            raise _bad("bad_secagg", "the share commitments must name exactly the share recipients")
         bad = [v for v in u.payload["ciphertexts"] if v not in nbrs or v not in state.adverts]
         if bad or me not in state.adverts:
             raise _bad(

@@ -51,6 +51,7 @@ This module needs the ``cryptography`` package (the ``fl`` extra); importing
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import math
 import os
 import sys
@@ -79,6 +80,7 @@ __all__ = [
     "KeyAdvert",
     "SecAggClient",
     "public_bytes",
+    "share_commitment",
 ]
 
 #: The Mersenne prime 2^521 − 1: Shamir's field, larger than any 32-byte secret.
@@ -226,6 +228,17 @@ def add_masks(acc: np.ndarray, masks: Sequence[tuple[bytes, int]], start: int = 
     return acc
 
 
+def share_commitment(round: int, owner: int, holder: int, kind: str, share: Share) -> bytes:
+    """SHA-256 of one Shamir share (the owner's secret ``kind`` "b" or "s", held by ``holder``): the owner
+    sends it with its shares, so the server can tell a bad revealed share from a good one and exclude it.
+    A share is uniform in GF(2^521 − 1), so its hash reveals nothing about it."""
+    h = hashlib.sha256(b"ldp-secagg share")
+    h.update(round.to_bytes(8, "little") + owner.to_bytes(4, "little") + holder.to_bytes(4, "little"))
+    h.update(kind.encode() + share.x.to_bytes(4, "little") + share.threshold.to_bytes(4, "little"))
+    h.update(share.y.to_bytes(66, "little"))
+    return h.digest()
+
+
 def _hkdf(key: bytes, info: bytes) -> bytes:
     return HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=info).derive(key)
 
@@ -359,11 +372,23 @@ class SecAggClient:
     ``random_bytes`` supplies every secret (keys, seeds, Shamir coefficients);
     it is ``os.urandom`` unless a test fixes it."""
 
-    def __init__(self, index: int, config: SecAggConfig, random_bytes: RandomBytes = os.urandom) -> None:
+    def __init__(
+        self,
+        index: int,
+        config: SecAggConfig,
+        random_bytes: RandomBytes = os.urandom,
+        required_threshold: int | None = None,
+    ) -> None:
         if index not in config.neighbors:
             raise SecAggError(f"client index {index} is not in the round's graph")
+        if required_threshold is not None and config.threshold != required_threshold:
+            raise SecAggError(
+                f"the server asks for t = {config.threshold}; the signed task configuration fixes t = {required_threshold}"
+            )
         self.index = index
         self.config = config
+        #: SHA-256 commitments to the shares sent (recipient → 32 bytes for b ‖ 32 bytes for s), see share_keys
+        self.commitments: dict[int, bytes] = {}
         self._rb = random_bytes
         self._c = X25519PrivateKey.from_private_bytes(random_bytes(32))
         self._s = X25519PrivateKey.from_private_bytes(random_bytes(32))
@@ -384,13 +409,23 @@ class SecAggClient:
             raise SecAggError(f"only {len(peers)} neighbours advertised keys, fewer than t = {self.config.threshold}")
         if len({a.mask_key for a in peers.values()} | {public_bytes(self._s.public_key())}) != len(peers) + 1:
             raise SecAggError("two parties advertised the same mask key")
+        t = self.config.threshold
+        if 2 * t <= len(peers):
+            # two disjoint sets of t holders could then each be told a different story about this client
+            # ("it survived" to one, "it dropped" to the other) and rebuild both b_u and s_u (issue 13)
+            raise SecAggError(
+                f"t = {t} with {len(peers)} share holders: secrets are shared only when 2t > the holders; "
+                "a server asking for less could rebuild both this client's seeds"
+            )
         self._peers = dict(peers)
         xs = sorted(peers)
-        t = self.config.threshold
         b_sh = shamir_split(int.from_bytes(self._b, "little"), t, xs, self._rb)
         s_sh = shamir_split(int.from_bytes(_private_bytes(self._s), "little"), t, xs, self._rb)
         out = {}
         for v, bs, ss in zip(xs, b_sh, s_sh):
+            self.commitments[v] = share_commitment(self.config.round, self.index, v, "b", bs) + share_commitment(
+                self.config.round, self.index, v, "s", ss
+            )
             key = _share_key(self._c, X25519PublicKey.from_public_bytes(peers[v].share_key), self.config.round)
             nonce = self._rb(12)
             aad = self._aad(self.index, v)
@@ -439,6 +474,10 @@ class SecAggClient:
             raise SecAggError("a client cannot be both a survivor and dropped")
         if self.index not in survivors:
             raise SecAggError("the server lists this client as not having sent its masked input")
+        if len(survivors) < self.config.threshold:
+            raise SecAggError(
+                f"only {len(survivors)} survivors, fewer than t = {self.config.threshold}: revealing nothing"
+            )
         out: dict[int, tuple[str, Share]] = {}
         for v, pair in self._held.items():
             kind = "b" if v in survivors else "s" if v in dropped else None

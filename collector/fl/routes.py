@@ -7,10 +7,14 @@ of each task. Routes:
 
 ``GET /v1/fl/tasks``
     The tasks with their round and phase.
+``GET /v1/fl/tasks/{task}/round``
+    The public view (:meth:`RoundState.public_view`): model, configuration, phase,
+    public counters; nothing that depends on the round's sample.
 ``GET /v1/fl/tasks/{task}/round?client_id=ID``
-    The round as that device sees it (:meth:`RoundState.view_for`): the model,
-    the configuration, the phase, whether the device is selected, its SecAgg
-    index and its own inbox; never the list of selected clients.
+    The round as that device sees it (:meth:`RoundState.view_for`), only for a request
+    signed by the enrolled device ``ID`` (:mod:`client_sdk.enrollment` headers, checked
+    against the task's enrollment key; 401 ``unauthenticated`` otherwise): whether it is
+    selected, its SecAgg index, parameters, neighbours' adverts and its own inbox.
 ``GET /v1/fl/tasks/{task}/status``
     Round, phase, ε so far and the job's counters (accepted and rejected by reason).
 ``POST /v1/fl/tasks/{task}/uploads``
@@ -23,6 +27,8 @@ Answers to an upload
        upload this collector published in the current round (the same answer)
 400    not JSON, wrong version or fields, bad base64, ``upload_id`` not matching
        the content, ``task`` differing from the path
+401    not signed by the enrolled device of its ``client_id`` (``unauthenticated``;
+       checked before anything that depends on the sample)
 403    the client is not selected for the round
 404    no such task
 409    another round (``stale_round``) or another phase (``wrong_phase``), or an
@@ -47,9 +53,9 @@ answered 202 like the first, not published again, counted with
 ``outcome="duplicate"``. An id it published for an earlier round is
 **replayed** (409, counted as rejected). Ids another collector published
 are not known here; the job tells them apart the same way
-(:mod:`estimator.fl.job`). Client ids are not authenticated, so a re-send of
-another client's upload is indistinguishable from that client's retry: it is
-a duplicate and changes nothing.
+(:mod:`estimator.fl.job`). A re-send of another client's signed upload (the
+same bytes) is indistinguishable from that client's retry: it is a duplicate
+and changes nothing; a changed one no longer verifies.
 
 Round states
 ------------
@@ -71,6 +77,7 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.responses import Response
 
+from client_sdk.enrollment import EnrollmentError, RequestVerifier
 from client_sdk.fl.errors import UpdateRejected
 from client_sdk.fl.protocol import (
     BINARY_CONTENT_TYPE,
@@ -79,6 +86,7 @@ from client_sdk.fl.protocol import (
     check_upload_against,
     encode_upload_binary,
     parse_upload,
+    verify_upload_auth,
 )
 from client_sdk.framing import has_magic
 from collector.prometheus import Registry
@@ -95,6 +103,7 @@ STATUS_OF_REASON = {
     "unsupported_version": 400,
     "upload_id_mismatch": 400,
     "task_mismatch": 400,
+    "unauthenticated": 401,
     "not_selected": 403,
     "unknown_task": 404,
     "stale_round": 409,
@@ -266,12 +275,27 @@ def add_fl_routes(
             ]
         return _json(200, {"tasks": tasks})
 
-    @app.get("/v1/fl/tasks/{task}/round", summary="The current round as one device sees it")
-    async def fl_round(task: str, client_id: str | None = None) -> Response:
+    verifier = RequestVerifier()
+
+    @app.get("/v1/fl/tasks/{task}/round", summary="The current round: public, or as one authenticated device sees it")
+    async def fl_round(task: str, request: Request, client_id: str | None = None) -> Response:
         st, err = lookup(task)
         if err is not None:
             return err
         assert st is not None
+        if client_id is None:  # the public view: nothing in it depends on the sample
+            return _json(200, st.public_view(), {"Cache-Control": "no-store"})
+        # a device learns its own selection only, and only by proving it is that enrolled device
+        raw = request.scope.get("raw_path") or request.url.path.encode()
+        query = request.scope.get("query_string", b"")
+        target = raw.decode("latin-1") + ("?" + query.decode("latin-1") if query else "")
+        try:
+            keys = [] if st.enrollment_key is None else [st.enrollment_key]
+            cred = verifier.verify("GET", target, b"", dict(request.headers), keys)
+        except EnrollmentError as exc:
+            return _json(401, {"error": "unauthenticated", "message": f"{exc} ({exc.reason})"})
+        if cred.device_id != client_id:
+            return _json(401, {"error": "unauthenticated", "message": "the credential is for another client id"})
         return _json(200, st.view_for(client_id), {"Cache-Control": "no-store"})
 
     @app.get("/v1/fl/tasks/{task}/status", summary="Round, phase, epsilon and the job's counters")
@@ -322,6 +346,8 @@ def add_fl_routes(
             kind = u.kind
             if u.task != task:
                 raise UpdateRejected("task_mismatch", f"the body is for task {u.task!r}, the path for {task!r}")
+            # before anything that depends on the sample (not_selected): an outsider learns nothing from the answer
+            verify_upload_auth(u, st.enrollment_key)
             if u.round > st.round and st.phase != "done":
                 svc = service()  # this collector lags behind the job: the device retries
                 uploads.inc(kind=u.kind, outcome="unavailable", reason="round_not_open")

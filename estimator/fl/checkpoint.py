@@ -106,6 +106,14 @@ class JobState:
     duplicates: Counter = dataclasses.field(default_factory=Counter)
     past_ids: dict[int, list[str]] = dataclasses.field(default_factory=dict)
     clip_norm: float | None = None
+    #: SHA-256 of each recent round's un-noised SecAgg sum (the operator's integrity record; never published)
+    audit: dict[int, str] = dataclasses.field(default_factory=dict)
+    #: per advertiser index: its client id, credential and signature (peers verify the advert themselves)
+    advert_auth: dict[int, dict[str, Any]] = dataclasses.field(default_factory=dict)
+    #: per survivor index: its client id, credential and signature of the survivor set (the consistency round)
+    consistency: dict[int, dict[str, Any]] = dataclasses.field(default_factory=dict)
+    #: per sharer index: recipient → 64 bytes (SHA-256 commitments to the b and s shares it sent)
+    commitments: dict[int, dict[int, bytes]] = dataclasses.field(default_factory=dict)
 
     def to_obj(self, binary: bool = True) -> dict[str, Any]:
         """The checkpoint's state: vectors as numpy arrays (``binary``, for a chunked document) or base64."""
@@ -147,6 +155,10 @@ class JobState:
             "duplicates": dict(self.duplicates),
             "past_ids": {str(r): ids for r, ids in self.past_ids.items()},
             "clip_norm": self.clip_norm,
+            "audit": {str(r): h for r, h in self.audit.items()},
+            "advert_auth": {str(u): a for u, a in self.advert_auth.items()},
+            "consistency": {str(u): c for u, c in self.consistency.items()},
+            "commitments": {str(u): {str(v): _b64(c) for v, c in per.items()} for u, per in self.commitments.items()},
         }
 
     @classmethod
@@ -197,6 +209,13 @@ class JobState:
             duplicates=Counter(o.get("duplicates", {})),
             past_ids={int(r): list(ids) for r, ids in o.get("past_ids", {}).items()},
             clip_norm=None if o.get("clip_norm") is None else float(o["clip_norm"]),
+            audit={int(r): str(h) for r, h in o.get("audit", {}).items()},
+            advert_auth={int(u): dict(a) for u, a in o.get("advert_auth", {}).items()},
+            consistency={int(u): dict(c) for u, c in o.get("consistency", {}).items()},
+            commitments={
+                int(u): {int(v): base64.b64decode(c) for v, c in per.items()}
+                for u, per in o.get("commitments", {}).items()
+            },
         )
 
 

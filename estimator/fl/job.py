@@ -65,7 +65,14 @@ import numpy as np
 from client_sdk.files import write_atomic
 from client_sdk.fl.client import ClientUpdate
 from client_sdk.fl.errors import FLError, SecAggError, UpdateRejected
-from client_sdk.fl.protocol import RoundState, Upload, check_upload_against, encode_vector, parse_upload
+from client_sdk.fl.protocol import (
+    RoundState,
+    Upload,
+    check_upload_against,
+    encode_vector,
+    parse_upload,
+    verify_upload_auth,
+)
 from client_sdk.randomness import secure_generator
 from estimator.errors import JobStateError
 from estimator.fl.aggregators import AggregateResult, Aggregator, RoundContext
@@ -99,6 +106,8 @@ log = logging.getLogger("ldp.fl.job")
 REPLAY_WINDOW = 16
 #: environment variables of :meth:`JobSettings.from_env`: ``LDP_FL_JOB_<FIELD>``
 ENV_PREFIX = "LDP_FL_JOB_"
+#: the keys of a round's record that the public counters show (none depends on the sample)
+_PUBLIC_ROUND_KEYS = ("round", "epsilon", "noise_stddev", "clip_norm")
 
 
 class _Rewind(Exception):
@@ -466,17 +475,21 @@ class AggregationJob(StreamProcessor):
 
     # -- rounds and phases ------------------------------------------------------------------------
     def _public_stats(self) -> dict[str, Any]:
+        """The counters every collector serves to anyone (``/status``, every round view). Nothing that
+        depends on the round's sample: no accepted, rejected or duplicate counts, no realized client count,
+        no survivor lists, no failure reason (those stay in the operator's :meth:`status`); the sampling
+        amplification the accountant credits assumes an observer who does not know the sample."""
         st = self._st
+        last = st.history[-1] if st.history else None
         out = {
             "epsilon": _f(st.epsilon),
             "delta": self.spec.delta if self.spec.clip_norm is not None else None,
-            "rejected": dict(st.rejected),
-            "accepted": dict(st.accepted),
-            "duplicates": dict(st.duplicates),
             "rounds_done": len(st.history),
-            "last_round": st.history[-1] if st.history else None,
+            "last_round": None if last is None else {k: last[k] for k in _PUBLIC_ROUND_KEYS if k in last},
             "aggregator": self.spec.aggregator.kind,
         }
+        if last is not None and "failed" in last:
+            out["last_round"]["failed"] = True
         if st.clip_norm is not None:
             out["clip_norm"] = st.clip_norm
         return out
@@ -504,10 +517,18 @@ class AggregationJob(StreamProcessor):
             indices=dict(st.indices),
             adverts=dict(st.adverts) if st.phase in ("share", "masked", "unmask") else {},
             inbox=st.inbox if st.phase == "masked" else {},
-            survivors=tuple(st.survivors) if st.phase == "unmask" else (),
-            dropped=tuple(st.dropped) if st.phase == "unmask" else (),
+            survivors=tuple(st.survivors) if st.phase in ("consistency", "unmask") else (),
+            dropped=tuple(st.dropped) if st.phase in ("consistency", "unmask") else (),
             stats=self._public_stats(),
+            enrollment_key=self.spec.authority_key,
+            task_config=self._task_config(),
+            advert_auth=dict(st.advert_auth) if st.phase in ("share", "masked", "consistency", "unmask") else {},
+            consistency=dict(st.consistency) if st.phase == "unmask" else {},
         )
+
+    def _task_config(self) -> dict[str, Any] | None:
+        sig = self.spec.task_signature
+        return None if sig is None else {"config": self.spec.signed_config(), "signature": sig}
 
     def _set_phase(self, phase: str, timeout: float) -> None:
         st = self._st
@@ -525,6 +546,7 @@ class AggregationJob(StreamProcessor):
         st.past_ids = {k: v for k, v in st.past_ids.items() if r - REPLAY_WINDOW <= k < r}
         st.round = r
         st.updates, st.seen, st.adverts, st.shares, st.inbox, st.reveals = {}, set(), {}, {}, {}, {}
+        st.advert_auth, st.consistency, st.commitments = {}, {}, {}
         st.survivors, st.dropped, st.masked_sum, st.secagg, st.indices = [], [], None, None, {}
         if r >= spec.rounds:
             st.selected = []
@@ -538,11 +560,18 @@ class AggregationJob(StreamProcessor):
             self._fail_round(f"secure aggregation needs at least 3 clients, {len(st.selected)} were sampled")
             return
         from client_sdk.fl.secagg import Quantizer
-        from estimator.fl.secagg_server import make_config
+        from estimator.fl.secagg_server import default_degree, make_config
 
         n = len(st.selected)
-        deg = None if spec.secagg_degree is None else min(spec.secagg_degree, n - 1)
-        cfg = make_config(r, n, self.payload_size, self._rng, deg)
+        deg = default_degree(n) if spec.secagg_degree is None else min(spec.secagg_degree, n - 1)
+        t = spec.secagg_threshold
+        if t is not None:  # the signed t: devices refuse any other, and any degree k >= 2t
+            ok = [k for k in range(t, min(2 * t - 1, n - 1) + 1) if k == n - 1 or k % 2 == 0]
+            if not ok:
+                self._fail_round(f"no neighbour graph on {n} clients has a degree k with t = {t} <= k < 2t")
+                return
+            deg = max([k for k in ok if k <= deg] or [min(ok)])
+        cfg = make_config(r, n, self.payload_size, self._rng, deg, t)
         q = Quantizer.for_clients(n, float(spec.clip_norm))  # type: ignore[arg-type]
         st.indices = {c: i + 1 for i, c in enumerate(st.selected)}
         st.secagg = {
@@ -672,10 +701,13 @@ class AggregationJob(StreamProcessor):
         )
         reveals = {u: {v: (k, Share(x, y, t)) for v, (k, x, y, t) in per.items()} for u, per in st.reveals.items()}
         try:
-            total = server.finish(reveals)
+            total = server.finish(reveals, st.commitments)
         except SecAggError as exc:
             self._fail_round(f"unmasking failed: {exc}")
             return
+        if server.bad_shares:
+            st.rejected["bad_share"] += server.bad_shares
+            log.warning("round %d: %d revealed shares did not match their commitments", st.round, server.bad_shares)
         q = Quantizer(float(sa["clip_range"]), float(sa["scale"]), int(sa["max_clients"]))
         ctx = self._ctx()
         s = q.decode_sum(total)
@@ -690,14 +722,12 @@ class AggregationJob(StreamProcessor):
             m,
             {"noise_stddev": sd, "clip_norm": self.spec.clip_norm},
         )
-        self._finish_round(
-            res,
-            {
-                "secagg_survivors": list(st.survivors),
-                "secagg_dropped": list(st.dropped),
-                "sum_sha256": hashlib.sha256(total.astype("<u4").tobytes()).hexdigest(),
-            },
-        )
+        # the digest of the un-noised sum is an integrity record for the operator's audit, kept in the checkpoint
+        # only: published, it would let anyone who knows the other inputs test a hypothesis about one client's
+        # update with certainty (issue 13), voiding the DP guarantee of the noised release
+        st.audit[st.round] = hashlib.sha256(total.astype("<u4").tobytes()).hexdigest()
+        st.audit = {r: h for r, h in st.audit.items() if r > st.round - REPLAY_WINDOW}
+        self._finish_round(res, {"secagg_survivors": list(st.survivors), "secagg_dropped": list(st.dropped)})
 
     # -- uploads --------------------------------------------------------------------------------
     def _on_upload(self, value: bytes) -> None:
@@ -706,6 +736,7 @@ class AggregationJob(StreamProcessor):
             u = parse_upload(value, payload_size=self.payload_size)
             if u.task != self.spec.task:
                 return
+            verify_upload_auth(u, self.spec.authority_key, self.clock())  # the topic is not trusted either
             if u.upload_id in st.seen:  # a retry (or a second collector's copy) of an accepted upload: idempotent
                 st.duplicates[u.kind] += 1
                 log.info("duplicate of upload %s (round %d): already counted", u.upload_id, u.round)
@@ -756,10 +787,15 @@ class AggregationJob(StreamProcessor):
             if me in st.adverts:
                 raise UpdateRejected("duplicate_client", f"client {me} already advertised keys")
             st.adverts[me] = (u.payload["share_key"], u.payload["mask_key"])
+            assert u.auth is not None  # verified in _on_upload
+            # peers check this signature themselves: the server cannot swap in keys of its own
+            st.advert_auth[me] = {"client_id": u.client_id, **u.auth}
         elif u.kind == "shares":
             if me in st.shares:
                 raise UpdateRejected("duplicate_client", f"client {me} already shared keys")
             st.shares[me] = dict(u.payload["ciphertexts"])
+            if "commitments" in u.payload:
+                st.commitments[me] = dict(u.payload["commitments"])
         elif u.kind == "masked":
             if me in st.survivors:
                 raise UpdateRejected("duplicate_client", f"client {me} already sent its masked input")

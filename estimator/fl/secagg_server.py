@@ -25,7 +25,15 @@ import numpy as np
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X25519PublicKey
 
 from client_sdk.fl.errors import SecAggError
-from client_sdk.fl.secagg import KeyAdvert, SecAggConfig, Share, pairwise_seed, public_bytes, shamir_combine
+from client_sdk.fl.secagg import (
+    KeyAdvert,
+    SecAggConfig,
+    Share,
+    pairwise_seed,
+    public_bytes,
+    shamir_combine,
+    share_commitment,
+)
 from estimator.fl.parallel_masks import add_masks_parallel, warm_pool
 
 __all__ = ["default_degree", "default_threshold", "neighbor_graph", "make_config", "SecAggServer"]
@@ -89,6 +97,7 @@ class SecAggServer:
         self.adverts: dict[int, KeyAdvert] = {}
         self.shared: set[int] = set()
         self.survivors: set[int] = set()
+        self.bad_shares = 0
         self._sum = np.zeros(config.vector_length, np.uint32)
 
     @classmethod
@@ -154,9 +163,18 @@ class SecAggServer:
         """(survivors U3, dropped U2 − U3), sent to every survivor."""
         return set(self.survivors), self.shared - self.survivors
 
-    def finish(self, reveals: Mapping[int, Mapping[int, tuple[str, Share]]]) -> np.ndarray:
-        """The sum of the survivors' quantized inputs in Z_{2^32}^d."""
+    def finish(
+        self,
+        reveals: Mapping[int, Mapping[int, tuple[str, Share]]],
+        commitments: Mapping[int, Mapping[int, bytes]] | None = None,
+    ) -> np.ndarray:
+        """The sum of the survivors' quantized inputs in Z_{2^32}^d.
+
+        ``commitments[v][w]`` (what v sent with its shares: SHA-256 of the b share ‖ of the s share it gave
+        w, :func:`~client_sdk.fl.secagg.share_commitment`): a revealed share that does not match is
+        excluded and counted in :attr:`bad_shares`, so one bad share cannot turn the sum into garbage."""
         survivors, dropped = self.unmask_request()
+        self.bad_shares = 0
         if len(survivors) < self.config.threshold:
             raise SecAggError(f"{len(survivors)} survivors, fewer than t = {self.config.threshold}")
         b_sh: dict[int, list[Share]] = {}
@@ -167,6 +185,12 @@ class SecAggServer:
             for v, (kind, share) in per.items():
                 if v not in self.config.neighbors[sender]:
                     continue
+                if commitments is not None and v in commitments:  # v committed to its shares: check each
+                    c = commitments[v].get(sender)
+                    part = None if c is None or len(c) != 64 else (c[:32] if kind == "b" else c[32:])
+                    if part != share_commitment(self.config.round, v, sender, kind, share):
+                        self.bad_shares += 1
+                        continue
                 if kind == "b" and v in survivors:
                     b_sh.setdefault(v, []).append(share)
                 elif kind == "s" and v in dropped:

@@ -323,6 +323,18 @@ def aggregator_spec(d: Mapping[str, Any] | AggregatorSpec) -> AggregatorSpec:
     return _read_kind("aggregator", d, _AGGREGATOR_KINDS)
 
 
+def _b64_field(name: str, v: object) -> bytes:
+    import base64
+    import binascii
+
+    if not isinstance(v, str):
+        raise FLError(f"{name} must be a base64 string, got {type(v).__name__}")
+    try:
+        return base64.b64decode(v, validate=True)
+    except (binascii.Error, ValueError):
+        raise FLError(f"{name} is not valid base64") from None
+
+
 # -- the task --------------------------------------------------------------------------------------
 @dataclasses.dataclass(frozen=True)
 class FLTaskSpec:
@@ -339,6 +351,15 @@ class FLTaskSpec:
     (:func:`client_sdk.randomness.secure_generator`: an observer of released
     models must not be able to predict the noise or the sample, which a
     seeded PCG64 would allow) and keeps no generator state in checkpoints.
+
+    Devices are authenticated (:mod:`client_sdk.enrollment`): ``enrollment_key`` (required) is the base64
+    Ed25519 public key of the operator's enrollment authority; every upload must be signed by a device
+    whose credential it issued for that client id (collector and job both check). ``task_signature`` is
+    the authority's signature (base64, ``ldp fl sign-task``) of :meth:`signed_config` (the task name,
+    secagg, ``secagg_threshold`` and the enrollment key): devices refuse a SecAgg round whose
+    configuration is not signed, and take t from it, so a malicious server cannot lower it.
+    ``secagg_threshold`` fixes t (the job then keeps each client's degree k with t ≤ k < 2t); None lets
+    the job use ⌊k/2⌋ + 1, and devices still require 2t > k.
 
     ``aggregator`` (an :data:`AggregatorSpec`; a mapping is read by :func:`aggregator_spec`) picks the
     server's stack (:meth:`build_aggregator`):
@@ -378,6 +399,9 @@ class FLTaskSpec:
     phase_timeout: float = 30.0
     seed: int | None = None
     aggregator: AggregatorSpec = dataclasses.field(default_factory=FedAvgSpec)
+    enrollment_key: str | None = None
+    task_signature: str | None = None
+    secagg_threshold: int | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "clients", tuple(self.clients))
@@ -407,6 +431,36 @@ class FLTaskSpec:
             raise FLError("secagg needs clip_norm: devices clip to C and quantize values in [-C, C]")
         if self.seed is not None and (isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0):
             raise FLError(f"seed must be an integer >= 0 or null, got {self.seed!r}")
+        self.authority_key  # noqa: B018 - checks enrollment_key
+        if self.task_signature is not None and len(_b64_field("task_signature", self.task_signature)) != 64:
+            raise FLError("task_signature must be base64 of a 64-byte Ed25519 signature")
+        if self.secagg_threshold is not None:
+            _int("secagg_threshold", self.secagg_threshold, 2)
+            if not self.secagg:
+                raise FLError("secagg_threshold needs secagg")
+
+    @property
+    def authority_key(self) -> bytes:
+        """The enrollment authority's raw Ed25519 public key (32 bytes)."""
+        if self.enrollment_key is None:
+            raise FLError(
+                "enrollment_key is required: the base64 public key of the authority that enrolls the task's "
+                "devices (create one with `ldp fl enroll --init-authority FILE`); uploads are authenticated with it"
+            )
+        raw = _b64_field("enrollment_key", self.enrollment_key)
+        if len(raw) != 32:
+            raise FLError(f"enrollment_key must be base64 of 32 bytes (an Ed25519 public key), got {len(raw)} bytes")
+        return raw
+
+    def signed_config(self) -> dict[str, Any]:
+        """What ``task_signature`` signs and devices check before they trust a round's SecAgg parameters."""
+        return {
+            "v": 1,
+            "task": self.task,
+            "secagg": self.secagg,
+            "secagg_threshold": self.secagg_threshold,
+            "enrollment_key": self.enrollment_key,
+        }
 
     @property
     def device_clip_norm(self) -> float | None:

@@ -95,6 +95,32 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     j.add_argument("--keep-running", action="store_true", help="do not exit after the last round")
     j.set_defaults(func=run_job_cmd)
+    e = fsub.add_parser(
+        "enroll",
+        help="create the enrollment authority key, or mint device credentials with it",
+        description="Device enrollment (client_sdk/enrollment.py): --init-authority writes a new Ed25519 "
+        "authority key file (mode 0600); with --device-id, mints a signing key and an authority-signed "
+        "credential per device into --out (one bundle per device, mode 0600). For tests, the demo and "
+        "operators without an attestation service; in production the device makes its own key and only "
+        "its public key is certified (EnrollmentAuthority.certify).",
+    )
+    e.add_argument("--authority", required=True, help="the authority key file")
+    e.add_argument("--init-authority", action="store_true", help="create the authority key file (refuses to overwrite)")
+    e.add_argument("--device-id", action="append", default=[], help="a device id to enroll (repeatable)")
+    e.add_argument("--out", default=None, help="folder for the device bundles (<device-id>.json)")
+    e.add_argument("--lifetime-days", type=_positive_int, default=365, help="credential lifetime (default 365)")
+    e.set_defaults(func=run_enroll_cmd)
+    g = fsub.add_parser(
+        "sign-task",
+        help="put the authority's key and signature into a task file",
+        description="Sets enrollment_key and task_signature (the authority's signature of the task's "
+        "security configuration: name, secagg, secagg_threshold, enrollment key) in the task file; "
+        "devices refuse SecAgg rounds whose configuration is not signed.",
+    )
+    g.add_argument("--authority", required=True, help="the authority key file")
+    g.add_argument("--task", required=True, help="the task file (rewritten in place unless --out)")
+    g.add_argument("--out", default=None)
+    g.set_defaults(func=run_sign_task_cmd)
     _register_drift(fsub)
     _register_attack(fsub)
 
@@ -266,4 +292,62 @@ def run_job_cmd(args: argparse.Namespace) -> int:
             job.close()
     status.pop("params", None)
     print(json.dumps(status), flush=True)
+    return 0
+
+
+def run_enroll_cmd(args: argparse.Namespace) -> int:
+    import base64
+    import os
+
+    from client_sdk.enrollment import EnrollmentAuthority, EnrollmentError
+
+    try:
+        if args.init_authority:
+            if os.path.exists(args.authority):
+                raise SystemExit(f"ldp fl enroll: {args.authority} exists; refusing to overwrite an authority key")
+            auth = EnrollmentAuthority.generate()
+            auth.save(args.authority)
+        else:
+            auth = EnrollmentAuthority.load(args.authority)
+        devices = []
+        if args.device_id:
+            if not args.out:
+                raise SystemExit("ldp fl enroll: --device-id needs --out (the folder for the device bundles)")
+            os.makedirs(args.out, exist_ok=True)
+            for d in args.device_id:
+                ident = auth.enroll(d, lifetime=args.lifetime_days * 86400)
+                path = os.path.join(args.out, f"{d}.json")
+                ident.save(path)
+                devices.append({"device_id": d, "path": path, "expires_at": ident.credential.expires_at})
+    except EnrollmentError as exc:
+        raise SystemExit(f"ldp fl enroll: {exc}") from None
+    print(
+        json.dumps(
+            {"authority_key": base64.b64encode(auth.public_key).decode(), "key_id": auth.key_id, "devices": devices}
+        )
+    )
+    return 0
+
+
+def run_sign_task_cmd(args: argparse.Namespace) -> int:
+    import base64
+    import dataclasses
+
+    from client_sdk.enrollment import EnrollmentAuthority, EnrollmentError
+    from estimator.fl.task import FLTaskSpec
+
+    try:
+        auth = EnrollmentAuthority.load(args.authority)
+    except EnrollmentError as exc:
+        raise SystemExit(f"ldp fl sign-task: {exc}") from None
+    with open(args.task) as f:
+        d = json.load(f)
+    d["enrollment_key"] = base64.b64encode(auth.public_key).decode()
+    d.pop("task_signature", None)
+    spec = FLTaskSpec.from_dict(d)
+    spec = dataclasses.replace(spec, task_signature=base64.b64encode(auth.sign_document(spec.signed_config())).decode())
+    out = args.out or args.task
+    with open(out, "w") as f:
+        json.dump(spec.to_dict(), f, indent=2)
+    print(json.dumps({"task": spec.task, "out": out, "signed": spec.signed_config()}))
     return 0

@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import base64
+import dataclasses
 import hashlib
 import json
 import math
@@ -36,6 +37,7 @@ from client_sdk.fl.protocol import (
     encode_vector,
     make_upload,
     parse_upload,
+    sign_upload,
 )
 from pipeline.transport import open_transport
 from tests.support.fl_pipeline_support import (
@@ -44,6 +46,7 @@ from tests.support.fl_pipeline_support import (
     collector,
     devices_for,
     drive,
+    enroll,
     final_params,
     make_data,
     reference_run,
@@ -217,7 +220,9 @@ def test_secagg_rounds_with_dropouts_unmask_the_ring_sum(tmp_path: Path) -> None
         total = np.zeros(spec.build_model().num_params, np.uint32)
         for d in masked:
             total += d.quantized[r]
-        assert hashlib.sha256(total.astype("<u4").tobytes()).hexdigest() == rec["sum_sha256"]
+        # the integrity record stays in the job's checkpointed state, never in a published record
+        assert hashlib.sha256(total.astype("<u4").tobytes()).hexdigest() == jt.job._st.audit[r]
+        assert "sum_sha256" not in rec
         sa_scale = ((2**31 - 1) / 6 - 1) / spec.clip_norm * (1 - 1e-12)  # Quantizer.for_clients(6, C)
         x = (x + (total.view(np.int32).astype(np.float64) / sa_scale) / 6.0).astype(np.float32)
         dev4 = next(d for d in devices if d.client_id == "dev-4")
@@ -269,11 +274,16 @@ class _Recording(FLDevice):
         self.answers: list[HTTPResult] = []
 
     def _request(
-        self, method: str, url: str, body: bytes | None = None, content_type: str = "application/json"
+        self,
+        method: str,
+        url: str,
+        body: bytes | None = None,
+        content_type: str = "application/json",
+        sign: bool = False,
     ) -> HTTPResult:
         if body is not None:
             self.bodies.append(body)
-        res = super()._request(method, url, body, content_type)
+        res = super()._request(method, url, body, content_type, sign)
         if body is not None:
             self.answers.append(res)
         return res
@@ -290,13 +300,11 @@ def test_bad_uploads_are_rejected_with_their_status_and_counted(tmp_path: Path) 
         JobThread(tr, spec, topics, checkpoint_interval=0.1) as jt,
     ):
         view = _wait_round(srv.url, spec.task)
-        selected = [
-            c
-            for c in spec.clients
-            if httpx.get(f"{srv.url}/v1/fl/tasks/{spec.task}/round", params={"client_id": c}).json()["selected"]
-        ]
+        signed_views = {c: FLDevice(srv.url, spec.task, c, *data[0], identity=enroll(c)).fetch() for c in spec.clients}
+        selected = [c for c, v in signed_views.items() if v is not None and v["selected"]]
+        assert len(selected) == 3
         outsider = next(c for c in spec.clients if c not in selected)
-        assert "selected" not in view or view["selected"] is False  # the sample is never listed
+        assert "selected" not in view and "selected" not in json.dumps(view)  # the sample is never listed
         d = spec.build_model().num_params
         post = f"{srv.url}/v1/fl/tasks/{spec.task}/uploads"
         me = selected[0]
@@ -309,8 +317,9 @@ def test_bad_uploads_are_rejected_with_their_status_and_counted(tmp_path: Path) 
                 ctype = BINARY_CONTENT_TYPE if content.startswith(BINARY_MAGIC) else "application/json"
             return httpx.post(path, content=content, headers={"Content-Type": ctype}, timeout=10)
 
-        def update(vec: np.ndarray, client: str = me, rnd: int = 0, n: int = 5) -> Any:
-            return make_upload(spec.task, rnd, "update", client, {"vector": vec, "num_examples": n})
+        def update(vec: np.ndarray, client: str = me, rnd: int = 0, n: int = 5, signer: str | None = None) -> Any:
+            u = make_upload(spec.task, rnd, "update", client, {"vector": vec, "num_examples": n})
+            return sign_upload(u, enroll(signer or client))
 
         ok = np.full(d, 0.01, np.float32)
         cases = [
@@ -321,8 +330,15 @@ def test_bad_uploads_are_rejected_with_their_status_and_counted(tmp_path: Path) 
             (send(update(np.array([np.inf] + [0.0] * (d - 1), np.float32))), 422, "non_finite"),
             (send(update(ok, rnd=5)), 503, "round_not_open"),
             (send(update(ok, client=outsider)), 403, "not_selected"),
+            (send(make_upload(spec.task, 0, "update", me, {"vector": ok, "num_examples": 5})), 401, "unauthenticated"),
+            (send(update(ok, signer=outsider)), 401, "unauthenticated"),
             (
-                send(make_upload(spec.task, 0, "advert", me, {"share_key": bytes(32), "mask_key": bytes(32)})),
+                send(
+                    sign_upload(
+                        make_upload(spec.task, 0, "advert", me, {"share_key": bytes(32), "mask_key": bytes(32)}),
+                        enroll(me),
+                    )
+                ),
                 409,
                 "wrong_phase",
             ),
@@ -342,7 +358,10 @@ def test_bad_uploads_are_rejected_with_their_status_and_counted(tmp_path: Path) 
         # on the topic (as a second collector would publish it) is counted by the job as a duplicate, once.
         # A second, different upload of the same client in the round goes through the collector and is
         # refused by the job
-        devices = [_Recording(srv.url, spec.task, c, X, y, backoff=0.05) for c, (X, y) in zip(spec.clients, data)]
+        devices = [
+            _Recording(srv.url, spec.task, c, X, y, backoff=0.05, identity=enroll(c))
+            for c, (X, y) in zip(spec.clients, data)
+        ]
         first = next(x for x in devices if x.client_id == me)
         assert first.step() == "update"
         retry = send(body=first.bodies[-1])
@@ -361,6 +380,7 @@ def test_bad_uploads_are_rejected_with_their_status_and_counted(tmp_path: Path) 
         assert (stale.status_code, stale.json()["error"]) == (409, "stale_round")
         tr.publish(topics.updates, spec.task.encode(), first.bodies[-1])
         tr.publish(topics.updates, spec.task.encode(), encode_upload(late))
+        tr.publish(topics.updates, spec.task.encode(), encode_upload(update(ok * 4, rnd=1, signer=outsider)))
         tr.publish(topics.updates, spec.task.encode(), b"\x00garbage")
         bad = json.loads(encode_upload(update(np.zeros(d, np.float32), rnd=1)))
         bad["payload"]["vector"] = encode_vector(np.zeros(d + 2, np.float32))
@@ -370,11 +390,19 @@ def test_bad_uploads_are_rejected_with_their_status_and_counted(tmp_path: Path) 
         served = httpx.get(f"{srv.url}/v1/fl/tasks/{spec.task}/status", timeout=10).json()
         prom = httpx.get(f"{srv.url}/metrics", timeout=10).text
     assert status is not None
-    expected = {"replayed": 1, "duplicate_client": 1, "stale_round": 1, "malformed": 1, "wrong_shape": 1}
+    expected = {
+        "replayed": 1,
+        "duplicate_client": 1,
+        "stale_round": 1,
+        "malformed": 1,
+        "wrong_shape": 1,
+        "unauthenticated": 1,  # a forged record written to the topic directly: the job verifies too
+    }
     assert status["rejected"] == expected
-    assert served["rejected"] == expected
     assert status["accepted"] == {"update": 9}
-    assert status["duplicates"] == served["duplicates"] == {"update": 1}
+    assert status["duplicates"] == {"update": 1}
+    # the counters are the operator's (the job's status): the public /status carries nothing sample-dependent
+    assert not {"rejected", "accepted", "duplicates"} & set(served), served
     for reason in (
         "unsupported_media_type",
         "malformed",
@@ -386,6 +414,7 @@ def test_bad_uploads_are_rejected_with_their_status_and_counted(tmp_path: Path) 
         "upload_id_mismatch",
         "stale_round",
         "replayed",
+        "unauthenticated",
     ):
         assert f'outcome="rejected",reason="{reason}"' in prom, reason
     assert 'kind="update",outcome="duplicate",reason="same_upload_id"} 1' in prom
@@ -420,12 +449,17 @@ def test_round_state_view_hides_the_sample_and_other_inboxes() -> None:
         indices={"a": 1, "b": 2},
         inbox={1: {2: b"x" * 176}, 2: {1: b"y" * 176}},
     )
+    st = dataclasses.replace(
+        st, secagg={"num_clients": 2, "neighbors": {"1": [2], "2": [1]}, "threshold": 2, "vector_length": 2}
+    )
     back = RoundState.from_json(st.to_json())
     assert back.selected == ("a", "b") and back.inbox == st.inbox
     va, vz = st.view_for("a"), st.view_for("zz")
     assert va["selected"] is True and va["index"] == 1 and list(va["inbox"]) == ["2"]
-    assert vz["selected"] is False and vz["index"] is None and vz["inbox"] == {}
+    assert vz["selected"] is False and vz["index"] is None and vz["inbox"] == {} and "secagg" not in vz
     assert "b" not in json.dumps(va["inbox"]) and "indices" not in va
+    public = st.public_view()
+    assert not {"selected", "index", "inbox", "secagg", "adverts", "survivors", "dropped"} & set(public)
 
 
 def test_device_side_imports_stay_light() -> None:

@@ -139,7 +139,15 @@ def test_robust_task_with_a_malicious_device_over_the_pipeline(tmp_path: Path, k
         i = spec.clients.index(ATTACKER)
         d = devices[i]
         devices[i] = _Malicious(
-            srv.url, spec.task, ATTACKER, d.X, d.y, rng_for_round=d.rng_for_round, timeout=15.0, backoff=0.05
+            srv.url,
+            spec.task,
+            ATTACKER,
+            d.X,
+            d.y,
+            rng_for_round=d.rng_for_round,
+            timeout=15.0,
+            backoff=0.05,
+            identity=d.identity,  # an enrolled device that misbehaves: authentication does not stop it
         )
         drive(devices, jt.finished, timeout=60)
         status = jt.result

@@ -21,6 +21,7 @@ from typing import Any
 import httpx
 import numpy as np
 
+from client_sdk.enrollment import DeviceIdentity, EnrollmentAuthority
 from client_sdk.fl.client import ClientUpdate, clip_to_norm
 from client_sdk.fl.device import FLDevice
 from collector.app import create_app
@@ -42,10 +43,20 @@ __all__ = [
     "DEVICE_SEED",
     "final_params",
     "drive_rounds",
+    "AUTHORITY",
+    "enroll",
 ]
 
 ROOT = Path(__file__).resolve().parents[2]
 DEVICE_SEED = 12345
+#: the tests' enrollment authority (a fixed key: tests only); every task names it, every device is enrolled by it
+AUTHORITY = EnrollmentAuthority(np.random.default_rng([DEVICE_SEED, 7]).bytes(32))
+
+
+def enroll(client_id: str) -> DeviceIdentity:
+    """A device identity for ``client_id`` from the tests' authority (its key drawn from a fixed generator)."""
+    seed = int.from_bytes(client_id.encode()[:16].ljust(16, b"\0"), "little")
+    return AUTHORITY.enroll(client_id, random_bytes=np.random.default_rng([DEVICE_SEED, 8, seed]).bytes)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -93,7 +104,12 @@ def task_spec(name: str, n_clients: int, **kw: Any) -> FLTaskSpec:
         phase_timeout=30.0,
     )
     base.update(kw)
-    return FLTaskSpec(**base)
+    base.setdefault("enrollment_key", base64.b64encode(AUTHORITY.public_key).decode())
+    spec = FLTaskSpec(**base)
+    if "task_signature" in kw:
+        return spec
+    sig = base64.b64encode(AUTHORITY.sign_document(spec.signed_config())).decode()
+    return dataclasses.replace(spec, task_signature=sig)
 
 
 def device_rng(index: int, r: int) -> np.random.Generator:
@@ -152,6 +168,7 @@ def devices_for(
             timeout=15.0,
             backoff=0.05,
             drop_at=drop_at.get(c),
+            identity=enroll(c),
         )
         for i, (c, (X, y)) in enumerate(zip(spec.clients, data))
     ]
