@@ -2,6 +2,7 @@
 
     .venv/bin/python benchmarks/bench_numeric.py                 # rates and EMS time (medians of --repeat runs)
     .venv/bin/python benchmarks/bench_numeric.py --calibration   # coverage and bias of SW's quantile intervals
+    .venv/bin/python benchmarks/bench_numeric.py --accuracy      # MSE of the mean mechanisms against theory
 
 Rates are reports per second on one core (numpy and the accumulators are single-threaded), the median of
 ``--repeat`` runs; the machine is shared, so medians, not bests. The calibration runs ``--trials`` collections
@@ -83,18 +84,45 @@ def calibration(users: int, trials: int, bootstrap: int, bins: int, epsilons: li
         print(f"| {eps:g} | {cov} | {err} |")
 
 
+def accuracy(users: int, trials: int, epsilons: list[float]) -> None:
+    """Empirical MSE of each mean mechanism's estimate over ``trials`` collections, against the theoretical
+    variance of the mean at those users' values (MeanSpec.summand_variance): a ratio near 1 says the stated
+    variance is the real one."""
+    rng = np.random.default_rng(321)
+    print(f"beta(2,5) on [0, 60], {users:,} users, {trials} trials per cell; MSE / theory (and RMSE)")
+    print("| ε | " + " | ".join(MEAN_MECHANISMS) + " |")
+    print("|---:|" + "---|" * len(MEAN_MECHANISMS))
+    for eps in epsilons:
+        cells = []
+        for cls in MEAN_MECHANISMS.values():
+            spec = cls(epsilon=eps, low=0, high=60)
+            err2, theory = [], []
+            for _ in range(trials):
+                v = rng.beta(2, 5, users) * 60
+                acc = MeanAccumulator(spec)
+                acc.update(spec.encode(v, rng))
+                err2.append((float(acc.estimate().mean[0]) - v.mean()) ** 2)
+                theory.append(float(spec.summand_variance(spec.normalize(v)).sum()) / users**2 * spec.half_width**2)
+            mse, th = float(np.mean(err2)), float(np.mean(theory))
+            cells.append(f"{mse / th:.2f} ({np.sqrt(mse):.3f})")
+        print(f"| {eps:g} | " + " | ".join(cells) + " |")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--users", type=int, default=1_000_000)
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--epsilon", type=float, default=1.0)
     ap.add_argument("--calibration", action="store_true")
+    ap.add_argument("--accuracy", action="store_true", help="MSE of the mean mechanisms against their theory")
     ap.add_argument("--trials", type=int, default=40)
     ap.add_argument("--bootstrap", type=int, default=40)
     ap.add_argument("--bins", type=int, default=64)
     ap.add_argument("--epsilons", default="1,2")
     args = ap.parse_args()
-    if args.calibration:
+    if args.accuracy:
+        accuracy(min(args.users, 10_000), args.trials, [0.5, 1.0, 2.0, 4.0])
+    elif args.calibration:
         calibration(
             min(args.users, 100_000),
             args.trials,
