@@ -31,6 +31,15 @@ shipped bounds (:data:`SHIPPED_MAX_IRR_EPSILON` 2.5, :data:`SHIPPED_MAX_RAPPOR_B
 a device may be configured stricter, never laxer, and nothing a server sends
 changes a :class:`LocalPolicy`. (The paper's IRR, p = 0.5 and q = 0.75, has a
 per-bit ε of ln 3 = 1.1.)
+
+**Repeated-collection mechanisms** (docs/NUMERIC.md, "Repeated collection").
+A memoized 1bitmean, dbitflip or loloha metric reveals one memoized response
+per distinct (rounded, bucketed or hashed) value a device uses, so its
+lifetime loss grows with how many there can be: the policy refuses a
+1bitmean ``granularity`` above 64 (at most 65 bits of ε each), a dbitflip
+``sample`` above 32 or ``buckets`` above 1,024, and a loloha ``g`` above 64
+(lifetime loss ``g·ε∞``) or one without instantaneous randomization
+(``epsilon_one`` must be below ``epsilon``). These bounds are fixed in the SDK.
 """
 
 from __future__ import annotations
@@ -42,7 +51,9 @@ from types import MappingProxyType
 from typing import Any
 
 from client_sdk.errors import BudgetError
+from client_sdk.mechanisms.loloha import LolohaSpec
 from client_sdk.mechanisms.rappor import RapporSpec
+from client_sdk.mechanisms.repeated import DBitFlipSpec, OneBitMeanSpec
 from client_sdk.memo import MemoStore
 from client_sdk.metrics import MetricDefinition
 
@@ -53,12 +64,22 @@ __all__ = [
     "SHIPPED_MAX_IRR_EPSILON",
     "SHIPPED_MAX_RAPPOR_BITS",
     "SHIPPED_MAX_RAPPOR_COHORTS",
+    "MAX_1BITMEAN_GRANULARITY",
+    "MAX_DBITFLIP_SAMPLE",
+    "MAX_DBITFLIP_BUCKETS",
+    "MAX_LOLOHA_G",
 ]
 
 #: The laxest bounds a :class:`LocalPolicy` accepts on a memoized definition (module docstring).
 SHIPPED_MAX_IRR_EPSILON = 2.5
 SHIPPED_MAX_RAPPOR_BITS = 1024
 SHIPPED_MAX_RAPPOR_COHORTS = 128
+#: Bounds on the repeated-collection mechanisms (module docstring): 1bitmean's grid, dbitflip's sampled and
+#: total buckets, loloha's hash range (its lifetime loss is g·ε∞).
+MAX_1BITMEAN_GRANULARITY = 64
+MAX_DBITFLIP_SAMPLE = 32
+MAX_DBITFLIP_BUCKETS = 1024
+MAX_LOLOHA_G = 64
 
 #: Ledgers count ε in integer units of 1e-9 so that sums and cap checks are
 #: exact; spends are rounded up and caps down (never in the device's disfavor).
@@ -150,8 +171,14 @@ class LocalPolicy:
         spec = metric.spec
         if not MemoStore.supports(spec):
             return
+        if isinstance(spec, (OneBitMeanSpec, DBitFlipSpec, LolohaSpec)):
+            self._check_repeated(metric.name, spec)
+            return
         if not isinstance(spec, RapporSpec):  # a memoized mechanism whose noise this policy cannot bound
-            raise BudgetError(f"metric {metric.name!r}: this device bounds memoized RAPPOR definitions only")
+            raise BudgetError(
+                f"metric {metric.name!r}: this device bounds memoized RAPPOR, 1bitmean, dbitflip and loloha "
+                f"definitions only, not {spec.name}"
+            )
         problems = []
         if spec.irr_epsilon > self.max_irr_epsilon:
             problems.append(
@@ -167,6 +194,32 @@ class LocalPolicy:
             raise BudgetError(
                 f"metric {metric.name!r} would make this device's reports identify it: " + "; ".join(problems)
             )
+
+    @staticmethod
+    def _check_repeated(name: str, spec: OneBitMeanSpec | DBitFlipSpec | LolohaSpec) -> None:
+        """The repeated-collection mechanisms' lifetime loss grows with the distinct memoized responses a
+        device may use (module docstring): bound them."""
+        problems = []
+        if isinstance(spec, OneBitMeanSpec) and spec.granularity > MAX_1BITMEAN_GRANULARITY:
+            problems.append(
+                f"granularity {spec.granularity} is above {MAX_1BITMEAN_GRANULARITY} (a device may use "
+                f"granularity + 1 memoized bits, each costing epsilon)"
+            )
+        if isinstance(spec, DBitFlipSpec):
+            if spec.d > MAX_DBITFLIP_SAMPLE:
+                problems.append(f"sample {spec.d} is above {MAX_DBITFLIP_SAMPLE} buckets per device")
+            if spec.k > MAX_DBITFLIP_BUCKETS:
+                problems.append(f"buckets {spec.k} is above {MAX_DBITFLIP_BUCKETS}")
+        if isinstance(spec, LolohaSpec):
+            if spec.hash_range > MAX_LOLOHA_G:
+                problems.append(
+                    f"g {spec.hash_range} is above {MAX_LOLOHA_G} (the lifetime loss is up to g * epsilon = "
+                    f"{spec.epsilon_total:g})"
+                )
+            if not (math.isfinite(spec.irr_epsilon) and spec.eps_one < spec.epsilon):
+                problems.append("it has no instantaneous randomization (epsilon_one must be below epsilon)")
+        if problems:
+            raise BudgetError(f"metric {name!r} asks more than this device allows: " + "; ".join(problems))
 
     def to_dict(self) -> dict[str, Any]:
         return {

@@ -1,6 +1,7 @@
 """Simulated collections of numbers: populations over a range, the real encoders and estimators.
 
-``ldp simulate --mechanism {duchi,pm,hm,sw} --range LO:HI`` runs :func:`simulate_numeric`.
+``ldp simulate --mechanism {duchi,pm,hm,sw,1bitmean,dbitflip} --range LO:HI`` runs :func:`simulate_numeric`
+(1bitmean and dbitflip with their batch encoders: one report per distinct simulated device).
 """
 
 from __future__ import annotations
@@ -13,14 +14,16 @@ from typing import Any
 import numpy as np
 
 from client_sdk.mechanisms.numeric import MEAN_MECHANISMS, MeanSpec
+from client_sdk.mechanisms.repeated import DBitFlipSpec, OneBitMeanSpec
 from client_sdk.mechanisms.square_wave import SquareWaveSpec
 from estimator.numeric import MeanAccumulator, SquareWaveAccumulator
+from estimator.repeated import DBitFlipAccumulator, OneBitMeanAccumulator
 from simulator.population import Distribution
 
 __all__ = ["NUMERIC_MECHANISMS", "NumericPopulation", "parse_range", "numeric_spec", "simulate_numeric"]
 
 #: the numeric mechanisms ``ldp simulate`` runs
-NUMERIC_MECHANISMS = (*MEAN_MECHANISMS, "sw")
+NUMERIC_MECHANISMS = (*MEAN_MECHANISMS, "sw", "1bitmean", "dbitflip")
 QUANTILES = (0.5, 0.9, 0.99)
 CHUNK = 1 << 18
 
@@ -88,18 +91,23 @@ class NumericPopulation:
         return self.text
 
 
-def numeric_spec(
-    mechanism: str, epsilon: float, low: float, high: float, bins: int | None
-) -> MeanSpec | SquareWaveSpec:
+NumericSimSpec = MeanSpec | SquareWaveSpec | OneBitMeanSpec | DBitFlipSpec
+
+
+def numeric_spec(mechanism: str, epsilon: float, low: float, high: float, bins: int | None) -> NumericSimSpec:
     if mechanism == "sw":
         return SquareWaveSpec(epsilon=epsilon, low=low, high=high, **({} if bins is None else {"bins": bins}))
+    if mechanism == "dbitflip":
+        return DBitFlipSpec(epsilon=epsilon, low=low, high=high, **({} if bins is None else {"buckets": bins}))
     if bins is not None:
-        raise ValueError(f"--bins applies to sw (a distribution), not to the mean mechanism {mechanism}")
+        raise ValueError(f"--bins applies to sw and dbitflip (distributions), not to the mean mechanism {mechanism}")
+    if mechanism == "1bitmean":
+        return OneBitMeanSpec(epsilon=epsilon, low=low, high=high)
     return MEAN_MECHANISMS[mechanism](epsilon=epsilon, low=low, high=high)
 
 
 def simulate_numeric(
-    spec: MeanSpec | SquareWaveSpec,
+    spec: NumericSimSpec,
     users: int,
     population: NumericPopulation,
     rng: np.random.Generator,
@@ -109,13 +117,19 @@ def simulate_numeric(
     progress: Callable[[int], Any] | None = None,
 ) -> dict[str, Any]:
     """Draw ``users`` values, privatize them in chunks, estimate; the JSON object of ``ldp simulate --json``."""
-    acc: MeanAccumulator | SquareWaveAccumulator = (
-        SquareWaveAccumulator(spec) if isinstance(spec, SquareWaveSpec) else MeanAccumulator(spec)
-    )
+    acc: MeanAccumulator | SquareWaveAccumulator | OneBitMeanAccumulator | DBitFlipAccumulator
+    if isinstance(spec, SquareWaveSpec):
+        acc = SquareWaveAccumulator(spec)
+    elif isinstance(spec, DBitFlipSpec):
+        acc = DBitFlipAccumulator(spec)
+    elif isinstance(spec, OneBitMeanSpec):
+        acc = OneBitMeanAccumulator(spec)
+    else:
+        acc = MeanAccumulator(spec)
     seconds = {"encode": 0.0, "aggregate": 0.0, "estimate": 0.0}
     total = 0.0
     total_sq_var = 0.0  # Σ Var[summand] (normalized), for the theoretical variance of the mean
-    hist_true = np.zeros(spec.bins, dtype=np.int64) if isinstance(spec, SquareWaveSpec) else None
+    hist_true = np.zeros(spec.bins, dtype=np.int64) if isinstance(spec, (SquareWaveSpec, DBitFlipSpec)) else None
     sorted_values: list[np.ndarray] = []
     done = 0
     while done < users:
@@ -124,9 +138,12 @@ def simulate_numeric(
         total += float(values.sum())
         if isinstance(spec, MeanSpec):
             total_sq_var += float(spec.summand_variance(spec.normalize(values)).sum())
+        elif isinstance(spec, OneBitMeanSpec):
+            total_sq_var += float(spec.summand_variance(spec.unit(values)).sum())
         else:
             assert hist_true is not None
-            hist_true += np.bincount(spec.input_bins(values), minlength=spec.bins)
+            bins_of = spec.input_bins(values) if isinstance(spec, SquareWaveSpec) else spec.bucket_of(values)
+            hist_true += np.bincount(bins_of, minlength=spec.bins)
             sorted_values.append(values)
         t0 = time.perf_counter()
         rec = spec.encode(values, rng)
@@ -149,22 +166,27 @@ def simulate_numeric(
         "spec_id": spec.spec_id,
     }
     t0 = time.perf_counter()
-    if isinstance(acc, MeanAccumulator):
-        assert isinstance(spec, MeanSpec)
+    if isinstance(acc, (MeanAccumulator, OneBitMeanAccumulator)):
+        assert isinstance(spec, (MeanSpec, OneBitMeanSpec))
         est = acc.estimate()
         seconds["estimate"] = time.perf_counter() - t0
+        # summand variances are in normalized units: half-widths for MeanSpec, the whole width for 1bitmean
+        unit = spec.half_width if isinstance(spec, MeanSpec) else 2.0 * spec.half_width
         out.update(
             true_mean=total / users,
             mean=float(est.mean[0]),
-            mean_variance=total_sq_var / users**2 * spec.half_width**2,
+            mean_variance=total_sq_var / users**2 * unit**2,
             estimated_variance=float(est.variance[0]),
             ci_low=float(est.ci_low[0]),
             ci_high=float(est.ci_high[0]),
         )
     else:
-        dist = acc.estimate(quantiles=QUANTILES, bootstrap=bootstrap, rng=rng)
+        if isinstance(acc, DBitFlipAccumulator):
+            dist = acc.estimate(quantiles=QUANTILES, rng=rng)
+        else:
+            dist = acc.estimate(quantiles=QUANTILES, bootstrap=bootstrap, rng=rng)
         seconds["estimate"] = time.perf_counter() - t0
-        assert hist_true is not None and isinstance(spec, SquareWaveSpec)
+        assert hist_true is not None and isinstance(spec, (SquareWaveSpec, DBitFlipSpec))
         values = np.concatenate(sorted_values)
         out.update(
             bins=spec.bins,
@@ -181,7 +203,7 @@ def simulate_numeric(
                 f"p{round(q * 100):g}": float(v) for q, v in zip(QUANTILES, np.quantile(values, QUANTILES))
             },
             iterations=dist.iterations,
-            bootstrap=bootstrap,
+            bootstrap=dist.bootstrap,
         )
     out["seconds"] = seconds
     return out

@@ -40,10 +40,14 @@ MECHANISMS: dict[str, str] = {
     "pm": "client_sdk.mechanisms.numeric:PiecewiseSpec",
     "hm": "client_sdk.mechanisms.numeric:HybridSpec",
     "sw": "client_sdk.mechanisms.square_wave:SquareWaveSpec",
+    # repeated collection: memoized (docs/NUMERIC.md, "Repeated collection")
+    "1bitmean": "client_sdk.mechanisms.repeated:OneBitMeanSpec",
+    "dbitflip": "client_sdk.mechanisms.repeated:DBitFlipSpec",
+    "loloha": "client_sdk.mechanisms.loloha:LolohaSpec",
 }
 
 #: the frequency oracles (counts per domain index): the registry names whose specs are :class:`MechanismSpec`
-FREQUENCY_MECHANISMS = ("rr", "grr", "oue", "rappor", "olh", "cms", "hcms", "hr")
+FREQUENCY_MECHANISMS = ("rr", "grr", "oue", "rappor", "olh", "cms", "hcms", "hr", "loloha")
 
 
 def spec_class(name: str) -> type[ReportSpec]:

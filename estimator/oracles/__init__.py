@@ -24,6 +24,10 @@ ACCUMULATORS: dict[str, str] = {
     "pm": "estimator.numeric:MeanAccumulator",
     "hm": "estimator.numeric:MeanAccumulator",
     "sw": "estimator.numeric:SquareWaveAccumulator",
+    # repeated collection (estimator/repeated.py, estimator/oracles/loloha.py)
+    "1bitmean": "estimator.repeated:OneBitMeanAccumulator",
+    "dbitflip": "estimator.repeated:DBitFlipAccumulator",
+    "loloha": "estimator.oracles.loloha:LolohaAccumulator",
 }
 
 

@@ -22,13 +22,16 @@ def register(sub: argparse._SubParsersAction) -> None:
         description="Draw N users' true values, privatize them with the real encoders, "
         "aggregate with the real estimator and print estimates against the truth. Frequency oracles "
         f"({', '.join(sorted(FREQUENCY_MECHANISMS))}) take --domain; the numeric mechanisms "
-        f"({', '.join(NUMERIC_MECHANISMS)}) take --range LO:HI (sw also --bins).",
+        f"({', '.join(NUMERIC_MECHANISMS)}) take --range LO:HI (sw and dbitflip also --bins). loloha (memoized local hashing) is a frequency "
+        "oracle: --domain.",
     )
     p.add_argument("--mechanism", required=True, choices=sorted(FREQUENCY_MECHANISMS) + list(NUMERIC_MECHANISMS))
     p.add_argument("--epsilon", type=float, required=True)
     p.add_argument("--domain", type=int, default=None, help="domain size D of a frequency oracle (rr: always 2)")
     p.add_argument("--range", default=None, metavar="LO:HI", help="the value range of a numeric mechanism")
-    p.add_argument("--bins", type=int, default=None, help="sw: histogram bins (default 256)")
+    p.add_argument(
+        "--bins", type=int, default=None, help="sw: histogram bins (default 256); dbitflip: buckets (default 32)"
+    )
     p.add_argument(
         "--bootstrap", type=int, default=50, help="sw: bootstrap resamples for the intervals (default 50; 0: none)"
     )
