@@ -44,6 +44,30 @@ METRICS = {
             "domain": RANGE,
             "max_reports_per_day": 1,
         },
+        "app_opens": {
+            "description": "app opens per day, a repeated counter (memoized 1BitMean)",
+            "owner": "o@example.org",
+            "expires": "2099-12-31",
+            "mechanism": {"mechanism": "1bitmean", "epsilon": 1.0},
+            "domain": RANGE,
+            "max_reports_per_day": 1,
+        },
+        "app_opens_hist": {
+            "description": "app opens per day, histogram (memoized dBitFlip)",
+            "owner": "o@example.org",
+            "expires": "2099-12-31",
+            "mechanism": {"mechanism": "dbitflip", "epsilon": 2.0, "buckets": 16, "sample": 4},
+            "domain": RANGE,
+            "max_reports_per_day": 1,
+        },
+        "theme": {
+            "description": "a frequently changing setting (LOLOHA)",
+            "owner": "o@example.org",
+            "expires": "2099-12-31",
+            "mechanism": {"mechanism": "loloha", "epsilon": 2.0},
+            "domain": {"kind": "dictionary", "values": ["a", "b", "c", "d", "e", "f"], "other": True},
+            "max_reports_per_day": 1,
+        },
         "battery": {
             "description": "battery drain, Duchi et al. by name",
             "owner": "o@example.org",
@@ -102,13 +126,25 @@ def test_numeric_metrics_through_the_pipeline(tmp_path: Path, transport_url: str
         assert body["central_epsilon"] is not None and body["central_epsilon"] < metrics[metric].spec.epsilon
         batch = estimate_dataset(dataset, metric, [day], progress=False)
         truth = fleet.truth[metric]
-        if body["kind"] == "mean":
+        if body["kind"] == "frequency":
+            est = acc.estimate()
+            assert body["counts"] == est.counts.tolist()
+            np.testing.assert_array_equal(batch.table["estimate"].to_numpy(), est.counts)
+            z = (est.counts - truth) / np.sqrt(metrics[metric].spec.count_variance(truth))
+            assert np.all(np.abs(z) < 5), z
+        elif body["kind"] == "mean":
             est = acc.estimate()
             assert body["mean"] == est.mean.tolist() and body["ci_low"] == est.ci_low.tolist()
             np.testing.assert_array_equal(batch.table["mean"].to_numpy(), est.mean)
             assert abs(body["mean"][0] - truth.mean()) < 5 * body["std_error"][0]
         else:
             np.testing.assert_array_equal(batch.table["share"].to_numpy(), np.array(body["hist"]))
-            true_hist = np.histogram(truth, bins=np.array(body["edges"]))[0] / truth.size
-            assert 0.5 * np.abs(np.array(body["hist"]) - true_hist).sum() < 0.15
+            true_counts = np.histogram(truth, bins=np.array(body["edges"]))[0]
+            true_hist = true_counts / truth.size
+            spec = metrics[metric].spec
+            if hasattr(spec, "share_variance"):  # dBitFlip: linear shares with an exact variance, each within 5 sd
+                sd = np.sqrt(spec.share_variance(true_counts, truth.size))
+                assert np.all(np.abs(np.array(body["hist"]) - true_hist) < 5 * sd)
+            else:  # Square Wave's EMS: within 0.15 in total variation (32 bins, 4,000 users at ε = 2)
+                assert 0.5 * np.abs(np.array(body["hist"]) - true_hist).sum() < 0.15
             assert set(body["quantiles"]) == {"p50", "p90", "p99"}
