@@ -68,6 +68,7 @@ import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any, Literal
 
+import numpy as np
 from fastapi import FastAPI, Request
 from fastapi.responses import Response
 from pydantic import BaseModel
@@ -77,6 +78,7 @@ from starlette.requests import ClientDisconnect
 from client_sdk.errors import FrameError, SpecMismatchError
 from client_sdk.mechanisms.base import MechanismSpec
 from client_sdk.metrics import MetricSet, load_metrics, utc_day
+from client_sdk.sealing import KEY_ID_SIZE
 from client_sdk.wire import (
     FRAME_CONTENT_TYPE,
     MAX_RECORDS,
@@ -448,7 +450,9 @@ def create_app(
                 f"epsilon={m.spec.epsilon:g}), but the batch was made under spec {spec_id}; "
                 "refresh the metric definitions from GET /v1/metrics",
             )
-        return m.spec
+        return m.wire_spec  # a sealed metric's: opaque records, plain frames of it refused
+
+    sealing_ids = {k.key_id for k in declared.analyzer_keys}
 
     async def read_body(length: str | None, chunks: AsyncIterator[bytes]) -> bytes:
         if length is not None:
@@ -506,6 +510,26 @@ def create_app(
             log.warning("undecodable upload: %s", type(exc).__name__)
             raise RejectedBatch(400, "malformed", f"the batch does not decode ({type(exc).__name__})") from None
 
+    def check_sealed(batch: ReportBatch, metric_sealed: bool) -> None:
+        """What can be checked of sealed records without the analyzer's key (which the collector never has):
+        the metric is a sealed one, and every record names a key of the metrics file."""
+        if not metric_sealed:
+            raise RejectedBatch(
+                422,
+                "not_sealed_metric",
+                f"metric {batch.metric!r} is not sealed: send its records plain (GET /v1/metrics)",
+            )
+        kids = np.ascontiguousarray(batch.records).view(np.uint8).reshape(len(batch), -1)[:, :KEY_ID_SIZE]
+        seen = {bytes(r).hex() for r in np.unique(kids, axis=0)}
+        unknown = sorted(seen - sealing_ids)
+        if unknown:
+            raise RejectedBatch(
+                422,
+                "unknown_analyzer_key",
+                f"records are sealed to analyzer key(s) {unknown[:4]}; this collector accepts "
+                f"{sorted(sealing_ids)}: refresh the metric definitions from GET /v1/metrics",
+            )
+
     def admit(batch: ReportBatch, key: str | None) -> None:
         if key is not None and key.strip().lower() != batch.batch_id.hex():
             raise RejectedBatch(
@@ -532,6 +556,8 @@ def create_app(
                 f"{settings.max_day_age} days are not accepted",
             )
         m = declared[batch.metric]  # after the day checks: a day far out of range is bad_day, not expired_metric
+        if batch.sealed:
+            check_sealed(batch, m.sealed)
         if m.is_expired(batch.day):
             raise RejectedBatch(
                 422,
