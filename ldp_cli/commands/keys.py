@@ -34,14 +34,24 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run_new(args: argparse.Namespace) -> int:
     from client_sdk.files import write_atomic
-    from client_sdk.metrics import load_metrics, parse_metrics
+    from client_sdk.metrics import parse_metrics
     from client_sdk.sealing import new_key_file
 
     path, key = new_key_file(args.dir)
     out = {"key_id": key.key_id, "private_key_file": str(path), "public": key.public.to_dict()}
     if args.metrics:
-        doc = load_metrics(args.metrics, reject_expired=False).to_dict()
-        keys = [key.public.to_dict()] + [k for k in doc.get("analyzer_keys", []) if k["key_id"] != key.key_id]
+        from pathlib import Path
+
+        from client_sdk.metrics import MetricsFileError
+
+        try:  # as JSON: a file that declares sealed metrics before it has a key must be fixable by this command
+            doc = json.loads(Path(args.metrics).read_text())
+        except (OSError, ValueError) as exc:
+            raise MetricsFileError(f"cannot read metrics file {args.metrics!r}: {exc}") from None
+        if not isinstance(doc, dict):
+            raise MetricsFileError(f"{args.metrics!r} is not a metrics file")
+        old = doc.get("analyzer_keys", [])
+        keys = [key.public.to_dict()] + [k for k in old if isinstance(k, dict) and k.get("key_id") != key.key_id]
         doc["analyzer_keys"] = keys
         text = json.dumps(doc, indent=2, ensure_ascii=False) + "\n"
         parse_metrics(text, reject_expired=False)  # what is written must load
