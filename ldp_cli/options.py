@@ -259,6 +259,13 @@ def add_analyzer_keys(p: argparse.ArgumentParser) -> None:
         help="folder of the analyzer's private key files (ldp keys new) that open sealed metrics' records "
         "(default $LDP_ANALYZER_KEYS; required when a metrics file declares a sealed metric)",
     )
+    p.add_argument(
+        "--open-processes",
+        type=int,
+        default=1,
+        metavar="N",
+        help="open sealed batches across N worker processes (one X25519 exchange per report; default 1: inline)",
+    )
 
 
 def analyzer_opener(given: str | None, files: Sequence[str], *, processes: int = 1) -> Any:

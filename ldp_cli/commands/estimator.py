@@ -83,7 +83,7 @@ def run(args: argparse.Namespace) -> int:
     setup_logging(args.log_level)
     files = metrics_files(args.metrics)
     catalog = SpecCatalog.from_files(files)
-    opener = analyzer_opener(args.analyzer_keys, files)
+    opener = analyzer_opener(args.analyzer_keys, files, processes=args.open_processes)
     transport = open_transport(args.transport)
     engine = StreamingEstimator(
         transport,

@@ -84,3 +84,24 @@ def test_interoperates_with_cryptography_hpke(aead: int) -> None:
     theirs = fast.encrypt(b"eight by", skr.public_key(), b"ldp info")
     assert suite.open(skr, pkr, b"ldp info", theirs) == b"eight by"
     assert len(ours) == len(theirs) == 32 + 8 + 16
+
+
+def test_the_single_shot_opener_opens_what_both_implementations_seal_and_nothing_else() -> None:
+    suite = hpke.Suite()
+    skr = X25519PrivateKey.generate()
+    pkr = skr.public_key().public_bytes_raw()
+    open_ = hpke.single_shot_opener(suite, skr, pkr, b"ctx")
+    assert open_(suite.seal(pkr, b"ctx", b"abc")) == b"abc"
+    fast = hpke.fast_suite()
+    assert fast is not None
+    assert open_(fast.encrypt(b"xyz", skr.public_key(), b"ctx")) == b"xyz"
+    for bad in [suite.seal(pkr, b"other ctx", b"abc"), suite.seal(pkr, b"ctx", b"abc", b"aad"), b"\x00" * 47]:
+        with pytest.raises(hpke.HPKEError):
+            open_(bad)
+    # the RFC vector's first message, re-sealed under its key schedule with an empty aad, opens the same way
+    v = VECTORS[0]
+    skm, pkm = hpke.derive_key_pair(h(v["ikmR"]))
+    enc, ctx = suite.setup_sender(pkm, h(v["info"]), h(v["ikmE"]))
+    msg = enc + ctx.seal(h(v["encryptions"][0]["pt"]))
+    opener = hpke.single_shot_opener(suite, X25519PrivateKey.from_private_bytes(skm), pkm, h(v["info"]))
+    assert opener(msg).hex() == v["encryptions"][0]["pt"]
