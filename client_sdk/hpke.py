@@ -25,6 +25,7 @@ Only what the pipeline needs is here: no PSK or auth modes, no other KEMs.
 
 from __future__ import annotations
 
+import hashlib
 import hmac
 import struct
 from typing import Any
@@ -244,14 +245,27 @@ class Suite:
         return pt
 
 
+_IPAD = int.from_bytes(b"\x36" * 64, "big")
+_OPAD = int.from_bytes(b"\x5c" * 64, "big")
+
+
+def _pads(key: bytes) -> tuple[bytes, bytes]:
+    """HMAC-SHA256's inner and outer padded keys (RFC 2104) of a 32-byte key, by integer XOR."""
+    x = int.from_bytes(key, "big") << 256  # the key, right-padded with zeros to the 64-byte block
+    return (x ^ _IPAD).to_bytes(64, "big"), (x ^ _OPAD).to_bytes(64, "big")
+
+
 def single_shot_opener(suite: Suite, skr: X25519PrivateKey, pkr: bytes, info: bytes) -> Any:
     """A function ``open(message) -> plaintext`` for single-shot messages to ``(skr, pkr)`` under ``info``
     with an empty aad: :meth:`Suite.open` with every constant of the key schedule precomputed (the
-    analyzer's hot path: one X25519 exchange, five HMAC-SHA256 and one AEAD call per message).
-    :class:`HPKEError` if a message does not open."""
+    analyzer's hot path: one X25519 exchange, five HMAC-SHA256 and one AEAD call per message). The
+    HMACs are computed from ``hashlib.sha256`` over RFC 2104's padded keys (the zero-key one from saved
+    states), which costs less than five ``hmac.digest`` calls; the results are the same (tested against
+    :meth:`Suite.seal` and ``cryptography``'s HPKE). :class:`HPKEError` if a message does not open."""
+    sha = hashlib.sha256
     v1, ksuite, hsuite = _V1, _KEM_SUITE_ID, suite.suite_id
-    digest = hmac.digest
-    zeros = bytes(_NH)
+    zero_in, zero_out = _pads(bytes(_NH))
+    z_in, z_out = sha(zero_in), sha(zero_out)  # LabeledExtract's salt is empty: HMAC's key is zeros
     eae_prefix = v1 + ksuite + b"eae_prk"
     ss_prefix = struct.pack(">H", _NSECRET) + v1 + ksuite + b"shared_secret"
     ss_suffix = pkr + b"\x01"
@@ -272,11 +286,17 @@ def single_shot_opener(suite: Suite, skr: X25519PrivateKey, pkr: bytes, info: by
             dh = exchange(from_public(enc))
         except ValueError as exc:
             raise HPKEError(f"X25519 exchange failed: {exc}") from None
-        eae_prk = digest(zeros, eae_prefix + dh, "sha256")
-        shared = digest(eae_prk, ss_prefix + enc + ss_suffix, "sha256")
-        secret = digest(shared, secret_msg, "sha256")
-        key = digest(secret, key_msg, "sha256")[:nk]
-        nonce = digest(secret, nonce_msg, "sha256")[:_NN]
+        inner = z_in.copy()
+        inner.update(eae_prefix + dh)
+        outer = z_out.copy()
+        outer.update(inner.digest())
+        ik, ok = _pads(outer.digest())  # eae_prk
+        shared = sha(ok + sha(ik + ss_prefix + enc + ss_suffix).digest()).digest()
+        ik, ok = _pads(shared)
+        secret = sha(ok + sha(ik + secret_msg).digest()).digest()
+        ik, ok = _pads(secret)
+        key = sha(ok + sha(ik + key_msg).digest()).digest()[:nk]
+        nonce = sha(ok + sha(ik + nonce_msg).digest()).digest()[:_NN]
         try:
             pt: bytes = aead_cls(key).decrypt(nonce, message[_NENC:], b"")
         except InvalidTag:

@@ -105,3 +105,21 @@ def test_the_single_shot_opener_opens_what_both_implementations_seal_and_nothing
     msg = enc + ctx.seal(h(v["encryptions"][0]["pt"]))
     opener = hpke.single_shot_opener(suite, X25519PrivateKey.from_private_bytes(skm), pkm, h(v["info"]))
     assert opener(msg).hex() == v["encryptions"][0]["pt"]
+
+
+@pytest.mark.parametrize("aead", [hpke.AEAD_AES_128_GCM, hpke.AEAD_CHACHA20_POLY1305])
+def test_the_single_shot_opener_agrees_with_suite_open(aead: int) -> None:
+    suite = hpke.Suite(aead)
+    skr = X25519PrivateKey.generate()
+    pkr = skr.public_key().public_bytes_raw()
+    open_ = hpke.single_shot_opener(suite, skr, pkr, b"info")
+    for i in range(50):
+        pt = bytes([i]) * (i % 9)
+        msg = suite.seal(pkr, b"info", pt)
+        assert open_(msg) == suite.open(skr, pkr, b"info", msg) == pt
+        bad = bytearray(msg)
+        bad[32 + i % (len(msg) - 32)] ^= 0x40  # one altered ciphertext or tag bit
+        with pytest.raises(hpke.HPKEError):
+            open_(bytes(bad))
+    with pytest.raises(hpke.HPKEError):  # a low-order point as enc: the exchange's output would be zero
+        open_(bytes(32) + bytes(16))
