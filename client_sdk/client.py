@@ -86,8 +86,10 @@ from client_sdk.outbox import DEFAULT_MAX_REPORTS, Outbox
 from client_sdk.policy import LocalPolicy, to_units
 from client_sdk.privacy_events import local_event
 from client_sdk.randomness import secure_generator, simulation_generator
+from client_sdk.sealing import AnalyzerPublicKey, seal_batch
 from client_sdk.store import Store
 from client_sdk.uploader import BackoffPolicy, HttpTransport, Uploader, urllib_transport
+from client_sdk.wire import ReportBatch
 
 __all__ = ["TelemetryClient", "ClientConfig", "ClientConfigError", "ERROR_TALLIES", "STAT_TALLIES"]
 
@@ -344,6 +346,9 @@ class TelemetryClient:
         self._server: MetricSet | None = None
         self._defs_lock = threading.RLock()
         self._units: dict[str, int] = {}
+        #: sealed metrics in effect -> the analyzer key their records are sealed to at upload (client_sdk.sealing)
+        self._sealing: dict[str, AnalyzerPublicKey] = {}
+        self._outbox.sealer = self._seal
         self._refused: set[tuple[str, str]] = set()
         self._fetch = bool(config.fetch_metrics)
         self._refresh_interval = float(config.metrics_refresh_interval)
@@ -656,6 +661,8 @@ class TelemetryClient:
         with self._defs_lock:
             merged, refused = self._merge()
             self._metrics = merged
+            to = (self._server.analyzer_key if self._server is not None else None) or self._bundled.analyzer_key
+            self._sealing = {n: to for n, m in merged.items() if m.sealed and to is not None}
             self._exhausted = {}
             for m, reason in refused:
                 key = (m.name, canonical_json(m.to_dict()).decode("utf-8"))
@@ -687,6 +694,12 @@ class TelemetryClient:
         with self._store.transaction(conn):
             for n in sorted(seen):
                 self._pins[n] = insert_pin_in(conn, n, definition_pin(todo[n]), self._clock())
+
+    def _seal(self, batch: ReportBatch) -> ReportBatch:
+        """Called by the outbox as it forms a batch (on the uploader thread): a sealed metric's records are
+        sealed to the current analyzer key, each under its own ephemeral key."""
+        key = self._sealing.get(batch.metric)
+        return seal_batch(batch, key) if key is not None else batch
 
     def _adopt(self, server: MetricSet) -> None:
         self._server = server

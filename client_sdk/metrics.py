@@ -40,6 +40,12 @@ may be left out and are then the range's (when given they must equal it);
 worst-case variance at the metric's ε
 (:func:`client_sdk.mechanisms.numeric.best_mean_mechanism`), once, when the
 file is read, so the spec and its id are fixed.
+
+A metric may also set ``sealed`` (default ``false``): a sealed metric's
+records are encrypted on the device to the analyzer key that the
+document's top-level ``analyzer_keys`` names first (``[{"key_id",
+"public_key"}, ...]``; later entries are retired keys, still accepted while
+devices move on), see :mod:`client_sdk.sealing` and ``docs/SEALED.md``.
 ``expires`` is the last UTC day (ISO date, inclusive) on which the metric may
 be recorded: like Glean's ``expires``, it forces an owner to renew each
 collection deliberately. ``max_reports_per_day`` (r) caps the reports one
@@ -61,6 +67,7 @@ from typing import Any
 from client_sdk.domain import Domain, NumberRange, domain_from_dict
 from client_sdk.errors import SpecError
 from client_sdk.mechanisms import ReportSpec, spec_class, spec_from_dict
+from client_sdk.sealing import AnalyzerPublicKey, SealedSpec, SealingError
 
 __all__ = [
     "FORMAT",
@@ -77,7 +84,7 @@ FORMAT = "ldp-metrics/1"
 MAX_REPORTS_PER_DAY = 10_000
 _NAME_RE = re.compile(r"^[A-Za-z0-9_.:\-]{1,255}$")
 _FIELDS = ("description", "owner", "expires", "mechanism", "domain", "max_reports_per_day")
-_OPTIONAL = ("kind",)
+_OPTIONAL = ("kind", "sealed")
 KINDS = ("frequency", "mean", "distribution")
 _EPOCH = _dt.date(1970, 1, 1)
 
@@ -102,6 +109,7 @@ class MetricDefinition:
     description: str
     expires: _dt.date
     max_reports_per_day: int
+    sealed: bool = False
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not _NAME_RE.match(self.name):
@@ -120,6 +128,8 @@ class MetricDefinition:
             raise MetricsFileError(
                 f"{where}: 'max_reports_per_day' must be an integer from 1 to {MAX_REPORTS_PER_DAY}, got {r!r}"
             )
+        if not isinstance(self.sealed, bool):
+            raise MetricsFileError(f"{where}: 'sealed' must be true or false, got {self.sealed!r}")
         dom = self.domain
         numeric = isinstance(dom, NumberRange)
         if numeric != (self.spec.kind != "frequency"):
@@ -146,6 +156,11 @@ class MetricDefinition:
         return self.spec.kind
 
     @property
+    def wire_spec(self) -> ReportSpec:
+        """The spec its frames carry: the :class:`~client_sdk.sealing.SealedSpec` of a sealed metric."""
+        return SealedSpec.of(self.spec) if self.sealed else self.spec
+
+    @property
     def expires_day(self) -> int:
         """The last UTC day (days since 1970-01-01) on which the metric may be recorded."""
         return (self.expires - _EPOCH).days
@@ -164,7 +179,7 @@ class MetricDefinition:
 
     def to_dict(self) -> dict[str, Any]:
         kind = {} if self.kind == "frequency" else {"kind": self.kind}
-        return {
+        out = {
             **kind,
             "description": self.description,
             "owner": self.owner,
@@ -173,6 +188,9 @@ class MetricDefinition:
             "domain": self.domain.to_dict(),
             "max_reports_per_day": self.max_reports_per_day,
         }
+        if self.sealed:
+            out["sealed"] = True
+        return out
 
     @classmethod
     def from_dict(cls, name: str, data: Any) -> MetricDefinition:
@@ -244,17 +262,33 @@ class MetricDefinition:
             description=data["description"],
             expires=expires,
             max_reports_per_day=data["max_reports_per_day"],
+            sealed=data.get("sealed", False),
         )
 
 
 class MetricSet(Mapping[str, MetricDefinition]):
     """An immutable, validated collection of metric definitions keyed by name."""
 
-    def __init__(self, metrics: Mapping[str, MetricDefinition] | None = None) -> None:
+    def __init__(
+        self, metrics: Mapping[str, MetricDefinition] | None = None, analyzer_keys: tuple[AnalyzerPublicKey, ...] = ()
+    ) -> None:
         self._metrics: dict[str, MetricDefinition] = dict(metrics or {})
         for name, m in self._metrics.items():
             if m.name != name:
                 raise MetricsFileError(f"metric keyed {name!r} is named {m.name!r}")
+        #: the analyzer public keys, the current one first (sealed metrics need one)
+        self.analyzer_keys = tuple(analyzer_keys)
+        sealed = sorted(n for n, m in self._metrics.items() if m.sealed)
+        if sealed and not self.analyzer_keys:
+            raise MetricsFileError(
+                f"metric(s) {sealed} are sealed, but the metrics file names no 'analyzer_keys'; "
+                "create a key pair with `ldp keys new` and add its public entry"
+            )
+
+    @property
+    def analyzer_key(self) -> AnalyzerPublicKey | None:
+        """The key devices seal to now (the first of :attr:`analyzer_keys`)."""
+        return self.analyzer_keys[0] if self.analyzer_keys else None
 
     def __getitem__(self, name: str) -> MetricDefinition:
         return self._metrics[name]
@@ -270,7 +304,10 @@ class MetricSet(Mapping[str, MetricDefinition]):
         return [n for n, m in self._metrics.items() if m.is_expired(day)]
 
     def to_dict(self) -> dict[str, Any]:
-        return {"format": FORMAT, "metrics": {n: m.to_dict() for n, m in self._metrics.items()}}
+        out: dict[str, Any] = {"format": FORMAT, "metrics": {n: m.to_dict() for n, m in self._metrics.items()}}
+        if self.analyzer_keys:
+            out["analyzer_keys"] = [k.to_dict() for k in self.analyzer_keys]
+        return out
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=2, ensure_ascii=False)
@@ -312,13 +349,22 @@ def parse_metrics(
         raise MetricsFileError('a metrics file must be a JSON object {"format": ..., "metrics": {...}}')
     if obj.get("format") != FORMAT:
         raise MetricsFileError(f"metrics file format must be {FORMAT!r}, got {obj.get('format')!r}")
-    unknown = sorted(set(obj) - {"format", "metrics"})
+    unknown = sorted(set(obj) - {"format", "metrics", "analyzer_keys"})
     if unknown:
         raise MetricsFileError(f"metrics file: unknown top-level key(s) {unknown}")
     raw = obj.get("metrics")
     if not isinstance(raw, Mapping):
         raise MetricsFileError("metrics file: 'metrics' must be an object keyed by metric name")
     metrics = {name: MetricDefinition.from_dict(name, data) for name, data in raw.items()}
+    keys_raw = obj.get("analyzer_keys", [])
+    if not isinstance(keys_raw, list):
+        raise MetricsFileError("metrics file: 'analyzer_keys' must be a list, the current key first")
+    try:
+        keys = tuple(AnalyzerPublicKey.from_dict(k) for k in keys_raw)
+    except SealingError as exc:
+        raise MetricsFileError(f"metrics file: bad 'analyzer_keys': {exc}") from None
+    if len({k.key_id for k in keys}) != len(keys):
+        raise MetricsFileError("metrics file: 'analyzer_keys' names a key twice")
     if reject_expired:
         if today is None:
             today = utc_day(_dt.datetime.now(_dt.UTC).timestamp())
@@ -328,7 +374,7 @@ def parse_metrics(
                     f"metric {m.name!r} expired on {m.expires.isoformat()}; its owner {m.owner} must renew "
                     f"('expires') or remove it"
                 )
-    return MetricSet(metrics)
+    return MetricSet(metrics, keys)
 
 
 def load_metrics(path: str | os.PathLike[str], *, today: int | None = None, reject_expired: bool = True) -> MetricSet:

@@ -35,7 +35,7 @@ import os
 import secrets
 import sqlite3
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 import numpy as np
 
@@ -88,6 +88,8 @@ class Outbox:
         self.lease_seconds = float(lease_seconds)
         self._specs: dict[str, ReportSpec] = {}
         self._registered: set[str] = set()
+        #: applied to each batch as it is formed (the client seals sealed metrics' records here)
+        self.sealer: Callable[[ReportBatch], ReportBatch] | None = None
 
     # -- writing (inside the recorder's transaction) --------------------------
     def put_in(
@@ -251,7 +253,8 @@ class Outbox:
             raw = b"".join(bytes(r[1]) for r in rows)
             if len(raw) == spec.record_size * len(rows):
                 records = np.frombuffer(raw, dtype=spec.record_dtype)
-                frame = encode_frame(ReportBatch(metric, spec, day, records, batch_id))
+                batch = ReportBatch(metric, spec, day, records, batch_id)
+                frame = encode_frame(batch if self.sealer is None else self.sealer(batch))
         conn.execute(f"DELETE FROM outbox WHERE id IN ({','.join('?' * len(ids))})", ids)
         if frame is None:  # a spec this SDK cannot rebuild: the reports can never be sent
             Store.bump_counters(conn, {"outbox_unsendable": len(ids)})

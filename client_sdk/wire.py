@@ -5,16 +5,26 @@ Binary frame (all integers little-endian)::
     offset size field
     0      4    magic b"LDPB"
     4      1    version (1)
-    5      1    flags (0; reserved, must be 0)
+    5      1    flags: 0 (plain records) or 1 (FLAG_SEALED: sealed records); other bits must be 0
     6      2    metric name length L (1..255)
     8      8    spec_id (the spec's 16 hex digits, as 8 bytes)
     16     4    day (days since 1970-01-01, UTC)
-    20     4    record size R in bytes (must equal the spec's)
+    20     4    record size R in bytes (the spec's; for a sealed frame the spec's + 52)
     24     4    number of records n
     28     16   batch id (idempotency key; not linked to the sender)
     44     L    metric name, UTF-8
     44+L   n*R  records, the spec's fixed-width dtype
     ...    4    CRC-32 (zlib) of every byte before it
+
+A **sealed frame** (flag 1) carries the records of a metric declared
+``"sealed": true``, each encrypted to the analyzer's key
+(:mod:`client_sdk.sealing`: key id, ephemeral key, ciphertext; the spec's
+record size + :data:`~client_sdk.sealing.SEALED_OVERHEAD` bytes each). The
+header stays readable (metric, spec id, day, sizes: what the collector
+checks); the records do not. A resolver that returns a
+:class:`~client_sdk.sealing.SealedSpec` for a metric refuses plain frames of it;
+a sealed frame decodes to a batch whose spec is the ``SealedSpec`` of the
+resolved one. Sealed frames travel in the binary form only.
 
 Decoding checks every field and the exact length; a malformed frame raises
 :class:`~client_sdk.errors.FrameError` naming the part at fault, and a frame
@@ -45,11 +55,13 @@ import numpy as np
 
 from client_sdk.errors import FrameError, SpecMismatchError
 from client_sdk.mechanisms.base import ReportSpec
+from client_sdk.sealing import SealedSpec
 
 __all__ = [
     "FRAME_CONTENT_TYPE",
     "MAGIC",
     "VERSION",
+    "FLAG_SEALED",
     "HEADER_SIZE",
     "MAX_RECORDS",
     "ReportBatch",
@@ -68,6 +80,8 @@ __all__ = [
 FRAME_CONTENT_TYPE = "application/vnd.ldp.frame"
 MAGIC = b"LDPB"
 VERSION = 1
+#: frame flag: the records are sealed (client_sdk.sealing)
+FLAG_SEALED = 0x01
 _HEADER = struct.Struct("<4sBBH8sIII16s")
 HEADER_SIZE = _HEADER.size  # 44
 _CRC = struct.Struct("<I")
@@ -114,6 +128,11 @@ class ReportBatch:
     def __len__(self) -> int:
         return int(self.records.size)
 
+    @property
+    def sealed(self) -> bool:
+        """Whether the records are sealed to the analyzer's key (the spec is a :class:`SealedSpec`)."""
+        return isinstance(self.spec, SealedSpec)
+
 
 @dataclasses.dataclass(frozen=True)
 class FrameHeader:
@@ -126,6 +145,7 @@ class FrameHeader:
     record_size: int
     n_records: int
     batch_id: bytes
+    sealed: bool = False
 
     @property
     def frame_size(self) -> int:
@@ -138,7 +158,7 @@ def encode_frame(batch: ReportBatch) -> bytes:
     header = _HEADER.pack(
         MAGIC,
         VERSION,
-        0,
+        FLAG_SEALED if batch.sealed else 0,
         len(metric),
         bytes.fromhex(batch.spec.spec_id),
         batch.day,
@@ -160,8 +180,10 @@ def read_header(data: bytes | bytearray | memoryview) -> FrameHeader:
         raise FrameError(f"bad magic {bytes(magic)!r}: not an LDP report frame (expected {MAGIC!r})")
     if version != VERSION:
         raise FrameError(f"unsupported frame version {version}; this reader understands version {VERSION}")
-    if flags != 0:
-        raise FrameError(f"unknown flags 0x{flags:02x}; version {VERSION} frames have flags 0")
+    if flags & ~FLAG_SEALED:
+        raise FrameError(
+            f"unknown flags 0x{flags:02x}; version {VERSION} frames have flags 0 (plain) or 1 (sealed records)"
+        )
     if not 1 <= mlen <= 255:
         raise FrameError(f"metric name length {mlen} must be between 1 and 255")
     if rsize == 0:
@@ -178,7 +200,7 @@ def read_header(data: bytes | bytearray | memoryview) -> FrameHeader:
     except UnicodeDecodeError:
         raise FrameError("metric name is not valid UTF-8") from None
     _check_metric(metric)
-    return FrameHeader(VERSION, metric, bytes(spec_id).hex(), day, rsize, n, bytes(batch_id))
+    return FrameHeader(VERSION, metric, bytes(spec_id).hex(), day, rsize, n, bytes(batch_id), bool(flags & FLAG_SEALED))
 
 
 def _resolve(specs: SpecResolver, metric: str, spec_id: str) -> ReportSpec:
@@ -208,6 +230,13 @@ def decode_frame(data: bytes | bytearray | memoryview, specs: SpecResolver) -> R
     if zlib.crc32(buf[:body_end]) != crc:
         raise FrameError("CRC-32 mismatch: the frame was corrupted in transit")
     spec = _resolve(specs, header.metric, header.spec_id)
+    if header.sealed:
+        spec = SealedSpec.of(spec)
+    elif isinstance(spec, SealedSpec):
+        raise SpecMismatchError(
+            f"metric {header.metric!r} is sealed: its records must be sealed to the analyzer's key "
+            "(GET /v1/metrics names it); a plain frame is refused"
+        )
     if header.record_size != spec.record_size:
         raise SpecMismatchError(
             f"record size {header.record_size} does not match spec {spec.name}'s {spec.record_size}"
@@ -227,7 +256,9 @@ def _record_to_json(rec: np.void, names: tuple[str, ...]) -> list[Any]:
 
 
 def batch_to_json_obj(batch: ReportBatch) -> dict[str, Any]:
-    """The JSON form of ``batch`` as a Python object."""
+    """The JSON form of ``batch`` as a Python object (plain batches only)."""
+    if batch.sealed:
+        raise FrameError("sealed batches travel as binary frames only")
     names = batch.records.dtype.names or ()
     return {
         "version": VERSION,
@@ -269,6 +300,10 @@ def decode_json(data: str | bytes | Mapping[str, Any], specs: SpecResolver) -> R
     except (TypeError, ValueError):
         raise FrameError(f"batch_id must be 32 hex digits, got {obj['batch_id']!r}") from None
     spec = _resolve(specs, metric, spec_id)
+    if isinstance(spec, SealedSpec):
+        raise SpecMismatchError(
+            f"metric {metric!r} is sealed: send its records sealed, in a binary frame ({FRAME_CONTENT_TYPE})"
+        )
     rows = obj["records"]
     if not isinstance(rows, list):
         raise FrameError("records must be a list")

@@ -92,6 +92,7 @@ from starlette.requests import ClientDisconnect
 from client_sdk.errors import FrameError, SpecMismatchError
 from client_sdk.mechanisms.base import ReportSpec
 from client_sdk.metrics import MetricSet, load_metrics, parse_metrics, utc_day
+from client_sdk.sealing import KEY_ID_SIZE
 from client_sdk.wire import (
     FRAME_CONTENT_TYPE,
     MAX_RECORDS,
@@ -218,7 +219,7 @@ def _resolve(declared: MetricSet, metric: str, spec_id: str) -> ReportSpec:
             f"epsilon={m.spec.epsilon:g}), but the batch was made under spec {spec_id}; "
             "refresh the metric definitions from GET /v1/metrics",
         )
-    return m.spec
+    return m.wire_spec  # a sealed metric's: opaque records, plain frames of it refused
 
 
 def _decode(body: bytes, kind: str, declared: MetricSet, max_records: int) -> ReportBatch:
@@ -493,10 +494,10 @@ def create_app(
         log.warning("metrics past their expiry are refused: %s", ", ".join(sorted(expired)))
     metrics_body = declared.to_json().encode()
     metrics_etag = '"' + hashlib.sha256(metrics_body).hexdigest()[:32] + '"'
-    # SDKs from before numeric metrics refuse a document with fields they do not know ("kind", range
-    # domains), so by default GET /v1/metrics serves them the frequency metrics only; ?kinds=all (what the
-    # SDK asks for now) serves every metric
-    frequency_only = MetricSet({n: m for n, m in declared.items() if m.kind == "frequency"})
+    # SDKs from before numeric and sealed metrics refuse a document with fields they do not know ("kind",
+    # range domains, "sealed", "analyzer_keys"), so by default GET /v1/metrics serves them the plain
+    # frequency metrics only; ?kinds=all (what the SDK asks for now) serves every metric
+    frequency_only = MetricSet({n: m for n, m in declared.items() if m.kind == "frequency" and not m.sealed})
     compat_body = frequency_only.to_json().encode()
     compat_etag = '"' + hashlib.sha256(compat_body).hexdigest()[:32] + '"'
     layout_body = json.dumps(metrics_layout(declared), indent=2, ensure_ascii=False).encode()
@@ -593,6 +594,8 @@ def create_app(
     app.state.prometheus = prom
     app.state.runtime = state
 
+    sealing_ids = {k.key_id for k in declared.analyzer_keys}
+
     def check_length(length: str | None) -> None:
         if length is not None:
             if not length.strip().isdigit():
@@ -614,6 +617,26 @@ def create_app(
                     413, "too_large", f"the body exceeds {settings.max_body_bytes} bytes; split the batch"
                 )
         return bytes(buf)
+
+    def check_sealed(batch: ReportBatch, metric_sealed: bool) -> None:
+        """What can be checked of sealed records without the analyzer's key (which the collector never has):
+        the metric is a sealed one, and every record names a key of the metrics file."""
+        if not metric_sealed:
+            raise RejectedBatch(
+                422,
+                "not_sealed_metric",
+                f"metric {batch.metric!r} is not sealed: send its records plain (GET /v1/metrics)",
+            )
+        kids = np.ascontiguousarray(batch.records).view(np.uint8).reshape(len(batch), -1)[:, :KEY_ID_SIZE]
+        seen = {bytes(r).hex() for r in np.unique(kids, axis=0)}
+        unknown = sorted(seen - sealing_ids)
+        if unknown:
+            raise RejectedBatch(
+                422,
+                "unknown_analyzer_key",
+                f"records are sealed to analyzer key(s) {unknown[:4]}; this collector accepts "
+                f"{sorted(sealing_ids)}: refresh the metric definitions from GET /v1/metrics",
+            )
 
     def admit(batch: ReportBatch, key: str | None) -> None:
         if key is not None and key.strip().lower() != batch.batch_id.hex():
@@ -641,6 +664,8 @@ def create_app(
                 f"{settings.max_day_age} days are not accepted",
             )
         m = declared[batch.metric]  # after the day checks: a day far out of range is bad_day, not expired_metric
+        if batch.sealed:
+            check_sealed(batch, m.sealed)
         if m.is_expired(batch.day):
             raise RejectedBatch(
                 422,

@@ -125,6 +125,7 @@ from client_sdk.framing import HEAD_SIZE, FramingError, pack_headed, unpack_head
 from client_sdk.mechanisms import spec_from_dict
 from client_sdk.mechanisms.base import ReportSpec
 from client_sdk.metrics import MetricSet
+from client_sdk.sealing import SealedSpec
 from client_sdk.wire import ReportBatch, decode_frame
 from collector.errors import ConfigError, ShufflerStateError
 from collector.permute import WordSource, csprng_permutation, urandom_words, warm_up
@@ -668,7 +669,8 @@ class Shuffler(StreamProcessor):
         #: computed per person from it; unknown without a metrics file, and then no central figure is attached
         self._reports_per_person: dict[str, int] = {}
         if isinstance(specs, MetricSet):
-            self._by_metric: dict[str, ReportSpec] | None = {n: m.spec for n, m in specs.items()}
+            # a sealed metric's records are opaque fixed-width bytes here (client_sdk.sealing.SealedSpec)
+            self._by_metric: dict[str, ReportSpec] | None = {n: m.wire_spec for n, m in specs.items()}
             self._by_id: dict[str, ReportSpec] = {i: m.spec for m in specs.values() for i in m.spec.spec_ids}
             self._reports_per_person = {n: int(m.max_reports_per_day) for n, m in specs.items()}
         else:
@@ -960,7 +962,9 @@ class Shuffler(StreamProcessor):
                 key_id = json.dumps(spec_dict, sort_keys=True)
                 spec = specs.get(key_id)
                 if spec is None:
-                    spec = specs[key_id] = spec_from_dict(dict(spec_dict))
+                    plain = {k: v for k, v in spec_dict.items() if k != "sealed"}
+                    spec = spec_from_dict(plain)
+                    spec = specs[key_id] = SealedSpec.of(spec) if spec_dict.get("sealed") else spec
                 recs = np.frombuffer(rest, dtype=spec.record_dtype, count=count, offset=pos).copy()
                 pos += count * spec.record_size
                 if version == 1:
@@ -1018,6 +1022,20 @@ class Shuffler(StreamProcessor):
         except FrameError as exc:
             part.delta["undecodable_batches"] += 1
             log.warning("dropping raw record %s[%d]@%d: %s", r.topic, r.partition, r.offset, exc)
+            return
+        group = part.groups.get((batch.metric, batch.spec.spec_id, batch.day))
+        expected = self._by_metric.get(batch.metric) if self._by_metric is not None else None
+        if (expected is not None and expected != batch.spec) or (group is not None and group.spec != batch.spec):
+            # sealed records of a metric declared plain (or the other way round): never mixed into one crowd
+            part.delta["undecodable_batches"] += 1
+            log.warning(
+                "dropping raw record %s[%d]@%d: its records are %s, metric %s is not",
+                r.topic,
+                r.partition,
+                r.offset,
+                "sealed" if batch.sealed else "plain",
+                batch.metric,
+            )
             return
         n = len(batch)
         digest = self._keys.digest(batch.batch_id)
@@ -1156,6 +1174,8 @@ class Shuffler(StreamProcessor):
             recs = group.records()
             recs = _gather(recs, csprng_permutation(recs.size, self.words))
             spec_dict = group.spec.to_dict()
+            if isinstance(group.spec, SealedSpec):  # the records are sealed: restored as such
+                spec_dict = {**spec_dict, "sealed": True}
             per = group.spec.record_size
             pos = 0
             while pos < recs.size:

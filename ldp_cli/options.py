@@ -248,3 +248,47 @@ def consume_forever(
     engine.supervise(lambda: engine.run(stop=stop, idle_timeout=idle_exit), stop, backoff=backoff, rng=rng)
     if idle_exit is not None:
         stop.set()
+
+
+# -- sealed metrics: the analyzer's keys ------------------------------------------------
+def add_analyzer_keys(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--analyzer-keys",
+        default=None,
+        metavar="DIR",
+        help="folder of the analyzer's private key files (ldp keys new) that open sealed metrics' records "
+        "(default $LDP_ANALYZER_KEYS; required when a metrics file declares a sealed metric)",
+    )
+    p.add_argument(
+        "--open-processes",
+        type=int,
+        default=1,
+        metavar="N",
+        help="open sealed batches across N worker processes (one X25519 exchange per report; default 1: inline)",
+    )
+
+
+def analyzer_opener(given: str | None, files: Sequence[str], *, processes: int = 1) -> Any:
+    """A :class:`~client_sdk.sealing.BatchOpener` over the key folder (``None`` if no metrics file declares
+    a sealed metric and no folder is given). A sealed metric without keys, a missing or unsafe key file, or a
+    current analyzer key the folder lacks is a clear error at start-up, not at the first record."""
+    import os
+
+    from client_sdk.metrics import load_metrics
+    from client_sdk.sealing import BatchOpener, KeyRing, SealingError
+
+    folder = given or os.environ.get("LDP_ANALYZER_KEYS") or None
+    sets = [(f, load_metrics(f, reject_expired=False)) for f in files]
+    sealed = sorted({n for _, ms in sets for n, m in ms.items() if m.sealed})
+    if folder is None:
+        if sealed:
+            raise SealingError(
+                f"metric(s) {sealed} are sealed: pass the analyzer's key folder (--analyzer-keys DIR or "
+                "$LDP_ANALYZER_KEYS) to open their records"
+            )
+        return None
+    ring = KeyRing.load(folder)
+    for f, ms in sets:
+        if ms.analyzer_key is not None and any(m.sealed for m in ms.values()):
+            ring.require([ms.analyzer_key.key_id], where=f"metrics file {f!r}")
+    return BatchOpener(ring, processes=processes)

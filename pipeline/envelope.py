@@ -14,6 +14,10 @@ Layout (little-endian)::
     6   4  metadata length M
     10  M  metadata, UTF-8 JSON object (see ShuffleMeta)
     10+M   the wire frame, to the end
+
+A sealed metric's shuffled frame carries sealed records (the shuffler never
+opens them); :func:`open_sealed` opens them in the processes that hold the
+analyzer's keys (the sink, the streaming estimator).
 """
 
 from __future__ import annotations
@@ -24,9 +28,10 @@ import struct
 from typing import Any
 
 from client_sdk.errors import FrameError
+from client_sdk.sealing import BatchOpener
 from client_sdk.wire import ReportBatch, SpecResolver, decode_frame, encode_frame
 
-__all__ = ["ENVELOPE_MAGIC", "ShuffleMeta", "ShuffledBatch", "encode_envelope", "decode_envelope"]
+__all__ = ["ENVELOPE_MAGIC", "ShuffleMeta", "ShuffledBatch", "encode_envelope", "decode_envelope", "open_sealed"]
 
 ENVELOPE_MAGIC = b"LDPS"
 _HEAD = struct.Struct("<4sBBI")
@@ -86,3 +91,21 @@ def decode_envelope(data: bytes | memoryview, specs: SpecResolver) -> ShuffledBa
     if meta.n != len(batch):
         raise FrameError(f"envelope says n={meta.n} but the frame holds {len(batch)} reports")
     return ShuffledBatch(meta, batch)
+
+
+class SealedWithoutKeysError(FrameError):
+    """A shuffled batch is sealed and this process has no analyzer keys: it is kept as undecodable."""
+
+
+def open_sealed(sb: ShuffledBatch, opener: BatchOpener | None) -> tuple[ShuffledBatch, int]:
+    """``sb`` with its sealed records opened (``n`` is then the opened count), and how many did not open.
+    A plain batch comes back as is."""
+    if not sb.batch.sealed:
+        return sb, 0
+    if opener is None:
+        raise SealedWithoutKeysError(
+            f"metric {sb.batch.metric!r}: the batch is sealed and this process has no analyzer keys "
+            "(--analyzer-keys DIR or $LDP_ANALYZER_KEYS)"
+        )
+    res = opener.open_batch(sb.batch)
+    return ShuffledBatch(dataclasses.replace(sb.meta, n=len(res.batch)), res.batch), res.failed

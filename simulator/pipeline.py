@@ -137,6 +137,7 @@ class LocalPipeline:
         checkpoint_interval: float = 0.25,
         guarantee_delta: float | None = 1e-6,
         sink: bool = True,
+        analyzer_keys: str | Path | None = None,
     ) -> None:
         self.workdir = Path(workdir).resolve()
         self.workdir.mkdir(parents=True, exist_ok=True)
@@ -149,6 +150,8 @@ class LocalPipeline:
         self.checkpoint_interval = float(checkpoint_interval)
         self.guarantee_delta = guarantee_delta
         self.with_sink = sink
+        #: the analyzer's key folder: the estimator and the sink open sealed metrics' records with it
+        self.analyzer_keys = analyzer_keys
         self.metrics: MetricSet = load_metrics(self.metrics_path, reject_expired=False)
         self.dataset = self.workdir / "dataset"
         self.collector_url = ""
@@ -228,6 +231,12 @@ class LocalPipeline:
         self._worker("shuffler", lambda: self.shuffler.run(self.stop_event))
 
         catalog = SpecCatalog([self.metrics])
+        opener: Callable[[], Any] = lambda: None  # noqa: E731
+        if self.analyzer_keys is not None:
+            from client_sdk.sealing import BatchOpener, KeyRing
+
+            ring = KeyRing.load(self.analyzer_keys)
+            opener = lambda: BatchOpener(ring)  # noqa: E731
         self.estimator = StreamingEstimator(
             self._transport(),
             self.workdir / f"estimator-{self.run_id}",
@@ -236,6 +245,7 @@ class LocalPipeline:
             group=f"ldp-estimator-{self.run_id}",
             checkpoint_seconds=self.checkpoint_interval,
             partitions=self.partitions,
+            opener=opener(),
         )
         self._worker("estimator", lambda: self.estimator.run(stop=self.stop_event, max_records=100))
         server, self.estimator_url, _ = serve_in_thread(estimator_app(self.estimator), lifespan="off")
@@ -250,6 +260,7 @@ class LocalPipeline:
                 group=f"ldp-parquet-sink-{self.run_id}",
                 flush_seconds=self.checkpoint_interval,
                 partitions=self.partitions,
+                opener=opener(),
             )
             self._worker("sink", lambda: self.sink.run(stop=self.stop_event))
         return self

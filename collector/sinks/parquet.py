@@ -60,9 +60,10 @@ import numpy as np
 
 from client_sdk.files import write_atomic
 from client_sdk.mechanisms.base import ReportSpec
+from client_sdk.sealing import BatchOpener
 from collector.errors import SinkError
 from pipeline.dataset import FORMAT, fsync_dir, makedirs_durable, part_name, records_to_table, write_table_atomic
-from pipeline.envelope import ShuffledBatch, ShuffleMeta, decode_envelope
+from pipeline.envelope import ShuffledBatch, ShuffleMeta, decode_envelope, open_sealed
 from pipeline.processor import StreamProcessor
 from pipeline.settings import check_names, check_ranges, check_topics, settings_from_env
 from pipeline.topics import DEFAULT_PARTITIONS, SHUFFLED_TOPIC
@@ -232,6 +233,7 @@ class SinkStats:
     commits: int = 0
     commit_failures: int = 0
     undecodable: int = 0
+    sealed_unopened: int = 0  # sealed records that did not open (counted per delivery)
     rejoins: int = 0
 
     def to_json_obj(self) -> dict[str, int]:
@@ -279,6 +281,7 @@ class ParquetSink(StreamProcessor):
         flush_seconds: float | None = None,
         session_timeout: float | None = None,
         partitions: int | None = None,
+        opener: BatchOpener | None = None,
     ) -> None:
         given: dict[str, Any] = {
             "topic": topic,
@@ -302,6 +305,8 @@ class ParquetSink(StreamProcessor):
         self.root = Path(root).expanduser().resolve()
         self.root.mkdir(parents=True, exist_ok=True)
         self.specs = specs
+        #: opens sealed batches (the analyzer's keys); ``None``: a sealed batch is undecodable here
+        self.opener = opener
         self.topic = settings.topic
         self.flush_reports = settings.flush_reports
         self.flush_seconds = float(settings.flush_seconds)
@@ -319,7 +324,11 @@ class ParquetSink(StreamProcessor):
     # -- consuming (the per-record step of the loop) ---------------------------------------------
 
     def decode(self, rec: Record) -> ShuffledBatch:
-        return decode_envelope(rec.value, self.specs)
+        sb, failed = open_sealed(decode_envelope(rec.value, self.specs), self.opener)
+        if failed:  # sealed records that did not open (another key, altered bytes): counted, never fatal
+            self.stats.sealed_unopened += failed
+            log.warning("%s[%d]@%d: %d sealed records did not open", rec.topic, rec.partition, rec.offset, failed)
+        return sb
 
     def apply(self, rec: Record, sb: ShuffledBatch | None) -> None:
         tp = TopicPartition(rec.topic, rec.partition)

@@ -47,10 +47,11 @@ from pathlib import Path
 from typing import Any
 
 from client_sdk.metrics import MetricDefinition
+from client_sdk.sealing import BatchOpener
 from estimator.errors import StateError
 from estimator.streaming.snapshots import SnapshotStore
 from estimator.streaming.state import DEFAULT_GROUP, EstimatorState, Key, Tail, Tally, _add_range
-from pipeline.envelope import ShuffledBatch, decode_envelope
+from pipeline.envelope import ShuffledBatch, decode_envelope, open_sealed
 from pipeline.processor import StreamProcessor
 from pipeline.settings import check_names, check_ranges, check_topics, settings_from_env
 from pipeline.topics import DEFAULT_PARTITIONS, SHUFFLED_TOPIC
@@ -106,6 +107,7 @@ class EstimatorStats:
     records: int = 0
     reports: int = 0
     undecodable: int = 0
+    sealed_unopened: int = 0  # sealed records that did not open (counted per delivery)
     checkpoints: int = 0
     commit_failures: int = 0
     rejoins: int = 0
@@ -144,6 +146,7 @@ class StreamingEstimator(StreamProcessor):
         session_timeout: float | None = None,
         metrics: Mapping[str, MetricDefinition] | None = None,
         partitions: int | None = None,
+        opener: BatchOpener | None = None,
     ) -> None:
         given: dict[str, Any] = {
             "topic": topic,
@@ -177,6 +180,8 @@ class StreamingEstimator(StreamProcessor):
         )
         self.settings = settings
         self.specs = specs
+        #: opens sealed batches (the analyzer's keys); ``None``: a sealed batch is undecodable here
+        self.opener = opener
         self.topic = topic
         self.metrics = dict(metrics or getattr(specs, "metrics", {}) or {})
         self.state_dir = state_dir
@@ -213,7 +218,11 @@ class StreamingEstimator(StreamProcessor):
     # -- consuming (the per-record step of the loop) ---------------------------------------------
 
     def decode(self, rec: Record) -> ShuffledBatch:
-        return decode_envelope(rec.value, self.specs)
+        sb, failed = open_sealed(decode_envelope(rec.value, self.specs), self.opener)
+        if failed:  # sealed records that did not open (another key, altered bytes): counted, never fatal
+            self.stats.sealed_unopened += failed
+            log.warning("%s[%d]@%d: %d sealed records did not open", rec.topic, rec.partition, rec.offset, failed)
+        return sb
 
     def on_undecodable(self, rec: Record, exc: BaseException) -> None:
         log.error(

@@ -66,6 +66,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         default=1000,
         help="reports per uploaded frame (default 1000; below --min-batch some may stay in the shuffler)",
     )
+    p.add_argument(
+        "--sealed",
+        action="store_true",
+        help="seal every metric's reports to a fresh analyzer key (docs/SEALED.md): the collector and the "
+        "shuffler carry ciphertexts, the estimator and the sink open them",
+    )
     p.add_argument("--clients", type=int, default=4, help="concurrent HTTP upload clients (default 4)")
     p.add_argument("--top", type=int, default=8, help="rows printed per metric (default 8)")
     p.add_argument("--workdir", type=Path, default=None, help="keep the run's log, state and dataset here")
@@ -120,6 +126,23 @@ def run_pipeline(args: argparse.Namespace) -> int:
     if expired:
         raise ValueError(f"metrics {expired} in {args.metrics} have expired; renew them or pick another file")
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="ldp-demo-"))
+    keys_dir = None
+    seal_to = None
+    if args.sealed:
+        from client_sdk.metrics import parse_metrics
+        from client_sdk.sealing import new_key_file
+
+        keys_dir = Path(workdir) / "analyzer-keys"
+        _, analyzer = new_key_file(keys_dir)
+        seal_to = analyzer.public
+        doc = metrics.to_dict()
+        for m in doc["metrics"].values():
+            m["sealed"] = True
+        doc["analyzer_keys"] = [seal_to.to_dict()]
+        sealed_path = Path(workdir) / "metrics-sealed.json"
+        sealed_path.write_text(json.dumps(doc, indent=2))
+        metrics = parse_metrics(doc, reject_expired=False)
+        args.metrics = sealed_path
     url = f"kafka://{args.kafka}" if args.kafka else None
     t_start = time.monotonic()
     rng = np.random.default_rng(args.seed)
@@ -128,7 +151,11 @@ def run_pipeline(args: argparse.Namespace) -> int:
         f"{'Kafka at ' + args.kafka if args.kafka else 'the embedded log'} (seed {args.seed}); work folder {workdir}",
         flush=True,
     )
-    with LocalPipeline(workdir, args.metrics, transport_url=url, min_batch=args.min_batch) as pipe:
+    with LocalPipeline(
+        workdir, args.metrics, transport_url=url, min_batch=args.min_batch, analyzer_keys=keys_dir
+    ) as pipe:
+        if seal_to is not None:
+            print(f"  sealed metrics: records sealed to analyzer key {seal_to.key_id} (private key in {keys_dir})")
         print(
             f"  collector {pipe.collector_url}   estimator {pipe.estimator_url}   "
             f"shuffler crowd >= {args.min_batch}   Parquet sink {pipe.dataset}",
@@ -163,7 +190,17 @@ def run_pipeline(args: argparse.Namespace) -> int:
         )
         for name, counts in fleet.truth.items():
             truth[name] = add_truth(metrics, name, truth[name], counts)
-        stats = upload(pipe.collector_url, fleet.batches, clients=args.clients)
+        sent = fleet.batches
+        if seal_to is not None:
+            from client_sdk.sealing import seal_batch
+
+            t0 = time.monotonic()
+            sent = [seal_batch(b, seal_to) for b in fleet.batches]
+            print(
+                f"  sealed {sum(len(b) for b in sent):,} reports (+52 bytes each) in {time.monotonic() - t0:.1f} s",
+                flush=True,
+            )
+        stats = upload(pipe.collector_url, sent, clients=args.clients)
         print(
             f"  {args.devices - n_sdk:,} devices uploaded {stats.reports:,} reports in {stats.batches} frames "
             f"in {stats.seconds:.1f} s ({stats.rate:,.0f} reports/s, {stats.retries} retries)",
@@ -191,6 +228,7 @@ def run_pipeline(args: argparse.Namespace) -> int:
         "devices": args.devices,
         "day": day,
         "transport": "kafka" if args.kafka else "embedded",
+        "sealed": bool(args.sealed),
         "metrics": {},
         "shuffler": shuffler_stats,
         "held_by_shuffler": held,

@@ -24,6 +24,7 @@ import threading
 import time
 
 from ldp_cli.options import (
+    add_analyzer_keys,
     add_group,
     add_idle_exit,
     add_log_level,
@@ -32,6 +33,7 @@ from ldp_cli.options import (
     add_session_timeout,
     add_status_file,
     add_transport,
+    analyzer_opener,
     bind_socket,
     consume_forever,
     metrics_files,
@@ -67,6 +69,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--no-http", action="store_true", help="consume only; serve nothing")
     add_idle_exit(p)
     add_status_file(p)
+    add_analyzer_keys(p)
     add_log_level(p)
     p.set_defaults(func=run)
 
@@ -78,7 +81,9 @@ def run(args: argparse.Namespace) -> int:
     from pipeline.transport import open_transport
 
     setup_logging(args.log_level)
-    catalog = SpecCatalog.from_files(metrics_files(args.metrics))
+    files = metrics_files(args.metrics)
+    catalog = SpecCatalog.from_files(files)
+    opener = analyzer_opener(args.analyzer_keys, files, processes=args.open_processes)
     transport = open_transport(args.transport)
     engine = StreamingEstimator(
         transport,
@@ -90,6 +95,7 @@ def run(args: argparse.Namespace) -> int:
         checkpoint_seconds=args.checkpoint_seconds,
         session_timeout=args.session_timeout,
         partitions=args.partitions,
+        opener=opener,
     )
     stop = threading.Event()  # set by the signals below, a consumer failure, or the end of the HTTP server
     failure: list[BaseException] = []

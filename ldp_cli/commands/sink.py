@@ -17,6 +17,7 @@ import json
 import sys
 
 from ldp_cli.options import (
+    add_analyzer_keys,
     add_group,
     add_idle_exit,
     add_log_level,
@@ -25,6 +26,7 @@ from ldp_cli.options import (
     add_session_timeout,
     add_status_file,
     add_transport,
+    analyzer_opener,
     consume_forever,
     metrics_files,
     setup_logging,
@@ -56,6 +58,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_session_timeout(p)
     add_idle_exit(p)
     add_status_file(p)
+    add_analyzer_keys(p)
     add_log_level(p)
     p.set_defaults(func=run)
 
@@ -68,7 +71,9 @@ def run(args: argparse.Namespace) -> int:
     from pipeline.transport import open_transport
 
     setup_logging(args.log_level)
-    catalog = SpecCatalog.from_files(metrics_files(args.metrics))
+    files = metrics_files(args.metrics)
+    catalog = SpecCatalog.from_files(files)
+    opener = analyzer_opener(args.analyzer_keys, files, processes=args.open_processes)
     transport = open_transport(args.transport)
     sink = ParquetSink(
         transport,
@@ -81,6 +86,7 @@ def run(args: argparse.Namespace) -> int:
         flush_seconds=args.flush_seconds,
         session_timeout=args.session_timeout,
         partitions=args.partitions,
+        opener=opener,
     )
     stop = stop_event()
     print(

@@ -2,7 +2,7 @@
 
 Golden vectors. The expected frames below were computed once, outside the
 code under test, from the layout documented in ``client_sdk/wire.py``: magic
-``LDPB``, version 1, flags 0, metric length (u16), spec id (8 bytes), day, record
+``LDPB``, version 1, flags 0 (1 = sealed records, tests/sdk/test_sealed_wire.py), metric length (u16), spec id (8 bytes), day, record
 size, record count (u32 each), 16-byte batch id, metric, records, CRC-32 (zlib)
 of everything before it, all little-endian; the spec id is the first 16 hex
 digits of SHA-256 over the spec's RFC 8785 canonical JSON (sorted keys, no
@@ -320,7 +320,8 @@ def test_truncated_at_every_prefix() -> None:
         (b"PK\x03\x04" + FRAME[4:], FrameError, "magic"),
         (golden_layout(version=2), FrameError, "version"),
         (golden_layout(version=0), FrameError, "version"),
-        (golden_layout(flags=1), FrameError, "flags"),
+        (golden_layout(flags=2), FrameError, "flags"),
+        (golden_layout(flags=1), SpecMismatchError, "record size 1 does not match spec sealed"),
         (golden_layout(flags=0x80), FrameError, "flags"),
         (golden_layout(metric_len=0), FrameError, "metric name length"),
         (golden_layout(metric_len=256), FrameError, "metric name length"),
@@ -344,7 +345,8 @@ def test_truncated_at_every_prefix() -> None:
         "magic-zip",
         "version-2",
         "version-0",
-        "flags-1",
+        "flags-2",
+        "sealed-flag-plain-width",
         "flags-80",
         "metric-len-0",
         "metric-len-256",

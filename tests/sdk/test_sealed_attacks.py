@@ -1,0 +1,203 @@
+"""Attacks on sealed reports: linking a shuffled upload by its encapsulations, and the collector's view.
+
+* After the shuffle, records of one upload must not be linkable: the attacker takes one record it knows
+  came from a target upload and looks, among the shuffled records, for others sharing its encapsulated
+  key (or any other byte string at the same place). With per-record encapsulation it finds none; against
+  the alternative this design rejects (one HPKE context per upload, records sealed under sequence
+  numbers, so they share one ``enc``) the same attacker recovers the whole upload, which shows the
+  attack has teeth.
+* The collector validates sealed uploads without any analyzer key: it is served a metrics file with
+  public keys only, no key folder exists anywhere it could read, and it still accepts them; nothing it
+  serves or stores contains the private key; no module of ``collector`` touches private-key APIs.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import pathlib
+import uuid
+
+import httpx
+import numpy as np
+
+from client_sdk import hpke
+from client_sdk.mechanisms import spec_from_dict
+from client_sdk.metrics import parse_metrics
+from client_sdk.sealing import SEALED_OVERHEAD, AnalyzerKey, seal_batch, sealed_info
+from client_sdk.wire import FRAME_CONTENT_TYPE, ReportBatch, decode_frame, encode_frame
+from collector.app import create_app
+from collector.settings import CollectorSettings
+from pipeline.topics import RAW_TOPIC
+from pipeline.transport import open_transport
+from tests.support.collector_support import TODAY, ServerThread
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+SPEC = spec_from_dict({"mechanism": "olh", "epsilon": 1.0, "domain_size": 256})
+UPLOADS, PER_UPLOAD = 40, 25
+
+
+def _uploads(rng: np.random.Generator) -> list[ReportBatch]:
+    return [ReportBatch("m", SPEC, TODAY, SPEC.encode(rng.integers(0, 256, PER_UPLOAD), rng)) for _ in range(UPLOADS)]
+
+
+def _per_upload_context(batch: ReportBatch, key: AnalyzerKey) -> np.ndarray:
+    """The rejected design: one HPKE context per upload, each record sealed at the next sequence number
+    (same width: key id || the upload's enc || ct)."""
+    suite = hpke.Suite()
+    enc, ctx = suite.setup_sender(key.public_key, sealed_info(batch.metric, SPEC.spec_id, batch.day, key.key_id))
+    kid = bytes.fromhex(key.key_id)
+    raw = np.ascontiguousarray(batch.records).view(np.uint8).reshape(len(batch), -1)
+    out = b"".join(kid + enc + ctx.seal(row.tobytes()) for row in raw)
+    return np.frombuffer(out, dtype=np.dtype([("sealed", np.uint8, (SPEC.record_size + SEALED_OVERHEAD,))]))
+
+
+def _shuffle(uploads: list[np.ndarray], rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    rows = np.concatenate([u.view(np.uint8).reshape(len(u), -1) for u in uploads])
+    source = np.repeat(np.arange(len(uploads)), [len(u) for u in uploads])
+    perm = rng.permutation(rows.shape[0])
+    return rows[perm], source[perm]
+
+
+def _link(rows: np.ndarray, target: int) -> np.ndarray:
+    """The attacker: the shuffled records whose encapsulated key (bytes 4..36) equals the target record's."""
+    encs = rows[:, 4:36]
+    return np.flatnonzero((encs == encs[target]).all(axis=1))
+
+
+def test_after_the_shuffle_an_upload_is_not_linkable_through_its_encapsulations() -> None:
+    rng = np.random.default_rng(5)
+    key = AnalyzerKey(bytes(rng.integers(0, 256, 32, dtype=np.uint8)))
+    uploads = _uploads(rng)
+    rows, source = _shuffle([seal_batch(u, key.public).records for u in uploads], rng)
+    # every encapsulated key is distinct: nothing in a record names its upload
+    assert len({r[4:36].tobytes() for r in rows}) == rows.shape[0] == UPLOADS * PER_UPLOAD
+    for target in range(0, rows.shape[0], 97):
+        linked = _link(rows, target)
+        assert linked.tolist() == [target]  # only itself
+    # the control: the rejected per-upload context gives the attacker every upload whole
+    weak_rows, weak_source = _shuffle([_per_upload_context(u, key) for u in uploads], rng)
+    for target in range(0, weak_rows.shape[0], 97):
+        linked = _link(weak_rows, target)
+        assert len(linked) == PER_UPLOAD and set(weak_source[linked]) == {weak_source[target]}
+    # the rejected design is a working one, just a linkable one: its records open in order
+    first = _per_upload_context(uploads[0], key).view(np.uint8).reshape(PER_UPLOAD, -1)
+    ctx = hpke.Suite().setup_receiver(
+        first[0, 4:36].tobytes(), key.private, key.public_key, sealed_info("m", SPEC.spec_id, TODAY, key.key_id)
+    )
+    opened = b"".join(ctx.open(r[36:].tobytes()) for r in first)
+    assert opened == uploads[0].records.tobytes()
+    assert sorted(np.bincount(source).tolist()) == [PER_UPLOAD] * UPLOADS
+
+
+def _metrics_doc(key: AnalyzerKey) -> dict[str, object]:
+    return {
+        "format": "ldp-metrics/1",
+        "analyzer_keys": [key.public.to_dict()],
+        "metrics": {
+            "m": {
+                "description": "sealed",
+                "owner": "o@example.org",
+                "expires": "2099-12-31",
+                "mechanism": {"mechanism": "olh", "epsilon": 1.0},
+                "domain": {"kind": "hashed", "size": 256, "seed": 0},
+                "max_reports_per_day": 1,
+                "sealed": True,
+            },
+            "p": {
+                "description": "plain",
+                "owner": "o@example.org",
+                "expires": "2099-12-31",
+                "mechanism": {"mechanism": "olh", "epsilon": 1.0},
+                "domain": {"kind": "hashed", "size": 256, "seed": 0},
+                "max_reports_per_day": 1,
+            },
+        },
+    }
+
+
+def test_the_collector_validates_sealed_uploads_without_the_private_key(tmp_path: pathlib.Path) -> None:
+    rng = np.random.default_rng(9)
+    key = AnalyzerKey(bytes(rng.integers(0, 256, 32, dtype=np.uint8)))  # exists in this test only: no key file
+    secret = key.private_bytes().hex()
+    (tmp_path / "metrics.json").write_text(json.dumps(_metrics_doc(key)))
+    settings = CollectorSettings(
+        metrics_path=str(tmp_path / "metrics.json"),
+        transport_url=f"sqlite:///{tmp_path}/log.sqlite3",
+        dedup_path=str(tmp_path / "ids.sqlite3"),
+        raw_partitions=1,
+    )
+    plain = ReportBatch("m", SPEC, TODAY, SPEC.encode(rng.integers(0, 256, 30), rng))
+    sealed = seal_batch(plain, key.public)
+    other = seal_batch(plain, AnalyzerKey(bytes(32 * [7])).public)  # sealed to a key the file does not name
+    p_sealed = seal_batch(ReportBatch("p", SPEC, TODAY, plain.records), key.public)
+    app = create_app(settings)
+    with ServerThread(app) as srv, httpx.Client(base_url=srv.url, timeout=30) as http:
+        h = {"content-type": FRAME_CONTENT_TYPE}
+        ok = http.post("/v1/reports", content=encode_frame(sealed), headers=h)
+        assert ok.status_code == 202, ok.text
+        plain_r = http.post(
+            "/v1/reports", content=encode_frame(ReportBatch("m", SPEC, TODAY, plain.records)), headers=h
+        )
+        assert (plain_r.status_code, plain_r.json()["error"]) == (422, "spec_mismatch")
+        assert "is sealed" in plain_r.json()["message"]
+        unknown = http.post("/v1/reports", content=encode_frame(other), headers=h)
+        assert (unknown.status_code, unknown.json()["error"]) == (422, "unknown_analyzer_key")
+        wrong = http.post("/v1/reports", content=encode_frame(p_sealed), headers=h)
+        assert (wrong.status_code, wrong.json()["error"]) == (422, "not_sealed_metric")
+        as_json = http.post(
+            "/v1/reports",
+            json={
+                "version": 1,
+                "metric": "m",
+                "spec_id": SPEC.spec_id,
+                "day": TODAY,
+                "batch_id": uuid.uuid4().hex,
+                "records": [[1, 2]],
+            },
+        )
+        assert (as_json.status_code, as_json.json()["error"]) == (422, "spec_mismatch")
+        served = http.get("/v1/metrics", params={"kinds": "all"}).text  # what the SDK asks for
+        compat = http.get("/v1/metrics").json()  # for SDKs from before sealed metrics: without them
+    assert "m" not in compat["metrics"] and "analyzer_keys" not in compat
+    served_doc = parse_metrics(served)
+    assert served_doc.analyzer_key == key.public and served_doc["m"].sealed
+    assert secret not in served and secret not in repr(settings) and secret not in repr(app.state.metrics.to_dict())
+    tr = open_transport(settings.transport_url)
+    try:
+        with tr.consume(RAW_TOPIC, "reader") as c:
+            values = [r.value for r in c.poll(max_records=100, timeout=1.0)]
+    finally:
+        tr.close()
+    assert len(values) == 1
+    stored = decode_frame(values[0], SPEC)
+    assert stored.sealed and np.array_equal(stored.records, sealed.records)
+    assert plain.records.tobytes() not in values[0] and secret not in values[0].hex()
+
+
+_PRIVATE_KEY_APIS = {
+    "KeyRing",
+    "AnalyzerKey",
+    "load_key_file",
+    "new_key_file",
+    "BatchOpener",
+    "open_batch",
+    "open_sealed",
+}
+
+
+def test_no_collector_module_uses_an_analyzer_private_key_api() -> None:
+    found = []
+    for path in sorted((ROOT / "collector").rglob("*.py")):
+        if path.parts[-2] == "sinks":  # the sink runs in the analyzer's domain (it opens records)
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = {a.name for a in node.names} if isinstance(node, ast.ImportFrom) else set()
+            if isinstance(node, ast.Name):
+                names = {node.id}
+            if isinstance(node, ast.Attribute):
+                names = {node.attr}
+            hit = names & _PRIVATE_KEY_APIS
+            if hit:
+                found.append(f"{path.relative_to(ROOT)}:{getattr(node, 'lineno', 0)} {sorted(hit)}")
+    assert not found, found
