@@ -593,7 +593,12 @@ class KafkaConsumer(Consumer):
                 # __del__ closes it again and Python prints that failure's traceback to stderr
                 sender = getattr(producer, "_sender", None)
                 if sender is not None:
-                    sender.force_close()
+                    try:
+                        sender.force_close()
+                    except Exception:  # noqa: BLE001 - kafka-python's client may be half closed already
+                        # (AttributeError from its wakeup socket, seen after a broker restart): the producer is
+                        # dropped either way, and this must not replace the error being handled
+                        log.debug("force-closing the producer's sender failed", exc_info=True)
                 producer._closed = True
 
     def poll(self, max_records: int = 500, timeout: float = 1.0) -> list[Record]:
