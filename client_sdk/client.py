@@ -70,6 +70,7 @@ from typing import Any, Literal
 import numpy as np
 
 from client_sdk.canonical import canonical_json
+from client_sdk.domain import NumberRange
 from client_sdk.errors import BudgetError, LDPError
 from client_sdk.files import write_atomic
 from client_sdk.ledger import BudgetLedger, DayBudget, SpendOutcome, epsilon_of
@@ -427,12 +428,15 @@ class TelemetryClient:
                 self._count("unknown_metric")
                 return
             try:
-                index = m.domain.index_of(value)
+                if isinstance(m.domain, NumberRange):
+                    index, clamped = m.domain.prepare(value)
+                    if clamped:  # a numeric metric's value clamped into its range (out_of_range: clamp)
+                        self._count("clamped")
+                else:
+                    index = m.domain.index_of(value)
             except Exception:  # noqa: BLE001 -- DomainError, or a value whose __hash__/__eq__ raises
                 self._count("bad_value")
                 return
-            if type(index) is float and index != value:  # a numeric metric's value clamped into its range
-                self._count("clamped")
             now = self._clock()
             day = int(now // 86400)
             if day < self._floor_day:

@@ -117,11 +117,16 @@ class HashedDomain:
 
 @dataclasses.dataclass(frozen=True)
 class NumberRange:
-    """The values of a numeric metric: numbers in ``[low, high]``; ``out_of_range`` is ``"clamp"`` or ``"refuse"``."""
+    """The values of a numeric metric: numbers in ``[low, high]``; ``out_of_range`` is ``"clamp"`` or ``"refuse"``.
+
+    ``dims`` (set from the metric's mechanism, not written in the file's domain) is how many numbers one value
+    holds: a metric of several attributes records a sequence of ``dims`` numbers, each in the range.
+    """
 
     low: float
     high: float
     out_of_range: str = "clamp"
+    dims: int = 1
 
     def __post_init__(self) -> None:
         for f in ("low", "high"):
@@ -138,8 +143,25 @@ class NumberRange:
         """Not a number of indices: numeric metrics have none (kept so every domain has the attribute)."""
         return 0
 
-    def index_of(self, value: Any) -> float:
-        """The number to privatize: ``value`` as a float, clamped into the range (or :class:`DomainError`)."""
+    def index_of(self, value: Any) -> float | tuple[float, ...]:
+        """The number to privatize (a tuple of ``dims`` numbers with several attributes), clamped into the range
+        (or :class:`DomainError`)."""
+        return self.prepare(value)[0]
+
+    def prepare(self, value: Any) -> tuple[float | tuple[float, ...], bool]:
+        """``(what to privatize, whether a number was clamped)``; :class:`DomainError` for a value refused."""
+        if self.dims == 1:
+            return self._one(value)
+        if isinstance(value, (str, bytes)) or not hasattr(value, "__len__"):
+            raise DomainError(
+                f"this numeric metric has {self.dims} attributes: record a sequence of {self.dims} numbers"
+            )
+        if len(value) != self.dims:
+            raise DomainError(f"this numeric metric has {self.dims} attributes, got {len(value)} numbers")
+        parts = [self._one(v) for v in value]
+        return tuple(float(x) for x, _ in parts), any(c for _, c in parts)
+
+    def _one(self, value: Any) -> tuple[float, bool]:
         if isinstance(value, bool) or not isinstance(value, numbers.Real):  # numpy's numbers register as Real
             raise DomainError(f"a numeric metric takes a number, got {type(value).__name__}")
         x = float(value)
@@ -148,8 +170,8 @@ class NumberRange:
         if x < self.low or x > self.high:
             if self.out_of_range == "refuse":
                 raise DomainError(f"value {x!r} is outside [{self.low}, {self.high}]")
-            x = min(max(x, float(self.low)), float(self.high))
-        return x
+            return min(max(x, float(self.low)), float(self.high)), True
+        return x, False
 
     def label(self, index: int) -> str:
         return f"#{index}"

@@ -252,6 +252,8 @@ class MetricDefinition:
             spec = spec_from_dict(mech)
         except SpecError as exc:
             raise MetricsFileError(f"{where}: bad 'mechanism': {exc}") from None
+        if isinstance(domain, NumberRange) and getattr(spec, "dims", 1) != domain.dims:
+            domain = dataclasses.replace(domain, dims=int(getattr(spec, "dims", 1)))  # values of several attributes
         if kind is not None and kind != spec.kind:
             raise MetricsFileError(f"{where}: 'kind' is {kind!r} but {spec.name} estimates a {spec.kind}")
         return cls(

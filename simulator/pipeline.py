@@ -392,8 +392,9 @@ def true_indices(
     """
     m = metrics[name]
     dom = m.domain
-    if isinstance(dom, NumberRange):  # a numeric metric: the values themselves
-        return NumericPopulation(NUMERIC_POPULATION, dom.low, dom.high).sample(devices, rng)
+    if isinstance(dom, NumberRange):  # a numeric metric: the values themselves (devices x dims with several)
+        values = NumericPopulation(NUMERIC_POPULATION, dom.low, dom.high).sample(devices * dom.dims, rng)
+        return values if dom.dims == 1 else values.reshape(devices, dom.dims)
     if isinstance(dom, Dictionary):
         return parse_distribution(distribution, dom.size).sample(devices, rng)
     if isinstance(dom, HashedDomain):
@@ -416,12 +417,13 @@ def demo_labels(metrics: MetricSet, name: str, vocabulary: int = 2000) -> dict[i
 
 def _draw_value(
     metrics: MetricSet, name: str, rng: np.random.Generator, distribution: str, vocabulary: int = 2000
-) -> tuple[int | float, Any]:
+) -> tuple[Any, Any]:
     """One device's true value of ``name``, as the app would record it, and its domain index (a numeric
-    metric's: the number itself)."""
+    metric's: the number itself, or a tuple of numbers with several attributes)."""
     dom = metrics[name].domain
     if isinstance(dom, NumberRange):
-        x = float(NumericPopulation(NUMERIC_POPULATION, dom.low, dom.high).sample(1, rng)[0])
+        xs = NumericPopulation(NUMERIC_POPULATION, dom.low, dom.high).sample(dom.dims, rng)
+        x: Any = float(xs[0]) if dom.dims == 1 else tuple(float(v) for v in xs)
         return x, x
     if isinstance(dom, Dictionary):
         idx = int(parse_distribution(distribution, dom.size).sample(1, rng)[0])
@@ -583,7 +585,7 @@ def sdk_devices(
     metrics = load_metrics(metrics_path, reject_expired=False)
     base = Path(workdir) if workdir is not None else Path(tempfile.mkdtemp(prefix="ldp-sdk-"))
     truth = {n: empty_truth(metrics, n) for n in names}
-    values: dict[str, list[float]] = {n: [] for n in names if metrics[n].kind != "frequency"}
+    values: dict[str, list[Any]] = {n: [] for n in names if metrics[n].kind != "frequency"}
     policy = LocalPolicy(
         per_metric_daily=max(m.daily_epsilon for m in metrics.values()),
         total_daily=sum(m.daily_epsilon for m in metrics.values()),
@@ -603,7 +605,7 @@ def sdk_devices(
                 idx, value = _draw_value(metrics, name, rng, distribution)
                 client.record(name, value)
                 if name in values:
-                    values[name].append(float(idx))
+                    values[name].append(idx)  # a number, or a tuple of them with several attributes
                 else:
                     truth[name][int(idx)] += 1
             if not client.flush(timeout=timeout):

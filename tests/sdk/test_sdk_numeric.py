@@ -95,3 +95,30 @@ def test_metrics_file_kinds_are_checked() -> None:
     freq = {**numeric("mean", {"mechanism": "pm", "epsilon": 1.0}), "domain": {"kind": "dictionary", "values": [1, 2]}}
     with pytest.raises(MetricsFileError, match="needs a 'range' domain"):
         parse_metrics({**DOC, "metrics": {"m": freq}})
+
+
+def test_a_metric_of_several_attributes_records_sequences(tmp_path, collector_factory) -> None:  # noqa: F811
+    """dims = 3 with k = 1 sampled (Wang et al.'s attribute sampling): record() takes 3 numbers, clamps each, and
+    refuses a wrong count or a non-number; the reports decode with one sampled attribute each."""
+    doc = {
+        "format": "ldp-metrics/1",
+        "metrics": {"vec": numeric("mean", {"mechanism": "hm", "epsilon": 0.05, "dims": 3, "sample": 1})},
+    }
+    col = collector_factory(metrics=doc)
+    c = TelemetryClient(tmp_path / "sdk", col.url, POLICY, doc, mode="simulation", simulation_seed=4)
+    try:
+        c.record("vec", [1.0, 30.0, 59.0])
+        c.record("vec", (0, 61.0, -2))  # two numbers clamped: one report, counted once as clamped
+        c.record("vec", np.array([5.0, 6.0, 7.0]))
+        for bad in ([1.0, 2.0], 4.0, [1.0, math.nan, 2.0], ["a", 1, 2]):
+            c.record("vec", bad)
+        assert c.flush(20)
+        assert c.stats()["recorded"] == 3 and c.stats()["clamped"] == 1
+        assert c.errors()["bad_value"] == 4
+        spec = parse_metrics(doc)["vec"].spec
+        (frame,) = col.frames()
+        batch = decode_frame(frame, spec)
+        assert len(batch) == 3 and batch.records["attr"].shape == (3, 1)
+        spec.check_records(batch.records)
+    finally:
+        c.close()
