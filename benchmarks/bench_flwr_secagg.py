@@ -91,7 +91,7 @@ except ImportError as e:  # pragma: no cover
     ) from e
 
 from client_sdk.fl.secagg import Quantizer, SecAggClient, add_masks, prg_words
-from estimator.fl.secagg_server import SecAggServer, make_config
+from estimator.fl.secagg_server import SecAggServer, honest_unmask, make_config
 
 __all__ = ["main"]
 
@@ -345,7 +345,7 @@ def bench_server(n: int, d: int, rng: np.random.Generator, repeats: int, flwr_re
 
     recv_srv = ours_receive() if flwr_real else server
     sv, dr = recv_srv.unmask_request()
-    ours_reveals = {u: clients[u].unmask(sv, dr) for u in sv}
+    ours_reveals = honest_unmask(clients, sv, dr)
     # Flower: its stage functions; zero updates quantize to exactly target_range / 2 each
     t0 = time.perf_counter()
     frnd = FlowerRound(n, d, 21, 11, rng, dropped)

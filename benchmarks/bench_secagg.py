@@ -42,7 +42,7 @@ import numpy as np
 
 from client_sdk.fl.secagg import Quantizer, SecAggClient
 from estimator.fl.parallel_masks import warm_pool
-from estimator.fl.secagg_server import SecAggServer, make_config
+from estimator.fl.secagg_server import SecAggServer, honest_unmask, make_config
 
 RESULTS = pathlib.Path(__file__).parent / "results" / "secagg.json"
 SHARE_REVEAL_BYTES = 1 + 4 + 4 + 66  # kind, about-whom, x, y
@@ -133,7 +133,7 @@ def bench_server(n: int, d: int, drop_frac: float, rng: np.random.Generator, rep
         recv_cpu += time.process_time() - c0
     t_clients = time.perf_counter() - t_clients - recv
     surv, drop = server.unmask_request()
-    reveals = {u: clients[u].unmask(surv, drop) for u in surv}
+    reveals = honest_unmask(clients, surv, drop)
     out = {
         "clients": n,
         "d": d,

@@ -275,8 +275,24 @@ class FLDevice:
             y = client.masked_input(q, inbox)
             self.quantized[r] = q
             return "masked" if self._upload(r, "masked", {"vector": y}) else "failed"
+        if phase == "consistency":
+            from client_sdk.fl.secagg import SURVIVORS_TAG
+
+            identity = self.identity
+            assert identity is not None  # checked at the advertise phase
+            sig = client.sign_survivors(set(view["survivors"]), lambda m: identity.sign(SURVIVORS_TAG, m), self.task)
+            return "consistency" if self._upload(r, "consistency", {"signature": sig}) else "failed"
         if phase == "unmask":
-            out = client.unmask(set(view["survivors"]), set(view["dropped"]))
+            peer_ids, peer_keys = self._round.get("peer_ids", {}), self._round.get("peer_keys", {})
+            sigs = {}
+            for u, c in (view.get("consistency") or {}).items():
+                if (
+                    isinstance(c, Mapping)
+                    and c.get("client_id") == peer_ids.get(int(u))
+                    and isinstance(c.get("signature"), str)
+                ):
+                    sigs[int(u)] = base64.b64decode(c["signature"])
+            out = client.unmask(set(view["survivors"]), set(view["dropped"]), sigs, peer_keys, self.task)
             shares = {v: (kind, s.x, s.y, s.threshold) for v, (kind, s) in out.items()}
             return "reveal" if self._upload(r, "reveal", {"shares": shares}) else "failed"
         raise FLError(f"unknown phase {phase!r}")
@@ -337,6 +353,10 @@ class FLDevice:
             ids.add(auth["client_id"])
             out[int(u)] = KeyAdvert(int(u), keys["share_key"], keys["mask_key"])
         self._round["peer_ids"] = {u: auths[str(u)]["client_id"] for u in out}
+        # the device keys of the verified neighbours: they check the survivor-set signatures (consistency round)
+        from client_sdk.enrollment import Credential
+
+        self._round["peer_keys"] = {u: Credential.from_dict(auths[str(u)]["credential"]).public_key for u in out}
         return out
 
     def run(self, *, poll_interval: float = 0.1, timeout: float | None = None) -> int:
@@ -349,7 +369,7 @@ class FLDevice:
         return self.uploads
 
 
-_PHASES = ("train", "advertise", "share", "masked", "unmask")
+_PHASES = ("train", "advertise", "share", "masked", "consistency", "unmask")
 
 
 def _json(raw: bytes) -> Any:

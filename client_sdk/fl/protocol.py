@@ -737,6 +737,9 @@ def check_upload_against(u: Upload, state: RoundState) -> None:
                 "bad_secagg",
                 f"client {me} did not share keys in round {state.round}: its masked input could never be unmasked",
             )
+    elif u.kind == "consistency":
+        if me not in state.survivors:
+            raise _bad("bad_secagg", f"client {me} is not a survivor of round {state.round}")
     elif u.kind == "reveal":
         bad = [v for v, (_, x, _, _) in u.payload["shares"].items() if v not in nbrs or x != me]
         if bad:

@@ -81,6 +81,8 @@ __all__ = [
     "SecAggClient",
     "public_bytes",
     "share_commitment",
+    "SURVIVORS_TAG",
+    "survivors_message",
 ]
 
 #: The Mersenne prime 2^521 − 1: Shamir's field, larger than any 32-byte secret.
@@ -305,6 +307,21 @@ class Quantizer:
 
 
 # -- protocol ---------------------------------------------------------------------
+#: the domain tag of a survivor's Ed25519 signature of the survivor set it was shown (B17's
+#: consistency check); the same bytes as client_sdk.fl.protocol.CONSISTENCY_TAG
+SURVIVORS_TAG = b"ldp-secagg-consistency-v1"
+
+
+def survivors_message(context: str, round: int, survivors: Sequence[int]) -> bytes:
+    """What a survivor signs: the task (``context``), the round and the sorted survivor indices."""
+    return (
+        context.encode()
+        + b"\x00"
+        + int(round).to_bytes(8, "little")
+        + b"".join(int(u).to_bytes(4, "little") for u in sorted(set(survivors)))
+    )
+
+
 @dataclasses.dataclass(frozen=True)
 class SecAggConfig:
     """The round's public parameters, chosen by the server.
@@ -397,6 +414,7 @@ class SecAggClient:
         self._held: dict[int, _SharePair] = {}
         self._masked_with: tuple[int, ...] = ()
         self._revealed: dict[int, str] = {}
+        self._signed: frozenset[int] | None = None
 
     def advertise_keys(self) -> KeyAdvert:
         return KeyAdvert(self.index, public_bytes(self._c.public_key()), public_bytes(self._s.public_key()))
@@ -468,15 +486,59 @@ class SecAggClient:
             masks.append((k, 1 if v > self.index else -1))
         return add_masks(x.copy(), masks)
 
-    def unmask(self, survivors: set[int], dropped: set[int]) -> dict[int, tuple[str, Share]]:
-        """For each neighbour v held: ("b", share of b_v) if v survived, ("s", share of s_v) if it dropped."""
-        if survivors & dropped:
-            raise SecAggError("a client cannot be both a survivor and dropped")
+    def _check_survivors(self, survivors: set[int]) -> None:
         if self.index not in survivors:
             raise SecAggError("the server lists this client as not having sent its masked input")
         if len(survivors) < self.config.threshold:
             raise SecAggError(
                 f"only {len(survivors)} survivors, fewer than t = {self.config.threshold}: revealing nothing"
+            )
+
+    def sign_survivors(self, survivors: set[int], sign: Callable[[bytes], bytes], context: str = "") -> bytes:
+        """B17's consistency check, first half: this client's signature (``sign``: its device key over
+        :data:`SURVIVORS_TAG`) of the survivor set the server showed it. An honest client signs one set per
+        round: asked to sign a different one it refuses."""
+        self._check_survivors(survivors)
+        shown = frozenset(survivors)
+        if self._signed is not None and self._signed != shown:
+            raise SecAggError("the server shows a second, different survivor set: refusing to sign it")
+        self._signed = shown
+        return sign(survivors_message(context, self.config.round, sorted(shown)))
+
+    def unmask(
+        self,
+        survivors: set[int],
+        dropped: set[int],
+        signatures: Mapping[int, bytes],
+        verify_keys: Mapping[int, bytes],
+        context: str = "",
+    ) -> dict[int, tuple[str, Share]]:
+        """For each neighbour v held: ("b", share of b_v) if v survived, ("s", share of s_v) if it dropped;
+        only for the survivor set this client signed and after checking ``signatures`` (survivor index →
+        Ed25519 signature of that set) by at least t *other* survivors among its verified neighbours
+        (``verify_keys``: index → the device public key of its credential). Honest clients sign one set,
+        so a server that shows different sets to different clients cannot show each t signatures from
+        others on its own (B17's consistency check; see docs/FL.md for what it adds to 2t > holders)."""
+        from client_sdk.enrollment import verify_signature
+
+        if survivors & dropped:
+            raise SecAggError("a client cannot be both a survivor and dropped")
+        self._check_survivors(survivors)
+        if self._signed is None or self._signed != frozenset(survivors):
+            raise SecAggError("the unmask request's survivor set is not the one this client signed: revealing nothing")
+        message = survivors_message(context, self.config.round, sorted(survivors))
+        valid = [
+            v
+            for v, sig in signatures.items()
+            if v != self.index
+            and v in survivors
+            and v in verify_keys
+            and verify_signature(verify_keys[v], sig, SURVIVORS_TAG, message)
+        ]
+        if len(valid) < self.config.threshold:
+            raise SecAggError(
+                f"only {len(valid)} other survivors signed the survivor set this client was shown, fewer than "
+                f"t = {self.config.threshold}: the server may be showing different sets; revealing nothing"
             )
         out: dict[int, tuple[str, Share]] = {}
         for v, pair in self._held.items():

@@ -50,6 +50,7 @@ in one of the last :data:`REPLAY_WINDOW` rounds, re-sent later, is refused as
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 import hashlib
 import json
@@ -630,6 +631,15 @@ class AggregationJob(StreamProcessor):
                 st.dropped = sorted(sharers - set(st.survivors))
                 st.survivors = sorted(st.survivors)
                 st.inbox = {}
+                st.consistency = {}
+                self._set_phase("consistency", self.spec.phase_timeout)
+            elif st.phase == "consistency":
+                if not (late or set(st.consistency) >= set(st.survivors)):
+                    return
+                if len(st.consistency) < int(st.secagg["threshold"]) + 1:  # type: ignore[index]
+                    # each survivor reveals only with t signatures from *other* survivors
+                    self._fail_round(f"only {len(st.consistency)} survivors signed the survivor set")
+                    continue
                 self._set_phase("unmask", self.spec.phase_timeout)
             elif st.phase == "unmask":
                 if not (late or set(st.reveals) >= set(st.survivors)):
@@ -804,6 +814,22 @@ class AggregationJob(StreamProcessor):
             assert st.masked_sum is not None
             st.masked_sum += u.payload["vector"]
             st.survivors.append(me)
+        elif u.kind == "consistency":
+            from client_sdk.enrollment import Credential, verify_signature
+            from client_sdk.fl.secagg import SURVIVORS_TAG, survivors_message
+
+            if me in st.consistency:
+                raise UpdateRejected("duplicate_client", f"client {me} already signed the survivor set")
+            assert u.auth is not None  # verified in _on_upload
+            cred = Credential.from_dict(u.auth["credential"])
+            message = survivors_message(self.spec.task, st.round, st.survivors)
+            if not verify_signature(cred.public_key, u.payload["signature"], SURVIVORS_TAG, message):
+                raise UpdateRejected("bad_secagg", f"client {me}'s signature is not of this round's survivor set")
+            st.consistency[me] = {
+                "client_id": u.client_id,
+                "credential": u.auth["credential"],
+                "signature": base64.b64encode(u.payload["signature"]).decode(),
+            }
         else:
             if me in st.reveals:
                 raise UpdateRejected("duplicate_client", f"client {me} already revealed its shares")

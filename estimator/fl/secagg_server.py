@@ -11,15 +11,16 @@ and, for every client v that dropped after sharing its keys, the pairwise
 masks its surviving neighbours added for it, recomputed from v's mask key
 s_v rebuilt from t shares (and checked against v's advertised public key).
 
-Assumptions (see the device module): an honest-but-curious server that
-draws the graph honestly; no consistency round against a malicious server
-(B17 §4's round 4 with signatures is not implemented).
+Assumptions (see the device module): a server that draws the graph honestly.
+Against a server that lies about who survived, clients run B17's consistency
+round (signed survivor sets, :meth:`SecAggClient.sign_survivors`, checked in
+:meth:`SecAggClient.unmask`); :func:`honest_unmask` plays it in process.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 import numpy as np
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X25519PublicKey
@@ -27,6 +28,7 @@ from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X
 from client_sdk.fl.errors import SecAggError
 from client_sdk.fl.secagg import (
     KeyAdvert,
+    SecAggClient,
     SecAggConfig,
     Share,
     pairwise_seed,
@@ -36,7 +38,7 @@ from client_sdk.fl.secagg import (
 )
 from estimator.fl.parallel_masks import add_masks_parallel, warm_pool
 
-__all__ = ["default_degree", "default_threshold", "neighbor_graph", "make_config", "SecAggServer"]
+__all__ = ["default_degree", "default_threshold", "neighbor_graph", "make_config", "SecAggServer", "honest_unmask"]
 
 
 def default_degree(n: int) -> int:
@@ -221,3 +223,23 @@ class SecAggServer:
                     masks.append((seed, -1 if v > u else 1))  # u added +PRG when v > u
         total = self._sum.copy()
         return add_masks_parallel(total, masks, self.workers)
+
+
+def honest_unmask(
+    clients: Mapping[int, SecAggClient], survivors: set[int], dropped: set[int], context: str = ""
+) -> dict[int, dict[int, tuple[str, Share]]]:
+    """In-process simulation of an honest server's last two rounds: every survivor signs the same survivor
+    set with its own (fresh) Ed25519 device key, receives every signature and reveals its shares. The
+    pipeline does this with the enrolled device keys (estimator/fl/job.py, client_sdk/fl/device.py)."""
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    from client_sdk.fl.secagg import SURVIVORS_TAG
+
+    keys = {u: Ed25519PrivateKey.generate() for u in survivors}
+    pubs = {u: k.public_key().public_bytes_raw() for u, k in keys.items()}
+
+    def signer(u: int) -> Callable[[bytes], bytes]:
+        return lambda m: keys[u].sign(SURVIVORS_TAG + b"\x00" + m)
+
+    sigs = {u: clients[u].sign_survivors(survivors, signer(u), context) for u in survivors}
+    return {u: clients[u].unmask(survivors, dropped, sigs, pubs, context) for u in survivors}

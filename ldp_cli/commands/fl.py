@@ -54,13 +54,20 @@ def register(sub: argparse._SubParsersAction) -> None:
         description="20 synthetic clinics with shifted features; FedAvg and DP-FedAvg (clip 0.5) "
         "with Poisson sampling of clinics; prints accuracy and the client-level ε of each setting.",
     )
-    c.add_argument("--rounds", type=_positive_int, default=100)
+    c.add_argument("--rounds", type=_positive_int, default=None, help="rounds (default 100)")
     c.add_argument(
-        "--sample-rate", type=_prob, default=0.5, help="Poisson rate q (default 0.5: 10 of 20 clinics expected)"
+        "--sample-rate", type=_prob, default=None, help="Poisson rate q (default 0.5: 10 of 20 clinics expected)"
     )
-    c.add_argument("--seed", type=_seed, default=0)
+    c.add_argument("--seed", type=_seed, default=None, help="seed (default 0)")
     c.add_argument("--plot", default=None, help="write accuracy per round per setting to this PNG")
     c.add_argument("--no-noise-search", action="store_true", help="skip the noise needed for ε = 1, 3, 8")
+    c.add_argument(
+        "--example",
+        action="store_true",
+        help="the user's own example exactly (default_rng(9), 10 of 20 clinics without replacement; "
+        "fixed: takes none of --rounds, --sample-rate, --seed, --plot, --no-noise-search); "
+        "--json prints {rows: [{setting, accuracy, weight_error, epsilon, ...}]}",
+    )
     c.add_argument("--json", action="store_true", help="print one JSON object")
     c.set_defaults(func=run_clinics_cmd)
     j = fsub.add_parser(
@@ -125,10 +132,61 @@ def register(sub: argparse._SubParsersAction) -> None:
     _register_attack(fsub)
 
 
+def _fmt_eps(e: float | None) -> str:
+    return "—" if e is None else f"{e:.4g}"
+
+
+def run_clinics_example_cmd(args: argparse.Namespace) -> int:
+    from simulator.scenarios.clinics import run_example
+
+    fixed = {"--rounds": args.rounds, "--sample-rate": args.sample_rate, "--seed": args.seed, "--plot": args.plot}
+    given = [k for k, v in fixed.items() if v is not None] + (["--no-noise-search"] if args.no_noise_search else [])
+    if given:
+        raise SystemExit(f"ldp fl clinics --example: the example is fixed; drop {', '.join(given)}")
+    result = run_example()
+    if args.json:
+        print(json.dumps(result))
+        return 0
+    print(
+        f"the user's example: default_rng(9), {result['clinics']} clinics, {result['rounds']} rounds, "
+        f"{result['sampling']['count']} of {result['clinics']} per round without replacement, "
+        f"δ = {result['delta']:g}, neighbours: {result['neighbors']}"
+    )
+    print(
+        f"{'setting':<12} {'accuracy':>9} {'weight err':>11} {'ε observers':>12} {'ε knows sample':>15} "
+        f"{'ε this sample':>14}"
+    )
+    for r in result["rows"]:
+        print(
+            f"{r['setting']:<12} {r['accuracy']:>9.3f} {r['weight_error']:>11.3f} {_fmt_eps(r['epsilon']):>12} "
+            f"{_fmt_eps(r['epsilon_known_sample']):>15} {_fmt_eps(r['epsilon_known_sample_realized']):>14}"
+        )
+    print(
+        "ε observers: against anyone who sees the models but not the sample (the smaller of dp_accounting's "
+        "RDP bound for sampling without replacement and the unamplified exact bound"
+        + (
+            "; here RDP's bound is the larger, so amplification is not credited"
+            if all(r["epsilon"] is None or r["epsilon"] >= r["epsilon_known_sample"] for r in result["rows"])
+            else ""
+        )
+        + "). ε knows sample: against the server operator or anyone who "
+        "knows the sample (no amplification, a clinic may be in every round). ε this sample: the same for "
+        "this run's sample (its most-sampled clinic's rounds). No noise: ε is infinite (— in the table, null "
+        "in JSON)."
+    )
+    return 0
+
+
 def run_clinics_cmd(args: argparse.Namespace) -> int:
     from simulator.scenarios.clinics import ClinicsConfig, plot_accuracy, run_clinics
 
-    cfg = ClinicsConfig(rounds=args.rounds, sample_rate=args.sample_rate, seed=args.seed)
+    if args.example:
+        return run_clinics_example_cmd(args)
+    cfg = ClinicsConfig(
+        rounds=100 if args.rounds is None else args.rounds,
+        sample_rate=0.5 if args.sample_rate is None else args.sample_rate,
+        seed=0 if args.seed is None else args.seed,
+    )
     result = run_clinics(cfg, noise_for_targets=not args.no_noise_search)
     if _plot_and_json(args, result, plot_accuracy):
         return 0

@@ -422,7 +422,7 @@ def secagg_views(
 ) -> tuple[np.ndarray, np.ndarray]:
     """(client 1's masked upload decoded as if it were a sum, the unmasked decoded sum) of one SecAgg+ round."""
     from client_sdk.fl.secagg import Quantizer, SecAggClient
-    from estimator.fl.secagg_server import SecAggServer, make_config
+    from estimator.fl.secagg_server import SecAggServer, honest_unmask, make_config
 
     n, p = len(updates), len(updates[0])
     q = Quantizer.for_clients(n, clip_range)
@@ -436,7 +436,7 @@ def secagg_views(
         masked[u] = c.masked_input(q.quantize(updates[u - 1], rng), inbox.get(u, {}))
         server.receive_masked(u, masked[u])
     surv, dropped = server.unmask_request()
-    total = server.finish({u: clients[u].unmask(surv, dropped) for u in surv})
+    total = server.finish(honest_unmask(clients, surv, dropped))
     return q.decode_sum(masked[1]), q.decode_sum(total)
 
 

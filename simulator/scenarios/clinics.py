@@ -35,10 +35,10 @@ from estimator.accounting.accountant import gaussian_noise_for_epsilon
 from estimator.fl.aggregators import ValidatingAggregator, WeightedMean
 from estimator.fl.dp import ClientLevelAccountant, FixedClippingDP
 from estimator.fl.rounds import FederatedClient, run_rounds
-from estimator.fl.sampling import PoissonSampling
+from estimator.fl.sampling import FixedCountSampling, PoissonSampling
 from estimator.fl.strategies import FedAvg
 
-__all__ = ["ClinicsConfig", "make_clinics", "run_clinics", "DATA_NOTE"]
+__all__ = ["ClinicsConfig", "make_clinics", "run_clinics", "run_example", "EXAMPLE_SETTINGS", "DATA_NOTE"]
 
 DATA_NOTE = (
     "synthetic seeded clinics (the original example's seed data is not available): "
@@ -167,3 +167,134 @@ def plot_accuracy(result: dict[str, Any], path: str) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
+
+
+# -- the user's own example (issue 13) -----------------------------------------------------------
+#: The example's four settings, in its order: (name, clip norm or None, noise multiplier).
+EXAMPLE_SETTINGS: tuple[tuple[str, float | None, float], ...] = (
+    ("no clipping", None, 0.0),
+    ("clip 0.5", 0.5, 0.0),
+    ("σ 0.5", 0.5, 0.5),
+    ("σ 2.0", 0.5, 2.0),
+)
+EXAMPLE_W_TRUE = (1.5, -2.0, 1.0, 0.5, -0.3)
+
+
+def _sigmoid(z: np.ndarray) -> np.ndarray:
+    out: np.ndarray = 1.0 / (1.0 + np.exp(-z))
+    return out
+
+
+def _example_data(
+    rng: np.random.Generator, clinics: int = 20
+) -> tuple[list[tuple[np.ndarray, np.ndarray]], np.ndarray, np.ndarray]:
+    """The example's data, drawn from ``rng`` in its order: per clinic m, shift, x, y; then the test set."""
+    w_true = np.array(EXAMPLE_W_TRUE)
+    d = w_true.size
+    data = []
+    for _ in range(clinics):
+        m = int(rng.integers(100, 400))
+        shift = rng.normal(0, 0.5, d)
+        x = rng.normal(0, 1, (m, d)) + shift
+        y = (rng.random(m) < _sigmoid(x @ w_true)).astype(float)
+        data.append((x, y))
+    x_test = rng.normal(0, 1, (5000, d))
+    y_test = x_test @ w_true > 0
+    return data, x_test, y_test
+
+
+def _local_update(w: np.ndarray, x: np.ndarray, y: np.ndarray, epochs: int = 5, lr: float = 0.1) -> np.ndarray:
+    """``epochs`` steps of full-batch gradient descent on the mean logistic loss; the change of w."""
+    local = w.copy()
+    for _ in range(epochs):
+        local -= lr * (x.T @ (_sigmoid(x @ local) - y)) / len(y)
+    out: np.ndarray = local - w
+    return out
+
+
+def run_example(delta: float = 1e-5, rounds: int = 100, per_round: int = 10) -> dict[str, Any]:
+    """The user's example exactly (issue 13, "The user's own example").
+
+    Everything is drawn from one ``numpy.random.default_rng(9)`` in the example's order:
+    the data of 20 clinics (m = integers(100, 400), shift = normal(0, 0.5, 5), x =
+    normal(0, 1, (m, 5)) + shift, y = random(m) < sigmoid(x·w_true)), the test set
+    (x_test = normal(0, 1, (5000, 5)), y_test = x_test·w_true > 0), then the four
+    settings one after another on the same generator. A setting starts from w = 0; each
+    of ``rounds`` rounds picks ``per_round`` clinics with ``choice(20, 10,
+    replace=False)``, each computes 5 epochs of full-batch gradient descent (lr 0.1) from
+    w, the updates are clipped to 0.5 (not in "no clipping"), averaged (unweighted), and
+    noise ``normal(0, σ·clip/10, 5)`` is drawn and added only when σ > 0. Accuracy is on
+    the test set (sign of x·w), weight error ‖w/‖w‖ − w_true/‖w_true‖‖.
+
+    ε (client level, δ = ``delta``): noise σ·clip/10 on the average of 10 is σ·clip on the
+    sum. Sampling is a fixed-size subset without replacement, so clinics are neighbours
+    by *replacement* (one clinic's data swapped for another's: the population and the
+    batch size are public and fixed, so add/remove is not the natural relation); one
+    replacement moves the clipped sum by up to 2·clip. ``epsilon`` (observers who do not
+    know the sample) is the smaller of two valid bounds: dp_accounting's RDP for
+    ``SampledWithoutReplacementDpEvent`` (Wang, Balle, Kasiviswanathan 2019; the only
+    fixed-size-without-replacement event dp_accounting has, and only for RDP and
+    replace-one; PLD has none) and the exact unamplified Gaussian figure.
+    ``epsilon_known_sample``: an adversary who knows the sample gets no amplification and
+    a clinic may be sampled every round, so it is the exact ε of ``rounds`` unsampled
+    Gaussian releases at sensitivity 2·clip. ``epsilon_known_sample_realized``: the same
+    for this run's sample, whose most-sampled clinic took part in
+    ``rounds_participated_max`` rounds (valid given the sample, which does not depend
+    on the data)."""
+    rng = np.random.default_rng(9)
+    data, x_test, y_test = _example_data(rng)
+    w_true = np.array(EXAMPLE_W_TRUE)
+    u_true = w_true / np.linalg.norm(w_true)
+    n = len(data)
+    rows = []
+    for name, clip, sigma in EXAMPLE_SETTINGS:
+        w = np.zeros(w_true.size)
+        participation = np.zeros(n, dtype=np.int64)
+        for _ in range(rounds):
+            idx = rng.choice(n, per_round, replace=False)
+            participation[idx] += 1
+            updates = []
+            for i in idx:
+                u = _local_update(w, *data[i])
+                if clip is not None:
+                    u = u * min(1.0, clip / float(np.linalg.norm(u)))
+                updates.append(u)
+            avg = np.mean(updates, axis=0)
+            if sigma > 0:
+                assert clip is not None
+                avg = avg + rng.normal(0, sigma * clip / per_round, w.size)
+            w = w + avg
+        row: dict[str, Any] = {
+            "setting": name,
+            "accuracy": float(np.mean((x_test @ w > 0) == y_test)),
+            "weight_error": float(np.linalg.norm(w / np.linalg.norm(w) - u_true)),
+            "epsilon": None,
+            "clip_norm": clip,
+            "noise_multiplier": sigma,
+            "rounds_participated_max": int(participation.max()),
+        }
+        if sigma > 0:
+            acc = ClientLevelAccountant(FixedCountSampling(per_round), n, delta)
+            realized = ClientLevelAccountant(FixedCountSampling(per_round), n, delta)
+            for _ in range(rounds):
+                acc.record(sigma)
+            for _ in range(int(participation.max())):
+                realized.record(sigma)
+            row["epsilon"] = acc.epsilon()
+            row["epsilon_amplified_rdp"] = acc.epsilon_amplified()
+            row["epsilon_known_sample"] = acc.epsilon_known_sample()
+            row["epsilon_known_sample_realized"] = realized.epsilon_known_sample()
+        else:
+            row["epsilon_amplified_rdp"] = row["epsilon_known_sample"] = row["epsilon_known_sample_realized"] = None
+        rows.append(row)
+    return {
+        "scenario": "clinics-example",
+        "seed": 9,
+        "clinics": n,
+        "rounds": rounds,
+        "sampling": {"kind": "fixed_without_replacement", "count": per_round, "population": n},
+        "delta": delta,
+        "neighbors": "replace one clinic's data (sensitivity 2·clip on the sum)",
+        "test_examples": int(len(y_test)),
+        "rows": rows,
+    }

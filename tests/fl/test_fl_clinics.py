@@ -8,7 +8,8 @@ import math
 
 import pytest
 
-from estimator.accounting.accountant import epsilon_pld, sampled_gaussian_event
+from client_sdk.privacy_events import GaussianEvent, SelfComposedEvent
+from estimator.accounting.accountant import epsilon_pld, exact_gaussian_epsilon, sampled_gaussian_event
 from estimator.fl.dp import ClientLevelAccountant
 from estimator.fl.sampling import PoissonSampling
 from ldp_cli.main import main
@@ -67,3 +68,61 @@ def test_cli_json_and_plot(tmp_path, capsys) -> None:
     with pytest.raises(SystemExit):
         main(["fl", "clinics", "--rounds", "0"])
     assert math.isfinite(out["settings"][3]["epsilon"])
+
+
+# the user's example as the issue prints it: (setting, accuracy, weight error), three decimals
+EXAMPLE_TABLE = [
+    ("no clipping", 0.985, 0.044),
+    ("clip 0.5", 0.985, 0.041),
+    ("σ 0.5", 0.980, 0.048),
+    ("σ 2.0", 0.938, 0.175),
+]
+
+
+def _wor_rdp_epsilon(sigma: float, rounds: int = 100) -> float:
+    """dp_accounting's RDP for 10 of 20 without replacement, replace-one: the multiplier is
+    noise std / change of the sum under one replacement = σ·C / 2C."""
+    import dp_accounting
+    from dp_accounting.rdp import RdpAccountant
+
+    acc = RdpAccountant(neighboring_relation=dp_accounting.NeighboringRelation.REPLACE_ONE)
+    acc.compose(
+        dp_accounting.SampledWithoutReplacementDpEvent(20, 10, dp_accounting.GaussianDpEvent(sigma / 2)), rounds
+    )
+    return float(acc.get_epsilon(1e-5))
+
+
+def test_example_contract_and_table(capsys) -> None:
+    """`ldp fl clinics --example --json`: one object with `rows`, one per setting in the example's
+    order, each with setting, accuracy, weight_error and epsilon (null without noise). Accuracy and
+    weight error reproduce the example's table to its printed rounding (half a unit in the third
+    decimal); ε is the smaller of the RDP bound for sampling without replacement and the exact
+    unamplified Gaussian bound, the known-sample ε the latter (replace-one, sensitivity 2C)."""
+    assert main(["fl", "clinics", "--example", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    rows = out["rows"]
+    assert [r["setting"] for r in rows] == [s for s, _, _ in EXAMPLE_TABLE]
+    for r, (_, accuracy, weight_error) in zip(rows, EXAMPLE_TABLE):
+        assert {"setting", "accuracy", "weight_error", "epsilon"} <= set(r)
+        assert abs(r["accuracy"] - accuracy) <= 0.0005, r
+        assert abs(r["weight_error"] - weight_error) <= 0.0005, r
+    assert rows[0]["epsilon"] is None and rows[1]["epsilon"] is None
+    assert out["delta"] == 1e-5
+    for r, sigma in zip(rows[2:], (0.5, 2.0)):
+        unamplified = exact_gaussian_epsilon(SelfComposedEvent(GaussianEvent(sigma), 100), 1e-5, "replace")
+        assert r["epsilon_amplified_rdp"] == pytest.approx(_wor_rdp_epsilon(sigma), rel=1e-9)
+        assert r["epsilon_known_sample"] == pytest.approx(unamplified, rel=1e-9)
+        assert r["epsilon"] == pytest.approx(min(_wor_rdp_epsilon(sigma), unamplified), rel=1e-9)
+        k = r["rounds_participated_max"]
+        assert 50 < k < 100
+        realized = exact_gaussian_epsilon(SelfComposedEvent(GaussianEvent(sigma), k), 1e-5, "replace")
+        assert r["epsilon_known_sample_realized"] == pytest.approx(realized, rel=1e-9)
+    assert rows[2]["epsilon"] > rows[3]["epsilon"] > 1.0
+
+
+def test_example_text_and_fixed_options(capsys) -> None:
+    assert main(["fl", "clinics", "--example"]) == 0
+    text = capsys.readouterr().out
+    assert "ε observers" in text and "ε knows sample" in text and "σ 2.0" in text
+    with pytest.raises(SystemExit, match="--seed"):
+        main(["fl", "clinics", "--example", "--seed", "3"])

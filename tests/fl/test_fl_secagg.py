@@ -22,7 +22,7 @@ from client_sdk.fl.secagg import (
     shamir_combine,
     shamir_split,
 )
-from estimator.fl.secagg_server import SecAggServer, default_degree, make_config, neighbor_graph
+from estimator.fl.secagg_server import SecAggServer, default_degree, honest_unmask, make_config, neighbor_graph
 
 
 def run_round(n, d, xs, drop_before_share=(), drop_after_share=(), seed=0, degree=None):
@@ -39,7 +39,7 @@ def run_round(n, d, xs, drop_before_share=(), drop_after_share=(), seed=0, degre
             masked[u] = clients[u].masked_input(xs[u], inbox.get(u, {}))
             server.receive_masked(u, masked[u])
     surv, dropped = server.unmask_request()
-    total = server.finish({u: clients[u].unmask(surv, dropped) for u in surv})
+    total = server.finish(honest_unmask(clients, surv, dropped))
     return total, surv, masked, cfg
 
 
@@ -196,12 +196,14 @@ def test_client_never_reveals_both_secrets_of_a_neighbor() -> None:
     for u, c in clients.items():
         server.receive_masked(u, c.masked_input(np.zeros(d, np.uint32), inbox[u]))
     everyone = set(clients)
-    first = clients[1].unmask(everyone, set())
+    first = honest_unmask(clients, everyone, set())[1]
     assert {k for k, _ in first.values()} == {"b"}
-    with pytest.raises(SecAggError, match="both"):
-        clients[1].unmask(everyone - {2}, {2})  # a lying server now claims 2 dropped
+    with pytest.raises(SecAggError, match="second, different survivor set"):
+        clients[1].sign_survivors(everyone - {2}, lambda m: b"", "")  # a lying server now claims 2 dropped
+    with pytest.raises(SecAggError, match="not the one this client signed"):
+        clients[1].unmask(everyone - {2}, {2}, {}, {})
     with pytest.raises(SecAggError, match="both a survivor and dropped"):
-        clients[3].unmask(everyone, {2})
+        clients[3].unmask(everyone, {2}, {}, {})
 
 
 def test_tampered_share_and_bad_inputs_refused() -> None:

@@ -164,14 +164,22 @@ def test_accountant_is_told_the_sampling_scheme() -> None:
             a.record(z)
         fixed.append(a.epsilon())
     assert math.isfinite(fixed[0]) and fixed[1] < fixed[0]
-    # everyone sampled: the fixed-count figure is the RDP figure of unsampled Gaussian rounds
-    # under replace-one (sensitivity 2C), as the accounting module computes it
+    # everyone sampled: the amplified figure is the RDP figure of unsampled Gaussian rounds
+    # under replace-one (sensitivity 2C), as the accounting module computes it; it is looser
+    # than the exact unamplified figure, which is what epsilon() then reports (both are valid)
     everyone = ClientLevelAccountant(FixedCountSampling(10), 10, 1e-5)
     for _ in range(20):
         everyone.record(2.0)
     unsampled = SelfComposedEvent(GaussianEvent(2.0), 20)
-    assert everyone.epsilon() == pytest.approx(account(unsampled, 1e-5, "replace").epsilon_rdp, rel=1e-9)
-    assert everyone.epsilon() >= exact_gaussian_epsilon(unsampled, 1e-5, "replace")
+    exact = exact_gaussian_epsilon(unsampled, 1e-5, "replace")
+    assert everyone.epsilon_amplified() == pytest.approx(account(unsampled, 1e-5, "replace").epsilon_rdp, rel=1e-9)
+    assert everyone.epsilon_amplified() > exact
+    assert everyone.epsilon() == everyone.epsilon_known_sample() == pytest.approx(exact, rel=1e-12)
+    # Poisson: the known-sample figure drops amplification (every round, add/remove)
+    assert acc.epsilon_known_sample() == pytest.approx(
+        exact_gaussian_epsilon(SelfComposedEvent(GaussianEvent(1.5), 20), 1e-5)
+    )
+    assert acc.epsilon_known_sample() > acc.epsilon()
     nonoise = ClientLevelAccountant(PoissonSampling(0.1), 100, 1e-5)
     nonoise.record(0.0)
     assert nonoise.epsilon() == math.inf
