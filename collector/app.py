@@ -679,6 +679,14 @@ def create_app(
                 f"{settings.max_day_age} days are not accepted",
             )
         m = declared[batch.metric]  # after the day checks: a day far out of range is bad_day, not expired_metric
+        if token_verifier is not None and len(batch) > m.max_reports_per_day:
+            # one token pays for one device's reports of one metric-day: what bounds a device's influence
+            raise RejectedBatch(
+                422,
+                "too_many_reports",
+                f"with tokens a batch carries at most the metric's max_reports_per_day ({m.max_reports_per_day}) "
+                f"reports, got {len(batch)}",
+            )
         if batch.sealed:
             check_sealed(batch, m.sealed)
         if m.is_expired(batch.day):

@@ -125,7 +125,7 @@ def post(url: str, body: bytes, token: tokens.Token | None = None, auth: str | N
 
 @pytest.fixture
 def metrics(tmp_path: Path) -> MetricSet:
-    return write_metrics(tmp_path / "metrics.json")
+    return write_metrics(tmp_path / "metrics.json", emoji_reports_per_day=5)
 
 
 def test_collector_requires_a_valid_unspent_token(
@@ -147,6 +147,8 @@ def test_collector_requires_a_valid_unspent_token(
         assert post(col.url, batch, t1).json()["status"] == "duplicate"  # a retry: same token, same batch
         r = post(col.url, encode_frame(olh_batch(metrics, 5, first_seed=9)), t1)  # the token again, another batch
         assert r.status_code == 409 and r.json()["error"] == "token_spent"
+        r = post(col.url, encode_frame(olh_batch(metrics, 6, first_seed=9)), t2)  # more than one device-day's reports
+        assert r.status_code == 422 and r.json()["error"] == "too_many_reports"
         assert post(col.url, encode_frame(olh_batch(metrics, 5, first_seed=9)), t2).status_code == 202
     # a token made for another collector is refused by this one
     (t3,) = client(issuer.url, ident, origin="other-collector").fetch(1)
