@@ -24,8 +24,11 @@ Answers to an upload
 =====  =======================================================================
 202    published durably to ``ldp.reports.raw`` (``"accepted"``), or a batch id
        accepted before with the same records (``"duplicate"``; nothing is published again)
+401    with ``--require-tokens`` only: no token, or a bad, expired (another day's) or unknown one
+       (``token_*`` reasons, :mod:`collector.tokens`)
 409    ``batch_id_conflict``: the batch id was accepted before with other records;
-       nothing of this upload is stored (a new batch needs a fresh batch id)
+       nothing of this upload is stored (a new batch needs a fresh batch id); ``token_spent``
+       (``--require-tokens``): the token paid for another batch before
 400    the body is not a valid frame or JSON form (truncated, bad CRC, bad field,
        record outside the spec's bounds, ``Idempotency-Key`` differing from the batch id)
 408    ``body_timeout``: the body did not arrive whole within ``body_timeout`` s
@@ -109,6 +112,7 @@ from collector.ingest import BATCHES_TOTAL, METRIC_REPORTS_TOTAL, REPORTS_TOTAL,
 from collector.prometheus import CONTENT_TYPE as PROMETHEUS_CONTENT_TYPE
 from collector.prometheus import Registry
 from collector.settings import CollectorSettings
+from collector.tokens import SpentTokens, TokenRejected, TokenVerifier
 from pipeline.topics import metric_day_key
 from pipeline.transport import Transport, open_transport
 
@@ -339,7 +343,7 @@ class CollectorApp:
             await self.fastapi(scope, receive, send)
             return
         t0 = time.perf_counter()
-        ctype = length = key = None
+        ctype = length = key = auth = None
         for name, value in scope["headers"]:
             if name == b"content-type":
                 ctype = value.decode("latin-1")
@@ -347,6 +351,8 @@ class CollectorApp:
                 length = value.decode("latin-1")
             elif name == b"idempotency-key":
                 key = value.decode("latin-1")
+            elif name == b"authorization":
+                auth = value.decode("latin-1")
 
         async def chunks() -> AsyncIterator[bytes]:
             while True:
@@ -358,7 +364,7 @@ class CollectorApp:
                     return
 
         try:
-            status, body, extra = await self.upload(ctype or "", length, key, chunks())
+            status, body, extra = await self.upload(ctype or "", length, key, chunks(), auth)
             await send(
                 {
                     "type": "http.response.start",
@@ -503,6 +509,13 @@ def create_app(
     layout_body = json.dumps(metrics_layout(declared), indent=2, ensure_ascii=False).encode()
     layout_etag = '"' + hashlib.sha256(layout_body).hexdigest()[:32] + '"'
     prom = CollectorMetrics()
+    token_verifier: TokenVerifier | None = None
+    spent_tokens: SpentTokens | None = None
+    if settings.require_tokens:  # a missing key folder is an error at start-up
+        token_verifier = TokenVerifier(
+            settings.token_keys, issuer_name=settings.token_issuer, origin=settings.token_origin, clock=clock
+        )
+        spent_tokens = SpentTokens(settings.spent_path)
     max_records = min(settings.max_records, MAX_RECORDS)
     decode = functools.partial(_decode, declared=declared, max_records=max_records)
     state: dict[str, Any] = {"in_flight": 0, "reading": 0}
@@ -558,6 +571,8 @@ def create_app(
             ingestor.stop(timeout=settings.publish_timeout)
             if dedup is None:
                 store.close()
+            if spent_tokens is not None:
+                spent_tokens.close()
             if own_transport:
                 tr.close()
 
@@ -664,6 +679,14 @@ def create_app(
                 f"{settings.max_day_age} days are not accepted",
             )
         m = declared[batch.metric]  # after the day checks: a day far out of range is bad_day, not expired_metric
+        if token_verifier is not None and len(batch) > m.max_reports_per_day:
+            # one token pays for one device's reports of one metric-day: what bounds a device's influence
+            raise RejectedBatch(
+                422,
+                "too_many_reports",
+                f"with tokens a batch carries at most the metric's max_reports_per_day ({m.max_reports_per_day}) "
+                f"reports, got {len(batch)}",
+            )
         if batch.sealed:
             check_sealed(batch, m.sealed)
         if m.is_expired(batch.day):
@@ -714,7 +737,11 @@ def create_app(
         return status, err, extra
 
     async def upload(
-        ctype: str, length: str | None, idempotency_key: str | None, chunks: AsyncIterator[bytes]
+        ctype: str,
+        length: str | None,
+        idempotency_key: str | None,
+        chunks: AsyncIterator[bytes],
+        authorization: str | None = None,
     ) -> _Answer:
         """One upload: ``(status, JSON body, extra headers)``.
 
@@ -734,6 +761,13 @@ def create_app(
                 f"Content-Type {ctype[:80] or '(none)'!r} is not accepted; send a binary frame as "
                 f"{FRAME_CONTENT_TYPES[0]} or the JSON form as {JSON_CONTENT_TYPE}",
             )
+        spend: tuple[bytes, str] | None = None
+        if token_verifier is not None:  # --require-tokens: a valid token of today, before the body is read
+            try:
+                spend = token_verifier.verify(authorization)
+            except TokenRejected as exc:
+                prom.reject(exc.reason, None)
+                return refuse_early(exc.status, exc.reason, exc.message)
         if state["reading"] >= settings.max_reading:
             prom.reject("overloaded", None, outcome="unavailable")
             return refuse_early(
@@ -811,6 +845,12 @@ def create_app(
             batch = decoded
             if isinstance(value, RejectedBatch):
                 raise value
+            if (
+                spend is not None
+                and spent_tokens is not None
+                and not spent_tokens.spend(spend[0], decoded.batch_id, spend[1])
+            ):
+                raise RejectedBatch(409, "token_spent", "this token was redeemed before (for another batch)")
             fut = ingestor.submit(
                 decoded.batch_id,
                 metric_day_key(decoded.metric, decoded.day),
@@ -862,6 +902,7 @@ def create_app(
             request.headers.get("content-length"),
             request.headers.get("idempotency-key"),
             request.stream(),
+            request.headers.get("authorization"),
         )
         return Response(
             body, status_code=status, media_type="application/json", headers={k.decode(): v.decode() for k, v in extra}

@@ -21,10 +21,11 @@ from pipeline.settings import check_ranges, check_topics, settings_from_env
 from pipeline.topics import DEFAULT_PARTITIONS, FL_ROUNDS_TOPIC, FL_UPDATES_TOPIC, RAW_TOPIC
 from pipeline.transport import DEFAULT_URL
 
-__all__ = ["CollectorSettings", "DEFAULT_DEDUP_PATH", "ENV_PREFIX"]
+__all__ = ["CollectorSettings", "DEFAULT_DEDUP_PATH", "DEFAULT_SPENT_PATH", "ENV_PREFIX"]
 
 ENV_PREFIX = "LDP_COLLECTOR_"
 DEFAULT_DEDUP_PATH = "ldp-data/collector-batch-ids.sqlite3"
+DEFAULT_SPENT_PATH = "ldp-data/collector-spent-tokens.sqlite3"
 _ALIASES = {"transport_url": "LDP_TRANSPORT", "metrics_path": "LDP_METRICS", **DAY_WINDOW_ENV}
 
 
@@ -55,6 +56,9 @@ class CollectorSettings:
     up to ``max_group`` uploads each (:mod:`collector.ingest`).
     ``fl_enabled`` adds the federated-learning routes (:mod:`collector.fl.routes`),
     which follow ``fl_rounds_topic`` and publish to ``fl_updates_topic``.
+    ``require_tokens`` makes every upload carry an anonymous token (:mod:`collector.tokens`, docs/TOKENS.md)
+    of the issuer ``token_issuer`` whose day keys are in ``token_keys``, made for ``token_origin`` (this
+    collector's name); redeemed tokens are kept in ``spent_path`` (SQLite, shared by the workers).
     """
 
     metrics_path: str
@@ -82,6 +86,11 @@ class CollectorSettings:
     fl_enabled: bool = False
     fl_rounds_topic: str = FL_ROUNDS_TOPIC
     fl_updates_topic: str = FL_UPDATES_TOPIC
+    require_tokens: bool = False
+    token_keys: str = ""
+    token_issuer: str = "ldp-issuer"
+    token_origin: str = "ldp-collector"
+    spent_path: str = DEFAULT_SPENT_PATH
 
     def __post_init__(self) -> None:
         if not isinstance(self.metrics_path, str) or not self.metrics_path:
@@ -91,6 +100,10 @@ class CollectorSettings:
         check_topics(self, "raw_topic", "fl_rounds_topic", "fl_updates_topic")
         if not isinstance(self.fl_enabled, bool):
             raise ConfigError(f"fl_enabled must be true or false, got {self.fl_enabled!r}")
+        if not isinstance(self.require_tokens, bool):
+            raise ConfigError(f"require_tokens must be true or false, got {self.require_tokens!r}")
+        if self.require_tokens and not self.token_keys:
+            raise ConfigError("require_tokens needs token_keys: the issuer's public key folder (--token-keys DIR)")
         if not isinstance(self.dedup_path, str) or not self.dedup_path:
             raise ConfigError("dedup_path must be a file path (or ':memory:' for tests)")
         check_ranges(

@@ -26,6 +26,10 @@ _FLAGS: list[tuple[str, str, type, str]] = [
         str,
         "SQLite file of recently accepted batch ids (keyed id digests, content digests, UTC days only)",
     ),
+    ("--token-keys", "token_keys", str, "the issuer's public day-key folder (with --require-tokens)"),
+    ("--token-issuer", "token_issuer", str, "the issuer's name in the token challenge (default ldp-issuer)"),
+    ("--token-origin", "token_origin", str, "this collector's name in the token challenge (default ldp-collector)"),
+    ("--spent-tokens", "spent_path", str, "SQLite file of redeemed tokens, shared by the workers"),
     ("--raw-topic", "raw_topic", str, "topic accepted batches go to (default ldp.reports.raw)"),
     ("--raw-partitions", "raw_partitions", int, "partitions of the raw topic when the collector creates it"),
     ("--max-body-bytes", "max_body_bytes", int, "largest accepted request body in bytes (413 above; default 4194304)"),
@@ -126,6 +130,14 @@ def register(sub: argparse._SubParsersAction) -> None:
         default=None,
         help="serve the federated-learning routes /v1/fl/... (default $LDP_COLLECTOR_FL_ENABLED, else off)",
     )
+    p.add_argument(
+        "--require-tokens",
+        dest="require_tokens",
+        action="store_const",
+        const=True,
+        default=None,
+        help="refuse uploads without a valid, unspent anonymous token (docs/TOKENS.md; needs --token-keys)",
+    )
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=8080, help="port (default 8080; 0 picks a free one)")
     p.add_argument("--workers", type=int, default=1, help="uvicorn worker processes (default 1)")
@@ -141,6 +153,7 @@ def run(args: argparse.Namespace) -> int:
 
     overrides = {dest: getattr(args, dest) for _, dest, _, _ in _FLAGS}
     overrides.update(transport_url=args.transport_url, metrics_path=args.metrics_path, fl_enabled=args.fl_enabled)
+    overrides.update(require_tokens=args.require_tokens)
     try:
         settings = CollectorSettings.from_env(**overrides)
         app = create_app(settings)  # loads and checks the metrics file before listening

@@ -1,0 +1,106 @@
+"""``ldp issuer``: the anonymous upload-token issuer (:mod:`collector.issuer`, docs/TOKENS.md).
+
+* ``ldp issuer serve --state DIR --authority-key B64 [--tokens-per-day K]``: run it (127.0.0.1 by default);
+  ``--authority FILE`` takes the public key from an enrollment authority key file instead;
+* ``ldp issuer keys --state DIR [--days N]``: make the day keys of today and the next days ahead of time
+  (private keys mode 0600 in ``DIR/keys``, public ones in ``DIR/public``: the collector's ``--token-keys``);
+* ``ldp issuer enroll``: the same as ``ldp fl enroll`` (one enrollment authority serves both): mint device
+  credentials for tests, the demo and operators without an attestation service.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import binascii
+import json
+import sys
+import time
+
+from ldp_cli.options import add_log_level, bind_socket, on_stop_signals
+
+__all__ = ["register"]
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    from ldp_cli.commands import fl
+
+    p = sub.add_parser("issuer", help="the anonymous upload-token issuer", description=__doc__.splitlines()[0])
+    isub = p.add_subparsers(dest="issuer_command", required=True)
+    s = isub.add_parser("serve", help="run the issuer")
+    s.add_argument("--state", required=True, help="state folder: day keys and per-device counts (SQLite)")
+    s.add_argument("--authority-key", action="append", default=[], help="an authority's public key (base64)")
+    s.add_argument("--authority", action="append", default=[], help="an enrollment authority key file")
+    s.add_argument("--tokens-per-day", type=int, default=64, help="K: tokens per device per UTC day (default 64)")
+    s.add_argument("--name", default="ldp-issuer", help="the issuer's name in the token challenge")
+    s.add_argument("--host", default="127.0.0.1")
+    s.add_argument("--port", type=int, default=8090, help="port (default 8090; 0 picks a free one)")
+    add_log_level(s)
+    s.set_defaults(func=run_serve)
+    k = isub.add_parser("keys", help="make the day keys ahead of time")
+    k.add_argument("--state", required=True)
+    k.add_argument("--days", type=int, default=2, help="today and the next N-1 days (default 2)")
+    k.set_defaults(func=run_keys)
+    e = isub.add_parser("enroll", help="mint device credentials (as ldp fl enroll)")
+    e.add_argument("--authority", required=True, help="the authority key file")
+    e.add_argument("--init-authority", action="store_true", help="create the authority key file (refuses to overwrite)")
+    e.add_argument("--device-id", action="append", default=[], help="a device id to enroll (repeatable)")
+    e.add_argument("--out", default=None, help="folder for the device bundles (<device-id>.json)")
+    e.add_argument("--lifetime-days", type=int, default=365, help="credential lifetime (default 365)")
+    e.set_defaults(func=fl.run_enroll_cmd)
+
+
+def _authority_keys(args: argparse.Namespace) -> tuple[bytes, ...]:
+    from client_sdk.enrollment import EnrollmentAuthority
+
+    keys = []
+    for text in args.authority_key:
+        try:
+            raw = base64.b64decode(text, validate=True)
+        except (binascii.Error, ValueError):
+            raise ValueError(f"--authority-key {text[:20]!r} is not base64") from None
+        if len(raw) != 32:
+            raise ValueError("--authority-key must be a 32-byte Ed25519 public key in base64")
+        keys.append(raw)
+    keys += [EnrollmentAuthority.load(f).public_key for f in args.authority]
+    return tuple(keys)
+
+
+def run_serve(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from collector.issuer import IssuerSettings, create_issuer_app
+
+    settings = IssuerSettings(
+        args.state, _authority_keys(args), issuer_name=args.name, tokens_per_day=args.tokens_per_day
+    )
+    app = create_issuer_app(settings)
+    sock = bind_socket(args.host, args.port)
+    host, port = sock.getsockname()[:2]
+    print(f"ldp issuer: listening on http://{host}:{port} (K = {settings.tokens_per_day}/device/day)", flush=True)
+    server = uvicorn.Server(
+        uvicorn.Config(app, access_log=False, server_header=False, log_level=args.log_level, lifespan="on")
+    )
+    on_stop_signals(_exit_normally)
+    server.run(sockets=[sock])
+    return 0
+
+
+def run_keys(args: argparse.Namespace) -> int:
+    import datetime as dt
+
+    from collector.issuer import IssuerKeys, public_key_entry, utc_day_of
+
+    keys = IssuerKeys(args.state)
+    today = dt.date.fromisoformat(utc_day_of(time.time()))
+    out = []
+    for i in range(max(1, args.days)):
+        day = (today + dt.timedelta(days=i)).isoformat()
+        out.append(public_key_entry(day, keys.key(day).public_key))
+    json.dump({"keys": [{"day": e["day"], "token_key_id": e["token_key_id"]} for e in out]}, sys.stdout)
+    print()
+    return 0
+
+
+def _exit_normally(signum: int, frame: object) -> None:
+    raise SystemExit(0)
