@@ -48,7 +48,14 @@ from estimator.accounting.accountant import NEIGHBORS, Neighbors, RdpAccountant,
 from estimator.fl.aggregators import AggregateResult, Aggregator, RoundContext
 from estimator.fl.sampling import FixedCountSampling, PoissonSampling, Sampling
 
-__all__ = ["ClientLevelAccountant", "FixedClippingDP", "AdaptiveClippingDP", "update_noise_multiplier"]
+__all__ = [
+    "ClientLevelAccountant",
+    "FixedClippingDP",
+    "AdaptiveClippingDP",
+    "update_noise_multiplier",
+    "ADVERSARIES",
+    "epsilon_by_adversary",
+]
 
 
 class ClientLevelAccountant:
@@ -169,6 +176,61 @@ class ClientLevelAccountant:
             )
             acc.compose(ev, count)
         return float(acc.get_epsilon(self.delta))
+
+
+#: The adversaries every FL ε is stated against (issue 13), in the order they are printed.
+ADVERSARIES = ("observer", "knows_sample", "server_operator")
+
+
+def epsilon_by_adversary(
+    acc: ClientLevelAccountant, *, secagg: bool, observer: float | None = None, known_sample: float | None = None
+) -> list[dict[str, Any]]:
+    """The accountant's ε against each adversary, labelled (issue 13; the threat table in docs/FL.md).
+
+    * ``observer``: sees the released models (and the public status) but not the sample:
+      :meth:`ClientLevelAccountant.epsilon`, sampling amplification credited.
+    * ``knows_sample``: knows which clients were sampled in every round but sees only the
+      released models (a coalition of selected devices, anyone the sample leaks to; the operator
+      too if the noise were added where it cannot see the sum, which is not done):
+      :meth:`ClientLevelAccountant.epsilon_known_sample`, no amplification.
+    * ``server_operator``: knows the sample and, because the noise here is *central* (added by the
+      server after aggregation), sees the un-noised aggregate — with ``secagg`` the un-noised sum of
+      the sampled clients' clipped updates, without it every clipped update. No DP holds against it:
+      ε is None (``protection`` says why), not a number.
+
+    Every figure is a function of the recorded noise multipliers, the sampling scheme, the
+    population and δ only (public task parameters and the number of rounds released), never of the
+    realized sample, so it may be shown publicly. ∞ stays ``math.inf`` (callers format it).
+    ``observer`` / ``known_sample``: the accountant's figures if the caller already has them (the
+    PLD computation is not free); they must be what the methods return."""
+    sees = (
+        "the sample and the un-noised sum of the sampled clients' clipped updates (SecAgg hides each update; "
+        "the server adds the noise after unmasking)"
+        if secagg
+        else "the sample and every clipped update before the noise (the server clips, sums and adds the noise)"
+    )
+    return [
+        {
+            "adversary": "observer",
+            "sees": "the released models, not the sample",
+            "amplification": True,
+            "epsilon": acc.epsilon() if observer is None else observer,
+        },
+        {
+            "adversary": "knows_sample",
+            "sees": "the sample and the released models, not the un-noised aggregate",
+            "amplification": False,
+            "epsilon": acc.epsilon_known_sample() if known_sample is None else known_sample,
+        },
+        {
+            "adversary": "server_operator",
+            "sees": sees,
+            "amplification": False,
+            "epsilon": None,
+            "protection": "none: central noise is added by the server after it has seen the un-noised "
+            + ("sum" if secagg else "updates"),
+        },
+    ]
 
 
 def _require_linear(inner: Aggregator, who: str) -> None:

@@ -79,7 +79,7 @@ from estimator.errors import JobStateError
 from estimator.fl.aggregators import AggregateResult, Aggregator, RoundContext
 from estimator.fl.checkpoint import CheckpointLog, JobState
 from estimator.fl.checkpoint import json_float as _f
-from estimator.fl.dp import AdaptiveClippingDP, ClientLevelAccountant
+from estimator.fl.dp import AdaptiveClippingDP, ClientLevelAccountant, epsilon_by_adversary
 from estimator.fl.task import FLTaskSpec
 from pipeline.errors import ConfigError
 from pipeline.fl_records import DEFAULT_MAX_RECORD_BYTES, MIN_RECORD_BYTES, encode_chunks, pack_document
@@ -226,6 +226,7 @@ class AggregationJob(StreamProcessor):
         self._last_commit = 0.0
         self._last_status = 0.0
         self._published_stats: dict[str, Any] | None = None
+        self._by_adversary: tuple[int, list[dict[str, Any]]] | None = None  # (rounds accounted, figures)
 
     # -- lifecycle ------------------------------------------------------------------------------
     def open(self) -> None:
@@ -479,7 +480,8 @@ class AggregationJob(StreamProcessor):
         """The counters every collector serves to anyone (``/status``, every round view). Nothing that
         depends on the round's sample: no accepted, rejected or duplicate counts, no realized client count,
         no survivor lists, no failure reason (those stay in the operator's :meth:`status`); the sampling
-        amplification the accountant credits assumes an observer who does not know the sample."""
+        amplification the accountant credits assumes an observer who does not know the sample; the figures
+        for the other adversaries (``epsilon_by_adversary``) depend only on public task parameters."""
         st = self._st
         last = st.history[-1] if st.history else None
         out = {
@@ -488,12 +490,31 @@ class AggregationJob(StreamProcessor):
             "rounds_done": len(st.history),
             "last_round": None if last is None else {k: last[k] for k in _PUBLIC_ROUND_KEYS if k in last},
             "aggregator": self.spec.aggregator.kind,
+            "epsilon_by_adversary": self._epsilon_by_adversary(),
         }
         if last is not None and "failed" in last:
             out["last_round"]["failed"] = True
         if st.clip_norm is not None:
             out["clip_norm"] = st.clip_norm
         return out
+
+    def _epsilon_by_adversary(self) -> list[dict[str, Any]] | None:
+        """ε against each adversary (:func:`estimator.fl.dp.epsilon_by_adversary`; None without DP): a
+        function of the task's public parameters (sampling, population, δ, σ) and of how many rounds
+        were released, never of the realized sample, so the public stats may carry it. Cached per
+        number of accounted rounds (the status is written every 0.1 s; PLD is not free)."""
+        acc = self._accountant
+        if acc is None:
+            return None
+        if self._by_adversary is None or self._by_adversary[0] != acc.rounds:
+            st = self._st  # its ε is the accountant's epsilon() when it covers the same rounds
+            fresh = acc.rounds and st.epsilon is not None and len(st.noise_history) == acc.rounds
+            observer = st.epsilon if fresh else None
+            figures = epsilon_by_adversary(acc, secagg=bool(self.spec.secagg), observer=observer)
+            for a in figures:
+                a["epsilon"] = _f(a["epsilon"])
+            self._by_adversary = (acc.rounds, figures)
+        return [dict(a) for a in self._by_adversary[1]]
 
     def _round_state(self) -> RoundState:
         st = self._st
@@ -848,6 +869,7 @@ class AggregationJob(StreamProcessor):
             "done": self.done,
             "epsilon": _f(st.epsilon),
             "delta": self.spec.delta if self.spec.clip_norm is not None else None,
+            "epsilon_by_adversary": self._epsilon_by_adversary(),
             "rejected": dict(st.rejected),
             "accepted": dict(st.accepted),
             "duplicates": dict(st.duplicates),

@@ -194,21 +194,33 @@ def run_clinics_cmd(args: argparse.Namespace) -> int:
         f"clinics: {result['clinics']} clinics, {result['rounds']} rounds, Poisson q = {cfg.sample_rate} "
         f"(mean {cfg.sample_rate * cfg.clinics:g} per round), δ = {cfg.delta:g}; {result['data']}"
     )
-    print(f"{'setting':<22} {'clip':>6} {'σ':>6} {'accuracy':>9} {'client-level ε':>15}")
+    print(
+        f"{'setting':<22} {'clip':>6} {'σ':>6} {'accuracy':>9} {'client-level ε':>15} {'ε knows sample':>15} "
+        f"{'ε server operator':>18}"
+    )
+
+    def eps_s(e: Any) -> str:
+        return "—" if e is None else e if isinstance(e, str) else f"{e:.4g}"
+
     for s in result["settings"]:
-        eps = s["epsilon"]
-        eps_s = "—" if eps is None else eps if isinstance(eps, str) else f"{eps:.4g}"
         clip = "—" if s["clip_norm"] is None else f"{s['clip_norm']:g}"
         sig = "—" if s["noise_multiplier"] is None else f"{s['noise_multiplier']:g}"
-        print(f"{s['name']:<22} {clip:>6} {sig:>6} {s['test_accuracy']:>9.4f} {eps_s:>15}")
+        operator = "—" if s["epsilon_by_adversary"] is None else "none"
+        print(
+            f"{s['name']:<22} {clip:>6} {sig:>6} {s['test_accuracy']:>9.4f} {eps_s(s['epsilon_observers']):>15} "
+            f"{eps_s(s['epsilon_known_sample']):>15} {operator:>18}"
+        )
     for e, z in result.get("noise_for_epsilon", {}).items():
         print(
             f"noise multiplier for ε = {e} over {result['rounds']} rounds at q = {cfg.sample_rate}: {z:.3f} "
             f"(test accuracy {result['accuracy_at_target_epsilon'][e]:.4f})"
         )
     print(
-        "ε protects whether one clinic took part (all its patients), against anyone who sees every model; "
-        "it assumes the Poisson sample stays secret."
+        "ε protects whether one clinic took part (all its patients). client-level ε: against observers who "
+        "see every model but not the Poisson sample (amplification by sampling credited). ε knows sample: "
+        "against anyone who knows the sample and sees only the models (no amplification). ε server "
+        "operator: none, the server adds the noise (central DP) after seeing every clipped update. "
+        "— : no noise, no guarantee."
     )
     if args.plot:
         print(f"plot: {args.plot}")

@@ -19,6 +19,14 @@ and 14.3 for σ = 2.0 over 100 rounds — much weaker protection than the
 noise suggests. ``noise_for_epsilon`` gives the multiplier each target ε
 needs at the same q and number of rounds, and ``accuracy_at_target_epsilon``
 the test accuracy training reaches with it.
+
+Each noised setting states its ε per adversary (issue 13): ``epsilon_observers``
+(= ``epsilon``, amplified, against observers who do not know the sample),
+``epsilon_known_sample`` (unamplified, against anyone who knows the sample and
+sees only the models) and ``epsilon_server_operator`` = None (the noise is
+central: the server adds it after clipping and summing every update, so no DP
+holds against the operator), and the labelled ``epsilon_by_adversary`` list of
+:func:`estimator.fl.dp.epsilon_by_adversary`.
 """
 
 from __future__ import annotations
@@ -33,7 +41,8 @@ from client_sdk.fl.client import LocalTraining
 from client_sdk.fl.models import LogisticRegression
 from estimator.accounting.accountant import gaussian_noise_for_epsilon
 from estimator.fl.aggregators import ValidatingAggregator, WeightedMean
-from estimator.fl.dp import ClientLevelAccountant, FixedClippingDP
+from estimator.fl.checkpoint import json_float
+from estimator.fl.dp import ClientLevelAccountant, FixedClippingDP, epsilon_by_adversary
 from estimator.fl.rounds import FederatedClient, run_rounds
 from estimator.fl.sampling import FixedCountSampling, PoissonSampling
 from estimator.fl.strategies import FedAvg
@@ -99,6 +108,12 @@ def _setting(
         )
     _, hist = run_rounds(model, FedAvg(cfg.training), agg, clients, sampling, cfg.rounds, rng, test=test)
     eps = None if acc is None else acc.epsilon()
+    # the simulation adds central noise on the server without SecAgg: the operator sees every clipped update
+    by_adversary = None if acc is None else epsilon_by_adversary(acc, secagg=False, observer=eps)
+    if by_adversary is not None:
+        for a in by_adversary:
+            a["epsilon"] = json_float(a["epsilon"])
+    known = None if by_adversary is None else by_adversary[1]["epsilon"]
     return {
         "name": name,
         "clip_norm": None if noise is None else cfg.clip_norm,
@@ -107,6 +122,10 @@ def _setting(
         "accuracy_per_round": [h.test_accuracy for h in hist],
         "clients_per_round_mean": float(np.mean([h.sampled for h in hist])),
         "epsilon": None if eps is None else (eps if math.isfinite(eps) else "inf"),
+        "epsilon_observers": None if eps is None else json_float(eps),
+        "epsilon_known_sample": known,
+        "epsilon_server_operator": None,
+        "epsilon_by_adversary": by_adversary,
     }
 
 

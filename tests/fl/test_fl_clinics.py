@@ -10,7 +10,7 @@ import pytest
 
 from client_sdk.privacy_events import GaussianEvent, SelfComposedEvent
 from estimator.accounting.accountant import epsilon_pld, exact_gaussian_epsilon, sampled_gaussian_event
-from estimator.fl.dp import ClientLevelAccountant
+from estimator.fl.dp import ADVERSARIES, ClientLevelAccountant
 from estimator.fl.sampling import PoissonSampling
 from ldp_cli.main import main
 from simulator.scenarios.clinics import ClinicsConfig, run_clinics
@@ -48,6 +48,44 @@ def test_scenario_result_is_consistent() -> None:
     assert epsilon_pld(sampled_gaussian_event(0.98 * z, 0.5, 12), 1e-5) > 3.0
     assert 0.0 <= r["accuracy_at_target_epsilon"]["3"] <= 1.0
     assert "synthetic" in r["data"] and r["sampling"]["rate"] == 0.5
+
+
+def test_each_setting_states_epsilon_per_adversary(capsys) -> None:
+    """Issue 13: every noised setting carries the ε against observers who do not know the sample
+    (amplified), against anyone who knows it (unamplified), and none against the server operator
+    (central noise, added after the server saw every clipped update). The figures are the
+    accountant's own methods for the same rounds, and amplification only helps."""
+    cfg = ClinicsConfig(rounds=6, noise_multipliers=(0.0, 1.0), target_epsilons=())
+    r = run_clinics(cfg, noise_for_targets=False)
+    by = {s["name"]: s for s in r["settings"]}
+    for s in r["settings"]:
+        assert {"epsilon_observers", "epsilon_known_sample", "epsilon_server_operator", "epsilon_by_adversary"} <= set(
+            s
+        )
+        assert s["epsilon_server_operator"] is None
+    assert by["fedavg"]["epsilon_by_adversary"] is None and by["fedavg"]["epsilon_known_sample"] is None
+    acc = ClientLevelAccountant(PoissonSampling(cfg.sample_rate), cfg.clinics, cfg.delta)
+    for _ in range(cfg.rounds):
+        acc.record(1.0)
+    noised = by["clip0.5_sigma1"]
+    assert noised["epsilon_observers"] == pytest.approx(acc.epsilon(), rel=1e-12) == noised["epsilon"]
+    assert noised["epsilon_known_sample"] == pytest.approx(acc.epsilon_known_sample(), rel=1e-12)
+    assert noised["epsilon_observers"] < noised["epsilon_known_sample"]
+    labelled = {a["adversary"]: a for a in noised["epsilon_by_adversary"]}
+    assert list(labelled) == list(ADVERSARIES)
+    assert labelled["observer"]["epsilon"] == noised["epsilon_observers"] and labelled["observer"]["amplification"]
+    assert labelled["knows_sample"]["epsilon"] == noised["epsilon_known_sample"]
+    assert labelled["server_operator"]["epsilon"] is None and "none" in labelled["server_operator"]["protection"]
+    unnoised = by["clip0.5_sigma0"]
+    assert unnoised["epsilon_observers"] == unnoised["epsilon_known_sample"] == "inf"
+    assert main(["fl", "clinics", "--rounds", "2", "--sample-rate", "0.5", "--no-noise-search"]) == 0
+    text = capsys.readouterr().out
+    assert "ε knows sample" in text and "ε server operator" in text
+    line = next(ln for ln in text.splitlines() if ln.startswith("clip0.5_sigma2"))
+    acc2 = ClientLevelAccountant(PoissonSampling(0.5), cfg.clinics, cfg.delta)
+    for _ in range(2):
+        acc2.record(2.0)
+    assert line.split()[-3:] == [f"{acc2.epsilon():.4g}", f"{acc2.epsilon_known_sample():.4g}", "none"]
 
 
 def test_cli_json_and_plot(tmp_path, capsys) -> None:

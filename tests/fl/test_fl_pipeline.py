@@ -39,6 +39,7 @@ from client_sdk.fl.protocol import (
     parse_upload,
     sign_upload,
 )
+from estimator.fl.dp import ADVERSARIES
 from pipeline.transport import open_transport
 from tests.support.fl_pipeline_support import (
     JobThread,
@@ -182,6 +183,20 @@ def test_dp_fedavg_over_the_pipeline_equals_the_in_process_run(tmp_path: Path) -
     assert status["accepted"] == {"update": 12} and status["rejected"] == {}
     assert served["phase"] == "done" and math.isclose(served["epsilon"], history[-1].info["epsilon"])
     assert sum(d.uploads for d in devices) == 12
+    # ε per adversary (issue 13), in the operator's status and the public one alike: the accountant's
+    # own figures for the rounds released; nothing against the operator, who adds the noise
+    acc = spec.build_accountant()
+    assert acc is not None
+    for _ in range(spec.rounds):
+        acc.record(spec.noise_multiplier)
+    for view in (status, served):
+        by = {a["adversary"]: a for a in view["epsilon_by_adversary"]}
+        assert list(by) == list(ADVERSARIES)
+        assert by["observer"]["epsilon"] == pytest.approx(acc.epsilon(), rel=1e-12) == view["epsilon"]
+        assert by["knows_sample"]["epsilon"] == pytest.approx(acc.epsilon_known_sample(), rel=1e-12)
+        assert by["observer"]["epsilon"] <= by["knows_sample"]["epsilon"]
+        assert by["server_operator"]["epsilon"] is None and "updates" in by["server_operator"]["protection"]
+    assert served["epsilon_by_adversary"] == status["epsilon_by_adversary"]
 
 
 # -- SecAgg --------------------------------------------------------------------------------------------
@@ -229,6 +244,10 @@ def test_secagg_rounds_with_dropouts_unmask_the_ring_sum(tmp_path: Path) -> None
         assert len(rec["secagg_dropped"]) == (1 if (r, "share") in dev4._done else 0)
     assert np.array_equal(final_params(status), x)
     assert status["rejected"] == {}
+    # σ = 0: no guarantee against anyone; the operator sees the un-noised SecAgg sum whatever σ is
+    by = {a["adversary"]: a for a in status["epsilon_by_adversary"]}
+    assert by["observer"]["epsilon"] == by["knows_sample"]["epsilon"] == "inf"
+    assert by["server_operator"]["epsilon"] is None and "un-noised sum" in by["server_operator"]["sees"]
 
 
 def test_secagg_round_with_too_many_dropouts_fails_without_release(tmp_path: Path) -> None:
