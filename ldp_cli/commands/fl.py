@@ -169,10 +169,10 @@ def run_clinics_example_cmd(args: argparse.Namespace) -> int:
             if all(r["epsilon"] is None or r["epsilon"] >= r["epsilon_known_sample"] for r in result["rows"])
             else ""
         )
-        + "). ε knows sample: against the server operator or anyone who "
-        "knows the sample (no amplification, a clinic may be in every round). ε this sample: the same for "
-        "this run's sample (its most-sampled clinic's rounds). No noise: ε is infinite (— in the table, null "
-        "in JSON)."
+        + "). ε knows sample: against anyone who knows the sample and sees only the models (no "
+        "amplification, a clinic may be in every round). ε this sample: the same for this run's sample (its "
+        "most-sampled clinic's rounds). The server operator: none, the noise is central (added after the "
+        "server averaged the clipped updates). No noise: ε is infinite (— in the table, null in JSON)."
     )
     return 0
 
@@ -220,7 +220,7 @@ def run_clinics_cmd(args: argparse.Namespace) -> int:
         "see every model but not the Poisson sample (amplification by sampling credited). ε knows sample: "
         "against anyone who knows the sample and sees only the models (no amplification). ε server "
         "operator: none, the server adds the noise (central DP) after seeing every clipped update. "
-        "— : no noise, no guarantee."
+        "—: no clipping, no DP accounting."
     )
     if args.plot:
         print(f"plot: {args.plot}")

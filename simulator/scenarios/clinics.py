@@ -259,7 +259,9 @@ def run_example(delta: float = 1e-5, rounds: int = 100, per_round: int = 10) -> 
     Gaussian releases at sensitivity 2·clip. ``epsilon_known_sample_realized``: the same
     for this run's sample, whose most-sampled clinic took part in
     ``rounds_participated_max`` rounds (valid given the sample, which does not depend
-    on the data)."""
+    on the data). ``epsilon_server_operator`` is None: the noise is central (added after the
+    server averaged the clipped updates), so nothing holds against the operator;
+    ``epsilon_by_adversary`` labels the figures (:func:`estimator.fl.dp.epsilon_by_adversary`)."""
     rng = np.random.default_rng(9)
     data, x_test, y_test = _example_data(rng)
     w_true = np.array(EXAMPLE_W_TRUE)
@@ -303,8 +305,14 @@ def run_example(delta: float = 1e-5, rounds: int = 100, per_round: int = 10) -> 
             row["epsilon_amplified_rdp"] = acc.epsilon_amplified()
             row["epsilon_known_sample"] = acc.epsilon_known_sample()
             row["epsilon_known_sample_realized"] = realized.epsilon_known_sample()
+            # central noise, added after the (simulated) server averaged the clipped updates: none for the operator
+            row["epsilon_by_adversary"] = epsilon_by_adversary(
+                acc, secagg=False, observer=row["epsilon"], known_sample=row["epsilon_known_sample"]
+            )
         else:
             row["epsilon_amplified_rdp"] = row["epsilon_known_sample"] = row["epsilon_known_sample_realized"] = None
+            row["epsilon_by_adversary"] = None
+        row["epsilon_server_operator"] = None
         rows.append(row)
     return {
         "scenario": "clinics-example",

@@ -155,6 +155,9 @@ def test_example_contract_and_table(capsys) -> None:
         assert 50 < k < 100
         realized = exact_gaussian_epsilon(SelfComposedEvent(GaussianEvent(sigma), k), 1e-5, "replace")
         assert r["epsilon_known_sample_realized"] == pytest.approx(realized, rel=1e-9)
+        by = {a["adversary"]: a["epsilon"] for a in r["epsilon_by_adversary"]}
+        assert by == {"observer": r["epsilon"], "knows_sample": r["epsilon_known_sample"], "server_operator": None}
+        assert r["epsilon"] <= r["epsilon_known_sample"] and r["epsilon_server_operator"] is None
     assert rows[2]["epsilon"] > rows[3]["epsilon"] > 1.0
 
 
@@ -162,5 +165,6 @@ def test_example_text_and_fixed_options(capsys) -> None:
     assert main(["fl", "clinics", "--example"]) == 0
     text = capsys.readouterr().out
     assert "ε observers" in text and "ε knows sample" in text and "σ 2.0" in text
+    assert "server operator: none" in text
     with pytest.raises(SystemExit, match="--seed"):
         main(["fl", "clinics", "--example", "--seed", "3"])
