@@ -91,8 +91,9 @@ class TokenWallet:
         now = self.clock()
         today = _day(now)
         conn = self.store.connection()
-        with self.store.transaction(conn):
-            self._expire_in(conn, today)
+        if conn.execute("SELECT 1 FROM tokens WHERE day < ? LIMIT 1", (today,)).fetchone() is not None:
+            with self.store.transaction(conn):  # only at a day boundary: the usual call takes no write lock
+                self._expire_in(conn, today)
         free = self.available()
         if (free >= self.low_water and not force) or now < self.next_fetch:
             return free > 0

@@ -18,15 +18,18 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 from client_sdk import tokens
-from client_sdk.client import ClientConfig, TelemetryClient
+from client_sdk.client import ClientConfig, ClientConfigError, TelemetryClient
 from client_sdk.enrollment import EnrollmentAuthority
+from client_sdk.mechanisms.grr import GRRSpec
+from client_sdk.outbox import Outbox
 from client_sdk.policy import LocalPolicy
 from client_sdk.store import Store
 from client_sdk.token_wallet import TokenWallet
-from client_sdk.uploader import BackoffPolicy
+from client_sdk.uploader import BackoffPolicy, HttpRequest, HttpResponse, Uploader
 from collector.issuer import IssuerSettings, create_issuer_app
 from tests.support.collector_support import ServerThread
 from tests.support.sdk_collector import collector_factory  # noqa: F401  (fixture)
@@ -46,6 +49,7 @@ METRICS = {
         }
     },
 }
+SPEC = GRRSpec(epsilon=1.0, domain_size=4)
 POLICY = LocalPolicy(per_metric_daily=5.0, total_daily=5.0)
 
 
@@ -220,3 +224,66 @@ def test_a_version_2_store_is_upgraded_in_place(tmp_path: Path) -> None:
     assert store.counters() == {"uploaded_batches": 7}
     assert conn.execute("SELECT COUNT(*) FROM tokens").fetchone()[0] == 0
     store.close()
+
+
+# -- the uploader's token handling, against scripted answers --------------------------------------
+class Scripted:
+    def __init__(self, *statuses: tuple[int, bytes]) -> None:
+        self.script = list(statuses)
+        self.auth: list[str | None] = []
+
+    def __call__(self, req: HttpRequest) -> HttpResponse:
+        self.auth.append(dict(req.headers).get("Authorization"))
+        status, body = self.script.pop(0)
+        return HttpResponse(status, {}, body)
+
+
+def uploader_with_stock(tmp_path: Path, n_tokens: int, *statuses: tuple[int, bytes]) -> tuple[Any, ...]:
+    clock_t = [1_800_000_000.0]
+    store = Store(tmp_path / "sdk")
+    ident = EnrollmentAuthority.generate().enroll("device-u")
+    nobody = tokens.IssuerClient("http://127.0.0.1:9", ident, origin=ORIGIN, timeout=2.0)  # nobody listens
+    wallet = TokenWallet(store, nobody, stock=4, clock=lambda: clock_t[0], backoff=BackoffPolicy(1.0, 2.0))
+    day = time.strftime("%Y-%m-%d", time.gmtime(clock_t[0]))
+    with store.transaction() as conn:
+        conn.executemany(
+            "INSERT INTO tokens (token, day, batch_id, fetched) VALUES (?, ?, NULL, ?)",
+            [(bytes([i]) * 354, day, float(i)) for i in range(n_tokens)],
+        )
+    ob = Outbox(store)
+    recs = np.zeros(3, dtype=SPEC.record_dtype)
+    ob.put("m", SPEC, int(clock_t[0] // 86400), recs, now=clock_t[0])
+    transport = Scripted(*statuses)
+    up = Uploader(ob, "http://collector.invalid/", transport=transport, clock=lambda: clock_t[0], max_age=0.0,
+                  wallet=wallet)  # fmt: skip
+    return up, ob, wallet, transport, clock_t
+
+
+def test_a_retry_reuses_its_token_and_a_refused_token_is_replaced(tmp_path: Path) -> None:
+    refused = b'{"error": "token_bad_signature", "message": "x"}'
+    up, ob, wallet, transport, clock = uploader_with_stock(tmp_path, 3, (503, b""), (401, refused), (202, b""))
+    assert up.upload_one() == "retry"  # 503: the same batch, with the same token, later
+    clock[0] = up.blocked_until
+    assert up.upload_one() == "retry"  # 401 token_*: the token is dropped, the batch kept
+    assert ob.size() == 3 and wallet.take_tallies() == {"tokens_refused": 1}
+    clock[0] = up.blocked_until
+    assert up.upload_one() == "delivered"
+    a, b, c = transport.auth
+    assert a == b == tokens.authorization_header(bytes([0]) * 354)  # the retry after 503: the same token
+    assert c == tokens.authorization_header(bytes([1]) * 354)  # after the refusal: the next one
+    assert wallet.available() == 1 and ob.size() == 0  # the spent token is gone, one is left
+
+
+def test_without_a_token_nothing_is_sent(tmp_path: Path) -> None:
+    up, ob, wallet, transport, clock = uploader_with_stock(tmp_path, 0)
+    assert up.upload_one() == "no_token" and up.token_waits == 1
+    assert transport.auth == [] and ob.size() == 3  # no request at all; the batch waits
+    assert up.blocked_until == wallet.next_fetch > clock[0]  # until the wallet may ask the issuer again
+    assert wallet.take_tallies() == {"token_fetch_failed": 1}
+
+
+def test_tokens_need_all_three_settings() -> None:
+    with pytest.raises(ClientConfigError, match="together"):
+        ClientConfig(issuer_url="https://issuer.example.org")
+    with pytest.raises(ClientConfigError, match="plain http"):
+        ClientConfig(issuer_url="http://issuer.example.org", enrollment_path="x.json", token_origin="c")
