@@ -71,6 +71,7 @@ import numpy as np
 
 from client_sdk.canonical import canonical_json
 from client_sdk.domain import NumberRange
+from client_sdk.enrollment import DeviceIdentity
 from client_sdk.errors import BudgetError, LDPError
 from client_sdk.files import write_atomic
 from client_sdk.ledger import BudgetLedger, DayBudget, SpendOutcome, epsilon_of
@@ -89,6 +90,8 @@ from client_sdk.privacy_events import local_event
 from client_sdk.randomness import secure_generator, simulation_generator
 from client_sdk.sealing import AnalyzerPublicKey, seal_batch
 from client_sdk.store import Store
+from client_sdk.token_wallet import TokenWallet
+from client_sdk.tokens import IssuerClient
 from client_sdk.uploader import BackoffPolicy, HttpTransport, Uploader, urllib_transport
 from client_sdk.wire import ReportBatch
 
@@ -111,6 +114,9 @@ ERROR_TALLIES = (
     "outbox_unsendable",  # reports whose spec this SDK cannot rebuild
     "upload_rejected_batches",  # batches refused for good (4xx) and dropped
     "upload_rejected_reports",
+    "tokens_exhausted",  # an upload held back: no token of today (the batch waits; never sent without one)
+    "token_fetch_failed",  # a request to the issuer failed (down, refused, or the device's K is used up)
+    "tokens_refused",  # tokens the collector refused (401 token_*, 409 token_spent); the batch takes another
 )
 #: Names that :meth:`TelemetryClient.stats` always reports.
 STAT_TALLIES = (
@@ -120,6 +126,8 @@ STAT_TALLIES = (
     "over_budget",  # not reported: a daily ε cap would be exceeded
     "uploaded_batches",
     "uploaded_reports",
+    "tokens_fetched",  # anonymous upload tokens obtained from the issuer
+    "tokens_expired",  # tokens of an earlier UTC day dropped unused
 )
 _PERSISTED = {
     "outbox_dropped",
@@ -186,6 +194,13 @@ class ClientConfig:
         The in-memory queue's cap; ``record()`` drops (and counts) beyond it.
     metrics_refresh_interval:
         Seconds between two ``GET /v1/metrics`` (with ``fetch_metrics``).
+    issuer_url, enrollment_path, token_origin:
+        Pay each upload with an anonymous token (a collector run with ``--require-tokens``; docs/TOKENS.md):
+        the ``ldp issuer`` base URL, the device's enrollment bundle (``ldp issuer enroll``, a
+        :class:`~client_sdk.enrollment.DeviceIdentity` file) and the collector's ``--token-origin``. All
+        three or none.
+    token_stock:
+        How many tokens the SDK keeps in stock (fetched on the uploader thread when a quarter is left).
     """
 
     fetch_metrics: bool = False
@@ -201,6 +216,10 @@ class ClientConfig:
     max_outbox_reports: int = DEFAULT_MAX_REPORTS
     max_queue: int = 10_000
     metrics_refresh_interval: float = 86400.0
+    issuer_url: str | None = None
+    enrollment_path: str | os.PathLike[str] | None = None
+    token_origin: str | None = None
+    token_stock: int = 16
 
     def __post_init__(self) -> None:
         if self.mode not in ("device", "simulation"):
@@ -210,7 +229,12 @@ class ClientConfig:
                 "simulation_seed makes the randomization predictable; it is accepted only with mode='simulation' "
                 "(tests and simulations), never on a device"
             )
-        for name in ("max_queue", "batch_size", "max_outbox_reports"):
+        given = [x is not None for x in (self.issuer_url, self.enrollment_path, self.token_origin)]
+        if any(given) and not all(given):
+            raise ClientConfigError("tokens need issuer_url, enrollment_path and token_origin together")
+        if self.issuer_url is not None:
+            _check_url(self.issuer_url, "issuer_url")
+        for name in ("max_queue", "batch_size", "max_outbox_reports", "token_stock"):
             val = getattr(self, name)
             if isinstance(val, bool) or not isinstance(val, int) or val < 1:
                 raise ClientConfigError(f"{name} must be a positive integer, got {val!r}")
@@ -230,15 +254,15 @@ class _Marker:
         self.done = threading.Event()
 
 
-def _check_url(url: Any) -> str:
+def _check_url(url: Any, what: str = "collector_url") -> str:
     if not isinstance(url, str):
-        raise ClientConfigError(f"collector_url must be a string such as 'https://collector.example.org', got {url!r}")
+        raise ClientConfigError(f"{what} must be a string such as 'https://collector.example.org', got {url!r}")
     parts = urllib.parse.urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.netloc or parts.query or parts.fragment:
-        raise ClientConfigError(f"collector_url {url!r} must be an http(s) URL with a host and no query")
+        raise ClientConfigError(f"{what} {url!r} must be an http(s) URL with a host and no query")
     if parts.scheme == "http" and not _is_loopback(parts.hostname or ""):
         raise ClientConfigError(
-            f"collector_url {url!r} is plain http: reports and batch ids would cross the network unencrypted; "
+            f"{what} {url!r} is plain http: reports and batch ids would cross the network unencrypted; "
             "use https:// (plain http is accepted only on loopback, e.g. http://127.0.0.1:8080 in development)"
         )
     return url.rstrip("/")
@@ -372,6 +396,21 @@ class TelemetryClient:
         self._flush_requests: list[threading.Event] = []
         self._flush_lock = threading.Lock()
 
+        self._wallet: TokenWallet | None = None
+        if config.issuer_url is not None and config.upload:
+            try:
+                identity = DeviceIdentity.load(config.enrollment_path)  # type: ignore[arg-type]
+            except (OSError, ValueError, LDPError) as exc:
+                raise ClientConfigError(f"cannot read the enrollment bundle {config.enrollment_path!r}: {exc}") from exc
+            self._wallet = TokenWallet(
+                self._store,
+                IssuerClient(
+                    config.issuer_url, identity, origin=str(config.token_origin), timeout=config.upload_timeout
+                ),
+                stock=config.token_stock,
+                clock=self._clock,
+                backoff=config.backoff if config.backoff is not None else BackoffPolicy(),
+            )
         self._uploader: Uploader | None = None
         if config.upload or config.fetch_metrics:
             self._uploader = Uploader(
@@ -383,6 +422,7 @@ class TelemetryClient:
                 timeout=config.upload_timeout,
                 backoff=config.backoff if config.backoff is not None else BackoffPolicy(),
                 clock=self._clock,
+                wallet=self._wallet,
             )
         self._upload_enabled = bool(config.upload)
         self._recorder = threading.Thread(target=self._recorder_loop, name="ldp-recorder", daemon=True)
@@ -597,12 +637,19 @@ class TelemetryClient:
                 if self._fetch and self._clock() >= self._next_refresh:
                     self._refresh_metrics()
                 if self._upload_enabled:
-                    before = up.failures_total
+                    if self._wallet is not None:
+                        self._wallet.refill()  # in the background: only when the stock is low and no backoff holds
+                    before, waits = up.failures_total, up.token_waits
                     up.upload_all(force=bool(requests), deadline=time.monotonic() + 30.0)
                     if up.failures_total > before:
                         self._count("upload_failures", up.failures_total - before)
+                    if up.token_waits > waits:
+                        self._count("tokens_exhausted", up.token_waits - waits)
             except Exception:  # noqa: BLE001
                 self._count("internal_error")
+            if self._wallet is not None:
+                for name, n in self._wallet.take_tallies().items():
+                    self._count(name, n)
             for r in requests:
                 r.set()
             if self._flush_requests:

@@ -22,7 +22,9 @@ and domain, RFC 8785 JSON) each memoized metric was first reported under
 (:mod:`client_sdk.memo`, "Pins"). A version-1 file is upgraded in place
 when it is opened (one transaction: the new table, then the version; every
 existing row stays); a file of a newer version than this SDK's is refused,
-so an older SDK never runs on a store whose pins it would ignore.
+so an older SDK never runs on a store whose pins it would ignore. 3 adds ``tokens``: the anonymous upload
+tokens the device holds (:mod:`client_sdk.token_wallet`), each with its UTC day and the batch it is bound
+to; versions 1 and 2 are upgraded in place the same way.
 """
 
 from __future__ import annotations
@@ -37,9 +39,9 @@ from collections.abc import Iterator, Mapping
 __all__ = ["Store", "DB_FILENAME", "SCHEMA_VERSION", "UPGRADABLE_VERSIONS", "immediate_transaction"]
 
 DB_FILENAME = "ldp-sdk.sqlite3"
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 #: Versions this SDK upgrades in place (see the module docstring).
-UPGRADABLE_VERSIONS = (0, 1)
+UPGRADABLE_VERSIONS = (0, 1, 2)
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS clock (
@@ -85,6 +87,13 @@ CREATE TABLE IF NOT EXISTS pins (
     definition TEXT NOT NULL,
     pinned REAL NOT NULL
 ) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS tokens (
+    token BLOB PRIMARY KEY,
+    day TEXT NOT NULL,
+    batch_id BLOB UNIQUE,
+    fetched REAL NOT NULL
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS tokens_free ON tokens (day, batch_id);
 """
 
 

@@ -226,8 +226,10 @@ class IssuerClient:
         origin: str,
         timeout: float = 10.0,
         random_bytes: Callable[[int], bytes] = os.urandom,
+        clock: Callable[[], float] | None = None,
     ) -> None:
         self.base_url = base_url.rstrip("/")
+        self.clock = clock  # the time the requests are signed at (default: now); for tests
         self.identity, self.origin, self.timeout, self.random_bytes = identity, origin, timeout, random_bytes
         self.retry_after = 0.0
 
@@ -269,7 +271,10 @@ class IssuerClient:
             {"day": want, "requests": [base64.urlsafe_b64encode(p.request).rstrip(b"=").decode() for p in pending]}
         ).encode()
         path = "/v1/token-requests"
-        headers = {"Content-Type": "application/json", **self.identity.sign_request("POST", path, body)}
+        headers = {
+            "Content-Type": "application/json",
+            **self.identity.sign_request("POST", path, body, now=self.clock() if self.clock else None),
+        }
         got = self._call("POST", path, body, headers)
         sigs = [base64.urlsafe_b64decode(s + "=" * (-len(s) % 4)) for s in got["blind_sigs"]]
         return [finish(pk, p, s) for p, s in zip(pending, sigs, strict=False)]

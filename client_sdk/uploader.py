@@ -31,6 +31,13 @@ up to 10 % jitter, capped at ``max_delay``. Jitter is drawn from the OS
 CSPRNG (``secrets.SystemRandom``). The wait is stored with the batch, so a
 restarted app does not hammer a collector that asked it to wait.
 
+**Tokens** (with a :class:`~client_sdk.token_wallet.TokenWallet`, for a collector run with
+``--require-tokens``; docs/TOKENS.md). Each batch is sent with ``Authorization: PrivateToken token=...``,
+the same token on every retry of the batch. Without a token of today the batch is not sent: it goes back to
+the outbox and the uploader waits until the wallet may fetch again (counted ``tokens_exhausted``, not an
+upload failure). A 401 whose error is ``token_*`` or a 409 ``token_spent`` drops the token, not the batch:
+the batch is retried with another token.
+
 **HTTP transport.** :data:`HttpTransport` is one function, ``HttpRequest ->
 HttpResponse``, raising :class:`OSError` on network failures. The default
 uses ``urllib``; tests and other runtimes plug in their own. The FL device
@@ -51,10 +58,13 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Mapping
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from client_sdk.outbox import Outbox, PendingBatch
 from client_sdk.wire import FRAME_CONTENT_TYPE
+
+if TYPE_CHECKING:
+    from client_sdk.token_wallet import TokenWallet
 
 __all__ = [
     "HttpRequest",
@@ -168,7 +178,20 @@ class BackoffPolicy:
         return rng.uniform(0.0, ceiling)
 
 
-UploadResult = Literal["idle", "delivered", "rejected", "retry"]
+UploadResult = Literal["idle", "delivered", "rejected", "retry", "no_token"]
+
+
+def _token_refusal(resp: HttpResponse) -> bool:
+    """Whether a 401/409 answer refuses the token (``token_*`` error), not the batch."""
+    if resp.status not in (401, 409):
+        return False
+    try:
+        import json
+
+        err = json.loads(resp.body or b"{}").get("error", "")
+    except (ValueError, AttributeError):
+        return resp.status == 401
+    return isinstance(err, str) and err.startswith("token_")
 
 
 class Uploader:
@@ -186,6 +209,7 @@ class Uploader:
         backoff: BackoffPolicy = BackoffPolicy(),
         clock: Callable[[], float] = time.time,
         jitter_rng: random.Random | None = None,
+        wallet: TokenWallet | None = None,
     ) -> None:
         if not 1 <= batch_size <= 1 << 20:
             raise ValueError(f"batch_size must be between 1 and {1 << 20}, got {batch_size}")
@@ -205,32 +229,54 @@ class Uploader:
         self.last_status: int | None = None
         self.last_error: str | None = None
         self.failures_total = 0
+        self.wallet = wallet
+        #: Times a batch was held back for want of a token (``tokens_exhausted``).
+        self.token_waits = 0
 
-    def _send(self, batch: PendingBatch) -> HttpResponse:
+    def _send(self, batch: PendingBatch, authorization: str | None = None) -> HttpResponse:
         headers = {
             "Content-Type": FRAME_CONTENT_TYPE,
             "Idempotency-Key": batch.batch_id.hex(),
             "User-Agent": USER_AGENT,
         }
+        if authorization is not None:
+            headers["Authorization"] = authorization
         return self.transport(HttpRequest("POST", self.reports_url, batch.frame, headers, self.timeout))
 
     def _deliver(self, batch: PendingBatch) -> UploadResult:
         """Send one claimed batch and record the outcome in the outbox."""
         retry_after: float | None = None
+        authorization: str | None = None
+        if self.wallet is not None:
+            authorization = self.wallet.token_for(batch.batch_id)
+            if authorization is None and self.wallet.refill(force=True):
+                authorization = self.wallet.token_for(batch.batch_id)
+            if authorization is None:  # no token: the batch waits, it is never sent without one
+                self.token_waits += 1
+                self.outbox.release([batch.batch_id])
+                self.blocked_until = max(self.wallet.next_fetch, self.clock() + 0.05)
+                return "no_token"
         try:
-            resp = self._send(batch)
+            resp = self._send(batch, authorization)
         except (OSError, ValueError) as exc:  # URLError, timeouts, refused connections, bad URL
             self.last_status, self.last_error = None, f"{type(exc).__name__}: {exc}"
         else:
-            self.last_status, self.last_error = resp.status, None
             status = resp.status
-            if 200 <= status < 300 or status == 409:
+            self.last_status = status
+            self.last_error = None if status < 300 else resp.body[:200].decode("utf-8", "replace")
+            if self.wallet is not None and _token_refusal(resp):
+                self.wallet.discard(batch.batch_id)  # the batch is retried below with another token
+            elif 200 <= status < 300 or status == 409:
                 self._failures = 0
                 self.outbox.ack(batch.batch_id)
+                if self.wallet is not None:
+                    self.wallet.settle(batch.batch_id)
                 return "delivered"
-            if 400 <= status < 500 and status not in (408, 429):
+            elif 400 <= status < 500 and status not in (408, 429):
                 self._failures = 0
                 self.outbox.reject(batch.batch_id)
+                if self.wallet is not None:
+                    self.wallet.settle(batch.batch_id)
                 return "rejected"
             if status in (429, 503):
                 retry_after = parse_retry_after(resp.header("Retry-After"), self.clock())
@@ -264,10 +310,11 @@ class Uploader:
                 return "idle"
             for i, batch in enumerate(batches):
                 result = self._deliver(batch)
-                if result == "retry" or (deadline is not None and time.monotonic() >= deadline):
+                stop = result in ("retry", "no_token")
+                if stop or (deadline is not None and time.monotonic() >= deadline):
                     if batches[i + 1 :]:
                         self.outbox.release([b.batch_id for b in batches[i + 1 :]])
-                    if result == "retry":
+                    if stop:
                         return result
                     break
         return result

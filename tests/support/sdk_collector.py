@@ -125,7 +125,10 @@ class RealCollectorProcess:
             "0",
         ]
         for key, val in options.items():
-            args += ["--" + key.replace("_", "-"), str(val)]
+            if val is True:  # a switch (require_tokens=True becomes --require-tokens)
+                args.append("--" + key.replace("_", "-"))
+            else:
+                args += ["--" + key.replace("_", "-"), str(val)]
         env = dict(os.environ, PYTHONPATH=str(ROOT))
         for name in list(env):
             if name.startswith("LDP_COLLECTOR_") or name in ("LDP_TRANSPORT", "LDP_METRICS"):
