@@ -54,9 +54,19 @@ POLICY = LocalPolicy(per_metric_daily=5.0, total_daily=5.0)
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A free port below the kernel's ephemeral range, so that no outgoing connection (Kafka clients open
+    many) can take it while the issuer is stopped and restarted on it. Scanned from a start that depends on
+    the process id, so parallel test workers do not contend for one port."""
+    low, _ = (int(x) for x in Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
+    start = 20_000 + (os.getpid() * 37) % 8_000
+    for port in range(start, min(low, start + 4_000)):
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError(f"no free port in [{start}, {min(low, start + 4_000)}) below the ephemeral range")
 
 
 class IssuerProcess:
