@@ -65,13 +65,12 @@ import time
 import urllib.parse
 import weakref
 from collections.abc import Callable, Mapping
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
 from client_sdk.canonical import canonical_json
 from client_sdk.domain import NumberRange
-from client_sdk.enrollment import DeviceIdentity
 from client_sdk.errors import BudgetError, LDPError
 from client_sdk.files import write_atomic
 from client_sdk.ledger import BudgetLedger, DayBudget, SpendOutcome, epsilon_of
@@ -90,9 +89,10 @@ from client_sdk.privacy_events import local_event
 from client_sdk.randomness import secure_generator, simulation_generator
 from client_sdk.sealing import AnalyzerPublicKey, seal_batch
 from client_sdk.store import Store
-from client_sdk.token_wallet import TokenWallet
-from client_sdk.tokens import IssuerClient
 from client_sdk.uploader import BackoffPolicy, HttpTransport, Uploader, urllib_transport
+
+if TYPE_CHECKING:  # tokens need `cryptography`, loaded only when a client is given an issuer
+    from client_sdk.token_wallet import TokenWallet
 from client_sdk.wire import ReportBatch
 
 __all__ = ["TelemetryClient", "ClientConfig", "ClientConfigError", "ERROR_TALLIES", "STAT_TALLIES"]
@@ -398,6 +398,10 @@ class TelemetryClient:
 
         self._wallet: TokenWallet | None = None
         if config.issuer_url is not None and config.upload:
+            from client_sdk.enrollment import DeviceIdentity
+            from client_sdk.token_wallet import TokenWallet
+            from client_sdk.tokens import IssuerClient
+
             try:
                 identity = DeviceIdentity.load(config.enrollment_path)  # type: ignore[arg-type]
             except (OSError, ValueError, LDPError) as exc:
