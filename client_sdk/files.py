@@ -19,11 +19,12 @@ from __future__ import annotations
 import contextlib
 import os
 import secrets
+import stat
 from collections.abc import Callable
 from pathlib import Path
 from typing import BinaryIO
 
-__all__ = ["write_atomic", "fsync_dir", "makedirs_durable", "temp_name"]
+__all__ = ["write_atomic", "fsync_dir", "makedirs_durable", "temp_name", "read_private", "load_or_create_private"]
 
 #: What :func:`write_atomic` writes: the bytes themselves, or a function that writes them to the open file.
 Content = bytes | bytearray | memoryview | Callable[[BinaryIO], object]
@@ -92,3 +93,29 @@ def write_atomic(path: str | os.PathLike[str], content: Content, *, mode: int = 
         with contextlib.suppress(OSError):
             tmp.unlink()
     fsync_dir(target.parent)
+
+
+def read_private(path: str | os.PathLike[str]) -> bytes:
+    """The bytes of a secret's file; :class:`PermissionError` if other users may read it (POSIX), what the file
+    system raises (:class:`OSError`) if it cannot be read. The one check of every key file the project keeps."""
+    p = Path(path)
+    mode = stat.S_IMODE(p.stat().st_mode)
+    if os.name == "posix" and mode & 0o077:
+        raise PermissionError(f"{p} is readable by other users (mode {mode:o}); run chmod 600 on it")
+    return p.read_bytes()
+
+
+def load_or_create_private(path: str | os.PathLike[str], size: int) -> bytes:
+    """A ``size``-byte secret in ``path``, created from the OS CSPRNG on first use (0600, with
+    :func:`write_atomic`'s ``replace=False``: of several processes starting together exactly one creates it,
+    the others read it). :class:`PermissionError` if others may read it, :class:`ValueError` if it holds
+    another size (a damaged file)."""
+    p = Path(path)
+    if not p.exists():
+        makedirs_durable(p.parent)
+        with contextlib.suppress(FileExistsError):
+            write_atomic(p, secrets.token_bytes(size), mode=0o600, replace=False)
+    data = read_private(p)
+    if len(data) != size:
+        raise ValueError(f"{p} holds {len(data)} bytes, expected {size}; it is damaged")
+    return data

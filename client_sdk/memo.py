@@ -38,18 +38,15 @@ definition change needs a fresh one.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import os
-import secrets
 import sqlite3
-import stat
 from collections.abc import Iterable
 
 import numpy as np
 
 from client_sdk.canonical import canonical_json
-from client_sdk.files import write_atomic
+from client_sdk.files import load_or_create_private
 from client_sdk.mechanisms.base import ReportSpec
 from client_sdk.metrics import MetricDefinition
 
@@ -76,20 +73,7 @@ def load_or_create_secret(directory: str) -> bytes:
     name already exists (:func:`~client_sdk.files.write_atomic` with
     ``replace=False``); the loser reads the winner's file.
     """
-    path = os.path.join(directory, SECRET_FILENAME)
-    if not os.path.exists(path):
-        with contextlib.suppress(FileExistsError):
-            write_atomic(path, secrets.token_bytes(SECRET_BYTES), mode=0o600, replace=False)
-    st = os.stat(path)
-    if os.name == "posix" and stat.S_IMODE(st.st_mode) & 0o077:
-        raise PermissionError(
-            f"{path} is readable by other users (mode {stat.S_IMODE(st.st_mode):o}); run chmod 600 on it"
-        )
-    with open(path, "rb") as f:
-        secret = f.read()
-    if len(secret) != SECRET_BYTES:
-        raise ValueError(f"{path} holds {len(secret)} bytes, expected {SECRET_BYTES}; it is damaged")
-    return secret
+    return load_or_create_private(os.path.join(directory, SECRET_FILENAME), SECRET_BYTES)
 
 
 class MemoStore:

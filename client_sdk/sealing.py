@@ -48,6 +48,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import numpy as np
 
 from client_sdk.errors import FrameError, SpecError
+from client_sdk.files import read_private
 from client_sdk.mechanisms.base import MechanismSpec, ReportSpec
 
 if TYPE_CHECKING:
@@ -306,15 +307,11 @@ def load_key_file(path: str | os.PathLike[str]) -> AnalyzerKey:
     """Read one private key file; a clear :class:`SealingError` if it is missing, readable by others, or malformed."""
     p = Path(path)
     try:
-        st = p.stat()
-        data = p.read_bytes()
+        data = read_private(p)
+    except PermissionError as exc:
+        raise SealingError(f"analyzer key file: {exc} (a private key must be readable by its owner only)") from None
     except OSError as exc:
         raise SealingError(f"cannot read analyzer key file {str(p)!r}: {exc.strerror or exc}") from None
-    if st.st_mode & 0o077:
-        raise SealingError(
-            f"analyzer key file {str(p)!r} has mode {st.st_mode & 0o777:04o}: a private key must be readable by "
-            f"its owner only (chmod 600 {str(p)!r})"
-        )
     try:
         doc = json.loads(data)
         if doc.get("format") != KEY_FILE_FORMAT:

@@ -101,7 +101,6 @@ batch of ``n`` reports of a metric whose devices send up to ``r`` a day, at
 from __future__ import annotations
 
 import collections
-import contextlib
 import dataclasses
 import hashlib
 import hmac
@@ -111,7 +110,6 @@ import logging
 import math
 import os
 import secrets
-import stat
 import threading
 import time
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
@@ -120,7 +118,7 @@ from typing import Any
 import numpy as np
 
 from client_sdk.errors import FrameError
-from client_sdk.files import makedirs_durable, write_atomic
+from client_sdk.files import load_or_create_private
 from client_sdk.framing import HEAD_SIZE, FramingError, pack_headed, unpack_headed
 from client_sdk.mechanisms import spec_from_dict
 from client_sdk.mechanisms.base import ReportSpec
@@ -305,21 +303,10 @@ def plan_release(n: int, min_batch: int, cap: int) -> list[int]:
 def load_or_create_key(path: str) -> bytes:
     """The shuffler's 32-byte secret in ``path``, created on first use (0600, atomically; of several processes
     starting together exactly one creates it, the others read it). Refused if other users may read it."""
-    target = os.path.expanduser(path)
-    if not os.path.exists(target):
-        makedirs_durable(os.path.dirname(os.path.abspath(target)))
-        with contextlib.suppress(FileExistsError):
-            write_atomic(target, os.urandom(KEY_BYTES), mode=0o600, replace=False)
-    st = os.stat(target)
-    if os.name == "posix" and stat.S_IMODE(st.st_mode) & 0o077:
-        raise ConfigError(
-            f"the shuffler key {target} is readable by other users (mode {stat.S_IMODE(st.st_mode):o}); chmod 600 it"
-        )
-    with open(target, "rb") as f:
-        key = f.read()
-    if len(key) != KEY_BYTES:
-        raise ConfigError(f"the shuffler key {target} holds {len(key)} bytes, not {KEY_BYTES}: it is damaged")
-    return key
+    try:
+        return load_or_create_private(os.path.expanduser(path), KEY_BYTES)
+    except (PermissionError, ValueError) as exc:
+        raise ConfigError(f"the shuffler key: {exc}") from None
 
 
 class _Keys:
