@@ -50,6 +50,8 @@ __all__ = [
     "stop_event",
     "bind_socket",
     "consume_forever",
+    "add_shuffled_consumer",
+    "ShuffledInput",
 ]
 
 LOG_LEVELS = ["critical", "error", "warning", "info", "debug"]
@@ -292,3 +294,43 @@ def analyzer_opener(given: str | None, files: Sequence[str], *, processes: int =
         if ms.analyzer_key is not None and any(m.sealed for m in ms.values()):
             ring.require([ms.analyzer_key.key_id], where=f"metrics file {f!r}")
     return BatchOpener(ring, processes=processes)
+
+
+# -- the shuffled topic's consumers (``ldp sink``, ``ldp estimator``) ---------------------------
+def add_shuffled_consumer(p: argparse.ArgumentParser, group: str, member_help: str) -> None:
+    """The options every consumer of the shuffled topic takes: the topic, its consumer group and member,
+    the partitions if it creates the topic, the session timeout and the analyzer's keys."""
+    from pipeline.topics import DEFAULT_PARTITIONS, SHUFFLED_TOPIC
+
+    p.add_argument("--topic", default=SHUFFLED_TOPIC, help=f"shuffled topic (default {SHUFFLED_TOPIC})")
+    add_group(p, group)
+    add_member(p, None, member_help)
+    p.add_argument("--partitions", type=int, default=DEFAULT_PARTITIONS, help="partitions if the topic is created")
+    add_session_timeout(p)
+    add_analyzer_keys(p)
+
+
+class ShuffledInput:
+    """What a shuffled-topic consumer opens at start-up, in this order (each failure is a clear error before
+    any record is read): logging, the metrics files and their catalog, the analyzer's opener, the transport."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        from pipeline.catalog import SpecCatalog
+        from pipeline.transport import open_transport
+
+        setup_logging(args.log_level)
+        self.files = metrics_files(args.metrics)
+        self.catalog = SpecCatalog.from_files(self.files)
+        self.opener = analyzer_opener(args.analyzer_keys, self.files, processes=args.open_processes)
+        self.transport = open_transport(args.transport)
+
+    def consumer_options(self, args: argparse.Namespace) -> dict[str, Any]:
+        """The keyword arguments the consumer classes share (topic, group, member, partitions, timeout, opener)."""
+        return {
+            "topic": args.topic,
+            "group": args.group,
+            "member": args.member,
+            "session_timeout": args.session_timeout,
+            "partitions": args.partitions,
+            "opener": self.opener,
+        }

@@ -24,23 +24,17 @@ import threading
 import time
 
 from ldp_cli.options import (
-    add_analyzer_keys,
-    add_group,
+    ShuffledInput,
     add_idle_exit,
     add_log_level,
-    add_member,
     add_metrics,
-    add_session_timeout,
+    add_shuffled_consumer,
     add_status_file,
     add_transport,
-    analyzer_opener,
     bind_socket,
     consume_forever,
-    metrics_files,
-    setup_logging,
     stop_event,
 )
-from pipeline.topics import DEFAULT_PARTITIONS, SHUFFLED_TOPIC
 
 __all__ = ["register", "DEFAULT_PORT", "DEFAULT_GROUP"]
 
@@ -59,43 +53,24 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_metrics(p, "metrics file(s) declaring the specs (repeatable; default $LDP_METRICS; required)", repeatable=True)
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT}; 0 picks a free one)")
-    p.add_argument("--topic", default=SHUFFLED_TOPIC, help=f"shuffled topic (default {SHUFFLED_TOPIC})")
-    add_group(p, DEFAULT_GROUP)
-    add_member(p, None, "member name (default: kept in the state folder)")
-    p.add_argument("--partitions", type=int, default=DEFAULT_PARTITIONS, help="partitions if the topic is created")
+    add_shuffled_consumer(p, DEFAULT_GROUP, "member name (default: kept in the state folder)")
     p.add_argument("--checkpoint-seconds", type=float, default=1.0, help="seconds between snapshots (default 1)")
-    add_session_timeout(p)
     p.add_argument("--peer", action="append", default=[], help="base URL of another instance (repeatable)")
     p.add_argument("--no-http", action="store_true", help="consume only; serve nothing")
     add_idle_exit(p)
     add_status_file(p)
-    add_analyzer_keys(p)
     add_log_level(p)
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     from estimator.streaming import StreamingEstimator, create_app
-    from pipeline.catalog import SpecCatalog
     from pipeline.status import StatusFile
-    from pipeline.transport import open_transport
 
-    setup_logging(args.log_level)
-    files = metrics_files(args.metrics)
-    catalog = SpecCatalog.from_files(files)
-    opener = analyzer_opener(args.analyzer_keys, files, processes=args.open_processes)
-    transport = open_transport(args.transport)
+    inp = ShuffledInput(args)
+    transport, catalog = inp.transport, inp.catalog
     engine = StreamingEstimator(
-        transport,
-        args.state,
-        catalog,
-        topic=args.topic,
-        group=args.group,
-        member=args.member,
-        checkpoint_seconds=args.checkpoint_seconds,
-        session_timeout=args.session_timeout,
-        partitions=args.partitions,
-        opener=opener,
+        transport, args.state, catalog, checkpoint_seconds=args.checkpoint_seconds, **inp.consumer_options(args)
     )
     stop = threading.Event()  # set by the signals below, a consumer failure, or the end of the HTTP server
     failure: list[BaseException] = []

@@ -17,22 +17,16 @@ import json
 import sys
 
 from ldp_cli.options import (
-    add_analyzer_keys,
-    add_group,
+    ShuffledInput,
     add_idle_exit,
     add_log_level,
-    add_member,
     add_metrics,
-    add_session_timeout,
+    add_shuffled_consumer,
     add_status_file,
     add_transport,
-    analyzer_opener,
     consume_forever,
-    metrics_files,
-    setup_logging,
     stop_event,
 )
-from pipeline.topics import DEFAULT_PARTITIONS, SHUFFLED_TOPIC
 
 __all__ = ["register", "DEFAULT_GROUP"]
 
@@ -49,44 +43,29 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_transport(p)
     p.add_argument("--dataset", required=True, help="root folder of the Parquet dataset")
     add_metrics(p, "metrics file(s) declaring the specs (repeatable; default $LDP_METRICS; required)", repeatable=True)
-    p.add_argument("--topic", default=SHUFFLED_TOPIC, help=f"shuffled topic (default {SHUFFLED_TOPIC})")
-    add_group(p, DEFAULT_GROUP)
-    add_member(p, None, "member name (default: random)")
-    p.add_argument("--partitions", type=int, default=DEFAULT_PARTITIONS, help="partitions if the topic is created")
+    add_shuffled_consumer(p, DEFAULT_GROUP, "member name (default: random)")
     p.add_argument("--flush-reports", type=int, default=1_000_000, help="flush once this many reports are buffered")
     p.add_argument("--flush-seconds", type=float, default=5.0, help="flush once the oldest buffered batch is this old")
-    add_session_timeout(p)
     add_idle_exit(p)
     add_status_file(p)
-    add_analyzer_keys(p)
     add_log_level(p)
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     from collector.sinks.parquet import ParquetSink
-    from pipeline.catalog import SpecCatalog
     from pipeline.processor import FATAL_ERRORS
     from pipeline.status import StatusFile
-    from pipeline.transport import open_transport
 
-    setup_logging(args.log_level)
-    files = metrics_files(args.metrics)
-    catalog = SpecCatalog.from_files(files)
-    opener = analyzer_opener(args.analyzer_keys, files, processes=args.open_processes)
-    transport = open_transport(args.transport)
+    inp = ShuffledInput(args)
+    transport = inp.transport
     sink = ParquetSink(
         transport,
         args.dataset,
-        catalog,
-        topic=args.topic,
-        group=args.group,
-        member=args.member,
+        inp.catalog,
         flush_reports=args.flush_reports,
         flush_seconds=args.flush_seconds,
-        session_timeout=args.session_timeout,
-        partitions=args.partitions,
-        opener=opener,
+        **inp.consumer_options(args),
     )
     stop = stop_event()
     print(
