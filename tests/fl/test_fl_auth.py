@@ -15,15 +15,12 @@ import numpy as np
 
 from client_sdk.fl.protocol import encode_upload, make_upload
 from client_sdk.fl.secagg import KeyAdvert, SecAggClient, SecAggConfig
-from pipeline.transport import open_transport
 from tests.support.fl_pipeline_support import (
-    JobThread,
-    Topics,
-    collector,
     devices_for,
     drive,
     enroll,
     make_data,
+    running_task,
     served_status,
     task_spec,
 )
@@ -99,18 +96,12 @@ def test_an_outsider_cannot_take_over_a_selected_clients_secagg_slot(tmp_path: P
         phase_timeout=3.0,
     )
     data = make_data(5)
-    topics = Topics.fresh()
-    url = f"sqlite:///{tmp_path}/transport.sqlite3"
-    with (
-        open_transport(url) as tr,
-        collector(tmp_path, url, topics) as srv,
-        JobThread(tr, spec, topics, checkpoint_interval=0.2) as jt,
-    ):
+    with running_task(tmp_path, spec, checkpoint_interval=0.2) as (tr, srv, jt):
         out = Outsider(srv.url, spec.task, "dev-0")
         served_status(srv.url, spec.task, lambda st: st.get("phase") == "advertise")
         out.step()  # first in line
         forged = make_upload(spec.task, 0, "advert", "dev-0", {"share_key": bytes(32), "mask_key": bytes(range(32))})
-        tr.publish(topics.updates, spec.task.encode(), encode_upload(forged))
+        tr.publish(jt.topics.updates, spec.task.encode(), encode_upload(forged))
         devices = devices_for(srv.url, spec, data)
 
         def finished() -> bool:

@@ -23,6 +23,7 @@ from tests.support.fl_pipeline_support import (
     drive,
     enroll,
     make_data,
+    running_task,
     served_status,
     task_spec,
 )
@@ -57,13 +58,7 @@ def test_the_unnoised_secagg_sum_cannot_be_tested_against_what_is_public(tmp_pat
         phase_timeout=2.0,
     )
     data = make_data(5)
-    topics = Topics.fresh()
-    url = _url(tmp_path)
-    with (
-        open_transport(url) as tr,
-        collector(tmp_path, url, topics) as srv,
-        JobThread(tr, spec, topics, checkpoint_interval=0.2) as jt,
-    ):
+    with running_task(tmp_path, spec, checkpoint_interval=0.2) as (tr, srv, jt):
         devices = devices_for(srv.url, spec, data)
         drive(devices, jt.finished, timeout=60)
         served_status(srv.url, spec.task, lambda st: st.get("phase") == "done")

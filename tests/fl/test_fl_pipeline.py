@@ -42,7 +42,6 @@ from client_sdk.fl.protocol import (
 from estimator.fl.dp import ADVERSARIES
 from pipeline.transport import open_transport
 from tests.support.fl_pipeline_support import (
-    JobThread,
     Topics,
     collector,
     devices_for,
@@ -51,6 +50,7 @@ from tests.support.fl_pipeline_support import (
     final_params,
     make_data,
     reference_run,
+    running_task,
     served_status,
     task_spec,
 )
@@ -165,13 +165,7 @@ def test_dp_fedavg_over_the_pipeline_equals_the_in_process_run(tmp_path: Path) -
     spec = task_spec("fedavg-e", 8)
     data = make_data(8)
     ref, history = reference_run(spec, data)
-    topics = Topics.fresh()
-    url = _url(tmp_path)
-    with (
-        open_transport(url) as tr,
-        collector(tmp_path, url, topics) as srv,
-        JobThread(tr, spec, topics, checkpoint_interval=0.2) as jt,
-    ):
+    with running_task(tmp_path, spec, checkpoint_interval=0.2) as (tr, srv, jt):
         devices = devices_for(srv.url, spec, data)
         drive(devices, jt.finished, timeout=60)
         status = jt.result
@@ -214,13 +208,7 @@ def test_secagg_rounds_with_dropouts_unmask_the_ring_sum(tmp_path: Path) -> None
         phase_timeout=2.0,
     )
     data = make_data(7)
-    topics = Topics.fresh()
-    url = _url(tmp_path)
-    with (
-        open_transport(url) as tr,
-        collector(tmp_path, url, topics) as srv,
-        JobThread(tr, spec, topics, checkpoint_interval=0.2) as jt,
-    ):
+    with running_task(tmp_path, spec, checkpoint_interval=0.2) as (tr, srv, jt):
         devices = devices_for(srv.url, spec, data, drop_at={"dev-2": "share", "dev-4": "masked"})
         first = _wait_round(srv.url, spec.task)
         x = np.frombuffer(base64.b64decode(first["params"]), "<f4").astype(np.float32)
@@ -265,13 +253,7 @@ def test_secagg_round_with_too_many_dropouts_fails_without_release(tmp_path: Pat
         phase_timeout=1.5,
     )
     data = make_data(5)
-    topics = Topics.fresh()
-    url = _url(tmp_path)
-    with (
-        open_transport(url) as tr,
-        collector(tmp_path, url, topics) as srv,
-        JobThread(tr, spec, topics, checkpoint_interval=0.2) as jt,
-    ):
+    with running_task(tmp_path, spec, checkpoint_interval=0.2) as (tr, srv, jt):
         devices = devices_for(srv.url, spec, data, drop_at={"dev-0": "masked", "dev-1": "masked"})
         drive(devices, jt.finished, timeout=60)
         status = jt.result
@@ -310,13 +292,7 @@ class _Recording(FLDevice):
 def test_bad_uploads_are_rejected_with_their_status_and_counted(tmp_path: Path) -> None:
     spec = task_spec("bad-e", 6, rounds=3, sampling={"kind": "fixed", "count": 3}, noise_multiplier=0.5)
     data = make_data(6)
-    topics = Topics.fresh()
-    url = _url(tmp_path)
-    with (
-        open_transport(url) as tr,
-        collector(tmp_path, url, topics) as srv,
-        JobThread(tr, spec, topics, checkpoint_interval=0.1) as jt,
-    ):
+    with running_task(tmp_path, spec, checkpoint_interval=0.1) as (tr, srv, jt):
         view = _wait_round(srv.url, spec.task)
         signed_views = {c: FLDevice(srv.url, spec.task, c, *data[0], identity=enroll(c)).fetch() for c in spec.clients}
         selected = [c for c, v in signed_views.items() if v is not None and v["selected"]]
@@ -384,7 +360,7 @@ def test_bad_uploads_are_rejected_with_their_status_and_counted(tmp_path: Path) 
         assert first.step() == "update"
         retry = send(body=first.bodies[-1])
         assert first.answers[-1] == HTTPResult(202, retry.json()) and retry.status_code == 202
-        tr.publish(topics.updates, spec.task.encode(), first.bodies[-1])
+        tr.publish(jt.topics.updates, spec.task.encode(), first.bodies[-1])
         assert send(update(ok)).status_code == 202
         drive(devices, lambda: jt.job.status()["round"] >= 1, timeout=30)
         served_status(srv.url, spec.task, lambda st: st.get("round", 0) >= 1)  # the collector's view trails the job
@@ -396,13 +372,13 @@ def test_bad_uploads_are_rejected_with_their_status_and_counted(tmp_path: Path) 
         late = update(ok * 3)
         stale = send(late)
         assert (stale.status_code, stale.json()["error"]) == (409, "stale_round")
-        tr.publish(topics.updates, spec.task.encode(), first.bodies[-1])
-        tr.publish(topics.updates, spec.task.encode(), encode_upload(late))
-        tr.publish(topics.updates, spec.task.encode(), encode_upload(update(ok * 4, rnd=1, signer=outsider)))
-        tr.publish(topics.updates, spec.task.encode(), b"\x00garbage")
+        tr.publish(jt.topics.updates, spec.task.encode(), first.bodies[-1])
+        tr.publish(jt.topics.updates, spec.task.encode(), encode_upload(late))
+        tr.publish(jt.topics.updates, spec.task.encode(), encode_upload(update(ok * 4, rnd=1, signer=outsider)))
+        tr.publish(jt.topics.updates, spec.task.encode(), b"\x00garbage")
         bad = json.loads(encode_upload(update(np.zeros(d, np.float32), rnd=1)))
         bad["payload"]["vector"] = encode_vector(np.zeros(d + 2, np.float32))
-        tr.publish(topics.updates, spec.task.encode(), json.dumps(bad).encode())
+        tr.publish(jt.topics.updates, spec.task.encode(), json.dumps(bad).encode())
         drive(devices, jt.finished, timeout=30)
         status = jt.result
         served = httpx.get(f"{srv.url}/v1/fl/tasks/{spec.task}/status", timeout=10).json()
@@ -595,13 +571,7 @@ def test_an_unseeded_task_draws_sampling_and_noise_from_the_os_csprng(tmp_path: 
 
     spec = task_spec("unseeded", 6, rounds=2, sampling={"kind": "fixed", "count": 3}, seed=None)
     data = make_data(6)
-    topics = Topics.fresh()
-    url = _url(tmp_path)
-    with (
-        open_transport(url) as tr,
-        collector(tmp_path, url, topics) as srv,
-        JobThread(tr, spec, topics, checkpoint_interval=0.2) as jt,
-    ):
+    with running_task(tmp_path, spec, checkpoint_interval=0.2) as (tr, srv, jt):
         assert isinstance(jt.job._rng.bit_generator, UrandomBitGenerator)
         drive(devices_for(srv.url, spec, data), jt.finished, timeout=60)
         status = jt.result

@@ -32,6 +32,7 @@ from tests.support.fl_pipeline_support import (
     final_params,
     make_data,
     reference_run,
+    running_task,
     task_spec,
 )
 
@@ -132,13 +133,7 @@ def test_robust_task_with_a_malicious_device_over_the_pipeline(tmp_path: Path, k
     spec = _robust_spec(kind, **agg)
     data = make_data(7)
     ref, _ = reference_run(spec, data, tamper=_attack)
-    topics = Topics.fresh()
-    url = f"sqlite:///{tmp_path}/transport.sqlite3"
-    with (
-        open_transport(url) as tr,
-        collector(tmp_path, url, topics) as srv,
-        JobThread(tr, spec, topics, checkpoint_interval=0.2) as jt,
-    ):
+    with running_task(tmp_path, spec, checkpoint_interval=0.2) as (tr, srv, jt):
         devices = devices_for(srv.url, spec, data)
         i = spec.clients.index(ATTACKER)
         d = devices[i]

@@ -235,6 +235,7 @@ class JobThread:
                 **kw,
             ),
         )
+        self.topics = topics
         self.stop = threading.Event()
         self.result: dict[str, Any] | None = None
         self.error: BaseException | None = None
@@ -261,6 +262,18 @@ class JobThread:
     def __exit__(self, *exc: object) -> None:
         self.stop.set()
         self.thread.join(30)
+
+
+@contextlib.contextmanager
+def running_task(tmp: Path, spec: FLTaskSpec, **job: Any) -> Iterator[tuple[Any, ServerThread, JobThread]]:
+    """``spec`` live: an embedded transport in ``tmp``, a collector with the FL routes and the aggregation job
+    in a thread, on topics of this test only (``jt.topics``); ``job`` goes to :class:`JobThread`."""
+    from pipeline.transport import open_transport
+
+    topics = Topics.fresh()
+    url = f"sqlite:///{tmp}/transport.sqlite3"
+    with open_transport(url) as tr, collector(tmp, url, topics) as srv, JobThread(tr, spec, topics, **job) as jt:
+        yield tr, srv, jt
 
 
 class JobProcess:
