@@ -25,21 +25,12 @@ import pytest
 from client_sdk.metrics import parse_metrics, utc_day
 from ldp_cli.broker import BrokerConfig, default_home, down, up
 from simulator.pipeline import fleet_batches
+from tests.support.metrics_docs import dictionary, metric, metrics_doc
 from tests.support.pipeline_procs import ROOT, PacedUpload, PipelineProcs, free_port
 
-METRICS = {
-    "format": "ldp-metrics/1",
-    "metrics": {
-        "tab": {
-            "description": "tab",
-            "owner": "o@example.org",
-            "expires": "2099-12-31",
-            "mechanism": {"mechanism": "grr", "epsilon": 1.0},
-            "domain": {"kind": "dictionary", "values": ["a", "b", "c", "d"], "other": True},
-            "max_reports_per_day": 1,
-        }
-    },
-}
+METRICS = metrics_doc(
+    tab=metric("grr", 1.0, dictionary("a", "b", "c", "d")),
+)
 FRAME = 100
 WORKERS = ("shuffler", "sink", "estimator")
 

@@ -23,39 +23,16 @@ import pytest
 from client_sdk.metrics import parse_metrics, utc_day
 from estimator.batch import estimate_dataset
 from simulator.pipeline import LocalPipeline, fleet_batches, upload
+from tests.support.metrics_docs import dictionary, hashed, metric, metrics_doc
 from tests.support.shuffled_data import offline
 
 pytestmark = pytest.mark.kafka
 
-METRICS = {
-    "format": "ldp-metrics/1",
-    "metrics": {
-        "tab": {
-            "description": "tab",
-            "owner": "o@example.org",
-            "expires": "2099-12-31",
-            "mechanism": {"mechanism": "grr", "epsilon": 1.0},
-            "domain": {"kind": "dictionary", "values": ["a", "b", "c", "d", "e"], "other": True},
-            "max_reports_per_day": 1,
-        },
-        "color": {
-            "description": "color",
-            "owner": "o@example.org",
-            "expires": "2099-12-31",
-            "mechanism": {"mechanism": "oue", "epsilon": 2.0},
-            "domain": {"kind": "hashed", "size": 96, "seed": 3},
-            "max_reports_per_day": 1,
-        },
-        "word": {
-            "description": "word",
-            "owner": "o@example.org",
-            "expires": "2099-12-31",
-            "mechanism": {"mechanism": "olh", "epsilon": 1.5},
-            "domain": {"kind": "hashed", "size": 256, "seed": 4},
-            "max_reports_per_day": 1,
-        },
-    },
-}
+METRICS = metrics_doc(
+    tab=metric("grr", 1.0, dictionary("a", "b", "c", "d", "e")),
+    color=metric("oue", 2.0, hashed(96, 3)),
+    word=metric("olh", 1.5, hashed(256, 4)),
+)
 FRAME = 200
 
 

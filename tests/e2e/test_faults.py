@@ -28,30 +28,14 @@ from client_sdk.metrics import parse_metrics, utc_day
 from estimator.batch import estimate_dataset
 from ldp_cli.broker import BrokerConfig, default_home, down, up
 from simulator.pipeline import fleet_batches
+from tests.support.metrics_docs import dictionary, hashed, metric, metrics_doc
 from tests.support.pipeline_procs import PacedUpload, PipelineProcs, free_port
 from tests.support.shuffled_data import offline
 
-METRICS = {
-    "format": "ldp-metrics/1",
-    "metrics": {
-        "tab": {
-            "description": "tab",
-            "owner": "o@example.org",
-            "expires": "2099-12-31",
-            "mechanism": {"mechanism": "grr", "epsilon": 1.0},
-            "domain": {"kind": "dictionary", "values": ["a", "b", "c", "d"], "other": True},
-            "max_reports_per_day": 1,
-        },
-        "color": {
-            "description": "color",
-            "owner": "o@example.org",
-            "expires": "2099-12-31",
-            "mechanism": {"mechanism": "oue", "epsilon": 2.0},
-            "domain": {"kind": "hashed", "size": 48, "seed": 3},
-            "max_reports_per_day": 1,
-        },
-    },
-}
+METRICS = metrics_doc(
+    tab=metric("grr", 1.0, dictionary("a", "b", "c", "d")),
+    color=metric("oue", 2.0, hashed(48, 3)),
+)
 FRAME = 100
 
 
@@ -68,29 +52,29 @@ def _setup(tmp_path: Path, devices: int, seed: int):  # type: ignore[no-untyped-
 def _check_exact(procs: PipelineProcs, fleet, day: int) -> None:  # type: ignore[no-untyped-def]
     expected = fleet.reports()
     procs.wait_counted(expected, timeout=120)
-    for (metric, _, _), acc in offline(fleet.batches).items():
+    for (name, _, _), acc in offline(fleet.batches).items():
         est = acc.estimate()
         deadline = time.monotonic() + 60
         while True:  # the live view serves uncommitted reads too: after a rebalance it re-reads them
-            body = procs.estimates(metric, day)
+            body = procs.estimates(name, day)
             if body is not None and body["n"] == acc.n:
                 break
-            assert body is None or body["n"] < acc.n, f"{metric}: {body['n']} counted, {acc.n} uploaded"
-            assert time.monotonic() < deadline, f"{metric}: the estimate stays at {body and body['n']} of {acc.n}"
+            assert body is None or body["n"] < acc.n, f"{name}: {body['n']} counted, {acc.n} uploaded"
+            assert time.monotonic() < deadline, f"{name}: the estimate stays at {body and body['n']} of {acc.n}"
             time.sleep(0.2)
-        assert body["counts"] == est.counts.tolist(), metric
-        assert body["ci_high"] == est.ci_high.tolist(), metric
+        assert body["counts"] == est.counts.tolist(), name
+        assert body["ci_high"] == est.ci_high.tolist(), name
         deadline = time.monotonic() + 60
         while True:  # the sink commits on its own flush schedule
             try:
-                batch = estimate_dataset(procs.dataset, metric, [day], progress=False)
+                batch = estimate_dataset(procs.dataset, name, [day], progress=False)
                 if batch.n >= acc.n:
                     break
             except ValueError:
                 pass
-            assert time.monotonic() < deadline, f"the dataset did not reach {acc.n} reports of {metric}"
+            assert time.monotonic() < deadline, f"the dataset did not reach {acc.n} reports of {name}"
             time.sleep(0.3)
-        assert batch.n == acc.n, f"{metric}: the dataset holds {batch.n} reports, {acc.n} were uploaded"
+        assert batch.n == acc.n, f"{name}: the dataset holds {batch.n} reports, {acc.n} were uploaded"
         np.testing.assert_array_equal(batch.table["estimate"].to_numpy(), est.counts)
 
 

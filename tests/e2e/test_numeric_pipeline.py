@@ -20,73 +20,38 @@ import pytest
 from client_sdk.metrics import parse_metrics, utc_day
 from estimator.batch import estimate_dataset
 from simulator.pipeline import LocalPipeline, fleet_batches, upload
+from tests.support.metrics_docs import dictionary, metric, metrics_doc
 from tests.support.shuffled_data import offline
 
 RANGE = {"kind": "range", "low": 0, "high": 120, "out_of_range": "clamp"}
-METRICS = {
-    "format": "ldp-metrics/1",
-    "metrics": {
-        "minutes": {
-            "kind": "mean",
-            "description": "minutes",
-            "owner": "o@example.org",
-            "expires": "2099-12-31",
-            "mechanism": {"mechanism": "auto", "epsilon": 2.0},
-            "domain": RANGE,
-            "max_reports_per_day": 1,
-        },
-        "minutes_dist": {
-            "kind": "distribution",
-            "description": "minutes, distribution",
-            "owner": "o@example.org",
-            "expires": "2099-12-31",
-            "mechanism": {"mechanism": "sw", "epsilon": 2.0, "bins": 32},
-            "domain": RANGE,
-            "max_reports_per_day": 1,
-        },
-        "app_opens": {
-            "description": "app opens per day, a repeated counter (memoized 1BitMean)",
-            "owner": "o@example.org",
-            "expires": "2099-12-31",
-            "mechanism": {"mechanism": "1bitmean", "epsilon": 1.0},
-            "domain": RANGE,
-            "max_reports_per_day": 1,
-        },
-        "app_opens_hist": {
-            "description": "app opens per day, histogram (memoized dBitFlip)",
-            "owner": "o@example.org",
-            "expires": "2099-12-31",
-            "mechanism": {"mechanism": "dbitflip", "epsilon": 2.0, "buckets": 16, "sample": 4},
-            "domain": RANGE,
-            "max_reports_per_day": 1,
-        },
-        "theme": {
-            "description": "a frequently changing setting (LOLOHA)",
-            "owner": "o@example.org",
-            "expires": "2099-12-31",
-            "mechanism": {"mechanism": "loloha", "epsilon": 2.0},
-            "domain": {"kind": "dictionary", "values": ["a", "b", "c", "d", "e", "f"], "other": True},
-            "max_reports_per_day": 1,
-        },
-        "latency": {
-            "kind": "mean",
-            "description": "latency of 4 endpoints, 2 sampled per report (Wang et al.'s attribute sampling)",
-            "owner": "o@example.org",
-            "expires": "2099-12-31",
-            "mechanism": {"mechanism": "pm", "epsilon": 4.0, "dims": 4, "sample": 2},
-            "domain": RANGE,
-            "max_reports_per_day": 1,
-        },
-        "battery": {
-            "description": "battery drain, Duchi et al. by name",
-            "owner": "o@example.org",
-            "expires": "2099-12-31",
-            "mechanism": {"mechanism": "duchi", "epsilon": 0.5},
-            "domain": {"kind": "range", "low": 0, "high": 1},
-            "max_reports_per_day": 1,
-        },
-    },
-}
+METRICS = metrics_doc(
+    minutes=metric("auto", 2.0, RANGE, kind="mean"),
+    minutes_dist=metric(
+        "sw", 2.0, RANGE, params={"bins": 32}, kind="distribution", description="minutes, distribution"
+    ),
+    app_opens=metric("1bitmean", 1.0, RANGE, description="app opens per day, a repeated counter (memoized 1BitMean)"),
+    app_opens_hist=metric(
+        "dbitflip",
+        2.0,
+        RANGE,
+        params={"buckets": 16, "sample": 4},
+        description="app opens per day, histogram (memoized dBitFlip)",
+    ),
+    theme=metric(
+        "loloha", 2.0, dictionary("a", "b", "c", "d", "e", "f"), description="a frequently changing setting (LOLOHA)"
+    ),
+    latency=metric(
+        "pm",
+        4.0,
+        RANGE,
+        params={"dims": 4, "sample": 2},
+        kind="mean",
+        description="latency of 4 endpoints, 2 sampled per report (Wang et al.'s attribute sampling)",
+    ),
+    battery=metric(
+        "duchi", 0.5, {"kind": "range", "low": 0, "high": 1}, description="battery drain, Duchi et al. by name"
+    ),
+)
 FRAME = 250
 
 

@@ -19,30 +19,14 @@ from ldp_cli.main import main
 from pipeline.catalog import SpecCatalog
 from pipeline.topics import SHUFFLED_TOPIC
 from pipeline.transport import open_transport
+from tests.support.metrics_docs import dictionary, hashed, metric, metrics_doc
 from tests.support.shuffled_data import envelope_of, make_batches, offline, publish
 
 DAYS = [20400, 20401, 20402]
-METRICS = {
-    "format": "ldp-metrics/1",
-    "metrics": {
-        "tab": {
-            "description": "tab",
-            "owner": "o@example.org",
-            "expires": "2099-12-31",
-            "mechanism": {"mechanism": "grr", "epsilon": 1.0},
-            "domain": {"kind": "dictionary", "values": ["a", "b", "c", "d"], "other": True},
-            "max_reports_per_day": 1,
-        },
-        "word": {
-            "description": "word",
-            "owner": "o@example.org",
-            "expires": "2099-12-31",
-            "mechanism": {"mechanism": "hr", "epsilon": 2.0},
-            "domain": {"kind": "hashed", "size": 64, "seed": 1},
-            "max_reports_per_day": 1,
-        },
-    },
-}
+METRICS = metrics_doc(
+    tab=metric("grr", 1.0, dictionary("a", "b", "c", "d")),
+    word=metric("hr", 2.0, hashed(64, 1)),
+)
 
 
 @pytest.fixture(scope="module")
