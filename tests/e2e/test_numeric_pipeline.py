@@ -5,6 +5,10 @@ The components are the real ones (:class:`simulator.pipeline.LocalPipeline`). Ev
 crowd threshold, so every report is released; the live sums must then equal, exactly, what an offline pass over
 the uploaded reports adds up (the numeric accumulators' sums are integers), the batch job must print the same
 numbers, and the mean must lie within 5 of its standard errors of the devices' true mean.
+
+The sealed run (embedded log) seals every numeric metric to an analyzer key (docs/SEALED.md): the
+collector and shuffler carry ciphertexts of the fixed-point records, and the estimator and sink open
+them after the shuffle, so the same exact equalities must hold.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ import numpy as np
 import pytest
 
 from client_sdk.metrics import parse_metrics, utc_day
+from client_sdk.sealing import SealedSpec, new_key_file, seal_batch
 from estimator.batch import estimate_dataset
 from simulator.pipeline import LocalPipeline, fleet_batches, upload
 from tests.support.metrics_docs import dictionary, metric, metrics_doc
@@ -55,17 +60,30 @@ METRICS = metrics_doc(
 FRAME = 250
 
 
-@pytest.fixture(params=["embedded", pytest.param("kafka", marks=pytest.mark.kafka)])
-def transport_url(request: pytest.FixtureRequest) -> str | None:
-    if request.param == "embedded":
-        return None
-    return f"kafka://{request.getfixturevalue('kafka_bootstrap')}"
+@pytest.fixture(params=["embedded", pytest.param("kafka", marks=pytest.mark.kafka), "embedded-sealed"])
+def mode(request: pytest.FixtureRequest) -> tuple[str | None, bool]:
+    """(transport URL or None for the embedded log, whether the numeric metrics are sealed)."""
+    if request.param == "kafka":
+        return f"kafka://{request.getfixturevalue('kafka_bootstrap')}", False
+    return None, request.param.endswith("sealed")
 
 
-def test_numeric_metrics_through_the_pipeline(tmp_path: Path, transport_url: str | None) -> None:
+def test_numeric_metrics_through_the_pipeline(tmp_path: Path, mode: tuple[str | None, bool]) -> None:
+    transport_url, sealed = mode
+    doc, key, keys_dir = METRICS, None, None
+    if sealed:
+        keys_dir = tmp_path / "analyzer-keys"
+        _, key = new_key_file(keys_dir)
+        numeric = {"mean", "distribution"}
+        doc = {
+            **METRICS,
+            "analyzer_keys": [key.public.to_dict()],
+            "metrics": {n: {**m, "sealed": m.get("kind") in numeric} for n, m in METRICS["metrics"].items()},
+        }
     metrics_path = tmp_path / "metrics.json"
-    metrics_path.write_text(json.dumps(METRICS))
-    metrics = parse_metrics(METRICS)
+    metrics_path.write_text(json.dumps(doc))
+    metrics = parse_metrics(doc)
+    assert sealed == metrics["minutes"].sealed == metrics["minutes_dist"].sealed == metrics["latency"].sealed
     assert metrics["minutes"].spec.name == "hm"  # "auto" at ε = 2 picks the Hybrid Mechanism
     names = sorted(metrics)
     day = utc_day(time.time())
@@ -77,8 +95,15 @@ def test_numeric_metrics_through_the_pipeline(tmp_path: Path, transport_url: str
         min_batch=FRAME,
         partitions=2,
         checkpoint_interval=0.3,
+        analyzer_keys=keys_dir,
     ) as pipe:
-        stats = upload(pipe.collector_url, fleet.batches, clients=4)
+        sent = [seal_batch(b, key.public) if key and metrics[b.metric].sealed else b for b in fleet.batches]
+        assert (
+            sum(isinstance(b.spec, SealedSpec) for b in sent)
+            == (sum(metrics[b.metric].sealed for b in fleet.batches) if sealed else 0)
+            > (0 if sealed else -1)
+        )
+        stats = upload(pipe.collector_url, sent, clients=4)
         assert stats.batches == len(fleet.batches) and stats.rejected == 0
         expected = fleet.reports()
         pipe.wait_settled(sum(expected.values()), timeout=90)
@@ -90,6 +115,7 @@ def test_numeric_metrics_through_the_pipeline(tmp_path: Path, transport_url: str
         }
         counted = pipe.estimator.counted()
         dataset = pipe.dataset
+        assert pipe.estimator.stats.sealed_unopened == 0 and pipe.sink.stats.sealed_unopened == 0
     want = offline(fleet.batches)
     for key, acc in want.items():
         metric = key[0]
