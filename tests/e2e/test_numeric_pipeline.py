@@ -98,11 +98,8 @@ def test_numeric_metrics_through_the_pipeline(tmp_path: Path, mode: tuple[str | 
         analyzer_keys=keys_dir,
     ) as pipe:
         sent = [seal_batch(b, key.public) if key and metrics[b.metric].sealed else b for b in fleet.batches]
-        assert (
-            sum(isinstance(b.spec, SealedSpec) for b in sent)
-            == (sum(metrics[b.metric].sealed for b in fleet.batches) if sealed else 0)
-            > (0 if sealed else -1)
-        )
+        n_sealed = sum(isinstance(b.spec, SealedSpec) for b in sent)
+        assert n_sealed == sum(metrics[b.metric].sealed for b in fleet.batches) and (n_sealed > 0) == sealed
         stats = upload(pipe.collector_url, sent, clients=4)
         assert stats.batches == len(fleet.batches) and stats.rejected == 0
         expected = fleet.reports()
