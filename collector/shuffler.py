@@ -162,6 +162,9 @@ ENV_PREFIX = "LDP_SHUFFLER_"
 #: the shuffler's secret (checkpoint encryption and dedup digests), created 0600 on first use
 DEFAULT_KEY_PATH = "ldp-data/shuffler.key"
 KEY_BYTES = 32
+#: the state topic's log segments roll at least this often (seconds), so the broker removes superseded
+#: checkpoints from its disk within about this time plus its retention check interval (5 minutes by default)
+STATE_SEGMENT_SECONDS = 600.0
 
 #: ``(n, epsilon0) -> (central epsilon, delta, name of the bound)``
 Guarantee = Callable[[int, float], "tuple[float, float, str]"]
@@ -684,8 +687,9 @@ class Shuffler(StreamProcessor):
         n = self.transport.ensure_topic(s.raw_topic, s.partitions)
         self.transport.ensure_topic(s.shuffled_topic, n)
         # no retention: a checkpoint older than one would be lost with the reports it buffers; the shuffler
-        # deletes superseded checkpoints itself (_delete_superseded)
-        m = self.transport.ensure_topic(s.state_topic, n, retention=math.inf)
+        # deletes superseded checkpoints itself (_delete_superseded), and short segments let the broker
+        # drop them from its disk within STATE_SEGMENT_SECONDS (it deletes whole segments only)
+        m = self.transport.ensure_topic(s.state_topic, n, retention=math.inf, segment=STATE_SEGMENT_SECONDS)
         if m != n:
             raise ConfigError(
                 f"the state topic {s.state_topic!r} has {m} partitions but the raw topic "

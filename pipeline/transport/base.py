@@ -324,20 +324,27 @@ class Transport(abc.ABC):
     url: str
 
     @abc.abstractmethod
-    def create_topic(self, name: str, partitions: int = 1, *, retention: float | None = None) -> None:
+    def create_topic(
+        self, name: str, partitions: int = 1, *, retention: float | None = None, segment: float | None = None
+    ) -> None:
         """Create ``name`` with ``partitions`` partitions; a no-op if it exists with that count, :class:`TopicError` if with another.
 
         ``retention`` (seconds; ``math.inf``: for ever) applies to a topic this call creates; ``None`` takes the
-        transport's default. An existing topic keeps its own retention."""
+        transport's default. ``segment`` (seconds) bounds how long a log segment stays open: a broker deletes only
+        whole segments, so records below the log start offset (:meth:`delete_before`) stay on its disk until their
+        segment rolls (Kafka's default: 7 days); ``None`` takes the broker's default. An existing topic keeps its
+        own settings."""
 
-    def ensure_topic(self, name: str, partitions: int, *, retention: float | None = None) -> int:
+    def ensure_topic(
+        self, name: str, partitions: int, *, retention: float | None = None, segment: float | None = None
+    ) -> int:
         """The partition count of ``name``, creating it with ``partitions`` (and ``retention``) if it is missing.
 
         Several processes may race to create a topic: creating an existing one with the same count is a no-op."""
         try:
             return self.partitions(name)
         except TopicError:
-            self.create_topic(name, partitions, retention=retention)
+            self.create_topic(name, partitions, retention=retention, segment=segment)
             return self.partitions(name)
 
     @abc.abstractmethod

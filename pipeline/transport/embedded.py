@@ -195,7 +195,9 @@ class EmbeddedTransport(Transport):
         if self._closed:
             raise TransportError(f"the transport on {self.path} is closed")
 
-    def create_topic(self, name: str, partitions: int = 1, *, retention: float | None = None) -> None:
+    def create_topic(
+        self, name: str, partitions: int = 1, *, retention: float | None = None, segment: float | None = None
+    ) -> None:
         check_topic_name(name)
         if isinstance(partitions, bool) or not isinstance(partitions, int) or partitions < 1:
             raise TopicError(f"partitions must be a positive integer, got {partitions!r}")

@@ -212,7 +212,9 @@ class KafkaTransport(Transport):
 
     # -- topics --------------------------------------------------------------
 
-    def create_topic(self, name: str, partitions: int = 1, *, retention: float | None = None) -> None:
+    def create_topic(
+        self, name: str, partitions: int = 1, *, retention: float | None = None, segment: float | None = None
+    ) -> None:
         check_topic_name(name)
         if isinstance(partitions, bool) or not isinstance(partitions, int) or partitions < 1:
             raise TopicError(f"partitions must be a positive integer, got {partitions!r}")
@@ -224,6 +226,10 @@ class KafkaTransport(Transport):
             if retention is None
             else {"retention.ms": "-1" if math.isinf(retention) else str(max(1, int(retention * 1000)))}
         )
+        if segment is not None:
+            if not (isinstance(segment, int | float) and math.isfinite(segment) and segment >= 1):
+                raise TopicError(f"segment must be a finite number of seconds >= 1, got {segment!r}")
+            configs["segment.ms"] = str(int(segment * 1000))
         from kafka.admin import NewTopic
 
         errors = _errors()

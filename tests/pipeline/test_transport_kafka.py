@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from pipeline.transport.base import TopicError
 from tests.support.transport_contract import TransportContract
 
 pytestmark = pytest.mark.kafka
@@ -65,12 +66,19 @@ def test_topic_retention_reaches_the_broker(kafka_bootstrap: str) -> None:
     names = {f"ret-{k}-{uuid.uuid4().hex[:8]}": k for k in ("default", "forever", "hour")}
     for name, kind in names.items():
         t.create_topic(name, 1, retention={"default": None, "forever": math.inf, "hour": 3600.0}[kind])
+    segmented = f"seg-{uuid.uuid4().hex[:8]}"
+    t.create_topic(segmented, 1, retention=math.inf, segment=600.0)
+    with pytest.raises(TopicError, match="segment"):
+        t.create_topic(f"seg-bad-{uuid.uuid4().hex[:8]}", 1, segment=0.5)
     admin = t._admin_client()
-    res = admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, n) for n in names])
-    seen = {}
+    res = admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, n) for n in [*names, segmented]])
+    seen, segments = {}, {}
     for response in res:
         for r in response.resources:
             entries = {e[0]: e[1] for e in r[4]}
-            seen[names[r[3]]] = entries["retention.ms"]
+            seen[names.get(r[3], r[3])] = entries["retention.ms"]
+            segments[r[3]] = entries["segment.ms"]
     t.close()
-    assert seen == {"default": str(3 * 86400 * 1000), "forever": "-1", "hour": "3600000"}
+    assert seen == {"default": str(3 * 86400 * 1000), "forever": "-1", "hour": "3600000", segmented: "-1"}
+    # superseded checkpoints leave the broker's disk once their segment rolls: 10 minutes, not the 7-day default
+    assert segments[segmented] == "600000" and {segments[n] for n in names} == {str(7 * 86400 * 1000)}

@@ -120,7 +120,9 @@ class MemoryTransport(Transport):
         self.records: list[tuple[str, bytes | None, bytes]] = []
         self.lock = threading.Lock()
 
-    def create_topic(self, name: str, partitions: int = 1, *, retention: float | None = None) -> None:
+    def create_topic(
+        self, name: str, partitions: int = 1, *, retention: float | None = None, segment: float | None = None
+    ) -> None:
         self.topics.setdefault(name, partitions)
 
     def partitions(self, topic: str) -> int:
@@ -157,7 +159,9 @@ class FailingTransport(Transport):
         if self.unreachable.is_set():
             raise TransportError("broker unreachable (test)")
 
-    def create_topic(self, name: str, partitions: int = 1, *, retention: float | None = None) -> None:
+    def create_topic(
+        self, name: str, partitions: int = 1, *, retention: float | None = None, segment: float | None = None
+    ) -> None:
         self._check()
         self.inner.create_topic(name, partitions, retention=retention)
 
