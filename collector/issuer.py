@@ -6,7 +6,7 @@ Endpoints
 ---------
 ``GET /v1/token-keys``
     ``{"issuer_name", "tokens_per_day", "keys": [{"day", "token_key_id" (hex), "public_key" (base64 DER
-    SPKI)}]}`` for today and tomorrow (UTC): a device fetches the key of the day it wants tokens for.
+    SPKI, id-RSASSA-PSS form, RFC 9578 §6.5)}]}`` for today and tomorrow (UTC): a device fetches the key of the day it wants tokens for.
 ``POST /v1/token-requests``
     Body ``{"day": "YYYY-MM-DD", "requests": [<base64url token request>, ...]}`` (at most K), signed as an
     enrolled device (:meth:`client_sdk.enrollment.DeviceIdentity.sign_request`, headers
@@ -69,7 +69,13 @@ def _next_day(day: str) -> str:
 
 
 def public_key_entry(day: str, pk: blind_rsa.PublicKey) -> dict[str, str]:
-    return {"day": day, "token_key_id": pk.key_id().hex(), "public_key": base64.b64encode(pk.to_der()).decode()}
+    """What ``GET /v1/token-keys`` and the ``public/`` files say of a day key: ``public_key`` is the RFC 9578 §6.5
+    encoding (``id-RSASSA-PSS`` SubjectPublicKeyInfo, base64), whose SHA-256 is ``token_key_id``."""
+    return {
+        "day": day,
+        "token_key_id": pk.key_id().hex(),
+        "public_key": base64.b64encode(pk.to_pss_spki()).decode(),
+    }
 
 
 class IssuerKeys:
