@@ -5,7 +5,7 @@ The four steps of RFC 9474 §4, with the hash fixed to SHA-384, MGF1-SHA-384 and
 
 * :func:`prepare` (client): the *randomized* preparation prepends a fresh 32-byte ``msg_prefix``
   (RSABSSA-SHA384-PSS-Randomized, RFC 9474 §4.1); ``randomized=False`` is the identity
-  (RSABSSA-SHA384-PSS-Deterministic, which Privacy Pass token type 0x0002 uses, RFC 9578 §6.5: its
+  (RSABSSA-SHA384-PSS-Deterministic, which Privacy Pass token type 0x0002 uses, RFC 9578 §6.1: its
   token input already carries a 32-byte client nonce);
 * :func:`blind` (client): EMSA-PSS-encode the prepared message (RFC 8017 §9.1.1), multiply by
   ``r^e`` for a uniform ``r`` in ``[1, n)`` with an inverse; returns the blinded message and ``inv``;
@@ -82,6 +82,78 @@ def _os2ip(b: bytes) -> int:
     return int.from_bytes(b, "big")
 
 
+def _der(tag: int, body: bytes) -> bytes:
+    """One DER TLV (definite length, short or long form)."""
+    n = len(body)
+    if n < 0x80:
+        return bytes([tag, n]) + body
+    raw = n.to_bytes((n.bit_length() + 7) // 8, "big")
+    return bytes([tag, 0x80 | len(raw)]) + raw + body
+
+
+def _der_uint(x: int) -> bytes:
+    raw = x.to_bytes(x.bit_length() // 8 + 1, "big")  # a leading 0 byte keeps the top bit clear
+    return _der(0x02, raw)
+
+
+# AlgorithmIdentifier { id-RSASSA-PSS, RSASSA-PSS-params { hashAlgorithm [0] sha384, maskGenAlgorithm [1]
+# mgf1(sha384), saltLength [2] 48 } } (RFC 4055 §3.1, RFC 5756 §2; the hash AlgorithmIdentifiers carry an
+# explicit NULL, as RFC 9578 Appendix A.2's pkS does).
+_OID_RSASSA_PSS = bytes.fromhex("2a864886f70d01010a")  # 1.2.840.113549.1.1.10
+_OID_MGF1 = bytes.fromhex("2a864886f70d010108")  # 1.2.840.113549.1.1.8
+_OID_SHA384 = bytes.fromhex("608648016503040202")  # 2.16.840.1.101.3.4.2.2
+_SHA384_ALG = _der(0x30, _der(0x06, _OID_SHA384) + b"\x05\x00")
+_PSS_ALG_ID = _der(
+    0x30,
+    _der(0x06, _OID_RSASSA_PSS)
+    + _der(
+        0x30,
+        _der(0xA0, _SHA384_ALG)
+        + _der(0xA1, _der(0x30, _der(0x06, _OID_MGF1) + _SHA384_ALG))
+        + _der(0xA2, _der(0x02, bytes([SALT_LEN]))),
+    ),
+)
+
+
+def _der_read(buf: bytes, pos: int, tag: int) -> tuple[bytes, int]:
+    """The body of the TLV with ``tag`` at ``pos`` and the position after it (strict DER lengths)."""
+    if pos + 2 > len(buf) or buf[pos] != tag:
+        raise BlindRSAError(f"malformed DER: expected tag {tag:#04x} at byte {pos}")
+    first = buf[pos + 1]
+    pos += 2
+    if first < 0x80:
+        n = first
+    else:
+        k = first & 0x7F
+        if not 1 <= k <= 4 or pos + k > len(buf) or buf[pos] == 0:
+            raise BlindRSAError("malformed DER: bad length")
+        n = int.from_bytes(buf[pos : pos + k], "big")
+        if n < 0x80:
+            raise BlindRSAError("malformed DER: non-minimal length")
+        pos += k
+    if pos + n > len(buf):
+        raise BlindRSAError("malformed DER: truncated")
+    return buf[pos : pos + n], pos + n
+
+
+def _der_read_uint(buf: bytes, pos: int) -> tuple[int, int]:
+    body, end = _der_read(buf, pos, 0x02)
+    if not body or body[0] & 0x80 or (len(body) > 1 and body[0] == 0 and not body[1] & 0x80):
+        raise BlindRSAError("malformed DER: not a minimal non-negative INTEGER")
+    return int.from_bytes(body, "big"), end
+
+
+def _spki_algorithm(der: bytes) -> bytes | None:
+    """The algorithm OID of a SubjectPublicKeyInfo (``None`` if it does not parse that far)."""
+    try:
+        spki, _ = _der_read(der, 0, 0x30)
+        alg, _ = _der_read(spki, 0, 0x30)
+        oid, _ = _der_read(alg, 0, 0x06)
+    except BlindRSAError:
+        return None
+    return oid
+
+
 def mgf1(seed: bytes, length: int) -> bytes:
     """MGF1 with SHA-384 (RFC 8017 B.2.1)."""
     out = bytearray()
@@ -134,13 +206,25 @@ class PublicKey:
         return rsa.RSAPublicNumbers(self.e, self.n).public_key()
 
     def to_der(self) -> bytes:
-        """The SubjectPublicKeyInfo (DER, rsaEncryption) of the key."""
+        """The SubjectPublicKeyInfo (DER) with the generic ``rsaEncryption`` algorithm identifier."""
         return self.to_cryptography().public_bytes(
             serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
         )
 
+    def to_pss_spki(self) -> bytes:
+        """The SubjectPublicKeyInfo (DER) with the ``id-RSASSA-PSS`` algorithm identifier and its parameters
+        SHA-384, MGF1-SHA-384, salt 48: the Issuer Public Key encoding of RFC 9578 §6.5 (and of the token type
+        registry entry for 0x0002, RFC 9578 §8.2.2), which ``token_key_id`` hashes."""
+        rsa_public_key = _der(0x30, _der_uint(self.n) + _der_uint(self.e))
+        return _der(0x30, _PSS_ALG_ID + _der(0x03, b"\x00" + rsa_public_key))
+
     @classmethod
     def from_der(cls, der: bytes) -> PublicKey:
+        """A key from either SubjectPublicKeyInfo form: :meth:`to_pss_spki` (what the issuer publishes) or
+        :meth:`to_der`. An ``id-RSASSA-PSS`` key with other parameters than SHA-384/MGF1-SHA-384/48 is refused:
+        its signatures are not RSABSSA-SHA384-PSS ones."""
+        if _spki_algorithm(der) == _OID_RSASSA_PSS:
+            return cls._from_pss_spki(der)
         try:
             key = serialization.load_der_public_key(der)
         except ValueError as exc:
@@ -149,9 +233,31 @@ class PublicKey:
             raise BlindRSAError("the public key is not an RSA key")
         return cls.from_cryptography(key)
 
+    @classmethod
+    def _from_pss_spki(cls, der: bytes) -> PublicKey:
+        spki, end = _der_read(der, 0, 0x30)
+        if end != len(der):
+            raise BlindRSAError("malformed DER: bytes after the SubjectPublicKeyInfo")
+        if not spki.startswith(_PSS_ALG_ID):
+            raise BlindRSAError(
+                "an id-RSASSA-PSS key must have the parameters SHA-384, MGF1-SHA-384 and salt length 48 (RFC 9578 §6.5)"
+            )
+        bits, end = _der_read(spki, len(_PSS_ALG_ID), 0x03)
+        if end != len(spki) or not bits or bits[0] != 0:
+            raise BlindRSAError("malformed DER: the subjectPublicKey BIT STRING")
+        body, end = _der_read(bits, 1, 0x30)
+        if end != len(bits):
+            raise BlindRSAError("malformed DER: bytes after the RSAPublicKey")
+        n, pos = _der_read_uint(body, 0)
+        e, pos = _der_read_uint(body, pos)
+        if pos != len(body):
+            raise BlindRSAError("malformed DER: bytes after the RSAPublicKey's exponent")
+        return cls(n, e)
+
     def key_id(self) -> bytes:
-        """SHA-256 of :meth:`to_der` (the token_key_id of RFC 9578 §6.5, over this key's SPKI)."""
-        return hashlib.sha256(self.to_der()).digest()
+        """``token_key_id`` = SHA-256 of :meth:`to_pss_spki` (RFC 9578 §6.5); a token request carries its last
+        byte (``truncated_token_key_id``, RFC 9578 §6.1)."""
+        return hashlib.sha256(self.to_pss_spki()).digest()
 
 
 class PrivateKey:

@@ -11,9 +11,9 @@ Formats (RFC 9578 §6, with the choices of this project)
   authenticator (Nk = 256)``; the authenticator is the RSABSSA-SHA384-PSS-**Deterministic** signature
   (RFC 9474, salt 48) of the first 98 bytes, the *token input*; the device's 32-byte random nonce makes
   the input unique, as RFC 9578 §6.5 prescribes (hence no randomized preparation).
-* ``token_key_id`` = SHA-256 of the issuer key's SubjectPublicKeyInfo (DER, ``rsaEncryption``; RFC 9578
-  hashes the RSASSA-PSS-OID encoding instead: a collector of this project and its issuer agree on this
-  one, an outside Privacy Pass client would not).
+* ``token_key_id`` = SHA-256 of the issuer key's SubjectPublicKeyInfo in the ``id-RSASSA-PSS`` form
+  (parameters SHA-384, MGF1-SHA-384, salt 48; RFC 9578 §6.5, :meth:`client_sdk.blind_rsa.PublicKey.key_id`),
+  which is also the encoding the issuer publishes; checked against RFC 9578 Appendix A.2's vector.
 * ``challenge_digest`` = SHA-256 of the TokenChallenge (RFC 9577 §2.1): ``token_type ‖ u16-length ‖
   issuer_name ‖ u8-length ‖ redemption_context ‖ u16-length ‖ origin_info`` with
   ``redemption_context = SHA-256("ldp-token-day-v1" ‖ 0 ‖ day)`` (32 bytes) and ``origin_info`` = the
@@ -22,8 +22,9 @@ Formats (RFC 9578 §6, with the choices of this project)
   (:func:`day_key_name`), so tokens cannot be stockpiled for a later day (K per device per day holds per
   day, not per issuance day). The challenge is public and the same for every device: it carries nothing
   that could link a redemption to an issuance.
-* A token request (RFC 9578 §6.2): ``token_type ‖ truncated_token_key_id (1, last byte) ‖ blinded_msg
-  (Nk)``; the response is the blind signature (Nk bytes).
+* A token request (RFC 9578 §6.1): ``token_type ‖ truncated_token_key_id (1 byte: the last byte of
+  token_key_id, as §6.1 says; the Appendix A.2 vector carries the first byte instead, see docs/TOKENS.md) ‖
+  blinded_msg (Nk)``; the response (§6.2) is the blind signature (Nk bytes).
 * On an upload the token goes in ``Authorization: PrivateToken token=<base64url>`` (RFC 9577 §2.2).
 """
 

@@ -6,7 +6,10 @@ Endpoints
 ---------
 ``GET /v1/token-keys``
     ``{"issuer_name", "tokens_per_day", "keys": [{"day", "token_key_id" (hex), "public_key" (base64 DER
-    SPKI)}]}`` for today and tomorrow (UTC): a device fetches the key of the day it wants tokens for.
+    SPKI, id-RSASSA-PSS form, RFC 9578 §6.5)}]}`` for today and tomorrow (UTC): a device fetches the key of the day it wants tokens for.
+``GET /healthz``, ``GET /readyz``
+    Liveness; readiness = today's day key is on disk (made on first use), so a collector started after it
+    finds the public key.
 ``POST /v1/token-requests``
     Body ``{"day": "YYYY-MM-DD", "requests": [<base64url token request>, ...]}`` (at most K), signed as an
     enrolled device (:meth:`client_sdk.enrollment.DeviceIdentity.sign_request`, headers
@@ -69,7 +72,13 @@ def _next_day(day: str) -> str:
 
 
 def public_key_entry(day: str, pk: blind_rsa.PublicKey) -> dict[str, str]:
-    return {"day": day, "token_key_id": pk.key_id().hex(), "public_key": base64.b64encode(pk.to_der()).decode()}
+    """What ``GET /v1/token-keys`` and the ``public/`` files say of a day key: ``public_key`` is the RFC 9578 §6.5
+    encoding (``id-RSASSA-PSS`` SubjectPublicKeyInfo, base64), whose SHA-256 is ``token_key_id``."""
+    return {
+        "day": day,
+        "token_key_id": pk.key_id().hex(),
+        "public_key": base64.b64encode(pk.to_pss_spki()).decode(),
+    }
 
 
 class IssuerKeys:
@@ -247,5 +256,13 @@ def create_issuer_app(
     @app.get("/healthz")
     async def healthz() -> Response:
         return _json(200, {"status": "ok"})
+
+    @app.get("/readyz", summary="200 once today's day key is on disk (the collector reads its public half)")
+    async def readyz() -> Response:
+        try:
+            keys.key(utc_day_of(clock()))
+        except (OSError, blind_rsa.BlindRSAError) as exc:
+            return _json(503, {"status": "not_ready", "message": str(exc)})
+        return _json(200, {"status": "ready"})
 
     return app

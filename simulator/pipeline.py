@@ -138,6 +138,7 @@ class LocalPipeline:
         guarantee_delta: float | None = 1e-6,
         sink: bool = True,
         analyzer_keys: str | Path | None = None,
+        collector_options: Mapping[str, Any] | None = None,
     ) -> None:
         self.workdir = Path(workdir).resolve()
         self.workdir.mkdir(parents=True, exist_ok=True)
@@ -152,6 +153,8 @@ class LocalPipeline:
         self.with_sink = sink
         #: the analyzer's key folder: the estimator and the sink open sealed metrics' records with it
         self.analyzer_keys = analyzer_keys
+        #: more :class:`~collector.settings.CollectorSettings` fields (``require_tokens``, ``token_keys``, ...)
+        self.collector_options = dict(collector_options or {})
         self.metrics: MetricSet = load_metrics(self.metrics_path, reject_expired=False)
         self.dataset = self.workdir / "dataset"
         self.collector_url = ""
@@ -202,6 +205,7 @@ class LocalPipeline:
             raw_topic=self.topics.raw,
             raw_partitions=self.partitions,
             dedup_path=str(self.workdir / f"collector-ids-{self.run_id}.sqlite3"),
+            **self.collector_options,
         )
         server, self.collector_url, _ = serve_in_thread(create_app(settings, metrics=self.metrics))
         self._servers.append(server)
@@ -491,11 +495,13 @@ def upload(
     timeout: float = 60.0,
     max_attempts: int = 50,
     on_accepted: Callable[[ReportBatch, float], None] | None = None,
+    headers: Callable[[ReportBatch], Mapping[str, str]] | None = None,
 ) -> UploadStats:
     """POST every batch as a binary frame from ``clients`` threads; retry 408/429/5xx and network errors.
 
     The ``Idempotency-Key`` is the batch id, so a retry after a lost answer is
-    not counted twice. A permanent rejection (other 4xx) raises.
+    not counted twice. A permanent rejection (other 4xx) raises. ``headers`` adds a batch's own headers (the
+    ``Authorization`` token that pays for it, sent again on each retry).
     """
     import httpx
 
@@ -515,13 +521,12 @@ def upload(
                         return
                     b = queue.pop()
                 body = encode_frame(b)
+                own = {"Content-Type": FRAME_CONTENT_TYPE, "Idempotency-Key": b.batch_id.hex()}
+                if headers is not None:
+                    own.update(headers(b))
                 for attempt in range(max_attempts):
                     try:
-                        r = http.post(
-                            "/v1/reports",
-                            content=body,
-                            headers={"Content-Type": FRAME_CONTENT_TYPE, "Idempotency-Key": b.batch_id.hex()},
-                        )
+                        r = http.post("/v1/reports", content=body, headers=own)
                     except httpx.TransportError:
                         wait = min(2.0, 0.05 * 2**attempt)
                     else:
@@ -572,12 +577,14 @@ def sdk_devices(
     workdir: str | Path | None = None,
     distribution: str = "zipf:1.1",
     timeout: float = 60.0,
+    client_options: Callable[[int, Path], Mapping[str, Any]] | None = None,
 ) -> dict[str, np.ndarray]:
     """``count`` real SDK clients record one value of each metric and upload it; returns the truth per metric.
 
     Each is a :class:`~client_sdk.client.TelemetryClient` in simulation mode
     (seeded) with its own storage folder: the value goes through the ledger,
-    the encoder, the outbox and the uploader like on a device.
+    the encoder, the outbox and the uploader like on a device. ``client_options(i, folder)`` gives device
+    ``i`` more :class:`~client_sdk.client.ClientConfig` fields (its token issuer and enrollment bundle).
     """
     from client_sdk.client import TelemetryClient
     from client_sdk.policy import LocalPolicy
@@ -600,6 +607,7 @@ def sdk_devices(
             mode="simulation",
             simulation_seed=int(seeds[i]),
             batch_max_age=0.0,
+            **(client_options(i, base / f"device-{i}") if client_options is not None else {}),
         ) as client:
             for name in names:
                 idx, value = _draw_value(metrics, name, rng, distribution)

@@ -10,7 +10,11 @@ outbox and uploader). It prints, per metric, the estimates with their 95%
 confidence intervals against the truth and the central ε the shuffle gives,
 checks that every uploaded report was counted once and that the streaming
 estimates equal the batch job's over the Parquet dataset, and writes a plot.
-``--kafka HOST:PORT`` runs the same on a Kafka broker.
+``--kafka HOST:PORT`` runs the same on a Kafka broker. ``--sealed`` seals every
+metric's reports to an analyzer key; ``--tokens`` runs the token issuer beside a
+collector that requires anonymous upload tokens: every device enrolls, fetches its
+tokens and pays each upload with one, and one install floods a metric far beyond
+its allowance (docs/TOKENS.md).
 
 ``--offline`` runs the earlier in-memory simulation instead: one seeded Zipf
 population through every frequency oracle (real encoders and estimators),
@@ -45,7 +49,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "truth (--offline: every oracle in memory)",
         description=__doc__.splitlines()[0] if __doc__ else None,
     )
-    p.add_argument("--devices", type=int, default=20_000, help="simulated devices (default 20,000)")
+    p.add_argument("--devices", type=int, default=None, help="simulated devices (default 20,000; 500 with --tokens)")
     p.add_argument(
         "--sdk-devices",
         type=int,
@@ -59,7 +63,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         metavar="HOST:PORT",
         help="run on this Kafka broker instead of the embedded log (topics and groups get a per-run suffix)",
     )
-    p.add_argument("--min-batch", type=int, default=1000, help="the shuffler's crowd threshold (default 1000)")
+    p.add_argument(
+        "--min-batch", type=int, default=None, help="the shuffler's crowd threshold (default 1000; 250 with --tokens)"
+    )
     p.add_argument(
         "--frame-reports",
         type=int,
@@ -71,6 +77,27 @@ def register(sub: argparse._SubParsersAction) -> None:
         action="store_true",
         help="seal every metric's reports to a fresh analyzer key (docs/SEALED.md): the collector and the "
         "shuffler carry ciphertexts, the estimator and the sink open them",
+    )
+    p.add_argument(
+        "--tokens",
+        action="store_true",
+        help="run the token issuer and a collector that requires tokens (docs/TOKENS.md): each device fetches "
+        "its tokens and pays every upload with one (one upload per device and metric); one install floods a "
+        "metric with crafted reports beyond its allowance",
+    )
+    p.add_argument(
+        "--tokens-per-day",
+        type=int,
+        default=None,
+        metavar="K",
+        help="--tokens: the issuer's K tokens per device per UTC day (default: one per metric)",
+    )
+    p.add_argument(
+        "--flood",
+        type=int,
+        default=300,
+        metavar="N",
+        help="--tokens: the flooding install's uploads (default 300; 0 for none)",
     )
     p.add_argument("--clients", type=int, default=4, help="concurrent HTTP upload clients (default 4)")
     p.add_argument("--top", type=int, default=8, help="rows printed per metric (default 8)")
@@ -99,21 +126,17 @@ def run_pipeline(args: argparse.Namespace) -> int:
     import logging
 
     from client_sdk.metrics import load_metrics, utc_day
-    from estimator.batch import estimate_dataset
-    from pipeline.catalog import SpecCatalog
-    from simulator.pipeline import (
-        LocalPipeline,
-        add_truth,
-        demo_labels,
-        empty_truth,
-        fleet_batches,
-        sdk_devices,
-        truth_reports,
-        upload,
-    )
 
+    if args.devices is None:
+        args.devices = 500 if args.tokens else 20_000
+    if args.min_batch is None:
+        args.min_batch = 250 if args.tokens else 1000
     if args.devices < 1 or args.sdk_devices < 0 or args.frame_reports < 1 or args.min_batch < 1:
         raise ValueError("--devices, --frame-reports and --min-batch must be positive, --sdk-devices >= 0")
+    if not args.tokens and (args.tokens_per_day is not None or args.flood != 300):
+        raise ValueError("--tokens-per-day and --flood go with --tokens")
+    if args.flood < 0:
+        raise ValueError("--flood must be >= 0")
     parse_distribution(args.distribution, 2)
     from ldp_cli.options import setup_logging
 
@@ -144,6 +167,48 @@ def run_pipeline(args: argparse.Namespace) -> int:
         metrics = parse_metrics(doc, reject_expired=False)
         args.metrics = sealed_path
     url = f"kafka://{args.kafka}" if args.kafka else None
+    issuer = None
+    collector_options: dict[str, Any] = {}
+    if args.tokens:
+        from simulator.token_fleet import LocalIssuer
+
+        k = len(names) if args.tokens_per_day is None else args.tokens_per_day
+        if k < 1:
+            raise ValueError("--tokens-per-day must be at least 1")
+        issuer = LocalIssuer(Path(workdir) / "issuer", tokens_per_day=k).start()
+        collector_options = issuer.collector_options(Path(workdir) / "spent-tokens.sqlite3")
+    try:
+        return _run_pipeline(args, metrics, names, day, workdir, url, keys_dir, seal_to, issuer, collector_options)
+    finally:
+        if issuer is not None:
+            issuer.stop()
+
+
+def _run_pipeline(
+    args: argparse.Namespace,
+    metrics: Any,
+    names: list[str],
+    day: int,
+    workdir: Path,
+    url: str | None,
+    keys_dir: Path | None,
+    seal_to: Any,
+    issuer: Any,
+    collector_options: dict[str, Any],
+) -> int:
+    from estimator.batch import estimate_dataset
+    from pipeline.catalog import SpecCatalog
+    from simulator.pipeline import (
+        LocalPipeline,
+        add_truth,
+        demo_labels,
+        empty_truth,
+        fleet_batches,
+        sdk_devices,
+        truth_reports,
+        upload,
+    )
+
     t_start = time.monotonic()
     rng = np.random.default_rng(args.seed)
     print(
@@ -152,10 +217,21 @@ def run_pipeline(args: argparse.Namespace) -> int:
         flush=True,
     )
     with LocalPipeline(
-        workdir, args.metrics, transport_url=url, min_batch=args.min_batch, analyzer_keys=keys_dir
+        workdir,
+        args.metrics,
+        transport_url=url,
+        min_batch=args.min_batch,
+        analyzer_keys=keys_dir,
+        collector_options=collector_options,
     ) as pipe:
         if seal_to is not None:
             print(f"  sealed metrics: records sealed to analyzer key {seal_to.key_id} (private key in {keys_dir})")
+        if issuer is not None:
+            print(
+                f"  token issuer {issuer.url} (K = {issuer.tokens_per_day} tokens/device/day, blind RSA); the "
+                f"collector requires a token per upload (keys {issuer.public_dir})",
+                flush=True,
+            )
         print(
             f"  collector {pipe.collector_url}   estimator {pipe.estimator_url}   "
             f"shuffler crowd >= {args.min_batch}   Parquet sink {pipe.dataset}",
@@ -163,6 +239,20 @@ def run_pipeline(args: argparse.Namespace) -> int:
         )
         truth = {n: empty_truth(metrics, n) for n in names}
         n_sdk = min(args.sdk_devices, args.devices)
+        client_options = None
+        if issuer is not None:
+
+            def client_options(i: int, folder: Path) -> dict[str, Any]:
+                bundle = folder.with_name(folder.name + "-enrollment.json")
+                bundle.parent.mkdir(parents=True, exist_ok=True)
+                issuer.enroll(f"sdk-device-{i}").save(bundle)
+                return {
+                    "issuer_url": issuer.url,
+                    "enrollment_path": bundle,
+                    "token_origin": collector_options["token_origin"],
+                    "token_stock": issuer.tokens_per_day,
+                }
+
         if n_sdk:
             t0 = time.monotonic()
             for name, counts in sdk_devices(
@@ -173,6 +263,7 @@ def run_pipeline(args: argparse.Namespace) -> int:
                 rng,
                 workdir=workdir / "sdk-devices",
                 distribution=args.distribution,
+                client_options=client_options,
             ).items():
                 truth[name] = add_truth(metrics, name, truth[name], counts)
             print(
@@ -185,7 +276,7 @@ def run_pipeline(args: argparse.Namespace) -> int:
             args.devices - n_sdk,
             day,
             rng,
-            frame_reports=args.frame_reports,
+            frame_reports=1 if issuer is not None else args.frame_reports,  # with tokens each device uploads its own
             distribution=args.distribution,
         )
         for name, counts in fleet.truth.items():
@@ -200,13 +291,30 @@ def run_pipeline(args: argparse.Namespace) -> int:
                 f"  sealed {sum(len(b) for b in sent):,} reports (+52 bytes each) in {time.monotonic() - t0:.1f} s",
                 flush=True,
             )
-        stats = upload(pipe.collector_url, sent, clients=args.clients)
+        flooded = None
+        if issuer is not None and args.flood:  # before the fleet: its reports join the fleet's released crowds
+            flooded = _flood(pipe.collector_url, issuer, metrics, names, day, args.flood, rng)
+        paid = None
+        if issuer is not None:
+            from simulator.token_fleet import pay_fleet
+
+            t0 = time.monotonic()
+            paid = pay_fleet(issuer, fleet.batches, args.devices - n_sdk) if fleet.devices else None
+            n_paid = paid.fetched if paid is not None else 0
+            print(
+                f"  {args.devices - n_sdk:,} devices enrolled and fetched {n_paid:,} tokens "
+                f"({len(names)} each, one per metric) in {time.monotonic() - t0:.1f} s",
+                flush=True,
+            )
+        stats = upload(pipe.collector_url, sent, clients=args.clients, headers=paid.headers if paid else None)
         print(
             f"  {args.devices - n_sdk:,} devices uploaded {stats.reports:,} reports in {stats.batches} frames "
             f"in {stats.seconds:.1f} s ({stats.rate:,.0f} reports/s, {stats.retries} retries)",
             flush=True,
         )
         expected = {n: truth_reports(metrics, n, truth[n]) for n in names}
+        if flooded is not None:
+            expected[flooded.metric] += flooded.accepted_reports  # counted, not part of the truth
         waited, held = pipe.wait_settled(sum(expected.values()), timeout=120)
         print(
             f"  the streaming estimator counted every released report {waited:.1f} s after the last upload"
@@ -229,6 +337,7 @@ def run_pipeline(args: argparse.Namespace) -> int:
         "day": day,
         "transport": "kafka" if args.kafka else "embedded",
         "sealed": bool(args.sealed),
+        "tokens": None,
         "metrics": {},
         "shuffler": shuffler_stats,
         "held_by_shuffler": held,
@@ -291,6 +400,11 @@ def run_pipeline(args: argparse.Namespace) -> int:
             "ci_low": est["ci_low"],
             "ci_high": est["ci_high"],
         }
+    tokens_ok = True
+    if issuer is not None:
+        summary["tokens"], tokens_ok = _token_summary(
+            issuer, collector_options["spent_path"], expected, flooded, live, metrics, truth
+        )
     once = sum(counted.values()) + held == sum(expected.values()) and all(
         counted.get(n, 0) <= expected[n] for n in names
     )
@@ -308,7 +422,73 @@ def run_pipeline(args: argparse.Namespace) -> int:
         _plot_pipeline(metrics, live, truth, words, args.out / "demo.png")
         print(f"plot: {args.out / 'demo.png'}")
     print(f"results: {args.out / 'demo.json'}   ({summary['seconds']:.0f} s)")
-    return 0 if once and batch_equal else 1
+    return 0 if once and batch_equal and tokens_ok else 1
+
+
+def _flood(url: str, issuer: Any, metrics: Any, names: list[str], day: int, attempts: int, rng: Any) -> Any:
+    """One install floods the first metric with a crafting rule (docs/PRIVACY.md §6); ``None`` if none has."""
+    from simulator.scenarios.poisoning import CRAFTABLE
+    from simulator.token_fleet import flood
+
+    target = next((n for n in names if metrics[n].kind == "frequency" and metrics[n].spec.name in CRAFTABLE), None)
+    if target is None:
+        print("  flood: no metric here has a crafting rule (grr, oue, olh); skipped")
+        return None
+    res = flood(url, issuer, metrics, target, day, attempts, rng)
+    refused = ", ".join(f"{k}: {n:,}" for k, n in res.outcomes.items() if not k.startswith("202"))
+    print(
+        f"  flood: one install sent {attempts + 1:,} uploads of crafted {target} reports for item {res.target}: "
+        f"{res.accepted:,} accepted (its {res.tokens} tokens x {res.reports_per_upload} report"
+        f"{'s' if res.reports_per_upload > 1 else ''}), {res.refused:,} refused ({refused}); "
+        f"the issuer refused it more tokens ({', '.join(f'{k}: {n}' for k, n in res.issuer_refusals.items())})",
+        flush=True,
+    )
+    return res
+
+
+def _token_summary(
+    issuer: Any,
+    spent_path: str,
+    expected: dict[str, int],
+    flooded: Any,
+    live: dict[str, Any],
+    metrics: Any,
+    truth: Any,
+) -> tuple[dict[str, Any], bool]:
+    """Print the issued/spent/refused counts; the demo.json entry and whether the counts add up: every upload
+    spent one token and the flood got no more than its K."""
+    import sqlite3
+
+    issued = issuer.issued()
+    with sqlite3.connect(spent_path) as conn:  # the collector's own record of redeemed tokens
+        spent = int(conn.execute("SELECT COUNT(*) FROM spent").fetchone()[0])
+    honest = sum(expected.values()) - (flooded.accepted_reports if flooded is not None else 0)
+    flood_spent = flooded.accepted if flooded is not None else 0
+    refused = flooded.refused if flooded is not None else 0
+    print(
+        f"tokens: {issued:,} issued, {spent:,} spent ({honest:,} by the fleet, one per upload of one report; "
+        f"{flood_spent:,} by the flooder), {refused:,} uploads refused"
+    )
+    out: dict[str, Any] = {"issued": issued, "spent": spent, "refused": refused, "flood": None}
+    ok = spent <= issued and spent == honest + flood_spent
+    if flooded is not None:
+        from client_sdk.mechanisms import frequency_spec
+        from simulator.scenarios.poisoning import influence
+
+        spec = frequency_spec(metrics[flooded.metric].spec)
+        est = live[flooded.metric]
+        t = flooded.target
+        bound = flooded.tokens * flooded.reports_per_upload * influence(spec)
+        got = est["counts"][t]
+        print(
+            f"  flooded item {t} of {flooded.metric}: true count {int(truth[flooded.metric][t]):,}, estimate "
+            f"{got:,.0f} (95% CI {est['ci_low'][t]:,.0f}..{est['ci_high'][t]:,.0f}); the flood can add at most "
+            f"K x max_reports_per_day x Δ = {flooded.tokens} x {flooded.reports_per_upload} x "
+            f"{influence(spec):.2f} = {bound:,.1f}"
+        )
+        ok &= flooded.accepted <= issuer.tokens_per_day
+        out["flood"] = {**flooded.to_dict(), "estimate": got, "bound": bound}
+    return out, ok
 
 
 def _central(est: dict[str, Any], m: Any) -> str:

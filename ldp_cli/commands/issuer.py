@@ -1,7 +1,9 @@
 """``ldp issuer``: the anonymous upload-token issuer (:mod:`collector.issuer`, docs/TOKENS.md).
 
-* ``ldp issuer serve --state DIR --authority-key B64 [--tokens-per-day K]``: run it (127.0.0.1 by default);
-  ``--authority FILE`` takes the public key from an enrollment authority key file instead;
+* ``ldp issuer serve --state DIR --authority-key B64 [--tokens-per-day K]``: run it (127.0.0.1:8091 by
+  default); ``--authority FILE`` takes the public key from an enrollment authority key file instead, and with
+  neither the keys come from ``$LDP_ISSUER_AUTHORITY_KEY`` (base64, comma-separated: how docker-compose.yml
+  passes them);
 * ``ldp issuer keys --state DIR [--days N]``: make the day keys of today and the next days ahead of time
   (private keys mode 0600 in ``DIR/keys``, public ones in ``DIR/public``: the collector's ``--token-keys``);
 * ``ldp issuer enroll``: the same as ``ldp fl enroll`` (one enrollment authority serves both): mint device
@@ -19,7 +21,12 @@ import time
 
 from ldp_cli.options import add_log_level, bind_socket, on_stop_signals
 
-__all__ = ["register"]
+__all__ = ["register", "DEFAULT_PORT", "AUTHORITY_KEY_ENV"]
+
+#: beside the estimator's 8090 on one host
+DEFAULT_PORT = 8091
+#: the enrollment authorities' public keys (base64, comma-separated) when no --authority-key/--authority is given
+AUTHORITY_KEY_ENV = "LDP_ISSUER_AUTHORITY_KEY"
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -34,7 +41,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--tokens-per-day", type=int, default=64, help="K: tokens per device per UTC day (default 64)")
     s.add_argument("--name", default="ldp-issuer", help="the issuer's name in the token challenge")
     s.add_argument("--host", default="127.0.0.1")
-    s.add_argument("--port", type=int, default=8090, help="port (default 8090; 0 picks a free one)")
+    s.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT}; 0 picks a free one)")
     add_log_level(s)
     s.set_defaults(func=run_serve)
     k = isub.add_parser("keys", help="make the day keys ahead of time")
@@ -51,10 +58,20 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _authority_keys(args: argparse.Namespace) -> tuple[bytes, ...]:
+    import os
+
     from client_sdk.enrollment import EnrollmentAuthority
 
+    texts = list(args.authority_key)
+    if not texts and not args.authority:
+        texts = [t.strip() for t in os.environ.get(AUTHORITY_KEY_ENV, "").split(",") if t.strip()]
+        if not texts:
+            raise ValueError(
+                f"the issuer needs an enrollment authority public key: --authority-key B64, --authority FILE or "
+                f"${AUTHORITY_KEY_ENV} (ldp issuer enroll --init-authority prints it as authority_key)"
+            )
     keys = []
-    for text in args.authority_key:
+    for text in texts:
         try:
             raw = base64.b64decode(text, validate=True)
         except (binascii.Error, ValueError):

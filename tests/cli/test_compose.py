@@ -36,7 +36,7 @@ def parse(command: list[str]) -> Any:
 
 
 def test_the_services_are_there(compose: dict[str, Any]) -> None:
-    assert set(compose["services"]) == SERVICES | {"kafka"}
+    assert set(compose["services"]) == SERVICES | {"kafka", "issuer"}
 
 
 def test_kafka_is_the_official_image_in_kraft_single_node(compose: dict[str, Any]) -> None:
@@ -122,7 +122,7 @@ def test_state_lives_on_volumes(compose: dict[str, Any]) -> None:
     assert any(sink.dataset.startswith(m) for m in mounts["sink"])
     assert any(col.dedup_path.startswith(m) for m in mounts["collector"])
     named = set(compose["volumes"])
-    for name in SERVICES | {"kafka"}:
+    for name in SERVICES | {"kafka", "issuer"}:
         for v in s[name].get("volumes", []):
             assert v.split(":")[0] in named
 
@@ -156,3 +156,56 @@ def test_every_service_has_a_readiness_healthcheck_the_status_checker_accepts(co
             assert test[4] == args.status_file, name
             # the checker takes these arguments; no worker wrote the file here, so it says not ready
             assert status_main(test[4:]) == 1, name
+
+
+# -- the token issuer (docs/TOKENS.md) ------------------------------------------------------------------------
+def _mounts(svc: dict[str, Any]) -> dict[str, tuple[str, str]]:
+    """container path -> (volume, mode) of a service's volumes."""
+    out = {}
+    for v in svc.get("volumes", []):
+        parts = v.split(":")
+        out[parts[1]] = (parts[0], parts[2] if len(parts) > 2 else "rw")
+    return out
+
+
+def test_the_issuer_service_is_the_real_command_on_its_own_port_and_volume(compose: dict[str, Any]) -> None:
+    from ldp_cli.commands.issuer import AUTHORITY_KEY_ENV, DEFAULT_PORT
+
+    svc = compose["services"]["issuer"]
+    args = parse(svc["command"])
+    assert (args.command, args.issuer_command) == ("issuer", "serve")
+    assert args.host == "0.0.0.0" and args.port == DEFAULT_PORT
+    (mapping,) = svc["ports"]
+    host_ip, host_port, container_port = mapping.split(":")
+    assert host_ip == "127.0.0.1" and int(host_port) == int(container_port) == args.port
+    assert args.port != parse(compose["services"]["estimator"]["command"]).port  # both publish on one host
+    test = svc["healthcheck"]["test"]
+    assert test[:4] == ["CMD", "python", "-m", "pipeline.status"]
+    url = urlsplit(test[test.index("--url") + 1])
+    assert (url.hostname, url.port, url.path) == ("127.0.0.1", args.port, "/readyz")
+    # the state folder (private day keys, counts) is a named volume of its own
+    mounts = _mounts(svc)
+    assert mounts[args.state][0] == "issuer-state" and "issuer-state" in compose["volumes"]
+    # no key on the command line: the authority's public key comes from the environment, required by compose
+    assert not args.authority_key and not args.authority
+    assert svc["environment"][AUTHORITY_KEY_ENV].startswith("${" + AUTHORITY_KEY_ENV + ":?")
+    assert "depends_on" not in svc  # it needs no broker
+
+
+def test_the_collector_requires_tokens_with_only_the_issuers_public_keys(compose: dict[str, Any]) -> None:
+    s = compose["services"]
+    col, iss = parse(s["collector"]["command"]), parse(s["issuer"]["command"])
+    assert col.require_tokens is True
+    assert col.token_issuer == iss.name  # the issuer's name in the token challenge
+    assert col.token_origin
+    # the token-keys volume is the issuer's public/ folder, read-only in the collector
+    issuer_mounts, collector_mounts = _mounts(s["issuer"]), _mounts(s["collector"])
+    volume, mode = collector_mounts[col.token_keys]
+    assert issuer_mounts[f"{iss.state}/public"] == (volume, "rw") and mode == "ro"
+    # the issuer's state volume (its private keys) is mounted nowhere else
+    for name, svc in s.items():
+        if name != "issuer":
+            assert all(v != "issuer-state" for v, _ in _mounts(svc).values()), name
+    # spent tokens persist on the collector's volume
+    assert any(col.spent_path.startswith(m) for m, (v, _) in collector_mounts.items() if v == "collector-data")
+    assert s["collector"]["depends_on"]["issuer"]["condition"] == "service_healthy"

@@ -85,3 +85,39 @@ def test_demo_offline_keeps_the_all_oracles_simulation(tmp_path: Path, capsys: p
 def test_demo_refuses_bad_arguments(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["demo", "--devices", "0", "--out", str(tmp_path)]) == 2
     assert "must be positive" in capsys.readouterr().err
+
+
+def test_demo_with_tokens_pays_every_upload_and_refuses_the_flood(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``ldp demo --tokens``: the issuer beside a collector that requires tokens. Every device fetches one token
+    per metric and spends it on that metric's upload; the flooding install gets its K tokens and no more, so of
+    its 31 uploads exactly K are accepted and the other 29 refused, each for its own reason, and the issuer
+    refuses it a second fetch. The counts are the issuer's and the collector's own (their databases)."""
+    doc = json.loads((Path(__file__).parents[2] / "metrics" / "example.json").read_text())
+    doc["metrics"] = {k: v for k, v in doc["metrics"].items() if k in ("emoji_used", "settings_tab")}
+    metrics_path = tmp_path / "metrics.json"
+    metrics_path.write_text(json.dumps(doc))
+    out = tmp_path / "out"
+    args = ["demo", "--tokens", "--metrics", str(metrics_path), "--devices", "120", "--sdk-devices", "1"]
+    args += ["--min-batch", "40", "--flood", "30", "--out", str(out), "--workdir", str(tmp_path / "w"), "--no-plot"]
+    code = main(args + ["--seed", "3"])
+    text = capsys.readouterr().out
+    assert code == 0, text
+    assert "every uploaded report counted exactly once: yes" in text
+    tokens = json.loads((out / "demo.json").read_text())["tokens"]
+    k = 2  # one token per metric and device by default
+    flood = tokens["flood"]
+    assert flood["metric"] == "emoji_used" and flood["tokens"] == k
+    assert flood["outcomes"] == {
+        "202 accepted": k,
+        "401 token_missing": 14,  # beyond its K: every other upload without a token ...
+        "409 token_spent": 14,  # ... and every other one with a token it spent before
+        "422 too_many_reports": 1,  # one batch over max_reports_per_day (its token stays unspent)
+    }
+    assert flood["issuer_refusals"] == {"429 token_limit": 1}
+    assert flood["accepted_reports"] == k * flood["reports_per_upload"]
+    # 119 fleet devices and 1 SDK device each fetched k tokens, the flooder k: all issued, all spent
+    assert tokens["issued"] == tokens["spent"] == 120 * k + k
+    assert tokens["refused"] == 29
+    assert f"tokens: {120 * k + k:,} issued" in text and "flood: one install sent 31 uploads" in text

@@ -232,3 +232,38 @@ def test_double_spend_across_two_collector_processes(
             proc.terminate()
             proc.wait(30)
             proc.communicate()
+
+
+def test_issuer_readyz_and_the_public_key_it_publishes(issuer: ServerThread, tmp_path: Path) -> None:
+    """/readyz answers once today's key is on disk, and that key's public half (the collector's --token-keys
+    file) is in the RFC 9578 §6.5 encoding whose SHA-256 is the token_key_id the issuer names."""
+    import base64
+    import hashlib
+
+    assert httpx.get(issuer.url + "/readyz").json() == {"status": "ready"}
+    (pub,) = (tmp_path / "issuer" / "public").glob("token-key-*.json")
+    entry = json.loads(pub.read_text())
+    der = base64.b64decode(entry["public_key"])
+    assert der[:21].hex().startswith("30820156304106092a864886f70d01010a")  # SEQUENCE { id-RSASSA-PSS ...
+    assert hashlib.sha256(der).hexdigest() == entry["token_key_id"]
+    assert httpx.get(issuer.url + "/v1/token-keys").json()["keys"][0]["token_key_id"] == entry["token_key_id"]
+
+
+def test_issuer_serve_takes_the_authority_key_from_the_environment(
+    tmp_path: Path, authority: EnrollmentAuthority, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """How docker-compose.yml passes it: $LDP_ISSUER_AUTHORITY_KEY, base64; none at all is a clear error."""
+    import argparse
+    import base64
+
+    from ldp_cli.commands.issuer import AUTHORITY_KEY_ENV, _authority_keys
+
+    none = argparse.Namespace(authority_key=[], authority=[])
+    monkeypatch.delenv(AUTHORITY_KEY_ENV, raising=False)
+    with pytest.raises(ValueError, match=AUTHORITY_KEY_ENV):
+        _authority_keys(none)
+    monkeypatch.setenv(AUTHORITY_KEY_ENV, base64.b64encode(authority.public_key).decode())
+    assert _authority_keys(none) == (authority.public_key,)
+    monkeypatch.setenv(AUTHORITY_KEY_ENV, "not base64!")
+    with pytest.raises(ValueError, match="not base64"):
+        _authority_keys(none)

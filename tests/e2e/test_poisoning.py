@@ -6,6 +6,7 @@ These tests pin the figures the docs print: one crafted report moves its target'
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 from pathlib import Path
 
@@ -20,7 +21,14 @@ from collector.settings import CollectorSettings
 from estimator.oracles import accumulator_for
 from pipeline.topics import RAW_TOPIC
 from pipeline.transport import open_transport
-from simulator.scenarios.poisoning import crafted_reports, influence, main, poisoning_run
+from simulator.scenarios.poisoning import (
+    TokenAttackResult,
+    crafted_reports,
+    influence,
+    main,
+    poisoning_run,
+    token_attack_run,
+)
 from tests.support.collector_support import TODAY, ServerThread, write_metrics
 
 
@@ -109,3 +117,51 @@ def test_scenario_command_prints_the_table_and_draws_the_plot(
     )
     out = capsys.readouterr().out
     assert "| olh | 50 |" in out and png.stat().st_size > 10_000
+
+
+def _check_bounded(rows: list[TokenAttackResult]) -> None:
+    """The claim of docs/PRIVACY.md §6: k installs get at most k·K uploads of r reports accepted, so the target
+    moves by at most k·K·r·Δ (and, OLH crafting being exact for the target, by exactly accepted·Δ)."""
+    for r in rows:
+        cap = r.attackers * r.tokens_per_day * r.reports_per_upload
+        assert r.accepted <= cap, f"{r.accepted} crafted reports accepted from {r.attackers} installs, cap {cap}"
+        assert r.shift == pytest.approx(r.accepted * r.influence, rel=1e-9, abs=1e-6)
+        assert r.shift <= cap * r.influence + 1e-6
+
+
+def test_the_poisoning_attack_through_a_token_requiring_collector_is_bounded(tmp_path: Path) -> None:
+    """The attack played against the real services: k enrolled installs (k = 1 and 3) of a real issuer (K = 4
+    tokens a day) try to get 60 crafted OLH reports accepted by a real collector run with --require-tokens, in
+    uploads of r = 2 (the metric's max_reports_per_day). Exactly k·K uploads are accepted (k·K·r reports), every
+    other one is refused 401 token_missing, and the target moves by exactly accepted·Δ. The same attack against
+    the same collector without --require-tokens gets all 60 accepted, and the bound check fails on it."""
+    common = dict(reports_per_day=2, target=10, workdir=tmp_path)
+    rows = token_attack_run("olh", 1.0, 64, 3_000, 60, [1, 3], 4, np.random.default_rng(7), **common)  # type: ignore[arg-type]
+    _check_bounded(rows)
+    for r in rows:
+        assert r.accepted == r.attackers * 4 * 2
+        assert r.outcomes == {"202 accepted": r.attackers * 4, "401 token_missing": 30 - r.attackers * 4}
+    assert rows[0].honest_estimate == rows[1].honest_estimate  # the same honest reports under both attacks
+    (control,) = token_attack_run(
+        "olh",
+        1.0,
+        64,
+        3_000,
+        60,
+        [1],
+        4,
+        np.random.default_rng(7),
+        require_tokens=False,
+        **common,  # type: ignore[arg-type]
+    )
+    assert control.accepted == 60 and control.outcomes == {"202 accepted": 30}
+    assert control.honest_estimate == rows[0].honest_estimate
+    with pytest.raises(AssertionError, match="cap 8"):
+        _check_bounded([dataclasses.replace(control, require_tokens=True)])
+
+
+def test_the_token_attack_command_prints_both_collectors(capsys: pytest.CaptureFixture[str]) -> None:
+    args = ["--mechanisms", "olh", "--users", "1000", "--domain", "32", "--crafted", "20"]
+    assert main(args + ["--attackers", "1", "--tokens-per-day", "3"]) == 0
+    out = capsys.readouterr().out
+    assert "| olh | no tokens | 1 | 20 | 20 |" in out and "| olh | tokens, K = 3 | 1 | 20 | 3 |" in out

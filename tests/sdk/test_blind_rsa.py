@@ -33,21 +33,39 @@ def seeded_bytes(seed: int) -> blind_rsa.RandomBytes:
 
 @pytest.mark.parametrize("v", DOC["vectors"], ids=lambda v: v["name"])
 def test_rfc9474_vectors(v: dict[str, Any]) -> None:
+    """RFC 9474 Appendix A, every value byte for byte. The RFC lists ``inv``; the blinding factor is its inverse
+    (§4.2 steps 6-7), and PSSZERO is salt length 0."""
     sk = vector_key()
     pk = sk.public_key
     assert pk.n == int(KEY["n"], 16)
     randomized = bool(v["msg_prefix"])
+    salt = h(v["salt"])
     prefix = h(v["msg_prefix"])
     prepared = blind_rsa.prepare(h(v["msg"]), randomized=randomized, random_bytes=lambda k: prefix[:k])
     assert prepared == h(v["prepared_msg"])
-    blinded, inv = blind_rsa.blind(pk, prepared, salt=h(v["salt"]), r=int(v["r"], 16))
+    assert blind_rsa.emsa_pss_encode(prepared, pk.n.bit_length() - 1, salt) == h(v["encoded_msg"])
+    r = pow(int(v["inv"], 16), -1, pk.n)
+    blinded, inv = blind_rsa.blind(pk, prepared, salt_len=len(salt), salt=salt, r=r)
     assert blinded == h(v["blinded_msg"])
     assert inv == h(v["inv"])
     blind_sig = blind_rsa.blind_sign(sk, blinded, random_bytes=seeded_bytes(1))
     assert blind_sig == h(v["blind_sig"])
-    sig = blind_rsa.finalize(pk, prepared, blind_sig, inv)
+    sig = blind_rsa.finalize(pk, prepared, blind_sig, inv, salt_len=len(salt))
     assert sig == h(v["sig"])
-    assert blind_rsa.verify(pk, prepared, sig)
+    assert blind_rsa.verify(pk, prepared, sig, salt_len=len(salt))
+
+
+def test_the_vectors_are_the_four_variants_of_rfc9474_appendix_a() -> None:
+    got = {(v["section"], v["name"]) for v in DOC["vectors"]}
+    assert got == {
+        ("RFC 9474 Appendix A.1", "RSABSSA-SHA384-PSS-Randomized"),
+        ("RFC 9474 Appendix A.2", "RSABSSA-SHA384-PSSZERO-Randomized"),
+        ("RFC 9474 Appendix A.3", "RSABSSA-SHA384-PSS-Deterministic"),
+        ("RFC 9474 Appendix A.4", "RSABSSA-SHA384-PSSZERO-Deterministic"),
+    }
+    for v in DOC["vectors"]:
+        assert len(h(v["salt"])) == (0 if "PSSZERO" in v["name"] else blind_rsa.SALT_LEN)
+        assert len(h(v["msg_prefix"])) == (blind_rsa.PREFIX_LEN if "Randomized" in v["name"] else 0)
 
 
 def test_emsa_pss_encoding_matches_the_vector_after_unblinding() -> None:
