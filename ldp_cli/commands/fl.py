@@ -174,6 +174,13 @@ def run_clinics_example_cmd(args: argparse.Namespace) -> int:
         "most-sampled clinic's rounds). The server operator: none, the noise is central (added after the "
         "server averaged the clipped updates). No noise: ε is infinite (— in the table, null in JSON)."
     )
+    ftrl = next((r for r in result["rows"] if r["setting"] == "DP-FTRL"), None)
+    if ftrl is not None:
+        print(
+            f"DP-FTRL: tree-aggregated noise (z = {ftrl['noise_multiplier']:.3g} per node, a tree every "
+            f"{ftrl['restart_every']} rounds, each clinic once per tree), no sampling assumed: its ε is the same "
+            "for observers and for whoever knows the sample, matched to σ 2.0's ε knows sample."
+        )
     return 0
 
 
