@@ -49,6 +49,7 @@ __all__ = [
     "ftrl_dp_event",
     "ftrl_epsilon",
     "ftrl_epsilon_rdp",
+    "ftrl_noise_for_epsilon",
     "FtrlAccountant",
     "DPFTRL",
 ]
@@ -242,6 +243,26 @@ def ftrl_epsilon_rdp(
     acc = dp_accounting.rdp.RdpAccountant(neighboring_relation=dp_accounting.NeighboringRelation.REPLACE_SPECIAL)
     acc.compose(ftrl_dp_event(z, rounds, restart_every))
     return float(acc.get_epsilon(delta))
+
+
+def ftrl_noise_for_epsilon(
+    target_epsilon: float,
+    rounds: int,
+    delta: float,
+    restart_every: int | None = None,
+    neighbors: Neighbors = "add_or_remove",
+) -> float:
+    """The smallest per-node multiplier z whose :func:`ftrl_epsilon` is at most ``target_epsilon``
+    (bisection on log z, ε decreasing in z, to a relative 1e-12 in z)."""
+    if not (math.isfinite(target_epsilon) and target_epsilon > 0):
+        raise FLError(f"target_epsilon must be a finite number > 0, got {target_epsilon}")
+    lo, hi = 1e-4, 1e4
+    if ftrl_epsilon(hi, rounds, delta, restart_every, neighbors) > target_epsilon:
+        raise FLError(f"no noise multiplier up to {hi:g} reaches ε = {target_epsilon} over {rounds} rounds")
+    while hi / lo > 1 + 1e-12:
+        mid = math.sqrt(lo * hi)
+        lo, hi = (mid, hi) if ftrl_epsilon(mid, rounds, delta, restart_every, neighbors) > target_epsilon else (lo, mid)
+    return hi
 
 
 class FtrlAccountant:

@@ -43,7 +43,7 @@ from estimator.accounting.accountant import gaussian_noise_for_epsilon
 from estimator.fl.aggregators import ValidatingAggregator, WeightedMean
 from estimator.fl.checkpoint import json_float
 from estimator.fl.dp import ClientLevelAccountant, FixedClippingDP, epsilon_by_adversary
-from estimator.fl.ftrl import FtrlAccountant, TreeNoise, ftrl_epsilon, ftrl_epsilon_rdp
+from estimator.fl.ftrl import FtrlAccountant, TreeNoise, ftrl_epsilon_rdp, ftrl_noise_for_epsilon
 from estimator.fl.rounds import FederatedClient, run_rounds
 from estimator.fl.sampling import FixedCountSampling, PoissonSampling
 from estimator.fl.strategies import FedAvg
@@ -334,16 +334,6 @@ def run_example(delta: float = 1e-5, rounds: int = 100, per_round: int = 10) -> 
     }
 
 
-def _noise_for_ftrl_epsilon(target: float, rounds: int, delta: float, restart_every: int) -> float:
-    """The per-node multiplier z whose DP-FTRL ε (replace-one) is ``target``, by bisection on log z
-    (ε decreases in z), to a relative 1e-12 in z."""
-    lo, hi = 1e-3, 1e3
-    while hi / lo > 1 + 1e-12:
-        mid = math.sqrt(lo * hi)
-        lo, hi = (mid, hi) if ftrl_epsilon(mid, rounds, delta, restart_every, "replace") > target else (lo, mid)
-    return hi
-
-
 def _ftrl_row(
     rng: np.random.Generator,
     data: list[tuple[np.ndarray, np.ndarray]],
@@ -367,7 +357,7 @@ def _ftrl_row(
     and a coalition of clinics; None against the operator (central noise)."""
     n = len(data)
     every = max(1, n // per_round)
-    z = _noise_for_ftrl_epsilon(target_epsilon, rounds, delta, every)
+    z = ftrl_noise_for_epsilon(target_epsilon, rounds, delta, every, "replace")
     tree = TreeNoise(data[0][0].shape[1], z * clip / per_round, restart_every=every)
     w = np.zeros(data[0][0].shape[1])
     participation = np.zeros(n, dtype=np.int64)
