@@ -114,6 +114,8 @@ class JobState:
     consistency: dict[int, dict[str, Any]] = dataclasses.field(default_factory=dict)
     #: per sharer index: recipient → 64 bytes (SHA-256 commitments to the b and s shares it sent)
     commitments: dict[int, dict[int, bytes]] = dataclasses.field(default_factory=dict)
+    #: DP-FTRL's tree noise and the current tree's contributors (:meth:`estimator.fl.ftrl.DPFTRL.state`)
+    ftrl: dict[str, Any] | None = None
 
     def to_obj(self, binary: bool = True) -> dict[str, Any]:
         """The checkpoint's state: vectors as numpy arrays (``binary``, for a chunked document) or base64."""
@@ -159,6 +161,7 @@ class JobState:
             "advert_auth": {str(u): a for u, a in self.advert_auth.items()},
             "consistency": {str(u): c for u, c in self.consistency.items()},
             "commitments": {str(u): {str(v): _b64(c) for v, c in per.items()} for u, per in self.commitments.items()},
+            "ftrl": self.ftrl,
         }
 
     @classmethod
@@ -216,6 +219,7 @@ class JobState:
                 int(u): {int(v): base64.b64decode(c) for v, c in per.items()}
                 for u, per in o.get("commitments", {}).items()
             },
+            ftrl=None if o.get("ftrl") is None else dict(o["ftrl"]),
         )
 
 

@@ -37,7 +37,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, ClassVar, Protocol
 
 import numpy as np
 
@@ -83,6 +83,9 @@ class ClientLevelAccountant:
     (it does for 10 of 20 clients over 100 rounds: RDP's conversion to (ε, δ)
     loses more than amplification gains), :meth:`epsilon` is the smaller of the
     two; :meth:`epsilon_amplified` is the RDP figure alone."""
+
+    #: :meth:`epsilon` credits amplification by a secret sample (DP-FTRL's accountant does not)
+    amplification: ClassVar[bool] = True
 
     def __init__(self, sampling: Sampling, population: int, delta: float, discretization: float = 1e-3) -> None:
         if not 0.0 < delta < 1.0:
@@ -182,8 +185,20 @@ class ClientLevelAccountant:
 ADVERSARIES = ("observer", "knows_sample", "server_operator")
 
 
+class _AdversaryAccountant(Protocol):
+    """What :func:`epsilon_by_adversary` reads: this module's accountant or DP-FTRL's
+    (:class:`estimator.fl.ftrl.FtrlAccountant`, ``amplification`` False: both figures are one)."""
+
+    @property
+    def amplification(self) -> bool: ...
+
+    def epsilon(self) -> float: ...
+
+    def epsilon_known_sample(self) -> float: ...
+
+
 def epsilon_by_adversary(
-    acc: ClientLevelAccountant, *, secagg: bool, observer: float | None = None, known_sample: float | None = None
+    acc: _AdversaryAccountant, *, secagg: bool, observer: float | None = None, known_sample: float | None = None
 ) -> list[dict[str, Any]]:
     """The accountant's ε against each adversary, labelled (issue 13; the threat table in docs/FL.md).
 
@@ -202,18 +217,20 @@ def epsilon_by_adversary(
     population and δ only (public task parameters and the number of rounds released), never of the
     realized sample, so it may be shown publicly. ∞ stays ``math.inf`` (callers format it).
     ``observer`` / ``known_sample``: the accountant's figures if the caller already has them (the
-    PLD computation is not free); they must be what the methods return."""
+    PLD computation is not free); they must be what the methods return. With DP-FTRL's accountant
+    (``acc.amplification`` False) the observer's and the known-sample figures are the same number."""
     sees = (
         "the sample and the un-noised sum of the sampled clients' clipped updates (SecAgg hides each update; "
         "the server adds the noise after unmasking)"
         if secagg
         else "the sample and every clipped update before the noise (the server clips, sums and adds the noise)"
     )
+    amplified = bool(acc.amplification)  # DP-FTRL credits none: the observer's figure is the known-sample one
     return [
         {
             "adversary": "observer",
             "sees": "the released models, not the sample",
-            "amplification": True,
+            "amplification": amplified,
             "epsilon": acc.epsilon() if observer is None else observer,
         },
         {

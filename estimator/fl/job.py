@@ -79,8 +79,9 @@ from estimator.errors import JobStateError
 from estimator.fl.aggregators import AggregateResult, Aggregator, RoundContext
 from estimator.fl.checkpoint import CheckpointLog, JobState
 from estimator.fl.checkpoint import json_float as _f
-from estimator.fl.dp import AdaptiveClippingDP, ClientLevelAccountant, epsilon_by_adversary
-from estimator.fl.task import FLTaskSpec
+from estimator.fl.dp import AdaptiveClippingDP, epsilon_by_adversary
+from estimator.fl.ftrl import DPFTRL
+from estimator.fl.task import FLAccountant, FLTaskSpec
 from pipeline.errors import ConfigError
 from pipeline.fl_records import DEFAULT_MAX_RECORD_BYTES, MIN_RECORD_BYTES, encode_chunks, pack_document
 from pipeline.processor import StreamProcessor
@@ -216,7 +217,8 @@ class AggregationJob(StreamProcessor):
         self._adaptive: AdaptiveClippingDP | None = None
         self._st = JobState()
         self._rng = self._new_rng()
-        self._accountant: ClientLevelAccountant | None = None
+        self._accountant: FLAccountant | None = None
+        self._ftrl: DPFTRL | None = None
         self._aggregator: Aggregator | None = None
         self._outbox: list[RoundState] = []
         self._committed: dict[int, int] = {}
@@ -400,6 +402,8 @@ class AggregationJob(StreamProcessor):
         self._build_aggregator()
         if self._adaptive is not None and self._st.clip_norm is not None:
             self._adaptive.clip_norm = self._st.clip_norm
+        if self._ftrl is not None:
+            self._ftrl.load_state(self._st.ftrl)
         self._last_commit = time.monotonic()
         self.restores += 1
         log.info(
@@ -436,16 +440,19 @@ class AggregationJob(StreamProcessor):
         self._aggregator = self.spec.build_aggregator(self._accountant)
         inner = getattr(self._aggregator, "inner", None)
         self._adaptive = inner if isinstance(inner, AdaptiveClippingDP) else None
+        self._ftrl = inner if isinstance(inner, DPFTRL) else None
         if self._adaptive is not None and self._st.clip_norm is None:
             self._st.clip_norm = float(self._adaptive.clip_norm)
 
     def _checkpoint(self, offsets: dict[int, int]) -> list[bytes]:
         """The checkpoint as chunk records (:meth:`CheckpointLog.encode`), after copying into the state what
-        lives outside it: the seeded generator's state and adaptive clipping's current C."""
+        lives outside it: the seeded generator's state, adaptive clipping's current C and DP-FTRL's tree."""
         st = self._st
         st.rng_state = dict(self._rng.bit_generator.state) if self.spec.seed is not None else None
         if self._adaptive is not None:
             st.clip_norm = float(self._adaptive.clip_norm)
+        if self._ftrl is not None:
+            st.ftrl = self._ftrl.state()
         return self._checkpoints.encode(st, offsets)
 
     def _round_state_chunks(self, rs: RoundState) -> list[bytes]:

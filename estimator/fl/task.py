@@ -28,6 +28,7 @@ from client_sdk.fl.errors import FLError
 from client_sdk.fl.protocol import model_from_dict
 from estimator.fl.aggregators import Aggregator, ValidatingAggregator, WeightedMean
 from estimator.fl.dp import AdaptiveClippingDP, ClientLevelAccountant, FixedClippingDP, update_noise_multiplier
+from estimator.fl.ftrl import DPFTRL, FtrlAccountant
 from estimator.fl.robust import CoordinateMedian, Krum, TrimmedMean
 from estimator.fl.sampling import FixedCountSampling, PoissonSampling, Sampling
 from estimator.fl.strategies import FedAvg, FedProx, Scaffold, Strategy
@@ -41,11 +42,23 @@ __all__ = [
     "AggregatorSpec",
     "FedAvgSpec",
     "AdaptiveClippingSpec",
+    "DPFTRLSpec",
     "MedianSpec",
     "TrimmedMeanSpec",
     "KrumSpec",
     "aggregator_spec",
+    "FLAccountant",
 ]
+
+
+#: The accountant a task's DP aggregator reports to (:meth:`FLTaskSpec.build_accountant`).
+FLAccountant = ClientLevelAccountant | FtrlAccountant
+
+
+def _client_level(accountant: FLAccountant | None) -> ClientLevelAccountant | None:
+    if accountant is not None and not isinstance(accountant, ClientLevelAccountant):
+        raise FLError(f"this aggregator reports to a ClientLevelAccountant, got {type(accountant).__name__}")
+    return accountant
 
 
 def _num(name: str, v: object, *, low: float = 0.0, strict: bool = True) -> float:
@@ -153,10 +166,12 @@ class FedAvgSpec:
     def check(self, task: FLTaskSpec) -> None:
         """Nothing beyond the task's own checks: fedavg works with and without DP and SecAgg."""
 
-    def build(self, task: FLTaskSpec, accountant: ClientLevelAccountant | None) -> Aggregator:
+    def build(self, task: FLTaskSpec, accountant: FLAccountant | None) -> Aggregator:
         if task.clip_norm is None:
             return ValidatingAggregator(WeightedMean())
-        return ValidatingAggregator(FixedClippingDP(WeightedMean(), task.clip_norm, task.noise_multiplier, accountant))
+        return ValidatingAggregator(
+            FixedClippingDP(WeightedMean(), task.clip_norm, task.noise_multiplier, _client_level(accountant))
+        )
 
     def to_dict(self) -> dict[str, Any]:
         return {"kind": self.kind}
@@ -204,7 +219,7 @@ class AdaptiveClippingSpec:
             return float(self.count_stddev)
         return task.build_sampling().expected_clients(len(task.clients)) / 20.0
 
-    def build(self, task: FLTaskSpec, accountant: ClientLevelAccountant | None) -> Aggregator:
+    def build(self, task: FLTaskSpec, accountant: FLAccountant | None) -> Aggregator:
         assert task.clip_norm is not None and task.noise_multiplier is not None  # checked with the task's DP
         return ValidatingAggregator(
             AdaptiveClippingDP(
@@ -214,7 +229,7 @@ class AdaptiveClippingSpec:
                 target_quantile=float(self.target_quantile),
                 clip_learning_rate=float(self.clip_learning_rate),
                 count_stddev=None if self.count_stddev is None else float(self.count_stddev),
-                accountant=accountant,
+                accountant=_client_level(accountant),
             )
         )
 
@@ -225,6 +240,48 @@ class AdaptiveClippingSpec:
             "clip_learning_rate": self.clip_learning_rate,
             "count_stddev": self.count_stddev,
         }
+
+
+@dataclasses.dataclass(frozen=True)
+class DPFTRLSpec:
+    """``{"kind": "dp_ftrl", "restart_every": R}`` (R optional: null, one tree for the whole task):
+    :class:`~estimator.fl.ftrl.DPFTRL` with clip norm C = ``clip_norm`` and per-node noise multiplier
+    z = ``noise_multiplier`` > 0, the tree restarting every R rounds. Its ε (:class:`FtrlAccountant`)
+    credits no sampling amplification, so it holds whoever knows the sample; a client's second update
+    within one tree is dropped. Devices clip to C too. Not with ``secagg`` (the SecAgg path adds its
+    own independent noise) nor with ``scaffold`` (the FTRL iterate is the model's only server state)."""
+
+    restart_every: int | None = None
+    kind: ClassVar[str] = "dp_ftrl"
+    requirement: ClassVar[dict[str, str]] = {}
+    device_clips: ClassVar[bool] = True
+
+    def __post_init__(self) -> None:
+        if self.restart_every is not None:
+            _int("aggregator 'dp_ftrl': restart_every", self.restart_every, 1)
+
+    def check(self, task: FLTaskSpec) -> None:
+        if task.clip_norm is None or not task.noise_multiplier > 0:
+            raise FLError("dp_ftrl needs clip_norm (C) and noise_multiplier > 0 (the noise of every tree node is z·C)")
+        _num("clip_norm", task.clip_norm)
+        if task.secagg:
+            raise FLError(
+                "dp_ftrl cannot run with secagg yet: the SecAgg path adds independent noise to each round's "
+                "sum, not the tree's; use kind 'fedavg' with secagg"
+            )
+        if task.algorithm == "scaffold":
+            raise FLError("dp_ftrl runs with algorithm fedavg or fedprox (scaffold's control variates are not noised)")
+
+    def build(self, task: FLTaskSpec, accountant: FLAccountant | None) -> Aggregator:
+        assert task.clip_norm is not None
+        if accountant is not None and not isinstance(accountant, FtrlAccountant):
+            raise FLError("dp_ftrl needs the DP-FTRL accountant (FLTaskSpec.build_accountant)")
+        return ValidatingAggregator(
+            DPFTRL(WeightedMean(), float(task.clip_norm), task.noise_multiplier, self.restart_every, accountant)
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, "restart_every": self.restart_every}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -273,7 +330,7 @@ class MedianSpec(_RobustSpec):
 
     kind: ClassVar[str] = "median"
 
-    def build(self, task: FLTaskSpec, accountant: ClientLevelAccountant | None) -> Aggregator:
+    def build(self, task: FLTaskSpec, accountant: FLAccountant | None) -> Aggregator:
         return ValidatingAggregator(CoordinateMedian(WeightedMean(), self.f))
 
 
@@ -283,7 +340,7 @@ class TrimmedMeanSpec(_RobustSpec):
 
     kind: ClassVar[str] = "trimmed_mean"
 
-    def build(self, task: FLTaskSpec, accountant: ClientLevelAccountant | None) -> Aggregator:
+    def build(self, task: FLTaskSpec, accountant: FLAccountant | None) -> Aggregator:
         return ValidatingAggregator(TrimmedMean(WeightedMean(), self.f))
 
 
@@ -303,16 +360,16 @@ class KrumSpec(_RobustSpec):
     def min_updates(self) -> int:
         return max(2 * self.f + 3, self.multi + self.f)
 
-    def build(self, task: FLTaskSpec, accountant: ClientLevelAccountant | None) -> Aggregator:
+    def build(self, task: FLTaskSpec, accountant: FLAccountant | None) -> Aggregator:
         return ValidatingAggregator(Krum(WeightedMean(), self.f, self.multi))
 
     def to_dict(self) -> dict[str, Any]:
         return {**super().to_dict(), "multi": self.multi}
 
 
-AggregatorSpec = FedAvgSpec | AdaptiveClippingSpec | MedianSpec | TrimmedMeanSpec | KrumSpec
+AggregatorSpec = FedAvgSpec | AdaptiveClippingSpec | DPFTRLSpec | MedianSpec | TrimmedMeanSpec | KrumSpec
 _AGGREGATOR_KINDS: dict[str, type] = {
-    c.kind: c for c in (FedAvgSpec, AdaptiveClippingSpec, MedianSpec, TrimmedMeanSpec, KrumSpec)
+    c.kind: c for c in (FedAvgSpec, AdaptiveClippingSpec, DPFTRLSpec, MedianSpec, TrimmedMeanSpec, KrumSpec)
 }
 
 
@@ -373,6 +430,10 @@ class FLTaskSpec:
       wrapper documents; needs σ_b > z/2). Devices do not clip: the server needs each
       update's norm against C (the bit 1[‖Δ‖ ≤ C]); the current C is in the round's ``stats``.
       Not with ``secagg`` (that bit is not securely summed).
+    * ``{"kind": "dp_ftrl", "restart_every": R}`` (:class:`DPFTRLSpec`; R optional, null): DP-FTRL
+      (:mod:`estimator.fl.ftrl`), tree-aggregated noise of multiplier z = ``noise_multiplier`` > 0 per
+      node, no sampling assumption (the same ε for every adversary that sees only the models). Not
+      with ``secagg`` or ``scaffold``.
     * ``{"kind": "median", "f": f}``, ``{"kind": "trimmed_mean", "f": f}``,
       ``{"kind": "krum", "f": f, "multi": m}`` (:class:`MedianSpec`, :class:`TrimmedMeanSpec`,
       :class:`KrumSpec`; m optional, 1): the robust wrappers over a weighted mean, tolerating f
@@ -499,12 +560,16 @@ class FLTaskSpec:
             return Scaffold(tr, self.server_learning_rate)
         return FedAvg(tr, self.server_learning_rate)
 
-    def build_accountant(self) -> ClientLevelAccountant | None:
+    def build_accountant(self) -> FLAccountant | None:
+        """None without DP; :class:`FtrlAccountant` for ``dp_ftrl`` (no sampling credited), else
+        :class:`ClientLevelAccountant`."""
         if self.clip_norm is None:
             return None
+        if isinstance(self.aggregator, DPFTRLSpec):
+            return FtrlAccountant(self.aggregator.restart_every, self.delta)
         return ClientLevelAccountant(self.build_sampling(), len(self.clients), self.delta)
 
-    def build_aggregator(self, accountant: ClientLevelAccountant | None) -> Aggregator:
+    def build_aggregator(self, accountant: FLAccountant | None) -> Aggregator:
         """The stack an in-process run with the same spec uses: ``ValidatingAggregator`` around
         ``FixedClippingDP(WeightedMean(), C, σ, accountant)`` (``fedavg``; without the DP wrapper when
         ``clip_norm`` is None), ``AdaptiveClippingDP(WeightedMean(), C, z, γ, η_C, σ_b, accountant)``,

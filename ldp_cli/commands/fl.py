@@ -21,6 +21,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
+from ldp_cli.commands.argtypes import positive as _positive
 from ldp_cli.commands.argtypes import positive_int as _positive_int
 from ldp_cli.commands.argtypes import probability as _prob
 from ldp_cli.commands.argtypes import seed as _seed
@@ -174,6 +175,13 @@ def run_clinics_example_cmd(args: argparse.Namespace) -> int:
         "most-sampled clinic's rounds). The server operator: none, the noise is central (added after the "
         "server averaged the clipped updates). No noise: ε is infinite (— in the table, null in JSON)."
     )
+    ftrl = next((r for r in result["rows"] if r["setting"] == "DP-FTRL"), None)
+    if ftrl is not None:
+        print(
+            f"DP-FTRL: tree-aggregated noise (z = {ftrl['noise_multiplier']:.3g} per node, a tree every "
+            f"{ftrl['restart_every']} rounds, each clinic once per tree), no sampling assumed: its ε is the same "
+            "for observers and for whoever knows the sample, matched to σ 2.0's ε knows sample."
+        )
     return 0
 
 
@@ -239,13 +247,25 @@ def _register_drift(fsub: argparse._SubParsersAction) -> None:
     d.add_argument("--seed", type=_seed, default=0)
     d.add_argument("--plot", default=None, help="write accuracy per round per strategy to this PNG")
     d.add_argument("--json", action="store_true", help="print one JSON object")
+    d.add_argument(
+        "--dp",
+        action="store_true",
+        help="also DP-FedAvg and DP-FTRL at equal ε (key dp; see simulator.scenarios.drift.run_drift_dp)",
+    )
+    d.add_argument("--clip-norm", type=_positive, default=2.0, help="with --dp: clip norm C (default 2)")
+    d.add_argument(
+        "--noise-multiplier", type=_positive, default=3.0, help="with --dp: DP-FedAvg's noise multiplier (default 3)"
+    )
     d.set_defaults(func=run_drift_cmd)
 
 
 def run_drift_cmd(args: argparse.Namespace) -> int:
-    from simulator.scenarios.drift import DriftConfig, plot_drift, run_drift
+    from simulator.scenarios.drift import DriftConfig, DriftDPConfig, plot_drift, run_drift, run_drift_dp
 
-    result = run_drift(DriftConfig(rounds=args.rounds, seed=args.seed))
+    cfg = DriftConfig(rounds=args.rounds, seed=args.seed)
+    result = run_drift(cfg)
+    if args.dp:
+        result["dp"] = run_drift_dp(cfg, DriftDPConfig(args.clip_norm, args.noise_multiplier))
     if _plot_and_json(args, result, plot_drift):
         return 0
     p, t = result["partition"], result["training"]
@@ -261,6 +281,23 @@ def run_drift_cmd(args: argparse.Namespace) -> int:
             f"{r['mean_accuracy_last_10']:>13.4f}"
         )
     print(f"expected: {result['expectation']}")
+    if args.dp:
+        dp = result["dp"]
+        print(
+            f"client-level DP (clip {dp['clip_norm']:g}, δ = {dp['delta']:g}, {dp['neighbors']}); "
+            f"server operator: {dp['server_operator']}"
+        )
+        print(f"{'run':<32} {'z':>6} {'ε':>8} {'final':>7} {'mean last 10':>13}")
+        for r in dp["runs"]:
+            eps = r.get("epsilon", r.get("epsilon_known_sample"))
+            print(
+                f"{r['name']:<32} {r['noise_multiplier']:>6.3f} {eps:>8.2f} {r['final_accuracy']:>7.4f} "
+                f"{r['mean_accuracy_last_10']:>13.4f}"
+            )
+        print(
+            f"dp_fedavg's ε: {dp['runs'][0]['epsilon_known_sample']:.2f} against whoever knows the sample, "
+            f"{dp['runs'][0]['epsilon_observers']:.2f} against observers who do not; DP-FTRL's holds for both."
+        )
     if args.plot:
         print(f"plot: {args.plot}")
     return 0

@@ -43,6 +43,7 @@ from estimator.accounting.accountant import gaussian_noise_for_epsilon
 from estimator.fl.aggregators import ValidatingAggregator, WeightedMean
 from estimator.fl.checkpoint import json_float
 from estimator.fl.dp import ClientLevelAccountant, FixedClippingDP, epsilon_by_adversary
+from estimator.fl.ftrl import FtrlAccountant, TreeNoise, ftrl_epsilon_rdp, ftrl_noise_for_epsilon
 from estimator.fl.rounds import FederatedClient, run_rounds
 from estimator.fl.sampling import FixedCountSampling, PoissonSampling
 from estimator.fl.strategies import FedAvg
@@ -261,7 +262,11 @@ def run_example(delta: float = 1e-5, rounds: int = 100, per_round: int = 10) -> 
     ``rounds_participated_max`` rounds (valid given the sample, which does not depend
     on the data). ``epsilon_server_operator`` is None: the noise is central (added after the
     server averaged the clipped updates), so nothing holds against the operator;
-    ``epsilon_by_adversary`` labels the figures (:func:`estimator.fl.dp.epsilon_by_adversary`)."""
+    ``epsilon_by_adversary`` labels the figures (:func:`estimator.fl.dp.epsilon_by_adversary`).
+
+    After the four rows, on the same generator, a fifth: ``"DP-FTRL"`` (:func:`_ftrl_row`), at the
+    noise whose ε equals the "σ 2.0" row's ``epsilon_known_sample`` (DP-FTRL's figure holds against
+    everyone who sees only the models, so that is the figure to match)."""
     rng = np.random.default_rng(9)
     data, x_test, y_test = _example_data(rng)
     w_true = np.array(EXAMPLE_W_TRUE)
@@ -314,6 +319,8 @@ def run_example(delta: float = 1e-5, rounds: int = 100, per_round: int = 10) -> 
             row["epsilon_by_adversary"] = None
         row["epsilon_server_operator"] = None
         rows.append(row)
+    matched = next(r for r in rows if r["setting"] == "σ 2.0")
+    rows.append(_ftrl_row(rng, data, x_test, y_test, matched["epsilon_known_sample"], delta, rounds, per_round))
     return {
         "scenario": "clinics-example",
         "seed": 9,
@@ -324,4 +331,68 @@ def run_example(delta: float = 1e-5, rounds: int = 100, per_round: int = 10) -> 
         "neighbors": "replace one clinic's data (sensitivity 2·clip on the sum)",
         "test_examples": int(len(y_test)),
         "rows": rows,
+    }
+
+
+def _ftrl_row(
+    rng: np.random.Generator,
+    data: list[tuple[np.ndarray, np.ndarray]],
+    x_test: np.ndarray,
+    y_test: np.ndarray,
+    target_epsilon: float,
+    delta: float,
+    rounds: int,
+    per_round: int,
+    clip: float = 0.5,
+) -> dict[str, Any]:
+    """DP-FTRL (:mod:`estimator.fl.ftrl`) on the example, at ε = ``target_epsilon``.
+
+    No secret sample: the rounds pass over the clinics in epochs, each epoch a permutation of the 20
+    (``rng.permutation``) cut into ``per_round``-clinic rounds, so every clinic takes part exactly once
+    per epoch; the tree restarts every epoch (R = 20 // 10 = 2 rounds; Kairouz et al. 2021, Sec. 4).
+    The same local updates, clipping and unweighted average as the other rows; the model is the FTRL
+    iterate w_t = Σ_{s≤t} avg_s + n_t / 10 with n_t the tree noise (per node N(0, (z·clip)²) on the sum).
+    ε: replace-one clinic, each tree a Gaussian of sensitivity 2·clip·√⌈log2(R + 1)⌉, composed
+    (:func:`estimator.fl.ftrl.ftrl_epsilon`), the same against observers, whoever knows the schedule
+    and a coalition of clinics; None against the operator (central noise)."""
+    n = len(data)
+    every = max(1, n // per_round)
+    z = ftrl_noise_for_epsilon(target_epsilon, rounds, delta, every, "replace")
+    tree = TreeNoise(data[0][0].shape[1], z * clip / per_round, restart_every=every)
+    w = np.zeros(data[0][0].shape[1])
+    participation = np.zeros(n, dtype=np.int64)
+    order = np.zeros(0, dtype=np.int64)
+    for r in range(rounds):
+        if r % every == 0:
+            order = rng.permutation(n)
+        idx = order[(r % every) * per_round : (r % every + 1) * per_round]
+        participation[idx] += 1
+        updates = []
+        for i in idx:
+            u = _local_update(w, *data[i])
+            updates.append(u * min(1.0, clip / float(np.linalg.norm(u))))
+        w = w + np.mean(updates, axis=0) + tree.advance(rng)
+    acc = FtrlAccountant(every, delta, "replace")
+    for _ in range(rounds):
+        acc.record(z)
+    eps = acc.epsilon()
+    u_true = np.array(EXAMPLE_W_TRUE) / np.linalg.norm(EXAMPLE_W_TRUE)
+    return {
+        "setting": "DP-FTRL",
+        "accuracy": float(np.mean((x_test @ w > 0) == y_test)),
+        "weight_error": float(np.linalg.norm(w / np.linalg.norm(w) - u_true)),
+        "epsilon": eps,
+        "clip_norm": clip,
+        "noise_multiplier": z,
+        "rounds_participated_max": int(participation.max()),
+        "epsilon_amplified_rdp": None,
+        "epsilon_known_sample": eps,
+        "epsilon_known_sample_realized": eps,
+        "epsilon_rdp": ftrl_epsilon_rdp(z, rounds, delta, every, "replace"),
+        "epsilon_by_adversary": epsilon_by_adversary(acc, secagg=False, observer=eps, known_sample=eps),
+        "epsilon_server_operator": None,
+        "restart_every": every,
+        "trees": tree.trees,
+        "matched_to": "the σ 2.0 row's epsilon_known_sample",
+        "schedule": "epochs: a permutation of the clinics per epoch, each clinic once per tree",
     }

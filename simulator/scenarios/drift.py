@@ -22,6 +22,16 @@ them and deals them back to clients of the same sizes.
 Model: softmax regression. Every strategy sees the *same* clients in each
 round (a schedule of ``clients_per_round`` of N drawn once, uniformly without
 replacement) and the same training seed.
+
+:func:`run_drift_dp` (issue 13) puts client-level DP on FedAvg two ways at equal ε:
+DP-FedAvg (:class:`~estimator.fl.dp.FixedClippingDP`, fresh Gaussian noise each round, on
+the same schedule) and DP-FTRL (:class:`~estimator.fl.ftrl.DPFTRL`, tree-aggregated noise,
+no sampling assumption). DP-FTRL's clients pass in epochs (:func:`epoch_schedule`: each
+client once per tree of N // m rounds, the tree restarting every epoch). Its noise is
+chosen so that its ε equals DP-FedAvg's ε against an adversary who knows the sample (the
+figure DP-FTRL's holds against), and, in a second run, DP-FedAvg's ε against observers
+who do not (amplification by a secret sample credited to DP-FedAvg only). Neighbours:
+replace one client's data (sampling a fixed count, as the FL accountant does).
 """
 
 from __future__ import annotations
@@ -36,11 +46,25 @@ import numpy as np
 from client_sdk.fl.client import LocalTraining
 from client_sdk.fl.errors import FLError
 from client_sdk.fl.models import SoftmaxRegression
-from estimator.fl.aggregators import WeightedMean
+from estimator.fl.aggregators import Aggregator, ValidatingAggregator, WeightedMean
+from estimator.fl.dp import ClientLevelAccountant, FixedClippingDP
+from estimator.fl.ftrl import DPFTRL, FtrlAccountant, ftrl_noise_for_epsilon
 from estimator.fl.rounds import FederatedClient, run_rounds
+from estimator.fl.sampling import FixedCountSampling
 from estimator.fl.strategies import FedAvg, FedProx, Scaffold
 
-__all__ = ["DriftConfig", "ScheduledSampling", "make_drift_data", "run_drift", "plot_drift", "DATA_NOTE", "EXPECTATION"]
+__all__ = [
+    "DriftConfig",
+    "DriftDPConfig",
+    "ScheduledSampling",
+    "epoch_schedule",
+    "make_drift_data",
+    "run_drift",
+    "run_drift_dp",
+    "plot_drift",
+    "DATA_NOTE",
+    "EXPECTATION",
+]
 
 T = TypeVar("T")
 
@@ -118,6 +142,23 @@ class ScheduledSampling:
         return float(len(self.schedule[0])) if self.schedule else 0.0
 
 
+def epoch_schedule(population: int, per_round: int, rounds: int, rng: np.random.Generator) -> ScheduledSampling:
+    """Rounds in epochs of ``population // per_round``: each epoch a permutation of the clients cut
+    into rounds of ``per_round`` (the rest sit the epoch out), so a client is in at most one round
+    of an epoch: DP-FTRL's once-per-tree condition with a tree per epoch."""
+    every = population // per_round
+    if every < 1:
+        raise FLError(f"per_round {per_round} exceeds the population {population}")
+    out: list[tuple[int, ...]] = []
+    order = np.zeros(0, dtype=np.int64)
+    for r in range(rounds):
+        if r % every == 0:
+            order = rng.permutation(population)
+        k = r % every
+        out.append(tuple(np.sort(order[k * per_round : (k + 1) * per_round]).tolist()))
+    return ScheduledSampling(tuple(out))
+
+
 def make_drift_data(
     cfg: DriftConfig, rng: np.random.Generator
 ) -> tuple[list[FederatedClient], list[FederatedClient], tuple[np.ndarray, np.ndarray]]:
@@ -162,12 +203,14 @@ def _run(
     cfg: DriftConfig,
     schedule: ScheduledSampling,
     test: tuple[np.ndarray, np.ndarray],
+    aggregator: Aggregator | None = None,
 ) -> dict[str, Any]:
     model = SoftmaxRegression(cfg.features, cfg.classes)
     fresh = [FederatedClient(c.client_id, c.X, c.y) for c in clients]
     sampling = ScheduledSampling(schedule.schedule)
+    agg: Aggregator = WeightedMean() if aggregator is None else aggregator
     _, hist = run_rounds(
-        model, strategy, WeightedMean(), fresh, sampling, cfg.rounds, np.random.default_rng([cfg.seed, 2]), test=test
+        model, strategy, agg, fresh, sampling, cfg.rounds, np.random.default_rng([cfg.seed, 2]), test=test
     )
     acc = [float(h.test_accuracy) for h in hist]  # type: ignore[arg-type]
     tail = acc[-min(10, len(acc)) :]
@@ -224,6 +267,77 @@ def run_drift(cfg: DriftConfig = DriftConfig()) -> dict[str, Any]:
         "strategies": runs,
         "final_accuracy": {r["name"]: r["final_accuracy"] for r in runs},
         "best_accuracy": {r["name"]: r["best_accuracy"] for r in runs},
+    }
+
+
+@dataclasses.dataclass(frozen=True)
+class DriftDPConfig:
+    """Client-level DP for :func:`run_drift_dp`: clip norm C, DP-FedAvg's noise multiplier σ, δ."""
+
+    clip_norm: float = 2.0
+    noise_multiplier: float = 3.0
+    delta: float = 1e-5
+
+    def __post_init__(self) -> None:
+        for name in ("clip_norm", "noise_multiplier"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not (math.isfinite(v) and v > 0):
+                raise FLError(f"DriftDPConfig.{name} must be a finite number > 0, got {v!r}")
+        if not 0 < self.delta < 1:
+            raise FLError(f"DriftDPConfig.delta must be in (0, 1), got {self.delta!r}")
+
+
+def run_drift_dp(cfg: DriftConfig = DriftConfig(), dp: DriftDPConfig = DriftDPConfig()) -> dict[str, Any]:
+    """DP-FedAvg and DP-FTRL at equal ε on the skewed partition (see the module docstring)."""
+    skewed, _, test = make_drift_data(cfg, np.random.default_rng([cfg.seed, 0]))
+    n, m = cfg.clients, cfg.clients_per_round
+    schedule = ScheduledSampling.draw(n, m, cfg.rounds, np.random.default_rng([cfg.seed, 1]))
+    epochs = epoch_schedule(n, m, cfg.rounds, np.random.default_rng([cfg.seed, 3]))
+    every = n // m
+    tr = cfg.training
+    C, sigma = float(dp.clip_norm), float(dp.noise_multiplier)
+    acc = ClientLevelAccountant(FixedCountSampling(m), n, dp.delta)
+    fedavg_agg = ValidatingAggregator(
+        FixedClippingDP(WeightedMean(), C, sigma, accountant=acc, report_every=cfg.rounds)
+    )
+    fedavg = _run("dp_fedavg", FedAvg(tr), skewed, cfg, schedule, test, fedavg_agg)
+    eps_observer, eps_known = acc.epsilon(), acc.epsilon_known_sample()
+    fedavg.update(
+        noise_multiplier=sigma,
+        epsilon_observers=eps_observer,
+        epsilon_known_sample=eps_known,
+        schedule=f"{m} of {n} uniformly without replacement, independently per round",
+    )
+    runs = [fedavg]
+    targets = [("dp_ftrl_at_known_sample_epsilon", eps_known, "DP-FedAvg's epsilon_known_sample")]
+    if eps_observer < eps_known:
+        targets.append(("dp_ftrl_at_observer_epsilon", eps_observer, "DP-FedAvg's epsilon_observers"))
+    for name, target, matched in targets:
+        z = ftrl_noise_for_epsilon(target, cfg.rounds, dp.delta, every, "replace")
+        ftrl_acc = FtrlAccountant(every, dp.delta, "replace")
+        ftrl = DPFTRL(WeightedMean(), C, z, every, ftrl_acc)
+        run = _run(name, FedAvg(tr), skewed, cfg, epochs, test, ValidatingAggregator(ftrl))
+        run.update(
+            noise_multiplier=z,
+            epsilon=ftrl_acc.epsilon(),
+            matched_to=matched,
+            restart_every=every,
+            trees=ftrl.tree.trees if ftrl.tree is not None else 0,
+            schedule=f"epochs of {every} rounds: a permutation of the {n} clients per epoch, each once per tree",
+        )
+        runs.append(run)
+    return {
+        "scenario": "drift-dp",
+        "seed": cfg.seed,
+        "rounds": cfg.rounds,
+        "clients": n,
+        "clients_per_round": m,
+        "clip_norm": C,
+        "delta": dp.delta,
+        "neighbors": "replace one client's data",
+        "server_operator": "none: the noise is central in both (added after the server saw the clipped updates)",
+        "runs": runs,
+        "final_accuracy": {r["name"]: r["final_accuracy"] for r in runs},
     }
 
 

@@ -1,0 +1,133 @@
+"""The DP-FTRL aggregator (estimator/fl/ftrl.py DPFTRL) and its task option ``dp_ftrl``."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from client_sdk.fl.client import ClientUpdate
+from client_sdk.fl.errors import FLError
+from estimator.fl.aggregators import RoundContext, ValidatingAggregator, WeightedMean
+from estimator.fl.dp import epsilon_by_adversary
+from estimator.fl.ftrl import DPFTRL, FtrlAccountant, ftrl_epsilon
+from estimator.fl.robust import CoordinateMedian
+from estimator.fl.task import DPFTRLSpec, aggregator_spec
+from tests.support.fl_pipeline_support import task_spec
+
+DIM = 6
+
+
+def _updates(r: int, rng: np.random.Generator, ids: list[str]) -> list[ClientUpdate]:
+    return [ClientUpdate(c, r, rng.normal(0, 1, DIM).astype(np.float32), 10) for c in ids]
+
+
+def _clip(v: np.ndarray, c: float) -> np.ndarray:
+    v = np.asarray(v, np.float64)
+    return v * min(1.0, c / float(np.linalg.norm(v)))
+
+
+def test_the_released_model_is_the_ftrl_iterate_of_the_tree_noised_prefix_sum() -> None:
+    agg = DPFTRL(WeightedMean(), clip_norm=0.5, noise_multiplier=1.2, restart_every=None)
+    data_rng, noise_rng = np.random.default_rng(1), np.random.default_rng(2)
+    released = np.zeros(DIM)
+    clipped_sum = np.zeros(DIM)
+    for r in range(11):
+        ids = [f"c{r}-{i}" for i in range(4)]  # fresh clients each round: nothing is dropped
+        ups = _updates(r, data_rng, ids)
+        res = agg.aggregate(ups, RoundContext(r, DIM, noise_rng, 4.0))
+        released += res.delta * 4.0
+        clipped_sum += sum(_clip(u.delta, 0.5) for u in ups)
+        assert agg.tree is not None
+        # w_t − w_0 = η (Σ_{s≤t} clipped sums + n_t) / m̄ with n_t the tree's prefix noise
+        np.testing.assert_allclose(released, clipped_sum + agg.tree.prefix(), rtol=0, atol=1e-12)
+        assert res.info["tree_nodes"] == bin(r + 1).count("1") and res.info["repeated"] == 0
+
+
+def test_a_client_contributes_once_per_tree_even_when_sampled_again() -> None:
+    """The attack: a client (or a server colluding with it) gets it into every round of a tree, so its
+    data would enter several leaves and the per-tree sensitivity C√levels would not hold. The wrapper
+    drops its second update within a tree; after a restart it counts again. Without noise in the
+    comparison (the same generator state) the released sum carries its update exactly once."""
+    acc = FtrlAccountant(restart_every=3, delta=1e-5)
+    agg = DPFTRL(WeightedMean(), clip_norm=1.0, noise_multiplier=1.0, restart_every=3, accountant=acc)
+    data_rng = np.random.default_rng(3)
+    repeated = []
+    for r in range(6):
+        ups = _updates(r, data_rng, ["attacker", f"other-{r}"])
+        tree = agg.tree
+        before = np.zeros(DIM) if tree is None or tree.restart_due else tree.prefix()
+        res = agg.aggregate(ups, RoundContext(r, DIM, np.random.default_rng(100 + r), 2.0))
+        repeated.append(res.info["repeated"])
+        assert agg.tree is not None and agg.tree.step == r % 3 + 1
+        kept = [u for u in ups if u.client_id != "attacker" or r % 3 == 0]  # first round of each tree only
+        np.testing.assert_allclose(
+            res.delta * 2.0, sum(_clip(u.delta, 1.0) for u in kept) + agg.tree.prefix() - before, rtol=0, atol=1e-12
+        )
+    assert repeated == [0, 1, 1, 0, 1, 1]
+    assert acc.rounds == 6 and acc.epsilon() == ftrl_epsilon(1.0, 6, 1e-5, 3)
+
+
+def test_state_survives_a_json_round_trip_mid_tree() -> None:
+    import json
+
+    a = DPFTRL(WeightedMean(), 0.5, 1.0, restart_every=4)
+    b = DPFTRL(WeightedMean(), 0.5, 1.0, restart_every=4)
+    data_rng, rng = np.random.default_rng(4), np.random.default_rng(5)
+    for r in range(6):
+        a.aggregate(_updates(r, data_rng, ["x", "y"]), RoundContext(r, DIM, rng, 2.0))
+    b.load_state(json.loads(json.dumps(a.state())))
+    assert b.contributed == a.contributed == {"x", "y"}
+    rng_b = np.random.default_rng(0)
+    rng_b.bit_generator.state = rng.bit_generator.state
+    for r in range(6, 12):
+        ups = _updates(r, data_rng, ["x", f"z{r}"])
+        ra = a.aggregate(ups, RoundContext(r, DIM, rng, 2.0))
+        rb = b.aggregate(ups, RoundContext(r, DIM, rng_b, 2.0))
+        assert np.array_equal(ra.delta, rb.delta) and ra.info == rb.info
+    with pytest.raises(FLError, match="another noise"):
+        DPFTRL(WeightedMean(), 0.5, 2.0, restart_every=4).load_state(a.state())
+
+
+def test_epsilon_is_the_same_for_observers_and_whoever_knows_the_sample() -> None:
+    acc = FtrlAccountant(restart_every=2, delta=1e-5)
+    for _ in range(20):
+        acc.record(1.5)
+    rows = {r["adversary"]: r for r in epsilon_by_adversary(acc, secagg=False)}
+    assert rows["observer"]["epsilon"] == rows["knows_sample"]["epsilon"] == ftrl_epsilon(1.5, 20, 1e-5, 2)
+    assert rows["observer"]["amplification"] is False
+    assert rows["server_operator"]["epsilon"] is None  # central noise: the server saw the clipped updates
+
+
+def test_task_option_round_trips_and_builds_the_ftrl_stack() -> None:
+    spec = task_spec("ftrl", 8, aggregator={"kind": "dp_ftrl", "restart_every": 2})
+    assert spec.aggregator == DPFTRLSpec(restart_every=2)
+    assert spec.to_dict()["aggregator"] == {"kind": "dp_ftrl", "restart_every": 2}
+    acc = spec.build_accountant()
+    assert isinstance(acc, FtrlAccountant) and acc.restart_every == 2
+    agg = spec.build_aggregator(acc)
+    assert isinstance(agg, ValidatingAggregator) and isinstance(agg.inner, DPFTRL)
+    assert spec.device_clip_norm == spec.clip_norm
+    assert aggregator_spec({"kind": "dp_ftrl"}) == DPFTRLSpec(None)
+
+
+@pytest.mark.parametrize(
+    ("kw", "message"),
+    [
+        ({"noise_multiplier": 0.0}, "noise_multiplier > 0"),
+        ({"secagg": True}, "secagg"),
+        ({"algorithm": "scaffold"}, "scaffold"),
+        ({"aggregator": {"kind": "dp_ftrl", "restart_every": 0}}, "restart_every"),
+        ({"aggregator": {"kind": "dp_ftrl", "restarts": 2}}, "no options"),
+    ],
+)
+def test_task_option_refuses_what_cannot_work(kw: dict, message: str) -> None:
+    kw.setdefault("aggregator", {"kind": "dp_ftrl"})
+    with pytest.raises(FLError, match=message):
+        task_spec("ftrl-bad", 8, **kw)
+
+
+def test_wrapper_refuses_a_non_linear_inner_and_no_noise() -> None:
+    with pytest.raises(FLError, match="linear"):
+        DPFTRL(CoordinateMedian(WeightedMean(), 1), 1.0, 1.0)
+    with pytest.raises(FLError, match="noise_multiplier"):
+        DPFTRL(WeightedMean(), 1.0, 0.0)

@@ -1,0 +1,59 @@
+"""The ``dp_ftrl`` task over the pipeline (embedded log), with the job stopped and restarted mid-tree:
+the tree noise comes back from the checkpoint and the final model is bit-identical to run_rounds."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from estimator.fl.ftrl import ftrl_epsilon
+from pipeline.transport import open_transport
+from tests.support.fl_pipeline_support import (
+    JobThread,
+    Topics,
+    collector,
+    devices_for,
+    drive,
+    final_params,
+    make_data,
+    reference_run,
+    task_spec,
+)
+
+
+def test_dp_ftrl_task_equals_run_rounds_across_a_restart(tmp_path: Path) -> None:
+    spec = task_spec(
+        "ftrl",
+        8,
+        rounds=5,
+        clip_norm=0.5,
+        noise_multiplier=0.8,
+        aggregator={"kind": "dp_ftrl", "restart_every": 3},
+    )
+    data = make_data(8)
+    ref, history = reference_run(spec, data)
+    topics = Topics.fresh()
+    url = f"sqlite:///{tmp_path}/transport.sqlite3"
+    with open_transport(url) as tr, collector(tmp_path, url, topics) as srv:
+        devices = devices_for(srv.url, spec, data)
+        with JobThread(tr, spec, topics, checkpoint_interval=0.2) as jt:
+            drive(devices, lambda: jt.job.status()["round"] >= 2, timeout=60)
+        with JobThread(tr, spec, topics, checkpoint_interval=0.2) as jt:
+            # the restore point is the newest committed checkpoint (round 2's, or a neighbour's when the stop
+            # raced a phase commit): the tree restored must be the one run_rounds had after that many rounds
+            restored = jt.job.status()
+            assert jt.job.restores == 1 and 1 <= restored["round"] < spec.rounds
+            ftrl = jt.job._ftrl
+            assert ftrl is not None and ftrl.tree is not None
+            done = restored["round"]
+            assert ftrl.tree.step == history[done - 1].info["tree_step"] == (done - 1) % 3 + 1
+            drive(devices, jt.finished, timeout=60)
+            status = jt.result
+    assert status is not None
+    assert np.array_equal(final_params(status), ref)
+    assert [h["epsilon"] for h in status["history"]] == [h.info["epsilon"] for h in history]
+    assert [h["tree_step"] for h in status["history"]] == [1, 2, 3, 1, 2]
+    assert status["history"][-1]["epsilon"] == ftrl_epsilon(0.8, 5, 1e-5, 3)
+    by = {a["adversary"]: a["epsilon"] for a in status["epsilon_by_adversary"]}
+    assert by["observer"] == by["knows_sample"] == status["history"][-1]["epsilon"]
