@@ -34,13 +34,23 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from typing import Any
 
 import numpy as np
 
 from client_sdk.fl.ddg import DDGSpec
 from client_sdk.fl.errors import FLError
 
-__all__ = ["tau", "sum_dg_rdp", "round_rdp", "rdp_to_epsilon", "DDGAccountant", "ORDERS", "noise_for_epsilon"]
+__all__ = [
+    "tau",
+    "sum_dg_rdp",
+    "round_rdp",
+    "rdp_to_epsilon",
+    "DDGAccountant",
+    "ORDERS",
+    "noise_for_epsilon",
+    "ddg_epsilon_by_adversary",
+]
 
 #: RDP orders α searched by the conversion: 1 + a log-spaced grid from 1e-3 to 1e4 (fine enough that
 #: the minimum over the grid is within 0.1 % of the continuous minimum for the figures here).
@@ -172,3 +182,39 @@ def noise_for_epsilon(
         mid = 0.5 * (lo + hi)
         lo, hi = (lo, mid) if feasible(mid) else (mid, hi)
     return DDGSpec.for_bits(clip_norm, hi, clients, dim, bits, k_stddevs)
+
+
+def ddg_epsilon_by_adversary(acc: DDGAccountant, threshold: int | None = None) -> list[dict[str, Any]]:
+    """The distributed-DG counterpart of :func:`estimator.fl.dp.epsilon_by_adversary`: the same three
+    adversaries in the same order and keys, all with the figure of :meth:`DDGAccountant.epsilon` (observers
+    see a post-processing of what the server sees; no amplification credited). The server operator's entry
+    also carries ``epsilon_if_dropouts_faked``, the figure with only t = ``threshold`` noise shares (what a
+    server that lies about dropouts could unmask), and the modular-clipping bound."""
+    e = acc.epsilon()
+    server: dict[str, Any] = {
+        "adversary": "server_operator",
+        "sees": "the sample and the SecAgg sum (mod 2^bits) of the devices' rounded updates, each already "
+        "carrying its discrete Gaussian noise share: never an un-noised sum",
+        "amplification": False,
+        "epsilon": e,
+        "protection": "distributed discrete Gaussian (Kairouz, Liu, Steinke 2021): the devices add the noise "
+        "before secure aggregation",
+        "modular_clipping_bound": acc.modular_clipping_bound(),
+    }
+    if threshold is not None:
+        server["epsilon_if_dropouts_faked"] = acc.epsilon(shares=threshold)
+    return [
+        {
+            "adversary": "observer",
+            "sees": "the released models, not the sample",
+            "amplification": False,
+            "epsilon": e,
+        },
+        {
+            "adversary": "knows_sample",
+            "sees": "the sample and the released models",
+            "amplification": False,
+            "epsilon": e,
+        },
+        server,
+    ]
