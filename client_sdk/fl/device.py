@@ -46,6 +46,7 @@ from client_sdk.fl.protocol import (
     sign_upload,
     verify_upload_auth,
 )
+from client_sdk.randomness import secure_generator
 from client_sdk.uploader import (
     USER_AGENT,
     BackoffPolicy,
@@ -102,6 +103,7 @@ class FLDevice:
         transport: HttpTransport = urllib_transport,
         clock: Callable[[], float] = time.time,
         identity: Any = None,
+        noise_rng_for_round: Callable[[int], np.random.Generator] | None = None,
     ) -> None:
         self.base = collector_url.rstrip("/") + f"/v1/fl/tasks/{urllib.parse.quote(task, safe='')}"
         self.task = task
@@ -112,6 +114,9 @@ class FLDevice:
             lambda r: np.random.default_rng(int.from_bytes(os.urandom(16), "little"))
         )
         self.random_bytes = random_bytes
+        #: the generator of round r's distributed-DG rounding and noise share: the OS CSPRNG unless a
+        #: simulation fixes it (a server that could predict the noise could subtract it)
+        self.noise_rng_for_round = noise_rng_for_round or (lambda r: secure_generator())
         self.timeout = timeout
         self.max_attempts = max_attempts
         self.backoff = (
@@ -257,7 +262,7 @@ class FLDevice:
                 int(sa["vector_length"]),
             )
             client = SecAggClient(int(view["index"]), cfg, self.random_bytes, self._signed_threshold(view))
-            self._round = {"round": r, "client": client}
+            self._round = {"round": r, "client": client, "ddg": self._signed_ddg(view, sa)}
             a = client.advertise_keys()
             ok = self._upload(r, "advert", {"share_key": a.share_key, "mask_key": a.mask_key})
             return "advert" if ok else "failed"
@@ -270,9 +275,14 @@ class FLDevice:
             return "shares" if self._upload(r, "shares", payload) else "failed"
         if phase == "masked":
             delta, _, rng = self._train(view)
-            q = Quantizer(float(sa["clip_range"]), float(sa["scale"]), int(sa["max_clients"])).quantize(delta, rng)
             inbox = {int(u): base64.b64decode(ct) for u, ct in view["inbox"].items()}
-            y = client.masked_input(q, inbox)
+            ddg = self._round.get("ddg")
+            if ddg is not None:  # this device adds its own noise share before masking (client_sdk.fl.ddg)
+                q = ddg.encode(delta, self.noise_rng_for_round(r), int(sa["ddg"]["rotation_seed"]))
+                y = client.masked_input(q, inbox, bits=ddg.bits)
+            else:
+                q = Quantizer(float(sa["clip_range"]), float(sa["scale"]), int(sa["max_clients"])).quantize(delta, rng)
+                y = client.masked_input(q, inbox)
             self.quantized[r] = q
             return "masked" if self._upload(r, "masked", {"vector": y}) else "failed"
         if phase == "consistency":
@@ -318,6 +328,27 @@ class FLDevice:
             raise FLError("the round's task configuration is not signed by this device's enrollment authority")
         t = tc["config"].get("secagg_threshold")  # type: ignore[index]
         return None if t is None else int(t)
+
+    def _signed_ddg(self, view: Mapping[str, Any], sa: Mapping[str, Any]) -> Any:
+        """The distributed-DG spec of the signed task configuration (checked by :meth:`_signed_threshold`),
+        or None for central noise. Every parameter of the noise share comes from the signed document, none
+        from the server; a round that asks for the other kind of noise than the task fixes is refused (a
+        server that drops ``ddg`` from the round would otherwise receive un-noised inputs)."""
+        from client_sdk.fl.ddg import DDGSpec
+        from client_sdk.fl.errors import SecAggError
+
+        signed = view["task_config"]["config"].get("ddg")
+        if (signed is None) != (sa.get("ddg") is None):
+            raise FLError("the round's noise is not the one the signed task configuration fixes")
+        if signed is None:
+            return None
+        try:
+            spec = DDGSpec(**{k: v for k, v in signed.items() if k != "min_shares"})
+        except (TypeError, SecAggError) as exc:
+            raise FLError(f"the signed distributed-DG parameters are unusable: {exc}") from None
+        if int(sa["ddg"]["bits"]) != spec.bits or int(sa["vector_length"]) != spec.padded_dim:
+            raise FLError("the round's ring or vector length differs from the signed distributed-DG parameters")
+        return spec
 
     def _verified_adverts(self, view: Mapping[str, Any], r: int) -> dict[int, Any]:
         """The neighbours' key adverts whose signatures verify: each signed by an enrolled device (credential

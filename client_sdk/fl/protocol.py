@@ -658,7 +658,16 @@ def parse_upload(
                 "num_examples": ne,
             }
         else:
-            payload = {"vector": decode_vector(p.get("vector"), payload_size, "<u4", "the masked input")}
+            # a distributed-discrete-Gaussian round masks the update padded to a power of two (client_sdk.fl.ddg);
+            # check_upload_against holds the length to the round's own
+            padded = 1 << (payload_size - 1).bit_length() if payload_size > 0 else payload_size
+            try:
+                vec = decode_vector(p.get("vector"), payload_size, "<u4", "the masked input")
+            except UpdateRejected:
+                if padded == payload_size:
+                    raise
+                vec = decode_vector(p.get("vector"), padded, "<u4", "the masked input")
+            payload = {"vector": vec}
     elif kind == "advert":
         payload = {
             "share_key": _b64_bytes(p.get("share_key"), 32, "share_key"),
@@ -732,6 +741,11 @@ def check_upload_against(u: Upload, state: RoundState) -> None:
                 else f"client {me} advertised no keys in this round",
             )
     elif u.kind == "masked":
+        length = int(state.secagg.get("vector_length", state.payload_size))
+        if u.payload["vector"].shape != (length,):
+            raise _bad(
+                "bad_secagg", f"the masked input has {u.payload['vector'].shape[0]} words; the round masks {length}"
+            )
         if me not in set(int(v) for v in state.secagg.get("sharers", ())):
             raise _bad(
                 "bad_secagg",

@@ -453,13 +453,22 @@ class SecAggClient:
     def _aad(self, u: int, v: int) -> bytes:
         return self.config.round.to_bytes(8, "little") + u.to_bytes(4, "little") + v.to_bytes(4, "little")
 
-    def masked_input(self, x: np.ndarray, ciphertexts: Mapping[int, bytes]) -> np.ndarray:
+    def masked_input(self, x: np.ndarray, ciphertexts: Mapping[int, bytes], bits: int = MODULUS_BITS) -> np.ndarray:
         """y_u for the quantized update ``x`` (uint32); ``ciphertexts`` are the shares
-        addressed to u, keyed by sender: their senders are N'(u)."""
+        addressed to u, keyed by sender: their senders are N'(u).
+
+        ``bits`` < 32: the ring is Z_{2^bits} (the distributed discrete Gaussian, :mod:`client_sdk.fl.ddg`):
+        ``x`` must lie in [0, 2^bits) and y_u is reduced mod 2^bits. The masks are uniform mod 2^32, hence
+        mod 2^bits, so y_u is a uniform word whatever x_u, and the server's unmasked sum is Σ x_u only mod
+        2^bits (a 32-bit y_u = x_u + mask would carry more: Σ (x_u mod 2^bits) without the reduction)."""
         d = self.config.vector_length
         x = np.asarray(x)
         if x.dtype != np.uint32 or x.shape != (d,):
             raise SecAggError(f"the quantized update must be uint32 of shape ({d},), got {x.dtype} {x.shape}")
+        if isinstance(bits, bool) or not isinstance(bits, int) or not 1 <= bits <= MODULUS_BITS:
+            raise SecAggError(f"bits must be an integer in [1, {MODULUS_BITS}], got {bits!r}")
+        if bits < MODULUS_BITS and int(x.max(initial=0)) >> bits:
+            raise SecAggError(f"the input has words outside the ring Z_(2^{bits})")
         for v, ct in ciphertexts.items():
             if v not in self._peers:
                 raise SecAggError(f"a share from {v}, who is not a neighbour with advertised keys")
@@ -484,7 +493,10 @@ class SecAggClient:
                 self._s, X25519PublicKey.from_public_bytes(self._peers[v].mask_key), self.config.round, self.index, v
             )
             masks.append((k, 1 if v > self.index else -1))
-        return add_masks(x.copy(), masks)
+        y = add_masks(x.copy(), masks)
+        if bits < MODULUS_BITS:
+            y &= np.uint32((1 << bits) - 1)
+        return y
 
     def _check_survivors(self, survivors: set[int]) -> None:
         if self.index not in survivors:

@@ -517,7 +517,12 @@ class AggregationJob(StreamProcessor):
             st = self._st  # its ε is the accountant's epsilon() when it covers the same rounds
             fresh = acc.rounds and st.epsilon is not None and len(st.noise_history) == acc.rounds
             observer = st.epsilon if fresh else None
-            figures = epsilon_by_adversary(acc, secagg=bool(self.spec.secagg), observer=observer)
+            if self.spec.noise is not None:  # distributed noise: the server operator gets a figure too
+                from estimator.fl.ddg_accounting import ddg_epsilon_by_adversary
+
+                figures = ddg_epsilon_by_adversary(self._ddg_accountant(acc.rounds), self.spec.secagg_threshold)
+            else:
+                figures = epsilon_by_adversary(acc, secagg=bool(self.spec.secagg), observer=observer)
             for a in figures:
                 a["epsilon"] = _f(a["epsilon"])
             self._by_adversary = (acc.rounds, figures)
@@ -600,7 +605,9 @@ class AggregationJob(StreamProcessor):
                 self._fail_round(f"no neighbour graph on {n} clients has a degree k with t = {t} <= k < 2t")
                 return
             deg = max([k for k in ok if k <= deg] or [min(ok)])
-        cfg = make_config(r, n, self.payload_size, self._rng, deg, t)
+        ddg = None if spec.noise is None else spec.noise.build(spec, self.payload_size)
+        length = self.payload_size if ddg is None else ddg.padded_dim  # DDG rotates a power-of-two padding
+        cfg = make_config(r, n, length, self._rng, deg, t)
         q = Quantizer.for_clients(n, float(spec.clip_norm))  # type: ignore[arg-type]
         st.indices = {c: i + 1 for i, c in enumerate(st.selected)}
         st.secagg = {
@@ -612,7 +619,9 @@ class AggregationJob(StreamProcessor):
             "scale": q.scale,
             "max_clients": q.max_clients,
         }
-        st.masked_sum = np.zeros(self.payload_size, np.uint32)
+        if ddg is not None:  # the rotation is public (the server inverts it); the devices' noise is not
+            st.secagg["ddg"] = {"rotation_seed": int(self._rng.integers(0, 2**62)), "bits": ddg.bits}
+        st.masked_sum = np.zeros(length, np.uint32)
         self._set_phase("advertise", spec.phase_timeout)
 
     def _fail_round(self, reason: str) -> None:
@@ -738,6 +747,11 @@ class AggregationJob(StreamProcessor):
             st.masked_sum,
         )
         reveals = {u: {v: (k, Share(x, y, t)) for v, (k, x, y, t) in per.items()} for u, per in st.reveals.items()}
+        noise = self.spec.noise
+        if "ddg" in sa and noise is not None and len(st.survivors) < noise.shares(self.spec):
+            # fewer noise shares than the accountant assumes: the operator does not even unmask this sum
+            self._fail_round(f"only {len(st.survivors)} survivors: fewer than {noise.shares(self.spec)} noise shares")
+            return
         try:
             total = server.finish(reveals, st.commitments)
         except SecAggError as exc:
@@ -746,8 +760,11 @@ class AggregationJob(StreamProcessor):
         if server.bad_shares:
             st.rejected["bad_share"] += server.bad_shares
             log.warning("round %d: %d revealed shares did not match their commitments", st.round, server.bad_shares)
-        q = Quantizer(float(sa["clip_range"]), float(sa["scale"]), int(sa["max_clients"]))
         ctx = self._ctx()
+        if "ddg" in sa and noise is not None:
+            self._close_ddg(total, int(sa["ddg"]["rotation_seed"]), ctx)
+            return
+        q = Quantizer(float(sa["clip_range"]), float(sa["scale"]), int(sa["max_clients"]))
         s = q.decode_sum(total)
         sd = float(self.spec.noise_multiplier) * float(self.spec.clip_norm)  # type: ignore[arg-type]
         noisy = s + (ctx.rng.normal(0.0, sd, size=s.shape) if sd > 0 else 0.0)
@@ -765,6 +782,40 @@ class AggregationJob(StreamProcessor):
         # update with certainty (issue 13), voiding the DP guarantee of the noised release
         st.audit[st.round] = hashlib.sha256(total.astype("<u4").tobytes()).hexdigest()
         st.audit = {r: h for r, h in st.audit.items() if r > st.round - REPLAY_WINDOW}
+        self._finish_round(res, {"secagg_survivors": list(st.survivors), "secagg_dropped": list(st.dropped)})
+
+    def _ddg_accountant(self, rounds: int) -> Any:
+        """The distributed-DG accountant after ``rounds`` released rounds (every round has the same public spec)."""
+        from estimator.fl.ddg_accounting import DDGAccountant
+
+        noise = self.spec.noise
+        assert noise is not None
+        acc = DDGAccountant(self.spec.delta)
+        spec = noise.build(self.spec, self.payload_size)
+        for _ in range(rounds):
+            acc.record(spec, noise.shares(self.spec))
+        return acc
+
+    def _close_ddg(self, total: np.ndarray, rotation_seed: int, ctx: RoundContext) -> None:
+        """Release a distributed-DG round: the unmasked sum mod 2^bits already carries the devices' noise;
+        the server only decodes it (nothing is added, nothing un-noised was ever in its hands)."""
+        st = self._st
+        noise = self.spec.noise
+        assert noise is not None
+        spec = noise.build(self.spec, self.payload_size)
+        s = spec.decode_sum(total.astype(np.int64), rotation_seed)
+        if self._accountant is not None:
+            self._accountant.record(self.spec.noise_multiplier)
+        acc = self._ddg_accountant(len(st.noise_history) + 1)
+        info = {
+            "noise_stddev": math.sqrt(spec.noise_variance()),
+            "clip_norm": self.spec.clip_norm,
+            "noise": noise.kind,
+            "bits": spec.bits,
+            "modular_clipping_bound": acc.modular_clipping_bound(),
+            "epsilon": acc.epsilon(),
+        }
+        res = AggregateResult(s / ctx.expected_clients, ctx.expected_clients, len(st.survivors), info)
         self._finish_round(res, {"secagg_survivors": list(st.survivors), "secagg_dropped": list(st.dropped)})
 
     # -- uploads --------------------------------------------------------------------------------

@@ -48,6 +48,9 @@ __all__ = [
     "KrumSpec",
     "aggregator_spec",
     "FLAccountant",
+    "DistributedDGSpec",
+    "NoiseSpec",
+    "noise_spec",
 ]
 
 
@@ -380,6 +383,95 @@ def aggregator_spec(d: Mapping[str, Any] | AggregatorSpec) -> AggregatorSpec:
     return _read_kind("aggregator", d, _AGGREGATOR_KINDS)
 
 
+# -- noise ---------------------------------------------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class DistributedDGSpec:
+    """``{"kind": "distributed_discrete_gaussian", "bits": b, "k_stddevs": k, "beta": β, "min_shares": s}``
+    (all but bits optional: 6, e^{-1/2}, the sampled count): the devices add the noise σ·C as discrete
+    Gaussian shares in Z_{2^b} before SecAgg (:mod:`client_sdk.fl.ddg`), so the server never sees an
+    un-noised sum; a round with fewer than ``min_shares`` survivors is not released. Needs ``secagg``,
+    ``clip_norm``, ``noise_multiplier`` > 0, fixed-count sampling and the ``fedavg`` aggregator."""
+
+    bits: int
+    k_stddevs: float = 6.0
+    beta: float = math.exp(-0.5)
+    min_shares: int | None = None
+    kind: ClassVar[str] = "distributed_discrete_gaussian"
+    requirement: ClassVar[dict[str, str]] = {"bits": "an integer in [2, 32] (bits per coordinate of the SecAgg ring)"}
+
+    def __post_init__(self) -> None:
+        b = self.bits
+        if isinstance(b, bool) or not isinstance(b, int) or not 2 <= b <= 32:
+            raise FLError(f"noise {self.kind!r}: bits must be an integer in [2, 32], got {b!r}")
+        _num(f"noise {self.kind!r}: k_stddevs", self.k_stddevs)
+        beta = self.beta
+        if isinstance(beta, bool) or not isinstance(beta, (int, float)) or not 0.0 < beta < 1.0:
+            raise FLError(f"noise {self.kind!r}: beta must be a number in (0, 1), got {beta!r}")
+        if self.min_shares is not None:
+            _int(f"noise {self.kind!r}: min_shares", self.min_shares, 1)
+
+    def check(self, task: FLTaskSpec) -> None:
+        if not task.secagg or task.clip_norm is None or not task.noise_multiplier > 0:
+            raise FLError(
+                "noise 'distributed_discrete_gaussian' needs secagg (the shares are summed by secure aggregation), "
+                "clip_norm and noise_multiplier > 0 (the total noise is noise_multiplier·clip_norm)"
+            )
+        if not isinstance(task.sampling, FixedSamplingSpec):
+            raise FLError(
+                "noise 'distributed_discrete_gaussian' needs fixed-count sampling: its accounting is for "
+                "neighbours that replace one client (with Poisson sampling the number of noise shares varies)"
+            )
+        if not isinstance(task.aggregator, FedAvgSpec):
+            raise FLError("noise 'distributed_discrete_gaussian' works with the 'fedavg' aggregator only")
+        if self.min_shares is not None and self.min_shares > task.sampling.count:
+            raise FLError(f"min_shares {self.min_shares} exceeds the {task.sampling.count} clients sampled per round")
+        self.build(task, task.build_model().num_params)  # the spec's own checks (ring room, σ per share)
+
+    def shares(self, task: FLTaskSpec) -> int:
+        """The fewest noise shares a released round sums (min_shares, or every sampled client)."""
+        assert isinstance(task.sampling, FixedSamplingSpec)
+        return task.sampling.count if self.min_shares is None else self.min_shares
+
+    def build(self, task: FLTaskSpec, dim: int) -> Any:
+        """The round's :class:`client_sdk.fl.ddg.DDGSpec` (the same on every device: public parameters only)."""
+        from client_sdk.fl.ddg import DDGSpec
+        from client_sdk.fl.errors import SecAggError
+
+        assert task.clip_norm is not None and isinstance(task.sampling, FixedSamplingSpec)
+        try:
+            return DDGSpec.for_bits(
+                float(task.clip_norm),
+                float(task.noise_multiplier) * float(task.clip_norm),
+                task.sampling.count,
+                dim,
+                self.bits,
+                float(self.k_stddevs),
+                float(self.beta),
+            )
+        except SecAggError as exc:
+            raise FLError(f"noise 'distributed_discrete_gaussian': {exc}") from None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "bits": self.bits,
+            "k_stddevs": self.k_stddevs,
+            "beta": self.beta,
+            "min_shares": self.min_shares,
+        }
+
+
+NoiseSpec = DistributedDGSpec
+_NOISE_KINDS: dict[str, type] = {DistributedDGSpec.kind: DistributedDGSpec}
+
+
+def noise_spec(d: Mapping[str, Any] | NoiseSpec | None) -> NoiseSpec | None:
+    """The typed spec of a task file's ``noise`` object (None: central noise, added by the server)."""
+    if d is None or isinstance(d, DistributedDGSpec):
+        return d
+    return _read_kind("noise", d, _NOISE_KINDS)
+
+
 def _b64_field(name: str, v: object) -> bytes:
     import base64
     import binascii
@@ -463,6 +555,7 @@ class FLTaskSpec:
     enrollment_key: str | None = None
     task_signature: str | None = None
     secagg_threshold: int | None = None
+    noise: NoiseSpec | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "clients", tuple(self.clients))
@@ -499,6 +592,9 @@ class FLTaskSpec:
             _int("secagg_threshold", self.secagg_threshold, 2)
             if not self.secagg:
                 raise FLError("secagg_threshold needs secagg")
+        object.__setattr__(self, "noise", noise_spec(self.noise))
+        if self.noise is not None:
+            self.noise.check(self)
 
     @property
     def authority_key(self) -> bytes:
@@ -515,13 +611,17 @@ class FLTaskSpec:
 
     def signed_config(self) -> dict[str, Any]:
         """What ``task_signature`` signs and devices check before they trust a round's SecAgg parameters."""
-        return {
+        out: dict[str, Any] = {
             "v": 1,
             "task": self.task,
             "secagg": self.secagg,
             "secagg_threshold": self.secagg_threshold,
             "enrollment_key": self.enrollment_key,
         }
+        if self.noise is not None:  # devices derive their noise share from these, never from the server's word
+            spec = self.noise.build(self, self.build_strategy().payload_size(self.build_model().num_params))
+            out["ddg"] = {**spec.to_dict(), "min_shares": self.noise.shares(self)}
+        return out
 
     @property
     def device_clip_norm(self) -> float | None:
@@ -544,6 +644,7 @@ class FLTaskSpec:
         out["model"], out["training"] = dict(out["model"]), dict(out["training"])
         out["sampling"] = self.sampling.to_dict()
         out["aggregator"] = self.aggregator.to_dict()
+        out["noise"] = None if self.noise is None else self.noise.to_dict()
         return out
 
     def build_model(self) -> Any:

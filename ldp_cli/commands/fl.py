@@ -154,13 +154,14 @@ def run_clinics_example_cmd(args: argparse.Namespace) -> int:
         f"δ = {result['delta']:g}, neighbours: {result['neighbors']}"
     )
     print(
-        f"{'setting':<12} {'accuracy':>9} {'weight err':>11} {'ε observers':>12} {'ε knows sample':>15} "
-        f"{'ε this sample':>14}"
+        f"{'setting':<14} {'accuracy':>9} {'weight err':>11} {'ε observers':>12} {'ε knows sample':>15} "
+        f"{'ε this sample':>14} {'ε server operator':>18}"
     )
     for r in result["rows"]:
         print(
-            f"{r['setting']:<12} {r['accuracy']:>9.3f} {r['weight_error']:>11.3f} {_fmt_eps(r['epsilon']):>12} "
-            f"{_fmt_eps(r['epsilon_known_sample']):>15} {_fmt_eps(r['epsilon_known_sample_realized']):>14}"
+            f"{r['setting']:<14} {r['accuracy']:>9.3f} {r['weight_error']:>11.3f} {_fmt_eps(r['epsilon']):>12} "
+            f"{_fmt_eps(r['epsilon_known_sample']):>15} {_fmt_eps(r['epsilon_known_sample_realized']):>14} "
+            f"{_fmt_eps(r.get('epsilon_server_operator')):>18}"
         )
     print(
         "ε observers: against anyone who sees the models but not the sample (the smaller of dp_accounting's "
@@ -173,7 +174,10 @@ def run_clinics_example_cmd(args: argparse.Namespace) -> int:
         + "). ε knows sample: against anyone who knows the sample and sees only the models (no "
         "amplification, a clinic may be in every round). ε this sample: the same for this run's sample (its "
         "most-sampled clinic's rounds). The server operator: none, the noise is central (added after the "
-        "server averaged the clipped updates). No noise: ε is infinite (— in the table, null in JSON)."
+        "server averaged the clipped updates), except for distributed DG, whose devices add discrete Gaussian "
+        "shares before secure aggregation (Kairouz, Liu, Steinke 2021; its bits per coordinate in the JSON): "
+        "one figure for every adversary, no amplification credited. No noise: ε is infinite (— in the table, "
+        "null in JSON)."
     )
     ftrl = next((r for r in result["rows"] if r["setting"] == "DP-FTRL"), None)
     if ftrl is not None:

@@ -139,7 +139,7 @@ def test_example_contract_and_table(capsys) -> None:
     assert main(["fl", "clinics", "--example", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     rows = out["rows"]
-    # the example's four rows first, in its order; the secure variants (DP-FTRL, ...) follow them
+    # the example's four rows first, in its order; the secure variants (DP-FTRL, distributed DG) follow them
     assert [r["setting"] for r in rows[: len(EXAMPLE_TABLE)]] == [s for s, _, _ in EXAMPLE_TABLE]
     for r, (_, accuracy, weight_error) in zip(rows, EXAMPLE_TABLE):
         assert {"setting", "accuracy", "weight_error", "epsilon"} <= set(r)
@@ -160,6 +160,29 @@ def test_example_contract_and_table(capsys) -> None:
         assert by == {"observer": r["epsilon"], "knows_sample": r["epsilon_known_sample"], "server_operator": None}
         assert r["epsilon"] <= r["epsilon_known_sample"] and r["epsilon_server_operator"] is None
     assert rows[2]["epsilon"] > rows[3]["epsilon"] > 1.0
+    ddg = next(r for r in rows if r["setting"] == "distributed DG")
+    _check_ddg_row(ddg, rows[3])
+
+
+def _check_ddg_row(ddg: dict, sigma2: dict) -> None:
+    """The distributed-DG row: its ε against the server operator is the σ 2.0 row's known-sample ε (the
+    calibration is rounded up in noise, so at most that and within 0.1 %), recomputed here from the row's
+    own parameters with the accountant; the same figure for every adversary; its bits are stated."""
+    from client_sdk.fl.ddg import DDGSpec
+    from estimator.fl.ddg_accounting import DDGAccountant
+
+    assert {"setting", "accuracy", "weight_error", "epsilon", "bits"} <= set(ddg)
+    target = sigma2["epsilon_known_sample"]
+    assert target * 0.999 <= ddg["epsilon_server_operator"] <= target
+    spec = DDGSpec.for_bits(0.5, ddg["noise_multiplier"] * 0.5, 10, 5, ddg["bits"])
+    acc = DDGAccountant(1e-5)
+    for _ in range(100):
+        acc.record(spec)
+    assert ddg["epsilon_server_operator"] == pytest.approx(acc.epsilon(), rel=1e-12)
+    by = {a["adversary"]: a["epsilon"] for a in ddg["epsilon_by_adversary"]}
+    assert by == {"observer": ddg["epsilon"], "knows_sample": ddg["epsilon"], "server_operator": ddg["epsilon"]}
+    assert ddg["bits"] == 16 and ddg["modular_clipping_bound"] < 1e-3
+    assert 0.9 < ddg["accuracy"] <= 1.0
 
 
 def test_example_text_and_fixed_options(capsys) -> None:
