@@ -58,7 +58,8 @@ export function estimateCounts(spec: MechanismSpec, reports: readonly Uint8Array
   if (spec instanceof HCMSSpec) {
     const m = spec.width;
     const c = spec.cEps;
-    const [fr, fc] = spec.recordFields as [{ size: number }, { size: number }];
+    const fr = spec.recordFields[0]!;
+    const fc = spec.recordFields[1]!;
     return Array.from({ length: d }, (_, x) => {
       let a = 0;
       for (const r of reports) {
