@@ -21,3 +21,17 @@ export {
   type FrameHeader,
   type SpecResolver,
 } from "./wire.js";
+export { parseMetrics, fetchMetrics, utcDay, type MetricDefinition, type MetricSet } from "./metrics.js";
+export { LocalPolicy, toUnits, EPSILON_UNIT, type LocalPolicyOptions } from "./policy.js";
+export {
+  TelemetryClient,
+  LocalLocks,
+  parseRetryAfter,
+  ERROR_TALLIES,
+  STAT_TALLIES,
+  type ClientOptions,
+  type DayBudget,
+  type MetricBudget,
+  type LockManagerLike,
+  type UploadResult,
+} from "./client.js";
