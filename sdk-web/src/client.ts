@@ -34,7 +34,7 @@ import { parseMetrics, utcDay, type MetricDefinition, type MetricSet } from "./m
 import type { LocalPolicy } from "./policy.js";
 import { toUnits, EPSILON_UNIT } from "./policy.js";
 import { CryptoSource, type RandomSource } from "./random.js";
-import { openDatabase, req, transaction, type BatchRow, type LedgerRow, type OutboxRow } from "./store.js";
+import { openDatabase, req, transaction, type BatchRow, type LedgerDay, type OutboxRow } from "./store.js";
 import { FRAME_CONTENT_TYPE, encodeFrame, makeBatch } from "./wire.js";
 
 export const ERROR_TALLIES = [
@@ -412,16 +412,15 @@ export class TelemetryClient {
           if (pin === want) kept.push(it);
           else counts.pin_conflict++;
         }
-        const rows = (await req(ledger.getAll(IDBKeyRange.bound([day, ""], [day, "\uffff"])))) as LedgerRow[];
-        const state = new Map(rows.map((r) => [r.metric, r]));
-        let total = rows.reduce((a, r) => a + r.spent, 0);
-        const touched = new Set<string>();
+        const stored_ = (await req(ledger.get(day))) as LedgerDay | undefined;
+        const book: LedgerDay = stored_ ?? { day, metrics: {} };
+        let total = Object.values(book.metrics).reduce((a, r) => a + r.spent, 0);
+        let touched = false;
         let added = 0;
         let addedBytes = 0;
         for (const it of kept) {
           const name = it.m.name;
-          const row = state.get(name) ?? { day, metric: name, spent: 0, reports: 0 };
-          state.set(name, row);
+          const row = (book.metrics[name] ??= { spent: 0, reports: 0 });
           const units = toUnits(it.m.spec.epsilon, true);
           if (row.reports >= it.m.maxReportsPerDay) counts.sampled_out++;
           else if (row.spent + units > this.policy.metricCapUnits(name) || total + units > this.policy.totalCapUnits) counts.over_budget++;
@@ -429,7 +428,7 @@ export class TelemetryClient {
             row.spent += units;
             row.reports += 1;
             total += units;
-            touched.add(name);
+            touched = true;
             const record = this.encode(it.m, it.index);
             const out: OutboxRow = { metric: name, specId: it.m.spec.specId, spec: it.m.spec.toDict(), day, record, enqueued: it.now };
             await req(outbox.add(out));
@@ -438,15 +437,15 @@ export class TelemetryClient {
             counts.recorded++;
           }
         }
-        for (const name of touched) await req(ledger.put(state.get(name) as LedgerRow));
+        if (touched) await req(ledger.put(book));
         counts.outbox_dropped = await this.enforceQuotas(tx, added, addedBytes);
         if (counts.outbox_dropped) {
           const prev = ((await req(meta.get("tally:outbox_dropped"))) as number | undefined) ?? 0;
           await req(meta.put(prev + counts.outbox_dropped, "tally:outbox_dropped"));
         }
       });
-    } catch {
-      this.count("storage_error", items.length);
+    } catch (e) {
+      this.count(e instanceof TypeError || e instanceof ReferenceError || e instanceof RangeError ? "internal_error" : "storage_error", items.length);
       return;
     }
     this.floorDay = Math.max(this.floorDay, dayUsed);
@@ -724,13 +723,14 @@ export class TelemetryClient {
     return transaction(db, ["meta", "ledger"], "readonly", async (tx) => {
       const high = (await req(tx.objectStore("meta").get("high_water"))) as number | undefined;
       const d = day ?? utcDay(Math.max(this.clock(), high ?? 0));
-      const rows = (await req(tx.objectStore("ledger").getAll(IDBKeyRange.bound([d, ""], [d, "\uffff"])))) as LedgerRow[];
+      const book = (await req(tx.objectStore("ledger").get(d))) as LedgerDay | undefined;
       const metrics: Record<string, MetricBudget> = {};
       let total = 0;
-      for (const r of rows) {
-        const cap = this.policy.metricCap(r.metric);
+      for (const name of Object.keys(book?.metrics ?? {}).sort()) {
+        const r = (book as LedgerDay).metrics[name] as { spent: number; reports: number };
+        const cap = this.policy.metricCap(name);
         const spent = r.spent * EPSILON_UNIT;
-        metrics[r.metric] = { spent, cap, remaining: Math.max(0, cap - spent), reports: r.reports };
+        metrics[name] = { spent, cap, remaining: Math.max(0, cap - spent), reports: r.reports };
         total += r.spent;
       }
       const spent = total * EPSILON_UNIT;

@@ -23,7 +23,7 @@ export function openDatabase(factory: IDBFactory, name: string): Promise<IDBData
     req.onupgradeneeded = () => {
       const db = req.result;
       if (!db.objectStoreNames.contains("meta")) db.createObjectStore("meta");
-      if (!db.objectStoreNames.contains("ledger")) db.createObjectStore("ledger", { keyPath: ["day", "metric"] });
+      if (!db.objectStoreNames.contains("ledger")) db.createObjectStore("ledger", { keyPath: "day" });
       if (!db.objectStoreNames.contains("outbox")) db.createObjectStore("outbox", { autoIncrement: true });
       if (!db.objectStoreNames.contains("batches")) db.createObjectStore("batches", { keyPath: "id" });
     };
@@ -69,11 +69,10 @@ export function transaction<T>(db: IDBDatabase, stores: readonly StoreName[], mo
   });
 }
 
-export interface LedgerRow {
+/** One UTC day's spending: per metric, ε spent in units of 1e-9 and reports sent. */
+export interface LedgerDay {
   day: number;
-  metric: string;
-  spent: number;
-  reports: number;
+  metrics: Record<string, { spent: number; reports: number }>;
 }
 
 export interface OutboxRow {
