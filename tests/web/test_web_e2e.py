@@ -22,6 +22,7 @@ from typing import Any
 import httpx
 import numpy as np
 
+from client_sdk.mechanisms import frequency_spec
 from client_sdk.metrics import parse_metrics, utc_day
 from simulator.pipeline import LocalPipeline
 from tests.web.node_support import run_tsx
@@ -99,11 +100,12 @@ def test_ts_clients_through_collector_shuffler_and_estimator(tmp_path: Path) -> 
     metrics_path.write_text(json.dumps(METRICS))
     defs = parse_metrics(METRICS)
     devices = _population(np.random.default_rng(20261202))
-    truth = {name: np.zeros(defs[name].spec.domain_size) for name in METRICS["metrics"]}
+    specs = {name: frequency_spec(defs[name].spec) for name in METRICS["metrics"]}
+    truth = {name: np.zeros(specs[name].domain_size) for name in METRICS["metrics"]}
     for dev in devices:
         for metric, values in dev.items():
             for v in values:
-                truth[metric][defs[metric].domain.index_of(v)] += 1
+                truth[metric][int(defs[metric].domain.index_of(v))] += 1
     expected = {m: int(t.sum()) for m, t in truth.items()}
     day = utc_day(time.time())
     with LocalPipeline(tmp_path / "run", metrics_path, min_batch=1, partitions=1, checkpoint_interval=0.2) as pipe:
@@ -121,7 +123,7 @@ def test_ts_clients_through_collector_shuffler_and_estimator(tmp_path: Path) -> 
             for m in METRICS["metrics"]
         }
     for metric, body in live.items():
-        spec = defs[metric].spec
+        spec = specs[metric]
         assert body["n"] == expected[metric] and body["spec_id"] == spec.spec_id
         counts = np.array(body["counts"])
         sd = np.sqrt(spec.count_variance(truth[metric]))
