@@ -105,7 +105,9 @@ def test_ts_clients_through_collector_shuffler_and_estimator(tmp_path: Path) -> 
     for dev in devices:
         for metric, values in dev.items():
             for v in values:
-                truth[metric][int(defs[metric].domain.index_of(v))] += 1
+                index = defs[metric].domain.index_of(v)
+                assert isinstance(index, int)
+                truth[metric][index] += 1
     expected = {m: int(t.sum()) for m, t in truth.items()}
     day = utc_day(time.time())
     with LocalPipeline(tmp_path / "run", metrics_path, min_batch=1, partitions=1, checkpoint_interval=0.2) as pipe:
