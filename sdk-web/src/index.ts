@@ -1,0 +1,37 @@
+/** @ldp-telemetry/web: the public surface. */
+export * from "./errors.js";
+export { canonicalJson, legacyJson, pythonFloatRepr } from "./canonical.js";
+export { xxh32Bytes, xxh32U32, reduceRange, hashToRange, utf8 } from "./hashing.js";
+export { CryptoSource, SimulationSource, ReplaySource, ReplayMismatchError, type RandomSource } from "./random.js";
+export { bernoulliWords, probabilityDigits } from "./bernoulli.js";
+export { MechanismSpec, pureProtocolVariance, hex, fromHex, type RecordField } from "./mechanisms/base.js";
+export { MECHANISMS, FREQUENCY_MECHANISMS, makeSpec, specFromDict, BinaryRRSpec, GRRSpec, OUESpec, RapporSpec, OLHSpec, CMSSpec, HCMSSpec, HRSpec } from "./mechanisms/index.js";
+export { Dictionary, HashedDomain, canonicalBytes, domainFromDict, type Domain, type Value } from "./domain.js";
+export {
+  FRAME_CONTENT_TYPE,
+  crc32,
+  makeBatch,
+  encodeFrame,
+  decodeFrame,
+  encodeJson,
+  decodeJson,
+  readHeader,
+  batchToJsonObj,
+  type ReportBatch,
+  type FrameHeader,
+  type SpecResolver,
+} from "./wire.js";
+export { parseMetrics, fetchMetrics, utcDay, type MetricDefinition, type MetricSet } from "./metrics.js";
+export { LocalPolicy, toUnits, EPSILON_UNIT, type LocalPolicyOptions } from "./policy.js";
+export {
+  TelemetryClient,
+  LocalLocks,
+  parseRetryAfter,
+  ERROR_TALLIES,
+  STAT_TALLIES,
+  type ClientOptions,
+  type DayBudget,
+  type MetricBudget,
+  type LockManagerLike,
+  type UploadResult,
+} from "./client.js";

@@ -1,0 +1,142 @@
+/**
+ * Declarative metric definitions: the metrics file, or the collector's `GET /v1/metrics`
+ * (the same document), validated as client_sdk/metrics.py does.
+ *
+ * This SDK implements the frequency oracles. A metric with a numeric mechanism or a `range`
+ * domain (means, distributions), or a sealed one, is valid in the file but not recordable here:
+ * it is listed in {@link MetricSet.unsupported} with the reason, and recording it counts an error.
+ */
+import { MetricsFileError, SpecError } from "./errors.js";
+import { domainFromDict, type Domain } from "./domain.js";
+import { MECHANISMS, specFromDict, type MechanismSpec } from "./mechanisms/index.js";
+
+export const FORMAT = "ldp-metrics/1";
+export const MAX_REPORTS_PER_DAY = 10_000;
+const NAME_RE = /^[A-Za-z0-9_.:-]{1,255}$/;
+const FIELDS = ["description", "owner", "expires", "mechanism", "domain", "max_reports_per_day"];
+const OPTIONAL = ["kind", "sealed"];
+
+/** Days since 1970-01-01 of a time in milliseconds, in UTC. */
+export function utcDay(ms: number): number {
+  return Math.floor(ms / 86_400_000);
+}
+
+export interface MetricDefinition {
+  readonly name: string;
+  readonly spec: MechanismSpec;
+  readonly domain: Domain;
+  readonly owner: string;
+  readonly description: string;
+  /** The last UTC day (days since 1970-01-01) on which the metric may be recorded. */
+  readonly expiresDay: number;
+  readonly maxReportsPerDay: number;
+}
+
+export interface MetricSet {
+  readonly metrics: ReadonlyMap<string, MetricDefinition>;
+  /** Valid metrics this SDK cannot record (numeric or sealed), with the reason. */
+  readonly unsupported: ReadonlyMap<string, string>;
+}
+
+function isoDay(s: unknown): number | null {
+  if (typeof s !== "string") return null;
+  const m = /^(\d{4})-(\d{2})-(\d{2})$/.exec(s);
+  if (!m) return null;
+  const [y, mo, d] = [Number(m[1]), Number(m[2]), Number(m[3])];
+  const t = Date.UTC(y, mo - 1, d);
+  const back = new Date(t);
+  if (back.getUTCFullYear() !== y || back.getUTCMonth() !== mo - 1 || back.getUTCDate() !== d) return null;
+  return utcDay(t);
+}
+
+function parseOne(name: string, data: unknown): MetricDefinition | string {
+  const where = `metric ${JSON.stringify(name)}`;
+  if (!NAME_RE.test(name)) throw new MetricsFileError(`metric name ${JSON.stringify(name)} is invalid: use 1-255 characters from letters, digits and _ . : -`);
+  if (data === null || typeof data !== "object" || Array.isArray(data)) throw new MetricsFileError(`${where}: the definition must be an object with ${FIELDS.join(", ")}`);
+  const o = data as Record<string, unknown>;
+  const unknown = Object.keys(o).filter((k) => !FIELDS.includes(k) && !OPTIONAL.includes(k)).sort();
+  if (unknown.length) throw new MetricsFileError(`${where}: unknown field(s) ${unknown.join(", ")}; the fields are ${FIELDS.join(", ")} and optionally ${OPTIONAL.join(", ")}`);
+  const missing = FIELDS.filter((f) => !(f in o));
+  if (missing.length) throw new MetricsFileError(`${where}: missing field(s) ${missing.join(", ")}`);
+  const expiresDay = isoDay(o.expires);
+  if (expiresDay === null) throw new MetricsFileError(`${where}: 'expires' must be an ISO date such as "2027-12-31", got ${JSON.stringify(o.expires)}`);
+  for (const f of ["owner", "description"]) {
+    if (typeof o[f] !== "string" || !(o[f] as string).trim()) throw new MetricsFileError(`${where}: '${f}' must be a non-empty string`);
+  }
+  const r = o.max_reports_per_day;
+  if (typeof r !== "number" || !Number.isInteger(r) || r < 1 || r > MAX_REPORTS_PER_DAY) {
+    throw new MetricsFileError(`${where}: 'max_reports_per_day' must be an integer from 1 to ${MAX_REPORTS_PER_DAY}, got ${JSON.stringify(r)}`);
+  }
+  if (o.sealed !== undefined && typeof o.sealed !== "boolean") throw new MetricsFileError(`${where}: 'sealed' must be true or false`);
+  const mech = o.mechanism;
+  if (mech === null || typeof mech !== "object" || Array.isArray(mech)) throw new MetricsFileError(`${where}: 'mechanism' must be an object such as {"mechanism": "grr", "epsilon": 1.0}`);
+  const dom = o.domain as Record<string, unknown> | undefined;
+  const mechName = (mech as Record<string, unknown>).mechanism;
+  if ((o.kind !== undefined && o.kind !== "frequency") || dom?.kind === "range" || typeof mechName !== "string" || !(mechName in MECHANISMS)) {
+    if (o.kind !== undefined && !["frequency", "mean", "distribution"].includes(o.kind as string)) throw new MetricsFileError(`${where}: 'kind' must be one of frequency, mean, distribution`);
+    return `a ${String(o.kind ?? "numeric")} metric (${String(mechName)}): the web SDK records frequency oracles only`;
+  }
+  if (o.sealed === true) return "a sealed metric: the web SDK does not seal records";
+  let domain: Domain;
+  try {
+    domain = domainFromDict(dom);
+  } catch (e) {
+    throw new MetricsFileError(`${where}: bad 'domain': ${(e as Error).message}`);
+  }
+  let spec: MechanismSpec;
+  try {
+    const params = { ...(mech as Record<string, unknown>) };
+    if (!("domain_size" in params)) params.domain_size = domain.size;
+    spec = specFromDict(params);
+  } catch (e) {
+    if (e instanceof SpecError) throw new MetricsFileError(`${where}: bad 'mechanism': ${e.message}`);
+    throw e;
+  }
+  if (spec.domainSize !== domain.size) {
+    throw new MetricsFileError(`${where}: the mechanism's domain_size ${spec.domainSize} differs from the domain's size ${domain.size}; leave domain_size out to use the domain's`);
+  }
+  return { name, spec, domain, owner: o.owner as string, description: o.description as string, expiresDay, maxReportsPerDay: r };
+}
+
+/**
+ * Validate a metrics document (JSON text or a parsed object). The SDK passes `rejectExpired: false`
+ * and stops recording expired metrics instead, so an app never fails to start because a date passed.
+ */
+export function parseMetrics(document: string | unknown, options: { today?: number; rejectExpired?: boolean } = {}): MetricSet {
+  let obj: unknown = document;
+  if (typeof document === "string") {
+    try {
+      obj = JSON.parse(document);
+    } catch (e) {
+      throw new MetricsFileError(`metrics file is not valid JSON: ${(e as Error).message}`);
+    }
+  }
+  if (obj === null || typeof obj !== "object" || Array.isArray(obj)) throw new MetricsFileError('a metrics file must be a JSON object {"format": ..., "metrics": {...}}');
+  const o = obj as Record<string, unknown>;
+  if (o.format !== FORMAT) throw new MetricsFileError(`metrics file format must be ${JSON.stringify(FORMAT)}, got ${JSON.stringify(o.format)}`);
+  const unknown = Object.keys(o).filter((k) => !["format", "metrics", "analyzer_keys"].includes(k));
+  if (unknown.length) throw new MetricsFileError(`metrics file: unknown top-level key(s) ${unknown.sort().join(", ")}`);
+  const raw = o.metrics;
+  if (raw === null || typeof raw !== "object" || Array.isArray(raw)) throw new MetricsFileError("metrics file: 'metrics' must be an object keyed by metric name");
+  const metrics = new Map<string, MetricDefinition>();
+  const unsupported = new Map<string, string>();
+  const today = options.today ?? utcDay(Date.now());
+  for (const [name, data] of Object.entries(raw as Record<string, unknown>)) {
+    const m = parseOne(name, data);
+    if (typeof m === "string") unsupported.set(name, m);
+    else {
+      if ((options.rejectExpired ?? true) && m.expiresDay < today) {
+        throw new MetricsFileError(`metric ${JSON.stringify(name)} expired; its owner ${m.owner} must renew ('expires') or remove it`);
+      }
+      metrics.set(name, m);
+    }
+  }
+  return { metrics, unsupported };
+}
+
+/** `GET {collectorUrl}/v1/metrics`, validated. */
+export async function fetchMetrics(collectorUrl: string, fetchImpl: typeof fetch = globalThis.fetch): Promise<MetricSet> {
+  const resp = await fetchImpl(collectorUrl.replace(/\/+$/, "") + "/v1/metrics", { headers: { Accept: "application/json" }, credentials: "omit" });
+  if (resp.status !== 200) throw new MetricsFileError(`GET /v1/metrics answered ${resp.status}`);
+  return parseMetrics(await resp.text(), { rejectExpired: false });
+}
