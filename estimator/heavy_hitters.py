@@ -48,6 +48,7 @@ from estimator.errors import BatchError
 from estimator.kernels.candidates import olh_candidate_support, sketch_row_means
 from estimator.kernels.hadamard import fwht
 from estimator.kernels.sketch import cms_add, hcms_add
+from estimator.oracles.base import LinearState
 from estimator.result import z_value
 
 __all__ = [
@@ -60,6 +61,8 @@ __all__ = [
     "pem_level_estimate",
     "enumerate_prefixes",
     "extend_prefixes",
+    "StreamingSummary",
+    "HeavyHitterStreamState",
 ]
 
 
@@ -271,3 +274,65 @@ def discover(spec: PEMSpec | SFPSpec, records: np.ndarray, top: int, confidence:
     if isinstance(spec, PEMSpec):
         return discover_pem(spec, records, top, confidence=confidence)
     return discover_sfp(spec, records, top, confidence=confidence)
+
+
+@dataclasses.dataclass(frozen=True)
+class StreamingSummary:
+    """What the streaming estimator can say about a heavy-hitter metric from linear sums alone.
+
+    Discovery needs every level's reports at once (``ldp heavy-hitters``); the
+    streaming state keeps how many reports each level (PEM) or fragment
+    position (SFP) got and, for PEM, the first level's support counts, so it
+    shows the most frequent first-level prefixes with their intervals."""
+
+    n: int
+    parts: list[int]
+    prefixes: list[list[Any]]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "n": self.n,
+            "reports_per_part": self.parts,
+            "first_level_prefixes": self.prefixes,
+            "discovery": "run `ldp heavy-hitters` over the dataset for whole values",
+        }
+
+
+class HeavyHitterStreamState(LinearState):
+    """Linear sums of heavy-hitter reports for the streaming estimator (see :class:`StreamingSummary`)."""
+
+    spec_type = (PEMSpec, SFPSpec)  # type: ignore[assignment]
+    spec: PEMSpec | SFPSpec
+
+    def _empty_sums(self) -> dict[str, np.ndarray]:
+        if isinstance(self.spec, PEMSpec):
+            return {
+                "parts": np.zeros(self.spec.num_levels, dtype=np.int64),
+                "first": np.zeros(2 ** self.spec.level_bits(0), dtype=np.int64),
+            }
+        return {"parts": np.zeros(self.spec.num_positions, dtype=np.int64)}
+
+    def _add(self, records: np.ndarray) -> None:
+        self.spec.check_records(records)
+        field = "level" if isinstance(self.spec, PEMSpec) else "position"
+        self.sums["parts"] += np.bincount(records[field], minlength=self.sums["parts"].size)
+        if isinstance(self.spec, PEMSpec):
+            sel = records["level"] == 0
+            keys = np.arange(self.sums["first"].size, dtype=np.uint32)  # b ≤ 31 bits: the key is the prefix
+            self.sums["first"] += olh_candidate_support(
+                records["seed"][sel], records["y"][sel], self.spec.olh.hash_range, keys
+            )
+
+    def estimate(self, confidence: float = 0.95, top: int = 20) -> StreamingSummary:
+        prefixes: list[list[Any]] = []
+        spec = self.spec
+        n0 = int(self.sums["parts"][0]) if isinstance(spec, PEMSpec) else 0
+        if isinstance(spec, PEMSpec) and n0 and self.n:
+            p, q = spec.olh.support_probabilities()
+            est = (self.sums["first"] - n0 * q) / (p - q) * (self.n / n0)
+            var = pem_count_variance(spec, np.clip(est, 0.0, self.n), self.n, n0)
+            rows = enumerate_prefixes(spec.level_bits(0), spec.length)
+            for h in _with_intervals(rows, est, var, confidence)[:top]:
+                bits = spec.level_bits(0)
+                prefixes.append([h.raw[: -(-bits // 8)].hex(), bits, h.estimate, h.ci_low, h.ci_high])
+        return StreamingSummary(self.n, [int(x) for x in self.sums["parts"]], prefixes)

@@ -317,3 +317,31 @@ def test_sfp_report_audit(claimed: float, actual: float) -> None:
             assert bound > math.exp(eps) * 0.85, f"{name}: the event attains e^ε; the audit must come close"
     else:
         assert any(bound > math.exp(eps) for bound, eps in checks.values()), f"audit missed the leak: {checks}"
+
+
+# -- the streaming estimator's linear state -------------------------------------------
+
+
+def test_stream_state_merges_exactly_and_matches_the_first_level() -> None:
+    from estimator.oracles import state_for
+
+    rng = np.random.default_rng(12)
+    spec = PEMSpec(epsilon=3.0, length=2, start_bits=8, step_bits=4)
+    values = np.repeat(pad_values(["ab", "cd", "xy"], 2), [3000, 2000, 500], axis=0)
+    records = spec.encode(values, rng)
+    whole, a, b = state_for(spec), state_for(spec), state_for(spec)
+    whole.update(records)
+    a.update(records[:2000])
+    b.update(records[2000:])
+    a.merge(b)
+    assert a.n == whole.n and all(np.array_equal(a.sums[k], whole.sums[k]) for k in whole.sums)
+    summary = whole.estimate().to_dict()
+    assert summary["reports_per_part"] == np.bincount(records["level"], minlength=spec.num_levels).tolist()
+    est0, _ = pem_level_estimate(spec, records, 0, enumerate_prefixes(8, 2))
+    top = summary["first_level_prefixes"]
+    assert [bytes.fromhex(t[0]) for t in top[:2]] == [b"a", b"c"]
+    assert top[0][2] == pytest.approx(float(est0.max()))
+    sfp = SFPSpec(epsilon=3.0, length=2, num_hashes=4, width=64)
+    st = state_for(sfp)
+    st.update(sfp.encode(values, rng))
+    assert st.estimate().to_dict()["reports_per_part"] == [values.shape[0]]
