@@ -471,6 +471,7 @@ class TelemetryClient:
             if m is None:
                 self._count("unknown_metric")
                 return
+            index: Any
             try:
                 if isinstance(m.domain, NumberRange):
                     index, clamped = m.domain.prepare(value)
@@ -512,7 +513,15 @@ class TelemetryClient:
         return u
 
     def _encode(self, m: MetricDefinition, indices: list[Any]) -> np.ndarray:
-        """Privatize ``indices``: domain indices of a frequency metric, numbers of a numeric one."""
+        """Privatize ``indices``: domain indices of a frequency metric, numbers of a numeric one,
+        padded bytes of a heavy-hitter one (a PEM device reports at its level for good)."""
+        if m.kind == "heavy_hitters":
+            padded = np.frombuffer(b"".join(indices), dtype=np.uint8).reshape(len(indices), -1)
+            level_for = getattr(m.spec, "level_for_device", None)
+            if level_for is not None:
+                levels = np.full(len(indices), level_for(self._secret))
+                return m.spec.encode(padded, self._rng, levels=levels)  # type: ignore[call-arg]
+            return m.spec.encode(padded, self._rng)
         values = np.asarray(indices, dtype=np.int64 if m.kind == "frequency" else np.float64)
         if self._memo.supports(m.spec):
             return self._memo.encode(m.name, m.spec, values, self._rng)

@@ -15,6 +15,12 @@ Numeric metrics (means, distributions) take numbers, not indices:
 * :class:`NumberRange` -- a declared range ``[low, high]``; a value outside
   it is clamped to the nearest end or refused (``out_of_range``), and a
   non-finite value (NaN, ±inf) is always refused.
+
+Heavy-hitter metrics (docs/HEAVY_HITTERS.md) take strings nobody listed:
+
+* :class:`StringDomain` -- UTF-8 strings of at most ``length`` bytes, padded
+  with 0x00; a longer value is truncated at a character boundary or refused
+  (``overflow``).
 """
 
 from __future__ import annotations
@@ -29,7 +35,15 @@ from typing import Any
 from client_sdk.errors import DomainError, SpecError
 from client_sdk.hashing import hash_bytes
 
-__all__ = ["Dictionary", "HashedDomain", "NumberRange", "Domain", "canonical_bytes", "domain_from_dict"]
+__all__ = [
+    "Dictionary",
+    "HashedDomain",
+    "NumberRange",
+    "StringDomain",
+    "Domain",
+    "canonical_bytes",
+    "domain_from_dict",
+]
 
 Value = str | int
 
@@ -180,7 +194,42 @@ class NumberRange:
         return {"kind": "range", "low": self.low, "high": self.high, "out_of_range": self.out_of_range}
 
 
-Domain = Dictionary | HashedDomain | NumberRange
+@dataclasses.dataclass(frozen=True)
+class StringDomain:
+    """The values of a heavy-hitter metric: strings of at most ``length`` UTF-8 bytes.
+
+    ``overflow`` is ``"truncate"`` (cut at the last character boundary that fits)
+    or ``"refuse"`` (a :class:`DomainError`, which the SDK counts as ``bad_value``)."""
+
+    length: int
+    overflow: str = "truncate"
+
+    def __post_init__(self) -> None:
+        n = self.length
+        if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= 64:
+            raise SpecError(f"string domain: 'length' must be an integer from 1 to 64 bytes, got {n!r}")
+        if self.overflow not in ("truncate", "refuse"):
+            raise SpecError(f"string domain: 'overflow' must be 'truncate' or 'refuse', got {self.overflow!r}")
+
+    @property
+    def size(self) -> int:
+        """Not a number of indices: strings have none (kept so every domain has the attribute)."""
+        return 0
+
+    def index_of(self, value: Any) -> bytes:
+        """The padded bytes to privatize (:func:`client_sdk.heavy_hitters.pad_value`), or :class:`DomainError`."""
+        from client_sdk.heavy_hitters import pad_value
+
+        return pad_value(value, self.length, "refuse" if self.overflow == "refuse" else "truncate")
+
+    def label(self, index: int) -> str:
+        return f"#{index}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": "string", "length": self.length, "overflow": self.overflow}
+
+
+Domain = Dictionary | HashedDomain | NumberRange | StringDomain
 
 
 def domain_from_dict(data: dict[str, Any]) -> Domain:
@@ -198,4 +247,9 @@ def domain_from_dict(data: dict[str, Any]) -> Domain:
         if unknown:
             raise SpecError(f"range domain: unknown key(s) {unknown}")
         return NumberRange(data["low"], data["high"], str(data.get("out_of_range", "clamp")))
-    raise SpecError(f"domain kind must be 'dictionary', 'hashed' or 'range', got {kind!r}")
+    if kind == "string":
+        unknown = sorted(set(data) - {"kind", "length", "overflow"})
+        if unknown:
+            raise SpecError(f"string domain: unknown key(s) {unknown}")
+        return StringDomain(data.get("length"), str(data.get("overflow", "truncate")))  # type: ignore[arg-type]
+    raise SpecError(f"domain kind must be 'dictionary', 'hashed', 'range' or 'string', got {kind!r}")

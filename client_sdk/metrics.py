@@ -23,6 +23,11 @@ dict for :func:`client_sdk.mechanisms.spec_from_dict`; its ``domain_size``
 may be left out and is then the domain's size, and when given it must equal
 it. ``domain`` is a dict for :func:`client_sdk.domain.domain_from_dict`.
 
+**Heavy-hitter metrics** (docs/HEAVY_HITTERS.md) have a ``string`` domain
+``{"kind": "string", "length": 16, "overflow": "truncate"}`` and a ``pem`` or
+``sfp`` mechanism (``"kind": "heavy_hitters"``); the mechanism's ``length``
+and ``overflow`` may be left out and are then the domain's.
+
 **Numeric metrics** (docs/NUMERIC.md) have a ``range`` domain and a numeric
 mechanism, and may say what they estimate in ``kind``::
 
@@ -64,7 +69,7 @@ import re
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from client_sdk.domain import Domain, NumberRange, domain_from_dict
+from client_sdk.domain import Domain, NumberRange, StringDomain, domain_from_dict
 from client_sdk.errors import SpecError
 from client_sdk.mechanisms import ReportSpec, spec_class, spec_from_dict
 from client_sdk.sealing import AnalyzerPublicKey, SealedSpec, SealingError
@@ -85,7 +90,7 @@ MAX_REPORTS_PER_DAY = 10_000
 _NAME_RE = re.compile(r"^[A-Za-z0-9_.:\-]{1,255}$")
 _FIELDS = ("description", "owner", "expires", "mechanism", "domain", "max_reports_per_day")
 _OPTIONAL = ("kind", "sealed")
-KINDS = ("frequency", "mean", "distribution")
+KINDS = ("frequency", "mean", "distribution", "heavy_hitters")
 _EPOCH = _dt.date(1970, 1, 1)
 
 
@@ -131,6 +136,19 @@ class MetricDefinition:
         if not isinstance(self.sealed, bool):
             raise MetricsFileError(f"{where}: 'sealed' must be true or false, got {self.sealed!r}")
         dom = self.domain
+        if isinstance(dom, StringDomain) or self.spec.kind == "heavy_hitters":
+            if not (isinstance(dom, StringDomain) and self.spec.kind == "heavy_hitters"):
+                raise MetricsFileError(
+                    f"{where}: a heavy-hitter mechanism (pem, sfp) and a 'string' domain go together; "
+                    f"got {self.spec.name} with a {type(dom).__name__}"
+                )
+            got = (getattr(self.spec, "length", None), getattr(self.spec, "overflow", None))
+            if got != (dom.length, dom.overflow):
+                raise MetricsFileError(
+                    f"{where}: the mechanism's length/overflow {got} differ from the domain's "
+                    f"({dom.length}, {dom.overflow!r}); leave them out to use the domain's"
+                )
+            return
         numeric = isinstance(dom, NumberRange)
         if numeric != (self.spec.kind != "frequency"):
             raise MetricsFileError(
@@ -227,7 +245,13 @@ class MetricDefinition:
             )
         mech = dict(mech)
         try:
-            if isinstance(domain, NumberRange):
+            if isinstance(domain, StringDomain):
+                name_ = mech.get("mechanism")
+                if not isinstance(name_, str) or spec_class(name_).kind != "heavy_hitters":
+                    raise SpecError(f"a 'string' domain needs a heavy-hitter mechanism (pem or sfp), got {name_!r}")
+                mech.setdefault("length", domain.length)
+                mech.setdefault("overflow", domain.overflow)
+            elif isinstance(domain, NumberRange):
                 name_ = mech.get("mechanism")
                 if name_ != "auto" and isinstance(name_, str) and spec_class(name_).kind == "frequency":
                     raise SpecError(
@@ -247,7 +271,10 @@ class MetricDefinition:
             else:
                 name_ = mech.get("mechanism")
                 if name_ == "auto" or (isinstance(name_, str) and spec_class(name_).kind != "frequency"):
-                    raise SpecError(f"a numeric mechanism ({name_}) needs a 'range' domain")
+                    needs = "a 'string'" if isinstance(name_, str) and name_ in ("pem", "sfp") else "a 'range'"
+                    raise SpecError(
+                        f"a {spec_class(name_).kind if name_ != 'auto' else 'numeric'} mechanism ({name_}) needs {needs} domain"
+                    )
                 mech.setdefault("domain_size", domain.size)
             spec = spec_from_dict(mech)
         except SpecError as exc:

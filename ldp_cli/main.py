@@ -25,6 +25,7 @@ COMMANDS = [
     "ldp_cli.commands.kafka",
     "ldp_cli.commands.estimator",
     "ldp_cli.commands.estimate",
+    "ldp_cli.commands.heavy_hitters",
     "ldp_cli.commands.sink",
     "ldp_cli.commands.collector",
     "ldp_cli.commands.shuffler",

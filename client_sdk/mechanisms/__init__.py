@@ -44,6 +44,9 @@ MECHANISMS: dict[str, str] = {
     "1bitmean": "client_sdk.mechanisms.repeated:OneBitMeanSpec",
     "dbitflip": "client_sdk.mechanisms.repeated:DBitFlipSpec",
     "loloha": "client_sdk.mechanisms.loloha:LolohaSpec",
+    # heavy hitters: discovery of frequent strings (docs/HEAVY_HITTERS.md)
+    "pem": "client_sdk.heavy_hitters:PEMSpec",
+    "sfp": "client_sdk.heavy_hitters:SFPSpec",
 }
 
 #: the frequency oracles (counts per domain index): the registry names whose specs are :class:`MechanismSpec`

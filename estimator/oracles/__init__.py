@@ -28,6 +28,9 @@ ACCUMULATORS: dict[str, str] = {
     "1bitmean": "estimator.repeated:OneBitMeanAccumulator",
     "dbitflip": "estimator.repeated:DBitFlipAccumulator",
     "loloha": "estimator.oracles.loloha:LolohaAccumulator",
+    # heavy hitters (estimator/heavy_hitters.py): report counts and PEM's first level; discovery is a batch job
+    "pem": "estimator.heavy_hitters:HeavyHitterStreamState",
+    "sfp": "estimator.heavy_hitters:HeavyHitterStreamState",
 }
 
 

@@ -10,6 +10,12 @@ import sys
 import numpy as np
 
 from client_sdk.mechanisms import FREQUENCY_MECHANISMS
+from simulator.heavy_hitters import (
+    HEAVY_HITTER_MECHANISMS,
+    read_population,
+    simulate_heavy_hitters,
+    synthetic_population,
+)
 from simulator.numeric import NUMERIC_MECHANISMS, NumericPopulation, numeric_spec, parse_range, simulate_numeric
 from simulator.population import parse_distribution
 from simulator.run import simulate, spec_for
@@ -23,9 +29,14 @@ def register(sub: argparse._SubParsersAction) -> None:
         "aggregate with the real estimator and print estimates against the truth. Frequency oracles "
         f"({', '.join(sorted(FREQUENCY_MECHANISMS))}) take --domain; the numeric mechanisms "
         f"({', '.join(NUMERIC_MECHANISMS)}) take --range LO:HI (sw and dbitflip also --bins). loloha (memoized local hashing) is a frequency "
-        "oracle: --domain.",
+        "oracle: --domain. The heavy-hitter mechanisms (pem, sfp) discover frequent strings: --input FILE "
+        "(one value per line, or value<TAB>count) or --users N --distribution zipf:S.",
     )
-    p.add_argument("--mechanism", required=True, choices=sorted(FREQUENCY_MECHANISMS) + list(NUMERIC_MECHANISMS))
+    p.add_argument(
+        "--mechanism",
+        required=True,
+        choices=sorted(FREQUENCY_MECHANISMS) + list(NUMERIC_MECHANISMS) + list(HEAVY_HITTER_MECHANISMS),
+    )
     p.add_argument("--epsilon", type=float, required=True)
     p.add_argument("--domain", type=int, default=None, help="domain size D of a frequency oracle (rr: always 2)")
     p.add_argument("--range", default=None, metavar="LO:HI", help="the value range of a numeric mechanism")
@@ -35,7 +46,19 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--bootstrap", type=int, default=50, help="sw: bootstrap resamples for the intervals (default 50; 0: none)"
     )
-    p.add_argument("--users", type=int, required=True)
+    p.add_argument("--users", type=int, default=None, help="number of users (required unless --input)")
+    p.add_argument(
+        "--input",
+        default=None,
+        metavar="FILE",
+        help="pem, sfp: the population, one value per line or value<TAB>count (instead of --users)",
+    )
+    p.add_argument(
+        "--length",
+        type=int,
+        default=None,
+        help="pem, sfp: value length in bytes (default: the longest --input value; 6 for synthetic words)",
+    )
     p.add_argument(
         "--distribution",
         default=None,
@@ -49,6 +72,12 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.mechanism in HEAVY_HITTER_MECHANISMS:
+        return run_heavy_hitters(args)
+    if args.input is not None or args.length is not None:
+        raise ValueError(f"--input and --length are for the heavy-hitter mechanisms (pem, sfp), not {args.mechanism}")
+    if args.users is None:
+        raise ValueError("--users is required")
     if args.mechanism in NUMERIC_MECHANISMS:
         return run_numeric(args)
     if args.range is not None or args.bins is not None:
@@ -165,4 +194,47 @@ def run_numeric(args: argparse.Namespace) -> int:
         )
     tv = 0.5 * float(np.abs(np.array(out["hist"]) - np.array(out["true_hist"])).sum())
     print(f"histogram of {out['bins']} bins: total variation from the truth {tv:.4f}; EMS steps {out['iterations']}")
+    return 0
+
+
+def run_heavy_hitters(args: argparse.Namespace) -> int:
+    """``ldp simulate --mechanism pem|sfp``: discovery over a file's or a synthetic population of strings."""
+    if args.range is not None or args.bins is not None:
+        raise ValueError(f"--range and --bins are for the numeric mechanisms, not {args.mechanism}")
+    if args.top < 1:
+        raise ValueError(f"--top must be at least 1, got {args.top}")
+    if args.length is not None and not 1 <= args.length <= 64:
+        raise ValueError(f"--length must be between 1 and 64 bytes, got {args.length}")
+    if args.input is not None:
+        if args.users is not None or args.distribution is not None or args.domain is not None:
+            raise ValueError("--input is the population: do not give --users, --distribution or --domain with it")
+        population = read_population(args.input)
+        seed = args.seed if args.seed is not None else secrets.randbits(63)
+        if not 0 <= seed < 2**63:
+            raise ValueError(f"--seed must be an integer in [0, 2**63), got {seed}")
+        rng = np.random.default_rng(seed)
+    else:
+        if args.users is None:
+            raise ValueError(f"{args.mechanism} needs --input FILE or --users N (with --distribution zipf:S)")
+        seed = _check_common(args)
+        rng = np.random.default_rng(seed)
+        dist = parse_distribution(args.distribution or "zipf:1.1", args.domain or 10_000)
+        population = synthetic_population(args.users, dist, args.length or 6, rng)
+    out = simulate_heavy_hitters(args.mechanism, args.epsilon, population, args.top, rng, seed=seed, length=args.length)
+    if args.json:
+        print(json.dumps(out))
+        return 0
+    secs = out["seconds"]
+    print(
+        f"{args.mechanism}  ε={out['epsilon']:g}  n={out['users']}  length={out['length']}  seed={seed}  "
+        f"encode {secs['encode']:.3f}s  decode {secs['decode']:.3f}s"
+    )
+    truth = dict((v, c) for v, c in out["true_top"])
+    print(f"{'rank':>4}  {'value':<24} {'estimate':>12} {'95% CI':>27} {'true':>10}")
+    for rank, (value, est, lo, hi) in enumerate(out["found"], 1):
+        true = truth.get(value)
+        print(
+            f"{rank:>4}  {value!r:<24} {est:>12.1f}  [{lo:>11.1f}, {hi:>11.1f}] {true if true is not None else '-':>10}"
+        )
+    print(f"recall@{args.top} {out['recall']:.3f}   precision@{args.top} {out['precision']:.3f}")
     return 0

@@ -64,6 +64,9 @@ def test_columns_mirror_the_record_layout(name: str) -> None:
         multi = name in ("duchi", "pm", "hm")  # the mean mechanisms take several attributes
         spec = make_spec(name, epsilon=6.0, low=0, high=9, **({"dims": 5, "sample": 2} if multi else {}))
         recs = spec.encode(rng.random((257, 5)) * 9 if multi else rng.random(257) * 9, rng)
+    elif name in ("pem", "sfp"):  # heavy hitters: strings (docs/HEAVY_HITTERS.md)
+        spec = make_spec(name, epsilon=1.0, length=6, **({"num_hashes": 4, "width": 64} if name == "sfp" else {}))
+        recs = spec.encode([f"w{i}" for i in range(257)], rng)
     else:
         spec = make_spec(name, epsilon=1.0, domain_size=2 if name == "rr" else 70)
         recs = spec.encode(rng.integers(0, spec.domain_size, 257), rng)

@@ -31,7 +31,12 @@ _PROBE = textwrap.dedent(
         module = MECHANISMS[name].split(":")[0]
         importlib.import_module(module)
         rng = np.random.default_rng(0)
-        if getattr(importlib.import_module(module), MECHANISMS[name].split(":")[1]).kind != "frequency":
+        kind = getattr(importlib.import_module(module), MECHANISMS[name].split(":")[1]).kind
+        if kind == "heavy_hitters":
+            spec = make_spec(name, epsilon=1.0, length=6)
+            records = spec.encode(["hello", "wörld"], rng)
+            spec.encode_one("x", rng, 0) if name == "pem" else spec.encode_one("x", rng)
+        elif kind != "frequency":
             spec = make_spec(name, epsilon=1.0, low=0, high=1)
             records = spec.encode(rng.random(16), rng)
             spec.encode_one(0.5, rng)

@@ -1,0 +1,52 @@
+"""``ldp heavy-hitters``: batch discovery of a string metric's frequent values over the Parquet dataset.
+
+    ldp heavy-hitters --dataset ldp-data/dataset --metric search_word --days 20419..20425 \\
+        [--top 20] [--out table.csv] [--plot heavy.png]
+
+Days are day numbers (days since 1970-01-01, UTC) or ISO dates; ``--days A..B`` is inclusive; without it
+every day is used. Prints a JSON summary line, then the table (or writes it to ``--out``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+__all__ = ["register"]
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "heavy-hitters",
+        help="batch job: discover a string metric's most frequent values (pem, sfp) over days of the dataset",
+        description=__doc__.splitlines()[0] if __doc__ else None,
+    )
+    p.add_argument("--dataset", required=True, help="root folder of the Parquet dataset (ldp sink --dataset)")
+    p.add_argument("--metric", required=True, help="metric name (a heavy_hitters metric)")
+    p.add_argument("--days", default=None, help="A..B inclusive (day numbers or ISO dates), or one day")
+    p.add_argument("--top", type=int, default=20, help="values to discover (default 20)")
+    p.add_argument("--spec-id", default=None, help="the spec to use when the range holds several")
+    p.add_argument("--out", default=None, help="table.csv or table.parquet (default: print it)")
+    p.add_argument("--plot", default=None, help="write a PNG of the discovered values with their CIs")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from estimator.batch import parse_day_range, write_table
+    from estimator.heavy_hitters_batch import discover_dataset, plot_heavy_hitters
+
+    days = parse_day_range(args.days)
+    result = discover_dataset(args.dataset, args.metric, days, top=args.top, spec_id=args.spec_id)
+    print(json.dumps(result.summary(), ensure_ascii=False))
+    if args.out:
+        write_table(result.table, args.out)
+        print(f"table: {args.out} ({len(result.table)} rows)")
+    else:
+        import pandas as pd
+
+        with pd.option_context("display.width", 140, "display.max_columns", 20):
+            print(result.table.to_string(index=False))
+    if args.plot:
+        plot_heavy_hitters(result, args.plot)
+        print(f"plot: {args.plot}")
+    return 0

@@ -1,0 +1,176 @@
+"""Seeded heavy-hitter simulations: a population of strings, real encoders, real discovery.
+
+A population is a list of distinct padded values with their counts, read
+from a file (:func:`read_population`: one value per line, or
+``value<TAB>count``) or drawn (:func:`synthetic_population`: Zipf over
+distinct random lowercase words). :func:`simulate_heavy_hitters` gives
+every user one report with the device encoder (PEM levels drawn uniformly,
+as devices' secrets would give them), runs the server's discovery and
+scores the top K against the truth.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from client_sdk.errors import DomainError
+from client_sdk.heavy_hitters import MAX_LENGTH, PEMSpec, SFPSpec, pad_value, pem_parameters, unpad
+from estimator.heavy_hitters import discover_pem, discover_sfp
+from simulator.population import Distribution
+
+__all__ = [
+    "HEAVY_HITTER_MECHANISMS",
+    "Population",
+    "read_population",
+    "synthetic_population",
+    "heavy_hitter_spec",
+    "simulate_heavy_hitters",
+]
+
+HEAVY_HITTER_MECHANISMS = ("pem", "sfp")
+_LETTERS = np.frombuffer(b"abcdefghijklmnopqrstuvwxyz", dtype=np.uint8)
+
+
+@dataclasses.dataclass(frozen=True)
+class Population:
+    """Distinct values (UTF-8 text) and how many users hold each."""
+
+    values: list[str]
+    counts: np.ndarray
+
+    @property
+    def users(self) -> int:
+        return int(self.counts.sum())
+
+    def max_bytes(self) -> int:
+        return max((len(v.encode("utf-8")) for v in self.values), default=1)
+
+
+def read_population(path: str | Path) -> Population:
+    """Parse ``path``: per line a value, or ``value<TAB>count`` (count ≥ 1). Raises ValueError naming the line."""
+    counts: dict[str, int] = {}
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+    except OSError as exc:
+        raise ValueError(f"cannot read --input {path}: {exc.strerror}") from None
+    for lineno, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        value, sep, count_text = line.rpartition("\t")
+        if not sep:
+            value, count = line, 1
+        else:
+            try:
+                count = int(count_text)
+            except ValueError:
+                raise ValueError(
+                    f"{path}:{lineno}: the count after the tab must be an integer, got {count_text!r}"
+                ) from None
+            if count < 1:
+                raise ValueError(f"{path}:{lineno}: the count must be at least 1, got {count}")
+        if not value:
+            raise ValueError(f"{path}:{lineno}: empty value")
+        if "\x00" in value:
+            raise ValueError(f"{path}:{lineno}: a value may not contain NUL")
+        counts[value] = counts.get(value, 0) + count
+    if not counts:
+        raise ValueError(f"{path}: no values (one value per line, or value<TAB>count)")
+    return Population(list(counts), np.array(list(counts.values()), dtype=np.int64))
+
+
+def synthetic_population(users: int, distribution: Distribution, length: int, rng: np.random.Generator) -> Population:
+    """``distribution.domain`` distinct random lowercase words of ``length`` letters; users drawn from it."""
+    d = distribution.domain
+    if d > 26**length // 4:
+        raise ValueError(f"--domain {d} is too many distinct words of {length} letters (at most {26**length // 4})")
+    words = np.zeros((0, length), dtype=np.uint8)
+    while words.shape[0] < d:
+        fresh = _LETTERS[rng.integers(0, 26, size=(d - words.shape[0], length))]
+        both = np.concatenate([words, fresh])
+        _, first = np.unique(both, axis=0, return_index=True)
+        words = both[np.sort(first)]
+    counts = np.bincount(distribution.sample(users, rng), minlength=d)
+    keep = counts > 0
+    values = [bytes(w).decode("ascii") for w in words[keep]]
+    return Population(values, counts[keep])
+
+
+def heavy_hitter_spec(
+    mechanism: str, epsilon: float, length: int, users: int, top: int
+) -> tuple[PEMSpec | SFPSpec, int]:
+    """The spec a simulation uses, and PEM's candidates kept per level (SFP: fragments kept per position)."""
+    if mechanism == "pem":
+        s, eta, c = pem_parameters(users, epsilon, length, top)
+        return PEMSpec(epsilon=epsilon, length=length, start_bits=s, step_bits=eta), c
+    if mechanism == "sfp":
+        return SFPSpec(epsilon=epsilon, length=length + length % 2, num_hashes=16, width=1024), 4 * top
+    raise ValueError(f"unknown heavy-hitter mechanism {mechanism!r}; choose one of {HEAVY_HITTER_MECHANISMS}")
+
+
+def simulate_heavy_hitters(
+    mechanism: str,
+    epsilon: float,
+    population: Population,
+    top: int,
+    rng: np.random.Generator,
+    *,
+    seed: int,
+    length: int | None = None,
+) -> dict[str, Any]:
+    """Encode every user's value, discover, and score the top ``top``: the ``ldp simulate --json`` object.
+
+    ``length`` defaults to the longest value's UTF-8 length; longer values
+    are truncated at a character boundary, and the truth is that of the
+    truncated values (what devices report)."""
+    if top < 1:
+        raise ValueError(f"--top must be at least 1, got {top}")
+    length = length if length is not None else min(MAX_LENGTH, population.max_bytes())
+    spec, keep = heavy_hitter_spec(mechanism, epsilon, length, population.users, top)
+    padded_distinct: dict[bytes, int] = {}
+    for value, count in zip(population.values, population.counts, strict=True):
+        try:
+            raw = pad_value(value, spec.length, "truncate")
+        except DomainError as exc:
+            raise ValueError(f"value {value!r}: {exc}") from None
+        padded_distinct[raw] = padded_distinct.get(raw, 0) + int(count)
+    raws = list(padded_distinct)
+    counts = np.array([padded_distinct[r] for r in raws], dtype=np.int64)
+    table = np.frombuffer(b"".join(raws), dtype=np.uint8).reshape(len(raws), spec.length)
+    users = np.repeat(table, counts, axis=0)
+
+    t0 = time.perf_counter()
+    records = spec.encode(users, rng)
+    t1 = time.perf_counter()
+    if isinstance(spec, PEMSpec):
+        disc = discover_pem(spec, records, top, keep=keep)
+    else:
+        disc = discover_sfp(spec, records, top, fragments=keep)
+    t2 = time.perf_counter()
+
+    order = np.argsort(-counts, kind="stable")[:top]
+    true_top = [[unpad(raws[i]), int(counts[i])] for i in order]
+    found = disc.top(top)
+    truth = {raws[i] for i in order}
+    hits = sum(h.raw in truth for h in found)
+    return {
+        "mechanism": mechanism,
+        "epsilon": float(epsilon),
+        "users": int(counts.sum()),
+        "seed": int(seed),
+        "seconds": {"encode": t1 - t0, "decode": t2 - t1},
+        "found": [h.to_row() for h in found],
+        "true_top": true_top,
+        "recall": hits / len(order),
+        "precision": hits / len(found) if found else 0.0,
+        "spec": spec.to_dict(),
+        "length": spec.length,
+        "keep": keep,
+        "levels": spec.num_levels if isinstance(spec, PEMSpec) else spec.num_positions,
+    }

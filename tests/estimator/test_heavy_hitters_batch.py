@@ -1,0 +1,114 @@
+"""``ldp heavy-hitters`` over a Parquet dataset written by the real sink from shuffled batches."""
+
+from __future__ import annotations
+
+import csv
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from client_sdk.heavy_hitters import PEMSpec, SFPSpec, pad_values
+from client_sdk.mechanisms import make_spec
+from client_sdk.wire import ReportBatch
+from collector.sinks.parquet import ParquetSink
+from estimator.heavy_hitters import discover
+from estimator.heavy_hitters_batch import discover_dataset
+from pipeline.catalog import SpecCatalog
+from pipeline.topics import SHUFFLED_TOPIC
+from pipeline.transport import open_transport
+from tests.support.shuffled_data import publish
+
+LDP = Path(sys.executable).with_name("ldp")
+DAYS = [20400, 20401, 20402]
+WORDS = {"weather": 9000, "news": 6000, "café": 4000, "maps": 2500}
+SPECS = {
+    "search": PEMSpec(epsilon=6.0, length=8, start_bits=12, step_bits=4),
+    "emoji": SFPSpec(epsilon=8.0, length=8, num_hashes=16, width=2048, hash_bits=4),
+    "tab": make_spec("grr", epsilon=1.0, domain_size=4),
+}
+
+
+@pytest.fixture(scope="module")
+def dataset(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, list[ReportBatch]]]:
+    tmp = tmp_path_factory.mktemp("hh")
+    rng = np.random.default_rng(17)
+    values = np.repeat(pad_values(list(WORDS), 8), list(WORDS.values()), axis=0)
+    batches: dict[str, list[ReportBatch]] = {}
+    for metric in ("search", "emoji"):
+        spec = SPECS[metric]
+        recs = spec.encode(values[rng.permutation(values.shape[0])], rng)
+        for i, chunk in enumerate(np.array_split(recs, 9)):
+            b = ReportBatch(metric, spec, DAYS[i % 3], chunk, rng.bytes(16))
+            batches.setdefault(metric, []).append(b)
+    tab = SPECS["tab"]
+    batches["tab"] = [ReportBatch("tab", tab, DAYS[0], tab.encode(rng.integers(0, 4, 300), rng), rng.bytes(16))]
+    t = open_transport(f"sqlite:///{tmp}/log.sqlite3", synchronous="NORMAL")
+    t.create_topic(SHUFFLED_TOPIC, 2)
+    publish(t, SHUFFLED_TOPIC, [b for bs in batches.values() for b in bs])
+    root = tmp / "ds"
+    sink = ParquetSink(t, root, SpecCatalog(specs=list(SPECS.items())), flush_seconds=0.0)
+    sink.run(idle_timeout=0.6)
+    sink.close()
+    t.close()
+    return root, batches
+
+
+@pytest.mark.parametrize("metric", ["search", "emoji"])
+def test_discovery_over_the_dataset_equals_discovery_over_its_reports(
+    dataset: tuple[Path, dict[str, list[ReportBatch]]], metric: str
+) -> None:
+    root, batches = dataset
+    result = discover_dataset(root, metric, DAYS, top=4)
+    records = np.concatenate([b.records for b in batches[metric]])
+    assert result.n == records.size
+    # the sink may reorder batches across partitions; discovery depends on the multiset of reports only
+    direct = discover(SPECS[metric], records, 4)  # type: ignore[arg-type]
+    assert [h.value for h in result.discovery.top(4)] == [h.value for h in direct.top(4)]
+    assert np.allclose([h.estimate for h in result.discovery.top(4)], [h.estimate for h in direct.top(4)])
+    assert set(result.table["value"]) == set(WORDS)
+
+
+def test_cli_writes_table_and_plot(dataset: tuple[Path, dict[str, list[ReportBatch]]], tmp_path: Path) -> None:
+    root, _ = dataset
+    out, plot = tmp_path / "hh.csv", tmp_path / "hh.png"
+    days = f"{DAYS[0]}..{DAYS[-1]}"
+    args = ["heavy-hitters", "--dataset", str(root), "--metric", "search", "--days", days, "--top", "3"]
+    run = subprocess.run(
+        [str(LDP), *args, "--out", str(out), "--plot", str(plot)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert run.returncode == 0, run.stderr
+    summary = json.loads(run.stdout.splitlines()[0])
+    assert summary["metric"] == "search" and summary["mechanism"] == "pem" and summary["reports"] == sum(WORDS.values())
+    rows = list(csv.DictReader(out.open(encoding="utf-8")))
+    assert [r["value"] for r in rows] == ["weather", "news", "café"]
+    assert list(rows[0]) == ["rank", "value", "estimate", "std_error", "ci_low", "ci_high", "frequency"]
+    for r in rows:
+        assert float(r["ci_low"]) <= WORDS[r["value"]] <= float(r["ci_high"]) or abs(
+            float(r["estimate"]) - WORDS[r["value"]]
+        ) < 5 * float(r["std_error"])
+    assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.parametrize(
+    "extra,word",
+    [
+        (["--metric", "tab"], "use `ldp estimate`"),
+        (["--metric", "nothing"], "no part files"),
+        (["--metric", "search", "--days", "20500..20501"], "no part files"),
+        (["--metric", "search", "--top", "0"], "--top"),
+    ],
+)
+def test_cli_errors_exit_2(dataset: tuple[Path, dict[str, list[ReportBatch]]], extra: list[str], word: str) -> None:
+    root, _ = dataset
+    run = subprocess.run(
+        [str(LDP), "heavy-hitters", "--dataset", str(root), *extra], capture_output=True, text=True, check=False
+    )
+    assert run.returncode == 2 and word in run.stderr and "Traceback" not in run.stderr, run.stderr
