@@ -21,7 +21,7 @@ import dataclasses
 import os
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import pandas as pd
@@ -40,6 +40,8 @@ __all__ = [
     "BatchError",
     "BatchResult",
     "parse_day_range",
+    "Accumulated",
+    "Engine",
     "accumulate",
     "estimate_dataset",
     "estimate_table",
@@ -69,7 +71,10 @@ def parse_day_range(days: str | None = None, start: str | None = None, end: str 
 
 
 @dataclasses.dataclass
-class _Acc:
+class Accumulated:
+    """One key's accumulator with what the files under it say: their days, count, batches and the
+    largest central (ε, δ) of their shuffles."""
+
     acc: LinearState
     days: set[int]
     files: int = 0
@@ -78,17 +83,26 @@ class _Acc:
     central_delta: float | None = None
 
 
+class Engine(Protocol):
+    """What runs the pass over the files: :func:`accumulate` here, or
+    :class:`estimator.spark.SparkEngine`. Both must give the same states."""
+
+    def __call__(
+        self, parts: Sequence[PartFile], *, per_day: bool = False, progress: Callable[[int], Any] | None = None
+    ) -> dict[tuple[str, int | None], Accumulated]: ...
+
+
 def accumulate(
     parts: Sequence[PartFile], *, per_day: bool = False, progress: Callable[[int], Any] | None = None
-) -> dict[tuple[str, int | None], _Acc]:
-    """Accumulators keyed by ``(spec_id, day or None)`` over ``parts``."""
-    out: dict[tuple[str, int | None], _Acc] = {}
+) -> dict[tuple[str, int | None], Accumulated]:
+    """Accumulators keyed by ``(spec_id, day or None)`` over ``parts``, in this process."""
+    out: dict[tuple[str, int | None], Accumulated] = {}
     for part in parts:
         data = read_part(part)
         key = (data.spec.spec_id, part.day if per_day else None)
         a = out.get(key)
         if a is None:
-            a = out[key] = _Acc(state_for(data.spec), set())
+            a = out[key] = Accumulated(state_for(data.spec), set())
         a.acc.update(data.records)
         a.days.add(part.day)
         a.files += 1
@@ -195,11 +209,14 @@ def estimate_dataset(
     per_day: bool = False,
     definition: MetricDefinition | None = None,
     progress: bool | None = None,
+    engine: Engine = accumulate,
 ) -> BatchResult:
     """Estimate ``metric`` over ``days`` (``None``: all) of the dataset at ``root``.
 
     ``progress``: ``True`` shows a progress bar, ``None`` (default) shows it
     only on a terminal and once the run has lasted a second, ``False`` never.
+    ``engine`` makes the accumulators from the chosen files (default: this
+    process, :func:`accumulate`; on Spark: :class:`estimator.spark.SparkEngine`).
     """
     parts = list_parts(root, metric, days)
     if not parts:
@@ -232,7 +249,7 @@ def estimate_dataset(
         disable=(not progress) if progress is not None else None,
         leave=False,
     ) as bar:
-        accs = accumulate(parts, per_day=per_day, progress=bar.update)
+        accs = engine(parts, per_day=per_day, progress=bar.update)
     spec = next(iter(accs.values())).acc.spec
     estimates: dict[int | None, Any] = {}
     tables = []

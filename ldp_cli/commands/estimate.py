@@ -1,7 +1,7 @@
 """``ldp estimate``: batch frequency estimation over the Parquet dataset (see :mod:`estimator.batch`).
 
     ldp estimate --dataset ldp-data/dataset --metric settings_tab --days 20419..20425 \\
-        --out table.csv --plot estimates.png [--norm-sub] [--per-day]
+        --out table.csv --plot estimates.png [--norm-sub] [--per-day] [--engine spark [--master URL]]
 
 Days are day numbers (days since 1970-01-01, UTC) or ISO dates; ``--days
 A..B`` is inclusive. Without a range every day in the dataset is used.
@@ -10,6 +10,10 @@ Labels come from the metric's dictionary domain in the metrics file
 their own spec, so without one the estimates are the same and only the labels
 are missing (a note on stderr says so); a metrics file that is given but cannot
 be read is an error (exit 2), as for every other command.
+
+``--engine spark`` runs the pass over the files on Apache Spark (the
+``spark`` extra; ``--master``, default ``local[*]``), with the same output
+(:mod:`estimator.spark`, docs/SPARK.md).
 """
 
 from __future__ import annotations
@@ -43,16 +47,38 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--confidence", type=float, default=0.95, help="confidence level of the intervals (default 0.95)")
     add_metrics(p, "metrics file(s) for labels (repeatable; default $LDP_METRICS, else no labels)", repeatable=True)
     p.add_argument("--no-progress", action="store_true", help="never show a progress bar")
+    p.add_argument(
+        "--engine",
+        choices=("default", "spark"),
+        default="default",
+        help="where the pass over the files runs: this process (default) or Apache Spark (docs/SPARK.md)",
+    )
+    p.add_argument("--master", default=None, help="Spark master URL for --engine spark (default local[*])")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    from estimator.batch import BatchError, estimate_dataset, parse_day_range, plot_estimates, write_table
+    from estimator.batch import (
+        BatchError,
+        Engine,
+        accumulate,
+        estimate_dataset,
+        parse_day_range,
+        plot_estimates,
+        write_table,
+    )
     from pipeline.catalog import SpecCatalog
 
     if not 0.0 < args.confidence < 1.0:
         raise ValueError(f"--confidence must be in (0, 1), got {args.confidence}")
+    engine: Engine = accumulate
     try:
+        if args.master is not None and args.engine != "spark":
+            raise BatchError("--master is for --engine spark")
+        if args.engine == "spark":
+            from estimator.spark import DEFAULT_MASTER, SparkEngine
+
+            engine = SparkEngine(master=DEFAULT_MASTER if args.master is None else args.master)
         days = parse_day_range(args.days, args.start, args.end)
         files = optional_metrics_files(args.metrics)
         # labels are optional (the dataset carries its specs), but a file that was given must load
@@ -72,10 +98,15 @@ def run(args: argparse.Namespace) -> int:
             per_day=args.per_day,
             definition=definition,
             progress=False if args.no_progress else None,
+            engine=engine,
         )
     except BatchError as exc:
         print(f"ldp estimate: error: {exc}", file=sys.stderr)
         return 2
+    finally:
+        close = getattr(engine, "close", None)
+        if close is not None:
+            close()
     print(json.dumps(result.summary()))
     if args.out:
         write_table(result.table, args.out)

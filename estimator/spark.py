@@ -1,0 +1,441 @@
+"""Batch estimation on Apache Spark: the pass of :func:`estimator.batch.accumulate`, run as a Spark job.
+
+:class:`SparkEngine` is an :class:`estimator.batch.Engine`: give it to
+:func:`~estimator.batch.estimate_dataset` (``ldp estimate --engine spark``)
+and the files of the chosen metric and spec are read by Spark's Parquet
+reader, several files or a slice of one per task. Each task turns every
+Arrow batch it is handed back into the spec's records, splits the batch by
+day (a task may read files of several days) and adds each day's records into
+that day's accumulator with the same numba kernels as the default engine
+(``mapInArrow``). A task emits one row per day it saw: the day, ``n`` and
+the accumulator's integer sums, serialized (a few kB; :func:`pack_sums`).
+Those rows are merged by a tree reduce (:meth:`pyspark.RDD.treeAggregate`);
+the reports themselves never leave the task that read them, so nothing of
+size n is shuffled. All sums are int64 and addition is exact in any order,
+so the states, and the estimates computed from them, equal the default
+engine's bit for bit.
+
+One Spark read covers one (metric, spec): a spec fixes the columns, so two
+specs are two schemas. The per-file facts the default engine takes from each
+file's footer (format, spec id, shuffle batches, central ε and δ) come from a
+small job over the file paths (:func:`_file_facts`), which also refuses a
+file that is not of the chosen spec.
+
+The pitfalls, each handled here (docs/SPARK.md says more):
+
+- Python workers run ``PYSPARK_PYTHON``, else ``python3`` from ``PATH``: not
+  this venv (and fail on ``import numpy``). A SparkContext started from Python
+  reads only the environment variable (``spark.pyspark.python`` is
+  spark-submit's), so :func:`spark_session` sets ``PYSPARK_PYTHON`` to
+  :data:`sys.executable` unless it is set already.
+- Spark has no unsigned integers: Parquet ``uint8/16/32`` arrive as
+  ``short/int/long``, packed-bit columns (``fixed_size_binary``) as variable
+  ``binary``. :func:`batch_to_records` range-checks and narrows each column
+  back to the spec's dtype, and checks every binary value's width.
+- Partition folders have their column types inferred (``day=20419`` would be
+  an int, a ``day=2025-11-08`` a date); inference is turned off
+  (``spark.sql.sources.partitionColumnTypeInference.enabled``) and ``day`` is
+  cast to int explicitly.
+- numba caches compiled kernels in ``NUMBA_CACHE_DIR``, keyed by the source
+  file's path and mtime: the project must be installed on the workers (code
+  shipped with ``addPyFile`` lands in a new temporary folder every run, or a
+  zip, where nothing is cached), and the cache folder must be writable.
+- numba's parallel kernels start ``NUMBA_NUM_THREADS`` (all cores) threads
+  per worker, and Spark already runs one worker per core: executors get
+  ``NUMBA_NUM_THREADS=1``.
+- PySpark forks its Python workers from a daemon; GNU OpenMP (one of numba's
+  threading layers) is not fork-safe. Executors get
+  ``NUMBA_THREADING_LAYER=workqueue``, which is, and is enough for one thread.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sys
+import tempfile
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from client_sdk.mechanisms import spec_from_dict
+from client_sdk.mechanisms.base import ReportSpec
+from estimator.batch import Accumulated
+from estimator.errors import BatchError
+from estimator.oracles import state_for
+from pipeline.dataset import FORMAT, PartFile, read_part_spec
+from pipeline.errors import DatasetError
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from pyspark.sql import SparkSession
+
+__all__ = [
+    "DEFAULT_MASTER",
+    "EXECUTOR_ENV",
+    "SparkEngine",
+    "spark_session",
+    "check_master",
+    "batch_to_records",
+    "pack_sums",
+    "unpack_sums",
+]
+
+DEFAULT_MASTER = "local[*]"
+
+#: Environment of the Python workers (``spark.executorEnv.*``), unless the caller sets them.
+EXECUTOR_ENV: dict[str, str] = {"NUMBA_NUM_THREADS": "1", "NUMBA_THREADING_LAYER": "workqueue"}
+
+_MASTER_RE = re.compile(
+    r"^(local(\[(\*|[1-9]\d*)(,[1-9]\d*)?\])?|local-cluster\[\d+,\d+,\d+\]|spark://\S+|yarn|k8s://\S+)$"
+)
+
+#: the output of a task: one row per (metric, spec, day) it read
+_PARTIAL_SCHEMA = "metric string, spec_id string, day int, n long, sums binary"
+
+
+def check_master(master: str) -> str:
+    """``master`` if it is a Spark master URL this engine knows, else :class:`BatchError` saying which are."""
+    if not _MASTER_RE.match(master):
+        raise BatchError(
+            f"--master {master!r} is not a Spark master URL: use local, local[N], local[*], "
+            "spark://HOST:PORT, yarn or k8s://URL"
+        )
+    return master
+
+
+def _require_pyspark() -> None:
+    try:
+        import pyspark  # noqa: F401
+    except ImportError:
+        raise BatchError(
+            "the Spark engine needs PySpark: install the project's `spark` extra (pip install -e '.[spark]')"
+        ) from None
+
+
+def spark_session(
+    master: str = DEFAULT_MASTER, *, app_name: str = "ldp-estimate", conf: Mapping[str, str] | None = None
+) -> SparkSession:
+    """A SparkSession set up for :class:`SparkEngine` (see the module docstring for each setting).
+
+    ``conf`` adds or overrides Spark settings. On a cluster the workers need this
+    project installed in a Python at the same path (or ``PYSPARK_PYTHON`` naming one).
+    """
+    _require_pyspark()
+    from pyspark.sql import SparkSession
+
+    check_master(master)
+    settings: dict[str, str] = {
+        "spark.sql.sources.partitionColumnTypeInference.enabled": "false",
+        "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",
+        # one Arrow batch per 2^17 rows: the kernels' per-call cost is paid rarely
+        "spark.sql.execution.arrow.maxRecordsPerBatch": str(1 << 17),
+    }
+    # SparkContext reads the workers' Python from the environment only (spark.pyspark.python is spark-submit's)
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    cache = os.environ.get("NUMBA_CACHE_DIR") or str(Path(tempfile.gettempdir()) / "ldp-numba-cache")
+    settings["spark.executorEnv.NUMBA_CACHE_DIR"] = cache
+    for k, v in EXECUTOR_ENV.items():
+        settings[f"spark.executorEnv.{k}"] = v
+    if master.startswith("local"):
+        # a local job needs no network beyond loopback
+        settings["spark.driver.host"] = "127.0.0.1"
+        settings["spark.driver.bindAddress"] = "127.0.0.1"
+    settings.update(conf or {})
+    builder = SparkSession.builder.master(master).appName(app_name)
+    for k, v in settings.items():
+        builder = builder.config(k, v)
+    active = SparkSession.getActiveSession()
+    if active is not None and active.sparkContext.master != master:
+        raise BatchError(
+            f"a Spark session on {active.sparkContext.master!r} is running in this process; "
+            f"it cannot also run on {master!r}"
+        )
+    try:
+        spark = builder.getOrCreate()
+    except Exception as exc:  # py4j and Spark raise many kinds; all mean the session did not start
+        raise BatchError(f"Spark could not start with master {master!r}: {_last_line(exc)}") from exc
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
+# -- Arrow batch <-> records ---------------------------------------------------------------------
+
+
+def batch_to_records(batch: pa.RecordBatch, spec: ReportSpec) -> np.ndarray:
+    """The records of ``batch`` (Spark's Arrow types: signed and widened, binary for packed bits) in
+    ``spec.record_dtype``; :class:`DatasetError` if a column is missing, null or out of its field's range."""
+    import pyarrow as pa
+
+    dtype = spec.record_dtype
+    n = batch.num_rows
+    out = np.empty(n, dtype=dtype)
+    names = batch.schema.names
+    for name in dtype.names or ():
+        if name not in names:
+            raise DatasetError(f"column {name!r} of spec {spec.name} ({spec.spec_id}) is missing; Spark read {names}")
+        col = batch.column(names.index(name))
+        if col.null_count:
+            raise DatasetError(f"column {name!r} has {col.null_count} null values")
+        ftype = dtype.fields[name][0]  # type: ignore[index]  # a structured dtype: fields is set
+        if ftype.subdtype is not None:
+            width = ftype.itemsize
+            if pa.types.is_fixed_size_binary(col.type):
+                if col.type.byte_width != width:
+                    raise DatasetError(f"column {name!r} is {col.type}, expected {width} bytes per value")
+                data = np.frombuffer(col.buffers()[1], dtype=np.uint8, count=n * width, offset=col.offset * width)
+            elif pa.types.is_binary(col.type) or pa.types.is_large_binary(col.type):
+                off_type = np.int64 if pa.types.is_large_binary(col.type) else np.int32
+                offsets = np.frombuffer(
+                    col.buffers()[1], dtype=off_type, count=n + 1, offset=col.offset * off_type(0).itemsize
+                )
+                if n and not np.all(np.diff(offsets) == width):
+                    raise DatasetError(f"column {name!r} holds values that are not {width} bytes long")
+                data = np.frombuffer(
+                    col.buffers()[2], dtype=np.uint8, count=n * width, offset=int(offsets[0]) if n else 0
+                )
+            else:
+                raise DatasetError(f"column {name!r} is {col.type}, expected binary of {width} bytes")
+            out[name] = data.view(ftype.base).reshape((n, *ftype.shape))
+        else:
+            if not pa.types.is_integer(col.type):
+                raise DatasetError(f"column {name!r} is {col.type}, expected integers ({ftype})")
+            values = col.to_numpy(zero_copy_only=False)
+            info = np.iinfo(ftype)
+            if n and (values.min() < info.min or values.max() > info.max):
+                raise DatasetError(f"column {name!r} has values outside {ftype}'s range [{info.min}, {info.max}]")
+            out[name] = values
+    return out
+
+
+def pack_sums(sums: Mapping[str, np.ndarray]) -> bytes:
+    """An accumulator's sums as bytes: a 4-byte header length, a JSON header of each array's name,
+    dtype and shape, then the arrays' bytes in that order (C order; no pickle)."""
+    arrays = {k: np.ascontiguousarray(v) for k, v in sums.items()}
+    header = json.dumps([[k, a.dtype.str, list(a.shape)] for k, a in arrays.items()]).encode()
+    return b"".join([len(header).to_bytes(4, "little"), header, *(a.tobytes() for a in arrays.values())])
+
+
+def unpack_sums(data: bytes) -> dict[str, np.ndarray]:
+    """Inverse of :func:`pack_sums`; :class:`DatasetError` if the bytes do not add up."""
+    size = int.from_bytes(data[:4], "little")
+    pos = 4 + size
+    out: dict[str, np.ndarray] = {}
+    for name, dt, shape in json.loads(data[4:pos]):
+        dtype = np.dtype(dt)
+        count = int(np.prod(shape, dtype=np.int64))
+        if pos + count * dtype.itemsize > len(data):
+            raise DatasetError(f"a partial state is cut short at {name!r}")
+        out[name] = np.frombuffer(data, dtype=dtype, count=count, offset=pos).reshape(shape).copy()
+        pos += count * dtype.itemsize
+    if pos != len(data):
+        raise DatasetError(f"a partial state has {len(data) - pos} bytes too many")
+    return out
+
+
+# -- the tasks -----------------------------------------------------------------------------------
+
+_Key = tuple[str, str, int]  # metric, spec_id, day
+_Partial = dict[_Key, tuple[int, bytes]]
+
+
+def _accumulate_batches(
+    metric: str, spec_dict: dict[str, Any]
+) -> Callable[[Iterable[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    """The ``mapInArrow`` function: a task's batches in, one row per day of its reports out."""
+
+    def run(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        import pyarrow as pa
+
+        spec = spec_from_dict(spec_dict)
+        accs: dict[int, Any] = {}
+        for batch in batches:
+            if batch.num_rows == 0:
+                continue
+            records = batch_to_records(batch, spec)
+            days = batch.column(batch.schema.names.index("day")).to_numpy(zero_copy_only=False)
+            first, last = days[0], days[-1]
+            if first == last and (days.size < 3 or np.all(days == first)):
+                groups: Iterable[tuple[int, np.ndarray]] = [(int(first), records)]
+            else:
+                uniq, inverse = np.unique(days, return_inverse=True)
+                groups = [(int(d), records[inverse == i]) for i, d in enumerate(uniq)]
+            for day, recs in groups:
+                acc = accs.get(day)
+                if acc is None:
+                    acc = accs[day] = state_for(spec)
+                acc.update(recs)
+        if not accs:
+            return
+        order = sorted(accs)
+        yield pa.RecordBatch.from_arrays(
+            [
+                pa.array([metric] * len(order), pa.string()),
+                pa.array([spec.spec_id] * len(order), pa.string()),
+                pa.array(order, pa.int32()),
+                pa.array([accs[d].n for d in order], pa.int64()),
+                pa.array([pack_sums(accs[d].sums) for d in order], pa.binary()),
+            ],
+            names=["metric", "spec_id", "day", "n", "sums"],
+        )
+
+    return run
+
+
+def _merge_partials(a: _Partial, b: _Partial) -> _Partial:
+    """Two maps of (n, packed sums) added key by key (the tree reduce's step)."""
+    out = dict(a)
+    for key, (n, packed) in b.items():
+        if key not in out:
+            out[key] = (n, packed)
+            continue
+        n0, packed0 = out[key]
+        sums0, sums1 = unpack_sums(packed0), unpack_sums(packed)
+        if sums0.keys() != sums1.keys():
+            raise DatasetError(f"partial states of {key} have different fields: {sorted(sums0)} and {sorted(sums1)}")
+        out[key] = (n0 + n, pack_sums({k: sums0[k] + sums1[k] for k in sums0}))
+    return out
+
+
+def _file_facts(spec_ids: frozenset[str], rows: Iterable[str]) -> Iterator[tuple[str, str | None, int, Any, Any]]:
+    """For each path: (path, error or None, batches, max central ε, max central δ), from its footer."""
+    import pyarrow.parquet as pq
+
+    for path in rows:
+        try:
+            md = pq.read_schema(path).metadata or {}
+        except Exception as exc:  # an unreadable file is reported by the driver, with its path
+            yield path, f"cannot be read: {exc}", 0, None, None
+            continue
+        if md.get(b"ldp.format") != FORMAT.encode():
+            yield path, f"is not an ldp-parquet part file (format {md.get(b'ldp.format')!r})", 0, None, None
+            continue
+        file_id = md.get(b"ldp.spec_id", b"").decode()
+        if file_id not in spec_ids:
+            yield path, f"has spec {file_id}, not the chosen one ({sorted(spec_ids)})", 0, None, None
+            continue
+        shuffles = json.loads(md.get(b"ldp.shuffles", b"[]"))
+        ce = [float(s["central_epsilon"]) for s in shuffles if s.get("central_epsilon") is not None]
+        cd = [float(s["central_delta"]) for s in shuffles if s.get("central_delta") is not None]
+        yield path, None, len(shuffles), max(ce) if ce else None, max(cd) if cd else None
+
+
+# -- the engine ----------------------------------------------------------------------------------
+
+
+class SparkEngine:
+    """An :class:`estimator.batch.Engine` that runs the pass on ``spark`` (see the module docstring)."""
+
+    def __init__(self, spark: SparkSession | None = None, *, master: str = DEFAULT_MASTER, depth: int = 2) -> None:
+        """``spark``: the session to use; without one, the first call starts one on ``master``
+        (:func:`spark_session`) and :meth:`close` stops it. ``depth``: of the tree reduce."""
+        if spark is None:
+            check_master(master)
+        self._spark = spark
+        self._owned = False
+        self.master = master
+        self.depth = depth
+
+    @property
+    def spark(self) -> SparkSession:
+        if self._spark is None:
+            _require_pyspark()
+            from pyspark.sql import SparkSession
+
+            fresh = SparkSession.getActiveSession() is None
+            self._spark = spark_session(self.master)
+            self._owned = fresh  # a session that was running already is its starter's to stop
+        return self._spark
+
+    def close(self) -> None:
+        """Stop the session if this engine started it."""
+        if self._owned and self._spark is not None:
+            self._spark.stop()
+        self._spark, self._owned = None, False
+
+    def __call__(
+        self, parts: Sequence[PartFile], *, per_day: bool = False, progress: Callable[[int], Any] | None = None
+    ) -> dict[tuple[str, int | None], Accumulated]:
+        if not parts:
+            return {}
+        out: dict[tuple[str, int | None], Accumulated] = {}
+        groups: dict[tuple[str, str], list[PartFile]] = {}
+        specs: dict[str, ReportSpec] = {}
+        for p in parts:
+            if p.spec_id not in specs:
+                spec = read_part_spec(p)
+                specs.update({i: spec for i in spec.spec_ids})
+            groups.setdefault((p.metric, specs[p.spec_id].spec_id), []).append(p)
+        for (metric, _), files in groups.items():
+            spec = specs[files[0].spec_id]
+            try:
+                states = self._states(metric, spec, files)
+            except BatchError:
+                raise
+            except Exception as exc:  # a failed Spark job: Py4J and PySpark errors carry the worker's message
+                raise BatchError(f"the Spark job over {metric!r} failed: {_last_line(exc)}") from exc
+            facts = self._facts(spec, files)
+            for p in files:
+                key = (spec.spec_id, p.day if per_day else None)
+                a = out.get(key)
+                if a is None:
+                    a = out[key] = Accumulated(state_for(spec), set())
+                a.days.add(p.day)
+                a.files += 1
+                batches, ce, cd = facts[str(p.path)]
+                a.batches += batches
+                if ce is not None and (a.central_epsilon is None or ce > a.central_epsilon):
+                    a.central_epsilon = ce
+                if cd is not None and (a.central_delta is None or cd > a.central_delta):
+                    a.central_delta = cd
+                if progress is not None:
+                    progress(1)
+            for (_, _, day), (n, packed) in sorted(states.items()):
+                a = out[(spec.spec_id, day if per_day else None)]
+                part = type(a.acc).from_state(spec, {"n": n, "sums": unpack_sums(packed)})
+                a.acc.merge(part)
+        return out
+
+    def _states(self, metric: str, spec: ReportSpec, files: Sequence[PartFile]) -> _Partial:
+        from pyspark.sql import functions as F
+
+        root = files[0].path.parent.parent.parent
+        df = (
+            self.spark.read.option("basePath", str(root))
+            .parquet(*[str(p.path) for p in files])
+            .select(*[F.col(f) for f in spec.record_dtype.names or ()], F.col("day").cast("int").alias("day"))
+        )
+        partials = df.mapInArrow(_accumulate_batches(metric, spec.to_dict()), _PARTIAL_SCHEMA)
+        rdd = partials.rdd.map(lambda r: {(r.metric, r.spec_id, r.day): (r.n, bytes(r.sums))})
+        empty: _Partial = {}
+        merged: _Partial = rdd.treeAggregate(empty, _merge_partials, _merge_partials, depth=self.depth)
+        return merged
+
+    def _facts(self, spec: ReportSpec, files: Sequence[PartFile]) -> dict[str, tuple[int, Any, Any]]:
+        sc = self.spark.sparkContext
+        paths = [str(p.path) for p in files]
+        ids = frozenset(spec.spec_ids)
+        rows = (
+            sc.parallelize(paths, max(1, min(len(paths), sc.defaultParallelism)))
+            .mapPartitions(lambda it: _file_facts(ids, it))
+            .collect()
+        )
+        bad = [(path, err) for path, err, *_ in rows if err is not None]
+        if bad:
+            more = f" (and {len(bad) - 1} more)" if len(bad) > 1 else ""
+            raise BatchError(f"{bad[0][0]} {bad[0][1]}{more}")
+        return {path: (batches, ce, cd) for path, _, batches, ce, cd in rows}
+
+
+def _last_line(exc: BaseException) -> str:
+    """The useful line of a Spark error: the Python worker's own exception, else the first line."""
+    text = str(exc).strip()
+    for line in reversed(text.splitlines()):
+        line = line.strip()
+        if re.match(r"^[\w.]+(Error|Exception): ", line):
+            return line
+    return text.splitlines()[0] if text else type(exc).__name__

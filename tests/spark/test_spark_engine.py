@@ -1,0 +1,62 @@
+"""The Spark engine (:mod:`estimator.spark`) against the default one, on the same dataset written by the sink."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+from pyspark.sql import SparkSession
+
+from estimator.batch import BatchResult, accumulate, estimate_dataset
+from estimator.spark import SparkEngine
+from pipeline.dataset import list_parts
+from tests.spark.conftest import DAYS, part_count
+
+METRICS = ["olh", "hcms", "latency", "battery"]
+
+
+def _same_result(a: BatchResult, b: BatchResult) -> None:
+    assert a.summary() == b.summary()
+    assert a.estimates.keys() == b.estimates.keys()
+    assert list(a.table.columns) == list(b.table.columns)
+    for col in a.table.columns:
+        np.testing.assert_array_equal(a.table[col].to_numpy(), b.table[col].to_numpy(), err_msg=col)
+    assert a.table.attrs == b.table.attrs
+
+
+def test_the_dataset_has_several_files_per_day(dataset: dict[str, Any]) -> None:
+    for metric in METRICS:
+        for day in DAYS:
+            assert part_count(dataset["root"], metric, day) >= 2, (metric, day)
+
+
+@pytest.mark.parametrize("metric", METRICS)
+def test_states_equal_the_default_engines_bit_for_bit(
+    spark: SparkSession, dataset: dict[str, Any], metric: str
+) -> None:
+    parts = list_parts(dataset["root"], metric)
+    for per_day in (False, True):
+        want = accumulate(parts, per_day=per_day)
+        got = SparkEngine(spark)(parts, per_day=per_day)
+        assert got.keys() == want.keys()
+        for key, w in want.items():
+            g = got[key]
+            assert (g.days, g.files, g.batches) == (w.days, w.files, w.batches)
+            assert (g.central_epsilon, g.central_delta) == (w.central_epsilon, w.central_delta)
+            assert g.acc.n == w.acc.n > 0
+            assert g.acc.sums.keys() == w.acc.sums.keys()
+            for k, arr in w.acc.sums.items():
+                assert g.acc.sums[k].dtype == arr.dtype
+                np.testing.assert_array_equal(g.acc.sums[k], arr)
+
+
+@pytest.mark.parametrize("metric", METRICS)
+def test_estimates_equal_the_default_engines(spark: SparkSession, dataset: dict[str, Any], metric: str) -> None:
+    days = range(DAYS[0], DAYS[1] + 1)
+    for per_day in (False, True):
+        want = estimate_dataset(dataset["root"], metric, days, per_day=per_day, progress=False)
+        got = estimate_dataset(
+            dataset["root"], metric, days, per_day=per_day, progress=False, engine=SparkEngine(spark)
+        )
+        _same_result(got, want)
