@@ -119,6 +119,7 @@ def run(args: argparse.Namespace) -> int:
     finally:
         if kept.pipe is not None:
             kept.pipe.stop()
+            print("stopped.", flush=True)
     return code
 
 

@@ -120,7 +120,7 @@ def test_frequency_view_shows_the_api_numbers_and_norm_sub(fed_pipeline: FedPipe
     # the cards: n, the local ε (and r·ε per person), the per-person central ε of the shuffle
     assert card_value(page, "n") == str(est["n"])
     assert float(card_value(page, "local-epsilon") or "nan") == est["epsilon"]
-    assert "2 a day: 2 per person" in page.inner_text('[data-testid="local-epsilon"]')
+    assert "up to 2 a day: 2 per person and day" in page.inner_text('[data-testid="local-epsilon"]')
     assert est["central_epsilon"] is not None
     assert float(card_value(page, "central-epsilon") or "nan") == est["central_epsilon"]
     assert page.inner_text('[data-testid="postprocessing"] .v') == "none"
@@ -253,6 +253,28 @@ def test_distribution_view(fed_pipeline: FedPipeline, page: Any) -> None:
         check_cell(r["cells"]["high_edge"], est["edges"][i + 1], 3)
         assert r["grey"] == includes_zero(est["hist_low"][i], est["hist_high"][i])
     assert page.locator("#chart g.bin").count() == len(est["hist"])
+    # its CSV: the same rows at full precision (quantiles' values, bins' shares)
+    with page.expect_download() as info:
+        page.click("#download")
+    with open(info.value.path(), newline="") as f:
+        got = list(csv.DictReader(f))
+    assert [r["row"] for r in got] == list(est["quantiles"]) + [f"bin {i}" for i in range(len(est["hist"]))]
+    for r in got[: len(est["quantiles"])]:
+        v = est["quantiles"][r["row"]]
+        assert (float(r["estimate"]), float(r["ci_low"]), float(r["ci_high"])) == (
+            v["value"],
+            v["ci_low"],
+            v["ci_high"],
+        )
+        assert r["low_edge"] == r["high_edge"] == ""
+    for i, r in enumerate(got[len(est["quantiles"]) :]):
+        assert (float(r["estimate"]), float(r["ci_low"]), float(r["ci_high"])) == (
+            est["hist"][i],
+            est["hist_low"][i],
+            est["hist_high"][i],
+        )
+        assert (float(r["low_edge"]), float(r["high_edge"])) == (est["edges"][i], est["edges"][i + 1])
+        assert (r["metric"], r["kind"], r["date"]) == ("minutes_dist", "distribution", est["date"])
     assert page.eval_on_selector_all("#series g.line", "gs => gs.map(g => g.dataset.name)") == list(est["quantiles"])
 
 
@@ -264,3 +286,8 @@ def test_screenshot_for_the_docs(fed_pipeline: FedPipeline, page: Any) -> None:
     SCREENSHOT.parent.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(SCREENSHOT), full_page=True)
     assert SCREENSHOT.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    page.click('nav button[data-metric="minutes_dist"]')
+    wait_shown(page, "minutes_dist", fp.days[-1], "distribution")
+    numeric = SCREENSHOT.with_name("dashboard-distribution.png")
+    page.screenshot(path=str(numeric), full_page=False)  # the histogram and the quantiles' series
+    assert numeric.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -109,7 +109,7 @@ def test_demo_serve_keeps_the_dashboard_until_interrupted(tmp_path: Path, browse
             proc.wait()
     text = "".join(seen)
     assert code == 0, text
-    assert "stopping the pipeline ..." in text and "Traceback" not in text, text
+    assert "stopping the pipeline ...\nstopped.\n" in text and "Traceback" not in text, text
     with pytest.raises(httpx.ConnectError):  # the dashboard went with the pipeline
         httpx.get(url + "/", timeout=5)
 

@@ -6,6 +6,7 @@
   const SVGNS = "http://www.w3.org/2000/svg";
   const COLORS = ["#1f5f99", "#b03a2e", "#2e7d32", "#7b3fa0", "#b8860b", "#00838f", "#6d4c41", "#c2185b"];
   const SERIES_ITEMS = 5; // items drawn over days
+  const CHART_ITEMS = 100; // items drawn in the chart at most (the table can list them all)
   const $ = (id) => document.getElementById(id);
   const S = {
     defs: {}, // metric name -> /v1/metrics entry
@@ -271,7 +272,7 @@
     const cards = [
       card("date", "day", e.day, e.date, `day ${e.day}`),
       card("n", "n (reports)", e.n, fmtInt(e.n), `${fmtInt(e.batches)} shuffled batches`),
-      card("local-epsilon", "local ε₀", e.epsilon, fmtEps(e.epsilon), r ? `per report; ${r} a day: ${fmtEps(r * e.epsilon)} per person` : "per report",
+      card("local-epsilon", "local ε₀", e.epsilon, fmtEps(e.epsilon), r ? `per report; up to ${r} a day: ${fmtEps(r * e.epsilon)} per person and day` : "per report",
         "the ε of one privatized report, on the device"),
       card("central-epsilon", "central ε per person", e.central_epsilon, fmtEps(e.central_epsilon),
         e.central_delta !== null ? `δ = ${e.central_delta < 1e-3 ? e.central_delta.toExponential() : e.central_delta}` : "the shuffler attached none",
@@ -311,8 +312,9 @@
         ci_low: e.ci_low[i], ci_high: e.ci_high[i], includes_zero: includesZero(e.ci_low[i], e.ci_high[i]),
       },
     }));
-    $("chart-title").textContent = `Estimated counts, top ${top.length} of ${e.counts.length} items, with 95% confidence intervals`;
-    $("chart").replaceChildren(intervalChart(top.map((i) => ({
+    const drawnTop = top.slice(0, CHART_ITEMS);
+    $("chart-title").textContent = `Estimated counts, top ${drawnTop.length} of ${e.counts.length} items, with 95% confidence intervals`;
+    $("chart").replaceChildren(intervalChart(drawnTop.map((i) => ({
       label: itemLabel(e, i), value: e.counts[i], lo: e.ci_low[i], hi: e.ci_high[i],
       text: fmtCount(e.counts[i]), loText: fmtCount(e.ci_low[i]), hiText: fmtCount(e.ci_high[i]),
     }))));
@@ -515,6 +517,14 @@
   $("rows").addEventListener("change", () => {
     S.rows = Number($("rows").value);
     show();
+  });
+  window.addEventListener("hashchange", () => {
+    // a link or the back button: #metric=NAME&day=N (show() writes the same form, which changes nothing here)
+    const h = new URLSearchParams(location.hash.slice(1));
+    const m = h.get("metric");
+    const d = h.get("day");
+    if (!m || !entriesOf(m).length) return;
+    if (m !== S.metric || (d && S.entry && String(S.entry.day) !== d)) selectMetric(m, d || undefined);
   });
   $("download").addEventListener("click", download);
   $("refresh").addEventListener("click", reload);
