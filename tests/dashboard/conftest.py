@@ -9,6 +9,7 @@ a missing ``playwright`` package fails the tests, it never skips them.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -82,9 +83,9 @@ class FedPipeline:
     reports: dict[str, int]
 
 
-@pytest.fixture(scope="module")
-def fed_pipeline(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FedPipeline]:
-    work = tmp_path_factory.mktemp("dashboard")
+@contextlib.contextmanager
+def feed_pipeline(work: Path, transport_url: str | None = None) -> Iterator[FedPipeline]:
+    """A pipeline on ``transport_url`` (default: the embedded log) that seeded devices fed on three days."""
     path = work / "metrics.json"
     path.write_text(json.dumps(METRICS))
     metrics = load_metrics(path)
@@ -92,7 +93,7 @@ def fed_pipeline(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FedPipeli
     today = utc_day(time.time())
     days = [today - 2, today - 1, today]
     rng = np.random.default_rng(20261202)
-    with LocalPipeline(work, path, min_batch=FRAME) as pipe:
+    with LocalPipeline(work, path, transport_url=transport_url, min_batch=FRAME) as pipe:
         sent = 0
         for day, devices in zip(days, DEVICES):
             fleet = fleet_batches(metrics, names, devices, day, rng, frame_reports=FRAME)
@@ -103,6 +104,12 @@ def fed_pipeline(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FedPipeli
         pipe.check()
         yield FedPipeline(pipe.estimator_url, days, names, pipe.counted())
         pipe.check()
+
+
+@pytest.fixture(scope="module")
+def fed_pipeline(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FedPipeline]:
+    with feed_pipeline(tmp_path_factory.mktemp("dashboard")) as fp:
+        yield fp
 
 
 def _launch_error() -> str:

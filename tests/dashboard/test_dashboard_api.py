@@ -44,3 +44,26 @@ def test_page_and_assets_are_served_and_nothing_else(fed_pipeline: FedPipeline) 
     assert "http" not in asset("dashboard.js").decode().replace("http://www.w3.org/2000/svg", "")
     for bad in ("index.html", "..%2Fapp.py", "__init__.py", "nope.js"):
         assert httpx.get(f"{url}/dashboard/{bad}").status_code == 404, bad
+
+
+def test_freshness_of_a_fixed_state() -> None:
+    """Without an engine, the offsets come from the state: committed ranges and restored (uncertain) tails
+    count as committed; an open tail starts at the committed offset and has been read to its end."""
+    from fastapi.testclient import TestClient
+
+    from estimator.streaming import EstimatorState, Tail, Tally, create_app
+    from pipeline.transport.base import TopicPartition
+
+    a, b = TopicPartition("shuffled", 0), TopicPartition("shuffled", 1)
+    state = EstimatorState(
+        Tally(),
+        {a: [[0, 10, 1.0], [12, 20, 2.0]], b: []},
+        [Tail(a, 20, 25, 3.0, Tally(), "uncertain"), Tail(b, 5, 9, 4.0, Tally(), "open")],
+        "shuffled",
+        "g",
+        "m",
+    )
+    body = TestClient(create_app(state=lambda: state)).get("/v1/freshness").json()
+    assert body["snapshot_time"] is None and body["state"] == "fixed" and body["ready"] is True
+    assert [(p["partition"], p["committed"], p["read"]) for p in body["partitions"]] == [(0, 25, 25), (1, 5, 9)]
+    assert (body["group"], body["member"]) == ("g", "m")
