@@ -139,6 +139,7 @@ class LocalPipeline:
         sink: bool = True,
         analyzer_keys: str | Path | None = None,
         collector_options: Mapping[str, Any] | None = None,
+        estimator_port: int = 0,
     ) -> None:
         self.workdir = Path(workdir).resolve()
         self.workdir.mkdir(parents=True, exist_ok=True)
@@ -155,6 +156,8 @@ class LocalPipeline:
         self.analyzer_keys = analyzer_keys
         #: more :class:`~collector.settings.CollectorSettings` fields (``require_tokens``, ``token_keys``, ...)
         self.collector_options = dict(collector_options or {})
+        #: the estimator API's (and dashboard's) port; 0: a free one
+        self.estimator_port = int(estimator_port)
         self.metrics: MetricSet = load_metrics(self.metrics_path, reject_expired=False)
         self.dataset = self.workdir / "dataset"
         self.collector_url = ""
@@ -252,7 +255,9 @@ class LocalPipeline:
             opener=opener(),
         )
         self._worker("estimator", lambda: self.estimator.run(stop=self.stop_event, max_records=100))
-        server, self.estimator_url, _ = serve_in_thread(estimator_app(self.estimator), lifespan="off")
+        server, self.estimator_url, _ = serve_in_thread(
+            estimator_app(self.estimator), port=self.estimator_port, lifespan="off"
+        )
         self._servers.append(server)
 
         if self.with_sink:

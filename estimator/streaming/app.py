@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as _dt
 import hashlib
 import math
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -13,7 +14,7 @@ import numpy as np
 from client_sdk.metrics import MetricDefinition
 from estimator.errors import StateError
 from estimator.result import Estimate
-from estimator.streaming.engine import StreamingEstimator
+from estimator.streaming.engine import StreamingEstimator, _partition_offsets
 from estimator.streaming.state import _EPOCH, EstimatorState, Key, KeyState, Tally, merge_states, parse_day
 
 __all__ = ["DEFAULT_PORT", "estimate_json", "create_app", "response_models"]
@@ -24,7 +25,8 @@ DEFAULT_PORT = 8090
 def response_models() -> dict[str, Any]:
     """The pydantic models of the API's answers (built lazily: pydantic comes with the ``server`` extra).
 
-    Keys: ``"estimate"``, ``"available"``, ``"health"``, ``"error"``. Each field is documented in the
+    Keys: ``"estimate"``, ``"mean"``, ``"distribution"``, ``"available"``, ``"freshness"``, ``"metric_list"``,
+    ``"health"``, ``"error"``. Each field is documented in the
     OpenAPI schema the app serves at ``/openapi.json``.
     """
     global _MODELS
@@ -137,7 +139,39 @@ def _build_models() -> dict[str, Any]:
         iterations: int = Field(description="EM steps taken")
         bootstrap: int = Field(description="bootstrap resamples behind the intervals")
 
+    class PartitionOffsets(BaseModel):
+        topic: str
+        partition: int
+        committed: int = Field(description="offsets below this are counted, in the last snapshot and committed")
+        read: int = Field(description="offsets below this are read and counted in the served figures")
+
+    class Freshness(BaseModel):
+        """How current the served figures are."""
+
+        now: float = Field(description="the service's clock (POSIX seconds)")
+        snapshot_time: float | None = Field(
+            description="when the last snapshot was written and its offsets committed (POSIX seconds; null: none yet)"
+        )
+        state: str = Field(description="the consumer's run state (ready, waiting, lost, ...; fixed: a fixed state)")
+        ready: bool
+        group: str
+        member: str
+        partitions: list[PartitionOffsets]
+
+    class MetricInfo(BaseModel):
+        name: str
+        kind: str = Field(description="frequency, mean or distribution")
+        description: str
+        mechanism: str
+        epsilon: float = Field(description="the local ε₀ of one report")
+        max_reports_per_day: int = Field(description="reports one device sends per day at most (its local ε is r·ε₀)")
+
+    class MetricList(BaseModel):
+        metrics: list[MetricInfo]
+
     return {
+        "freshness": Freshness,
+        "metric_list": MetricList,
         "estimate": EstimateBody,
         "mean": MeanBody,
         "distribution": DistributionBody,
@@ -289,7 +323,9 @@ def create_app(
     """The estimator's HTTP API (FastAPI).
 
     ``GET /v1/estimates/{metric}?day=&spec_id=&confidence=&norm_sub=&merged=``,
-    ``GET /v1/estimates`` (what is available), ``GET /v1/state`` (this
+    ``GET /v1/estimates`` (what is available), ``GET /v1/freshness`` (snapshot time and offsets),
+    ``GET /v1/metrics`` (the metric definitions), ``GET /`` (the dashboard: :mod:`estimator.dashboard`),
+    ``GET /v1/state`` (this
     instance's state, for :func:`merge_states`), ``/healthz``, ``/readyz`` (also ``/ready``: 503 until the
     consumer is joined, see :attr:`pipeline.processor.StreamProcessor.ready`), ``/metrics``.
     With ``peers`` (base URLs of the other instances of the group) and
@@ -385,6 +421,40 @@ def create_app(
         out["merged_instances"] = 1 + (len(peers) if merged else 0)
         return out
 
+    @app.get("/v1/freshness", response_model=models["freshness"])
+    def freshness() -> dict[str, Any]:
+        if estimator is not None:
+            body = estimator.freshness()
+        else:
+            st = local_state()
+            uncertain = [t for t in st.tails if t.status == "uncertain"]
+            opened = {t.tp: t for t in st.tails if t.status == "open"}
+            body = {
+                "snapshot_time": None,
+                "partitions": _partition_offsets(st.segments, uncertain, opened),
+                "state": "fixed",
+                "ready": True,
+                "group": st.group,
+                "member": st.member,
+            }
+        return {**body, "now": time.time()}
+
+    @app.get("/v1/metrics", response_model=models["metric_list"])
+    def metric_list() -> dict[str, Any]:
+        return {
+            "metrics": [
+                {
+                    "name": name,
+                    "kind": d.spec.kind,
+                    "description": d.description,
+                    "mechanism": d.spec.name,
+                    "epsilon": d.spec.epsilon,
+                    "max_reports_per_day": d.max_reports_per_day,
+                }
+                for name, d in sorted(defs.items())
+            ]
+        }
+
     @app.get("/v1/state")
     def get_state() -> dict[str, Any]:
         return local_state().to_json_obj()
@@ -398,4 +468,7 @@ def create_app(
                 lines.append(f"ldp_estimator_{k} {v}")
         return "\n".join(lines) + "\n"
 
+    from estimator.dashboard import add_dashboard
+
+    add_dashboard(app)
     return app

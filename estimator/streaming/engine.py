@@ -307,6 +307,16 @@ class StreamingEstimator(StreamProcessor):
                 self.member,
             )
 
+    def freshness(self) -> dict[str, Any]:
+        """How current the served figures are: the time of the last snapshot whose offsets were committed
+        (``snapshot_time``, POSIX; ``None`` before the first) and, per partition this instance counted,
+        the offset the snapshot covers (``committed``) and the offset read so far (``read``: the served
+        figures include the records in between, see the module docstring)."""
+        with self.lock:
+            parts = _partition_offsets(self.segments, self.uncertain, self.open)
+            snap = self.stats.last_checkpoint or None
+        return {"snapshot_time": snap, "partitions": parts, **self.run_status()}
+
     def counted(self, metric: str | None = None) -> Tally:
         """Everything counted so far (certain, uncertain and open tails), for one metric or all."""
         with self.lock:
@@ -316,3 +326,23 @@ class StreamingEstimator(StreamProcessor):
                     if metric is None or key[0] == metric:
                         t.merge_key(key, ks)
             return t
+
+
+def _partition_offsets(
+    segments: Mapping[TopicPartition, list[list[float]]],
+    uncertain: Collection[Tail],
+    open_tails: Mapping[TopicPartition, Tail],
+) -> list[dict[str, Any]]:
+    """Per partition: the end of the committed ranges (and of restored uncertain tails, whose commit happened),
+    and of what was read (an open tail starts at the group's committed offset and ends at the last read)."""
+    committed: dict[TopicPartition, int] = {tp: max(int(r[1]) for r in rs) for tp, rs in segments.items() if rs}
+    for t in uncertain:
+        committed[t.tp] = max(committed.get(t.tp, 0), t.end)
+    read = dict(committed)
+    for tp, t in open_tails.items():
+        committed[tp] = max(committed.get(tp, 0), t.base)
+        read[tp] = max(read.get(tp, 0), t.end)
+    return [
+        {"topic": tp.topic, "partition": tp.partition, "committed": committed[tp], "read": read[tp]}
+        for tp in sorted(read)
+    ]

@@ -24,10 +24,14 @@ each oracle's accuracy against its theoretical variance, and a plot.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import dataclasses
 import json
 import sys
 import tempfile
+import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -111,11 +115,87 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--seed", type=int, default=20261130)
     p.add_argument("--out", type=Path, default=Path("out"), help="folder for demo.png and demo.json")
     p.add_argument("--no-plot", action="store_true")
+    p.add_argument(
+        "--serve",
+        action="store_true",
+        help="after the run keep the pipeline and the dashboard running until interrupted (Ctrl-C or SIGTERM)",
+    )
+    p.add_argument(
+        "--port",
+        type=int,
+        default=0,
+        help="the estimator's port (its API and the dashboard at /; default: a free one)",
+    )
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    return run_offline(args) if args.offline else run_pipeline(args)
+    if args.offline:
+        if args.serve:
+            raise ValueError("--serve keeps the pipeline's dashboard running; --offline runs no pipeline")
+        return run_offline(args)
+    if not 0 <= args.port <= 65535:
+        raise ValueError(f"--port must be from 0 to 65535, got {args.port}")
+    if not args.serve:
+        return run_pipeline(args)
+    kept = args.keep_running = _KeepRunning()
+    try:
+        code = run_pipeline(args)
+        if kept.pipe is not None:
+            serve_until_stopped(kept.pipe)
+    finally:
+        if kept.pipe is not None:
+            kept.pipe.stop()
+            print("stopped.", flush=True)
+    return code
+
+
+@dataclasses.dataclass
+class _KeepRunning:
+    """``--serve``: the demo's pipeline, left running after the run for ``run`` to stop when interrupted."""
+
+    pipe: Any = None
+
+
+@contextlib.contextmanager
+def _pipeline(args: argparse.Namespace, pipe: Any) -> Iterator[Any]:
+    """Run ``pipe`` for the demo; with ``--serve`` it outlives the block (see :class:`_KeepRunning`)."""
+    pipe.start()
+    try:
+        yield pipe
+    except BaseException:
+        pipe.stop()
+        raise
+    kept: _KeepRunning | None = getattr(args, "keep_running", None)
+    if kept is None:
+        pipe.stop()
+    else:
+        kept.pipe = pipe
+
+
+def serve_until_stopped(pipe: Any, stop: threading.Event | None = None, poll: float = 0.5) -> None:
+    """Keep the pipeline and the dashboard up until ``stop`` is set, or SIGTERM or Ctrl-C comes (the previous
+    handlers are put back afterwards); a failed component thread ends the wait with its error."""
+    import signal
+
+    stop = stop or threading.Event()
+    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    on_main = threading.current_thread() is threading.main_thread()
+    if on_main:
+        for sig in previous:
+            signal.signal(sig, lambda *_: stop.set())
+    print(
+        f"serving: dashboard {pipe.estimator_url}/   collector {pipe.collector_url}   (Ctrl-C stops)",
+        flush=True,
+    )
+    try:
+        while not stop.wait(poll):
+            pipe.check()
+    finally:
+        if on_main:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+    print("stopping the pipeline ...", flush=True)
 
 
 def _label(metrics: Any, name: str, i: int, words: dict[str, dict[int, str]]) -> str:
@@ -216,13 +296,17 @@ def _run_pipeline(
         f"{'Kafka at ' + args.kafka if args.kafka else 'the embedded log'} (seed {args.seed}); work folder {workdir}",
         flush=True,
     )
-    with LocalPipeline(
-        workdir,
-        args.metrics,
-        transport_url=url,
-        min_batch=args.min_batch,
-        analyzer_keys=keys_dir,
-        collector_options=collector_options,
+    with _pipeline(
+        args,
+        LocalPipeline(
+            workdir,
+            args.metrics,
+            transport_url=url,
+            min_batch=args.min_batch,
+            analyzer_keys=keys_dir,
+            collector_options=collector_options,
+            estimator_port=getattr(args, "port", 0),
+        ),
     ) as pipe:
         if seal_to is not None:
             print(f"  sealed metrics: records sealed to analyzer key {seal_to.key_id} (private key in {keys_dir})")
@@ -237,6 +321,7 @@ def _run_pipeline(
             f"shuffler crowd >= {args.min_batch}   Parquet sink {pipe.dataset}",
             flush=True,
         )
+        print(f"  dashboard {pipe.estimator_url}/", flush=True)
         truth = {n: empty_truth(metrics, n) for n in names}
         n_sdk = min(args.sdk_devices, args.devices)
         client_options = None
@@ -422,6 +507,10 @@ def _run_pipeline(
         _plot_pipeline(metrics, live, truth, words, args.out / "demo.png")
         print(f"plot: {args.out / 'demo.png'}")
     print(f"results: {args.out / 'demo.json'}   ({summary['seconds']:.0f} s)")
+    print(
+        f"dashboard: {pipe.estimator_url}/"
+        + ("" if getattr(args, "serve", False) else "   (gone with the pipeline; --serve keeps it)")
+    )
     return 0 if once and batch_equal and tokens_ok else 1
 
 

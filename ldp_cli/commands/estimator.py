@@ -105,7 +105,7 @@ def run(args: argparse.Namespace) -> int:
             host, port = sock.getsockname()[:2]
             print(
                 f"ldp estimator: listening on http://{host}:{port} (consuming {args.topic} as "
-                f"{args.group}/{engine.member} on {transport.url})",
+                f"{args.group}/{engine.member} on {transport.url}); dashboard http://{host}:{port}/",
                 flush=True,
             )
             server = uvicorn.Server(
