@@ -99,7 +99,16 @@ class TreeNoise:
     noise on the prefix sum of rounds 1..t. Going from t − 1 to t pops the k nodes of levels
     0..k − 1 (k the trailing zeros of t) and pushes one node of level k, so the state is at most
     ⌈log₂(t + 1)⌉ vectors and serializes to a small object (:meth:`to_state`). After
-    ``restart_every`` steps the next :meth:`advance` starts a fresh tree."""
+    ``restart_every`` steps the next :meth:`advance` starts a fresh tree.
+
+    ``efficient``: Honaker's estimator ("Efficient use of differentially private binary trees", 2015;
+    the variant Kairouz et al. 2021 use). Every node of the full tree gets noise (at step t the
+    k + 1 nodes that close at t, levels 0..k), and each node's noise on the prefix is its
+    minimum-variance estimate from its own draw and its two children's estimates,
+    e = (v + a(e_left + e_right))/(1 + a) with a = 1/(2c_{k−1}), of variance c_k·stddev²,
+    c_0 = 1, c_k = 1/(1 + 1/(2c_{k−1})) → ½. The left child is the popped decomposition node and
+    the right child is computed at the same step, so the state is still the decomposition (of
+    estimates). A leaf is still in one node per level, so the accounting is the same."""
 
     dim: int
     stddev: float
@@ -107,8 +116,11 @@ class TreeNoise:
     step: int = 0
     trees: int = 0
     nodes: list[tuple[int, np.ndarray]] = dataclasses.field(default_factory=list)
+    efficient: bool = False
 
     def __post_init__(self) -> None:
+        if not isinstance(self.efficient, bool):
+            raise FLError(f"efficient must be true or false, got {self.efficient!r}")
         if isinstance(self.dim, bool) or not isinstance(self.dim, int) or self.dim < 1:
             raise FLError(f"dim must be an integer >= 1, got {self.dim!r}")
         if not (math.isfinite(self.stddev) and self.stddev >= 0):
@@ -141,12 +153,21 @@ class TreeNoise:
             before = self.prefix()
         self.step += 1
         level = (self.step & -self.step).bit_length() - 1  # trailing zeros of the step
-        for _ in range(level):
-            popped, _v = self.nodes.pop()
-            assert popped < level  # the closed interval's children
-        noise = rng.normal(0.0, self.stddev, size=self.dim) if self.stddev > 0 else np.zeros(self.dim)
-        self.nodes.append((level, noise))
+        popped = [self.nodes.pop() for _ in range(level)]  # levels 0, 1, ..., level − 1
+        assert [lvl for lvl, _ in popped] == list(range(level))
+        if not self.efficient:
+            self.nodes.append((level, self._draw(rng)))
+            return self.prefix() - before
+        estimate, c = self._draw(rng), 1.0  # the leaf closing now
+        for j in range(1, level + 1):
+            a = 1.0 / (2.0 * c)
+            estimate = (self._draw(rng) + a * (popped[j - 1][1] + estimate)) / (1.0 + a)
+            c = 1.0 / (1.0 + a)
+        self.nodes.append((level, estimate))
         return self.prefix() - before
+
+    def _draw(self, rng: np.random.Generator) -> np.ndarray:
+        return rng.normal(0.0, self.stddev, size=self.dim) if self.stddev > 0 else np.zeros(self.dim)
 
     def to_state(self) -> dict[str, Any]:
         """A JSON object (vectors as base64 little-endian float64) that :meth:`from_state` reads back exactly."""
@@ -158,6 +179,7 @@ class TreeNoise:
             "step": self.step,
             "trees": self.trees,
             "nodes": [[lvl, _vec_to_text(v)] for lvl, v in self.nodes],
+            "efficient": self.efficient,
         }
 
     @classmethod
@@ -166,7 +188,14 @@ class TreeNoise:
         if not isinstance(obj, Mapping) or obj.get("v") != _STATE_VERSION:
             raise FLError(f"tree state: expected an object with v = {_STATE_VERSION}")
         try:
-            tree = cls(int(obj["dim"]), float(obj["stddev"]), obj["restart_every"], int(obj["step"]), int(obj["trees"]))
+            tree = cls(
+                int(obj["dim"]),
+                float(obj["stddev"]),
+                obj["restart_every"],
+                int(obj["step"]),
+                int(obj["trees"]),
+                efficient=obj.get("efficient", False),
+            )
             nodes = [(int(lvl), _vec_from_text(v, tree.dim)) for lvl, v in obj["nodes"]]
         except (KeyError, TypeError, ValueError) as exc:
             raise FLError(f"tree state is malformed: {exc}") from None
@@ -323,7 +352,8 @@ class DPFTRL:
     ``noise_multiplier``), divide by the expected client count. The strategy's x ← x + η Δ̄ then makes
     the model exactly the FTRL iterate w_0 + η (Σ_t clipped sums + n_t)/m̄ of the current tree (plus
     the noise earlier trees released). A client's second update within one tree is dropped
-    (``info["repeated"]``): the accounting allows one contribution per tree. :meth:`state` /
+    (``info["repeated"]``): the accounting allows one contribution per tree. ``efficient``: Honaker's
+    estimator (:class:`TreeNoise`), less noise at the same ε. :meth:`state` /
     :meth:`load_state` carry the tree and the tree's contributors through a checkpoint."""
 
     inner: Aggregator
@@ -331,6 +361,7 @@ class DPFTRL:
     noise_multiplier: float
     restart_every: int | None = None
     accountant: FtrlAccountant | None = None
+    efficient: bool = False
     linear: bool = dataclasses.field(default=False, init=False)
     tree: TreeNoise | None = dataclasses.field(default=None, init=False)
     contributed: set[str] = dataclasses.field(default_factory=set, init=False)
@@ -350,7 +381,9 @@ class DPFTRL:
 
     def aggregate(self, updates: Sequence[ClientUpdate], ctx: RoundContext) -> AggregateResult:
         if self.tree is None:
-            self.tree = TreeNoise(ctx.num_params, self.noise_multiplier * self.clip_norm, self.restart_every)
+            self.tree = TreeNoise(
+                ctx.num_params, self.noise_multiplier * self.clip_norm, self.restart_every, efficient=self.efficient
+            )
         if self.tree.dim != ctx.num_params:
             raise FLError(f"the tree's noise has {self.tree.dim} coordinates, the round {ctx.num_params}")
         if self.tree.restart_due:
@@ -395,6 +428,10 @@ class DPFTRL:
             self.tree, self.contributed = None, set()
             return
         tree = TreeNoise.from_state(obj["tree"])
-        if tree.stddev != self.noise_multiplier * self.clip_norm or tree.restart_every != self.restart_every:
+        if (tree.stddev, tree.restart_every, tree.efficient) != (
+            self.noise_multiplier * self.clip_norm,
+            self.restart_every,
+            self.efficient,
+        ):
             raise FLError("the checkpoint's tree was built for another noise or restart setting")
         self.tree, self.contributed = tree, {str(c) for c in obj["contributed"]}

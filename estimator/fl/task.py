@@ -247,7 +247,8 @@ class AdaptiveClippingSpec:
 
 @dataclasses.dataclass(frozen=True)
 class DPFTRLSpec:
-    """``{"kind": "dp_ftrl", "restart_every": R}`` (R optional: null, one tree for the whole task):
+    """``{"kind": "dp_ftrl", "restart_every": R, "efficient": e}`` (optional: R null, one tree for the
+    whole task; e false, true for Honaker's estimator of the tree noise):
     :class:`~estimator.fl.ftrl.DPFTRL` with clip norm C = ``clip_norm`` and per-node noise multiplier
     z = ``noise_multiplier`` > 0, the tree restarting every R rounds. Its ε (:class:`FtrlAccountant`)
     credits no sampling amplification, so it holds whoever knows the sample; a client's second update
@@ -255,6 +256,7 @@ class DPFTRLSpec:
     own independent noise) nor with ``scaffold`` (the FTRL iterate is the model's only server state)."""
 
     restart_every: int | None = None
+    efficient: bool = False
     kind: ClassVar[str] = "dp_ftrl"
     requirement: ClassVar[dict[str, str]] = {}
     device_clips: ClassVar[bool] = True
@@ -262,6 +264,8 @@ class DPFTRLSpec:
     def __post_init__(self) -> None:
         if self.restart_every is not None:
             _int("aggregator 'dp_ftrl': restart_every", self.restart_every, 1)
+        if not isinstance(self.efficient, bool):
+            raise FLError(f"aggregator 'dp_ftrl': efficient must be true or false, got {self.efficient!r}")
 
     def check(self, task: FLTaskSpec) -> None:
         if task.clip_norm is None or not task.noise_multiplier > 0:
@@ -280,11 +284,18 @@ class DPFTRLSpec:
         if accountant is not None and not isinstance(accountant, FtrlAccountant):
             raise FLError("dp_ftrl needs the DP-FTRL accountant (FLTaskSpec.build_accountant)")
         return ValidatingAggregator(
-            DPFTRL(WeightedMean(), float(task.clip_norm), task.noise_multiplier, self.restart_every, accountant)
+            DPFTRL(
+                WeightedMean(),
+                float(task.clip_norm),
+                task.noise_multiplier,
+                self.restart_every,
+                accountant,
+                efficient=self.efficient,
+            )
         )
 
     def to_dict(self) -> dict[str, Any]:
-        return {"kind": self.kind, "restart_every": self.restart_every}
+        return {"kind": self.kind, "restart_every": self.restart_every, "efficient": self.efficient}
 
 
 @dataclasses.dataclass(frozen=True)

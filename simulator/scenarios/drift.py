@@ -30,7 +30,8 @@ no sampling assumption). DP-FTRL's clients pass in epochs (:func:`epoch_schedule
 client once per tree of N // m rounds, the tree restarting every epoch). Its noise is
 chosen so that its ε equals DP-FedAvg's ε against an adversary who knows the sample (the
 figure DP-FTRL's holds against), and, in a second run, DP-FedAvg's ε against observers
-who do not (amplification by a secret sample credited to DP-FedAvg only). Neighbours:
+who do not (amplification by a secret sample credited to DP-FedAvg only); a third run is the
+first with Honaker's estimator of the tree noise (``efficient``). Neighbours:
 replace one client's data (sampling a fixed count, as the FL accountant does).
 """
 
@@ -309,18 +310,21 @@ def run_drift_dp(cfg: DriftConfig = DriftConfig(), dp: DriftDPConfig = DriftDPCo
         schedule=f"{m} of {n} uniformly without replacement, independently per round",
     )
     runs = [fedavg]
-    targets = [("dp_ftrl_at_known_sample_epsilon", eps_known, "DP-FedAvg's epsilon_known_sample")]
+    known = "DP-FedAvg's epsilon_known_sample"
+    targets = [("dp_ftrl_at_known_sample_epsilon", eps_known, known, False)]
     if eps_observer < eps_known:
-        targets.append(("dp_ftrl_at_observer_epsilon", eps_observer, "DP-FedAvg's epsilon_observers"))
-    for name, target, matched in targets:
+        targets.append(("dp_ftrl_at_observer_epsilon", eps_observer, "DP-FedAvg's epsilon_observers", False))
+    targets.append(("dp_ftrl_honaker_at_known_sample_epsilon", eps_known, known, True))
+    for name, target, matched, efficient in targets:
         z = ftrl_noise_for_epsilon(target, cfg.rounds, dp.delta, every, "replace")
         ftrl_acc = FtrlAccountant(every, dp.delta, "replace")
-        ftrl = DPFTRL(WeightedMean(), C, z, every, ftrl_acc)
+        ftrl = DPFTRL(WeightedMean(), C, z, every, ftrl_acc, efficient=efficient)
         run = _run(name, FedAvg(tr), skewed, cfg, epochs, test, ValidatingAggregator(ftrl))
         run.update(
             noise_multiplier=z,
             epsilon=ftrl_acc.epsilon(),
             matched_to=matched,
+            efficient=efficient,
             restart_every=every,
             trees=ftrl.tree.trees if ftrl.tree is not None else 0,
             schedule=f"epochs of {every} rounds: a permutation of the {n} clients per epoch, each once per tree",

@@ -41,7 +41,12 @@ def test_dp_ftrl_runs_at_dp_fedavg_epsilons() -> None:
     dp = DriftDPConfig(clip_norm=1.0, noise_multiplier=2.0)
     out = run_drift_dp(SMALL, dp)
     runs = {r["name"]: r for r in out["runs"]}
-    assert list(runs) == ["dp_fedavg", "dp_ftrl_at_known_sample_epsilon", "dp_ftrl_at_observer_epsilon"]
+    assert list(runs) == [
+        "dp_fedavg",
+        "dp_ftrl_at_known_sample_epsilon",
+        "dp_ftrl_at_observer_epsilon",
+        "dp_ftrl_honaker_at_known_sample_epsilon",
+    ]
     fedavg = runs["dp_fedavg"]
     acc = ClientLevelAccountant(FixedCountSampling(4), 12, 1e-5)
     for _ in range(7):
@@ -51,12 +56,16 @@ def test_dp_ftrl_runs_at_dp_fedavg_epsilons() -> None:
     for name, key in [
         ("dp_ftrl_at_known_sample_epsilon", "epsilon_known_sample"),
         ("dp_ftrl_at_observer_epsilon", "epsilon_observers"),
+        ("dp_ftrl_honaker_at_known_sample_epsilon", "epsilon_known_sample"),
     ]:
         r = runs[name]
         # 7 rounds in trees of 3, 3, 1: the accountant's ε at the chosen z is DP-FedAvg's figure
         assert r["epsilon"] == pytest.approx(fedavg[key], rel=1e-9)
         assert r["epsilon"] == ftrl_epsilon(r["noise_multiplier"], 7, 1e-5, 3, "replace")
         assert (r["restart_every"], r["trees"], len(r["accuracy_per_round"])) == (3, 3, 7)
+    honaker, plain = runs["dp_ftrl_honaker_at_known_sample_epsilon"], runs["dp_ftrl_at_known_sample_epsilon"]
+    assert honaker["efficient"] is True and plain["efficient"] is False
+    assert honaker["noise_multiplier"] == plain["noise_multiplier"]  # the same accounting
     assert run_drift_dp(SMALL, dp)["final_accuracy"] == out["final_accuracy"]  # seeded
     assert run_drift_dp(dataclasses.replace(SMALL, seed=1), dp)["final_accuracy"] != out["final_accuracy"]
 

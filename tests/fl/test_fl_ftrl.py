@@ -16,12 +16,12 @@ DIM = 50
 SEEDS = 400  # n = SEEDS·DIM = 20000 draws per round
 
 
-def _prefixes(steps: int, restart_every: int | None = None) -> np.ndarray:
+def _prefixes(steps: int, restart_every: int | None = None, efficient: bool = False) -> np.ndarray:
     """Cumulative released noise after each step (what the model carries), shape (steps, SEEDS·DIM)."""
     out = np.empty((steps, SEEDS * DIM))
     for seed in range(SEEDS):
         rng = np.random.default_rng(seed)
-        tree = TreeNoise(DIM, SIGMA, restart_every)
+        tree = TreeNoise(DIM, SIGMA, restart_every, efficient=efficient)
         released = np.zeros(DIM)
         for t in range(steps):
             released = released + tree.advance(rng)
@@ -44,6 +44,35 @@ def test_prefix_noise_variance_is_sigma2_times_the_nodes_summed() -> None:
         # t's binary decomposition has popcount(t) dyadic intervals; popcount(t) != t and != depth(t) for
         # most t here (e.g. t = 4: 1 node, t = 7: 3), so a mechanism summing every leaf or every level fails
         _check_variance(p[t - 1], SIGMA**2 * bin(t).count("1"))
+
+
+def test_honaker_estimator_variance_per_level() -> None:
+    """Honaker's estimate of a level-k node combines its own draw (variance σ²) with its two children's
+    estimates (2c_{k−1}σ²) by inverse-variance weights: c_0 = 1, c_k = 1/(1 + 1/(2c_{k−1})), so
+    prefix(t) has variance σ²·Σ_{k: bit k of t set} c_k (1, 2/3, 4/7, 8/15 for k = 0..3)."""
+    c = [1.0]
+    for _ in range(4):
+        c.append(1.0 / (1.0 + 1.0 / (2.0 * c[-1])))
+    p = _prefixes(16, efficient=True)
+    for t in range(1, 17):
+        _check_variance(p[t - 1], SIGMA**2 * sum(c[k] for k in range(5) if t >> k & 1))
+    # and the estimates of disjoint subtrees stay independent: prefix(4) (node [1..4]) vs leaf [5]
+    n = p.shape[1]
+    leaf5 = p[4] - p[3]
+    assert abs(float(np.mean(leaf5 * p[3]))) < 5 * SIGMA**2 * math.sqrt(c[2] / n)
+
+
+def test_honaker_state_round_trips() -> None:
+    a = TreeNoise(DIM, SIGMA, restart_every=6, efficient=True)
+    rng_a = np.random.default_rng(3)
+    for _ in range(5):
+        a.advance(rng_a)
+    b = TreeNoise.from_state(json.loads(json.dumps(a.to_state())))
+    assert b.efficient
+    rng_b = np.random.default_rng(0)
+    rng_b.bit_generator.state = rng_a.bit_generator.state
+    for _ in range(8):
+        assert np.array_equal(a.advance(rng_a), b.advance(rng_b))
 
 
 def test_noise_is_independent_across_non_overlapping_nodes() -> None:

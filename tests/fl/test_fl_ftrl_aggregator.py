@@ -101,7 +101,7 @@ def test_epsilon_is_the_same_for_observers_and_whoever_knows_the_sample() -> Non
 def test_task_option_round_trips_and_builds_the_ftrl_stack() -> None:
     spec = task_spec("ftrl", 8, aggregator={"kind": "dp_ftrl", "restart_every": 2})
     assert spec.aggregator == DPFTRLSpec(restart_every=2)
-    assert spec.to_dict()["aggregator"] == {"kind": "dp_ftrl", "restart_every": 2}
+    assert spec.to_dict()["aggregator"] == {"kind": "dp_ftrl", "restart_every": 2, "efficient": False}
     acc = spec.build_accountant()
     assert isinstance(acc, FtrlAccountant) and acc.restart_every == 2
     agg = spec.build_aggregator(acc)
@@ -118,6 +118,7 @@ def test_task_option_round_trips_and_builds_the_ftrl_stack() -> None:
         ({"algorithm": "scaffold"}, "scaffold"),
         ({"aggregator": {"kind": "dp_ftrl", "restart_every": 0}}, "restart_every"),
         ({"aggregator": {"kind": "dp_ftrl", "restarts": 2}}, "no options"),
+        ({"aggregator": {"kind": "dp_ftrl", "efficient": "yes"}}, "efficient"),
     ],
 )
 def test_task_option_refuses_what_cannot_work(kw: dict, message: str) -> None:

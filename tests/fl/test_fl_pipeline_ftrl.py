@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from estimator.fl.ftrl import ftrl_epsilon
 from pipeline.transport import open_transport
@@ -22,14 +23,15 @@ from tests.support.fl_pipeline_support import (
 )
 
 
-def test_dp_ftrl_task_equals_run_rounds_across_a_restart(tmp_path: Path) -> None:
+@pytest.mark.parametrize("efficient", [False, True])
+def test_dp_ftrl_task_equals_run_rounds_across_a_restart(tmp_path: Path, efficient: bool) -> None:
     spec = task_spec(
-        "ftrl",
+        f"ftrl-{efficient}",
         8,
         rounds=5,
         clip_norm=0.5,
         noise_multiplier=0.8,
-        aggregator={"kind": "dp_ftrl", "restart_every": 3},
+        aggregator={"kind": "dp_ftrl", "restart_every": 3, "efficient": efficient},
     )
     data = make_data(8)
     ref, history = reference_run(spec, data)
@@ -45,7 +47,7 @@ def test_dp_ftrl_task_equals_run_rounds_across_a_restart(tmp_path: Path) -> None
             restored = jt.job.status()
             assert jt.job.restores == 1 and 1 <= restored["round"] < spec.rounds
             ftrl = jt.job._ftrl
-            assert ftrl is not None and ftrl.tree is not None
+            assert ftrl is not None and ftrl.tree is not None and ftrl.tree.efficient is efficient
             done = restored["round"]
             assert ftrl.tree.step == history[done - 1].info["tree_step"] == (done - 1) % 3 + 1
             drive(devices, jt.finished, timeout=60)
