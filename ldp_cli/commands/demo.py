@@ -253,8 +253,11 @@ def run_pipeline(args: argparse.Namespace) -> int:
         from simulator.token_fleet import LocalIssuer
 
         k = len(names) if args.tokens_per_day is None else args.tokens_per_day
-        if k < 1:
-            raise ValueError("--tokens-per-day must be at least 1")
+        if k < len(names):
+            raise ValueError(
+                f"--tokens-per-day {k} is too few: each device uploads once per metric, so K must be at least "
+                f"{len(names)} (the metrics in {args.metrics})"
+            )
         issuer = LocalIssuer(Path(workdir) / "issuer", tokens_per_day=k).start()
         collector_options = issuer.collector_options(Path(workdir) / "spent-tokens.sqlite3")
     try:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 from pathlib import Path
 
@@ -121,3 +122,19 @@ def test_demo_with_tokens_pays_every_upload_and_refuses_the_flood(
     assert tokens["issued"] == tokens["spent"] == 120 * k + k
     assert tokens["refused"] == 29
     assert f"tokens: {120 * k + k:,} issued" in text and "flood: one install sent 31 uploads" in text
+
+
+def test_demo_token_options_are_checked_before_anything_starts(tmp_path: Path) -> None:
+    from ldp_cli.commands.demo import run
+    from ldp_cli.main import build_parser
+
+    def args(*extra: str) -> argparse.Namespace:
+        return build_parser().parse_args(["demo", "--workdir", str(tmp_path / "w"), "--no-plot", *extra])
+
+    with pytest.raises(ValueError, match="K must be at least 6"):
+        run(args("--tokens", "--tokens-per-day", "2"))
+    with pytest.raises(ValueError, match="go with --tokens"):
+        run(args("--flood", "10"))
+    with pytest.raises(ValueError, match="--flood must be >= 0"):
+        run(args("--tokens", "--flood", "-1"))
+    assert not (tmp_path / "w" / "issuer").exists()  # no issuer was started for a refused configuration
