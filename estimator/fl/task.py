@@ -543,7 +543,12 @@ class FLTaskSpec:
       malicious clients. They are not linear, so they run without DP (``clip_norm`` null,
       ``noise_multiplier`` 0) and without ``secagg`` (they need every individual update; secure
       aggregation reveals only the sum). A round with fewer updates than the wrapper needs
-      (2f + 1; Krum 2f + 3) fails without release."""
+      (2f + 1; Krum 2f + 3) fails without release.
+
+    ``noise`` (a :data:`NoiseSpec`; a mapping is read by :func:`noise_spec`): None keeps the central
+    noise above; ``{"kind": "distributed_discrete_gaussian", "bits": b, ...}`` (:class:`DistributedDGSpec`)
+    has the devices add the noise σ·C as discrete Gaussian shares before SecAgg, so that the printed ε
+    holds against the server operator too (:mod:`client_sdk.fl.ddg`, :mod:`estimator.fl.ddg_accounting`)."""
 
     task: str
     model: Mapping[str, Any]

@@ -158,10 +158,12 @@ def run_clinics_example_cmd(args: argparse.Namespace) -> int:
         f"{'ε this sample':>14} {'ε server operator':>18}"
     )
     for r in result["rows"]:
+        operator = r.get("epsilon_server_operator")
+        op = "none" if operator is None and r["epsilon"] is not None else _fmt_eps(operator)
         print(
             f"{r['setting']:<14} {r['accuracy']:>9.3f} {r['weight_error']:>11.3f} {_fmt_eps(r['epsilon']):>12} "
             f"{_fmt_eps(r['epsilon_known_sample']):>15} {_fmt_eps(r['epsilon_known_sample_realized']):>14} "
-            f"{_fmt_eps(r.get('epsilon_server_operator')):>18}"
+            f"{op:>18}"
         )
     print(
         "ε observers: against anyone who sees the models but not the sample (the smaller of dp_accounting's "

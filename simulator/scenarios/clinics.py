@@ -255,17 +255,19 @@ def _train_ddg(
     rounds: int,
     per_round: int,
     rng: np.random.Generator,
+    sample_rng: np.random.Generator | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """The example's training with distributed discrete Gaussian noise instead of central noise: each
     round's ``per_round`` clinics encode their update (:meth:`DDGSpec.encode`: clip, rotate, round, add
     their noise share, mod 2^bits); SecAgg's unmasked sum is Σ words mod 2^bits (exact, so the masking
     itself is not re-run here: tests/fl/test_fl_ddg.py checks it); the server decodes and averages.
-    Returns (w, per-clinic participation counts)."""
+    ``sample_rng`` (default ``rng``) picks the clinics. Returns (w, per-clinic participation counts)."""
+    sample_rng = rng if sample_rng is None else sample_rng
     n = len(data)
     w = np.zeros(spec.dim)
     participation = np.zeros(n, dtype=np.int64)
     for _ in range(rounds):
-        idx = rng.choice(n, per_round, replace=False)
+        idx = sample_rng.choice(n, per_round, replace=False)
         participation[idx] += 1
         updates = np.stack([_local_update(w, *data[i]) for i in idx])
         seed = int(rng.integers(2**62))  # the round's public rotation
@@ -331,7 +333,8 @@ def compare_ddg_to_central(
     """Accuracy at equal ε: the example's data, central noise σ (clip 0.5) against the distributed DG
     calibrated to the same ε against whoever knows the sample (for central noise that ε does not hold
     against the server operator; for the DDG it does), at each bit width; mean (and standard deviation)
-    of test accuracy and weight error over ``seeds`` (each seed: its own sample and noise)."""
+    of test accuracy and weight error over ``seeds``. Each seed fixes the sequence of samples (the same
+    for every variant: a paired comparison) and, separately, the noise."""
     data, x_test, y_test = _example_data(np.random.default_rng(9))
     clip, d = 0.5, len(EXAMPLE_W_TRUE)
     u_true = np.array(EXAMPLE_W_TRUE) / np.linalg.norm(EXAMPLE_W_TRUE)
@@ -352,10 +355,10 @@ def compare_ddg_to_central(
 
     central = []
     for seed in seeds:
-        rng = np.random.default_rng([seed, 1])
+        sample_rng, rng = np.random.default_rng([seed, 1]), np.random.default_rng([seed, 2])
         w = np.zeros(d)
         for _ in range(rounds):
-            idx = rng.choice(len(data), per_round, replace=False)
+            idx = sample_rng.choice(len(data), per_round, replace=False)
             ups = [_local_update(w, *data[i]) for i in idx]
             ups = [u * min(1.0, clip / float(np.linalg.norm(u))) for u in ups]
             w = w + np.mean(ups, axis=0) + rng.normal(0, sigma * clip / per_round, d)
@@ -364,7 +367,12 @@ def compare_ddg_to_central(
     out[0].update(scores(central))
     for b in bits:
         spec = noise_for_epsilon(target, delta, rounds, clip_norm=clip, clients=per_round, dim=d, bits=b)
-        ws = [_train_ddg(data, spec, rounds, per_round, np.random.default_rng([seed, 1]))[0] for seed in seeds]
+        ws = [
+            _train_ddg(
+                data, spec, rounds, per_round, np.random.default_rng([seed, 2]), np.random.default_rng([seed, 1])
+            )[0]
+            for seed in seeds
+        ]
         row: dict[str, Any] = {
             "noise": "distributed_discrete_gaussian",
             "bits": b,

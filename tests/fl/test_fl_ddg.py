@@ -228,3 +228,38 @@ def test_secagg_in_a_small_ring_unmasks_only_the_sum_mod_m() -> None:
     assert np.array_equal(total.astype(np.int64) % spec.modulus, expect)
     with pytest.raises(SecAggError, match="outside the ring"):
         clients[n].masked_input(np.full(spec.padded_dim, spec.modulus, np.uint32), inbox.get(n, {}), bits=bits)
+
+
+def test_empirical_privacy_audit_stays_below_the_claimed_epsilon() -> None:
+    """An empirical audit of one round: client 1 sends +C or −C (replace-one neighbours; the other two
+    send 0), the decoded sum is released; a threshold test on it gives, at each threshold, a
+    (1 − α)-confidence lower bound on ε from Clopper–Pearson bounds on the false-positive and
+    false-negative rates (ε ≥ log((1 − FNR − δ)/FPR)). The best lower bound must stay below the
+    accountant's ε (it would not if the devices added less noise than claimed, e.g. σ/n instead of
+    σ/√n per share), and come within a factor 3 of it (the audit has power)."""
+    from scipy.stats import beta as beta_dist
+
+    c, n, delta = 1.0, 3, 1e-5
+    spec = DDGSpec.for_bits(c, 4.0 * c, n, 1, 16)  # σ = 4: ε ≈ 1.9 for sensitivity 2C
+    acc = DDGAccountant(delta)
+    acc.record(spec)
+    claimed = acc.epsilon()
+    trials = 30000
+    rng = np.random.default_rng(12)
+
+    def release(x1: float) -> np.ndarray:
+        xs = np.zeros((trials * n, 1))
+        xs[::n, 0] = x1
+        words = spec.encode(xs, rng, 0).astype(np.int64).reshape(trials, n, 1).sum(axis=1)
+        return spec.decode_sum(words, 0)[:, 0]
+
+    a, b = release(c), release(-c)
+    best, conf = 0.0, 0.05 / 50  # Bonferroni over the 50 thresholds
+    for t in np.quantile(np.concatenate([a, b]), np.linspace(0.5, 0.99, 50)):
+        fp, fn = int(np.sum(b > t)), int(np.sum(a <= t))
+        fpr_hi = float(beta_dist.ppf(1 - conf, fp + 1, trials - fp)) if fp < trials else 1.0
+        fnr_hi = float(beta_dist.ppf(1 - conf, fn + 1, trials - fn)) if fn < trials else 1.0
+        if 1 - fnr_hi - delta > 0:
+            best = max(best, math.log((1 - fnr_hi - delta) / fpr_hi))
+    assert best <= claimed, (best, claimed)
+    assert best >= claimed / 3, (best, claimed)
