@@ -137,11 +137,23 @@ def _build_models() -> dict[str, Any]:
         iterations: int = Field(description="EM steps taken")
         bootstrap: int = Field(description="bootstrap resamples behind the intervals")
 
+    class HeavyHittersBody(NumericCommon):
+        """One day's counts of a heavy-hitter (string) metric; discovery of whole values is the batch job
+        ``ldp heavy-hitters`` (docs/HEAVY_HITTERS.md)."""
+
+        kind: Literal["heavy_hitters"]
+        reports_per_part: list[int] = Field(description="reports per PEM level or SFP fragment position")
+        first_level_prefixes: list[list[Any]] = Field(
+            description="PEM: [prefix hex, bits, estimate, ci_low, ci_high] of the most frequent first-level prefixes"
+        )
+        discovery: str
+
     return {
         "estimate": EstimateBody,
         "mean": MeanBody,
         "distribution": DistributionBody,
-        "any_estimate": EstimateBody | MeanBody | DistributionBody,
+        "heavy_hitters": HeavyHittersBody,
+        "any_estimate": EstimateBody | MeanBody | DistributionBody | HeavyHittersBody,
         "available": AvailableList,
         "health": Health,
         "error": ErrorDetail,
