@@ -59,6 +59,7 @@ __all__ = [
     "discover_sfp",
     "pem_count_variance",
     "pem_level_estimate",
+    "possible_prefixes",
     "enumerate_prefixes",
     "extend_prefixes",
     "StreamingSummary",
@@ -119,6 +120,31 @@ def extend_prefixes(rows: np.ndarray, bits: int, new_bits: int) -> np.ndarray:
     return np.packbits(ext, axis=1)
 
 
+def possible_prefixes(rows: np.ndarray, bits: int, final: bool = False) -> np.ndarray:
+    """Whether each candidate can be the ``bits``-bit prefix of a padded value at all (a bool mask).
+
+    A padded value is non-empty UTF-8 without NUL, then 0x00 padding: its first
+    byte is not 0, and no non-zero bit follows a 0x00 byte. A ``final``
+    candidate must also decode as UTF-8. Pruning the impossible ones frees
+    their places for candidates that can be real (and keeps noise such as
+    ``"news\x00\x00\x02"`` out of the answer)."""
+    full, rest = divmod(bits, 8)
+    ok = np.ones(rows.shape[0], dtype=bool)
+    if full:
+        zero = rows[:, :full] == 0
+        seen = np.maximum.accumulate(zero, axis=1)
+        ok &= ~zero[:, 0] & ~(seen & ~zero).any(axis=1)
+        if rest:
+            ok &= ~(seen[:, -1] & ((rows[:, full] & np.uint8((0xFF << (8 - rest)) & 0xFF)) != 0))
+    if final:
+        for i in np.nonzero(ok)[0]:
+            try:
+                bytes(rows[i]).rstrip(b"\x00").decode("utf-8")
+            except UnicodeDecodeError:
+                ok[i] = False
+    return ok
+
+
 def pem_count_variance(spec: PEMSpec, counts: np.ndarray, n: int, n_level: int) -> np.ndarray:
     """Variance of PEM's population count estimate from a level of ``n_level`` of ``n`` devices
     (module docstring), at true counts ``counts``."""
@@ -175,6 +201,8 @@ def discover_pem(
     for j in range(spec.num_levels):
         if j:
             rows = extend_prefixes(rows[:c], spec.level_bits(j - 1), spec.level_bits(j))
+        possible = possible_prefixes(rows, spec.level_bits(j), final=j == spec.num_levels - 1)
+        rows = rows[possible]
         est, n_j = pem_level_estimate(spec, records, j, rows)
         order = np.argsort(-est, kind="stable")
         rows, est = rows[order], est[order]

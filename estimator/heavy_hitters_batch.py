@@ -36,6 +36,7 @@ class HeavyHitterResult:
     files: int
     discovery: Discovery
     table: pd.DataFrame
+    parts: list[int]  # reports per PEM level or SFP fragment position
 
     def summary(self) -> dict[str, Any]:
         return {
@@ -47,6 +48,7 @@ class HeavyHitterResult:
             "reports": self.n,
             "files": self.files,
             "found": len(self.table),
+            "reports_per_part": self.parts,
             "seconds": self.discovery.seconds,
         }
 
@@ -97,7 +99,9 @@ def discover_dataset(
             "frequency": [h.estimate / n for h in found],
         }
     )
-    return HeavyHitterResult(metric, spec, sorted({p.day for p in parts}), n, len(parts), disc, table)
+    field, size = ("level", spec.num_levels) if isinstance(spec, PEMSpec) else ("position", spec.num_positions)
+    per_part = [int(x) for x in np.bincount(records[field], minlength=size)]
+    return HeavyHitterResult(metric, spec, sorted({p.day for p in parts}), n, len(parts), disc, table, per_part)
 
 
 def plot_heavy_hitters(result: HeavyHitterResult, path: str | os.PathLike[str], title: str | None = None) -> None:

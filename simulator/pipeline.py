@@ -30,7 +30,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from client_sdk.domain import Dictionary, HashedDomain, NumberRange
+from client_sdk.domain import Dictionary, HashedDomain, NumberRange, StringDomain
 from client_sdk.mechanisms import frequency_spec
 from client_sdk.metrics import MetricSet, load_metrics
 from client_sdk.wire import ReportBatch, encode_frame
@@ -40,6 +40,31 @@ from simulator.population import parse_distribution
 #: how the demo's simulated devices hold a numeric metric's value: beta(2, 5) over its range (a right-skewed
 #: quantity such as session minutes)
 NUMERIC_POPULATION = "beta:2,5"
+
+
+#: the search words of the demo's string metrics, most frequent first (then syllable words): ranks index this list
+_SEARCH_WORDS = (
+    "weather news maps recipes football music movies jobs hotels flights translate email games lyrics "
+    "horoscope pizza bank shoes cinema trains tennis coffee dentist garden bitcoin cars laptop yoga"
+).split()
+
+
+def demo_words(length: int, vocabulary: int = 2000) -> list[str]:
+    """``vocabulary`` distinct words of at most ``length`` bytes: real search words first, then syllables."""
+    out = [w for w in _SEARCH_WORDS if len(w) <= length]
+    seen = set(out)
+    cons, vows = "bdfgklmnprstvz", "aeiou"
+    i = 0
+    while len(out) < vocabulary:
+        w, k = "", i
+        while len(w) + 2 <= length and (k or not w):
+            w += cons[k % len(cons)] + vows[(k // len(cons)) % len(vows)]
+            k //= len(cons) * len(vows)
+        i += 1
+        if w not in seen:
+            seen.add(w)
+            out.append(w)
+    return out
 
 
 def empty_truth(metrics: MetricSet, name: str) -> np.ndarray:
@@ -410,7 +435,16 @@ def true_indices(
         ranks = parse_distribution(distribution, vocabulary).sample(devices, rng)
         bucket = np.array([dom.index_of(f"w{r}") for r in range(vocabulary)], dtype=np.int64)
         return bucket[ranks]
+    if isinstance(dom, StringDomain):  # a heavy-hitter metric: ranks into demo_words (the truth is the ranks)
+        return parse_distribution(distribution, vocabulary).sample(devices, rng)
     raise TypeError(f"unknown domain {dom!r}")
+
+
+def string_values(dom: StringDomain, ranks: np.ndarray, vocabulary: int = 2000) -> np.ndarray:
+    """The padded bytes of the words at ``ranks`` of :func:`demo_words` (what devices privatize)."""
+    words = demo_words(dom.length, vocabulary)
+    table = np.frombuffer(b"".join(dom.index_of(w) for w in words), dtype=np.uint8).reshape(len(words), dom.length)
+    return table[np.asarray(ranks, dtype=np.int64)]
 
 
 def demo_labels(metrics: MetricSet, name: str, vocabulary: int = 2000) -> dict[int, str]:
@@ -434,6 +468,9 @@ def _draw_value(
         xs = NumericPopulation(NUMERIC_POPULATION, dom.low, dom.high).sample(dom.dims, rng)
         x: Any = float(xs[0]) if dom.dims == 1 else tuple(float(v) for v in xs)
         return x, x
+    if isinstance(dom, StringDomain):
+        rank = int(parse_distribution(distribution, vocabulary).sample(1, rng)[0])
+        return rank, demo_words(dom.length, vocabulary)[rank]
     if isinstance(dom, Dictionary):
         idx = int(parse_distribution(distribution, dom.size).sample(1, rng)[0])
         value: Any = dom.values[idx] if idx < len(dom.values) else f"undeclared-{idx}"
@@ -469,7 +506,8 @@ def fleet_batches(
         truth[name] = (
             np.bincount(idx, minlength=frequency_spec(spec).domain_size) if metrics[name].kind == "frequency" else idx
         )
-        recs = spec.encode(idx, rng)
+        dom = metrics[name].domain
+        recs = spec.encode(string_values(dom, idx) if isinstance(dom, StringDomain) else idx, rng)
         cuts = list(range(0, devices, frame_reports))[1:]
         if cuts and devices - cuts[-1] < frame_reports:
             cuts.pop()  # the remainder joins the last frame: every frame holds at least frame_reports

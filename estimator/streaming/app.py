@@ -160,7 +160,7 @@ def _build_models() -> dict[str, Any]:
 
     class MetricInfo(BaseModel):
         name: str
-        kind: str = Field(description="frequency, mean or distribution")
+        kind: str = Field(description="frequency, mean, distribution or heavy_hitters")
         description: str
         mechanism: str
         epsilon: float = Field(description="the local ε₀ of one report")
@@ -169,13 +169,25 @@ def _build_models() -> dict[str, Any]:
     class MetricList(BaseModel):
         metrics: list[MetricInfo]
 
+    class HeavyHittersBody(NumericCommon):
+        """One day's counts of a heavy-hitter (string) metric; discovery of whole values is the batch job
+        ``ldp heavy-hitters`` (docs/HEAVY_HITTERS.md)."""
+
+        kind: Literal["heavy_hitters"]
+        reports_per_part: list[int] = Field(description="reports per PEM level or SFP fragment position")
+        first_level_prefixes: list[list[Any]] = Field(
+            description="PEM: [prefix hex, bits, estimate, ci_low, ci_high] of the most frequent first-level prefixes"
+        )
+        discovery: str
+
     return {
         "freshness": Freshness,
         "metric_list": MetricList,
         "estimate": EstimateBody,
         "mean": MeanBody,
         "distribution": DistributionBody,
-        "any_estimate": EstimateBody | MeanBody | DistributionBody,
+        "heavy_hitters": HeavyHittersBody,
+        "any_estimate": EstimateBody | MeanBody | DistributionBody | HeavyHittersBody,
         "available": AvailableList,
         "health": Health,
         "error": ErrorDetail,

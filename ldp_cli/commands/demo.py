@@ -435,6 +435,22 @@ def _run_pipeline(
     for name in names:
         m = metrics[name]
         est = live[name]
+        if m.kind == "heavy_hitters":
+            row = _heavy_hitters_row(pipe.dataset, m, truth[name], day, args.top)
+            same = row.pop("reports_per_part") == est.get("reports_per_part")  # the stream's level counts
+            batch_equal &= same
+            row.update(
+                uploaded=expected[name],
+                counted=counted.get(name, 0),
+                batch_equals_streaming=same,
+                reports_per_day=m.max_reports_per_day,
+                person_epsilon=m.max_reports_per_day * m.spec.epsilon,
+                central_epsilon=est.get("central_epsilon"),
+                central_delta=est.get("central_delta"),
+            )
+            summary["metrics"][name] = row
+            live[name] = {**est, "found": row["found"], "true_top": row["true_top"]}
+            continue
         if m.kind != "frequency":
             res = estimate_dataset(pipe.dataset, name, [day], progress=False)
             row, same = _numeric_row(m, est, truth[name], res.table)
@@ -583,6 +599,55 @@ def _token_summary(
     return out, ok
 
 
+def _heavy_hitters_row(dataset: Path, m: Any, ranks: np.ndarray, day: int, top: int) -> dict[str, Any]:
+    """Discover a string metric's words from the day's Parquet parts (``ldp heavy-hitters``) and print them by name
+    beside the truth (docs/HEAVY_HITTERS.md)."""
+    from estimator.heavy_hitters_batch import discover_dataset
+    from simulator.pipeline import demo_words
+
+    words = demo_words(m.domain.length)
+    true = np.bincount(np.asarray(ranks, dtype=np.int64), minlength=len(words))
+    order = np.argsort(-true, kind="stable")[:top]
+    true_top = [[words[i], int(true[i])] for i in order]
+    counts = {words[i]: int(c) for i, c in enumerate(true) if c}
+    res = discover_dataset(dataset, m.name, [day], top=top)
+    found = res.table[["value", "estimate", "ci_low", "ci_high"]].values.tolist()
+    hits = len({f[0] for f in found} & {t[0] for t in true_top})
+    recall = hits / len(true_top) if true_top else 0.0
+    print(
+        f"{m.name}: {m.spec.name} ε={m.spec.epsilon:g} discovered {len(found)} words from {res.n:,} reports "
+        f"(no word listed in advance); recall@{top} {recall:.2f}, decode {res.discovery.seconds:.1f} s"
+    )
+    print(f"  {'word':>18} {'truth':>8} {'estimate':>9} {'95% CI':>20}")
+    for value, e, lo, hi in found:
+        print(
+            f"  {value!r:>18} {counts.get(value, 0):>8,} {e:>9,.0f} {'[' + format(lo, ',.0f') + ', ' + format(hi, ',.0f') + ']':>20}"
+        )
+    return {
+        "kind": "heavy_hitters",
+        "mechanism": m.spec.name,
+        "epsilon": m.spec.epsilon,
+        "n": res.n,
+        "found": found,
+        "true_top": true_top,
+        "recall": recall,
+        "seconds": res.discovery.seconds,
+        "reports_per_part": res.parts,
+    }
+
+
+def _plot_heavy_hitters(ax: Any, m: Any, est: dict[str, Any]) -> None:
+    found = est["found"][::-1]
+    truth = dict(est["true_top"])
+    y = np.arange(len(found))
+    e = np.array([f[1] for f in found], dtype=np.float64)
+    err = np.vstack([e - [f[2] for f in found], np.array([f[3] for f in found]) - e]) if found else None
+    ax.barh(y, [truth.get(f[0], 0) for f in found], color="#cfd8e3", label="truth")
+    ax.errorbar(e, y, xerr=err, fmt="o", ms=3, color="#b03a2e", capsize=2, label="estimate, 95% CI")
+    ax.set_yticks(y, [repr(f[0]) for f in found], fontsize=7)
+    ax.set_title(f"{m.name}: {m.spec.name} ε={m.spec.epsilon:g}, discovered words, n={est['n']:,}", fontsize=10)
+
+
 def _central(est: dict[str, Any], m: Any) -> str:
     ce, r = est.get("central_epsilon"), m.max_reports_per_day
     if ce is None:
@@ -682,6 +747,9 @@ def _plot_pipeline(
     fig, axes = plt.subplots(rows, cols, figsize=(12, 3.4 * rows), squeeze=False)
     for ax, name in zip(axes.flat, names):
         est, t, m = live[name], truth[name], metrics[name]
+        if m.kind == "heavy_hitters":
+            _plot_heavy_hitters(ax, m, est)
+            continue
         if m.kind != "frequency":
             _plot_numeric(ax, m, est, t)
             continue

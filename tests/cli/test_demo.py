@@ -49,6 +49,10 @@ def test_demo_runs_the_pipeline_and_checks_itself(tmp_path: Path, capsys: pytest
             # the mean within 5 of its own standard errors (CI half-width / 1.96) of the devices' true mean
             se = (m["ci_high"] - m["ci_low"]) / (2 * 1.959963984540054)
             assert abs(m["mean"] - m["true_mean"]) < 5 * se, m
+        elif kinds[name] == "heavy_hitters":  # search_word: words discovered by name, none listed in advance
+            found = [f[0] for f in m["found"]]
+            assert "weather" in found[:3] and m["true_top"][0] == ["weather", m["true_top"][0][1]], m["found"]
+            assert 0 < m["recall"] <= 1
         elif kinds[name] == "distribution":
             assert abs(sum(m["hist"]) - 1) < 1e-9 and abs(sum(m["true_hist"]) - 1) < 1e-9
             assert set(m["quantiles"]) == {"p50", "p90", "p99"}

@@ -705,7 +705,7 @@ def test_metrics_document_serves_numeric_metrics_only_to_sdks_that_ask(tmp_path:
         default = httpx.get(srv.url + "/v1/metrics", timeout=10).json()
         every = httpx.get(srv.url + "/v1/metrics", params={"kinds": "all"}, timeout=10).json()
     assert set(every["metrics"]) == set(doc["metrics"])
-    numeric = {n for n, m in doc["metrics"].items() if m["domain"]["kind"] == "range"}
+    numeric = {n for n, m in doc["metrics"].items() if m["domain"]["kind"] in ("range", "string")}  # not frequency
     assert numeric and set(default["metrics"]) == set(doc["metrics"]) - numeric
     for m in default["metrics"].values():
         assert "kind" not in m and m["domain"]["kind"] in ("dictionary", "hashed")

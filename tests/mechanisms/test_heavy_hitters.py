@@ -345,3 +345,13 @@ def test_stream_state_merges_exactly_and_matches_the_first_level() -> None:
     st = state_for(sfp)
     st.update(sfp.encode(values, rng))
     assert st.estimate().to_dict()["reports_per_part"] == [values.shape[0]]
+
+
+def test_impossible_prefixes_are_pruned() -> None:
+    from estimator.heavy_hitters import possible_prefixes
+
+    rows = np.frombuffer(b"news\x00\x00" + b"new\x00\x02\x00" + b"\x00abc\x00\x00" + b"caf\xc3\x00\x00", np.uint8)
+    rows = rows.reshape(4, 6)
+    assert possible_prefixes(rows, 48, final=True).tolist() == [True, False, False, False]  # é cut in half
+    assert possible_prefixes(rows, 36).tolist() == [True, True, False, True]  # the 0x02 is beyond 36 bits
+    assert possible_prefixes(rows, 40).tolist() == [True, False, False, True]
