@@ -23,7 +23,7 @@ import { bernoulliWords, packBits, probabilityDigits, setBit, getBit } from "../
 import { DomainError, SpecError } from "../errors.js";
 import { hashToRange, utf8, xxh32U32 } from "../hashing.js";
 import type { RandomSource } from "../random.js";
-import { MechanismSpec, fromHex, packRecord, requireInt, type Param, type RecordField } from "./base.js";
+import { MechanismSpec, fromHex, hex, packRecord, requireInt, type Param, type RecordField } from "./base.js";
 
 export const MAX_BITS = 8192;
 export const MAX_COHORTS = 1 << 16;
@@ -141,6 +141,9 @@ export class RapporSpec extends MechanismSpec {
   readonly cohortSeeds: Uint32Array;
   private readonly fields: RecordField[];
   private readonly cohorts = new Map<string, number>();
+  /** Memoized permanent responses (a pure function of key and value; in memory only, at most PRR_CACHE). */
+  private readonly prrCache = new Map<string, Uint8Array>();
+  static readonly PRR_CACHE = 1024;
 
   constructor(params: RapporParams) {
     super("rappor", params.epsilon, params.domain_size);
@@ -254,7 +257,7 @@ export class RapporSpec extends MechanismSpec {
   /** The device's cohort for `secret`: the first keystream word below 2^64 - (2^64 mod m), mod m. */
   cohortOf(secret: Uint8Array): number {
     const key = RapporSpec.asSecret(secret);
-    const memo = `${Array.from(key).join(",")}`;
+    const memo = hex(key);
     const hit = this.cohorts.get(memo);
     if (hit !== undefined) return hit;
     const ks = new Keystream(key, LABEL_COHORT, fromHex(this.legacySpecId));
@@ -275,6 +278,16 @@ export class RapporSpec extends MechanismSpec {
   permanentBits(value: number, secret: Uint8Array): Uint8Array {
     const key = RapporSpec.asSecret(secret);
     const v = this.checkValue(value);
+    const memo = `${hex(key)}:${v}`;
+    const hit = this.prrCache.get(memo);
+    if (hit) return hit.slice();
+    const bits = this.derivePermanent(v, key);
+    if (this.prrCache.size >= RapporSpec.PRR_CACHE) this.prrCache.delete(this.prrCache.keys().next().value as string);
+    this.prrCache.set(memo, bits);
+    return bits.slice();
+  }
+
+  private derivePermanent(v: number, key: Uint8Array): Uint8Array {
     const k = this.numBits;
     const nbytes = (k + 7) >>> 3;
     const bloom = new Uint8Array(nbytes);

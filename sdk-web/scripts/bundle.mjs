@@ -1,0 +1,20 @@
+// Bundle the SDK for browsers (one minified ESM file) and print its size, raw and gzipped.
+// Usage: node scripts/bundle.mjs [outfile]   (default dist/ldp-telemetry.min.js)
+import { build } from "esbuild";
+import { readFileSync } from "node:fs";
+import { gzipSync } from "node:zlib";
+
+const outfile = process.argv[2] ?? "dist/ldp-telemetry.min.js";
+await build({
+  entryPoints: ["src/index.ts"],
+  bundle: true,
+  minify: true,
+  format: "esm",
+  platform: "browser",
+  target: "es2022",
+  outfile,
+  logLevel: "warning",
+});
+const code = readFileSync(outfile);
+const gz = gzipSync(code, { level: 9 });
+process.stdout.write(JSON.stringify({ outfile, bytes: code.length, gzip_bytes: gz.length }) + "\n");
