@@ -2,11 +2,11 @@
 
 :class:`SparkEngine` is an :class:`estimator.batch.Engine`: give it to
 :func:`~estimator.batch.estimate_dataset` (``ldp estimate --engine spark``)
-and the files of the chosen metric and spec are read by Spark's Parquet
-reader, several files or a slice of one per task. Each task turns every
-Arrow batch it is handed back into the spec's records, splits the batch by
-day (a task may read files of several days) and adds each day's records into
-that day's accumulator with the same numba kernels as the default engine
+and the files of the chosen metric and spec are spread over Spark tasks,
+several files per task. Each task reads its files in Arrow batches, turns
+every batch into the spec's records, splits it by day (a task may read
+files of several days) and adds each day's records into that day's
+accumulator with the same numba kernels as the default engine
 (``mapInArrow``). A task emits one row per day it saw: the day, ``n`` and
 the accumulator's integer sums, serialized (a few kB; :func:`pack_sums`).
 Those rows are merged by a tree reduce (:meth:`pyspark.RDD.treeAggregate`);
@@ -15,8 +15,18 @@ size n is shuffled. All sums are int64 and addition is exact in any order,
 so the states, and the estimates computed from them, equal the default
 engine's bit for bit.
 
-One Spark read covers one (metric, spec): a spec fixes the columns, so two
-specs are two schemas. The per-file facts the default engine takes from each
+Who reads a task's files (``reader``):
+
+- ``"arrow"`` (default): the task's input is a list of (path, day) rows and
+  the Python worker reads the files itself with pyarrow, so the reports
+  never pass through the JVM. A file is one task's (the sink's files are one
+  chunk each, of bounded size).
+- ``"spark"``: Spark's Parquet reader (row-group splits, data locality on
+  HDFS, any file system Spark reads), whose rows the JVM converts to Arrow
+  one by one for ``mapInArrow``: on this machine that conversion, not the
+  kernels, takes most of the time (docs/BENCHMARKS.md).
+
+One Spark job covers one (metric, spec): a spec fixes the columns. The per-file facts the default engine takes from each
 file's footer (format, spec id, shuffle batches, central ε and δ) come from a
 small job over the file paths (:func:`_file_facts`), which also refuses a
 file that is not of the chosen spec.
@@ -55,9 +65,10 @@ import os
 import re
 import sys
 import tempfile
+import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
@@ -66,15 +77,17 @@ from client_sdk.mechanisms.base import ReportSpec
 from estimator.batch import Accumulated
 from estimator.errors import BatchError
 from estimator.oracles import state_for
-from pipeline.dataset import FORMAT, PartFile, read_part_spec
+from pipeline.dataset import FORMAT, PartFile, read_part_spec, table_to_records
 from pipeline.errors import DatasetError
 
 if TYPE_CHECKING:
     import pyarrow as pa
-    from pyspark.sql import SparkSession
+    from pyspark.sql import DataFrame, SparkSession
 
 __all__ = [
     "DEFAULT_MASTER",
+    "READERS",
+    "Reader",
     "EXECUTOR_ENV",
     "SparkEngine",
     "spark_session",
@@ -85,6 +98,9 @@ __all__ = [
 ]
 
 DEFAULT_MASTER = "local[*]"
+
+Reader = Literal["spark", "arrow"]
+READERS: tuple[Reader, ...] = ("spark", "arrow")
 
 #: Environment of the Python workers (``spark.executorEnv.*``), unless the caller sets them.
 EXECUTOR_ENV: dict[str, str] = {"NUMBA_NUM_THREADS": "1", "NUMBA_THREADING_LAYER": "workqueue"}
@@ -243,45 +259,80 @@ _Key = tuple[str, str, int]  # metric, spec_id, day
 _Partial = dict[_Key, tuple[int, bytes]]
 
 
+def _add_by_day(accs: dict[int, Any], spec: ReportSpec, days: np.ndarray | int, records: np.ndarray) -> None:
+    """Add ``records`` into the accumulator of each one's day (``days``: one per record, or one for all)."""
+    if isinstance(days, np.ndarray):
+        first, last = days[0], days[-1]
+        if first == last and (days.size < 3 or np.all(days == first)):
+            days = int(first)
+    if isinstance(days, np.ndarray):
+        uniq, inverse = np.unique(days, return_inverse=True)
+        groups = [(int(d), records[inverse == i]) for i, d in enumerate(uniq)]
+    else:
+        groups = [(days, records)]
+    for day, recs in groups:
+        acc = accs.get(day)
+        if acc is None:
+            acc = accs[day] = state_for(spec)
+        acc.update(recs)
+
+
+def _state_rows(metric: str, spec: ReportSpec, accs: dict[int, Any]) -> Iterator[pa.RecordBatch]:
+    """A task's output: one row per day it saw (none if it saw no report)."""
+    import pyarrow as pa
+
+    if not accs:
+        return
+    order = sorted(accs)
+    yield pa.RecordBatch.from_arrays(
+        [
+            pa.array([metric] * len(order), pa.string()),
+            pa.array([spec.spec_id] * len(order), pa.string()),
+            pa.array(order, pa.int32()),
+            pa.array([accs[d].n for d in order], pa.int64()),
+            pa.array([pack_sums(accs[d].sums) for d in order], pa.binary()),
+        ],
+        names=["metric", "spec_id", "day", "n", "sums"],
+    )
+
+
 def _accumulate_batches(
     metric: str, spec_dict: dict[str, Any]
 ) -> Callable[[Iterable[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
-    """The ``mapInArrow`` function: a task's batches in, one row per day of its reports out."""
+    """The ``mapInArrow`` function of the ``spark`` reader: a task's report batches in (as Spark's Parquet
+    reader typed them), one row per day out."""
 
     def run(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        import pyarrow as pa
-
         spec = spec_from_dict(spec_dict)
         accs: dict[int, Any] = {}
         for batch in batches:
-            if batch.num_rows == 0:
-                continue
-            records = batch_to_records(batch, spec)
-            days = batch.column(batch.schema.names.index("day")).to_numpy(zero_copy_only=False)
-            first, last = days[0], days[-1]
-            if first == last and (days.size < 3 or np.all(days == first)):
-                groups: Iterable[tuple[int, np.ndarray]] = [(int(first), records)]
-            else:
-                uniq, inverse = np.unique(days, return_inverse=True)
-                groups = [(int(d), records[inverse == i]) for i, d in enumerate(uniq)]
-            for day, recs in groups:
-                acc = accs.get(day)
-                if acc is None:
-                    acc = accs[day] = state_for(spec)
-                acc.update(recs)
-        if not accs:
-            return
-        order = sorted(accs)
-        yield pa.RecordBatch.from_arrays(
-            [
-                pa.array([metric] * len(order), pa.string()),
-                pa.array([spec.spec_id] * len(order), pa.string()),
-                pa.array(order, pa.int32()),
-                pa.array([accs[d].n for d in order], pa.int64()),
-                pa.array([pack_sums(accs[d].sums) for d in order], pa.binary()),
-            ],
-            names=["metric", "spec_id", "day", "n", "sums"],
-        )
+            if batch.num_rows:
+                days = batch.column(batch.schema.names.index("day")).to_numpy(zero_copy_only=False)
+                _add_by_day(accs, spec, days, batch_to_records(batch, spec))
+        yield from _state_rows(metric, spec, accs)
+
+    return run
+
+
+def _read_and_accumulate(
+    metric: str, spec_dict: dict[str, Any]
+) -> Callable[[Iterable[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    """The ``mapInArrow`` function of the ``arrow`` reader: a task's (path, day) rows in; it reads those
+    files with pyarrow, in batches of 2^17 rows, and emits one row per day."""
+
+    def run(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        spec = spec_from_dict(spec_dict)
+        names = list(spec.record_dtype.names or ())
+        accs: dict[int, Any] = {}
+        for batch in batches:
+            for path, day in zip(batch.column(0).to_pylist(), batch.column(1).to_pylist()):
+                for rb in pq.ParquetFile(path).iter_batches(batch_size=1 << 17, columns=names):
+                    if rb.num_rows:
+                        _add_by_day(accs, spec, int(day), table_to_records(pa.Table.from_batches([rb]), spec))
+        yield from _state_rows(metric, spec, accs)
 
     return run
 
@@ -330,11 +381,22 @@ def _file_facts(spec_ids: frozenset[str], rows: Iterable[str]) -> Iterator[tuple
 class SparkEngine:
     """An :class:`estimator.batch.Engine` that runs the pass on ``spark`` (see the module docstring)."""
 
-    def __init__(self, spark: SparkSession | None = None, *, master: str = DEFAULT_MASTER, depth: int = 2) -> None:
+    def __init__(
+        self,
+        spark: SparkSession | None = None,
+        *,
+        master: str = DEFAULT_MASTER,
+        reader: Reader = "arrow",
+        depth: int = 2,
+    ) -> None:
         """``spark``: the session to use; without one, the first call starts one on ``master``
-        (:func:`spark_session`) and :meth:`close` stops it. ``depth``: of the tree reduce."""
+        (:func:`spark_session`) and :meth:`close` stops it. ``reader``: who reads the files in a task
+        (see the module docstring). ``depth``: of the tree reduce."""
         if spark is None:
             check_master(master)
+        if reader not in READERS:
+            raise BatchError(f"the Spark reader is one of {READERS}, not {reader!r}")
+        self.reader = reader
         self._spark = spark
         self._owned = False
         self.master = master
@@ -373,12 +435,12 @@ class SparkEngine:
         for (metric, _), files in groups.items():
             spec = specs[files[0].spec_id]
             try:
+                facts = self._facts(spec, files)  # first: it refuses a file of another spec
                 states = self._states(metric, spec, files)
             except BatchError:
                 raise
             except Exception as exc:  # a failed Spark job: Py4J and PySpark errors carry the worker's message
                 raise BatchError(f"the Spark job over {metric!r} failed: {_last_line(exc)}") from exc
-            facts = self._facts(spec, files)
             for p in files:
                 key = (spec.spec_id, p.day if per_day else None)
                 a = out.get(key)
@@ -401,19 +463,32 @@ class SparkEngine:
         return out
 
     def _states(self, metric: str, spec: ReportSpec, files: Sequence[PartFile]) -> _Partial:
-        from pyspark.sql import functions as F
-
-        root = files[0].path.parent.parent.parent
-        df = (
-            self.spark.read.option("basePath", str(root))
-            .parquet(*[str(p.path) for p in files])
-            .select(*[F.col(f) for f in spec.record_dtype.names or ()], F.col("day").cast("int").alias("day"))
-        )
-        partials = df.mapInArrow(_accumulate_batches(metric, spec.to_dict()), _PARTIAL_SCHEMA)
+        partials = self.partials(metric, spec, files)
         rdd = partials.rdd.map(lambda r: {(r.metric, r.spec_id, r.day): (r.n, bytes(r.sums))})
         empty: _Partial = {}
         merged: _Partial = rdd.treeAggregate(empty, _merge_partials, _merge_partials, depth=self.depth)
         return merged
+
+    def partials(self, metric: str, spec: ReportSpec, files: Sequence[PartFile]) -> DataFrame:
+        """The tasks' output before the merge: one row (metric, spec_id, day, n, sums) per task and day."""
+        from pyspark.sql import functions as F
+
+        with warnings.catch_warnings():
+            # mapInArrow checks the pandas version though it never uses pandas
+            warnings.filterwarnings("ignore", "PySpark does not yet fully support pandas", FutureWarning)
+            if self.reader == "arrow":
+                sc = self.spark.sparkContext
+                rows = [(str(p.path), p.day) for p in files]
+                slices = max(1, min(len(rows), 2 * sc.defaultParallelism))
+                paths = self.spark.createDataFrame(sc.parallelize(rows, slices), "path string, day int")
+                return paths.mapInArrow(_read_and_accumulate(metric, spec.to_dict()), _PARTIAL_SCHEMA)
+            root = files[0].path.parent.parent.parent
+            df = (
+                self.spark.read.option("basePath", str(root))
+                .parquet(*[str(p.path) for p in files])
+                .select(*[F.col(f) for f in spec.record_dtype.names or ()], F.col("day").cast("int").alias("day"))
+            )
+            return df.mapInArrow(_accumulate_batches(metric, spec.to_dict()), _PARTIAL_SCHEMA)
 
     def _facts(self, spec: ReportSpec, files: Sequence[PartFile]) -> dict[str, tuple[int, Any, Any]]:
         sc = self.spark.sparkContext

@@ -54,6 +54,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="where the pass over the files runs: this process (default) or Apache Spark (docs/SPARK.md)",
     )
     p.add_argument("--master", default=None, help="Spark master URL for --engine spark (default local[*])")
+    p.add_argument(
+        "--spark-reader",
+        choices=("arrow", "spark"),
+        default=None,
+        help="who reads the files in a Spark task: pyarrow in the Python worker (default) or Spark's Parquet reader",
+    )
     p.set_defaults(func=run)
 
 
@@ -73,12 +79,14 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"--confidence must be in (0, 1), got {args.confidence}")
     engine: Engine = accumulate
     try:
-        if args.master is not None and args.engine != "spark":
-            raise BatchError("--master is for --engine spark")
+        if (args.master is not None or args.spark_reader is not None) and args.engine != "spark":
+            raise BatchError("--master and --spark-reader are for --engine spark")
         if args.engine == "spark":
             from estimator.spark import DEFAULT_MASTER, SparkEngine
 
-            engine = SparkEngine(master=DEFAULT_MASTER if args.master is None else args.master)
+            engine = SparkEngine(
+                master=DEFAULT_MASTER if args.master is None else args.master, reader=args.spark_reader or "arrow"
+            )
         days = parse_day_range(args.days, args.start, args.end)
         files = optional_metrics_files(args.metrics)
         # labels are optional (the dataset carries its specs), but a file that was given must load

@@ -56,7 +56,7 @@ def test_a_bad_master_is_a_clear_error(
 def test_master_needs_the_spark_engine(dataset: dict[str, Any], capsys: pytest.CaptureFixture[str]) -> None:
     rc = main(["estimate", "--dataset", str(dataset["root"]), "--metric", "olh", "--master", "local[2]"])
     assert rc == 2
-    assert "--master is for --engine spark" in capsys.readouterr().err
+    assert "--master and --spark-reader are for --engine spark" in capsys.readouterr().err
 
 
 def test_another_master_than_the_running_sessions_is_refused(

@@ -9,7 +9,7 @@ import pytest
 from pyspark.sql import SparkSession
 
 from estimator.batch import BatchResult, accumulate, estimate_dataset
-from estimator.spark import SparkEngine
+from estimator.spark import READERS, Reader, SparkEngine
 from pipeline.dataset import list_parts
 from tests.spark.conftest import DAYS, part_count
 
@@ -31,14 +31,15 @@ def test_the_dataset_has_several_files_per_day(dataset: dict[str, Any]) -> None:
             assert part_count(dataset["root"], metric, day) >= 2, (metric, day)
 
 
+@pytest.mark.parametrize("reader", READERS)
 @pytest.mark.parametrize("metric", METRICS)
 def test_states_equal_the_default_engines_bit_for_bit(
-    spark: SparkSession, dataset: dict[str, Any], metric: str
+    spark: SparkSession, dataset: dict[str, Any], metric: str, reader: Reader
 ) -> None:
     parts = list_parts(dataset["root"], metric)
     for per_day in (False, True):
         want = accumulate(parts, per_day=per_day)
-        got = SparkEngine(spark)(parts, per_day=per_day)
+        got = SparkEngine(spark, reader=reader)(parts, per_day=per_day)
         assert got.keys() == want.keys()
         for key, w in want.items():
             g = got[key]
