@@ -8,7 +8,7 @@ once (the estimator's counts per metric equal what the devices recorded, the res
 as duplicates) and that each item's estimate lies within 5 standard deviations of its true count,
 the deviation from the mechanism's ``count_variance`` (the Python SDK's formula; a pure protocol's
 [n_v p*(1-p*) + (n - n_v) q*(1-q*)]/(p* - q*)^2, RAPPOR's least-squares variance): the probability
-that one of the ~170 items fails by chance is below 1e-4. The shuffler's crowd threshold is 1, so
+that one of the 141 items fails by chance is below 1e-4. The shuffler's crowd threshold is 1, so
 every group is released: the threshold is tested elsewhere.
 """
 
