@@ -4,6 +4,7 @@
     └── EstimatorError
         ├── BatchError(ValueError)       no data for a batch request, or a choice (spec, days) the user must make
         ├── AccountingError(ValueError)  an event cannot be accounted as asked
+        ├── DatasetError(ValueError)     a training data file is missing arrays or has bad shapes or labels
         ├── StateError(ProcessorError)   a streaming snapshot is unreadable, foreign, or states do not merge
         └── JobStateError(ProcessorError) an FL job cannot restore its state without losing or double-counting
 
@@ -19,7 +20,7 @@ from client_sdk.errors import LDPError
 from client_sdk.fl.errors import FLError
 from pipeline.errors import ProcessorError
 
-__all__ = ["EstimatorError", "BatchError", "AccountingError", "StateError", "JobStateError"]
+__all__ = ["EstimatorError", "BatchError", "AccountingError", "DatasetError", "StateError", "JobStateError"]
 
 
 class EstimatorError(LDPError):
@@ -32,6 +33,11 @@ class BatchError(EstimatorError, ValueError):
 
 class AccountingError(EstimatorError, ValueError):
     """An event cannot be accounted as asked; the message says why and what to do."""
+
+
+class DatasetError(EstimatorError, ValueError):
+    """A training data file (``ldp dpsgd --data``) is unreadable, lacks an array, or
+    has arrays of the wrong shape, type or label range; the message names which."""
 
 
 class StateError(EstimatorError, ProcessorError):
