@@ -7,6 +7,9 @@
 #            imports scikit-learn and statsmodels without declaring them.      venv: .bench-venv
 #   mfl      multi-freq-ldpy 0.2.5 (its dBitFlipPM, Ding et al. 2017), the baseline of
 #            bench_repeated.py; numba and numpy of its own choosing.             venv: .bench-mfl-venv
+#   flwr     Flower 1.42.0 beside this project (editable, `fl` extra, numba for the server's mask
+#            kernel), for bench_flwr_secagg.py; flwr pulls grpcio, protobuf, typer and more, none
+#            of which belongs in .venv. Rebuilt when pyproject.toml changes.    venv: .bench-flwr-venv
 #
 # Usage: bash benchmarks/baseline_env.sh NAME   (from anywhere; $BENCH_VENV overrides the folder)
 set -euo pipefail
@@ -22,12 +25,17 @@ case "${1:-}" in
     VENV="${BENCH_VENV:-${BENCH_MFL_VENV:-$ROOT/.bench-mfl-venv}}"
     PINS=(multi-freq-ldpy==0.2.5 numpy numba xxhash)
     CHECK="import multi_freq_ldpy.long_freq_est.dBitFlipPM" ;;
+  flwr)
+    VENV="${BENCH_VENV:-${BENCH_FLWR_VENV:-$ROOT/.bench-flwr-venv}}"
+    PINS=(flwr==1.42.0 "numba>=0.60" -e "$ROOT[fl]")
+    STAMP_EXTRA="$(sha256sum "$ROOT/pyproject.toml" | cut -d' ' -f1)"
+    CHECK="import flwr, numpy, cryptography, client_sdk.fl.secagg, estimator.fl.secagg_server" ;;
   *)
-    echo "usage: bash benchmarks/baseline_env.sh {pureldp|mfl}" >&2
+    echo "usage: bash benchmarks/baseline_env.sh {pureldp|mfl|flwr}" >&2
     exit 2 ;;
 esac
 STAMP="$VENV/.pins"
-WANT="${PINS[*]}"
+WANT="${PINS[*]}${STAMP_EXTRA:+ $STAMP_EXTRA}"
 
 if [[ -x "$VENV/bin/python" && -f "$STAMP" && "$(cat "$STAMP")" == "$WANT" ]] \
    && "$VENV/bin/python" -c "$CHECK" 2>/dev/null; then
