@@ -22,16 +22,14 @@ from client_sdk.fl.client import ClientUpdate
 from client_sdk.fl.device import FLDevice
 from client_sdk.fl.errors import FLError
 from estimator.fl.aggregators import AggregateResult, RoundContext
-from pipeline.transport import open_transport
 from tests.support.fl_pipeline_support import (
     JobThread,
-    Topics,
-    collector,
     devices_for,
     drive,
     final_params,
     make_data,
     reference_run,
+    run_with_restart,
     running_task,
     task_spec,
 )
@@ -57,21 +55,12 @@ def test_adaptive_clipping_task_equals_run_rounds_across_a_restart(tmp_path: Pat
     assert spec.device_clip_norm is None  # the server needs each update's norm against C
     data = make_data(8)
     ref, history = reference_run(spec, data)
-    topics = Topics.fresh()
-    url = f"sqlite:///{tmp_path}/transport.sqlite3"
-    with open_transport(url) as tr, collector(tmp_path, url, topics) as srv:
-        devices = devices_for(srv.url, spec, data)
-        with JobThread(tr, spec, topics, checkpoint_interval=0.2) as jt:
-            drive(devices, lambda: jt.job.status()["round"] >= 2, timeout=60)
-        with JobThread(tr, spec, topics, checkpoint_interval=0.2) as jt:
-            # the restore point is the newest committed checkpoint: round 2's, or a neighbour's when the stop
-            # raced a phase commit; C must be the one run_rounds carried into that round
-            restored = jt.job.status()
-            assert jt.job.restores == 1 and 1 <= restored["round"] < spec.rounds
-            assert restored["clip_norm"] == history[restored["round"] - 1].info["next_clip_norm"]
-            drive(devices, jt.finished, timeout=60)
-            status = jt.result
-    assert status is not None
+
+    def check(jt: JobThread, restored: dict[str, Any]) -> None:
+        # C must be the one run_rounds carried into the restored round
+        assert restored["clip_norm"] == history[restored["round"] - 1].info["next_clip_norm"]
+
+    status = run_with_restart(tmp_path, spec, data, check)
     assert np.array_equal(final_params(status), ref)
     assert [h["epsilon"] for h in status["history"]] == [h.info["epsilon"] for h in history]
     assert [h["clip_norm"] for h in status["history"]] == [h.info["clip_norm"] for h in history]

@@ -4,21 +4,18 @@ the tree noise comes back from the checkpoint and the final model is bit-identic
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 
 from estimator.fl.ftrl import ftrl_epsilon
-from pipeline.transport import open_transport
 from tests.support.fl_pipeline_support import (
     JobThread,
-    Topics,
-    collector,
-    devices_for,
-    drive,
     final_params,
     make_data,
     reference_run,
+    run_with_restart,
     task_spec,
 )
 
@@ -35,24 +32,15 @@ def test_dp_ftrl_task_equals_run_rounds_across_a_restart(tmp_path: Path, efficie
     )
     data = make_data(8)
     ref, history = reference_run(spec, data)
-    topics = Topics.fresh()
-    url = f"sqlite:///{tmp_path}/transport.sqlite3"
-    with open_transport(url) as tr, collector(tmp_path, url, topics) as srv:
-        devices = devices_for(srv.url, spec, data)
-        with JobThread(tr, spec, topics, checkpoint_interval=0.2) as jt:
-            drive(devices, lambda: jt.job.status()["round"] >= 2, timeout=60)
-        with JobThread(tr, spec, topics, checkpoint_interval=0.2) as jt:
-            # the restore point is the newest committed checkpoint (round 2's, or a neighbour's when the stop
-            # raced a phase commit): the tree restored must be the one run_rounds had after that many rounds
-            restored = jt.job.status()
-            assert jt.job.restores == 1 and 1 <= restored["round"] < spec.rounds
-            ftrl = jt.job._ftrl
-            assert ftrl is not None and ftrl.tree is not None and ftrl.tree.efficient is efficient
-            done = restored["round"]
-            assert ftrl.tree.step == history[done - 1].info["tree_step"] == (done - 1) % 3 + 1
-            drive(devices, jt.finished, timeout=60)
-            status = jt.result
-    assert status is not None
+
+    def check(jt: JobThread, restored: dict[str, Any]) -> None:
+        # the tree restored must be the one run_rounds had after that many rounds
+        ftrl = jt.job._ftrl
+        assert ftrl is not None and ftrl.tree is not None and ftrl.tree.efficient is efficient
+        done = restored["round"]
+        assert ftrl.tree.step == history[done - 1].info["tree_step"] == (done - 1) % 3 + 1
+
+    status = run_with_restart(tmp_path, spec, data, check)
     assert np.array_equal(final_params(status), ref)
     assert [h["epsilon"] for h in status["history"]] == [h.info["epsilon"] for h in history]
     assert [h["tree_step"] for h in status["history"]] == [1, 2, 3, 1, 2]

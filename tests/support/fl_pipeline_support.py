@@ -276,6 +276,35 @@ def running_task(tmp: Path, spec: FLTaskSpec, **job: Any) -> Iterator[tuple[Any,
         yield tr, srv, jt
 
 
+def run_with_restart(
+    tmp: Path,
+    spec: FLTaskSpec,
+    data: Any,
+    on_restore: Callable[[JobThread, dict[str, Any]], None],
+    stop_after: int = 2,
+) -> dict[str, Any]:
+    """Run ``spec`` over the pipeline with the job stopped once round ``stop_after`` opened and started
+    again; ``on_restore(jt, status)`` checks the restarted job before it goes on (the restore point is the
+    newest committed checkpoint: round ``stop_after``'s, or a neighbour's when the stop raced a phase
+    commit, so ``1 <= status["round"] < spec.rounds`` is checked here). The final status."""
+    from pipeline.transport import open_transport
+
+    topics = Topics.fresh()
+    url = f"sqlite:///{tmp}/transport.sqlite3"
+    with open_transport(url) as tr, collector(tmp, url, topics) as srv:
+        devices = devices_for(srv.url, spec, data)
+        with JobThread(tr, spec, topics, checkpoint_interval=0.2) as jt:
+            drive(devices, lambda: jt.job.status()["round"] >= stop_after, timeout=60)
+        with JobThread(tr, spec, topics, checkpoint_interval=0.2) as jt:
+            restored = jt.job.status()
+            assert jt.job.restores == 1 and 1 <= restored["round"] < spec.rounds
+            on_restore(jt, restored)
+            drive(devices, jt.finished, timeout=60)
+            status = jt.result
+    assert status is not None
+    return status
+
+
 class JobProcess:
     """``ldp fl job`` as a subprocess (for SIGKILL), its status in a file."""
 
