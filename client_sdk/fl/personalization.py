@@ -36,8 +36,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Iterator
-from typing import TYPE_CHECKING, Literal
+from collections.abc import Iterator, Mapping
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
@@ -60,6 +60,8 @@ __all__ = [
     "moon_local",
     "train_personalized",
     "personalized_params",
+    "personalization_to_dict",
+    "personalization_from_dict",
 ]
 
 
@@ -343,3 +345,29 @@ def personalized_params(
         )
         return local_sgd(model, x, X, y, tune, rng)[0]
     return x
+
+
+def personalization_to_dict(spec: Personalization | None) -> dict[str, Any] | None:
+    """The JSON form a task file and a round state carry: ``{"kind": ..., <the spec's fields>}``."""
+    return None if spec is None else dataclasses.asdict(spec)
+
+
+def personalization_from_dict(obj: Mapping[str, Any] | Personalization | None) -> Personalization | None:
+    """Parse :func:`personalization_to_dict`'s form (``kind`` ditto, perfedavg or moon); a spec passes through."""
+    if obj is None or isinstance(obj, (DittoSpec, PerFedAvgSpec, MoonSpec)):
+        return obj
+    if not isinstance(obj, Mapping):
+        raise ModelError(f"personalization must be an object with a kind, got {obj!r}")
+    kinds: dict[str, type[DittoSpec] | type[PerFedAvgSpec] | type[MoonSpec]] = {
+        "ditto": DittoSpec,
+        "perfedavg": PerFedAvgSpec,
+        "moon": MoonSpec,
+    }
+    cls = kinds.get(str(obj.get("kind")))
+    if cls is None:
+        raise ModelError(f"personalization kind must be one of {sorted(kinds)}, got {obj.get('kind')!r}")
+    names = {f.name for f in dataclasses.fields(cls)}
+    unknown = set(obj) - names
+    if unknown:
+        raise ModelError(f"unknown {cls.__name__} fields {sorted(unknown)}; known: {sorted(names)}")
+    return cls(**obj)
