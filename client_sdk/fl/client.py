@@ -17,6 +17,8 @@ own data with :func:`train_client` and uploads one flat vector, a
   upload is the concatenation (Δy, Δc) = (y − x, c_i⁺ − c_i), one flat vector
   of twice the model's size, and the device keeps c_i⁺ in its
   :class:`ClientState`.
+* Ditto, Per-FedAvg and MOON: ``algorithm = "fedavg"`` with a
+  ``personalization`` spec (:mod:`client_sdk.fl.personalization`).
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ import numpy as np
 
 from client_sdk.fl.errors import ModelError
 from client_sdk.fl.models import Model
+from client_sdk.fl.personalization import DittoSpec, MoonSpec, PerFedAvgSpec, train_personalized
 
 __all__ = [
     "Algorithm",
@@ -85,6 +88,7 @@ class RoundConfig:
     training: LocalTraining = LocalTraining()
     prox_mu: float = 0.0
     control: np.ndarray | None = None
+    personalization: DittoSpec | PerFedAvgSpec | MoonSpec | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.round, bool) or not isinstance(self.round, int) or self.round < 0:
@@ -99,6 +103,13 @@ class RoundConfig:
             raise ModelError("control (SCAFFOLD's server control variate) is required for scaffold and only for it")
         if self.control is not None and np.shape(self.control) != np.shape(self.params):
             raise ModelError(f"control has shape {np.shape(self.control)}, params {np.shape(self.params)}")
+        if self.personalization is not None:
+            if not isinstance(self.personalization, (DittoSpec, PerFedAvgSpec, MoonSpec)):
+                raise ModelError(
+                    f"personalization must be a Ditto, Per-FedAvg or MOON spec, got {self.personalization!r}"
+                )
+            if self.algorithm != "fedavg":
+                raise ModelError(f"personalization runs with algorithm 'fedavg', got {self.algorithm!r}")
 
     @property
     def payload_size(self) -> int:
@@ -109,9 +120,12 @@ class RoundConfig:
 
 @dataclasses.dataclass
 class ClientState:
-    """What a device keeps between rounds (SCAFFOLD's control variate c_i)."""
+    """What a device keeps between rounds: SCAFFOLD's control variate c_i, Ditto's
+    personal model v_k, MOON's previous local model (:mod:`client_sdk.fl.personalization`)."""
 
     control: np.ndarray | None = None
+    personal: np.ndarray | None = None
+    previous: np.ndarray | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -197,6 +211,8 @@ def train_client(
     if x.shape != (model.num_params,):
         raise ModelError(f"the round's params have shape {x.shape}, the model needs ({model.num_params},)")
     tr = config.training
+    if config.personalization is not None:
+        return train_personalized(model, config, X, y, rng, client_id, state)
     if config.algorithm == "scaffold":
         if state is None:
             raise ModelError("scaffold needs the device's ClientState (its control variate)")

@@ -37,6 +37,7 @@ import numpy as np
 
 from client_sdk.fl.client import ClientState, LocalTraining, RoundConfig, clip_to_norm, train_client
 from client_sdk.fl.errors import FLError
+from client_sdk.fl.personalization import personalization_from_dict
 from client_sdk.fl.protocol import (
     BINARY_CONTENT_TYPE,
     decode_vector,
@@ -215,6 +216,7 @@ class FLDevice:
             LocalTraining(**view["training"]),
             float(view["prox_mu"]),
             control,
+            personalization_from_dict(view.get("personalization")),
         )
         rng = self.rng_for_round(r)
         up = train_client(self._model_for(view), config, self.X, self.y, rng, self.client_id, self.state)

@@ -59,6 +59,7 @@ import numpy as np
 from client_sdk.fl.client import LocalTraining, RoundConfig
 from client_sdk.fl.errors import ModelError, UpdateRejected
 from client_sdk.fl.models import MLP, LogisticRegression, Model, SoftmaxRegression
+from client_sdk.fl.personalization import personalization_from_dict
 from client_sdk.framing import has_magic, pack_headed, unpack_headed
 
 __all__ = [
@@ -249,6 +250,7 @@ class RoundState:
     task_config: Mapping[str, Any] | None = None
     advert_auth: Mapping[int, Mapping[str, Any]] = dataclasses.field(default_factory=dict)
     consistency: Mapping[int, Mapping[str, Any]] = dataclasses.field(default_factory=dict)
+    personalization: Mapping[str, Any] | None = None
 
     @property
     def payload_size(self) -> int:
@@ -264,6 +266,7 @@ class RoundState:
             LocalTraining(**self.training),
             self.prox_mu,
             self.control,
+            personalization_from_dict(self.personalization),
         )
 
     def _public(self, vec: Any = encode_vector) -> dict[str, Any]:
@@ -290,6 +293,8 @@ class RoundState:
             "enrollment_key": None if self.enrollment_key is None else _b64(self.enrollment_key),
             "task_config": None if self.task_config is None else dict(self.task_config),
         }
+        if self.personalization is not None:  # absent otherwise: older readers see the same record
+            out["personalization"] = dict(self.personalization)
         return out
 
     def _full(self, vec: Any) -> dict[str, Any]:
@@ -383,6 +388,7 @@ class RoundState:
             training=dict(obj["training"]),
             prox_mu=float(obj["prox_mu"]),
             control=control,
+            personalization=None if obj.get("personalization") is None else dict(obj["personalization"]),
             clip_norm=None if obj.get("clip_norm") is None else float(obj["clip_norm"]),
             selected=tuple(obj.get("selected", ())),
             opened_at=float(obj["opened_at"]),

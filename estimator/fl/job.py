@@ -66,6 +66,7 @@ import numpy as np
 from client_sdk.files import write_atomic
 from client_sdk.fl.client import ClientUpdate
 from client_sdk.fl.errors import FLError, SecAggError, UpdateRejected
+from client_sdk.fl.personalization import personalization_to_dict
 from client_sdk.fl.protocol import (
     RoundState,
     Upload,
@@ -558,6 +559,7 @@ class AggregationJob(StreamProcessor):
             task_config=self._task_config(),
             advert_auth=dict(st.advert_auth) if st.phase in ("share", "masked", "consistency", "unmask") else {},
             consistency=dict(st.consistency) if st.phase == "unmask" else {},
+            personalization=personalization_to_dict(cfg.personalization),
         )
 
     def _task_config(self) -> dict[str, Any] | None:

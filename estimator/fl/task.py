@@ -24,11 +24,20 @@ from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from client_sdk.fl.client import LocalTraining
-from client_sdk.fl.errors import FLError
+from client_sdk.fl.errors import FLError, ModelError
+from client_sdk.fl.models import MLP
+from client_sdk.fl.personalization import (
+    DittoSpec,
+    MoonSpec,
+    PerFedAvgSpec,
+    personalization_from_dict,
+    personalization_to_dict,
+)
 from client_sdk.fl.protocol import model_from_dict
 from estimator.fl.aggregators import Aggregator, ValidatingAggregator, WeightedMean
 from estimator.fl.dp import AdaptiveClippingDP, ClientLevelAccountant, FixedClippingDP, update_noise_multiplier
 from estimator.fl.ftrl import DPFTRL, FtrlAccountant
+from estimator.fl.personalization import Ditto, Moon, PerFedAvg
 from estimator.fl.robust import CoordinateMedian, Krum, TrimmedMean
 from estimator.fl.sampling import FixedCountSampling, PoissonSampling, Sampling
 from estimator.fl.strategies import FedAvg, FedProx, Scaffold, Strategy
@@ -548,7 +557,14 @@ class FLTaskSpec:
     ``noise`` (a :data:`NoiseSpec`; a mapping is read by :func:`noise_spec`): None keeps the central
     noise above; ``{"kind": "distributed_discrete_gaussian", "bits": b, ...}`` (:class:`DistributedDGSpec`)
     has the devices add the noise σ·C as discrete Gaussian shares before SecAgg, so that the printed ε
-    holds against the server operator too (:mod:`client_sdk.fl.ddg`, :mod:`estimator.fl.ddg_accounting`)."""
+    holds against the server operator too (:mod:`client_sdk.fl.ddg`, :mod:`estimator.fl.ddg_accounting`).
+
+    ``personalization`` (None, or ``{"kind": "ditto", "lam": λ}``, ``{"kind": "perfedavg",
+    "inner_learning_rate": α, "eval_steps": s}``, ``{"kind": "moon", "mu": μ, "tau": τ}``; algorithm
+    ``fedavg``; MOON needs an ``mlp`` model): the devices' local objective
+    (:mod:`client_sdk.fl.personalization`); the server step and the upload stay FedAvg's, so every
+    aggregator above applies. Ditto's personal model and MOON's previous model live in the device's
+    memory (:class:`~client_sdk.fl.client.ClientState`) and never leave it."""
 
     task: str
     model: Mapping[str, Any]
@@ -572,6 +588,7 @@ class FLTaskSpec:
     task_signature: str | None = None
     secagg_threshold: int | None = None
     noise: NoiseSpec | None = None
+    personalization: Mapping[str, Any] | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "clients", tuple(self.clients))
@@ -611,6 +628,20 @@ class FLTaskSpec:
         object.__setattr__(self, "noise", noise_spec(self.noise))
         if self.noise is not None:
             self.noise.check(self)
+        self._check_personalization()
+
+    def _check_personalization(self) -> None:
+        try:
+            spec = personalization_from_dict(self.personalization)
+        except ModelError as exc:
+            raise FLError(f"personalization: {exc}") from None
+        if spec is None:
+            return
+        object.__setattr__(self, "personalization", personalization_to_dict(spec))
+        if self.algorithm != "fedavg":
+            raise FLError(f"personalization ({spec.kind}) runs on algorithm fedavg, got {self.algorithm!r}")
+        if isinstance(spec, MoonSpec) and not isinstance(self.build_model(), MLP):
+            raise FLError("personalization moon needs an mlp model (its contrastive term is on the hidden layer)")
 
     @property
     def authority_key(self) -> bytes:
@@ -671,6 +702,13 @@ class FLTaskSpec:
 
     def build_strategy(self) -> Strategy:
         tr = LocalTraining(**self.training)
+        spec = personalization_from_dict(self.personalization)
+        if isinstance(spec, DittoSpec):
+            return Ditto(tr, self.server_learning_rate, spec=spec)
+        if isinstance(spec, PerFedAvgSpec):
+            return PerFedAvg(tr, self.server_learning_rate, spec=spec)
+        if isinstance(spec, MoonSpec):
+            return Moon(tr, self.server_learning_rate, spec=spec)
         if self.algorithm == "fedprox":
             return FedProx(tr, self.server_learning_rate, mu=self.prox_mu)
         if self.algorithm == "scaffold":

@@ -59,6 +59,7 @@ __all__ = [
     "DriftDPConfig",
     "ScheduledSampling",
     "epoch_schedule",
+    "make_drift_clients",
     "make_drift_data",
     "run_drift",
     "run_drift_dp",
@@ -160,13 +161,14 @@ def epoch_schedule(population: int, per_round: int, rounds: int, rng: np.random.
     return ScheduledSampling(tuple(out))
 
 
-def make_drift_data(
+def make_drift_clients(
     cfg: DriftConfig, rng: np.random.Generator
-) -> tuple[list[FederatedClient], list[FederatedClient], tuple[np.ndarray, np.ndarray]]:
-    """(skewed clients, IID clients of the same sizes, pooled test set); see the module docstring."""
+) -> tuple[list[FederatedClient], list[tuple[np.ndarray, np.ndarray]]]:
+    """The skewed clients (their 80 % training split) and each client's own 20 % test split,
+    in the same order; :func:`make_drift_data` pools the latter (personalization scores each client)."""
     K, d = cfg.classes, cfg.features
     means = rng.normal(scale=cfg.class_separation, size=(K, d))
-    skewed, tX, ty, trX, trY = [], [], [], [], []
+    skewed, tests = [], []
     for k in range(cfg.clients):
         n = int(rng.integers(max(2, cfg.mean_examples // 2), max(3, 3 * cfg.mean_examples // 2)))
         mix = rng.dirichlet(np.full(K, cfg.dirichlet_alpha))
@@ -175,11 +177,17 @@ def make_drift_data(
         X = (means[y] + offset + rng.normal(size=(n, d))).astype(np.float32)
         cut = max(1, int(0.8 * n))
         skewed.append(FederatedClient(f"client{k:03d}", X[:cut], y[:cut]))
-        trX.append(X[:cut])
-        trY.append(y[:cut])
-        tX.append(X[cut:])
-        ty.append(y[cut:])
-    X_all, y_all = np.concatenate(trX), np.concatenate(trY)
+        tests.append((X[cut:], y[cut:]))
+    return skewed, tests
+
+
+def make_drift_data(
+    cfg: DriftConfig, rng: np.random.Generator
+) -> tuple[list[FederatedClient], list[FederatedClient], tuple[np.ndarray, np.ndarray]]:
+    """(skewed clients, IID clients of the same sizes, pooled test set); see the module docstring."""
+    skewed, tests = make_drift_clients(cfg, rng)
+    X_all, y_all = np.concatenate([c.X for c in skewed]), np.concatenate([c.y for c in skewed])
+    tX, ty = [t[0] for t in tests], [t[1] for t in tests]
     perm = rng.permutation(len(y_all))
     iid, start = [], 0
     for k, c in enumerate(skewed):
