@@ -1,0 +1,40 @@
+"""FLTrust (Cao et al. NDSS 2021): trust scores and rescaling against a hand computation."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from client_sdk.fl import ClientUpdate, FLError
+from estimator.fl.aggregators import RoundContext, WeightedMean
+from estimator.fl.robust import FLTrust
+
+
+def test_fltrust_matches_hand_computation() -> None:
+    # root g0 = (3, 4), ‖g0‖ = 5.
+    # a = (6, 8): cos 1, rescaled (3, 4), TS 1.
+    # b = (0, 2): cos 4/5 = 0.8, rescaled (0, 5), TS 0.8.
+    # c = (-3, -4): cos −1 → TS 0 (dropped).
+    # d = (1, 0): cos 3/5 = 0.6, rescaled (5, 0), TS 0.6.
+    # aggregate = (1·(3,4) + 0.8·(0,5) + 0.6·(5,0)) / 2.4 = (6, 8) / 2.4 = (2.5, 3.333…)
+    vecs = [(6.0, 8.0), (0.0, 2.0), (-3.0, -4.0), (1.0, 0.0)]
+    ups = [ClientUpdate(f"c{i}", 0, np.array(v, dtype=np.float32), 1 + 100 * i) for i, v in enumerate(vecs)]
+    agg = FLTrust(WeightedMean(), root=lambda ctx: np.array([3.0, 4.0]))
+    res = agg.aggregate(ups, RoundContext(0, 2, np.random.default_rng(0), 4.0))
+    np.testing.assert_allclose(res.delta, [2.5, 10.0 / 3.0], rtol=1e-12)
+    ts = res.info["trust_scores"]
+    assert ts == pytest.approx({"c0": 1.0, "c1": 0.8, "c2": 0.0, "c3": 0.6})
+    assert res.info["trusted_clients"] == 3 and res.num_clients == 4
+    # every kept update has the root's norm, so the aggregate's norm is at most ‖g0‖ (convex combination)
+    assert math.hypot(*res.delta) <= 5.0 + 1e-12
+
+
+def test_fltrust_all_distrusted_is_zero_and_bad_root_refused() -> None:
+    ups = [ClientUpdate("a", 0, np.array([-1.0, 0.0], dtype=np.float32), 5)]
+    ctx = RoundContext(0, 2, np.random.default_rng(0), 1.0)
+    res = FLTrust(WeightedMean(), root=lambda c: np.array([1.0, 0.0])).aggregate(ups, ctx)
+    np.testing.assert_array_equal(res.delta, [0.0, 0.0])
+    with pytest.raises(FLError):
+        FLTrust(WeightedMean(), root=lambda c: np.zeros(3)).aggregate(ups, ctx)
