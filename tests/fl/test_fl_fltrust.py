@@ -38,3 +38,29 @@ def test_fltrust_all_distrusted_is_zero_and_bad_root_refused() -> None:
     np.testing.assert_array_equal(res.delta, [0.0, 0.0])
     with pytest.raises(FLError):
         FLTrust(WeightedMean(), root=lambda c: np.zeros(3)).aggregate(ups, ctx)
+
+
+def test_sign_flip_30_percent_mean_collapses_fltrust_keeps_clean_accuracy() -> None:
+    """Seeded; 2000 test examples, so one accuracy's sd ≤ √(0.25/2000) ≈ 0.011: a 0.05 margin is
+    > 4 sd. Mean under 6 of 20 clients sending −5 × their update steps along −0.7·g·(5·0.3/0.7 − 1) < 0 and diverges."""
+    from simulator.scenarios.fl_poisoning import PoisoningConfig, run_one
+
+    cfg = PoisoningConfig(rounds=25, seed=3)
+    clean = run_one(cfg, None, 0.0, "fltrust")["accuracy"]
+    assert clean > 0.9
+    fl = run_one(cfg, "sign_flip", 0.3, "fltrust")
+    mean = run_one(cfg, "sign_flip", 0.3, "mean")
+    assert fl["malicious_clients"] == 6
+    assert fl["accuracy"] >= clean - 0.05
+    assert mean["accuracy"] < 0.5
+
+
+def test_backdoor_success_lower_with_fltrust_than_mean() -> None:
+    """~1600 triggered non-target test examples: ASR sd ≤ √(0.25/1600) = 0.0125; require a gap of 0.5 (≫ noise)."""
+    from simulator.scenarios.fl_poisoning import PoisoningConfig, run_one
+
+    cfg = PoisoningConfig(rounds=25, seed=4)
+    fl = run_one(cfg, "backdoor", 0.2, "fltrust")["attack_success_rate"]
+    mean = run_one(cfg, "backdoor", 0.2, "mean")["attack_success_rate"]
+    assert mean > 0.8
+    assert fl < mean - 0.5
