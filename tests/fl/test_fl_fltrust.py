@@ -64,3 +64,21 @@ def test_backdoor_success_lower_with_fltrust_than_mean() -> None:
     mean = run_one(cfg, "backdoor", 0.2, "mean")["attack_success_rate"]
     assert mean > 0.8
     assert fl < mean - 0.5
+
+
+def test_cli_poisoning_json_and_plot(tmp_path, capsys) -> None:
+    import json
+
+    from ldp_cli.main import main
+
+    png = tmp_path / "p.png"
+    assert main(["fl", "attack", "--poisoning", "--rounds", "1", "--json", "--plot", str(png)]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["scenario"] == "poisoning" and out["plot"] == str(png) and png.stat().st_size > 0
+    assert set(out["clean_accuracy"]) == {"mean", "median", "trimmed_mean", "krum", "fltrust"}
+    assert len(out["results"]) == 3 * 3 * 5
+    keys = {"attack", "fraction", "aggregator", "accuracy", "attack_success_rate", "malicious_clients"}
+    assert all(keys <= set(r) for r in out["results"])
+    assert {r["malicious_clients"] for r in out["results"]} == {2, 4, 6}
+    # the membership/inversion default is unchanged without the flag
+    assert "membership_inference" not in out
