@@ -15,6 +15,13 @@ weighted mean, typically), so the inner strategy's server step is unchanged:
   the median of each coordinate; needs n ≥ 2f + 1.
 * :class:`TrimmedMean` (ibid.): per coordinate, drop the f largest and the f
   smallest values and average the rest; needs n ≥ 2f + 1.
+* :class:`FLTrust` (Cao, Fang, Liu, Gong, "FLTrust: Byzantine-robust
+  federated learning via trust bootstrapping", NDSS 2021): the server
+  computes its own update g₀ on a small trusted root dataset each round;
+  client i gets trust TSᵢ = ReLU(cos(gᵢ, g₀)), its update is rescaled to
+  g₀'s norm, and the aggregate is Σ TSᵢ·(‖g₀‖/‖gᵢ‖)·gᵢ / Σ TSᵢ (zero when
+  every score is zero). It needs no ``f``, but the root update: ``root`` is
+  called with the round's context and returns g₀ for the current model.
 
 Median and trimmed mean ignore the clients' example counts (weighting them
 would let one client with a large claimed count move the statistic): inner
@@ -25,7 +32,7 @@ so none may sit under a DP wrapper.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -33,7 +40,7 @@ from client_sdk.fl.client import ClientUpdate
 from client_sdk.fl.errors import FLError
 from estimator.fl.aggregators import AggregateResult, Aggregator, RoundContext
 
-__all__ = ["Krum", "CoordinateMedian", "TrimmedMean", "krum_scores"]
+__all__ = ["Krum", "CoordinateMedian", "TrimmedMean", "FLTrust", "fltrust_combine", "krum_scores"]
 
 
 def _stack(updates: Sequence[ClientUpdate]) -> np.ndarray:
@@ -135,3 +142,46 @@ class TrimmedMean(_CoordinateRule):
     def combine(self, X: np.ndarray) -> np.ndarray:
         X = np.sort(X, axis=0)
         return X[self.f : X.shape[0] - self.f].mean(axis=0)
+
+
+def fltrust_combine(X: np.ndarray, root: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """FLTrust's aggregate of the rows of ``X`` given the root update, and the trust scores.
+
+    TSᵢ = max(0, ⟨gᵢ, g₀⟩ / (‖gᵢ‖‖g₀‖)); ḡᵢ = gᵢ·‖g₀‖/‖gᵢ‖; aggregate = Σ TSᵢ ḡᵢ / Σ TSᵢ.
+    A zero update (or a zero root) gets trust 0."""
+    root = np.asarray(root, dtype=np.float64)
+    r = float(np.linalg.norm(root))
+    norms = np.linalg.norm(X, axis=1)
+    safe = np.where(norms > 0, norms, 1.0)
+    cos = (X @ root) / (safe * r) if r > 0 else np.zeros(X.shape[0])
+    ts = np.where(norms > 0, np.maximum(cos, 0.0), 0.0)
+    total = float(ts.sum())
+    if total <= 0:
+        return np.zeros(X.shape[1]), ts
+    scaled = X * (r / safe)[:, None]
+    return (ts[:, None] * scaled).sum(axis=0) / total, ts
+
+
+@dataclasses.dataclass
+class FLTrust:
+    """FLTrust: trust-weighted, norm-rescaled mean against a server-side root update.
+
+    ``root(ctx)`` returns the server's update g₀ for this round, trained on its trusted root dataset
+    from the same global model the clients started from."""
+
+    inner: Aggregator
+    root: Callable[[RoundContext], np.ndarray]
+    linear: bool = dataclasses.field(default=False, init=False)
+
+    def aggregate(self, updates: Sequence[ClientUpdate], ctx: RoundContext) -> AggregateResult:
+        if not updates:
+            raise FLError("FLTrust needs at least one update")
+        g0 = np.asarray(self.root(ctx), dtype=np.float64)
+        if g0.shape != (ctx.num_params,):
+            raise FLError(f"FLTrust root update has shape {g0.shape}, expected ({ctx.num_params},)")
+        vec, ts = fltrust_combine(_stack(updates), g0)
+        res = self.inner.aggregate([_pseudo(vec, ctx, "fltrust")], ctx)
+        info = dict(res.info)
+        info["trust_scores"] = {u.client_id: float(t) for u, t in zip(updates, ts, strict=True)}
+        info["trusted_clients"] = int(np.count_nonzero(ts))
+        return dataclasses.replace(res, num_clients=len(updates), info=info)

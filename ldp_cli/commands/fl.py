@@ -409,10 +409,38 @@ def _register_attack(fsub: argparse._SubParsersAction) -> None:
     a.add_argument("--trials", type=_positive_int, default=50, help="target clients per inversion setting (default 50)")
     a.add_argument("--plot", default=None, help="write the advantages and inversion success rates to this PNG")
     a.add_argument("--json", action="store_true", help="print one JSON object")
+    a.add_argument(
+        "--poisoning",
+        action="store_true",
+        help="instead: label flipping, a scaled backdoor and sign flipping by 10-30%% malicious clients against "
+        "mean, median, trimmed mean, Krum and FLTrust (simulator/scenarios/fl_poisoning.py); --rounds applies",
+    )
     a.set_defaults(func=run_attack_cmd)
 
 
+def run_poisoning_cmd(args: argparse.Namespace) -> int:
+    from simulator.scenarios.fl_poisoning import PoisoningConfig, plot_fl_poisoning, run_fl_poisoning
+
+    result = run_fl_poisoning(PoisoningConfig(rounds=args.rounds, seed=args.seed))
+    if _plot_and_json(args, result, plot_fl_poisoning):
+        return 0
+    print(
+        f"poisoning: {result['model']}, {result['clients']} clients, {result['root_examples']} root examples, "
+        f"{result['rounds']} rounds, boost {result['boost']:g}"
+    )
+    print("clean accuracy: " + ", ".join(f"{k} {v:.3f}" for k, v in result["clean_accuracy"].items()))
+    print(f"{'attack':<11} {'malicious':>9} {'aggregator':<13} {'accuracy':>8} {'attack success':>14}")
+    for r in result["results"]:
+        asr = "—" if r["attack_success_rate"] is None else f"{r['attack_success_rate']:.3f}"
+        print(f"{r['attack']:<11} {r['fraction']:>9.0%} {r['aggregator']:<13} {r['accuracy']:>8.3f} {asr:>14}")
+    if args.plot:
+        print(f"plot: {args.plot}")
+    return 0
+
+
 def run_attack_cmd(args: argparse.Namespace) -> int:
+    if getattr(args, "poisoning", False):
+        return run_poisoning_cmd(args)
     from simulator.scenarios.attacks import InversionConfig, MembershipConfig, plot_attacks, run_attacks
 
     result = run_attacks(
