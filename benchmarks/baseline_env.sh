@@ -10,10 +10,10 @@
 #   flwr     Flower 1.42.0 beside this project (editable, `fl` extra, numba for the server's mask
 #            kernel), for bench_flwr_secagg.py; flwr pulls grpcio, protobuf, typer and more, none
 #            of which belongs in .venv. Rebuilt when pyproject.toml changes.    venv: .bench-flwr-venv
-#   opacus   Opacus 1.6.0 beside this project (editable, `torch` extra), for bench_opacus.py: both
-#            sides of the DP-SGD comparison run on the same torch. torch is PyPI's CUDA build
-#            (~5 GB; pip's cache serves it when scripts/test-torch fetched it already). Rebuilt
-#            when pyproject.toml changes.                                      venv: .bench-opacus-venv
+#   opacus   Opacus 1.6.0 beside this project (editable; `torch` extra, and `server` for the
+#            accountant), for bench_opacus.py: both sides of the DP-SGD comparison run on one
+#            torch, PyPI's CUDA build (~5 GB; pip's cache serves it when scripts/test-torch
+#            fetched it already). Rebuilt when pyproject.toml changes.  venv: .bench-opacus-venv
 #
 # Usage: bash benchmarks/baseline_env.sh NAME   (from anywhere; $BENCH_VENV overrides the folder)
 set -euo pipefail
@@ -36,7 +36,7 @@ case "${1:-}" in
     CHECK="import flwr, numpy, cryptography, client_sdk.fl.secagg, estimator.fl.secagg_server" ;;
   opacus)
     VENV="${BENCH_VENV:-${BENCH_OPACUS_VENV:-$ROOT/.bench-opacus-venv}}"
-    PINS=(opacus==1.6.0 -e "$ROOT[torch]")
+    PINS=(opacus==1.6.0 -e "$ROOT[torch,server]")
     STAMP_EXTRA="$(sha256sum "$ROOT/pyproject.toml" | cut -d' ' -f1)"
     CHECK="import opacus, torch, client_sdk.fl.torch_dpsgd, estimator.dpsgd" ;;
   *)
