@@ -6,6 +6,9 @@ statistically against the variance the mechanism promises (formulas at each test
 
 from __future__ import annotations
 
+import functools
+import math
+
 import numpy as np
 import pytest
 import torch
@@ -214,3 +217,108 @@ def test_load_into_copies_so_training_leaves_the_callers_vector_alone() -> None:
     torch_dpsgd_step(m, np.eye(3), np.array([0, 1, 0]), cfg, np.random.default_rng(0), np.random.default_rng(1))
     np.testing.assert_array_equal(start, np.ones(m.num_params))
     assert not np.allclose(m.current_params(), 1.0)
+
+
+# -- empirical privacy audit ---------------------------------------------------------------
+def _gaussian_epsilon(sigma: float, delta: float) -> float:
+    """The exact ε at δ of one Gaussian mechanism with sensitivity 1 and noise σ (Balle and
+    Wang, ICML 2018, Thm. 8): δ(ε) = Φ(1/(2σ) − εσ) − e^ε·Φ(−1/(2σ) − εσ), solved by bisection.
+    (The torch venv has no dp_accounting; for q = 1 and one step this is what it computes.)"""
+
+    def phi(t: float) -> float:
+        return 0.5 * (1 + math.erf(t / math.sqrt(2)))
+
+    def d(e: float) -> float:
+        return phi(0.5 / sigma - e * sigma) - math.exp(e) * phi(-0.5 / sigma - e * sigma)
+
+    lo, hi = 0.0, 50.0
+    for _ in range(200):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if d(mid) > delta else (lo, mid)
+    return hi
+
+
+@functools.cache
+def _log_binom(n: int) -> np.ndarray:
+    """log C(n, j) for j = 0..n."""
+    return np.array([math.lgamma(n + 1) - math.lgamma(i + 1) - math.lgamma(n - i + 1) for i in range(n + 1)])
+
+
+def _clopper_pearson_upper(k: int, n: int, alpha: float) -> float:
+    """One-sided (1 − alpha) upper bound on a binomial rate, by bisection on the exact tail."""
+    if k >= n:
+        return 1.0
+
+    def tail(p: float) -> float:  # P[Bin(n, p) <= k], terms in log space
+        if p <= 0.0:
+            return 1.0
+        if p >= 1.0:
+            return 0.0
+        j = np.arange(k + 1)
+        logc = _log_binom(n)[: k + 1]
+        return float(np.exp(logc + j * math.log(p) + (n - j) * math.log1p(-p)).sum())
+
+    lo, hi = k / n, 1.0
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if tail(mid) > alpha else (lo, mid)
+    return hi
+
+
+def _audit_torch(z_run: float, trials: int, seed: int) -> float:
+    """A 95 %-confidence lower bound on ε at δ = 1e-5 from telling one torch DP-SGD step on D
+    from the step on D' = D + a canary (Jagielski, Ullman, Oprea, NeurIPS 2020), as the numpy
+    audit in tests/dpsgd does: project the released gradient on the canary's clipped
+    gradient direction, threshold τ picked on half the trials, then
+    ε ≥ log((1 − δ − FNR_hi)/FPR_hi) on the other half with Clopper-Pearson upper bounds.
+    q = 1, the divisor the same in both worlds."""
+    rng = np.random.default_rng(seed)
+    X, y = rng.normal(scale=0.1, size=(10, 3)), rng.integers(0, 2, 10)
+    canary_x, canary_y = np.array([[30.0, -20.0, 10.0]]), np.array([0])
+    Xc, yc = np.vstack([X, canary_x]), np.concatenate([y, canary_y])
+    m = TorchModel(nn.Linear(3, 1).double(), "binary")
+    zero = np.zeros(m.num_params)
+    m.load_into(zero)
+    (u_w, u_b), _ = clipped_grad_sum(m, canary_x, canary_y, 1.0, "ghost")
+    u = torch.cat([u_w.reshape(-1), u_b.reshape(-1)]).numpy()
+    u /= np.linalg.norm(u)
+    cfg = DPSGDConfig(z_run, 1.0, 1.0, learning_rate=1.0)
+
+    def release(data_x: np.ndarray, data_y: np.ndarray, s: int) -> float:
+        m.load_into(zero)
+        torch_dpsgd_step(
+            m,
+            data_x,
+            data_y,
+            cfg,
+            np.random.default_rng([seed, s, 0]),
+            np.random.default_rng([seed, s, 1]),
+            "ghost",
+            expected_batch=10.0,
+        )
+        return float(-m.current_params().astype(np.float64) @ u)  # θ₁ = −g with η = 1 from θ₀ = 0
+
+    out = np.array([release(X, y, s) for s in range(trials)])
+    inn = np.array([release(Xc, yc, trials + s) for s in range(trials)])
+    half = trials // 2
+
+    def bound(tau: float, o: np.ndarray, i: np.ndarray) -> float:
+        fpr_hi = _clopper_pearson_upper(int(np.sum(o > tau)), len(o), 0.05)
+        fnr_hi = _clopper_pearson_upper(int(np.sum(i <= tau)), len(i), 0.05)
+        num = 1.0 - 1e-5 - fnr_hi
+        return math.log(num / fpr_hi) if num > 0 else 0.0
+
+    taus = np.quantile(out[:half], np.linspace(0.5, 0.999, 40))
+    best = max(taus, key=lambda t: bound(float(t), out[:half], inn[:half]))
+    return max(0.0, bound(float(best), out[half:], inn[half:]))
+
+
+def test_audit_of_one_torch_step_stays_within_epsilon_and_catches_too_little_noise() -> None:
+    """σ = 1: the audit's lower bound (measured 1.14) stays below the exact ε (4.38) and is
+    far from 0 (the attack is real); a step that added σ/4 = 0.5 while σ = 2 was charged
+    gives a lower bound (3.43) above that ε (1.99): the audit catches a wrong noise scale."""
+    claimed = _gaussian_epsilon(1.0, 1e-5)
+    lower = _audit_torch(1.0, trials=2000, seed=11)
+    assert lower <= claimed
+    assert lower > 0.3 * claimed or lower > 0.5  # as the numpy audit: the attack gets a real share
+    assert _audit_torch(0.5, trials=2000, seed=12) > _gaussian_epsilon(2.0, 1e-5)
