@@ -10,6 +10,10 @@
 #   flwr     Flower 1.42.0 beside this project (editable, `fl` extra, numba for the server's mask
 #            kernel), for bench_flwr_secagg.py; flwr pulls grpcio, protobuf, typer and more, none
 #            of which belongs in .venv. Rebuilt when pyproject.toml changes.    venv: .bench-flwr-venv
+#   opacus   Opacus 1.6.0 beside this project (editable; `torch` extra, and `server` for the
+#            accountant), for bench_opacus.py: both sides of the DP-SGD comparison run on one
+#            torch, PyPI's CUDA build (~5 GB; pip's cache serves it when scripts/test-torch
+#            fetched it already). Rebuilt when pyproject.toml changes.  venv: .bench-opacus-venv
 #
 # Usage: bash benchmarks/baseline_env.sh NAME   (from anywhere; $BENCH_VENV overrides the folder)
 set -euo pipefail
@@ -30,8 +34,13 @@ case "${1:-}" in
     PINS=(flwr==1.42.0 "numba>=0.60" -e "$ROOT[fl]")
     STAMP_EXTRA="$(sha256sum "$ROOT/pyproject.toml" | cut -d' ' -f1)"
     CHECK="import flwr, numpy, cryptography, client_sdk.fl.secagg, estimator.fl.secagg_server" ;;
+  opacus)
+    VENV="${BENCH_VENV:-${BENCH_OPACUS_VENV:-$ROOT/.bench-opacus-venv}}"
+    PINS=(opacus==1.6.0 -e "$ROOT[torch,server]")
+    STAMP_EXTRA="$(sha256sum "$ROOT/pyproject.toml" | cut -d' ' -f1)"
+    CHECK="import opacus, torch, client_sdk.fl.torch_dpsgd, estimator.dpsgd" ;;
   *)
-    echo "usage: bash benchmarks/baseline_env.sh {pureldp|mfl|flwr}" >&2
+    echo "usage: bash benchmarks/baseline_env.sh {pureldp|mfl|flwr|opacus}" >&2
     exit 2 ;;
 esac
 STAMP="$VENV/.pins"

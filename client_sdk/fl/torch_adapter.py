@@ -132,13 +132,13 @@ class TorchModel:
             )
 
     def load_into(self, params: np.ndarray) -> None:
-        """Copy a flat vector into the module's parameters (``vector_to_parameters``)."""
+        """Copy a flat vector into the module's parameters. A copy: ``vector_to_parameters``
+        on ``as_tensor(params)`` would make the parameters views of the caller's array,
+        which in-place training (:mod:`client_sdk.fl.torch_dpsgd`) would then overwrite."""
         p = self._flat(params)
-        ref = next(self.module.parameters())
         with self._torch.no_grad():
-            self._torch.nn.utils.vector_to_parameters(
-                self._torch.as_tensor(p, dtype=ref.dtype, device=ref.device), self.module.parameters()
-            )
+            for (_, shape, off, n, _), q in zip(self._layout, self.module.parameters(), strict=True):
+                q.copy_(self._torch.as_tensor(p[off : off + n].reshape(shape), dtype=q.dtype))
 
     # -- the Model interface --------------------------------------------------------
     def predict(self, params: np.ndarray, X: np.ndarray) -> np.ndarray:

@@ -10,7 +10,7 @@ import sys
 CODE = """
 import sys
 sys.modules["torch"] = None  # as if PyTorch were not installed, even where it is
-import client_sdk, client_sdk.fl, client_sdk.fl.torch_adapter as ta
+import client_sdk, client_sdk.fl, client_sdk.fl.torch_adapter as ta, client_sdk.fl.torch_dpsgd as td
 assert "torch" not in {m for m in sys.modules if sys.modules[m] is not None}, "torch imported"
 try:
     ta.TorchModel(object(), "binary")
@@ -18,9 +18,15 @@ except client_sdk.fl.ModelError as e:
     print(e)
 else:
     raise SystemExit("no error without torch")
+try:
+    td.add_lora(object(), 2, None)
+except client_sdk.fl.ModelError as e:
+    print(e)
+else:
+    raise SystemExit("add_lora: no error without torch")
 """
 
 
 def test_adapter_imports_without_torch_and_explains_the_extra() -> None:
     out = subprocess.run([sys.executable, "-c", CODE], capture_output=True, text=True, check=True).stdout
-    assert "pip install 'ldp-telemetry[torch]'" in out
+    assert out.count("pip install 'ldp-telemetry[torch]'") == 2  # TorchModel and add_lora (torch_dpsgd)
