@@ -263,3 +263,45 @@ def test_empirical_privacy_audit_stays_below_the_claimed_epsilon() -> None:
             best = max(best, math.log((1 - fnr_hi - delta) / fpr_hi))
     assert best <= claimed, (best, claimed)
     assert best >= claimed / 3, (best, claimed)
+
+
+def test_dropouts_leave_less_noise_and_the_accountant_charges_for_the_shares_summed() -> None:
+    """Issue 13, dropout tolerance. n = 8 devices each add a share sized for 8; only k = 5 survive, so the
+    decoded sum carries γ²·k·Var N_Z(0, σ_ℓ²) = (5/8)·s², not s². Measured: the decoded error's variance
+    matches that (tolerance 5 standard errors of a sample variance, √((μ₄ − σ⁴)/N)), and is far from s².
+    The accountant told the k shares actually summed (what the job records: it refuses to unmask below
+    ``min_shares`` and charges min_shares) prints exactly the ε of a mechanism whose n = k devices add
+    the measured noise (same γ, σ_ℓ and Δ), and more than the no-dropout figure."""
+    n, k, d, c = 8, 5, 5, 0.5
+    spec = DDGSpec.for_bits(c, 1.0, n, d, 16)
+    data = np.random.default_rng(6).normal(size=(n, d))
+    survivors = data[:k]
+    truth = np.array([x * min(1.0, c / np.linalg.norm(x)) for x in survivors]).sum(axis=0)
+    trials, seeds = 2000, 4
+    rng = np.random.default_rng(7)
+    errs, rounding_var = [], []
+    for seed in range(seeds):
+        words = spec.encode(np.tile(survivors, (trials, 1)), rng, seed)
+        totals = words.astype(np.int64).reshape(trials, k, spec.padded_dim).sum(axis=1)
+        errs.append(spec.decode_sum(totals, seed) - truth)
+        fr = spec.scaled(survivors, seed) - np.floor(spec.scaled(survivors, seed))
+        rounding_var.append(spec.gamma**2 * float(np.sum(fr * (1 - fr))) / spec.padded_dim)
+    pooled = np.concatenate(errs).reshape(-1)
+    var = spec.noise_variance(k) + float(np.mean(rounding_var))
+    assert math.isclose(spec.noise_variance(k), k / n, rel_tol=1e-5)
+    m4 = float(np.mean((pooled - pooled.mean()) ** 4))
+    se = math.sqrt((m4 - var**2) / (trials * seeds))
+    emp = float(pooled.var(ddof=1))
+    assert abs(emp - var) <= 5 * se, (emp, var)
+    assert abs(emp - spec.noise_variance()) > 10 * se  # the full noise s² is not what the sum holds
+
+    realized = DDGSpec(c, spec.noise_stddev * math.sqrt(k / n), k, d, 16, spec.gamma, spec.beta)
+    assert math.isclose(realized.local_sigma, spec.local_sigma, rel_tol=1e-12)
+    assert math.isclose(realized.norm_bound_sq, spec.norm_bound_sq, rel_tol=1e-12)
+    charged, equivalent, full = DDGAccountant(1e-5), DDGAccountant(1e-5), DDGAccountant(1e-5)
+    for _ in range(20):
+        charged.record(spec, k)
+        equivalent.record(realized)
+        full.record(spec)
+    assert math.isclose(charged.epsilon(), equivalent.epsilon(), rel_tol=1e-9)
+    assert charged.epsilon() > 1.1 * full.epsilon()
