@@ -87,6 +87,17 @@ def poisson_sample(n: int, sample_rate: float, rng: np.random.Generator) -> np.n
     return np.flatnonzero(rng.random(n) < sample_rate)
 
 
+def batch_divisor(n: int, sample_rate: float, expected_batch: float | None) -> float:
+    """The divisor of a DP-SGD step's noised sum: ``expected_batch``, or qN with the dataset size N
+    taken as public; refuses an empty dataset and a divisor that is not > 0."""
+    if n == 0:
+        raise ModelError("DP-SGD needs at least one training example")
+    denom = sample_rate * n if expected_batch is None else float(expected_batch)
+    if not denom > 0:
+        raise ModelError(f"expected_batch must be > 0, got {expected_batch!r}")
+    return denom
+
+
 def privatize_sum(
     clipped_sum: np.ndarray,
     clip_norm: float,
@@ -117,11 +128,7 @@ def dpsgd_gradient(
     what is public, so the dataset size N is taken as public, as in Abadi et
     al. and Opacus (a privacy audit passes one fixed value for neighbours)."""
     n = len(X)
-    if n == 0:
-        raise ModelError("DP-SGD needs at least one training example")
-    denom = config.sample_rate * n if expected_batch is None else float(expected_batch)
-    if not denom > 0:
-        raise ModelError(f"expected_batch must be > 0, got {expected_batch!r}")
+    denom = batch_divisor(n, config.sample_rate, expected_batch)
     idx = poisson_sample(n, config.sample_rate, sample_rng)
     if idx.size:
         total, _ = clipped_grad_sum(model, params, X[idx], y[idx], float(config.clip_norm))

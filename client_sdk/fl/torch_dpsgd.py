@@ -44,7 +44,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from client_sdk.fl.dpsgd import DPSGDConfig, poisson_sample
+from client_sdk.fl.dpsgd import DPSGDConfig, batch_divisor, poisson_sample
 from client_sdk.fl.errors import ModelError
 from client_sdk.fl.torch_adapter import TorchModel, _torch
 
@@ -229,11 +229,7 @@ def torch_dpsgd_step(
     sum divided by ``expected_batch`` (default qN, N = len(X), taken as public)."""
     torch = model._torch
     n = len(X)
-    if n == 0:
-        raise ModelError("DP-SGD needs at least one training example")
-    denom = config.sample_rate * n if expected_batch is None else float(expected_batch)
-    if not denom > 0:
-        raise ModelError(f"expected_batch must be > 0, got {expected_batch!r}")
+    denom = batch_divisor(n, config.sample_rate, expected_batch)
     named = trainable_parameters(model)
     idx = poisson_sample(n, config.sample_rate, sample_rng)
     if idx.size:
