@@ -1,0 +1,246 @@
+"""Compressed uplink updates (issue 18; Konečný et al., "Federated Learning: Strategies for Improving
+Communication Efficiency", 2016): b-bit stochastic quantization, a public random rotation before it, and
+top-k sparsification with error feedback.
+
+Three pieces, each a frozen spec shared by the device (encode) and the server (decode):
+
+* :class:`StochasticQuantizer`: clip each coordinate to [−c, c] (c a *public* bound, not derived from the
+  data), lay the grid g_j = −c + j·Δ, Δ = 2c/(2^b − 1), j = 0 … 2^b − 1, and round x between its grid
+  neighbours lo ≤ x ≤ hi to hi with probability (x − lo)/Δ, else to lo. Then E[q] = x (unbiased for
+  |x| ≤ c) and Var[q] = (x − lo)(hi − x) ≤ Δ²/4 (a two-point law on {lo, hi}: p(1−p)Δ² with
+  p = (x − lo)/Δ). The codes j are what travels, b bits each (:meth:`StochasticQuantizer.pack`).
+  Codes sum in the SecAgg ring Z_{2^32}: n devices' sums stay below 2^32 while n·(2^b − 1) < 2^32, and
+  Σ q = −n·c + Δ·Σ j (:meth:`StochasticQuantizer.decode_sum`), so the server decodes the unmasked sum
+  without ever seeing one device's codes.
+* :class:`RotatedQuantizer`: pad to D = 2^⌈log₂ d⌉ and rotate by H·diag(ξ)/√D with signs ξ from a
+  public seed (:func:`client_sdk.fl.ddg.rotate`, the same rotation the distributed discrete Gaussian
+  uses), then quantize. The rotation is orthogonal and data-independent, so it composes with clipping,
+  noise and SecAgg unchanged; it spreads the update's mass over the coordinates, so each rotated
+  coordinate is about ‖x‖/√D and a small public c suffices (Suresh et al., ICML 2017, "Distributed Mean
+  Estimation with Limited Communication": the error falls from O(d/… ) to O(log d /…) with the rotation).
+* :class:`TopKErrorFeedback`: the device sends the k largest-magnitude coordinates of a = g + e and keeps
+  the rest, e ← a − topk(a), for the next round (Stich, Cordonnier, Jaggi, "Sparsified SGD with Memory",
+  NeurIPS 2018). The selection is data dependent: it cannot go through SecAgg or distributed noise (the
+  index sets are the device's own and would be revealed), see :func:`check_composition`.
+
+Nothing here draws randomness of its own: the rounding generator is an argument (on a device,
+:func:`client_sdk.randomness.secure_generator`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import numpy as np
+
+from client_sdk.fl.ddg import padded_dimension, rotate, unrotate
+from client_sdk.fl.errors import ModelError
+from client_sdk.fl.secagg import MODULUS_BITS
+
+__all__ = [
+    "StochasticQuantizer",
+    "RotatedQuantizer",
+    "TopKErrorFeedback",
+    "SparseUpdate",
+    "check_composition",
+    "dense_bytes",
+    "MAX_BITS",
+]
+
+#: codes are carried in uint32 words (the SecAgg ring), so b ≤ 16 leaves room for 2^16 summands
+MAX_BITS = 16
+
+
+def dense_bytes(d: int) -> int:
+    """Uplink payload of an uncompressed float32 update of length d."""
+    return 4 * d
+
+
+@dataclasses.dataclass(frozen=True)
+class StochasticQuantizer:
+    """b-bit unbiased stochastic rounding on the grid −c + j·2c/(2^b − 1), j = 0 … 2^b − 1."""
+
+    bits: int
+    clip: float
+
+    def __post_init__(self) -> None:
+        if isinstance(self.bits, bool) or not isinstance(self.bits, int) or not 1 <= self.bits <= MAX_BITS:
+            raise ModelError(f"bits must be an integer in [1, {MAX_BITS}], got {self.bits!r}")
+        if not (isinstance(self.clip, (int, float)) and math.isfinite(self.clip) and self.clip > 0):
+            raise ModelError(f"the clip bound c must be finite and > 0, got {self.clip!r}")
+
+    @property
+    def levels(self) -> int:
+        return 1 << self.bits
+
+    @property
+    def step(self) -> float:
+        """Δ = 2c/(2^b − 1), the grid spacing."""
+        return 2.0 * self.clip / (self.levels - 1)
+
+    def quantize(self, x: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        """Codes j ∈ {0 … 2^b − 1} (uint32): j = ⌊v + U⌋ with v = (clip(x) + c)/Δ, U ~ U[0, 1), which is
+        ⌊v⌋ + 1 with probability v − ⌊v⌋, so E[j] = v."""
+        v = np.clip(np.asarray(x, dtype=np.float64), -self.clip, self.clip)
+        v += self.clip
+        v /= self.step
+        v += rng.random(v.shape)
+        np.floor(v, out=v)
+        # v = 2^b − 1 exactly at x = c gives U < 1 so ⌊v + U⌋ ≤ 2^b − 1 in exact arithmetic; guard rounding
+        np.minimum(v, self.levels - 1, out=v)
+        return v.astype(np.uint32)
+
+    def dequantize(self, codes: np.ndarray) -> np.ndarray:
+        """q = −c + j·Δ."""
+        return np.asarray(codes, dtype=np.float64) * self.step - self.clip
+
+    def variance(self, x: np.ndarray) -> np.ndarray:
+        """Var[q] = (x − lo)(hi − x) per coordinate, lo ≤ x ≤ hi the grid neighbours of clip(x)."""
+        v = (np.clip(np.asarray(x, dtype=np.float64), -self.clip, self.clip) + self.clip) / self.step
+        frac = v - np.floor(v)
+        return frac * (1.0 - frac) * self.step**2
+
+    def norm_bound(self, clip_norm: float, d: int) -> float:
+        """‖q‖₂ ≤ C + Δ·√d for an input of L2 norm ≤ C (each coordinate moves by < Δ): the sensitivity
+        a DP accountant must use for quantized updates (rounding is not norm-preserving)."""
+        return clip_norm + self.step * math.sqrt(d)
+
+    def max_summands(self, ring_bits: int = MODULUS_BITS) -> int:
+        """The most devices whose codes sum in Z_{2^ring_bits} without wrapping: n·(2^b − 1) < 2^ring_bits."""
+        return ((1 << ring_bits) - 1) // (self.levels - 1)
+
+    def decode_sum(self, total: np.ndarray, n: int, ring_bits: int = MODULUS_BITS) -> np.ndarray:
+        """Σ q from the ring sum of n devices' codes: −n·c + Δ·Σ j."""
+        if not 1 <= n <= self.max_summands(ring_bits):
+            raise ModelError(
+                f"{n} devices × (2^{self.bits} − 1) does not fit Z_(2^{ring_bits}): at most "
+                f"{self.max_summands(ring_bits)} devices, or lower bits"
+            )
+        return np.asarray(total, dtype=np.uint64).astype(np.float64) * self.step - n * self.clip
+
+    def pack(self, codes: np.ndarray) -> bytes:
+        """b bits per code, little-endian bit order, zero-padded to whole bytes: ⌈d·b/8⌉ bytes."""
+        c = np.asarray(codes, dtype=np.uint32).ravel()
+        bits = ((c[:, None] >> np.arange(self.bits, dtype=np.uint32)) & 1).astype(np.uint8)
+        return np.packbits(bits.ravel(), bitorder="little").tobytes()
+
+    def unpack(self, data: bytes, d: int) -> np.ndarray:
+        """The inverse of :meth:`pack` for d codes."""
+        if len(data) != self.payload_bytes(d):
+            raise ModelError(f"{len(data)} bytes for {d} codes of {self.bits} bits, expected {self.payload_bytes(d)}")
+        bits = np.unpackbits(np.frombuffer(data, dtype=np.uint8), bitorder="little")[: d * self.bits]
+        weights = np.uint32(1) << np.arange(self.bits, dtype=np.uint32)
+        return (bits.reshape(d, self.bits).astype(np.uint32) * weights).sum(axis=1, dtype=np.uint32)
+
+    def payload_bytes(self, d: int) -> int:
+        return (d * self.bits + 7) // 8
+
+
+@dataclasses.dataclass(frozen=True)
+class RotatedQuantizer:
+    """Pad to D = 2^⌈log₂ d⌉, rotate with the public seed, quantize; decode inverts in the other order."""
+
+    quantizer: StochasticQuantizer
+    rotation_seed: int
+
+    def __post_init__(self) -> None:
+        s = self.rotation_seed
+        if isinstance(s, bool) or not isinstance(s, int) or s < 0:
+            raise ModelError(f"the rotation seed must be an integer >= 0, got {s!r}")
+
+    def rotated(self, x: np.ndarray) -> np.ndarray:
+        """H·diag(ξ)·pad(x)/√D (orthogonal: ‖rotated(x)‖ = ‖x‖)."""
+        x = np.asarray(x, dtype=np.float64)
+        padded = np.zeros(padded_dimension(x.shape[-1]))
+        padded[: x.shape[-1]] = x
+        return rotate(padded, self.rotation_seed)
+
+    def encode(self, x: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        return self.quantizer.quantize(self.rotated(x), rng)
+
+    def decode(self, codes: np.ndarray, d: int) -> np.ndarray:
+        return self.unrotate(self.quantizer.dequantize(codes), d)
+
+    def unrotate(self, y: np.ndarray, d: int) -> np.ndarray:
+        """The inverse rotation, padding dropped (also for a decoded *sum*: the rotation is linear)."""
+        return unrotate(np.asarray(y, dtype=np.float64), self.rotation_seed)[:d]
+
+    def payload_bytes(self, d: int) -> int:
+        return self.quantizer.payload_bytes(padded_dimension(d))
+
+
+@dataclasses.dataclass(frozen=True)
+class SparseUpdate:
+    """k (index, value) pairs of a length-d update: 4-byte indices and float32 values on the wire."""
+
+    d: int
+    indices: np.ndarray
+    values: np.ndarray
+
+    def dense(self) -> np.ndarray:
+        out = np.zeros(self.d)
+        out[self.indices] = self.values
+        return out
+
+    @property
+    def payload_bytes(self) -> int:
+        return 8 * len(self.indices)
+
+
+class TopKErrorFeedback:
+    """One device's top-k sparsifier with its residual e (kept on the device, never sent).
+
+    Each call sends topk(g + e) and keeps e ← (g + e) − topk(g + e). Invariants: Σ_t sent_t + e_T = Σ_t g_t
+    exactly (nothing is lost, only delayed), and with δ = k/d, ‖a − topk(a)‖ ≤ √(1 − δ)·‖a‖ (the d − k
+    dropped coordinates are the smallest), so with ‖g_t‖ ≤ G the residual stays below
+    √(1 − δ)·G / (1 − √(1 − δ)) (the fixed point of E ≤ √(1 − δ)(G + E); Stich et al. 2018, Lemma 3.2's
+    contraction argument). Mutable by design: the residual is the device's state across rounds.
+    """
+
+    def __init__(self, d: int, k: int) -> None:
+        if isinstance(d, bool) or not isinstance(d, int) or d < 1:
+            raise ModelError(f"the update length d must be an integer >= 1, got {d!r}")
+        if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= d:
+            raise ModelError(f"k must be an integer in [1, d = {d}], got {k!r}")
+        self.d = d
+        self.k = k
+        self.residual = np.zeros(d)
+
+    def residual_bound(self, max_input_norm: float) -> float:
+        r = math.sqrt(1.0 - self.k / self.d)
+        return r * max_input_norm / (1.0 - r) if r < 1.0 else math.inf
+
+    def step(self, update: np.ndarray) -> SparseUpdate:
+        g = np.asarray(update, dtype=np.float64)
+        if g.shape != (self.d,):
+            raise ModelError(f"the update has shape {g.shape}, expected ({self.d},)")
+        a = g + self.residual
+        idx = np.argpartition(np.abs(a), self.d - self.k)[self.d - self.k :]
+        idx.sort()
+        sent = a[idx].astype(np.float32).astype(np.float64)  # what the wire carries
+        self.residual = a
+        self.residual[idx] -= sent
+        return SparseUpdate(self.d, idx.astype(np.uint32), sent)
+
+
+def check_composition(kind: str, *, secagg: bool, distributed_noise: bool, local_noise: bool = False) -> None:
+    """Refuse the combinations that break privacy or cannot be summed.
+
+    ``kind``: ``"none"``, ``"quantize"``, ``"rotate_quantize"`` or ``"topk"``. Quantization (with or
+    without the public rotation) is data independent and its codes sum in the SecAgg ring, so it composes
+    with everything (its sensitivity is :meth:`StochasticQuantizer.norm_bound`). Top-k picks coordinates
+    from the data: under SecAgg or distributed noise the server would see each device's index set, so it
+    is refused; with local noise the noise must come first (a selection on noised values is
+    post-processing), which this sparsifier does not do, so it is refused too. With central DP alone the
+    sent vector is clipped by the DP wrapper after the selection, which is what client-level DP needs.
+    """
+    if kind not in ("none", "quantize", "rotate_quantize", "topk"):
+        raise ModelError(f"unknown compression {kind!r}: one of none, quantize, rotate_quantize, topk")
+    if kind == "topk" and (secagg or distributed_noise):
+        raise ModelError(
+            "top-k sparsification is data dependent: its index sets would reach the server, which SecAgg and "
+            "distributed noise are there to prevent; use quantize or rotate_quantize"
+        )
+    if kind == "topk" and local_noise:
+        raise ModelError("top-k after local noise only: add the noise before any data-dependent selection")
