@@ -232,8 +232,9 @@ def check_composition(kind: str, *, secagg: bool, distributed_noise: bool, local
     with everything (its sensitivity is :meth:`StochasticQuantizer.norm_bound`). Top-k picks coordinates
     from the data: under SecAgg or distributed noise the server would see each device's index set, so it
     is refused; with local noise the noise must come first (a selection on noised values is
-    post-processing), which this sparsifier does not do, so it is refused too. With central DP alone the
-    sent vector is clipped by the DP wrapper after the selection, which is what client-level DP needs.
+    post-processing), which this sparsifier does not do, so it is refused too. With central DP alone it is
+    allowed on one condition the caller must meet: clip the *sent* vector to C after the selection (the
+    residual carries earlier rounds' mass, so ‖topk(g + e)‖ can exceed C).
     """
     if kind not in ("none", "quantize", "rotate_quantize", "topk"):
         raise ModelError(f"unknown compression {kind!r}: one of none, quantize, rotate_quantize, topk")
