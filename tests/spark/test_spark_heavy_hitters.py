@@ -21,9 +21,11 @@ from client_sdk.mechanisms import make_spec
 from client_sdk.wire import ReportBatch
 from collector.sinks.parquet import ParquetSink
 from estimator.heavy_hitters_batch import HeavyHitterResult, discover_dataset
-from estimator.spark import SparkEngine
+from estimator.heavy_hitters_spark import SFPSums
+from estimator.spark import READERS, Reader, SparkEngine
 from ldp_cli.main import main
 from pipeline.catalog import SpecCatalog
+from pipeline.dataset import list_parts
 from pipeline.topics import SHUFFLED_TOPIC
 from pipeline.transport import open_transport
 from tests.spark.conftest import DAYS
@@ -84,6 +86,21 @@ def test_spark_discovery_equals_the_default_engines_bit_for_bit(
     assert_same(got, want)
     # and it is a discovery, not two equal failures (the rarest word, 1000 of 7500, is at SFP's edge at this n)
     assert set(WORDS) - {"maps"} <= set(got.table["value"])
+
+
+@pytest.mark.parametrize("reader", READERS)
+def test_tasks_emit_sketch_sums_and_no_report_is_shuffled(spark: SparkSession, hh_root: Path, reader: Reader) -> None:
+    files = list_parts(hh_root, "emoji")
+    spec = SPECS["emoji"]
+    assert isinstance(spec, SFPSpec)
+    partials = SparkEngine(spark, reader=reader).partials("emoji", spec, files, SFPSums)  # type: ignore[arg-type]
+    plan = partials._jdf.queryExecution().executedPlan().toString()
+    assert "MapInArrow" in plan and "Exchange" not in plan, plan
+    rows = partials.collect()
+    assert sum(r.n for r in rows) == sum(WORDS.values())
+    # a state is 1 + positions sketches of k·m int64 and a header, whatever the number of reports
+    size = 8 * spec.num_hashes * spec.width * (1 + spec.num_positions)
+    assert max(len(r.sums) for r in rows) < size + 1024
 
 
 def test_spark_parquet_reader_gives_the_same_discovery(spark: SparkSession, hh_root: Path) -> None:
