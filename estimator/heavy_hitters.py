@@ -268,14 +268,10 @@ def add_sketch(spec: Any, records: np.ndarray, sums: dict[str, np.ndarray]) -> N
 class _Sketch:
     """A CMS or HCMS sketch matrix M of some reports, and its debiased count mean at any keys."""
 
-    def __init__(self, spec: Any, records: np.ndarray, sums: dict[str, np.ndarray] | None = None) -> None:
-        """The sketch of ``records``, or of the reports whose :func:`sketch_sums` add up to ``sums``
-        (``records`` then only gives n: any array of n rows)."""
-        self.spec, self.n = spec, int(records.shape[0])
+    def __init__(self, spec: Any, n: int, sums: dict[str, np.ndarray]) -> None:
+        """The sketch of ``n`` reports whose :func:`sketch_sums` add up to ``sums``."""
+        self.spec, self.n = spec, n
         k = spec.num_hashes
-        if sums is None:
-            sums = sketch_sums(spec)
-            add_sketch(spec, records, sums)
         if isinstance(spec, CMSSpec):
             half = sums["rows"][:, None] / 2.0
             self.matrix = k * (spec.c_eps * (sums["ones"] - half) + half)
@@ -333,7 +329,7 @@ def discover_sfp_from(
     for pos, (n_pos, sums) in enumerate(positions):
         if not n_pos:
             raise BatchError(f"sfp: no fragment report at position {pos}; discovery needs every position")
-        est = _Sketch(spec.fragment_spec, np.empty(n_pos), sums).counts(all_keys)
+        est = _Sketch(spec.fragment_spec, n_pos, sums).counts(all_keys)
         best = np.argpartition(-est, keep - 1)[:keep] if keep < est.size else np.arange(est.size)
         by_tag: dict[int, list[int]] = {}
         for key in best[np.argsort(-est[best], kind="stable")]:
@@ -350,7 +346,7 @@ def discover_sfp_from(
     rows = np.frombuffer(b"".join(words), dtype=np.uint8).reshape(len(words), spec.length).copy()
     # a word stands only if its own tag r(w) is the tag its fragments carried
     rows = rows[spec.word_tags(rows).astype(np.int64) == np.array(word_tags, dtype=np.int64)]
-    word_sketch = _Sketch(spec.word_spec, np.empty(n), word_sums)
+    word_sketch = _Sketch(spec.word_spec, n, word_sums)
     est = word_sketch.counts(spec.word_keys(rows)) if rows.shape[0] else np.zeros(0)
     var = _sketch_variance(spec, est, n)
     found = _with_intervals(rows, est, var, confidence)
