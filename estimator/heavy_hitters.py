@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -57,6 +58,10 @@ __all__ = [
     "discover",
     "discover_pem",
     "discover_sfp",
+    "discover_pem_from",
+    "discover_sfp_from",
+    "sketch_sums",
+    "add_sketch",
     "pem_count_variance",
     "pem_level_estimate",
     "possible_prefixes",
@@ -171,13 +176,21 @@ def pem_level_estimate(spec: PEMSpec, records: np.ndarray, level: int, rows: np.
     from that level's reports (module docstring). ``records`` must be checked already."""
     n = int(records.shape[0])
     sel = records["level"] == level
-    n_j = int(np.count_nonzero(sel))
+    keys = prefix_keys(rows, spec.level_bits(level))
+    support = olh_candidate_support(records["seed"][sel], records["y"][sel], spec.olh.hash_range, keys)
+    return _level_estimate(spec, level, support, n, int(np.count_nonzero(sel)))
+
+
+def _level_estimate(spec: PEMSpec, level: int, support: np.ndarray, n: int, n_j: int) -> tuple[np.ndarray, int]:
     if n_j == 0:
         raise BatchError(f"pem: no report at level {level} of {spec.num_levels}; discovery needs every level")
     p, q = spec.olh.support_probabilities()
-    keys = prefix_keys(rows, spec.level_bits(level))
-    support = olh_candidate_support(records["seed"][sel], records["y"][sel], spec.olh.hash_range, keys)
     return (support - n_j * q) / (p - q) * (n / n_j), n_j
+
+
+#: ``(level, candidate keys) -> (C_x for each key, n_j, n)``: a PEM level's exact support counts,
+#: its reports and all the reports (the same n at every level)
+LevelSupport = Callable[[int, np.ndarray], tuple[np.ndarray, int, int]]
 
 
 def discover_pem(
@@ -190,10 +203,31 @@ def discover_pem(
     if records.dtype != spec.record_dtype:
         raise BatchError(f"pem: records of dtype {records.dtype} are not this spec's {spec.record_dtype}")
     spec.check_records(records)
+
+    def support(level: int, keys: np.ndarray) -> tuple[np.ndarray, int, int]:
+        sel = records["level"] == level
+        counts = olh_candidate_support(records["seed"][sel], records["y"][sel], spec.olh.hash_range, keys)
+        return counts, int(np.count_nonzero(sel)), int(records.shape[0])
+
+    return discover_pem_from(spec, support, top, keep, confidence, t0=t0)
+
+
+def discover_pem_from(
+    spec: PEMSpec,
+    support: LevelSupport,
+    top: int,
+    keep: int | None = None,
+    confidence: float = 0.95,
+    *,
+    t0: float | None = None,
+) -> Discovery:
+    """:func:`discover_pem` over reports seen only through ``support`` (each level's support counts
+    of the candidates' keys, from wherever the reports are: ``estimator.heavy_hitters_spark``)."""
+    t0 = time.perf_counter() if t0 is None else t0
     if top < 1:
         raise BatchError(f"top must be at least 1, got {top}")
     c = 2 * top if keep is None else keep
-    n = int(records.shape[0])
+    n = 0
     rows = enumerate_prefixes(spec.level_bits(0), spec.length)
     ranked: list[int] = []
     est = np.zeros(0)
@@ -203,7 +237,8 @@ def discover_pem(
             rows = extend_prefixes(rows[:c], spec.level_bits(j - 1), spec.level_bits(j))
         possible = possible_prefixes(rows, spec.level_bits(j), final=j == spec.num_levels - 1)
         rows = rows[possible]
-        est, n_j = pem_level_estimate(spec, records, j, rows)
+        counts, n_level, n = support(j, prefix_keys(rows, spec.level_bits(j)))
+        est, n_j = _level_estimate(spec, j, counts, n, n_level)
         order = np.argsort(-est, kind="stable")
         rows, est = rows[order], est[order]
         ranked.append(int(rows.shape[0]))
@@ -212,24 +247,36 @@ def discover_pem(
     return Discovery("pem", n, found, ranked, time.perf_counter() - t0)
 
 
+def sketch_sums(spec: Any) -> dict[str, np.ndarray]:
+    """Zero integer sums of a CMS (``ones``, ``rows``) or HCMS (``signed``) sketch of ``spec``."""
+    k, m = spec.num_hashes, spec.width
+    if isinstance(spec, CMSSpec):
+        return {"ones": np.zeros((k, m), dtype=np.int64), "rows": np.zeros(k, dtype=np.int64)}
+    return {"signed": np.zeros((k, m), dtype=np.int64)}
+
+
+def add_sketch(spec: Any, records: np.ndarray, sums: dict[str, np.ndarray]) -> None:
+    """Add CMS/HCMS ``records`` into ``sums`` (:func:`sketch_sums`): exact int64, so sums of parts add up."""
+    if not records.shape[0]:
+        return
+    if isinstance(spec, CMSSpec):
+        cms_add(records["row"], records["bits"], sums["ones"], sums["rows"])
+    else:
+        hcms_add(records["row"], records["col"], records["bit"], sums["signed"])
+
+
 class _Sketch:
     """A CMS or HCMS sketch matrix M of some reports, and its debiased count mean at any keys."""
 
-    def __init__(self, spec: Any, records: np.ndarray) -> None:
-        self.spec, self.n = spec, int(records.shape[0])
-        k, m = spec.num_hashes, spec.width
+    def __init__(self, spec: Any, n: int, sums: dict[str, np.ndarray]) -> None:
+        """The sketch of ``n`` reports whose :func:`sketch_sums` add up to ``sums``."""
+        self.spec, self.n = spec, n
+        k = spec.num_hashes
         if isinstance(spec, CMSSpec):
-            ones = np.zeros((k, m), dtype=np.int64)
-            rows = np.zeros(k, dtype=np.int64)
-            if self.n:
-                cms_add(records["row"], records["bits"], ones, rows)
-            half = rows[:, None] / 2.0
-            self.matrix = k * (spec.c_eps * (ones - half) + half)
+            half = sums["rows"][:, None] / 2.0
+            self.matrix = k * (spec.c_eps * (sums["ones"] - half) + half)
         else:
-            signed = np.zeros((k, m), dtype=np.int64)
-            if self.n:
-                hcms_add(records["row"], records["col"], records["bit"], signed)
-            self.matrix = k * spec.c_eps * fwht(signed).astype(np.float64)
+            self.matrix = k * spec.c_eps * fwht(sums["signed"]).astype(np.float64)
 
     def counts(self, keys: np.ndarray) -> np.ndarray:
         """f̂(x) = m/(m-1)((1/k) Σ_j M[j, h_j(x)] - n/m) (estimator/oracles/cms.py)."""
@@ -248,18 +295,41 @@ def discover_sfp(
     if records.dtype != spec.record_dtype:
         raise BatchError(f"sfp: records of dtype {records.dtype} are not this spec's {spec.record_dtype}")
     spec.check_records(records)
+    f_records = spec.part_records(records, "f_")
+    positions = []
+    for pos in range(spec.num_positions):
+        sel = records["position"] == pos
+        sums = sketch_sums(spec.fragment_spec)
+        add_sketch(spec.fragment_spec, f_records[sel], sums)
+        positions.append((int(np.count_nonzero(sel)), sums))
+    word = sketch_sums(spec.word_spec)
+    add_sketch(spec.word_spec, spec.part_records(records, "w_"), word)
+    return discover_sfp_from(spec, int(records.shape[0]), positions, word, top, fragments, confidence, t0=t0)
+
+
+def discover_sfp_from(
+    spec: SFPSpec,
+    n: int,
+    positions: Sequence[tuple[int, dict[str, np.ndarray]]],
+    word_sums: dict[str, np.ndarray],
+    top: int,
+    fragments: int | None = None,
+    confidence: float = 0.95,
+    *,
+    t0: float | None = None,
+) -> Discovery:
+    """:func:`discover_sfp` over ``n`` reports seen only through their sketches' integer sums
+    (:func:`sketch_sums`): per fragment position (reports there, fragment sketch), and the word sketch."""
+    t0 = time.perf_counter() if t0 is None else t0
     if top < 1:
         raise BatchError(f"top must be at least 1, got {top}")
     keep = 4 * top if fragments is None else fragments
-    n = int(records.shape[0])
     all_keys = np.arange(2 ** (16 + spec.hash_bits), dtype=np.uint32)
-    f_records = spec.part_records(records, "f_")
     survivors: list[dict[int, list[int]]] = []  # per position: tag -> fragments
-    for pos in range(spec.num_positions):
-        sel = records["position"] == pos
-        if not np.any(sel):
+    for pos, (n_pos, sums) in enumerate(positions):
+        if not n_pos:
             raise BatchError(f"sfp: no fragment report at position {pos}; discovery needs every position")
-        est = _Sketch(spec.fragment_spec, f_records[sel]).counts(all_keys)
+        est = _Sketch(spec.fragment_spec, n_pos, sums).counts(all_keys)
         best = np.argpartition(-est, keep - 1)[:keep] if keep < est.size else np.arange(est.size)
         by_tag: dict[int, list[int]] = {}
         for key in best[np.argsort(-est[best], kind="stable")]:
@@ -276,7 +346,7 @@ def discover_sfp(
     rows = np.frombuffer(b"".join(words), dtype=np.uint8).reshape(len(words), spec.length).copy()
     # a word stands only if its own tag r(w) is the tag its fragments carried
     rows = rows[spec.word_tags(rows).astype(np.int64) == np.array(word_tags, dtype=np.int64)]
-    word_sketch = _Sketch(spec.word_spec, spec.part_records(records, "w_"))
+    word_sketch = _Sketch(spec.word_spec, n, word_sums)
     est = word_sketch.counts(spec.word_keys(rows)) if rows.shape[0] else np.zeros(0)
     var = _sketch_variance(spec, est, n)
     found = _with_intervals(rows, est, var, confidence)

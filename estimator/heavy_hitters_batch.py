@@ -14,7 +14,7 @@ import dataclasses
 import os
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
@@ -23,6 +23,9 @@ from client_sdk.heavy_hitters import PEMSpec, SFPSpec
 from estimator.errors import BatchError
 from estimator.heavy_hitters import Discovery, discover
 from pipeline.dataset import list_parts, read_part, read_part_spec
+
+if TYPE_CHECKING:
+    from estimator.spark import SparkEngine
 
 __all__ = ["HeavyHitterResult", "discover_dataset", "plot_heavy_hitters"]
 
@@ -61,8 +64,12 @@ def discover_dataset(
     top: int = 20,
     spec_id: str | None = None,
     confidence: float = 0.95,
+    engine: SparkEngine | None = None,
 ) -> HeavyHitterResult:
-    """Discover ``metric``'s ``top`` values over ``days`` (``None``: all) of the dataset at ``root``."""
+    """Discover ``metric``'s ``top`` values over ``days`` (``None``: all) of the dataset at ``root``.
+
+    ``engine``: a :class:`estimator.spark.SparkEngine` runs the passes on Spark, with the same result
+    (:mod:`estimator.heavy_hitters_spark`); without one the reports are read into this process."""
     if top < 1:
         raise BatchError(f"--top must be at least 1, got {top}")
     parts = list_parts(root, metric, days)
@@ -77,17 +84,24 @@ def discover_dataset(
     parts = [p for p in parts if current[p.spec_id] == chosen]
     if not parts:
         raise BatchError(f"metric {metric!r} has no reports under spec {chosen} in this range (it has {ids})")
-    datas = [read_part(p) for p in parts]
-    spec = datas[0].spec
+    spec = specs[parts[0].spec_id]
     if not isinstance(spec, (PEMSpec, SFPSpec)):
         raise BatchError(
             f"metric {metric!r} is a {spec.kind} metric ({spec.name}); `ldp heavy-hitters` discovers strings "
             "(pem, sfp): use `ldp estimate`"
         )
-    records = np.concatenate([d.records for d in datas])
-    disc = discover(spec, records, top, confidence=confidence)
+    if engine is not None:
+        from estimator.heavy_hitters_spark import discover_spark
+
+        disc, per_part = discover_spark(engine, metric, spec, parts, top, confidence)
+    else:
+        datas = [read_part(p) for p in parts]
+        records = np.concatenate([d.records for d in datas])
+        disc = discover(spec, records, top, confidence=confidence)
+        field, size = ("level", spec.num_levels) if isinstance(spec, PEMSpec) else ("position", spec.num_positions)
+        per_part = [int(x) for x in np.bincount(records[field], minlength=size)]
     found = disc.top(top)
-    n = int(records.shape[0])
+    n = disc.n
     table = pd.DataFrame(
         {
             "rank": np.arange(1, len(found) + 1, dtype=np.int64),
@@ -99,8 +113,6 @@ def discover_dataset(
             "frequency": [h.estimate / n for h in found],
         }
     )
-    field, size = ("level", spec.num_levels) if isinstance(spec, PEMSpec) else ("position", spec.num_positions)
-    per_part = [int(x) for x in np.bincount(records[field], minlength=size)]
     return HeavyHitterResult(metric, spec, sorted({p.day for p in parts}), n, len(parts), disc, table, per_part)
 
 

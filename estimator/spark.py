@@ -259,7 +259,13 @@ _Key = tuple[str, str, int]  # metric, spec_id, day
 _Partial = dict[_Key, tuple[int, bytes]]
 
 
-def _add_by_day(accs: dict[int, Any], spec: ReportSpec, days: np.ndarray | int, records: np.ndarray) -> None:
+#: makes a task's empty accumulator for a spec: anything with ``update(records)``, ``n`` and integer ``sums``
+Make = Callable[[ReportSpec], Any]
+
+
+def _add_by_day(
+    accs: dict[int, Any], spec: ReportSpec, days: np.ndarray | int, records: np.ndarray, make: Make = state_for
+) -> None:
     """Add ``records`` into the accumulator of each one's day (``days``: one per record, or one for all)."""
     if isinstance(days, np.ndarray):
         first, last = days[0], days[-1]
@@ -273,7 +279,7 @@ def _add_by_day(accs: dict[int, Any], spec: ReportSpec, days: np.ndarray | int, 
     for day, recs in groups:
         acc = accs.get(day)
         if acc is None:
-            acc = accs[day] = state_for(spec)
+            acc = accs[day] = make(spec)
         acc.update(recs)
 
 
@@ -297,7 +303,7 @@ def _state_rows(metric: str, spec: ReportSpec, accs: dict[int, Any]) -> Iterator
 
 
 def _accumulate_batches(
-    metric: str, spec_dict: dict[str, Any]
+    metric: str, spec_dict: dict[str, Any], make: Make = state_for
 ) -> Callable[[Iterable[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     """The ``mapInArrow`` function of the ``spark`` reader: a task's report batches in (as Spark's Parquet
     reader typed them), one row per day out."""
@@ -308,14 +314,14 @@ def _accumulate_batches(
         for batch in batches:
             if batch.num_rows:
                 days = batch.column(batch.schema.names.index("day")).to_numpy(zero_copy_only=False)
-                _add_by_day(accs, spec, days, batch_to_records(batch, spec))
+                _add_by_day(accs, spec, days, batch_to_records(batch, spec), make)
         yield from _state_rows(metric, spec, accs)
 
     return run
 
 
 def _read_and_accumulate(
-    metric: str, spec_dict: dict[str, Any]
+    metric: str, spec_dict: dict[str, Any], make: Make = state_for
 ) -> Callable[[Iterable[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     """The ``mapInArrow`` function of the ``arrow`` reader: a task's (path, day) rows in; it reads those
     files with pyarrow, in batches of 2^17 rows, and emits one row per day."""
@@ -331,7 +337,8 @@ def _read_and_accumulate(
             for path, day in zip(batch.column(0).to_pylist(), batch.column(1).to_pylist()):
                 for rb in pq.ParquetFile(path).iter_batches(batch_size=1 << 17, columns=names):
                     if rb.num_rows:
-                        _add_by_day(accs, spec, int(day), table_to_records(pa.Table.from_batches([rb]), spec))
+                        recs = table_to_records(pa.Table.from_batches([rb]), spec)
+                        _add_by_day(accs, spec, int(day), recs, make)
         yield from _state_rows(metric, spec, accs)
 
     return run
@@ -462,15 +469,17 @@ class SparkEngine:
                 a.acc.merge(part)
         return out
 
-    def _states(self, metric: str, spec: ReportSpec, files: Sequence[PartFile]) -> _Partial:
-        partials = self.partials(metric, spec, files)
+    def _states(self, metric: str, spec: ReportSpec, files: Sequence[PartFile], make: Make = state_for) -> _Partial:
+        """Each (metric, spec, day)'s (n, packed sums) of ``make``'s accumulators, merged by the tree reduce."""
+        partials = self.partials(metric, spec, files, make)
         rdd = partials.rdd.map(lambda r: {(r.metric, r.spec_id, r.day): (r.n, bytes(r.sums))})
         empty: _Partial = {}
         merged: _Partial = rdd.treeAggregate(empty, _merge_partials, _merge_partials, depth=self.depth)
         return merged
 
-    def partials(self, metric: str, spec: ReportSpec, files: Sequence[PartFile]) -> DataFrame:
-        """The tasks' output before the merge: one row (metric, spec_id, day, n, sums) per task and day."""
+    def partials(self, metric: str, spec: ReportSpec, files: Sequence[PartFile], make: Make = state_for) -> DataFrame:
+        """The tasks' output before the merge: one row (metric, spec_id, day, n, sums) per task and day
+        (``make``: the tasks' accumulator, by default the spec's frequency or numeric state)."""
         from pyspark.sql import functions as F
 
         with warnings.catch_warnings():
@@ -481,14 +490,14 @@ class SparkEngine:
                 rows = [(str(p.path), p.day) for p in files]
                 slices = max(1, min(len(rows), 2 * sc.defaultParallelism))
                 paths = self.spark.createDataFrame(sc.parallelize(rows, slices), "path string, day int")
-                return paths.mapInArrow(_read_and_accumulate(metric, spec.to_dict()), _PARTIAL_SCHEMA)
+                return paths.mapInArrow(_read_and_accumulate(metric, spec.to_dict(), make), _PARTIAL_SCHEMA)
             root = files[0].path.parent.parent.parent
             df = (
                 self.spark.read.option("basePath", str(root))
                 .parquet(*[str(p.path) for p in files])
                 .select(*[F.col(f) for f in spec.record_dtype.names or ()], F.col("day").cast("int").alias("day"))
             )
-            return df.mapInArrow(_accumulate_batches(metric, spec.to_dict()), _PARTIAL_SCHEMA)
+            return df.mapInArrow(_accumulate_batches(metric, spec.to_dict(), make), _PARTIAL_SCHEMA)
 
     def _facts(self, spec: ReportSpec, files: Sequence[PartFile]) -> dict[str, tuple[int, Any, Any]]:
         sc = self.spark.sparkContext

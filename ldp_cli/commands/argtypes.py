@@ -1,11 +1,18 @@
 """argparse ``type=`` checks shared by the ``ldp`` sub-commands: each raises
-:class:`argparse.ArgumentTypeError` with the bound it wants and the text it got."""
+:class:`argparse.ArgumentTypeError` with the bound it wants and the text it got.
+
+Also the batch jobs' engine options (:func:`add_engine_options`, :func:`engine_from_args`), shared by
+``ldp estimate`` and ``ldp heavy-hitters``."""
 
 from __future__ import annotations
 
 import argparse
+from typing import TYPE_CHECKING
 
-__all__ = ["positive_int", "probability", "positive", "seed"]
+if TYPE_CHECKING:
+    from estimator.spark import SparkEngine
+
+__all__ = ["positive_int", "probability", "positive", "seed", "add_engine_options", "engine_from_args"]
 
 
 def positive_int(text: str) -> int:
@@ -36,3 +43,37 @@ def seed(text: str) -> int:
     if not 0 <= v < 2**63:
         raise argparse.ArgumentTypeError(f"must be an integer in [0, 2**63), got {text}")
     return v
+
+
+def add_engine_options(p: argparse.ArgumentParser) -> None:
+    """``--engine {default,spark}``, ``--master URL`` and ``--spark-reader {arrow,spark}`` (docs/SPARK.md)."""
+    p.add_argument(
+        "--engine",
+        choices=("default", "spark"),
+        default="default",
+        help="where the pass over the files runs: this process (default) or Apache Spark (docs/SPARK.md)",
+    )
+    p.add_argument("--master", default=None, help="Spark master URL for --engine spark (default local[*])")
+    p.add_argument(
+        "--spark-reader",
+        choices=("arrow", "spark"),
+        default=None,
+        help="who reads the files in a Spark task: pyarrow in the Python worker (default) or Spark's Parquet reader",
+    )
+
+
+def engine_from_args(args: argparse.Namespace) -> SparkEngine | None:
+    """The :class:`~estimator.spark.SparkEngine` the options of :func:`add_engine_options` ask for, or None for
+    the default engine; :class:`~estimator.errors.BatchError` if ``--master``/``--spark-reader`` come without
+    ``--engine spark`` or the master URL is not one. The caller closes the engine."""
+    from estimator.errors import BatchError
+
+    if (args.master is not None or args.spark_reader is not None) and args.engine != "spark":
+        raise BatchError("--master and --spark-reader are for --engine spark")
+    if args.engine != "spark":
+        return None
+    from estimator.spark import DEFAULT_MASTER, SparkEngine
+
+    return SparkEngine(
+        master=DEFAULT_MASTER if args.master is None else args.master, reader=args.spark_reader or "arrow"
+    )

@@ -22,6 +22,7 @@ import argparse
 import json
 import sys
 
+from ldp_cli.commands.argtypes import add_engine_options, engine_from_args
 from ldp_cli.options import add_metrics, optional_metrics_files
 
 __all__ = ["register"]
@@ -47,19 +48,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--confidence", type=float, default=0.95, help="confidence level of the intervals (default 0.95)")
     add_metrics(p, "metrics file(s) for labels (repeatable; default $LDP_METRICS, else no labels)", repeatable=True)
     p.add_argument("--no-progress", action="store_true", help="never show a progress bar")
-    p.add_argument(
-        "--engine",
-        choices=("default", "spark"),
-        default="default",
-        help="where the pass over the files runs: this process (default) or Apache Spark (docs/SPARK.md)",
-    )
-    p.add_argument("--master", default=None, help="Spark master URL for --engine spark (default local[*])")
-    p.add_argument(
-        "--spark-reader",
-        choices=("arrow", "spark"),
-        default=None,
-        help="who reads the files in a Spark task: pyarrow in the Python worker (default) or Spark's Parquet reader",
-    )
+    add_engine_options(p)
     p.set_defaults(func=run)
 
 
@@ -79,14 +68,7 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"--confidence must be in (0, 1), got {args.confidence}")
     engine: Engine = accumulate
     try:
-        if (args.master is not None or args.spark_reader is not None) and args.engine != "spark":
-            raise BatchError("--master and --spark-reader are for --engine spark")
-        if args.engine == "spark":
-            from estimator.spark import DEFAULT_MASTER, SparkEngine
-
-            engine = SparkEngine(
-                master=DEFAULT_MASTER if args.master is None else args.master, reader=args.spark_reader or "arrow"
-            )
+        engine = engine_from_args(args) or accumulate
         days = parse_day_range(args.days, args.start, args.end)
         files = optional_metrics_files(args.metrics)
         # labels are optional (the dataset carries its specs), but a file that was given must load

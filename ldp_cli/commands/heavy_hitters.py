@@ -1,16 +1,22 @@
 """``ldp heavy-hitters``: batch discovery of a string metric's frequent values over the Parquet dataset.
 
     ldp heavy-hitters --dataset ldp-data/dataset --metric search_word --days 20419..20425 \\
-        [--top 20] [--out table.csv] [--plot heavy.png]
+        [--top 20] [--out table.csv] [--plot heavy.png] [--engine spark [--master URL]]
 
 Days are day numbers (days since 1970-01-01, UTC) or ISO dates; ``--days A..B`` is inclusive; without it
 every day is used. Prints a JSON summary line, then the table (or writes it to ``--out``).
+
+``--engine spark`` runs the passes over the files on Apache Spark (the ``spark`` extra; ``--master``,
+default ``local[*]``; the same options as ``ldp estimate``), with the same output
+(:mod:`estimator.heavy_hitters_spark`, docs/SPARK.md).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+
+from ldp_cli.commands.argtypes import add_engine_options, engine_from_args
 
 __all__ = ["register"]
 
@@ -28,6 +34,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--spec-id", default=None, help="the spec to use when the range holds several")
     p.add_argument("--out", default=None, help="table.csv or table.parquet (default: print it)")
     p.add_argument("--plot", default=None, help="write a PNG of the discovered values with their CIs")
+    add_engine_options(p)
     p.set_defaults(func=run)
 
 
@@ -35,8 +42,13 @@ def run(args: argparse.Namespace) -> int:
     from estimator.batch import parse_day_range, write_table
     from estimator.heavy_hitters_batch import discover_dataset, plot_heavy_hitters
 
-    days = parse_day_range(args.days)
-    result = discover_dataset(args.dataset, args.metric, days, top=args.top, spec_id=args.spec_id)
+    engine = engine_from_args(args)  # a BatchError is a ValueError: `ldp` prints it and exits 2
+    try:
+        days = parse_day_range(args.days)
+        result = discover_dataset(args.dataset, args.metric, days, top=args.top, spec_id=args.spec_id, engine=engine)
+    finally:
+        if engine is not None:
+            engine.close()
     print(json.dumps(result.summary(), ensure_ascii=False))
     if args.out:
         write_table(result.table, args.out)
