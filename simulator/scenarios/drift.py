@@ -81,6 +81,7 @@ __all__ = [
     "run_drift",
     "run_drift_dp",
     "plot_drift",
+    "plot_drift_ddg",
     "DATA_NOTE",
     "EXPECTATION",
 ]
@@ -516,6 +517,39 @@ def plot_drift(result: dict[str, Any], path: str) -> None:
     )
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def plot_drift_ddg(result: dict[str, Any], path: str) -> None:
+    """Final test accuracy (mean over the seeds, each seed a dot) and the noise multiplier per bit
+    width, central noise as the reference line (:func:`compare_drift_ddg_to_central`'s result)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = result["rows"]
+    central = rows[0]
+    ddg = [r for r in rows[1:] if not r["infeasible"]]
+    fig, (ax, bx) = plt.subplots(1, 2, figsize=(9, 3.6))
+    xs = [str(r["bits"]) for r in ddg]
+    ax.bar(xs, [r["final_accuracy_mean"] for r in ddg], color="tab:blue", alpha=0.6, label="distributed DG")
+    for i, r in enumerate(ddg):
+        ax.plot([i] * len(r["final_accuracy"]), r["final_accuracy"], "k.", ms=4)
+    ax.axhline(central["final_accuracy_mean"], color="tab:red", ls="--", label="central (σ, not vs operator)")
+    ax.set_xlabel("bits per coordinate")
+    ax.set_ylabel("final test accuracy")
+    ax.legend(fontsize=8)
+    bx.bar(xs, [r["noise_multiplier"] for r in ddg], color="tab:blue", alpha=0.6)
+    bx.axhline(central["noise_multiplier"], color="tab:red", ls="--")
+    bx.set_xlabel("bits per coordinate")
+    bx.set_ylabel("noise multiplier at equal ε")
+    fig.suptitle(
+        f"drift, ε = {result['target_epsilon']:.2f} (central's vs whoever knows the sample), seeds {result['seeds']}",
+        fontsize=9,
+    )
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)

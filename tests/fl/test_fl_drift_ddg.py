@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -17,7 +18,7 @@ from estimator.fl.ddg_accounting import noise_for_epsilon
 from estimator.fl.dp import ClientLevelAccountant
 from estimator.fl.sampling import FixedCountSampling
 from ldp_cli.main import main
-from simulator.scenarios.drift import DDGMean, DriftConfig, DriftDPConfig, compare_drift_ddg_to_central
+from simulator.scenarios.drift import DDGMean, DriftConfig, DriftDPConfig, compare_drift_ddg_to_central, plot_drift_ddg
 
 CFG = DriftConfig(
     clients=20,
@@ -83,7 +84,7 @@ def test_ddg_at_16_bits_matches_central_accuracy_at_equal_epsilon() -> None:
     assert central["final_accuracy_mean"] > 0.5 and ddg["final_accuracy_mean"] > 0.5
 
 
-def test_compare_is_seeded_and_marks_infeasible_bits() -> None:
+def test_compare_is_seeded_and_marks_infeasible_bits(tmp_path: Path) -> None:
     small = DriftConfig(
         clients=8,
         clients_per_round=4,
@@ -98,6 +99,8 @@ def test_compare_is_seeded_and_marks_infeasible_bits() -> None:
     assert a == b
     assert a["rows"][1] == {"noise": "distributed_discrete_gaussian", "bits": 3, "infeasible": True}
     assert a["rows"][2]["infeasible"] is False
+    plot_drift_ddg(a, str(tmp_path / "ddg.png"))
+    assert (tmp_path / "ddg.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def test_drift_cli_ddg_key(capsys: pytest.CaptureFixture[str]) -> None:
