@@ -347,7 +347,9 @@ def run_drift_cmd(args: argparse.Namespace) -> int:
         print(f"distributed DG at ε = {ddg['target_epsilon']:.2f} (central's, against whoever knows the sample):")
         for r in ddg["rows"]:
             if r.get("infeasible"):
-                print(f"  {r['bits']:>2} bits: infeasible (the rounding floor exceeds the ε)")
+                print(
+                    f"  {r['bits']:>2} bits: infeasible (the rounding floor exceeds the ε, or too few bits for m clients)"
+                )
                 continue
             label = "central" if r["bits"] is None else f"{r['bits']:>2} bits"
             print(
