@@ -33,6 +33,13 @@ figure DP-FTRL's holds against), and, in a second run, DP-FedAvg's ε against ob
 who do not (amplification by a secret sample credited to DP-FedAvg only); a third run is the
 first with Honaker's estimator of the tree noise (``efficient``). Neighbours:
 replace one client's data (sampling a fixed count, as the FL accountant does).
+
+:func:`compare_drift_ddg_to_central` (issue 13, "measure accuracy against the central-noise
+version at equal ε") runs DP-FedAvg with central noise σ and with the distributed discrete
+Gaussian (:class:`DDGMean`: each sampled client clips, rotates, rounds and adds its noise share in
+Z_{2^bits}; the ring sum is decoded and divided by m) calibrated by
+:func:`estimator.fl.ddg_accounting.noise_for_epsilon` to central's ε against whoever knows the
+sample (the DDG's figure holds against the operator too), on the same schedule and training seed.
 """
 
 from __future__ import annotations
@@ -44,10 +51,18 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from client_sdk.fl.client import LocalTraining
-from client_sdk.fl.errors import FLError
+from client_sdk.fl.client import ClientUpdate, LocalTraining
+from client_sdk.fl.ddg import DDGSpec
+from client_sdk.fl.errors import FLError, SecAggError
 from client_sdk.fl.models import SoftmaxRegression
-from estimator.fl.aggregators import Aggregator, ValidatingAggregator, WeightedMean
+from estimator.fl.aggregators import (
+    AggregateResult,
+    Aggregator,
+    RoundContext,
+    ValidatingAggregator,
+    WeightedMean,
+)
+from estimator.fl.ddg_accounting import DDGAccountant, noise_for_epsilon
 from estimator.fl.dp import ClientLevelAccountant, FixedClippingDP
 from estimator.fl.ftrl import DPFTRL, FtrlAccountant, ftrl_noise_for_epsilon
 from estimator.fl.rounds import FederatedClient, run_rounds
@@ -55,7 +70,9 @@ from estimator.fl.sampling import FixedCountSampling
 from estimator.fl.strategies import FedAvg, FedProx, Scaffold
 
 __all__ = [
+    "DDGMean",
     "DriftConfig",
+    "compare_drift_ddg_to_central",
     "DriftDPConfig",
     "ScheduledSampling",
     "epoch_schedule",
@@ -64,6 +81,7 @@ __all__ = [
     "run_drift",
     "run_drift_dp",
     "plot_drift",
+    "plot_drift_ddg",
     "DATA_NOTE",
     "EXPECTATION",
 ]
@@ -353,6 +371,130 @@ def run_drift_dp(cfg: DriftConfig = DriftConfig(), dp: DriftDPConfig = DriftDPCo
     }
 
 
+@dataclasses.dataclass
+class DDGMean:
+    """The uniform mean of the round's updates under the distributed discrete Gaussian: every update
+    is encoded as its device would (:meth:`DDGSpec.encode`: clip to C, rotate with the round's public
+    seed, round, add the device's noise share, mod 2^bits), the words are summed mod 2^bits (what
+    SecAgg unmasks, exactly; the masking itself is tested in tests/fl/test_fl_ddg.py), decoded and
+    divided by the expected count m, as :class:`FixedClippingDP` divides its noisy sum. ``ctx.rng``
+    draws the rotation seed, the rounding and the noise shares (a simulation: devices use a CSPRNG)."""
+
+    spec: DDGSpec
+    accountant: DDGAccountant | None = None
+    linear: bool = dataclasses.field(default=False, init=False)
+
+    def aggregate(self, updates: Sequence[ClientUpdate], ctx: RoundContext) -> AggregateResult:
+        if len(updates) != self.spec.clients:
+            raise FLError(f"the DDG spec expects {self.spec.clients} noise shares, the round has {len(updates)}")
+        stack = np.stack([np.asarray(u.delta, dtype=np.float64) for u in updates])
+        seed = int(ctx.rng.integers(2**62))
+        words = self.spec.encode(stack, ctx.rng, seed)
+        total = words.astype(np.int64).sum(axis=0) % self.spec.modulus
+        if self.accountant is not None:
+            self.accountant.record(self.spec)
+        info = {"clip_norm": self.spec.clip_norm, "noise_stddev": self.spec.noise_stddev, "bits": self.spec.bits}
+        mean = self.spec.decode_sum(total, seed) / ctx.expected_clients
+        return AggregateResult(mean, ctx.expected_clients, len(updates), info)
+
+
+def compare_drift_ddg_to_central(
+    cfg: DriftConfig = DriftConfig(),
+    dp: DriftDPConfig = DriftDPConfig(),
+    bits: Sequence[int] = (8, 10, 12, 16),
+    seeds: Sequence[int] = (0,),
+) -> dict[str, Any]:
+    """Accuracy at equal ε on the skewed partition: DP-FedAvg with central noise σ (clip C) against
+    FedAvg with the distributed DG at each bit width, its noise the smallest whose ε against the server
+    (KLS21's bound, no amplification) is at most central's ε against whoever knows the sample. Per seed
+    s (``cfg.seed`` replaced by s) every variant has the same data, schedule and training seed; only
+    the noise differs. A bit width whose rounding floor cannot reach the ε gets ``"infeasible"``."""
+    n, m, C, sigma = cfg.clients, cfg.clients_per_round, float(dp.clip_norm), float(dp.noise_multiplier)
+    central_acc = ClientLevelAccountant(FixedCountSampling(m), n, dp.delta)
+    for _ in range(cfg.rounds):
+        central_acc.record(sigma)
+    target = central_acc.epsilon_known_sample()
+    dim = SoftmaxRegression(cfg.features, cfg.classes).num_params
+    specs: dict[int, DDGSpec | None] = {}
+    for b in bits:
+        try:
+            specs[b] = noise_for_epsilon(target, dp.delta, cfg.rounds, clip_norm=C, clients=m, dim=dim, bits=b)
+        except (FLError, SecAggError):  # the rounding floor (or too few bits for m clients)
+            specs[b] = None
+    central: list[dict[str, Any]] = []
+    by_bits: dict[int, list[dict[str, Any]]] = {b: [] for b in bits}
+    eps_ddg: dict[int, float] = {}
+    for s in seeds:
+        c = dataclasses.replace(cfg, seed=int(s))
+        skewed, _, test = make_drift_data(c, np.random.default_rng([c.seed, 0]))
+        schedule = ScheduledSampling.draw(n, m, c.rounds, np.random.default_rng([c.seed, 1]))
+        agg = ValidatingAggregator(FixedClippingDP(WeightedMean(), C, sigma))
+        central.append(_run("dp_fedavg", FedAvg(c.training), skewed, c, schedule, test, agg))
+        for b in bits:
+            spec = specs[b]
+            if spec is None:
+                continue
+            acc = DDGAccountant(dp.delta)
+            run = _run(
+                f"ddg_{b}", FedAvg(c.training), skewed, c, schedule, test, ValidatingAggregator(DDGMean(spec, acc))
+            )
+            eps_ddg[b] = acc.epsilon()
+            by_bits[b].append(run)
+
+    def summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
+        final = [r["final_accuracy"] for r in runs]
+        last = [r["mean_accuracy_last_10"] for r in runs]
+        return {
+            "final_accuracy": final,
+            "final_accuracy_mean": float(np.mean(final)),
+            "final_accuracy_sd": float(np.std(final)),
+            "mean_accuracy_last_10": last,
+            "mean_accuracy_last_10_mean": float(np.mean(last)),
+        }
+
+    rows: list[dict[str, Any]] = [
+        {
+            "noise": "central",
+            "bits": None,
+            "noise_multiplier": sigma,
+            "epsilon_known_sample": target,
+            "holds_against_operator": False,
+            **summary(central),
+        }
+    ]
+    for b in bits:
+        spec = specs[b]
+        if spec is None:
+            rows.append({"noise": "distributed_discrete_gaussian", "bits": b, "infeasible": True})
+            continue
+        rows.append(
+            {
+                "noise": "distributed_discrete_gaussian",
+                "bits": b,
+                "noise_multiplier": spec.noise_stddev / C,
+                "epsilon_server_operator": eps_ddg[b],
+                "holds_against_operator": True,
+                "gamma": spec.gamma,
+                "modular_clipping_bound_per_round": spec.modular_clipping_bound(),
+                "infeasible": False,
+                **summary(by_bits[b]),
+            }
+        )
+    return {
+        "scenario": "drift-ddg",
+        "seeds": [int(s) for s in seeds],
+        "rounds": cfg.rounds,
+        "clients": n,
+        "clients_per_round": m,
+        "clip_norm": C,
+        "delta": dp.delta,
+        "dim": dim,
+        "target_epsilon": target,
+        "matched_to": "central DP-FedAvg's epsilon_known_sample",
+        "rows": rows,
+    }
+
+
 def plot_drift(result: dict[str, Any], path: str) -> None:
     """Test accuracy per round, one line per strategy (matplotlib, server extra)."""
     import matplotlib
@@ -375,6 +517,39 @@ def plot_drift(result: dict[str, Any], path: str) -> None:
     )
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def plot_drift_ddg(result: dict[str, Any], path: str) -> None:
+    """Final test accuracy (mean over the seeds, each seed a dot) and the noise multiplier per bit
+    width, central noise as the reference line (:func:`compare_drift_ddg_to_central`'s result)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = result["rows"]
+    central = rows[0]
+    ddg = [r for r in rows[1:] if not r["infeasible"]]
+    fig, (ax, bx) = plt.subplots(1, 2, figsize=(9, 3.6))
+    xs = [str(r["bits"]) for r in ddg]
+    ax.bar(xs, [r["final_accuracy_mean"] for r in ddg], color="tab:blue", alpha=0.6, label="distributed DG")
+    for i, r in enumerate(ddg):
+        ax.plot([i] * len(r["final_accuracy"]), r["final_accuracy"], "k.", ms=4)
+    ax.axhline(central["final_accuracy_mean"], color="tab:red", ls="--", label="central (σ, not vs operator)")
+    ax.set_xlabel("bits per coordinate")
+    ax.set_ylabel("final test accuracy")
+    ax.legend(fontsize=8)
+    bx.bar(xs, [r["noise_multiplier"] for r in ddg], color="tab:blue", alpha=0.6)
+    bx.axhline(central["noise_multiplier"], color="tab:red", ls="--")
+    bx.set_xlabel("bits per coordinate")
+    bx.set_ylabel("noise multiplier at equal ε")
+    fig.suptitle(
+        f"drift, ε = {result['target_epsilon']:.2f} (central's vs whoever knows the sample), seeds {result['seeds']}",
+        fontsize=9,
+    )
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
