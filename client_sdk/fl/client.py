@@ -26,7 +26,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import math
-from typing import Literal, cast
+from typing import Any, Literal, cast
 
 import numpy as np
 
@@ -89,6 +89,8 @@ class RoundConfig:
     prox_mu: float = 0.0
     control: np.ndarray | None = None
     personalization: DittoSpec | PerFedAvgSpec | MoonSpec | None = None
+    #: the task's ``local_dp_sgd`` (:class:`client_sdk.fl.local_dpsgd.LocalDPSGDSpec`): train by DP-SGD
+    local_dp_sgd: Any = None
 
     def __post_init__(self) -> None:
         if isinstance(self.round, bool) or not isinstance(self.round, int) or self.round < 0:
@@ -211,6 +213,10 @@ def train_client(
     if x.shape != (model.num_params,):
         raise ModelError(f"the round's params have shape {x.shape}, the model needs ({model.num_params},)")
     tr = config.training
+    if config.local_dp_sgd is not None:  # in one process the batches and the noise share ``rng``
+        from client_sdk.fl.local_dpsgd import train_local_dpsgd
+
+        return train_local_dpsgd(model, config, X, y, config.local_dp_sgd, rng, rng, client_id)
     if config.personalization is not None:
         return train_personalized(model, config, X, y, rng, client_id, state)
     if config.algorithm == "scaffold":

@@ -37,6 +37,7 @@ import numpy as np
 
 from client_sdk.fl.client import ClientState, LocalTraining, RoundConfig, clip_to_norm, train_client
 from client_sdk.fl.errors import FLError
+from client_sdk.fl.local_dpsgd import LocalDPSGDSpec, SampleLevelAccountant, local_dp_sgd_from_dict, train_local_dpsgd
 from client_sdk.fl.personalization import personalization_from_dict
 from client_sdk.fl.protocol import (
     BINARY_CONTENT_TYPE,
@@ -105,6 +106,8 @@ class FLDevice:
         clock: Callable[[], float] = time.time,
         identity: Any = None,
         noise_rng_for_round: Callable[[int], np.random.Generator] | None = None,
+        dpsgd_noise_rng_for_round: Callable[[int], np.random.Generator] | None = None,
+        require_local_dp_sgd: bool = False,
     ) -> None:
         self.base = collector_url.rstrip("/") + f"/v1/fl/tasks/{urllib.parse.quote(task, safe='')}"
         self.task = task
@@ -118,6 +121,15 @@ class FLDevice:
         #: the generator of round r's distributed-DG rounding and noise share: the OS CSPRNG unless a
         #: simulation fixes it (a server that could predict the noise could subtract it)
         self.noise_rng_for_round = noise_rng_for_round or (lambda r: secure_generator())
+        #: the generator of round r's local DP-SGD noise (task option ``local_dp_sgd``): the OS CSPRNG unless a
+        #: simulation fixes it; the Poisson batches come from ``rng_for_round(r)``
+        self.dpsgd_noise_rng_for_round = dpsgd_noise_rng_for_round or (lambda r: secure_generator())
+        #: refuse to train a round whose signed task configuration has no ``local_dp_sgd`` (a device that
+        #: insists on sample-level DP; otherwise a server that omits the configuration gets plain SGD updates)
+        self.require_local_dp_sgd = require_local_dp_sgd
+        #: this device's own sample-level ledger (None until it trains a round under ``local_dp_sgd``);
+        #: never uploaded: :meth:`sample_level_privacy` shows it locally
+        self.sample_accountant: SampleLevelAccountant | None = None
         self.timeout = timeout
         self.max_attempts = max_attempts
         self.backoff = (
@@ -219,7 +231,16 @@ class FLDevice:
             personalization_from_dict(view.get("personalization")),
         )
         rng = self.rng_for_round(r)
-        up = train_client(self._model_for(view), config, self.X, self.y, rng, self.client_id, self.state)
+        dp = self._signed_local_dp_sgd(view)
+        if dp is not None:  # sample-level DP: DP-SGD on this device, accounted here (client_sdk.fl.local_dpsgd)
+            spec, sample_delta = dp
+            noise_rng = self.dpsgd_noise_rng_for_round(r)
+            up = train_local_dpsgd(self._model_for(view), config, self.X, self.y, spec, rng, noise_rng, self.client_id)
+            if self.sample_accountant is None:
+                self.sample_accountant = SampleLevelAccountant(sample_delta)
+            self.sample_accountant.record(r, spec)
+        else:
+            up = train_client(self._model_for(view), config, self.X, self.y, rng, self.client_id, self.state)
         delta = up.delta
         if view.get("clip_norm") is not None:
             delta, _ = clip_to_norm(delta, float(view["clip_norm"]))
@@ -308,6 +329,42 @@ class FLDevice:
             shares = {v: (kind, s.x, s.y, s.threshold) for v, (kind, s) in out.items()}
             return "reveal" if self._upload(r, "reveal", {"shares": shares}) else "failed"
         raise FLError(f"unknown phase {phase!r}")
+
+    def _signed_local_dp_sgd(self, view: Mapping[str, Any]) -> tuple[LocalDPSGDSpec, float] | None:
+        """The ``local_dp_sgd`` spec and δ of the round's signed task configuration, or None (plain local SGD).
+        A configuration that names ``local_dp_sgd`` is used only if this device's enrollment authority signed
+        it for this task; with :attr:`require_local_dp_sgd` a round without one is refused."""
+        tc = view.get("task_config")
+        cfg = tc.get("config") if isinstance(tc, Mapping) else None
+        if not (isinstance(cfg, Mapping) and cfg.get("local_dp_sgd") is not None):
+            if self.require_local_dp_sgd:
+                raise FLError("the round's signed task configuration has no local_dp_sgd, which this device requires")
+            return None
+        from client_sdk.enrollment import verify_document
+
+        assert isinstance(tc, Mapping)
+        if self.identity is None:
+            raise FLError("local_dp_sgd needs an enrolled device (FLDevice(identity=...)) to check its signature")
+        sig = tc.get("signature")
+        try:
+            raw = base64.b64decode(sig) if isinstance(sig, str) else None
+        except ValueError:
+            raw = None
+        ok = raw is not None and verify_document(self.identity.authority_key, cfg, raw) and cfg.get("task") == self.task
+        if not ok:
+            raise FLError("the round's local_dp_sgd is not signed by this device's enrollment authority")
+        opts = dict(cfg["local_dp_sgd"])
+        delta = opts.pop("delta", None)
+        spec = local_dp_sgd_from_dict(opts)
+        assert spec is not None
+        if not (isinstance(delta, (int, float)) and 0 < delta < 1):
+            raise FLError(f"the signed local_dp_sgd has no usable delta, got {delta!r}")
+        return spec, float(delta)
+
+    def sample_level_privacy(self) -> dict[str, Any] | None:
+        """This device's own sample-level ε (rounds it trained under ``local_dp_sgd``, PLD and RDP), for local
+        display only; None if it never trained under it."""
+        return None if self.sample_accountant is None else self.sample_accountant.report()
 
     def _signed_threshold(self, view: Mapping[str, Any]) -> int | None:
         """t from the task configuration the enrollment authority signed (None if it fixes none); a SecAgg

@@ -184,6 +184,11 @@ class AggregationJob(StreamProcessor):
     transactional = True
 
     def __init__(self, transport: Transport, spec: FLTaskSpec, settings: JobSettings, clock: Any = time.time) -> None:
+        if spec.local_dp_sgd is not None and spec.task_signature is None:
+            raise FLError(
+                "local_dp_sgd needs task_signature: devices take their DP-SGD parameters only from the signed "
+                "task configuration (sign it with `ldp fl sign-task`)"
+            )
         s = settings
         super().__init__(
             transport,
@@ -230,6 +235,8 @@ class AggregationJob(StreamProcessor):
         self._last_status = 0.0
         self._published_stats: dict[str, Any] | None = None
         self._by_adversary: tuple[int, list[dict[str, Any]]] | None = None  # (rounds accounted, figures)
+        self._sample_level: tuple[int, dict[str, Any]] | None = None  # (rounds released, figures)
+        self._sample_figures: dict[int, dict[str, Any]] = {}
 
     # -- lifecycle ------------------------------------------------------------------------------
     def open(self) -> None:
@@ -500,6 +507,8 @@ class AggregationJob(StreamProcessor):
             "aggregator": self.spec.aggregator.kind,
             "epsilon_by_adversary": self._epsilon_by_adversary(),
         }
+        if self.spec.local_dp_sgd is not None:
+            out["sample_level"] = self._sample_level_privacy()
         if last is not None and "failed" in last:
             out["last_round"]["failed"] = True
         if st.clip_norm is not None:
@@ -528,6 +537,42 @@ class AggregationJob(StreamProcessor):
                 a["epsilon"] = _f(a["epsilon"])
             self._by_adversary = (acc.rounds, figures)
         return [dict(a) for a in self._by_adversary[1]]
+
+    def _sample_level_privacy(self) -> dict[str, Any]:
+        """The devices' sample-level ε (task option ``local_dp_sgd``) beside the client-level figures: per round,
+        so far (a device may have joined every released round) and for the whole task (every round), all worst
+        cases over devices from public task parameters only (no device's participation). Cached per round count."""
+        done = len(self._st.history)
+        if self._sample_level is None or self._sample_level[0] != done:
+            spec = self.spec
+            per_round, task, so_far = (self._sample_figure(k) for k in (1, spec.rounds, done))
+            self._sample_level = (
+                done,
+                {
+                    "epsilon": _f(so_far["epsilon"]),
+                    "epsilon_rdp": _f(so_far["epsilon_rdp"]),
+                    "rounds": done,
+                    "epsilon_per_round": _f(per_round["epsilon"]),
+                    "epsilon_task": _f(task["epsilon"]),
+                    "epsilon_task_rdp": _f(task["epsilon_rdp"]),
+                    "task_rounds": spec.rounds,
+                    "delta": spec.delta,
+                    "local_dp_sgd": dict(spec.local_dp_sgd or {}),
+                    "worst_case": "a device that took part in every round",
+                    "protects": "one training example of one device, against anyone who sees that device's "
+                    "update, the server included; the client-level epsilon protects a whole device's data "
+                    "against those who see the models",
+                },
+            )
+        return dict(self._sample_level[1])
+
+    def _sample_figure(self, rounds: int) -> dict[str, Any]:
+        """:meth:`FLTaskSpec.sample_level_privacy` for ``rounds``, computed once per count (PLD takes ~1 s)."""
+        if rounds not in self._sample_figures:
+            fig = self.spec.sample_level_privacy(rounds)
+            assert fig is not None
+            self._sample_figures[rounds] = fig
+        return self._sample_figures[rounds]
 
     def _round_state(self) -> RoundState:
         st = self._st
@@ -930,6 +975,7 @@ class AggregationJob(StreamProcessor):
             "epsilon": _f(st.epsilon),
             "delta": self.spec.delta if self.spec.clip_norm is not None else None,
             "epsilon_by_adversary": self._epsilon_by_adversary(),
+            "sample_level": None if self.spec.local_dp_sgd is None else self._sample_level_privacy(),
             "rejected": dict(st.rejected),
             "accepted": dict(st.accepted),
             "duplicates": dict(st.duplicates),

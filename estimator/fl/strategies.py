@@ -16,7 +16,7 @@ combines with every wrapper.
 from __future__ import annotations
 
 import dataclasses
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -41,9 +41,13 @@ class FedAvg:
 
     training: LocalTraining = LocalTraining()
     server_learning_rate: float = 1.0
+    #: the devices' DP-SGD (:class:`client_sdk.fl.local_dpsgd.LocalDPSGDSpec`), None for plain local SGD
+    local_dp_sgd: Any = None
 
     def configure(self, round: int, params: np.ndarray) -> RoundConfig:
-        return RoundConfig(round, np.asarray(params, np.float32), "fedavg", self.training)
+        return RoundConfig(
+            round, np.asarray(params, np.float32), "fedavg", self.training, local_dp_sgd=self.local_dp_sgd
+        )
 
     def payload_size(self, num_params: int) -> int:
         return num_params

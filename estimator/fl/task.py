@@ -25,6 +25,7 @@ from typing import Any, ClassVar
 
 from client_sdk.fl.client import LocalTraining
 from client_sdk.fl.errors import FLError, ModelError
+from client_sdk.fl.local_dpsgd import LocalDPSGDSpec, local_dp_sgd_from_dict
 from client_sdk.fl.models import MLP
 from client_sdk.fl.personalization import (
     DittoSpec,
@@ -589,6 +590,7 @@ class FLTaskSpec:
     secagg_threshold: int | None = None
     noise: NoiseSpec | None = None
     personalization: Mapping[str, Any] | None = None
+    local_dp_sgd: Mapping[str, Any] | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "clients", tuple(self.clients))
@@ -629,6 +631,58 @@ class FLTaskSpec:
         if self.noise is not None:
             self.noise.check(self)
         self._check_personalization()
+        self._check_local_dp_sgd()
+
+    def _check_local_dp_sgd(self) -> None:
+        """``local_dp_sgd`` (:mod:`client_sdk.fl.local_dpsgd`): read, and refused where the devices' local
+        objective is not plain FedAvg SGD, or where ``training`` sets what DP-SGD decides itself."""
+        spec = local_dp_sgd_from_dict(self.local_dp_sgd)
+        if spec is None:
+            return
+        object.__setattr__(self, "local_dp_sgd", spec.to_dict())
+        if self.algorithm != "fedavg":
+            raise FLError(
+                f"local_dp_sgd runs with algorithm fedavg, got {self.algorithm!r}: the device's DP-SGD steps "
+                "carry no proximal term or control variate"
+            )
+        if self.personalization is not None:
+            raise FLError(
+                "local_dp_sgd cannot run with personalization: the personal and contrastive objectives train "
+                "on the device's examples outside DP-SGD, so the sample-level ε would not cover them"
+            )
+        other = sorted(set(self.training) - {"learning_rate"})
+        if other:
+            raise FLError(
+                f"with local_dp_sgd, training takes only learning_rate (got {other}): the batches are Poisson "
+                "samples at local_dp_sgd's sample_rate and the step count is its steps or epochs"
+            )
+
+    @property
+    def local_dp_sgd_spec(self) -> LocalDPSGDSpec | None:
+        """The devices' DP-SGD (None: plain local SGD)."""
+        return local_dp_sgd_from_dict(self.local_dp_sgd)
+
+    def sample_level_privacy(self, rounds: int | None = None) -> dict[str, Any] | None:
+        """The sample-level ε of ``local_dp_sgd`` (None without it) for a device that took part in ``rounds``
+        rounds (default: every round of the task, the worst case over devices, since any device may be
+        sampled every round), at the task's δ: PLD, with RDP as a second opinion. A function of the
+        task's public parameters only (not of who was sampled), so it may be published."""
+        from estimator.accounting.accountant import account
+
+        spec = self.local_dp_sgd_spec
+        if spec is None:
+            return None
+        k = self.rounds if rounds is None else rounds
+        if k == 0:
+            return {"rounds": 0, "epsilon": 0.0, "epsilon_rdp": 0.0, "delta": self.delta}
+        rep = account(spec.event(k), self.delta)
+        return {
+            "rounds": k,
+            "steps_per_round": spec.steps_per_round,
+            "epsilon": rep.epsilon_pld if rep.epsilon_pld is not None else rep.epsilon,
+            "epsilon_rdp": rep.epsilon_rdp,
+            "delta": self.delta,
+        }
 
     def _check_personalization(self) -> None:
         try:
@@ -665,6 +719,8 @@ class FLTaskSpec:
             "secagg_threshold": self.secagg_threshold,
             "enrollment_key": self.enrollment_key,
         }
+        if self.local_dp_sgd is not None:  # devices take their DP-SGD from here, never from the server's word
+            out["local_dp_sgd"] = {**self.local_dp_sgd, "delta": self.delta}
         if self.noise is not None:  # devices derive their noise share from these, never from the server's word
             spec = self.noise.build(self, self.build_strategy().payload_size(self.build_model().num_params))
             out["ddg"] = {**spec.to_dict(), "min_shares": self.noise.shares(self)}
@@ -692,6 +748,7 @@ class FLTaskSpec:
         out["sampling"] = self.sampling.to_dict()
         out["aggregator"] = self.aggregator.to_dict()
         out["noise"] = None if self.noise is None else self.noise.to_dict()
+        out["local_dp_sgd"] = None if self.local_dp_sgd is None else dict(self.local_dp_sgd)
         return out
 
     def build_model(self) -> Any:
@@ -713,7 +770,7 @@ class FLTaskSpec:
             return FedProx(tr, self.server_learning_rate, mu=self.prox_mu)
         if self.algorithm == "scaffold":
             return Scaffold(tr, self.server_learning_rate)
-        return FedAvg(tr, self.server_learning_rate)
+        return FedAvg(tr, self.server_learning_rate, local_dp_sgd=self.local_dp_sgd_spec)
 
     def build_accountant(self) -> FLAccountant | None:
         """None without DP; :class:`FtrlAccountant` for ``dp_ftrl`` (no sampling credited), else
