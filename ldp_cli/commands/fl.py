@@ -11,6 +11,9 @@
 * ``personalize``: Ditto, Per-FedAvg and MOON against FedAvg and SCAFFOLD on the drift
   partition, each client scored on its own test data: median and worst decile
   (:func:`simulator.scenarios.personalize.run_personalize`).
+* ``local-dpsgd``: the drift partition under DP-FedAvg with DP-SGD on the devices, one run per
+  local noise multiplier: test accuracy against the devices' sample-level ε
+  (:func:`simulator.scenarios.local_dpsgd.run_local_dpsgd`).
 * ``attack``: membership inference by loss threshold with and without client-level
   DP (advantage, interval, DP bounds) and gradient inversion of one client's update
   in the clear, under central DP and under secure aggregation
@@ -135,6 +138,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     _register_drift(fsub)
     _register_personalize(fsub)
     _register_attack(fsub)
+    _register_local_dpsgd(fsub)
 
 
 def _fmt_eps(e: float | None) -> str:
@@ -356,6 +360,99 @@ def run_drift_cmd(args: argparse.Namespace) -> int:
                 f"  {label:<8} z {r['noise_multiplier']:.3f}  operator: {'yes' if r['holds_against_operator'] else 'no'}"
                 f"  final {r['final_accuracy_mean']:.4f}  mean last 10 {r['mean_accuracy_last_10_mean']:.4f}"
             )
+    if args.plot:
+        print(f"plot: {args.plot}")
+    return 0
+
+
+def _float_list(text: str) -> tuple[float, ...]:
+    try:
+        out = tuple(float(t) for t in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}") from None
+    if not out or any(not (0 < z < float("inf")) for z in out):
+        raise argparse.ArgumentTypeError(f"noise multipliers must be finite numbers > 0, got {text!r}")
+    return out
+
+
+def _register_local_dpsgd(fsub: argparse._SubParsersAction) -> None:
+    d = fsub.add_parser(
+        "local-dpsgd",
+        help="DP-SGD on the devices under DP-FedAvg: accuracy against sample-level ε (drift partition)",
+        description="The drift scenario's label-skewed partition with DP-FedAvg on (client-level DP) and the "
+        "devices' local training replaced by DP-SGD (task option local_dp_sgd), one run per local noise "
+        "multiplier plus plain local SGD; prints test accuracy, the sample-level ε of a device in every round "
+        "and of this run's busiest device, and the client-level ε (see simulator/scenarios/local_dpsgd.py).",
+    )
+    d.add_argument("--rounds", type=_positive_int, default=100, help="rounds (default 100)")
+    d.add_argument("--seed", type=_seed, default=0)
+    d.add_argument(
+        "--noise-multipliers",
+        type=_float_list,
+        default=(0.8, 1.5, 3.0),
+        help="comma-separated local DP-SGD noise multipliers σ, one run each (default 0.8,1.5,3)",
+    )
+    d.add_argument("--clip", type=_positive, default=1.0, help="per-example clip norm c (default 1)")
+    d.add_argument("--sample-rate", type=_prob, default=0.1, help="Poisson rate q of the local batches (default 0.1)")
+    d.add_argument("--epochs", type=_positive_int, default=2, help="local epochs of round(1/q) steps (default 2)")
+    d.add_argument("--client-clip-norm", type=_positive, default=2.0, help="DP-FedAvg's clip norm C (default 2)")
+    d.add_argument(
+        "--client-noise-multiplier", type=_positive, default=3.0, help="DP-FedAvg's noise multiplier z (default 3)"
+    )
+    d.add_argument("--delta", type=_prob, default=1e-5, help="δ of both ε (default 1e-5)")
+    d.add_argument("--plot", default=None, help="write accuracy against sample-level ε to this PNG")
+    d.add_argument("--json", action="store_true", help="print one JSON object")
+    d.set_defaults(func=run_local_dpsgd_cmd)
+
+
+def run_local_dpsgd_cmd(args: argparse.Namespace) -> int:
+    from client_sdk.fl.errors import FLError
+    from simulator.scenarios.drift import DriftConfig
+    from simulator.scenarios.local_dpsgd import LocalDPSGDConfig, plot_local_dpsgd, run_local_dpsgd
+
+    try:
+        dp = LocalDPSGDConfig(
+            noise_multipliers=args.noise_multipliers,
+            clip=args.clip,
+            sample_rate=args.sample_rate,
+            epochs=args.epochs,
+            client_clip_norm=args.client_clip_norm,
+            client_noise_multiplier=args.client_noise_multiplier,
+            delta=args.delta,
+        )
+    except FLError as exc:
+        raise SystemExit(f"ldp fl local-dpsgd: {exc}") from None
+    result = run_local_dpsgd(DriftConfig(rounds=args.rounds, seed=args.seed), dp)
+    if _plot_and_json(args, result, plot_local_dpsgd):
+        return 0
+    cl, ld = result["client_level"], result["local_dp_sgd"]
+    print(
+        f"local-dpsgd: {result['clients']} clients ({result['clients_per_round']} per round), {result['rounds']} "
+        f"rounds, {result['model']}; rounds joined per device {result['rounds_joined']['min']}-"
+        f"{result['rounds_joined']['max']} (median {result['rounds_joined']['median']:g})"
+    )
+    print(
+        f"client-level DP: C = {cl['clip_norm']:g}, z = {cl['noise_multiplier']:g}, ε = "
+        f"{cl['epsilon_known_sample']:.2f} (knows the sample) / {cl['epsilon_observers']:.2f} (observers) at "
+        f"δ = {cl['delta']:g}: {cl['protects']}"
+    )
+    print(
+        f"sample-level DP: c = {ld['clip']:g}, q = {ld['sample_rate']:g}, {ld['steps_per_round']} steps per round, "
+        f"η = {ld['learning_rate']:g}, δ = {ld['delta']:g}: {ld['protects']}"
+    )
+    print(f"{'run':<24} {'σ':>5} {'ε/round':>8} {'ε all':>8} {'ε busiest':>10} {'final':>7} {'last 10':>8}")
+    for r in result["runs"]:
+        if not r["noise_multiplier"]:
+            print(
+                f"{r['name']:<24} {'-':>5} {'-':>8} {'-':>8} {'-':>10} {r['final_accuracy']:>7.4f} "
+                f"{r['mean_accuracy_last_10']:>8.4f}"
+            )
+            continue
+        print(
+            f"{r['name']:<24} {r['noise_multiplier']:>5g} {r['epsilon_per_round']:>8.2f} "
+            f"{r['epsilon_worst_case']:>8.2f} {r['epsilon_max_device']:>10.2f} {r['final_accuracy']:>7.4f} "
+            f"{r['mean_accuracy_last_10']:>8.4f}"
+        )
     if args.plot:
         print(f"plot: {args.plot}")
     return 0
