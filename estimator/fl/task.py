@@ -565,7 +565,15 @@ class FLTaskSpec:
     ``fedavg``; MOON needs an ``mlp`` model): the devices' local objective
     (:mod:`client_sdk.fl.personalization`); the server step and the upload stay FedAvg's, so every
     aggregator above applies. Ditto's personal model and MOON's previous model live in the device's
-    memory (:class:`~client_sdk.fl.client.ClientState`) and never leave it."""
+    memory (:class:`~client_sdk.fl.client.ClientState`) and never leave it.
+
+    ``local_dp_sgd`` (None, or ``{"noise_multiplier": σ, "clip": c, "sample_rate": q, "steps": T}`` with
+    ``"epochs": E`` in place of ``steps``; :mod:`client_sdk.fl.local_dpsgd`): the devices train each round by
+    DP-SGD on their own examples, sample-level DP for one example of one device that holds even against the
+    server seeing the update in the clear, under the client-level DP above (one device's whole data against
+    whoever sees the models). It goes into :meth:`signed_config` (devices take it from there only) and needs
+    ``fedavg`` without personalization, ``training`` with ``learning_rate`` only, and a ``task_signature``
+    when the job runs it; :meth:`sample_level_privacy` is the ε the job states."""
 
     task: str
     model: Mapping[str, Any]
