@@ -12,9 +12,12 @@ difference to the global parameters, then clipped to the job's C as before.
 
 What each ε protects (docs/FL.md, "DP-SGD on devices"):
 
-* **sample-level** (this module): one *example* of one device (add/remove),
-  against anyone who sees that device's update, the server included, even in
-  the clear (no SecAgg, no client-level noise). One round on the device is
+* **sample-level** (this module): one *example* of one device, replaced by any
+  other (the device's example count N is public: its upload carries N as
+  FedAvg's weight and qN divides the noisy sum, so add/remove of an example is
+  visible in N and the relation is replace-one), against anyone who sees that
+  device's update, the server included, even in the clear (no SecAgg, no
+  client-level noise). One round on the device is
   ``SelfComposed(PoissonSampled(q, Gaussian(σ)), T)``; the rounds a device takes
   part in compose (everything released later is post-processing of the
   uploads). It assumes the device's Poisson batches stay secret (they are
@@ -25,7 +28,9 @@ What each ε protects (docs/FL.md, "DP-SGD on devices"):
 
 :class:`SampleLevelAccountant` is the device's own ledger: it records each round
 this device trained under local DP-SGD and answers its sample-level ε from
-``dp_accounting`` (PLD, with RDP as a second opinion). It lives on the device
+``dp_accounting`` (PLD under replace-one; the add/remove figures by PLD and
+RDP beside it, for comparison: dp_accounting's RDP has no Poisson-sampled
+replace-one analysis). It lives on the device
 and is never uploaded: how many rounds a device joined is not public. The
 server can state only the worst case (every round), see
 :meth:`estimator.fl.task.FLTaskSpec.sample_level_privacy`.
@@ -115,7 +120,8 @@ class LocalDPSGDSpec:
         return int(self.epochs) * max(1, round(1.0 / float(self.sample_rate)))
 
     def round_event(self) -> PrivacyEvent:
-        """One round on one device, per example under add/remove: T Poisson-sampled Gaussian steps."""
+        """One round on one device, per example: T Poisson-sampled Gaussian steps (account it under replace-one,
+        the device's N being public; see the module docstring)."""
         step: PrivacyEvent = GaussianEvent(float(self.noise_multiplier))
         if self.sample_rate < 1.0:
             step = PoissonSampledEvent(float(self.sample_rate), step)
@@ -201,8 +207,8 @@ class SampleLevelAccountant:
     """A device's sample-level ledger: the rounds it trained under local DP-SGD (each once) and their ε.
 
     Kept on the device only (never uploaded). ``epsilon()`` composes the recorded rounds with
-    ``dp_accounting``'s PLD accountant at ``delta`` (add/remove one example), ``epsilon_rdp()`` with its
-    RDP accountant (a looser second opinion). Needs the ``dp-accounting`` package (the ``server`` extra)
+    ``dp_accounting``'s PLD accountant at ``delta`` (one example replaced, N public),
+    ``epsilon_add_remove()`` and ``epsilon_add_remove_rdp()`` for add/remove (PLD, RDP). Needs the ``dp-accounting`` package (the ``server`` extra)
     only when asked for an ε; recording does not."""
 
     def __init__(self, delta: float) -> None:
@@ -228,36 +234,47 @@ class SampleLevelAccountant:
     def event(self) -> PrivacyEvent | None:
         return None if self.spec is None or not self._rounds else self.spec.event(self.rounds)
 
-    def _accountant_epsilon(self, kind: str) -> float:
+    def _accountant_epsilon(self, kind: str, relation: str) -> float:
         ev = self.event()
         if ev is None:
             return 0.0
         try:
+            import dp_accounting
             from dp_accounting.pld import pld_privacy_accountant
             from dp_accounting.rdp import rdp_privacy_accountant
         except ImportError:
             raise FLError("the device's sample-level ε needs the dp-accounting package (the server extra)") from None
+        rel = dp_accounting.NeighboringRelation
+        neighbours = rel.REPLACE_ONE if relation == "replace" else rel.ADD_OR_REMOVE_ONE
         if kind == "pld":
-            acc: Any = pld_privacy_accountant.PLDAccountant()
+            acc: Any = pld_privacy_accountant.PLDAccountant(neighboring_relation=neighbours)
         else:
-            acc = rdp_privacy_accountant.RdpAccountant()
+            acc = rdp_privacy_accountant.RdpAccountant(neighboring_relation=neighbours)
         acc.compose(dp_accounting_event(ev))
         return float(acc.get_epsilon(self.delta))
 
     def epsilon(self) -> float:
-        """Sample-level ε over the recorded rounds at :attr:`delta` (PLD); 0 before any round."""
-        return self._accountant_epsilon("pld")
+        """Sample-level ε over the recorded rounds at :attr:`delta`, one example *replaced* (the device's example
+        count N is public: the upload carries it as FedAvg's weight, and qN divides the noisy sum), by PLD;
+        0 before any round. The figure that holds against the server."""
+        return self._accountant_epsilon("pld", "replace")
 
-    def epsilon_rdp(self) -> float:
-        """The same by the RDP accountant (an upper bound, looser than PLD)."""
-        return self._accountant_epsilon("rdp")
+    def epsilon_add_remove(self) -> float:
+        """The same for one example added or removed (PLD): what would hold if N were not revealed."""
+        return self._accountant_epsilon("pld", "add_or_remove")
+
+    def epsilon_add_remove_rdp(self) -> float:
+        """The add/remove figure by the RDP accountant (a second opinion, looser than PLD; dp_accounting's RDP
+        has no Poisson-sampled replace-one analysis, so the replace-one figure has PLD only)."""
+        return self._accountant_epsilon("rdp", "add_or_remove")
 
     def report(self) -> dict[str, Any]:
-        """What the device may show its user (locally): rounds joined, ε (PLD and RDP), δ, what it protects."""
+        """What the device may show its user (locally): rounds joined, ε, δ, what it protects."""
         return {
             "rounds": self.rounds,
             "epsilon": self.epsilon(),
-            "epsilon_rdp": self.epsilon_rdp(),
+            "neighbors": "replace one example (the device's example count is public)",
+            "epsilon_add_remove_rdp": self.epsilon_add_remove_rdp(),
             "delta": self.delta,
             "local_dp_sgd": None if self.spec is None else self.spec.to_dict(),
             "protects": "one training example of this device, against anyone who sees its updates (the server too)",

@@ -673,8 +673,11 @@ class FLTaskSpec:
     def sample_level_privacy(self, rounds: int | None = None) -> dict[str, Any] | None:
         """The sample-level ε of ``local_dp_sgd`` (None without it) for a device that took part in ``rounds``
         rounds (default: every round of the task, the worst case over devices, since any device may be
-        sampled every round), at the task's δ: PLD, with RDP as a second opinion. A function of the
-        task's public parameters only (not of who was sampled), so it may be published."""
+        sampled every round), at the task's δ: ``epsilon`` by PLD for one example replaced (a device's
+        example count is public: its upload carries it), ``epsilon_add_remove`` (PLD) and
+        ``epsilon_add_remove_rdp`` (RDP, the second opinion) for one example added or removed, which would
+        hold if the count were hidden. A function of the task's public parameters only (not of who was
+        sampled), so it may be published."""
         from estimator.accounting.accountant import account
 
         spec = self.local_dp_sgd_spec
@@ -682,13 +685,22 @@ class FLTaskSpec:
             return None
         k = self.rounds if rounds is None else rounds
         if k == 0:
-            return {"rounds": 0, "epsilon": 0.0, "epsilon_rdp": 0.0, "delta": self.delta}
-        rep = account(spec.event(k), self.delta)
+            return {
+                "rounds": 0,
+                "epsilon": 0.0,
+                "epsilon_add_remove": 0.0,
+                "epsilon_add_remove_rdp": 0.0,
+                "delta": self.delta,
+            }
+        rep = account(spec.event(k), self.delta, "replace")
+        ar = account(spec.event(k), self.delta)
         return {
             "rounds": k,
             "steps_per_round": spec.steps_per_round,
-            "epsilon": rep.epsilon_pld if rep.epsilon_pld is not None else rep.epsilon,
-            "epsilon_rdp": rep.epsilon_rdp,
+            "epsilon": rep.epsilon_pld,
+            "neighbors": "replace",
+            "epsilon_add_remove": ar.epsilon_pld,
+            "epsilon_add_remove_rdp": ar.epsilon_rdp,
             "delta": self.delta,
         }
 

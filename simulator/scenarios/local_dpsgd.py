@@ -11,7 +11,8 @@ per-example clipping and step count but no noise (what the noise costs, apart fr
 steps); every run has the same data, schedule and seed.
 
 Per run: test accuracy per round, the sample-level ε at δ of a device that took part in every round
-(the worst case the job states; PLD, RDP second opinion), the largest and the median ε over the devices of
+(the worst case the job states; PLD, one example replaced since a device's example count is public; the
+add/remove figures by PLD and RDP beside it), the largest and the median ε over the devices of
 this run (each device's own ledger: the rounds the schedule gave it), and the client-level ε (the same for
 every run: DP-FedAvg's noise does not change).
 
@@ -94,9 +95,9 @@ def _sample_eps(
     if rounds == 0:
         return 0.0, 0.0
     if rounds not in cache:
-        rep = account(spec.event(rounds), delta)
+        rep = account(spec.event(rounds), delta, "replace")  # N public: one example replaced (PLD)
         assert rep.epsilon_pld is not None
-        cache[rounds] = (float(rep.epsilon_pld), float(rep.epsilon_rdp) if rep.epsilon_rdp is not None else math.nan)
+        cache[rounds] = (float(rep.epsilon_pld), math.nan)
     return cache[rounds]
 
 
@@ -173,7 +174,8 @@ def run_local_dpsgd(cfg: DriftConfig | None = None, dp: LocalDPSGDConfig | None 
     for z in dp.noise_multipliers:
         spec = LocalDPSGDSpec(float(z), float(dp.clip), float(dp.sample_rate), epochs=int(dp.epochs))
         cache: dict[int, tuple[float, float]] = {}
-        worst, worst_rdp = _sample_eps(spec, cfg.rounds, dp.delta, cache)
+        worst, _ = _sample_eps(spec, cfg.rounds, dp.delta, cache)
+        add_remove = account(spec.event(cfg.rounds), dp.delta)
         # each device's own ledger is the rounds the schedule gave it; ε grows with rounds, so the busiest
         # device has the largest and the median of the ε is that of the middle round counts
         srt = np.sort(joined)
@@ -186,7 +188,8 @@ def run_local_dpsgd(cfg: DriftConfig | None = None, dp: LocalDPSGDConfig | None 
                 **_summary(f"local_dp_sgd_sigma{z:g}", acc),
                 "noise_multiplier": float(z),
                 "epsilon_worst_case": worst,
-                "epsilon_worst_case_rdp": worst_rdp,
+                "epsilon_worst_case_add_remove": add_remove.epsilon_pld,
+                "epsilon_worst_case_add_remove_rdp": add_remove.epsilon_rdp,
                 "epsilon_per_round": _sample_eps(spec, 1, dp.delta, cache)[0],
                 "epsilon_max_device": eps_max,
                 "epsilon_median_device": eps_mid,

@@ -9,6 +9,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+import dp_accounting
 import numpy as np
 import pytest
 from dp_accounting import dp_event
@@ -34,16 +35,22 @@ SPEC = {"noise_multiplier": 1.1, "clip": 1.0, "sample_rate": 0.05, "steps": 30}
 
 
 def _one_round_pld(sigma: float, q: float, steps: int) -> Any:
-    """One round's PLD built with dp_accounting's PLD library directly (not its accountant, not our events)."""
+    """One round's PLD, one example replaced, built with dp_accounting's PLD library directly (not its
+    accountant, not our events)."""
     one = pld_lib.from_gaussian_mechanism(
-        sigma, sensitivity=1.0, sampling_prob=q, value_discretization_interval=1e-4, use_connect_dots=True
+        sigma,
+        sensitivity=1.0,
+        sampling_prob=q,
+        value_discretization_interval=1e-4,
+        use_connect_dots=True,
+        neighboring_relation=dp_accounting.NeighboringRelation.REPLACE_ONE,
     )
     return one.self_compose(steps)
 
 
 def _independent(one: Any, k: int, sigma: float, q: float, steps: int) -> tuple[float, float]:
-    """dp_accounting's (PLD, RDP) ε of k rounds composed one after the other (not as the one self-composition
-    of k·steps steps the code under test builds)."""
+    """dp_accounting's replace-one PLD ε and add/remove RDP ε of k rounds composed one after the other (not as
+    the one self-composition of k·steps steps the code under test builds)."""
     total = one
     for _ in range(k - 1):
         total = total.compose(one)
@@ -69,11 +76,12 @@ def test_sample_level_epsilon_is_dp_accountings_composed_figure_and_grows_with_r
         # PLD of one self-composition vs a list of k compositions: equal up to the discretization (1e-4 per
         # composition) of each; RDP composes exactly (a sum of the curves)
         assert acc.epsilon() == pytest.approx(pld, abs=2e-3)
-        assert acc.epsilon_rdp() == pytest.approx(rdp, rel=1e-9)
+        assert acc.epsilon_add_remove_rdp() == pytest.approx(rdp, rel=1e-9)
         eps.append(acc.epsilon())
     server = task.sample_level_privacy(3)  # the job's figure for a device in 3 rounds is the device's own
     assert server is not None and server["epsilon"] == pytest.approx(eps[-1], rel=1e-9)
     assert eps[0] < eps[1] < eps[2] <= 3 * eps[0]  # composition costs, and no more than basic composition
+    assert acc.epsilon_add_remove() < eps[-1]  # replacing an example is the stronger neighbour relation
     worst = task.sample_level_privacy()
     assert worst is not None and worst["rounds"] == 5 and worst["epsilon"] > eps[-1]
     with pytest.raises(FLError, match="changed between rounds"):
