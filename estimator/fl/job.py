@@ -545,18 +545,18 @@ class AggregationJob(StreamProcessor):
         done = len(self._st.history)
         if self._sample_level is None or self._sample_level[0] != done:
             spec = self.spec
-            per_round, task, so_far = (self._sample_figure(k) for k in (1, spec.rounds, done))
+            task = self._sample_figure(spec.rounds, add_remove=True)
+            per_round, so_far = self._sample_figure(1), self._sample_figure(done)
             self._sample_level = (
                 done,
                 {
                     "epsilon": _f(so_far["epsilon"]),
                     "neighbors": "replace one example (a device's example count is public)",
-                    "epsilon_add_remove": _f(so_far["epsilon_add_remove"]),
-                    "epsilon_add_remove_rdp": _f(so_far["epsilon_add_remove_rdp"]),
                     "rounds": done,
                     "epsilon_per_round": _f(per_round["epsilon"]),
                     "epsilon_task": _f(task["epsilon"]),
                     "epsilon_task_add_remove": _f(task["epsilon_add_remove"]),
+                    "epsilon_task_add_remove_rdp": _f(task["epsilon_add_remove_rdp"]),
                     "task_rounds": spec.rounds,
                     "delta": spec.delta,
                     "local_dp_sgd": dict(spec.local_dp_sgd or {}),
@@ -568,10 +568,12 @@ class AggregationJob(StreamProcessor):
             )
         return dict(self._sample_level[1])
 
-    def _sample_figure(self, rounds: int) -> dict[str, Any]:
-        """:meth:`FLTaskSpec.sample_level_privacy` for ``rounds``, computed once per count (PLD takes ~1 s)."""
-        if rounds not in self._sample_figures:
-            fig = self.spec.sample_level_privacy(rounds)
+    def _sample_figure(self, rounds: int, add_remove: bool = False) -> dict[str, Any]:
+        """:meth:`FLTaskSpec.sample_level_privacy` for ``rounds``, computed once per count (PLD takes ~1 s);
+        the add/remove figures only when asked (the task's total)."""
+        have = self._sample_figures.get(rounds)
+        if have is None or (add_remove and "epsilon_add_remove" not in have):
+            fig = self.spec.sample_level_privacy(rounds, add_remove=add_remove)
             assert fig is not None
             self._sample_figures[rounds] = fig
         return self._sample_figures[rounds]

@@ -670,13 +670,13 @@ class FLTaskSpec:
         """The devices' DP-SGD (None: plain local SGD)."""
         return local_dp_sgd_from_dict(self.local_dp_sgd)
 
-    def sample_level_privacy(self, rounds: int | None = None) -> dict[str, Any] | None:
+    def sample_level_privacy(self, rounds: int | None = None, add_remove: bool = True) -> dict[str, Any] | None:
         """The sample-level ε of ``local_dp_sgd`` (None without it) for a device that took part in ``rounds``
         rounds (default: every round of the task, the worst case over devices, since any device may be
         sampled every round), at the task's δ: ``epsilon`` by PLD for one example replaced (a device's
         example count is public: its upload carries it), ``epsilon_add_remove`` (PLD) and
         ``epsilon_add_remove_rdp`` (RDP, the second opinion) for one example added or removed, which would
-        hold if the count were hidden. A function of the task's public parameters only (not of who was
+        hold if the count were hidden (left out with ``add_remove=False``: PLD takes about a second). A function of the task's public parameters only (not of who was
         sampled), so it may be published."""
         from estimator.accounting.accountant import account
 
@@ -693,16 +693,17 @@ class FLTaskSpec:
                 "delta": self.delta,
             }
         rep = account(spec.event(k), self.delta, "replace")
-        ar = account(spec.event(k), self.delta)
-        return {
+        out = {
             "rounds": k,
             "steps_per_round": spec.steps_per_round,
             "epsilon": rep.epsilon_pld,
             "neighbors": "replace",
-            "epsilon_add_remove": ar.epsilon_pld,
-            "epsilon_add_remove_rdp": ar.epsilon_rdp,
             "delta": self.delta,
         }
+        if add_remove:
+            ar = account(spec.event(k), self.delta)
+            out["epsilon_add_remove"], out["epsilon_add_remove_rdp"] = ar.epsilon_pld, ar.epsilon_rdp
+        return out
 
     def _check_personalization(self) -> None:
         try:

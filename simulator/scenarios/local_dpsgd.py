@@ -260,7 +260,9 @@ def plot_local_dpsgd(result: dict[str, Any], path: str) -> None:
     ax.axhline(ref["final_accuracy"], color="tab:red", ls=":", label="plain local SGD (no sample-level DP)")
     ax.axhline(clipped["final_accuracy"], color="tab:green", ls="-.", label="same DP-SGD steps, no noise")
     ax.set_xscale("log")
-    ax.set_xlabel(f"sample-level ε (δ = {result['local_dp_sgd']['delta']:g}), a device in every round")
+    ax.set_xlabel(
+        f"sample-level ε (one example replaced, δ = {result['local_dp_sgd']['delta']:g}), a device in every round"
+    )
     ax.set_ylabel("test accuracy")
     cl = result["client_level"]
     ax.set_title(

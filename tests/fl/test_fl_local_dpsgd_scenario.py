@@ -48,13 +48,13 @@ def test_in_process_clients_add_the_dp_sgd_noise() -> None:
 
 
 def test_scenario_reports_both_epsilons() -> None:
-    dp = LocalDPSGDConfig(noise_multipliers=(1.0, 4.0), sample_rate=0.2, epochs=1, client_noise_multiplier=1.0)
+    dp = LocalDPSGDConfig(noise_multipliers=(3.0, 6.0), sample_rate=0.2, epochs=1, client_noise_multiplier=1.0)
     a = run_local_dpsgd(SMALL, dp)
-    plain, clipped, z1, z4 = a["runs"]
+    plain, clipped, z1, z4 = a["runs"]  # σ = 3 and 6
     assert plain["noise_multiplier"] is None and plain["epsilon_worst_case"] is None
     assert clipped["noise_multiplier"] == 0.0 and clipped["epsilon_worst_case"] is None
     assert z1["epsilon_worst_case"] > z4["epsilon_worst_case"] > 0  # more noise, less ε
-    spec = LocalDPSGDSpec(1.0, 1.0, 0.2, epochs=1)
+    spec = LocalDPSGDSpec(3.0, 1.0, 0.2, epochs=1)
     assert z1["epsilon_worst_case"] == pytest.approx(account(spec.event(SMALL.rounds), 1e-5, "replace").epsilon_pld)
     busiest = a["rounds_joined"]["max"]
     assert z1["epsilon_max_device"] == pytest.approx(account(spec.event(busiest), 1e-5, "replace").epsilon_pld)
