@@ -362,7 +362,7 @@ class FLDevice:
         return spec, float(delta)
 
     def sample_level_privacy(self) -> dict[str, Any] | None:
-        """This device's own sample-level ε (rounds it trained under ``local_dp_sgd``, PLD and RDP), for local
+        """This device's own sample-level ε (rounds it trained under ``local_dp_sgd``; replace-one PLD), for local
         display only; None if it never trained under it."""
         return None if self.sample_accountant is None else self.sample_accountant.report()
 
