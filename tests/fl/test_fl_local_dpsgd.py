@@ -342,3 +342,25 @@ def test_audit_of_a_devices_round_stays_within_the_replace_one_epsilon() -> None
     assert lower > 0.5
     # power: a device adding σ/4 of the noise the accountant charges for is caught
     assert _audit_device(0.5, trials=4000, seed=22) > claimed
+
+
+def test_local_dp_sgd_under_secagg_trains_every_survivor_once(tmp_path: Path) -> None:
+    """The SecAgg path trains in its masked phase: every device that took part holds one round in its ledger."""
+    spec = task_spec(
+        "ldp-secagg",
+        5,
+        rounds=1,
+        training={"learning_rate": 0.5},
+        secagg=True,
+        local_dp_sgd={"noise_multiplier": 3.0, "clip": 1.0, "sample_rate": 0.5, "steps": 2},
+    )
+    from tests.support.fl_pipeline_support import make_data
+
+    with running_task(tmp_path, spec, checkpoint_interval=0.2) as (_, srv, jt):
+        devices = devices_for(srv.url, spec, make_data(5))
+        drive(devices, jt.finished, timeout=60)
+        status = jt.result
+    assert status is not None and status["history"] and "failed" not in status["history"][-1]
+    trained = [d for d in devices if d.sample_accountant is not None]
+    assert len(trained) == 4 and all(d.sample_accountant.rounds == 1 for d in trained)  # type: ignore[union-attr]
+    assert status["sample_level"]["rounds"] == 1
