@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 
@@ -114,7 +116,7 @@ def test_task_option_round_trips_and_builds_the_ftrl_stack() -> None:
     ("kw", "message"),
     [
         ({"noise_multiplier": 0.0}, "noise_multiplier > 0"),
-        ({"secagg": True}, "secagg"),
+        ({"secagg": True, "noise": {"kind": "distributed_discrete_gaussian", "bits": 16}}, "tree"),
         ({"algorithm": "scaffold"}, "scaffold"),
         ({"aggregator": {"kind": "dp_ftrl", "restart_every": 0}}, "restart_every"),
         ({"aggregator": {"kind": "dp_ftrl", "restarts": 2}}, "no options"),
@@ -132,3 +134,44 @@ def test_wrapper_refuses_a_non_linear_inner_and_no_noise() -> None:
         DPFTRL(CoordinateMedian(WeightedMean(), 1), 1.0, 1.0)
     with pytest.raises(FLError, match="noise_multiplier"):
         DPFTRL(WeightedMean(), 1.0, 0.0)
+
+
+def test_with_secagg_the_task_builds_the_tree_over_the_decoded_sensitivity() -> None:
+    """secagg is accepted now; the node noise is z·(C + slack), slack = C·2⁻²³ + √d/s for the population's
+    quantizer scale s (Quantizer.for_clients(8, C)), and ε per adversary is DP-FTRL's, none for the operator."""
+    from client_sdk.fl.secagg import Quantizer
+    from estimator.fl.task import secagg_quantization_slack
+
+    spec = task_spec("ftrl-sa", 8, secagg=True, aggregator={"kind": "dp_ftrl", "restart_every": 2})
+    slack = secagg_quantization_slack(spec)
+    assert slack == 0.5 * 2.0**-23 + math.sqrt(5) / Quantizer.for_clients(8, 0.5).scale
+    agg = spec.build_aggregator(spec.build_accountant())
+    assert isinstance(agg, ValidatingAggregator) and isinstance(agg.inner, DPFTRL)
+    assert agg.inner.quantization_slack == slack and agg.inner.noise_stddev == 0.8 * (0.5 + slack)
+    plain = task_spec("ftrl", 8, aggregator={"kind": "dp_ftrl", "restart_every": 2}).build_aggregator(None)
+    assert plain.inner.quantization_slack == 0.0  # type: ignore[attr-defined]
+    acc = FtrlAccountant(restart_every=2, delta=1e-5)
+    for _ in range(6):
+        acc.record(0.8)
+    rows = {r["adversary"]: r for r in epsilon_by_adversary(acc, secagg=True)}
+    assert rows["observer"]["epsilon"] == rows["knows_sample"]["epsilon"] == ftrl_epsilon(0.8, 6, 1e-5, 2)
+    assert rows["server_operator"]["epsilon"] is None and "un-noised sum" in rows["server_operator"]["sees"]
+
+
+def test_release_sum_is_the_aggregate_of_presummed_updates_and_refuses_a_repeat() -> None:
+    """release_sum(Σ clip(Δ)) gives the same model step and tree as aggregate(updates) on the same
+    generator state; eligible() leaves out the current tree's contributors until the tree restarts, and a
+    contributor given twice within one tree is refused (the accounting allows one update per tree)."""
+    data_rng = np.random.default_rng(3)
+    a, b = DPFTRL(WeightedMean(), 0.5, 1.0, restart_every=2), DPFTRL(WeightedMean(), 0.5, 1.0, restart_every=2)
+    rng_a, rng_b = np.random.default_rng(9), np.random.default_rng(9)
+    for r, ids in enumerate([["x", "y"], ["z"], ["x", "z"]]):
+        ups = _updates(r, data_rng, ids)
+        total = sum(_clip(u.delta, 0.5) for u in ups)
+        assert b.eligible(["x", "y", "z"]) == (["x", "y", "z"] if r != 1 else ["z"])
+        ra = a.aggregate(ups, RoundContext(r, DIM, rng_a, 2.0))
+        rb = b.release_sum(total, ids, RoundContext(r, DIM, rng_b, 2.0))
+        assert np.allclose(ra.delta, rb.delta, rtol=0, atol=1e-12)
+        assert rb.num_clients == len(ids) and rb.info["tree_step"] == ra.info["tree_step"]
+    with pytest.raises(FLError, match="twice"):
+        b.release_sum(np.zeros(DIM), ["x"], RoundContext(3, DIM, rng_b, 2.0))
