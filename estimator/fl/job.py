@@ -9,8 +9,8 @@ uploads to ``ldp.fl.updates``; the job consumes them, advances the phases,
 aggregates with the task's stack (by default ``ValidatingAggregator(
 FixedClippingDP(WeightedMean(), C, σ, accountant))``; adaptive clipping or a
 robust aggregator as :class:`FLTaskSpec` describes; or the SecAgg+ server
-followed by the same Gaussian noise), reports ε after every round and opens
-the next round.
+followed by the same Gaussian noise, or by DP-FTRL's tree increment for a
+``dp_ftrl`` task), reports ε after every round and opens the next round.
 
 Exactly once
 ------------

@@ -175,3 +175,27 @@ def test_release_sum_is_the_aggregate_of_presummed_updates_and_refuses_a_repeat(
         assert rb.num_clients == len(ids) and rb.info["tree_step"] == ra.info["tree_step"]
     with pytest.raises(FLError, match="twice"):
         b.release_sum(np.zeros(DIM), ["x"], RoundContext(3, DIM, rng_b, 2.0))
+
+
+def test_a_decoded_secagg_contribution_stays_within_c_plus_slack_and_can_exceed_c() -> None:
+    """The sensitivity the SecAgg tree noise is calibrated to, played by the worst device input we can
+    find: 4,000 float32 updates clipped to C (half of them on a coordinate axis, where the float32 cast
+    and the rounding both act on one coordinate), quantized for the population's cohort and decoded
+    alone. Every decoded norm is below C + slack; some are above C + √d/s, so without the slack (or with
+    the rounding's term only) the node noise would be below z times the true sensitivity."""
+    from client_sdk.fl.secagg import Quantizer
+    from estimator.fl.task import secagg_quantization_slack
+
+    spec = task_spec("ftrl-sa", 8, secagg=True, aggregator={"kind": "dp_ftrl"})
+    c, d, slack = 0.5, 5, secagg_quantization_slack(spec)
+    q = Quantizer.for_clients(len(spec.clients), c)
+    rng = np.random.default_rng(17)
+    excess = []
+    for i in range(4000):
+        v = rng.normal(size=d) if i % 2 else np.eye(d)[i % d] * rng.uniform(1, 10)
+        clipped = np.asarray(_clip(v, c), np.float32)  # what the device uploads
+        decoded = q.decode_sum(q.quantize(clipped, rng))
+        excess.append(float(np.linalg.norm(decoded)) - c)
+    assert max(excess) <= slack
+    # above C, and above the rounding's √d/s alone: the float32 cast's term is needed too
+    assert max(excess) > math.sqrt(d) / q.scale > 0
