@@ -11,7 +11,7 @@ from client_sdk.fl.client import ClientUpdate
 from client_sdk.fl.errors import FLError
 from estimator.fl.aggregators import RoundContext, ValidatingAggregator, WeightedMean
 from estimator.fl.dp import epsilon_by_adversary
-from estimator.fl.ftrl import DPFTRL, FtrlAccountant, ftrl_epsilon
+from estimator.fl.ftrl import DPFTRL, FtrlAccountant, ftrl_epsilon, tree_depth
 from estimator.fl.robust import CoordinateMedian
 from estimator.fl.task import DPFTRLSpec, aggregator_spec
 from tests.support.fl_pipeline_support import task_spec
@@ -199,3 +199,45 @@ def test_a_decoded_secagg_contribution_stays_within_c_plus_slack_and_can_exceed_
     assert max(excess) <= slack
     # above C, and above the rounding's √d/s alone: the float32 cast's term is needed too
     assert max(excess) > math.sqrt(d) / q.scale > 0
+
+
+def test_audit_the_secagg_release_path_on_neighbouring_cohorts() -> None:
+    """Empirical privacy audit of what a dp_ftrl + SecAgg task releases, on the code the job runs after
+    unmasking: the devices' float32 clipped updates quantized (Quantizer.for_clients), the ring sum
+    decoded (the masks cancel exactly: tests/fl/test_fl_secagg.py), then ``release_sum`` over a tree of
+    2 rounds. World 1: client u adds an update of norm C in round 0; world 0: it does not (add/remove).
+    The adversary sees both released prefixes; its best test projects P1 + P2 on u's direction: a shift
+    of 2C at noise √2·zC, μ = √depth(2)/z. μ̂ must match it within 5 standard errors (√(2/n)), and the
+    likelihood ratio of the event T > τ, with Clopper–Pearson 99.9 % bounds, stays below e^ε(δ) + δ
+    at every τ of a grid (ε = ftrl_epsilon, the figure the job prints)."""
+    from scipy import stats as sps
+
+    from client_sdk.fl.secagg import Quantizer
+
+    z, c, trials, delta = 1.5, 0.5, 5000, 1e-5
+    q = Quantizer.for_clients(3, c)
+    rng = np.random.default_rng(2027)
+    v = np.asarray(_clip(np.arange(1.0, DIM + 1), c), np.float32)
+    others = [np.asarray(_clip(rng.normal(size=DIM), c), np.float32) for _ in range(2)]
+    direction = v.astype(np.float64) / float(np.linalg.norm(v))
+    t = {0: np.empty(trials), 1: np.empty(trials)}
+    for world in (0, 1):
+        for k in range(trials):
+            agg = DPFTRL(WeightedMean(), c, z, restart_every=2)
+            ctx = RoundContext(0, DIM, rng, 2.0)
+            cohort = others + ([v] if world else [])
+            total0 = q.decode_sum(sum(q.quantize(x, rng) for x in cohort).astype(np.uint32))
+            o0 = agg.release_sum(total0, [f"c{i}" for i in range(len(cohort))], ctx).delta
+            total1 = q.decode_sum(q.quantize(others[0], rng))
+            o1 = agg.release_sum(total1, ["d0"], RoundContext(1, DIM, rng, 2.0)).delta
+            p1, p2 = o0 * 2.0, (o0 + o1) * 2.0
+            t[world][k] = float((p1 + p2) @ direction)
+    sd = math.sqrt((t[0].var(ddof=1) + t[1].var(ddof=1)) / 2)
+    mu_hat = (t[1].mean() - t[0].mean()) / sd
+    assert abs(mu_hat - math.sqrt(tree_depth(2)) / z) < 5 * math.sqrt(2 / trials)
+    eps = ftrl_epsilon(z, 2, delta)
+    for tau in np.quantile(t[0], np.linspace(0.05, 0.999, 30)):
+        k1, k0 = int((t[1] > tau).sum()), int((t[0] > tau).sum())
+        lo1 = sps.beta.ppf(0.0005, k1, trials - k1 + 1) if k1 else 0.0
+        hi0 = sps.beta.ppf(0.9995, k0 + 1, trials - k0) if k0 < trials else 1.0
+        assert lo1 <= math.exp(eps) * hi0 + delta, (tau, lo1, hi0, eps)
