@@ -24,6 +24,15 @@ bound for the same trees (``SingleEpochTreeAggregationDpEvent``), a looser secon
 
 The noise is *central*: the server adds it, so it holds against observers of the models and against
 anyone who knows the sample, not against an operator who reads the un-noised sums.
+
+*With secure aggregation* (:meth:`DPFTRL.release_sum`): the devices clip, quantize and mask; the job
+unmasks only the round's sum and adds the same tree increment to it, so the operator never sees an
+individual update (it still sees each round's un-noised sum: no DP figure holds against it). The
+server cannot clip or drop an update inside a masked sum, so the once-per-tree rule is applied when
+the round's sample is drawn (:meth:`DPFTRL.eligible`), and the sensitivity is that of a *decoded*
+contribution: the device's float32 clip (relative error below 2⁻²⁴ per coordinate) and the stochastic
+rounding (below 1/s per coordinate) bound its norm by C + ``quantization_slack`` with
+slack = C·2⁻²³ + √d/s, and the node noise is z·(C + slack), so the accountant's z stays exact.
 """
 
 from __future__ import annotations
@@ -362,6 +371,7 @@ class DPFTRL:
     restart_every: int | None = None
     accountant: FtrlAccountant | None = None
     efficient: bool = False
+    quantization_slack: float = 0.0
     linear: bool = dataclasses.field(default=False, init=False)
     tree: TreeNoise | None = dataclasses.field(default=None, init=False)
     contributed: set[str] = dataclasses.field(default_factory=set, init=False)
@@ -378,16 +388,64 @@ class DPFTRL:
         tree_sizes(1, self.restart_every)
         if self.restart_every is not None and (isinstance(self.restart_every, bool) or self.restart_every < 1):
             raise FLError(f"restart_every must be an integer >= 1 or None, got {self.restart_every!r}")
+        if not (math.isfinite(self.quantization_slack) and self.quantization_slack >= 0):
+            raise FLError(f"quantization_slack must be a finite number >= 0, got {self.quantization_slack}")
 
-    def aggregate(self, updates: Sequence[ClientUpdate], ctx: RoundContext) -> AggregateResult:
+    @property
+    def noise_stddev(self) -> float:
+        """Every node's standard deviation: z·(C + slack), z times the L2 sensitivity of one contribution."""
+        return self.noise_multiplier * (self.clip_norm + self.quantization_slack)
+
+    def _tree_for(self, dim: int) -> TreeNoise:
         if self.tree is None:
-            self.tree = TreeNoise(
-                ctx.num_params, self.noise_multiplier * self.clip_norm, self.restart_every, efficient=self.efficient
-            )
-        if self.tree.dim != ctx.num_params:
-            raise FLError(f"the tree's noise has {self.tree.dim} coordinates, the round {ctx.num_params}")
+            self.tree = TreeNoise(dim, self.noise_stddev, self.restart_every, efficient=self.efficient)
+        if self.tree.dim != dim:
+            raise FLError(f"the tree's noise has {self.tree.dim} coordinates, the round {dim}")
         if self.tree.restart_due:
             self.contributed = set()
+        return self.tree
+
+    def eligible(self, client_ids: Sequence[str]) -> list[str]:
+        """The clients (in the given order) that may contribute to the next round: all of them when it
+        starts a tree, else those without an update in the current tree. With SecAgg the job applies it
+        to the round's sample, since no update can be dropped from a masked sum afterwards."""
+        if self.tree is None or self.tree.restart_due:
+            return list(client_ids)
+        return [c for c in client_ids if c not in self.contributed]
+
+    def release_sum(
+        self, total: np.ndarray, contributors: Sequence[str], ctx: RoundContext, info: Mapping[str, Any] | None = None
+    ) -> AggregateResult:
+        """The round's release from an already summed vector (SecAgg's unmasked sum of the contributors'
+        clipped updates): total plus the tree's increment, over the expected client count. The
+        contributors must be :meth:`eligible` (a repeat would void the accounting: refused)."""
+        tree = self._tree_for(ctx.num_params)
+        total = np.asarray(total, dtype=np.float64)
+        if total.shape != (ctx.num_params,):
+            raise FLError(f"the sum has shape {total.shape}, the round {ctx.num_params} coordinates")
+        repeats = sorted(set(contributors) & self.contributed)
+        if repeats or len(set(contributors)) != len(contributors):
+            raise FLError(f"clients contributed twice to one tree: {repeats or sorted(contributors)}")
+        increment = tree.advance(ctx.rng)
+        self.contributed.update(contributors)
+        if self.accountant is not None:
+            self.accountant.record(self.noise_multiplier)
+        out = dict(info or {})
+        out.update(
+            clip_norm=self.clip_norm,
+            noise_stddev=self.noise_stddev,
+            tree_step=tree.step,
+            tree_nodes=len(tree.nodes),
+            trees=tree.trees,
+        )
+        if self.accountant is not None:
+            out["rounds_accounted"] = self.accountant.rounds
+            out["epsilon"] = self.accountant.epsilon()
+            out["delta"] = self.accountant.delta
+        return AggregateResult((total + increment) / ctx.expected_clients, ctx.expected_clients, len(contributors), out)
+
+    def aggregate(self, updates: Sequence[ClientUpdate], ctx: RoundContext) -> AggregateResult:
+        self._tree_for(ctx.num_params)
         fresh = [u for u in updates if u.client_id not in self.contributed]
         clipped, n_clipped = [], 0
         for u in fresh:
@@ -395,26 +453,10 @@ class DPFTRL:
             n_clipped += norm > self.clip_norm
             clipped.append(dataclasses.replace(u, delta=d, num_examples=1))
         res = self.inner.aggregate(clipped, ctx)
-        total = res.delta * res.total_weight
-        increment = self.tree.advance(ctx.rng)
-        self.contributed.update(u.client_id for u in fresh)
-        if self.accountant is not None:
-            self.accountant.record(self.noise_multiplier)
         info = dict(res.info)
-        info.update(
-            clip_norm=self.clip_norm,
-            noise_stddev=self.noise_multiplier * self.clip_norm,
-            clipped_fraction=n_clipped / max(1, len(fresh)),
-            repeated=len(updates) - len(fresh),
-            tree_step=self.tree.step,
-            tree_nodes=len(self.tree.nodes),
-            trees=self.tree.trees,
-        )
-        if self.accountant is not None:
-            info["rounds_accounted"] = self.accountant.rounds
-            info["epsilon"] = self.accountant.epsilon()
-            info["delta"] = self.accountant.delta
-        return AggregateResult((total + increment) / ctx.expected_clients, ctx.expected_clients, res.num_clients, info)
+        info.update(clipped_fraction=n_clipped / max(1, len(fresh)), repeated=len(updates) - len(fresh))
+        out = self.release_sum(res.delta * res.total_weight, [u.client_id for u in fresh], ctx, info)
+        return AggregateResult(out.delta, out.total_weight, res.num_clients, out.info)
 
     def state(self) -> dict[str, Any] | None:
         """The tree and the current tree's contributors as a JSON object (None before the first round)."""
@@ -429,7 +471,7 @@ class DPFTRL:
             return
         tree = TreeNoise.from_state(obj["tree"])
         if (tree.stddev, tree.restart_every, tree.efficient) != (
-            self.noise_multiplier * self.clip_norm,
+            self.noise_stddev,
             self.restart_every,
             self.efficient,
         ):

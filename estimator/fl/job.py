@@ -9,8 +9,8 @@ uploads to ``ldp.fl.updates``; the job consumes them, advances the phases,
 aggregates with the task's stack (by default ``ValidatingAggregator(
 FixedClippingDP(WeightedMean(), C, σ, accountant))``; adaptive clipping or a
 robust aggregator as :class:`FLTaskSpec` describes; or the SecAgg+ server
-followed by the same Gaussian noise), reports ε after every round and opens
-the next round.
+followed by the same Gaussian noise, or by DP-FTRL's tree increment for a
+``dp_ftrl`` task), reports ε after every round and opens the next round.
 
 Exactly once
 ------------
@@ -638,6 +638,8 @@ class AggregationJob(StreamProcessor):
             self._set_phase("done", 0.0)
             return
         st.selected = [str(c) for c in self.sampling.sample(list(spec.clients), self._rng)]
+        if spec.secagg and self._ftrl is not None:  # a masked sum cannot drop a repeat: leave it out of the round
+            st.selected = self._ftrl.eligible(st.selected)
         if not spec.secagg:
             self._set_phase("train", spec.round_timeout)
             return
@@ -817,17 +819,20 @@ class AggregationJob(StreamProcessor):
             return
         q = Quantizer(float(sa["clip_range"]), float(sa["scale"]), int(sa["max_clients"]))
         s = q.decode_sum(total)
-        sd = float(self.spec.noise_multiplier) * float(self.spec.clip_norm)  # type: ignore[arg-type]
-        noisy = s + (ctx.rng.normal(0.0, sd, size=s.shape) if sd > 0 else 0.0)
-        if self._accountant is not None:
-            self._accountant.record(self.spec.noise_multiplier)
-        m = len(st.survivors)
-        res = AggregateResult(
-            noisy / ctx.expected_clients,
-            ctx.expected_clients,
-            m,
-            {"noise_stddev": sd, "clip_norm": self.spec.clip_norm},
-        )
+        if self._ftrl is not None:  # DP-FTRL: the tree's increment on the unmasked sum (central noise)
+            by_index = {i: c for c, i in st.indices.items()}
+            res = self._ftrl.release_sum(s, [by_index[u] for u in st.survivors], ctx)
+        else:
+            sd = float(self.spec.noise_multiplier) * float(self.spec.clip_norm)  # type: ignore[arg-type]
+            noisy = s + (ctx.rng.normal(0.0, sd, size=s.shape) if sd > 0 else 0.0)
+            if self._accountant is not None:
+                self._accountant.record(self.spec.noise_multiplier)
+            res = AggregateResult(
+                noisy / ctx.expected_clients,
+                ctx.expected_clients,
+                len(st.survivors),
+                {"noise_stddev": sd, "clip_norm": self.spec.clip_norm},
+            )
         # the digest of the un-noised sum is an integrity record for the operator's audit, kept in the checkpoint
         # only: published, it would let anyone who knows the other inputs test a hypothesis about one client's
         # update with certainty (issue 13), voiding the DP guarantee of the noised release

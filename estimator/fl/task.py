@@ -53,6 +53,7 @@ __all__ = [
     "FedAvgSpec",
     "AdaptiveClippingSpec",
     "DPFTRLSpec",
+    "secagg_quantization_slack",
     "MedianSpec",
     "TrimmedMeanSpec",
     "KrumSpec",
@@ -255,6 +256,19 @@ class AdaptiveClippingSpec:
         }
 
 
+def secagg_quantization_slack(task: FLTaskSpec) -> float:
+    """How far the norm of one device's contribution to a SecAgg sum, as the job decodes it, may exceed
+    C: the float32 cast of the clipped update (below 2⁻²⁴ relative per coordinate; C·2⁻²³ covers it)
+    plus the stochastic rounding (below 1/s per coordinate, so √d/s in L2), with s the quantizer's
+    scale for the largest cohort the task can sample (the whole population: the scale falls with n)."""
+    from client_sdk.fl.secagg import Quantizer
+
+    assert task.clip_norm is not None
+    dim = task.build_strategy().payload_size(task.build_model().num_params)
+    scale = Quantizer.for_clients(len(task.clients), float(task.clip_norm)).scale
+    return float(task.clip_norm) * 2.0**-23 + math.sqrt(dim) / scale
+
+
 @dataclasses.dataclass(frozen=True)
 class DPFTRLSpec:
     """``{"kind": "dp_ftrl", "restart_every": R, "efficient": e}`` (optional: R null, one tree for the
@@ -262,8 +276,12 @@ class DPFTRLSpec:
     :class:`~estimator.fl.ftrl.DPFTRL` with clip norm C = ``clip_norm`` and per-node noise multiplier
     z = ``noise_multiplier`` > 0, the tree restarting every R rounds. Its ε (:class:`FtrlAccountant`)
     credits no sampling amplification, so it holds whoever knows the sample; a client's second update
-    within one tree is dropped. Devices clip to C too. Not with ``secagg`` (the SecAgg path adds its
-    own independent noise) nor with ``scaffold`` (the FTRL iterate is the model's only server state)."""
+    within one tree is dropped. Devices clip to C too. With ``secagg`` the job unmasks the round's sum of
+    clipped updates and adds the tree increment to it (central noise: the operator never sees an
+    individual update, but no DP figure holds against it); a client already in the current tree is then
+    left out of the round's sample, and the node noise covers the quantizer's slack
+    (:func:`secagg_quantization_slack`). Not with ``scaffold`` (the FTRL iterate is the model's only
+    server state), nor with distributed noise (docs/FL.md says why)."""
 
     restart_every: int | None = None
     efficient: bool = False
@@ -281,11 +299,6 @@ class DPFTRLSpec:
         if task.clip_norm is None or not task.noise_multiplier > 0:
             raise FLError("dp_ftrl needs clip_norm (C) and noise_multiplier > 0 (the noise of every tree node is z·C)")
         _num("clip_norm", task.clip_norm)
-        if task.secagg:
-            raise FLError(
-                "dp_ftrl cannot run with secagg yet: the SecAgg path adds independent noise to each round's "
-                "sum, not the tree's; use kind 'fedavg' with secagg"
-            )
         if task.algorithm == "scaffold":
             raise FLError("dp_ftrl runs with algorithm fedavg or fedprox (scaffold's control variates are not noised)")
 
@@ -301,6 +314,7 @@ class DPFTRLSpec:
                 self.restart_every,
                 accountant,
                 efficient=self.efficient,
+                quantization_slack=secagg_quantization_slack(task) if task.secagg else 0.0,
             )
         )
 
@@ -443,7 +457,10 @@ class DistributedDGSpec:
                 "neighbours that replace one client (with Poisson sampling the number of noise shares varies)"
             )
         if not isinstance(task.aggregator, FedAvgSpec):
-            raise FLError("noise 'distributed_discrete_gaussian' works with the 'fedavg' aggregator only")
+            raise FLError(
+                "noise 'distributed_discrete_gaussian' works with the 'fedavg' aggregator only (dp_ftrl's tree "
+                "reuses each node's noise over rounds, which per-round devices cannot share: docs/FL.md)"
+            )
         if self.min_shares is not None and self.min_shares > task.sampling.count:
             raise FLError(f"min_shares {self.min_shares} exceeds the {task.sampling.count} clients sampled per round")
         self.build(task, task.build_model().num_params)  # the spec's own checks (ring room, σ per share)
@@ -545,8 +562,9 @@ class FLTaskSpec:
       Not with ``secagg`` (that bit is not securely summed).
     * ``{"kind": "dp_ftrl", "restart_every": R}`` (:class:`DPFTRLSpec`; R optional, null): DP-FTRL
       (:mod:`estimator.fl.ftrl`), tree-aggregated noise of multiplier z = ``noise_multiplier`` > 0 per
-      node, no sampling assumption (the same ε for every adversary that sees only the models). Not
-      with ``secagg`` or ``scaffold``.
+      node, no sampling assumption (the same ε for every adversary that sees only the models). With
+      ``secagg`` the tree noise goes on the unmasked sum (central: nothing against the operator). Not
+      with ``scaffold`` or distributed noise.
     * ``{"kind": "median", "f": f}``, ``{"kind": "trimmed_mean", "f": f}``,
       ``{"kind": "krum", "f": f, "multi": m}`` (:class:`MedianSpec`, :class:`TrimmedMeanSpec`,
       :class:`KrumSpec`; m optional, 1): the robust wrappers over a weighted mean, tolerating f
