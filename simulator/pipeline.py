@@ -281,7 +281,9 @@ class LocalPipeline:
         )
         self._worker("estimator", lambda: self.estimator.run(stop=self.stop_event, max_records=100))
         server, self.estimator_url, _ = serve_in_thread(
-            estimator_app(self.estimator), port=self.estimator_port, lifespan="off"
+            estimator_app(self.estimator, dataset=self.dataset if self.with_sink else None),
+            port=self.estimator_port,
+            lifespan="off",
         )
         self._servers.append(server)
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import datetime as _dt
 import hashlib
 import math
+import os
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -180,6 +182,41 @@ def _build_models() -> dict[str, Any]:
         )
         discovery: str
 
+    class DiscoveredValue(BaseModel):
+        rank: int
+        value: str = Field(description="the discovered string (UTF-8, padding removed)")
+        estimate: float = Field(description="unbiased estimate of the number of reports holding it")
+        std_error: float
+        ci_low: float
+        ci_high: float
+        frequency: float = Field(description="estimate / n")
+        adjusted_ci_low: float = Field(
+            description="lower end of the interval widened for the selection (Bonferroni over `candidates`): "
+            "above 0, the value is found even allowing for it being the best of many noisy candidates"
+        )
+
+    class DiscoveredBody(BaseModel):
+        """One day's discovered values of a heavy-hitter metric, decoded from the Parquet dataset's part files
+        (the batch job's :func:`estimator.heavy_hitters_batch.discover_dataset`, cached per set of files)."""
+
+        metric: str
+        kind: Literal["heavy_hitters"]
+        day: int
+        date: str
+        spec_id: str
+        mechanism: str
+        epsilon: float = Field(description="the local ε₀ of one report")
+        n: int = Field(description="reports in the dataset's part files of that day")
+        parts: int = Field(description="part files read")
+        reports_per_part: list[int] = Field(description="reports per PEM level or SFP fragment position")
+        top: int
+        confidence: float
+        candidates: int = Field(description="candidates ranked at the last level (PEM) or words assembled (SFP)")
+        dataset_time: float = Field(description="when the newest part file read was written (POSIX seconds)")
+        seconds: float = Field(description="the decode's wall time (0 when served from the cache)")
+        cached: bool
+        found: list[DiscoveredValue] = Field(description="the discovered values, best first")
+
     return {
         "freshness": Freshness,
         "metric_list": MetricList,
@@ -187,6 +224,7 @@ def _build_models() -> dict[str, Any]:
         "mean": MeanBody,
         "distribution": DistributionBody,
         "heavy_hitters": HeavyHittersBody,
+        "discovered": DiscoveredBody,
         "any_estimate": EstimateBody | MeanBody | DistributionBody | HeavyHittersBody,
         "available": AvailableList,
         "health": Health,
@@ -298,6 +336,103 @@ def _numeric_json(metric: str, key: Key, ks: KeyState, confidence: float) -> dic
     return out
 
 
+#: discoveries by (root, metric, spec, day, top, confidence, the part files' (path, size, mtime)): a decode reads
+#: every report of the day, and its answer is a pure function of those files
+_DISCOVERED: dict[tuple[Any, ...], dict[str, Any]] = {}
+_DISCOVERED_SIZE = 32
+_DISCOVERED_LOCK = threading.Lock()
+
+
+def discovered_json(
+    root: str | os.PathLike[str],
+    metric: str,
+    day: str | None,
+    spec_id: str | None,
+    top: int,
+    confidence: float,
+) -> dict[str, Any]:
+    """The answer of ``GET /v1/heavy-hitters/{metric}``: the batch discovery over one day's part files."""
+    from fastapi import HTTPException
+
+    from estimator.errors import BatchError
+    from estimator.heavy_hitters_batch import discover_dataset
+    from pipeline.dataset import list_parts
+
+    parts = list_parts(root, metric)
+    if not parts:
+        raise HTTPException(404, f"the dataset holds no part files of metric {metric!r} yet")
+    if day is None:
+        d = max(p.day for p in parts)
+    else:
+        try:
+            d = parse_day(day)
+        except ValueError as exc:
+            raise HTTPException(400, str(exc)) from None
+    files = []
+    for p in parts:
+        if p.day != d:
+            continue
+        try:
+            st = p.path.stat()
+        except FileNotFoundError:  # replaced by the sink's compaction meanwhile: the next request sees the new one
+            continue
+        files.append((str(p.path), st.st_size, st.st_mtime_ns))
+    if not files:
+        raise HTTPException(404, f"the dataset holds no part files of metric {metric!r} on day {d}")
+    key = (str(root), metric, spec_id, d, top, float(confidence), tuple(files))
+    with _DISCOVERED_LOCK:
+        hit = _DISCOVERED.get(key)
+    if hit is not None:
+        return {**hit, "seconds": 0.0, "cached": True}
+    t0 = time.perf_counter()
+    try:
+        res = discover_dataset(root, metric, [d], top=top, spec_id=spec_id, confidence=confidence)
+    except BatchError as exc:
+        msg = str(exc)
+        raise HTTPException(409 if "several specs" in msg else 400, msg) from None
+    t = res.table
+    from statistics import NormalDist
+
+    m = max(1, int(res.discovery.candidates[-1]) if res.discovery.candidates else 1)
+    z_adj = NormalDist().inv_cdf(1.0 - (1.0 - confidence) / (2.0 * m))
+    body: dict[str, Any] = {
+        "metric": metric,
+        "kind": "heavy_hitters",
+        "day": d,
+        "date": (_EPOCH + _dt.timedelta(days=d)).isoformat(),
+        "spec_id": res.spec.spec_id,
+        "mechanism": res.spec.name,
+        "epsilon": res.spec.epsilon,
+        "n": int(res.n),
+        "parts": int(res.files),
+        "reports_per_part": [int(x) for x in res.parts],
+        "top": top,
+        "confidence": float(confidence),
+        "candidates": m,
+        "dataset_time": max(f[2] for f in files) / 1e9,
+        "seconds": time.perf_counter() - t0,
+        "cached": False,
+        "found": [
+            {
+                "rank": int(r.rank),
+                "value": str(r.value),
+                "estimate": float(r.estimate),
+                "std_error": float(r.std_error),
+                "ci_low": float(r.ci_low),
+                "ci_high": float(r.ci_high),
+                "frequency": float(r.frequency),
+                "adjusted_ci_low": float(r.estimate - z_adj * r.std_error),
+            }
+            for r in t.itertuples(index=False)
+        ],
+    }
+    with _DISCOVERED_LOCK:
+        if len(_DISCOVERED) >= _DISCOVERED_SIZE:
+            _DISCOVERED.pop(next(iter(_DISCOVERED)))
+        _DISCOVERED[key] = body
+    return body
+
+
 def _select(tally: Tally, metric: str, day: str | None, spec_id: str | None) -> tuple[Key, KeyState]:
     from fastapi import HTTPException
 
@@ -331,6 +466,7 @@ def create_app(
     state: Any = None,
     peers: Sequence[str] = (),
     metrics: Mapping[str, MetricDefinition] | None = None,
+    dataset: str | os.PathLike[str] | None = None,
 ) -> Any:
     """The estimator's HTTP API (FastAPI).
 
@@ -344,6 +480,8 @@ def create_app(
     ``merged=true``, the answer merges every instance's state.
     Without an ``estimator``, ``state`` (a callable returning an
     :class:`EstimatorState`) serves a fixed state.
+    With ``dataset`` (the Parquet sink's folder), ``GET /v1/heavy-hitters/{metric}?day=&spec_id=&top=``
+    discovers a heavy-hitter metric's values from that day's part files (docs/DASHBOARD.md).
     """
     from fastapi import FastAPI, HTTPException, Query
     from fastapi.responses import PlainTextResponse
@@ -432,6 +570,31 @@ def create_app(
         out = estimate_json(metric, key, ks, confidence=confidence, norm_sub=norm_sub, definition=defs.get(metric))
         out["merged_instances"] = 1 + (len(peers) if merged else 0)
         return out
+
+    @app.get(
+        "/v1/heavy-hitters/{metric}",
+        response_model=models["discovered"],
+        responses={
+            400: {**err, "description": "a malformed day, or not a heavy-hitter metric"},
+            404: {**err, "description": "no dataset is served, or no part files of that metric on that day"},
+            409: {**err, "description": "several specs on that day: choose one with spec_id"},
+            422: {**err, "description": "an invalid query parameter"},
+        },
+    )
+    def heavy_hitters(
+        metric: str,
+        day: str | None = None,
+        spec_id: str | None = None,
+        top: int = Query(20, ge=1, le=1000),
+        confidence: float = Query(0.95, gt=0.0, lt=1.0),
+    ) -> dict[str, Any]:
+        if dataset is None:
+            raise HTTPException(
+                404,
+                "this estimator serves no dataset: discovery of whole values reads the Parquet sink's part files; "
+                "start it with --dataset DIR (ldp demo does), or run `ldp heavy-hitters`",
+            )
+        return discovered_json(dataset, metric, day, spec_id, top, confidence)
 
     @app.get("/v1/freshness", response_model=models["freshness"])
     def freshness() -> dict[str, Any]:

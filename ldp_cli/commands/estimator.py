@@ -57,6 +57,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--checkpoint-seconds", type=float, default=1.0, help="seconds between snapshots (default 1)")
     p.add_argument("--peer", action="append", default=[], help="base URL of another instance (repeatable)")
     p.add_argument("--no-http", action="store_true", help="consume only; serve nothing")
+    p.add_argument(
+        "--dataset",
+        help="the Parquet sink's folder: heavy-hitter metrics' values are discovered from its part files and "
+        "shown on the dashboard (GET /v1/heavy-hitters/{metric}; docs/DASHBOARD.md)",
+    )
     add_idle_exit(p)
     add_status_file(p)
     add_log_level(p)
@@ -100,7 +105,7 @@ def run(args: argparse.Namespace) -> int:
         else:
             import uvicorn
 
-            app = create_app(engine, peers=args.peer)
+            app = create_app(engine, peers=args.peer, dataset=args.dataset)
             sock = bind_socket(args.host, args.port)
             host, port = sock.getsockname()[:2]
             print(

@@ -51,6 +51,15 @@ METRICS = {
             "domain": {"kind": "hashed", "size": 64, "seed": 0},
             "max_reports_per_day": 1,
         },
+        "search_word": {
+            "kind": "heavy_hitters",
+            "description": "A word typed into search, discovered (PEM over strings of up to 4 bytes).",
+            "owner": "o@example.org",
+            "expires": "2099-12-31",
+            "mechanism": {"mechanism": "pem", "epsilon": 4.0, "start_bits": 8, "step_bits": 8},
+            "domain": {"kind": "string", "length": 4, "overflow": "truncate"},
+            "max_reports_per_day": 1,
+        },
         "minutes": {
             "kind": "mean",
             "description": "Minutes in the app per session.",
@@ -81,6 +90,7 @@ class FedPipeline:
     days: list[int]
     metrics: list[str]
     reports: dict[str, int]
+    dataset: Path  # the Parquet sink's folder, holding every report uploaded
 
 
 @contextlib.contextmanager
@@ -101,8 +111,9 @@ def feed_pipeline(work: Path, transport_url: str | None = None) -> Iterator[FedP
             sent += sum(len(b) for b in fleet.batches)
         _, held = pipe.wait_settled(sent, timeout=120)
         assert held == 0, f"{held} reports stayed in the shuffler"
+        pipe.wait_sink(sent, timeout=120)
         pipe.check()
-        yield FedPipeline(pipe.estimator_url, days, names, pipe.counted())
+        yield FedPipeline(pipe.estimator_url, days, names, pipe.counted(), pipe.dataset)
         pipe.check()
 
 

@@ -7,6 +7,7 @@
   const COLORS = ["#1f5f99", "#b03a2e", "#2e7d32", "#7b3fa0", "#b8860b", "#00838f", "#6d4c41", "#c2185b"];
   const SERIES_ITEMS = 5; // items drawn over days
   const CHART_ITEMS = 100; // items drawn in the chart at most (the table can list them all)
+  const HH_TOP = 50; // values a heavy-hitter discovery asks for (the Rows control limits what is shown)
   const $ = (id) => document.getElementById(id);
   const S = {
     defs: {}, // metric name -> /v1/metrics entry
@@ -15,6 +16,7 @@
     entry: null, // the selected {metric, spec_id, day, n, batches}
     normSub: false,
     rows: 25,
+    discovery: null, // the heavy-hitter discovery of the selected day (or {missing})
     shown: null, // {columns, rows, name} of the table on screen (what the CSV holds)
   };
 
@@ -38,6 +40,27 @@
     const q = new URLSearchParams({ day: String(day), spec_id: specId });
     if (normSub) q.set("norm_sub", "true");
     return `v1/estimates/${encodeURIComponent(metric)}?${q}`;
+  }
+
+  function heavyHittersURL(metric, day, specId) {
+    const q = new URLSearchParams({ day: String(day), spec_id: specId, top: String(HH_TOP) });
+    return `v1/heavy-hitters/${encodeURIComponent(metric)}?${q}`;
+  }
+
+  // a discovery, or {missing: reason} when the service has no dataset or no part files of that day (404)
+  async function getDiscovery(path) {
+    const r = await fetch(path, { headers: { Accept: "application/json" }, cache: "no-store" });
+    if (r.status === 404) {
+      let detail = r.statusText;
+      try {
+        detail = (await r.json()).detail;
+      } catch (e) {
+        /* keep the status text */
+      }
+      return { missing: String(detail) };
+    }
+    if (!r.ok) throw new Error(`GET ${path}: ${r.status} ${r.statusText}`);
+    return r.json();
   }
 
   // -- formatting ---------------------------------------------------------------------------------------
@@ -279,6 +302,13 @@
         e.central_bound ? `the weakest batch's amplification bound: ${e.central_bound}` : null),
       card("mechanism", "mechanism", null, e.mechanism, `spec ${e.spec_id}`, JSON.stringify(e.spec)),
     ];
+    if (e.kind === "heavy_hitters" && S.discovery) {
+      const f = S.discovery;
+      cards.push(f.missing
+        ? card("hh-source", "discovered from", null, "streaming only", "first-level prefixes; whole values need the dataset", f.missing)
+        : card("hh-source", "discovered from", f.n, `${fmtInt(f.n)} reports`, `${f.parts} part file(s), written ${isoTime(f.dataset_time)}; decoded in ${f.seconds.toFixed(2)} s${f.cached ? " (cached)" : ""}`,
+          "the Parquet sink's part files of this day, decoded as `ldp heavy-hitters` does; n above counts the stream"));
+    }
     if (e.kind === "frequency") cards.push(card("postprocessing", "post-processing", null, e.postprocessing, e.postprocessing === "norm-sub" ? "non-negative, sums to n" : "unbiased counts"));
     $("summary").replaceChildren(...cards);
   }
@@ -381,6 +411,60 @@
     return { columns, rows };
   }
 
+  // heavy hitters: the discovered values by name (from the dataset), or the stream's first-level prefixes
+  function heavyHittersView(e, found, foundDays, days) {
+    const ciCols = (fmt) => [
+      { key: "estimate", title: "estimate", fmt },
+      { key: "std_error", title: "std. error", fmt },
+      { key: "ci_low", title: "95% CI low", fmt },
+      { key: "ci_high", title: "95% CI high", fmt },
+    ];
+    const yes = (v) => (v ? "yes" : "no");
+    if (found.missing) {
+      const pre = e.first_level_prefixes || [];
+      const shown = S.rows > 0 ? pre.slice(0, S.rows) : pre;
+      const columns = [{ key: "rank", title: "rank", csv: false }, { key: "prefix", title: "prefix (hex)" }, { key: "bits", title: "bits" }]
+        .concat(ciCols(fmtCount).filter((c) => c.key !== "std_error"), [{ key: "includes_zero", title: "CI includes 0", fmt: yes }]);
+      const rows = shown.map((p, k) => ({
+        key: p[0], grey: includesZero(p[3], p[4]),
+        values: { rank: k + 1, prefix: p[0], bits: p[1], estimate: p[2], ci_low: p[3], ci_high: p[4], includes_zero: includesZero(p[3], p[4]) },
+      }));
+      $("chart-title").textContent = `First-level prefixes (the stream's linear part), with 95% intervals: ${found.missing}`;
+      $("chart").replaceChildren(intervalChart(shown.slice(0, CHART_ITEMS).map((p) => ({
+        label: `${p[0]}/${p[1]}`, value: p[2], lo: p[3], hi: p[4], text: fmtCount(p[2]), loText: fmtCount(p[3]), hiText: fmtCount(p[4]),
+      }))));
+      $("series-title").textContent = `Reports over ${days.length} day(s)`;
+      $("series").replaceChildren(seriesChart([{ name: "reports", points: days.map((d, k) => ({ x: k, value: d.n, lo: null, hi: null })) }], days.map((d) => d.date)));
+      return { columns, rows, source: "stream" };
+    }
+    const list = S.rows > 0 ? found.found.slice(0, S.rows) : found.found;
+    const columns = [{ key: "rank", title: "rank" }, { key: "value", title: "value" }]
+      .concat(ciCols(fmtCount), [{ key: "frequency", title: "share", fmt: fmtShare }, { key: "includes_zero", title: "CI includes 0", fmt: yes },
+        { key: "adjusted_ci_low", title: `low, best of ${found.candidates}`, fmt: fmtCount }, { key: "selected_by_noise", title: "could be noise", fmt: yes }]);
+    const rows = list.map((h) => ({
+      // grey: not told apart from noise once the selection is allowed for (the adjusted interval reaches 0;
+      // it contains the 95% one, so every value whose own interval includes 0 is grey too)
+      key: h.value, grey: h.adjusted_ci_low <= 0,
+      values: { rank: h.rank, value: h.value, estimate: h.estimate, std_error: h.std_error, ci_low: h.ci_low, ci_high: h.ci_high, frequency: h.frequency, includes_zero: includesZero(h.ci_low, h.ci_high),
+        adjusted_ci_low: h.adjusted_ci_low, selected_by_noise: h.adjusted_ci_low <= 0 },
+    }));
+    $("chart-title").textContent = `Discovered values, top ${Math.min(list.length, CHART_ITEMS)} of ${found.found.length} (${found.mechanism}), estimated counts with 95% confidence intervals`;
+    $("chart").replaceChildren(intervalChart(list.slice(0, CHART_ITEMS).map((h) => ({
+      label: h.value, value: h.estimate, lo: h.ci_low, hi: h.ci_high, text: fmtCount(h.estimate), loText: fmtCount(h.ci_low), hiText: fmtCount(h.ci_high),
+    }))));
+    // each day's own discovery; a value a day did not discover has no point that day
+    const drawn = list.slice(0, SERIES_ITEMS).map((h) => h.value);
+    $("series-title").textContent = `The top ${drawn.length} values over ${foundDays.length} day(s), each day discovered on its own, with 95% bands`;
+    $("series").replaceChildren(seriesChart(
+      drawn.map((v) => ({ name: v, points: foundDays.map((d, k) => {
+        const h = d.missing ? null : d.found.find((x) => x.value === v);
+        return h ? { x: k, value: h.estimate, lo: h.ci_low, hi: h.ci_high } : { x: k, value: null, lo: null, hi: null };
+      }) })),
+      foundDays.map((d, k) => days[k].date),
+    ));
+    return { columns, rows, source: "dataset" };
+  }
+
   // -- loading and selection ---------------------------------------------------------------------------
 
   function entriesOf(metric) {
@@ -441,15 +525,24 @@
       const days = await Promise.all(same.map((a) => getJSON(estimateURL(a.metric, a.day, a.spec_id, S.normSub))));
       if (seq !== showing) return;
       const e = days[same.indexOf(e0)];
+      let foundDays = null;
+      S.discovery = null;
+      if (e.kind === "heavy_hitters") {
+        foundDays = await Promise.all(same.map((a) => getDiscovery(heavyHittersURL(a.metric, a.day, a.spec_id))));
+        if (seq !== showing) return;
+        S.discovery = foundDays[same.indexOf(e0)];
+      }
       const numeric = e.kind !== "frequency";
       $("normsub").disabled = numeric;
-      $("rows").disabled = numeric;
+      $("rows").disabled = numeric && e.kind !== "heavy_hitters";
       renderSummary(e);
-      const view = e.kind === "mean" ? meanView(e, days) : e.kind === "distribution" ? distributionView(e, days) : frequencyView(e, days);
+      const view = e.kind === "mean" ? meanView(e, days) : e.kind === "distribution" ? distributionView(e, days)
+        : e.kind === "heavy_hitters" ? heavyHittersView(e, S.discovery, foundDays, days) : frequencyView(e, days);
       $("table-title").textContent = `${e.metric} on ${e.date}` + (e.kind === "frequency" ? ` (${e.postprocessing === "norm-sub" ? "Norm-Sub" : "unbiased"})` : "");
       renderTable(view.columns, view.rows);
       const context = [["metric", e.metric], ["date", e.date], ["spec_id", e.spec_id], ["kind", e.kind]];
       if (e.kind === "frequency") context.push(["postprocessing", e.postprocessing]);
+      if (view.source) context.push(["source", view.source]);
       S.shown = { columns: view.columns, rows: view.rows, context, name: `${e.metric}-${e.date}${e.postprocessing === "norm-sub" ? "-normsub" : ""}.csv` };
       location.hash = new URLSearchParams({ metric: e.metric, day: String(e.day) }).toString();
       document.body.dataset.shown = `${e.metric}/${e.day}/${e.postprocessing || e.kind}`;
