@@ -1,6 +1,6 @@
 """Compressed uplink updates (issue 18; Konečný et al., "Federated Learning: Strategies for Improving
 Communication Efficiency", 2016): b-bit stochastic quantization, a public random rotation before it, and
-top-k sparsification with error feedback.
+top-k sparsification with error feedback, and count-sketched updates (:class:`CountSketch`).
 
 Three pieces, each a frozen spec shared by the device (encode) and the server (decode):
 
@@ -43,6 +43,7 @@ __all__ = [
     "RotatedQuantizer",
     "TopKErrorFeedback",
     "SparseUpdate",
+    "CountSketch",
     "check_composition",
     "dense_bytes",
     "MAX_BITS",
@@ -224,11 +225,100 @@ class TopKErrorFeedback:
         return SparseUpdate(self.d, idx.astype(np.uint32), sent)
 
 
+@dataclasses.dataclass(frozen=True)
+class CountSketch:
+    """A count sketch of a length-d update: ``rows`` × ``cols`` float32 cells (Charikar, Chen, Farach-Colton
+    2002; for FL updates, Konečný et al. 2016 and FetchSGD, Rothchild et al., ICML 2020).
+
+    Row r hashes coordinate i to bucket h_r(i) ∈ [0, cols) with sign s_r(i) = ±1, both drawn from the
+    *public* ``seed`` (shared by every device and the server, never from the data):
+    S[r, h_r(i)] += s_r(i)·x_i. The map x ↦ S is linear, so the sum of the devices' sketches is the sketch
+    of the sum of their updates: sketches go through SecAgg (after quantizing the cells) and DP noise added
+    to the summed sketch is noise on a data-independent projection.
+
+    Decoding: row r's estimate of x_i is s_r(i)·S[r, h_r(i)] = x_i + Σ_{j≠i, h_r(j)=h_r(i)} s_r(i)s_r(j)x_j;
+    over the random hashes and signs the collision term has mean 0 and variance Σ_{j≠i} x_j²/cols (each j
+    collides with probability 1/cols, pairwise-independent signs). The mean over the rows
+    (:meth:`unsketch`) is therefore unbiased with variance Σ_{j≠i} x_j²/(rows·cols); the median over the
+    rows (:meth:`unsketch_median`, FetchSGD's choice) is robust to one heavy collision but biased, and
+    :meth:`heavy` keeps the k largest median estimates (the server's top-k of heavy coordinates)."""
+
+    d: int
+    rows: int
+    cols: int
+    seed: int
+
+    def __post_init__(self) -> None:
+        for name in ("d", "rows", "cols"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ModelError(f"count sketch: {name} must be an integer >= 1, got {v!r}")
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
+            raise ModelError(f"count sketch: the hash seed must be an integer >= 0, got {self.seed!r}")
+
+    def _hashes(self) -> tuple[np.ndarray, np.ndarray]:
+        """(buckets, signs), each rows × d: fully random hashes from the public seed (the server regenerates them)."""
+        g = np.random.default_rng(self.seed)
+        buckets = g.integers(0, self.cols, size=(self.rows, self.d))
+        signs = g.integers(0, 2, size=(self.rows, self.d)) * 2.0 - 1.0
+        return buckets, signs
+
+    def sketch(self, x: np.ndarray) -> np.ndarray:
+        """S (rows × cols, float64; the wire carries it as float32)."""
+        v = np.asarray(x, dtype=np.float64)
+        if v.shape != (self.d,):
+            raise ModelError(f"count sketch: the update has shape {v.shape}, expected ({self.d},)")
+        buckets, signs = self._hashes()
+        out = np.zeros((self.rows, self.cols))
+        for r in range(self.rows):
+            out[r] = np.bincount(buckets[r], weights=signs[r] * v, minlength=self.cols)
+        return out
+
+    def _row_estimates(self, s: np.ndarray) -> np.ndarray:
+        s = np.asarray(s, dtype=np.float64)
+        if s.shape != (self.rows, self.cols):
+            raise ModelError(f"count sketch: the sketch has shape {s.shape}, expected ({self.rows}, {self.cols})")
+        buckets, signs = self._hashes()
+        return signs * np.take_along_axis(s, buckets, axis=1)
+
+    def unsketch(self, s: np.ndarray) -> np.ndarray:
+        """The unbiased estimate of x (or of a sum of updates from the summed sketch): the row mean."""
+        return self._row_estimates(s).mean(axis=0)
+
+    def unsketch_median(self, s: np.ndarray) -> np.ndarray:
+        """The row median of the estimates (robust to a heavy collision in a minority of rows; biased)."""
+        return np.median(self._row_estimates(s), axis=0)
+
+    def heavy(self, s: np.ndarray, k: int) -> np.ndarray:
+        """A dense length-d vector holding the k largest-magnitude median estimates, zeros elsewhere."""
+        if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= self.d:
+            raise ModelError(f"count sketch: k must be an integer in [1, d = {self.d}], got {k!r}")
+        est = self.unsketch_median(s)
+        out = np.zeros(self.d)
+        idx = np.argpartition(np.abs(est), self.d - k)[self.d - k :]
+        out[idx] = est[idx]
+        return out
+
+    def max_bucket(self) -> int:
+        """The largest number of coordinates one cell sums: ‖S_r‖₂ ≤ √(max bucket)·‖x‖₂ (Cauchy–Schwarz in
+        each cell), so the sketch's L2 sensitivity is at most √(rows · max bucket)·C for ‖x‖ ≤ C."""
+        buckets, _ = self._hashes()
+        return int(max(np.bincount(b, minlength=self.cols).max() for b in buckets))
+
+    def norm_bound(self, clip_norm: float) -> float:
+        """‖S‖_F ≤ √(rows · max bucket)·C, the sensitivity an accountant must use for sketched updates."""
+        return math.sqrt(self.rows * self.max_bucket()) * clip_norm
+
+    def payload_bytes(self) -> int:
+        return 4 * self.rows * self.cols
+
+
 def check_composition(kind: str, *, secagg: bool, distributed_noise: bool, local_noise: bool = False) -> None:
     """Refuse the combinations that break privacy or cannot be summed.
 
-    ``kind``: ``"none"``, ``"quantize"``, ``"rotate_quantize"`` or ``"topk"``. Quantization (with or
-    without the public rotation) is data independent and its codes sum in the SecAgg ring, so it composes
+    ``kind``: ``"none"``, ``"quantize"``, ``"rotate_quantize"``, ``"count_sketch"`` or ``"topk"``.
+    Quantization (with or without the public rotation) and the count sketch (a public linear projection:
+    sketches sum to the sketch of the sum; sensitivity :meth:`CountSketch.norm_bound`) are data independent and its codes sum in the SecAgg ring, so it composes
     with everything (its sensitivity is :meth:`StochasticQuantizer.norm_bound`). Top-k picks coordinates
     from the data: under SecAgg or distributed noise the server would see each device's index set, so it
     is refused; with local noise the noise must come first (a selection on noised values is
@@ -236,8 +326,8 @@ def check_composition(kind: str, *, secagg: bool, distributed_noise: bool, local
     allowed on one condition the caller must meet: clip the *sent* vector to C after the selection (the
     residual carries earlier rounds' mass, so ‖topk(g + e)‖ can exceed C).
     """
-    if kind not in ("none", "quantize", "rotate_quantize", "topk"):
-        raise ModelError(f"unknown compression {kind!r}: one of none, quantize, rotate_quantize, topk")
+    if kind not in ("none", "quantize", "rotate_quantize", "count_sketch", "topk"):
+        raise ModelError(f"unknown compression {kind!r}: one of none, quantize, rotate_quantize, count_sketch, topk")
     if kind == "topk" and (secagg or distributed_noise):
         raise ModelError(
             "top-k sparsification is data dependent: its index sets would reach the server, which SecAgg and "
