@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from typing import Any
 
 import numpy as np
 
@@ -44,6 +45,7 @@ __all__ = [
     "TopKErrorFeedback",
     "SparseUpdate",
     "CountSketch",
+    "RingQuantization",
     "check_composition",
     "dense_bytes",
     "MAX_BITS",
@@ -335,3 +337,81 @@ def check_composition(kind: str, *, secagg: bool, distributed_noise: bool, local
         )
     if kind == "topk" and local_noise:
         raise ModelError("top-k after local noise only: add the noise before any data-dependent selection")
+
+
+@dataclasses.dataclass(frozen=True)
+class RingQuantization:
+    """The ``"compression": {"kind": "quantize", "bits": b, "rotate": bool}`` task option under SecAgg, as
+    the signed task configuration fixes it: b-bit codes (after the public rotation when ``rotate``) with
+    coordinate bound ``clip``, masked and summed in Z_{2^ring_bits}, ring_bits the fewest bits that hold
+    ``max_clients`` codes without wrapping. The rotation seed is per round (public, from the server: any
+    seed keeps ‖q‖ ≤ C + Δ·√D, so a chosen seed cannot raise the sensitivity)."""
+
+    bits: int
+    rotate: bool
+    clip: float
+    ring_bits: int
+
+    @classmethod
+    def for_task(cls, option: Any, clip_norm: float, max_clients: int, dim: int) -> RingQuantization:
+        if not isinstance(option, dict) or option.get("kind") != "quantize":
+            raise ModelError(f"compression under secagg must be {{'kind': 'quantize', ...}}, got {option!r}")
+        unknown = set(option) - {"kind", "bits", "rotate", "clip"}
+        if unknown:
+            raise ModelError(f"compression 'quantize': unknown options {sorted(unknown)}; known: bits, rotate, clip")
+        rotate = option.get("rotate", False)
+        if not isinstance(rotate, bool):
+            raise ModelError(f"compression 'quantize': rotate must be true or false, got {rotate!r}")
+        # the public coordinate bound: C without the rotation; 4C/√D after it (rotated coordinates are ≈ ‖x‖/√D)
+        default = clip_norm if not rotate else 4.0 * clip_norm / math.sqrt(padded_dimension(dim))
+        q = StochasticQuantizer(option.get("bits", 8), option.get("clip", default))
+        ring = q.bits + max(1, int(max_clients)).bit_length()
+        if ring > MODULUS_BITS:
+            raise ModelError(f"{max_clients} clients × {q.bits}-bit codes do not fit the 32-bit SecAgg ring")
+        return cls(q.bits, rotate, float(q.clip), ring)
+
+    @classmethod
+    def from_signed(cls, d: Any) -> RingQuantization:
+        try:
+            out = cls(int(d["bits"]), bool(d["rotate"]), float(d["clip"]), int(d["ring_bits"]))
+        except (TypeError, KeyError, ValueError):
+            raise ModelError(f"unusable signed compression parameters {d!r}") from None
+        StochasticQuantizer(out.bits, out.clip)
+        if not out.bits < out.ring_bits <= MODULUS_BITS:
+            raise ModelError(f"unusable signed compression ring of {out.ring_bits} bits")
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "kind": "quantize",
+            "bits": self.bits,
+            "rotate": self.rotate,
+            "clip": self.clip,
+            "ring_bits": self.ring_bits,
+        }
+
+    @property
+    def quantizer(self) -> StochasticQuantizer:
+        return StochasticQuantizer(self.bits, self.clip)
+
+    def length(self, dim: int) -> int:
+        return padded_dimension(dim) if self.rotate else dim
+
+    def encode(self, x: np.ndarray, rotation_seed: int, rng: np.random.Generator) -> np.ndarray:
+        """The device's codes (uint32, each < 2^bits) for its clipped update x."""
+        if self.rotate:
+            return RotatedQuantizer(self.quantizer, rotation_seed).encode(x, rng)
+        return self.quantizer.quantize(x, rng)
+
+    def decode_sum(self, total: np.ndarray, n: int, rotation_seed: int, dim: int) -> np.ndarray:
+        """Σ of the n survivors' dequantized (and unrotated) updates from the unmasked ring sum."""
+        s = self.quantizer.decode_sum(np.asarray(total, dtype=np.uint64) % (1 << self.ring_bits), n, self.ring_bits)
+        return RotatedQuantizer(self.quantizer, rotation_seed).unrotate(s, dim) if self.rotate else s
+
+    def sensitivity(self, clip_norm: float, dim: int) -> float:
+        """‖q‖₂ ≤ C + Δ·√(length): the Gaussian's scale is σ times this (equal ε with the float path's σ·C)."""
+        return self.quantizer.norm_bound(clip_norm, self.length(dim))
+
+    def payload_bytes(self, dim: int) -> int:
+        """⌈length·ring_bits/8⌉: what a masked ring word vector needs (the wire still carries uint32 words)."""
+        return (self.length(dim) * self.ring_bits + 7) // 8
