@@ -2,7 +2,9 @@
 Communication Efficiency", 2016): b-bit stochastic quantization, a public random rotation before it, and
 top-k sparsification with error feedback, and count-sketched updates (:class:`CountSketch`).
 
-Three pieces, each a frozen spec shared by the device (encode) and the server (decode):
+The first three pieces below, each a frozen spec shared by the device (encode) and the server (decode);
+:class:`CountSketch` (a public linear sketch) and :class:`RingQuantization` (the ``"compression"`` task
+option under SecAgg) are documented on their classes:
 
 * :class:`StochasticQuantizer`: clip each coordinate to [−c, c] (c a *public* bound, not derived from the
   data), lay the grid g_j = −c + j·Δ, Δ = 2c/(2^b − 1), j = 0 … 2^b − 1, and round x between its grid
