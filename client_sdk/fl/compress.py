@@ -1,8 +1,10 @@
 """Compressed uplink updates (issue 18; Konečný et al., "Federated Learning: Strategies for Improving
 Communication Efficiency", 2016): b-bit stochastic quantization, a public random rotation before it, and
-top-k sparsification with error feedback.
+top-k sparsification with error feedback, and count-sketched updates (:class:`CountSketch`).
 
-Three pieces, each a frozen spec shared by the device (encode) and the server (decode):
+The first three pieces below, each a frozen spec shared by the device (encode) and the server (decode);
+:class:`CountSketch` (a public linear sketch) and :class:`RingQuantization` (the ``"compression"`` task
+option under SecAgg) are documented on their classes:
 
 * :class:`StochasticQuantizer`: clip each coordinate to [−c, c] (c a *public* bound, not derived from the
   data), lay the grid g_j = −c + j·Δ, Δ = 2c/(2^b − 1), j = 0 … 2^b − 1, and round x between its grid
@@ -31,6 +33,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from typing import Any
 
 import numpy as np
 
@@ -43,6 +46,8 @@ __all__ = [
     "RotatedQuantizer",
     "TopKErrorFeedback",
     "SparseUpdate",
+    "CountSketch",
+    "RingQuantization",
     "check_composition",
     "dense_bytes",
     "MAX_BITS",
@@ -224,11 +229,100 @@ class TopKErrorFeedback:
         return SparseUpdate(self.d, idx.astype(np.uint32), sent)
 
 
+@dataclasses.dataclass(frozen=True)
+class CountSketch:
+    """A count sketch of a length-d update: ``rows`` × ``cols`` float32 cells (Charikar, Chen, Farach-Colton
+    2002; for FL updates, Konečný et al. 2016 and FetchSGD, Rothchild et al., ICML 2020).
+
+    Row r hashes coordinate i to bucket h_r(i) ∈ [0, cols) with sign s_r(i) = ±1, both drawn from the
+    *public* ``seed`` (shared by every device and the server, never from the data):
+    S[r, h_r(i)] += s_r(i)·x_i. The map x ↦ S is linear, so the sum of the devices' sketches is the sketch
+    of the sum of their updates: sketches go through SecAgg (after quantizing the cells) and DP noise added
+    to the summed sketch is noise on a data-independent projection.
+
+    Decoding: row r's estimate of x_i is s_r(i)·S[r, h_r(i)] = x_i + Σ_{j≠i, h_r(j)=h_r(i)} s_r(i)s_r(j)x_j;
+    over the random hashes and signs the collision term has mean 0 and variance Σ_{j≠i} x_j²/cols (each j
+    collides with probability 1/cols, pairwise-independent signs). The mean over the rows
+    (:meth:`unsketch`) is therefore unbiased with variance Σ_{j≠i} x_j²/(rows·cols); the median over the
+    rows (:meth:`unsketch_median`, FetchSGD's choice) is robust to one heavy collision but biased, and
+    :meth:`heavy` keeps the k largest median estimates (the server's top-k of heavy coordinates)."""
+
+    d: int
+    rows: int
+    cols: int
+    seed: int
+
+    def __post_init__(self) -> None:
+        for name in ("d", "rows", "cols"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ModelError(f"count sketch: {name} must be an integer >= 1, got {v!r}")
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
+            raise ModelError(f"count sketch: the hash seed must be an integer >= 0, got {self.seed!r}")
+
+    def _hashes(self) -> tuple[np.ndarray, np.ndarray]:
+        """(buckets, signs), each rows × d: fully random hashes from the public seed (the server regenerates them)."""
+        g = np.random.default_rng(self.seed)
+        buckets = g.integers(0, self.cols, size=(self.rows, self.d))
+        signs = g.integers(0, 2, size=(self.rows, self.d)) * 2.0 - 1.0
+        return buckets, signs
+
+    def sketch(self, x: np.ndarray) -> np.ndarray:
+        """S (rows × cols, float64; the wire carries it as float32)."""
+        v = np.asarray(x, dtype=np.float64)
+        if v.shape != (self.d,):
+            raise ModelError(f"count sketch: the update has shape {v.shape}, expected ({self.d},)")
+        buckets, signs = self._hashes()
+        out = np.zeros((self.rows, self.cols))
+        for r in range(self.rows):
+            out[r] = np.bincount(buckets[r], weights=signs[r] * v, minlength=self.cols)
+        return out
+
+    def _row_estimates(self, s: np.ndarray) -> np.ndarray:
+        s = np.asarray(s, dtype=np.float64)
+        if s.shape != (self.rows, self.cols):
+            raise ModelError(f"count sketch: the sketch has shape {s.shape}, expected ({self.rows}, {self.cols})")
+        buckets, signs = self._hashes()
+        return signs * np.take_along_axis(s, buckets, axis=1)
+
+    def unsketch(self, s: np.ndarray) -> np.ndarray:
+        """The unbiased estimate of x (or of a sum of updates from the summed sketch): the row mean."""
+        return self._row_estimates(s).mean(axis=0)
+
+    def unsketch_median(self, s: np.ndarray) -> np.ndarray:
+        """The row median of the estimates (robust to a heavy collision in a minority of rows; biased)."""
+        return np.median(self._row_estimates(s), axis=0)
+
+    def heavy(self, s: np.ndarray, k: int) -> np.ndarray:
+        """A dense length-d vector holding the k largest-magnitude median estimates, zeros elsewhere."""
+        if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= self.d:
+            raise ModelError(f"count sketch: k must be an integer in [1, d = {self.d}], got {k!r}")
+        est = self.unsketch_median(s)
+        out = np.zeros(self.d)
+        idx = np.argpartition(np.abs(est), self.d - k)[self.d - k :]
+        out[idx] = est[idx]
+        return out
+
+    def max_bucket(self) -> int:
+        """The largest number of coordinates one cell sums: ‖S_r‖₂ ≤ √(max bucket)·‖x‖₂ (Cauchy–Schwarz in
+        each cell), so the sketch's L2 sensitivity is at most √(rows · max bucket)·C for ‖x‖ ≤ C."""
+        buckets, _ = self._hashes()
+        return int(max(np.bincount(b, minlength=self.cols).max() for b in buckets))
+
+    def norm_bound(self, clip_norm: float) -> float:
+        """‖S‖_F ≤ √(rows · max bucket)·C, the sensitivity an accountant must use for sketched updates."""
+        return math.sqrt(self.rows * self.max_bucket()) * clip_norm
+
+    def payload_bytes(self) -> int:
+        return 4 * self.rows * self.cols
+
+
 def check_composition(kind: str, *, secagg: bool, distributed_noise: bool, local_noise: bool = False) -> None:
     """Refuse the combinations that break privacy or cannot be summed.
 
-    ``kind``: ``"none"``, ``"quantize"``, ``"rotate_quantize"`` or ``"topk"``. Quantization (with or
-    without the public rotation) is data independent and its codes sum in the SecAgg ring, so it composes
+    ``kind``: ``"none"``, ``"quantize"``, ``"rotate_quantize"``, ``"count_sketch"`` or ``"topk"``.
+    Quantization (with or without the public rotation) and the count sketch (a public linear projection:
+    sketches sum to the sketch of the sum; sensitivity :meth:`CountSketch.norm_bound`) are data independent and its codes sum in the SecAgg ring, so it composes
     with everything (its sensitivity is :meth:`StochasticQuantizer.norm_bound`). Top-k picks coordinates
     from the data: under SecAgg or distributed noise the server would see each device's index set, so it
     is refused; with local noise the noise must come first (a selection on noised values is
@@ -236,8 +330,8 @@ def check_composition(kind: str, *, secagg: bool, distributed_noise: bool, local
     allowed on one condition the caller must meet: clip the *sent* vector to C after the selection (the
     residual carries earlier rounds' mass, so ‖topk(g + e)‖ can exceed C).
     """
-    if kind not in ("none", "quantize", "rotate_quantize", "topk"):
-        raise ModelError(f"unknown compression {kind!r}: one of none, quantize, rotate_quantize, topk")
+    if kind not in ("none", "quantize", "rotate_quantize", "count_sketch", "topk"):
+        raise ModelError(f"unknown compression {kind!r}: one of none, quantize, rotate_quantize, count_sketch, topk")
     if kind == "topk" and (secagg or distributed_noise):
         raise ModelError(
             "top-k sparsification is data dependent: its index sets would reach the server, which SecAgg and "
@@ -245,3 +339,81 @@ def check_composition(kind: str, *, secagg: bool, distributed_noise: bool, local
         )
     if kind == "topk" and local_noise:
         raise ModelError("top-k after local noise only: add the noise before any data-dependent selection")
+
+
+@dataclasses.dataclass(frozen=True)
+class RingQuantization:
+    """The ``"compression": {"kind": "quantize", "bits": b, "rotate": bool}`` task option under SecAgg, as
+    the signed task configuration fixes it: b-bit codes (after the public rotation when ``rotate``) with
+    coordinate bound ``clip``, masked and summed in Z_{2^ring_bits}, ring_bits the fewest bits that hold
+    ``max_clients`` codes without wrapping. The rotation seed is per round (public, from the server: any
+    seed keeps ‖q‖ ≤ C + Δ·√D, so a chosen seed cannot raise the sensitivity)."""
+
+    bits: int
+    rotate: bool
+    clip: float
+    ring_bits: int
+
+    @classmethod
+    def for_task(cls, option: Any, clip_norm: float, max_clients: int, dim: int) -> RingQuantization:
+        if not isinstance(option, dict) or option.get("kind") != "quantize":
+            raise ModelError(f"compression under secagg must be {{'kind': 'quantize', ...}}, got {option!r}")
+        unknown = set(option) - {"kind", "bits", "rotate", "clip"}
+        if unknown:
+            raise ModelError(f"compression 'quantize': unknown options {sorted(unknown)}; known: bits, rotate, clip")
+        rotate = option.get("rotate", False)
+        if not isinstance(rotate, bool):
+            raise ModelError(f"compression 'quantize': rotate must be true or false, got {rotate!r}")
+        # the public coordinate bound: C without the rotation; 4C/√D after it (rotated coordinates are ≈ ‖x‖/√D)
+        default = clip_norm if not rotate else 4.0 * clip_norm / math.sqrt(padded_dimension(dim))
+        q = StochasticQuantizer(option.get("bits", 8), option.get("clip", default))
+        ring = q.bits + max(1, int(max_clients)).bit_length()
+        if ring > MODULUS_BITS:
+            raise ModelError(f"{max_clients} clients × {q.bits}-bit codes do not fit the 32-bit SecAgg ring")
+        return cls(q.bits, rotate, float(q.clip), ring)
+
+    @classmethod
+    def from_signed(cls, d: Any) -> RingQuantization:
+        try:
+            out = cls(int(d["bits"]), bool(d["rotate"]), float(d["clip"]), int(d["ring_bits"]))
+        except (TypeError, KeyError, ValueError):
+            raise ModelError(f"unusable signed compression parameters {d!r}") from None
+        StochasticQuantizer(out.bits, out.clip)
+        if not out.bits < out.ring_bits <= MODULUS_BITS:
+            raise ModelError(f"unusable signed compression ring of {out.ring_bits} bits")
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "kind": "quantize",
+            "bits": self.bits,
+            "rotate": self.rotate,
+            "clip": self.clip,
+            "ring_bits": self.ring_bits,
+        }
+
+    @property
+    def quantizer(self) -> StochasticQuantizer:
+        return StochasticQuantizer(self.bits, self.clip)
+
+    def length(self, dim: int) -> int:
+        return padded_dimension(dim) if self.rotate else dim
+
+    def encode(self, x: np.ndarray, rotation_seed: int, rng: np.random.Generator) -> np.ndarray:
+        """The device's codes (uint32, each < 2^bits) for its clipped update x."""
+        if self.rotate:
+            return RotatedQuantizer(self.quantizer, rotation_seed).encode(x, rng)
+        return self.quantizer.quantize(x, rng)
+
+    def decode_sum(self, total: np.ndarray, n: int, rotation_seed: int, dim: int) -> np.ndarray:
+        """Σ of the n survivors' dequantized (and unrotated) updates from the unmasked ring sum."""
+        s = self.quantizer.decode_sum(np.asarray(total, dtype=np.uint64) % (1 << self.ring_bits), n, self.ring_bits)
+        return RotatedQuantizer(self.quantizer, rotation_seed).unrotate(s, dim) if self.rotate else s
+
+    def sensitivity(self, clip_norm: float, dim: int) -> float:
+        """‖q‖₂ ≤ C + Δ·√(length): the Gaussian's scale is σ times this (equal ε with the float path's σ·C)."""
+        return self.quantizer.norm_bound(clip_norm, self.length(dim))
+
+    def payload_bytes(self, dim: int) -> int:
+        """⌈length·ring_bits/8⌉: what a masked ring word vector needs (the wire still carries uint32 words)."""
+        return (self.length(dim) * self.ring_bits + 7) // 8

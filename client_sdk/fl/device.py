@@ -285,7 +285,12 @@ class FLDevice:
                 int(sa["vector_length"]),
             )
             client = SecAggClient(int(view["index"]), cfg, self.random_bytes, self._signed_threshold(view))
-            self._round = {"round": r, "client": client, "ddg": self._signed_ddg(view, sa)}
+            self._round = {
+                "round": r,
+                "client": client,
+                "ddg": self._signed_ddg(view, sa),
+                "compression": self._signed_compression(view, sa),
+            }
             a = client.advertise_keys()
             ok = self._upload(r, "advert", {"share_key": a.share_key, "mask_key": a.mask_key})
             return "advert" if ok else "failed"
@@ -300,9 +305,15 @@ class FLDevice:
             delta, _, rng = self._train(view)
             inbox = {int(u): base64.b64decode(ct) for u, ct in view["inbox"].items()}
             ddg = self._round.get("ddg")
+            comp = self._round.get("compression")
             if ddg is not None:  # this device adds its own noise share before masking (client_sdk.fl.ddg)
                 q = ddg.encode(delta, self.noise_rng_for_round(r), int(sa["ddg"]["rotation_seed"]))
                 y = client.masked_input(q, inbox, bits=ddg.bits)
+            elif comp is not None:  # b-bit codes of the clipped update, masked in Z_{2^ring_bits} (issue 18)
+                if int(sa["vector_length"]) != comp.length(delta.size):
+                    raise FLError("the round's vector length differs from the signed compression's")
+                q = comp.encode(delta, int(sa["compression"]["rotation_seed"]), self.noise_rng_for_round(r))
+                y = client.masked_input(q, inbox, bits=comp.ring_bits)
             else:
                 q = Quantizer(float(sa["clip_range"]), float(sa["scale"]), int(sa["max_clients"])).quantize(delta, rng)
                 y = client.masked_input(q, inbox)
@@ -407,6 +418,28 @@ class FLDevice:
             raise FLError(f"the signed distributed-DG parameters are unusable: {exc}") from None
         if int(sa["ddg"]["bits"]) != spec.bits or int(sa["vector_length"]) != spec.padded_dim:
             raise FLError("the round's ring or vector length differs from the signed distributed-DG parameters")
+        return spec
+
+    def _signed_compression(self, view: Mapping[str, Any], sa: Mapping[str, Any]) -> Any:
+        """The compressed-update spec of the signed task configuration, or None; a round whose compression or
+        vector length differs from the signed one is refused (a server could otherwise ask for a ring that
+        wraps, or for float words where the task fixed codes)."""
+        from client_sdk.fl.compress import RingQuantization
+        from client_sdk.fl.errors import ModelError
+
+        signed = view["task_config"]["config"].get("compression")
+        asked = sa.get("compression")
+        if (signed is None) != (asked is None):
+            raise FLError("the round's compression is not the one the signed task configuration fixes")
+        if signed is None:
+            return None
+        try:
+            spec = RingQuantization.from_signed(signed)
+        except ModelError as exc:
+            raise FLError(f"the signed compression parameters are unusable: {exc}") from None
+        assert isinstance(asked, Mapping)
+        if {k: v for k, v in asked.items() if k != "rotation_seed"} != spec.to_dict():
+            raise FLError("the round's compression parameters differ from the signed task configuration's")
         return spec
 
     def _verified_adverts(self, view: Mapping[str, Any], r: int) -> dict[int, Any]:

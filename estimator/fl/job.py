@@ -674,6 +674,14 @@ class AggregationJob(StreamProcessor):
         }
         if ddg is not None:  # the rotation is public (the server inverts it); the devices' noise is not
             st.secagg["ddg"] = {"rotation_seed": int(self._rng.integers(0, 2**62)), "bits": ddg.bits}
+        comp = spec.build_compression()
+        if comp is not None:  # b-bit codes summed in Z_{2^ring_bits} (issue 18); the rotation seed is public
+            length = comp.length(self.payload_size)
+            cfg = make_config(r, n, length, self._rng, deg, t)
+            st.secagg["vector_length"] = cfg.vector_length
+            st.secagg["neighbors"] = {str(u): list(vs) for u, vs in cfg.neighbors.items()}
+            st.secagg["threshold"] = cfg.threshold
+            st.secagg["compression"] = {"rotation_seed": int(self._rng.integers(0, 2**62)), **comp.to_dict()}
         st.masked_sum = np.zeros(length, np.uint32)
         self._set_phase("advertise", spec.phase_timeout)
 
@@ -817,13 +825,21 @@ class AggregationJob(StreamProcessor):
         if "ddg" in sa and noise is not None:
             self._close_ddg(total, int(sa["ddg"]["rotation_seed"]), ctx)
             return
-        q = Quantizer(float(sa["clip_range"]), float(sa["scale"]), int(sa["max_clients"]))
-        s = q.decode_sum(total)
+        comp = self.spec.build_compression()
+        if comp is not None and "compression" in sa:
+            seed = int(sa["compression"]["rotation_seed"])
+            s = comp.decode_sum(total, len(st.survivors), seed, self.payload_size)
+            sensitivity = comp.sensitivity(float(self.spec.clip_norm), self.payload_size)  # type: ignore[arg-type]
+        else:
+            q = Quantizer(float(sa["clip_range"]), float(sa["scale"]), int(sa["max_clients"]))
+            s = q.decode_sum(total)
+            sensitivity = float(self.spec.clip_norm)  # type: ignore[arg-type]
         if self._ftrl is not None:  # DP-FTRL: the tree's increment on the unmasked sum (central noise)
             by_index = {i: c for c, i in st.indices.items()}
             res = self._ftrl.release_sum(s, [by_index[u] for u in st.survivors], ctx)
         else:
-            sd = float(self.spec.noise_multiplier) * float(self.spec.clip_norm)  # type: ignore[arg-type]
+            # σ relative to the sensitivity (C, or C + Δ·√D for compressed codes), so the accountant's ε holds
+            sd = float(self.spec.noise_multiplier) * sensitivity
             noisy = s + (ctx.rng.normal(0.0, sd, size=s.shape) if sd > 0 else 0.0)
             if self._accountant is not None:
                 self._accountant.record(self.spec.noise_multiplier)

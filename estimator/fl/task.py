@@ -617,6 +617,7 @@ class FLTaskSpec:
     noise: NoiseSpec | None = None
     personalization: Mapping[str, Any] | None = None
     local_dp_sgd: Mapping[str, Any] | None = None
+    compression: Mapping[str, Any] | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "clients", tuple(self.clients))
@@ -658,6 +659,7 @@ class FLTaskSpec:
             self.noise.check(self)
         self._check_personalization()
         self._check_local_dp_sgd()
+        self._check_compression()
 
     def _check_local_dp_sgd(self) -> None:
         """``local_dp_sgd`` (:mod:`client_sdk.fl.local_dpsgd`): read, and refused where the devices' local
@@ -723,6 +725,47 @@ class FLTaskSpec:
             out["epsilon_add_remove"], out["epsilon_add_remove_rdp"] = ar.epsilon_pld, ar.epsilon_rdp
         return out
 
+    def _check_compression(self) -> None:
+        """``compression`` (issue 18): ``{"kind": "quantize", "bits": b, "rotate": bool}`` runs under SecAgg
+        with the fedavg aggregator and central noise; every other combination is refused
+        (:func:`client_sdk.fl.compress.check_composition` for the data-dependent top-k)."""
+        c = self.compression
+        if c is None:
+            return
+        if not isinstance(c, Mapping) or not isinstance(c.get("kind"), str):
+            raise FLError(f"compression must be an object with a kind, got {c!r}")
+        from client_sdk.fl.compress import check_composition
+
+        try:
+            check_composition(c["kind"], secagg=self.secagg, distributed_noise=self.noise is not None)
+        except ModelError as exc:
+            raise FLError(f"compression: {exc}") from None
+        if c["kind"] != "quantize":
+            raise FLError(
+                f"compression {c['kind']!r} is not wired through the job yet (scenario only: ldp fl compress); "
+                "the task option supports kind 'quantize'"
+            )
+        if not self.secagg or self.noise is not None or self.aggregator.kind != "fedavg":
+            raise FLError(
+                "compression 'quantize' runs with secagg, central noise and the fedavg aggregator (the distributed "
+                "DG already rounds into its own ring; plain uploads are float32)"
+            )
+        object.__setattr__(self, "compression", dict(c))
+        self.build_compression()
+
+    def build_compression(self) -> Any:
+        """The :class:`client_sdk.fl.compress.RingQuantization` of the task (None without compression)."""
+        if self.compression is None:
+            return None
+        from client_sdk.fl.compress import RingQuantization
+
+        assert self.clip_norm is not None
+        dim = self.build_strategy().payload_size(self.build_model().num_params)
+        try:
+            return RingQuantization.for_task(dict(self.compression), float(self.clip_norm), len(self.clients), dim)
+        except ModelError as exc:
+            raise FLError(f"compression: {exc}") from None
+
     def _check_personalization(self) -> None:
         try:
             spec = personalization_from_dict(self.personalization)
@@ -763,6 +806,8 @@ class FLTaskSpec:
         if self.noise is not None:  # devices derive their noise share from these, never from the server's word
             spec = self.noise.build(self, self.build_strategy().payload_size(self.build_model().num_params))
             out["ddg"] = {**spec.to_dict(), "min_shares": self.noise.shares(self)}
+        if self.compression is not None:  # devices quantize with these, never with the server's word
+            out["compression"] = self.build_compression().to_dict()
         return out
 
     @property
@@ -788,6 +833,7 @@ class FLTaskSpec:
         out["aggregator"] = self.aggregator.to_dict()
         out["noise"] = None if self.noise is None else self.noise.to_dict()
         out["local_dp_sgd"] = None if self.local_dp_sgd is None else dict(self.local_dp_sgd)
+        out["compression"] = None if self.compression is None else dict(self.compression)
         return out
 
     def build_model(self) -> Any:

@@ -18,6 +18,9 @@
   DP (advantage, interval, DP bounds) and gradient inversion of one client's update
   in the clear, under central DP and under secure aggregation
   (:func:`simulator.scenarios.attacks.run_attacks`).
+* ``compress``: compressed uplink updates (quantization, rotation, count sketch, top-k with error
+  feedback) against the float32 update on the drift partition at equal ε: uplink bytes per device,
+  final accuracy, ε (:func:`simulator.scenarios.compress.run_compress`).
 """
 
 from __future__ import annotations
@@ -136,6 +139,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--out", default=None)
     g.set_defaults(func=run_sign_task_cmd)
     _register_drift(fsub)
+    _register_compress(fsub)
     _register_personalize(fsub)
     _register_attack(fsub)
     _register_local_dpsgd(fsub)
@@ -283,6 +287,55 @@ def _register_drift(fsub: argparse._SubParsersAction) -> None:
         help="with --ddg: comma-separated bits per coordinate (default 8,10,12,16)",
     )
     d.set_defaults(func=run_drift_cmd)
+
+
+def _seed_list(text: str) -> tuple[int, ...]:
+    try:
+        out = tuple(int(t) for t in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated seeds, got {text!r}") from None
+    if not out or any(v < 0 for v in out):
+        raise argparse.ArgumentTypeError(f"seeds must be integers >= 0, got {text!r}")
+    return out
+
+
+def _register_compress(fsub: argparse._SubParsersAction) -> None:
+    d = fsub.add_parser(
+        "compress",
+        help="compressed uplink updates against the float32 update on the drift partition at equal ε",
+        description="DP-FedAvg on the drift scenario's skewed partition with each uplink encoding (float32, "
+        "b-bit quantization, rotation then quantization, count sketch, top-k with error feedback), the noise "
+        "scaled to each encoding's sensitivity so that ε is equal (see simulator/scenarios/compress.py).",
+    )
+    d.add_argument("--rounds", type=_positive_int, default=100, help="rounds (default 100)")
+    d.add_argument("--seeds", type=_seed_list, default=(0,), help="comma-separated seeds (default 0)")
+    d.add_argument("--clip-norm", type=_positive, default=2.0, help="clip norm C (default 2)")
+    d.add_argument("--noise-multiplier", type=_positive, default=3.0, help="σ relative to each sensitivity (default 3)")
+    d.add_argument("--plot", default=None, help="write accuracy against uplink bytes (and per round) to this PNG")
+    d.add_argument("--json", action="store_true", help="print one JSON object")
+    d.set_defaults(func=run_compress_cmd)
+
+
+def run_compress_cmd(args: argparse.Namespace) -> int:
+    from simulator.scenarios.compress import plot_compress, run_compress
+    from simulator.scenarios.drift import DriftConfig, DriftDPConfig
+
+    cfg = DriftConfig(rounds=args.rounds)
+    dp = DriftDPConfig(clip_norm=args.clip_norm, noise_multiplier=args.noise_multiplier)
+    result = run_compress(cfg, dp, seeds=args.seeds)
+    if _plot_and_json(args, result, plot_compress):
+        return 0
+    print(
+        f"compress: drift partition, {result['rounds']} rounds, seeds {result['seeds']}, "
+        f"ε = {result['epsilon']:.2f} (δ = {result['delta']:g}) for every scheme"
+    )
+    for r in result["schemes"]:
+        print(
+            f"  {r['scheme']:<22} {r['uplink_bytes']:>5} B  sensitivity {r['sensitivity']:.2f}  accuracy {r['final_accuracy']:.3f}"
+        )
+    if args.plot:
+        print(f"plot: {args.plot}")
+    return 0
 
 
 def _bits_list(text: str) -> tuple[int, ...]:

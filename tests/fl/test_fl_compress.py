@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from client_sdk.fl.compress import (
+    CountSketch,
     RotatedQuantizer,
     StochasticQuantizer,
     TopKErrorFeedback,
@@ -183,3 +184,82 @@ def test_composition_refuses_data_dependent_selection_under_secagg_and_noise() -
         check_composition("topk", secagg=False, distributed_noise=False, local_noise=True)
     with pytest.raises(ModelError, match="unknown"):
         check_composition("sketch", secagg=False, distributed_noise=False)
+
+
+def test_count_sketch_is_linear_so_sketch_sums_are_sketches_of_sums() -> None:
+    cs = CountSketch(d=210, rows=5, cols=32, seed=7)
+    rng = np.random.default_rng(0)
+    xs = rng.normal(size=(40, 210))
+    np.testing.assert_allclose(sum(cs.sketch(x) for x in xs), cs.sketch(xs.sum(axis=0)), atol=1e-9)
+    # the same public seed gives the server the same hashes; another seed gives other ones
+    np.testing.assert_array_equal(CountSketch(210, 5, 32, 7).sketch(xs[0]), cs.sketch(xs[0]))
+    assert not np.allclose(CountSketch(210, 5, 32, 8).sketch(xs[0]), cs.sketch(xs[0]))
+    for x in xs:
+        assert np.linalg.norm(cs.sketch(x)) <= cs.norm_bound(float(np.linalg.norm(x))) + 1e-9
+    assert cs.payload_bytes() == 4 * 5 * 32
+
+
+def test_count_sketch_mean_decoding_is_unbiased_with_variance_rest_over_rows_cols() -> None:
+    rows, cols, d, trials = 3, 16, 48, 4000
+    x = np.random.default_rng(1).normal(size=d)
+    x[:3] = [6.0, -4.0, 3.0]  # a few heavy coordinates: their collisions dominate the others' variance
+    est = np.array(
+        [
+            CountSketch(d, rows, cols, seed).unsketch(CountSketch(d, rows, cols, seed).sketch(x))
+            for seed in range(trials)
+        ]
+    )
+    # per row, s_r(i)·S[r, h_r(i)] = x_i + Σ_{j≠i} 1[h_r(j) = h_r(i)]·s_r(i)s_r(j)·x_j: mean x_i, variance
+    # Σ_{j≠i} x_j²/cols; rows are independent, so the row mean has variance Σ_{j≠i} x_j²/(rows·cols)
+    var = (np.sum(x**2) - x**2) / (rows * cols)
+    assert np.all(np.abs(est.mean(axis=0) - x) <= Z * np.sqrt(var / trials))
+    # the sample variance against the formula, within Z standard errors √((μ₄ − σ⁴)/n) of a sample variance
+    dev = est - x
+    m4 = np.mean(dev**4, axis=0)
+    assert np.all(np.abs(np.mean(dev**2, axis=0) - var) <= Z * np.sqrt((m4 - var**2) / trials))
+    # a wrong constant (variance over cols only, forgetting the rows) is far outside that band
+    assert np.all(np.abs(np.mean(dev**2, axis=0) - var * rows) > Z * np.sqrt((m4 - var**2) / trials))
+
+
+def test_count_sketch_heavy_decoding_recovers_the_heavy_coordinates() -> None:
+    d, k = 20_000, 10
+    rng = np.random.default_rng(3)
+    x = rng.normal(scale=0.01, size=d)
+    support = rng.choice(d, size=k, replace=False)
+    x[support] = rng.choice([-1.0, 1.0], size=k) * rng.uniform(1.0, 2.0, size=k)
+    # 3584 cells for 20,000 coordinates (5.6× fewer floats). A light coordinate's median goes wrong only if
+    # ≥ 4 of its 7 rows hit one of the 10 heavy buckets (p ≈ 10/512 per row): C(7,4)·p⁴ ≈ 5e-6 each
+    cs = CountSketch(d, rows=7, cols=512, seed=11)
+    h = cs.heavy(cs.sketch(x), k)
+    assert set(np.flatnonzero(h)) == set(support)
+    # each heavy estimate is off by collisions with the light mass only (√(Σ light²/cols) ≈ 0.06 per row)
+    np.testing.assert_allclose(h[support], x[support], atol=0.35)
+
+
+def test_count_sketch_cells_sum_in_the_secagg_ring_after_quantization() -> None:
+    cs = CountSketch(d=210, rows=3, cols=32, seed=5)
+    q = StochasticQuantizer(8, clip=4.0)
+    rng = np.random.default_rng(9)
+    xs = rng.normal(scale=0.3, size=(30, 210))
+    codes = [q.quantize(cs.sketch(x), rng) for x in xs]
+    ring = np.zeros((3, 32), dtype=np.uint64)
+    for c in codes:
+        ring = (ring + c) % (1 << 32)
+    est = cs.unsketch(q.decode_sum(ring, len(xs)))
+    exact = cs.unsketch(cs.sketch(xs.sum(axis=0)))
+    # rounding noise: Σ over 30 devices of Var ≤ Δ²/4 per cell, averaged over 3 rows: sd ≤ Δ·√(30/4/3)
+    assert np.max(np.abs(est - exact)) <= Z * q.step * math.sqrt(30 / 4 / 3)
+    check_composition("count_sketch", secagg=True, distributed_noise=True)
+
+
+def test_count_sketch_refuses_bad_parameters() -> None:
+    for bad in ({"d": 0}, {"rows": 1.5}, {"cols": True}, {"seed": -1}):
+        with pytest.raises(ModelError):
+            CountSketch(**{"d": 10, "rows": 3, "cols": 8, "seed": 0, **bad})  # type: ignore[arg-type]
+    cs = CountSketch(10, 3, 8, 0)
+    with pytest.raises(ModelError, match="shape"):
+        cs.sketch(np.zeros(9))
+    with pytest.raises(ModelError, match="shape"):
+        cs.unsketch(np.zeros((3, 7)))
+    with pytest.raises(ModelError, match="k must"):
+        cs.heavy(np.zeros((3, 8)), 11)

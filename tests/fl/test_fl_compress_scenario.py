@@ -1,0 +1,83 @@
+"""``ldp fl compress`` (issue 18): compressed uplink updates on the drift partition at equal ε."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import pytest
+
+from client_sdk.fl.client import ClientUpdate
+from client_sdk.fl.compress import CountSketch, StochasticQuantizer
+from client_sdk.fl.errors import ModelError
+from estimator.fl.aggregators import RoundContext
+from ldp_cli.main import main
+from simulator.scenarios.compress import CompressedDPMean, SchemeSpec
+
+KEYS = {
+    "scheme",
+    "kind",
+    "uplink_bytes",
+    "uplink_ratio",
+    "sensitivity",
+    "noise_stddev",
+    "epsilon",
+    "final_accuracy",
+    "final_accuracy_per_seed",
+    "accuracy_per_round",
+}
+
+
+def test_compress_cli_contract(capsys: pytest.CaptureFixture[str], tmp_path: os.PathLike[str]) -> None:
+    plot = os.path.join(tmp_path, "c.png")
+    assert main(["fl", "compress", "--rounds", "3", "--seeds", "0,1", "--json", "--plot", plot]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["scenario"] == "compress" and out["seeds"] == [0, 1] and out["plot"] == plot
+    assert os.path.getsize(plot) > 0
+    rows = {r["scheme"]: r for r in out["schemes"]}
+    assert set(rows) == {"none", "quantize_b8", "quantize_b4", "rotate_quantize_b4", "count_sketch_3x32", "topk_k21"}
+    d = out["num_params"]
+    for r in rows.values():
+        assert set(r) == KEYS
+        assert r["epsilon"] == out["epsilon"]  # equal ε: σ is relative to each scheme's sensitivity
+        assert len(r["final_accuracy_per_seed"]) == 2 and len(r["accuracy_per_round"]) == 3
+        assert r["noise_stddev"] == pytest.approx(out["noise_multiplier"] * r["sensitivity"])
+    assert rows["none"]["uplink_bytes"] == 4 * d and rows["none"]["sensitivity"] == out["clip_norm"]
+    assert rows["quantize_b8"]["uplink_bytes"] == StochasticQuantizer(8, 2.0).payload_bytes(d)
+    assert rows["count_sketch_3x32"]["uplink_bytes"] == 4 * 3 * 32
+    assert rows["topk_k21"]["uplink_bytes"] == 8 * 21
+
+
+def test_compress_cli_refuses_bad_seeds(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["fl", "compress", "--seeds", "0,-1", "--json"])
+    assert "seeds" in capsys.readouterr().err
+
+
+def test_compressed_dp_mean_is_unbiased_for_the_count_sketch_before_noise() -> None:
+    # E over the hashes of the decoded mean is the mean of the clipped updates; noise σ = 0 isolates the sketch
+    d, m, trials = 30, 5, 3000
+    rng = np.random.default_rng(4)
+    xs = rng.normal(scale=0.2, size=(m, d))
+    ups = [ClientUpdate(f"c{i}", 1, xs[i].astype(np.float32), 1) for i in range(m)]
+    target = xs.astype(np.float32).astype(np.float64).sum(axis=0) / m
+    est = np.array(
+        [
+            CompressedDPMean(SchemeSpec("count_sketch", rows=2, cols=8), d, 10.0, 0.0, s)
+            .aggregate(ups, RoundContext(1, d, np.random.default_rng(s), float(m)))
+            .delta
+            for s in range(trials)
+        ]
+    )
+    # variance of the row-mean decoder of the summed sketch: Σ_{j≠i} X_j²/(rows·cols), X the sum, over m²
+    tot = target * m
+    var = (np.sum(tot**2) - tot**2) / (2 * 8) / m**2
+    assert np.all(np.abs(est.mean(axis=0) - target) <= 5 * np.sqrt(var / trials))
+
+
+def test_compressed_dp_mean_refuses_bad_schemes() -> None:
+    with pytest.raises(ModelError, match="unknown compression"):
+        CompressedDPMean(SchemeSpec("gzip"), 10, 1.0, 1.0, 0)
+    with pytest.raises(ModelError):
+        CountSketch(10, 0, 8, 0)
