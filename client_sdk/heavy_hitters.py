@@ -54,6 +54,7 @@ from client_sdk.hashing import xxh32_u32
 from client_sdk.mechanisms.base import ReportSpec
 from client_sdk.mechanisms.cms import CMSSpec, HCMSSpec
 from client_sdk.mechanisms.grr import grr_index_dtype
+from client_sdk.mechanisms.cms import HCMSSpec
 from client_sdk.mechanisms.olh import OLHSpec, default_g
 
 __all__ = [
@@ -206,7 +207,10 @@ def pem_parameters(users: int, epsilon: float, length: int, top: int, work: floa
 
 @dataclasses.dataclass(frozen=True)
 class PEMSpec(ReportSpec):
-    """PEM over strings of ``length`` bytes: ``start_bits`` (s), ``step_bits`` (η), OLH with ``g``.
+    """PEM over strings of ``length`` bytes: ``start_bits`` (s), ``step_bits`` (η), and the frequency
+    oracle every level reports through: ``oracle="olh"`` (OLH with ``g``, the default) or ``"hcms"``
+    (Hadamard response into a count-mean sketch of ``num_hashes`` rows of ``width`` columns: one bit per
+    report, decoded for all candidates with one fast Walsh–Hadamard transform per level).
 
     :meth:`for_population` derives s and η from the expected number of devices.
     """
@@ -216,6 +220,9 @@ class PEMSpec(ReportSpec):
     step_bits: int = 4
     g: int | None = None
     overflow: Overflow = "truncate"
+    oracle: Literal["olh", "hcms"] = "olh"
+    num_hashes: int | None = None
+    width: int | None = None
 
     name: ClassVar[str] = "pem"
     kind: ClassVar[str] = "heavy_hitters"
@@ -232,16 +239,32 @@ class PEMSpec(ReportSpec):
         object.__setattr__(self, "start_bits", s)
         object.__setattr__(self, "step_bits", eta)
         object.__setattr__(self, "g", g)
+        if self.oracle not in ("olh", "hcms"):
+            raise SpecError(f"pem: oracle must be 'olh' or 'hcms', got {self.oracle!r}")
+        if self.oracle == "hcms":
+            k = 64 if self.num_hashes is None else self._require_int("pem", "num_hashes", self.num_hashes, 1, 2**16)
+            w = 1024 if self.width is None else self._require_int("pem", "width", self.width, 2, 2**20)
+            object.__setattr__(self, "num_hashes", k)
+            object.__setattr__(self, "width", w)
+            self.hcms  # validates the sketch (width a power of two)
+        elif self.num_hashes is not None or self.width is not None:
+            raise SpecError("pem: num_hashes and width are parameters of oracle 'hcms'; this spec's oracle is 'olh'")
         if self.num_levels > 255:
             raise SpecError(f"pem: {self.num_levels} levels is above 255; raise step_bits")
 
     @classmethod
     def for_population(
-        cls, epsilon: float, length: int, users: int, top: int, overflow: Overflow = "truncate"
+        cls,
+        epsilon: float,
+        length: int,
+        users: int,
+        top: int,
+        overflow: Overflow = "truncate",
+        oracle: Literal["olh", "hcms"] = "olh",
     ) -> PEMSpec:
         """The spec :func:`pem_parameters` chooses for ``users`` devices and the ``top`` values sought."""
         s, eta, _ = pem_parameters(users, epsilon, length, top)
-        return cls(epsilon=epsilon, length=length, start_bits=s, step_bits=eta, overflow=overflow)
+        return cls(epsilon=epsilon, length=length, start_bits=s, step_bits=eta, overflow=overflow, oracle=oracle)
 
     @property
     def total_bits(self) -> int:
@@ -262,10 +285,29 @@ class PEMSpec(ReportSpec):
         return OLHSpec(epsilon=self.epsilon, domain_size=KEY_DOMAIN, g=self.g)
 
     @cached_property
+    def hcms(self) -> HCMSSpec:
+        """The Hadamard count-mean sketch every level reports through when ``oracle == "hcms"``."""
+        if self.oracle != "hcms":
+            raise SpecError("pem: this spec reports through OLH (oracle 'olh'), not HCMS")
+        return HCMSSpec(epsilon=self.epsilon, domain_size=KEY_DOMAIN, num_hashes=self.num_hashes, width=self.width)
+
+    def params(self) -> dict[str, Any]:
+        """The parameters, without the HCMS ones under OLH (so OLH specs keep the ids they always had)."""
+        out = super().params()
+        if self.oracle == "olh":
+            for k in ("oracle", "num_hashes", "width"):
+                out.pop(k)
+        return out
+
+    @cached_property
     def record_dtype(self) -> np.dtype:
+        if self.oracle == "hcms":
+            return np.dtype([("level", "u1"), *[(f, self.hcms.record_dtype[f]) for f in ("row", "col", "bit")]])
         return np.dtype([("level", "u1"), ("seed", "<u4"), ("y", grr_index_dtype(self.olh.hash_range))])
 
     def record_bounds(self) -> dict[str, int]:
+        if self.oracle == "hcms":
+            return {"level": self.num_levels, **self.hcms.record_bounds()}
         return {"level": self.num_levels, "y": self.olh.hash_range}
 
     def level_for_device(self, device_secret: bytes) -> int:
@@ -304,9 +346,14 @@ class PEMSpec(ReportSpec):
         for level in np.unique(lv):
             sel = lv == level
             keys[sel] = prefix_keys(padded[sel], self.level_bits(int(level)))
-        inner = self.olh.encode(keys.astype(np.int64), rng)
         out = np.empty(n, dtype=self.record_dtype)
         out["level"] = lv
+        if self.oracle == "hcms":
+            inner = self.hcms.encode(keys.astype(np.int64), rng)
+            for f in ("row", "col", "bit"):
+                out[f] = inner[f]
+            return out
+        inner = self.olh.encode(keys.astype(np.int64), rng)
         out["seed"] = inner["seed"]
         out["y"] = inner["y"]
         return out

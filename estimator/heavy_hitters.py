@@ -64,6 +64,7 @@ __all__ = [
     "add_sketch",
     "pem_count_variance",
     "pem_level_estimate",
+    "pem_level_support",
     "possible_prefixes",
     "enumerate_prefixes",
     "extend_prefixes",
@@ -152,13 +153,33 @@ def possible_prefixes(rows: np.ndarray, bits: int, final: bool = False) -> np.nd
 
 def pem_count_variance(spec: PEMSpec, counts: np.ndarray, n: int, n_level: int) -> np.ndarray:
     """Variance of PEM's population count estimate from a level of ``n_level`` of ``n`` devices
-    (module docstring), at true counts ``counts``."""
-    p, q = spec.olh.support_probabilities()
+    (module docstring), at true counts ``counts``.
+
+    Under ``oracle="hcms"`` the oracle's part is :meth:`HCMSSpec.count_variance` at the level's expected
+    counts μ = n_j f of ``counts``, with the level's other devices as holders of one distinct value each
+    (``counts`` need not cover the population: what a long tail looks like to the collision terms)."""
     f = np.clip(np.asarray(counts, dtype=np.float64) / n, 0.0, 1.0)
     mu = n_level * f
-    olh = (mu * p * (1 - p) + (n_level - mu) * q * (1 - q)) / (p - q) ** 2
+    if spec.oracle == "hcms":
+        rest = max(0, int(round(n_level - mu.sum())))
+        oracle = np.asarray(spec.hcms.count_variance(np.concatenate([mu, np.ones(rest)]))[: mu.size])
+    else:
+        p, q = spec.olh.support_probabilities()
+        oracle = (mu * p * (1 - p) + (n_level - mu) * q * (1 - q)) / (p - q) ** 2
     sampling = n_level * f * (1 - f) * ((n - n_level) / (n - 1) if n > 1 else 0.0)
-    return (n / n_level) ** 2 * (olh + sampling)
+    return (n / n_level) ** 2 * (oracle + sampling)
+
+
+def pem_level_support(spec: PEMSpec, records: np.ndarray, level: int, keys: np.ndarray) -> np.ndarray:
+    """The oracle's statistic of each candidate key from ``records`` (all levels; the level's are used):
+    OLH's exact support counts C_x, or under HCMS the sketch's debiased count n̂_{j,x} of the level's
+    reports (one fast Walsh–Hadamard transform of the level's sketch, then k look-ups per key)."""
+    sel = records["level"] == level
+    if spec.oracle == "hcms":
+        sums = sketch_sums(spec.hcms)
+        add_sketch(spec.hcms, records[sel], sums)
+        return _Sketch(spec.hcms, int(np.count_nonzero(sel)), sums).counts(keys)
+    return olh_candidate_support(records["seed"][sel], records["y"][sel], spec.olh.hash_range, keys)
 
 
 def _with_intervals(raws: np.ndarray, est: np.ndarray, var: np.ndarray, confidence: float) -> list[HeavyHitter]:
@@ -177,13 +198,15 @@ def pem_level_estimate(spec: PEMSpec, records: np.ndarray, level: int, rows: np.
     n = int(records.shape[0])
     sel = records["level"] == level
     keys = prefix_keys(rows, spec.level_bits(level))
-    support = olh_candidate_support(records["seed"][sel], records["y"][sel], spec.olh.hash_range, keys)
+    support = pem_level_support(spec, records, level, keys)
     return _level_estimate(spec, level, support, n, int(np.count_nonzero(sel)))
 
 
 def _level_estimate(spec: PEMSpec, level: int, support: np.ndarray, n: int, n_j: int) -> tuple[np.ndarray, int]:
     if n_j == 0:
         raise BatchError(f"pem: no report at level {level} of {spec.num_levels}; discovery needs every level")
+    if spec.oracle == "hcms":  # the sketch's counts are already debiased: scale to the population
+        return np.asarray(support, dtype=np.float64) * (n / n_j), n_j
     p, q = spec.olh.support_probabilities()
     return (support - n_j * q) / (p - q) * (n / n_j), n_j
 
@@ -205,9 +228,8 @@ def discover_pem(
     spec.check_records(records)
 
     def support(level: int, keys: np.ndarray) -> tuple[np.ndarray, int, int]:
-        sel = records["level"] == level
-        counts = olh_candidate_support(records["seed"][sel], records["y"][sel], spec.olh.hash_range, keys)
-        return counts, int(np.count_nonzero(sel)), int(records.shape[0])
+        n_level = int(np.count_nonzero(records["level"] == level))
+        return pem_level_support(spec, records, level, keys), n_level, int(records.shape[0])
 
     return discover_pem_from(spec, support, top, keep, confidence, t0=t0)
 
@@ -403,6 +425,8 @@ class HeavyHitterStreamState(LinearState):
     spec: PEMSpec | SFPSpec
 
     def _empty_sums(self) -> dict[str, np.ndarray]:
+        if isinstance(self.spec, PEMSpec) and self.spec.oracle == "hcms":
+            return {"parts": np.zeros(self.spec.num_levels, dtype=np.int64), **sketch_sums(self.spec.hcms)}
         if isinstance(self.spec, PEMSpec):
             return {
                 "parts": np.zeros(self.spec.num_levels, dtype=np.int64),
@@ -414,7 +438,9 @@ class HeavyHitterStreamState(LinearState):
         self.spec.check_records(records)
         field = "level" if isinstance(self.spec, PEMSpec) else "position"
         self.sums["parts"] += np.bincount(records[field], minlength=self.sums["parts"].size)
-        if isinstance(self.spec, PEMSpec):
+        if isinstance(self.spec, PEMSpec) and self.spec.oracle == "hcms":
+            add_sketch(self.spec.hcms, records[records["level"] == 0], self.sums)
+        elif isinstance(self.spec, PEMSpec):
             sel = records["level"] == 0
             keys = np.arange(self.sums["first"].size, dtype=np.uint32)  # b ≤ 31 bits: the key is the prefix
             self.sums["first"] += olh_candidate_support(
@@ -426,8 +452,12 @@ class HeavyHitterStreamState(LinearState):
         spec = self.spec
         n0 = int(self.sums["parts"][0]) if isinstance(spec, PEMSpec) else 0
         if isinstance(spec, PEMSpec) and n0 and self.n:
-            p, q = spec.olh.support_probabilities()
-            est = (self.sums["first"] - n0 * q) / (p - q) * (self.n / n0)
+            if spec.oracle == "hcms":
+                keys = np.arange(2 ** spec.level_bits(0), dtype=np.uint32)
+                est = _Sketch(spec.hcms, n0, {"signed": self.sums["signed"]}).counts(keys) * (self.n / n0)
+            else:
+                p, q = spec.olh.support_probabilities()
+                est = (self.sums["first"] - n0 * q) / (p - q) * (self.n / n0)
             var = pem_count_variance(spec, np.clip(est, 0.0, self.n), self.n, n0)
             rows = enumerate_prefixes(spec.level_bits(0), spec.length)
             for h in _with_intervals(rows, est, var, confidence)[:top]:

@@ -128,6 +128,11 @@ def discover_spark(
     and the reports per PEM level or SFP position. See the module docstring."""
     if not parts:
         raise BatchError(f"no part files of metric {metric!r} to discover from")
+    if isinstance(spec, PEMSpec) and spec.oracle != "olh":
+        raise BatchError(
+            f"metric {metric!r} is PEM over the {spec.oracle!r} oracle, which runs on the default engine only "
+            "(the Spark passes sum OLH support counts); drop --engine spark"
+        )
     try:
         engine._facts(spec, parts)  # refuses a file that is not of this spec, before any pass
     except BatchError:

@@ -355,3 +355,95 @@ def test_impossible_prefixes_are_pruned() -> None:
     assert possible_prefixes(rows, 48, final=True).tolist() == [True, False, False, False]  # é cut in half
     assert possible_prefixes(rows, 36).tolist() == [True, True, False, True]  # the 0x02 is beyond 36 bits
     assert possible_prefixes(rows, 40).tolist() == [True, False, False, True]
+
+
+# -- PEM over the Hadamard count-mean sketch (oracle "hcms") ------------------------
+
+
+def test_pem_hcms_final_level_unbiased_with_stated_variance() -> None:
+    """As the OLH test above, through ``oracle="hcms"``: the sketch's debiased count of the level's reports,
+    scaled by n/n_j, has mean n_x and the variance ``pem_count_variance`` (HCMS's ``count_variance`` at the
+    level's expected counts, plus the hypergeometric term). Same tolerances: 4.5 sd on the mean, the chi²
+    bounds at 1e-6 on the variance ratio; the HCMS variance is about (c_ε² − 1)·n_j + collisions, and the
+    test checks that an OLH-variance formula would fail it (HCMS's one bit is noisier at ε = 4)."""
+    spec = PEMSpec(epsilon=4.0, length=2, start_bits=8, step_bits=4, oracle="hcms", num_hashes=16, width=256)
+    values = ["ab", "cd", "ef", "gh"]
+    true = np.array([1800, 1200, 700, 300])
+    population = np.repeat(pad_values(values, 2), true, axis=0)
+    rows = pad_values(values + ["zz"], 2)
+    rng = np.random.default_rng(20_261_203)
+    last = spec.num_levels - 1
+    est = np.empty((TRIALS, rows.shape[0]))
+    var = np.empty((TRIALS, rows.shape[0]))
+    for t in range(TRIALS):
+        records = spec.encode(population, rng)
+        assert records.dtype.names == ("level", "row", "col", "bit")
+        est[t], n_j = pem_level_estimate(spec, records, last, rows)
+        var[t] = pem_count_variance(spec, np.append(true, 0), N_USERS, n_j)
+    truth = np.append(true, 0)
+    theory = var.mean(axis=0)
+    z = (est.mean(axis=0) - truth) / np.sqrt(theory / TRIALS)
+    assert np.all(np.abs(z) < 4.5), f"biased: z = {z}"
+    ratio = est.var(axis=0, ddof=1) / theory
+    lo = stats.chi2.ppf(0.5e-6, TRIALS - 1) / (TRIALS - 1)
+    hi = stats.chi2.isf(0.5e-6, TRIALS - 1) / (TRIALS - 1)
+    assert np.all((lo < ratio) & (ratio < hi)), f"variance ratio {ratio} outside [{lo:.3f}, {hi:.3f}]"
+    olh_spec = PEMSpec(epsilon=4.0, length=2, start_bits=8, step_bits=4)
+    olh_var = np.mean([pem_count_variance(olh_spec, truth, N_USERS, N_USERS // spec.num_levels)], axis=0)
+    assert np.all(est.var(axis=0, ddof=1) / olh_var > hi), "the test must tell HCMS's variance from OLH's"
+
+
+def test_pem_hcms_spec_ids_and_refusals() -> None:
+    """OLH specs keep their ids (the HCMS fields are left out of their canonical form); an HCMS spec names
+    its oracle and sketch; sketch parameters without the oracle, or a bad oracle or width, are refused."""
+    from client_sdk.errors import SpecError
+
+    olh = PEMSpec(epsilon=4.0, length=6)
+    assert "oracle" not in olh.to_dict() and olh.spec_id == PEMSpec(epsilon=4.0, length=6, oracle="olh").spec_id
+    h = PEMSpec(epsilon=4.0, length=6, oracle="hcms")
+    assert (h.to_dict()["oracle"], h.num_hashes, h.width) == ("hcms", 64, 1024) and h.spec_id != olh.spec_id
+    from client_sdk.mechanisms import spec_from_dict
+
+    assert spec_from_dict(h.to_dict()) == h
+    with pytest.raises(SpecError, match="parameters of oracle 'hcms'"):
+        PEMSpec(epsilon=4.0, length=6, width=512)
+    with pytest.raises(SpecError, match="oracle must be"):
+        PEMSpec(epsilon=4.0, length=6, oracle="hr")  # type: ignore[arg-type]
+    with pytest.raises(SpecError, match="power of two"):
+        PEMSpec(epsilon=4.0, length=6, oracle="hcms", width=1000)
+
+
+def test_pem_hcms_discovery_is_reproducible_and_finds_the_heavy_words() -> None:
+    spec = PEMSpec(epsilon=2.0, length=4, start_bits=8, step_bits=8, oracle="hcms", num_hashes=32, width=1024)
+    words = ["news", "maps", "bank", "jobs"] + [f"w{i:03d}" for i in range(200)]
+    counts = np.array([6000, 4000, 3000, 2000] + [20] * 200)
+    population = np.repeat(pad_values(words, 4), counts, axis=0)
+    runs = []
+    for _ in range(2):
+        rng = np.random.default_rng(99)
+        runs.append(discover(spec, spec.encode(population, rng), top=4))
+    assert [(h.value, h.estimate) for h in runs[0].found] == [(h.value, h.estimate) for h in runs[1].found]
+    assert {h.value for h in runs[0].top(4)} == {"news", "maps", "bank", "jobs"}
+
+
+@pytest.mark.parametrize("claimed,actual", [(1.5, 1.5), (1.5, 3.0)])
+def test_pem_hcms_report_audit(claimed: float, actual: float) -> None:
+    """PEM's (level, row, col, bit) under HCMS: the level is fixed (value-free), row and column are drawn
+    independently of the value; the event of :func:`_hcms_event` attains e^ε. A larger ε is caught."""
+    spec = PEMSpec(epsilon=actual, length=3, start_bits=8, step_bits=8, oracle="hcms", num_hashes=4, width=64)
+    level = 1
+    x, x_prime = pad_values(["abc", "axc"], 3)
+    keys = tuple(
+        np.full(N_AUDIT, prefix_keys(r[None, :], spec.level_bits(level))[0], dtype=np.uint32) for r in (x, x_prime)
+    )
+    rng = np.random.default_rng([47, int(actual * 10)])
+    k = []
+    for v in (x, x_prime):
+        rec = spec.encode(np.repeat(v[None, :], N_AUDIT, axis=0), rng, levels=np.full(N_AUDIT, level))
+        k.append(int(_hcms_event(spec.hcms, (keys[0], keys[1]), rec["row"], rec["col"], rec["bit"]).sum()))
+    bound = _ratio_lower_bound(k[0], k[1], N_AUDIT)
+    if claimed == actual:
+        assert bound <= math.exp(claimed), f"ratio lower bound {bound} above e^ε"
+        assert bound > math.exp(claimed) * 0.85, "the event attains e^ε: the audit must come close to it"
+    else:
+        assert bound > math.exp(claimed), f"the audit missed an encoder at ε={actual} claiming {claimed}"
