@@ -54,7 +54,6 @@ from client_sdk.hashing import xxh32_u32
 from client_sdk.mechanisms.base import ReportSpec
 from client_sdk.mechanisms.cms import CMSSpec, HCMSSpec
 from client_sdk.mechanisms.grr import grr_index_dtype
-from client_sdk.mechanisms.cms import HCMSSpec
 from client_sdk.mechanisms.olh import OLHSpec, default_g
 
 __all__ = [
@@ -223,6 +222,7 @@ class PEMSpec(ReportSpec):
     oracle: Literal["olh", "hcms"] = "olh"
     num_hashes: int | None = None
     width: int | None = None
+    hash_seed: int | None = None
 
     name: ClassVar[str] = "pem"
     kind: ClassVar[str] = "heavy_hitters"
@@ -244,11 +244,15 @@ class PEMSpec(ReportSpec):
         if self.oracle == "hcms":
             k = 64 if self.num_hashes is None else self._require_int("pem", "num_hashes", self.num_hashes, 1, 2**16)
             w = 1024 if self.width is None else self._require_int("pem", "width", self.width, 2, 2**20)
+            hs = 0 if self.hash_seed is None else self._require_int("pem", "hash_seed", self.hash_seed, 0, 2**32 - 1)
             object.__setattr__(self, "num_hashes", k)
             object.__setattr__(self, "width", w)
-            self.hcms  # validates the sketch (width a power of two)
-        elif self.num_hashes is not None or self.width is not None:
-            raise SpecError("pem: num_hashes and width are parameters of oracle 'hcms'; this spec's oracle is 'olh'")
+            object.__setattr__(self, "hash_seed", hs)
+            _ = self.hcms  # validates the sketch (width a power of two)
+        elif self.num_hashes is not None or self.width is not None or self.hash_seed is not None:
+            raise SpecError(
+                "pem: num_hashes, width and hash_seed are parameters of oracle 'hcms'; this spec's oracle is 'olh'"
+            )
         if self.num_levels > 255:
             raise SpecError(f"pem: {self.num_levels} levels is above 255; raise step_bits")
 
@@ -289,13 +293,20 @@ class PEMSpec(ReportSpec):
         """The Hadamard count-mean sketch every level reports through when ``oracle == "hcms"``."""
         if self.oracle != "hcms":
             raise SpecError("pem: this spec reports through OLH (oracle 'olh'), not HCMS")
-        return HCMSSpec(epsilon=self.epsilon, domain_size=KEY_DOMAIN, num_hashes=self.num_hashes, width=self.width)
+        assert self.num_hashes is not None and self.width is not None and self.hash_seed is not None  # _validate
+        return HCMSSpec(
+            epsilon=self.epsilon,
+            domain_size=KEY_DOMAIN,
+            num_hashes=self.num_hashes,
+            width=self.width,
+            hash_seed=self.hash_seed,
+        )
 
     def params(self) -> dict[str, Any]:
         """The parameters, without the HCMS ones under OLH (so OLH specs keep the ids they always had)."""
         out = super().params()
         if self.oracle == "olh":
-            for k in ("oracle", "num_hashes", "width"):
+            for k in ("oracle", "num_hashes", "width", "hash_seed"):
                 out.pop(k)
         return out
 

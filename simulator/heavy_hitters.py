@@ -103,11 +103,28 @@ def synthetic_population(users: int, distribution: Distribution, length: int, rn
 
 
 def heavy_hitter_spec(
-    mechanism: str, epsilon: float, length: int, users: int, top: int
+    mechanism: str,
+    epsilon: float,
+    length: int,
+    users: int,
+    top: int,
+    oracle: str = "olh",
+    hash_seed: int | None = None,
 ) -> tuple[PEMSpec | SFPSpec, int]:
-    """The spec a simulation uses, and PEM's candidates kept per level (SFP: fragments kept per position)."""
+    """The spec a simulation uses, and PEM's candidates kept per level (SFP: fragments kept per position).
+
+    ``oracle`` (PEM only): ``"olh"`` or ``"hcms"`` (64 × 1024 sketch, hash family ``hash_seed``)."""
+    if oracle != "olh" and mechanism != "pem":
+        raise ValueError(f"--oracle is PEM's frequency oracle; {mechanism} has its own sketches")
     if mechanism == "pem":
         s, eta, c = pem_parameters(users, epsilon, length, top)
+        if oracle == "hcms":
+            spec = PEMSpec(
+                epsilon=epsilon, length=length, start_bits=s, step_bits=eta, oracle="hcms", hash_seed=hash_seed
+            )
+            return spec, c
+        if oracle != "olh":
+            raise ValueError(f"unknown PEM oracle {oracle!r}; choose olh or hcms")
         return PEMSpec(epsilon=epsilon, length=length, start_bits=s, step_bits=eta), c
     if mechanism == "sfp":
         return SFPSpec(epsilon=epsilon, length=length + length % 2, num_hashes=16, width=1024), 4 * top
@@ -123,6 +140,7 @@ def simulate_heavy_hitters(
     *,
     seed: int,
     length: int | None = None,
+    oracle: str = "olh",
 ) -> dict[str, Any]:
     """Encode every user's value, discover, and score the top ``top``: the ``ldp simulate --json`` object.
 
@@ -132,7 +150,9 @@ def simulate_heavy_hitters(
     if top < 1:
         raise ValueError(f"--top must be at least 1, got {top}")
     length = length if length is not None else min(MAX_LENGTH, population.max_bytes())
-    spec, keep = heavy_hitter_spec(mechanism, epsilon, length, population.users, top)
+    # under HCMS the hash family is public and drawn once (here from the simulation's generator)
+    hash_seed = int(rng.integers(2**32)) if oracle == "hcms" else None
+    spec, keep = heavy_hitter_spec(mechanism, epsilon, length, population.users, top, oracle, hash_seed)
     padded_distinct: dict[bytes, int] = {}
     for value, count in zip(population.values, population.counts, strict=True):
         try:

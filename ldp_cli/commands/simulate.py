@@ -60,6 +60,13 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="pem, sfp: value length in bytes (default: the longest --input value; 6 for synthetic words)",
     )
     p.add_argument(
+        "--oracle",
+        choices=("olh", "hcms"),
+        default="olh",
+        help="pem: the frequency oracle of every level, OLH (default) or the Hadamard count-mean sketch "
+        "(one bit per report, one fast Walsh-Hadamard transform per level; docs/HEAVY_HITTERS.md)",
+    )
+    p.add_argument(
         "--distribution",
         default=None,
         help="frequency: zipf:S or uniform (default zipf:1.1); numeric: uniform, beta:A,B, normal:MU,SD or zipf:S "
@@ -74,8 +81,10 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.mechanism in HEAVY_HITTER_MECHANISMS:
         return run_heavy_hitters(args)
-    if args.input is not None or args.length is not None:
-        raise ValueError(f"--input and --length are for the heavy-hitter mechanisms (pem, sfp), not {args.mechanism}")
+    if args.input is not None or args.length is not None or args.oracle != "olh":
+        raise ValueError(
+            f"--input, --length and --oracle are for the heavy-hitter mechanisms (pem, sfp), not {args.mechanism}"
+        )
     if args.users is None:
         raise ValueError("--users is required")
     if args.mechanism in NUMERIC_MECHANISMS:
@@ -220,7 +229,11 @@ def run_heavy_hitters(args: argparse.Namespace) -> int:
         rng = np.random.default_rng(seed)
         dist = parse_distribution(args.distribution or "zipf:1.1", args.domain or 10_000)
         population = synthetic_population(args.users, dist, args.length or 6, rng)
-    out = simulate_heavy_hitters(args.mechanism, args.epsilon, population, args.top, rng, seed=seed, length=args.length)
+    if args.oracle != "olh" and args.mechanism != "pem":
+        raise ValueError(f"--oracle is PEM's frequency oracle; {args.mechanism} has its own sketches")
+    out = simulate_heavy_hitters(
+        args.mechanism, args.epsilon, population, args.top, rng, seed=seed, length=args.length, oracle=args.oracle
+    )
     if args.json:
         print(json.dumps(out))
         return 0

@@ -122,6 +122,7 @@ def test_bad_input_file_exits_2(tmp_path: Path, lines: list[str], word: str) -> 
         ([], "--input FILE or --users"),
         (["--users", "100", "--range", "0:1"], "--range"),
         (["--users", "100", "--top", "0"], "--top"),
+        (["--users", "100", "--oracle", "hcms"], "PEM's frequency oracle"),
     ],
 )
 def test_bad_arguments_exit_2(population_file: Path, extra: list[str], word: str) -> None:
@@ -135,3 +136,39 @@ def test_bad_arguments_exit_2(population_file: Path, extra: list[str], word: str
 def test_frequency_oracles_refuse_input() -> None:
     out = ldp("simulate", "--mechanism", "olh", "--epsilon", "2", "--domain", "8", "--input", "x", "--users", "9")
     assert out.returncode == 2 and "--input" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_pem_over_the_hadamard_sketch(population_file: Path) -> None:
+    """``--oracle hcms``: the same contract; the spec names its oracle and sketch; the heavy values are found."""
+    obj = run_json(
+        "--mechanism",
+        "pem",
+        "--epsilon",
+        "4",
+        "--input",
+        str(population_file),
+        "--seed",
+        "5",
+        "--top",
+        "3",
+        "--oracle",
+        "hcms",
+    )
+    check_contract(obj, "pem", 4.0, sum(POPULATION.values()), 5, 3)
+    assert (obj["spec"]["oracle"], obj["spec"]["num_hashes"], obj["spec"]["width"]) == ("hcms", 64, 1024)
+    assert {r[0] for r in obj["found"][:2]} == {"hello", "world"}
+    again = run_json(
+        "--mechanism",
+        "pem",
+        "--epsilon",
+        "4",
+        "--input",
+        str(population_file),
+        "--seed",
+        "5",
+        "--top",
+        "3",
+        "--oracle",
+        "hcms",
+    )
+    assert again["found"] == obj["found"]

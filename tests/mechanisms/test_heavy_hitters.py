@@ -365,17 +365,23 @@ def test_pem_hcms_final_level_unbiased_with_stated_variance() -> None:
     scaled by n/n_j, has mean n_x and the variance ``pem_count_variance`` (HCMS's ``count_variance`` at the
     level's expected counts, plus the hypergeometric term). Same tolerances: 4.5 sd on the mean, the chi²
     bounds at 1e-6 on the variance ratio; the HCMS variance is about (c_ε² − 1)·n_j + collisions, and the
-    test checks that an OLH-variance formula would fail it (HCMS's one bit is noisier at ε = 4)."""
-    spec = PEMSpec(epsilon=4.0, length=2, start_bits=8, step_bits=4, oracle="hcms", num_hashes=16, width=256)
+    test checks that an OLH-variance formula would fail it (HCMS's one bit is noisier at ε = 4).
+
+    The sketch's debiasing subtracts the collisions a *random* hash family gives on average (n/m per row),
+    so the estimate is unbiased over the hash family, not given one: each trial draws the family's seed
+    (``hash_seed``, public in a deployment, e.g. one per day). Given one family a 5-value population is
+    off by about −(n − n_x)/(m − 1) (−16 here), which the mean check would catch."""
+    base = dict(epsilon=4.0, length=2, start_bits=8, step_bits=4, oracle="hcms", num_hashes=16, width=256)
     values = ["ab", "cd", "ef", "gh"]
     true = np.array([1800, 1200, 700, 300])
     population = np.repeat(pad_values(values, 2), true, axis=0)
     rows = pad_values(values + ["zz"], 2)
     rng = np.random.default_rng(20_261_203)
-    last = spec.num_levels - 1
+    last = PEMSpec(**base).num_levels - 1  # type: ignore[arg-type]
     est = np.empty((TRIALS, rows.shape[0]))
     var = np.empty((TRIALS, rows.shape[0]))
     for t in range(TRIALS):
+        spec = PEMSpec(**base, hash_seed=int(rng.integers(2**32)))  # type: ignore[arg-type]
         records = spec.encode(population, rng)
         assert records.dtype.names == ("level", "row", "col", "bit")
         est[t], n_j = pem_level_estimate(spec, records, last, rows)
@@ -401,10 +407,13 @@ def test_pem_hcms_spec_ids_and_refusals() -> None:
     olh = PEMSpec(epsilon=4.0, length=6)
     assert "oracle" not in olh.to_dict() and olh.spec_id == PEMSpec(epsilon=4.0, length=6, oracle="olh").spec_id
     h = PEMSpec(epsilon=4.0, length=6, oracle="hcms")
-    assert (h.to_dict()["oracle"], h.num_hashes, h.width) == ("hcms", 64, 1024) and h.spec_id != olh.spec_id
+    assert (h.to_dict()["oracle"], h.num_hashes, h.width, h.hash_seed) == ("hcms", 64, 1024, 0)
+    assert h.spec_id != olh.spec_id
     from client_sdk.mechanisms import spec_from_dict
 
     assert spec_from_dict(h.to_dict()) == h
+    with pytest.raises(SpecError, match="parameters of oracle 'hcms'"):
+        PEMSpec(epsilon=4.0, length=6, hash_seed=3)
     with pytest.raises(SpecError, match="parameters of oracle 'hcms'"):
         PEMSpec(epsilon=4.0, length=6, width=512)
     with pytest.raises(SpecError, match="oracle must be"):
@@ -421,7 +430,7 @@ def test_pem_hcms_discovery_is_reproducible_and_finds_the_heavy_words() -> None:
     runs = []
     for _ in range(2):
         rng = np.random.default_rng(99)
-        runs.append(discover(spec, spec.encode(population, rng), top=4))
+        runs.append(discover_pem(spec, spec.encode(population, rng), top=4))
     assert [(h.value, h.estimate) for h in runs[0].found] == [(h.value, h.estimate) for h in runs[1].found]
     assert {h.value for h in runs[0].top(4)} == {"news", "maps", "bank", "jobs"}
 
