@@ -6,6 +6,12 @@ the candidates level j - 1 kept), but every statistic it looks at is one:
 - PEM, level j: the OLH support counts ``C_x`` of the level's candidate keys
   and the level's report count n_j (:class:`PEMLevelSums`). One Spark job per
   level; the driver picks the next level's candidates from the merged counts.
+  With ``cache_levels`` (the default) the files are read once: a first job
+  splits each task's reports by level into (seed, y) arrays and persists
+  them in the executors (memory, spilling to disk), and each level's job
+  counts the candidates' support over the cached arrays of that level
+  only, instead of reading and decoding every file again
+  (:class:`PEMLevelCache`).
 - SFP: the integer sums of each fragment position's CMS/HCMS sketch, with the
   position's report count, and of the word sketch (:class:`SFPSums`). One job.
 
@@ -23,22 +29,23 @@ estimates, bit for bit.
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, cast
+from collections.abc import Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
 from client_sdk.heavy_hitters import PEMSpec, SFPSpec
+from client_sdk.mechanisms import spec_from_dict
 from estimator.errors import BatchError
 from estimator.heavy_hitters import Discovery, add_sketch, discover_pem_from, discover_sfp_from, sketch_sums
 from estimator.kernels.candidates import olh_candidate_support
 from estimator.spark import Make, _last_line, unpack_sums
-from pipeline.dataset import PartFile
+from pipeline.dataset import PartFile, table_to_records
 
 if TYPE_CHECKING:
     from estimator.spark import SparkEngine
 
-__all__ = ["PEMLevelSums", "SFPSums", "discover_spark"]
+__all__ = ["PEMLevelCache", "PEMLevelSums", "SFPSums", "discover_spark"]
 
 
 class PEMLevelSums:
@@ -98,6 +105,86 @@ class SFPSums:
         add_sketch(spec.word_spec, spec.part_records(records, "w_"), word)
 
 
+def _split_levels(spec_dict: dict[str, Any]) -> Any:
+    """The ``mapPartitions`` function of :class:`PEMLevelCache`: a task's (path, day) rows in, one
+    (level, reports, seed bytes, y bytes) row per level out (the level's reports of all the task's files)."""
+
+    def run(rows: Iterable[tuple[str, int]]) -> Iterator[tuple[int, int, bytes, bytes]]:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        spec = spec_from_dict(spec_dict)
+        assert isinstance(spec, PEMSpec)
+        names = list(spec.record_dtype.names or ())
+        seeds: list[list[np.ndarray]] = [[] for _ in range(spec.num_levels)]
+        ys: list[list[np.ndarray]] = [[] for _ in range(spec.num_levels)]
+        for path, _ in rows:
+            for rb in pq.ParquetFile(path).iter_batches(batch_size=1 << 17, columns=names):
+                recs = table_to_records(pa.Table.from_batches([rb]), spec)
+                spec.check_records(recs)
+                order = np.argsort(recs["level"], kind="stable")
+                bounds = np.searchsorted(recs["level"][order], np.arange(spec.num_levels + 1))
+                for j in range(spec.num_levels):
+                    sel = order[bounds[j] : bounds[j + 1]]
+                    seeds[j].append(recs["seed"][sel])
+                    ys[j].append(recs["y"][sel])
+        for j in range(spec.num_levels):
+            seed = np.concatenate(seeds[j]) if seeds[j] else np.zeros(0, np.uint32)
+            y = np.concatenate(ys[j]) if ys[j] else np.zeros(0, spec.record_dtype["y"])
+            yield j, int(seed.shape[0]), np.ascontiguousarray(seed, "<u4").tobytes(), np.ascontiguousarray(y).tobytes()
+
+    return run
+
+
+def _level_support(hash_range: int, y_dtype: str, keys: np.ndarray) -> Any:
+    """A cached level row's support counts of ``keys`` (the per-level job's map)."""
+
+    def run(row: tuple[int, int, bytes, bytes]) -> np.ndarray:
+        seed = np.frombuffer(row[2], dtype="<u4")
+        y = np.frombuffer(row[3], dtype=y_dtype)
+        return olh_candidate_support(seed, y, hash_range, keys)
+
+    return run
+
+
+def _add(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    return a + b
+
+
+class PEMLevelCache:
+    """PEM's reports, read once and kept in the executors split by level (see the module docstring).
+
+    ``rdd`` holds one row (level, reports, seed bytes, y bytes) per task and level, persisted; ``parts``
+    is the reports per level. :meth:`support` is one level's job; :meth:`close` unpersists."""
+
+    def __init__(self, engine: SparkEngine, spec: PEMSpec, parts: Sequence[PartFile]) -> None:
+        from pyspark import StorageLevel
+
+        self.spec = spec
+        sc = engine.spark.sparkContext
+        rows = [(str(p.path), p.day) for p in parts]
+        slices = max(1, min(len(rows), 2 * sc.defaultParallelism))
+        self.rdd = sc.parallelize(rows, slices).mapPartitions(_split_levels(spec.to_dict()))
+        self.rdd.persist(StorageLevel.MEMORY_AND_DISK)
+        self.parts = [0] * spec.num_levels
+        for level, count in self.rdd.map(lambda r: (r[0], r[1])).collect():  # fills the cache
+            self.parts[level] += count
+
+    def support(self, level: int, keys: np.ndarray) -> np.ndarray:
+        keys = np.ascontiguousarray(keys, dtype=np.uint32)
+        y_dtype = self.spec.record_dtype["y"].str
+        zero = np.zeros(keys.shape[0], dtype=np.int64)
+        out: np.ndarray = (
+            self.rdd.filter(lambda r: r[0] == level and r[1] > 0)
+            .map(_level_support(self.spec.olh.hash_range, y_dtype, keys))
+            .treeAggregate(zero, _add, _add, depth=2)
+        )
+        return out
+
+    def close(self) -> None:
+        self.rdd.unpersist()
+
+
 def _merged(
     engine: SparkEngine, metric: str, spec: PEMSpec | SFPSpec, parts: Sequence[PartFile], make: Make
 ) -> tuple[int, dict[str, np.ndarray]]:
@@ -123,9 +210,11 @@ def discover_spark(
     parts: Sequence[PartFile],
     top: int,
     confidence: float = 0.95,
+    *,
+    cache_levels: bool = True,
 ) -> tuple[Discovery, list[int]]:
     """:func:`~estimator.heavy_hitters.discover` over the reports of ``parts`` (all of ``spec``), on Spark;
-    and the reports per PEM level or SFP position. See the module docstring."""
+    and the reports per PEM level or SFP position. See the module docstring (``cache_levels``: PEM's)."""
     if not parts:
         raise BatchError(f"no part files of metric {metric!r} to discover from")
     if isinstance(spec, PEMSpec) and spec.oracle != "olh":
@@ -144,6 +233,23 @@ def discover_spark(
         frag, word = SFPSums.split(spec, sums)
         positions = [(int(c), f) for c, f in zip(sums["parts"], frag)]
         return discover_sfp_from(spec, n, positions, word, top, confidence=confidence), [int(x) for x in sums["parts"]]
+    if cache_levels:
+        try:
+            cache = PEMLevelCache(engine, spec, parts)
+        except Exception as exc:
+            raise BatchError(f"the Spark job over {metric!r} failed: {_last_line(exc)}") from exc
+        n_all = sum(cache.parts)
+
+        def cached(level: int, keys: np.ndarray) -> tuple[np.ndarray, int, int]:
+            try:
+                return cache.support(level, keys), cache.parts[level], n_all
+            except Exception as exc:
+                raise BatchError(f"the Spark job over {metric!r} failed: {_last_line(exc)}") from exc
+
+        try:
+            return discover_pem_from(spec, cached, top, confidence=confidence), list(cache.parts)
+        finally:
+            cache.close()
     counts: list[int] = []
 
     def support(level: int, keys: np.ndarray) -> tuple[np.ndarray, int, int]:
