@@ -110,7 +110,13 @@ def heavy_hitter_spec(
         s, eta, c = pem_parameters(users, epsilon, length, top)
         return PEMSpec(epsilon=epsilon, length=length, start_bits=s, step_bits=eta), c
     if mechanism == "sfp":
-        return SFPSpec(epsilon=epsilon, length=length + length % 2, num_hashes=16, width=1024), 4 * top
+        # Count Mean Sketch (its variance per report, e^(ε/2)/(e^(ε/2)-1)², vanishes at large ε; Hadamard
+        # CMS's never falls below 1), a quarter of ε to the word report and 64·top fragments kept per
+        # position: the sweep in docs/HEAVY_HITTERS.md (*SFP parameters*)
+        spec = SFPSpec(
+            epsilon=epsilon, length=length + length % 2, sketch="cms", num_hashes=16, width=1024, word_share=0.25
+        )
+        return spec, 64 * top
     raise ValueError(f"unknown heavy-hitter mechanism {mechanism!r}; choose one of {HEAVY_HITTER_MECHANISMS}")
 
 
