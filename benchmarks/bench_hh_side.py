@@ -55,11 +55,15 @@ def main() -> int:
     ap.add_argument("--users", type=int, default=100_000)
     ap.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
     ap.add_argument("--top", type=int, default=32)
-    ap.add_argument("--out", default=str(ROOT / "benchmarks/results/heavy_hitters_side.jsonl"))
+    ap.add_argument(
+        "--out", help="default benchmarks/results/heavy_hitters_side_s<seeds>.jsonl (as docs/BENCHMARKS.md)"
+    )
     ap.add_argument("--plot", default=str(ROOT / "docs/img/heavy_hitters_side.png"))
     ap.add_argument("--pureldp", default="pem sfp treehist")
     ap.add_argument("--from", dest="from_", nargs="+", help="only tabulate and plot these result files (one per seed)")
     a = ap.parse_args()
+    if a.out is None:
+        a.out = str(ROOT / f"benchmarks/results/heavy_hitters_side_s{'_'.join(map(str, a.seeds))}.jsonl")
     if a.from_:
         rows = [json.loads(line) for f in a.from_ for line in Path(f).read_text().splitlines()]
         a.seeds = sorted({r["seed"] for r in rows})
