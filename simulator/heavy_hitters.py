@@ -119,10 +119,10 @@ def heavy_hitter_spec(
     if mechanism == "pem":
         s, eta, c = pem_parameters(users, epsilon, length, top)
         if oracle == "hcms":
-            spec = PEMSpec(
+            pem = PEMSpec(
                 epsilon=epsilon, length=length, start_bits=s, step_bits=eta, oracle="hcms", hash_seed=hash_seed
             )
-            return spec, c
+            return pem, c
         if oracle != "olh":
             raise ValueError(f"unknown PEM oracle {oracle!r}; choose olh or hcms")
         return PEMSpec(epsilon=epsilon, length=length, start_bits=s, step_bits=eta), c
