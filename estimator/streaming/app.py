@@ -181,6 +181,10 @@ def _build_models() -> dict[str, Any]:
             description="PEM: [prefix hex, bits, estimate, ci_low, ci_high] of the most frequent first-level prefixes"
         )
         discovery: str
+        discovery_url: str | None = Field(
+            None,
+            description="where this service discovers the day's whole values (GET; null: it serves no dataset)",
+        )
 
     class DiscoveredValue(BaseModel):
         rank: int
@@ -569,6 +573,13 @@ def create_app(
         key, ks = _select(merged_tally(metric, merged), metric, day, spec_id)
         out = estimate_json(metric, key, ks, confidence=confidence, norm_sub=norm_sub, definition=defs.get(metric))
         out["merged_instances"] = 1 + (len(peers) if merged else 0)
+        if out["kind"] == "heavy_hitters":
+            out["discovery_url"] = None if dataset is None else f"v1/heavy-hitters/{metric}"
+            if dataset is None:
+                out["discovery"] = (
+                    "this estimator serves no dataset (start it with --dataset DIR); run `ldp heavy-hitters` "
+                    "over the dataset for whole values"
+                )
         return out
 
     @app.get(

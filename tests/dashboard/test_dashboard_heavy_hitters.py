@@ -10,6 +10,7 @@ discovery per day, and the CSV the shown rows at full precision. Without a datas
 from __future__ import annotations
 
 import csv
+import json
 import os
 from pathlib import Path
 from typing import Any
@@ -146,3 +147,46 @@ def test_heavy_hitter_view_shows_the_discovered_values(fed_pipeline: FedPipeline
     shot.parent.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(shot), full_page=True)
     assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_without_a_dataset_the_page_shows_the_streams_prefixes(
+    fed_pipeline: FedPipeline, page: Any, tmp_path: Path
+) -> None:
+    """The same counts served without ``--dataset`` (a fixed copy of the live estimator's state): the view
+    falls back to PEM's first-level prefixes from the stream, says why, and its CSV says ``source=stream``."""
+    from client_sdk.metrics import load_metrics
+    from estimator.streaming import EstimatorState, create_app
+    from simulator.pipeline import serve_in_thread
+    from tests.dashboard.conftest import METRICS
+
+    (tmp_path / "metrics.json").write_text(json.dumps(METRICS))
+    defs = load_metrics(tmp_path / "metrics.json")
+    state = EstimatorState.from_json_obj(api(fed_pipeline, "/v1/state"))
+    server, url, thread = serve_in_thread(create_app(state=lambda: state, metrics=defs), lifespan="off")
+    try:
+        fixed = FedPipeline(url, fed_pipeline.days, fed_pipeline.metrics, fed_pipeline.reports, fed_pipeline.dataset)
+        day = fixed.days[-1]
+        open_page(page, fixed, METRIC, day, "heavy_hitters")
+        est = api(fixed, f"/v1/estimates/{METRIC}", day=day)
+        assert est["discovery_url"] is None and "--dataset" in est["discovery"]
+        assert api(fed_pipeline, f"/v1/estimates/{METRIC}", day=day)["discovery_url"] == f"v1/heavy-hitters/{METRIC}"
+        prefixes = est["first_level_prefixes"][:ROWS_SHOWN]
+        rows = table(page)
+        assert [r["key"] for r in rows] == [p[0] for p in prefixes] and len(rows) > 0
+        for r, p in zip(rows, prefixes):
+            assert r["cells"]["bits"]["text"] == str(p[1])
+            check_cell(r["cells"]["estimate"], p[2], 1)
+            assert r["grey"] == includes_zero(p[3], p[4])
+        assert "--dataset" in page.inner_text("#chart-title")
+        assert page.get_attribute('[data-testid="hh-source"] .v', "data-value") is None
+        with page.expect_download() as dl:
+            page.click("#download")
+        path = tmp_path / "prefixes.csv"
+        dl.value.save_as(path)
+        with path.open(newline="") as f:
+            got = list(csv.DictReader(f))
+        assert [g["prefix"] for g in got] == [p[0] for p in prefixes]
+        assert {g["source"] for g in got} == {"stream"}
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)

@@ -528,7 +528,9 @@
       let foundDays = null;
       S.discovery = null;
       if (e.kind === "heavy_hitters") {
-        foundDays = await Promise.all(same.map((a) => getDiscovery(heavyHittersURL(a.metric, a.day, a.spec_id))));
+        // only where the service discovers (it says so in discovery_url); otherwise the stream's prefixes
+        foundDays = await Promise.all(same.map((a, k) => (days[k].discovery_url
+          ? getDiscovery(heavyHittersURL(a.metric, a.day, a.spec_id)) : { missing: days[k].discovery })));
         if (seq !== showing) return;
         S.discovery = foundDays[same.indexOf(e0)];
       }
