@@ -24,7 +24,14 @@ when it is opened (one transaction: the new table, then the version; every
 existing row stays); a file of a newer version than this SDK's is refused,
 so an older SDK never runs on a store whose pins it would ignore. 3 adds ``tokens``: the anonymous upload
 tokens the device holds (:mod:`client_sdk.token_wallet`), each with its UTC day and the batch it is bound
-to; versions 1 and 2 are upgraded in place the same way.
+to; versions 1 and 2 are upgraded in place the same way. 4 adds what a federated-learning device
+(:class:`client_sdk.fl.device.FLDevice` with ``storage_dir``) must not forget when the app restarts:
+``fl_sample_ledger``, one row per (task, round) it trained under local DP-SGD with the signed spec
+(RFC 8785-style canonical JSON) and δ, written before that round's update leaves the device; ``fl_state``,
+per task, the model it belongs to and the last round's settings; ``fl_arrays``, per task, SCAFFOLD's control
+variate, Ditto's personal model, MOON's previous model and the last global model, as raw little-endian
+bytes with their dtype and shape (:mod:`client_sdk.fl.device_store`). Versions 1 to 3 are upgraded in
+place.
 """
 
 from __future__ import annotations
@@ -39,9 +46,9 @@ from collections.abc import Iterator, Mapping
 __all__ = ["Store", "DB_FILENAME", "SCHEMA_VERSION", "UPGRADABLE_VERSIONS", "immediate_transaction"]
 
 DB_FILENAME = "ldp-sdk.sqlite3"
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 #: Versions this SDK upgrades in place (see the module docstring).
-UPGRADABLE_VERSIONS = (0, 1, 2)
+UPGRADABLE_VERSIONS = (0, 1, 2, 3)
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS clock (
@@ -94,6 +101,28 @@ CREATE TABLE IF NOT EXISTS tokens (
     fetched REAL NOT NULL
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS tokens_free ON tokens (day, batch_id);
+CREATE TABLE IF NOT EXISTS fl_sample_ledger (
+    task TEXT NOT NULL,
+    round INTEGER NOT NULL,
+    spec TEXT NOT NULL,
+    delta REAL NOT NULL,
+    recorded REAL NOT NULL,
+    PRIMARY KEY (task, round)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS fl_state (
+    task TEXT PRIMARY KEY,
+    model TEXT NOT NULL,
+    settings TEXT NOT NULL,
+    updated REAL NOT NULL
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS fl_arrays (
+    task TEXT NOT NULL,
+    name TEXT NOT NULL,
+    dtype TEXT NOT NULL,
+    shape TEXT NOT NULL,
+    data BLOB NOT NULL,
+    PRIMARY KEY (task, name)
+) WITHOUT ROWID;
 """
 
 

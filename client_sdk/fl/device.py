@@ -26,6 +26,7 @@ from __future__ import annotations
 import base64
 import collections
 import json
+import math
 import os
 import random
 import time
@@ -36,6 +37,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from client_sdk.fl.client import ClientState, LocalTraining, RoundConfig, clip_to_norm, train_client
+from client_sdk.fl.device_store import FLDeviceStore, canonical_json
 from client_sdk.fl.errors import FLError
 from client_sdk.fl.local_dpsgd import LocalDPSGDSpec, SampleLevelAccountant, local_dp_sgd_from_dict, train_local_dpsgd
 from client_sdk.fl.personalization import personalization_from_dict
@@ -58,10 +60,14 @@ from client_sdk.uploader import (
     urllib_transport,
 )
 
-__all__ = ["FLDevice", "HTTPResult"]
+__all__ = ["FLDevice", "HTTPResult", "SampleBudgetExceeded"]
 
 #: The longest wait between two attempts (also for a ``Retry-After`` asking more) when ``backoff`` is a number.
 MAX_RETRY_WAIT = 5.0
+
+
+class SampleBudgetExceeded(FLError):
+    """A round under ``local_dp_sgd`` would take the device's sample-level ε past ``max_sample_epsilon``."""
 
 
 class HTTPResult(NamedTuple):
@@ -108,6 +114,8 @@ class FLDevice:
         noise_rng_for_round: Callable[[int], np.random.Generator] | None = None,
         dpsgd_noise_rng_for_round: Callable[[int], np.random.Generator] | None = None,
         require_local_dp_sgd: bool = False,
+        storage_dir: str | os.PathLike[str] | None = None,
+        max_sample_epsilon: float | None = None,
     ) -> None:
         self.base = collector_url.rstrip("/") + f"/v1/fl/tasks/{urllib.parse.quote(task, safe='')}"
         self.task = task
@@ -127,9 +135,32 @@ class FLDevice:
         #: refuse to train a round whose signed task configuration has no ``local_dp_sgd`` (a device that
         #: insists on sample-level DP; otherwise a server that omits the configuration gets plain SGD updates)
         self.require_local_dp_sgd = require_local_dp_sgd
+        if max_sample_epsilon is not None and (
+            isinstance(max_sample_epsilon, bool)
+            or not isinstance(max_sample_epsilon, (int, float))
+            or not math.isfinite(max_sample_epsilon)
+            or max_sample_epsilon <= 0
+        ):
+            raise FLError(f"max_sample_epsilon must be a finite number > 0, got {max_sample_epsilon!r}")
+        #: the device's own cap on its sample-level ε for this task (replace-one, at the signed δ): a round
+        #: under ``local_dp_sgd`` that would take the ledger past it is refused before training. Set by the
+        #: app, never by the server; with ``storage_dir`` it holds across restarts
+        self.max_sample_epsilon = None if max_sample_epsilon is None else float(max_sample_epsilon)
+        #: the durable store of the ledger and client state (None: in memory only, forgotten on restart)
+        self.device_store = None if storage_dir is None else FLDeviceStore(storage_dir)
         #: this device's own sample-level ledger (None until it trains a round under ``local_dp_sgd``);
-        #: never uploaded: :meth:`sample_level_privacy` shows it locally
-        self.sample_accountant: SampleLevelAccountant | None = None
+        #: never uploaded: :meth:`sample_level_privacy` shows it locally. With ``storage_dir`` it is read back
+        #: from the store, where each round is committed before its update leaves the device
+        self.sample_accountant: SampleLevelAccountant | None = (
+            None if self.device_store is None else self.device_store.ledger(task)
+        )
+        self._state_key: str | None = None
+        self._settings: dict[str, Any] | None = None
+        stored = None if self.device_store is None else self.device_store.last_round(task)
+        #: the last round this device trained (from the store after a restart): a restarted device does not
+        #: train the round it already trained and uploaded before the restart
+        self._trained_round: int | None = None if stored is None else stored[1].get("round")
+        self._global: np.ndarray | None = None
         self.timeout = timeout
         self.max_attempts = max_attempts
         self.backoff = (
@@ -234,13 +265,14 @@ class FLDevice:
         dp = self._signed_local_dp_sgd(view)
         if dp is not None:  # sample-level DP: DP-SGD on this device, accounted here (client_sdk.fl.local_dpsgd)
             spec, sample_delta = dp
+            self._spend_sample_level(r, spec, sample_delta)  # refused past the cap; committed before training
             noise_rng = self.dpsgd_noise_rng_for_round(r)
+            self._load_state(view)
             up = train_local_dpsgd(self._model_for(view), config, self.X, self.y, spec, rng, noise_rng, self.client_id)
-            if self.sample_accountant is None:
-                self.sample_accountant = SampleLevelAccountant(sample_delta)
-            self.sample_accountant.record(r, spec)
         else:
+            self._load_state(view)
             up = train_client(self._model_for(view), config, self.X, self.y, rng, self.client_id, self.state)
+        self._save_state(view, config.params)  # before the update leaves: a restart resumes from this state
         delta = up.delta
         if view.get("clip_norm") is not None:
             delta, _ = clip_to_norm(delta, float(view["clip_norm"]))
@@ -257,6 +289,8 @@ class FLDevice:
             return "done"
         r, phase = int(view["round"]), str(view["phase"])
         if not view.get("selected") or (r, phase) in self._done:
+            return "idle"
+        if phase in ("train", "masked") and r == self._trained_round:  # trained before a restart
             return "idle"
         if self.drop_at is not None and _PHASES.index(phase) >= _PHASES.index(self.drop_at):
             return "dropped"
@@ -371,6 +405,98 @@ class FLDevice:
         if not (isinstance(delta, (int, float)) and 0 < delta < 1):
             raise FLError(f"the signed local_dp_sgd has no usable delta, got {delta!r}")
         return spec, float(delta)
+
+    def _spend_sample_level(self, r: int, spec: LocalDPSGDSpec, delta: float) -> None:
+        """Check round r against the ledger and the cap, then record it (durably first, with a store)."""
+        acc = self.sample_accountant
+        if acc is not None and r in acc.recorded_rounds:
+            raise FLError(
+                f"round {r} was already trained under local_dp_sgd; a second update would be a second release"
+            )
+        if acc is not None and delta != acc.delta:
+            raise FLError(f"the signed local_dp_sgd delta changed from {acc.delta} to {delta}; the task fixes it")
+        after = (acc if acc is not None else SampleLevelAccountant(delta)).with_round(r, spec)
+        if self.max_sample_epsilon is not None:
+            eps = after.epsilon()
+            if eps > self.max_sample_epsilon:
+                raise SampleBudgetExceeded(
+                    f"round {r} would take this device's sample-level epsilon to {eps:.4g}, past its cap "
+                    f"max_sample_epsilon={self.max_sample_epsilon:g} (at delta={after.delta:g}); not training it"
+                )
+        if self.device_store is not None:
+            self.device_store.record_round(self.task, r, spec, delta)
+        self.sample_accountant = after
+
+    # -- client state (SCAFFOLD, Ditto, MOON) --------------------------------------------------------
+    def _load_state(self, view: Mapping[str, Any]) -> None:
+        key = canonical_json(view["model"])
+        if key == self._state_key:
+            return
+        if self.device_store is not None:
+            self.state = self.device_store.load_state(self.task, key)
+        elif self._state_key is not None:  # the task's model changed: its old state does not apply
+            self.state = ClientState()
+        self._state_key = key
+
+    def _settings_of(self, view: Mapping[str, Any]) -> dict[str, Any]:
+        return {
+            "model": view["model"],
+            "training": dict(view["training"]),
+            "personalization": view.get("personalization"),
+            "round": int(view["round"]),
+        }
+
+    def _save_state(self, view: Mapping[str, Any], global_params: np.ndarray) -> None:
+        self._settings = self._settings_of(view)
+        self._trained_round = self._settings["round"]
+        self._global = np.asarray(global_params, np.float32).copy()
+        if self.device_store is not None:
+            assert self._state_key is not None
+            self.device_store.save_state(self.task, self._state_key, self.state, self._global, self._settings)
+
+    def personalized_params(self, rng: np.random.Generator | None = None) -> np.ndarray | None:
+        """The parameters the app should predict with, after the last round this device trained (also after a
+        restart, with ``storage_dir``): Ditto's personal model v_k, Per-FedAvg's global model after its
+        fine-tuning steps on the local data (drawn from ``rng``, default the OS CSPRNG), MOON's and plain
+        tasks' global model. None before the device trained any round of a task without ``local_dp_sgd``."""
+        from client_sdk.fl.personalization import personalized_params
+
+        last = None
+        if self._settings is not None:
+            assert self._state_key is not None
+            assert self._global is not None
+            last = (self._state_key, self._settings, self._global)
+        elif self.device_store is not None:
+            last = self.device_store.last_round(self.task)
+            if last is not None:
+                self._state_key = None  # reload the state that goes with the stored round
+                self._load_state(last[1])
+        if last is None:
+            return None
+        _, settings, global_params = last
+        return np.asarray(
+            personalized_params(
+                self._model_for(settings),
+                personalization_from_dict(settings.get("personalization")),
+                global_params,
+                self.state,
+                self.X,
+                self.y,
+                LocalTraining(**settings["training"]),
+                rng if rng is not None else secure_generator(),
+            )
+        )
+
+    def close(self) -> None:
+        """Close the device's store (nothing to do without one)."""
+        if self.device_store is not None:
+            self.device_store.close()
+
+    def __enter__(self) -> FLDevice:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     def sample_level_privacy(self) -> dict[str, Any] | None:
         """This device's own sample-level ε (rounds it trained under ``local_dp_sgd``; replace-one PLD), for local

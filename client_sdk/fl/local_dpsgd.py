@@ -231,6 +231,18 @@ class SampleLevelAccountant:
         self.spec = spec
         self._rounds.add(int(round))
 
+    @property
+    def recorded_rounds(self) -> frozenset[int]:
+        """The rounds recorded."""
+        return frozenset(self._rounds)
+
+    def with_round(self, round: int, spec: LocalDPSGDSpec) -> SampleLevelAccountant:
+        """A copy with ``round`` recorded under ``spec`` (this one unchanged): what the ledger would be after it."""
+        out = SampleLevelAccountant(self.delta)
+        out.spec, out._rounds = self.spec, set(self._rounds)
+        out.record(round, spec)
+        return out
+
     def event(self) -> PrivacyEvent | None:
         return None if self.spec is None or not self._rounds else self.spec.event(self.rounds)
 

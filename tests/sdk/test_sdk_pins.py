@@ -422,7 +422,7 @@ def test_an_old_store_is_upgraded_in_place_and_pins_what_it_reported(tmp_path, h
     try:
         assert c.flush(30)  # the server's NEW definition has been fetched, the queued report sent
         conn = sqlite3.connect(storage / DB_FILENAME)
-        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 3
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 4
         assert conn.execute("SELECT day, metric, spent, reports FROM ledger").fetchall() == [
             (D0 - 1, "page", 2_000_000_000, 1)
         ]
@@ -453,9 +453,9 @@ def test_an_old_store_is_upgraded_in_place_and_pins_what_it_reported(tmp_path, h
 
 def test_a_store_newer_than_the_sdk_is_refused(tmp_path) -> None:
     conn = sqlite3.connect(tmp_path / DB_FILENAME)
-    conn.execute("PRAGMA user_version = 4")
+    conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 1}")
     conn.close()
-    with pytest.raises(sqlite3.DatabaseError, match="versions up to 3"):
+    with pytest.raises(sqlite3.DatabaseError, match=f"versions up to {SCHEMA_VERSION}"):
         Store(tmp_path)
 
 

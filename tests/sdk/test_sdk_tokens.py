@@ -27,7 +27,7 @@ from client_sdk.enrollment import EnrollmentAuthority
 from client_sdk.mechanisms.grr import GRRSpec
 from client_sdk.outbox import Outbox
 from client_sdk.policy import LocalPolicy
-from client_sdk.store import Store
+from client_sdk.store import SCHEMA_VERSION, Store
 from client_sdk.token_wallet import TokenWallet
 from client_sdk.uploader import BackoffPolicy, HttpRequest, HttpResponse, Uploader
 from collector.issuer import IssuerSettings, create_issuer_app
@@ -230,7 +230,7 @@ def test_a_version_2_store_is_upgraded_in_place(tmp_path: Path) -> None:
     store.close()
     store = Store(tmp_path / "sdk")
     conn = store.connection()
-    assert conn.execute("PRAGMA user_version").fetchone()[0] == 3
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
     assert store.counters() == {"uploaded_batches": 7}
     assert conn.execute("SELECT COUNT(*) FROM tokens").fetchone()[0] == 0
     store.close()
