@@ -760,6 +760,7 @@ def run_sign_task_cmd(args: argparse.Namespace) -> int:
     import os
 
     from client_sdk.enrollment import EnrollmentAuthority, EnrollmentError
+    from client_sdk.fl.errors import FLError
     from estimator.fl.task import FLTaskSpec, resolve_task_paths
 
     try:
@@ -770,7 +771,10 @@ def run_sign_task_cmd(args: argparse.Namespace) -> int:
         d = json.load(f)
     d["enrollment_key"] = base64.b64encode(auth.public_key).decode()
     d.pop("task_signature", None)
-    spec = FLTaskSpec.from_dict(resolve_task_paths(d, os.path.dirname(os.path.abspath(args.task))))
+    try:  # a relative root_data (fltrust) is checked relative to the task file and written back as it was
+        spec = FLTaskSpec.from_dict(resolve_task_paths(d, os.path.dirname(os.path.abspath(args.task))))
+    except FLError as exc:
+        raise SystemExit(f"ldp fl sign-task: {exc}") from None
     spec = dataclasses.replace(spec, task_signature=base64.b64encode(auth.sign_document(spec.signed_config())).decode())
     out = args.out or args.task
     written = spec.to_dict()

@@ -29,6 +29,7 @@ from estimator.fl.aggregators import RoundContext
 from estimator.fl.fltrust_root import RootTraining, root_generator
 from estimator.fl.robust import FLTrust
 from estimator.fl.task import FLTaskSpec
+from ldp_cli.main import main
 from tests.support.fl_pipeline_support import (
     JobThread,
     devices_for,
@@ -86,6 +87,20 @@ def test_relative_root_data_is_relative_to_the_task_file(tmp_path: Path) -> None
     assert spec.build_accountant() is None and spec.device_clip_norm is None
     with pytest.raises(FLError, match="no such file.*relative to the task file"):
         FLTaskSpec.from_dict(d)  # from_dict: relative to the working directory, where there is none
+    # the CLI: sign-task checks the root file next to the task file and writes the path back as it was;
+    # the job refuses a task whose root file is malformed with the loader's message, not a traceback
+    auth = tmp_path / "authority.key"
+    assert main(["fl", "enroll", "--authority", str(auth), "--init-authority"]) == 0
+    signed = sub / "signed.json"
+    assert (
+        main(["fl", "sign-task", "--authority", str(auth), "--task", str(sub / "task.json"), "--out", str(signed)]) == 0
+    )
+    assert json.loads(signed.read_text())["aggregator"] == {"kind": "fltrust", "root_data": "root.npz"}
+    assert FLTaskSpec.from_file(str(signed)).aggregator == spec.aggregator
+    np.savez(sub / "root.npz", x=ROOT[0][:, :2], y=ROOT[1])
+    url = f"sqlite:///{tmp_path}/transport.sqlite3"
+    with pytest.raises(SystemExit, match="ldp fl job: aggregator 'fltrust'.*x has 2 columns, the model takes 4"):
+        main(["fl", "job", "--task", str(signed), "--transport", url])
     (sub / "bad.json").write_text("[1, 2]")
     with pytest.raises(FLError, match="must hold one JSON object"):
         FLTaskSpec.from_file(str(sub / "bad.json"))
