@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -31,9 +32,13 @@ from estimator.fl.robust import FLTrust
 from estimator.fl.task import FLTaskSpec
 from ldp_cli.main import main
 from tests.support.fl_pipeline_support import (
+    JobProcess,
     JobThread,
+    Topics,
+    collector,
     devices_for,
     drive,
+    drive_rounds,
     final_params,
     make_data,
     reference_run,
@@ -278,3 +283,45 @@ def test_fltrust_task_restarted_mid_run_ends_with_the_same_model(tmp_path: Path)
     assert [h["trust_scores"] for h in status["history"]] == [
         sorted(h.info["trust_scores"].values(), reverse=True) for h in history
     ]
+
+
+def test_sigkill_mid_round_the_restarted_job_recomputes_the_same_root_update(tmp_path: Path) -> None:
+    """`ldp fl job` on a task file whose root_data is relative, with the 3 sign flippers: SIGKILLed in round 1
+    after a mid-phase checkpoint of 9 of the 10 uploads, restarted; the new process closes the round with
+    its own root training. The final model is bit-identical to the in-process run."""
+    spec = _spec(tmp_path, "fltrust-kill", rounds=3)
+    data = DATA[:N_CLIENTS]
+    ref, _ = reference_run(spec, data, tamper=_attack)
+    topics = Topics.fresh()
+    url = f"sqlite:///{tmp_path}/transport.sqlite3"
+    job = JobProcess(tmp_path, url, spec, topics, checkpoint_interval=0.3)
+    d = spec.to_dict()
+    d["aggregator"]["root_data"] = "root.npz"  # next to the task file, which JobProcess wrote into tmp_path
+    job.task_file.write_text(json.dumps(d))
+
+    def before(r: int, i: int) -> None:
+        if (r, i) == (1, 9):
+            job.wait_status(lambda st: st["round"] == 1 and st["received_this_round"] >= 9)
+            time.sleep(0.8)  # past checkpoint_interval: the 9 uploads are in a committed mid-phase checkpoint
+            job.kill9()
+            job.start()
+
+    with collector(tmp_path, url, topics) as srv:
+        devices = devices_for(srv.url, spec, data)
+        for i, c in enumerate(spec.clients):
+            if c in ATTACKERS:
+                dv = devices[i]
+                devices[i] = _SignFlipper(
+                    srv.url, spec.task, c, dv.X, dv.y, rng_for_round=dv.rng_for_round, timeout=15.0,
+                    backoff=0.05, identity=dv.identity,
+                )  # fmt: skip
+        job.start()
+        try:
+            drive_rounds(job, devices, spec.rounds, before=before)
+            status = job.wait()
+        finally:
+            job.stop()
+    assert job.kills == 1 and status["restores"] == 1  # the second process restored the mid-round checkpoint
+    assert np.array_equal(final_params(status), ref)
+    assert status["accepted"] == {"update": 30} and status["rejected"] == {}
+    assert all(h["trusted_clients"] == N_CLIENTS - len(ATTACKERS) for h in status["history"])
