@@ -17,6 +17,7 @@ crash was never released (the same argument as for the noise, :mod:`estimator.fl
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import os
 import zipfile
 from typing import Any
@@ -29,7 +30,7 @@ from client_sdk.fl.personalization import DittoSpec
 from client_sdk.randomness import secure_generator
 from estimator.fl.aggregators import RoundContext
 
-__all__ = ["load_root_data", "root_generator", "RootTraining", "ROOT_CLIENT_ID", "ROOT_STREAM"]
+__all__ = ["load_root_data", "file_sha256", "root_generator", "RootTraining", "ROOT_CLIENT_ID", "ROOT_STREAM"]
 
 #: the client id the root update is computed under (it is never uploaded: only the digest of ClientUpdate uses it)
 ROOT_CLIENT_ID = "fltrust-root"
@@ -41,15 +42,29 @@ def _what(path: str) -> str:
     return f"aggregator 'fltrust': root_data {path!r}"
 
 
-def load_root_data(path: str, model: Any) -> tuple[np.ndarray, np.ndarray]:
+def file_sha256(path: str) -> str:
+    """The hex SHA-256 of the file's bytes."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def load_root_data(path: str, model: Any, sha256: str | None = None) -> tuple[np.ndarray, np.ndarray]:
     """The root dataset ``(x, y)`` of the .npz file at ``path``, checked against ``model``: ``x`` a
     non-empty 2-D float array of finite values with ``model.n_features`` columns (returned as float32,
     the devices' dtype), ``y`` a 1-D integer array of the same length with labels in [0, n_classes)
-    (2 for logistic regression; returned as int64). Other arrays in the file are ignored. Anything
-    else is an :class:`FLError` that says what is wrong."""
+    (2 for logistic regression; returned as int64). Other arrays in the file are ignored. With ``sha256``
+    the file's digest must equal it (a file changed under a running task would change its rounds).
+    Anything else is an :class:`FLError` that says what is wrong."""
     what = _what(path)
     if not os.path.isfile(path):
         raise FLError(f"{what}: no such file (a relative path is relative to the task file)")
+    if sha256 is not None:
+        have = file_sha256(path)
+        if have != sha256.lower():
+            raise FLError(f"{what}: the file's SHA-256 is {have}, the task pins {sha256}; the root data changed")
     try:
         f = np.load(path, allow_pickle=False)
     except (OSError, ValueError, zipfile.BadZipFile, EOFError) as exc:

@@ -409,7 +409,8 @@ class KrumSpec(_RobustSpec):
 
 @dataclasses.dataclass(frozen=True)
 class FLTrustSpec:
-    """``{"kind": "fltrust", "root_data": "PATH.npz"}``: ``FLTrust(WeightedMean(), RootTraining(...))`` (Cao et al.,
+    """``{"kind": "fltrust", "root_data": "PATH.npz", "sha256": h}`` (h optional: the root file's hex SHA-256, checked
+    whenever the job reads the file, at start and at every restore): ``FLTrust(WeightedMean(), RootTraining(...))`` (Cao et al.,
     NDSS 2021). The job holds the trusted root dataset (arrays ``x`` and ``y``, checked against the model when the
     task is read: :func:`~estimator.fl.fltrust_root.load_root_data`) and each round trains g₀ on it from the round's
     global model with the task's local training; a client's trust is ReLU(cos(Δᵢ, g₀)), its update is rescaled to
@@ -420,6 +421,7 @@ class FLTrustSpec:
     ``scaffold``, MOON or ``local_dp_sgd`` (g₀ would not be the same kind of update as the devices')."""
 
     root_data: str
+    sha256: str | None = None
     kind: ClassVar[str] = "fltrust"
     requirement: ClassVar[dict[str, str]] = {"root_data": "the path of a .npz file with arrays x and y"}
     device_clips: ClassVar[bool] = False
@@ -430,6 +432,11 @@ class FLTrustSpec:
                 f"aggregator 'fltrust': root_data must be the path of a .npz file with arrays x and y, "
                 f"got {self.root_data!r}"
             )
+        h = self.sha256
+        if h is not None and (
+            not isinstance(h, str) or len(h) != 64 or any(c not in "0123456789abcdefABCDEF" for c in h)
+        ):
+            raise FLError(f"aggregator 'fltrust': sha256 must be 64 hex digits (the root file's digest), got {h!r}")
 
     def check(self, task: FLTaskSpec) -> None:
         from estimator.fl.fltrust_root import load_root_data
@@ -465,19 +472,19 @@ class FLTrustSpec:
                 "aggregator 'fltrust' cannot run with personalization moon: the contrastive objective needs "
                 "a previous local model, which the server's root training does not have (ditto and perfedavg work)"
             )
-        load_root_data(self.root_data, task.build_model())
+        load_root_data(self.root_data, task.build_model(), self.sha256)
 
     def build(self, task: FLTaskSpec, accountant: FLAccountant | None) -> Aggregator:
         from estimator.fl.fltrust_root import RootTraining, load_root_data
 
         model = task.build_model()
-        x, y = load_root_data(self.root_data, model)
+        x, y = load_root_data(self.root_data, model, self.sha256)
         return ValidatingAggregator(
             FLTrust(WeightedMean(), RootTraining(model, task.build_strategy(), x, y, task.seed))
         )
 
     def to_dict(self) -> dict[str, Any]:
-        return {"kind": self.kind, "root_data": self.root_data}
+        return {"kind": self.kind, "root_data": self.root_data, "sha256": self.sha256}
 
 
 AggregatorSpec = FedAvgSpec | AdaptiveClippingSpec | DPFTRLSpec | MedianSpec | TrimmedMeanSpec | KrumSpec | FLTrustSpec

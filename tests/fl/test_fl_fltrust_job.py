@@ -85,7 +85,7 @@ def test_relative_root_data_is_relative_to_the_task_file(tmp_path: Path) -> None
     d["aggregator"] = {"kind": "fltrust", "root_data": "root.npz"}
     (sub / "task.json").write_text(json.dumps(d))
     spec = FLTaskSpec.from_file(str(sub / "task.json"))  # the working directory holds no root.npz
-    assert spec.aggregator.to_dict() == {"kind": "fltrust", "root_data": str(sub / "root.npz")}
+    assert spec.aggregator.to_dict() == {"kind": "fltrust", "root_data": str(sub / "root.npz"), "sha256": None}
     assert FLTaskSpec.from_dict(spec.to_dict()) == spec
     agg = spec.build_aggregator(spec.build_accountant())
     assert isinstance(agg.inner, FLTrust)  # type: ignore[attr-defined]
@@ -100,7 +100,7 @@ def test_relative_root_data_is_relative_to_the_task_file(tmp_path: Path) -> None
     assert (
         main(["fl", "sign-task", "--authority", str(auth), "--task", str(sub / "task.json"), "--out", str(signed)]) == 0
     )
-    assert json.loads(signed.read_text())["aggregator"] == {"kind": "fltrust", "root_data": "root.npz"}
+    assert json.loads(signed.read_text())["aggregator"] == {"kind": "fltrust", "root_data": "root.npz", "sha256": None}
     assert FLTaskSpec.from_file(str(signed)).aggregator == spec.aggregator
     np.savez(sub / "root.npz", x=ROOT[0][:, :2], y=ROOT[1])
     url = f"sqlite:///{tmp_path}/transport.sqlite3"
@@ -142,6 +142,20 @@ def test_root_data_is_checked_against_the_model(tmp_path: Path) -> None:
     four = _root_file(tmp_path, "four.npz", x=ROOT[0], y=(np.arange(PER_CLIENT) % 4))
     with pytest.raises(FLError, match=r"labels must be in \[0, 3\)"):
         _spec(tmp_path, model=soft, aggregator={"kind": "fltrust", "root_data": str(four)})
+
+
+def test_a_pinned_sha256_refuses_a_changed_root_file(tmp_path: Path) -> None:
+    import hashlib
+
+    path = _root_file(tmp_path, "pinned.npz")
+    digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    spec = _spec(tmp_path, aggregator={"kind": "fltrust", "root_data": str(path), "sha256": digest.upper()})
+    spec.build_aggregator(None)
+    np.savez(path, x=ROOT[0][::-1], y=ROOT[1][::-1])  # same shapes, other order: the rounds would differ
+    with pytest.raises(FLError, match="SHA-256 is [0-9a-f]{64}, the task pins.*changed"):
+        spec.build_aggregator(None)  # what a restarted job does first
+    with pytest.raises(FLError, match="sha256 must be 64 hex digits"):
+        _spec(tmp_path, aggregator={"kind": "fltrust", "root_data": str(path), "sha256": "abc"})
 
 
 def test_compositions_that_cannot_work_are_refused(tmp_path: Path) -> None:
