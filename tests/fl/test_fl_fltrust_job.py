@@ -8,7 +8,9 @@
 * Over the pipeline (devices → collector → job), 3 of 10 enrolled devices sign-flip their update (−4×):
   the job's model equals the in-process run with the same attack, bit for bit; the plain mean is pushed
   off while FLTrust stays near the clean run (margins derived from the clean run, see the test).
-* A job stopped after round 2 and restarted ends with the same model as the uninterrupted run.
+* A job stopped after round 2 and restarted ends with the same model as the uninterrupted run; so does
+  `ldp fl job` SIGKILLed mid-round (the new process recomputes the round's root update); a pinned
+  ``sha256`` refuses a root file that changed.
 """
 
 from __future__ import annotations
