@@ -55,12 +55,16 @@ class RoundContext:
     in expectation (q·N for Poisson sampling, m for a fixed count): the DP
     wrappers divide by it, never by the realized count, which is itself private
     under Poisson sampling (McMahan et al., "Learning differentially private
-    recurrent language models", ICLR 2018, the fixed-denominator estimator)."""
+    recurrent language models", ICLR 2018, the fixed-denominator estimator).
+
+    ``params`` is the global model the round's clients started from (None where the caller does not
+    give it): FLTrust's root update trains from it (:mod:`estimator.fl.fltrust_root`)."""
 
     round: int
     num_params: int
     rng: np.random.Generator
     expected_clients: float
+    params: np.ndarray | None = dataclasses.field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         if not self.expected_clients > 0:

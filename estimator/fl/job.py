@@ -746,7 +746,11 @@ class AggregationJob(StreamProcessor):
 
     def _ctx(self) -> RoundContext:
         return RoundContext(
-            self._st.round, self.payload_size, self._rng, self.sampling.expected_clients(len(self.spec.clients))
+            self._st.round,
+            self.payload_size,
+            self._rng,
+            self.sampling.expected_clients(len(self.spec.clients)),
+            params=self._st.params,  # the model the round's clients started from (FLTrust's root update)
         )
 
     def _finish_round(self, res: AggregateResult, extra: dict[str, Any]) -> None:
@@ -769,6 +773,9 @@ class AggregationJob(StreamProcessor):
         if isinstance(selected, list):  # Krum's kept client ids would reveal part of the sample
             info.pop("selected")
             info["kept"] = len(selected)
+        trust = info.get("trust_scores")
+        if isinstance(trust, dict):  # FLTrust's scores by client id: kept as a sorted list, without the ids
+            info["trust_scores"] = sorted((float(t) for t in trust.values()), reverse=True)
         if self._adaptive is not None:
             st.clip_norm = float(self._adaptive.clip_norm)
         rec = {"round": st.round, "clients": res.num_clients, "epsilon": _f(st.epsilon), **extra, **info}

@@ -184,4 +184,5 @@ class FLTrust:
         info = dict(res.info)
         info["trust_scores"] = {u.client_id: float(t) for u, t in zip(updates, ts, strict=True)}
         info["trusted_clients"] = int(np.count_nonzero(ts))
+        info["root_update_norm"] = float(np.linalg.norm(g0))
         return dataclasses.replace(res, num_clients=len(updates), info=info)

@@ -75,7 +75,7 @@ def run_rounds(
         if tamper is not None:
             ups = tamper(r, ups)
         expected = sampling.expected_clients(len(clients))
-        ctx = RoundContext(r, strategy.payload_size(model.num_params), rng, expected)
+        ctx = RoundContext(r, strategy.payload_size(model.num_params), rng, expected, params=x)
         res = aggregator.aggregate(ups, ctx)
         x = strategy.apply(x, res, expected / len(clients))
         acc = accuracy(model, x, *test) if test is not None else None

@@ -39,7 +39,7 @@ from estimator.fl.aggregators import Aggregator, ValidatingAggregator, WeightedM
 from estimator.fl.dp import AdaptiveClippingDP, ClientLevelAccountant, FixedClippingDP, update_noise_multiplier
 from estimator.fl.ftrl import DPFTRL, FtrlAccountant
 from estimator.fl.personalization import Ditto, Moon, PerFedAvg
-from estimator.fl.robust import CoordinateMedian, Krum, TrimmedMean
+from estimator.fl.robust import CoordinateMedian, FLTrust, Krum, TrimmedMean
 from estimator.fl.sampling import FixedCountSampling, PoissonSampling, Sampling
 from estimator.fl.strategies import FedAvg, FedProx, Scaffold, Strategy
 
@@ -57,7 +57,9 @@ __all__ = [
     "MedianSpec",
     "TrimmedMeanSpec",
     "KrumSpec",
+    "FLTrustSpec",
     "aggregator_spec",
+    "resolve_task_paths",
     "FLAccountant",
     "DistributedDGSpec",
     "NoiseSpec",
@@ -405,10 +407,105 @@ class KrumSpec(_RobustSpec):
         return {**super().to_dict(), "multi": self.multi}
 
 
-AggregatorSpec = FedAvgSpec | AdaptiveClippingSpec | DPFTRLSpec | MedianSpec | TrimmedMeanSpec | KrumSpec
+@dataclasses.dataclass(frozen=True)
+class FLTrustSpec:
+    """``{"kind": "fltrust", "root_data": "PATH.npz", "sha256": h}`` (h optional: the root file's hex SHA-256, checked
+    whenever the job reads the file, at start and at every restore): ``FLTrust(WeightedMean(), RootTraining(...))`` (Cao et al.,
+    NDSS 2021). The job holds the trusted root dataset (arrays ``x`` and ``y``, checked against the model when the
+    task is read: :func:`~estimator.fl.fltrust_root.load_root_data`) and each round trains g₀ on it from the round's
+    global model with the task's local training; a client's trust is ReLU(cos(Δᵢ, g₀)), its update is rescaled to
+    ‖g₀‖, and the round releases the trust-weighted mean (the model is kept when every score is 0). A relative path
+    is relative to the task file (:meth:`FLTaskSpec.from_file`; to the working directory for :meth:`from_dict`).
+
+    Not with ``secagg`` (it needs each update), client-level DP (no bounded-sensitivity sum: docs/FL.md),
+    ``scaffold``, MOON or ``local_dp_sgd`` (g₀ would not be the same kind of update as the devices')."""
+
+    root_data: str
+    sha256: str | None = None
+    kind: ClassVar[str] = "fltrust"
+    requirement: ClassVar[dict[str, str]] = {"root_data": "the path of a .npz file with arrays x and y"}
+    device_clips: ClassVar[bool] = False
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.root_data, str) or not self.root_data:
+            raise FLError(
+                f"aggregator 'fltrust': root_data must be the path of a .npz file with arrays x and y, "
+                f"got {self.root_data!r}"
+            )
+        h = self.sha256
+        if h is not None and (
+            not isinstance(h, str) or len(h) != 64 or any(c not in "0123456789abcdefABCDEF" for c in h)
+        ):
+            raise FLError(f"aggregator 'fltrust': sha256 must be 64 hex digits (the root file's digest), got {h!r}")
+
+    def check(self, task: FLTaskSpec) -> None:
+        from estimator.fl.fltrust_root import load_root_data
+
+        if task.secagg:
+            raise FLError(
+                "aggregator 'fltrust' scores every client's individual update against the root update, and "
+                "secure aggregation reveals only their sum: set secagg to false"
+            )
+        if task.clip_norm is not None or task.noise_multiplier:
+            raise FLError(
+                "aggregator 'fltrust' runs without client-level DP: its release Σ TSᵢ·ḡᵢ / Σ TSᵢ divides by the "
+                "data-dependent total trust, not by a fixed count, so one client can move it by up to 2‖g₀‖ "
+                "(not C/m), and ‖g₀‖ itself is a function of the root data; set clip_norm to null and "
+                "noise_multiplier to 0, or use kind 'fedavg' for DP"
+            )
+        if task.algorithm == "scaffold":
+            raise FLError(
+                "aggregator 'fltrust' runs with algorithm fedavg or fedprox: a scaffold upload carries the "
+                "control-variate change beside the model update, which the root training has no counterpart for"
+            )
+        if task.local_dp_sgd is not None:
+            raise FLError(
+                "aggregator 'fltrust' cannot run with local_dp_sgd: the devices' updates are noised DP-SGD "
+                "steps, the server's root update would be plain SGD, and their cosine would not measure trust"
+            )
+        try:
+            pers = personalization_from_dict(task.personalization)
+        except ModelError:
+            pers = None  # the task's personalization check reports it
+        if isinstance(pers, MoonSpec):
+            raise FLError(
+                "aggregator 'fltrust' cannot run with personalization moon: the contrastive objective needs "
+                "a previous local model, which the server's root training does not have (ditto and perfedavg work)"
+            )
+        load_root_data(self.root_data, task.build_model(), self.sha256)
+
+    def build(self, task: FLTaskSpec, accountant: FLAccountant | None) -> Aggregator:
+        from estimator.fl.fltrust_root import RootTraining, load_root_data
+
+        model = task.build_model()
+        x, y = load_root_data(self.root_data, model, self.sha256)
+        return ValidatingAggregator(
+            FLTrust(WeightedMean(), RootTraining(model, task.build_strategy(), x, y, task.seed))
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, "root_data": self.root_data, "sha256": self.sha256}
+
+
+AggregatorSpec = FedAvgSpec | AdaptiveClippingSpec | DPFTRLSpec | MedianSpec | TrimmedMeanSpec | KrumSpec | FLTrustSpec
 _AGGREGATOR_KINDS: dict[str, type] = {
-    c.kind: c for c in (FedAvgSpec, AdaptiveClippingSpec, DPFTRLSpec, MedianSpec, TrimmedMeanSpec, KrumSpec)
+    c.kind: c
+    for c in (FedAvgSpec, AdaptiveClippingSpec, DPFTRLSpec, MedianSpec, TrimmedMeanSpec, KrumSpec, FLTrustSpec)
 }
+
+
+def resolve_task_paths(d: Mapping[str, Any], base_dir: str) -> dict[str, Any]:
+    """A copy of the task object ``d`` with its file paths (``fltrust``'s ``root_data``) made absolute against
+    ``base_dir`` (the task file's directory) where they are relative."""
+    import os
+
+    out = dict(d)
+    agg = out.get("aggregator")
+    if isinstance(agg, Mapping) and agg.get("kind") == FLTrustSpec.kind:
+        root = agg.get("root_data")
+        if isinstance(root, str) and root and not os.path.isabs(root):
+            out["aggregator"] = {**agg, "root_data": os.path.join(base_dir, root)}
+    return out
 
 
 def aggregator_spec(d: Mapping[str, Any] | AggregatorSpec) -> AggregatorSpec:
@@ -572,6 +669,9 @@ class FLTaskSpec:
       ``noise_multiplier`` 0) and without ``secagg`` (they need every individual update; secure
       aggregation reveals only the sum). A round with fewer updates than the wrapper needs
       (2f + 1; Krum 2f + 3) fails without release.
+    * ``{"kind": "fltrust", "root_data": "PATH.npz"}`` (:class:`FLTrustSpec`): FLTrust against a root update the
+      job trains each round on its trusted root dataset (:mod:`estimator.fl.fltrust_root`); without DP and
+      ``secagg``, with ``fedavg`` or ``fedprox``, ditto or perfedavg (not ``scaffold``, moon, ``local_dp_sgd``).
 
     ``noise`` (a :data:`NoiseSpec`; a mapping is read by :func:`noise_spec`): None keeps the central
     noise above; ``{"kind": "distributed_discrete_gaussian", "bits": b, ...}`` (:class:`DistributedDGSpec`)
@@ -824,6 +924,22 @@ class FLTaskSpec:
             raise FLError(f"unknown task fields {sorted(unknown)}; known: {sorted(names)}")
         return cls(**d)
 
+    @classmethod
+    def from_file(cls, path: str) -> FLTaskSpec:
+        """The task of the JSON task file at ``path``; a relative ``root_data`` (``fltrust``) is relative to the
+        file's directory (:func:`resolve_task_paths`). A file that is not a JSON object is an :class:`FLError`."""
+        import json
+        import os
+
+        try:
+            with open(path) as f:
+                d = json.load(f)
+        except (OSError, ValueError) as exc:
+            raise FLError(f"task file {path!r}: {exc}") from None
+        if not isinstance(d, Mapping):
+            raise FLError(f"task file {path!r} must hold one JSON object, got {type(d).__name__}")
+        return cls.from_dict(resolve_task_paths(d, os.path.dirname(os.path.abspath(path))))
+
     def to_dict(self) -> dict[str, Any]:
         """The task file's JSON object (:meth:`from_dict` of it gives an equal spec)."""
         out = {f.name: copy.deepcopy(getattr(self, f.name)) for f in dataclasses.fields(self)}
@@ -870,5 +986,6 @@ class FLTaskSpec:
         """The stack an in-process run with the same spec uses: ``ValidatingAggregator`` around
         ``FixedClippingDP(WeightedMean(), C, σ, accountant)`` (``fedavg``; without the DP wrapper when
         ``clip_norm`` is None), ``AdaptiveClippingDP(WeightedMean(), C, z, γ, η_C, σ_b, accountant)``,
-        ``CoordinateMedian``/``TrimmedMean(WeightedMean(), f)`` or ``Krum(WeightedMean(), f, multi)``."""
+        ``CoordinateMedian``/``TrimmedMean(WeightedMean(), f)``, ``Krum(WeightedMean(), f, multi)`` or
+        ``FLTrust(WeightedMean(), RootTraining(...))``."""
         return self.aggregator.build(self, accountant)

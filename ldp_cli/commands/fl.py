@@ -678,12 +678,15 @@ def run_attack_cmd(args: argparse.Namespace) -> int:
 
 
 def run_job_cmd(args: argparse.Namespace) -> int:
+    from client_sdk.fl.errors import FLError
     from estimator.fl.job import AggregationJob, FLTaskSpec, JobSettings
     from pipeline.topics import FL_ROUNDS_TOPIC, FL_STATE_TOPIC, FL_UPDATES_TOPIC
     from pipeline.transport import open_transport
 
-    with open(args.task) as f:
-        spec = FLTaskSpec.from_dict(json.load(f))
+    try:
+        spec = FLTaskSpec.from_file(args.task)  # a relative root_data is relative to the task file
+    except FLError as exc:
+        raise SystemExit(f"ldp fl job: {exc}") from None
     settings = JobSettings(
         group=args.group or f"ldp-fl-{spec.task}",
         member=args.member,
@@ -754,9 +757,11 @@ def run_enroll_cmd(args: argparse.Namespace) -> int:
 def run_sign_task_cmd(args: argparse.Namespace) -> int:
     import base64
     import dataclasses
+    import os
 
     from client_sdk.enrollment import EnrollmentAuthority, EnrollmentError
-    from estimator.fl.task import FLTaskSpec
+    from client_sdk.fl.errors import FLError
+    from estimator.fl.task import FLTaskSpec, resolve_task_paths
 
     try:
         auth = EnrollmentAuthority.load(args.authority)
@@ -766,10 +771,16 @@ def run_sign_task_cmd(args: argparse.Namespace) -> int:
         d = json.load(f)
     d["enrollment_key"] = base64.b64encode(auth.public_key).decode()
     d.pop("task_signature", None)
-    spec = FLTaskSpec.from_dict(d)
+    try:  # a relative root_data (fltrust) is checked relative to the task file and written back as it was
+        spec = FLTaskSpec.from_dict(resolve_task_paths(d, os.path.dirname(os.path.abspath(args.task))))
+    except FLError as exc:
+        raise SystemExit(f"ldp fl sign-task: {exc}") from None
     spec = dataclasses.replace(spec, task_signature=base64.b64encode(auth.sign_document(spec.signed_config())).decode())
     out = args.out or args.task
+    written = spec.to_dict()
+    if isinstance(d.get("aggregator"), dict) and "root_data" in d["aggregator"]:
+        written["aggregator"]["root_data"] = d["aggregator"]["root_data"]  # the path as the file wrote it
     with open(out, "w") as f:
-        json.dump(spec.to_dict(), f, indent=2)
+        json.dump(written, f, indent=2)
     print(json.dumps({"task": spec.task, "out": out, "signed": spec.signed_config()}))
     return 0
