@@ -24,12 +24,12 @@ from client_sdk.fl.local_dpsgd import LocalDPSGDSpec
 from client_sdk.fl.protocol import encode_vector, parse_upload
 from client_sdk.store import DB_FILENAME, SCHEMA_VERSION, Store
 from client_sdk.uploader import HttpRequest, HttpResponse
-from estimator.fl.rounds import FederatedClient, run_rounds
 from estimator.fl.task import FLTaskSpec
 from tests.support.fl_pipeline_support import (
     device_rng,
     drive,
     enroll,
+    in_process_clients,
     make_data,
     running_task,
     task_spec,
@@ -274,18 +274,8 @@ def test_a_ditto_device_restarted_after_every_round_ends_with_the_never_restarte
 ) -> None:
     spec = task_spec("ditto-r", 6, clip_norm=None, noise_multiplier=0.0, personalization={"kind": "ditto", "lam": 0.5})
     data = make_data(6)
+    _, clients = in_process_clients(spec, data)  # the personal models of devices that never restart
     index = {c: i for i, c in enumerate(spec.clients)}
-    clients = [FederatedClient(c, X, y) for c, (X, y) in zip(spec.clients, data, strict=True)]
-    run_rounds(
-        spec.build_model(),
-        spec.build_strategy(),
-        spec.build_aggregator(None),
-        clients,
-        spec.build_sampling(),
-        spec.rounds,
-        np.random.default_rng(spec.seed),
-        client_rng=lambda r, c: device_rng(index[c], r),
-    )  # the in-process run: the personal models of devices that never restart
     with running_task(tmp_path, spec, checkpoint_interval=0.2) as (_, srv, jt):
         root = tmp_path / "devices"
         restarting = [

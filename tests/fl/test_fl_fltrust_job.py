@@ -25,7 +25,6 @@ import numpy as np
 import pytest
 
 from client_sdk.fl.client import ClientUpdate, train_client
-from client_sdk.fl.device import FLDevice
 from client_sdk.fl.errors import FLError
 from client_sdk.fl.models import accuracy
 from estimator.fl.aggregators import RoundContext
@@ -46,6 +45,7 @@ from tests.support.fl_pipeline_support import (
     reference_run,
     run_with_restart,
     running_task,
+    scaled_updates,
     task_spec,
 )
 
@@ -223,35 +223,14 @@ def test_a_round_with_every_client_distrusted_keeps_the_model(tmp_path: Path) ->
 
 
 # -- over the pipeline ---------------------------------------------------------------------------------
-class _SignFlipper(FLDevice):
-    """An enrolled device that uploads SCALE × its honest update."""
-
-    def _train(self, view: Any) -> tuple[np.ndarray, int, np.random.Generator]:
-        delta, n, rng = super()._train(view)
-        return (SCALE * delta).astype(np.float32), n, rng
-
-
-def _attack(r: int, ups: list[ClientUpdate]) -> list[ClientUpdate]:
-    return [
-        ClientUpdate(u.client_id, u.round, (SCALE * u.delta).astype(np.float32), u.num_examples)
-        if u.client_id in ATTACKERS
-        else u
-        for u in ups
-    ]
+_attack = scaled_updates(SCALE, ATTACKERS)
 
 
 def test_fltrust_task_over_the_pipeline_resists_30_percent_sign_flippers(tmp_path: Path) -> None:
     spec = _spec(tmp_path)
     data = DATA[:N_CLIENTS]
     with running_task(tmp_path, spec, checkpoint_interval=0.2) as (tr, srv, jt):
-        devices = devices_for(srv.url, spec, data)
-        for i, c in enumerate(spec.clients):
-            if c in ATTACKERS:
-                d = devices[i]
-                devices[i] = _SignFlipper(
-                    srv.url, spec.task, c, d.X, d.y, rng_for_round=d.rng_for_round, timeout=15.0, backoff=0.05,
-                    identity=d.identity,
-                )  # fmt: skip
+        devices = devices_for(srv.url, spec, data, scale=dict.fromkeys(ATTACKERS, SCALE))
         drive(devices, jt.finished, timeout=60)
         status = jt.result
     assert status is not None
@@ -323,14 +302,7 @@ def test_sigkill_mid_round_the_restarted_job_recomputes_the_same_root_update(tmp
             job.start()
 
     with collector(tmp_path, url, topics) as srv:
-        devices = devices_for(srv.url, spec, data)
-        for i, c in enumerate(spec.clients):
-            if c in ATTACKERS:
-                dv = devices[i]
-                devices[i] = _SignFlipper(
-                    srv.url, spec.task, c, dv.X, dv.y, rng_for_round=dv.rng_for_round, timeout=15.0,
-                    backoff=0.05, identity=dv.identity,
-                )  # fmt: skip
+        devices = devices_for(srv.url, spec, data, scale=dict.fromkeys(ATTACKERS, SCALE))
         job.start()
         try:
             drive_rounds(job, devices, spec.rounds, before=before)

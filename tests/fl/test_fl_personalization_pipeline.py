@@ -10,13 +10,12 @@ import numpy as np
 import pytest
 
 from client_sdk.fl.errors import FLError
-from estimator.fl.rounds import FederatedClient, run_rounds
 from estimator.fl.task import FLTaskSpec
 from tests.support.fl_pipeline_support import (
-    device_rng,
     devices_for,
     drive,
     final_params,
+    in_process_clients,
     make_data,
     reference_run,
     running_task,
@@ -46,18 +45,7 @@ def test_moon_task_under_dp_fedavg_equals_the_in_process_run(tmp_path: Path) -> 
 def test_ditto_devices_hold_the_personal_models_of_the_in_process_run(tmp_path: Path) -> None:
     spec = task_spec("ditto-e", 6, clip_norm=None, noise_multiplier=0.0, personalization={"kind": "ditto", "lam": 0.5})
     data = make_data(6)
-    index = {c: i for i, c in enumerate(spec.clients)}
-    clients = [FederatedClient(c, X, y) for c, (X, y) in zip(spec.clients, data, strict=True)]
-    ref, _ = run_rounds(
-        spec.build_model(),
-        spec.build_strategy(),
-        spec.build_aggregator(None),
-        clients,
-        spec.build_sampling(),
-        spec.rounds,
-        np.random.default_rng(spec.seed),
-        client_rng=lambda r, c: device_rng(index[c], r),
-    )
+    ref, clients = in_process_clients(spec, data)
     with running_task(tmp_path, spec, checkpoint_interval=0.2) as (_, srv, jt):
         devices = devices_for(srv.url, spec, data)
         drive(devices, jt.finished, timeout=60)

@@ -19,7 +19,6 @@ import numpy as np
 import pytest
 
 from client_sdk.fl.client import ClientUpdate
-from client_sdk.fl.device import FLDevice
 from client_sdk.fl.errors import FLError
 from estimator.fl.aggregators import AggregateResult, RoundContext
 from tests.support.fl_pipeline_support import (
@@ -31,6 +30,7 @@ from tests.support.fl_pipeline_support import (
     reference_run,
     run_with_restart,
     running_task,
+    scaled_updates,
     task_spec,
 )
 
@@ -69,22 +69,7 @@ def test_adaptive_clipping_task_equals_run_rounds_across_a_restart(tmp_path: Pat
     assert status["accepted"] == {"update": 16} and status["rejected"] == {}
 
 
-class _Malicious(FLDevice):
-    """Uploads SCALE × its honest (float32) update."""
-
-    def _train(self, view: Any) -> tuple[np.ndarray, int, np.random.Generator]:
-        delta, n, rng = super()._train(view)
-        return (SCALE * delta).astype(np.float32), n, rng
-
-
-def _attack(r: int, ups: list[ClientUpdate]) -> list[ClientUpdate]:
-    # a new ClientUpdate, so its upload id matches the changed content (ValidatingAggregator checks it)
-    return [
-        ClientUpdate(u.client_id, u.round, (SCALE * u.delta).astype(np.float32), u.num_examples)
-        if u.client_id == ATTACKER
-        else u
-        for u in ups
-    ]
+_attack = scaled_updates(SCALE, (ATTACKER,))
 
 
 class _Recorder:
@@ -123,20 +108,8 @@ def test_robust_task_with_a_malicious_device_over_the_pipeline(tmp_path: Path, k
     data = make_data(7)
     ref, _ = reference_run(spec, data, tamper=_attack)
     with running_task(tmp_path, spec, checkpoint_interval=0.2) as (tr, srv, jt):
-        devices = devices_for(srv.url, spec, data)
-        i = spec.clients.index(ATTACKER)
-        d = devices[i]
-        devices[i] = _Malicious(
-            srv.url,
-            spec.task,
-            ATTACKER,
-            d.X,
-            d.y,
-            rng_for_round=d.rng_for_round,
-            timeout=15.0,
-            backoff=0.05,
-            identity=d.identity,  # an enrolled device that misbehaves: authentication does not stop it
-        )
+        # an enrolled device that misbehaves: authentication does not stop it
+        devices = devices_for(srv.url, spec, data, scale={ATTACKER: SCALE})
         drive(devices, jt.finished, timeout=60)
         status = jt.result
     assert status is not None

@@ -152,12 +152,70 @@ def reference_run(
     )
 
 
+def in_process_clients(
+    spec: FLTaskSpec, data: Sequence[tuple[np.ndarray, np.ndarray]]
+) -> tuple[np.ndarray, list[FederatedClient]]:
+    """``spec`` run with :func:`run_rounds` (no device clipping, no tampering) and the clients it trained, whose
+    ``state`` holds what devices that never restart keep (Ditto's personal model, MOON's previous one)."""
+    index = {c: i for i, c in enumerate(spec.clients)}
+    clients = [FederatedClient(c, X, y) for c, (X, y) in zip(spec.clients, data, strict=True)]
+    params, _ = run_rounds(
+        spec.build_model(),
+        spec.build_strategy(),
+        spec.build_aggregator(None),
+        clients,
+        spec.build_sampling(),
+        spec.rounds,
+        np.random.default_rng(spec.seed),
+        client_rng=lambda r, c: device_rng(index[c], r),
+    )
+    return params, clients
+
+
+class ScalingDevice(FLDevice):
+    """A malicious enrolled device: it uploads ``scale`` × its honest (float32) update."""
+
+    scale = np.float32(1.0)
+
+    def _train(self, view: Any) -> tuple[np.ndarray, int, np.random.Generator]:
+        delta, n, rng = super()._train(view)
+        return (self.scale * delta).astype(np.float32), n, rng
+
+
+def scaled_updates(scale: float, attackers: Sequence[str]) -> Callable[[int, list[ClientUpdate]], list[ClientUpdate]]:
+    """:func:`reference_run`'s ``tamper`` for :class:`ScalingDevice` attackers: their updates times ``scale``
+    (new ClientUpdates, so the upload ids match the changed content, as ValidatingAggregator checks)."""
+    factor = np.float32(scale)
+
+    def tamper(r: int, ups: list[ClientUpdate]) -> list[ClientUpdate]:
+        return [
+            ClientUpdate(u.client_id, u.round, (factor * u.delta).astype(np.float32), u.num_examples)
+            if u.client_id in attackers
+            else u
+            for u in ups
+        ]
+
+    return tamper
+
+
 def devices_for(
-    url: str, spec: FLTaskSpec, data: Sequence[tuple[np.ndarray, np.ndarray]], drop_at: dict[str, str] | None = None
+    url: str,
+    spec: FLTaskSpec,
+    data: Sequence[tuple[np.ndarray, np.ndarray]],
+    drop_at: dict[str, str] | None = None,
+    scale: dict[str, float] | None = None,
 ) -> list[FLDevice]:
-    drop_at = drop_at or {}
+    """One enrolled device per client of ``spec``; those in ``drop_at`` drop out from that phase, those in
+    ``scale`` are :class:`ScalingDevice` attackers uploading that multiple of their update."""
+    drop_at, scale = drop_at or {}, scale or {}
+
+    def make(c: str) -> type[FLDevice]:
+        if c not in scale:
+            return FLDevice
+        return type("ScalingDevice", (ScalingDevice,), {"scale": np.float32(scale[c])})
+
     return [
-        FLDevice(
+        make(c)(
             url,
             spec.task,
             c,
