@@ -378,12 +378,18 @@ class FLDevice:
     def _signed_local_dp_sgd(self, view: Mapping[str, Any]) -> tuple[LocalDPSGDSpec, float] | None:
         """The ``local_dp_sgd`` spec and δ of the round's signed task configuration, or None (plain local SGD).
         A configuration that names ``local_dp_sgd`` is used only if this device's enrollment authority signed
-        it for this task; with :attr:`require_local_dp_sgd` a round without one is refused."""
+        it for this task; with :attr:`require_local_dp_sgd`, or once the device's ledger holds a round of the
+        task (it survives restarts with ``storage_dir``), a round without one is refused."""
         tc = view.get("task_config")
         cfg = tc.get("config") if isinstance(tc, Mapping) else None
         if not (isinstance(cfg, Mapping) and cfg.get("local_dp_sgd") is not None):
             if self.require_local_dp_sgd:
                 raise FLError("the round's signed task configuration has no local_dp_sgd, which this device requires")
+            if self.sample_accountant is not None:  # no downgrade: the task was signed with it before
+                raise FLError(
+                    f"this device trained rounds of task {self.task!r} under a signed local_dp_sgd; a round "
+                    "without it would release its data without sample-level DP"
+                )
             return None
         from client_sdk.enrollment import verify_document
 

@@ -296,3 +296,27 @@ def test_a_ditto_device_restarted_after_every_round_ends_with_the_never_restarte
             assert got is not None and np.array_equal(got, c.state.personal)
             assert dev.state.personal is not None and np.array_equal(dev.state.personal, c.state.personal)
     assert trained >= 4
+
+
+def test_a_server_cannot_drop_local_dp_sgd_once_the_device_trained_under_it(tmp_path: Path) -> None:
+    """Playing the server: after one round under the signed local_dp_sgd, it serves views without the
+    configuration (plain SGD would release the examples without sample-level DP), also after a restart."""
+    spec = task_spec("downgrade", 4, training={"learning_rate": 0.1}, local_dp_sgd=SPEC, delta=DELTA)
+    X, y = _data()
+    server = MaliciousServer(spec)
+    with _device(server, X, y, storage_dir=tmp_path / "sdk") as dev:
+        assert dev.step() == "update" and server.updates == [0]
+    plain = server.view
+
+    def stripped() -> dict[str, Any]:
+        return {**plain(), "task_config": None}
+
+    server.view = stripped  # type: ignore[method-assign]
+    for r in (1, 2):
+        server.round = r
+        with _device(server, X, y, storage_dir=tmp_path / "sdk") as dev:  # restarted before each round
+            assert dev.step() == "failed" and dev.errors["FLError"] == 1
+    assert server.updates == [0]
+    # a device that never trained under it (a fresh store) takes the plain round, as documented
+    with _device(server, X, y, storage_dir=tmp_path / "fresh") as dev:
+        assert dev.step() == "update" and server.updates == [0, 2]
