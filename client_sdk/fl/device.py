@@ -352,7 +352,9 @@ class FLDevice:
                 q = Quantizer(float(sa["clip_range"]), float(sa["scale"]), int(sa["max_clients"])).quantize(delta, rng)
                 y = client.masked_input(q, inbox)
             self.quantized[r] = q
-            return "masked" if self._upload(r, "masked", {"vector": y}) else "failed"
+            # a compressed round's words travel packed, ring_bits each (client_sdk.fl.protocol.pack_words)
+            payload = {"vector": y} if comp is None else {"vector": y, "ring_bits": comp.ring_bits}
+            return "masked" if self._upload(r, "masked", payload) else "failed"
         if phase == "consistency":
             from client_sdk.fl.secagg import SURVIVORS_TAG
 

@@ -41,6 +41,14 @@ the JSON form without the payload's ``vector`` and whose payload is the vector's
 raw little-endian bytes. A plain or masked update of d values is then 4·d bytes plus
 a header of about 200: 1.001× a plaintext float32 upload at d = 10^5, where
 base64 in JSON would be 1.34×. The upload id is the same in both forms.
+
+A masked input of a compressed round (the ``compression`` task option, ring
+Z_{2^r} with r < 32) is *packed*: its payload declares ``ring_bits`` r and
+``length`` D, and the vector is ⌈D·r/8⌉ bytes, word i's bits at stream bits
+i·r … i·r + r − 1, least significant first within each byte, the last byte's
+padding bits zero (:func:`pack_words`). :func:`parse_upload` checks the byte
+count and the padding; :func:`check_upload_against` that r is the signed ring
+width (and that no other round's input is packed).
 """
 
 from __future__ import annotations
@@ -71,6 +79,9 @@ __all__ = [
     "CIPHERTEXT_BYTES",
     "SHARE_Y_BYTES",
     "encode_vector",
+    "pack_words",
+    "unpack_words",
+    "packed_size",
     "decode_vector",
     "model_to_dict",
     "model_from_dict",
@@ -157,6 +168,45 @@ def decode_vector(text: object, length: int, dtype: str = "<f4", what: str = "ve
     if out.dtype.kind == "f" and not np.isfinite(out).all():
         raise _bad("non_finite", f"{what} holds NaN or infinite values")
     return out
+
+
+def packed_size(length: int, bits: int) -> int:
+    """⌈length·bits/8⌉: the bytes of ``length`` ring words packed ``bits`` bits each (:func:`pack_words`)."""
+    return (length * bits + 7) // 8
+
+
+def pack_words(words: np.ndarray, bits: int) -> bytes:
+    """Ring words of Z_{2^bits} packed ``bits`` bits each: word i's bit k is bit i·bits + k of the stream,
+    little-endian bit order within each byte (bit 0 = least significant), the last byte zero-padded.
+    ``ValueError`` for a word ≥ 2^bits (it would not survive the packing)."""
+    if isinstance(bits, bool) or not isinstance(bits, int) or not 1 <= bits <= 32:
+        raise ValueError(f"a packed ring word has 1 to 32 bits, got {bits!r}")
+    w = np.ascontiguousarray(words, dtype="<u4").ravel()
+    if bits < 32 and int(w.max(initial=0)) >> bits:
+        raise ValueError(f"a word of {int(w.max())} does not fit Z_(2^{bits})")
+    # the words' own bits, least significant first (4 little-endian bytes each), cut to the ring width
+    stream = np.unpackbits(w.view(np.uint8).reshape(-1, 4), axis=1, bitorder="little")[:, :bits]
+    return np.packbits(stream.ravel(), bitorder="little").tobytes()
+
+
+def unpack_words(raw: bytes, length: int, bits: int, what: str = "the packed vector") -> np.ndarray:
+    """The inverse of :func:`pack_words` for ``length`` words (uint32); :class:`UpdateRejected`
+    ``wrong_shape`` unless ``raw`` is exactly ⌈length·bits/8⌉ bytes, ``malformed`` if a padding bit of
+    the last byte is set (one encoding per vector: the upload id is a digest of the content)."""
+    if not 1 <= bits <= 32:
+        raise _bad("malformed", f"{what}: a packed ring word has 1 to 32 bits, got {bits}")
+    need = packed_size(length, bits)
+    if len(raw) != need:
+        raise _bad(
+            "wrong_shape",
+            f"{what} has {len(raw)} bytes; {length} words of {bits} bits are exactly {need} (⌈{length}·{bits}/8⌉)",
+        )
+    stream = np.unpackbits(np.frombuffer(raw, dtype=np.uint8), bitorder="little")
+    if stream[length * bits :].any():
+        raise _bad("malformed", f"{what}: padding bits after the {length}·{bits} data bits must be zero")
+    full = np.zeros((length, 32), dtype=np.uint8)
+    full[:, :bits] = stream[: length * bits].reshape(length, bits)
+    return np.packbits(full, axis=1, bitorder="little").view("<u4").ravel().astype(np.uint32)
 
 
 def _b64_bytes(text: object, size: int, what: str) -> bytes:
@@ -420,7 +470,8 @@ class Upload:
     * ``update``: ``{"vector": float32 array, "num_examples": int}``
     * ``advert``: ``{"share_key": 32 bytes, "mask_key": 32 bytes}``
     * ``shares``: ``{"ciphertexts": {recipient index: bytes}}``
-    * ``masked``: ``{"vector": uint32 array}``
+    * ``masked``: ``{"vector": uint32 array}``, or in a compressed round ``{"vector": uint32 array,
+      "ring_bits": r}``, which travels packed r bits per word (:func:`pack_words`) with its ``length``
     * ``reveal``: ``{"shares": {neighbour index: (kind "b"/"s", x, y, threshold)}}``
     """
 
@@ -512,6 +563,9 @@ def _payload_json(kind: str, p: Mapping[str, Any]) -> dict[str, Any]:
             out["commitments"] = {str(v): _b64(c) for v, c in sorted(p["commitments"].items())}
         return out
     if kind == "masked":
+        if "ring_bits" in p:  # packed ring words (a compressed round: client_sdk.fl.compress.RingQuantization)
+            r = int(p["ring_bits"])
+            return {"vector": _b64(pack_words(p["vector"], r)), "ring_bits": r, "length": int(len(p["vector"]))}
         return {"vector": encode_vector(p["vector"], "<u4")}
     if kind == "consistency":
         return {"signature": _b64(p["signature"])}
@@ -547,11 +601,15 @@ def encode_upload_binary(u: Upload) -> bytes:
     """The binary form of an upload (module docstring): header JSON, then an update's or masked input's
     vector as raw little-endian bytes."""
     vector = u.kind in ("update", "masked")
-    payload = (
-        ({"num_examples": int(u.payload["num_examples"])} if u.kind == "update" else {})
-        if vector
-        else _payload_json(u.kind, u.payload)
-    )
+    packed = u.kind == "masked" and "ring_bits" in u.payload
+    if not vector:
+        payload = _payload_json(u.kind, u.payload)
+    elif u.kind == "update":
+        payload = {"num_examples": int(u.payload["num_examples"])}
+    elif packed:
+        payload = {"ring_bits": int(u.payload["ring_bits"]), "length": int(len(u.payload["vector"]))}
+    else:
+        payload = {}
     header = json.dumps(
         {
             "version": PROTOCOL_VERSION,
@@ -567,7 +625,9 @@ def encode_upload_binary(u: Upload) -> bytes:
         separators=(",", ":"),
     ).encode()
     raw = b""
-    if vector:
+    if packed:
+        raw = pack_words(u.payload["vector"], int(u.payload["ring_bits"]))
+    elif vector:
         raw = np.ascontiguousarray(u.payload["vector"], dtype="<f4" if u.kind == "update" else "<u4").tobytes()
     return pack_headed(BINARY_MAGIC, header, raw)
 
@@ -611,6 +671,38 @@ def _index_map(obj: object, what: str, limit: int) -> dict[int, Any]:
             raise _bad("malformed", f"{what}: key {k[:20]!r} is not a client index")
         out[int(k)] = v
     return out
+
+
+def _unpacked_masked(p: Mapping[str, Any], payload_size: int, padded: int) -> np.ndarray:
+    """A masked input as uint32 words (4 bytes each) of the round's length, or of its power-of-two padding
+    (a distributed-discrete-Gaussian round rotates a padded update: client_sdk.fl.ddg)."""
+    try:
+        return decode_vector(p.get("vector"), payload_size, "<u4", "the masked input")
+    except UpdateRejected:
+        if padded == payload_size:
+            raise
+        return decode_vector(p.get("vector"), padded, "<u4", "the masked input")
+
+
+def _packed_masked(p: Mapping[str, Any], lengths: tuple[int, int]) -> dict[str, Any]:
+    """A masked input packed ``ring_bits`` bits per word (:func:`pack_words`), ``length`` words: the
+    declared length must be the round's (or its padding), the bytes exactly ⌈length·ring_bits/8⌉ and the
+    padding bits zero. Whether the width is the signed one is :func:`check_upload_against`'s."""
+    r = _int(p, "ring_bits", 1, 32)
+    n = _int(p, "length", 1, 2**31)
+    if n not in lengths:
+        raise _bad("wrong_shape", f"the masked input declares {n} words; this round masks {lengths[0]} or {lengths[1]}")
+    text = p.get("vector")
+    if isinstance(text, (bytes, bytearray, memoryview)):
+        raw = bytes(text)
+    elif isinstance(text, str):
+        try:
+            raw = base64.b64decode(text, validate=True)
+        except (binascii.Error, ValueError):
+            raise _bad("malformed", "the masked input is not valid base64 (standard alphabet, padded)") from None
+    else:
+        raise _bad("malformed", f"the masked input must be base64 or raw bytes, got {type(text).__name__}")
+    return {"vector": unpack_words(raw, n, r, "the packed masked input"), "ring_bits": r}
 
 
 def parse_upload(
@@ -667,13 +759,10 @@ def parse_upload(
             # a distributed-discrete-Gaussian round masks the update padded to a power of two (client_sdk.fl.ddg);
             # check_upload_against holds the length to the round's own
             padded = 1 << (payload_size - 1).bit_length() if payload_size > 0 else payload_size
-            try:
-                vec = decode_vector(p.get("vector"), payload_size, "<u4", "the masked input")
-            except UpdateRejected:
-                if padded == payload_size:
-                    raise
-                vec = decode_vector(p.get("vector"), padded, "<u4", "the masked input")
-            payload = {"vector": vec}
+            if "ring_bits" in p or "length" in p:  # packed ring words; the width is held to the round's later
+                payload = _packed_masked(p, (payload_size, padded))
+            else:
+                payload = {"vector": _unpacked_masked(p, payload_size, padded)}
     elif kind == "advert":
         payload = {
             "share_key": _b64_bytes(p.get("share_key"), 32, "share_key"),
@@ -752,6 +841,7 @@ def check_upload_against(u: Upload, state: RoundState) -> None:
             raise _bad(
                 "bad_secagg", f"the masked input has {u.payload['vector'].shape[0]} words; the round masks {length}"
             )
+        _check_ring_width(u, state.secagg)
         if me not in set(int(v) for v in state.secagg.get("sharers", ())):
             raise _bad(
                 "bad_secagg",
@@ -766,3 +856,24 @@ def check_upload_against(u: Upload, state: RoundState) -> None:
             raise _bad("bad_secagg", f"reveals for {bad[:5]}: not neighbours of {me}, or share points other than {me}")
         if me not in state.survivors:
             raise _bad("bad_secagg", f"client {me} is not a survivor of round {state.round}")
+
+
+def _check_ring_width(u: Upload, secagg: Mapping[str, Any]) -> None:
+    """A compressed round (``secagg.compression``, the signed configuration's ring Z_{2^r}) takes masked
+    words packed r bits each and nothing else; any other round takes unpacked uint32 words only."""
+    comp = secagg.get("compression")
+    want = None if comp is None else int(comp["ring_bits"])
+    got = u.payload.get("ring_bits")
+    if got != want:
+        raise _bad(
+            "bad_secagg",
+            f"the masked input is packed at {got} bits per word; the signed configuration's ring is {want} bits"
+            if got is not None and want is not None
+            else f"the masked input is packed at {got} bits per word; this round's masked inputs are unpacked "
+            "uint32 words"
+            if got is not None
+            else f"the masked input is unpacked uint32 words; this round's ring is Z_(2^{want}), packed {want} bits "
+            "per word",
+        )
+    if want is not None and int(np.asarray(u.payload["vector"]).max(initial=0)) >> want:
+        raise _bad("bad_secagg", f"the masked input has words outside the ring Z_(2^{want})")

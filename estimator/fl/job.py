@@ -659,7 +659,10 @@ class AggregationJob(StreamProcessor):
                 return
             deg = max([k for k in ok if k <= deg] or [min(ok)])
         ddg = None if spec.noise is None else spec.noise.build(spec, self.payload_size)
+        comp = spec.build_compression()
         length = self.payload_size if ddg is None else ddg.padded_dim  # DDG rotates a power-of-two padding
+        if comp is not None:  # b-bit codes summed in Z_{2^ring_bits} (issue 18), padded when rotated
+            length = comp.length(self.payload_size)
         cfg = make_config(r, n, length, self._rng, deg, t)
         q = Quantizer.for_clients(n, float(spec.clip_norm))  # type: ignore[arg-type]
         st.indices = {c: i + 1 for i, c in enumerate(st.selected)}
@@ -674,13 +677,7 @@ class AggregationJob(StreamProcessor):
         }
         if ddg is not None:  # the rotation is public (the server inverts it); the devices' noise is not
             st.secagg["ddg"] = {"rotation_seed": int(self._rng.integers(0, 2**62)), "bits": ddg.bits}
-        comp = spec.build_compression()
-        if comp is not None:  # b-bit codes summed in Z_{2^ring_bits} (issue 18); the rotation seed is public
-            length = comp.length(self.payload_size)
-            cfg = make_config(r, n, length, self._rng, deg, t)
-            st.secagg["vector_length"] = cfg.vector_length
-            st.secagg["neighbors"] = {str(u): list(vs) for u, vs in cfg.neighbors.items()}
-            st.secagg["threshold"] = cfg.threshold
+        if comp is not None:  # the rotation seed is public; the devices pack their words ring_bits each
             st.secagg["compression"] = {"rotation_seed": int(self._rng.integers(0, 2**62)), **comp.to_dict()}
         st.masked_sum = np.zeros(length, np.uint32)
         self._set_phase("advertise", spec.phase_timeout)

@@ -3,7 +3,9 @@ through the real devices → collector → job path, and the refusals of what do
 
 from __future__ import annotations
 
+import json
 import math
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -11,7 +13,10 @@ import numpy as np
 import pytest
 
 from client_sdk.fl.compress import RingQuantization
+from client_sdk.fl.device import FLDevice
 from client_sdk.fl.errors import FLError
+from client_sdk.fl.protocol import BINARY_CONTENT_TYPE, encode_upload_binary, make_upload, parse_upload, sign_upload
+from client_sdk.framing import unpack_headed
 from pipeline.transport import open_transport
 from tests.support.fl_pipeline_support import JobThread, Topics, collector, devices_for, drive, make_data, task_spec
 
@@ -54,25 +59,84 @@ def test_combinations_that_do_not_compose_are_refused(kw: dict[str, Any], match:
         _task("x", **kw)
 
 
-def test_compressed_rounds_over_the_pipeline_release_the_decoded_sum(tmp_path: Path) -> None:
+def _masked_bodies(dev: FLDevice, sent: list[bytes], tamper: Callable[[FLDevice, bytes, Any], Any] | None) -> None:
+    """Record the HTTP bodies of ``dev``'s masked uploads; before the first, let ``tamper`` send a forged one."""
+    real = dev._request
+
+    def request(method: str, url: str, body: bytes | None = None, *a: Any, **kw: Any) -> Any:
+        if body is not None and body[:4] == b"LDPU":
+            head, _ = unpack_headed(body, b"LDPU", "upload")
+            if json.loads(head)["kind"] == "masked":
+                if tamper is not None and not sent:
+                    tamper(dev, body, real)
+                sent.append(body)
+        return real(method, url, body, *a, **kw)
+
+    dev._request = request  # type: ignore[method-assign]
+
+
+def test_compressed_rounds_over_the_pipeline_release_the_decoded_sum(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import estimator.fl.secagg_server as sas
+
+    configs: list[int] = []  # one neighbour graph per round: the job draws the SecAgg randomness once
+    real_make_config = sas.make_config
+    monkeypatch.setattr(sas, "make_config", lambda *a, **kw: configs.append(1) or real_make_config(*a, **kw))
     spec = _task("cq-e")
     comp = spec.build_compression()
+    assert comp is not None
     data = make_data(6)
     topics = Topics.fresh()
     url = f"sqlite:///{tmp_path / 'log.sqlite3'}"
+    refused: list[tuple[str, int, str]] = []
+
+    def forge(how: str) -> Callable[[FLDevice, bytes, Any], None]:
+        """A device's own signed masked input in another form, posted before its real one: refused by the
+        collector, and the round still gets every real input (nothing else of the batch is lost)."""
+
+        def send(dev: FLDevice, body: bytes, post: Any) -> None:
+            u = parse_upload(body, payload_size=5)
+            if how == "truncated":
+                bad = body[:-1]
+            else:
+                payload = {"vector": u.payload["vector"]} if how == "uint32" else {**u.payload, "ring_bits": 10}
+                forged = sign_upload(make_upload(u.task, u.round, "masked", u.client_id, payload), dev.identity)
+                bad = encode_upload_binary(forged)
+            r = post("POST", f"{dev.base}/uploads", bad, BINARY_CONTENT_TYPE)
+            refused.append((how, r.status, r.body.get("error") if isinstance(r.body, dict) else None))
+
+        return send
+
+    sent: dict[str, list[bytes]] = {}
     with (
         open_transport(url) as tr,
         collector(tmp_path, url, topics) as srv,
         JobThread(tr, spec, topics, checkpoint_interval=0.2) as jt,
     ):
         devices = devices_for(srv.url, spec, data)
+        for d, how in zip(devices, ["uint32", "wider", "truncated", None, None, None]):
+            _masked_bodies(d, sent.setdefault(d.client_id, []), None if how is None else forge(how))
         drive(devices, jt.finished, timeout=90)
         status = jt.result
     assert status is not None and len(status["history"]) == 2, status
+    assert len(configs) == 2
     sd = spec.noise_multiplier * comp.sensitivity(spec.clip_norm, 5)
     for rec in status["history"]:
         assert "failed" not in rec, rec
         assert rec["noise_stddev"] == pytest.approx(sd)  # σ·(C + Δ·√D): equal ε with the float path's σ·C
+    # every sampled device's real masked input was taken, forged ones or not: 5 survivors in each round
+    assert [len(rec["secagg_survivors"]) for rec in status["history"]] == [5, 5]
+    forged = {how: (code, err) for how, code, err in refused}
+    assert forged == {"uint32": (422, "bad_secagg"), "wider": (422, "bad_secagg"), "truncated": (422, "wrong_shape")}
+    # the bytes each device sent: framing 10 (magic 4, version 1, reserved 1, header length 4) + header +
+    # ⌈D·r/8⌉ = ⌈8·9/8⌉ = 9 packed bytes (uint32 words would be 4·D = 32)
+    bodies = [b for per in sent.values() for b in per]
+    assert len(bodies) == 10
+    for b in bodies:
+        head, raw = unpack_headed(b, b"LDPU", "upload")
+        assert json.loads(head)["payload"] == {"ring_bits": 9, "length": 8}
+        assert len(b) == 10 + len(head) + comp.payload_bytes(5) and comp.payload_bytes(5) == 9 == len(raw)
     assert {r for d in devices for r in d.quantized} == {0, 1}
     for d in devices:  # what each device masked: b-bit codes of its rotated update, padded to D = 8
         assert all(q.shape == (8,) and int(q.max()) < 2**6 for q in d.quantized.values())
@@ -101,8 +165,6 @@ def test_ring_decoder_recovers_the_sum_of_clipped_updates() -> None:
 
 
 def test_device_refuses_a_round_whose_compression_is_not_the_signed_one() -> None:
-    from client_sdk.fl.device import FLDevice
-
     spec = _task("cq-r")
     signed = spec.signed_config()
     dev = FLDevice("http://127.0.0.1:9", "cq-r", "dev-0", np.zeros((1, 4)), np.zeros(1))
