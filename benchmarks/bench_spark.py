@@ -38,9 +38,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import shutil
-import statistics
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
@@ -51,11 +49,13 @@ import numpy as np
 
 from client_sdk.mechanisms import make_spec
 from client_sdk.mechanisms.base import MechanismSpec
-from estimator.batch import accumulate, estimate_dataset
-from estimator.spark import SparkEngine, spark_session
-from pipeline.dataset import FORMAT, part_name, records_to_table, write_table_atomic
+from estimator.batch import BatchResult, accumulate, estimate_dataset
+from estimator.spark import SparkEngine
+from pipeline.dataset import FORMAT
 
-FIRST_DAY = 20400
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks import spark_common as common  # noqa: E402
 
 
 def specs(d: int) -> dict[str, MechanismSpec]:
@@ -70,24 +70,8 @@ def _write_part(root: Path, metric: str, d: int, days: int, seed: int, i: int, n
     in any order and in parallel and the dataset is the same."""
     spec = specs(d)[metric]
     rng = np.random.default_rng([seed, list(specs(d)).index(metric), i])
-    w = 1.0 / np.arange(1, d + 1) ** 1.1
-    cdf = np.cumsum(w / w.sum())
-    items = np.minimum(np.searchsorted(cdf, rng.random(n), side="right"), d - 1)  # inverse-CDF Zipf draw
-    day = FIRST_DAY + i % days
-    table = records_to_table(spec.encode(items, rng), spec)
-    table = table.replace_schema_metadata(
-        {
-            "ldp.format": FORMAT,
-            "ldp.metric": metric,
-            "ldp.day": str(day),
-            "ldp.spec": json.dumps(spec.to_dict(), sort_keys=True),
-            "ldp.spec_id": spec.spec_id,
-            "ldp.source": json.dumps({"topic": "bench", "partition": 0, "first": i, "last": i}),
-            "ldp.shuffles": json.dumps([{"offset": i, "reports": n}], sort_keys=True),
-        }
-    )
-    name = part_name("bench", 0, i, i, spec.spec_id)
-    write_table_atomic(root / f"metric={metric}" / f"day={day}" / name, table)
+    items = common.zipf_items(rng, d, n)
+    common.write_part(root, metric, spec, common.FIRST_DAY + i % days, i, spec.encode(items, rng))
 
 
 def write_dataset(
@@ -116,32 +100,26 @@ def run_size(engine: SparkEngine, root: Path, reports: int, d: int, repeats: int
     """Both engines over every metric of the dataset at ``root``: ``repeats`` timed runs each, alternating."""
     results: dict[str, Any] = {}
     for metric in specs(d):
-        times: dict[str, list[float]] = {"default": [], "spark": []}
         load: list[float] = [os.getloadavg()[0]]
-        want = None
+        want: BatchResult | None = None
         if warm_up:
             want = estimate_dataset(root, metric, progress=False)  # numba cache load, page cache
             got = estimate_dataset(root, metric, progress=False, engine=engine)  # JVM, workers
             assert got.n == want.n == reports
-        for _ in range(repeats):
-            for name, eng in (("default", accumulate), ("spark", engine)):
-                t = time.perf_counter()
-                res = estimate_dataset(root, metric, progress=False, engine=eng)
-                times[name].append(time.perf_counter() - t)
-                load.append(os.getloadavg()[0])
-                assert res.n == reports
-                if want is None:
-                    want = res  # the default engine's, which runs first
-                np.testing.assert_array_equal(res.table["estimate"].to_numpy(), want.table["estimate"].to_numpy())
-            print(f"bench_spark: n={reports:,} {metric}: {times} load {load}", file=sys.stderr)
-        results[metric] = {
-            name: {
-                "seconds": ts,
-                "median_s": statistics.median(ts),
-                "reports_per_s": reports / statistics.median(ts),
-            }
-            for name, ts in times.items()
+
+        def check(name: str, res: BatchResult) -> None:
+            nonlocal want
+            assert res.n == reports
+            if want is None:
+                want = res  # the default engine's, which runs first
+            np.testing.assert_array_equal(res.table["estimate"].to_numpy(), want.table["estimate"].to_numpy())
+
+        runs = {
+            name: (lambda m=metric, e=eng: estimate_dataset(root, m, progress=False, engine=e))
+            for name, eng in (("default", accumulate), ("spark", engine))
         }
+        times = common.timed_runs(runs, repeats, check, f"bench_spark: n={reports:,} {metric}", load)
+        results[metric] = common.medians(times, reports)
         assert want is not None
         results[metric]["files"] = want.files
         results[metric]["load_avg_1m"] = load
@@ -150,25 +128,13 @@ def run_size(engine: SparkEngine, root: Path, reports: int, d: int, repeats: int
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    ap.add_argument("--reports", type=int, nargs="+", default=[10_000_000], help="reports per metric (sizes)")
-    ap.add_argument("--repeats", type=int, nargs="+", default=[3], help="timed runs, one per size or one for all")
+    common.add_common_args(ap, reports=10_000_000, data=".cache/bench-spark", out="benchmarks/results/spark.json")
     ap.add_argument("--d", type=int, default=1024)
-    ap.add_argument("--days", type=int, default=4)
-    ap.add_argument("--file-reports", type=int, default=250_000, help="reports per part file")
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="processes writing the dataset")
-    ap.add_argument("--master", default="local[2]")
-    ap.add_argument("--data", default=".cache/bench-spark", help="where the datasets are kept between runs")
-    ap.add_argument("--delete", action="store_true", help="delete each dataset after its runs")
-    ap.add_argument("--out", default="benchmarks/results/spark.json")
     args = ap.parse_args()
-    repeats = args.repeats * len(args.reports) if len(args.repeats) == 1 else args.repeats
-    if len(repeats) != len(args.reports):
-        ap.error("--repeats takes one count, or one per --reports size")
+    repeats = common.repeats_per_size(ap, args)
 
-    t0 = time.perf_counter()
-    spark = spark_session(args.master, app_name="bench-spark", conf={"spark.driver.memory": "2g"})
-    startup = time.perf_counter() - t0
-    engine = SparkEngine(spark)
+    spark, engine, startup = common.start_spark(args.master, "bench-spark")
     sizes: dict[str, Any] = {}
     for k, (reports, reps) in enumerate(zip(args.reports, repeats)):
         root = Path(args.data) / f"n{reports}-d{args.d}"
@@ -184,25 +150,16 @@ def main() -> None:
         if args.delete:
             shutil.rmtree(root)
     spark.stop()
-    record = {
-        "master": args.master,
-        "reader": engine.reader,
-        "spark_startup_s": startup,
-        "sizes": sizes,
-        "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "load_avg_1m": os.getloadavg()[0]},
-    }
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(record, indent=2) + "\n")
-    print(f"{'reports':>12} {'metric':6} {'engine':8} {'median s':>9} {'reports/s':>12} runs")
-    for reports, size in sizes.items():
-        for metric, r in size["results"].items():
-            for name in ("default", "spark"):
-                x = r[name]
-                n = int(reports)
-                print(
-                    f"{n:12,} {metric:6} {name:8} {x['median_s']:9.2f} {x['reports_per_s']:12,.0f} {len(x['seconds'])}"
-                )
-    print(f"spark session start-up: {startup:.1f} s")
+    common.save_record(
+        args.out, {"master": args.master, "reader": engine.reader, "spark_startup_s": startup, "sizes": sizes}
+    )
+    rows = [
+        (int(reports), (metric, name), r[name])
+        for reports, size in sizes.items()
+        for metric, r in size["results"].items()
+        for name in ("default", "spark")
+    ]
+    common.print_table([("metric", 6), ("engine", 8)], rows, startup)
 
 
 if __name__ == "__main__":

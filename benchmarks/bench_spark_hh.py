@@ -27,9 +27,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import shutil
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -41,10 +39,12 @@ from client_sdk.heavy_hitters import PEMSpec, pad_values
 from estimator.heavy_hitters import Discovery
 from estimator.heavy_hitters_batch import discover_dataset
 from estimator.heavy_hitters_spark import discover_spark
-from estimator.spark import SparkEngine, spark_session
-from pipeline.dataset import FORMAT, PartFile, list_parts, part_name, records_to_table, write_table_atomic
+from pipeline.dataset import FORMAT, PartFile, list_parts
 
-FIRST_DAY = 20400
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks import spark_common as common  # noqa: E402
+
 METRIC = "search"
 SPEC = PEMSpec(epsilon=4.0, length=8, start_bits=12, step_bits=4)
 
@@ -65,49 +65,23 @@ def write_dataset(root: Path, reports: int, days: int, per_file: int, seed: int)
         return want
     shutil.rmtree(root, ignore_errors=True)
     words = vocabulary(np.random.default_rng(seed), 1000)
-    w = 1.0 / np.arange(1, words.shape[0] + 1) ** 1.1
-    cdf = np.cumsum(w / w.sum())
     for i, start in enumerate(range(0, reports, per_file)):
         n = min(per_file, reports - start)
         rng = np.random.default_rng([seed, i])
-        items = np.minimum(np.searchsorted(cdf, rng.random(n), side="right"), words.shape[0] - 1)
-        day = FIRST_DAY + i % days
-        table = records_to_table(SPEC.encode(words[items], rng), SPEC).replace_schema_metadata(
-            {
-                "ldp.format": FORMAT,
-                "ldp.metric": METRIC,
-                "ldp.day": str(day),
-                "ldp.spec": json.dumps(SPEC.to_dict(), sort_keys=True),
-                "ldp.spec_id": SPEC.spec_id,
-                "ldp.source": json.dumps({"topic": "bench", "partition": 0, "first": i, "last": i}),
-                "ldp.shuffles": json.dumps([{"offset": i, "reports": n}], sort_keys=True),
-            }
-        )
-        write_table_atomic(root / f"metric={METRIC}" / f"day={day}" / part_name("bench", 0, i, i, SPEC.spec_id), table)
+        items = common.zipf_items(rng, words.shape[0], n)
+        common.write_part(root, METRIC, SPEC, common.FIRST_DAY + i % days, i, SPEC.encode(words[items], rng))
     stamp.write_text(json.dumps(want))
     return want
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    ap.add_argument("--reports", type=int, nargs="+", default=[1_000_000])
-    ap.add_argument("--repeats", type=int, nargs="+", default=[3])
+    common.add_common_args(ap, reports=1_000_000, data=".cache/bench-spark-hh", out="benchmarks/results/spark_hh.json")
     ap.add_argument("--top", type=int, default=10)
-    ap.add_argument("--days", type=int, default=4)
-    ap.add_argument("--file-reports", type=int, default=250_000)
-    ap.add_argument("--master", default="local[2]")
-    ap.add_argument("--data", default=".cache/bench-spark-hh")
-    ap.add_argument("--delete", action="store_true", help="delete each dataset after its runs")
-    ap.add_argument("--out", default="benchmarks/results/spark_hh.json")
     args = ap.parse_args()
-    repeats = args.repeats * len(args.reports) if len(args.repeats) == 1 else args.repeats
-    if len(repeats) != len(args.reports):
-        ap.error("--repeats takes one count, or one per --reports size")
+    repeats = common.repeats_per_size(ap, args)
 
-    t0 = time.perf_counter()
-    spark = spark_session(args.master, app_name="bench-spark-hh", conf={"spark.driver.memory": "2g"})
-    startup = time.perf_counter() - t0
-    engine = SparkEngine(spark)
+    spark, engine, startup = common.start_spark(args.master, "bench-spark-hh")
     sizes: dict[str, Any] = {}
     for k, (reports, reps) in enumerate(zip(args.reports, repeats)):
         root = Path(args.data) / f"n{reports}"
@@ -130,47 +104,26 @@ def main() -> None:
         if k == 0:
             for run in runs.values():
                 run()  # warm-up
-        times: dict[str, list[float]] = {name: [] for name in runs}
         load = [os.getloadavg()[0]]
-        for _ in range(reps):
-            for name, run in runs.items():
-                t = time.perf_counter()
-                got = run()
-                times[name].append(time.perf_counter() - t)
-                load.append(os.getloadavg()[0])
-                check(name, got, want)
-            print(f"bench_spark_hh: n={reports:,}: {times} load {load}", file=sys.stderr)
+
+        def check_run(name: str, got: list[tuple[Any, ...]], want: list[tuple[Any, ...]] = want) -> None:
+            check(name, got, want)
+
+        times = common.timed_runs(runs, reps, check_run, f"bench_spark_hh: n={reports:,}", load)
         sizes[str(reports)] = {
             "params": {**params, "repeats": reps, "dataset_s": made, "files": len(parts), "top": args.top},
             "found": len(want),  # words in the top list, with their estimates checked equal
             "load_avg_1m": load,
-            "results": {
-                name: {
-                    "seconds": ts,
-                    "median_s": statistics.median(ts),
-                    "reports_per_s": reports / statistics.median(ts),
-                }
-                for name, ts in times.items()
-            },
+            "results": common.medians(times, reports),
         }
         if args.delete:
             shutil.rmtree(root)
     spark.stop()
-    record = {
-        "spec": SPEC.to_dict(),
-        "master": args.master,
-        "spark_startup_s": startup,
-        "sizes": sizes,
-        "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "load_avg_1m": os.getloadavg()[0]},
-    }
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(record, indent=2) + "\n")
-    print(f"{'reports':>12} {'engine':13} {'median s':>9} {'reports/s':>12} runs")
-    for reports, size in sizes.items():
-        for name, x in size["results"].items():
-            n = int(reports)
-            print(f"{n:12,} {name:13} {x['median_s']:9.2f} {x['reports_per_s']:12,.0f} {len(x['seconds'])}")
-    print(f"spark session start-up: {startup:.1f} s")
+    common.save_record(
+        args.out, {"spec": SPEC.to_dict(), "master": args.master, "spark_startup_s": startup, "sizes": sizes}
+    )
+    rows = [(int(reports), (name,), x) for reports, size in sizes.items() for name, x in size["results"].items()]
+    common.print_table([("engine", 13)], rows, startup)
 
 
 def found(disc: Discovery, top: int) -> list[tuple[Any, ...]]:

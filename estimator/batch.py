@@ -28,7 +28,7 @@ import pandas as pd
 
 from client_sdk.mechanisms.base import MechanismSpec, ReportSpec
 from client_sdk.metrics import MetricDefinition
-from estimator.errors import BatchError
+from estimator.errors import BatchError, SpecChoiceError
 from estimator.numeric import DistributionEstimate, MeanEstimate
 from estimator.oracles import state_for
 from estimator.oracles.base import LinearState
@@ -231,7 +231,7 @@ def estimate_dataset(
             current.update({i: spec.spec_id for i in spec.spec_ids})
     ids = sorted({current[p.spec_id] for p in parts})
     if spec_id is None and len(ids) > 1:
-        raise BatchError(
+        raise SpecChoiceError(
             f"metric {metric!r} has reports under several specs in this range: {ids}; "
             "choose one with --spec-id (estimates of different specs do not add)"
         )

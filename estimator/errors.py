@@ -3,6 +3,7 @@
     LDPError
     └── EstimatorError
         ├── BatchError(ValueError)       no data for a batch request, or a choice (spec, days) the user must make
+        │   └── SpecChoiceError          the metric has reports under several specs: the caller must choose one
         ├── AccountingError(ValueError)  an event cannot be accounted as asked
         ├── DatasetError(ValueError)     a training data file is missing arrays or has bad shapes or labels
         ├── StateError(ProcessorError)   a streaming snapshot is unreadable, foreign, or states do not merge
@@ -20,7 +21,15 @@ from client_sdk.errors import LDPError
 from client_sdk.fl.errors import FLError
 from pipeline.errors import ProcessorError
 
-__all__ = ["EstimatorError", "BatchError", "AccountingError", "DatasetError", "StateError", "JobStateError"]
+__all__ = [
+    "EstimatorError",
+    "BatchError",
+    "SpecChoiceError",
+    "AccountingError",
+    "DatasetError",
+    "StateError",
+    "JobStateError",
+]
 
 
 class EstimatorError(LDPError):
@@ -29,6 +38,11 @@ class EstimatorError(LDPError):
 
 class BatchError(EstimatorError, ValueError):
     """No data for the request, or a choice (spec, days) the user must make."""
+
+
+class SpecChoiceError(BatchError):
+    """The metric has reports under several specs in the range asked for, whose estimates do not add:
+    the caller must choose one (``--spec-id``, or ``?spec_id=`` on the API, which answers 409)."""
 
 
 class AccountingError(EstimatorError, ValueError):

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -20,9 +20,9 @@ import numpy as np
 import pandas as pd
 
 from client_sdk.heavy_hitters import PEMSpec, SFPSpec
-from estimator.errors import BatchError
+from estimator.errors import BatchError, SpecChoiceError
 from estimator.heavy_hitters import Discovery, discover
-from pipeline.dataset import list_parts, read_part, read_part_spec
+from pipeline.dataset import PartFile, list_parts, read_part, read_part_spec
 
 if TYPE_CHECKING:
     from estimator.spark import SparkEngine
@@ -65,21 +65,26 @@ def discover_dataset(
     spec_id: str | None = None,
     confidence: float = 0.95,
     engine: SparkEngine | None = None,
+    parts: Sequence[PartFile] | None = None,
 ) -> HeavyHitterResult:
     """Discover ``metric``'s ``top`` values over ``days`` (``None``: all) of the dataset at ``root``.
 
     ``engine``: a :class:`estimator.spark.SparkEngine` runs the passes on Spark, with the same result
-    (:mod:`estimator.heavy_hitters_spark`); without one the reports are read into this process."""
+    (:mod:`estimator.heavy_hitters_spark`); without one the reports are read into this process.
+    ``parts``: the metric's part files in that range, when the caller has listed them already
+    (:func:`pipeline.dataset.list_parts`); they are then not listed again."""
     if top < 1:
         raise BatchError(f"--top must be at least 1, got {top}")
-    parts = list_parts(root, metric, days)
+    parts = list_parts(root, metric, days) if parts is None else list(parts)
     if not parts:
         raise BatchError(f"no part files of metric {metric!r} in that day range under {Path(root)}")
     specs = {p.spec_id: read_part_spec(p) for p in parts}
     current = {i: s.spec_id for s in specs.values() for i in s.spec_ids}
     ids = sorted({current[p.spec_id] for p in parts})
     if spec_id is None and len(ids) > 1:
-        raise BatchError(f"metric {metric!r} has reports under several specs in this range: {ids}; choose --spec-id")
+        raise SpecChoiceError(
+            f"metric {metric!r} has reports under several specs in this range: {ids}; choose --spec-id"
+        )
     chosen = current.get(spec_id, spec_id) if spec_id else ids[0]
     parts = [p for p in parts if current[p.spec_id] == chosen]
     if not parts:

@@ -358,7 +358,7 @@ def discovered_json(
     """The answer of ``GET /v1/heavy-hitters/{metric}``: the batch discovery over one day's part files."""
     from fastapi import HTTPException
 
-    from estimator.errors import BatchError
+    from estimator.errors import BatchError, SpecChoiceError
     from estimator.heavy_hitters_batch import discover_dataset
     from pipeline.dataset import list_parts
 
@@ -372,7 +372,7 @@ def discovered_json(
             d = parse_day(day)
         except ValueError as exc:
             raise HTTPException(400, str(exc)) from None
-    files = []
+    files, day_parts = [], []
     for p in parts:
         if p.day != d:
             continue
@@ -381,6 +381,7 @@ def discovered_json(
         except FileNotFoundError:  # replaced by the sink's compaction meanwhile: the next request sees the new one
             continue
         files.append((str(p.path), st.st_size, st.st_mtime_ns))
+        day_parts.append(p)
     if not files:
         raise HTTPException(404, f"the dataset holds no part files of metric {metric!r} on day {d}")
     key = (str(root), metric, spec_id, d, top, float(confidence), tuple(files))
@@ -390,10 +391,11 @@ def discovered_json(
         return {**hit, "seconds": 0.0, "cached": True}
     t0 = time.perf_counter()
     try:
-        res = discover_dataset(root, metric, [d], top=top, spec_id=spec_id, confidence=confidence)
+        res = discover_dataset(root, metric, [d], top=top, spec_id=spec_id, confidence=confidence, parts=day_parts)
+    except SpecChoiceError as exc:
+        raise HTTPException(409, str(exc)) from None
     except BatchError as exc:
-        msg = str(exc)
-        raise HTTPException(409 if "several specs" in msg else 400, msg) from None
+        raise HTTPException(400, str(exc)) from None
     t = res.table
     from statistics import NormalDist
 

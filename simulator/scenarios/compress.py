@@ -231,15 +231,10 @@ def plot_compress(result: dict[str, Any], path: str) -> None:
         ax.scatter(r["uplink_bytes"], r["final_accuracy"])
         ax.annotate(r["scheme"], (r["uplink_bytes"], r["final_accuracy"]), fontsize=7)
         bx.plot(range(1, len(r["accuracy_per_round"]) + 1), r["accuracy_per_round"], label=r["scheme"])
+    from simulator.scenarios.plotting import finish_axes, save_figure
+
     ax.set_xscale("log")
-    ax.set_xlabel("uplink bytes per device and round")
-    ax.set_ylabel("final test accuracy (mean over seeds)")
-    ax.set_title(f"drift, DP-FedAvg at ε = {result['epsilon']:.2f}, δ = {result['delta']:g}", fontsize=9)
-    bx.set_xlabel("round")
-    bx.set_ylabel("test accuracy")
-    bx.legend(fontsize=7)
-    for a in (ax, bx):
-        a.grid(alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    title = f"drift, DP-FedAvg at ε = {result['epsilon']:.2f}, δ = {result['delta']:g}"
+    finish_axes(ax, "uplink bytes per device and round", "final test accuracy (mean over seeds)", title, legend=None)
+    finish_axes(bx, "round", "test accuracy", legend=7)
+    save_figure(fig, path)

@@ -68,6 +68,7 @@ from estimator.fl.ftrl import DPFTRL, FtrlAccountant, ftrl_noise_for_epsilon
 from estimator.fl.rounds import FederatedClient, run_rounds
 from estimator.fl.sampling import FixedCountSampling
 from estimator.fl.strategies import FedAvg, FedProx, Scaffold
+from simulator.scenarios.plotting import finish_axes, save_figure
 
 __all__ = [
     "DDGMean",
@@ -508,18 +509,12 @@ def plot_drift(result: dict[str, Any], path: str) -> None:
         acc = r["accuracy_per_round"]
         ax.plot(range(1, len(acc) + 1), acc, label=f"{r['name']} (final {r['final_accuracy']:.3f})", **style)
     p = result["partition"]
-    ax.set_xlabel("round")
-    ax.set_ylabel("test accuracy")
-    ax.set_title(
+    title = (
         f"non-IID drift: Dirichlet α = {p['alpha']:g}, feature shift {p['feature_shift']:g}, "
-        f"{result['clients_per_round']} of {result['clients']} clients per round",
-        fontsize=9,
+        f"{result['clients_per_round']} of {result['clients']} clients per round"
     )
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    finish_axes(ax, "round", "test accuracy", title)
+    save_figure(fig, path)
 
 
 def plot_drift_ddg(result: dict[str, Any], path: str) -> None:
@@ -550,6 +545,4 @@ def plot_drift_ddg(result: dict[str, Any], path: str) -> None:
         f"drift, ε = {result['target_epsilon']:.2f} (central's vs whoever knows the sample), seeds {result['seeds']}",
         fontsize=9,
     )
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    save_figure(fig, path)

@@ -41,6 +41,7 @@ from estimator.fl.rounds import FederatedClient, run_rounds
 from estimator.fl.sampling import FixedCountSampling
 from estimator.fl.strategies import FedAvg
 from simulator.scenarios.drift import DATA_NOTE, DriftConfig, ScheduledSampling, make_drift_data
+from simulator.scenarios.plotting import finish_axes, save_figure
 
 __all__ = ["LocalDPSGDConfig", "run_local_dpsgd", "plot_local_dpsgd"]
 
@@ -260,18 +261,12 @@ def plot_local_dpsgd(result: dict[str, Any], path: str) -> None:
     ax.axhline(ref["final_accuracy"], color="tab:red", ls=":", label="plain local SGD (no sample-level DP)")
     ax.axhline(clipped["final_accuracy"], color="tab:green", ls="-.", label="same DP-SGD steps, no noise")
     ax.set_xscale("log")
-    ax.set_xlabel(
-        f"sample-level ε (one example replaced, δ = {result['local_dp_sgd']['delta']:g}), a device in every round"
-    )
-    ax.set_ylabel("test accuracy")
     cl = result["client_level"]
-    ax.set_title(
+    finish_axes(
+        ax,
+        f"sample-level ε (one example replaced, δ = {result['local_dp_sgd']['delta']:g}), a device in every round",
+        "test accuracy",
         f"drift, {result['rounds']} rounds, DP-FedAvg C = {cl['clip_norm']:g}, z = {cl['noise_multiplier']:g} "
         f"(client-level ε {cl['epsilon_known_sample']:.1f} / {cl['epsilon_observers']:.1f})",
-        fontsize=9,
     )
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    save_figure(fig, path)

@@ -112,3 +112,39 @@ def test_cli_errors_exit_2(dataset: tuple[Path, dict[str, list[ReportBatch]]], e
         [str(LDP), "heavy-hitters", "--dataset", str(root), *extra], capture_output=True, text=True, check=False
     )
     assert run.returncode == 2 and word in run.stderr and "Traceback" not in run.stderr, run.stderr
+
+
+def test_several_specs_on_a_day_are_a_choice_the_api_answers_with_409(tmp_path: Path) -> None:
+    """A day of ``search`` under two PEM specs: the batch job raises :class:`SpecChoiceError` (a
+    :class:`BatchError`), ``GET /v1/heavy-hitters/{metric}`` turns it into 409, and a ``spec_id`` chooses."""
+    from fastapi.testclient import TestClient
+
+    from estimator.errors import BatchError, SpecChoiceError
+    from estimator.streaming import EstimatorState, Tally, create_app
+
+    rng = np.random.default_rng(23)
+    values = np.repeat(pad_values(list(WORDS), 8), [v // 10 for v in WORDS.values()], axis=0)
+    first, second = SPECS["search"], PEMSpec(epsilon=4.0, length=8, start_bits=12, step_bits=4)
+    batches = [ReportBatch("search", s, DAYS[0], s.encode(values, rng), rng.bytes(16)) for s in (first, second)]
+    t = open_transport(f"sqlite:///{tmp_path}/log.sqlite3", synchronous="NORMAL")
+    t.create_topic(SHUFFLED_TOPIC, 1)
+    publish(t, SHUFFLED_TOPIC, batches)
+    root = tmp_path / "ds"
+    sink = ParquetSink(t, root, SpecCatalog(specs=[("search", first), ("search", second)]), flush_seconds=0.0)
+    sink.run(idle_timeout=0.6)
+    sink.close()
+    t.close()
+
+    with pytest.raises(SpecChoiceError, match="several specs") as raised:
+        discover_dataset(root, "search", [DAYS[0]], top=3)
+    assert isinstance(raised.value, BatchError)
+    state = EstimatorState(Tally(), {}, [], "shuffled", "g", "m")
+    client = TestClient(create_app(state=lambda: state, dataset=root))
+    r = client.get("/v1/heavy-hitters/search", params={"day": DAYS[0], "top": 3})
+    assert r.status_code == 409 and "several specs" in r.json()["detail"], r.text
+    r = client.get("/v1/heavy-hitters/search", params={"day": DAYS[0], "top": 3, "spec_id": second.spec_id})
+    assert r.status_code == 200, r.text
+    assert r.json()["n"] == values.shape[0] and r.json()["epsilon"] == second.epsilon
+    # another BatchError stays a 400: a heavy-hitter request for a day whose spec is not one of the choices
+    r = client.get("/v1/heavy-hitters/search", params={"day": DAYS[0], "spec_id": "no-such-spec"})
+    assert r.status_code == 400 and "no reports under spec" in r.json()["detail"], r.text

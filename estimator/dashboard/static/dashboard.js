@@ -22,16 +22,21 @@
 
   // -- the API ----------------------------------------------------------------------------------------
 
-  async function getJSON(path) {
+  // the answer's JSON; with allow404, {missing: reason} instead of an error when the service answers 404
+  // (a heavy-hitter discovery where the service has no dataset or no part files of that day)
+  async function getJSON(path, { allow404 = false } = {}) {
     const r = await fetch(path, { headers: { Accept: "application/json" }, cache: "no-store" });
     if (!r.ok) {
-      let detail = "";
+      let detail = r.statusText;
+      let parsed = false;
       try {
-        detail = JSON.stringify((await r.json()).detail);
+        detail = (await r.json()).detail;
+        parsed = true;
       } catch (e) {
-        detail = r.statusText;
+        /* keep the status text */
       }
-      throw new Error(`GET ${path}: ${r.status} ${detail}`);
+      if (allow404 && r.status === 404) return { missing: String(detail) };
+      throw new Error(`GET ${path}: ${r.status} ${parsed ? JSON.stringify(detail) : detail}`);
     }
     return r.json();
   }
@@ -45,22 +50,6 @@
   function heavyHittersURL(metric, day, specId) {
     const q = new URLSearchParams({ day: String(day), spec_id: specId, top: String(HH_TOP) });
     return `v1/heavy-hitters/${encodeURIComponent(metric)}?${q}`;
-  }
-
-  // a discovery, or {missing: reason} when the service has no dataset or no part files of that day (404)
-  async function getDiscovery(path) {
-    const r = await fetch(path, { headers: { Accept: "application/json" }, cache: "no-store" });
-    if (r.status === 404) {
-      let detail = r.statusText;
-      try {
-        detail = (await r.json()).detail;
-      } catch (e) {
-        /* keep the status text */
-      }
-      return { missing: String(detail) };
-    }
-    if (!r.ok) throw new Error(`GET ${path}: ${r.status} ${r.statusText}`);
-    return r.json();
   }
 
   // -- formatting ---------------------------------------------------------------------------------------
@@ -530,7 +519,8 @@
       if (e.kind === "heavy_hitters") {
         // only where the service discovers (it says so in discovery_url); otherwise the stream's prefixes
         foundDays = await Promise.all(same.map((a, k) => (days[k].discovery_url
-          ? getDiscovery(heavyHittersURL(a.metric, a.day, a.spec_id)) : { missing: days[k].discovery })));
+          ? getJSON(heavyHittersURL(a.metric, a.day, a.spec_id), { allow404: true })
+          : { missing: days[k].discovery })));
         if (seq !== showing) return;
         S.discovery = foundDays[same.indexOf(e0)];
       }
