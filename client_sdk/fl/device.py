@@ -343,7 +343,7 @@ class FLDevice:
             if ddg is not None:  # this device adds its own noise share before masking (client_sdk.fl.ddg)
                 q = ddg.encode(delta, self.noise_rng_for_round(r), int(sa["ddg"]["rotation_seed"]))
                 y = client.masked_input(q, inbox, bits=ddg.bits)
-            elif comp is not None:  # b-bit codes of the clipped update, masked in Z_{2^ring_bits} (issue 18)
+            elif comp is not None:  # b-bit codes of the clipped update or of its clipped sketch, in Z_{2^ring_bits}
                 if int(sa["vector_length"]) != comp.length(delta.size):
                     raise FLError("the round's vector length differs from the signed compression's")
                 q = comp.encode(delta, int(sa["compression"]["rotation_seed"]), self.noise_rng_for_round(r))
@@ -558,8 +558,8 @@ class FLDevice:
         """The compressed-update spec of the signed task configuration, or None; a round whose compression or
         vector length differs from the signed one is refused (a server could otherwise ask for a ring that
         wraps, or for float words where the task fixed codes)."""
-        from client_sdk.fl.compress import RingQuantization
         from client_sdk.fl.errors import ModelError
+        from client_sdk.fl.ring_sketch import ring_compression_from_signed
 
         signed = view["task_config"]["config"].get("compression")
         asked = sa.get("compression")
@@ -568,7 +568,7 @@ class FLDevice:
         if signed is None:
             return None
         try:
-            spec = RingQuantization.from_signed(signed)
+            spec = ring_compression_from_signed(signed)
         except ModelError as exc:
             raise FLError(f"the signed compression parameters are unusable: {exc}") from None
         assert isinstance(asked, Mapping)

@@ -686,12 +686,15 @@ def _unpacked_masked(p: Mapping[str, Any], payload_size: int, padded: int) -> np
 
 def _packed_masked(p: Mapping[str, Any], lengths: tuple[int, int]) -> dict[str, Any]:
     """A masked input packed ``ring_bits`` bits per word (:func:`pack_words`), ``length`` words: the
-    declared length must be the round's (or its padding), the bytes exactly ⌈length·ring_bits/8⌉ and the
-    padding bits zero. Whether the width is the signed one is :func:`check_upload_against`'s."""
+    declared length at most the update's power-of-two padding (a count sketch masks fewer words than the
+    update has), the bytes exactly ⌈length·ring_bits/8⌉ and the padding bits zero. Whether the length and
+    width are the round's signed ones is :func:`check_upload_against`'s."""
     r = _int(p, "ring_bits", 1, 32)
     n = _int(p, "length", 1, 2**31)
-    if n not in lengths:
-        raise _bad("wrong_shape", f"the masked input declares {n} words; this round masks {lengths[0]} or {lengths[1]}")
+    if n > max(lengths):
+        raise _bad(
+            "wrong_shape", f"the masked input declares {n} words; no round of this task masks more than {max(lengths)}"
+        )
     text = p.get("vector")
     if isinstance(text, (bytes, bytearray, memoryview)):
         raw = bytes(text)

@@ -75,6 +75,7 @@ from client_sdk.fl.protocol import (
     parse_upload,
     verify_upload_auth,
 )
+from client_sdk.fl.ring_sketch import RingCountSketch
 from client_sdk.randomness import secure_generator
 from estimator.errors import JobStateError
 from estimator.fl.aggregators import AggregateResult, Aggregator, RoundContext
@@ -830,10 +831,17 @@ class AggregationJob(StreamProcessor):
             self._close_ddg(total, int(sa["ddg"]["rotation_seed"]), ctx)
             return
         comp = self.spec.build_compression()
+        noised = None  # the count sketch's release: noise on the summed sketch, then unsketching
         if comp is not None and "compression" in sa:
             seed = int(sa["compression"]["rotation_seed"])
-            s = comp.decode_sum(total, len(st.survivors), seed, self.payload_size)
             sensitivity = comp.sensitivity(float(self.spec.clip_norm), self.payload_size)  # type: ignore[arg-type]
+            if isinstance(comp, RingCountSketch):
+                # the Gaussian goes on the summed sketch, whose sensitivity holds for any seed; unsketching the
+                # noised cells is post-processing (client_sdk.fl.ring_sketch)
+                sd = float(self.spec.noise_multiplier) * sensitivity
+                s = noised = comp.release(total, len(st.survivors), seed, self.payload_size, sd, ctx.rng)
+            else:
+                s = comp.decode_sum(total, len(st.survivors), seed, self.payload_size)
         else:
             q = Quantizer(float(sa["clip_range"]), float(sa["scale"]), int(sa["max_clients"]))
             s = q.decode_sum(total)
@@ -844,7 +852,10 @@ class AggregationJob(StreamProcessor):
         else:
             # σ relative to the sensitivity (C, or C + Δ·√D for compressed codes), so the accountant's ε holds
             sd = float(self.spec.noise_multiplier) * sensitivity
-            noisy = s + (ctx.rng.normal(0.0, sd, size=s.shape) if sd > 0 else 0.0)
+            if noised is not None:
+                noisy = noised
+            else:
+                noisy = s + (ctx.rng.normal(0.0, sd, size=s.shape) if sd > 0 else 0.0)
             if self._accountant is not None:
                 self._accountant.record(self.spec.noise_multiplier)
             res = AggregateResult(

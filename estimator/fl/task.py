@@ -826,7 +826,8 @@ class FLTaskSpec:
         return out
 
     def _check_compression(self) -> None:
-        """``compression`` (issue 18): ``{"kind": "quantize", "bits": b, "rotate": bool}`` runs under SecAgg
+        """``compression`` (issue 18): ``{"kind": "quantize", "bits": b, "rotate": bool}`` or
+        ``{"kind": "count_sketch", "rows": r, "cols": c, "bits": b}`` runs under SecAgg
         with the fedavg aggregator and central noise; every other combination is refused
         (:func:`client_sdk.fl.compress.check_composition` for the data-dependent top-k)."""
         c = self.compression
@@ -840,29 +841,30 @@ class FLTaskSpec:
             check_composition(c["kind"], secagg=self.secagg, distributed_noise=self.noise is not None)
         except ModelError as exc:
             raise FLError(f"compression: {exc}") from None
-        if c["kind"] != "quantize":
+        if c["kind"] not in ("quantize", "count_sketch"):
             raise FLError(
                 f"compression {c['kind']!r} is not wired through the job yet (scenario only: ldp fl compress); "
-                "the task option supports kind 'quantize'"
+                "the task option supports kinds 'quantize' and 'count_sketch'"
             )
         if not self.secagg or self.noise is not None or self.aggregator.kind != "fedavg":
             raise FLError(
-                "compression 'quantize' runs with secagg, central noise and the fedavg aggregator (the distributed "
-                "DG already rounds into its own ring; plain uploads are float32)"
+                f"compression {c['kind']!r} runs with secagg, central noise and the fedavg aggregator (the "
+                "distributed DG already rounds into its own ring; plain uploads are float32)"
             )
         object.__setattr__(self, "compression", dict(c))
         self.build_compression()
 
     def build_compression(self) -> Any:
-        """The :class:`client_sdk.fl.compress.RingQuantization` of the task (None without compression)."""
+        """The task's :class:`client_sdk.fl.compress.RingQuantization` or
+        :class:`client_sdk.fl.ring_sketch.RingCountSketch` (None without compression)."""
         if self.compression is None:
             return None
-        from client_sdk.fl.compress import RingQuantization
+        from client_sdk.fl.ring_sketch import ring_compression_for_task
 
         assert self.clip_norm is not None
         dim = self.build_strategy().payload_size(self.build_model().num_params)
         try:
-            return RingQuantization.for_task(dict(self.compression), float(self.clip_norm), len(self.clients), dim)
+            return ring_compression_for_task(dict(self.compression), float(self.clip_norm), len(self.clients), dim)
         except ModelError as exc:
             raise FLError(f"compression: {exc}") from None
 

@@ -45,7 +45,8 @@ def test_option_is_signed_validated_and_round_trips() -> None:
     ("kw", "match"),
     [
         ({"compression": {"kind": "topk", "k": 2}}, "data dependent"),
-        ({"compression": {"kind": "count_sketch"}}, "not wired"),
+        ({"compression": {"kind": "rotate_quantize"}}, "not wired"),
+        ({"compression": {"kind": "count_sketch", "rows": 3, "cols": 2}}, "do not compress"),
         ({"compression": {"kind": "gzip"}}, "unknown compression"),
         ({"secagg": False}, "runs with secagg"),
         ({"noise": {"kind": "distributed_discrete_gaussian", "bits": 16}}, "data dependent|runs with secagg"),

@@ -134,7 +134,7 @@ def test_adversarial_packed_uploads_are_refused() -> None:
         (_binary_with(u, {"ring_bits": 33, "length": LENGTH}), "malformed", "ring_bits"),
         (_binary_with(u, {"ring_bits": 0, "length": LENGTH}), "malformed", "ring_bits"),
         (_binary_with(u, {"ring_bits": RING}), "malformed", "length"),
-        (_binary_with(u, {"ring_bits": RING, "length": 7}), "wrong_shape", "declares 7 words"),
+        (_binary_with(u, {"ring_bits": RING, "length": 9}), "wrong_shape", "declares 9 words"),
         # the same bytes read as 10-bit words are 48 bits of data for 50: the byte count no longer fits
         (_binary_with(u, {"ring_bits": 10, "length": LENGTH}), "wrong_shape", "exactly 7"),
     ]
@@ -156,6 +156,13 @@ def test_the_round_refuses_other_widths_and_words_outside_the_ring() -> None:
     wide = parse_upload(encode_upload_binary(wide), payload_size=LENGTH)  # well formed: 10-bit words
     with pytest.raises(UpdateRejected, match="packed at 10 bits.*ring is 9 bits") as e:
         check_upload_against(wide, comp)
+    assert e.value.reason == "bad_secagg"
+    # a well-formed packed input of another length (parsing allows up to the padding, 8: a count sketch
+    # masks fewer words than the update has); the round holds it to its own
+    other = make_upload("wp", 0, "masked", "dev-0", {"vector": np.arange(7, dtype=np.uint32), "ring_bits": RING})
+    other = parse_upload(encode_upload_binary(other), payload_size=LENGTH)
+    with pytest.raises(UpdateRejected, match="7 words; the round masks 5") as e:
+        check_upload_against(other, comp)
     assert e.value.reason == "bad_secagg"
     # the unpacked uint32 form in a compressed round, with a word ≥ 2^9 (it would wrap into the ring sum)
     legacy = make_upload("wp", 0, "masked", "dev-0", {"vector": np.array([0, 1, 2**20, 3, 4], np.uint32)})
