@@ -146,9 +146,17 @@ def dpsgd_step(
     config: DPSGDConfig,
     sample_rng: np.random.Generator,
     noise_rng: np.random.Generator,
+    prox_mu: float = 0.0,
+    anchor: np.ndarray | None = None,
 ) -> np.ndarray:
-    """θ − η·(privatized gradient), float32."""
+    """θ − η·(privatized gradient + μ·(θ − anchor)), float32. The proximal term (FedProx's, μ > 0 with the
+    round's global parameters as ``anchor``) depends on θ and the public anchor only, never on the examples:
+    adding it to the noised gradient is post-processing, so the step's privacy is the same as without it."""
     g, _ = dpsgd_gradient(model, params, X, y, config, sample_rng, noise_rng)
+    if prox_mu:
+        if anchor is None:
+            raise ModelError("a proximal term needs the anchor (the round's global parameters)")
+        g = g + float(prox_mu) * (np.asarray(params, dtype=np.float64) - np.asarray(anchor, dtype=np.float64))
     return (np.asarray(params, dtype=np.float32) - np.float32(config.learning_rate) * g.astype(np.float32)).astype(
         np.float32
     )
@@ -164,13 +172,16 @@ def train_dpsgd(
     sample_rng: np.random.Generator,
     noise_rng: np.random.Generator,
     on_step: Callable[[int, np.ndarray], None] | None = None,
+    prox_mu: float = 0.0,
 ) -> np.ndarray:
-    """``steps`` DP-SGD steps from ``params``; ``on_step(t, θ)`` after each (t from 1)."""
+    """``steps`` DP-SGD steps from ``params``; ``on_step(t, θ)`` after each (t from 1). With ``prox_mu`` > 0
+    each step also pulls toward ``params`` (FedProx's μ/2·‖θ − θ₀‖², see :func:`dpsgd_step`)."""
     if isinstance(steps, bool) or not isinstance(steps, int) or steps < 0:
         raise ModelError(f"steps must be an integer >= 0, got {steps!r}")
     w = np.asarray(params, dtype=np.float32).copy()
+    anchor = w.copy()
     for t in range(1, steps + 1):
-        w = dpsgd_step(model, w, X, y, config, sample_rng, noise_rng)
+        w = dpsgd_step(model, w, X, y, config, sample_rng, noise_rng, prox_mu, anchor)
         if on_step is not None:
             on_step(t, w)
     return w

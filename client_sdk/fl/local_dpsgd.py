@@ -175,17 +175,19 @@ def train_local_dpsgd(
     client_id: str,
 ) -> ClientUpdate:
     """Round ``config`` on (X, y) by DP-SGD under ``spec`` (see the module docstring): T steps from the global
-    parameters at the round's learning rate; the upload is θ_T − θ_0, weighted by len(X). FedAvg only (the
-    task refuses FedProx, SCAFFOLD and personalization with ``local_dp_sgd``)."""
-    if config.algorithm != "fedavg" or config.personalization is not None:
-        raise FLError("local_dp_sgd trains the fedavg client update only (no fedprox, scaffold or personalization)")
+    parameters at the round's learning rate; the upload is θ_T − θ_0, weighted by len(X). FedAvg, or FedProx
+    (each step's noised gradient plus μ·(θ − θ_0), a function of θ and the public θ_0 only: post-processing,
+    the same sample-level ε); the task refuses SCAFFOLD and personalization with ``local_dp_sgd``."""
+    if config.algorithm not in ("fedavg", "fedprox") or config.personalization is not None:
+        raise FLError("local_dp_sgd trains the fedavg or fedprox client update only (no scaffold or personalization)")
     x = np.asarray(config.params, dtype=np.float32)
     if x.shape != (model.num_params,):
         raise ModelError(f"the round's params have shape {x.shape}, the model needs ({model.num_params},)")
     if len(X) == 0:
         raise FLError("local_dp_sgd needs at least one training example on the device")
     cfg = spec.dpsgd_config(float(config.training.learning_rate))
-    w = train_dpsgd(model, x, X, y, cfg, spec.steps_per_round, sample_rng, noise_rng)
+    mu = float(config.prox_mu) if config.algorithm == "fedprox" else 0.0
+    w = train_dpsgd(model, x, X, y, cfg, spec.steps_per_round, sample_rng, noise_rng, prox_mu=mu)
     return ClientUpdate(client_id, config.round, (w - x).astype(np.float32), len(X))
 
 

@@ -768,10 +768,10 @@ class FLTaskSpec:
         if spec is None:
             return
         object.__setattr__(self, "local_dp_sgd", spec.to_dict())
-        if self.algorithm != "fedavg":
+        if self.algorithm not in ("fedavg", "fedprox"):
             raise FLError(
-                f"local_dp_sgd runs with algorithm fedavg, got {self.algorithm!r}: the device's DP-SGD steps "
-                "carry no proximal term or control variate"
+                f"local_dp_sgd runs with algorithm fedavg or fedprox, got {self.algorithm!r}: the device's DP-SGD "
+                "steps carry no control variate (SCAFFOLD's would be trained on the examples outside DP-SGD)"
             )
         if self.personalization is not None:
             raise FLError(

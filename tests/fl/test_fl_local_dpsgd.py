@@ -118,12 +118,17 @@ def _zero_feature_data(n_clients: int, n: int, d: int) -> list[tuple[np.ndarray,
     return [(np.zeros((n, d), np.float32), rng.integers(0, 2, n)) for _ in range(n_clients)]
 
 
-def test_devices_add_dp_sgd_noise_of_the_signed_variance_to_released_updates(tmp_path: Path) -> None:
+@pytest.mark.parametrize("prox_mu", [None, 0.5])
+def test_devices_add_dp_sgd_noise_of_the_signed_variance_to_released_updates(
+    tmp_path: Path, prox_mu: float | None
+) -> None:
     d, n, lr = 100, 40, 0.5
     sigma, c, q, steps = 3.0, 2.0, 0.25, 3
+    algo: dict[str, Any] = {} if prox_mu is None else {"algorithm": "fedprox", "prox_mu": prox_mu}
     spec = task_spec(
-        "ldp-noise",
+        "ldp-noise" if prox_mu is None else "ldp-noise-prox",
         6,
+        **algo,
         rounds=3,
         model={"kind": "logistic", "n_features": d, "l2": 0.0},
         training={"learning_rate": lr},
@@ -143,8 +148,11 @@ def test_devices_add_dp_sgd_noise_of_the_signed_variance_to_released_updates(tmp
     assert status is not None and status["rounds"] == 3
     assert len(rec.vectors) == 3 * 4  # 4 of 6 devices per round
     w = np.concatenate([v[:d] for v in rec.vectors])
-    # each weight coordinate: Σ_t −η·N(0, σ²c²)/(qN) over T steps, so Var = T·η²·σ²·c²/(qN)²
-    var = steps * lr**2 * sigma**2 * c**2 / (q * n) ** 2
+    # each weight coordinate: Σ_t −η·N(0, σ²c²)/(qN) over T steps, so Var = T·η²·σ²·c²/(qN)². With FedProx's
+    # μ each step is w − θ₀ ← (1 − ημ)(w − θ₀) − η·noise (the weights' data gradient is 0), so the T noises
+    # are damped by (1 − ημ)^k, k = 0 … T − 1: Var = η²σ²c²/(qN)²·Σ_k (1 − ημ)^(2k), 0.63 × the FedAvg figure
+    damp = 1.0 - lr * (prox_mu or 0.0)
+    var = sum(damp ** (2 * k) for k in range(steps)) * lr**2 * sigma**2 * c**2 / (q * n) ** 2
     m = w.size  # 1200 independent zero-mean normals
     s2 = float(np.mean(w**2))
     # the sample second moment has standard error var·√(2/m) (χ²_m/m): 4 of them is ±16 %, where a missing c
@@ -201,8 +209,7 @@ def test_without_the_option_the_weights_do_not_move(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("kw", "match"),
     [
-        ({"algorithm": "fedprox"}, "runs with algorithm fedavg"),
-        ({"algorithm": "scaffold"}, "runs with algorithm fedavg"),
+        ({"algorithm": "scaffold"}, "runs with algorithm fedavg or fedprox"),
         ({"personalization": {"kind": "ditto", "lam": 0.1}}, "cannot run with personalization"),
         ({"training": {"epochs": 2, "learning_rate": 0.1}}, "takes only learning_rate"),
         ({"local_dp_sgd": {**SPEC, "noise_multiplier": 0}}, "no sample-level DP"),
@@ -280,7 +287,7 @@ def test_a_device_refuses_local_dp_sgd_it_cannot_verify() -> None:
 
 
 # -- empirical privacy audit of the device's release -------------------------------------------------------
-def _audit_device(sigma_run: float, trials: int, seed: int) -> float:
+def _audit_device(sigma_run: float, trials: int, seed: int, steps: int = 1, prox_mu: float = 0.0) -> float:
     """A 95 % lower bound on ε at δ = 1e-5 from telling apart a device's released round (one DP-SGD step, q = 1,
     through :func:`train_local_dpsgd`) on D = X + x₀ and on D' = X + canary, the canary replacing x₀ (N fixed, as
     the upload reveals it). x₀ = −canary with the same label: their clipped gradients are opposite, so the
@@ -297,8 +304,11 @@ def _audit_device(sigma_run: float, trials: int, seed: int) -> float:
     canary = np.array([[30.0, -20.0, 10.0]], np.float32)
     d_x, d_y = np.vstack([X, -canary]), np.concatenate([y, [0]])
     n_x, n_y = np.vstack([X, canary]), np.concatenate([y, [0]])
-    spec = LocalDPSGDSpec(noise_multiplier=sigma_run, clip=1.0, sample_rate=1.0, steps=1)
-    cfg = RoundConfig(0, np.zeros(model.num_params, np.float32), "fedavg", LocalTraining(learning_rate=1.0))
+    spec = LocalDPSGDSpec(noise_multiplier=sigma_run, clip=1.0, sample_rate=1.0, steps=steps)
+    algorithm = "fedprox" if prox_mu else "fedavg"
+    cfg = RoundConfig(
+        0, np.zeros(model.num_params, np.float32), algorithm, LocalTraining(learning_rate=1.0), prox_mu=prox_mu
+    )
     u = np.zeros(model.num_params)
     u[:3] = -canary[0] / np.linalg.norm(canary[0])  # the update is −η·(sum + noise)/N: the canary's gradient sign
 
@@ -342,6 +352,17 @@ def test_audit_of_a_devices_round_stays_within_the_replace_one_epsilon() -> None
     assert lower > 0.5
     # power: a device adding σ/4 of the noise the accountant charges for is caught
     assert _audit_device(0.5, trials=4000, seed=22) > claimed
+
+
+def test_audit_of_a_fedprox_round_stays_within_the_same_epsilon() -> None:
+    """Two DP-SGD steps with FedProx's pull μ·(θ − θ₀) (nonzero at the second step): the proximal term is a
+    function of θ and the public θ₀, so the round's ε is the two Gaussian steps' alone."""
+    from estimator.accounting.accountant import account
+
+    claimed = account(LocalDPSGDSpec(2.0, 1.0, 1.0, steps=2).event(1), DELTA, "replace").epsilon_pld
+    assert claimed is not None
+    lower = _audit_device(2.0, trials=4000, seed=23, steps=2, prox_mu=0.5)
+    assert 0.5 < lower <= claimed
 
 
 def test_local_dp_sgd_under_secagg_trains_every_survivor_once(tmp_path: Path) -> None:
