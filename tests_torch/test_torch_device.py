@@ -322,6 +322,37 @@ def test_a_torch_device_respects_the_cap_and_refuses_another_model() -> None:
         dev._train(_view(other, p))
 
 
+@pytest.mark.parametrize("algorithm", ["fedavg", "fedprox"])
+def test_plain_rounds_train_on_torch_gradients_like_the_numpy_device(algorithm: str) -> None:
+    """Without local_dp_sgd a torch device runs train_client's minibatch SGD on the module's gradients: the
+    same batches (the same training generator) give the numpy device's update to float32 rounding; MOON
+    (which needs the numpy MLP's hidden layer) is refused by name."""
+    spec = task_spec("tdev-plain", 4, model=SOFTMAX, training={"epochs": 2, "batch_size": 8, "learning_rate": 0.3})
+    ((X, y),) = _softmax_data(1, 40, 11)
+    p = np.random.default_rng(12).normal(scale=0.2, size=(D + 1) * K).astype(np.float32)
+    view = {
+        **_view(spec, p),
+        "task_config": None,
+        "algorithm": algorithm,
+        "prox_mu": 0.1 if algorithm == "fedprox" else 0.0,
+    }
+    view["training"] = {"epochs": 2, "batch_size": 8, "learning_rate": 0.3, "max_steps": None}
+    a, _, _ = _device(spec, X, y, False, 9)._train(view)
+    b, _, _ = _device(spec, X, y, True, 9)._train(view)
+    assert float(np.max(np.abs(a))) > 1e-2
+    np.testing.assert_allclose(b, a, atol=1e-6, rtol=0)
+    moon = {**view, "algorithm": "fedavg", "prox_mu": 0.0, "personalization": {"kind": "moon", "mu": 1.0}}
+    with pytest.raises(ModelError, match="MOON"):
+        _device(spec, X, y, True, 9)._train(moon)
+
+
+def test_the_task_model_is_compared_with_its_defaults_filled_in() -> None:
+    tdm = TorchDeviceModel.for_task_model({"kind": "logistic", "n_features": 5})
+    assert tdm.for_view({"kind": "logistic", "n_features": 5, "l2": 0.0}) is tdm
+    with pytest.raises(FLError, match="not the one"):
+        tdm.for_view({"kind": "logistic", "n_features": 6, "l2": 0.0})
+
+
 def test_without_a_fixed_generator_the_noise_comes_from_the_csprng() -> None:
     """The training generator fixed, the DP-SGD noise from the device's default: the OS CSPRNG
     (``secure_generator``), so two runs on the same batches differ in every coordinate, while two runs with
@@ -385,3 +416,29 @@ def test_torch_devices_over_the_collector_and_job_end_where_the_numpy_run_ends(t
         fig = spec.sample_level_privacy(dev.uploads, add_remove=False)
         assert fig is not None and rep["epsilon"] == pytest.approx(fig["epsilon"], rel=1e-9)
     assert status["sample_level"]["rounds"] == 3
+
+
+def test_torch_devices_under_secagg_train_every_survivor_once(tmp_path: Path) -> None:
+    """SecAgg trains in its masked phase, through the same dispatch: every torch device that took part holds
+    exactly one round in its ledger, and the job completes the round."""
+    spec = task_spec(
+        "tdev-secagg",
+        5,
+        model=SOFTMAX,
+        rounds=1,
+        training={"learning_rate": 0.3},
+        secagg=True,
+        local_dp_sgd=DEV_SPEC,
+    )
+    with running_task(tmp_path, spec, checkpoint_interval=0.2) as (_, srv, jt):
+        devices = devices_for(srv.url, spec, _softmax_data(5, 30, 13))
+        for dev in devices:
+            dev.torch_model = TorchDeviceModel.for_task_model(spec.model)
+        drive(devices, jt.finished, timeout=60)
+        status = jt.result
+    assert status is not None and status["history"] and "failed" not in status["history"][-1]
+    trained = [d for d in devices if d.sample_accountant is not None]
+    assert len(trained) == 4 and all(d.sample_accountant.rounds == 1 for d in trained)  # type: ignore[union-attr]
+    # nothing refused or failed (a 404 before the job published the task is the only error allowed)
+    assert all(k.startswith("fetch_") for d in devices for k in d.errors), [dict(d.errors) for d in devices]
+    assert status["sample_level"]["rounds"] == 1

@@ -13,7 +13,8 @@ module whose parameters are the task vector in the module's own order can be giv
 with the model it stands for (``TorchDeviceModel(TorchModel(...), task_model)``).
 
 It is a :class:`~client_sdk.fl.models.Model` in the task's layout, so plain rounds train
-with :func:`~client_sdk.fl.client.train_client` on torch gradients. Under
+with :func:`~client_sdk.fl.client.train_client` on torch gradients (FedAvg, FedProx,
+SCAFFOLD, Ditto, Per-FedAvg; MOON's contrastive term needs the numpy MLP and is refused). Under
 ``local_dp_sgd``, :func:`train_torch_local_dpsgd` replaces
 :func:`~client_sdk.fl.local_dpsgd.train_local_dpsgd`: the same mechanism step for step
 (:mod:`client_sdk.fl.dpsgd`: Poisson batch at rate q from the round's training generator,
@@ -46,7 +47,7 @@ from client_sdk.fl.dpsgd import DPSGDConfig, batch_divisor, poisson_sample, priv
 from client_sdk.fl.errors import FLError, ModelError
 from client_sdk.fl.local_dpsgd import LocalDPSGDSpec
 from client_sdk.fl.models import MLP, LogisticRegression, SoftmaxRegression
-from client_sdk.fl.protocol import model_from_dict
+from client_sdk.fl.protocol import model_from_dict, model_to_dict
 from client_sdk.fl.torch_adapter import TorchModel, _torch
 from client_sdk.fl.torch_dpsgd import Method, clipped_grad_sum
 
@@ -54,7 +55,9 @@ __all__ = ["TorchDeviceModel", "train_torch_dpsgd_task", "train_torch_local_dpsg
 
 
 def _key(model: Mapping[str, Any]) -> str:
-    return json.dumps(dict(model), sort_keys=True, separators=(",", ":"))
+    """The task model's canonical JSON, defaults filled in (``{"kind": "logistic", "n_features": 5}`` and the
+    same with ``"l2": 0.0`` are one model)."""
+    return json.dumps(model_to_dict(model_from_dict(model)), sort_keys=True, separators=(",", ":"))
 
 
 def _linear_index(offset: int, n_in: int, n_out: int) -> np.ndarray:
