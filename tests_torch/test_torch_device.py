@@ -87,6 +87,20 @@ def test_softmax_weights_are_transposed_into_the_linear_layer() -> None:
     np.testing.assert_array_equal(lin.bias.detach().numpy(), p[15:])
 
 
+def test_a_module_of_ones_own_in_the_tasks_order_trains_like_the_named_model() -> None:
+    """``TorchDeviceModel(TorchModel(module), task_model)`` with no permutation: a ``Sequential`` holding one
+    ``nn.Linear(d, 1)`` is the logistic model's layout (w, then b); its DP-SGD steps equal numpy's."""
+    module = torch.nn.Sequential(torch.nn.Linear(5, 1))
+    tdm = TorchDeviceModel(TorchModel(module, "binary", l2=0.01), MODELS["logistic"])
+    X, y = _data("logistic", 40, 5, 13)
+    p0 = _start("logistic", 14)
+    cfg = DPSGDConfig(1.0, 0.5, 0.3, 0.2)
+    ref = model_from_dict(MODELS["logistic"])
+    a = train_dpsgd(ref, p0, X, y, cfg, 8, np.random.default_rng(1), np.random.default_rng(2))
+    b = train_torch_dpsgd_task(tdm, p0, X, y, cfg, 8, np.random.default_rng(1), np.random.default_rng(2))
+    np.testing.assert_allclose(b, a, atol=1e-5, rtol=0)
+
+
 def test_bad_modules_and_models_are_refused() -> None:
     with pytest.raises(ModelError, match="parameters"):
         TorchDeviceModel(TorchModel(torch.nn.Linear(4, 1), "binary"), MODELS["logistic"])  # 5 + 1 needed

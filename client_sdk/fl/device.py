@@ -91,7 +91,11 @@ class FLDevice:
     ``backoff.delay(k - 1, ...)`` seconds (``U(0, base * 2**(k-1))``), or what a
     ``Retry-After`` asks; a number ``backoff`` means
     ``BackoffPolicy(base=backoff, max_delay=MAX_RETRY_WAIT)``. ``clock`` is
-    the wall clock an HTTP-date ``Retry-After`` is measured against."""
+    the wall clock an HTTP-date ``Retry-After`` is measured against.
+
+    ``torch_model`` (a :class:`client_sdk.fl.torch_device.TorchDeviceModel`): train with that PyTorch
+    module instead of the numpy model the round names, in plain rounds and under ``local_dp_sgd``
+    (spent and accounted as for a numpy model)."""
 
     def __init__(
         self,
