@@ -334,6 +334,7 @@ def test_a_torch_device_respects_the_cap_and_refuses_another_model() -> None:
     dev = _device(spec, X, y, True, 9)
     with pytest.raises(FLError, match="not the one"):
         dev._train(_view(other, p))
+    assert dev.sample_accountant is None  # refused before the spend step: nothing recorded
 
 
 @pytest.mark.parametrize("algorithm", ["fedavg", "fedprox"])

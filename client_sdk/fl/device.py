@@ -273,10 +273,10 @@ class FLDevice:
         dp = self._signed_local_dp_sgd(view)
         if dp is not None:  # sample-level DP: DP-SGD on this device, accounted here (client_sdk.fl.local_dpsgd)
             spec, sample_delta = dp
+            model, train = self._local_dpsgd_trainer(view)  # a model it cannot train is refused before spending
             self._spend_sample_level(r, spec, sample_delta)  # refused past the cap; committed before training
             noise_rng = self.dpsgd_noise_rng_for_round(r)
             self._load_state(view)
-            model, train = self._local_dpsgd_trainer(view)
             up = train(model, config, self.X, self.y, spec, rng, noise_rng, self.client_id)
         else:
             self._load_state(view)
