@@ -91,7 +91,11 @@ class FLDevice:
     ``backoff.delay(k - 1, ...)`` seconds (``U(0, base * 2**(k-1))``), or what a
     ``Retry-After`` asks; a number ``backoff`` means
     ``BackoffPolicy(base=backoff, max_delay=MAX_RETRY_WAIT)``. ``clock`` is
-    the wall clock an HTTP-date ``Retry-After`` is measured against."""
+    the wall clock an HTTP-date ``Retry-After`` is measured against.
+
+    ``torch_model`` (a :class:`client_sdk.fl.torch_device.TorchDeviceModel`): train with that PyTorch
+    module instead of the numpy model the round names, in plain rounds and under ``local_dp_sgd``
+    (spent and accounted as for a numpy model)."""
 
     def __init__(
         self,
@@ -116,6 +120,7 @@ class FLDevice:
         require_local_dp_sgd: bool = False,
         storage_dir: str | os.PathLike[str] | None = None,
         max_sample_epsilon: float | None = None,
+        torch_model: Any = None,
     ) -> None:
         self.base = collector_url.rstrip("/") + f"/v1/fl/tasks/{urllib.parse.quote(task, safe='')}"
         self.task = task
@@ -185,6 +190,9 @@ class FLDevice:
         self._round: dict[str, Any] = {}
         self._model_key: str | None = None
         self._model: Any = None
+        #: a :class:`client_sdk.fl.torch_device.TorchDeviceModel` to train with PyTorch (None: the numpy model
+        #: the round names); it serves only rounds whose task model is the one it stands for
+        self.torch_model = torch_model
 
     # -- HTTP -------------------------------------------------------------------------------------
     def _request(
@@ -265,18 +273,28 @@ class FLDevice:
         dp = self._signed_local_dp_sgd(view)
         if dp is not None:  # sample-level DP: DP-SGD on this device, accounted here (client_sdk.fl.local_dpsgd)
             spec, sample_delta = dp
+            model, train = self._local_dpsgd_trainer(view)  # a model it cannot train is refused before spending
             self._spend_sample_level(r, spec, sample_delta)  # refused past the cap; committed before training
             noise_rng = self.dpsgd_noise_rng_for_round(r)
             self._load_state(view)
-            up = train_local_dpsgd(self._model_for(view), config, self.X, self.y, spec, rng, noise_rng, self.client_id)
+            up = train(model, config, self.X, self.y, spec, rng, noise_rng, self.client_id)
         else:
             self._load_state(view)
-            up = train_client(self._model_for(view), config, self.X, self.y, rng, self.client_id, self.state)
+            model = self._model_for(view) if self.torch_model is None else self.torch_model.for_view(view["model"])
+            up = train_client(model, config, self.X, self.y, rng, self.client_id, self.state)
         self._save_state(view, config.params)  # before the update leaves: a restart resumes from this state
         delta = up.delta
         if view.get("clip_norm") is not None:
             delta, _ = clip_to_norm(delta, float(view["clip_norm"]))
         return np.asarray(delta, np.float32), up.num_examples, rng
+
+    def _local_dpsgd_trainer(self, view: Mapping[str, Any]) -> tuple[Any, Callable[..., Any]]:
+        """The model and DP-SGD round function: numpy's, or the torch module's (imported only then)."""
+        if self.torch_model is None:
+            return self._model_for(view), train_local_dpsgd
+        from client_sdk.fl.torch_device import train_torch_local_dpsgd
+
+        return self.torch_model.for_view(view["model"]), train_torch_local_dpsgd
 
     def step(self) -> str:
         """Fetch the round and do this device's next action in it. Returns what happened:

@@ -11,6 +11,7 @@ CODE = """
 import sys
 sys.modules["torch"] = None  # as if PyTorch were not installed, even where it is
 import client_sdk, client_sdk.fl, client_sdk.fl.torch_adapter as ta, client_sdk.fl.torch_dpsgd as td
+import client_sdk.fl.device, client_sdk.fl.torch_device as tdev
 assert "torch" not in {m for m in sys.modules if sys.modules[m] is not None}, "torch imported"
 try:
     ta.TorchModel(object(), "binary")
@@ -24,9 +25,16 @@ except client_sdk.fl.ModelError as e:
     print(e)
 else:
     raise SystemExit("add_lora: no error without torch")
+try:
+    tdev.TorchDeviceModel.for_task_model({"kind": "logistic", "n_features": 2})
+except client_sdk.fl.ModelError as e:
+    print(e)
+else:
+    raise SystemExit("TorchDeviceModel: no error without torch")
 """
 
 
 def test_adapter_imports_without_torch_and_explains_the_extra() -> None:
     out = subprocess.run([sys.executable, "-c", CODE], capture_output=True, text=True, check=True).stdout
-    assert out.count("pip install 'ldp-telemetry[torch]'") == 2  # TorchModel and add_lora (torch_dpsgd)
+    # TorchModel, add_lora (torch_dpsgd) and TorchDeviceModel (torch_device; FLDevice imports none of them)
+    assert out.count("pip install 'ldp-telemetry[torch]'") == 3
