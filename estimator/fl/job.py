@@ -845,7 +845,8 @@ class AggregationJob(StreamProcessor):
             by_index = {i: c for c, i in st.indices.items()}
             res = self._ftrl.release_sum(s, [by_index[u] for u in st.survivors], ctx)
         else:
-            # σ relative to the sensitivity (C, or C + Δ·√D for compressed codes), so the accountant's ε holds
+            # σ relative to the sensitivity (C; for codes the bound B every honest device enforces, or C + Δ·√D
+            # with unbiased rounding: RingQuantization.sensitivity), so the accountant's ε holds
             sd = float(self.spec.noise_multiplier) * sensitivity
             noisy = s + (ctx.rng.normal(0.0, sd, size=s.shape) if sd > 0 else 0.0)
             if self._accountant is not None:
