@@ -25,6 +25,12 @@ option under SecAgg) are documented on their classes:
   NeurIPS 2018). The selection is data dependent: it cannot go through SecAgg or distributed noise (the
   index sets are the device's own and would be revealed), see :func:`check_composition`.
 
+Conditional rounding (:meth:`StochasticQuantizer.quantize_conditional`, the task option's default):
+stochastic rounding is not norm preserving, so the worst-case sensitivity of the codes is C + Δ·√d; redrawing
+the rounding until ‖q‖ ≤ B, B a high-probability bound (:meth:`StochasticQuantizer.conditional_bound`), with
+a deterministic fallback that meets B, makes B the sensitivity at a small, bounded bias (Kairouz, Liu,
+Steinke, ICML 2021, "conditional randomized rounding").
+
 Nothing here draws randomness of its own: the rounding generator is an argument (on a device,
 :func:`client_sdk.randomness.secure_generator`).
 """
@@ -51,10 +57,23 @@ __all__ = [
     "check_composition",
     "dense_bytes",
     "MAX_BITS",
+    "MAX_ROUNDING_DRAWS",
+    "DEFAULT_ROUNDING_BETA",
+    "ROUNDINGS",
 ]
 
 #: codes are carried in uint32 words (the SecAgg ring), so b ≤ 16 leaves room for 2^16 summands
 MAX_BITS = 16
+
+#: conditional rounding draws at most this many roundings before its deterministic fallback (each draw is
+#: rejected with probability ≤ β, so the fallback runs with probability ≤ β^8: 10⁻¹⁶ at the default β)
+MAX_ROUNDING_DRAWS = 8
+
+#: the default per-draw rejection bound β of conditional rounding: small, so its bias bound stays small
+DEFAULT_ROUNDING_BETA = 0.01
+
+#: ``"rounding"`` of the task option: conditional (the default for new tasks, S = B) or unbiased (S = C + Δ√D)
+ROUNDINGS = ("conditional", "unbiased")
 
 
 def dense_bytes(d: int) -> int:
@@ -110,6 +129,93 @@ class StochasticQuantizer:
         """‖q‖₂ ≤ C + Δ·√d for an input of L2 norm ≤ C (each coordinate moves by < Δ): the sensitivity
         a DP accountant must use for quantized updates (rounding is not norm-preserving)."""
         return clip_norm + self.step * math.sqrt(d)
+
+    def conditional_bound(self, clip_norm: float, d: int, beta: float = DEFAULT_ROUNDING_BETA) -> float:
+        """B, the norm bound that conditional rounding enforces for inputs of L2 norm ≤ C in d coordinates:
+
+        B² = min(C² + d·Δ²/4 + √(2·ln(1/β))·Δ·(C + Δ·√d/2), (C + Δ·√d)²).
+
+        Derivation (Hoeffding): q_i² − x_i² takes the two values lo_i² − x_i² and hi_i² − x_i², a range of
+        Δ·|lo_i + hi_i| ≤ Δ·(2|x_i| + Δ), with mean Var[q_i] ≤ Δ²/4; the d terms are independent, so
+        P[‖q‖² ≥ ‖x‖² + Σ Var[q_i] + t] ≤ exp(−2t²/Σ_i Δ²(2|x_i| + Δ)²), and Σ_i (2|x_i| + Δ)² ≤
+        (2‖x‖ + Δ√d)² (the triangle inequality). Setting the right side to β gives
+        t = √(2 ln(1/β))·Δ·(‖x‖ + Δ√d/2); every term grows with ‖x‖, so ‖x‖ = C is the worst case. The same
+        expression as the conditional randomized rounding bound of Kairouz, Liu, Steinke, "The Distributed
+        Discrete Gaussian Mechanism for Federated Learning with Secure Aggregation", ICML 2021. One draw
+        exceeds B with probability ≤ β for every input with ‖x‖ ≤ C; the second term of the min is the
+        bound that always holds (:meth:`norm_bound`)."""
+        if not (isinstance(beta, (int, float)) and 0.0 < beta < 1.0):
+            raise ModelError(f"the rejection bound beta must be in (0, 1), got {beta!r}")
+        step = self.step
+        hp = (
+            clip_norm**2
+            + d * step**2 / 4.0
+            + math.sqrt(2.0 * math.log(1.0 / beta)) * step * (clip_norm + step * math.sqrt(d) / 2.0)
+        )
+        return min(math.sqrt(hp), self.norm_bound(clip_norm, d))
+
+    def round_toward_zero(self, x: np.ndarray) -> np.ndarray:
+        """Codes of the grid neighbour of clip(x) nearer to zero (deterministic). The grid is the half-integer
+        multiples of Δ (c = (2^b − 1)·Δ/2), so |q_i| ≤ |x_i| where |x_i| ≥ Δ/2 and |q_i| = Δ/2 below it:
+        ‖q‖² ≤ ‖x‖² + d·Δ²/4 always."""
+        v = np.clip(np.asarray(x, dtype=np.float64), -self.clip, self.clip)
+        v = (v + self.clip) / self.step
+        near = np.rint(v)
+        v = np.where(np.abs(v - near) < 1e-9, near, v)  # a grid point up to float error stays itself
+        lo = np.minimum(np.floor(v), self.levels - 1)
+        hi = np.minimum(lo + 1, self.levels - 1)
+        lo_val = lo * self.step - self.clip
+        hi_val = hi * self.step - self.clip
+        j = np.where((v > lo) & (np.abs(hi_val) < np.abs(lo_val)), hi, lo)
+        return j.astype(np.uint32)
+
+    def quantize_conditional(
+        self, x: np.ndarray, rng: np.random.Generator, bound: float, max_draws: int = MAX_ROUNDING_DRAWS
+    ) -> tuple[np.ndarray, int]:
+        """Conditional (rejection) stochastic rounding: redraw :meth:`quantize` until ‖q‖₂ ≤ ``bound``, at most
+        ``max_draws`` times; then fall back to :meth:`round_toward_zero` of x scaled to norm
+        √(bound² − d·Δ²/4), whose ‖q‖ ≤ bound always. Returns (codes, draws), draws = max_draws + 1 for the
+        fallback. Every output has ‖q‖ ≤ bound, so ``bound`` is the sensitivity (a violation, possible only
+        if bound² ≤ d·Δ²/4, the smallest norm on the grid, raises).
+
+        Biased (the conditioning drops the long draws): with p ≤ β the rejection probability of one draw
+        (:meth:`conditional_bound`), ‖E[q] − x‖ ≤ :meth:`conditional_bias_bound`."""
+        if isinstance(max_draws, bool) or not isinstance(max_draws, int) or max_draws < 1:
+            raise ModelError(f"max_draws must be an integer >= 1, got {max_draws!r}")
+        v = np.asarray(x, dtype=np.float64)
+        for draw in range(1, max_draws + 1):
+            codes = self.quantize(v, rng)
+            if float(np.linalg.norm(self.dequantize(codes))) <= bound:
+                return codes, draw
+        room = bound**2 - v.size * self.step**2 / 4.0
+        norm = float(np.linalg.norm(v))
+        if room > 0:
+            target = math.sqrt(room) * (1.0 - 1e-9)  # a margin for the float arithmetic
+            codes = self.round_toward_zero(v * min(1.0, target / norm) if norm > 0 else v)
+            if float(np.linalg.norm(self.dequantize(codes))) <= bound:
+                return codes, max_draws + 1
+        raise ModelError(
+            f"conditional rounding cannot meet the norm bound {bound:g}: below the grid's smallest norm "
+            f"{self.step * math.sqrt(v.size) / 2:g} (√d·Δ/2)"
+        )
+
+    def conditional_bias_bound(self, x: np.ndarray, rejection: float, max_draws: int = MAX_ROUNDING_DRAWS) -> float:
+        """‖E[q] − x‖ for :meth:`quantize_conditional` of x whose one draw is rejected with probability
+        p = ``rejection`` (≤ β for ‖x‖ ≤ C and the bound :meth:`conditional_bound`):
+
+        min(p·Δ√d, √(p·V))/(1 − p) + p^K·(‖x‖ + Δ√d),  V = Σ Var[q_i], K = max_draws.
+
+        Why: with e = q − x (E[e] = 0) and A the acceptance event, E[q | A] − x = −E[e·1_{not A}]/(1 − p), and
+        ‖E[e·1_{not A}]‖ ≤ E[‖e‖·1_{not A}] is at most p·Δ√d (each |e_i| < Δ; KLS21's form) and at most
+        √(E‖e‖²·p) = √(p·V) (Cauchy–Schwarz). The fallback runs with probability p^K and moves x by at
+        most ‖x‖ + Δ√d. Clipped coordinates (|x_i| > c) add their clipping, not counted here."""
+        p = float(rejection)
+        if not 0.0 <= p < 1.0:
+            raise ModelError(f"the rejection probability must be in [0, 1), got {rejection!r}")
+        v = np.asarray(x, dtype=np.float64)
+        worst = self.step * math.sqrt(v.size)
+        var = float(self.variance(v).sum())
+        return min(p * worst, math.sqrt(p * var)) / (1.0 - p) + p**max_draws * (float(np.linalg.norm(v)) + worst)
 
     def max_summands(self, ring_bits: int = MODULUS_BITS) -> int:
         """The most devices whose codes sum in Z_{2^ring_bits} without wrapping: n·(2^b − 1) < 2^ring_bits."""
@@ -343,54 +449,104 @@ def check_composition(kind: str, *, secagg: bool, distributed_noise: bool, local
 
 @dataclasses.dataclass(frozen=True)
 class RingQuantization:
-    """The ``"compression": {"kind": "quantize", "bits": b, "rotate": bool}`` task option under SecAgg, as
-    the signed task configuration fixes it: b-bit codes (after the public rotation when ``rotate``) with
-    coordinate bound ``clip``, masked and summed in Z_{2^ring_bits}, ring_bits the fewest bits that hold
-    ``max_clients`` codes without wrapping. The rotation seed is per round (public, from the server: any
-    seed keeps ‖q‖ ≤ C + Δ·√D, so a chosen seed cannot raise the sensitivity)."""
+    """The ``"compression": {"kind": "quantize", "bits": b, "rotate": bool, "rounding": ..., "beta": β}`` task
+    option under SecAgg, as the signed task configuration fixes it: b-bit codes (after the public rotation
+    when ``rotate``) with coordinate bound ``clip``, masked and summed in Z_{2^ring_bits}, ring_bits the
+    fewest bits that hold ``max_clients`` codes without wrapping.
+
+    ``rounding``: ``"conditional"`` (the default for new tasks) redraws the rounding until ‖q‖ ≤
+    ``norm_bound`` = B (:meth:`StochasticQuantizer.conditional_bound` at β, for the task's C and vector
+    length), with a fallback that keeps ‖q‖ ≤ B, so the job's sensitivity is B; ``"unbiased"`` is plain
+    stochastic rounding with the worst-case sensitivity C + Δ·√D. B is in the signed configuration: the
+    device enforces the signed value, whatever the server says. The rotation seed is per round (public,
+    from the server: neither bound depends on it, so a chosen seed cannot raise the sensitivity)."""
 
     bits: int
     rotate: bool
     clip: float
     ring_bits: int
+    rounding: str = "unbiased"
+    beta: float = DEFAULT_ROUNDING_BETA
+    norm_bound: float = math.inf
 
     @classmethod
     def for_task(cls, option: Any, clip_norm: float, max_clients: int, dim: int) -> RingQuantization:
         if not isinstance(option, dict) or option.get("kind") != "quantize":
             raise ModelError(f"compression under secagg must be {{'kind': 'quantize', ...}}, got {option!r}")
-        unknown = set(option) - {"kind", "bits", "rotate", "clip"}
+        unknown = set(option) - {"kind", "bits", "rotate", "clip", "rounding", "beta"}
         if unknown:
-            raise ModelError(f"compression 'quantize': unknown options {sorted(unknown)}; known: bits, rotate, clip")
+            raise ModelError(
+                f"compression 'quantize': unknown options {sorted(unknown)}; known: bits, rotate, clip, rounding, beta"
+            )
         rotate = option.get("rotate", False)
         if not isinstance(rotate, bool):
             raise ModelError(f"compression 'quantize': rotate must be true or false, got {rotate!r}")
+        rounding = option.get("rounding", "conditional")
+        if rounding not in ROUNDINGS:
+            raise ModelError(
+                f"compression 'quantize': rounding must be one of {', '.join(ROUNDINGS)}, got {rounding!r}"
+            )
+        beta = option.get("beta", DEFAULT_ROUNDING_BETA)
+        if rounding == "unbiased" and "beta" in option:
+            raise ModelError("compression 'quantize': beta applies to conditional rounding only")
+        if isinstance(beta, bool) or not isinstance(beta, (int, float)) or not 0.0 < beta < 1.0:
+            raise ModelError(f"compression 'quantize': beta must be a number in (0, 1), got {beta!r}")
         # the public coordinate bound: C without the rotation; 4C/√D after it (rotated coordinates are ≈ ‖x‖/√D)
         default = clip_norm if not rotate else 4.0 * clip_norm / math.sqrt(padded_dimension(dim))
         q = StochasticQuantizer(option.get("bits", 8), option.get("clip", default))
         ring = q.bits + max(1, int(max_clients)).bit_length()
         if ring > MODULUS_BITS:
             raise ModelError(f"{max_clients} clients × {q.bits}-bit codes do not fit the 32-bit SecAgg ring")
-        return cls(q.bits, rotate, float(q.clip), ring)
+        length = padded_dimension(dim) if rotate else dim
+        if rounding == "unbiased":
+            return cls(q.bits, rotate, float(q.clip), ring, "unbiased")
+        bound = q.conditional_bound(float(clip_norm), length, float(beta))
+        return cls(q.bits, rotate, float(q.clip), ring, "conditional", float(beta), bound)
 
     @classmethod
     def from_signed(cls, d: Any) -> RingQuantization:
+        """From the signed configuration; one signed before conditional rounding existed (no ``rounding``)
+        means unbiased rounding, the only one there was."""
         try:
-            out = cls(int(d["bits"]), bool(d["rotate"]), float(d["clip"]), int(d["ring_bits"]))
-        except (TypeError, KeyError, ValueError):
+            rounding = d.get("rounding", "unbiased")
+            if rounding == "conditional":
+                out = cls(
+                    int(d["bits"]),
+                    bool(d["rotate"]),
+                    float(d["clip"]),
+                    int(d["ring_bits"]),
+                    "conditional",
+                    float(d["beta"]),
+                    float(d["norm_bound"]),
+                )
+            else:
+                out = cls(int(d["bits"]), bool(d["rotate"]), float(d["clip"]), int(d["ring_bits"]), str(rounding))
+        except (AttributeError, TypeError, KeyError, ValueError):
             raise ModelError(f"unusable signed compression parameters {d!r}") from None
         StochasticQuantizer(out.bits, out.clip)
         if not out.bits < out.ring_bits <= MODULUS_BITS:
             raise ModelError(f"unusable signed compression ring of {out.ring_bits} bits")
+        if out.rounding not in ROUNDINGS:
+            raise ModelError(f"unusable signed compression rounding {out.rounding!r}")
+        if out.rounding == "conditional" and not (
+            0.0 < out.beta < 1.0 and math.isfinite(out.norm_bound) and out.norm_bound > 0
+        ):
+            raise ModelError(f"unusable signed conditional rounding (beta {out.beta!r}, bound {out.norm_bound!r})")
         return out
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "kind": "quantize",
             "bits": self.bits,
             "rotate": self.rotate,
             "clip": self.clip,
             "ring_bits": self.ring_bits,
+            "rounding": self.rounding,
         }
+        if self.rounding == "conditional":
+            out["beta"] = self.beta
+            out["norm_bound"] = self.norm_bound
+        return out
 
     @property
     def quantizer(self) -> StochasticQuantizer:
@@ -400,10 +556,12 @@ class RingQuantization:
         return padded_dimension(dim) if self.rotate else dim
 
     def encode(self, x: np.ndarray, rotation_seed: int, rng: np.random.Generator) -> np.ndarray:
-        """The device's codes (uint32, each < 2^bits) for its clipped update x."""
-        if self.rotate:
-            return RotatedQuantizer(self.quantizer, rotation_seed).encode(x, rng)
-        return self.quantizer.quantize(x, rng)
+        """The device's codes (uint32, each < 2^bits) for its clipped update x; with conditional rounding
+        their dequantized norm is ≤ ``norm_bound`` for any x (:meth:`StochasticQuantizer.quantize_conditional`)."""
+        y = RotatedQuantizer(self.quantizer, rotation_seed).rotated(x) if self.rotate else np.asarray(x, np.float64)
+        if self.rounding == "conditional":
+            return self.quantizer.quantize_conditional(y, rng, self.norm_bound)[0]
+        return self.quantizer.quantize(y, rng)
 
     def decode_sum(self, total: np.ndarray, n: int, rotation_seed: int, dim: int) -> np.ndarray:
         """Σ of the n survivors' dequantized (and unrotated) updates from the unmasked ring sum."""
@@ -411,7 +569,11 @@ class RingQuantization:
         return RotatedQuantizer(self.quantizer, rotation_seed).unrotate(s, dim) if self.rotate else s
 
     def sensitivity(self, clip_norm: float, dim: int) -> float:
-        """‖q‖₂ ≤ C + Δ·√(length): the Gaussian's scale is σ times this (equal ε with the float path's σ·C)."""
+        """The codes' L2 bound, so the Gaussian's scale σ times this gives the float path's ε for σ: B (the
+        signed ``norm_bound``, enforced by every honest device) with conditional rounding, else the
+        worst case C + Δ·√(length)."""
+        if self.rounding == "conditional":
+            return self.norm_bound
         return self.quantizer.norm_bound(clip_norm, self.length(dim))
 
     def payload_bytes(self, dim: int) -> int:

@@ -850,7 +850,8 @@ class AggregationJob(StreamProcessor):
             by_index = {i: c for c, i in st.indices.items()}
             res = self._ftrl.release_sum(s, [by_index[u] for u in st.survivors], ctx)
         else:
-            # σ relative to the sensitivity (C, or C + Δ·√D for compressed codes), so the accountant's ε holds
+            # σ relative to the sensitivity (C; for codes the bound B every honest device enforces, or C + Δ·√D
+            # with unbiased rounding: RingQuantization.sensitivity), so the accountant's ε holds
             sd = float(self.spec.noise_multiplier) * sensitivity
             if noised is not None:
                 noisy = noised

@@ -304,7 +304,8 @@ def _register_compress(fsub: argparse._SubParsersAction) -> None:
         "compress",
         help="compressed uplink updates against the float32 update on the drift partition at equal ε",
         description="DP-FedAvg on the drift scenario's skewed partition with each uplink encoding (float32, "
-        "b-bit quantization, rotation then quantization, count sketch, top-k with error feedback), the noise "
+        "b-bit quantization with unbiased or conditional rounding, rotation then quantization, count sketch, top-k "
+        "with error feedback), the noise "
         "scaled to each encoding's sensitivity so that ε is equal (see simulator/scenarios/compress.py).",
     )
     d.add_argument("--rounds", type=_positive_int, default=100, help="rounds (default 100)")

@@ -6,10 +6,12 @@ it (:mod:`client_sdk.fl.compress`); the server decodes, sums, adds Gaussian nois
 scheme's L2 sensitivity *in the domain where the noise is added*, and divides by the expected count m:
 
 * ``none``: float32, S = C;
-* ``quantize``: b-bit stochastic rounding with public coordinate bound c = C, S = C + Δ·√d
-  (:meth:`StochasticQuantizer.norm_bound`: rounding is not norm preserving);
+* ``quantize``: b-bit stochastic rounding with public coordinate bound c = C; with ``rounding="unbiased"``
+  S = C + Δ·√d (:meth:`StochasticQuantizer.norm_bound`: rounding is not norm preserving), with
+  ``rounding="conditional"`` (the ``_conditional`` schemes) the rounding is redrawn until ‖q‖ ≤ B and
+  S = B (:meth:`StochasticQuantizer.conditional_bound` at β = ``beta``);
 * ``rotate_quantize``: the public rotation, then b bits with c = 4C/√D, noise in the rotated domain
-  (S = C + Δ·√D), then the inverse rotation (post-processing);
+  (S = C + Δ·√D, or B over the D rotated coordinates), then the inverse rotation (post-processing);
 * ``count_sketch``: rows × cols cells, noise on the summed sketch with S = √(rows · max bucket)·C
   (:meth:`CountSketch.norm_bound`), then the unbiased row-mean decoder;
 * ``topk``: top-k with error feedback, the *sent* vector clipped to C after the selection (S = C),
@@ -31,6 +33,9 @@ import numpy as np
 
 from client_sdk.fl.client import ClientUpdate, clip_to_norm
 from client_sdk.fl.compress import (
+    DEFAULT_ROUNDING_BETA,
+    MAX_ROUNDING_DRAWS,
+    ROUNDINGS,
     CountSketch,
     RotatedQuantizer,
     StochasticQuantizer,
@@ -59,11 +64,13 @@ class SchemeSpec:
     rows: int = 3
     cols: int = 32
     k: int = 21
+    rounding: str = "unbiased"
+    beta: float = DEFAULT_ROUNDING_BETA
 
     @property
     def name(self) -> str:
         if self.kind in ("quantize", "rotate_quantize"):
-            return f"{self.kind}_b{self.bits}"
+            return f"{self.kind}_b{self.bits}" + ("_conditional" if self.rounding == "conditional" else "")
         if self.kind == "count_sketch":
             return f"count_sketch_{self.rows}x{self.cols}"
         if self.kind == "topk":
@@ -74,8 +81,11 @@ class SchemeSpec:
 DEFAULT_SCHEMES: tuple[SchemeSpec, ...] = (
     SchemeSpec("none"),
     SchemeSpec("quantize", bits=8),
+    SchemeSpec("quantize", bits=8, rounding="conditional"),
     SchemeSpec("quantize", bits=4),
+    SchemeSpec("quantize", bits=4, rounding="conditional"),
     SchemeSpec("rotate_quantize", bits=4),
+    SchemeSpec("rotate_quantize", bits=4, rounding="conditional"),
     SchemeSpec("count_sketch", rows=3, cols=32),
     SchemeSpec("topk", k=21),
 )
@@ -96,14 +106,19 @@ class CompressedDPMean:
         self.rotated: RotatedQuantizer | None = None
         self.sketch: CountSketch | None = None
         self.residuals: dict[str, TopKErrorFeedback] = {}
+        if scheme.rounding not in ROUNDINGS:
+            raise FLError(f"rounding must be one of {', '.join(ROUNDINGS)}, got {scheme.rounding!r}")
+        self.conditional = scheme.kind in ("quantize", "rotate_quantize") and scheme.rounding == "conditional"
+        #: conditional rounding's draws: encodings, rejected draws, fallbacks (the redraw rate it needed)
+        self.encodings = self.rejected_draws = self.fallbacks = 0
         if scheme.kind == "quantize":
             self.quantizer = StochasticQuantizer(scheme.bits, self.C)
-            self.sensitivity = self.quantizer.norm_bound(self.C, dim)
+            self.sensitivity = self._quantized_bound(dim)
             self.bytes = self.quantizer.payload_bytes(dim)
         elif scheme.kind == "rotate_quantize":
             self.quantizer = StochasticQuantizer(scheme.bits, 4.0 * self.C / math.sqrt(D))
             self.rotated = RotatedQuantizer(self.quantizer, seed)
-            self.sensitivity = self.quantizer.norm_bound(self.C, D)
+            self.sensitivity = self._quantized_bound(D)
             self.bytes = self.rotated.payload_bytes(dim)
         elif scheme.kind == "count_sketch":
             self.sketch = CountSketch(dim, scheme.rows, scheme.cols, seed)
@@ -117,6 +132,24 @@ class CompressedDPMean:
         else:
             self.sensitivity = self.C
             self.bytes = dense_bytes(dim)
+
+    def _quantized_bound(self, length: int) -> float:
+        assert self.quantizer is not None
+        if self.conditional:
+            return self.quantizer.conditional_bound(self.C, length, self.scheme.beta)
+        return self.quantizer.norm_bound(self.C, length)
+
+    def _round(self, y: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        """Dequantized codes of y (already rotated for ``rotate_quantize``), conditionally rounded to ‖q‖ ≤ S
+        when the scheme says so."""
+        assert self.quantizer is not None
+        if not self.conditional:
+            return self.quantizer.dequantize(self.quantizer.quantize(y, rng))
+        codes, draws = self.quantizer.quantize_conditional(y, rng, self.sensitivity)
+        self.encodings += 1
+        self.rejected_draws += draws - 1
+        self.fallbacks += draws > MAX_ROUNDING_DRAWS
+        return self.quantizer.dequantize(codes)
 
     def aggregate(self, updates: Sequence[ClientUpdate], ctx: RoundContext) -> AggregateResult:
         total: np.ndarray | None = None
@@ -138,11 +171,10 @@ class CompressedDPMean:
         """The update in the domain where the server sums it (decoded codes, the sketch, or the sparse vector)."""
         kind = self.scheme.kind
         if kind == "quantize":
-            assert self.quantizer is not None
-            return self.quantizer.dequantize(self.quantizer.quantize(x, rng))
+            return self._round(x, rng)
         if kind == "rotate_quantize":
-            assert self.rotated is not None and self.quantizer is not None
-            return self.quantizer.dequantize(self.rotated.encode(x, rng))
+            assert self.rotated is not None
+            return self._round(self.rotated.rotated(x), rng)
         if kind == "count_sketch":
             assert self.sketch is not None
             return self.sketch.sketch(x)
@@ -180,6 +212,7 @@ def run_compress(
         finals: list[float] = []
         per_round: list[list[float]] = []
         agg = None
+        encodings = rejected = fallbacks = 0
         for seed in seeds:
             c = dataclasses.replace(cfg, seed=seed)
             skewed, _, test = make_drift_data(c, np.random.default_rng([seed, 0]))
@@ -188,13 +221,23 @@ def run_compress(
             run = _run(s.name, FedAvg(c.training), skewed, c, schedule, test, agg)
             finals.append(run["final_accuracy"])
             per_round.append(run["accuracy_per_round"])
+            encodings, rejected, fallbacks = (
+                encodings + agg.encodings,
+                rejected + agg.rejected_draws,
+                fallbacks + agg.fallbacks,
+            )
         assert agg is not None
+        quantized = s.kind in ("quantize", "rotate_quantize")
         rows.append(
             {
                 "scheme": s.name,
                 "kind": s.kind,
                 "uplink_bytes": agg.bytes,
                 "uplink_ratio": agg.bytes / dense_bytes(dim),
+                "rounding": s.rounding if quantized else None,
+                # conditional rounding: the share of rounding draws rejected (‖q‖ > S), and the fallbacks
+                "rejection_rate": rejected / (encodings + rejected) if agg.conditional and encodings else None,
+                "fallbacks": fallbacks if agg.conditional else None,
                 "sensitivity": agg.sensitivity,
                 "noise_stddev": dp.noise_multiplier * agg.sensitivity,
                 "epsilon": eps,

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from client_sdk.fl.compress import RingQuantization
+from client_sdk.fl.compress import RingQuantization, StochasticQuantizer
 from client_sdk.fl.device import FLDevice
 from client_sdk.fl.errors import FLError
 from client_sdk.fl.protocol import BINARY_CONTENT_TYPE, encode_upload_binary, make_upload, parse_upload, sign_upload
@@ -37,8 +37,33 @@ def test_option_is_signed_validated_and_round_trips() -> None:
     spec = _task("cq-opt")
     signed = spec.signed_config()["compression"]
     # 6 clients need 3 more bits than the codes: Z_{2^9}; rotated: clip 4C/√D with D = 8 (5 parameters padded)
-    assert signed == {"kind": "quantize", "bits": 6, "rotate": True, "clip": 4 * 0.5 / math.sqrt(8), "ring_bits": 9}
+    # conditional rounding by default: B for C = 0.5 over D = 8 at β = 0.01, signed with the rest
+    c = 4 * 0.5 / math.sqrt(8)
+    bound = StochasticQuantizer(6, c).conditional_bound(0.5, 8, 0.01)
+    assert signed == {
+        "kind": "quantize",
+        "bits": 6,
+        "rotate": True,
+        "clip": c,
+        "ring_bits": 9,
+        "rounding": "conditional",
+        "beta": 0.01,
+        "norm_bound": bound,
+    }
+    assert (
+        RingQuantization.from_signed(signed).sensitivity(0.5, 5)
+        == bound
+        < 0.5 + StochasticQuantizer(6, c).step * 8**0.5
+    )
     assert type(spec).from_dict(spec.to_dict()).compression == spec.compression
+    # unbiased rounding on request: no bound in the configuration, the worst case C + Δ√D as the sensitivity
+    plain = _task("cq-u", compression={"kind": "quantize", "bits": 6, "rotate": True, "rounding": "unbiased"})
+    u = plain.signed_config()["compression"]
+    assert u["rounding"] == "unbiased" and "norm_bound" not in u and "beta" not in u
+    assert plain.build_compression().sensitivity(0.5, 5) == pytest.approx(0.5 + StochasticQuantizer(6, c).step * 8**0.5)
+    # a configuration signed before the rounding field existed means unbiased rounding
+    legacy = {k: v for k, v in u.items() if k != "rounding"}
+    assert RingQuantization.from_signed(legacy) == plain.build_compression()
 
 
 @pytest.mark.parametrize(
@@ -53,6 +78,10 @@ def test_option_is_signed_validated_and_round_trips() -> None:
         ({"compression": {"kind": "quantize", "bits": 40}}, "bits must be"),
         ({"compression": {"kind": "quantize", "rotate": "yes"}}, "rotate must be"),
         ({"compression": {"kind": "quantize", "level": 3}}, "unknown options"),
+        ({"compression": {"kind": "quantize", "rounding": "nearest"}}, "rounding must be"),
+        ({"compression": {"kind": "quantize", "beta": 1.5}}, "beta must be"),
+        ({"compression": {"kind": "quantize", "beta": True}}, "beta must be"),
+        ({"compression": {"kind": "quantize", "rounding": "unbiased", "beta": 0.1}}, "conditional rounding only"),
     ],
 )
 def test_combinations_that_do_not_compose_are_refused(kw: dict[str, Any], match: str) -> None:
@@ -122,10 +151,12 @@ def test_compressed_rounds_over_the_pipeline_release_the_decoded_sum(
         status = jt.result
     assert status is not None and len(status["history"]) == 2, status
     assert len(configs) == 2
-    sd = spec.noise_multiplier * comp.sensitivity(spec.clip_norm, 5)
+    assert comp.rounding == "conditional"
+    sd = spec.noise_multiplier * comp.norm_bound  # σ·B: equal ε with the float path's σ·C
+    assert sd == spec.noise_multiplier * comp.sensitivity(spec.clip_norm, 5)
     for rec in status["history"]:
         assert "failed" not in rec, rec
-        assert rec["noise_stddev"] == pytest.approx(sd)  # σ·(C + Δ·√D): equal ε with the float path's σ·C
+        assert rec["noise_stddev"] == pytest.approx(sd)
     # every sampled device's real masked input was taken, forged ones or not: 5 survivors in each round
     assert [len(rec["secagg_survivors"]) for rec in status["history"]] == [5, 5]
     forged = {how: (code, err) for how, code, err in refused}
@@ -139,8 +170,9 @@ def test_compressed_rounds_over_the_pipeline_release_the_decoded_sum(
         assert json.loads(head)["payload"] == {"ring_bits": 9, "length": 8}
         assert len(b) == 10 + len(head) + comp.payload_bytes(5) and comp.payload_bytes(5) == 9 == len(raw)
     assert {r for d in devices for r in d.quantized} == {0, 1}
-    for d in devices:  # what each device masked: b-bit codes of its rotated update, padded to D = 8
+    for d in devices:  # what each device masked: b-bit codes of its rotated update, padded to D = 8, ‖q‖ ≤ B
         assert all(q.shape == (8,) and int(q.max()) < 2**6 for q in d.quantized.values())
+        assert all(np.linalg.norm(comp.quantizer.dequantize(q)) <= comp.norm_bound for q in d.quantized.values())
     assert sum(0 in d.quantized for d in devices) == 5
 
 
@@ -148,7 +180,7 @@ def test_ring_decoder_recovers_the_sum_of_clipped_updates() -> None:
     """The job's decoder on 5 devices' codes summed mod 2^ring_bits: Σ x within 5 standard errors. Each
     rotated coordinate's rounding error has variance ≤ Δ²/4 per device; the inverse rotation is orthogonal
     (Σ_j R_ji² = 1), so each decoded coordinate's error has variance ≤ n·Δ²/4."""
-    rq = RingQuantization.for_task({"kind": "quantize", "bits": 4, "rotate": True}, 0.5, 6, 5)
+    rq = RingQuantization.for_task({"kind": "quantize", "bits": 4, "rotate": True, "rounding": "unbiased"}, 0.5, 6, 5)
     rng = np.random.default_rng(12)
     errs = []
     for trial in range(400):
@@ -176,5 +208,14 @@ def test_device_refuses_a_round_whose_compression_is_not_the_signed_one() -> Non
         dev._signed_compression(view, {})
     with pytest.raises(FLError, match="differ"):
         dev._signed_compression(view, {"compression": {**good, "ring_bits": 32}})
+    # a server that asks for unbiased rounding, or a looser bound, than the signed configuration: refused
+    with pytest.raises(FLError, match="differ"):
+        dev._signed_compression(view, {"compression": {**good, "norm_bound": 2 * good["norm_bound"]}})
+    unbiased = {k: v for k, v in good.items() if k not in ("beta", "norm_bound")}
+    with pytest.raises(FLError, match="differ"):
+        dev._signed_compression(view, {"compression": {**unbiased, "rounding": "unbiased"}})
+    with pytest.raises(FLError, match="unusable"):
+        bad = {**signed, "compression": {**signed["compression"], "beta": 2.0}}
+        dev._signed_compression({"task_config": {"config": bad}}, {"compression": {**good, "beta": 2.0}})
     with pytest.raises(FLError, match="not the one the signed"):
         dev._signed_compression({"task_config": {"config": {**signed, "compression": None}}}, {"compression": good})

@@ -9,8 +9,9 @@ import numpy as np
 import pytest
 
 from client_sdk.fl.client import ClientUpdate
-from client_sdk.fl.compress import CountSketch, StochasticQuantizer
-from client_sdk.fl.errors import ModelError
+from client_sdk.fl.compress import DEFAULT_ROUNDING_BETA, CountSketch, StochasticQuantizer
+from client_sdk.fl.ddg import padded_dimension
+from client_sdk.fl.errors import FLError, ModelError
 from estimator.fl.aggregators import RoundContext
 from ldp_cli.main import main
 from simulator.scenarios.compress import CompressedDPMean, SchemeSpec
@@ -20,6 +21,9 @@ KEYS = {
     "kind",
     "uplink_bytes",
     "uplink_ratio",
+    "rounding",
+    "rejection_rate",
+    "fallbacks",
     "sensitivity",
     "noise_stddev",
     "epsilon",
@@ -36,7 +40,17 @@ def test_compress_cli_contract(capsys: pytest.CaptureFixture[str], tmp_path: os.
     assert out["scenario"] == "compress" and out["seeds"] == [0, 1] and out["plot"] == plot
     assert os.path.getsize(plot) > 0
     rows = {r["scheme"]: r for r in out["schemes"]}
-    assert set(rows) == {"none", "quantize_b8", "quantize_b4", "rotate_quantize_b4", "count_sketch_3x32", "topk_k21"}
+    assert set(rows) == {
+        "none",
+        "quantize_b8",
+        "quantize_b8_conditional",
+        "quantize_b4",
+        "quantize_b4_conditional",
+        "rotate_quantize_b4",
+        "rotate_quantize_b4_conditional",
+        "count_sketch_3x32",
+        "topk_k21",
+    }
     d = out["num_params"]
     for r in rows.values():
         assert set(r) == KEYS
@@ -47,6 +61,17 @@ def test_compress_cli_contract(capsys: pytest.CaptureFixture[str], tmp_path: os.
     assert rows["quantize_b8"]["uplink_bytes"] == StochasticQuantizer(8, 2.0).payload_bytes(d)
     assert rows["count_sketch_3x32"]["uplink_bytes"] == 4 * 3 * 32
     assert rows["topk_k21"]["uplink_bytes"] == 8 * 21
+    # conditional rounding: S = B < C + Δ√d at the same payload; its draws are counted
+    for name, length in (("quantize_b4", d), ("rotate_quantize_b4", padded_dimension(d))):
+        u, c = rows[name], rows[f"{name}_conditional"]
+        assert u["rounding"] == "unbiased" and c["rounding"] == "conditional"
+        assert u["rejection_rate"] is None and u["fallbacks"] is None
+        assert c["uplink_bytes"] == u["uplink_bytes"]
+        q = StochasticQuantizer(4, 2.0 if name == "quantize_b4" else 4 * 2.0 / np.sqrt(length))
+        assert c["sensitivity"] == pytest.approx(q.conditional_bound(2.0, length, DEFAULT_ROUNDING_BETA))
+        assert c["sensitivity"] < u["sensitivity"] == pytest.approx(q.norm_bound(2.0, length))
+        assert 0.0 <= c["rejection_rate"] <= DEFAULT_ROUNDING_BETA and c["fallbacks"] == 0
+    assert rows["none"]["rounding"] is None
 
 
 def test_compress_cli_refuses_bad_seeds(capsys: pytest.CaptureFixture[str]) -> None:
@@ -76,7 +101,23 @@ def test_compressed_dp_mean_is_unbiased_for_the_count_sketch_before_noise() -> N
     assert np.all(np.abs(est.mean(axis=0) - target) <= 5 * np.sqrt(var / trials))
 
 
+def test_compressed_dp_mean_conditional_rounding_keeps_every_code_within_s() -> None:
+    # σ = 0 and m = 1: the released sum is the one device's dequantized codes, so its norm is ‖q‖ ≤ S = B
+    d = 210
+    for kind in ("quantize", "rotate_quantize"):
+        agg = CompressedDPMean(SchemeSpec(kind, bits=4, rounding="conditional", beta=0.5), d, 2.0, 0.0, 3)
+        rng = np.random.default_rng(8)
+        for _ in range(200):
+            x = rng.normal(size=d)
+            x *= 2.0 / np.linalg.norm(x)  # at the clip boundary
+            total = agg._encode("c", x, rng)
+            assert np.linalg.norm(total) <= agg.sensitivity
+        assert agg.encodings == 200 and agg.fallbacks == 0
+
+
 def test_compressed_dp_mean_refuses_bad_schemes() -> None:
+    with pytest.raises(FLError, match="rounding"):
+        CompressedDPMean(SchemeSpec("quantize", rounding="nearest"), 10, 1.0, 1.0, 0)
     with pytest.raises(ModelError, match="unknown compression"):
         CompressedDPMean(SchemeSpec("gzip"), 10, 1.0, 1.0, 0)
     with pytest.raises(ModelError):
