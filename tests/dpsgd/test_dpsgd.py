@@ -15,7 +15,7 @@ from client_sdk.fl.dpsgd import DPSGDConfig, dpsgd_gradient, poisson_sample, pri
 from client_sdk.fl.per_example import clipped_grad_sum, per_example_grads
 from estimator.accounting.accountant import RdpAccountant, account
 from estimator.dpsgd import StepAccountant
-from simulator.scenarios.attacks import clopper_pearson
+from tests.support.audit import threshold_epsilon_lower_bound
 
 
 # -- accounting ------------------------------------------------------------------------------
@@ -201,20 +201,7 @@ def _audit(z_run: float, q: float, trials: int, seed: int) -> float:
 
     out = np.array([release(X, y, s) for s in range(trials)])
     inn = np.array([release(Xc, yc, trials + s) for s in range(trials)])
-    half = trials // 2
-    cal_out, cal_in, test_out, test_in = out[:half], inn[:half], out[half:], inn[half:]
-
-    def bound(tau: float, o: np.ndarray, i: np.ndarray) -> float:
-        fp = int(np.sum(o > tau))
-        fn = int(np.sum(i <= tau))
-        fpr_hi = clopper_pearson(fp, len(o), 0.10)[1]  # one-sided 95 %
-        fnr_hi = clopper_pearson(fn, len(i), 0.10)[1]
-        num = 1.0 - 1e-5 - fnr_hi
-        return math.log(num / fpr_hi) if num > 0 else 0.0
-
-    taus = np.quantile(cal_out, np.linspace(0.5, 0.999, 60))
-    best = max(taus, key=lambda t: bound(float(t), cal_out, cal_in))
-    return max(0.0, bound(float(best), test_out, test_in))
+    return threshold_epsilon_lower_bound(out, inn)
 
 
 @pytest.mark.parametrize(("z", "q"), [(1.0, 1.0), (0.7, 0.5)])

@@ -22,6 +22,7 @@ from client_sdk.fl.protocol import parse_upload
 from client_sdk.uploader import HttpRequest, urllib_transport
 from estimator.fl.job import AggregationJob, JobSettings
 from estimator.fl.task import FLTaskSpec
+from tests.support.audit import threshold_epsilon_lower_bound
 from tests.support.fl_pipeline_support import (
     AUTHORITY,
     devices_for,
@@ -296,7 +297,6 @@ def _audit_device(sigma_run: float, trials: int, seed: int, steps: int = 1, prox
     from client_sdk.fl.client import LocalTraining, RoundConfig
     from client_sdk.fl.local_dpsgd import train_local_dpsgd
     from client_sdk.fl.models import LogisticRegression
-    from simulator.scenarios.attacks import clopper_pearson
 
     rng = np.random.default_rng(seed)
     model = LogisticRegression(3, l2=0.0)
@@ -327,17 +327,7 @@ def _audit_device(sigma_run: float, trials: int, seed: int, steps: int = 1, prox
 
     out = np.array([release(d_x, d_y, s) for s in range(trials)])
     inn = np.array([release(n_x, n_y, trials + s) for s in range(trials)])
-    half = trials // 2
-
-    def bound(tau: float, o: np.ndarray, i: np.ndarray) -> float:
-        fpr_hi = clopper_pearson(int(np.sum(o > tau)), len(o), 0.10)[1]  # one-sided 95 %
-        fnr_hi = clopper_pearson(int(np.sum(i <= tau)), len(i), 0.10)[1]
-        num = 1.0 - 1e-5 - fnr_hi
-        return math.log(num / fpr_hi) if num > 0 else 0.0
-
-    taus = np.quantile(out[:half], np.linspace(0.5, 0.999, 60))
-    best = max(taus, key=lambda t: bound(float(t), out[:half], inn[:half]))
-    return max(0.0, bound(float(best), out[half:], inn[half:]))
+    return threshold_epsilon_lower_bound(out, inn)
 
 
 def test_audit_of_a_devices_round_stays_within_the_replace_one_epsilon() -> None:

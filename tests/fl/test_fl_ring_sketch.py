@@ -18,6 +18,7 @@ from client_sdk.fl.errors import FLError, ModelError
 from client_sdk.fl.ring_sketch import RingCountSketch, ring_compression_from_signed
 from client_sdk.framing import unpack_headed
 from pipeline.transport import open_transport
+from tests.support.audit import threshold_epsilon_lower_bound
 from tests.support.fl_pipeline_support import JobThread, Topics, collector, devices_for, drive, make_data, task_spec
 
 FEATURES = 40  # logistic regression: 41 parameters
@@ -132,7 +133,6 @@ def _audit(sigma: float, trials: int, seed: int) -> float:
     server's worst case: the adversarial seed and the update aligned with its heaviest bucket. The attacker
     projects the release on the target's update and thresholds; τ on one half of the trials,
     Clopper–Pearson on the other (Jagielski et al. 2020)."""
-    from simulator.scenarios.attacks import clopper_pearson
 
     dim = FEATURES + 1
     rcs = RingCountSketch.for_task(dict(SKETCH), 0.5, 6, dim)
@@ -147,17 +147,7 @@ def _audit(sigma: float, trials: int, seed: int) -> float:
 
     inn = np.array([release(np.vstack([others, target])) for _ in range(trials)])
     out = np.array([release(others) for _ in range(trials)])
-    half = trials // 2
-
-    def bound(tau: float, o: np.ndarray, i: np.ndarray) -> float:
-        fpr_hi = clopper_pearson(int(np.sum(o > tau)), len(o), 0.10)[1]  # one-sided 95 %
-        fnr_hi = clopper_pearson(int(np.sum(i <= tau)), len(i), 0.10)[1]
-        num = 1.0 - 1e-5 - fnr_hi
-        return math.log(num / fpr_hi) if num > 0 else 0.0
-
-    taus = np.quantile(out[:half], np.linspace(0.5, 0.999, 60))
-    best = max(taus, key=lambda t: bound(float(t), out[:half], inn[:half]))
-    return max(0.0, bound(float(best), out[half:], inn[half:]))
+    return threshold_epsilon_lower_bound(out, inn)
 
 
 def test_audit_of_the_release_stays_within_the_gaussian_epsilon() -> None:
