@@ -51,6 +51,12 @@ def _plot_and_json(
     return bool(args.json)
 
 
+def _add_plot_and_json(p: argparse.ArgumentParser, plot_help: str) -> None:
+    """The scenarios' ``--plot PNG`` and ``--json`` flags (read by :func:`_plot_and_json`)."""
+    p.add_argument("--plot", default=None, help=plot_help)
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "fl",
@@ -263,8 +269,7 @@ def _register_drift(fsub: argparse._SubParsersAction) -> None:
     )
     d.add_argument("--rounds", type=_positive_int, default=100)
     d.add_argument("--seed", type=_seed, default=0)
-    d.add_argument("--plot", default=None, help="write accuracy per round per strategy to this PNG")
-    d.add_argument("--json", action="store_true", help="print one JSON object")
+    _add_plot_and_json(d, "write accuracy per round per strategy to this PNG")
     d.add_argument(
         "--dp",
         action="store_true",
@@ -312,8 +317,7 @@ def _register_compress(fsub: argparse._SubParsersAction) -> None:
     d.add_argument("--seeds", type=_seed_list, default=(0,), help="comma-separated seeds (default 0)")
     d.add_argument("--clip-norm", type=_positive, default=2.0, help="clip norm C (default 2)")
     d.add_argument("--noise-multiplier", type=_positive, default=3.0, help="σ relative to each sensitivity (default 3)")
-    d.add_argument("--plot", default=None, help="write accuracy against uplink bytes (and per round) to this PNG")
-    d.add_argument("--json", action="store_true", help="print one JSON object")
+    _add_plot_and_json(d, "write accuracy against uplink bytes (and per round) to this PNG")
     d.set_defaults(func=run_compress_cmd)
 
 
@@ -454,8 +458,7 @@ def _register_local_dpsgd(fsub: argparse._SubParsersAction) -> None:
         "--client-noise-multiplier", type=_positive, default=3.0, help="DP-FedAvg's noise multiplier z (default 3)"
     )
     d.add_argument("--delta", type=_prob, default=1e-5, help="δ of both ε (default 1e-5)")
-    d.add_argument("--plot", default=None, help="write accuracy against sample-level ε to this PNG")
-    d.add_argument("--json", action="store_true", help="print one JSON object")
+    _add_plot_and_json(d, "write accuracy against sample-level ε to this PNG")
     d.set_defaults(func=run_local_dpsgd_cmd)
 
 
@@ -535,8 +538,7 @@ def _register_personalize(fsub: argparse._SubParsersAction) -> None:
     )
     d.add_argument("--moon-mu", type=_nonneg, default=1.0, help="MOON's contrastive weight μ (default 1)")
     d.add_argument("--moon-tau", type=_positive, default=0.5, help="MOON's temperature τ (default 0.5)")
-    d.add_argument("--plot", default=None, help="write the per-client accuracy distributions (CDFs) to this PNG")
-    d.add_argument("--json", action="store_true", help="print one JSON object")
+    _add_plot_and_json(d, "write the per-client accuracy distributions (CDFs) to this PNG")
     d.set_defaults(func=run_personalize_cmd)
 
 
@@ -606,8 +608,7 @@ def _register_attack(fsub: argparse._SubParsersAction) -> None:
         "--rounds", type=_positive_int, default=40, help="training rounds of the membership game (default 40)"
     )
     a.add_argument("--trials", type=_positive_int, default=50, help="target clients per inversion setting (default 50)")
-    a.add_argument("--plot", default=None, help="write the advantages and inversion success rates to this PNG")
-    a.add_argument("--json", action="store_true", help="print one JSON object")
+    _add_plot_and_json(a, "write the advantages and inversion success rates to this PNG")
     a.add_argument(
         "--poisoning",
         action="store_true",
