@@ -13,7 +13,10 @@ scheme's L2 sensitivity *in the domain where the noise is added*, and divides by
 * ``rotate_quantize``: the public rotation, then b bits with c = 4C/√D, noise in the rotated domain
   (S = C + Δ·√D, or B over the D rotated coordinates), then the inverse rotation (post-processing);
 * ``count_sketch``: rows × cols cells, noise on the summed sketch with S = √(rows · max bucket)·C
-  (:meth:`CountSketch.norm_bound`), then the unbiased row-mean decoder;
+  (:meth:`CountSketch.norm_bound`), then the unbiased row-mean decoder; with ``clipped`` (the
+  ``_clipped_b{bits}`` schemes) the task option's encoder instead
+  (:class:`client_sdk.fl.ring_sketch.RingCountSketch`): the sketch scaled by 1/√rows, clipped to C and
+  rounded to b bits, S = C + Δ·√(rows·cols) for any hash seed;
 * ``topk``: top-k with error feedback, the *sent* vector clipped to C after the selection (S = C),
   central noise only (:func:`check_composition` refuses it with SecAgg or distributed noise).
 
@@ -46,6 +49,7 @@ from client_sdk.fl.compress import (
 from client_sdk.fl.ddg import padded_dimension
 from client_sdk.fl.errors import FLError
 from client_sdk.fl.models import SoftmaxRegression
+from client_sdk.fl.ring_sketch import RingCountSketch
 from estimator.fl.aggregators import AggregateResult, RoundContext
 from estimator.fl.dp import ClientLevelAccountant
 from estimator.fl.sampling import FixedCountSampling
@@ -66,13 +70,15 @@ class SchemeSpec:
     k: int = 21
     rounding: str = "unbiased"
     beta: float = DEFAULT_ROUNDING_BETA
+    #: count_sketch only: clip the scaled sketch and quantize its cells (the task option's encoder)
+    clipped: bool = False
 
     @property
     def name(self) -> str:
         if self.kind in ("quantize", "rotate_quantize"):
             return f"{self.kind}_b{self.bits}" + ("_conditional" if self.rounding == "conditional" else "")
         if self.kind == "count_sketch":
-            return f"count_sketch_{self.rows}x{self.cols}"
+            return f"count_sketch_{self.rows}x{self.cols}" + (f"_clipped_b{self.bits}" if self.clipped else "")
         if self.kind == "topk":
             return f"topk_k{self.k}"
         return self.kind
@@ -87,6 +93,7 @@ DEFAULT_SCHEMES: tuple[SchemeSpec, ...] = (
     SchemeSpec("rotate_quantize", bits=4),
     SchemeSpec("rotate_quantize", bits=4, rounding="conditional"),
     SchemeSpec("count_sketch", rows=3, cols=32),
+    SchemeSpec("count_sketch", rows=3, cols=32, bits=8, clipped=True),
     SchemeSpec("topk", k=21),
 )
 
@@ -105,6 +112,8 @@ class CompressedDPMean:
         self.quantizer: StochasticQuantizer | None = None
         self.rotated: RotatedQuantizer | None = None
         self.sketch: CountSketch | None = None
+        self.ring_sketch: RingCountSketch | None = None
+        self.seed = seed
         self.residuals: dict[str, TopKErrorFeedback] = {}
         if scheme.rounding not in ROUNDINGS:
             raise FLError(f"rounding must be one of {', '.join(ROUNDINGS)}, got {scheme.rounding!r}")
@@ -120,6 +129,12 @@ class CompressedDPMean:
             self.rotated = RotatedQuantizer(self.quantizer, seed)
             self.sensitivity = self._quantized_bound(D)
             self.bytes = self.rotated.payload_bytes(dim)
+        elif scheme.kind == "count_sketch" and scheme.clipped:
+            # ring_bits is the task option's (unused here: the simulation sums dequantized cells)
+            rcs = RingCountSketch(scheme.rows, scheme.cols, scheme.bits, self.C, scheme.bits + 1)
+            self.ring_sketch = rcs
+            self.sensitivity = rcs.sensitivity(self.C, dim)
+            self.bytes = rcs.quantizer.payload_bytes(rcs.length(dim))
         elif scheme.kind == "count_sketch":
             self.sketch = CountSketch(dim, scheme.rows, scheme.cols, seed)
             self.sensitivity = self.sketch.norm_bound(self.C)
@@ -175,6 +190,9 @@ class CompressedDPMean:
         if kind == "rotate_quantize":
             assert self.rotated is not None
             return self._round(self.rotated.rotated(x), rng)
+        if kind == "count_sketch" and self.ring_sketch is not None:
+            rcs = self.ring_sketch
+            return rcs.quantizer.dequantize(rcs.encode(x, self.seed, rng))
         if kind == "count_sketch":
             assert self.sketch is not None
             return self.sketch.sketch(x)
@@ -189,6 +207,8 @@ class CompressedDPMean:
             return self.rotated.unrotate(total, self.dim)
         if self.sketch is not None:
             return self.sketch.unsketch(total)
+        if self.ring_sketch is not None:
+            return self.ring_sketch.unsketch(total, self.seed, self.dim)
         return total
 
 
@@ -227,7 +247,7 @@ def run_compress(
                 fallbacks + agg.fallbacks,
             )
         assert agg is not None
-        quantized = s.kind in ("quantize", "rotate_quantize")
+        quantized = s.kind in ("quantize", "rotate_quantize") or (s.kind == "count_sketch" and s.clipped)
         rows.append(
             {
                 "scheme": s.name,

@@ -49,6 +49,7 @@ def test_compress_cli_contract(capsys: pytest.CaptureFixture[str], tmp_path: os.
         "rotate_quantize_b4",
         "rotate_quantize_b4_conditional",
         "count_sketch_3x32",
+        "count_sketch_3x32_clipped_b8",
         "topk_k21",
     }
     d = out["num_params"]
@@ -60,6 +61,11 @@ def test_compress_cli_contract(capsys: pytest.CaptureFixture[str], tmp_path: os.
     assert rows["none"]["uplink_bytes"] == 4 * d and rows["none"]["sensitivity"] == out["clip_norm"]
     assert rows["quantize_b8"]["uplink_bytes"] == StochasticQuantizer(8, 2.0).payload_bytes(d)
     assert rows["count_sketch_3x32"]["uplink_bytes"] == 4 * 3 * 32
+    # the task option's sketch: 96 cells of 8 bits, S = C + Δ√96 for any seed (against √(3·max bucket)·C)
+    clipped = rows["count_sketch_3x32_clipped_b8"]
+    assert clipped["uplink_bytes"] == 96 and clipped["rounding"] == "unbiased"
+    assert clipped["sensitivity"] == pytest.approx(2.0 + (4.0 / 255) * np.sqrt(96))
+    assert clipped["sensitivity"] < rows["count_sketch_3x32"]["sensitivity"]
     assert rows["topk_k21"]["uplink_bytes"] == 8 * 21
     # conditional rounding: S = B < C + Δ√d at the same payload; its draws are counted
     for name, length in (("quantize_b4", d), ("rotate_quantize_b4", padded_dimension(d))):
