@@ -187,53 +187,16 @@ def test_the_noise_has_the_charged_variance() -> None:
 
 # -- (2) empirical privacy audit ------------------------------------------------------------------------------
 def _audit(sigma_run: float, trials: int, seed: int) -> float:
-    """A 95 % lower bound on ε at δ = 1e-5 from telling apart one torch device round (one step, q = 1, through
-    train_torch_local_dpsgd) on D = X + x₀ from D' = X + canary, the canary *replacing* x₀ (N fixed, as the
-    upload reveals it). x₀ = −canary with the same label, so the clipped gradients are opposite and the
-    clipped sum moves by 2c. The 1-d statistic is the update projected on the canary's gradient direction;
-    the threshold τ is picked on half the trials, and on the other half ε ≥ log((1 − δ − FNR_hi)/FPR_hi)
-    with one-sided 95 % Clopper-Pearson upper bounds on both error rates (Jagielski et al. 2020), as the
-    numpy device's audit in tests/fl/test_fl_local_dpsgd.py."""
-    from simulator.scenarios.attacks import clopper_pearson
+    """:func:`tests.support.audit.device_round_audit` of one torch device round (one step, q = 1, through
+    train_torch_local_dpsgd), as the numpy device's audit in tests/fl/test_fl_local_dpsgd.py."""
+    from tests.support.audit import device_round_audit
 
-    rng = np.random.default_rng(seed)
-    task_model = {"kind": "logistic", "n_features": 3, "l2": 0.0}
-    tdm = TorchDeviceModel.for_task_model(task_model)
-    X, y = rng.normal(scale=0.1, size=(10, 3)).astype(np.float32), rng.integers(0, 2, 10)
-    canary = np.array([[30.0, -20.0, 10.0]], np.float32)
-    d_x, d_y = np.vstack([X, -canary]), np.concatenate([y, [0]])
-    n_x, n_y = np.vstack([X, canary]), np.concatenate([y, [0]])
-    spec = LocalDPSGDSpec(noise_multiplier=sigma_run, clip=1.0, sample_rate=1.0, steps=1)
-    cfg = RoundConfig(0, np.zeros(4, np.float32), "fedavg", LocalTraining(learning_rate=1.0))
-    u = np.zeros(4)
-    u[:3] = -canary[0] / np.linalg.norm(canary[0])
+    tdm = TorchDeviceModel.for_task_model({"kind": "logistic", "n_features": 3, "l2": 0.0})
 
-    def release(data_x: np.ndarray, data_y: np.ndarray, s: int) -> float:
-        up = train_torch_local_dpsgd(
-            tdm,
-            cfg,
-            data_x,
-            data_y,
-            spec,
-            np.random.default_rng([seed, s, 0]),
-            np.random.default_rng([seed, s, 1]),
-            "c",
-        )
-        return float(up.delta.astype(np.float64) @ u)
+    def train(cfg: Any, X: np.ndarray, y: np.ndarray, spec: Any, srng: Any, nrng: Any) -> np.ndarray:
+        return train_torch_local_dpsgd(tdm, cfg, X, y, spec, srng, nrng, "c").delta
 
-    out = np.array([release(d_x, d_y, s) for s in range(trials)])
-    inn = np.array([release(n_x, n_y, trials + s) for s in range(trials)])
-    half = trials // 2
-
-    def bound(tau: float, o: np.ndarray, i: np.ndarray) -> float:
-        fpr_hi = clopper_pearson(int(np.sum(o > tau)), len(o), 0.10)[1]
-        fnr_hi = clopper_pearson(int(np.sum(i <= tau)), len(i), 0.10)[1]
-        num = 1.0 - DELTA - fnr_hi
-        return math.log(num / fpr_hi) if num > 0 else 0.0
-
-    taus = np.quantile(out[:half], np.linspace(0.5, 0.999, 60))
-    best = max(taus, key=lambda t: bound(float(t), out[:half], inn[:half]))
-    return max(0.0, bound(float(best), out[half:], inn[half:]))
+    return device_round_audit(train, sigma_run, trials, seed)
 
 
 def test_audit_of_a_torch_devices_round_stays_within_the_replace_one_epsilon() -> None:

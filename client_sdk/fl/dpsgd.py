@@ -138,6 +138,21 @@ def dpsgd_gradient(
     return g + penalty_grad(model, np.asarray(params, dtype=np.float64)), int(idx.size)
 
 
+def descend(
+    params: np.ndarray, g: np.ndarray, learning_rate: float, prox_mu: float = 0.0, anchor: np.ndarray | None = None
+) -> np.ndarray:
+    """θ − η·(g + μ·(θ − anchor)), float32: a step on the privatized gradient g, with FedProx's proximal pull
+    when ``prox_mu`` > 0 (``anchor`` the round's global parameters). The pull depends on θ and the public
+    anchor only, never on the examples: adding it to the noised gradient is post-processing, so the step's
+    privacy is g's."""
+    if prox_mu:
+        if anchor is None:
+            raise ModelError("a proximal term needs the anchor (the round's global parameters)")
+        g = g + float(prox_mu) * (np.asarray(params, dtype=np.float64) - np.asarray(anchor, dtype=np.float64))
+    w = np.asarray(params, dtype=np.float32)
+    return (w - np.float32(learning_rate) * np.asarray(g).astype(np.float32)).astype(np.float32)
+
+
 def dpsgd_step(
     model: Model,
     params: np.ndarray,
@@ -149,17 +164,9 @@ def dpsgd_step(
     prox_mu: float = 0.0,
     anchor: np.ndarray | None = None,
 ) -> np.ndarray:
-    """θ − η·(privatized gradient + μ·(θ − anchor)), float32. The proximal term (FedProx's, μ > 0 with the
-    round's global parameters as ``anchor``) depends on θ and the public anchor only, never on the examples:
-    adding it to the noised gradient is post-processing, so the step's privacy is the same as without it."""
+    """θ − η·(privatized gradient + μ·(θ − anchor)), float32 (:func:`descend`)."""
     g, _ = dpsgd_gradient(model, params, X, y, config, sample_rng, noise_rng)
-    if prox_mu:
-        if anchor is None:
-            raise ModelError("a proximal term needs the anchor (the round's global parameters)")
-        g = g + float(prox_mu) * (np.asarray(params, dtype=np.float64) - np.asarray(anchor, dtype=np.float64))
-    return (np.asarray(params, dtype=np.float32) - np.float32(config.learning_rate) * g.astype(np.float32)).astype(
-        np.float32
-    )
+    return descend(params, g, config.learning_rate, prox_mu, anchor)
 
 
 def train_dpsgd(

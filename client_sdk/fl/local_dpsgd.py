@@ -164,6 +164,23 @@ def local_dp_sgd_from_dict(d: Mapping[str, Any] | LocalDPSGDSpec | None) -> Loca
     return LocalDPSGDSpec(**d)
 
 
+def local_round_start(
+    config: RoundConfig, X: np.ndarray, num_params: int, spec: LocalDPSGDSpec
+) -> tuple[np.ndarray, DPSGDConfig, float]:
+    """What a device's DP-SGD round starts from, for the numpy and the torch path alike: the round's
+    parameters θ₀ (float32, checked against the model's size), the steps' configuration at the round's
+    learning rate, and FedProx's μ (0 for FedAvg). Refuses SCAFFOLD, personalization and an empty dataset."""
+    if config.algorithm not in ("fedavg", "fedprox") or config.personalization is not None:
+        raise FLError("local_dp_sgd trains the fedavg or fedprox client update only (no scaffold or personalization)")
+    x = np.asarray(config.params, dtype=np.float32)
+    if x.shape != (num_params,):
+        raise ModelError(f"the round's params have shape {x.shape}, the model needs ({num_params},)")
+    if len(X) == 0:
+        raise FLError("local_dp_sgd needs at least one training example on the device")
+    mu = float(config.prox_mu) if config.algorithm == "fedprox" else 0.0
+    return x, spec.dpsgd_config(float(config.training.learning_rate)), mu
+
+
 def train_local_dpsgd(
     model: Model,
     config: RoundConfig,
@@ -178,15 +195,7 @@ def train_local_dpsgd(
     parameters at the round's learning rate; the upload is θ_T − θ_0, weighted by len(X). FedAvg, or FedProx
     (each step's noised gradient plus μ·(θ − θ_0), a function of θ and the public θ_0 only: post-processing,
     the same sample-level ε); the task refuses SCAFFOLD and personalization with ``local_dp_sgd``."""
-    if config.algorithm not in ("fedavg", "fedprox") or config.personalization is not None:
-        raise FLError("local_dp_sgd trains the fedavg or fedprox client update only (no scaffold or personalization)")
-    x = np.asarray(config.params, dtype=np.float32)
-    if x.shape != (model.num_params,):
-        raise ModelError(f"the round's params have shape {x.shape}, the model needs ({model.num_params},)")
-    if len(X) == 0:
-        raise FLError("local_dp_sgd needs at least one training example on the device")
-    cfg = spec.dpsgd_config(float(config.training.learning_rate))
-    mu = float(config.prox_mu) if config.algorithm == "fedprox" else 0.0
+    x, cfg, mu = local_round_start(config, X, model.num_params, spec)
     w = train_dpsgd(model, x, X, y, cfg, spec.steps_per_round, sample_rng, noise_rng, prox_mu=mu)
     return ClientUpdate(client_id, config.round, (w - x).astype(np.float32), len(X))
 

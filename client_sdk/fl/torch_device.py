@@ -43,9 +43,9 @@ from typing import Any
 import numpy as np
 
 from client_sdk.fl.client import ClientUpdate, RoundConfig
-from client_sdk.fl.dpsgd import DPSGDConfig, batch_divisor, poisson_sample, privatize_sum
+from client_sdk.fl.dpsgd import DPSGDConfig, batch_divisor, descend, poisson_sample, privatize_sum
 from client_sdk.fl.errors import FLError, ModelError
-from client_sdk.fl.local_dpsgd import LocalDPSGDSpec
+from client_sdk.fl.local_dpsgd import LocalDPSGDSpec, local_round_start
 from client_sdk.fl.models import MLP, LogisticRegression, SoftmaxRegression
 from client_sdk.fl.protocol import model_from_dict, model_to_dict
 from client_sdk.fl.torch_adapter import TorchModel, _torch
@@ -220,13 +220,7 @@ class TorchDeviceModel:
         else:
             total = np.zeros(self.num_params)
         g = privatize_sum(total, config.clip_norm, config.noise_multiplier, denom, noise_rng)
-        g = g + self.penalty_grad(params)
-        if prox_mu:
-            if anchor is None:
-                raise ModelError("a proximal term needs the anchor (the round's global parameters)")
-            g = g + float(prox_mu) * (np.asarray(params, dtype=np.float64) - np.asarray(anchor, dtype=np.float64))
-        w = np.asarray(params, dtype=np.float32)
-        return (w - np.float32(config.learning_rate) * g.astype(np.float32)).astype(np.float32)
+        return descend(params, g + self.penalty_grad(params), config.learning_rate, prox_mu, anchor)
 
 
 def train_torch_dpsgd_task(
@@ -265,14 +259,6 @@ def train_torch_local_dpsgd(
     steps from the round's parameters at its learning rate; the upload is θ_T − θ_0 weighted by len(X)."""
     if not isinstance(model, TorchDeviceModel):
         raise ModelError(f"model must be a TorchDeviceModel, got {type(model).__name__}")
-    if config.algorithm not in ("fedavg", "fedprox") or config.personalization is not None:
-        raise FLError("local_dp_sgd trains the fedavg or fedprox client update only (no scaffold or personalization)")
-    x = np.asarray(config.params, dtype=np.float32)
-    if x.shape != (model.num_params,):
-        raise ModelError(f"the round's params have shape {x.shape}, the model needs ({model.num_params},)")
-    if len(X) == 0:
-        raise FLError("local_dp_sgd needs at least one training example on the device")
-    cfg = spec.dpsgd_config(float(config.training.learning_rate))
-    mu = float(config.prox_mu) if config.algorithm == "fedprox" else 0.0
+    x, cfg, mu = local_round_start(config, X, model.num_params, spec)
     w = train_torch_dpsgd_task(model, x, X, y, cfg, spec.steps_per_round, sample_rng, noise_rng, prox_mu=mu)
     return ClientUpdate(client_id, config.round, (w - x).astype(np.float32), len(X))

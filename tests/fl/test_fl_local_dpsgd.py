@@ -22,7 +22,7 @@ from client_sdk.fl.protocol import parse_upload
 from client_sdk.uploader import HttpRequest, urllib_transport
 from estimator.fl.job import AggregationJob, JobSettings
 from estimator.fl.task import FLTaskSpec
-from tests.support.audit import threshold_epsilon_lower_bound
+from tests.support.audit import device_round_audit
 from tests.support.fl_pipeline_support import (
     AUTHORITY,
     devices_for,
@@ -289,45 +289,16 @@ def test_a_device_refuses_local_dp_sgd_it_cannot_verify() -> None:
 
 # -- empirical privacy audit of the device's release -------------------------------------------------------
 def _audit_device(sigma_run: float, trials: int, seed: int, steps: int = 1, prox_mu: float = 0.0) -> float:
-    """A 95 % lower bound on ε at δ = 1e-5 from telling apart a device's released round (one DP-SGD step, q = 1,
-    through :func:`train_local_dpsgd`) on D = X + x₀ and on D' = X + canary, the canary replacing x₀ (N fixed, as
-    the upload reveals it). x₀ = −canary with the same label: their clipped gradients are opposite, so the
-    clipped sum moves by the full 2c. The attacker projects the update on that direction and thresholds; τ is
-    picked on one half of the trials, the bound is Clopper-Pearson on the other (Jagielski et al. 2020)."""
-    from client_sdk.fl.client import LocalTraining, RoundConfig
+    """:func:`device_round_audit` of the numpy device's round (:func:`train_local_dpsgd`)."""
     from client_sdk.fl.local_dpsgd import train_local_dpsgd
     from client_sdk.fl.models import LogisticRegression
 
-    rng = np.random.default_rng(seed)
     model = LogisticRegression(3, l2=0.0)
-    X, y = rng.normal(scale=0.1, size=(10, 3)).astype(np.float32), rng.integers(0, 2, 10)
-    canary = np.array([[30.0, -20.0, 10.0]], np.float32)
-    d_x, d_y = np.vstack([X, -canary]), np.concatenate([y, [0]])
-    n_x, n_y = np.vstack([X, canary]), np.concatenate([y, [0]])
-    spec = LocalDPSGDSpec(noise_multiplier=sigma_run, clip=1.0, sample_rate=1.0, steps=steps)
-    algorithm = "fedprox" if prox_mu else "fedavg"
-    cfg = RoundConfig(
-        0, np.zeros(model.num_params, np.float32), algorithm, LocalTraining(learning_rate=1.0), prox_mu=prox_mu
-    )
-    u = np.zeros(model.num_params)
-    u[:3] = -canary[0] / np.linalg.norm(canary[0])  # the update is −η·(sum + noise)/N: the canary's gradient sign
 
-    def release(data_x: np.ndarray, data_y: np.ndarray, s: int) -> float:
-        up = train_local_dpsgd(
-            model,
-            cfg,
-            data_x,
-            data_y,
-            spec,
-            np.random.default_rng([seed, s, 0]),
-            np.random.default_rng([seed, s, 1]),
-            "c",
-        )
-        return float(up.delta.astype(np.float64) @ u)
+    def train(cfg: Any, X: np.ndarray, y: np.ndarray, spec: Any, srng: Any, nrng: Any) -> np.ndarray:
+        return train_local_dpsgd(model, cfg, X, y, spec, srng, nrng, "c").delta
 
-    out = np.array([release(d_x, d_y, s) for s in range(trials)])
-    inn = np.array([release(n_x, n_y, trials + s) for s in range(trials)])
-    return threshold_epsilon_lower_bound(out, inn)
+    return device_round_audit(train, sigma_run, trials, seed, steps, prox_mu)
 
 
 def test_audit_of_a_devices_round_stays_within_the_replace_one_epsilon() -> None:
