@@ -307,3 +307,30 @@ def test_dp_fltrust_contract_and_refusals(tmp_path: Path) -> None:
     assert isinstance(spec.build_accountant(), ClientLevelAccountant) and spec.device_clip_norm is None
     assert _spec(tmp_path, noise_multiplier=0.0).build_accountant() is not None
     assert FLTaskSpec.from_dict({**spec.to_dict(), "clip_norm": None, "noise_multiplier": 0.0, "aggregator": plain})
+
+
+# -- the poisoning scenario's DP row ------------------------------------------------------------------------
+def test_poisoning_scenario_dp_row(capsys: pytest.CaptureFixture[str]) -> None:
+    """``ldp fl attack --poisoning --dp-fltrust``: a sixth aggregator with its ε (the accountant's for every
+    client in every round) and its step scale; without noise it resists 30 % sign flippers like FLTrust (within
+    0.05 of its clean accuracy, the margin of tests/fl/test_fl_fltrust.py), and its step scale is below 0.7
+    there (14 of 20 clients honest, each trust ≤ 1)."""
+    from ldp_cli.main import main
+    from simulator.scenarios.fl_poisoning import PoisoningConfig, dp_privacy, run_one
+
+    cfg = PoisoningConfig(rounds=15, dp_noise_multiplier=0.0)
+    clean = run_one(cfg, None, 0.0, "fltrust_dp")
+    flipped = run_one(cfg, "sign_flip", 0.3, "fltrust_dp")
+    assert flipped["accuracy"] >= clean["accuracy"] - 0.05 and clean["accuracy"] > 0.9, (clean, flipped)
+    assert 0 < flipped["mean_step_scale"] < 0.7 < clean["mean_step_scale"] <= 1.0
+    assert "mean_step_scale" not in run_one(cfg, None, 0.0, "fltrust")  # the plain rule has no such scale
+    assert main(["fl", "attack", "--poisoning", "--dp-fltrust", "--rounds", "1", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert set(out["clean_accuracy"]) == {"mean", "median", "trimmed_mean", "krum", "fltrust", "fltrust_dp"}
+    assert len(out["results"]) == 3 * 3 * 6
+    acc = ClientLevelAccountant(FixedCountSampling(20), 20, 1e-5)
+    acc.record(1.0)
+    assert out["fltrust_dp"] == dp_privacy(PoisoningConfig(rounds=1))
+    assert out["fltrust_dp"]["epsilon"] == pytest.approx(acc.epsilon()) and out["fltrust_dp"]["clip_norm"] == 0.1
+    with pytest.raises(SystemExit, match="needs --poisoning"):
+        main(["fl", "attack", "--dp-fltrust"])
