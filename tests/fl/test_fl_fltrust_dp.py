@@ -41,8 +41,10 @@ from tests.support.fl_pipeline_support import (
     final_params,
     make_data,
     reference_run,
+    run_with_restart,
     running_task,
     scaled_updates,
+    served_status,
     task_spec,
 )
 
@@ -81,7 +83,7 @@ def _ctx(seed: int, m: float, r: int = 0) -> RoundContext:
 
 
 # -- (1) sensitivity, played by the adversary ------------------------------------------------------------
-def test_no_upload_moves_the_sum_by_more_than_c(tmp_path: Path) -> None:
+def test_no_upload_moves_the_sum_by_more_than_c() -> None:
     C, m = 0.5, 4.0
     rng = np.random.default_rng(11)
     g0 = rng.normal(size=DIM)
@@ -226,6 +228,7 @@ def test_dp_fltrust_task_over_the_pipeline(tmp_path: Path) -> None:
         devices = devices_for(srv.url, spec, data, scale=dict.fromkeys(ATTACKERS, SCALE))
         drive(devices, jt.finished, timeout=60)
         status = jt.result
+        served = served_status(srv.url, spec.task, lambda st: st.get("phase") == "done")  # anyone's view
     assert status is not None
     x_dp = final_params(status)
     ref, ref_history = reference_run(spec, data, tamper=_attack)
@@ -240,6 +243,9 @@ def test_dp_fltrust_task_over_the_pipeline(tmp_path: Path) -> None:
     assert by["observer"]["epsilon"] == pytest.approx(acc.epsilon(), rel=1e-9)
     assert by["knows_sample"]["epsilon"] == pytest.approx(acc.epsilon_known_sample(), rel=1e-9)
     assert by["server_operator"]["epsilon"] is None and by["server_operator"]["sees"] == FLTRUST_OPERATOR_SEES
+    assert served["epsilon"] == pytest.approx(acc.epsilon(), rel=1e-9)  # the public status carries ε too
+    text = json.dumps(served)  # and nothing of the scores (the operator's history only)
+    assert served["aggregator"] == "fltrust" and "trust_scores" not in text and "trust_total" not in text
     m = float(N_CLIENTS)
     for h, rh in zip(status["history"], ref_history, strict=True):
         assert h["trust_scores"] == sorted(rh.info["trust_scores"].values(), reverse=True)
@@ -276,6 +282,22 @@ def test_dp_fltrust_task_over_the_pipeline(tmp_path: Path) -> None:
     assert travel["dp"] < travel["fltrust"], travel
     se = max(math.sqrt(acc_of["clean"] * (1 - acc_of["clean"]) / len(Y_TEST)), 1.0 / len(Y_TEST))
     assert acc_of["dp"] >= acc_of["clean"] - 3 * se, (acc_of, shrink)
+
+
+def test_dp_fltrust_task_restarted_mid_run_ends_with_the_same_model_and_epsilon(tmp_path: Path) -> None:
+    """Stopped after round 2 and restarted: the noise generator and the accountant come back from the
+    checkpoint (its noise history), so the model is the uninterrupted run's and ε its accountant's."""
+    spec = _spec(tmp_path, "fltrust-dp-restart")
+    data = DATA[:N_CLIENTS]
+    ref, history = reference_run(spec, data)
+
+    def check(jt: Any, restored: dict[str, Any]) -> None:
+        done = len(restored["history"])
+        assert restored["epsilon"] == pytest.approx(history[done - 1].info["epsilon"], rel=1e-9)
+
+    status = run_with_restart(tmp_path, spec, data, check)
+    assert np.array_equal(final_params(status), ref)
+    assert [h["epsilon"] for h in status["history"]] == pytest.approx([h.info["epsilon"] for h in history], rel=1e-9)
 
 
 # -- (5) refusals and the contract -----------------------------------------------------------------------
