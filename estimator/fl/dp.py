@@ -27,6 +27,18 @@ that the accountant charges and uses σ_Δ = (z⁻² − (2σ_b)⁻²)^(−1/2) 
 updates: the clipped count costs slightly more noise on the updates, never
 an unaccounted release. The default σ_b = m̄/20 is the paper's suggestion.
 
+:class:`DPFLTrust` (issue 18): FLTrust (Cao, Fang, Liu, Gong, NDSS 2021)
+made a bounded-sensitivity sum. The root update g₀ is clipped to C, g₀' =
+g₀·min(1, C/‖g₀‖); client i's contribution is TSᵢ·‖g₀'‖·Δᵢ/‖Δᵢ‖ with
+TSᵢ = ReLU(cos(Δᵢ, g₀)) ∈ [0, 1], so its norm is at most C whatever the client
+sends (its norm never matters, only its direction); the release is
+(Σᵢ TSᵢ·ḡᵢ + N(0, σ²C²·I)) / m̄ with m̄ the expected number of clients,
+not FLTrust's Σ TSᵢ. Adding or removing one client moves the sum by at most
+C, exactly as in DP-FedAvg, so :class:`ClientLevelAccountant` accounts it
+unchanged. C is a task parameter, never a function of the root data: g₀
+only chooses a direction and a length below C, and the server's data is not
+what the client-level guarantee protects.
+
 Only a linear aggregator may sit inside (``inner.linear``): the sensitivity
 argument needs a sum. Clipping happens here, on the server; with secure
 aggregation the devices clip before masking (:func:`client_sdk.fl.client.clip_to_norm`).
@@ -36,7 +48,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, ClassVar, Protocol
 
 import numpy as np
@@ -52,6 +64,9 @@ __all__ = [
     "ClientLevelAccountant",
     "FixedClippingDP",
     "AdaptiveClippingDP",
+    "DPFLTrust",
+    "fltrust_contributions",
+    "FLTRUST_OPERATOR_SEES",
     "update_noise_multiplier",
     "ADVERSARIES",
     "epsilon_by_adversary",
@@ -197,8 +212,21 @@ class _AdversaryAccountant(Protocol):
     def epsilon_known_sample(self) -> float: ...
 
 
+#: what the server operator of a DP-FLTrust task holds (:class:`DPFLTrust`): more than DP-FedAvg's, since
+#: the trust scores need every raw update, never a clipped or masked one
+FLTRUST_OPERATOR_SEES = (
+    "the sample, every client's raw update (FLTrust scores each against the root update, so no SecAgg), "
+    "the root data and the un-noised trust-weighted sum (the server adds the noise)"
+)
+
+
 def epsilon_by_adversary(
-    acc: _AdversaryAccountant, *, secagg: bool, observer: float | None = None, known_sample: float | None = None
+    acc: _AdversaryAccountant,
+    *,
+    secagg: bool,
+    observer: float | None = None,
+    known_sample: float | None = None,
+    operator_sees: str | None = None,
 ) -> list[dict[str, Any]]:
     """The accountant's ε against each adversary, labelled (issue 13; the threat table in docs/FL.md).
 
@@ -218,8 +246,9 @@ def epsilon_by_adversary(
     realized sample, so it may be shown publicly. ∞ stays ``math.inf`` (callers format it).
     ``observer`` / ``known_sample``: the accountant's figures if the caller already has them (the
     PLD computation is not free); they must be what the methods return. With DP-FTRL's accountant
-    (``acc.amplification`` False) the observer's and the known-sample figures are the same number."""
-    sees = (
+    (``acc.amplification`` False) the observer's and the known-sample figures are the same number.
+    ``operator_sees``: the operator's view where it is not DP-FedAvg's (DP-FLTrust: :data:`FLTRUST_OPERATOR_SEES`)."""
+    sees = operator_sees or (
         "the sample and the un-noised sum of the sampled clients' clipped updates (SecAgg hides each update; "
         "the server adds the noise after unmasking)"
         if secagg
@@ -245,7 +274,7 @@ def epsilon_by_adversary(
             "amplification": False,
             "epsilon": None,
             "protection": "none: central noise is added by the server after it has seen the un-noised "
-            + ("sum" if secagg else "updates"),
+            + ("sum" if secagg and operator_sees is None else "updates"),
         },
     ]
 
@@ -376,3 +405,73 @@ class AdaptiveClippingDP:
         )
         _report(self.accountant, self.report_every, info)
         return AggregateResult(noisy / m_bar, m_bar, res.num_clients, info)
+
+
+def fltrust_contributions(X: np.ndarray, root: np.ndarray, clip_norm: float) -> tuple[np.ndarray, np.ndarray, float]:
+    """DP-FLTrust's per-client contributions (rows), the trust scores and ‖g₀'‖ (module docstring).
+
+    Row i is TSᵢ·‖g₀'‖·Δᵢ/‖Δᵢ‖ with g₀' = g₀ clipped to ``clip_norm`` and TSᵢ = ReLU(cos(Δᵢ, g₀)) held in
+    [0, 1] (rounding could put a cosine a few ulps above 1); a zero update or a zero root gets trust 0. Each
+    row's norm is at most ``clip_norm`` (up to float64 rounding) for any ``X``."""
+    X = np.asarray(X, dtype=np.float64)
+    root = np.asarray(root, dtype=np.float64)
+    r = min(float(np.linalg.norm(root)), float(clip_norm))
+    norms = np.linalg.norm(X, axis=1)
+    ok = (norms > 0) & np.isfinite(norms)
+    safe = np.where(ok, norms, 1.0)
+    unit = X / safe[:, None]  # direction first: a huge update is never multiplied before it is normalized
+    if r > 0:
+        cos = unit @ (root / float(np.linalg.norm(root)))
+        ts = np.where(ok, np.clip(cos, 0.0, 1.0), 0.0)
+    else:
+        ts = np.zeros(X.shape[0])
+    return (ts * r)[:, None] * np.where(ok[:, None], unit, 0.0), ts, r
+
+
+@dataclasses.dataclass
+class DPFLTrust:
+    """FLTrust with client-level DP (module docstring): trust-scored, rescaled contributions of norm ≤ C,
+    summed, N(0, (σ·C)²) added, divided by the expected client count; the accountant is told every round.
+
+    ``root(ctx)`` is FLTrust's root update (:class:`estimator.fl.fltrust_root.RootTraining` in the job). A
+    round where nobody is trusted still releases its noise over m̄ (a zero sum plus noise): whether any score
+    is positive depends on the clients' data, so skipping the release would not be private."""
+
+    root: Callable[[RoundContext], np.ndarray]
+    clip_norm: float
+    noise_multiplier: float
+    accountant: ClientLevelAccountant | None = None
+    report_every: int = 1
+    linear: bool = dataclasses.field(default=False, init=False)
+
+    def __post_init__(self) -> None:
+        if not (math.isfinite(self.clip_norm) and self.clip_norm > 0):
+            raise FLError(f"clip_norm must be a finite number > 0, got {self.clip_norm}")
+        if not (math.isfinite(self.noise_multiplier) and self.noise_multiplier >= 0):
+            raise FLError(f"noise_multiplier must be a finite number >= 0, got {self.noise_multiplier}")
+
+    def aggregate(self, updates: Sequence[ClientUpdate], ctx: RoundContext) -> AggregateResult:
+        g0 = np.asarray(self.root(ctx), dtype=np.float64)
+        if g0.shape != (ctx.num_params,):
+            raise FLError(f"FLTrust root update has shape {g0.shape}, expected ({ctx.num_params},)")
+        if updates:
+            X = np.stack([np.asarray(u.delta, dtype=np.float64) for u in updates])
+            contrib, ts, r = fltrust_contributions(X, g0, self.clip_norm)
+            total = contrib.sum(axis=0)
+        else:
+            ts, r, total = np.zeros(0), min(float(np.linalg.norm(g0)), self.clip_norm), np.zeros(ctx.num_params)
+        sd = self.noise_multiplier * self.clip_norm
+        noisy = total + (ctx.rng.normal(0.0, sd, size=total.shape) if sd > 0 else 0.0)
+        if self.accountant is not None:
+            self.accountant.record(self.noise_multiplier)
+        info: dict[str, Any] = {
+            "trust_scores": {u.client_id: float(t) for u, t in zip(updates, ts, strict=True)},
+            "trusted_clients": int(np.count_nonzero(ts)),
+            "trust_total": float(ts.sum()),
+            "root_update_norm": float(np.linalg.norm(g0)),
+            "rescale_norm": r,
+            "clip_norm": self.clip_norm,
+            "noise_stddev": sd,
+        }
+        _report(self.accountant, self.report_every, info)
+        return AggregateResult(noisy / ctx.expected_clients, ctx.expected_clients, len(updates), info)

@@ -81,7 +81,7 @@ from estimator.errors import JobStateError
 from estimator.fl.aggregators import AggregateResult, Aggregator, RoundContext
 from estimator.fl.checkpoint import CheckpointLog, JobState
 from estimator.fl.checkpoint import json_float as _f
-from estimator.fl.dp import AdaptiveClippingDP, epsilon_by_adversary
+from estimator.fl.dp import FLTRUST_OPERATOR_SEES, AdaptiveClippingDP, epsilon_by_adversary
 from estimator.fl.ftrl import DPFTRL
 from estimator.fl.task import FLAccountant, FLTaskSpec
 from pipeline.errors import ConfigError
@@ -533,7 +533,10 @@ class AggregationJob(StreamProcessor):
 
                 figures = ddg_epsilon_by_adversary(self._ddg_accountant(acc.rounds), self.spec.secagg_threshold)
             else:
-                figures = epsilon_by_adversary(acc, secagg=bool(self.spec.secagg), observer=observer)
+                sees = FLTRUST_OPERATOR_SEES if self.spec.aggregator.kind == "fltrust" else None  # DP-FLTrust
+                figures = epsilon_by_adversary(
+                    acc, secagg=bool(self.spec.secagg), observer=observer, operator_sees=sees
+                )
             for a in figures:
                 a["epsilon"] = _f(a["epsilon"])
             self._by_adversary = (acc.rounds, figures)

@@ -26,7 +26,8 @@ weighted mean, typically), so the inner strategy's server step is unchanged:
 Median and trimmed mean ignore the clients' example counts (weighting them
 would let one client with a large claimed count move the statistic): inner
 receives one pseudo-update carrying the statistic. None of them is linear,
-so none may sit under a DP wrapper.
+so none may sit under a DP wrapper; FLTrust's DP variant, with a clipped root
+update and a fixed divisor, is its own mechanism (:class:`estimator.fl.dp.DPFLTrust`).
 """
 
 from __future__ import annotations

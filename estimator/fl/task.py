@@ -36,7 +36,13 @@ from client_sdk.fl.personalization import (
 )
 from client_sdk.fl.protocol import model_from_dict
 from estimator.fl.aggregators import Aggregator, ValidatingAggregator, WeightedMean
-from estimator.fl.dp import AdaptiveClippingDP, ClientLevelAccountant, FixedClippingDP, update_noise_multiplier
+from estimator.fl.dp import (
+    AdaptiveClippingDP,
+    ClientLevelAccountant,
+    DPFLTrust,
+    FixedClippingDP,
+    update_noise_multiplier,
+)
 from estimator.fl.ftrl import DPFTRL, FtrlAccountant
 from estimator.fl.personalization import Ditto, Moon, PerFedAvg
 from estimator.fl.robust import CoordinateMedian, FLTrust, Krum, TrimmedMean
@@ -407,6 +413,10 @@ class KrumSpec(_RobustSpec):
         return {**super().to_dict(), "multi": self.multi}
 
 
+#: ``fltrust``'s ``divisor`` values: the paper's Σ TSᵢ (no DP), or the expected cohort m̄ (DP-FLTrust)
+FLTRUST_DIVISORS = ("total_trust", "expected_clients")
+
+
 @dataclasses.dataclass(frozen=True)
 class FLTrustSpec:
     """``{"kind": "fltrust", "root_data": "PATH.npz", "sha256": h}`` (h optional: the root file's hex SHA-256, checked
@@ -417,11 +427,18 @@ class FLTrustSpec:
     ‖g₀‖, and the round releases the trust-weighted mean (the model is kept when every score is 0). A relative path
     is relative to the task file (:meth:`FLTaskSpec.from_file`; to the working directory for :meth:`from_dict`).
 
-    Not with ``secagg`` (it needs each update), client-level DP (no bounded-sensitivity sum: docs/FL.md),
-    ``scaffold``, MOON or ``local_dp_sgd`` (g₀ would not be the same kind of update as the devices')."""
+    ``divisor`` (``"total_trust"``, the default: the paper's Σ TSᵢ) picks the release's denominator. With
+    ``"expected_clients"`` the task runs DP-FLTrust (:class:`~estimator.fl.dp.DPFLTrust`): g₀ clipped to C =
+    ``clip_norm``, each contribution TSᵢ·ḡᵢ of norm ≤ C, N(0, (σC)²) on the sum, divided by the expected cohort
+    m̄; the client-level accountant is DP-FedAvg's. It needs ``clip_norm``; client-level DP with the default
+    divisor is refused (one client moves Σ TSᵢḡᵢ / Σ TSᵢ by up to 2‖g₀‖, not C/m: docs/FL.md).
+
+    Not with ``secagg`` (it needs each update), ``scaffold``, MOON or ``local_dp_sgd`` (g₀ would not be the
+    same kind of update as the devices')."""
 
     root_data: str
     sha256: str | None = None
+    divisor: str = "total_trust"
     kind: ClassVar[str] = "fltrust"
     requirement: ClassVar[dict[str, str]] = {"root_data": "the path of a .npz file with arrays x and y"}
     device_clips: ClassVar[bool] = False
@@ -437,6 +454,16 @@ class FLTrustSpec:
             not isinstance(h, str) or len(h) != 64 or any(c not in "0123456789abcdefABCDEF" for c in h)
         ):
             raise FLError(f"aggregator 'fltrust': sha256 must be 64 hex digits (the root file's digest), got {h!r}")
+        if self.divisor not in FLTRUST_DIVISORS:
+            raise FLError(
+                f"aggregator 'fltrust': divisor must be one of {list(FLTRUST_DIVISORS)} (the paper's total trust, "
+                f"or the expected cohort for client-level DP), got {self.divisor!r}"
+            )
+
+    @property
+    def dp(self) -> bool:
+        """Whether this is DP-FLTrust (divisor ``expected_clients``: clipped root, fixed denominator)."""
+        return self.divisor == "expected_clients"
 
     def check(self, task: FLTaskSpec) -> None:
         from estimator.fl.fltrust_root import load_root_data
@@ -446,13 +473,22 @@ class FLTrustSpec:
                 "aggregator 'fltrust' scores every client's individual update against the root update, and "
                 "secure aggregation reveals only their sum: set secagg to false"
             )
-        if task.clip_norm is not None or task.noise_multiplier:
+        if not self.dp and (task.clip_norm is not None or task.noise_multiplier):
             raise FLError(
-                "aggregator 'fltrust' runs without client-level DP: its release Σ TSᵢ·ḡᵢ / Σ TSᵢ divides by the "
-                "data-dependent total trust, not by a fixed count, so one client can move it by up to 2‖g₀‖ "
-                "(not C/m), and ‖g₀‖ itself is a function of the root data; set clip_norm to null and "
-                "noise_multiplier to 0, or use kind 'fedavg' for DP"
+                "aggregator 'fltrust' with divisor 'total_trust' (the default) runs without client-level DP: its "
+                "release Σ TSᵢ·ḡᵢ / Σ TSᵢ divides by the data-dependent total trust, not by a fixed count, so one "
+                "client can move it by up to 2‖g₀‖ (not C/m), and ‖g₀‖ itself is a function of the root data; "
+                'for DP-FLTrust set "divisor": "expected_clients" on the aggregator (g₀ clipped to clip_norm, the '
+                "sum divided by the expected cohort), or set clip_norm to null and noise_multiplier to 0"
             )
+        if self.dp and task.clip_norm is None:
+            raise FLError(
+                "aggregator 'fltrust' with divisor 'expected_clients' is DP-FLTrust and needs clip_norm C: the root "
+                "update is clipped to C, which bounds each client's contribution TSᵢ·ḡᵢ (set clip_norm, and "
+                "noise_multiplier > 0 for a finite epsilon)"
+            )
+        if self.dp:
+            _num("clip_norm", task.clip_norm)
         if task.algorithm == "scaffold":
             raise FLError(
                 "aggregator 'fltrust' runs with algorithm fedavg or fedprox: a scaffold upload carries the "
@@ -479,12 +515,19 @@ class FLTrustSpec:
 
         model = task.build_model()
         x, y = load_root_data(self.root_data, model, self.sha256)
-        return ValidatingAggregator(
-            FLTrust(WeightedMean(), RootTraining(model, task.build_strategy(), x, y, task.seed))
-        )
+        root = RootTraining(model, task.build_strategy(), x, y, task.seed)
+        if self.dp:
+            assert task.clip_norm is not None  # checked with the task
+            return ValidatingAggregator(
+                DPFLTrust(root, float(task.clip_norm), float(task.noise_multiplier), _client_level(accountant))
+            )
+        return ValidatingAggregator(FLTrust(WeightedMean(), root))
 
     def to_dict(self) -> dict[str, Any]:
-        return {"kind": self.kind, "root_data": self.root_data, "sha256": self.sha256}
+        out: dict[str, Any] = {"kind": self.kind, "root_data": self.root_data, "sha256": self.sha256}
+        if self.dp:  # the default is left out: a task file written before the option reads back unchanged
+            out["divisor"] = self.divisor
+        return out
 
 
 AggregatorSpec = FedAvgSpec | AdaptiveClippingSpec | DPFTRLSpec | MedianSpec | TrimmedMeanSpec | KrumSpec | FLTrustSpec
@@ -670,8 +713,9 @@ class FLTaskSpec:
       aggregation reveals only the sum). A round with fewer updates than the wrapper needs
       (2f + 1; Krum 2f + 3) fails without release.
     * ``{"kind": "fltrust", "root_data": "PATH.npz"}`` (:class:`FLTrustSpec`): FLTrust against a root update the
-      job trains each round on its trusted root dataset (:mod:`estimator.fl.fltrust_root`); without DP and
-      ``secagg``, with ``fedavg`` or ``fedprox``, ditto or perfedavg (not ``scaffold``, moon, ``local_dp_sgd``).
+      job trains each round on its trusted root dataset (:mod:`estimator.fl.fltrust_root`); without ``secagg``,
+      with ``fedavg`` or ``fedprox``, ditto or perfedavg (not ``scaffold``, moon, ``local_dp_sgd``). Client-level
+      DP only with ``"divisor": "expected_clients"`` (DP-FLTrust, :class:`~estimator.fl.dp.DPFLTrust`).
 
     ``noise`` (a :data:`NoiseSpec`; a mapping is read by :func:`noise_spec`): None keeps the central
     noise above; ``{"kind": "distributed_discrete_gaussian", "bits": b, ...}`` (:class:`DistributedDGSpec`)
@@ -989,5 +1033,6 @@ class FLTaskSpec:
         ``FixedClippingDP(WeightedMean(), C, σ, accountant)`` (``fedavg``; without the DP wrapper when
         ``clip_norm`` is None), ``AdaptiveClippingDP(WeightedMean(), C, z, γ, η_C, σ_b, accountant)``,
         ``CoordinateMedian``/``TrimmedMean(WeightedMean(), f)``, ``Krum(WeightedMean(), f, multi)`` or
-        ``FLTrust(WeightedMean(), RootTraining(...))``."""
+        ``FLTrust(WeightedMean(), RootTraining(...))`` (``DPFLTrust(RootTraining(...), C, σ, accountant)`` with
+        ``"divisor": "expected_clients"``)."""
         return self.aggregator.build(self, accountant)

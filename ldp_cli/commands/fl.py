@@ -615,13 +615,26 @@ def _register_attack(fsub: argparse._SubParsersAction) -> None:
         help="instead: label flipping, a scaled backdoor and sign flipping by 10-30%% malicious clients against "
         "mean, median, trimmed mean, Krum and FLTrust (simulator/scenarios/fl_poisoning.py); --rounds applies",
     )
+    a.add_argument(
+        "--dp-fltrust",
+        action="store_true",
+        help="with --poisoning: add DP-FLTrust (root update clipped to C = 0.1, noise multiplier 1, the sum over "
+        "the expected cohort) as a sixth aggregator, with its client-level epsilon",
+    )
     a.set_defaults(func=run_attack_cmd)
 
 
 def run_poisoning_cmd(args: argparse.Namespace) -> int:
-    from simulator.scenarios.fl_poisoning import PoisoningConfig, plot_fl_poisoning, run_fl_poisoning
+    from simulator.scenarios.fl_poisoning import (
+        AGGREGATORS,
+        DP_AGGREGATOR,
+        PoisoningConfig,
+        plot_fl_poisoning,
+        run_fl_poisoning,
+    )
 
-    result = run_fl_poisoning(PoisoningConfig(rounds=args.rounds, seed=args.seed))
+    aggs = (*AGGREGATORS, DP_AGGREGATOR) if args.dp_fltrust else AGGREGATORS
+    result = run_fl_poisoning(PoisoningConfig(rounds=args.rounds, seed=args.seed), aggregators=aggs)
     if _plot_and_json(args, result, plot_fl_poisoning):
         return 0
     print(
@@ -632,7 +645,14 @@ def run_poisoning_cmd(args: argparse.Namespace) -> int:
     print(f"{'attack':<11} {'malicious':>9} {'aggregator':<13} {'accuracy':>8} {'attack success':>14}")
     for r in result["results"]:
         asr = "—" if r["attack_success_rate"] is None else f"{r['attack_success_rate']:.3f}"
-        print(f"{r['attack']:<11} {r['fraction']:>9.0%} {r['aggregator']:<13} {r['accuracy']:>8.3f} {asr:>14}")
+        step = f"  step scale {r['mean_step_scale']:.3f}" if "mean_step_scale" in r else ""
+        print(f"{r['attack']:<11} {r['fraction']:>9.0%} {r['aggregator']:<13} {r['accuracy']:>8.3f} {asr:>14}{step}")
+    dp = result.get(DP_AGGREGATOR)
+    if dp is not None:
+        print(
+            f"{DP_AGGREGATOR}: C {dp['clip_norm']:g}, noise multiplier {dp['noise_multiplier']:g}, client-level "
+            f"epsilon {dp['epsilon']:.1f} at delta {dp['delta']:g} (every client every round: no amplification)"
+        )
     if args.plot:
         print(f"plot: {args.plot}")
     return 0
@@ -641,6 +661,8 @@ def run_poisoning_cmd(args: argparse.Namespace) -> int:
 def run_attack_cmd(args: argparse.Namespace) -> int:
     if getattr(args, "poisoning", False):
         return run_poisoning_cmd(args)
+    if getattr(args, "dp_fltrust", False):
+        raise SystemExit("ldp fl attack: --dp-fltrust adds a row to the poisoning scenario; it needs --poisoning")
     from simulator.scenarios.attacks import InversionConfig, MembershipConfig, plot_attacks, run_attacks
 
     result = run_attacks(

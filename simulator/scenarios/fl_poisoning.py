@@ -21,7 +21,11 @@ all but the last ``trigger_dims`` features, unit noise everywhere), softmax regr
   accuracy is the measure, attack success is reported as null.
 
 The robust rules get f = the number of malicious clients (the most favourable setting
-for them); FLTrust gets no f.
+for them); FLTrust gets no f. ``fltrust_dp`` is DP-FLTrust (:class:`estimator.fl.dp.DPFLTrust`,
+the job's ``"divisor": "expected_clients"``): the root update clipped to ``dp_clip``, the trust-
+weighted sum plus N(0, (``dp_noise_multiplier``·C)²) over the expected cohort (every client,
+every round); its rows carry the mean step scale Σ TSᵢ/m̄ and the result the task's client-level ε
+(:class:`estimator.fl.dp.ClientLevelAccountant`, all clients sampled, replace-one neighbours).
 """
 
 from __future__ import annotations
@@ -34,12 +38,25 @@ import numpy as np
 
 from client_sdk.fl import ClientUpdate, SoftmaxRegression
 from estimator.fl.aggregators import Aggregator, RoundContext, WeightedMean
+from estimator.fl.dp import ClientLevelAccountant, DPFLTrust
 from estimator.fl.robust import CoordinateMedian, FLTrust, Krum, TrimmedMean
+from estimator.fl.sampling import FixedCountSampling
 
-__all__ = ["PoisoningConfig", "ATTACKS", "AGGREGATORS", "run_fl_poisoning", "run_one", "plot_fl_poisoning"]
+__all__ = [
+    "PoisoningConfig",
+    "ATTACKS",
+    "AGGREGATORS",
+    "DP_AGGREGATOR",
+    "run_fl_poisoning",
+    "run_one",
+    "plot_fl_poisoning",
+    "dp_privacy",
+]
 
 ATTACKS = ("label_flip", "backdoor", "sign_flip")
 AGGREGATORS = ("mean", "median", "trimmed_mean", "krum", "fltrust")
+#: DP-FLTrust, run only when asked for (``ldp fl attack --poisoning --dp-fltrust``)
+DP_AGGREGATOR = "fltrust_dp"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -60,6 +77,9 @@ class PoisoningConfig:
     fractions: tuple[float, ...] = (0.1, 0.2, 0.3)
     test_examples: int = 2000
     seed: int = 0
+    dp_clip: float = 0.1
+    dp_noise_multiplier: float = 1.0
+    delta: float = 1e-5
 
 
 @dataclasses.dataclass(frozen=True)
@@ -86,7 +106,9 @@ def _local(model: SoftmaxRegression, w: np.ndarray, X: np.ndarray, y: np.ndarray
     return p - w
 
 
-def _make_aggregator(name: str, f: int, root: Callable[[RoundContext], np.ndarray]) -> Aggregator:
+def _make_aggregator(
+    name: str, f: int, root: Callable[[RoundContext], np.ndarray], cfg: PoisoningConfig = PoisoningConfig()
+) -> Aggregator:
     inner = WeightedMean()
     if name == "mean":
         return inner
@@ -98,7 +120,9 @@ def _make_aggregator(name: str, f: int, root: Callable[[RoundContext], np.ndarra
         return Krum(inner, f=f)
     if name == "fltrust":
         return FLTrust(inner, root=root)
-    raise ValueError(f"unknown aggregator {name!r}; one of {AGGREGATORS}")
+    if name == "fltrust_dp":
+        return DPFLTrust(root, cfg.dp_clip, cfg.dp_noise_multiplier)
+    raise ValueError(f"unknown aggregator {name!r}; one of {(*AGGREGATORS, DP_AGGREGATOR)}")
 
 
 def _setup(
@@ -134,7 +158,8 @@ def run_one(cfg: PoisoningConfig, attack: str | None, fraction: float, aggregato
             y = np.concatenate([y, np.full(half, cfg.target)])
         poisoned.append((X, y))
     state = {"w": w}
-    agg = _make_aggregator(aggregator, max(m, 1), lambda ctx: _local(model, state["w"], Xr, yr, cfg))
+    agg = _make_aggregator(aggregator, max(m, 1), lambda ctx: _local(model, state["w"], Xr, yr, cfg), cfg)
+    step_scales = []
     for r in range(cfg.rounds):
         ups = []
         for i, (X, y) in enumerate(poisoned):
@@ -145,6 +170,8 @@ def run_one(cfg: PoisoningConfig, attack: str | None, fraction: float, aggregato
                 d = -cfg.boost * d
             ups.append(ClientUpdate(f"c{i}", r, d.astype(np.float32), len(y)))
         res = agg.aggregate(ups, RoundContext(r, model.num_params, rng, float(cfg.clients)))
+        if "trust_total" in res.info:
+            step_scales.append(res.info["trust_total"] / cfg.clients)
         state["w"] = state["w"] + res.delta
     w = state["w"]
     pred = model.predict(w.astype(np.float32), Xt)
@@ -156,6 +183,8 @@ def run_one(cfg: PoisoningConfig, attack: str | None, fraction: float, aggregato
         "accuracy": float(np.mean(pred == yt)),
         "attack_success_rate": None,
     }
+    if step_scales:  # DP-FLTrust: how much shorter than FLTrust's mean its step is (Σ TSᵢ/m̄, per round)
+        out["mean_step_scale"] = float(np.mean(step_scales))
     if attack == "label_flip":
         mask = (k - 1 - yt) != yt
         out["attack_success_rate"] = float(np.mean(pred[mask] == (k - 1 - yt[mask])))
@@ -187,6 +216,21 @@ def run_fl_poisoning(
         "seed": cfg.seed,
         "clean_accuracy": clean,
         "results": results,
+        **({DP_AGGREGATOR: dp_privacy(cfg)} if DP_AGGREGATOR in aggregators else {}),
+    }
+
+
+def dp_privacy(cfg: PoisoningConfig) -> dict[str, Any]:
+    """The client-level (ε, δ) of the ``fltrust_dp`` runs: ``rounds`` Gaussian rounds of multiplier σ with every
+    client sampled (no amplification), replace-one neighbours (the job's accountant for this sampling)."""
+    acc = ClientLevelAccountant(FixedCountSampling(cfg.clients), cfg.clients, cfg.delta)
+    for _ in range(cfg.rounds):
+        acc.record(cfg.dp_noise_multiplier)
+    return {
+        "clip_norm": cfg.dp_clip,
+        "noise_multiplier": cfg.dp_noise_multiplier,
+        "delta": cfg.delta,
+        "epsilon": acc.epsilon(),
     }
 
 
