@@ -39,7 +39,6 @@ from tests.support.fl_pipeline_support import (
     devices_for,
     drive,
     final_params,
-    make_data,
     reference_run,
     run_with_restart,
     running_task,
@@ -47,15 +46,8 @@ from tests.support.fl_pipeline_support import (
     served_status,
     task_spec,
 )
+from tests.support.fltrust_setup import ATTACKERS, DATA, N_CLIENTS, ROOT, SCALE, X_TEST, Y_TEST
 
-N_CLIENTS = 10
-ATTACKERS = ("dev-0", "dev-4", "dev-7")  # 30 %
-SCALE = np.float32(-4.0)
-PER_CLIENT = 24
-DATA = make_data(N_CLIENTS + 5, per_client=PER_CLIENT)  # as in test_fl_fltrust_job: 10 clients, root, test set
-ROOT = DATA[N_CLIENTS]
-X_TEST = np.concatenate([X for X, _ in DATA[N_CLIENTS + 1 :]])
-Y_TEST = np.concatenate([y for _, y in DATA[N_CLIENTS + 1 :]])
 DIM = 5  # logistic regression on 4 features
 
 

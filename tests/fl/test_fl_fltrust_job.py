@@ -41,23 +41,13 @@ from tests.support.fl_pipeline_support import (
     drive,
     drive_rounds,
     final_params,
-    make_data,
     reference_run,
     run_with_restart,
     running_task,
     scaled_updates,
     task_spec,
 )
-
-N_CLIENTS = 10
-ATTACKERS = ("dev-0", "dev-4", "dev-7")  # 30 %
-SCALE = np.float32(-4.0)
-PER_CLIENT = 24
-# clients 0..9 train; client 10's examples are the server's root data, 11..14 the test set (same labelling w)
-DATA = make_data(N_CLIENTS + 5, per_client=PER_CLIENT)
-ROOT = DATA[N_CLIENTS]
-X_TEST = np.concatenate([X for X, _ in DATA[N_CLIENTS + 1 :]])
-Y_TEST = np.concatenate([y for _, y in DATA[N_CLIENTS + 1 :]])
+from tests.support.fltrust_setup import ATTACKERS, DATA, N_CLIENTS, PER_CLIENT, ROOT, SCALE, X_TEST, Y_TEST
 
 
 def _root_file(tmp: Path, name: str = "root.npz", **arrays: Any) -> Path:
