@@ -60,6 +60,7 @@ __all__ = [
     "MAX_ROUNDING_DRAWS",
     "DEFAULT_ROUNDING_BETA",
     "ROUNDINGS",
+    "ring_bits_for",
 ]
 
 #: codes are carried in uint32 words (the SecAgg ring), so b ≤ 16 leaves room for 2^16 summands
@@ -423,6 +424,15 @@ class CountSketch:
         return 4 * self.rows * self.cols
 
 
+def ring_bits_for(bits: int, max_clients: int) -> int:
+    """The fewest ring bits r in which ``max_clients`` b-bit codes sum without wrapping: b + bit_length(n)
+    (n·(2^b − 1) < 2^r); ``ModelError`` past the 32-bit SecAgg ring."""
+    ring = bits + max(1, int(max_clients)).bit_length()
+    if ring > MODULUS_BITS:
+        raise ModelError(f"{max_clients} clients × {bits}-bit codes do not fit the 32-bit SecAgg ring")
+    return ring
+
+
 def check_composition(kind: str, *, secagg: bool, distributed_noise: bool, local_noise: bool = False) -> None:
     """Refuse the combinations that break privacy or cannot be summed.
 
@@ -494,9 +504,7 @@ class RingQuantization:
         # the public coordinate bound: C without the rotation; 4C/√D after it (rotated coordinates are ≈ ‖x‖/√D)
         default = clip_norm if not rotate else 4.0 * clip_norm / math.sqrt(padded_dimension(dim))
         q = StochasticQuantizer(option.get("bits", 8), option.get("clip", default))
-        ring = q.bits + max(1, int(max_clients)).bit_length()
-        if ring > MODULUS_BITS:
-            raise ModelError(f"{max_clients} clients × {q.bits}-bit codes do not fit the 32-bit SecAgg ring")
+        ring = ring_bits_for(q.bits, max_clients)
         length = padded_dimension(dim) if rotate else dim
         if rounding == "unbiased":
             return cls(q.bits, rotate, float(q.clip), ring, "unbiased")
@@ -508,19 +516,11 @@ class RingQuantization:
         """From the signed configuration; one signed before conditional rounding existed (no ``rounding``)
         means unbiased rounding, the only one there was."""
         try:
-            rounding = d.get("rounding", "unbiased")
-            if rounding == "conditional":
-                out = cls(
-                    int(d["bits"]),
-                    bool(d["rotate"]),
-                    float(d["clip"]),
-                    int(d["ring_bits"]),
-                    "conditional",
-                    float(d["beta"]),
-                    float(d["norm_bound"]),
-                )
-            else:
-                out = cls(int(d["bits"]), bool(d["rotate"]), float(d["clip"]), int(d["ring_bits"]), str(rounding))
+            rounding = str(d.get("rounding", "unbiased"))
+            cond = rounding == "conditional"  # only conditional rounding signs β and B
+            beta = float(d["beta"]) if cond else DEFAULT_ROUNDING_BETA
+            bound = float(d["norm_bound"]) if cond else math.inf
+            out = cls(int(d["bits"]), bool(d["rotate"]), float(d["clip"]), int(d["ring_bits"]), rounding, beta, bound)
         except (AttributeError, TypeError, KeyError, ValueError):
             raise ModelError(f"unusable signed compression parameters {d!r}") from None
         StochasticQuantizer(out.bits, out.clip)
@@ -568,6 +568,15 @@ class RingQuantization:
         s = self.quantizer.decode_sum(np.asarray(total, dtype=np.uint64) % (1 << self.ring_bits), n, self.ring_bits)
         return RotatedQuantizer(self.quantizer, rotation_seed).unrotate(s, dim) if self.rotate else s
 
+    def release(
+        self, total: np.ndarray, n: int, rotation_seed: int, dim: int, noise_stddev: float, rng: np.random.Generator
+    ) -> np.ndarray:
+        """The job's DP release of a round: :meth:`decode_sum` plus N(0, noise_stddev²) per parameter
+        (``noise_stddev`` = σ·:meth:`sensitivity`; the inverse rotation is orthogonal, so noise after it is
+        noise of the same scale on the codes). 0: no noise."""
+        s = self.decode_sum(total, n, rotation_seed, dim)
+        return s + (rng.normal(0.0, noise_stddev, size=s.shape) if noise_stddev > 0 else 0.0)
+
     def sensitivity(self, clip_norm: float, dim: int) -> float:
         """The codes' L2 bound, so the Gaussian's scale σ times this gives the float path's ε for σ: B (the
         signed ``norm_bound``, enforced by every honest device) with conditional rounding, else the
@@ -577,5 +586,7 @@ class RingQuantization:
         return self.quantizer.norm_bound(clip_norm, self.length(dim))
 
     def payload_bytes(self, dim: int) -> int:
-        """⌈length·ring_bits/8⌉: what a masked ring word vector needs (the wire still carries uint32 words)."""
-        return (self.length(dim) * self.ring_bits + 7) // 8
+        """⌈length·ring_bits/8⌉: the packed masked input (:func:`client_sdk.fl.protocol.packed_size`)."""
+        from client_sdk.fl.protocol import packed_size
+
+        return packed_size(self.length(dim), self.ring_bits)

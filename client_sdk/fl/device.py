@@ -280,21 +280,24 @@ class FLDevice:
             up = train(model, config, self.X, self.y, spec, rng, noise_rng, self.client_id)
         else:
             self._load_state(view)
-            model = self._model_for(view) if self.torch_model is None else self.torch_model.for_view(view["model"])
-            up = train_client(model, config, self.X, self.y, rng, self.client_id, self.state)
+            up = train_client(self._training_model(view), config, self.X, self.y, rng, self.client_id, self.state)
         self._save_state(view, config.params)  # before the update leaves: a restart resumes from this state
         delta = up.delta
         if view.get("clip_norm") is not None:
             delta, _ = clip_to_norm(delta, float(view["clip_norm"]))
         return np.asarray(delta, np.float32), up.num_examples, rng
 
+    def _training_model(self, view: Mapping[str, Any]) -> Any:
+        """The model this device trains the round's task model with: the numpy one, or its torch module."""
+        return self._model_for(view) if self.torch_model is None else self.torch_model.for_view(view["model"])
+
     def _local_dpsgd_trainer(self, view: Mapping[str, Any]) -> tuple[Any, Callable[..., Any]]:
         """The model and DP-SGD round function: numpy's, or the torch module's (imported only then)."""
         if self.torch_model is None:
-            return self._model_for(view), train_local_dpsgd
+            return self._training_model(view), train_local_dpsgd
         from client_sdk.fl.torch_device import train_torch_local_dpsgd
 
-        return self.torch_model.for_view(view["model"]), train_torch_local_dpsgd
+        return self._training_model(view), train_torch_local_dpsgd
 
     def step(self) -> str:
         """Fetch the round and do this device's next action in it. Returns what happened:

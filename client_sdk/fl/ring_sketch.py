@@ -33,8 +33,9 @@ from typing import Any
 
 import numpy as np
 
-from client_sdk.fl.compress import CountSketch, RingQuantization, StochasticQuantizer
+from client_sdk.fl.compress import CountSketch, RingQuantization, StochasticQuantizer, ring_bits_for
 from client_sdk.fl.errors import ModelError
+from client_sdk.fl.protocol import packed_size
 from client_sdk.fl.secagg import MODULUS_BITS
 
 __all__ = ["RingCountSketch", "ring_compression_for_task", "ring_compression_from_signed"]
@@ -78,10 +79,7 @@ class RingCountSketch:
                 "use fewer rows or cols"
             )
         q = StochasticQuantizer(option.get("bits", 8), option.get("clip", clip_norm))
-        ring = q.bits + max(1, int(max_clients)).bit_length()
-        if ring > MODULUS_BITS:
-            raise ModelError(f"{max_clients} clients × {q.bits}-bit codes do not fit the 32-bit SecAgg ring")
-        return cls(rows, cols, q.bits, float(q.clip), ring)
+        return cls(rows, cols, q.bits, float(q.clip), ring_bits_for(q.bits, max_clients))
 
     @classmethod
     def from_signed(cls, d: Any) -> RingCountSketch:
@@ -144,7 +142,7 @@ class RingCountSketch:
         return self.sketcher(dim, seed).unsketch(grid) * math.sqrt(self.rows)
 
     def decode_sum(self, total: np.ndarray, n: int, seed: int, dim: int) -> np.ndarray:
-        """The un-noised estimate (no DP release: the job noises :meth:`decode_cells` before unsketching)."""
+        """The un-noised estimate (no DP release: the job calls :meth:`release`, which noises the cells first)."""
         return self.unsketch(self.decode_cells(total, n), seed, dim)
 
     def release(
@@ -164,7 +162,7 @@ class RingCountSketch:
 
     def payload_bytes(self, dim: int) -> int:
         """⌈rows·cols·ring_bits/8⌉: the packed masked input."""
-        return (self.length(dim) * self.ring_bits + 7) // 8
+        return packed_size(self.length(dim), self.ring_bits)
 
 
 def ring_compression_for_task(option: Any, clip_norm: float, max_clients: int, dim: int) -> Any:

@@ -296,6 +296,29 @@ def _report(acc: ClientLevelAccountant | None, every: int, info: dict[str, Any])
         info["delta"] = acc.delta
 
 
+def _check_gaussian(clip_norm: float, noise_multiplier: float) -> None:
+    """C finite and > 0, σ finite and ≥ 0 (the Gaussian releases' parameters)."""
+    if not (math.isfinite(clip_norm) and clip_norm > 0):
+        raise FLError(f"clip_norm must be a finite number > 0, got {clip_norm}")
+    if not (math.isfinite(noise_multiplier) and noise_multiplier >= 0):
+        raise FLError(f"noise_multiplier must be a finite number >= 0, got {noise_multiplier}")
+
+
+def _gaussian_release(
+    total: np.ndarray,
+    clip_norm: float,
+    noise_multiplier: float,
+    accountant: ClientLevelAccountant | None,
+    rng: np.random.Generator,
+) -> tuple[np.ndarray, float]:
+    """``total`` + N(0, (σ·C)²) per coordinate, the round told to ``accountant``; returns (noisy, σ·C)."""
+    sd = noise_multiplier * clip_norm
+    noisy = total + (rng.normal(0.0, sd, size=total.shape) if sd > 0 else 0.0)
+    if accountant is not None:
+        accountant.record(noise_multiplier)
+    return noisy, sd
+
+
 @dataclasses.dataclass
 class FixedClippingDP:
     """Clip each update to ``clip_norm``, sum with ``inner``, add N(0, (σ·C)²), divide
@@ -311,10 +334,7 @@ class FixedClippingDP:
 
     def __post_init__(self) -> None:
         _require_linear(self.inner, "FixedClippingDP")
-        if not (math.isfinite(self.clip_norm) and self.clip_norm > 0):
-            raise FLError(f"clip_norm must be a finite number > 0, got {self.clip_norm}")
-        if not (math.isfinite(self.noise_multiplier) and self.noise_multiplier >= 0):
-            raise FLError(f"noise_multiplier must be a finite number >= 0, got {self.noise_multiplier}")
+        _check_gaussian(self.clip_norm, self.noise_multiplier)
 
     def aggregate(self, updates: Sequence[ClientUpdate], ctx: RoundContext) -> AggregateResult:
         clipped, n_clipped = [], 0
@@ -324,10 +344,7 @@ class FixedClippingDP:
             clipped.append(dataclasses.replace(u, delta=d, num_examples=1))
         res = self.inner.aggregate(clipped, ctx)
         total = res.delta * res.total_weight
-        sd = self.noise_multiplier * self.clip_norm
-        noisy = total + (ctx.rng.normal(0.0, sd, size=total.shape) if sd > 0 else 0.0)
-        if self.accountant is not None:
-            self.accountant.record(self.noise_multiplier)
+        noisy, sd = _gaussian_release(total, self.clip_norm, self.noise_multiplier, self.accountant, ctx.rng)
         info = dict(res.info)
         info.update(clip_norm=self.clip_norm, noise_stddev=sd, clipped_fraction=n_clipped / max(1, len(updates)))
         _report(self.accountant, self.report_every, info)
@@ -445,10 +462,7 @@ class DPFLTrust:
     linear: bool = dataclasses.field(default=False, init=False)
 
     def __post_init__(self) -> None:
-        if not (math.isfinite(self.clip_norm) and self.clip_norm > 0):
-            raise FLError(f"clip_norm must be a finite number > 0, got {self.clip_norm}")
-        if not (math.isfinite(self.noise_multiplier) and self.noise_multiplier >= 0):
-            raise FLError(f"noise_multiplier must be a finite number >= 0, got {self.noise_multiplier}")
+        _check_gaussian(self.clip_norm, self.noise_multiplier)
 
     def aggregate(self, updates: Sequence[ClientUpdate], ctx: RoundContext) -> AggregateResult:
         g0 = np.asarray(self.root(ctx), dtype=np.float64)
@@ -460,10 +474,7 @@ class DPFLTrust:
             total = contrib.sum(axis=0)
         else:
             ts, r, total = np.zeros(0), min(float(np.linalg.norm(g0)), self.clip_norm), np.zeros(ctx.num_params)
-        sd = self.noise_multiplier * self.clip_norm
-        noisy = total + (ctx.rng.normal(0.0, sd, size=total.shape) if sd > 0 else 0.0)
-        if self.accountant is not None:
-            self.accountant.record(self.noise_multiplier)
+        noisy, sd = _gaussian_release(total, self.clip_norm, self.noise_multiplier, self.accountant, ctx.rng)
         info: dict[str, Any] = {
             "trust_scores": {u.client_id: float(t) for u, t in zip(updates, ts, strict=True)},
             "trusted_clients": int(np.count_nonzero(ts)),

@@ -75,7 +75,6 @@ from client_sdk.fl.protocol import (
     parse_upload,
     verify_upload_auth,
 )
-from client_sdk.fl.ring_sketch import RingCountSketch
 from client_sdk.randomness import secure_generator
 from estimator.errors import JobStateError
 from estimator.fl.aggregators import AggregateResult, Aggregator, RoundContext
@@ -834,46 +833,42 @@ class AggregationJob(StreamProcessor):
             self._close_ddg(total, int(sa["ddg"]["rotation_seed"]), ctx)
             return
         comp = self.spec.build_compression()
-        noised = None  # the count sketch's release: noise on the summed sketch, then unsketching
-        if comp is not None and "compression" in sa:
-            seed = int(sa["compression"]["rotation_seed"])
+        if comp is not None and "compression" in sa:  # fedavg only: the task refuses other aggregators with it
+            # σ relative to the codes' sensitivity (the bound B every honest device enforces, C + Δ·√D with
+            # unbiased rounding, or the clipped sketch's), added where that bound holds: on the decoded codes, or
+            # on the summed sketch before unsketching (RingQuantization / RingCountSketch.release)
             sensitivity = comp.sensitivity(float(self.spec.clip_norm), self.payload_size)  # type: ignore[arg-type]
-            if isinstance(comp, RingCountSketch):
-                # the Gaussian goes on the summed sketch, whose sensitivity holds for any seed; unsketching the
-                # noised cells is post-processing (client_sdk.fl.ring_sketch)
-                sd = float(self.spec.noise_multiplier) * sensitivity
-                s = noised = comp.release(total, len(st.survivors), seed, self.payload_size, sd, ctx.rng)
-            else:
-                s = comp.decode_sum(total, len(st.survivors), seed, self.payload_size)
+            sd = float(self.spec.noise_multiplier) * sensitivity
+            seed = int(sa["compression"]["rotation_seed"])
+            noisy = comp.release(total, len(st.survivors), seed, self.payload_size, sd, ctx.rng)
+            res = self._gaussian_result(noisy, sd, ctx, len(st.survivors))
         else:
             q = Quantizer(float(sa["clip_range"]), float(sa["scale"]), int(sa["max_clients"]))
             s = q.decode_sum(total)
-            sensitivity = float(self.spec.clip_norm)  # type: ignore[arg-type]
-        if self._ftrl is not None:  # DP-FTRL: the tree's increment on the unmasked sum (central noise)
-            by_index = {i: c for c, i in st.indices.items()}
-            res = self._ftrl.release_sum(s, [by_index[u] for u in st.survivors], ctx)
-        else:
-            # σ relative to the sensitivity (C; for codes the bound B every honest device enforces, or C + Δ·√D
-            # with unbiased rounding: RingQuantization.sensitivity), so the accountant's ε holds
-            sd = float(self.spec.noise_multiplier) * sensitivity
-            if noised is not None:
-                noisy = noised
-            else:
+            if self._ftrl is not None:  # DP-FTRL: the tree's increment on the unmasked sum (central noise)
+                by_index = {i: c for c, i in st.indices.items()}
+                res = self._ftrl.release_sum(s, [by_index[u] for u in st.survivors], ctx)
+            else:  # σ relative to C, so the accountant's ε holds
+                sd = float(self.spec.noise_multiplier) * float(self.spec.clip_norm)  # type: ignore[arg-type]
                 noisy = s + (ctx.rng.normal(0.0, sd, size=s.shape) if sd > 0 else 0.0)
-            if self._accountant is not None:
-                self._accountant.record(self.spec.noise_multiplier)
-            res = AggregateResult(
-                noisy / ctx.expected_clients,
-                ctx.expected_clients,
-                len(st.survivors),
-                {"noise_stddev": sd, "clip_norm": self.spec.clip_norm},
-            )
+                res = self._gaussian_result(noisy, sd, ctx, len(st.survivors))
         # the digest of the un-noised sum is an integrity record for the operator's audit, kept in the checkpoint
         # only: published, it would let anyone who knows the other inputs test a hypothesis about one client's
         # update with certainty (issue 13), voiding the DP guarantee of the noised release
         st.audit[st.round] = hashlib.sha256(total.astype("<u4").tobytes()).hexdigest()
         st.audit = {r: h for r, h in st.audit.items() if r > st.round - REPLAY_WINDOW}
         self._finish_round(res, {"secagg_survivors": list(st.survivors), "secagg_dropped": list(st.dropped)})
+
+    def _gaussian_result(self, noisy: np.ndarray, sd: float, ctx: RoundContext, survivors: int) -> AggregateResult:
+        """A SecAgg round's central-noise release (the noised sum over the expected count), told to the accountant."""
+        if self._accountant is not None:
+            self._accountant.record(self.spec.noise_multiplier)
+        return AggregateResult(
+            noisy / ctx.expected_clients,
+            ctx.expected_clients,
+            survivors,
+            {"noise_stddev": sd, "clip_norm": self.spec.clip_norm},
+        )
 
     def _ddg_accountant(self, rounds: int) -> Any:
         """The distributed-DG accountant after ``rounds`` released rounds (every round has the same public spec)."""
