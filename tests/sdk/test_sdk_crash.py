@@ -131,7 +131,9 @@ def test_kill_during_record_then_restart_uploads_each_report_once(tmp_path, coll
     values = received_values(col)
     assert len(values) == COUNT and sorted(values) == list(range(COUNT))  # each exactly once
     stats = col.stats()
-    assert stats["invalid"] == 0 and stats["published"] == stats["stored"] == stats["accepted"]
+    # a kill can land while a batch's body is on the wire: the collector refuses the cut body
+    # (client_disconnected) and the next run sends the batch again; no other refusal
+    assert stats["invalid"] == stats["disconnected"] and stats["published"] == stats["stored"] == stats["accepted"]
 
 
 def test_kill_during_upload_then_restart_resends_the_same_batch(tmp_path, receiver_factory) -> None:  # noqa: F811

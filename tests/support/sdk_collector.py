@@ -196,21 +196,26 @@ class RealCollectorProcess:
 
     def stats(self) -> dict[str, int]:
         """Answers by outcome (``accepted``, ``duplicates``, ``invalid`` = 4xx, ``failed`` = 503 and
-        their sum ``requests``) from the collector's counters; ``published`` records and ``stored``
-        distinct batch ids from the transport."""
+        their sum ``requests``) from the collector's counters, and ``disconnected``, the part of ``invalid``
+        whose body ended early because the client went away (a killed app); ``published`` records and
+        ``stored`` distinct batch ids from the transport."""
         with urllib.request.urlopen(self.url + "/metrics", timeout=10) as resp:
             text = resp.read().decode()
         by_outcome: dict[str, int] = {}
+        disconnected = 0
         for line in text.splitlines():
             m = _BATCHES_LINE.match(line)
             if m:
                 by_outcome[m.group(1)] = by_outcome.get(m.group(1), 0) + int(float(m.group(3)))
+                if m.group(1) == "rejected" and m.group(2) == "client_disconnected":
+                    disconnected += int(float(m.group(3)))
         values = self._published()
         return {
             "requests": sum(by_outcome.values()),
             "accepted": by_outcome.get("accepted", 0),
             "duplicates": by_outcome.get("duplicate", 0),
             "invalid": by_outcome.get("rejected", 0),
+            "disconnected": disconnected,
             "failed": by_outcome.get("unavailable", 0),
             "published": len(values),
             "stored": len({read_header(v).batch_id for v in values}),
