@@ -33,12 +33,12 @@ case "${1:-}" in
     VENV="${BENCH_VENV:-${BENCH_FLWR_VENV:-$ROOT/.bench-flwr-venv}}"
     PINS=(flwr==1.42.0 "numba>=0.60" -e "$ROOT[fl]")
     STAMP_EXTRA="$(sha256sum "$ROOT/pyproject.toml" | cut -d' ' -f1)"
-    CHECK="import flwr, numpy, cryptography, client_sdk.fl.secagg, estimator.fl.secagg_server" ;;
+    CHECK="import flwr, numpy, cryptography, ldp_core.fl.secagg, estimator.fl.secagg_server" ;;
   opacus)
     VENV="${BENCH_VENV:-${BENCH_OPACUS_VENV:-$ROOT/.bench-opacus-venv}}"
     PINS=(opacus==1.6.0 -e "$ROOT[torch,server]")
     STAMP_EXTRA="$(sha256sum "$ROOT/pyproject.toml" | cut -d' ' -f1)"
-    CHECK="import opacus, torch, client_sdk.fl.torch_dpsgd, estimator.dpsgd" ;;
+    CHECK="import opacus, torch, client_sdk.fl.torch_dpsgd, estimator.jobs.dpsgd" ;;
   *)
     echo "usage: bash benchmarks/baseline_env.sh {pureldp|mfl|flwr|opacus}" >&2
     exit 2 ;;

@@ -22,8 +22,8 @@ import time
 import numba
 import numpy as np
 
-from client_sdk.mechanisms import make_spec
 from estimator.oracles import accumulator_for
+from ldp_core.mechanisms import make_spec
 
 
 def records_for(name: str, n: int, d: int, eps: float, rng: np.random.Generator) -> tuple[object, np.ndarray]:

@@ -1,4 +1,4 @@
-"""Our SecAgg+ (client_sdk.fl.secagg, estimator.fl.secagg_server) next to Flower's (flwr 1.42.0).
+"""Our SecAgg+ (ldp_core.fl.secagg, estimator.fl.secagg_server) next to Flower's (flwr 1.42.0).
 
 Runs inside ``.bench-flwr-venv`` (made by ``benchmarks/flwr_env.sh``), where
 flwr and this project are both installed, so both sides run in one process,
@@ -90,8 +90,8 @@ except ImportError as e:  # pragma: no cover
         f"flwr is not importable ({e}); run with the python printed by `bash benchmarks/flwr_env.sh`"
     ) from e
 
-from client_sdk.fl.secagg import Quantizer, SecAggClient, add_masks, prg_words
 from estimator.fl.secagg_server import SecAggServer, honest_unmask, make_config
+from ldp_core.fl.secagg import Quantizer, SecAggClient, add_masks, prg_words
 
 __all__ = ["main"]
 

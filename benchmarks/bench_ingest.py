@@ -7,7 +7,7 @@
   reports per second over ``--seconds``, request latency p50/p99, and the
   collector's CPU seconds (from ``/proc``) per million reports.
 * **shuffle**: ``--batches`` raw frames of ``--reports`` reports over eight
-  metric-days are published first; then one in-process :class:`~collector.shuffler.Shuffler`
+  metric-days are published first; then one in-process :class:`~collector.shuffler.processor.Shuffler`
   (already joined to its group, kernel warmed up) is timed from its first poll
   until every input report is committed (released or buffered), with
   ``--min-batch`` as crowd threshold and the default checkpoint interval.
@@ -43,10 +43,10 @@ import numpy as np
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from client_sdk.metrics import load_metrics, utc_day  # noqa: E402
-from client_sdk.wire import ReportBatch, encode_frame  # noqa: E402
-from collector.permute import warm_up  # noqa: E402
-from collector.shuffler import Shuffler, ShufflerSettings  # noqa: E402
+from collector.shuffler.permute import warm_up  # noqa: E402
+from collector.shuffler.processor import Shuffler, ShufflerSettings  # noqa: E402
+from ldp_core.metrics import load_metrics, utc_day  # noqa: E402
+from ldp_core.wire.frames import ReportBatch, encode_frame  # noqa: E402
 from pipeline.topics import metric_day_key  # noqa: E402
 from pipeline.transport import open_transport  # noqa: E402
 

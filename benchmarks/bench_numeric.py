@@ -18,9 +18,9 @@ import time
 
 import numpy as np
 
-from client_sdk.mechanisms.numeric import MEAN_MECHANISMS
-from client_sdk.mechanisms.square_wave import SquareWaveSpec
-from estimator.numeric import MeanAccumulator, SquareWaveAccumulator, SquareWaveOperator, ems
+from estimator.mechanisms.numeric import MeanAccumulator, SquareWaveAccumulator, SquareWaveOperator, ems
+from ldp_core.mechanisms.numeric import MEAN_MECHANISMS
+from ldp_core.mechanisms.square_wave import SquareWaveSpec
 
 
 def rates(n: int, repeat: int, epsilon: float) -> None:

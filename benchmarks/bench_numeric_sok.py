@@ -37,10 +37,10 @@ from typing import Any
 
 import numpy as np
 
-from client_sdk.mechanisms.numeric import DuchiSpec, HybridSpec, PiecewiseSpec
-from client_sdk.mechanisms.repeated import OneBitMeanSpec
-from estimator.numeric import MeanAccumulator
-from estimator.repeated import OneBitMeanAccumulator
+from estimator.mechanisms.numeric import MeanAccumulator
+from estimator.mechanisms.repeated import OneBitMeanAccumulator
+from ldp_core.mechanisms.numeric import DuchiSpec, HybridSpec, PiecewiseSpec
+from ldp_core.mechanisms.repeated import OneBitMeanSpec
 
 LOW, HIGH = 0.0, 60.0
 

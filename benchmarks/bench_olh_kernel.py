@@ -38,8 +38,8 @@ from pathlib import Path
 import numba
 import numpy as np
 
-from client_sdk.mechanisms.olh import OLHSpec
 from estimator.kernels.olh import olh_support_counts
+from ldp_core.mechanisms.olh import OLHSpec
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -100,9 +100,9 @@ def worker(spec: dict[str, Any]) -> dict[str, Any]:
     import torch
 
     torch.set_num_threads(1)
-    from client_sdk.fl.dpsgd import DPSGDConfig
     from client_sdk.fl.torch_adapter import TorchModel
     from client_sdk.fl.torch_dpsgd import torch_dpsgd_step
+    from ldp_core.fl.dpsgd import DPSGDConfig
 
     seed, impl = spec["seed"], spec["impl"]
     x, y, xt, yt = make_data(100 + seed, spec["n"], spec["d"], K)
@@ -189,8 +189,8 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
 def epsilons(steps: int) -> dict[str, float]:
     from opacus.accountants import PRVAccountant, RDPAccountant
 
-    from client_sdk.fl.dpsgd import DPSGDConfig
-    from estimator.dpsgd import StepAccountant
+    from estimator.jobs.dpsgd import StepAccountant
+    from ldp_core.fl.dpsgd import DPSGDConfig
 
     ours = StepAccountant(DPSGDConfig(SIGMA, CLIP, Q, LR))
     res = {"ours_pld": ours.epsilon_pld(steps, DELTA), "ours_rdp": ours.epsilon_rdp(steps, DELTA)[0]}

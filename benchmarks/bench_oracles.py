@@ -125,7 +125,7 @@ def zipf_values(n: int, d: int, s: float, seed: int) -> np.ndarray:
 
 def bench_spec(label: str, eps: float, d: int) -> Any:
     """The spec measured under the row ``label`` (a registry name or a :data:`VARIANTS` key)."""
-    from client_sdk.mechanisms import make_spec
+    from ldp_core.mechanisms import make_spec
 
     name, params = VARIANTS.get(label, (label, {}))
     return make_spec(name, epsilon=eps, domain_size=d, **params)
@@ -740,8 +740,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def available(name: str) -> str | None:
     """None if both halves of ``name`` import, else why not."""
     try:
-        from client_sdk.mechanisms import spec_class
         from estimator.oracles import ACCUMULATORS
+        from ldp_core.mechanisms import spec_class
 
         name = VARIANTS.get(name, (name, {}))[0]
         spec_class(name)

@@ -5,7 +5,7 @@ rounds, on a fresh spec object each time (so no per-spec memory cache
 helps), the time of one ``RapporAccumulator.estimate()`` over 10,000 reports:
 
 * ``before``: the design built by the numpy reference
-  (``client_sdk.mechanisms.rappor.RapporDesign``), what every process paid
+  (``ldp_core.mechanisms.rappor.RapporDesign``), what every process paid
   before the disk cache;
 * ``cold``: :mod:`estimator.oracles.rappor_design` with an empty cache
   directory (sparse build, Cholesky, inverse from the factor, file written);
@@ -33,10 +33,10 @@ from typing import Any
 
 import numpy as np
 
-from client_sdk.mechanisms import make_spec
-from client_sdk.mechanisms.rappor import RapporDesign
 from estimator.oracles import rappor_design as rd
 from estimator.oracles.rappor import RapporAccumulator
+from ldp_core.mechanisms import make_spec
+from ldp_core.mechanisms.rappor import RapporDesign
 
 
 def _timed(fn) -> float:  # type: ignore[no-untyped-def]

@@ -25,8 +25,8 @@ from pathlib import Path
 
 import numpy as np
 
-from client_sdk.mechanisms.repeated import DBitFlipSpec
-from estimator.repeated import DBitFlipAccumulator
+from estimator.mechanisms.repeated import DBitFlipAccumulator
+from ldp_core.mechanisms.repeated import DBitFlipSpec
 
 ROOT = Path(__file__).resolve().parents[1]
 

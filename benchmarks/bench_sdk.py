@@ -47,12 +47,12 @@ sys.path.insert(0, str(ROOT))
 
 from client_sdk.client import TelemetryClient  # noqa: E402
 from client_sdk.ledger import BudgetLedger  # noqa: E402
-from client_sdk.metrics import parse_metrics  # noqa: E402
 from client_sdk.outbox import Outbox  # noqa: E402
 from client_sdk.policy import LocalPolicy  # noqa: E402
-from client_sdk.randomness import secure_generator  # noqa: E402
 from client_sdk.store import Store  # noqa: E402
-from client_sdk.uploader import HttpResponse  # noqa: E402
+from client_sdk.upload.uploader import HttpResponse  # noqa: E402
+from ldp_core.metrics import parse_metrics  # noqa: E402
+from ldp_core.randomness import secure_generator  # noqa: E402
 
 MECHANISMS = {
     "grr": ({"mechanism": "grr", "epsilon": 1.0}, {"kind": "dictionary", "values": [f"v{i}" for i in range(64)]}),

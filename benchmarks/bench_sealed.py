@@ -8,13 +8,13 @@
   batch of ``--frame`` reports (the header is shared by a frame's reports; the record overhead is 52 bytes).
 * **seal** (device side): records sealed per second on one core (two X25519 operations each: the
   ephemeral key pair and the exchange).
-* **open** (analyzer side), one core: this project's opener (``client_sdk.hpke.single_shot_opener``: one
+* **open** (analyzer side), one core: this project's opener (``ldp_core.wire.hpke.single_shot_opener``: one
   X25519 exchange, five HMAC-SHA256, one AES-GCM), ``cryptography``'s own HPKE decrypt when present, the
   X25519 exchange alone (the floor), and the plain path: decoding the same reports' plain frame.
 * **stream**: the streaming estimator's per-record step for a shuffled batch (decode the envelope, open,
   count into the tally), sealed and plain, reports per second on one core.
 * **batch**: ``--batch`` sealed reports (``--distinct`` sealed for real, repeated to the count: opening
-  costs the same per record) opened by :class:`client_sdk.sealing.BatchOpener` across ``--processes``
+  costs the same per record) opened by :class:`ldp_core.wire.sealing.BatchOpener` across ``--processes``
   processes; wall-clock seconds.
 
 Single-process rates are per CPU-second of the benchmark's process (per core), medians of ``--repeat``
@@ -35,11 +35,11 @@ from typing import Any
 import numpy as np
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PublicKey
 
-from client_sdk import hpke
-from client_sdk.metrics import load_metrics
-from client_sdk.sealing import AnalyzerKey, BatchOpener, KeyRing, _Opener, seal_batch, sealed_info
-from client_sdk.wire import ReportBatch, decode_frame, encode_frame
-from estimator.streaming.state import Tally
+from estimator.service.state import Tally
+from ldp_core.metrics import load_metrics
+from ldp_core.wire import hpke
+from ldp_core.wire.frames import ReportBatch, decode_frame, encode_frame
+from ldp_core.wire.sealing import AnalyzerKey, BatchOpener, KeyRing, _Opener, seal_batch, sealed_info
 from pipeline.envelope import ShuffleMeta, decode_envelope, encode_envelope, open_sealed
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -1,4 +1,4 @@
-"""Secure aggregation speed and communication (client_sdk.fl.secagg, estimator.fl.secagg_server).
+"""Secure aggregation speed and communication (ldp_core.fl.secagg, estimator.fl.secagg_server).
 
 Measured on this machine, with the real protocol objects (X25519, HKDF,
 AES-256-GCM share encryption, AES-256-CTR masks, Shamir over GF(2^521 − 1)):
@@ -40,9 +40,9 @@ import time
 
 import numpy as np
 
-from client_sdk.fl.secagg import Quantizer, SecAggClient
 from estimator.fl.parallel_masks import warm_pool
 from estimator.fl.secagg_server import SecAggServer, honest_unmask, make_config
+from ldp_core.fl.secagg import Quantizer, SecAggClient
 
 RESULTS = pathlib.Path(__file__).parent / "results" / "secagg.json"
 SHARE_REVEAL_BYTES = 1 + 4 + 4 + 66  # kind, about-whom, x, y

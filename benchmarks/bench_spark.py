@@ -7,11 +7,11 @@ of ``--file-reports`` reports each, written in the Parquet sink's format
 (:mod:`pipeline.dataset`: the same columns, names and footer metadata; the
 reports are made by the real encoders, not passed through a transport and
 the sink, which would take longer than the benchmark). Both engines then
-run :func:`estimator.batch.estimate_dataset` over every day of each metric:
+run :func:`estimator.jobs.batch.estimate_dataset` over every day of each metric:
 
-* **default**: :func:`estimator.batch.accumulate` in this process (numba's
+* **default**: :func:`estimator.jobs.batch.accumulate` in this process (numba's
   parallel kernels on every core);
-* **spark**: :class:`estimator.spark.SparkEngine` on a ``local[2]`` session
+* **spark**: :class:`estimator.jobs.spark.SparkEngine` on a ``local[2]`` session
   (two task slots, one numba thread each).
 
 ``--reports`` takes several sizes, run one after the other in one Spark
@@ -47,10 +47,10 @@ from typing import Any
 
 import numpy as np
 
-from client_sdk.mechanisms import make_spec
-from client_sdk.mechanisms.base import MechanismSpec
-from estimator.batch import BatchResult, accumulate, estimate_dataset
-from estimator.spark import SparkEngine
+from estimator.jobs.batch import BatchResult, accumulate, estimate_dataset
+from estimator.jobs.spark import SparkEngine
+from ldp_core.mechanisms import make_spec
+from ldp_core.mechanisms.base import MechanismSpec
 from pipeline.dataset import FORMAT
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))

@@ -6,8 +6,8 @@ reports ``--reports`` times through PEM (ε = 4, 8 bytes, 12 + 13 × 4 bits:
 written as :mod:`benchmarks.bench_spark` writes its own. Three engines
 discover the top ``--top`` words over all days:
 
-* **default**: :func:`estimator.heavy_hitters_batch.discover_dataset` in this process;
-* **spark**: :func:`estimator.heavy_hitters_spark.discover_spark` with
+* **default**: :func:`estimator.jobs.heavy_hitters.discover_dataset` in this process;
+* **spark**: :func:`estimator.jobs.heavy_hitters_spark.discover_spark` with
   ``cache_levels=False``: one job per level, each reading every file again;
 * **spark-cached**: the same with ``cache_levels=True`` (the default): one
   job reads the files and keeps the reports in the executors split by level,
@@ -35,10 +35,10 @@ from typing import Any
 
 import numpy as np
 
-from client_sdk.heavy_hitters import PEMSpec, pad_values
-from estimator.heavy_hitters import Discovery
-from estimator.heavy_hitters_batch import discover_dataset
-from estimator.heavy_hitters_spark import discover_spark
+from estimator.jobs.heavy_hitters import discover_dataset
+from estimator.jobs.heavy_hitters_spark import discover_spark
+from estimator.mechanisms.heavy_hitters import Discovery
+from ldp_core.mechanisms.heavy_hitters import PEMSpec, pad_values
 from pipeline.dataset import FORMAT, PartFile, list_parts
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))

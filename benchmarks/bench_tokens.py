@@ -3,7 +3,7 @@
     .venv/bin/python benchmarks/bench_tokens.py [--n 200]
 
 * **blind_sign**: the issuer's RSA-2048 blind signature (Python-int CRT with base blinding,
-  :func:`client_sdk.blind_rsa.blind_sign`), tokens per CPU-second on one core;
+  :func:`ldp_core.tokens.blind_rsa.blind_sign`), tokens per CPU-second on one core;
 * **client**: the device's ``begin`` + ``finish`` (blind, unblind, verify) per token;
 * **verify**: the collector's check of one ``Authorization`` header (parse, key lookup, challenge,
   RSASSA-PSS verification with ``cryptography``), per upload;
@@ -27,9 +27,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from client_sdk import blind_rsa, tokens
 from collector.issuer import public_key_entry, utc_day_of
 from collector.tokens import SpentTokens, TokenVerifier
+from ldp_core.tokens import blind_rsa
+from ldp_core.tokens import privacy_pass as tokens
 
 
 def rate(fn: object, n: int, repeat: int) -> float:
@@ -47,13 +48,13 @@ def collector_rates(sk: blind_rsa.PrivateKey, batch: int, uploads: int, repeat: 
     import httpx
     import numpy as np
 
-    from client_sdk.metrics import parse_metrics, utc_day
-    from client_sdk.uploader import FRAME_CONTENT_TYPE
-    from client_sdk.wire import ReportBatch, encode_frame
-    from collector.app import create_app
+    from client_sdk.upload.uploader import FRAME_CONTENT_TYPE
+    from collector.http.app import create_app
     from collector.settings import CollectorSettings
+    from ldp_core.metrics import parse_metrics, utc_day
+    from ldp_core.wire.frames import ReportBatch, encode_frame
     from pipeline.transport import open_transport
-    from simulator.pipeline import serve_in_thread
+    from simulator.stack import serve_in_thread
 
     pk = sk.public_key
     day = utc_day_of(time.time())

@@ -3,7 +3,7 @@
 Runs in the torch venv (``scripts/test-torch`` makes it; ``$LDP_TORCH_VENV/bin/python``). For
 each task model (softmax regression and an MLP, ReLU), the same device data (a seeded
 10-class Gaussian mixture), the same round parameters and the same spec (σ, c, q, T), one
-round is timed through :func:`client_sdk.fl.local_dpsgd.train_local_dpsgd` (the numpy
+round is timed through :func:`ldp_core.fl.local_dpsgd.train_local_dpsgd` (the numpy
 device) and :func:`client_sdk.fl.torch_device.train_torch_local_dpsgd` with ghost clipping
 and with ``torch.func`` per-sample gradients (vmap). One warm-up round each, then
 ``--repeats`` rounds per configuration, alternating configurations; the figure is the
@@ -43,10 +43,10 @@ sys.path.insert(0, str(ROOT))
 def main(argv: list[str] | None = None) -> int:
     import torch
 
-    from client_sdk.fl.client import LocalTraining, RoundConfig
-    from client_sdk.fl.local_dpsgd import LocalDPSGDSpec, train_local_dpsgd
-    from client_sdk.fl.protocol import model_from_dict
     from client_sdk.fl.torch_device import TorchDeviceModel, train_torch_local_dpsgd
+    from ldp_core.fl.local_dpsgd import LocalDPSGDSpec, train_local_dpsgd
+    from ldp_core.fl.protocol import model_from_dict
+    from ldp_core.fl.training import LocalTraining, RoundConfig
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--examples", type=int, default=512, help="N, the device's examples")

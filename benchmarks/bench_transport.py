@@ -31,8 +31,8 @@ import uuid
 
 import numpy as np
 
-from client_sdk.mechanisms import make_spec
-from client_sdk.wire import ReportBatch, encode_frame
+from ldp_core.mechanisms import make_spec
+from ldp_core.wire.frames import ReportBatch, encode_frame
 from pipeline.transport import Transport, open_transport
 
 

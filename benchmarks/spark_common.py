@@ -20,8 +20,8 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from client_sdk.mechanisms.base import ReportSpec
-from estimator.spark import SparkEngine, spark_session
+from estimator.jobs.spark import SparkEngine, spark_session
+from ldp_core.mechanisms.base import ReportSpec
 from pipeline.dataset import FORMAT, part_name, records_to_table, write_table_atomic
 
 FIRST_DAY = 20400

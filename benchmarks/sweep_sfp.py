@@ -11,8 +11,8 @@ import time
 import numpy as np
 
 sys.path.insert(0, ".")
-from client_sdk.heavy_hitters import SFPSpec  # noqa: E402
-from estimator.heavy_hitters import discover_sfp  # noqa: E402
+from estimator.mechanisms.heavy_hitters import discover_sfp  # noqa: E402
+from ldp_core.mechanisms.heavy_hitters import SFPSpec  # noqa: E402
 from simulator.heavy_hitters import synthetic_population  # noqa: E402
 from simulator.population import parse_distribution  # noqa: E402
 

@@ -6,11 +6,11 @@ Importing this package needs only numpy, xxhash and the standard library.
 """
 
 from client_sdk.client import ClientConfig, ClientConfigError, TelemetryClient
-from client_sdk.errors import BudgetError, DomainError, FrameError, LDPError, SpecError, SpecMismatchError
-from client_sdk.mechanisms import MECHANISMS, MechanismSpec, make_spec, spec_from_dict
-from client_sdk.metrics import MetricSet, MetricsFileError, load_metrics, parse_metrics
 from client_sdk.policy import LocalPolicy
-from client_sdk.wire import FRAME_CONTENT_TYPE, ReportBatch, decode_frame, decode_json, encode_frame, encode_json
+from ldp_core.errors import BudgetError, DomainError, FrameError, LDPError, SpecError, SpecMismatchError
+from ldp_core.mechanisms import MECHANISMS, MechanismSpec, make_spec, spec_from_dict
+from ldp_core.metrics import MetricSet, MetricsFileError, load_metrics, parse_metrics
+from ldp_core.wire.frames import FRAME_CONTENT_TYPE, ReportBatch, decode_frame, decode_json, encode_frame, encode_json
 
 __all__ = [
     "TelemetryClient",

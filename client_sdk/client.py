@@ -26,7 +26,7 @@ or not at all; no report reaches the uploader before its spend is durable.
 True values exist only in memory, only until their batch is processed
 (milliseconds), and are lost -- never leaked -- if the app dies first.
 
-**On the uploader thread**, the :class:`~client_sdk.uploader.Uploader` sends
+**On the uploader thread**, the :class:`~client_sdk.upload.uploader.Uploader` sends
 batches by size and age, retries transient failures with backoff and
 optionally refreshes metric definitions from ``GET /v1/metrics``; a server
 definition that would exceed the local policy is refused and counted.
@@ -47,7 +47,7 @@ made. The same fields are still accepted as keyword arguments of
 :class:`TelemetryClient` (the older spelling; they override ``config``).
 
 Construction fails loudly (:class:`ClientConfigError`, :class:`BudgetError`,
-:class:`~client_sdk.metrics.MetricsFileError`) on configuration errors.
+:class:`~ldp_core.metrics.MetricsFileError`) on configuration errors.
 """
 
 from __future__ import annotations
@@ -69,10 +69,6 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
-from client_sdk.canonical import canonical_json
-from client_sdk.domain import NumberRange
-from client_sdk.errors import BudgetError, LDPError
-from client_sdk.files import write_atomic
 from client_sdk.ledger import BudgetLedger, DayBudget, SpendOutcome, epsilon_of
 from client_sdk.memo import (
     MemoStore,
@@ -82,18 +78,22 @@ from client_sdk.memo import (
     load_pins,
     read_pins_in,
 )
-from client_sdk.metrics import MetricDefinition, MetricSet, MetricsFileError, load_metrics, parse_metrics, utc_day
 from client_sdk.outbox import DEFAULT_MAX_REPORTS, Outbox
 from client_sdk.policy import LocalPolicy, to_units
-from client_sdk.privacy_events import local_event
-from client_sdk.randomness import secure_generator, simulation_generator
-from client_sdk.sealing import AnalyzerPublicKey, seal_batch
 from client_sdk.store import Store
-from client_sdk.uploader import BackoffPolicy, HttpTransport, Uploader, urllib_transport
+from client_sdk.upload.uploader import BackoffPolicy, HttpTransport, Uploader, urllib_transport
+from ldp_core.canonical import canonical_json
+from ldp_core.domain import NumberRange
+from ldp_core.errors import BudgetError, LDPError
+from ldp_core.files import write_atomic
+from ldp_core.metrics import MetricDefinition, MetricSet, MetricsFileError, load_metrics, parse_metrics, utc_day
+from ldp_core.privacy_events import local_event
+from ldp_core.randomness import secure_generator, simulation_generator
+from ldp_core.wire.sealing import AnalyzerPublicKey, seal_batch
 
 if TYPE_CHECKING:  # tokens need `cryptography`, loaded only when a client is given an issuer
-    from client_sdk.token_wallet import TokenWallet
-from client_sdk.wire import ReportBatch
+    from client_sdk.upload.token_wallet import TokenWallet
+from ldp_core.wire.frames import ReportBatch
 
 __all__ = ["TelemetryClient", "ClientConfig", "ClientConfigError", "ERROR_TALLIES", "STAT_TALLIES"]
 
@@ -178,7 +178,7 @@ class ClientConfig:
     upload:
         Send reports to the collector (``False``: record and keep them only).
     transport:
-        The HTTP function (:data:`~client_sdk.uploader.HttpTransport`; default ``urllib``).
+        The HTTP function (:data:`~client_sdk.upload.uploader.HttpTransport`; default ``urllib``).
     clock:
         Wall-clock time source (default ``time.time``), for tests.
     batch_size, batch_max_age:
@@ -187,7 +187,7 @@ class ClientConfig:
     upload_timeout:
         Seconds one HTTP request may take.
     backoff:
-        The retry waits (default: a :class:`~client_sdk.uploader.BackoffPolicy` with its defaults).
+        The retry waits (default: a :class:`~client_sdk.upload.uploader.BackoffPolicy` with its defaults).
     max_outbox_reports:
         The outbox's cap; the oldest reports are dropped (and counted) beyond it.
     max_queue:
@@ -197,7 +197,7 @@ class ClientConfig:
     issuer_url, enrollment_path, token_origin:
         Pay each upload with an anonymous token (a collector run with ``--require-tokens``; docs/TOKENS.md):
         the ``ldp issuer`` base URL, the device's enrollment bundle (``ldp issuer enroll``, a
-        :class:`~client_sdk.enrollment.DeviceIdentity` file) and the collector's ``--token-origin``. All
+        :class:`~ldp_core.tokens.enrollment.DeviceIdentity` file) and the collector's ``--token-origin``. All
         three or none.
     token_stock:
         How many tokens the SDK keeps in stock (fetched on the uploader thread when a quarter is left).
@@ -309,7 +309,7 @@ class TelemetryClient:
     policy:
         The device's :class:`~client_sdk.policy.LocalPolicy`.
     metrics:
-        Bundled metric definitions: a :class:`~client_sdk.metrics.MetricSet`,
+        Bundled metric definitions: a :class:`~ldp_core.metrics.MetricSet`,
         a path to a metrics file, or the document itself.
     config:
         Everything else (:class:`ClientConfig`; default ``ClientConfig()``).
@@ -371,7 +371,7 @@ class TelemetryClient:
         self._server: MetricSet | None = None
         self._defs_lock = threading.RLock()
         self._units: dict[str, int] = {}
-        #: sealed metrics in effect -> the analyzer key their records are sealed to at upload (client_sdk.sealing)
+        #: sealed metrics in effect -> the analyzer key their records are sealed to at upload (ldp_core.wire.sealing)
         self._sealing: dict[str, AnalyzerPublicKey] = {}
         self._outbox.sealer = self._seal
         self._refused: set[tuple[str, str]] = set()
@@ -398,9 +398,9 @@ class TelemetryClient:
 
         self._wallet: TokenWallet | None = None
         if config.issuer_url is not None and config.upload:
-            from client_sdk.enrollment import DeviceIdentity
-            from client_sdk.token_wallet import TokenWallet
-            from client_sdk.tokens import IssuerClient
+            from client_sdk.upload.token_wallet import TokenWallet
+            from ldp_core.tokens.enrollment import DeviceIdentity
+            from ldp_core.tokens.privacy_pass import IssuerClient
 
             try:
                 identity = DeviceIdentity.load(config.enrollment_path)  # type: ignore[arg-type]

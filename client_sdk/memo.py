@@ -45,10 +45,10 @@ from collections.abc import Iterable
 
 import numpy as np
 
-from client_sdk.canonical import canonical_json
-from client_sdk.files import load_or_create_private
-from client_sdk.mechanisms.base import ReportSpec
-from client_sdk.metrics import MetricDefinition
+from ldp_core.canonical import canonical_json
+from ldp_core.files import load_or_create_private
+from ldp_core.mechanisms.base import ReportSpec
+from ldp_core.metrics import MetricDefinition
 
 __all__ = [
     "MemoStore",
@@ -70,7 +70,7 @@ def load_or_create_secret(directory: str) -> bytes:
 
     Two processes starting together agree on one secret: it is written to a
     private temporary file and hard-linked into place, which fails if the
-    name already exists (:func:`~client_sdk.files.write_atomic` with
+    name already exists (:func:`~ldp_core.files.write_atomic` with
     ``replace=False``); the loser reads the winner's file.
     """
     return load_or_create_private(os.path.join(directory, SECRET_FILENAME), SECRET_BYTES)
@@ -81,7 +81,7 @@ class MemoStore:
 
     RAPPOR's permanent randomized response is a pure function of (secret,
     spec, value) (:meth:`RapporSpec.permanent_bits
-    <client_sdk.mechanisms.rappor.RapporSpec.permanent_bits>`, an HMAC-SHA256
+    <ldp_core.mechanisms.rappor.RapporSpec.permanent_bits>`, an HMAC-SHA256
     keystream), so memoizing it needs no table at all: the "memo" is the
     keyed function, and nothing about recorded values is ever written. Each
     metric gets its own key, ``BLAKE2b(key=device secret, metric ‖ spec id)``,

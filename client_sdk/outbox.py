@@ -39,10 +39,10 @@ from collections.abc import Callable, Iterable
 
 import numpy as np
 
-from client_sdk.errors import LDPError
-from client_sdk.mechanisms import ReportSpec, spec_from_dict
 from client_sdk.store import Store
-from client_sdk.wire import ReportBatch, encode_frame
+from ldp_core.errors import LDPError
+from ldp_core.mechanisms import ReportSpec, spec_from_dict
+from ldp_core.wire.frames import ReportBatch, encode_frame
 
 __all__ = ["Outbox", "PendingBatch", "DEFAULT_MAX_REPORTS"]
 

@@ -50,12 +50,12 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any
 
-from client_sdk.errors import BudgetError
-from client_sdk.mechanisms.loloha import LolohaSpec
-from client_sdk.mechanisms.rappor import RapporSpec
-from client_sdk.mechanisms.repeated import DBitFlipSpec, OneBitMeanSpec
 from client_sdk.memo import MemoStore
-from client_sdk.metrics import MetricDefinition
+from ldp_core.errors import BudgetError
+from ldp_core.mechanisms.loloha import LolohaSpec
+from ldp_core.mechanisms.rappor import RapporSpec
+from ldp_core.mechanisms.repeated import DBitFlipSpec, OneBitMeanSpec
+from ldp_core.metrics import MetricDefinition
 
 __all__ = [
     "LocalPolicy",

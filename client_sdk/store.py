@@ -23,7 +23,7 @@ and domain, RFC 8785 JSON) each memoized metric was first reported under
 when it is opened (one transaction: the new table, then the version; every
 existing row stays); a file of a newer version than this SDK's is refused,
 so an older SDK never runs on a store whose pins it would ignore. 3 adds ``tokens``: the anonymous upload
-tokens the device holds (:mod:`client_sdk.token_wallet`), each with its UTC day and the batch it is bound
+tokens the device holds (:mod:`client_sdk.upload.token_wallet`), each with its UTC day and the batch it is bound
 to; versions 1 and 2 are upgraded in place the same way. 4 adds what a federated-learning device
 (:class:`client_sdk.fl.device.FLDevice` with ``storage_dir``) must not forget when the app restarts:
 ``fl_sample_ledger``, one row per (task, round) it trained under local DP-SGD with the signed spec
@@ -42,6 +42,8 @@ import sqlite3
 import stat
 import threading
 from collections.abc import Iterator, Mapping
+
+from ldp_core.sqlite import immediate_transaction
 
 __all__ = ["Store", "DB_FILENAME", "SCHEMA_VERSION", "UPGRADABLE_VERSIONS", "immediate_transaction"]
 
@@ -124,25 +126,6 @@ CREATE TABLE IF NOT EXISTS fl_arrays (
     PRIMARY KEY (task, name)
 ) WITHOUT ROWID;
 """
-
-
-@contextlib.contextmanager
-def immediate_transaction(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
-    """``BEGIN IMMEDIATE`` ... ``COMMIT``, or ``ROLLBACK`` on any exception: the project's one write transaction.
-
-    ``IMMEDIATE`` takes SQLite's write lock at the start rather than at the first write, so two writers (threads
-    with their own connections, or processes) that read, check and update run strictly one after the other: no
-    lost update, and no deadlock from two readers both upgrading to writers (which SQLite answers with
-    ``SQLITE_BUSY`` at once, without waiting out the busy timeout). ``conn`` must be in autocommit mode
-    (``isolation_level=None``), so that Python's ``sqlite3`` opens no transaction of its own. Used by the SDK
-    store, the embedded log, the collector's deduplication table and the estimator's state."""
-    conn.execute("BEGIN IMMEDIATE")
-    try:
-        yield conn
-    except BaseException:
-        conn.execute("ROLLBACK")
-        raise
-    conn.execute("COMMIT")
 
 
 def _private(path: str) -> None:

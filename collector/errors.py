@@ -1,4 +1,4 @@
-"""The collector package's exceptions (all derive from :class:`client_sdk.errors.LDPError`).
+"""The collector package's exceptions (all derive from :class:`ldp_core.errors.LDPError`).
 
     LDPError
     ├── PipelineError (pipeline.errors)
@@ -18,7 +18,7 @@ they are fatal, so runners stop on them instead of rejoining.
 
 from __future__ import annotations
 
-from client_sdk.errors import LDPError
+from ldp_core.errors import LDPError
 from pipeline.errors import ConfigError, ProcessorError
 
 __all__ = [

@@ -1,6 +1,6 @@
 """The token issuer (``ldp issuer``): up to K anonymous upload tokens per enrolled device per UTC day.
 
-A FastAPI service (bind it to 127.0.0.1 or behind the operator's TLS front). Formats: :mod:`client_sdk.tokens`.
+A FastAPI service (bind it to 127.0.0.1 or behind the operator's TLS front). Formats: :mod:`ldp_core.tokens.privacy_pass`.
 
 Endpoints
 ---------
@@ -12,7 +12,7 @@ Endpoints
     finds the public key.
 ``POST /v1/token-requests``
     Body ``{"day": "YYYY-MM-DD", "requests": [<base64url token request>, ...]}`` (at most K), signed as an
-    enrolled device (:meth:`client_sdk.enrollment.DeviceIdentity.sign_request`, headers
+    enrolled device (:meth:`ldp_core.tokens.enrollment.DeviceIdentity.sign_request`, headers
     ``X-LDP-Device-Credential`` and ``X-LDP-Device-Signature``). ``day`` must be the issuer's today.
     Answer 200 ``{"day", "blind_sigs": [...], "granted", "remaining"}``: the first ``granted`` requests are
     signed (fewer than asked when the device's day runs out). Errors (``{"error", "message"}``): 401
@@ -55,10 +55,11 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.responses import Response
 
-from client_sdk import blind_rsa, tokens
-from client_sdk.enrollment import EnrollmentError, RequestVerifier
-from client_sdk.files import makedirs_durable, write_atomic
-from client_sdk.store import immediate_transaction
+from ldp_core.files import makedirs_durable, write_atomic
+from ldp_core.sqlite import immediate_transaction
+from ldp_core.tokens import blind_rsa
+from ldp_core.tokens import privacy_pass as tokens
+from ldp_core.tokens.enrollment import EnrollmentError, RequestVerifier
 
 __all__ = ["IssuerKeys", "IssuedCounts", "IssuerSettings", "create_issuer_app", "utc_day_of", "public_key_entry"]
 

@@ -15,7 +15,7 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from pipeline.days import DAY_WINDOW_ENV, DEFAULT_MAX_DAY_AGE, DEFAULT_MAX_DAYS_AHEAD, DayWindow
+from ldp_core.days import DAY_WINDOW_ENV, DEFAULT_MAX_DAY_AGE, DEFAULT_MAX_DAYS_AHEAD, DayWindow
 from pipeline.errors import ConfigError
 from pipeline.settings import check_ranges, check_topics, settings_from_env
 from pipeline.topics import DEFAULT_PARTITIONS, FL_ROUNDS_TOPIC, FL_UPDATES_TOPIC, RAW_TOPIC
@@ -48,7 +48,7 @@ class CollectorSettings:
     once, and the transport is probed every ``probe_interval`` seconds until
     it answers again. A batch's day must lie in
     ``[today - max_day_age, today + max_days_ahead]`` (UTC days): the
-    :class:`~pipeline.days.DayWindow` the shuffler keeps too, read from
+    :class:`~ldp_core.days.DayWindow` the shuffler keeps too, read from
     ``$LDP_MAX_DAY_AGE`` / ``$LDP_MAX_DAYS_AHEAD`` (``$LDP_COLLECTOR_MAX_DAY_AGE``
     and ``--max-day-age`` still win).
     Batch ids stay in the dedup store (``dedup_path``, SQLite) for
@@ -132,7 +132,7 @@ class CollectorSettings:
 
     @property
     def day_window(self) -> DayWindow:
-        """The accepted days as the shared :class:`~pipeline.days.DayWindow`."""
+        """The accepted days as the shared :class:`~ldp_core.days.DayWindow`."""
         return DayWindow(self.max_day_age, self.max_days_ahead)
 
     @classmethod

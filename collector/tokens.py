@@ -36,7 +36,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from client_sdk import blind_rsa, tokens
+from ldp_core.tokens import blind_rsa
+from ldp_core.tokens import privacy_pass as tokens
 
 __all__ = ["TokenRejected", "TokenVerifier", "SpentTokens", "DEFAULT_SPENT_PATH"]
 

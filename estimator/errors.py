@@ -1,4 +1,4 @@
-"""The estimator package's exceptions (all derive from :class:`client_sdk.errors.LDPError`).
+"""The estimator package's exceptions (all derive from :class:`ldp_core.errors.LDPError`).
 
     LDPError
     └── EstimatorError
@@ -11,14 +11,14 @@
 
 :class:`StateError` and :class:`JobStateError` are also :class:`pipeline.errors.ProcessorError` subclasses
 (fatal: the streaming estimator's and the FL job's runners stop on them instead of rejoining).
-:class:`JobStateError` is also an :class:`client_sdk.fl.errors.FLError`, so FL callers that catch
+:class:`JobStateError` is also an :class:`ldp_core.fl.errors.FLError`, so FL callers that catch
 the FL tree keep catching it.
 """
 
 from __future__ import annotations
 
-from client_sdk.errors import LDPError
-from client_sdk.fl.errors import FLError
+from ldp_core.errors import LDPError
+from ldp_core.fl.errors import FLError
 from pipeline.errors import ProcessorError
 
 __all__ = [

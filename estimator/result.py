@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from client_sdk.mechanisms.base import MechanismSpec
+from ldp_core.mechanisms.base import MechanismSpec
 
 __all__ = ["Estimate", "estimate_from_counts", "norm_sub", "z_value"]
 

@@ -50,8 +50,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from client_sdk.files import write_atomic
 from ldp_cli.errors import BrokerError
+from ldp_core.files import write_atomic
 from pipeline.transport.base import TransportError
 
 __all__ = [

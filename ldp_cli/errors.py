@@ -1,4 +1,4 @@
-"""The command line's exceptions (all derive from :class:`client_sdk.errors.LDPError`).
+"""The command line's exceptions (all derive from :class:`ldp_core.errors.LDPError`).
 
     LDPError
     └── CLIError
@@ -13,7 +13,7 @@ arguments, settings, files: the project's ``ValueError`` subclasses such as
 
 from __future__ import annotations
 
-from client_sdk.errors import LDPError
+from ldp_core.errors import LDPError
 
 __all__ = ["CLIError", "BrokerError"]
 

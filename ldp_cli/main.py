@@ -4,7 +4,7 @@ Exit codes: what the sub-command returns (0 on success); 2 for a usage error
 (argparse) and for any :class:`ValueError` or :class:`OSError` it lets
 through, printed as ``ldp <command>: error: <message>``. The project's
 argument and setting errors (:class:`~pipeline.errors.ConfigError`,
-:class:`~client_sdk.errors.SpecError`, :class:`~client_sdk.errors.FrameError`,
+:class:`~ldp_core.errors.SpecError`, :class:`~ldp_core.errors.FrameError`,
 :class:`~pipeline.errors.ChunkError`, :class:`~estimator.errors.BatchError`,
 :class:`~estimator.errors.AccountingError`, ...) are ``ValueError`` subclasses
 for that reason; see :mod:`ldp_cli.errors` for the command line's own.

@@ -271,13 +271,13 @@ def add_analyzer_keys(p: argparse.ArgumentParser) -> None:
 
 
 def analyzer_opener(given: str | None, files: Sequence[str], *, processes: int = 1) -> Any:
-    """A :class:`~client_sdk.sealing.BatchOpener` over the key folder (``None`` if no metrics file declares
+    """A :class:`~ldp_core.wire.sealing.BatchOpener` over the key folder (``None`` if no metrics file declares
     a sealed metric and no folder is given). A sealed metric without keys, a missing or unsafe key file, or a
     current analyzer key the folder lacks is a clear error at start-up, not at the first record."""
     import os
 
-    from client_sdk.metrics import load_metrics
-    from client_sdk.sealing import BatchOpener, KeyRing, SealingError
+    from ldp_core.metrics import load_metrics
+    from ldp_core.wire.sealing import BatchOpener, KeyRing, SealingError
 
     folder = given or os.environ.get("LDP_ANALYZER_KEYS") or None
     sets = [(f, load_metrics(f, reject_expired=False)) for f in files]

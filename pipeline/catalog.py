@@ -3,7 +3,7 @@
 A wire frame carries only its metric name and its spec's 16-hex-digit id.
 The server-side consumers (sinks, estimators) need the spec itself to read
 the records, so they resolve the id through the declared metrics
-(:mod:`client_sdk.metrics`). A metric whose parameters changed keeps its old
+(:mod:`ldp_core.metrics`). A metric whose parameters changed keeps its old
 spec id in older data; pass every metrics file that was in force
 (``--metrics old.json --metrics new.json``) and all their specs resolve.
 
@@ -18,9 +18,9 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable, Mapping
 
-from client_sdk.errors import SpecMismatchError
-from client_sdk.mechanisms.base import ReportSpec
-from client_sdk.metrics import MetricDefinition, MetricSet, load_metrics
+from ldp_core.errors import SpecMismatchError
+from ldp_core.mechanisms.base import ReportSpec
+from ldp_core.metrics import MetricDefinition, MetricSet, load_metrics
 from pipeline.errors import ConfigError
 
 __all__ = ["SpecCatalog"]
@@ -30,7 +30,7 @@ class SpecCatalog:
     """Spec ids to specs, and metric names to their definitions.
 
     Callable as ``catalog(metric, spec_id) -> spec`` (the resolver form that
-    :func:`client_sdk.wire.decode_frame` accepts). An unknown id, or an id
+    :func:`ldp_core.wire.frames.decode_frame` accepts). An unknown id, or an id
     declared for another metric, raises :class:`SpecMismatchError`.
     """
 

@@ -20,7 +20,7 @@ batch in the file, with its offset).
 Files are complete or absent (written under a temporary name and renamed),
 so a reader that lists the folders sees each report once. The writer is
 :class:`collector.sinks.parquet.ParquetSink`; the readers are the batch
-estimation jobs (:mod:`estimator.batch`).
+estimation jobs (:mod:`estimator.jobs.batch`).
 """
 
 from __future__ import annotations
@@ -37,10 +37,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from client_sdk.errors import FrameError
-from client_sdk.files import fsync_dir, makedirs_durable, write_atomic
-from client_sdk.mechanisms import spec_from_dict
-from client_sdk.mechanisms.base import ReportSpec
+from ldp_core.errors import FrameError
+from ldp_core.files import fsync_dir, makedirs_durable, write_atomic
+from ldp_core.mechanisms import spec_from_dict
+from ldp_core.mechanisms.base import ReportSpec
 from pipeline.errors import DatasetError
 
 __all__ = [
@@ -158,7 +158,7 @@ def parse_part_name(name: str) -> dict[str, Any] | None:
 
 def write_table_atomic(path: Path, table: pa.Table) -> None:
     """Write ``table`` to ``path`` (creating its folders) atomically and durably, with
-    :func:`client_sdk.files.write_atomic`: temp name, fsync, rename, fsync folder."""
+    :func:`ldp_core.files.write_atomic`: temp name, fsync, rename, fsync folder."""
     makedirs_durable(path.parent)
     write_atomic(path, lambda f: pq.write_table(table, f, compression="zstd"))
 

@@ -1,6 +1,6 @@
 """The shuffled-batch envelope: what the shuffler publishes and sinks read.
 
-A shuffled batch is one wire frame (``client_sdk.wire``; one metric, spec and
+A shuffled batch is one wire frame (``ldp_core.wire.frames``; one metric, spec and
 day; records in a CSPRNG-permuted order under a fresh batch id) together with
 what the shuffler knows about it: how many reports it holds, the local ε₀
 of each, and the central (ε, δ) guarantee that shuffling gives against the
@@ -27,9 +27,9 @@ import json
 import struct
 from typing import Any
 
-from client_sdk.errors import FrameError
-from client_sdk.sealing import BatchOpener
-from client_sdk.wire import ReportBatch, SpecResolver, decode_frame, encode_frame
+from ldp_core.errors import FrameError
+from ldp_core.wire.frames import ReportBatch, SpecResolver, decode_frame, encode_frame
+from ldp_core.wire.sealing import BatchOpener
 
 __all__ = ["ENVELOPE_MAGIC", "ShuffleMeta", "ShuffledBatch", "encode_envelope", "decode_envelope", "open_sealed"]
 

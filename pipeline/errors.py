@@ -1,8 +1,8 @@
-"""The shared pipeline layer's exceptions (all derive from :class:`client_sdk.errors.LDPError`).
+"""The shared pipeline layer's exceptions (all derive from :class:`ldp_core.errors.LDPError`).
 
 LDPError
+├── ConfigError(ValueError)       (ldp_core.errors) a setting is invalid; the message names it and its valid range
 └── PipelineError
-    ├── ConfigError(ValueError)   a setting is invalid; the message names it and its valid range
     ├── TransportError            the log failed (pipeline.transport)
     │   ├── TopicError(ValueError)
     │   ├── CommitFailedError
@@ -14,17 +14,13 @@ LDPError
 
 from __future__ import annotations
 
-from client_sdk.errors import LDPError
+from ldp_core.errors import ConfigError, LDPError
 
 __all__ = ["PipelineError", "ConfigError", "DatasetError", "ProcessorError", "ChunkError"]
 
 
 class PipelineError(LDPError):
     """Base class of the shared pipeline layer's errors."""
-
-
-class ConfigError(PipelineError, ValueError):
-    """A service's setting is invalid: the message names the setting and its valid range."""
 
 
 class DatasetError(PipelineError):

@@ -18,7 +18,7 @@ float32 value, not the 5.4 of base64 in JSON.
 
 Chunk record
 ------------
-``magic "LDPF" | version u8 (1) | reserved u8 | header length u32 LE | header JSON | payload`` (:mod:`client_sdk.framing`).
+``magic "LDPF" | version u8 (1) | reserved u8 | header length u32 LE | header JSON | payload`` (:mod:`ldp_core.wire.framing`).
 The header (:class:`ChunkHeader`) names the document ``kind``
 (``checkpoint``, ``round_state``), the ``task``, a random document ``id``
 (fresh for every write), the chunk ``index`` and ``count``, the document's
@@ -44,7 +44,7 @@ from typing import Any
 
 import numpy as np
 
-from client_sdk.framing import HEAD_SIZE, pack_headed, unpack_headed
+from ldp_core.wire.framing import HEAD_SIZE, pack_headed, unpack_headed
 from pipeline.errors import ChunkError
 
 __all__ = [

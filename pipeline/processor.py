@@ -102,7 +102,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from client_sdk.errors import FrameError
+from ldp_core.errors import FrameError
 from pipeline.errors import ConfigError, ProcessorError
 from pipeline.topics import DEFAULT_PARTITIONS
 from pipeline.transport.base import (

@@ -2,7 +2,7 @@
 
 ``ldp shuffler``, ``ldp sink`` and ``ldp estimator`` take ``--status-file
 PATH``; :class:`StatusFile` keeps ``PATH`` a JSON object (written
-atomically, :func:`client_sdk.files.write_atomic`)::
+atomically, :func:`ldp_core.files.write_atomic`)::
 
     {"service": "shuffler", "pid": 4711, "state": "ready", "ready": true, "since": 1764633600.1,
      "detail": "", "transport": "kafka://kafka:9092", "group": "ldp-shuffler", "member": "shuffler-0",
@@ -11,7 +11,7 @@ atomically, :func:`client_sdk.files.write_atomic`)::
 ``state`` and ``ready`` are the processor's (:attr:`pipeline.processor.StreamProcessor.run_state`);
 the file is rewritten on every change of state and every ``every`` seconds
 (``updated``), so a stale file means a hung process. ``counters`` are the
-service's (the shuffler's are its durable totals, see :mod:`collector.shuffler`).
+service's (the shuffler's are its durable totals, see :mod:`collector.shuffler.processor`).
 
 The check a healthcheck runs is this module's command line::
 
@@ -71,7 +71,7 @@ class StatusFile:
         return out
 
     def write(self) -> None:
-        from client_sdk.files import write_atomic
+        from ldp_core.files import write_atomic
 
         body = json.dumps(self.snapshot(), sort_keys=True).encode()
         with self._lock:

@@ -11,7 +11,7 @@ topic                       one record is                                       
 ``ldp.fl.state``            one checkpoint of an FL aggregation job (internal)      the FL aggregation job
 ==========================  ======================================================  =========================
 
-FL records are keyed by task name (:mod:`client_sdk.fl.protocol`, :mod:`estimator.fl.job`).
+FL records are keyed by task name (:mod:`ldp_core.fl.protocol`, :mod:`estimator.fl.job`).
 
 Raw and shuffled records are keyed ``"<metric>/<day>"``, so every batch of
 one metric-day lands in one partition (:func:`~pipeline.transport.base.partition_for`)

@@ -18,9 +18,9 @@ from typing import Any
 
 import numpy as np
 
-from client_sdk.errors import DomainError
-from client_sdk.heavy_hitters import MAX_LENGTH, PEMSpec, SFPSpec, pad_value, pem_parameters, unpad
-from estimator.heavy_hitters import discover_pem, discover_sfp
+from estimator.mechanisms.heavy_hitters import discover_pem, discover_sfp
+from ldp_core.errors import DomainError
+from ldp_core.mechanisms.heavy_hitters import MAX_LENGTH, PEMSpec, SFPSpec, pad_value, pem_parameters, unpad
 from simulator.population import Distribution
 
 __all__ = [

@@ -13,11 +13,11 @@ from typing import Any
 
 import numpy as np
 
-from client_sdk.mechanisms.numeric import MEAN_MECHANISMS, MeanSpec
-from client_sdk.mechanisms.repeated import DBitFlipSpec, OneBitMeanSpec
-from client_sdk.mechanisms.square_wave import SquareWaveSpec
-from estimator.numeric import MeanAccumulator, SquareWaveAccumulator
-from estimator.repeated import DBitFlipAccumulator, OneBitMeanAccumulator
+from estimator.mechanisms.numeric import MeanAccumulator, SquareWaveAccumulator
+from estimator.mechanisms.repeated import DBitFlipAccumulator, OneBitMeanAccumulator
+from ldp_core.mechanisms.numeric import MEAN_MECHANISMS, MeanSpec
+from ldp_core.mechanisms.repeated import DBitFlipSpec, OneBitMeanSpec
+from ldp_core.mechanisms.square_wave import SquareWaveSpec
 from simulator.population import Distribution
 
 __all__ = ["NUMERIC_MECHANISMS", "NumericPopulation", "parse_range", "numeric_spec", "simulate_numeric"]

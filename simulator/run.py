@@ -8,10 +8,10 @@ from typing import Any
 
 import numpy as np
 
-from client_sdk.mechanisms import frequency_spec, make_spec
-from client_sdk.mechanisms.base import MechanismSpec
 from estimator.oracles import accumulator_for
 from estimator.result import Estimate
+from ldp_core.mechanisms import frequency_spec, make_spec
+from ldp_core.mechanisms.base import MechanismSpec
 from simulator.population import Distribution
 
 __all__ = ["SimulationResult", "simulate", "spec_for"]

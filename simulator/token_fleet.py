@@ -2,7 +2,7 @@
 
 :class:`LocalIssuer` runs the real ``ldp issuer`` app (:mod:`collector.issuer`) under uvicorn on 127.0.0.1
 with an enrollment authority of its own; :meth:`LocalIssuer.collector_options` are the collector settings that
-make :class:`~simulator.pipeline.LocalPipeline`'s collector require its tokens (``--require-tokens``).
+make :class:`~simulator.stack.LocalPipeline`'s collector require its tokens (``--require-tokens``).
 :func:`pay_fleet` enrolls one install per simulated device, fetches each device's tokens from the issuer (blind
 RSA: the issuer signs what it cannot read) and pairs every upload with one of its device's tokens.
 
@@ -24,10 +24,10 @@ from typing import Any
 
 import numpy as np
 
-from client_sdk.enrollment import DeviceIdentity, EnrollmentAuthority
-from client_sdk.metrics import MetricSet
-from client_sdk.tokens import IssuerClient, Token, TokenError, authorization_header
-from client_sdk.wire import ReportBatch, encode_frame
+from ldp_core.metrics import MetricSet
+from ldp_core.tokens.enrollment import DeviceIdentity, EnrollmentAuthority
+from ldp_core.tokens.privacy_pass import IssuerClient, Token, TokenError, authorization_header
+from ldp_core.wire.frames import ReportBatch, encode_frame
 
 __all__ = ["LocalIssuer", "PaidFleet", "pay_fleet", "FloodResult", "flood", "TOKEN_ORIGIN"]
 
@@ -54,7 +54,7 @@ class LocalIssuer:
 
     def start(self) -> LocalIssuer:
         from collector.issuer import IssuerKeys, IssuerSettings, create_issuer_app, utc_day_of
-        from simulator.pipeline import serve_in_thread
+        from simulator.stack import serve_in_thread
 
         settings = IssuerSettings(str(self.state_dir), (self.authority.public_key,), tokens_per_day=self.tokens_per_day)
         app = create_issuer_app(settings)
@@ -110,7 +110,7 @@ def pay_fleet(issuer: LocalIssuer, batches: Sequence[ReportBatch], devices: int)
     """Enroll ``devices`` installs, fetch each one's tokens and give each of its batches one.
 
     ``batches`` are one batch per device and metric, metric by metric (what
-    :func:`~simulator.pipeline.fleet_batches` makes with ``frame_reports=1``): batch ``k·devices + i`` is
+    :func:`~simulator.stack.fleet_batches` makes with ``frame_reports=1``): batch ``k·devices + i`` is
     device ``i``'s. A device needs one token per metric; it asks for exactly that many (at most K)."""
     if len(batches) % devices:
         raise ValueError(f"{len(batches)} batches are not one per device and metric for {devices} devices")
@@ -177,9 +177,9 @@ def flood(
     ``token_spent``)."""
     import httpx
 
-    from client_sdk.mechanisms import frequency_spec
-    from client_sdk.uploader import FRAME_CONTENT_TYPE
-    from simulator.scenarios.poisoning import crafted_reports
+    from client_sdk.upload.uploader import FRAME_CONTENT_TYPE
+    from ldp_core.mechanisms import frequency_spec
+    from simulator.scenarios.ldp.poisoning import crafted_reports
 
     m = metrics[metric]
     spec = frequency_spec(m.spec)

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import pytest
 
-from client_sdk.errors import FrameError, LDPError
-from client_sdk.fl.errors import UpdateRejected
-from client_sdk.fl.protocol import BINARY_MAGIC, parse_upload
-from client_sdk.framing import FramingError, pack_headed
 from ldp_cli.broker import BrokerError as BrokerErrorFromBroker
 from ldp_cli.errors import BrokerError, CLIError
 from ldp_cli.main import main
+from ldp_core.errors import FrameError, LDPError
+from ldp_core.fl.errors import UpdateRejected
+from ldp_core.fl.protocol import BINARY_MAGIC, parse_upload
+from ldp_core.wire.framing import FramingError, pack_headed
 from pipeline.errors import ChunkError, PipelineError
 from pipeline.fl_records import ChunkError as ChunkErrorFromRecords
 from pipeline.fl_records import decode_chunk

@@ -73,7 +73,7 @@ def test_imports_follow_the_layer_order(package: str) -> None:
 def test_the_walk_sees_lazy_and_dynamic_imports(tmp_path: pathlib.Path) -> None:
     probe = tmp_path / "probe.py"
     probe.write_text(
-        "import os\n\ndef f():\n    from collector.app import create_app\n    import estimator.batch\n"
+        "import os\n\ndef f():\n    from collector.http.app import create_app\n    import estimator.jobs.batch\n"
         "    importlib.import_module('simulator.run')\n"
     )
     assert {name for _, name in imported_packages(probe)} == {"os", "collector", "estimator", "simulator"}

@@ -58,7 +58,7 @@ def test_every_package_is_found() -> None:
     assert {
         "client_sdk",
         "client_sdk.fl",
-        "client_sdk.mechanisms",
+        "ldp_core.mechanisms",
         "pipeline",
         "pipeline.transport",
         "collector",

@@ -18,16 +18,16 @@ import numpy as np
 import pytest
 import torch
 
-from client_sdk.fl.client import LocalTraining, RoundConfig
 from client_sdk.fl.device import FLDevice, SampleBudgetExceeded
 from client_sdk.fl.device_store import FLDeviceStore
-from client_sdk.fl.dpsgd import DPSGDConfig, train_dpsgd
-from client_sdk.fl.errors import FLError, ModelError
-from client_sdk.fl.local_dpsgd import LocalDPSGDSpec, SampleLevelAccountant, train_local_dpsgd
-from client_sdk.fl.protocol import encode_vector, model_from_dict
 from client_sdk.fl.torch_adapter import TorchModel
 from client_sdk.fl.torch_device import TorchDeviceModel, train_torch_dpsgd_task, train_torch_local_dpsgd
 from estimator.fl.task import FLTaskSpec
+from ldp_core.fl.dpsgd import DPSGDConfig, train_dpsgd
+from ldp_core.fl.errors import FLError, ModelError
+from ldp_core.fl.local_dpsgd import LocalDPSGDSpec, SampleLevelAccountant, train_local_dpsgd
+from ldp_core.fl.protocol import encode_vector, model_from_dict
+from ldp_core.fl.training import LocalTraining, RoundConfig
 from tests.support.fl_pipeline_support import (
     device_rng,
     devices_for,
@@ -342,7 +342,7 @@ def test_without_a_fixed_generator_the_noise_comes_from_the_csprng() -> None:
     """The training generator fixed, the DP-SGD noise from the device's default: the OS CSPRNG
     (``secure_generator``), so two runs on the same batches differ in every coordinate, while two runs with
     the same fixed noise generator agree bit for bit."""
-    from client_sdk.randomness import UrandomBitGenerator
+    from ldp_core.randomness import UrandomBitGenerator
 
     spec = task_spec("tdev-rng", 4, model=SOFTMAX, training={"learning_rate": 0.3}, local_dp_sgd=DEV_SPEC)
     ((X, y),) = _softmax_data(1, 40, 6)

@@ -14,8 +14,6 @@ import pytest
 import torch
 from torch import nn
 
-from client_sdk.fl import LogisticRegression, ModelError
-from client_sdk.fl.dpsgd import DPSGDConfig, dpsgd_step, poisson_sample
 from client_sdk.fl.torch_adapter import TorchModel
 from client_sdk.fl.torch_dpsgd import (
     add_lora,
@@ -26,6 +24,8 @@ from client_sdk.fl.torch_dpsgd import (
     train_torch_dpsgd,
     trainable_parameters,
 )
+from ldp_core.fl import LogisticRegression, ModelError
+from ldp_core.fl.dpsgd import DPSGDConfig, dpsgd_step, poisson_sample
 
 torch.set_num_threads(1)
 

@@ -5,9 +5,9 @@ i.e. the ``cryptography`` package, and is not imported here).
 
 Importing this package needs only numpy."""
 
-from client_sdk.fl.client import ClientState, ClientUpdate, LocalTraining, RoundConfig, clip_to_norm, train_client
-from client_sdk.fl.errors import FLError, ModelError, SecAggError, UpdateRejected
-from client_sdk.fl.models import MLP, LogisticRegression, Model, SoftmaxRegression, accuracy
+from ldp_core.fl.errors import FLError, ModelError, SecAggError, UpdateRejected
+from ldp_core.fl.models import MLP, LogisticRegression, Model, SoftmaxRegression, accuracy
+from ldp_core.fl.training import ClientState, ClientUpdate, LocalTraining, RoundConfig, clip_to_norm, train_client
 
 __all__ = [
     "ClientState",

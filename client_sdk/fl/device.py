@@ -1,17 +1,17 @@
 """A device taking part in federated rounds through the collector (numpy and the standard library).
 
 :class:`FLDevice` polls ``GET /v1/fl/tasks/{task}/round?client_id=…``;
-when the round selects it, it trains with :func:`~client_sdk.fl.client.train_client`,
+when the round selects it, it trains with :func:`~ldp_core.fl.training.train_client`,
 clips the update to the round's ``clip_norm`` (in float32, as uploaded), and
 either uploads it (plain rounds) or walks SecAgg+'s four phases with a
-:class:`~client_sdk.fl.secagg.SecAggClient` (advertise keys, send encrypted
+:class:`~ldp_core.fl.secagg.SecAggClient` (advertise keys, send encrypted
 shares, send the masked quantized update, reveal shares for the survivors
 and dropped clients). SecAgg needs the ``fl`` extra (``cryptography``),
 imported only when a round asks for it.
 
-HTTP goes through the SDK uploader's machinery (:mod:`client_sdk.uploader`):
-the same pluggable :data:`~client_sdk.uploader.HttpTransport` (``urllib`` by
-default), the same full-jitter :class:`~client_sdk.uploader.BackoffPolicy`
+HTTP goes through the SDK uploader's machinery (:mod:`client_sdk.upload.uploader`):
+the same pluggable :data:`~client_sdk.upload.uploader.HttpTransport` (``urllib`` by
+default), the same full-jitter :class:`~client_sdk.upload.uploader.BackoffPolicy`
 and the same ``Retry-After`` parsing (seconds or an HTTP date). Requests are
 retried on network errors, 429 and 5xx (honouring ``Retry-After``, plus up to
 10 % jitter, at most 5 s by default); a retry sends the same bytes,
@@ -36,12 +36,19 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from client_sdk.fl.client import ClientState, LocalTraining, RoundConfig, clip_to_norm, train_client
 from client_sdk.fl.device_store import FLDeviceStore, canonical_json
-from client_sdk.fl.errors import FLError
-from client_sdk.fl.local_dpsgd import LocalDPSGDSpec, SampleLevelAccountant, local_dp_sgd_from_dict, train_local_dpsgd
-from client_sdk.fl.personalization import personalization_from_dict
-from client_sdk.fl.protocol import (
+from client_sdk.upload.uploader import (
+    USER_AGENT,
+    BackoffPolicy,
+    HttpRequest,
+    HttpTransport,
+    parse_retry_after,
+    urllib_transport,
+)
+from ldp_core.fl.errors import FLError
+from ldp_core.fl.local_dpsgd import LocalDPSGDSpec, SampleLevelAccountant, local_dp_sgd_from_dict, train_local_dpsgd
+from ldp_core.fl.personalization import personalization_from_dict
+from ldp_core.fl.protocol import (
     BINARY_CONTENT_TYPE,
     decode_vector,
     encode_upload_binary,
@@ -50,15 +57,8 @@ from client_sdk.fl.protocol import (
     sign_upload,
     verify_upload_auth,
 )
-from client_sdk.randomness import secure_generator
-from client_sdk.uploader import (
-    USER_AGENT,
-    BackoffPolicy,
-    HttpRequest,
-    HttpTransport,
-    parse_retry_after,
-    urllib_transport,
-)
+from ldp_core.fl.training import ClientState, LocalTraining, RoundConfig, clip_to_norm, train_client
+from ldp_core.randomness import secure_generator
 
 __all__ = ["FLDevice", "HTTPResult", "SampleBudgetExceeded"]
 
@@ -179,7 +179,7 @@ class FLDevice:
         self.sleep = sleep
         if identity is not None and identity.device_id != client_id:
             raise FLError(f"the identity is enrolled as {identity.device_id!r}, not {client_id!r}")
-        #: the device's :class:`client_sdk.enrollment.DeviceIdentity`: signs every request and upload
+        #: the device's :class:`ldp_core.tokens.enrollment.DeviceIdentity`: signs every request and upload
         self.identity = identity
         self.errors: collections.Counter[str] = collections.Counter()
         self.uploads = 0
@@ -271,7 +271,7 @@ class FLDevice:
         )
         rng = self.rng_for_round(r)
         dp = self._signed_local_dp_sgd(view)
-        if dp is not None:  # sample-level DP: DP-SGD on this device, accounted here (client_sdk.fl.local_dpsgd)
+        if dp is not None:  # sample-level DP: DP-SGD on this device, accounted here (ldp_core.fl.local_dpsgd)
             spec, sample_delta = dp
             model, train = self._local_dpsgd_trainer(view)  # a model it cannot train is refused before spending
             self._spend_sample_level(r, spec, sample_delta)  # refused past the cap; committed before training
@@ -328,7 +328,7 @@ class FLDevice:
         if phase == "train":
             delta, n, _ = self._train(view)
             return "update" if self._upload(r, "update", {"vector": delta, "num_examples": n}) else "failed"
-        from client_sdk.fl.secagg import Quantizer, SecAggClient, SecAggConfig
+        from ldp_core.fl.secagg import Quantizer, SecAggClient, SecAggConfig
 
         sa = view["secagg"]
         if phase == "advertise":
@@ -361,7 +361,7 @@ class FLDevice:
             inbox = {int(u): base64.b64decode(ct) for u, ct in view["inbox"].items()}
             ddg = self._round.get("ddg")
             comp = self._round.get("compression")
-            if ddg is not None:  # this device adds its own noise share before masking (client_sdk.fl.ddg)
+            if ddg is not None:  # this device adds its own noise share before masking (ldp_core.fl.ddg)
                 q = ddg.encode(delta, self.noise_rng_for_round(r), int(sa["ddg"]["rotation_seed"]))
                 y = client.masked_input(q, inbox, bits=ddg.bits)
             elif comp is not None:  # b-bit codes of the clipped update or of its clipped sketch, in Z_{2^ring_bits}
@@ -373,11 +373,11 @@ class FLDevice:
                 q = Quantizer(float(sa["clip_range"]), float(sa["scale"]), int(sa["max_clients"])).quantize(delta, rng)
                 y = client.masked_input(q, inbox)
             self.quantized[r] = q
-            # a compressed round's words travel packed, ring_bits each (client_sdk.fl.protocol.pack_words)
+            # a compressed round's words travel packed, ring_bits each (ldp_core.fl.protocol.pack_words)
             payload = {"vector": y} if comp is None else {"vector": y, "ring_bits": comp.ring_bits}
             return "masked" if self._upload(r, "masked", payload) else "failed"
         if phase == "consistency":
-            from client_sdk.fl.secagg import SURVIVORS_TAG
+            from ldp_core.fl.secagg import SURVIVORS_TAG
 
             identity = self.identity
             assert identity is not None  # checked at the advertise phase
@@ -414,7 +414,7 @@ class FLDevice:
                     "without it would release its data without sample-level DP"
                 )
             return None
-        from client_sdk.enrollment import verify_document
+        from ldp_core.tokens.enrollment import verify_document
 
         assert isinstance(tc, Mapping)
         if self.identity is None:
@@ -488,7 +488,7 @@ class FLDevice:
         restart, with ``storage_dir``): Ditto's personal model v_k, Per-FedAvg's global model after its
         fine-tuning steps on the local data (drawn from ``rng``, default the OS CSPRNG), MOON's and plain
         tasks' global model. None before the device trained any round of a task without ``local_dp_sgd``."""
-        from client_sdk.fl.personalization import personalized_params
+        from ldp_core.fl.personalization import personalized_params
 
         last = None
         if self._settings is not None:
@@ -535,7 +535,7 @@ class FLDevice:
     def _signed_threshold(self, view: Mapping[str, Any]) -> int | None:
         """t from the task configuration the enrollment authority signed (None if it fixes none); a SecAgg
         round without a valid signed configuration for this task is refused."""
-        from client_sdk.enrollment import verify_document
+        from ldp_core.tokens.enrollment import verify_document
 
         tc = view.get("task_config")
         if self.identity is None:
@@ -559,8 +559,8 @@ class FLDevice:
         or None for central noise. Every parameter of the noise share comes from the signed document, none
         from the server; a round that asks for the other kind of noise than the task fixes is refused (a
         server that drops ``ddg`` from the round would otherwise receive un-noised inputs)."""
-        from client_sdk.fl.ddg import DDGSpec
-        from client_sdk.fl.errors import SecAggError
+        from ldp_core.fl.ddg import DDGSpec
+        from ldp_core.fl.errors import SecAggError
 
         signed = view["task_config"]["config"].get("ddg")
         if (signed is None) != (sa.get("ddg") is None):
@@ -579,8 +579,8 @@ class FLDevice:
         """The compressed-update spec of the signed task configuration, or None; a round whose compression or
         vector length differs from the signed one is refused (a server could otherwise ask for a ring that
         wraps, or for float words where the task fixed codes)."""
-        from client_sdk.fl.errors import ModelError
-        from client_sdk.fl.ring_sketch import ring_compression_from_signed
+        from ldp_core.fl.errors import ModelError
+        from ldp_core.fl.ring_sketch import ring_compression_from_signed
 
         signed = view["task_config"]["config"].get("compression")
         asked = sa.get("compression")
@@ -601,8 +601,8 @@ class FLDevice:
         """The neighbours' key adverts whose signatures verify: each signed by an enrolled device (credential
         from this device's authority) for this task and round, one index per device. An advert the server
         made up or swapped is dropped (counted in ``errors["bad_advert"]``), so no share goes to it."""
-        from client_sdk.fl.protocol import Upload
-        from client_sdk.fl.secagg import KeyAdvert
+        from ldp_core.fl.protocol import Upload
+        from ldp_core.fl.secagg import KeyAdvert
 
         if self.identity is None:
             raise FLError("secure aggregation needs an enrolled device (FLDevice(identity=...))")
@@ -632,7 +632,7 @@ class FLDevice:
             out[int(u)] = KeyAdvert(int(u), keys["share_key"], keys["mask_key"])
         self._round["peer_ids"] = {u: auths[str(u)]["client_id"] for u in out}
         # the device keys of the verified neighbours: they check the survivor-set signatures (consistency round)
-        from client_sdk.enrollment import Credential
+        from ldp_core.tokens.enrollment import Credential
 
         self._round["peer_keys"] = {u: Credential.from_dict(auths[str(u)]["credential"]).public_key for u in out}
         return out

@@ -4,8 +4,8 @@
   ``local_dp_sgd``, with the signed spec and δ. :meth:`FLDeviceStore.record_round` commits the row durably
   (``BEGIN IMMEDIATE``, ``synchronous=FULL``) before the round's update is uploaded, so a crash between
   training and upload can only over-count what the device spent, never under-count it; a restarted device
-  rebuilds its :class:`~client_sdk.fl.local_dpsgd.SampleLevelAccountant` from these rows.
-* The **client state** of each task (:class:`~client_sdk.fl.client.ClientState`): SCAFFOLD's control variate,
+  rebuilds its :class:`~ldp_core.fl.local_dpsgd.SampleLevelAccountant` from these rows.
+* The **client state** of each task (:class:`~ldp_core.fl.training.ClientState`): SCAFFOLD's control variate,
   Ditto's personal model, MOON's previous local model, tagged with the model they belong to (a task whose
   model changed starts afresh), and the last round's global model and settings, so the app can predict
   with :meth:`~client_sdk.fl.device.FLDevice.personalized_params` before the next round.
@@ -23,10 +23,10 @@ from typing import Any
 
 import numpy as np
 
-from client_sdk.fl.client import ClientState
-from client_sdk.fl.errors import FLError
-from client_sdk.fl.local_dpsgd import LocalDPSGDSpec, SampleLevelAccountant, local_dp_sgd_from_dict
 from client_sdk.store import Store
+from ldp_core.fl.errors import FLError
+from ldp_core.fl.local_dpsgd import LocalDPSGDSpec, SampleLevelAccountant, local_dp_sgd_from_dict
+from ldp_core.fl.training import ClientState
 
 __all__ = ["FLDeviceStore", "canonical_json"]
 

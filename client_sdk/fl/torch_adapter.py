@@ -1,18 +1,18 @@
-"""A PyTorch ``nn.Module`` as a :class:`client_sdk.fl.models.Model` (CPU; optional).
+"""A PyTorch ``nn.Module`` as a :class:`ldp_core.fl.models.Model` (CPU; optional).
 
 Federated learning here moves flat float vectors; :class:`TorchModel` lets any
 classifier written as a ``torch.nn.Module`` train on devices and aggregate on the
 server like the numpy models. The flat vector is the module's parameters in
 registration order, each flattened row-major — the order of
 ``torch.nn.utils.parameters_to_vector`` — so ``nn.Linear(d, 1)`` has exactly the
-layout of :class:`~client_sdk.fl.models.LogisticRegression` (w, then b).
+layout of :class:`~ldp_core.fl.models.LogisticRegression` (w, then b).
 
 Each call evaluates the module *functionally* on views of one flat leaf tensor
 (``torch.func.functional_call``), so the gradient comes back already flat and
 the module is never modified; :meth:`TorchModel.load_into` copies a vector into
 the module (``vector_to_parameters``) when a trained ``nn.Module`` is wanted.
 
-Loss, as in :mod:`client_sdk.fl.models`: the mean cross-entropy over the batch
+Loss, as in :mod:`ldp_core.fl.models`: the mean cross-entropy over the batch
 plus ``(l2 / 2)·Σ‖W‖²`` over the parameters whose name ends in ``weight``
 (biases and other parameters are not penalized).
 
@@ -38,7 +38,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from client_sdk.fl.errors import ModelError
+from ldp_core.fl.errors import ModelError
 
 __all__ = ["TorchModel"]
 

@@ -2,7 +2,7 @@
 
 :class:`TorchDeviceModel` stands for one task model (the task file's ``model`` object:
 ``logistic``, ``softmax`` or ``mlp``) on a device that computes with PyTorch. Tasks move
-flat vectors in the numpy models' layout (:mod:`client_sdk.fl.models`: each layer's
+flat vectors in the numpy models' layout (:mod:`ldp_core.fl.models`: each layer's
 in × out weight matrix row-major, then its bias); :class:`~client_sdk.fl.torch_adapter.TorchModel`
 moves the module's ``parameters_to_vector`` order, where ``nn.Linear`` keeps its matrix
 out × in. The adapter holds the permutation between the two (``index``: the torch vector
@@ -12,12 +12,12 @@ is ``task_vector[index]``), so a device hands the job exactly what a numpy devic
 module whose parameters are the task vector in the module's own order can be given
 with the model it stands for (``TorchDeviceModel(TorchModel(...), task_model)``).
 
-It is a :class:`~client_sdk.fl.models.Model` in the task's layout, so plain rounds train
-with :func:`~client_sdk.fl.client.train_client` on torch gradients (FedAvg, FedProx,
+It is a :class:`~ldp_core.fl.models.Model` in the task's layout, so plain rounds train
+with :func:`~ldp_core.fl.training.train_client` on torch gradients (FedAvg, FedProx,
 SCAFFOLD, Ditto, Per-FedAvg; MOON's contrastive term needs the numpy MLP and is refused). Under
 ``local_dp_sgd``, :func:`train_torch_local_dpsgd` replaces
-:func:`~client_sdk.fl.local_dpsgd.train_local_dpsgd`: the same mechanism step for step
-(:mod:`client_sdk.fl.dpsgd`: Poisson batch at rate q from the round's training generator,
+:func:`~ldp_core.fl.local_dpsgd.train_local_dpsgd`: the same mechanism step for step
+(:mod:`ldp_core.fl.dpsgd`: Poisson batch at rate q from the round's training generator,
 each example's gradient clipped to c, N(0, σ²c²·I) on the sum, division by qN, the L2
 penalty's gradient, θ ← θ − η·g in float32), with the clipped sum computed by
 :func:`client_sdk.fl.torch_dpsgd.clipped_grad_sum` (ghost clipping by default,
@@ -26,7 +26,7 @@ task's layout from the device's DP-SGD noise generator (the OS CSPRNG unless a
 simulation fixes it; torch's global generator is never used), as one draw of the whole
 vector like the numpy path, so the same generators give the numpy device's update to
 float rounding. The privacy event is the spec's, and the device records the round in its
-:class:`~client_sdk.fl.local_dpsgd.SampleLevelAccountant` before training, through the
+:class:`~ldp_core.fl.local_dpsgd.SampleLevelAccountant` before training, through the
 same spend step as the numpy path (:meth:`client_sdk.fl.device.FLDevice._spend_sample_level`).
 
 Every parameter of the module trains (the task vector is all of them): modules with
@@ -42,14 +42,14 @@ from typing import Any
 
 import numpy as np
 
-from client_sdk.fl.client import ClientUpdate, RoundConfig
-from client_sdk.fl.dpsgd import DPSGDConfig, batch_divisor, descend, poisson_sample, privatize_sum
-from client_sdk.fl.errors import FLError, ModelError
-from client_sdk.fl.local_dpsgd import LocalDPSGDSpec, local_round_start
-from client_sdk.fl.models import MLP, LogisticRegression, SoftmaxRegression
-from client_sdk.fl.protocol import model_from_dict, model_to_dict
 from client_sdk.fl.torch_adapter import TorchModel, _torch
 from client_sdk.fl.torch_dpsgd import Method, clipped_grad_sum
+from ldp_core.fl.dpsgd import DPSGDConfig, batch_divisor, descend, poisson_sample, privatize_sum
+from ldp_core.fl.errors import FLError, ModelError
+from ldp_core.fl.local_dpsgd import LocalDPSGDSpec, local_round_start
+from ldp_core.fl.models import MLP, LogisticRegression, SoftmaxRegression
+from ldp_core.fl.protocol import model_from_dict, model_to_dict
+from ldp_core.fl.training import ClientUpdate, RoundConfig
 
 __all__ = ["TorchDeviceModel", "train_torch_dpsgd_task", "train_torch_local_dpsgd"]
 
@@ -209,7 +209,7 @@ class TorchDeviceModel:
         prox_mu: float = 0.0,
         anchor: np.ndarray | None = None,
     ) -> np.ndarray:
-        """One step of :func:`client_sdk.fl.dpsgd.dpsgd_step`'s mechanism, the same draws from the same
+        """One step of :func:`ldp_core.fl.dpsgd.dpsgd_step`'s mechanism, the same draws from the same
         generators: θ − η·[(clipped sum + N(0, σ²c²·I)) / qN + l2·W + μ·(θ − anchor)], float32 (the
         proximal term with ``prox_mu`` > 0 only: post-processing, as in the numpy step)."""
         n = len(X)
@@ -234,7 +234,7 @@ def train_torch_dpsgd_task(
     noise_rng: np.random.Generator,
     prox_mu: float = 0.0,
 ) -> np.ndarray:
-    """``steps`` DP-SGD steps from the task vector ``params`` (as :func:`client_sdk.fl.dpsgd.train_dpsgd`,
+    """``steps`` DP-SGD steps from the task vector ``params`` (as :func:`ldp_core.fl.dpsgd.train_dpsgd`,
     FedProx's pull toward ``params`` with ``prox_mu`` > 0); returns the task vector, float32."""
     if isinstance(steps, bool) or not isinstance(steps, int) or steps < 0:
         raise ModelError(f"steps must be an integer >= 0, got {steps!r}")
@@ -255,7 +255,7 @@ def train_torch_local_dpsgd(
     noise_rng: np.random.Generator,
     client_id: str,
 ) -> ClientUpdate:
-    """:func:`client_sdk.fl.local_dpsgd.train_local_dpsgd` with the torch module: T = ``spec.steps_per_round``
+    """:func:`ldp_core.fl.local_dpsgd.train_local_dpsgd` with the torch module: T = ``spec.steps_per_round``
     steps from the round's parameters at its learning rate; the upload is θ_T − θ_0 weighted by len(X)."""
     if not isinstance(model, TorchDeviceModel):
         raise ModelError(f"model must be a TorchDeviceModel, got {type(model).__name__}")

@@ -1,11 +1,11 @@
 """DP-SGD for PyTorch modules through the torch adapter (optional ``torch`` extra).
 
-The mechanism is :mod:`client_sdk.fl.dpsgd`'s (Abadi et al., CCS 2016, Alg. 1):
+The mechanism is :mod:`ldp_core.fl.dpsgd`'s (Abadi et al., CCS 2016, Alg. 1):
 Poisson batches at rate q, each example's gradient clipped to norm C, the
 sum noised with N(0, σ²C²·I) and divided by the *expected* batch size qN,
 then the L2 penalty's gradient (it depends on no example) and θ ← θ − η·g.
 Its privacy event is the same ``DPSGDConfig.event`` and its ε comes from the
-same accountants (:class:`estimator.dpsgd.StepAccountant`: PLD, RDP second).
+same accountants (:class:`estimator.jobs.dpsgd.StepAccountant`: PLD, RDP second).
 
 Only the module's *trainable* parameters (``requires_grad``) are clipped,
 noised and updated: with a frozen backbone and low-rank adapters
@@ -44,9 +44,9 @@ from typing import Any, Literal
 
 import numpy as np
 
-from client_sdk.fl.dpsgd import DPSGDConfig, batch_divisor, poisson_sample
-from client_sdk.fl.errors import ModelError
 from client_sdk.fl.torch_adapter import TorchModel, _torch
+from ldp_core.fl.dpsgd import DPSGDConfig, batch_divisor, poisson_sample
+from ldp_core.fl.errors import ModelError
 
 __all__ = [
     "Method",

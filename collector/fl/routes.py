@@ -2,7 +2,7 @@
 
 Enabled with ``fl_enabled`` (``LDP_COLLECTOR_FL_ENABLED=1``). A follower
 thread reads ``ldp.fl.rounds`` (in a consumer group of its own, from the
-beginning) and keeps the newest :class:`~client_sdk.fl.protocol.RoundState`
+beginning) and keeps the newest :class:`~ldp_core.fl.protocol.RoundState`
 of each task. Routes:
 
 ``GET /v1/fl/tasks``
@@ -12,13 +12,13 @@ of each task. Routes:
     public counters; nothing that depends on the round's sample.
 ``GET /v1/fl/tasks/{task}/round?client_id=ID``
     The round as that device sees it (:meth:`RoundState.view_for`), only for a request
-    signed by the enrolled device ``ID`` (:mod:`client_sdk.enrollment` headers, checked
+    signed by the enrolled device ``ID`` (:mod:`ldp_core.tokens.enrollment` headers, checked
     against the task's enrollment key; 401 ``unauthenticated`` otherwise): whether it is
     selected, its SecAgg index, parameters, neighbours' adverts and its own inbox.
 ``GET /v1/fl/tasks/{task}/status``
     Round, phase, ε so far and the job's counters (accepted and rejected by reason).
 ``POST /v1/fl/tasks/{task}/uploads``
-    One upload (``application/json``, :mod:`client_sdk.fl.protocol`).
+    One upload (``application/json``, :mod:`ldp_core.fl.protocol`).
 
 Answers to an upload
 --------------------
@@ -77,9 +77,9 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.responses import Response
 
-from client_sdk.enrollment import EnrollmentError, RequestVerifier
-from client_sdk.fl.errors import UpdateRejected
-from client_sdk.fl.protocol import (
+from collector.prometheus import Registry
+from ldp_core.fl.errors import UpdateRejected
+from ldp_core.fl.protocol import (
     BINARY_CONTENT_TYPE,
     BINARY_MAGIC,
     RoundState,
@@ -88,8 +88,8 @@ from client_sdk.fl.protocol import (
     parse_upload,
     verify_upload_auth,
 )
-from client_sdk.framing import has_magic
-from collector.prometheus import Registry
+from ldp_core.tokens.enrollment import EnrollmentError, RequestVerifier
+from ldp_core.wire.framing import has_magic
 from pipeline.fl_records import ChunkAssembler, ChunkError, decode_chunk, is_chunk, unpack_document
 from pipeline.transport import Transport, TransportError
 

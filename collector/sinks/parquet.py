@@ -58,10 +58,10 @@ from typing import Any
 
 import numpy as np
 
-from client_sdk.files import write_atomic
-from client_sdk.mechanisms.base import ReportSpec
-from client_sdk.sealing import BatchOpener
 from collector.errors import SinkError
+from ldp_core.files import write_atomic
+from ldp_core.mechanisms.base import ReportSpec
+from ldp_core.wire.sealing import BatchOpener
 from pipeline.dataset import FORMAT, fsync_dir, makedirs_durable, part_name, records_to_table, write_table_atomic
 from pipeline.envelope import ShuffledBatch, ShuffleMeta, decode_envelope, open_sealed
 from pipeline.processor import StreamProcessor

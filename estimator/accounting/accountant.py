@@ -31,12 +31,12 @@ what it already computes:
   relation for (unsampled) Gaussian and Laplace events while its PLD
   accountant doubles the sensitivity under replace-one. Here both double it
   (replacing a person moves a sum by up to 2C; the convention is in
-  :mod:`client_sdk.privacy_events`).
+  :mod:`ldp_core.privacy_events`).
 
 Neighbouring relations. ``"add_or_remove"`` (the default; the DP-SGD
 literature and the reference figures below use it) protects whether a person
 took part; ``"replace"`` protects what a person's data is. A local report
-(:class:`~client_sdk.privacy_events.LocalReportEvent`) only makes sense under
+(:class:`~ldp_core.privacy_events.LocalReportEvent`) only makes sense under
 ``"replace"``: ε-LDP hides the value, not the presence of a report, and the
 accountant refuses it under add/remove rather than print a figure that does
 not hold.
@@ -65,7 +65,8 @@ from dp_accounting.pld import pld_privacy_accountant
 from dp_accounting.pld import privacy_loss_distribution as pld_lib
 from dp_accounting.rdp import rdp_privacy_accountant
 
-from client_sdk.privacy_events import (
+from estimator.errors import AccountingError
+from ldp_core.privacy_events import (
     ComposedEvent,
     DiscreteGaussianEvent,
     DiscreteLaplaceEvent,
@@ -77,7 +78,6 @@ from client_sdk.privacy_events import (
     PureDPEvent,
     SelfComposedEvent,
 )
-from estimator.errors import AccountingError
 
 __all__ = [
     "AccountingError",

@@ -13,7 +13,7 @@ Ghosh, Roughgarden, Sundararajan 2009) and the Gaussian mechanism adds
 *discrete* Gaussian noise (P[x] ∝ exp(-x²/2σ²)), both sampled with the exact
 integer-arithmetic rejection samplers of Canonne, Kamath and Steinke ("The
 Discrete Gaussian for Differential Privacy", NeurIPS 2020, Algorithms 1-3),
-vectorized over numpy arrays (they live in :mod:`client_sdk.noise`, shared with the
+vectorized over numpy arrays (they live in :mod:`ldp_core.noise`, shared with the
 devices' distributed discrete Gaussian, and are re-exported here): every random choice is a uniform integer drawn
 from the generator and compared with an integer, so no floating-point number
 takes part in sampling. This is what defeats Mironov's attack on
@@ -29,11 +29,11 @@ one (Gaussian), so the accounting stays valid.
 
 Randomness: pass a :class:`numpy.random.Generator`. Seeded generators are for
 tests and simulation only. Without one, a release draws from
-:func:`client_sdk.randomness.secure_generator` (every word from the OS
+:func:`ldp_core.randomness.secure_generator` (every word from the OS
 CSPRNG): numpy's PCG64 is predictable from its outputs, and predictable noise
 can be subtracted.
 
-Sensitivity is the per-contribution bound C of :mod:`client_sdk.privacy_events`:
+Sensitivity is the per-contribution bound C of :mod:`ldp_core.privacy_events`:
 how much one person can move the released vector (L1 for Laplace and the
 sparse vector technique, L2 for Gaussian) by being added or removed; a
 histogram where each person counts once has C = 1.
@@ -51,18 +51,13 @@ from typing import Any
 
 import numpy as np
 
-from client_sdk.errors import SpecError
-from client_sdk.noise import (
-    LAPLACE_SCALE_DENOMINATOR,
-    bernoulli_exp,
-    discrete_gaussian,
-    discrete_laplace,
-)
-from client_sdk.noise import laplace_scale_used as _laplace_scale
-from client_sdk.noise import sigma2_used as _sigma2
-from client_sdk.privacy_events import ComposedEvent, DiscreteGaussianEvent, DiscreteLaplaceEvent, PureDPEvent
-from client_sdk.randomness import secure_generator
 from estimator.accounting.accountant import Neighbors, epsilon_pld
+from ldp_core.errors import SpecError
+from ldp_core.noise import LAPLACE_SCALE_DENOMINATOR, bernoulli_exp, discrete_gaussian, discrete_laplace
+from ldp_core.noise import laplace_scale_used as _laplace_scale
+from ldp_core.noise import sigma2_used as _sigma2
+from ldp_core.privacy_events import ComposedEvent, DiscreteGaussianEvent, DiscreteLaplaceEvent, PureDPEvent
+from ldp_core.randomness import secure_generator
 
 __all__ = [
     "discrete_laplace",

@@ -14,7 +14,7 @@ adaptive, satisfies the budget's (ε, δ). Each filter here
 * refuses a release that would cross the budget, atomically: the check and
   the charge happen under one lock, and a refused release spends nothing
   (:meth:`PrivacyFilter.try_spend` returns False, :meth:`PrivacyFilter.spend`
-  raises :class:`~client_sdk.errors.BudgetError`).
+  raises :class:`~ldp_core.errors.BudgetError`).
 
 Two filters:
 
@@ -71,8 +71,17 @@ from typing import Any
 import numpy as np
 from dp_accounting.rdp import compute_epsilon
 
-from client_sdk.errors import BudgetError
-from client_sdk.privacy_events import (
+from estimator.accounting.accountant import (
+    DEFAULT_DISCRETIZATION,
+    AccountingError,
+    Neighbors,
+    _check_delta,
+    basic_epsilon,
+    epsilon_pld,
+    sensitivity_factor,
+)
+from ldp_core.errors import BudgetError
+from ldp_core.privacy_events import (
     ComposedEvent,
     DiscreteGaussianEvent,
     DiscreteLaplaceEvent,
@@ -83,15 +92,6 @@ from client_sdk.privacy_events import (
     PrivacyEvent,
     PureDPEvent,
     SelfComposedEvent,
-)
-from estimator.accounting.accountant import (
-    DEFAULT_DISCRETIZATION,
-    AccountingError,
-    Neighbors,
-    _check_delta,
-    basic_epsilon,
-    epsilon_pld,
-    sensitivity_factor,
 )
 
 __all__ = [

@@ -2,7 +2,7 @@
 mean, and input validation as a wrapper.
 
 An :class:`Aggregator` turns the round's client uploads (flat vectors, see
-:class:`client_sdk.fl.client.ClientUpdate`) into one vector, the aggregate
+:class:`ldp_core.fl.training.ClientUpdate`) into one vector, the aggregate
 update Δ̄, plus counters in ``info``. Clipping and noise
 (:mod:`estimator.fl.dp`), robust statistics (:mod:`estimator.fl.robust`) and
 validation (:class:`ValidatingAggregator`) are *wrappers* around an inner
@@ -23,8 +23,8 @@ from typing import Any, Literal, Protocol
 
 import numpy as np
 
-from client_sdk.fl.client import ClientUpdate, upload_digest
-from client_sdk.fl.errors import FLError, UpdateRejected
+from ldp_core.fl.errors import FLError, UpdateRejected
+from ldp_core.fl.training import ClientUpdate, upload_digest
 
 __all__ = [
     "RoundContext",

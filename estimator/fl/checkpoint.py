@@ -38,8 +38,8 @@ from typing import Any
 
 import numpy as np
 
-from client_sdk.fl.protocol import PROTOCOL_VERSION, decode_vector, encode_vector
 from estimator.errors import JobStateError
+from ldp_core.fl.protocol import PROTOCOL_VERSION, decode_vector, encode_vector
 from pipeline.fl_records import (
     ChunkAssembler,
     ChunkError,

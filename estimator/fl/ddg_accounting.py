@@ -1,4 +1,4 @@
-"""Accounting of the distributed discrete Gaussian (the mechanism is :mod:`client_sdk.fl.ddg`).
+"""Accounting of the distributed discrete Gaussian (the mechanism is :mod:`ldp_core.fl.ddg`).
 
 The released value of a round is a post-processing of Z = Σ_u r_u + Σ_u N_u (then mod m, scaled,
 rotated back): the integer rounded updates r_u (each ‖r_u‖₂² ≤ Δ², :attr:`DDGSpec.norm_bound_sq`)
@@ -38,8 +38,8 @@ from typing import Any
 
 import numpy as np
 
-from client_sdk.fl.ddg import DDGSpec
-from client_sdk.fl.errors import FLError
+from ldp_core.fl.ddg import DDGSpec
+from ldp_core.fl.errors import FLError
 
 __all__ = [
     "tau",

@@ -41,7 +41,7 @@ what the client-level guarantee protects.
 
 Only a linear aggregator may sit inside (``inner.linear``): the sensitivity
 argument needs a sum. Clipping happens here, on the server; with secure
-aggregation the devices clip before masking (:func:`client_sdk.fl.client.clip_to_norm`).
+aggregation the devices clip before masking (:func:`ldp_core.fl.training.clip_to_norm`).
 """
 
 from __future__ import annotations
@@ -53,12 +53,12 @@ from typing import Any, ClassVar, Protocol
 
 import numpy as np
 
-from client_sdk.fl.client import ClientUpdate, clip_to_norm
-from client_sdk.fl.errors import FLError
-from client_sdk.privacy_events import ComposedEvent, GaussianEvent, PoissonSampledEvent, PrivacyEvent, SelfComposedEvent
 from estimator.accounting.accountant import NEIGHBORS, Neighbors, RdpAccountant, epsilon_pld, exact_gaussian_epsilon
 from estimator.fl.aggregators import AggregateResult, Aggregator, RoundContext
 from estimator.fl.sampling import FixedCountSampling, PoissonSampling, Sampling
+from ldp_core.fl.errors import FLError
+from ldp_core.fl.training import ClientUpdate, clip_to_norm
+from ldp_core.privacy_events import ComposedEvent, GaussianEvent, PoissonSampledEvent, PrivacyEvent, SelfComposedEvent
 
 __all__ = [
     "ClientLevelAccountant",
@@ -84,7 +84,7 @@ class ClientLevelAccountant:
     without replacement, replace-one-client neighbours (see
     :mod:`estimator.fl.sampling`); replacing a client moves the clipped sum by up
     to 2C, so the Gaussian's multiplier relative to that change is σ/2 (the
-    convention of :mod:`client_sdk.privacy_events`). A round without noise makes
+    convention of :mod:`ldp_core.privacy_events`). A round without noise makes
     ε infinite.
 
     Two adversaries (issue 13). :meth:`epsilon` holds against observers of the

@@ -45,11 +45,11 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from client_sdk.fl.client import ClientUpdate, clip_to_norm
-from client_sdk.fl.errors import FLError
-from client_sdk.privacy_events import GaussianEvent, SelfComposedEvent
 from estimator.accounting.accountant import Neighbors, exact_gaussian_epsilon
 from estimator.fl.aggregators import AggregateResult, Aggregator, RoundContext
+from ldp_core.fl.errors import FLError
+from ldp_core.fl.training import ClientUpdate, clip_to_norm
+from ldp_core.privacy_events import GaussianEvent, SelfComposedEvent
 
 __all__ = [
     "TreeNoise",

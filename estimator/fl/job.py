@@ -3,7 +3,7 @@
 The job owns one *task* (a model, a client population, a number of rounds,
 sampling, DP and optionally secure aggregation; :class:`~estimator.fl.task.FLTaskSpec`,
 re-exported here). It
-publishes each round's state (:class:`client_sdk.fl.protocol.RoundState`) to
+publishes each round's state (:class:`ldp_core.fl.protocol.RoundState`) to
 ``ldp.fl.rounds``; collectors serve it to devices and publish their checked
 uploads to ``ldp.fl.updates``; the job consumes them, advances the phases,
 aggregates with the task's stack (by default ``ValidatingAggregator(
@@ -63,19 +63,6 @@ from typing import Any
 
 import numpy as np
 
-from client_sdk.files import write_atomic
-from client_sdk.fl.client import ClientUpdate
-from client_sdk.fl.errors import FLError, SecAggError, UpdateRejected
-from client_sdk.fl.personalization import personalization_to_dict
-from client_sdk.fl.protocol import (
-    RoundState,
-    Upload,
-    check_upload_against,
-    encode_vector,
-    parse_upload,
-    verify_upload_auth,
-)
-from client_sdk.randomness import secure_generator
 from estimator.errors import JobStateError
 from estimator.fl.aggregators import AggregateResult, Aggregator, RoundContext
 from estimator.fl.checkpoint import CheckpointLog, JobState
@@ -83,6 +70,19 @@ from estimator.fl.checkpoint import json_float as _f
 from estimator.fl.dp import FLTRUST_OPERATOR_SEES, AdaptiveClippingDP, epsilon_by_adversary
 from estimator.fl.ftrl import DPFTRL
 from estimator.fl.task import FLAccountant, FLTaskSpec
+from ldp_core.files import write_atomic
+from ldp_core.fl.errors import FLError, SecAggError, UpdateRejected
+from ldp_core.fl.personalization import personalization_to_dict
+from ldp_core.fl.protocol import (
+    RoundState,
+    Upload,
+    check_upload_against,
+    encode_vector,
+    parse_upload,
+    verify_upload_auth,
+)
+from ldp_core.fl.training import ClientUpdate
+from ldp_core.randomness import secure_generator
 from pipeline.errors import ConfigError
 from pipeline.fl_records import DEFAULT_MAX_RECORD_BYTES, MIN_RECORD_BYTES, encode_chunks, pack_document
 from pipeline.processor import StreamProcessor
@@ -649,8 +649,8 @@ class AggregationJob(StreamProcessor):
         if len(st.selected) < 3:
             self._fail_round(f"secure aggregation needs at least 3 clients, {len(st.selected)} were sampled")
             return
-        from client_sdk.fl.secagg import Quantizer
         from estimator.fl.secagg_server import default_degree, make_config
+        from ldp_core.fl.secagg import Quantizer
 
         n = len(st.selected)
         deg = default_degree(n) if spec.secagg_degree is None else min(spec.secagg_degree, n - 1)
@@ -794,8 +794,8 @@ class AggregationJob(StreamProcessor):
         self._finish_round(res, {})
 
     def _close_secagg(self) -> None:
-        from client_sdk.fl.secagg import KeyAdvert, Quantizer, SecAggConfig, Share
         from estimator.fl.secagg_server import SecAggServer
+        from ldp_core.fl.secagg import KeyAdvert, Quantizer, SecAggConfig, Share
 
         st = self._st
         sa = st.secagg
@@ -980,8 +980,8 @@ class AggregationJob(StreamProcessor):
             st.masked_sum += u.payload["vector"]
             st.survivors.append(me)
         elif u.kind == "consistency":
-            from client_sdk.enrollment import Credential, verify_signature
-            from client_sdk.fl.secagg import SURVIVORS_TAG, survivors_message
+            from ldp_core.fl.secagg import SURVIVORS_TAG, survivors_message
+            from ldp_core.tokens.enrollment import Credential, verify_signature
 
             if me in st.consistency:
                 raise UpdateRejected("duplicate_client", f"client {me} already signed the survivor set")

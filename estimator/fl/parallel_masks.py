@@ -7,7 +7,7 @@ about 2,700 streams, 11 GB of keystream (benchmarks/bench_secagg.py). The
 ``cryptography`` package holds the GIL while it encrypts, so threads do not
 help; processes do. The vector is cut into contiguous slices at multiples of
 4 words (one AES block); a slice starting at word s takes every keystream
-from counter block s/4 (:func:`client_sdk.fl.secagg.add_masks` with
+from counter block s/4 (:func:`ldp_core.fl.secagg.add_masks` with
 ``start``), so each slice is masked on its own and the result equals the
 one-process result word for word (tested). Keystreams are added four at a
 time by a numba kernel (:func:`add_masks_server`).
@@ -32,8 +32,8 @@ from typing import Any
 import numpy as np
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 
-from client_sdk.fl.errors import SecAggError
 from estimator.kernels.masks import accumulate4
+from ldp_core.fl.errors import SecAggError
 
 __all__ = ["add_masks_server", "add_masks_parallel", "warm_pool", "slices"]
 
@@ -42,7 +42,7 @@ _NEG = np.uint32(0xFFFFFFFF)
 
 
 def add_masks_server(acc: np.ndarray, masks: Sequence[tuple[bytes, int]], start: int = 0) -> np.ndarray:
-    """The server's :func:`client_sdk.fl.secagg.add_masks` (same result, word for word):
+    """The server's :func:`ldp_core.fl.secagg.add_masks` (same result, word for word):
     keystreams four at a time into a cache-sized buffer, added in one pass by the numba
     kernel :func:`estimator.kernels.masks.accumulate4`."""
     if acc.dtype != np.uint32 or acc.ndim != 1 or not acc.flags.c_contiguous:
@@ -117,7 +117,7 @@ def slices(d: int, parts: int) -> list[tuple[int, int]]:
 
 
 def add_masks_parallel(acc: np.ndarray, masks: Sequence[tuple[bytes, int]], workers: int) -> np.ndarray:
-    """acc ← acc + Σ sign·PRG(seed) (mod 2^32) in place, as :func:`client_sdk.fl.secagg.add_masks`,
+    """acc ← acc + Σ sign·PRG(seed) (mod 2^32) in place, as :func:`ldp_core.fl.secagg.add_masks`,
     with the vector split over ``workers`` processes (this one included; 1: no helper)."""
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
         raise SecAggError(f"workers must be an integer >= 1, got {workers!r}")

@@ -1,11 +1,11 @@
 """Personalization strategies: Ditto, Per-FedAvg and MOON on FedAvg's server step.
 
 Each is :class:`~estimator.fl.strategies.FedAvg` whose round configuration
-carries a device-side spec (:mod:`client_sdk.fl.personalization`); the server
+carries a device-side spec (:mod:`ldp_core.fl.personalization`); the server
 step and the upload (Δ = y − x, one model's size) are FedAvg's, so every
 aggregator wrapper (clipping, DP noise, robust rules, SecAgg) applies unchanged.
 What differs is the device's objective and what a device uses afterwards
-(:func:`~client_sdk.fl.personalization.personalized_params`).
+(:func:`~ldp_core.fl.personalization.personalized_params`).
 """
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ import dataclasses
 
 import numpy as np
 
-from client_sdk.fl.client import RoundConfig
-from client_sdk.fl.personalization import DittoSpec, MoonSpec, PerFedAvgSpec
 from estimator.fl.strategies import FedAvg
+from ldp_core.fl.personalization import DittoSpec, MoonSpec, PerFedAvgSpec
+from ldp_core.fl.training import RoundConfig
 
 __all__ = ["Ditto", "PerFedAvg", "Moon"]
 

@@ -37,9 +37,9 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from client_sdk.fl.client import ClientUpdate
-from client_sdk.fl.errors import FLError
 from estimator.fl.aggregators import AggregateResult, Aggregator, RoundContext
+from ldp_core.fl.errors import FLError
+from ldp_core.fl.training import ClientUpdate
 
 __all__ = ["Krum", "CoordinateMedian", "TrimmedMean", "FLTrust", "fltrust_combine", "krum_scores"]
 

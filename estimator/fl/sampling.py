@@ -20,7 +20,7 @@ from typing import Protocol, TypeVar
 
 import numpy as np
 
-from client_sdk.fl.errors import FLError
+from ldp_core.fl.errors import FLError
 
 __all__ = ["Sampling", "PoissonSampling", "FixedCountSampling"]
 

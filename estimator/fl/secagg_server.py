@@ -1,5 +1,5 @@
 """Secure aggregation, server side (SecAgg+ style; the device side and the
-protocol are described in :mod:`client_sdk.fl.secagg`).
+protocol are described in :mod:`ldp_core.fl.secagg`).
 
 The server picks the round's public parameters: a random neighbour graph of
 degree k = O(log n) (B20: a Harary graph — each client joined to the k/2
@@ -25,8 +25,9 @@ from collections.abc import Callable, Mapping
 import numpy as np
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X25519PublicKey
 
-from client_sdk.fl.errors import SecAggError
-from client_sdk.fl.secagg import (
+from estimator.fl.parallel_masks import add_masks_parallel, warm_pool
+from ldp_core.fl.errors import SecAggError
+from ldp_core.fl.secagg import (
     KeyAdvert,
     SecAggClient,
     SecAggConfig,
@@ -36,7 +37,6 @@ from client_sdk.fl.secagg import (
     shamir_combine,
     share_commitment,
 )
-from estimator.fl.parallel_masks import add_masks_parallel, warm_pool
 
 __all__ = ["default_degree", "default_threshold", "neighbor_graph", "make_config", "SecAggServer", "honest_unmask"]
 
@@ -173,7 +173,7 @@ class SecAggServer:
         """The sum of the survivors' quantized inputs in Z_{2^32}^d.
 
         ``commitments[v][w]`` (what v sent with its shares: SHA-256 of the b share ‖ of the s share it gave
-        w, :func:`~client_sdk.fl.secagg.share_commitment`): a revealed share that does not match is
+        w, :func:`~ldp_core.fl.secagg.share_commitment`): a revealed share that does not match is
         excluded and counted in :attr:`bad_shares`, so one bad share cannot turn the sum into garbage."""
         survivors, dropped = self.unmask_request()
         self.bad_shares = 0
@@ -233,7 +233,7 @@ def honest_unmask(
     pipeline does this with the enrolled device keys (estimator/fl/job.py, client_sdk/fl/device.py)."""
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-    from client_sdk.fl.secagg import SURVIVORS_TAG
+    from ldp_core.fl.secagg import SURVIVORS_TAG
 
     keys = {u: Ed25519PrivateKey.generate() for u in survivors}
     pubs = {u: k.public_key().public_bytes_raw() for u, k in keys.items()}

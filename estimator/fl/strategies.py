@@ -1,6 +1,6 @@
 """Server strategies: what a round publishes and how the aggregate moves the model.
 
-A strategy builds the round's :class:`~client_sdk.fl.client.RoundConfig` and
+A strategy builds the round's :class:`~ldp_core.fl.training.RoundConfig` and
 applies an aggregate (from any :class:`~estimator.fl.aggregators.Aggregator`
 stack) to the global parameters. The aggregation itself (weighting,
 clipping, noise, robustness) is the aggregator's business, so every strategy
@@ -20,9 +20,9 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from client_sdk.fl.client import LocalTraining, RoundConfig
-from client_sdk.fl.errors import FLError
 from estimator.fl.aggregators import AggregateResult
+from ldp_core.fl.errors import FLError
+from ldp_core.fl.training import LocalTraining, RoundConfig
 
 __all__ = ["Strategy", "FedAvg", "FedProx", "Scaffold"]
 
@@ -41,7 +41,7 @@ class FedAvg:
 
     training: LocalTraining = LocalTraining()
     server_learning_rate: float = 1.0
-    #: the devices' DP-SGD (:class:`client_sdk.fl.local_dpsgd.LocalDPSGDSpec`), None for plain local SGD
+    #: the devices' DP-SGD (:class:`ldp_core.fl.local_dpsgd.LocalDPSGDSpec`), None for plain local SGD
     local_dp_sgd: Any = None
 
     def configure(self, round: int, params: np.ndarray) -> RoundConfig:

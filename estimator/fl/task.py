@@ -12,7 +12,7 @@ the aggregator stack (:meth:`FLTaskSpec.build_sampling`,
 
 Each aggregator spec also checks what it needs of the rest of the task
 (``check``): DP settings, SecAgg, enough sampled clients. Every refusal is an
-:class:`~client_sdk.fl.errors.FLError`.
+:class:`~ldp_core.fl.errors.FLError`.
 """
 
 from __future__ import annotations
@@ -23,18 +23,6 @@ import math
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
-from client_sdk.fl.client import LocalTraining
-from client_sdk.fl.errors import FLError, ModelError
-from client_sdk.fl.local_dpsgd import LocalDPSGDSpec, local_dp_sgd_from_dict
-from client_sdk.fl.models import MLP
-from client_sdk.fl.personalization import (
-    DittoSpec,
-    MoonSpec,
-    PerFedAvgSpec,
-    personalization_from_dict,
-    personalization_to_dict,
-)
-from client_sdk.fl.protocol import model_from_dict
 from estimator.fl.aggregators import Aggregator, ValidatingAggregator, WeightedMean
 from estimator.fl.dp import (
     AdaptiveClippingDP,
@@ -48,6 +36,18 @@ from estimator.fl.personalization import Ditto, Moon, PerFedAvg
 from estimator.fl.robust import CoordinateMedian, FLTrust, Krum, TrimmedMean
 from estimator.fl.sampling import FixedCountSampling, PoissonSampling, Sampling
 from estimator.fl.strategies import FedAvg, FedProx, Scaffold, Strategy
+from ldp_core.fl.errors import FLError, ModelError
+from ldp_core.fl.local_dpsgd import LocalDPSGDSpec, local_dp_sgd_from_dict
+from ldp_core.fl.models import MLP
+from ldp_core.fl.personalization import (
+    DittoSpec,
+    MoonSpec,
+    PerFedAvgSpec,
+    personalization_from_dict,
+    personalization_to_dict,
+)
+from ldp_core.fl.protocol import model_from_dict
+from ldp_core.fl.training import LocalTraining
 
 __all__ = [
     "FLTaskSpec",
@@ -269,7 +269,7 @@ def secagg_quantization_slack(task: FLTaskSpec) -> float:
     C: the float32 cast of the clipped update (below 2⁻²⁴ relative per coordinate; C·2⁻²³ covers it)
     plus the stochastic rounding (below 1/s per coordinate, so √d/s in L2), with s the quantizer's
     scale for the largest cohort the task can sample (the whole population: the scale falls with n)."""
-    from client_sdk.fl.secagg import Quantizer
+    from ldp_core.fl.secagg import Quantizer
 
     assert task.clip_norm is not None
     dim = task.build_strategy().payload_size(task.build_model().num_params)
@@ -563,7 +563,7 @@ def aggregator_spec(d: Mapping[str, Any] | AggregatorSpec) -> AggregatorSpec:
 class DistributedDGSpec:
     """``{"kind": "distributed_discrete_gaussian", "bits": b, "k_stddevs": k, "beta": β, "min_shares": s}``
     (all but bits optional: 6, e^{-1/2}, the sampled count): the devices add the noise σ·C as discrete
-    Gaussian shares in Z_{2^b} before SecAgg (:mod:`client_sdk.fl.ddg`), so the server never sees an
+    Gaussian shares in Z_{2^b} before SecAgg (:mod:`ldp_core.fl.ddg`), so the server never sees an
     un-noised sum; a round with fewer than ``min_shares`` survivors is not released. Needs ``secagg``,
     ``clip_norm``, ``noise_multiplier`` > 0, fixed-count sampling and the ``fedavg`` aggregator."""
 
@@ -611,9 +611,9 @@ class DistributedDGSpec:
         return task.sampling.count if self.min_shares is None else self.min_shares
 
     def build(self, task: FLTaskSpec, dim: int) -> Any:
-        """The round's :class:`client_sdk.fl.ddg.DDGSpec` (the same on every device: public parameters only)."""
-        from client_sdk.fl.ddg import DDGSpec
-        from client_sdk.fl.errors import SecAggError
+        """The round's :class:`ldp_core.fl.ddg.DDGSpec` (the same on every device: public parameters only)."""
+        from ldp_core.fl.ddg import DDGSpec
+        from ldp_core.fl.errors import SecAggError
 
         assert task.clip_norm is not None and isinstance(task.sampling, FixedSamplingSpec)
         try:
@@ -675,11 +675,11 @@ class FLTaskSpec:
     ``train`` phase, ``phase_timeout`` each SecAgg phase (seconds). ``seed``
     fixes the job's generator (sampling, SecAgg graph, noise) for
     simulations; ``None`` (production) draws every value from the OS CSPRNG
-    (:func:`client_sdk.randomness.secure_generator`: an observer of released
+    (:func:`ldp_core.randomness.secure_generator`: an observer of released
     models must not be able to predict the noise or the sample, which a
     seeded PCG64 would allow) and keeps no generator state in checkpoints.
 
-    Devices are authenticated (:mod:`client_sdk.enrollment`): ``enrollment_key`` (required) is the base64
+    Devices are authenticated (:mod:`ldp_core.tokens.enrollment`): ``enrollment_key`` (required) is the base64
     Ed25519 public key of the operator's enrollment authority; every upload must be signed by a device
     whose credential it issued for that client id (collector and job both check). ``task_signature`` is
     the authority's signature (base64, ``ldp fl sign-task``) of :meth:`signed_config` (the task name,
@@ -720,17 +720,17 @@ class FLTaskSpec:
     ``noise`` (a :data:`NoiseSpec`; a mapping is read by :func:`noise_spec`): None keeps the central
     noise above; ``{"kind": "distributed_discrete_gaussian", "bits": b, ...}`` (:class:`DistributedDGSpec`)
     has the devices add the noise σ·C as discrete Gaussian shares before SecAgg, so that the printed ε
-    holds against the server operator too (:mod:`client_sdk.fl.ddg`, :mod:`estimator.fl.ddg_accounting`).
+    holds against the server operator too (:mod:`ldp_core.fl.ddg`, :mod:`estimator.fl.ddg_accounting`).
 
     ``personalization`` (None, or ``{"kind": "ditto", "lam": λ}``, ``{"kind": "perfedavg",
     "inner_learning_rate": α, "eval_steps": s}``, ``{"kind": "moon", "mu": μ, "tau": τ}``; algorithm
     ``fedavg``; MOON needs an ``mlp`` model): the devices' local objective
-    (:mod:`client_sdk.fl.personalization`); the server step and the upload stay FedAvg's, so every
+    (:mod:`ldp_core.fl.personalization`); the server step and the upload stay FedAvg's, so every
     aggregator above applies. Ditto's personal model and MOON's previous model live in the device's
-    memory (:class:`~client_sdk.fl.client.ClientState`) and never leave it.
+    memory (:class:`~ldp_core.fl.training.ClientState`) and never leave it.
 
     ``local_dp_sgd`` (None, or ``{"noise_multiplier": σ, "clip": c, "sample_rate": q, "steps": T}`` with
-    ``"epochs": E`` in place of ``steps``; :mod:`client_sdk.fl.local_dpsgd`): the devices train each round by
+    ``"epochs": E`` in place of ``steps``; :mod:`ldp_core.fl.local_dpsgd`): the devices train each round by
     DP-SGD on their own examples, sample-level DP for one example of one device that holds even against the
     server seeing the update in the clear, under the client-level DP above (one device's whole data against
     whoever sees the models). It goes into :meth:`signed_config` (devices take it from there only) and needs
@@ -806,7 +806,7 @@ class FLTaskSpec:
         self._check_compression()
 
     def _check_local_dp_sgd(self) -> None:
-        """``local_dp_sgd`` (:mod:`client_sdk.fl.local_dpsgd`): read, and refused where the devices' local
+        """``local_dp_sgd`` (:mod:`ldp_core.fl.local_dpsgd`): read, and refused where the devices' local
         objective is not plain FedAvg SGD, or where ``training`` sets what DP-SGD decides itself."""
         spec = local_dp_sgd_from_dict(self.local_dp_sgd)
         if spec is None:
@@ -873,13 +873,13 @@ class FLTaskSpec:
         """``compression`` (issue 18): ``{"kind": "quantize", "bits": b, "rotate": bool}`` or
         ``{"kind": "count_sketch", "rows": r, "cols": c, "bits": b}`` runs under SecAgg
         with the fedavg aggregator and central noise; every other combination is refused
-        (:func:`client_sdk.fl.compress.check_composition` for the data-dependent top-k)."""
+        (:func:`ldp_core.fl.compress.check_composition` for the data-dependent top-k)."""
         c = self.compression
         if c is None:
             return
         if not isinstance(c, Mapping) or not isinstance(c.get("kind"), str):
             raise FLError(f"compression must be an object with a kind, got {c!r}")
-        from client_sdk.fl.compress import check_composition
+        from ldp_core.fl.compress import check_composition
 
         try:
             check_composition(c["kind"], secagg=self.secagg, distributed_noise=self.noise is not None)
@@ -899,11 +899,11 @@ class FLTaskSpec:
         self.build_compression()
 
     def build_compression(self) -> Any:
-        """The task's :class:`client_sdk.fl.compress.RingQuantization` or
-        :class:`client_sdk.fl.ring_sketch.RingCountSketch` (None without compression)."""
+        """The task's :class:`ldp_core.fl.compress.RingQuantization` or
+        :class:`ldp_core.fl.ring_sketch.RingCountSketch` (None without compression)."""
         if self.compression is None:
             return None
-        from client_sdk.fl.ring_sketch import ring_compression_for_task
+        from ldp_core.fl.ring_sketch import ring_compression_for_task
 
         assert self.clip_norm is not None
         dim = self.build_strategy().payload_size(self.build_model().num_params)

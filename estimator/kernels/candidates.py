@@ -81,7 +81,7 @@ def _sketch_means(sketch: np.ndarray, row_seeds: np.ndarray, keys: np.ndarray, o
 
 def sketch_row_means(sketch: np.ndarray, row_seeds: np.ndarray, keys: np.ndarray) -> np.ndarray:
     """``(1/k) Σ_j M[j, h_j(x)]`` for each key x, with ``h_j(x) = reduce_range(xxh32_u32(x, seed_j), m)``
-    (the CMS/HCMS hash family of :mod:`client_sdk.mechanisms.cms`): a count-mean sketch's raw means."""
+    (the CMS/HCMS hash family of :mod:`ldp_core.mechanisms.cms`): a count-mean sketch's raw means."""
     out = np.empty(keys.shape[0], dtype=np.float64)
     _sketch_means(
         np.ascontiguousarray(sketch, dtype=np.float64),

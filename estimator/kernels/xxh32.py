@@ -8,7 +8,7 @@ the low 32 bits of a 64-bit sum, product or left shift are those of the
 32-bit operation, so the result is exact, and LLVM narrows the operations
 back to 32-bit lanes when it vectorizes.
 
-Two entry points match :mod:`client_sdk.hashing`:
+Two entry points match :mod:`ldp_core.hashing`:
 
 * :func:`xxh32_u32` -- XXH32 of the 4-byte little-endian form of a ``uint32``
   (the spec's "input length < 16" path with one 4-byte lane and no 1-byte

@@ -1,12 +1,12 @@
 """Accumulators by mechanism name (an explicit table, mirroring
-``client_sdk.mechanisms.MECHANISMS``)."""
+``ldp_core.mechanisms.MECHANISMS``)."""
 
 from __future__ import annotations
 
 import importlib
 
-from client_sdk.mechanisms.base import MechanismSpec, ReportSpec
 from estimator.oracles.base import Accumulator, LinearState
+from ldp_core.mechanisms.base import MechanismSpec, ReportSpec
 
 __all__ = ["Accumulator", "LinearState", "ACCUMULATORS", "accumulator_for", "state_for"]
 
@@ -19,18 +19,18 @@ ACCUMULATORS: dict[str, str] = {
     "cms": "estimator.oracles.cms:CMSAccumulator",
     "hcms": "estimator.oracles.cms:HCMSAccumulator",
     "hr": "estimator.oracles.hr:HRAccumulator",
-    # numeric (estimator/numeric.py): their estimate is a MeanEstimate or a DistributionEstimate
-    "duchi": "estimator.numeric:MeanAccumulator",
-    "pm": "estimator.numeric:MeanAccumulator",
-    "hm": "estimator.numeric:MeanAccumulator",
-    "sw": "estimator.numeric:SquareWaveAccumulator",
-    # repeated collection (estimator/repeated.py, estimator/oracles/loloha.py)
-    "1bitmean": "estimator.repeated:OneBitMeanAccumulator",
-    "dbitflip": "estimator.repeated:DBitFlipAccumulator",
+    # numeric (estimator/mechanisms/numeric.py): their estimate is a MeanEstimate or a DistributionEstimate
+    "duchi": "estimator.mechanisms.numeric:MeanAccumulator",
+    "pm": "estimator.mechanisms.numeric:MeanAccumulator",
+    "hm": "estimator.mechanisms.numeric:MeanAccumulator",
+    "sw": "estimator.mechanisms.numeric:SquareWaveAccumulator",
+    # repeated collection (estimator/mechanisms/repeated.py, estimator/oracles/loloha.py)
+    "1bitmean": "estimator.mechanisms.repeated:OneBitMeanAccumulator",
+    "dbitflip": "estimator.mechanisms.repeated:DBitFlipAccumulator",
     "loloha": "estimator.oracles.loloha:LolohaAccumulator",
-    # heavy hitters (estimator/heavy_hitters.py): report counts and PEM's first level; discovery is a batch job
-    "pem": "estimator.heavy_hitters:HeavyHitterStreamState",
-    "sfp": "estimator.heavy_hitters:HeavyHitterStreamState",
+    # heavy hitters (estimator/mechanisms/heavy_hitters.py): report counts and PEM's first level; discovery is a batch job
+    "pem": "estimator.mechanisms.heavy_hitters:HeavyHitterStreamState",
+    "sfp": "estimator.mechanisms.heavy_hitters:HeavyHitterStreamState",
 }
 
 

@@ -14,10 +14,10 @@ from typing import Any, Self
 
 import numpy as np
 
-from client_sdk.errors import SpecMismatchError
-from client_sdk.mechanisms.base import MechanismSpec, ReportSpec
-from client_sdk.wire import ReportBatch
 from estimator.result import Estimate
+from ldp_core.errors import SpecMismatchError
+from ldp_core.mechanisms.base import MechanismSpec, ReportSpec
+from ldp_core.wire.frames import ReportBatch
 
 __all__ = ["LinearState", "Accumulator"]
 
@@ -26,7 +26,7 @@ class LinearState(ABC):
     """Sums of one spec's reports, whatever they estimate; see the module docstring.
 
     :class:`Accumulator` (frequency oracles) and the numeric accumulators
-    (:mod:`estimator.numeric`) add their own ``estimate``.
+    (:mod:`estimator.mechanisms.numeric`) add their own ``estimate``.
     """
 
     #: the spec class this accumulator serves (checked at construction)

@@ -13,7 +13,7 @@ probability 1/m, so E[(1/k) Σ_j M[j, h_j(d)]] = n_d + (n - n_d)/m and f̂(d)
 is unbiased (the derivation, with the variance, is in the docstrings of
 ``CMSSpec.count_variance`` and ``HCMSSpec.count_variance``). For a *fixed* hash
 family the estimate is biased by the collisions of that family; the
-variances in ``client_sdk.mechanisms.cms`` include that term averaged
+variances in ``ldp_core.mechanisms.cms`` include that term averaged
 over families.
 
 **CMS.** A report (j, ṽ) adds k(c_ε/2 · ṽ + 1/2) to row j (c_ε =
@@ -34,11 +34,11 @@ import functools
 
 import numpy as np
 
-from client_sdk.mechanisms.cms import CMSSpec, HCMSSpec
 from estimator.kernels.hadamard import fwht
 from estimator.kernels.sketch import cms_add, hcms_add
 from estimator.oracles.base import Accumulator
 from estimator.result import Estimate, estimate_from_counts
+from ldp_core.mechanisms.cms import CMSSpec, HCMSSpec
 
 __all__ = ["CMSAccumulator", "HCMSAccumulator", "count_mean"]
 

@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from client_sdk.mechanisms.grr import GRRSpec
-from client_sdk.mechanisms.rr import BinaryRRSpec
 from estimator.kernels.counting import histogram
 from estimator.oracles.base import Accumulator
 from estimator.result import Estimate, estimate_from_counts
+from ldp_core.mechanisms.grr import GRRSpec
+from ldp_core.mechanisms.rr import BinaryRRSpec
 
 __all__ = ["GRRAccumulator", "BinaryRRAccumulator", "unbias_pure"]
 

@@ -7,7 +7,7 @@ Walsh–Hadamard transform per block gives, for every x at once,
     F_x = Σ_{y in block β(x)} H_b[r(x), y] N[β(x), y] = T_x - (N_β(x) - T_x),
 
 where T_x = #{i: y_i ∈ C_x} and N_β the reports in block β. E F_x = g n_x
-with g = p - (b/2) p₀ (``HRSpec.gain``; see ``client_sdk.mechanisms.hr``),
+with g = p - (b/2) p₀ (``HRSpec.gain``; see ``ldp_core.mechanisms.hr``),
 so n̂_x = F_x / g is unbiased. In the basic version N_β = n and g = 2p - 1,
 so this is the pure-protocol estimator n̂_x = (T_x - n/2)/(p - 1/2) with
 p = e^ε/(1+e^ε), q* = 1/2 (Wang et al. 2017, Sec. 3).
@@ -19,11 +19,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from client_sdk.mechanisms.hr import HRSpec
 from estimator.kernels.counting import histogram
 from estimator.kernels.hadamard import fwht
 from estimator.oracles.base import Accumulator
 from estimator.result import Estimate, estimate_from_counts
+from ldp_core.mechanisms.hr import HRSpec
 
 __all__ = ["HRAccumulator"]
 

@@ -3,18 +3,18 @@
 A report ``(s, y)`` supports item ``x`` when ``reduce_range(xxh32_u32(x, s), g) == y``; the state is the
 ``d`` int64 support counts (:func:`estimator.kernels.olh.olh_support_counts`), so partitions merge exactly.
 The unbiased count is ``(C_x − n/g)/(p* − 1/g)`` with ``p* = p1 p2 + (1 − p1) q2``
-(:mod:`client_sdk.mechanisms.loloha`).
+(:mod:`ldp_core.mechanisms.loloha`).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from client_sdk.mechanisms.loloha import LolohaSpec
 from estimator.kernels.olh import olh_support_counts
 from estimator.oracles.base import Accumulator
 from estimator.oracles.grr import unbias_pure
 from estimator.result import Estimate, estimate_from_counts
+from ldp_core.mechanisms.loloha import LolohaSpec
 
 __all__ = ["LolohaAccumulator"]
 

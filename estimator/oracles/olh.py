@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from client_sdk.mechanisms.olh import OLHSpec
 from estimator.kernels.olh import olh_support_counts
 from estimator.oracles.base import Accumulator
 from estimator.oracles.grr import unbias_pure
 from estimator.result import Estimate, estimate_from_counts
+from ldp_core.mechanisms.olh import OLHSpec
 
 __all__ = ["OLHAccumulator"]
 

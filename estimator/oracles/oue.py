@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from client_sdk.mechanisms.oue import OUESpec
 from estimator.kernels.sketch import cms_add
 from estimator.oracles.base import Accumulator
 from estimator.oracles.grr import unbias_pure
 from estimator.result import Estimate, estimate_from_counts
+from ldp_core.mechanisms.oue import OUESpec
 
 __all__ = ["OUEAccumulator"]
 

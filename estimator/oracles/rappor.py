@@ -4,7 +4,7 @@ Sufficient statistics (linear, so accumulators merge exactly): the number of
 reports per cohort N_c and, per cohort, how many reports set each bit Y_{c,j},
 counted from the packed bytes by :func:`estimator.kernels.sketch.cms_add`
 (cohorts as its groups). Decoding is the least squares of
-:class:`client_sdk.mechanisms.rappor.RapporDesign` (unbiased, with its exact
+:class:`ldp_core.mechanisms.rappor.RapporDesign` (unbiased, with its exact
 variance), built and cached by :mod:`estimator.oracles.rappor_design`; the
 interval uses the plug-in variance (the estimate clipped to [0, n] and
 rescaled to sum to n, as for every mechanism).
@@ -16,11 +16,11 @@ from typing import Any
 
 import numpy as np
 
-from client_sdk.mechanisms.rappor import RapporSpec
 from estimator.kernels.sketch import cms_add
 from estimator.oracles.base import Accumulator
 from estimator.oracles.rappor_design import rappor_design
 from estimator.result import Estimate, estimate_from_counts
+from ldp_core.mechanisms.rappor import RapporSpec
 
 __all__ = ["RapporAccumulator"]
 

@@ -1,6 +1,6 @@
 r"""RAPPOR's least-squares decoding design, built fast and cached on disk.
 
-:class:`client_sdk.mechanisms.rappor.RapporDesign` defines the decoding
+:class:`ldp_core.mechanisms.rappor.RapporDesign` defines the decoding
 (n̂ = m G⁻¹ Xᵀ t, G = XᵀX) and its exact variance
 (Var n̂ = m H n + m α n diag(G⁻¹) + m β K n - n), and builds it with numpy
 alone, as the device package must. The server builds the same matrices here:
@@ -20,7 +20,7 @@ process in a small LRU, and on disk in :func:`cache_dir` (``$LDP_CACHE_DIR``,
 else ``$XDG_CACHE_HOME/ldp-telemetry``, else ``~/.cache/ldp-telemetry``), one
 ``.npz`` file per key named after the format version, the ``spec_id`` and a
 digest of the candidates. Files are written with
-:func:`client_sdk.files.write_atomic` (a temporary file in the same directory,
+:func:`ldp_core.files.write_atomic` (a temporary file in the same directory,
 fsynced and renamed over the target), so a reader sees a whole file or none,
 whatever the number of writers. A file is
 used only if it loads without pickles, names this format, spec (its full
@@ -53,8 +53,8 @@ import numpy as np
 import scipy.linalg
 import scipy.sparse
 
-from client_sdk.files import write_atomic
-from client_sdk.mechanisms.rappor import RapporDesign, RapporSpec, check_gram_factor, design_positions
+from ldp_core.files import write_atomic
+from ldp_core.mechanisms.rappor import RapporDesign, RapporSpec, check_gram_factor, design_positions
 
 __all__ = [
     "FORMAT_VERSION",

@@ -10,7 +10,7 @@ import argparse
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from estimator.spark import SparkEngine
+    from estimator.jobs.spark import SparkEngine
 
 __all__ = ["positive_int", "probability", "positive", "seed", "add_engine_options", "engine_from_args"]
 
@@ -63,7 +63,7 @@ def add_engine_options(p: argparse.ArgumentParser) -> None:
 
 
 def engine_from_args(args: argparse.Namespace) -> SparkEngine | None:
-    """The :class:`~estimator.spark.SparkEngine` the options of :func:`add_engine_options` ask for, or None for
+    """The :class:`~estimator.jobs.spark.SparkEngine` the options of :func:`add_engine_options` ask for, or None for
     the default engine; :class:`~estimator.errors.BatchError` if ``--master``/``--spark-reader`` come without
     ``--engine spark`` or the master URL is not one. The caller closes the engine."""
     from estimator.errors import BatchError
@@ -72,7 +72,7 @@ def engine_from_args(args: argparse.Namespace) -> SparkEngine | None:
         raise BatchError("--master and --spark-reader are for --engine spark")
     if args.engine != "spark":
         return None
-    from estimator.spark import DEFAULT_MASTER, SparkEngine
+    from estimator.jobs.spark import DEFAULT_MASTER, SparkEngine
 
     return SparkEngine(
         master=DEFAULT_MASTER if args.master is None else args.master, reader=args.spark_reader or "arrow"

@@ -148,7 +148,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     import uvicorn
 
-    from collector.app import create_app
+    from collector.http.app import create_app
     from collector.settings import CollectorSettings
 
     overrides = {dest: getattr(args, dest) for _, dest, _, _ in _FLAGS}
@@ -171,7 +171,7 @@ def run(args: argparse.Namespace) -> int:
     )
     if args.workers > 1:
         os.environ["LDP_COLLECTOR_SETTINGS"] = settings.to_json()
-        uvicorn.run("collector.app:app_from_env", factory=True, workers=args.workers, **common)
+        uvicorn.run("collector.http.app:app_from_env", factory=True, workers=args.workers, **common)
         return 0
     sock = bind_socket(args.host, args.port, backlog=2048)  # connections wait in the backlog until uvicorn accepts them
     host, port = sock.getsockname()[:2]

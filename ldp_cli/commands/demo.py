@@ -37,7 +37,7 @@ from typing import Any
 
 import numpy as np
 
-from client_sdk.mechanisms import FREQUENCY_MECHANISMS
+from ldp_core.mechanisms import FREQUENCY_MECHANISMS
 from simulator.population import parse_distribution
 from simulator.run import SimulationResult, simulate, spec_for
 
@@ -205,7 +205,7 @@ def _label(metrics: Any, name: str, i: int, words: dict[str, dict[int, str]]) ->
 def run_pipeline(args: argparse.Namespace) -> int:
     import logging
 
-    from client_sdk.metrics import load_metrics, utc_day
+    from ldp_core.metrics import load_metrics, utc_day
 
     if args.devices is None:
         args.devices = 500 if args.tokens else 20_000
@@ -232,8 +232,8 @@ def run_pipeline(args: argparse.Namespace) -> int:
     keys_dir = None
     seal_to = None
     if args.sealed:
-        from client_sdk.metrics import parse_metrics
-        from client_sdk.sealing import new_key_file
+        from ldp_core.metrics import parse_metrics
+        from ldp_core.wire.sealing import new_key_file
 
         keys_dir = Path(workdir) / "analyzer-keys"
         _, analyzer = new_key_file(keys_dir)
@@ -279,9 +279,9 @@ def _run_pipeline(
     issuer: Any,
     collector_options: dict[str, Any],
 ) -> int:
-    from estimator.batch import estimate_dataset
+    from estimator.jobs.batch import estimate_dataset
     from pipeline.catalog import SpecCatalog
-    from simulator.pipeline import (
+    from simulator.stack import (
         LocalPipeline,
         add_truth,
         demo_labels,
@@ -371,7 +371,7 @@ def _run_pipeline(
             truth[name] = add_truth(metrics, name, truth[name], counts)
         sent = fleet.batches
         if seal_to is not None:
-            from client_sdk.sealing import seal_batch
+            from ldp_core.wire.sealing import seal_batch
 
             t0 = time.monotonic()
             sent = [seal_batch(b, seal_to) for b in fleet.batches]
@@ -535,7 +535,7 @@ def _run_pipeline(
 
 def _flood(url: str, issuer: Any, metrics: Any, names: list[str], day: int, attempts: int, rng: Any) -> Any:
     """One install floods the first metric with a crafting rule (docs/PRIVACY.md §6); ``None`` if none has."""
-    from simulator.scenarios.poisoning import CRAFTABLE
+    from simulator.scenarios.ldp.poisoning import CRAFTABLE
     from simulator.token_fleet import flood
 
     target = next((n for n in names if metrics[n].kind == "frequency" and metrics[n].spec.name in CRAFTABLE), None)
@@ -580,8 +580,8 @@ def _token_summary(
     out: dict[str, Any] = {"issued": issued, "spent": spent, "refused": refused, "flood": None}
     ok = spent <= issued and spent == honest + flood_spent
     if flooded is not None:
-        from client_sdk.mechanisms import frequency_spec
-        from simulator.scenarios.poisoning import influence
+        from ldp_core.mechanisms import frequency_spec
+        from simulator.scenarios.ldp.poisoning import influence
 
         spec = frequency_spec(metrics[flooded.metric].spec)
         est = live[flooded.metric]
@@ -602,8 +602,8 @@ def _token_summary(
 def _heavy_hitters_row(dataset: Path, m: Any, ranks: np.ndarray, day: int, top: int) -> dict[str, Any]:
     """Discover a string metric's words from the day's Parquet parts (``ldp heavy-hitters``) and print them by name
     beside the truth (docs/HEAVY_HITTERS.md)."""
-    from estimator.heavy_hitters_batch import discover_dataset
-    from simulator.pipeline import demo_words
+    from estimator.jobs.heavy_hitters import discover_dataset
+    from simulator.stack import demo_words
 
     words = demo_words(m.domain.length)
     true = np.bincount(np.asarray(ranks, dtype=np.int64), minlength=len(words))

@@ -1,4 +1,4 @@
-"""``ldp dpsgd``: central DP-SGD over a ``.npz`` dataset (:mod:`estimator.dpsgd`).
+"""``ldp dpsgd``: central DP-SGD over a ``.npz`` dataset (:mod:`estimator.jobs.dpsgd`).
 
 Prints the ε spent after each epoch on stderr as it trains, then a summary;
 with ``--json``, one object with ``epsilon`` (at ``--delta``, per the
@@ -75,8 +75,8 @@ def _fmt(e: float | None) -> str:
 
 
 def run_dpsgd_cmd(args: argparse.Namespace) -> int:
-    from client_sdk.fl.dpsgd import DPSGDConfig
-    from estimator.dpsgd import DPSGDJob, load_dataset, plot_accuracy_vs_epsilon, run_dpsgd
+    from estimator.jobs.dpsgd import DPSGDJob, load_dataset, plot_accuracy_vs_epsilon, run_dpsgd
+    from ldp_core.fl.dpsgd import DPSGDConfig
 
     job = DPSGDJob(
         model=args.model,

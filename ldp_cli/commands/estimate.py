@@ -1,4 +1,4 @@
-"""``ldp estimate``: batch frequency estimation over the Parquet dataset (see :mod:`estimator.batch`).
+"""``ldp estimate``: batch frequency estimation over the Parquet dataset (see :mod:`estimator.jobs.batch`).
 
     ldp estimate --dataset ldp-data/dataset --metric settings_tab --days 20419..20425 \\
         --out table.csv --plot estimates.png [--norm-sub] [--per-day] [--engine spark [--master URL]]
@@ -13,7 +13,7 @@ be read is an error (exit 2), as for every other command.
 
 ``--engine spark`` runs the pass over the files on Apache Spark (the
 ``spark`` extra; ``--master``, default ``local[*]``), with the same output
-(:mod:`estimator.spark`, docs/SPARK.md).
+(:mod:`estimator.jobs.spark`, docs/SPARK.md).
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from estimator.batch import (
+    from estimator.jobs.batch import (
         BatchError,
         Engine,
         accumulate,

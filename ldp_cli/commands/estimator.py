@@ -1,4 +1,4 @@
-"""``ldp estimator``: the streaming estimator as a long-lived service (see :mod:`estimator.streaming`).
+"""``ldp estimator``: the streaming estimator as a long-lived service (see :mod:`estimator.service`).
 
 It consumes the shuffled topic in a consumer group, snapshots its state and
 offsets to ``--state DIR``, and serves ``GET /v1/estimates/{metric}`` on
@@ -69,7 +69,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from estimator.streaming import StreamingEstimator, create_app
+    from estimator.service import StreamingEstimator, create_app
     from pipeline.status import StatusFile
 
     inp = ShuffledInput(args)

@@ -5,22 +5,22 @@
 * ``clinics``: 20 synthetic clinics, logistic regression, FedAvg without DP and
   with clipping 0.5 and noise multipliers 0 / 0.5 / 2.0; test accuracy, the
   client-level ε each setting gives and the noise needed for ε = 1, 3, 8
-  (``--json``: one object, see :func:`simulator.scenarios.clinics.run_clinics`).
+  (``--json``: one object, see :func:`simulator.scenarios.fl.clinics.run_clinics`).
 * ``drift``: FedAvg, FedProx and SCAFFOLD on a label-skewed, feature-shifted
-  partition, test accuracy per round (:func:`simulator.scenarios.drift.run_drift`).
+  partition, test accuracy per round (:func:`simulator.scenarios.fl.drift.run_drift`).
 * ``personalize``: Ditto, Per-FedAvg and MOON against FedAvg and SCAFFOLD on the drift
   partition, each client scored on its own test data: median and worst decile
-  (:func:`simulator.scenarios.personalize.run_personalize`).
+  (:func:`simulator.scenarios.fl.personalize.run_personalize`).
 * ``local-dpsgd``: the drift partition under DP-FedAvg with DP-SGD on the devices, one run per
   local noise multiplier: test accuracy against the devices' sample-level ε
-  (:func:`simulator.scenarios.local_dpsgd.run_local_dpsgd`).
+  (:func:`simulator.scenarios.fl.local_dpsgd.run_local_dpsgd`).
 * ``attack``: membership inference by loss threshold with and without client-level
   DP (advantage, interval, DP bounds) and gradient inversion of one client's update
   in the clear, under central DP and under secure aggregation
-  (:func:`simulator.scenarios.attacks.run_attacks`).
+  (:func:`simulator.scenarios.fl.attacks.run_attacks`).
 * ``compress``: compressed uplink updates (quantization, rotation, count sketch, top-k with error
   feedback) against the float32 update on the drift partition at equal ε: uplink bytes per device,
-  final accuracy, ε (:func:`simulator.scenarios.compress.run_compress`).
+  final accuracy, ε (:func:`simulator.scenarios.fl.compress.run_compress`).
 """
 
 from __future__ import annotations
@@ -121,7 +121,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     e = fsub.add_parser(
         "enroll",
         help="create the enrollment authority key, or mint device credentials with it",
-        description="Device enrollment (client_sdk/enrollment.py): --init-authority writes a new Ed25519 "
+        description="Device enrollment (ldp_core/tokens/enrollment.py): --init-authority writes a new Ed25519 "
         "authority key file (mode 0600); with --device-id, mints a signing key and an authority-signed "
         "credential per device into --out (one bundle per device, mode 0600). For tests, the demo and "
         "operators without an attestation service; in production the device makes its own key and only "
@@ -156,7 +156,7 @@ def _fmt_eps(e: float | None) -> str:
 
 
 def run_clinics_example_cmd(args: argparse.Namespace) -> int:
-    from simulator.scenarios.clinics import run_example
+    from simulator.scenarios.fl.clinics import run_example
 
     fixed = {"--rounds": args.rounds, "--sample-rate": args.sample_rate, "--seed": args.seed, "--plot": args.plot}
     given = [k for k, v in fixed.items() if v is not None] + (["--no-noise-search"] if args.no_noise_search else [])
@@ -210,7 +210,7 @@ def run_clinics_example_cmd(args: argparse.Namespace) -> int:
 
 
 def run_clinics_cmd(args: argparse.Namespace) -> int:
-    from simulator.scenarios.clinics import ClinicsConfig, plot_accuracy, run_clinics
+    from simulator.scenarios.fl.clinics import ClinicsConfig, plot_accuracy, run_clinics
 
     if args.example:
         return run_clinics_example_cmd(args)
@@ -265,7 +265,7 @@ def _register_drift(fsub: argparse._SubParsersAction) -> None:
         help="non-IID drift: FedAvg vs FedProx vs SCAFFOLD on a label-skewed partition",
         description="Seeded synthetic classes split by Dirichlet(0.1) label skew with per-client feature "
         "shift; FedAvg, FedProx and SCAFFOLD (and FedAvg on an IID split) on the same client schedule; "
-        "test accuracy per round (see simulator/scenarios/drift.py).",
+        "test accuracy per round (see simulator/scenarios/fl/drift.py).",
     )
     d.add_argument("--rounds", type=_positive_int, default=100)
     d.add_argument("--seed", type=_seed, default=0)
@@ -273,7 +273,7 @@ def _register_drift(fsub: argparse._SubParsersAction) -> None:
     d.add_argument(
         "--dp",
         action="store_true",
-        help="also DP-FedAvg and DP-FTRL at equal ε (key dp; see simulator.scenarios.drift.run_drift_dp)",
+        help="also DP-FedAvg and DP-FTRL at equal ε (key dp; see simulator.scenarios.fl.drift.run_drift_dp)",
     )
     d.add_argument("--clip-norm", type=_positive, default=2.0, help="with --dp: clip norm C (default 2)")
     d.add_argument(
@@ -283,7 +283,7 @@ def _register_drift(fsub: argparse._SubParsersAction) -> None:
         "--ddg",
         action="store_true",
         help="with --dp: also the distributed discrete Gaussian at DP-FedAvg's known-sample ε, per bit width "
-        "(key ddg; see simulator.scenarios.drift.compare_drift_ddg_to_central; one training run per width)",
+        "(key ddg; see simulator.scenarios.fl.drift.compare_drift_ddg_to_central; one training run per width)",
     )
     d.add_argument(
         "--ddg-bits",
@@ -311,7 +311,7 @@ def _register_compress(fsub: argparse._SubParsersAction) -> None:
         description="DP-FedAvg on the drift scenario's skewed partition with each uplink encoding (float32, "
         "b-bit quantization with unbiased or conditional rounding, rotation then quantization, count sketch, top-k "
         "with error feedback), the noise "
-        "scaled to each encoding's sensitivity so that ε is equal (see simulator/scenarios/compress.py).",
+        "scaled to each encoding's sensitivity so that ε is equal (see simulator/scenarios/fl/compress.py).",
     )
     d.add_argument("--rounds", type=_positive_int, default=100, help="rounds (default 100)")
     d.add_argument("--seeds", type=_seed_list, default=(0,), help="comma-separated seeds (default 0)")
@@ -322,8 +322,8 @@ def _register_compress(fsub: argparse._SubParsersAction) -> None:
 
 
 def run_compress_cmd(args: argparse.Namespace) -> int:
-    from simulator.scenarios.compress import plot_compress, run_compress
-    from simulator.scenarios.drift import DriftConfig, DriftDPConfig
+    from simulator.scenarios.fl.compress import plot_compress, run_compress
+    from simulator.scenarios.fl.drift import DriftConfig, DriftDPConfig
 
     cfg = DriftConfig(rounds=args.rounds)
     dp = DriftDPConfig(clip_norm=args.clip_norm, noise_multiplier=args.noise_multiplier)
@@ -354,7 +354,7 @@ def _bits_list(text: str) -> tuple[int, ...]:
 
 
 def run_drift_cmd(args: argparse.Namespace) -> int:
-    from simulator.scenarios.drift import (
+    from simulator.scenarios.fl.drift import (
         DriftConfig,
         DriftDPConfig,
         compare_drift_ddg_to_central,
@@ -440,7 +440,7 @@ def _register_local_dpsgd(fsub: argparse._SubParsersAction) -> None:
         description="The drift scenario's label-skewed partition with DP-FedAvg on (client-level DP) and the "
         "devices' local training replaced by DP-SGD (task option local_dp_sgd), one run per local noise "
         "multiplier plus plain local SGD; prints test accuracy, the sample-level ε of a device in every round "
-        "and of this run's busiest device, and the client-level ε (see simulator/scenarios/local_dpsgd.py).",
+        "and of this run's busiest device, and the client-level ε (see simulator/scenarios/fl/local_dpsgd.py).",
     )
     d.add_argument("--rounds", type=_positive_int, default=100, help="rounds (default 100)")
     d.add_argument("--seed", type=_seed, default=0)
@@ -463,9 +463,9 @@ def _register_local_dpsgd(fsub: argparse._SubParsersAction) -> None:
 
 
 def run_local_dpsgd_cmd(args: argparse.Namespace) -> int:
-    from client_sdk.fl.errors import FLError
-    from simulator.scenarios.drift import DriftConfig
-    from simulator.scenarios.local_dpsgd import LocalDPSGDConfig, plot_local_dpsgd, run_local_dpsgd
+    from ldp_core.fl.errors import FLError
+    from simulator.scenarios.fl.drift import DriftConfig
+    from simulator.scenarios.fl.local_dpsgd import LocalDPSGDConfig, plot_local_dpsgd, run_local_dpsgd
 
     try:
         dp = LocalDPSGDConfig(
@@ -522,7 +522,7 @@ def _register_personalize(fsub: argparse._SubParsersAction) -> None:
         description="The drift scenario's label-skewed partition with an MLP; FedAvg, SCAFFOLD, Ditto, "
         "Per-FedAvg (first-order) and MOON on the same client schedule, and FedAvg fine-tuned by the same "
         "few local steps as Per-FedAvg; each client is scored on its own held-out data: median, 10th "
-        "percentile and worst-decile mean of per-client accuracy (see simulator/scenarios/personalize.py).",
+        "percentile and worst-decile mean of per-client accuracy (see simulator/scenarios/fl/personalize.py).",
     )
     d.add_argument("--rounds", type=_positive_int, default=60, help="rounds (default 60)")
     d.add_argument("--seed", type=_seed, default=0)
@@ -562,8 +562,8 @@ def _nonneg_int(v: str) -> int:
 def run_personalize_cmd(args: argparse.Namespace) -> int:
     import dataclasses
 
-    from client_sdk.fl.personalization import DittoSpec, MoonSpec, PerFedAvgSpec
-    from simulator.scenarios.personalize import PersonalizeConfig, plot_personalize, run_personalize
+    from ldp_core.fl.personalization import DittoSpec, MoonSpec, PerFedAvgSpec
+    from simulator.scenarios.fl.personalize import PersonalizeConfig, plot_personalize, run_personalize
 
     base = PersonalizeConfig()
     cfg = PersonalizeConfig(
@@ -601,7 +601,7 @@ def _register_attack(fsub: argparse._SubParsersAction) -> None:
         "(plain FedAvg and DP-FedAvg at several noise multipliers, with the advantage's confidence "
         "interval and the client-level DP bounds) and the analytic gradient inversion of one client's "
         "update in the clear, clipped, under central DP and under secure aggregation "
-        "(see simulator/scenarios/attacks.py).",
+        "(see simulator/scenarios/fl/attacks.py).",
     )
     a.add_argument("--seed", type=_seed, default=0)
     a.add_argument(
@@ -613,7 +613,7 @@ def _register_attack(fsub: argparse._SubParsersAction) -> None:
         "--poisoning",
         action="store_true",
         help="instead: label flipping, a scaled backdoor and sign flipping by 10-30%% malicious clients against "
-        "mean, median, trimmed mean, Krum and FLTrust (simulator/scenarios/fl_poisoning.py); --rounds applies",
+        "mean, median, trimmed mean, Krum and FLTrust (simulator/scenarios/fl/poisoning.py); --rounds applies",
     )
     a.add_argument(
         "--dp-fltrust",
@@ -625,7 +625,7 @@ def _register_attack(fsub: argparse._SubParsersAction) -> None:
 
 
 def run_poisoning_cmd(args: argparse.Namespace) -> int:
-    from simulator.scenarios.fl_poisoning import (
+    from simulator.scenarios.fl.poisoning import (
         AGGREGATORS,
         DP_AGGREGATOR,
         PoisoningConfig,
@@ -663,7 +663,7 @@ def run_attack_cmd(args: argparse.Namespace) -> int:
         return run_poisoning_cmd(args)
     if getattr(args, "dp_fltrust", False):
         raise SystemExit("ldp fl attack: --dp-fltrust adds a row to the poisoning scenario; it needs --poisoning")
-    from simulator.scenarios.attacks import InversionConfig, MembershipConfig, plot_attacks, run_attacks
+    from simulator.scenarios.fl.attacks import InversionConfig, MembershipConfig, plot_attacks, run_attacks
 
     result = run_attacks(
         MembershipConfig(rounds=args.rounds, seed=args.seed), InversionConfig(trials=args.trials, seed=args.seed)
@@ -702,8 +702,8 @@ def run_attack_cmd(args: argparse.Namespace) -> int:
 
 
 def run_job_cmd(args: argparse.Namespace) -> int:
-    from client_sdk.fl.errors import FLError
     from estimator.fl.job import AggregationJob, FLTaskSpec, JobSettings
+    from ldp_core.fl.errors import FLError
     from pipeline.topics import FL_ROUNDS_TOPIC, FL_STATE_TOPIC, FL_UPDATES_TOPIC
     from pipeline.transport import open_transport
 
@@ -748,7 +748,7 @@ def run_enroll_cmd(args: argparse.Namespace) -> int:
     import base64
     import os
 
-    from client_sdk.enrollment import EnrollmentAuthority, EnrollmentError
+    from ldp_core.tokens.enrollment import EnrollmentAuthority, EnrollmentError
 
     try:
         if args.init_authority:
@@ -783,9 +783,9 @@ def run_sign_task_cmd(args: argparse.Namespace) -> int:
     import dataclasses
     import os
 
-    from client_sdk.enrollment import EnrollmentAuthority, EnrollmentError
-    from client_sdk.fl.errors import FLError
     from estimator.fl.task import FLTaskSpec, resolve_task_paths
+    from ldp_core.fl.errors import FLError
+    from ldp_core.tokens.enrollment import EnrollmentAuthority, EnrollmentError
 
     try:
         auth = EnrollmentAuthority.load(args.authority)

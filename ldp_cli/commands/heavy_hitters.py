@@ -8,7 +8,7 @@ every day is used. Prints a JSON summary line, then the table (or writes it to `
 
 ``--engine spark`` runs the passes over the files on Apache Spark (the ``spark`` extra; ``--master``,
 default ``local[*]``; the same options as ``ldp estimate``), with the same output
-(:mod:`estimator.heavy_hitters_spark`, docs/SPARK.md).
+(:mod:`estimator.jobs.heavy_hitters_spark`, docs/SPARK.md).
 """
 
 from __future__ import annotations
@@ -39,8 +39,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from estimator.batch import parse_day_range, write_table
-    from estimator.heavy_hitters_batch import discover_dataset, plot_heavy_hitters
+    from estimator.jobs.batch import parse_day_range, write_table
+    from estimator.jobs.heavy_hitters import discover_dataset, plot_heavy_hitters
 
     engine = engine_from_args(args)  # a BatchError is a ValueError: `ldp` prints it and exits 2
     try:

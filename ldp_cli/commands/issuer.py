@@ -60,7 +60,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def _authority_keys(args: argparse.Namespace) -> tuple[bytes, ...]:
     import os
 
-    from client_sdk.enrollment import EnrollmentAuthority
+    from ldp_core.tokens.enrollment import EnrollmentAuthority
 
     texts = list(args.authority_key)
     if not texts and not args.authority:

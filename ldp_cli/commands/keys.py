@@ -1,4 +1,4 @@
-"""``ldp keys``: analyzer key pairs for sealed metrics (see :mod:`client_sdk.sealing`, docs/SEALED.md).
+"""``ldp keys``: analyzer key pairs for sealed metrics (see :mod:`ldp_core.wire.sealing`, docs/SEALED.md).
 
 ``ldp keys new --dir KEYS`` creates an X25519 key pair: the private key in
 ``KEYS/analyzer-<id>.key`` (mode 0600; it stays with the analyzer: the sink
@@ -33,16 +33,16 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run_new(args: argparse.Namespace) -> int:
-    from client_sdk.files import write_atomic
-    from client_sdk.metrics import parse_metrics
-    from client_sdk.sealing import new_key_file
+    from ldp_core.files import write_atomic
+    from ldp_core.metrics import parse_metrics
+    from ldp_core.wire.sealing import new_key_file
 
     path, key = new_key_file(args.dir)
     out = {"key_id": key.key_id, "private_key_file": str(path), "public": key.public.to_dict()}
     if args.metrics:
         from pathlib import Path
 
-        from client_sdk.metrics import MetricsFileError
+        from ldp_core.metrics import MetricsFileError
 
         try:  # as JSON: a file that declares sealed metrics before it has a key must be fixable by this command
             doc = json.loads(Path(args.metrics).read_text())
@@ -62,7 +62,7 @@ def run_new(args: argparse.Namespace) -> int:
 
 
 def run_list(args: argparse.Namespace) -> int:
-    from client_sdk.sealing import KeyRing
+    from ldp_core.wire.sealing import KeyRing
 
     ring = KeyRing.load(args.dir)
     print(json.dumps({"keys": [{"key_id": k, "public_key": ring[k].public_key.hex()} for k in ring]}), flush=True)

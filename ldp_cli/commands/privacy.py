@@ -290,8 +290,8 @@ def run_shuffle_epsilon0(args: argparse.Namespace) -> int:
 
 
 def run_local(args: argparse.Namespace) -> int:
-    from client_sdk.privacy_events import LocalReportEvent, SelfComposedEvent
     from estimator.accounting.accountant import account
+    from ldp_core.privacy_events import LocalReportEvent, SelfComposedEvent
 
     report = account(SelfComposedEvent(LocalReportEvent(args.epsilon), args.reports), args.delta, "replace")
     obj = _with_report({"epsilon_per_report": args.epsilon, "reports": args.reports}, report, LOCAL_PROTECTS)

@@ -1,4 +1,4 @@
-"""``ldp shuffler``: run the shuffler as a long-lived worker (see :mod:`collector.shuffler`).
+"""``ldp shuffler``: run the shuffler as a long-lived worker (see :mod:`collector.shuffler.processor`).
 
 The central (ε, δ) of each released batch comes from
 :func:`estimator.accounting.shuffle.shuffler_guarantee`, wired in here
@@ -39,7 +39,9 @@ __all__ = ["register"]
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    from collector.shuffler import ShufflerSettings  # light: numba loads only when a permutation is drawn
+    from collector.shuffler.processor import (
+        ShufflerSettings,  # light: numba loads only when a permutation is drawn
+    )
 
     d = ShufflerSettings()
     p = sub.add_parser(
@@ -108,9 +110,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from client_sdk.metrics import load_metrics
     from collector.errors import ConfigError
-    from collector.shuffler import Shuffler, ShufflerSettings
+    from collector.shuffler.processor import Shuffler, ShufflerSettings
+    from ldp_core.metrics import load_metrics
     from pipeline.processor import FATAL_ERRORS
     from pipeline.status import StatusFile
     from pipeline.transport import open_transport

@@ -9,7 +9,7 @@ import sys
 
 import numpy as np
 
-from client_sdk.mechanisms import FREQUENCY_MECHANISMS
+from ldp_core.mechanisms import FREQUENCY_MECHANISMS
 from simulator.heavy_hitters import (
     HEAVY_HITTER_MECHANISMS,
     read_population,

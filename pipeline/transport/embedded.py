@@ -50,7 +50,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Literal
 
-from client_sdk.store import immediate_transaction
+from ldp_core.sqlite import immediate_transaction
 from pipeline.transport.base import (
     DAY,
     DEFAULT_RETENTION,

@@ -1,6 +1,6 @@
 /**
  * Many independent Bernoulli(q) bits, 64 to a word: the bit-sliced comparison of uniforms with
- * q's binary digits of client_sdk/bernoulli.py, drawing the same words in the same order.
+ * q's binary digits of ldp_core/bernoulli.py, drawing the same words in the same order.
  *
  * The t-th random word supplies the t-th binary digit of 64 independent uniforms U; a lane is
  * decided at the first digit where U and q differ (U < q when that digit of U is 0 and of q is 1).

@@ -8,7 +8,7 @@
  * `legacyJson` is the id scheme v0 of the Python SDK: Python's
  * `json.dumps(d, sort_keys=True, separators=(",", ":"))`, whose floats are written by
  * Python's `repr` (`1.0`, `1e-05`, `1.5e+16`) and strings with ASCII escapes. RAPPOR's
- * device-side derivations are keyed by it (client_sdk/mechanisms/base.py, `legacy_spec_id`),
+ * device-side derivations are keyed by it (ldp_core/mechanisms/base.py, `legacy_spec_id`),
  * so the web SDK must reproduce it byte for byte. Each field says whether it is a float:
  * JavaScript numbers do not remember.
  */

@@ -1,5 +1,5 @@
 /**
- * Mapping application values to domain indices, as client_sdk/domain.py: a `Dictionary`
+ * Mapping application values to domain indices, as ldp_core/domain.py: a `Dictionary`
  * (declared values, optionally an "other" bucket) or a `HashedDomain` (XXH32 of a type-tagged
  * byte form, modulo the size). Strings are `"s" ‖ UTF-8`, integers `"i" ‖ int64 LE`, so
  * `"1"` and `1` differ. Integers beyond 2**53 are given as `bigint`.

@@ -1,4 +1,4 @@
-/** The SDK's errors: one small tree, mirroring client_sdk/errors.py. */
+/** The SDK's errors: one small tree, mirroring ldp_core/errors.py. */
 
 /** Base of every error the SDK raises. */
 export class LDPError extends Error {

@@ -1,5 +1,5 @@
 /**
- * XXH32, bit-exact with the Python side (client_sdk/hashing.py).
+ * XXH32, bit-exact with the Python side (ldp_core/hashing.py).
  *
  * `xxh32Bytes` hashes arbitrary bytes (js-xxhash, a pure-TypeScript XXH32); strings are always
  * hashed as explicit UTF-8 bytes (`TextEncoder`). `xxh32U32` is XXH32 of one 32-bit value's

@@ -1,6 +1,6 @@
 /**
  * Declarative metric definitions: the metrics file, or the collector's `GET /v1/metrics`
- * (the same document), validated as client_sdk/metrics.py does.
+ * (the same document), validated as ldp_core/metrics.py does.
  *
  * This SDK implements the frequency oracles. A metric with a numeric mechanism or a `range`
  * domain (means, distributions), or a sealed one, is valid in the file but not recordable here:

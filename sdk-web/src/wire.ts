@@ -1,5 +1,5 @@
 /**
- * Wire format v1, byte for byte as client_sdk/wire.py: one batch = one metric, one spec, one day.
+ * Wire format v1, byte for byte as ldp_core/wire/frames.py: one batch = one metric, one spec, one day.
  *
  *     0  4  magic "LDPB"          20 4  record size R
  *     4  1  version (1)           24 4  number of records n

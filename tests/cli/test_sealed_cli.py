@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from client_sdk.metrics import load_metrics
 from ldp_cli.main import main
+from ldp_core.metrics import load_metrics
 
 
 def _plain_doc() -> dict[str, object]:

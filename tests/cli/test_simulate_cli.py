@@ -19,8 +19,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from client_sdk.mechanisms import FREQUENCY_MECHANISMS, make_spec
 from ldp_cli.main import main
+from ldp_core.mechanisms import FREQUENCY_MECHANISMS, make_spec
 
 NAMES = sorted(FREQUENCY_MECHANISMS)
 CONTRACT = {"mechanism", "epsilon", "domain", "users", "seed", "true", "estimate", "variance", "seconds"}

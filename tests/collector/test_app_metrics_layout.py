@@ -9,10 +9,10 @@ from pathlib import Path
 import httpx
 import numpy as np
 
-from client_sdk.metrics import load_metrics, parse_metrics
-from client_sdk.wire import ReportBatch, encode_frame
-from collector.app import create_app
+from collector.http.app import create_app
 from collector.settings import CollectorSettings
+from ldp_core.metrics import load_metrics, parse_metrics
+from ldp_core.wire.frames import ReportBatch, encode_frame
 from tests.support.collector_support import TODAY, MemoryTransport, ServerThread, write_metrics
 
 

@@ -22,10 +22,10 @@ import httpx
 import numpy as np
 import pytest
 
-from client_sdk.metrics import MetricSet
-from client_sdk.wire import FRAME_CONTENT_TYPE, encode_frame
-from collector.app import create_app
+from collector.http.app import create_app
 from collector.settings import CollectorSettings
+from ldp_core.metrics import MetricSet
+from ldp_core.wire.frames import FRAME_CONTENT_TYPE, encode_frame
 from tests.support.collector_support import TODAY, MemoryTransport, ServerThread, olh_batch, write_metrics
 
 FRAME = {"content-type": FRAME_CONTENT_TYPE}
@@ -209,7 +209,7 @@ def test_too_many_bodies_being_read_is_503_and_closes(tmp_path: Path, metrics: M
 def test_large_json_is_decoded_off_the_loop_and_published_like_a_frame(tmp_path: Path, metrics: MetricSet) -> None:
     """A JSON form above ``offload_json_bytes`` (decoded on a decode thread) and one below it (on the loop)
     are both published as the same frames a binary upload gives; an invalid large one is a 400."""
-    from client_sdk.wire import encode_json
+    from ldp_core.wire.frames import encode_json
 
     transport = MemoryTransport()
     cfg = settings(tmp_path, offload_json_bytes=4096)
@@ -236,7 +236,7 @@ def test_a_dead_decode_process_is_503_once_and_replaced(tmp_path: Path, metrics:
     import os
     import signal
 
-    from client_sdk.wire import encode_json
+    from ldp_core.wire.frames import encode_json
 
     transport = MemoryTransport()
     app = create_app(settings(tmp_path, offload_json_bytes=1024), transport=transport)

@@ -19,11 +19,11 @@ from pathlib import Path
 import httpx
 import pytest
 
-from client_sdk.metrics import MetricSet
-from client_sdk.wire import FRAME_CONTENT_TYPE, ReportBatch, decode_frame, encode_frame
-from collector.app import create_app
+from collector.http.app import create_app
 from collector.settings import CollectorSettings
 from ldp_cli.broker import BrokerConfig, default_home, down, up
+from ldp_core.metrics import MetricSet
+from ldp_core.wire.frames import FRAME_CONTENT_TYPE, ReportBatch, decode_frame, encode_frame
 from pipeline.transport import Health, RecordPosition, open_transport
 from tests.support.collector_support import MemoryTransport, ServerThread, olh_batch, write_metrics
 

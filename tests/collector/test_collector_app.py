@@ -20,13 +20,13 @@ import httpx
 import numpy as np
 import pytest
 
-from client_sdk import uploader
-from client_sdk.mechanisms import make_spec
-from client_sdk.metrics import MetricSet, parse_metrics
-from client_sdk.wire import FRAME_CONTENT_TYPE, ReportBatch, decode_frame, encode_frame, encode_json
-from collector.app import FRAME_CONTENT_TYPES, create_app
+from client_sdk.upload import uploader
 from collector.dedup import BatchIdStore
+from collector.http.app import FRAME_CONTENT_TYPES, create_app
 from collector.settings import CollectorSettings
+from ldp_core.mechanisms import make_spec
+from ldp_core.metrics import MetricSet, parse_metrics
+from ldp_core.wire.frames import FRAME_CONTENT_TYPE, ReportBatch, decode_frame, encode_frame, encode_json
 from pipeline.topics import RAW_TOPIC, metric_day_key
 from pipeline.transport import Record, Transport, open_transport
 from tests.support.collector_support import (

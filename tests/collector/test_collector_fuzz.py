@@ -22,12 +22,12 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from client_sdk.errors import FrameError
-from client_sdk.metrics import MetricSet
-from client_sdk.wire import ReportBatch, batch_to_json_obj, decode_frame, decode_json, encode_frame
-from collector.app import create_app
 from collector.dedup import BatchIdStore
+from collector.http.app import create_app
 from collector.settings import CollectorSettings
+from ldp_core.errors import FrameError
+from ldp_core.metrics import MetricSet
+from ldp_core.wire.frames import ReportBatch, batch_to_json_obj, decode_frame, decode_json, encode_frame
 from tests.support.collector_support import TODAY, MemoryTransport, ServerThread, write_metrics
 
 # 409: a drawn body that reuses an accepted batch id with other records (batch_id_conflict)

@@ -11,10 +11,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from client_sdk.mechanisms import MECHANISMS, make_spec
-from client_sdk.wire import ReportBatch
 from collector.errors import SinkError
 from collector.sinks.parquet import ChunkLog, ParquetSink
+from ldp_core.mechanisms import MECHANISMS, make_spec
+from ldp_core.wire.frames import ReportBatch
 from pipeline.catalog import SpecCatalog
 from pipeline.dataset import (
     list_parts,

@@ -23,11 +23,11 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from client_sdk.metrics import MetricSet
-from client_sdk.wire import encode_frame
-from collector.permute import csprng_permutation, fisher_yates
-from collector.shuffler import Shuffler, ShufflerSettings, plan_release
+from collector.shuffler.permute import csprng_permutation, fisher_yates
+from collector.shuffler.processor import Shuffler, ShufflerSettings, plan_release
 from estimator.accounting.shuffle import grid_floor, shuffler_guarantee
+from ldp_core.metrics import MetricSet
+from ldp_core.wire.frames import encode_frame
 from pipeline.envelope import decode_envelope
 from pipeline.topics import metric_day_key
 from pipeline.transport import Transport, open_transport
@@ -183,8 +183,8 @@ def test_kernel_is_lemire_fisher_yates_and_reports_exhaustion() -> None:
 
 @pytest.mark.parametrize("name", ["rr", "grr", "oue", "olh", "rappor", "cms", "hcms", "hr"])
 def test_byte_row_gather_equals_fancy_indexing(name: str) -> None:
-    from client_sdk.mechanisms import make_spec
-    from collector.shuffler import _gather
+    from collector.shuffler.processor import _gather
+    from ldp_core.mechanisms import make_spec
 
     spec = make_spec(name, epsilon=1.0) if name == "rr" else make_spec(name, epsilon=1.0, domain_size=64)
     rng = np.random.default_rng(6)
@@ -358,7 +358,7 @@ def test_shuffling_destroys_arrival_order(metrics: MetricSet, transport: Transpo
 
 def test_collector_package_does_not_import_the_estimator() -> None:
     code = (
-        "import sys, collector.app, collector.shuffler, collector.ingest; "
+        "import sys, collector.http.app, collector.shuffler.processor, collector.ingest; "
         "print(sorted(m for m in sys.modules if m.split('.')[0] in ('estimator', 'simulator')))"
     )
     out = subprocess.run(

@@ -2,7 +2,7 @@
 
 The shuffler used to drop a group once it fell ``max_age_days`` behind the newest day of its partition: one
 report dated today + 1 dropped groups the collector had accepted. Now expiry follows the UTC clock with the
-collector's window (:mod:`pipeline.days`), and a group dropped because its day left the window while buffered
+collector's window (:mod:`ldp_core.days`), and a group dropped because its day left the window while buffered
 is counted (``expired_groups``, ``expired_reports``) and logged once.
 """
 
@@ -16,12 +16,12 @@ import httpx
 import numpy as np
 import pytest
 
-from client_sdk.metrics import MetricSet
-from client_sdk.wire import encode_frame
-from collector.app import create_app
+from collector.http.app import create_app
 from collector.settings import CollectorSettings
-from collector.shuffler import Shuffler, ShufflerSettings
-from pipeline.days import DayWindow
+from collector.shuffler.processor import Shuffler, ShufflerSettings
+from ldp_core.days import DayWindow
+from ldp_core.metrics import MetricSet
+from ldp_core.wire.frames import encode_frame
 from pipeline.transport import Transport, open_transport
 from tests.collector.test_shuffler import Topics, publish, read_shuffled
 from tests.support.collector_support import TODAY, ServerThread, olh_batch, write_metrics

@@ -18,11 +18,11 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from client_sdk.framing import pack_headed
-from client_sdk.metrics import MetricSet
-from client_sdk.wire import ReportBatch
 from collector.errors import ConfigError, ShufflerStateError
-from collector.shuffler import Shuffler, _IdWindow, _state_keys, decode_checkpoint_chunk
+from collector.shuffler.processor import Shuffler, _IdWindow, _state_keys, decode_checkpoint_chunk
+from ldp_core.metrics import MetricSet
+from ldp_core.wire.frames import ReportBatch
+from ldp_core.wire.framing import pack_headed
 from pipeline.envelope import decode_envelope
 from pipeline.topics import metric_day_key
 from pipeline.transport import Consumer, Record, TopicPartition, Transport, open_transport

@@ -18,13 +18,13 @@ from pathlib import Path
 import httpx
 import pytest
 
-from client_sdk import tokens
-from client_sdk.enrollment import DeviceIdentity, EnrollmentAuthority
-from client_sdk.metrics import MetricSet
-from client_sdk.wire import FRAME_CONTENT_TYPE, encode_frame
-from collector.app import create_app
+from collector.http.app import create_app
 from collector.issuer import IssuerSettings, create_issuer_app
 from collector.settings import CollectorSettings
+from ldp_core.metrics import MetricSet
+from ldp_core.tokens import privacy_pass as tokens
+from ldp_core.tokens.enrollment import DeviceIdentity, EnrollmentAuthority
+from ldp_core.wire.frames import FRAME_CONTENT_TYPE, encode_frame
 from tests.support.collector_support import ServerThread, olh_batch, write_metrics
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -70,7 +70,7 @@ def test_issuer_refuses_unenrolled_and_replayed_requests(issuer: ServerThread, a
     keys = httpx.get(issuer.url + "/v1/token-keys").json()
     import base64
 
-    from client_sdk import blind_rsa
+    from ldp_core.tokens import blind_rsa
 
     pk = blind_rsa.PublicKey.from_der(base64.b64decode(keys["keys"][0]["public_key"]))
     p = tokens.begin(pk, issuer_name=keys["issuer_name"], origin=ORIGIN, day=keys["keys"][0]["day"])

@@ -1,6 +1,6 @@
 """Fixtures of the dashboard's browser tests: a live estimator fed by a real pipeline run, and Chromium.
 
-The pipeline is :class:`simulator.pipeline.LocalPipeline` (HTTP collector, shuffler, streaming estimator with
+The pipeline is :class:`simulator.stack.LocalPipeline` (HTTP collector, shuffler, streaming estimator with
 its API and the dashboard, Parquet sink) on the embedded log; seeded simulated devices upload wire-format
 frames over HTTP on three days, so the page has a time series to draw. The browser is the system's Chromium
 (Debian's ``chromium``, installed by ``scripts/install-browser``) driven by Playwright: a missing browser or
@@ -22,8 +22,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from client_sdk.metrics import load_metrics, utc_day
-from simulator.pipeline import LocalPipeline, fleet_batches, upload
+from ldp_core.metrics import load_metrics, utc_day
+from simulator.stack import LocalPipeline, fleet_batches, upload
 
 #: the browser (scripts/install-browser installs Debian's at /usr/bin/chromium; LDP_CHROMIUM points elsewhere)
 CHROMIUM = os.environ.get("LDP_CHROMIUM", "/usr/bin/chromium")

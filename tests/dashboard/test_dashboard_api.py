@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import httpx
 
-from estimator.dashboard import ASSETS, asset
+from estimator.service.dashboard import ASSETS, asset
 from tests.dashboard.conftest import METRICS, FedPipeline
 from tests.dashboard.test_dashboard import api, settled_freshness
 
@@ -51,7 +51,7 @@ def test_freshness_of_a_fixed_state() -> None:
     count as committed; an open tail starts at the committed offset and has been read to its end."""
     from fastapi.testclient import TestClient
 
-    from estimator.streaming import EstimatorState, Tail, Tally, create_app
+    from estimator.service import EstimatorState, Tail, Tally, create_app
     from pipeline.transport.base import TopicPartition
 
     a, b = TopicPartition("shuffled", 0), TopicPartition("shuffled", 1)

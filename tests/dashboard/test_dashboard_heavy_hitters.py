@@ -17,8 +17,8 @@ from typing import Any
 
 import httpx
 
-from estimator.heavy_hitters_batch import discover_dataset
-from simulator.pipeline import demo_words
+from estimator.jobs.heavy_hitters import discover_dataset
+from simulator.stack import demo_words
 from tests.dashboard.conftest import DEVICES, FedPipeline
 from tests.dashboard.test_dashboard import ROWS_SHOWN, api, card_value, check_cell, includes_zero, open_page, table
 
@@ -54,7 +54,7 @@ def test_discovery_api_is_the_batch_jobs_answer(fed_pipeline: FedPipeline) -> No
     for h in got["found"]:
         assert abs(h["adjusted_ci_low"] - (h["estimate"] - z * h["std_error"])) < 1e-9 * abs(h["estimate"]) + 1e-9
     # the answer is the typed model the OpenAPI schema names, field for field
-    from estimator.streaming.app import response_models
+    from estimator.service.app import response_models
 
     model = response_models()["discovered"]
     assert model.model_validate(got).model_dump() == got
@@ -79,7 +79,7 @@ def test_discovery_api_refuses_bad_requests(fed_pipeline: FedPipeline) -> None:
 def test_without_a_dataset_the_api_says_so() -> None:
     from fastapi.testclient import TestClient
 
-    from estimator.streaming import EstimatorState, Tally, create_app
+    from estimator.service import EstimatorState, Tally, create_app
 
     state = EstimatorState(Tally(), {}, [], "shuffled", "g", "m")
     r = TestClient(create_app(state=lambda: state)).get(f"/v1/heavy-hitters/{METRIC}")
@@ -154,9 +154,9 @@ def test_without_a_dataset_the_page_shows_the_streams_prefixes(
 ) -> None:
     """The same counts served without ``--dataset`` (a fixed copy of the live estimator's state): the view
     falls back to PEM's first-level prefixes from the stream, says why, and its CSV says ``source=stream``."""
-    from client_sdk.metrics import load_metrics
-    from estimator.streaming import EstimatorState, create_app
-    from simulator.pipeline import serve_in_thread
+    from estimator.service import EstimatorState, create_app
+    from ldp_core.metrics import load_metrics
+    from simulator.stack import serve_in_thread
     from tests.dashboard.conftest import METRICS
 
     (tmp_path / "metrics.json").write_text(json.dumps(METRICS))

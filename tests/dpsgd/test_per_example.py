@@ -7,8 +7,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from client_sdk.fl import MLP, LogisticRegression, ModelError, SoftmaxRegression
-from client_sdk.fl.per_example import (
+from ldp_core.fl import MLP, LogisticRegression, ModelError, SoftmaxRegression
+from ldp_core.fl.per_example import (
     clip_factors,
     clipped_grad_sum,
     penalty_grad,

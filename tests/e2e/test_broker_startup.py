@@ -22,9 +22,9 @@ import httpx
 import numpy as np
 import pytest
 
-from client_sdk.metrics import parse_metrics, utc_day
 from ldp_cli.broker import BrokerConfig, default_home, down, up
-from simulator.pipeline import fleet_batches
+from ldp_core.metrics import parse_metrics, utc_day
+from simulator.stack import fleet_batches
 from tests.support.metrics_docs import dictionary, metric, metrics_doc
 from tests.support.pipeline_procs import ROOT, PacedUpload, PipelineProcs, free_port
 

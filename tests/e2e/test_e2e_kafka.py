@@ -1,6 +1,6 @@
 """End to end on the real broker: devices -> HTTP collector -> Kafka -> shuffler -> streaming estimator + Parquet sink.
 
-The components are the real ones (:class:`simulator.pipeline.LocalPipeline`
+The components are the real ones (:class:`simulator.stack.LocalPipeline`
 runs them on threads, each with its own Kafka clients); topics and groups
 carry a run id, so the shared broker's other tests do not interfere. Every
 uploaded frame holds at least the shuffler's crowd threshold, so every
@@ -20,9 +20,9 @@ import httpx
 import numpy as np
 import pytest
 
-from client_sdk.metrics import parse_metrics, utc_day
-from estimator.batch import estimate_dataset
-from simulator.pipeline import LocalPipeline, fleet_batches, upload
+from estimator.jobs.batch import estimate_dataset
+from ldp_core.metrics import parse_metrics, utc_day
+from simulator.stack import LocalPipeline, fleet_batches, upload
 from tests.support.metrics_docs import dictionary, hashed, metric, metrics_doc
 from tests.support.shuffled_data import offline
 

@@ -24,10 +24,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from client_sdk.metrics import parse_metrics, utc_day
-from estimator.batch import estimate_dataset
+from estimator.jobs.batch import estimate_dataset
 from ldp_cli.broker import BrokerConfig, default_home, down, up
-from simulator.pipeline import fleet_batches
+from ldp_core.metrics import parse_metrics, utc_day
+from simulator.stack import fleet_batches
 from tests.support.metrics_docs import dictionary, hashed, metric, metrics_doc
 from tests.support.pipeline_procs import PacedUpload, PipelineProcs, free_port
 from tests.support.shuffled_data import offline
@@ -155,7 +155,7 @@ def _restart_broker(cfg: BrokerConfig) -> None:
 def test_broker_restart_mid_stream_producers_lose_nothing(tmp_path: Path, second_broker: BrokerConfig) -> None:
     """The broker is stopped and started again while devices upload: the collector holds the uploads
     (or answers 503 and the devices retry), and afterwards every accepted batch is in the raw topic."""
-    from client_sdk.wire import decode_frame
+    from ldp_core.wire.frames import decode_frame
     from pipeline.transport import open_transport
 
     metrics_path, day, fleet, batches = _setup(tmp_path, 1600, seed=43)

@@ -15,10 +15,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from client_sdk.metrics import parse_metrics, utc_day
-from estimator.heavy_hitters import discover
-from estimator.heavy_hitters_batch import discover_dataset
-from simulator.pipeline import LocalPipeline, demo_words, fleet_batches, upload
+from estimator.jobs.heavy_hitters import discover_dataset
+from estimator.mechanisms.heavy_hitters import discover
+from ldp_core.metrics import parse_metrics, utc_day
+from simulator.stack import LocalPipeline, demo_words, fleet_batches, upload
 from tests.support.metrics_docs import dictionary, metric, metrics_doc
 from tests.support.shuffled_data import offline
 

@@ -1,7 +1,7 @@
 """Numeric metrics end to end, on the embedded log and on Kafka: devices -> HTTP collector -> shuffler ->
 streaming estimator + Parquet sink -> batch job (docs/NUMERIC.md).
 
-The components are the real ones (:class:`simulator.pipeline.LocalPipeline`). Every frame holds at least the
+The components are the real ones (:class:`simulator.stack.LocalPipeline`). Every frame holds at least the
 crowd threshold, so every report is released; the live sums must then equal, exactly, what an offline pass over
 the uploaded reports adds up (the numeric accumulators' sums are integers), the batch job must print the same
 numbers, and the mean must lie within 5 of its standard errors of the devices' true mean.
@@ -21,10 +21,10 @@ import httpx
 import numpy as np
 import pytest
 
-from client_sdk.metrics import parse_metrics, utc_day
-from client_sdk.sealing import SealedSpec, new_key_file, seal_batch
-from estimator.batch import estimate_dataset
-from simulator.pipeline import LocalPipeline, fleet_batches, upload
+from estimator.jobs.batch import estimate_dataset
+from ldp_core.metrics import parse_metrics, utc_day
+from ldp_core.wire.sealing import SealedSpec, new_key_file, seal_batch
+from simulator.stack import LocalPipeline, fleet_batches, upload
 from tests.support.metrics_docs import dictionary, metric, metrics_doc
 from tests.support.shuffled_data import offline
 

@@ -14,14 +14,14 @@ import httpx
 import numpy as np
 import pytest
 
-from client_sdk.mechanisms import make_spec
-from client_sdk.wire import FRAME_CONTENT_TYPE, ReportBatch, decode_frame, encode_frame
-from collector.app import create_app
+from collector.http.app import create_app
 from collector.settings import CollectorSettings
 from estimator.oracles import accumulator_for
+from ldp_core.mechanisms import make_spec
+from ldp_core.wire.frames import FRAME_CONTENT_TYPE, ReportBatch, decode_frame, encode_frame
 from pipeline.topics import RAW_TOPIC
 from pipeline.transport import open_transport
-from simulator.scenarios.poisoning import (
+from simulator.scenarios.ldp.poisoning import (
     TokenAttackResult,
     crafted_reports,
     influence,

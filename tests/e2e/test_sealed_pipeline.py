@@ -20,13 +20,13 @@ from typing import Any
 import numpy as np
 import pytest
 
-from client_sdk.metrics import parse_metrics, utc_day
-from client_sdk.sealing import KeyRing, SealedSpec, new_key_file, open_batch, seal_batch
-from client_sdk.wire import ReportBatch, decode_frame, encode_frame, read_header
-from collector.shuffler import decode_checkpoint_chunk
-from estimator.batch import estimate_dataset
+from collector.shuffler.processor import decode_checkpoint_chunk
+from estimator.jobs.batch import estimate_dataset
+from ldp_core.metrics import parse_metrics, utc_day
+from ldp_core.wire.frames import ReportBatch, decode_frame, encode_frame, read_header
+from ldp_core.wire.sealing import KeyRing, SealedSpec, new_key_file, open_batch, seal_batch
 from pipeline.transport import open_transport
-from simulator.pipeline import LocalPipeline, fleet_batches, upload
+from simulator.stack import LocalPipeline, fleet_batches, upload
 from tests.support.shuffled_data import offline
 
 FRAME = 150

@@ -13,21 +13,6 @@ from dp_accounting.pld import pld_privacy_accountant
 from dp_accounting.rdp import rdp_privacy_accountant
 from scipy import stats
 
-from client_sdk.errors import SpecError
-from client_sdk.mechanisms import make_spec
-from client_sdk.privacy_events import (
-    ComposedEvent,
-    DiscreteGaussianEvent,
-    DiscreteLaplaceEvent,
-    GaussianEvent,
-    LaplaceEvent,
-    LocalReportEvent,
-    PoissonSampledEvent,
-    PureDPEvent,
-    SelfComposedEvent,
-    event_from_dict,
-    local_event,
-)
 from estimator.accounting.accountant import (
     AccountingError,
     account,
@@ -39,6 +24,21 @@ from estimator.accounting.accountant import (
     max_steps_for_epsilon,
     rr_rdp,
     to_dp_event,
+)
+from ldp_core.errors import SpecError
+from ldp_core.mechanisms import make_spec
+from ldp_core.privacy_events import (
+    ComposedEvent,
+    DiscreteGaussianEvent,
+    DiscreteLaplaceEvent,
+    GaussianEvent,
+    LaplaceEvent,
+    LocalReportEvent,
+    PoissonSampledEvent,
+    PureDPEvent,
+    SelfComposedEvent,
+    event_from_dict,
+    local_event,
 )
 
 REPLACE = dpa.NeighboringRelation.REPLACE_ONE

@@ -9,13 +9,13 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from client_sdk.mechanisms import make_spec
-from client_sdk.metrics import parse_metrics
-from client_sdk.wire import ReportBatch
 from collector.sinks.parquet import ParquetSink
-from estimator.batch import BatchError, estimate_dataset, parse_day_range
-from estimator.streaming import parse_day
+from estimator.jobs.batch import BatchError, estimate_dataset, parse_day_range
+from estimator.service import parse_day
 from ldp_cli.main import main
+from ldp_core.mechanisms import make_spec
+from ldp_core.metrics import parse_metrics
+from ldp_core.wire.frames import ReportBatch
 from pipeline.catalog import SpecCatalog
 from pipeline.topics import SHUFFLED_TOPIC
 from pipeline.transport import open_transport

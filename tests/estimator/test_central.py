@@ -10,8 +10,6 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from client_sdk.errors import SpecError
-from client_sdk.privacy_events import DiscreteGaussianEvent, DiscreteLaplaceEvent, PureDPEvent
 from estimator.accounting.accountant import epsilon_pld
 from estimator.accounting.central import (
     GaussianCounts,
@@ -22,6 +20,8 @@ from estimator.accounting.central import (
     discrete_laplace,
     release_above_threshold,
 )
+from ldp_core.errors import SpecError
+from ldp_core.privacy_events import DiscreteGaussianEvent, DiscreteLaplaceEvent, PureDPEvent
 
 
 def dlap_pmf(x: np.ndarray, b: float) -> np.ndarray:

@@ -27,9 +27,9 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 from scipy import stats
 
-from client_sdk.mechanisms import FREQUENCY_MECHANISMS, make_spec
 from estimator.oracles import accumulator_for
 from estimator.result import Estimate, estimate_from_counts, norm_sub, z_value
+from ldp_core.mechanisms import FREQUENCY_MECHANISMS, make_spec
 from tests.support.profiles import profile
 
 NAMES = sorted(FREQUENCY_MECHANISMS)

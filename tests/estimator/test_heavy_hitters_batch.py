@@ -11,12 +11,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from client_sdk.heavy_hitters import PEMSpec, SFPSpec, pad_values
-from client_sdk.mechanisms import make_spec
-from client_sdk.wire import ReportBatch
 from collector.sinks.parquet import ParquetSink
-from estimator.heavy_hitters import discover
-from estimator.heavy_hitters_batch import discover_dataset
+from estimator.jobs.heavy_hitters import discover_dataset
+from estimator.mechanisms.heavy_hitters import discover
+from ldp_core.mechanisms import make_spec
+from ldp_core.mechanisms.heavy_hitters import PEMSpec, SFPSpec, pad_values
+from ldp_core.wire.frames import ReportBatch
 from pipeline.catalog import SpecCatalog
 from pipeline.topics import SHUFFLED_TOPIC
 from pipeline.transport import open_transport
@@ -120,7 +120,7 @@ def test_several_specs_on_a_day_are_a_choice_the_api_answers_with_409(tmp_path: 
     from fastapi.testclient import TestClient
 
     from estimator.errors import BatchError, SpecChoiceError
-    from estimator.streaming import EstimatorState, Tally, create_app
+    from estimator.service import EstimatorState, Tally, create_app
 
     rng = np.random.default_rng(23)
     values = np.repeat(pad_values(list(WORDS), 8), [v // 10 for v in WORDS.values()], axis=0)

@@ -12,8 +12,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from client_sdk.errors import BudgetError
-from client_sdk.privacy_events import (
+from estimator.accounting.accountant import AccountingError, epsilon_pld
+from estimator.accounting.odometer import BasicFilter, ZCDPFilter, zcdp_budget, zcdp_epsilon, zcdp_rho
+from ldp_core.errors import BudgetError
+from ldp_core.privacy_events import (
     ComposedEvent,
     DiscreteGaussianEvent,
     DiscreteLaplaceEvent,
@@ -25,8 +27,6 @@ from client_sdk.privacy_events import (
     PureDPEvent,
     SelfComposedEvent,
 )
-from estimator.accounting.accountant import AccountingError, epsilon_pld
-from estimator.accounting.odometer import BasicFilter, ZCDPFilter, zcdp_budget, zcdp_epsilon, zcdp_rho
 
 # -- an adversary's choice of releases --------------------------------------------
 pure_leaf = st.one_of(

@@ -12,17 +12,9 @@ import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 
-from client_sdk.mechanisms import make_spec
-from client_sdk.wire import ReportBatch
-from estimator.streaming import (
-    EstimatorState,
-    StateError,
-    StreamingEstimator,
-    Tail,
-    Tally,
-    create_app,
-    merge_states,
-)
+from estimator.service import EstimatorState, StateError, StreamingEstimator, Tail, Tally, create_app, merge_states
+from ldp_core.mechanisms import make_spec
+from ldp_core.wire.frames import ReportBatch
 from pipeline.catalog import SpecCatalog
 from pipeline.topics import SHUFFLED_TOPIC
 from pipeline.transport import TopicPartition, open_transport
@@ -218,7 +210,7 @@ def _split_among_all(ests: list[StreamingEstimator], partitions: int) -> bool:
 
 
 def test_merged_endpoint_asks_the_peers(tmp_path: Path, transport) -> None:  # type: ignore[no-untyped-def]
-    from simulator.pipeline import serve_in_thread
+    from simulator.stack import serve_in_thread
 
     specs = default_specs()
     batches = make_batches(specs, DAYS, 24, np.random.default_rng(9))
@@ -334,7 +326,7 @@ def test_state_folder_of_another_group_is_refused(tmp_path: Path, transport) -> 
 def test_settings_come_from_keywords_over_the_environment_over_defaults(  # type: ignore[no-untyped-def]
     tmp_path: Path, transport
 ) -> None:
-    from estimator.streaming import EstimatorSettings
+    from estimator.service import EstimatorSettings
     from pipeline.errors import ConfigError
 
     settings = EstimatorSettings.from_env({"LDP_ESTIMATOR_CHECKPOINT_SECONDS": "3", "LDP_ESTIMATOR_GROUP": "g-env"})
@@ -349,7 +341,7 @@ def test_settings_come_from_keywords_over_the_environment_over_defaults(  # type
 
 def test_openapi_types_every_answer(tmp_path: Path, transport) -> None:  # type: ignore[no-untyped-def]
     """The served schema names a typed model for each answer, and the real answers satisfy it exactly."""
-    from estimator.streaming.app import response_models
+    from estimator.service.app import response_models
 
     specs = default_specs()
     publish(transport, SHUFFLED_TOPIC, make_batches(specs, DAYS[:1], 6, np.random.default_rng(3)))

@@ -10,9 +10,9 @@ import math
 import numpy as np
 import pytest
 
-from client_sdk.fl import LocalTraining, RoundConfig, SoftmaxRegression, clip_to_norm, train_client
 from ldp_cli.main import main
-from simulator.scenarios.attacks import (
+from ldp_core.fl import LocalTraining, RoundConfig, SoftmaxRegression, clip_to_norm, train_client
+from simulator.scenarios.fl.attacks import (
     MembershipConfig,
     advantage_bound,
     advantage_with_ci,

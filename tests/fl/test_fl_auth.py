@@ -13,8 +13,8 @@ from typing import Any
 import httpx
 import numpy as np
 
-from client_sdk.fl.protocol import encode_upload, make_upload
-from client_sdk.fl.secagg import KeyAdvert, SecAggClient, SecAggConfig
+from ldp_core.fl.protocol import encode_upload, make_upload
+from ldp_core.fl.secagg import KeyAdvert, SecAggClient, SecAggConfig
 from tests.support.fl_pipeline_support import (
     devices_for,
     drive,
@@ -129,7 +129,7 @@ def test_a_peer_drops_an_advert_the_server_swapped() -> None:
     adverts, auths = {}, {}
     for i, ident in ids.items():
         keys = {"share_key": os.urandom(32), "mask_key": os.urandom(32)}
-        from client_sdk.fl.protocol import sign_upload
+        from ldp_core.fl.protocol import sign_upload
 
         up = sign_upload(make_upload(spec.task, 0, "advert", ident.device_id, keys), ident)
         adverts[str(i)] = [base64.b64encode(keys["share_key"]).decode(), base64.b64encode(keys["mask_key"]).decode()]

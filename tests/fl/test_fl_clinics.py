@@ -8,12 +8,12 @@ import math
 
 import pytest
 
-from client_sdk.privacy_events import GaussianEvent, SelfComposedEvent
 from estimator.accounting.accountant import epsilon_pld, exact_gaussian_epsilon, sampled_gaussian_event
 from estimator.fl.dp import ADVERSARIES, ClientLevelAccountant
 from estimator.fl.sampling import PoissonSampling
 from ldp_cli.main import main
-from simulator.scenarios.clinics import ClinicsConfig, run_clinics
+from ldp_core.privacy_events import GaussianEvent, SelfComposedEvent
+from simulator.scenarios.fl.clinics import ClinicsConfig, run_clinics
 
 
 @pytest.mark.parametrize("sigma, published", [(0.5, 137.0), (2.0, 14.3)])
@@ -168,8 +168,8 @@ def _check_ddg_row(ddg: dict, sigma2: dict) -> None:
     """The distributed-DG row: its ε against the server operator is the σ 2.0 row's known-sample ε (the
     calibration is rounded up in noise, so at most that and within 0.1 %), recomputed here from the row's
     own parameters with the accountant; the same figure for every adversary; its bits are stated."""
-    from client_sdk.fl.ddg import DDGSpec
     from estimator.fl.ddg_accounting import DDGAccountant
+    from ldp_core.fl.ddg import DDGSpec
 
     assert {"setting", "accuracy", "weight_error", "epsilon", "bits"} <= set(ddg)
     target = sigma2["epsilon_known_sample"]

@@ -7,9 +7,9 @@ import json
 
 import pytest
 
-from client_sdk.privacy_events import GaussianEvent, SelfComposedEvent
 from estimator.accounting.accountant import exact_gaussian_epsilon
 from ldp_cli.main import main
+from ldp_core.privacy_events import GaussianEvent, SelfComposedEvent
 
 
 def test_example_has_a_dp_ftrl_row_at_the_known_sample_epsilon_of_sigma_2(capsys: pytest.CaptureFixture[str]) -> None:

@@ -1,4 +1,4 @@
-"""Compressed updates (client_sdk/fl/compress.py, issue 18): stochastic quantization, the public rotation,
+"""Compressed updates (ldp_core/fl/compress.py, issue 18): stochastic quantization, the public rotation,
 top-k with error feedback, and which of them compose with SecAgg and DP."""
 
 from __future__ import annotations
@@ -8,14 +8,14 @@ import math
 import numpy as np
 import pytest
 
-from client_sdk.fl.compress import (
+from ldp_core.fl.compress import (
     CountSketch,
     RotatedQuantizer,
     StochasticQuantizer,
     TopKErrorFeedback,
     check_composition,
 )
-from client_sdk.fl.errors import ModelError
+from ldp_core.fl.errors import ModelError
 
 TRIALS = 20_000
 Z = 5.0  # tolerance in standard errors; with ≤ 64 coordinates a false failure is ~ 64 · 6e-7

@@ -12,11 +12,11 @@ from typing import Any
 import numpy as np
 import pytest
 
-from client_sdk.fl.compress import RingQuantization, StochasticQuantizer
 from client_sdk.fl.device import FLDevice
-from client_sdk.fl.errors import FLError
-from client_sdk.fl.protocol import BINARY_CONTENT_TYPE, encode_upload_binary, make_upload, parse_upload, sign_upload
-from client_sdk.framing import unpack_headed
+from ldp_core.fl.compress import RingQuantization, StochasticQuantizer
+from ldp_core.fl.errors import FLError
+from ldp_core.fl.protocol import BINARY_CONTENT_TYPE, encode_upload_binary, make_upload, parse_upload, sign_upload
+from ldp_core.wire.framing import unpack_headed
 from pipeline.transport import open_transport
 from tests.support.fl_pipeline_support import JobThread, Topics, collector, devices_for, drive, make_data, task_spec
 

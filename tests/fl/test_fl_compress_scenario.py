@@ -8,13 +8,13 @@ import os
 import numpy as np
 import pytest
 
-from client_sdk.fl.client import ClientUpdate
-from client_sdk.fl.compress import DEFAULT_ROUNDING_BETA, CountSketch, StochasticQuantizer
-from client_sdk.fl.ddg import padded_dimension
-from client_sdk.fl.errors import FLError, ModelError
 from estimator.fl.aggregators import RoundContext
 from ldp_cli.main import main
-from simulator.scenarios.compress import CompressedDPMean, SchemeSpec
+from ldp_core.fl.compress import DEFAULT_ROUNDING_BETA, CountSketch, StochasticQuantizer
+from ldp_core.fl.ddg import padded_dimension
+from ldp_core.fl.errors import FLError, ModelError
+from ldp_core.fl.training import ClientUpdate
+from simulator.scenarios.fl.compress import CompressedDPMean, SchemeSpec
 
 KEYS = {
     "scheme",

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from client_sdk.fl.compress import MAX_ROUNDING_DRAWS, RingQuantization, StochasticQuantizer
-from client_sdk.fl.errors import ModelError
+from ldp_core.fl.compress import MAX_ROUNDING_DRAWS, RingQuantization, StochasticQuantizer
+from ldp_core.fl.errors import ModelError
 
 # (bits, coordinate bound c, length, clip norm C): the scenario's unrotated b = 4 and b = 8, its rotated b = 4
 # (c = 4C/√D), and a coarse small case where one draw's norm varies most relative to B

@@ -1,4 +1,4 @@
-"""The distributed discrete Gaussian: encoding, decoding and the accountant (client_sdk/fl/ddg.py,
+"""The distributed discrete Gaussian: encoding, decoding and the accountant (ldp_core/fl/ddg.py,
 estimator/fl/ddg_accounting.py; Kairouz, Liu, Steinke ICML 2021)."""
 
 from __future__ import annotations
@@ -10,18 +10,18 @@ import numpy as np
 import pytest
 from scipy.special import logsumexp
 
-from client_sdk.fl.ddg import DDGSpec, rotate, unrotate
-from client_sdk.fl.errors import SecAggError
 from estimator.fl.ddg_accounting import DDGAccountant, noise_for_epsilon, rdp_to_epsilon, round_rdp, sum_dg_rdp
+from ldp_core.fl.ddg import DDGSpec, rotate, unrotate
+from ldp_core.fl.errors import SecAggError
 
 
 def test_samplers_are_shared_with_the_central_releases() -> None:
-    import client_sdk.noise
     import estimator.accounting.central as central
+    import ldp_core.noise
 
-    assert central.discrete_gaussian is client_sdk.noise.discrete_gaussian
-    assert central.discrete_laplace is client_sdk.noise.discrete_laplace
-    assert central.bernoulli_exp is client_sdk.noise.bernoulli_exp
+    assert central.discrete_gaussian is ldp_core.noise.discrete_gaussian
+    assert central.discrete_laplace is ldp_core.noise.discrete_laplace
+    assert central.bernoulli_exp is ldp_core.noise.bernoulli_exp
 
 
 def test_rotation_is_orthonormal_and_inverted_by_the_public_seed() -> None:
@@ -206,8 +206,8 @@ def test_noise_for_epsilon_hits_the_target() -> None:
 def test_secagg_in_a_small_ring_unmasks_only_the_sum_mod_m() -> None:
     """SecAgg with bits < 32: each masked word is below m = 2^bits, and the unmasked sum, read mod m, is
     the sum of the DDG encodings mod m, with a client dropping after sharing its keys."""
-    from client_sdk.fl.secagg import SecAggClient
     from estimator.fl.secagg_server import SecAggServer, honest_unmask, make_config
+    from ldp_core.fl.secagg import SecAggClient
 
     n, d, bits = 6, 5, 12
     spec = DDGSpec.for_bits(0.5, 1.0, n, d, bits)

@@ -17,11 +17,11 @@ from typing import Any
 import numpy as np
 import pytest
 
-from client_sdk.fl.ddg import DDGSpec
-from client_sdk.fl.errors import FLError
-from client_sdk.fl.secagg import Quantizer, SecAggClient
 from estimator.fl.ddg_accounting import DDGAccountant
 from estimator.fl.secagg_server import SecAggServer, honest_unmask, make_config
+from ldp_core.fl.ddg import DDGSpec
+from ldp_core.fl.errors import FLError
+from ldp_core.fl.secagg import Quantizer, SecAggClient
 from pipeline.transport import open_transport
 from tests.support.fl_pipeline_support import JobThread, Topics, collector, devices_for, drive, make_data, task_spec
 

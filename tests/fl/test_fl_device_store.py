@@ -19,12 +19,12 @@ import pytest
 
 from client_sdk.fl.device import FLDevice
 from client_sdk.fl.device_store import FLDeviceStore
-from client_sdk.fl.errors import FLError
-from client_sdk.fl.local_dpsgd import LocalDPSGDSpec
-from client_sdk.fl.protocol import encode_vector, parse_upload
 from client_sdk.store import DB_FILENAME, SCHEMA_VERSION, Store
-from client_sdk.uploader import HttpRequest, HttpResponse
+from client_sdk.upload.uploader import HttpRequest, HttpResponse
 from estimator.fl.task import FLTaskSpec
+from ldp_core.fl.errors import FLError
+from ldp_core.fl.local_dpsgd import LocalDPSGDSpec
+from ldp_core.fl.protocol import encode_vector, parse_upload
 from tests.support.fl_pipeline_support import (
     device_rng,
     drive,
@@ -215,7 +215,7 @@ def test_a_version_3_store_is_upgraded_in_place(tmp_path: Path) -> None:
 
 
 def test_client_state_round_trips_bit_for_bit_and_belongs_to_its_model(tmp_path: Path) -> None:
-    from client_sdk.fl.client import ClientState
+    from ldp_core.fl.training import ClientState
 
     rng = np.random.default_rng(0)
     state = ClientState(

@@ -7,13 +7,13 @@ import math
 import numpy as np
 import pytest
 
-from client_sdk.fl import ClientUpdate, FLError
-from client_sdk.privacy_events import ComposedEvent, GaussianEvent
 from estimator.accounting.accountant import exact_gaussian_epsilon
 from estimator.fl.aggregators import RoundContext, WeightedMean
 from estimator.fl.dp import AdaptiveClippingDP, ClientLevelAccountant, FixedClippingDP, update_noise_multiplier
 from estimator.fl.robust import CoordinateMedian
 from estimator.fl.sampling import PoissonSampling
+from ldp_core.fl import ClientUpdate, FLError
+from ldp_core.privacy_events import ComposedEvent, GaussianEvent
 
 
 def _ctx(n, seed=0, expected=4.0, round=0):

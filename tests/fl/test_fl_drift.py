@@ -9,13 +9,13 @@ import json
 import numpy as np
 import pytest
 
-from client_sdk.fl import FLError, LocalTraining, RoundConfig, train_client
 from estimator.fl.aggregators import WeightedMean
 from estimator.fl.rounds import FederatedClient, run_rounds
 from estimator.fl.sampling import FixedCountSampling
 from estimator.fl.strategies import FedAvg, Scaffold
 from ldp_cli.main import main
-from simulator.scenarios.drift import DriftConfig, ScheduledSampling, run_drift
+from ldp_core.fl import FLError, LocalTraining, RoundConfig, train_client
+from simulator.scenarios.fl.drift import DriftConfig, ScheduledSampling, run_drift
 
 DIM = 3
 

@@ -10,15 +10,21 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from client_sdk.fl.client import ClientUpdate, LocalTraining
-from client_sdk.fl.ddg import discrete_gaussian_variance
-from client_sdk.fl.models import SoftmaxRegression
 from estimator.fl.aggregators import RoundContext
 from estimator.fl.ddg_accounting import noise_for_epsilon
 from estimator.fl.dp import ClientLevelAccountant
 from estimator.fl.sampling import FixedCountSampling
 from ldp_cli.main import main
-from simulator.scenarios.drift import DDGMean, DriftConfig, DriftDPConfig, compare_drift_ddg_to_central, plot_drift_ddg
+from ldp_core.fl.ddg import discrete_gaussian_variance
+from ldp_core.fl.models import SoftmaxRegression
+from ldp_core.fl.training import ClientUpdate, LocalTraining
+from simulator.scenarios.fl.drift import (
+    DDGMean,
+    DriftConfig,
+    DriftDPConfig,
+    compare_drift_ddg_to_central,
+    plot_drift_ddg,
+)
 
 CFG = DriftConfig(
     clients=20,

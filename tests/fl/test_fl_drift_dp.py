@@ -8,13 +8,13 @@ import json
 import numpy as np
 import pytest
 
-from client_sdk.fl.client import LocalTraining
-from client_sdk.fl.errors import FLError
 from estimator.fl.dp import ClientLevelAccountant
 from estimator.fl.ftrl import ftrl_epsilon
 from estimator.fl.sampling import FixedCountSampling
 from ldp_cli.main import main
-from simulator.scenarios.drift import DriftConfig, DriftDPConfig, epoch_schedule, run_drift_dp
+from ldp_core.fl.errors import FLError
+from ldp_core.fl.training import LocalTraining
+from simulator.scenarios.fl.drift import DriftConfig, DriftDPConfig, epoch_schedule, run_drift_dp
 
 SMALL = DriftConfig(
     clients=12,

@@ -1,4 +1,4 @@
-"""Device enrollment (client_sdk/enrollment.py): credentials, request signatures, replay, key files.
+"""Device enrollment (ldp_core/tokens/enrollment.py): credentials, request signatures, replay, key files.
 
 Each check plays a forger: a credential edited after signing, one from another authority, an expired
 one, a request replayed, re-targeted, re-timed or with another body."""
@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from client_sdk.enrollment import (
+from ldp_core.tokens.enrollment import (
     CREDENTIAL_HEADER,
     SIGNATURE_HEADER,
     Credential,

@@ -7,9 +7,9 @@ import math
 import numpy as np
 import pytest
 
-from client_sdk.fl import ClientUpdate, FLError
 from estimator.fl.aggregators import RoundContext, WeightedMean
 from estimator.fl.robust import FLTrust
+from ldp_core.fl import ClientUpdate, FLError
 
 
 def test_fltrust_matches_hand_computation() -> None:
@@ -43,7 +43,7 @@ def test_fltrust_all_distrusted_is_zero_and_bad_root_refused() -> None:
 def test_sign_flip_30_percent_mean_collapses_fltrust_keeps_clean_accuracy() -> None:
     """Seeded; 2000 test examples, so one accuracy's sd ≤ √(0.25/2000) ≈ 0.011: a 0.05 margin is
     > 4 sd. Mean under 6 of 20 clients sending −5 × their update steps along −0.7·g·(5·0.3/0.7 − 1) < 0 and diverges."""
-    from simulator.scenarios.fl_poisoning import PoisoningConfig, run_one
+    from simulator.scenarios.fl.poisoning import PoisoningConfig, run_one
 
     cfg = PoisoningConfig(rounds=25, seed=3)
     clean = run_one(cfg, None, 0.0, "fltrust")["accuracy"]
@@ -57,7 +57,7 @@ def test_sign_flip_30_percent_mean_collapses_fltrust_keeps_clean_accuracy() -> N
 
 def test_backdoor_success_lower_with_fltrust_than_mean() -> None:
     """~1600 triggered non-target test examples: ASR sd ≤ √(0.25/1600) = 0.0125; require a gap of 0.5 (≫ noise)."""
-    from simulator.scenarios.fl_poisoning import PoisoningConfig, run_one
+    from simulator.scenarios.fl.poisoning import PoisoningConfig, run_one
 
     cfg = PoisoningConfig(rounds=25, seed=4)
     fl = run_one(cfg, "backdoor", 0.2, "fltrust")["attack_success_rate"]

@@ -24,16 +24,16 @@ from typing import Any
 import numpy as np
 import pytest
 
-from client_sdk.fl.client import ClientUpdate
-from client_sdk.fl.errors import FLError
-from client_sdk.fl.models import accuracy
-from client_sdk.privacy_events import GaussianEvent
 from estimator.accounting.accountant import exact_gaussian_epsilon
 from estimator.fl.aggregators import RoundContext, WeightedMean
 from estimator.fl.dp import FLTRUST_OPERATOR_SEES, ClientLevelAccountant, DPFLTrust, fltrust_contributions
 from estimator.fl.robust import FLTrust
 from estimator.fl.sampling import FixedCountSampling, PoissonSampling
 from estimator.fl.task import FLTaskSpec
+from ldp_core.fl.errors import FLError
+from ldp_core.fl.models import accuracy
+from ldp_core.fl.training import ClientUpdate
+from ldp_core.privacy_events import GaussianEvent
 from tests.support.audit import threshold_epsilon_lower_bound
 from tests.support.fl_pipeline_support import (
     devices_for,
@@ -330,7 +330,7 @@ def test_poisoning_scenario_dp_row(capsys: pytest.CaptureFixture[str]) -> None:
     0.05 of its clean accuracy, the margin of tests/fl/test_fl_fltrust.py), and its step scale is below 0.7
     there (14 of 20 clients honest, each trust ≤ 1)."""
     from ldp_cli.main import main
-    from simulator.scenarios.fl_poisoning import PoisoningConfig, dp_privacy, run_one
+    from simulator.scenarios.fl.poisoning import PoisoningConfig, dp_privacy, run_one
 
     cfg = PoisoningConfig(rounds=15, dp_noise_multiplier=0.0)
     clean = run_one(cfg, None, 0.0, "fltrust_dp")

@@ -24,14 +24,14 @@ from typing import Any
 import numpy as np
 import pytest
 
-from client_sdk.fl.client import ClientUpdate, train_client
-from client_sdk.fl.errors import FLError
-from client_sdk.fl.models import accuracy
 from estimator.fl.aggregators import RoundContext
 from estimator.fl.fltrust_root import RootTraining, root_generator
 from estimator.fl.robust import FLTrust
 from estimator.fl.task import FLTaskSpec
 from ldp_cli.main import main
+from ldp_core.fl.errors import FLError
+from ldp_core.fl.models import accuracy
+from ldp_core.fl.training import ClientUpdate, train_client
 from tests.support.fl_pipeline_support import (
     JobProcess,
     JobThread,

@@ -8,8 +8,8 @@ import math
 import numpy as np
 import pytest
 
-from client_sdk.fl.errors import FLError
 from estimator.fl.ftrl import TreeNoise, tree_depth, tree_sizes
+from ldp_core.fl.errors import FLError
 
 SIGMA = 1.5
 DIM = 50

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 from scipy.stats import norm
 
-from client_sdk.fl.errors import FLError
 from estimator.fl.ftrl import FtrlAccountant, TreeNoise, ftrl_epsilon, ftrl_epsilon_rdp, tree_depth, tree_sizes
+from ldp_core.fl.errors import FLError
 
 
 def _gaussian_epsilon_by_hand(mu: float, delta: float) -> float:

@@ -13,7 +13,7 @@ from typing import Any
 import httpx
 import numpy as np
 
-from client_sdk.fl.protocol import encode_upload, make_upload
+from ldp_core.fl.protocol import encode_upload, make_upload
 from pipeline.transport import open_transport
 from tests.support.fl_pipeline_support import (
     JobThread,

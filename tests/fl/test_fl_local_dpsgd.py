@@ -16,12 +16,12 @@ from dp_accounting import dp_event
 from dp_accounting.pld import privacy_loss_distribution as pld_lib
 from dp_accounting.rdp import rdp_privacy_accountant
 
-from client_sdk.fl.errors import FLError
-from client_sdk.fl.local_dpsgd import LocalDPSGDSpec, SampleLevelAccountant
-from client_sdk.fl.protocol import parse_upload
-from client_sdk.uploader import HttpRequest, urllib_transport
+from client_sdk.upload.uploader import HttpRequest, urllib_transport
 from estimator.fl.job import AggregationJob, JobSettings
 from estimator.fl.task import FLTaskSpec
+from ldp_core.fl.errors import FLError
+from ldp_core.fl.local_dpsgd import LocalDPSGDSpec, SampleLevelAccountant
+from ldp_core.fl.protocol import parse_upload
 from tests.support.audit import device_round_audit
 from tests.support.fl_pipeline_support import (
     AUTHORITY,
@@ -240,7 +240,7 @@ def test_the_job_refuses_an_unsigned_local_dp_sgd_task() -> None:
 
 
 def _view_for(spec: FLTaskSpec, signature: str | None) -> dict[str, Any]:
-    from client_sdk.fl.protocol import encode_vector
+    from ldp_core.fl.protocol import encode_vector
 
     model = spec.build_model()
     return {
@@ -257,7 +257,7 @@ def _view_for(spec: FLTaskSpec, signature: str | None) -> dict[str, Any]:
 
 
 def test_a_device_refuses_local_dp_sgd_it_cannot_verify() -> None:
-    from client_sdk.enrollment import EnrollmentAuthority
+    from ldp_core.tokens.enrollment import EnrollmentAuthority
     from tests.support.fl_pipeline_support import enroll
 
     spec = task_spec("ldp-dev", 4, training={"learning_rate": 0.1}, local_dp_sgd=SPEC)
@@ -290,8 +290,8 @@ def test_a_device_refuses_local_dp_sgd_it_cannot_verify() -> None:
 # -- empirical privacy audit of the device's release -------------------------------------------------------
 def _audit_device(sigma_run: float, trials: int, seed: int, steps: int = 1, prox_mu: float = 0.0) -> float:
     """:func:`device_round_audit` of the numpy device's round (:func:`train_local_dpsgd`)."""
-    from client_sdk.fl.local_dpsgd import train_local_dpsgd
-    from client_sdk.fl.models import LogisticRegression
+    from ldp_core.fl.local_dpsgd import train_local_dpsgd
+    from ldp_core.fl.models import LogisticRegression
 
     model = LogisticRegression(3, l2=0.0)
 

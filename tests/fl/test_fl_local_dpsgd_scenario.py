@@ -9,14 +9,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from client_sdk.fl.client import LocalTraining, RoundConfig, train_client
-from client_sdk.fl.errors import FLError
-from client_sdk.fl.local_dpsgd import LocalDPSGDSpec
-from client_sdk.fl.models import LogisticRegression
 from estimator.accounting.accountant import account
 from ldp_cli.main import main
-from simulator.scenarios.drift import DriftConfig
-from simulator.scenarios.local_dpsgd import LocalDPSGDConfig, run_local_dpsgd
+from ldp_core.fl.errors import FLError
+from ldp_core.fl.local_dpsgd import LocalDPSGDSpec
+from ldp_core.fl.models import LogisticRegression
+from ldp_core.fl.training import LocalTraining, RoundConfig, train_client
+from simulator.scenarios.fl.drift import DriftConfig
+from simulator.scenarios.fl.local_dpsgd import LocalDPSGDConfig, run_local_dpsgd
 
 SMALL = DriftConfig(
     clients=12,

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from client_sdk.fl import MLP, LogisticRegression, ModelError, SoftmaxRegression, accuracy
+from ldp_core.fl import MLP, LogisticRegression, ModelError, SoftmaxRegression, accuracy
 
 MODELS = [
     LogisticRegression(5, l2=0.1),

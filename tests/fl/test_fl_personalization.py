@@ -10,9 +10,10 @@ import json
 import numpy as np
 import pytest
 
-from client_sdk.fl import MLP, ClientState, LocalTraining, ModelError, RoundConfig, SoftmaxRegression, train_client
-from client_sdk.fl.client import local_sgd
-from client_sdk.fl.personalization import (
+from estimator.fl.personalization import Ditto, Moon, PerFedAvg
+from ldp_cli.main import main
+from ldp_core.fl import MLP, ClientState, LocalTraining, ModelError, RoundConfig, SoftmaxRegression, train_client
+from ldp_core.fl.personalization import (
     DittoSpec,
     MoonSpec,
     PerFedAvgSpec,
@@ -23,10 +24,9 @@ from client_sdk.fl.personalization import (
     perfedavg_local,
     representation,
 )
-from estimator.fl.personalization import Ditto, Moon, PerFedAvg
-from ldp_cli.main import main
-from simulator.scenarios.drift import DriftConfig
-from simulator.scenarios.personalize import PersonalizeConfig, run_personalize, summarize
+from ldp_core.fl.training import local_sgd
+from simulator.scenarios.fl.drift import DriftConfig
+from simulator.scenarios.fl.personalize import PersonalizeConfig, run_personalize, summarize
 
 
 def _tiny(activation: str = "tanh") -> tuple[MLP, np.ndarray, np.ndarray, np.ndarray]:

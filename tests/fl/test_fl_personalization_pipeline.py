@@ -9,8 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from client_sdk.fl.errors import FLError
 from estimator.fl.task import FLTaskSpec
+from ldp_core.fl.errors import FLError
 from tests.support.fl_pipeline_support import (
     devices_for,
     drive,

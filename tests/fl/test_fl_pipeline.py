@@ -27,8 +27,9 @@ import numpy as np
 import pytest
 
 from client_sdk.fl.device import FLDevice, HTTPResult
-from client_sdk.fl.errors import UpdateRejected
-from client_sdk.fl.protocol import (
+from estimator.fl.dp import ADVERSARIES
+from ldp_core.fl.errors import UpdateRejected
+from ldp_core.fl.protocol import (
     BINARY_CONTENT_TYPE,
     BINARY_MAGIC,
     RoundState,
@@ -39,7 +40,6 @@ from client_sdk.fl.protocol import (
     parse_upload,
     sign_upload,
 )
-from estimator.fl.dp import ADVERSARIES
 from pipeline.transport import open_transport
 from tests.support.fl_pipeline_support import (
     Topics,
@@ -416,7 +416,7 @@ def test_bad_uploads_are_rejected_with_their_status_and_counted(tmp_path: Path) 
 
 
 def test_task_spec_refuses_inconsistent_settings() -> None:
-    from client_sdk.fl.errors import FLError
+    from ldp_core.fl.errors import FLError
 
     with pytest.raises(FLError, match="secagg needs clip_norm"):
         task_spec("x", 4, clip_norm=None, noise_multiplier=0.0, secagg=True)
@@ -463,7 +463,7 @@ def test_device_side_imports_stay_light() -> None:
     import sys
 
     probe = (
-        "import sys, client_sdk.fl.device, client_sdk.fl.protocol; "
+        "import sys, client_sdk.fl.device, ldp_core.fl.protocol; "
         "print(sorted(m for m in ('numba', 'pandas', 'pyarrow', 'fastapi', 'kafka', 'scipy', 'cryptography', "
         "'httpx') if m in sys.modules))"
     )
@@ -567,7 +567,7 @@ def test_ldp_collector_fl_flag_serves_the_rounds_of_an_ldp_fl_job_process(tmp_pa
 def test_an_unseeded_task_draws_sampling_and_noise_from_the_os_csprng(tmp_path: Path) -> None:
     """Production tasks have no seed: the job's generator is the OS CSPRNG (UrandomBitGenerator), not a
     seeded PCG64 an observer of the models could predict; such a task runs its rounds with DP noise."""
-    from client_sdk.randomness import UrandomBitGenerator
+    from ldp_core.randomness import UrandomBitGenerator
 
     spec = task_spec("unseeded", 6, rounds=2, sampling={"kind": "fixed", "count": 3}, seed=None)
     data = make_data(6)

@@ -18,9 +18,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from client_sdk.fl.client import ClientUpdate
-from client_sdk.fl.errors import FLError
 from estimator.fl.aggregators import AggregateResult, RoundContext
+from ldp_core.fl.errors import FLError
+from ldp_core.fl.training import ClientUpdate
 from tests.support.fl_pipeline_support import (
     JobThread,
     devices_for,

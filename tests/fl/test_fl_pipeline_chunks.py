@@ -21,9 +21,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from client_sdk.fl.protocol import RoundState
 from collector.fl.routes import FLService
 from estimator.fl.job import AggregationJob, JobSettings, JobStateError
+from ldp_core.fl.protocol import RoundState
 from pipeline.fl_records import (
     ChunkAssembler,
     ChunkError,

@@ -21,10 +21,10 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from client_sdk.fl.protocol import parse_upload
-from client_sdk.fl.secagg import Quantizer
 from estimator.fl.ftrl import ftrl_epsilon
 from estimator.fl.task import secagg_quantization_slack
+from ldp_core.fl.protocol import parse_upload
+from ldp_core.fl.secagg import Quantizer
 from pipeline.transport import open_transport
 from tests.support.fl_pipeline_support import (
     JobThread,

@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 
 from client_sdk.fl.device import FLDevice
-from client_sdk.fl.errors import FLError, ModelError
-from client_sdk.fl.ring_sketch import RingCountSketch, ring_compression_from_signed
-from client_sdk.framing import unpack_headed
+from ldp_core.fl.errors import FLError, ModelError
+from ldp_core.fl.ring_sketch import RingCountSketch, ring_compression_from_signed
+from ldp_core.wire.framing import unpack_headed
 from pipeline.transport import open_transport
 from tests.support.audit import threshold_epsilon_lower_bound
 from tests.support.fl_pipeline_support import JobThread, Topics, collector, devices_for, drive, make_data, task_spec
@@ -153,8 +153,8 @@ def _audit(sigma: float, trials: int, seed: int) -> float:
 def test_audit_of_the_release_stays_within_the_gaussian_epsilon() -> None:
     """The claimed figure is the Gaussian mechanism's at μ = S/(σ·S) = 1/σ for one round (Balle and Wang
     2018, via dp-accounting): what the accountant records for the round."""
-    from client_sdk.privacy_events import GaussianEvent
     from estimator.accounting.accountant import exact_gaussian_epsilon
+    from ldp_core.privacy_events import GaussianEvent
 
     claimed = exact_gaussian_epsilon(GaussianEvent(1.0), 1e-5)
     assert claimed is not None

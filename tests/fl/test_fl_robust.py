@@ -5,12 +5,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from client_sdk.fl import ClientUpdate, FLError, LocalTraining, LogisticRegression
 from estimator.fl.aggregators import REJECTION_REASONS, RoundContext, ValidatingAggregator, WeightedMean
 from estimator.fl.robust import CoordinateMedian, Krum, TrimmedMean
 from estimator.fl.rounds import FederatedClient, run_rounds
 from estimator.fl.sampling import FixedCountSampling
 from estimator.fl.strategies import FedAvg
+from ldp_core.fl import ClientUpdate, FLError, LocalTraining, LogisticRegression
 
 D = 50
 F = 3

@@ -11,18 +11,9 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from client_sdk.fl import SecAggError
-from client_sdk.fl.secagg import (
-    PRIME,
-    Quantizer,
-    SecAggClient,
-    Share,
-    add_masks,
-    prg_words,
-    shamir_combine,
-    shamir_split,
-)
 from estimator.fl.secagg_server import SecAggServer, default_degree, honest_unmask, make_config, neighbor_graph
+from ldp_core.fl import SecAggError
+from ldp_core.fl.secagg import PRIME, Quantizer, SecAggClient, Share, add_masks, prg_words, shamir_combine, shamir_split
 
 
 def run_round(n, d, xs, drop_before_share=(), drop_after_share=(), seed=0, degree=None):
@@ -250,9 +241,9 @@ def test_secure_sum_of_clipped_updates_matches_plaintext_dp_fedavg() -> None:
     """Devices clip to C and quantize with R = C; the server decodes the secure sum and
     divides by the expected count: the same aggregate as FixedClippingDP with σ = 0,
     up to the rounding error of at most n/s per coordinate (before the division)."""
-    from client_sdk.fl import ClientUpdate, clip_to_norm
     from estimator.fl.aggregators import RoundContext, WeightedMean
     from estimator.fl.dp import FixedClippingDP
+    from ldp_core.fl import ClientUpdate, clip_to_norm
 
     n, d, C = 10, 300, 0.5
     rng = np.random.default_rng(14)

@@ -11,8 +11,9 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X25519PublicKey
 
-from client_sdk.fl import SecAggError
-from client_sdk.fl.secagg import (
+from estimator.fl.secagg_server import SecAggServer, honest_unmask, make_config
+from ldp_core.fl import SecAggError
+from ldp_core.fl.secagg import (
     SURVIVORS_TAG,
     SecAggClient,
     SecAggConfig,
@@ -22,7 +23,6 @@ from client_sdk.fl.secagg import (
     shamir_combine,
     survivors_message,
 )
-from estimator.fl.secagg_server import SecAggServer, honest_unmask, make_config
 
 
 def _complete(n: int) -> dict[int, tuple[int, ...]]:

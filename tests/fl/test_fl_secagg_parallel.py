@@ -6,10 +6,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from client_sdk.fl import SecAggError
-from client_sdk.fl.secagg import SecAggClient, add_masks, prg_words, shamir_combine, shamir_split
 from estimator.fl.parallel_masks import add_masks_parallel, add_masks_server, slices
 from estimator.fl.secagg_server import SecAggServer, honest_unmask, make_config
+from ldp_core.fl import SecAggError
+from ldp_core.fl.secagg import SecAggClient, add_masks, prg_words, shamir_combine, shamir_split
 
 
 def _reference(acc: np.ndarray, masks, start: int = 0) -> np.ndarray:

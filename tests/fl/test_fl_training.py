@@ -7,7 +7,13 @@ import math
 import numpy as np
 import pytest
 
-from client_sdk.fl import (
+from estimator.accounting.accountant import account, epsilon_pld, exact_gaussian_epsilon, sampled_gaussian_event
+from estimator.fl.aggregators import RoundContext, WeightedMean
+from estimator.fl.dp import ClientLevelAccountant
+from estimator.fl.rounds import FederatedClient, run_rounds
+from estimator.fl.sampling import FixedCountSampling, PoissonSampling
+from estimator.fl.strategies import FedAvg, FedProx, Scaffold
+from ldp_core.fl import (
     ClientState,
     ClientUpdate,
     LocalTraining,
@@ -16,13 +22,7 @@ from client_sdk.fl import (
     RoundConfig,
     train_client,
 )
-from client_sdk.privacy_events import GaussianEvent, SelfComposedEvent
-from estimator.accounting.accountant import account, epsilon_pld, exact_gaussian_epsilon, sampled_gaussian_event
-from estimator.fl.aggregators import RoundContext, WeightedMean
-from estimator.fl.dp import ClientLevelAccountant
-from estimator.fl.rounds import FederatedClient, run_rounds
-from estimator.fl.sampling import FixedCountSampling, PoissonSampling
-from estimator.fl.strategies import FedAvg, FedProx, Scaffold
+from ldp_core.privacy_events import GaussianEvent, SelfComposedEvent
 
 MODEL = LogisticRegression(4)
 

@@ -12,8 +12,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from client_sdk.fl.errors import UpdateRejected
-from client_sdk.fl.protocol import (
+from ldp_core.fl.errors import UpdateRejected
+from ldp_core.fl.protocol import (
     RoundState,
     check_upload_against,
     encode_upload,
@@ -24,7 +24,7 @@ from client_sdk.fl.protocol import (
     parse_upload,
     unpack_words,
 )
-from client_sdk.framing import unpack_headed
+from ldp_core.wire.framing import unpack_headed
 
 
 @settings(max_examples=300, deadline=None)
@@ -119,7 +119,7 @@ def _binary_with(u: Any, header_payload: dict[str, Any] | None = None, raw: byte
     h = json.loads(head)
     if header_payload is not None:
         h["payload"] = header_payload
-    from client_sdk.framing import pack_headed
+    from ldp_core.wire.framing import pack_headed
 
     return pack_headed(b"LDPU", json.dumps(h).encode(), body_raw if raw is None else raw)
 

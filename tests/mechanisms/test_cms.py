@@ -18,14 +18,14 @@ import numpy as np
 import pytest
 import xxhash
 
-from client_sdk.bernoulli import bernoulli_words, probability_digits
-from client_sdk.errors import DomainError, FrameError, SpecError
-from client_sdk.mechanisms import make_spec
-from client_sdk.mechanisms.cms import CMSSpec, HCMSSpec
-from client_sdk.wire import ReportBatch, decode_frame, decode_json, encode_frame, encode_json
 from estimator.kernels.sketch import PARALLEL_MIN_REPORTS, cms_add, cms_add_bytes, hcms_add
 from estimator.oracles import accumulator_for
 from estimator.oracles.cms import CMSAccumulator, HCMSAccumulator
+from ldp_core.bernoulli import bernoulli_words, probability_digits
+from ldp_core.errors import DomainError, FrameError, SpecError
+from ldp_core.mechanisms import make_spec
+from ldp_core.mechanisms.cms import CMSSpec, HCMSSpec
+from ldp_core.wire.frames import ReportBatch, decode_frame, decode_json, encode_frame, encode_json
 
 
 def sylvester(size: int) -> np.ndarray:
@@ -467,7 +467,7 @@ def test_decode_refuses_rows_columns_bits_and_padding_out_of_range() -> None:
 
 def test_client_side_does_not_import_server_libraries() -> None:
     code = (
-        "import sys, client_sdk.mechanisms.cms, client_sdk.mechanisms.hr;"
+        "import sys, ldp_core.mechanisms.cms, ldp_core.mechanisms.hr;"
         "bad = {'numba', 'pandas', 'pyarrow', 'fastapi', 'kafka'} & set(sys.modules);"
         "assert not bad, bad"
     )

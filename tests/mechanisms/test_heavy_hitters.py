@@ -1,7 +1,7 @@
 """Heavy-hitter discovery (PEM, SFP): strings, prefixes, unbiased estimates, reproducibility, privacy.
 
 Statistical checks use fixed seeds and tolerances from the variance formula
-they test (``estimator.heavy_hitters.pem_count_variance``); the privacy
+they test (``estimator.mechanisms.heavy_hitters.pem_count_variance``); the privacy
 audit follows tests/mechanisms/test_privacy_audit.py (Clopper–Pearson bounds
 on event ratios of neighbouring inputs, false failure probability ≤ 1e-6).
 """
@@ -14,10 +14,18 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from client_sdk.errors import DomainError, SpecError
-from client_sdk.hadamard import hadamard_bit
-from client_sdk.hashing import hash_to_range
-from client_sdk.heavy_hitters import (
+from estimator.mechanisms.heavy_hitters import (
+    discover_pem,
+    discover_sfp,
+    enumerate_prefixes,
+    extend_prefixes,
+    pem_count_variance,
+    pem_level_estimate,
+)
+from ldp_core.errors import DomainError, SpecError
+from ldp_core.hadamard import hadamard_bit
+from ldp_core.hashing import hash_to_range
+from ldp_core.mechanisms.heavy_hitters import (
     PEMSpec,
     SFPSpec,
     pad_value,
@@ -25,14 +33,6 @@ from client_sdk.heavy_hitters import (
     pem_parameters,
     prefix_keys,
     unpad,
-)
-from estimator.heavy_hitters import (
-    discover_pem,
-    discover_sfp,
-    enumerate_prefixes,
-    extend_prefixes,
-    pem_count_variance,
-    pem_level_estimate,
 )
 from tests.mechanisms.test_privacy_audit import ALPHA, cp_lower, cp_upper
 
@@ -367,7 +367,7 @@ def test_stream_state_merges_exactly_and_matches_the_first_level() -> None:
 
 
 def test_impossible_prefixes_are_pruned() -> None:
-    from estimator.heavy_hitters import possible_prefixes
+    from estimator.mechanisms.heavy_hitters import possible_prefixes
 
     rows = np.frombuffer(b"news\x00\x00" + b"new\x00\x02\x00" + b"\x00abc\x00\x00" + b"caf\xc3\x00\x00", np.uint8)
     rows = rows.reshape(4, 6)
@@ -421,14 +421,14 @@ def test_pem_hcms_final_level_unbiased_with_stated_variance() -> None:
 def test_pem_hcms_spec_ids_and_refusals() -> None:
     """OLH specs keep their ids (the HCMS fields are left out of their canonical form); an HCMS spec names
     its oracle and sketch; sketch parameters without the oracle, or a bad oracle or width, are refused."""
-    from client_sdk.errors import SpecError
+    from ldp_core.errors import SpecError
 
     olh = PEMSpec(epsilon=4.0, length=6)
     assert "oracle" not in olh.to_dict() and olh.spec_id == PEMSpec(epsilon=4.0, length=6, oracle="olh").spec_id
     h = PEMSpec(epsilon=4.0, length=6, oracle="hcms")
     assert (h.to_dict()["oracle"], h.num_hashes, h.width, h.hash_seed) == ("hcms", 64, 1024, 0)
     assert h.spec_id != olh.spec_id
-    from client_sdk.mechanisms import spec_from_dict
+    from ldp_core.mechanisms import spec_from_dict
 
     assert spec_from_dict(h.to_dict()) == h
     with pytest.raises(SpecError, match="parameters of oracle 'hcms'"):

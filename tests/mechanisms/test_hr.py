@@ -12,13 +12,13 @@ import math
 import numpy as np
 import pytest
 
-from client_sdk.errors import DomainError, FrameError, SpecError
-from client_sdk.hadamard import hadamard_bit, hadamard_entry, lowest_set_bit, parity
-from client_sdk.mechanisms import make_spec
-from client_sdk.mechanisms.hr import HRSpec
-from client_sdk.wire import ReportBatch, decode_frame, encode_frame
 from estimator.kernels.hadamard import fwht, fwht_inplace
 from estimator.oracles import accumulator_for
+from ldp_core.errors import DomainError, FrameError, SpecError
+from ldp_core.hadamard import hadamard_bit, hadamard_entry, lowest_set_bit, parity
+from ldp_core.mechanisms import make_spec
+from ldp_core.mechanisms.hr import HRSpec
+from ldp_core.wire.frames import ReportBatch, decode_frame, encode_frame
 
 
 def sylvester(size: int) -> np.ndarray:

@@ -13,8 +13,9 @@ import math
 import numpy as np
 import pytest
 
-from client_sdk.errors import DomainError, FrameError, SpecError
-from client_sdk.mechanisms.numeric import (
+from estimator.mechanisms.numeric import MeanAccumulator, SquareWaveAccumulator, SquareWaveOperator, ems, quantiles_of
+from ldp_core.errors import DomainError, FrameError, SpecError
+from ldp_core.mechanisms.numeric import (
     EPSILON_STAR,
     SCALE,
     DuchiSpec,
@@ -24,8 +25,7 @@ from client_sdk.mechanisms.numeric import (
     best_mean_mechanism,
     pm_variance,
 )
-from client_sdk.mechanisms.square_wave import SquareWaveSpec, square_wave_b
-from estimator.numeric import MeanAccumulator, SquareWaveAccumulator, SquareWaveOperator, ems, quantiles_of
+from ldp_core.mechanisms.square_wave import SquareWaveSpec, square_wave_b
 from tests.mechanisms.test_privacy_audit import ALPHA, cp_lower, cp_upper
 
 MEANS = [DuchiSpec, PiecewiseSpec, HybridSpec]
@@ -47,7 +47,7 @@ def test_one_report_is_unbiased_with_the_stated_variance(cls: type[MeanSpec], ep
     var = float(spec.output_variance(t))
     assert np.abs(y).max() <= c * (1 + 1e-9)
     assert abs(y.mean() - t) < 5 * math.sqrt(var / N)
-    # the fixed-point rounding adds at most (C/S)²/4 (client_sdk/mechanisms/numeric.py)
+    # the fixed-point rounding adds at most (C/S)²/4 (ldp_core/mechanisms/numeric.py)
     assert abs(y.var() - var) < 5 * c * c / math.sqrt(N) + (c / SCALE) ** 2
 
 

@@ -15,14 +15,14 @@ import numba
 import numpy as np
 import pytest
 
-from client_sdk.errors import FrameError, SpecError, SpecMismatchError
-from client_sdk.hashing import hash_to_range
-from client_sdk.mechanisms import make_spec, spec_from_dict
-from client_sdk.mechanisms.olh import MAX_G, OLHSpec
-from client_sdk.wire import ReportBatch, decode_frame, encode_frame
 from estimator.kernels.olh import ITEM_CHUNK, TILE, olh_support_counts
 from estimator.oracles import accumulator_for
 from estimator.oracles.olh import OLHAccumulator
+from ldp_core.errors import FrameError, SpecError, SpecMismatchError
+from ldp_core.hashing import hash_to_range
+from ldp_core.mechanisms import make_spec, spec_from_dict
+from ldp_core.mechanisms.olh import MAX_G, OLHSpec
+from ldp_core.wire.frames import ReportBatch, decode_frame, encode_frame
 
 
 def paper_p(epsilon: float, g: int) -> float:
@@ -74,7 +74,7 @@ def test_probabilities_layout_and_variance() -> None:
 
 
 def test_client_import_does_not_load_numba() -> None:
-    code = "import sys, client_sdk.mechanisms.olh; assert 'numba' not in sys.modules, 'numba imported'"
+    code = "import sys, ldp_core.mechanisms.olh; assert 'numba' not in sys.modules, 'numba imported'"
     subprocess.run([sys.executable, "-c", code], check=True)
 
 

@@ -12,13 +12,13 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from client_sdk.errors import DomainError, FrameError, SpecError, SpecMismatchError
-from client_sdk.mechanisms import make_spec, spec_from_dict
-from client_sdk.mechanisms.oue import MAX_OUE_DOMAIN, OUESpec
-from client_sdk.wire import ReportBatch, decode_frame, decode_json, encode_frame, encode_json
 from estimator.kernels.sketch import PARALLEL_MIN_REPORTS
 from estimator.oracles import accumulator_for
 from estimator.oracles.oue import OUEAccumulator
+from ldp_core.errors import DomainError, FrameError, SpecError, SpecMismatchError
+from ldp_core.mechanisms import make_spec, spec_from_dict
+from ldp_core.mechanisms.oue import MAX_OUE_DOMAIN, OUESpec
+from ldp_core.wire.frames import ReportBatch, decode_frame, decode_json, encode_frame, encode_json
 
 DAY = 19_500
 

@@ -12,12 +12,12 @@ import pytest
 import xxhash
 from scipy import stats
 
-from client_sdk.errors import DomainError, FrameError, SpecError
-from client_sdk.mechanisms import make_spec, spec_from_dict
-from client_sdk.mechanisms.rappor import RapporSpec
-from client_sdk.wire import ReportBatch, decode_frame, decode_json, encode_frame, encode_json
 from estimator.oracles import accumulator_for
 from estimator.oracles.rappor import RapporAccumulator
+from ldp_core.errors import DomainError, FrameError, SpecError
+from ldp_core.mechanisms import make_spec, spec_from_dict
+from ldp_core.mechanisms.rappor import RapporSpec
+from ldp_core.wire.frames import ReportBatch, decode_frame, decode_json, encode_frame, encode_json
 
 DAY = 19_600
 SECRET = bytes(range(32))

@@ -14,11 +14,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from client_sdk.errors import SpecError
-from client_sdk.mechanisms import make_spec
-from client_sdk.mechanisms.rappor import RapporDesign, RapporSpec
 from estimator.oracles import rappor_design as rd
 from estimator.oracles.rappor import RapporAccumulator
+from ldp_core.errors import SpecError
+from ldp_core.mechanisms import make_spec
+from ldp_core.mechanisms.rappor import RapporDesign, RapporSpec
 
 EPS64 = np.finfo(np.float64).eps
 
@@ -204,7 +204,7 @@ def test_an_unwritable_cache_directory_is_skipped(tmp_path: Path, monkeypatch: p
 _WRITER = textwrap.dedent(
     """
     import sys
-    from client_sdk.mechanisms import make_spec
+    from ldp_core.mechanisms import make_spec
     from estimator.oracles import rappor_design as rd
     spec = make_spec("rappor", epsilon=2.0, domain_size=int(sys.argv[1]))
     arrays = rd.build_design_arrays(spec)

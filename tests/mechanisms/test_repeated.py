@@ -16,16 +16,16 @@ import numpy as np
 import pytest
 
 from client_sdk.client import TelemetryClient
-from client_sdk.errors import BudgetError, FrameError, SpecError
-from client_sdk.hashing import hash_to_range
-from client_sdk.mechanisms.loloha import LolohaSpec, irr_epsilon, optimal_g
-from client_sdk.mechanisms.repeated import DBitFlipSpec, OneBitMeanSpec
 from client_sdk.memo import MemoStore
-from client_sdk.metrics import FORMAT, parse_metrics
 from client_sdk.policy import LocalPolicy
 from client_sdk.store import Store
+from estimator.mechanisms.repeated import DBitFlipAccumulator, OneBitMeanAccumulator
 from estimator.oracles.loloha import LolohaAccumulator
-from estimator.repeated import DBitFlipAccumulator, OneBitMeanAccumulator
+from ldp_core.errors import BudgetError, FrameError, SpecError
+from ldp_core.hashing import hash_to_range
+from ldp_core.mechanisms.loloha import LolohaSpec, irr_epsilon, optimal_g
+from ldp_core.mechanisms.repeated import DBitFlipSpec, OneBitMeanSpec
+from ldp_core.metrics import FORMAT, parse_metrics
 from tests.mechanisms.test_privacy_audit import ALPHA, cp_lower, cp_upper
 
 N = 200_000

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from client_sdk.errors import FrameError
+from ldp_core.errors import FrameError
 from pipeline.errors import ProcessorError
 from pipeline.processor import FATAL_ERRORS, StreamProcessor
 from pipeline.transport import FencedError, Record, TopicPartition, Transaction

@@ -1,4 +1,4 @@
-"""client_sdk.blind_rsa: the RFC 9474 vectors, its refusals, and blindness (the issuer's view is independent
+"""ldp_core.tokens.blind_rsa: the RFC 9474 vectors, its refusals, and blindness (the issuer's view is independent
 of the message it signs)."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from client_sdk import blind_rsa
-from client_sdk.blind_rsa import BlindRSAError, PrivateKey, PublicKey
+from ldp_core.tokens import blind_rsa
+from ldp_core.tokens.blind_rsa import BlindRSAError, PrivateKey, PublicKey
 
 DOC = json.loads((pathlib.Path(__file__).parents[1] / "vectors" / "blind_rsa_rfc9474.json").read_text())
 KEY = DOC["key"]

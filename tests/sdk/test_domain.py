@@ -6,8 +6,8 @@ import sys
 import pytest
 import xxhash
 
-from client_sdk.domain import Dictionary, HashedDomain, canonical_bytes, domain_from_dict
-from client_sdk.errors import DomainError, SpecError
+from ldp_core.domain import Dictionary, HashedDomain, canonical_bytes, domain_from_dict
+from ldp_core.errors import DomainError, SpecError
 
 
 def test_dictionary_indices_and_other_bucket() -> None:
@@ -42,7 +42,7 @@ def test_hashed_domain_is_xxh32_of_the_canonical_form() -> None:
 
 
 def test_hashed_domain_is_stable_across_processes() -> None:
-    code = "from client_sdk.domain import HashedDomain; print(HashedDomain(4096, 3).index_of('emoji:😂'))"
+    code = "from ldp_core.domain import HashedDomain; print(HashedDomain(4096, 3).index_of('emoji:😂'))"
     outs = {
         subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
         for _ in range(2)

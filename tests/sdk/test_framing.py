@@ -1,10 +1,10 @@
-"""The shared binary framing of headed records (client_sdk/framing.py)."""
+"""The shared binary framing of headed records (ldp_core/wire/framing.py)."""
 
 from __future__ import annotations
 
 import pytest
 
-from client_sdk.framing import HEAD_SIZE, FramingError, has_magic, pack_headed, unpack_headed
+from ldp_core.wire.framing import HEAD_SIZE, FramingError, has_magic, pack_headed, unpack_headed
 
 
 def test_a_frame_round_trips_and_keeps_its_layout() -> None:
@@ -38,7 +38,7 @@ def test_magic_must_be_four_bytes() -> None:
 
 
 def test_framing_errors_sit_in_the_project_tree() -> None:
-    from client_sdk.errors import FrameError, LDPError
+    from ldp_core.errors import FrameError, LDPError
 
     assert issubclass(FramingError, FrameError) and issubclass(FramingError, LDPError)
     assert issubclass(FramingError, ValueError)  # callers that catch ValueError keep catching it

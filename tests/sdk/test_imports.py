@@ -15,7 +15,7 @@ import textwrap
 
 import pytest
 
-from client_sdk.mechanisms import MECHANISMS
+from ldp_core.mechanisms import MECHANISMS
 
 FORBIDDEN = ["numba", "pandas", "pyarrow", "fastapi", "kafka", "scipy", "matplotlib"]
 
@@ -24,8 +24,8 @@ _PROBE = textwrap.dedent(
     import importlib, json, sys
     import numpy as np
     import client_sdk
-    from client_sdk.mechanisms import MECHANISMS, make_spec
-    from client_sdk.wire import ReportBatch, decode_frame, encode_frame, encode_json
+    from ldp_core.mechanisms import MECHANISMS, make_spec
+    from ldp_core.wire.frames import ReportBatch, decode_frame, encode_frame, encode_json
     name = sys.argv[1]
     if name:
         module = MECHANISMS[name].split(":")[0]

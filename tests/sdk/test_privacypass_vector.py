@@ -16,8 +16,9 @@ import struct
 
 import pytest
 
-from client_sdk import blind_rsa, tokens
-from client_sdk.blind_rsa import BlindRSAError, PrivateKey, PublicKey
+from ldp_core.tokens import blind_rsa
+from ldp_core.tokens import privacy_pass as tokens
+from ldp_core.tokens.blind_rsa import BlindRSAError, PrivateKey, PublicKey
 
 V = json.loads((pathlib.Path(__file__).parents[1] / "vectors" / "privacypass_rfc9578.json").read_text())["vector"]
 

@@ -16,13 +16,13 @@ import numpy as np
 import pytest
 
 from client_sdk.client import ERROR_TALLIES, STAT_TALLIES, ClientConfig, ClientConfigError, TelemetryClient
-from client_sdk.errors import BudgetError
-from client_sdk.metrics import FORMAT, MetricsFileError, parse_metrics
 from client_sdk.policy import LocalPolicy
-from client_sdk.randomness import secure_generator
 from client_sdk.store import Store
-from client_sdk.uploader import FRAME_CONTENT_TYPE, BackoffPolicy, HttpRequest, HttpResponse
-from client_sdk.wire import decode_frame, read_header
+from client_sdk.upload.uploader import FRAME_CONTENT_TYPE, BackoffPolicy, HttpRequest, HttpResponse
+from ldp_core.errors import BudgetError
+from ldp_core.metrics import FORMAT, MetricsFileError, parse_metrics
+from ldp_core.randomness import secure_generator
+from ldp_core.wire.frames import decode_frame, read_header
 from tests.support.sdk_collector import collector_factory  # noqa: F401  (fixture)
 
 DAY = 86400.0

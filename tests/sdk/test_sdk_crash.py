@@ -25,9 +25,9 @@ import urllib.error
 import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from client_sdk.metrics import parse_metrics
 from client_sdk.store import DB_FILENAME
-from client_sdk.wire import decode_frame
+from ldp_core.metrics import parse_metrics
+from ldp_core.wire.frames import decode_frame
 from tests.support.sdk_collector import ROOT, collector_factory, receiver_factory  # noqa: F401  (fixtures)
 from tests.support.sdk_crash_app import metrics_doc
 

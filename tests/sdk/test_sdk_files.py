@@ -1,4 +1,4 @@
-"""The project's two shared durability helpers: ``client_sdk.files.write_atomic`` and
+"""The project's two shared durability helpers: ``ldp_core.files.write_atomic`` and
 ``client_sdk.store.immediate_transaction``.
 
 ``write_atomic`` must leave the target either untouched or wholly replaced (readers never see a torn
@@ -19,8 +19,8 @@ from typing import BinaryIO
 
 import pytest
 
-from client_sdk.files import makedirs_durable, temp_name, write_atomic
-from client_sdk.store import immediate_transaction
+from ldp_core.files import makedirs_durable, temp_name, write_atomic
+from ldp_core.sqlite import immediate_transaction
 
 
 def leftovers(folder: Path) -> list[str]:

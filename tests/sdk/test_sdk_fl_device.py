@@ -1,7 +1,7 @@
 """FLDevice's HTTP: the SDK uploader's transport, backoff and ``Retry-After`` parsing.
 
 The device's rounds end to end are in tests/fl/test_fl_pipeline.py; here a scripted
-:data:`~client_sdk.uploader.HttpTransport` checks what is retried, how long the device waits and what
+:data:`~client_sdk.upload.uploader.HttpTransport` checks what is retried, how long the device waits and what
 reaches the transport.
 """
 
@@ -16,9 +16,9 @@ from collections.abc import Iterator
 import numpy as np
 import pytest
 
-from client_sdk import uploader
 from client_sdk.fl.device import MAX_RETRY_WAIT, FLDevice
-from client_sdk.uploader import USER_AGENT, BackoffPolicy, HttpRequest, HttpResponse, HttpTransport
+from client_sdk.upload import uploader
+from client_sdk.upload.uploader import USER_AGENT, BackoffPolicy, HttpRequest, HttpResponse, HttpTransport
 
 NOW = 1_700_000_000.0
 
@@ -132,5 +132,5 @@ def test_the_old_transport_name_still_works_and_warns() -> None:
         assert uploader.Transport is uploader.HttpTransport
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        from client_sdk.uploader import HttpTransport as fresh  # noqa: F401 -- the new name does not warn
+        from client_sdk.upload.uploader import HttpTransport as fresh  # noqa: F401 -- the new name does not warn
     assert "Transport" not in uploader.__all__ and "HttpTransport" in uploader.__all__

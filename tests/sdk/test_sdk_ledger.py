@@ -12,11 +12,11 @@ import threading
 
 import pytest
 
-from client_sdk.errors import BudgetError
 from client_sdk.ledger import BudgetLedger, SpendOutcome, epsilon_of
 from client_sdk.policy import LocalPolicy
-from client_sdk.privacy_events import ComposedEvent, GaussianEvent, LocalReportEvent, SelfComposedEvent
 from client_sdk.store import Store
+from ldp_core.errors import BudgetError
+from ldp_core.privacy_events import ComposedEvent, GaussianEvent, LocalReportEvent, SelfComposedEvent
 
 DAY = 86400.0
 T0 = 20_000 * DAY + 3600.0  # 01:00 UTC on day 20000

@@ -12,12 +12,12 @@ import numpy as np
 import pytest
 
 from client_sdk.client import TelemetryClient
-from client_sdk.mechanisms.rappor import RapporSpec
 from client_sdk.memo import SECRET_FILENAME, MemoStore, load_or_create_secret
-from client_sdk.metrics import FORMAT
 from client_sdk.policy import LocalPolicy
-from client_sdk.randomness import simulation_generator
 from client_sdk.store import DB_FILENAME, Store
+from ldp_core.mechanisms.rappor import RapporSpec
+from ldp_core.metrics import FORMAT
+from ldp_core.randomness import simulation_generator
 
 DAY = 86400.0
 RAPPOR = {

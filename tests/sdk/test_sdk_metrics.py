@@ -9,11 +9,11 @@ import pathlib
 
 import pytest
 
-from client_sdk.domain import Dictionary, HashedDomain
-from client_sdk.errors import BudgetError
-from client_sdk.mechanisms.grr import GRRSpec
-from client_sdk.metrics import FORMAT, MetricsFileError, load_metrics, parse_metrics
 from client_sdk.policy import LocalPolicy, to_units
+from ldp_core.domain import Dictionary, HashedDomain
+from ldp_core.errors import BudgetError
+from ldp_core.mechanisms.grr import GRRSpec
+from ldp_core.metrics import FORMAT, MetricsFileError, load_metrics, parse_metrics
 
 EXAMPLE = pathlib.Path(__file__).resolve().parents[2] / "metrics" / "example.json"
 DAY_2030_06_01 = (datetime.date(2030, 6, 1) - datetime.date(1970, 1, 1)).days

@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 
 from client_sdk.client import STAT_TALLIES, TelemetryClient
-from client_sdk.metrics import MetricsFileError, parse_metrics
 from client_sdk.policy import LocalPolicy
-from client_sdk.wire import decode_frame
+from ldp_core.metrics import MetricsFileError, parse_metrics
+from ldp_core.wire.frames import decode_frame
 from tests.support.sdk_collector import collector_factory  # noqa: F401  (fixture)
 
 

@@ -9,10 +9,10 @@ import sys
 import numpy as np
 import pytest
 
-from client_sdk.mechanisms.grr import GRRSpec
 from client_sdk.outbox import Outbox
 from client_sdk.store import Store
-from client_sdk.wire import decode_frame
+from ldp_core.mechanisms.grr import GRRSpec
+from ldp_core.wire.frames import decode_frame
 
 SPEC = GRRSpec(epsilon=1.0, domain_size=1000)
 T = 1_800_000_000.0

@@ -31,17 +31,17 @@ from typing import Any
 import numpy as np
 import pytest
 
-from client_sdk.canonical import canonical_json
 from client_sdk.client import TelemetryClient
-from client_sdk.domain import Domain
-from client_sdk.errors import BudgetError
-from client_sdk.mechanisms.rappor import RapporSpec
 from client_sdk.memo import SECRET_FILENAME, MemoStore
-from client_sdk.metrics import FORMAT, MetricDefinition, parse_metrics
 from client_sdk.policy import LocalPolicy
-from client_sdk.randomness import simulation_generator
 from client_sdk.store import DB_FILENAME, SCHEMA_VERSION, Store
-from client_sdk.wire import decode_frame, read_header
+from ldp_core.canonical import canonical_json
+from ldp_core.domain import Domain
+from ldp_core.errors import BudgetError
+from ldp_core.mechanisms.rappor import RapporSpec
+from ldp_core.metrics import FORMAT, MetricDefinition, parse_metrics
+from ldp_core.randomness import simulation_generator
+from ldp_core.wire.frames import decode_frame, read_header
 
 DAY = 86400.0
 D0 = 20_500  # the first simulated UTC day

@@ -8,7 +8,7 @@ import struct
 import numpy as np
 import pytest
 
-from client_sdk.randomness import UrandomBitGenerator, secure_generator
+from ldp_core.randomness import UrandomBitGenerator, secure_generator
 from tests.sdk.test_sdk_client import make_client
 
 

@@ -21,16 +21,16 @@ from typing import Any
 import numpy as np
 import pytest
 
-from client_sdk import tokens
 from client_sdk.client import ClientConfig, ClientConfigError, TelemetryClient
-from client_sdk.enrollment import EnrollmentAuthority
-from client_sdk.mechanisms.grr import GRRSpec
 from client_sdk.outbox import Outbox
 from client_sdk.policy import LocalPolicy
 from client_sdk.store import SCHEMA_VERSION, Store
-from client_sdk.token_wallet import TokenWallet
-from client_sdk.uploader import BackoffPolicy, HttpRequest, HttpResponse, Uploader
+from client_sdk.upload.token_wallet import TokenWallet
+from client_sdk.upload.uploader import BackoffPolicy, HttpRequest, HttpResponse, Uploader
 from collector.issuer import IssuerSettings, create_issuer_app
+from ldp_core.mechanisms.grr import GRRSpec
+from ldp_core.tokens import privacy_pass as tokens
+from ldp_core.tokens.enrollment import EnrollmentAuthority
 from tests.support.collector_support import ServerThread
 from tests.support.sdk_collector import collector_factory  # noqa: F401  (fixture)
 

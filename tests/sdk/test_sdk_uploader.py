@@ -11,11 +11,9 @@ import urllib.request
 import numpy as np
 import pytest
 
-from client_sdk.mechanisms.grr import GRRSpec
-from client_sdk.metrics import parse_metrics, utc_day
 from client_sdk.outbox import Outbox
 from client_sdk.store import Store
-from client_sdk.uploader import (
+from client_sdk.upload.uploader import (
     BackoffPolicy,
     HttpRequest,
     HttpResponse,
@@ -23,7 +21,9 @@ from client_sdk.uploader import (
     parse_retry_after,
     urllib_transport,
 )
-from client_sdk.wire import decode_frame, read_header
+from ldp_core.mechanisms.grr import GRRSpec
+from ldp_core.metrics import parse_metrics, utc_day
+from ldp_core.wire.frames import decode_frame, read_header
 from tests.support.sdk_collector import collector_factory  # noqa: F401  (fixture)
 
 SPEC = GRRSpec(epsilon=1.0, domain_size=16)

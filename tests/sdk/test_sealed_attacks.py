@@ -21,13 +21,13 @@ import uuid
 import httpx
 import numpy as np
 
-from client_sdk import hpke
-from client_sdk.mechanisms import spec_from_dict
-from client_sdk.metrics import parse_metrics
-from client_sdk.sealing import SEALED_OVERHEAD, AnalyzerKey, seal_batch, sealed_info
-from client_sdk.wire import FRAME_CONTENT_TYPE, ReportBatch, decode_frame, encode_frame
-from collector.app import create_app
+from collector.http.app import create_app
 from collector.settings import CollectorSettings
+from ldp_core.mechanisms import spec_from_dict
+from ldp_core.metrics import parse_metrics
+from ldp_core.wire import hpke
+from ldp_core.wire.frames import FRAME_CONTENT_TYPE, ReportBatch, decode_frame, encode_frame
+from ldp_core.wire.sealing import SEALED_OVERHEAD, AnalyzerKey, seal_batch, sealed_info
 from pipeline.topics import RAW_TOPIC
 from pipeline.transport import open_transport
 from tests.support.collector_support import TODAY, ServerThread

@@ -11,10 +11,10 @@ from typing import Any
 import numpy as np
 
 from client_sdk import TelemetryClient
-from client_sdk.metrics import FORMAT
 from client_sdk.policy import LocalPolicy
-from client_sdk.sealing import KeyRing, new_key_file, open_batch
-from client_sdk.wire import decode_frame, read_header
+from ldp_core.metrics import FORMAT
+from ldp_core.wire.frames import decode_frame, read_header
+from ldp_core.wire.sealing import KeyRing, new_key_file, open_batch
 from tests.support.sdk_collector import collector_factory  # noqa: F401  (fixture)
 
 POLICY = LocalPolicy(per_metric_daily=30.0, total_daily=60.0)

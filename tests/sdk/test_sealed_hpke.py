@@ -1,4 +1,4 @@
-"""client_sdk.hpke against RFC 9180's own test vectors, and against cryptography's HPKE (interop)."""
+"""ldp_core.wire.hpke against RFC 9180's own test vectors, and against cryptography's HPKE (interop)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 
-from client_sdk import hpke
+from ldp_core.wire import hpke
 
 VECTORS = json.loads((pathlib.Path(__file__).parents[1] / "vectors" / "hpke_rfc9180.json").read_text())["vectors"]
 

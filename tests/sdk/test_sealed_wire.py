@@ -11,11 +11,12 @@ from typing import Any
 import numpy as np
 import pytest
 
-from client_sdk import hpke
-from client_sdk.errors import FrameError, SpecMismatchError
-from client_sdk.mechanisms import spec_from_dict
-from client_sdk.metrics import MetricsFileError, parse_metrics
-from client_sdk.sealing import (
+from ldp_core.errors import FrameError, SpecMismatchError
+from ldp_core.mechanisms import spec_from_dict
+from ldp_core.metrics import MetricsFileError, parse_metrics
+from ldp_core.wire import hpke
+from ldp_core.wire.frames import FLAG_SEALED, ReportBatch, decode_frame, encode_frame, encode_json, read_header
+from ldp_core.wire.sealing import (
     SEALED_OVERHEAD,
     AnalyzerKey,
     BatchOpener,
@@ -28,7 +29,6 @@ from client_sdk.sealing import (
     seal_batch,
     sealed_info,
 )
-from client_sdk.wire import FLAG_SEALED, ReportBatch, decode_frame, encode_frame, encode_json, read_header
 
 VECTOR = json.loads((pathlib.Path(__file__).parents[1] / "vectors" / "sealed_frame.json").read_text())
 SPEC = spec_from_dict({"mechanism": "olh", "epsilon": 1.0, "domain_size": 1024})

@@ -4,7 +4,7 @@
 its canonical bytes and its id, plus number, string and key-order vectors.
 Those were computed by node (``tests/vectors/jcs.js``: ``JSON.stringify`` of
 the value with its keys sorted, which is RFC 8785's form, and node's SHA-256),
-not by :mod:`client_sdk.canonical`. ``test_vectors_agree_with_node`` re-runs
+not by :mod:`ldp_core.canonical`. ``test_vectors_agree_with_node`` re-runs
 node on the file here, so the file cannot drift from the standard either;
 node is part of the test environment (and of CI): without it the test fails.
 """
@@ -22,9 +22,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from client_sdk.canonical import CanonicalizationError, canonical_json, canonical_number
-from client_sdk.errors import SpecError
-from client_sdk.mechanisms import MECHANISMS, make_spec, spec_from_dict
+from ldp_core.canonical import CanonicalizationError, canonical_json, canonical_number
+from ldp_core.errors import SpecError
+from ldp_core.mechanisms import MECHANISMS, make_spec, spec_from_dict
 
 VECTORS_DIR = Path(__file__).resolve().parents[1] / "vectors"
 VECTORS = json.loads((VECTORS_DIR / "spec_ids.json").read_text(encoding="utf-8"))
@@ -149,7 +149,7 @@ def _write_part(root: Path, metric: str, day: int, spec: Any, records: np.ndarra
 def test_legacy_id_part_files_still_decode_and_add_up(tmp_path: Path) -> None:
     """A Parquet part named and tagged with the legacy id reads, and counts together with a
     part of the same spec under its current id (one spec, not two, for ``ldp estimate``)."""
-    from estimator.batch import estimate_dataset
+    from estimator.jobs.batch import estimate_dataset
     from pipeline.dataset import list_parts, read_part
 
     spec = make_spec("grr", epsilon=1.0, domain_size=4)
@@ -172,7 +172,7 @@ def test_legacy_id_part_files_still_decode_and_add_up(tmp_path: Path) -> None:
 
 def test_legacy_id_streaming_state_still_loads() -> None:
     """A streaming state entry written under the legacy id loads (it is the same spec)."""
-    from estimator.streaming import KeyState, Tally
+    from estimator.service import KeyState, Tally
 
     spec = make_spec("grr", epsilon=2.0, domain_size=8)
     rng = np.random.default_rng(4)

@@ -1,7 +1,7 @@
 """The wire format v1: golden vectors, round trips, malformed frames, spec validation.
 
 Golden vectors. The expected frames below were computed once, outside the
-code under test, from the layout documented in ``client_sdk/wire.py``: magic
+code under test, from the layout documented in ``ldp_core/wire/frames.py``: magic
 ``LDPB``, version 1, flags 0 (1 = sealed records, tests/sdk/test_sealed_wire.py), metric length (u16), spec id (8 bytes), day, record
 size, record count (u32 each), 16-byte batch id, metric, records, CRC-32 (zlib)
 of everything before it, all little-endian; the spec id is the first 16 hex
@@ -29,12 +29,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from client_sdk.errors import DomainError, FrameError, SpecError, SpecMismatchError
-from client_sdk.mechanisms import FREQUENCY_MECHANISMS, make_spec, spec_from_dict
-from client_sdk.mechanisms.base import MAX_EPSILON
-from client_sdk.mechanisms.grr import GRRSpec
-from client_sdk.mechanisms.rr import BinaryRRSpec
-from client_sdk.wire import (
+from ldp_core.errors import DomainError, FrameError, SpecError, SpecMismatchError
+from ldp_core.mechanisms import FREQUENCY_MECHANISMS, make_spec, spec_from_dict
+from ldp_core.mechanisms.base import MAX_EPSILON
+from ldp_core.mechanisms.grr import GRRSpec
+from ldp_core.mechanisms.rr import BinaryRRSpec
+from ldp_core.wire.frames import (
     HEADER_SIZE,
     MAX_RECORDS,
     ReportBatch,

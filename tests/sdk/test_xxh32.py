@@ -1,6 +1,6 @@
 """Golden tests: the numba XXH32 equals the ``xxhash`` package and the numpy
-path of :mod:`client_sdk.hashing` bit for bit; the numba multiply-shift
-reduction and its interval form equal ``client_sdk.hashing.reduce_range``."""
+path of :mod:`ldp_core.hashing` bit for bit; the numba multiply-shift
+reduction and its interval form equal ``ldp_core.hashing.reduce_range``."""
 
 from __future__ import annotations
 
@@ -8,7 +8,6 @@ import numpy as np
 import pytest
 import xxhash
 
-from client_sdk import hashing
 from estimator.kernels.xxh32 import (
     reduce_range,
     reduce_range_array,
@@ -17,6 +16,7 @@ from estimator.kernels.xxh32 import (
     xxh32_u32,
     xxh32_u32_array,
 )
+from ldp_core import hashing
 
 SEEDS = [0, 1, 2**31 - 1, 2**31, 0x9E3779B1, 2**32 - 1]
 

@@ -14,11 +14,11 @@ import numpy as np
 import pytest
 from pyspark.sql import SparkSession
 
-from client_sdk.mechanisms import make_spec
-from client_sdk.mechanisms.base import ReportSpec
-from client_sdk.wire import ReportBatch
 from collector.sinks.parquet import ParquetSink
-from estimator.spark import spark_session
+from estimator.jobs.spark import spark_session
+from ldp_core.mechanisms import make_spec
+from ldp_core.mechanisms.base import ReportSpec
+from ldp_core.wire.frames import ReportBatch
 from pipeline.catalog import SpecCatalog
 from pipeline.topics import SHUFFLED_TOPIC
 from pipeline.transport import open_transport

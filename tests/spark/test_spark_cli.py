@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 from pyspark.sql import SparkSession
 
-from estimator.batch import estimate_dataset
+from estimator.jobs.batch import estimate_dataset
 from ldp_cli.main import main
 from tests.spark.conftest import DAYS
 

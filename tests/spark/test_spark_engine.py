@@ -1,4 +1,4 @@
-"""The Spark engine (:mod:`estimator.spark`) against the default one, on the same dataset written by the sink."""
+"""The Spark engine (:mod:`estimator.jobs.spark`) against the default one, on the same dataset written by the sink."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 from pyspark.sql import SparkSession
 
-from estimator.batch import BatchResult, accumulate, estimate_dataset
-from estimator.spark import READERS, Reader, SparkEngine
+from estimator.jobs.batch import BatchResult, accumulate, estimate_dataset
+from estimator.jobs.spark import READERS, Reader, SparkEngine
 from pipeline.dataset import list_parts
 from tests.spark.conftest import DAYS, part_count
 

@@ -16,14 +16,14 @@ import pandas as pd
 import pytest
 from pyspark.sql import SparkSession
 
-from client_sdk.heavy_hitters import PEMSpec, SFPSpec, pad_values
-from client_sdk.mechanisms import make_spec
-from client_sdk.wire import ReportBatch
 from collector.sinks.parquet import ParquetSink
-from estimator.heavy_hitters_batch import HeavyHitterResult, discover_dataset
-from estimator.heavy_hitters_spark import SFPSums, discover_spark
-from estimator.spark import READERS, Reader, SparkEngine
+from estimator.jobs.heavy_hitters import HeavyHitterResult, discover_dataset
+from estimator.jobs.heavy_hitters_spark import SFPSums, discover_spark
+from estimator.jobs.spark import READERS, Reader, SparkEngine
 from ldp_cli.main import main
+from ldp_core.mechanisms import make_spec
+from ldp_core.mechanisms.heavy_hitters import PEMSpec, SFPSpec, pad_values
+from ldp_core.wire.frames import ReportBatch
 from pipeline.catalog import SpecCatalog
 from pipeline.dataset import list_parts
 from pipeline.topics import SHUFFLED_TOPIC

@@ -18,9 +18,9 @@ import pytest
 from pyspark.sql import SparkSession
 from pyspark.sql import types as T
 
-from client_sdk.mechanisms import make_spec
+from estimator.jobs.spark import READERS, Reader, SparkEngine, batch_to_records, pack_sums, unpack_sums
 from estimator.kernels import olh as olh_kernels
-from estimator.spark import READERS, Reader, SparkEngine, batch_to_records, pack_sums, unpack_sums
+from ldp_core.mechanisms import make_spec
 from pipeline.dataset import list_parts, records_to_table
 from pipeline.errors import DatasetError
 

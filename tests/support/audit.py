@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from simulator.scenarios.attacks import clopper_pearson
+from simulator.scenarios.fl.attacks import clopper_pearson
 
 __all__ = ["threshold_epsilon_lower_bound", "device_round_audit"]
 
@@ -51,8 +51,8 @@ def device_round_audit(
     gradients are opposite, so the clipped sum moves by the full 2c. The attacker projects the update on that
     direction and thresholds (:func:`threshold_epsilon_lower_bound`). ``train(config, X, y, spec,
     sample_rng, noise_rng)`` is the device's round under test (numpy or torch), returning the update."""
-    from client_sdk.fl.client import LocalTraining, RoundConfig
-    from client_sdk.fl.local_dpsgd import LocalDPSGDSpec
+    from ldp_core.fl.local_dpsgd import LocalDPSGDSpec
+    from ldp_core.fl.training import LocalTraining, RoundConfig
 
     rng = np.random.default_rng(seed)
     X, y = rng.normal(scale=0.1, size=(10, 3)).astype(np.float32), rng.integers(0, 2, 10)

@@ -13,8 +13,8 @@ from typing import Any
 import numpy as np
 import uvicorn
 
-from client_sdk.metrics import MetricSet, load_metrics, utc_day
-from client_sdk.wire import ReportBatch
+from ldp_core.metrics import MetricSet, load_metrics, utc_day
+from ldp_core.wire.frames import ReportBatch
 from pipeline.transport import Consumer, RecordPosition, TopicError, Transport, TransportError
 
 __all__ = [

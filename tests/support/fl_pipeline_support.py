@@ -21,13 +21,13 @@ from typing import Any
 import httpx
 import numpy as np
 
-from client_sdk.enrollment import DeviceIdentity, EnrollmentAuthority
-from client_sdk.fl.client import ClientUpdate, clip_to_norm
 from client_sdk.fl.device import FLDevice
-from collector.app import create_app
+from collector.http.app import create_app
 from collector.settings import CollectorSettings
 from estimator.fl.job import AggregationJob, FLTaskSpec, JobSettings
 from estimator.fl.rounds import FederatedClient, run_rounds
+from ldp_core.fl.training import ClientUpdate, clip_to_norm
+from ldp_core.tokens.enrollment import DeviceIdentity, EnrollmentAuthority
 from tests.support.collector_support import ServerThread, write_metrics
 
 __all__ = [

@@ -24,8 +24,8 @@ from typing import Any
 
 import httpx
 
-from client_sdk.uploader import FRAME_CONTENT_TYPE, parse_retry_after
-from client_sdk.wire import ReportBatch, encode_frame
+from client_sdk.upload.uploader import FRAME_CONTENT_TYPE, parse_retry_after
+from ldp_core.wire.frames import ReportBatch, encode_frame
 
 __all__ = ["free_port", "Service", "PipelineProcs", "PacedUpload"]
 

@@ -29,8 +29,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from client_sdk.metrics import load_metrics
-from client_sdk.wire import decode_frame, read_header
+from ldp_core.metrics import load_metrics
+from ldp_core.wire.frames import decode_frame, read_header
 from pipeline.topics import RAW_TOPIC
 from pipeline.transport import TopicError
 from pipeline.transport.embedded import EmbeddedTransport

@@ -1,7 +1,7 @@
 """A TEST RECEIVER standing in for the collector in the SDK's tests (not the collector).
 
 A small stdlib ``http.server`` on 127.0.0.1 that speaks the SDK's upload
-protocol (:mod:`client_sdk.uploader`): ``POST /v1/reports`` with one binary
+protocol (:mod:`client_sdk.upload.uploader`): ``POST /v1/reports`` with one binary
 frame; the frame is checked (header, CRC, spec when a metrics file is given),
 stored durably (written, fsynced, renamed to ``<batch id>.frame``) and only
 then answered ``202``; a batch id already stored is answered ``202`` and not
@@ -30,9 +30,9 @@ import threading
 import time
 import zlib
 
-from client_sdk.errors import FrameError
-from client_sdk.metrics import load_metrics
-from client_sdk.wire import decode_frame, read_header
+from ldp_core.errors import FrameError
+from ldp_core.metrics import load_metrics
+from ldp_core.wire.frames import decode_frame, read_header
 
 __all__ = ["main"]
 

@@ -11,11 +11,11 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from client_sdk.mechanisms import make_spec
-from client_sdk.mechanisms.base import MechanismSpec
-from client_sdk.wire import ReportBatch
 from estimator.oracles import accumulator_for
 from estimator.oracles.base import Accumulator
+from ldp_core.mechanisms import make_spec
+from ldp_core.mechanisms.base import MechanismSpec
+from ldp_core.wire.frames import ReportBatch
 from pipeline.envelope import ShuffleMeta, encode_envelope
 from pipeline.topics import metric_day_key
 from pipeline.transport import RecordPosition, Transport

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from client_sdk.mechanisms import spec_class
+from ldp_core.mechanisms import spec_class
 from tests.support.profiles import NAMES, profile
 
 __all__ = ["spec_cases", "profile_spec", "optional"]

@@ -276,8 +276,8 @@ class TransportContract:
             assert by_key[key] == expected
 
     def test_a_record_carries_a_whole_report_batch(self, transport: Transport) -> None:
-        from client_sdk.mechanisms import make_spec
-        from client_sdk.wire import ReportBatch, decode_frame, encode_frame
+        from ldp_core.mechanisms import make_spec
+        from ldp_core.wire.frames import ReportBatch, decode_frame, encode_frame
 
         spec = make_spec("grr", epsilon=1.0, domain_size=1000)
         rng = np.random.default_rng(20240601)

@@ -19,7 +19,7 @@ order, as one token:
 * ``"u N V"``: a uniform integer ``V`` in ``[0, N)`` (``integers(0, N)``; the
   encoders never use another lower bound);
 * ``"w HEX"``: a uniform 64-bit word, 16 hex digits, most significant first
-  (``integers`` over all of ``uint64``, what :func:`client_sdk.bernoulli.bernoulli_words`
+  (``integers`` over all of ``uint64``, what :func:`ldp_core.bernoulli.bernoulli_words`
   draws when the bit generator is not one it reads raw words from, as here).
 
 The TypeScript replay source (``sdk-web/src/random.ts``, ``ReplaySource``) serves
@@ -42,14 +42,14 @@ from typing import Any
 
 import numpy as np
 
-from client_sdk.canonical import canonical_json
-from client_sdk.domain import Dictionary, HashedDomain, canonical_bytes
-from client_sdk.hashing import hash_bytes, reduce_range, xxh32_u32
-from client_sdk.mechanisms import make_spec
-from client_sdk.mechanisms.base import MechanismSpec
-from client_sdk.mechanisms.rappor import RapporSpec
 from client_sdk.memo import MemoStore
-from client_sdk.wire import ReportBatch, batch_to_json_obj, encode_frame, encode_json
+from ldp_core.canonical import canonical_json
+from ldp_core.domain import Dictionary, HashedDomain, canonical_bytes
+from ldp_core.hashing import hash_bytes, reduce_range, xxh32_u32
+from ldp_core.mechanisms import make_spec
+from ldp_core.mechanisms.base import MechanismSpec
+from ldp_core.mechanisms.rappor import RapporSpec
+from ldp_core.wire.frames import ReportBatch, batch_to_json_obj, encode_frame, encode_json
 
 __all__ = ["RecordingGenerator", "build_vectors", "write_vectors", "VECTORS_DIR"]
 
@@ -59,7 +59,7 @@ _TWO53 = float(2**53)
 
 
 class _NotRaw:
-    """What :func:`client_sdk.bernoulli._word_source` sees as the bit generator: not one it reads raw words from."""
+    """What :func:`ldp_core.bernoulli._word_source` sees as the bit generator: not one it reads raw words from."""
 
 
 class RecordingGenerator:

@@ -15,8 +15,8 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-from client_sdk.metrics import parse_metrics
-from client_sdk.wire import decode_frame
+from ldp_core.metrics import parse_metrics
+from ldp_core.wire.frames import decode_frame
 from tests.support.sdk_collector import collector_factory  # noqa: F401  (fixture)
 from tests.web.node_support import run_tsx
 

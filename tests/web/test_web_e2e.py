@@ -2,7 +2,7 @@
 
 Devices are TelemetryClients of ``sdk-web`` (each with its own fake-indexeddb database and device
 secret) driven by ``sdk-web/test/e2e/drive.ts``; they read ``GET /v1/metrics``, record a known
-population, and upload to :class:`simulator.pipeline.LocalPipeline`'s real HTTP collector. One
+population, and upload to :class:`simulator.stack.LocalPipeline`'s real HTTP collector. One
 frame in five is then uploaded a second time. The test checks that every report is counted exactly
 once (the estimator's counts per metric equal what the devices recorded, the resent frames answered
 as duplicates) and that each item's estimate lies within 5 standard deviations of its true count,
@@ -22,9 +22,9 @@ from typing import Any
 import httpx
 import numpy as np
 
-from client_sdk.mechanisms import frequency_spec
-from client_sdk.metrics import parse_metrics, utc_day
-from simulator.pipeline import LocalPipeline
+from ldp_core.mechanisms import frequency_spec
+from ldp_core.metrics import parse_metrics, utc_day
+from simulator.stack import LocalPipeline
 from tests.web.node_support import run_tsx
 
 _BASE = {"description": "web e2e", "owner": "web@example.org", "expires": "2099-12-31"}

@@ -1,5 +1,5 @@
 /**
- * The common shape of every mechanism spec, as in client_sdk/mechanisms/base.py.
+ * The common shape of every mechanism spec, as in ldp_core/mechanisms/base.py.
  *
  * A spec is a frozen, validated value: ε, the domain size and its own parameters, in the
  * Python dataclass's field order. Its `specId` is the first 16 hex digits of SHA-256 over the

@@ -1,6 +1,6 @@
 /**
  * Count Mean Sketch and Hadamard Count Mean Sketch (Apple 2017, A_client-CMS / A_client-HCMS),
- * as client_sdk/mechanisms/cms.py: k hashes h_j(x) = reduceRange(XXH32(x, seed_j), m) with
+ * as ldp_core/mechanisms/cms.py: k hashes h_j(x) = reduceRange(XXH32(x, seed_j), m) with
  * seed_j = XXH32(j, hash_seed).
  */
 import { bernoulliWords, getBit, packBits, probabilityDigits, setBit } from "../bernoulli.js";

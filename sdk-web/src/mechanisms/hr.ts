@@ -1,6 +1,6 @@
 /**
  * Hadamard response (Acharya, Sun and Zhang, AISTATS 2019), basic and block versions, as
- * client_sdk/mechanisms/hr.py: input x uses row r(x) = x mod (b-1) + 1 of H_b in block
+ * ldp_core/mechanisms/hr.py: input x uses row r(x) = x mod (b-1) + 1 of H_b in block
  * β(x) = x div (b-1); the output lands in C_x (H_b[r, y] = +1) with probability p.
  */
 import { SpecError } from "../errors.js";

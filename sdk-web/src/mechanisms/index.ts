@@ -1,4 +1,4 @@
-/** The frequency oracles by registry name (an explicit table, as client_sdk.mechanisms.MECHANISMS). */
+/** The frequency oracles by registry name (an explicit table, as ldp_core.mechanisms.MECHANISMS). */
 import { SpecError } from "../errors.js";
 import { MechanismSpec } from "./base.js";
 import { CMSSpec, HCMSSpec } from "./cms.js";

@@ -1,5 +1,5 @@
 /**
- * RAPPOR (Erlingsson, Pihur and Korolova, CCS 2014), device side, as client_sdk/mechanisms/rappor.py.
+ * RAPPOR (Erlingsson, Pihur and Korolova, CCS 2014), device side, as ldp_core/mechanisms/rappor.py.
  *
  * A value x of cohort c sets the Bloom bits reduceRange(XXH32(x, seed_{c,i}), k),
  * seed_{c,i} = XXH32(c·h + i, hash_seed). The permanent randomized response (PRR) keeps each bit

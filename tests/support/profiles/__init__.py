@@ -1,6 +1,6 @@
 """Per-mechanism test profiles used by the generic statistical and audit suites.
 
-Each mechanism registered in ``client_sdk.mechanisms.MECHANISMS`` has a module
+Each mechanism registered in ``ldp_core.mechanisms.MECHANISMS`` has a module
 ``tests/support/profiles/<name>.py`` defining:
 
 ``specs() -> list[MechanismSpec]``
@@ -37,7 +37,7 @@ from __future__ import annotations
 import importlib
 from types import ModuleType
 
-from client_sdk.mechanisms import FREQUENCY_MECHANISMS
+from ldp_core.mechanisms import FREQUENCY_MECHANISMS
 
 __all__ = ["profile", "NAMES"]
 

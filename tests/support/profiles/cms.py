@@ -18,7 +18,7 @@ import math
 
 import numpy as np
 
-from client_sdk.mechanisms.cms import CMSSpec
+from ldp_core.mechanisms.cms import CMSSpec
 
 __all__ = ["specs", "audit_event", "audit_tight", "broken_spec", "fresh_trial_spec", "LeakyCMSSpec", "coordinate_bits"]
 

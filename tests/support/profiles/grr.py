@@ -11,7 +11,7 @@ import math
 
 import numpy as np
 
-from client_sdk.mechanisms.grr import GRRSpec
+from ldp_core.mechanisms.grr import GRRSpec
 
 __all__ = ["specs", "audit_event", "audit_tight", "broken_spec", "LeakyGRRSpec"]
 

@@ -16,8 +16,8 @@ import math
 
 import numpy as np
 
-from client_sdk.hadamard import hadamard_bit
-from client_sdk.mechanisms.cms import HCMSSpec
+from ldp_core.hadamard import hadamard_bit
+from ldp_core.mechanisms.cms import HCMSSpec
 
 __all__ = ["specs", "audit_event", "audit_tight", "broken_spec", "fresh_trial_spec", "LeakyHCMSSpec"]
 

@@ -17,7 +17,7 @@ import math
 
 import numpy as np
 
-from client_sdk.mechanisms.hr import HRSpec
+from ldp_core.mechanisms.hr import HRSpec
 
 __all__ = ["specs", "audit_event", "audit_tight", "broken_spec", "LeakyHRSpec"]
 

@@ -1,4 +1,4 @@
-"""Test profile of LOLOHA (memoized local hashing; :mod:`client_sdk.mechanisms.loloha`).
+"""Test profile of LOLOHA (memoized local hashing; :mod:`ldp_core.mechanisms.loloha`).
 
 Audit event, as OLH's: E = {H_s(x) = y and H_s(x') ≠ y}. Given the seed, y is one GRR over [g] of the
 input's hash with P[y = h] = p* = e^{ε1}/(e^{ε1} + g − 1), so P[E | x] / P[E | x'] = p*(g − 1)/(1 − p*) =
@@ -12,8 +12,8 @@ import dataclasses
 
 import numpy as np
 
-from client_sdk.hashing import hash_to_range
-from client_sdk.mechanisms.loloha import LolohaSpec
+from ldp_core.hashing import hash_to_range
+from ldp_core.mechanisms.loloha import LolohaSpec
 
 __all__ = ["specs", "audit_event", "audit_tight", "broken_spec", "LeakyLolohaSpec"]
 

@@ -21,8 +21,8 @@ import math
 
 import numpy as np
 
-from client_sdk.hashing import hash_to_range
-from client_sdk.mechanisms.olh import OLHSpec
+from ldp_core.hashing import hash_to_range
+from ldp_core.mechanisms.olh import OLHSpec
 
 __all__ = ["specs", "audit_event", "audit_tight", "broken_spec", "LeakyOLHSpec"]
 

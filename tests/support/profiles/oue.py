@@ -12,7 +12,7 @@ import math
 
 import numpy as np
 
-from client_sdk.mechanisms.oue import OUESpec
+from ldp_core.mechanisms.oue import OUESpec
 
 __all__ = ["specs", "audit_event", "audit_tight", "broken_spec", "LeakyOUESpec", "report_bit"]
 

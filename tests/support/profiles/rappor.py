@@ -23,7 +23,7 @@ so one report leaks e^{3ε} on E.
 
 No ``fresh_trial_spec``: the least-squares estimate is unbiased for *any*
 fixed hash functions with a full-rank design, and ``count_variance`` is its
-exact variance given those hash functions (client_sdk.mechanisms.rappor), so
+exact variance given those hash functions (ldp_core.mechanisms.rappor), so
 the statistical suite need not average over hash seeds.
 """
 
@@ -34,7 +34,7 @@ import math
 
 import numpy as np
 
-from client_sdk.mechanisms.rappor import RapporSpec
+from ldp_core.mechanisms.rappor import RapporSpec
 
 __all__ = ["specs", "audit_event", "audit_tight", "audit_plan", "broken_spec", "LeakyRapporSpec"]
 

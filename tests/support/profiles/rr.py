@@ -11,7 +11,7 @@ import math
 
 import numpy as np
 
-from client_sdk.mechanisms.rr import BinaryRRSpec
+from ldp_core.mechanisms.rr import BinaryRRSpec
 
 __all__ = ["specs", "audit_event", "audit_tight", "broken_spec", "LeakyRRSpec"]
 

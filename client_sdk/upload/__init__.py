@@ -1,0 +1,1 @@
+"""The device's upload path: the uploader and its token wallet."""

@@ -1,0 +1,466 @@
+r"""Heavy-hitter discovery over strings, server side: PEM and SFP decoding.
+
+The device side, with both protocols, is :mod:`ldp_core.mechanisms.heavy_hitters`.
+
+**PEM** (:func:`discover_pem`). Level 0 ranks all 2^s prefixes of s bits;
+every later level extends each of the c kept candidates by the level's new
+bits and ranks the extensions; the last level's candidates are whole values.
+A level's n_j reports estimate each candidate's holders among the level's
+devices with OLH's exact support counts C_x (:func:`olh_candidate_support`,
+one XXH32 per report and candidate):
+
+    n̂_{j,x} = (C_x - n_j q*) / (p* - q*),   p* = e^ε/(e^ε + g - 1), q* = 1/g,
+
+and the population count by the level's share, n̂_x = (n / n_j) n̂_{j,x}.
+Given n_j, a level's devices are a uniform random n_j-subset of the n
+(levels are uniform and independent of values), so n_{j,x} is
+hypergeometric with mean n_j f_x (f_x = n_x / n): n̂_x is unbiased, with
+
+    Var n̂_x = (n/n_j)² [ (μ p*(1-p*) + (n_j - μ) q*(1-q*)) / (p* - q*)²
+                         + n_j f_x (1 - f_x) (n - n_j)/(n - 1) ],   μ = n_j f_x
+
+(the OLH variance of Wang et al. 2017, Sec. 3, averaged over the subset,
+plus the hypergeometric variance of the subset's count). Reported
+variances plug in the estimate clipped to [0, n]; intervals are normal.
+
+**SFP** (:func:`discover_sfp`). For each fragment position l the fragment
+sketch of the reports at l estimates every key ``r << 16 | fragment``
+(2^(16 + hash_bits) of them); the top ``fragments`` keys per position
+survive. Words are assembled per tag r from one surviving fragment per
+position, and *every* assembled word is estimated with the whole-word
+sketch, which decides the ranking (a word whose fragments were all heavy but
+which nobody typed scores about zero there). Both sketches are debiased
+with the ε they were encoded with (``SFPSpec.fragment_spec`` and
+``word_spec``). Counts from a position's sketch are scaled by n / n_l.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from estimator.errors import BatchError
+from estimator.kernels.candidates import olh_candidate_support, sketch_row_means
+from estimator.kernels.hadamard import fwht
+from estimator.kernels.sketch import cms_add, hcms_add
+from estimator.oracles.base import LinearState
+from estimator.result import z_value
+from ldp_core.mechanisms.cms import CMSSpec
+from ldp_core.mechanisms.heavy_hitters import PEMSpec, SFPSpec, prefix_keys, unpad
+
+__all__ = [
+    "HeavyHitter",
+    "Discovery",
+    "discover",
+    "discover_pem",
+    "discover_sfp",
+    "discover_pem_from",
+    "discover_sfp_from",
+    "sketch_sums",
+    "add_sketch",
+    "pem_count_variance",
+    "pem_level_estimate",
+    "pem_level_support",
+    "possible_prefixes",
+    "enumerate_prefixes",
+    "extend_prefixes",
+    "StreamingSummary",
+    "HeavyHitterStreamState",
+]
+
+
+@dataclasses.dataclass(frozen=True)
+class HeavyHitter:
+    """One discovered value: its padded bytes, count estimate, variance and interval."""
+
+    raw: bytes
+    estimate: float
+    variance: float
+    ci_low: float
+    ci_high: float
+
+    @property
+    def value(self) -> str:
+        return unpad(self.raw)
+
+    def to_row(self) -> list[Any]:
+        """``[value, estimate, ci_low, ci_high]`` (the simulate contract's ``found`` entry)."""
+        return [self.value, self.estimate, self.ci_low, self.ci_high]
+
+
+@dataclasses.dataclass(frozen=True)
+class Discovery:
+    """What a discovery run found, best first, and how it got there."""
+
+    mechanism: str
+    n: int
+    found: list[HeavyHitter]
+    candidates: list[int]  # candidates ranked per level (PEM) or assembled words (SFP)
+    seconds: float
+
+    def top(self, k: int) -> list[HeavyHitter]:
+        return self.found[:k]
+
+
+def enumerate_prefixes(bits: int, length: int) -> np.ndarray:
+    """All 2^bits prefixes of ``bits`` bits, as ``(2^bits, length)`` padded rows (rest zero)."""
+    nbytes = -(-bits // 8)
+    vals = np.arange(2**bits, dtype=np.uint64) << np.uint64(8 * nbytes - bits)
+    out = np.zeros((2**bits, length), dtype=np.uint8)
+    for i in range(nbytes):
+        out[:, i] = ((vals >> np.uint64(8 * (nbytes - 1 - i))) & np.uint64(0xFF)).astype(np.uint8)
+    return out
+
+
+def extend_prefixes(rows: np.ndarray, bits: int, new_bits: int) -> np.ndarray:
+    """Every extension of each ``bits``-bit prefix in ``rows`` to ``new_bits`` bits (rows × 2^(new - old))."""
+    step = new_bits - bits
+    bitmat = np.unpackbits(rows, axis=1)
+    ext = np.repeat(bitmat, 2**step, axis=0)
+    tails = ((np.arange(2**step)[:, None] >> np.arange(step - 1, -1, -1)[None, :]) & 1).astype(np.uint8)
+    ext[:, bits:new_bits] = np.tile(tails, (rows.shape[0], 1))
+    return np.packbits(ext, axis=1)
+
+
+def possible_prefixes(rows: np.ndarray, bits: int, final: bool = False) -> np.ndarray:
+    """Whether each candidate can be the ``bits``-bit prefix of a padded value at all (a bool mask).
+
+    A padded value is non-empty UTF-8 without NUL, then 0x00 padding: its first
+    byte is not 0, and no non-zero bit follows a 0x00 byte. A ``final``
+    candidate must also decode as UTF-8. Pruning the impossible ones frees
+    their places for candidates that can be real (and keeps noise such as
+    ``"news\x00\x00\x02"`` out of the answer)."""
+    full, rest = divmod(bits, 8)
+    ok = np.ones(rows.shape[0], dtype=bool)
+    if full:
+        zero = rows[:, :full] == 0
+        seen = np.maximum.accumulate(zero, axis=1)
+        ok &= ~zero[:, 0] & ~(seen & ~zero).any(axis=1)
+        if rest:
+            ok &= ~(seen[:, -1] & ((rows[:, full] & np.uint8((0xFF << (8 - rest)) & 0xFF)) != 0))
+    if final:
+        for i in np.nonzero(ok)[0]:
+            try:
+                bytes(rows[i]).rstrip(b"\x00").decode("utf-8")
+            except UnicodeDecodeError:
+                ok[i] = False
+    return ok
+
+
+def pem_count_variance(spec: PEMSpec, counts: np.ndarray, n: int, n_level: int) -> np.ndarray:
+    """Variance of PEM's population count estimate from a level of ``n_level`` of ``n`` devices
+    (module docstring), at true counts ``counts``.
+
+    Under ``oracle="hcms"`` the oracle's part is :meth:`HCMSSpec.count_variance` at the level's expected
+    counts μ = n_j f of ``counts``, with the level's other devices as holders of one distinct value each
+    (``counts`` need not cover the population: what a long tail looks like to the collision terms)."""
+    f = np.clip(np.asarray(counts, dtype=np.float64) / n, 0.0, 1.0)
+    mu = n_level * f
+    if spec.oracle == "hcms":
+        rest = max(0, int(round(n_level - mu.sum())))
+        oracle = np.asarray(spec.hcms.count_variance(np.concatenate([mu, np.ones(rest)]))[: mu.size])
+    else:
+        p, q = spec.olh.support_probabilities()
+        oracle = (mu * p * (1 - p) + (n_level - mu) * q * (1 - q)) / (p - q) ** 2
+    sampling = n_level * f * (1 - f) * ((n - n_level) / (n - 1) if n > 1 else 0.0)
+    return (n / n_level) ** 2 * (oracle + sampling)
+
+
+def pem_level_support(spec: PEMSpec, records: np.ndarray, level: int, keys: np.ndarray) -> np.ndarray:
+    """The oracle's statistic of each candidate key from ``records`` (all levels; the level's are used):
+    OLH's exact support counts C_x, or under HCMS the sketch's debiased count n̂_{j,x} of the level's
+    reports (one fast Walsh–Hadamard transform of the level's sketch, then k look-ups per key)."""
+    sel = records["level"] == level
+    if spec.oracle == "hcms":
+        sums = sketch_sums(spec.hcms)
+        add_sketch(spec.hcms, records[sel], sums)
+        return _Sketch(spec.hcms, int(np.count_nonzero(sel)), sums).counts(keys)
+    return olh_candidate_support(records["seed"][sel], records["y"][sel], spec.olh.hash_range, keys)
+
+
+def _with_intervals(raws: np.ndarray, est: np.ndarray, var: np.ndarray, confidence: float) -> list[HeavyHitter]:
+    z = z_value(confidence)
+    sd = np.sqrt(np.maximum(var, 0.0))
+    order = np.argsort(-est, kind="stable")
+    return [
+        HeavyHitter(bytes(raws[i]), float(est[i]), float(var[i]), float(est[i] - z * sd[i]), float(est[i] + z * sd[i]))
+        for i in order
+    ]
+
+
+def pem_level_estimate(spec: PEMSpec, records: np.ndarray, level: int, rows: np.ndarray) -> tuple[np.ndarray, int]:
+    """``(n̂_x for each candidate row, n_j)``: population counts of the candidates' prefixes at ``level``
+    from that level's reports (module docstring). ``records`` must be checked already."""
+    n = int(records.shape[0])
+    sel = records["level"] == level
+    keys = prefix_keys(rows, spec.level_bits(level))
+    support = pem_level_support(spec, records, level, keys)
+    return _level_estimate(spec, level, support, n, int(np.count_nonzero(sel)))
+
+
+def _level_estimate(spec: PEMSpec, level: int, support: np.ndarray, n: int, n_j: int) -> tuple[np.ndarray, int]:
+    if n_j == 0:
+        raise BatchError(f"pem: no report at level {level} of {spec.num_levels}; discovery needs every level")
+    if spec.oracle == "hcms":  # the sketch's counts are already debiased: scale to the population
+        return np.asarray(support, dtype=np.float64) * (n / n_j), n_j
+    p, q = spec.olh.support_probabilities()
+    return (support - n_j * q) / (p - q) * (n / n_j), n_j
+
+
+#: ``(level, candidate keys) -> (C_x for each key, n_j, n)``: a PEM level's exact support counts,
+#: its reports and all the reports (the same n at every level)
+LevelSupport = Callable[[int, np.ndarray], tuple[np.ndarray, int, int]]
+
+
+def discover_pem(
+    spec: PEMSpec, records: np.ndarray, top: int, keep: int | None = None, confidence: float = 0.95
+) -> Discovery:
+    """Decode PEM reports level by level, keeping ``keep`` candidates (default 2·top; see the module docstring).
+
+    Returns every last-level candidate with its estimate, best first."""
+    t0 = time.perf_counter()
+    if records.dtype != spec.record_dtype:
+        raise BatchError(f"pem: records of dtype {records.dtype} are not this spec's {spec.record_dtype}")
+    spec.check_records(records)
+
+    def support(level: int, keys: np.ndarray) -> tuple[np.ndarray, int, int]:
+        n_level = int(np.count_nonzero(records["level"] == level))
+        return pem_level_support(spec, records, level, keys), n_level, int(records.shape[0])
+
+    return discover_pem_from(spec, support, top, keep, confidence, t0=t0)
+
+
+def discover_pem_from(
+    spec: PEMSpec,
+    support: LevelSupport,
+    top: int,
+    keep: int | None = None,
+    confidence: float = 0.95,
+    *,
+    t0: float | None = None,
+) -> Discovery:
+    """:func:`discover_pem` over reports seen only through ``support`` (each level's support counts
+    of the candidates' keys, from wherever the reports are: ``estimator.jobs.heavy_hitters_spark``)."""
+    t0 = time.perf_counter() if t0 is None else t0
+    if top < 1:
+        raise BatchError(f"top must be at least 1, got {top}")
+    c = 2 * top if keep is None else keep
+    n = 0
+    rows = enumerate_prefixes(spec.level_bits(0), spec.length)
+    ranked: list[int] = []
+    est = np.zeros(0)
+    n_j = 0
+    for j in range(spec.num_levels):
+        if j:
+            rows = extend_prefixes(rows[:c], spec.level_bits(j - 1), spec.level_bits(j))
+        possible = possible_prefixes(rows, spec.level_bits(j), final=j == spec.num_levels - 1)
+        rows = rows[possible]
+        counts, n_level, n = support(j, prefix_keys(rows, spec.level_bits(j)))
+        est, n_j = _level_estimate(spec, j, counts, n, n_level)
+        order = np.argsort(-est, kind="stable")
+        rows, est = rows[order], est[order]
+        ranked.append(int(rows.shape[0]))
+    var = pem_count_variance(spec, np.clip(est, 0.0, n), n, n_j)
+    found = _with_intervals(rows, est, var, confidence)
+    return Discovery("pem", n, found, ranked, time.perf_counter() - t0)
+
+
+def sketch_sums(spec: Any) -> dict[str, np.ndarray]:
+    """Zero integer sums of a CMS (``ones``, ``rows``) or HCMS (``signed``) sketch of ``spec``."""
+    k, m = spec.num_hashes, spec.width
+    if isinstance(spec, CMSSpec):
+        return {"ones": np.zeros((k, m), dtype=np.int64), "rows": np.zeros(k, dtype=np.int64)}
+    return {"signed": np.zeros((k, m), dtype=np.int64)}
+
+
+def add_sketch(spec: Any, records: np.ndarray, sums: dict[str, np.ndarray]) -> None:
+    """Add CMS/HCMS ``records`` into ``sums`` (:func:`sketch_sums`): exact int64, so sums of parts add up."""
+    if not records.shape[0]:
+        return
+    if isinstance(spec, CMSSpec):
+        cms_add(records["row"], records["bits"], sums["ones"], sums["rows"])
+    else:
+        hcms_add(records["row"], records["col"], records["bit"], sums["signed"])
+
+
+class _Sketch:
+    """A CMS or HCMS sketch matrix M of some reports, and its debiased count mean at any keys."""
+
+    def __init__(self, spec: Any, n: int, sums: dict[str, np.ndarray]) -> None:
+        """The sketch of ``n`` reports whose :func:`sketch_sums` add up to ``sums``."""
+        self.spec, self.n = spec, n
+        k = spec.num_hashes
+        if isinstance(spec, CMSSpec):
+            half = sums["rows"][:, None] / 2.0
+            self.matrix = k * (spec.c_eps * (sums["ones"] - half) + half)
+        else:
+            self.matrix = k * spec.c_eps * fwht(sums["signed"]).astype(np.float64)
+
+    def counts(self, keys: np.ndarray) -> np.ndarray:
+        """f̂(x) = m/(m-1)((1/k) Σ_j M[j, h_j(x)] - n/m) (estimator/oracles/cms.py)."""
+        m = float(self.spec.width)
+        means = sketch_row_means(self.matrix, self.spec.row_seeds, keys)
+        return m / (m - 1.0) * (means - self.n / m)
+
+
+def discover_sfp(
+    spec: SFPSpec, records: np.ndarray, top: int, fragments: int | None = None, confidence: float = 0.95
+) -> Discovery:
+    """Assemble words from SFP's fragment sketches and rank them by the word sketch (module docstring).
+
+    ``fragments`` (default 4·top) fragment keys survive per position."""
+    t0 = time.perf_counter()
+    if records.dtype != spec.record_dtype:
+        raise BatchError(f"sfp: records of dtype {records.dtype} are not this spec's {spec.record_dtype}")
+    spec.check_records(records)
+    f_records = spec.part_records(records, "f_")
+    positions = []
+    for pos in range(spec.num_positions):
+        sel = records["position"] == pos
+        sums = sketch_sums(spec.fragment_spec)
+        add_sketch(spec.fragment_spec, f_records[sel], sums)
+        positions.append((int(np.count_nonzero(sel)), sums))
+    word = sketch_sums(spec.word_spec)
+    add_sketch(spec.word_spec, spec.part_records(records, "w_"), word)
+    return discover_sfp_from(spec, int(records.shape[0]), positions, word, top, fragments, confidence, t0=t0)
+
+
+def discover_sfp_from(
+    spec: SFPSpec,
+    n: int,
+    positions: Sequence[tuple[int, dict[str, np.ndarray]]],
+    word_sums: dict[str, np.ndarray],
+    top: int,
+    fragments: int | None = None,
+    confidence: float = 0.95,
+    *,
+    t0: float | None = None,
+) -> Discovery:
+    """:func:`discover_sfp` over ``n`` reports seen only through their sketches' integer sums
+    (:func:`sketch_sums`): per fragment position (reports there, fragment sketch), and the word sketch."""
+    t0 = time.perf_counter() if t0 is None else t0
+    if top < 1:
+        raise BatchError(f"top must be at least 1, got {top}")
+    keep = 4 * top if fragments is None else fragments
+    all_keys = np.arange(2 ** (16 + spec.hash_bits), dtype=np.uint32)
+    survivors: list[dict[int, list[int]]] = []  # per position: tag -> fragments
+    for pos, (n_pos, sums) in enumerate(positions):
+        if not n_pos:
+            raise BatchError(f"sfp: no fragment report at position {pos}; discovery needs every position")
+        est = _Sketch(spec.fragment_spec, n_pos, sums).counts(all_keys)
+        best = np.argpartition(-est, keep - 1)[:keep] if keep < est.size else np.arange(est.size)
+        by_tag: dict[int, list[int]] = {}
+        for key in best[np.argsort(-est[best], kind="stable")]:
+            by_tag.setdefault(int(key) >> 16, []).append(int(key) & 0xFFFF)
+        survivors.append(by_tag)
+    words: list[bytes] = []
+    word_tags: list[int] = []
+    for tag in sorted(set.intersection(*(set(s) for s in survivors))):
+        combos: list[bytes] = [b""]
+        for by_tag in survivors:
+            combos = [w + f.to_bytes(2, "big") for w in combos for f in by_tag[tag]]
+        words.extend(combos)
+        word_tags.extend([tag] * len(combos))
+    rows = np.frombuffer(b"".join(words), dtype=np.uint8).reshape(len(words), spec.length).copy()
+    # a word stands only if its own tag r(w) is the tag its fragments carried
+    rows = rows[spec.word_tags(rows).astype(np.int64) == np.array(word_tags, dtype=np.int64)]
+    word_sketch = _Sketch(spec.word_spec, n, word_sums)
+    est = word_sketch.counts(spec.word_keys(rows)) if rows.shape[0] else np.zeros(0)
+    var = _sketch_variance(spec, est, n)
+    found = _with_intervals(rows, est, var, confidence)
+    return Discovery("sfp", n, found, [len(words)], time.perf_counter() - t0)
+
+
+def _sketch_variance(spec: SFPSpec, est: np.ndarray, n: int) -> np.ndarray:
+    """The word sketch's variance (``count_variance`` of CMS/HCMS) at the estimated counts.
+
+    The counts vector is the found words' estimates clipped to [0, n], and the
+    remaining devices as holders of distinct words of one each (what a long
+    tail looks like to the collision terms)."""
+    if est.size == 0:
+        return np.zeros(0)
+    clipped = np.clip(est, 0.0, float(n))
+    rest = max(0, int(round(n - clipped.sum())))
+    counts = np.concatenate([clipped, np.ones(rest)])
+    return np.asarray(spec.word_spec.count_variance(counts)[: est.size])
+
+
+def discover(spec: PEMSpec | SFPSpec, records: np.ndarray, top: int, confidence: float = 0.95) -> Discovery:
+    """:func:`discover_pem` or :func:`discover_sfp`, by the spec's kind."""
+    if isinstance(spec, PEMSpec):
+        return discover_pem(spec, records, top, confidence=confidence)
+    return discover_sfp(spec, records, top, confidence=confidence)
+
+
+@dataclasses.dataclass(frozen=True)
+class StreamingSummary:
+    """What the streaming estimator can say about a heavy-hitter metric from linear sums alone.
+
+    Discovery needs every level's reports at once (``ldp heavy-hitters``); the
+    streaming state keeps how many reports each level (PEM) or fragment
+    position (SFP) got and, for PEM, the first level's support counts, so it
+    shows the most frequent first-level prefixes with their intervals."""
+
+    n: int
+    parts: list[int]
+    prefixes: list[list[Any]]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "n": self.n,
+            "reports_per_part": self.parts,
+            "first_level_prefixes": self.prefixes,
+            "discovery": "run `ldp heavy-hitters` over the dataset for whole values",
+        }
+
+
+class HeavyHitterStreamState(LinearState):
+    """Linear sums of heavy-hitter reports for the streaming estimator (see :class:`StreamingSummary`)."""
+
+    spec_type = (PEMSpec, SFPSpec)  # type: ignore[assignment]
+    spec: PEMSpec | SFPSpec
+
+    def _empty_sums(self) -> dict[str, np.ndarray]:
+        if isinstance(self.spec, PEMSpec) and self.spec.oracle == "hcms":
+            return {"parts": np.zeros(self.spec.num_levels, dtype=np.int64), **sketch_sums(self.spec.hcms)}
+        if isinstance(self.spec, PEMSpec):
+            return {
+                "parts": np.zeros(self.spec.num_levels, dtype=np.int64),
+                "first": np.zeros(2 ** self.spec.level_bits(0), dtype=np.int64),
+            }
+        return {"parts": np.zeros(self.spec.num_positions, dtype=np.int64)}
+
+    def _add(self, records: np.ndarray) -> None:
+        self.spec.check_records(records)
+        field = "level" if isinstance(self.spec, PEMSpec) else "position"
+        self.sums["parts"] += np.bincount(records[field], minlength=self.sums["parts"].size)
+        if isinstance(self.spec, PEMSpec) and self.spec.oracle == "hcms":
+            add_sketch(self.spec.hcms, records[records["level"] == 0], self.sums)
+        elif isinstance(self.spec, PEMSpec):
+            sel = records["level"] == 0
+            keys = np.arange(self.sums["first"].size, dtype=np.uint32)  # b ≤ 31 bits: the key is the prefix
+            self.sums["first"] += olh_candidate_support(
+                records["seed"][sel], records["y"][sel], self.spec.olh.hash_range, keys
+            )
+
+    def estimate(self, confidence: float = 0.95, top: int = 20) -> StreamingSummary:
+        prefixes: list[list[Any]] = []
+        spec = self.spec
+        n0 = int(self.sums["parts"][0]) if isinstance(spec, PEMSpec) else 0
+        if isinstance(spec, PEMSpec) and n0 and self.n:
+            if spec.oracle == "hcms":
+                keys = np.arange(2 ** spec.level_bits(0), dtype=np.uint32)
+                est = _Sketch(spec.hcms, n0, {"signed": self.sums["signed"]}).counts(keys) * (self.n / n0)
+            else:
+                p, q = spec.olh.support_probabilities()
+                est = (self.sums["first"] - n0 * q) / (p - q) * (self.n / n0)
+            var = pem_count_variance(spec, np.clip(est, 0.0, self.n), self.n, n0)
+            rows = enumerate_prefixes(spec.level_bits(0), spec.length)
+            for h in _with_intervals(rows, est, var, confidence)[:top]:
+                bits = spec.level_bits(0)
+                prefixes.append([h.raw[: -(-bits // 8)].hex(), bits, h.estimate, h.ci_low, h.ci_high])
+        return StreamingSummary(self.n, [int(x) for x in self.sums["parts"]], prefixes)

@@ -1,0 +1,348 @@
+"""The streaming estimator's engine: consume the shuffled topic, count exactly, checkpoint.
+
+**Exactly once.** Records are counted first into a per-partition *tail*
+(what was read since this instance's last commit of that partition). The
+engine runs the loop of :mod:`pipeline.processor` (a new consumer
+generation, an offset that goes back, a failed commit and a rejoin drop
+tails the same way in every processor); its checkpoint
+
+1. drops the tails of partitions this member no longer owns (a rebalance
+   that rewound uncommitted records, seen as a new
+   :attr:`~pipeline.transport.base.Consumer.generation` after a poll, has
+   dropped every tail already: the partitions restart from their committed
+   offsets);
+2. writes, in one SQLite transaction (``synchronous=FULL``), the certain
+   state (everything whose offsets were committed), the offset ranges it
+   covers, and the tails marked *pending*;
+3. commits the tails' end offsets to the group, and on success folds the
+   tails into the certain state. A failed commit (rebalance) drops the tails:
+   the partitions' next owner reads them again from the committed offsets.
+
+After a crash the snapshot holds the certain state and possibly pending
+tails, whose commit may or may not have happened. A pending tail
+``[base, end)`` is resolved against the group's committed offset c: if
+``c < end`` the commit did not happen (or was overtaken by another member,
+which counted those records itself) and the tail is discarded, so the
+records, delivered again, are counted once; if ``c >= end`` the tail is kept
+as *uncertain*. Records below the committed offset are never delivered
+again, and records at or above it are not in the state, so a single
+instance never loses or double-counts a report.
+
+**What is served.** Estimates include the open tails (read, not yet
+committed), so a report shows up as soon as it is read. When a commit fails
+or a rebalance moves a partition, its tail is dropped and read again, so a
+live figure can step back for a moment before it returns to the same
+total; the snapshot and :func:`~estimator.service.state.merge_states` are never
+affected.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+import uuid
+from collections.abc import Collection, Mapping
+from pathlib import Path
+from typing import Any
+
+from estimator.errors import StateError
+from estimator.service.snapshots import SnapshotStore
+from estimator.service.state import DEFAULT_GROUP, EstimatorState, Key, Tail, Tally, _add_range
+from ldp_core.metrics import MetricDefinition
+from ldp_core.wire.sealing import BatchOpener
+from pipeline.envelope import ShuffledBatch, decode_envelope, open_sealed
+from pipeline.processor import StreamProcessor
+from pipeline.settings import check_names, check_ranges, check_topics, settings_from_env
+from pipeline.topics import DEFAULT_PARTITIONS, SHUFFLED_TOPIC
+from pipeline.transport.base import (
+    CommitFailedError,
+    Consumer,
+    Record,
+    TopicPartition,
+    Transaction,
+    Transport,
+)
+
+__all__ = ["ENV_PREFIX", "EstimatorSettings", "EstimatorStats", "StreamingEstimator"]
+
+log = logging.getLogger("estimator.service")
+
+#: prefix of the environment variables :meth:`EstimatorSettings.from_env` reads (``LDP_ESTIMATOR_GROUP``, ...)
+ENV_PREFIX = "LDP_ESTIMATOR_"
+
+
+@dataclasses.dataclass(frozen=True)
+class EstimatorSettings:
+    """What one streaming estimator instance consumes and how often it checkpoints.
+
+    A checkpoint (snapshot, then offset commit) happens every
+    ``checkpoint_seconds`` while records flow. A missing ``topic`` is
+    created with ``partitions`` partitions. ``member`` names this member of
+    ``group`` (default: the name kept in the state folder, else random).
+    """
+
+    topic: str = SHUFFLED_TOPIC
+    group: str = DEFAULT_GROUP
+    member: str | None = None
+    checkpoint_seconds: float = 1.0
+    session_timeout: float = 10.0
+    partitions: int = DEFAULT_PARTITIONS
+
+    def __post_init__(self) -> None:
+        check_ranges(
+            self, {"checkpoint_seconds": (0.0, 1e9), "session_timeout": (0.001, 1e9), "partitions": (1, 10_000)}
+        )
+        check_topics(self, "topic")
+        check_names(self, "group", optional=("member",))
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> EstimatorSettings:
+        """``overrides`` (``None``: not given) over ``$LDP_ESTIMATOR_<FIELD>`` over the defaults."""
+        return settings_from_env(cls, ENV_PREFIX, environ, overrides)
+
+
+@dataclasses.dataclass
+class EstimatorStats:
+    records: int = 0
+    reports: int = 0
+    undecodable: int = 0
+    sealed_unopened: int = 0  # sealed records that did not open (counted per delivery)
+    checkpoints: int = 0
+    commit_failures: int = 0
+    rejoins: int = 0
+    dropped_tails: int = 0
+    restored_uncertain: int = 0
+    discarded_pending: int = 0
+    last_checkpoint: float = 0.0  # wall-clock time of the last successful commit
+
+    def to_json_obj(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+class StreamingEstimator(StreamProcessor):
+    """Consumes the shuffled topic in a consumer group and keeps exact, restartable estimates.
+
+    ``state_dir`` holds ``estimator.sqlite3`` (see :class:`~estimator.service.snapshots.SnapshotStore`).
+    It runs the loop of :class:`~pipeline.processor.StreamProcessor`: the
+    per-record step counts a batch into its partition's tail, a checkpoint
+    is the snapshot then the offset commit (see the module docstring); one
+    happens every ``checkpoint_seconds`` while records flow, and on
+    :meth:`close`. ``settings`` (:class:`EstimatorSettings`) says what to
+    consume; the keyword arguments, where given, override its fields.
+    """
+
+    def __init__(
+        self,
+        transport: Transport,
+        state_dir: str | Path,
+        specs: Any,
+        settings: EstimatorSettings | None = None,
+        *,
+        topic: str | None = None,
+        group: str | None = None,
+        member: str | None = None,
+        checkpoint_seconds: float | None = None,
+        session_timeout: float | None = None,
+        metrics: Mapping[str, MetricDefinition] | None = None,
+        partitions: int | None = None,
+        opener: BatchOpener | None = None,
+    ) -> None:
+        given: dict[str, Any] = {
+            "topic": topic,
+            "group": group,
+            "member": member,
+            "checkpoint_seconds": checkpoint_seconds,
+            "session_timeout": session_timeout,
+            "partitions": partitions,
+        }
+        settings = dataclasses.replace(
+            settings or EstimatorSettings(), **{k: v for k, v in given.items() if v is not None}
+        )
+        topic, group = settings.topic, settings.group
+        state_dir = Path(state_dir).expanduser().resolve()
+        store = SnapshotStore(state_dir / "estimator.sqlite3")
+        meta = store.meta()
+        if meta and (meta.get("topic"), meta.get("group")) != (topic, group):
+            raise StateError(
+                f"{state_dir} holds the state of topic {meta.get('topic')!r}, group "
+                f"{meta.get('group')!r}; use another --state folder for topic {topic!r}, group {group!r}"
+            )
+        member = settings.member or meta.get("member") or f"estimator-{uuid.uuid4().hex[:12]}"
+        super().__init__(
+            transport,
+            topic,
+            group,
+            member,
+            session_timeout=settings.session_timeout,
+            partitions=settings.partitions,
+            checkpoint_seconds=settings.checkpoint_seconds,
+        )
+        self.settings = settings
+        self.specs = specs
+        #: opens sealed batches (the analyzer's keys); ``None``: a sealed batch is undecodable here
+        self.opener = opener
+        self.topic = topic
+        self.metrics = dict(metrics or getattr(specs, "metrics", {}) or {})
+        self.state_dir = state_dir
+        self.store = store
+        self.store.set_meta(topic=topic, group=group, member=self.member)
+        self.certain, self.segments, loaded = self.store.load()
+        self.uncertain = [t for t in loaded if t.status == "uncertain"]
+        self._pending = [t for t in loaded if t.status == "pending"]
+        self.open: dict[TopicPartition, Tail] = {}
+        self._dirty: set[Key] = set()
+        self._flushing: dict[TopicPartition, Tail] = {}
+        self.stats = EstimatorStats()
+
+    # -- joining -----------------------------------------------------------------------------
+
+    def on_join(self, consumer: Consumer) -> None:
+        if self._pending:
+            self._resolve_pending(consumer)
+
+    def _resolve_pending(self, consumer: Consumer) -> None:
+        """Pending tails from before a crash: counted iff the group's offset reached their end."""
+        with self.lock:
+            for t in self._pending:
+                c = consumer.committed(t.tp) or 0
+                if c >= t.end:
+                    t.status = "uncertain"
+                    self.uncertain.append(t)
+                    self.stats.restored_uncertain += 1
+                else:
+                    self.stats.discarded_pending += 1
+            self._pending = []
+            self.store.write(self.certain, (), self.segments, self.uncertain)
+
+    # -- consuming (the per-record step of the loop) ---------------------------------------------
+
+    def decode(self, rec: Record) -> ShuffledBatch:
+        sb, failed = open_sealed(decode_envelope(rec.value, self.specs), self.opener)
+        if failed:  # sealed records that did not open (another key, altered bytes): counted, never fatal
+            self.stats.sealed_unopened += failed
+            log.warning("%s[%d]@%d: %d sealed records did not open", rec.topic, rec.partition, rec.offset, failed)
+        return sb
+
+    def on_undecodable(self, rec: Record, exc: BaseException) -> None:
+        log.error(
+            "estimator: %s[%d]@%d cannot be decoded and is not counted: %s", rec.topic, rec.partition, rec.offset, exc
+        )
+
+    def apply(self, rec: Record, sb: ShuffledBatch | None) -> None:
+        tp = TopicPartition(rec.topic, rec.partition)
+        tail = self.open.get(tp)
+        if tail is None:
+            base = self.consumer.committed(tp) or 0
+            tail = self.open[tp] = Tail(tp, base, base, time.time(), Tally())
+        if sb is not None:
+            b = sb.batch
+            tail.tally.add(b.metric, b.day, b.spec, b.records, sb.meta)
+            self.stats.reports += len(b)
+        tail.end = rec.offset + 1
+
+    def reset(self, partitions: Collection[TopicPartition] | None) -> None:
+        """Drop open tails (they are read again from the committed offsets); the certain state stays."""
+        for tp in list(self.open) if partitions is None else partitions:
+            if self.open.pop(tp, None) is not None:
+                self.stats.dropped_tails += 1
+
+    # -- checkpoints ---------------------------------------------------------------------------
+
+    def flush_state(self, tx: Transaction | None) -> Mapping[TopicPartition, int] | None:
+        """Write the snapshot: certain state, its ranges, the open tails as pending; their ends are the offsets."""
+        with self.lock:
+            tails = dict(self.open)
+            if not tails and not self._dirty:
+                return None
+            pending = [dataclasses.replace(t, status="pending") for t in tails.values()]
+            self.store.write(self.certain, self._dirty, self.segments, self.uncertain + pending)
+            self._dirty = set()
+        if not tails:
+            return None
+        self._flushing = tails
+        return {tp: t.end for tp, t in tails.items()}
+
+    def on_commit_failed(self, exc: CommitFailedError) -> None:
+        log.info("estimator %s: commit failed (%s); tails dropped, their records come again", self.member, exc)
+        self.stats.commit_failures += 1
+        self.rewind_all()
+
+    def on_committed(self, offsets: Mapping[TopicPartition, int]) -> None:
+        for tp, t in self._flushing.items():
+            self.certain.merge(t.tally)
+            self._dirty.update(t.tally.keys)
+            _add_range(self.segments, tp, t.base, t.end, t.started_at)
+            if self.open.get(tp) is t:
+                del self.open[tp]
+        self._flushing = {}
+        self.stats.checkpoints += 1
+        self.stats.last_checkpoint = time.time()
+
+    def close(self) -> None:
+        """Checkpoint, leave the group and close the snapshot store."""
+        try:
+            if self._consumer is not None:
+                self.checkpoint()
+        finally:
+            self._leave()
+            self.store.close()
+
+    def __enter__(self) -> StreamingEstimator:
+        return self
+
+    # -- queries -----------------------------------------------------------------------------
+
+    def state(self) -> EstimatorState:
+        """A copy of this instance's state; open tails are included (as ``open``)."""
+        with self.lock:
+            tails = [dataclasses.replace(t, tally=t.tally.copy()) for t in self.uncertain]
+            tails += [dataclasses.replace(t, tally=t.tally.copy()) for t in self.open.values()]
+            return EstimatorState(
+                self.certain.copy(),
+                {tp: [list(r) for r in rs] for tp, rs in self.segments.items()},
+                tails,
+                self.topic,
+                self.group,
+                self.member,
+            )
+
+    def freshness(self) -> dict[str, Any]:
+        """How current the served figures are: the time of the last snapshot whose offsets were committed
+        (``snapshot_time``, POSIX; ``None`` before the first) and, per partition this instance counted,
+        the offset the snapshot covers (``committed``) and the offset read so far (``read``: the served
+        figures include the records in between, see the module docstring)."""
+        with self.lock:
+            parts = _partition_offsets(self.segments, self.uncertain, self.open)
+            snap = self.stats.last_checkpoint or None
+        return {"snapshot_time": snap, "partitions": parts, **self.run_status()}
+
+    def counted(self, metric: str | None = None) -> Tally:
+        """Everything counted so far (certain, uncertain and open tails), for one metric or all."""
+        with self.lock:
+            t = Tally()
+            for tally in [self.certain, *(x.tally for x in self.uncertain), *(x.tally for x in self.open.values())]:
+                for key, ks in tally.keys.items():
+                    if metric is None or key[0] == metric:
+                        t.merge_key(key, ks)
+            return t
+
+
+def _partition_offsets(
+    segments: Mapping[TopicPartition, list[list[float]]],
+    uncertain: Collection[Tail],
+    open_tails: Mapping[TopicPartition, Tail],
+) -> list[dict[str, Any]]:
+    """Per partition: the end of the committed ranges (and of restored uncertain tails, whose commit happened),
+    and of what was read (an open tail starts at the group's committed offset and ends at the last read)."""
+    committed: dict[TopicPartition, int] = {tp: max(int(r[1]) for r in rs) for tp, rs in segments.items() if rs}
+    for t in uncertain:
+        committed[t.tp] = max(committed.get(t.tp, 0), t.end)
+    read = dict(committed)
+    for tp, t in open_tails.items():
+        committed[tp] = max(committed.get(tp, 0), t.base)
+        read[tp] = max(read.get(tp, 0), t.end)
+    return [
+        {"topic": tp.topic, "partition": tp.partition, "committed": committed[tp], "read": read[tp]}
+        for tp in sorted(read)
+    ]

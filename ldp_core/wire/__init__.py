@@ -1,0 +1,1 @@
+"""The wire format: framing, report frames, and sealing to the analyzer (HPKE)."""

@@ -1,0 +1,409 @@
+"""Sealed reports: each privatized record encrypted to the analyzer's key (HPKE, RFC 9180).
+
+A metric declared ``"sealed": true`` in the metrics file has each of its
+records sealed on the device, so the collector, the raw topic and the
+shuffler handle ciphertexts only; the analyzer's processes (the Parquet sink
+and the streaming estimator), which hold the private key, open them after
+the shuffle. See ``docs/SEALED.md`` for the threat model and the figures.
+
+**One sealed record** (fixed width ``W = R + 52`` for a spec of record size
+``R``)::
+
+    offset size   field
+    0      4      key id: the first 4 bytes of SHA-256("ldp-analyzer-key/1" || pkR)
+    4      32     enc: the record's own ephemeral X25519 public key
+    36     R + 16 AES-128-GCM ciphertext of the R-byte record, tag last
+
+It is a single-shot HPKE base-mode message (DHKEM(X25519, HKDF-SHA256),
+HKDF-SHA256, AES-128-GCM) with an empty aad and ``info`` =
+:func:`sealed_info` ``(metric, spec_id, day, key_id)``: a record moved to
+another metric, spec, day or key does not open. (The binding goes through
+``info``, the key-schedule context, rather than the AEAD's aad: with one
+context per record the two are equivalent, and ``info`` is what the
+single-shot APIs, ``cryptography``'s included, take.)
+
+**Per-record encapsulation** is deliberate: one HPKE context per upload
+with sequence-numbered nonces would save 32 bytes a record, but every
+record of the upload would then carry the same ``enc`` (or none, and a
+shared context), and anyone after the shuffle could regroup an upload's
+records by it, undoing the shuffle. A fresh ephemeral key per record
+makes every record independent (``tests/sdk/test_sealed_attacks.py``).
+The cost is one X25519 exchange per record on each side.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import time
+from collections.abc import Iterable, Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ldp_core.errors import FrameError, SpecError
+from ldp_core.files import read_private
+from ldp_core.mechanisms.base import ReportSpec
+
+__all__ = [
+    "KEY_ID_SIZE",
+    "ENC_SIZE",
+    "TAG_SIZE",
+    "SEALED_OVERHEAD",
+    "SealingError",
+    "AnalyzerPublicKey",
+    "AnalyzerKey",
+    "KeyRing",
+    "SealedSpec",
+    "OpenResult",
+    "key_id_of",
+    "sealed_info",
+    "seal_records",
+    "seal_batch",
+    "open_batch",
+    "new_key_file",
+    "load_key_file",
+]
+
+from ldp_core.wire.frames import ReportBatch
+from ldp_core.wire.sealed import (
+    ENC_SIZE,
+    KEY_FILE_FORMAT,
+    KEY_ID_SIZE,
+    SEALED_OVERHEAD,
+    TAG_SIZE,
+    AnalyzerPublicKey,
+    SealedSpec,
+    SealingError,
+    _sealed_dtype,
+    key_id_of,
+    sealed_info,
+)
+
+
+def seal_records(records: np.ndarray, metric: str, spec: ReportSpec, day: int, key: AnalyzerPublicKey) -> np.ndarray:
+    """Seal each of ``records`` (of ``spec.record_dtype``) to ``key``, each under a fresh ephemeral key
+    drawn from the OS CSPRNG; returns records of :attr:`SealedSpec.record_dtype`."""
+    from ldp_core.wire import hpke
+
+    recs = np.ascontiguousarray(records)
+    if recs.dtype != spec.record_dtype:
+        raise SpecError(f"records have dtype {recs.dtype}; spec {spec.name} needs {spec.record_dtype}")
+    width = spec.record_size + SEALED_OVERHEAD
+    info = sealed_info(metric, spec.spec_id, int(day), key.key_id)
+    kid = bytes.fromhex(key.key_id)
+    raw = recs.view(np.uint8).reshape(recs.size, spec.record_size)
+    out = bytearray()
+    fast = hpke.fast_suite()
+    if fast is not None:
+        from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PublicKey
+
+        pk = X25519PublicKey.from_public_bytes(key.public_key)
+        for row in raw:
+            out += kid + fast.encrypt(row.tobytes(), pk, info)
+    else:
+        suite = hpke.Suite()
+        for row in raw:
+            out += kid + suite.seal(key.public_key, info, row.tobytes())
+    if len(out) != width * recs.size:  # the AEAD's tag size is fixed: this cannot happen short of a broken library
+        raise SealingError(f"sealing produced {len(out)} bytes for {recs.size} records of width {width}")
+    return np.frombuffer(bytes(out), dtype=_sealed_dtype(width))
+
+
+def seal_batch(batch: ReportBatch, key: AnalyzerPublicKey) -> ReportBatch:
+    """``batch`` with every record sealed to ``key`` (same metric, day and batch id)."""
+    if isinstance(batch.spec, SealedSpec):
+        raise SealingError("the batch is sealed already")
+    sealed = seal_records(batch.records, batch.metric, batch.spec, batch.day, key)
+    return ReportBatch(batch.metric, SealedSpec.of(batch.spec), batch.day, sealed, batch.batch_id)
+
+
+# -- analyzer side: keys -------------------------------------------------------------------------------------------
+
+
+class AnalyzerKey:
+    """An analyzer private key (X25519) and its id. Its repr never shows the key."""
+
+    __slots__ = ("key_id", "public_key", "_private", "path")
+
+    def __init__(self, private_bytes: bytes, path: str | None = None) -> None:
+        from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
+
+        if len(private_bytes) != 32:
+            raise SealingError("an analyzer private key is 32 bytes (X25519)")
+        self._private = X25519PrivateKey.from_private_bytes(private_bytes)
+        self.public_key = self._private.public_key().public_bytes_raw()
+        self.key_id = key_id_of(self.public_key)
+        self.path = path
+
+    def __repr__(self) -> str:
+        return f"AnalyzerKey(key_id={self.key_id!r})"
+
+    @property
+    def public(self) -> AnalyzerPublicKey:
+        return AnalyzerPublicKey(self.key_id, self.public_key)
+
+    def private_bytes(self) -> bytes:
+        return self._private.private_bytes_raw()
+
+    @property
+    def private(self) -> Any:
+        return self._private
+
+
+def new_key_file(folder: str | os.PathLike[str], *, clock: float | None = None) -> tuple[Path, AnalyzerKey]:
+    """Create a new analyzer key pair in ``folder`` (created if missing, mode 0700): the private key in
+    ``analyzer-<key_id>.key`` (mode 0600, never replaced) and the public entry in ``analyzer-<key_id>.pub.json``."""
+    from ldp_core.files import makedirs_durable, write_atomic
+
+    key = AnalyzerKey(os.urandom(32))
+    d = Path(folder)
+    makedirs_durable(d)
+    os.chmod(d, 0o700)
+    created = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(clock))
+    doc = {
+        "format": KEY_FILE_FORMAT,
+        "key_id": key.key_id,
+        "created": created,
+        "private_key": key.private_bytes().hex(),
+    }
+    path = d / f"analyzer-{key.key_id}.key"
+    write_atomic(path, (json.dumps(doc) + "\n").encode(), mode=0o600, replace=False)
+    os.chmod(path, 0o600)  # whatever the umask
+    pub = d / f"analyzer-{key.key_id}.pub.json"
+    write_atomic(pub, (json.dumps(key.public.to_dict()) + "\n").encode(), mode=0o644)
+    key.path = str(path)
+    return path, key
+
+
+def load_key_file(path: str | os.PathLike[str]) -> AnalyzerKey:
+    """Read one private key file; a clear :class:`SealingError` if it is missing, readable by others, or malformed."""
+    p = Path(path)
+    try:
+        data = read_private(p)
+    except PermissionError as exc:
+        raise SealingError(f"analyzer key file: {exc} (a private key must be readable by its owner only)") from None
+    except OSError as exc:
+        raise SealingError(f"cannot read analyzer key file {str(p)!r}: {exc.strerror or exc}") from None
+    try:
+        doc = json.loads(data)
+        if doc.get("format") != KEY_FILE_FORMAT:
+            raise ValueError(f"format is {doc.get('format')!r}, expected {KEY_FILE_FORMAT!r}")
+        key = AnalyzerKey(bytes.fromhex(doc["private_key"]), str(p))
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise SealingError(f"analyzer key file {str(p)!r} is malformed ({type(exc).__name__})") from None
+    if doc.get("key_id") != key.key_id:
+        raise SealingError(f"analyzer key file {str(p)!r} names key id {doc.get('key_id')!r}, its key is {key.key_id}")
+    return key
+
+
+class KeyRing(Mapping[str, AnalyzerKey]):
+    """The analyzer's private keys by key id (current and retired ones: old records stay openable)."""
+
+    def __init__(self, keys: Iterable[AnalyzerKey] = ()) -> None:
+        self._keys: dict[str, AnalyzerKey] = {}
+        for k in keys:
+            self._keys[k.key_id] = k
+
+    @classmethod
+    def load(cls, folder: str | os.PathLike[str]) -> KeyRing:
+        """Every ``*.key`` file of ``folder``; a clear :class:`SealingError` if there is none or one is unusable."""
+        d = Path(folder)
+        if not d.is_dir():
+            raise SealingError(
+                f"analyzer key folder {str(d)!r} does not exist; create a key pair with `ldp keys new --dir {d}`"
+            )
+        try:
+            files = sorted(d.glob("*.key"))
+        except OSError as exc:
+            raise SealingError(f"cannot list analyzer key folder {str(d)!r}: {exc}") from None
+        if not files:
+            raise SealingError(f"analyzer key folder {str(d)!r} holds no *.key file; run `ldp keys new --dir {d}`")
+        return cls(load_key_file(f) for f in files)
+
+    def __getitem__(self, key_id: str) -> AnalyzerKey:
+        return self._keys[key_id]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._keys)
+
+    def __len__(self) -> int:
+        return len(self._keys)
+
+    def __repr__(self) -> str:
+        return f"KeyRing({sorted(self._keys)})"
+
+    def require(self, key_ids: Iterable[str], where: str = "the metrics file") -> None:
+        """Fail at start-up, not at the first record, if a key that ``where`` names is missing here."""
+        missing = sorted(set(key_ids) - set(self._keys))
+        if missing:
+            raise SealingError(
+                f"{where} names analyzer key(s) {missing}, but the key folder holds only {sorted(self._keys)}: "
+                "copy the private key file(s) here"
+            )
+
+
+# -- analyzer side: opening ----------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class OpenResult:
+    """What opening a sealed batch gave: the opened batch (records of the inner spec) and how many did not open."""
+
+    batch: ReportBatch
+    failed: int
+
+
+class _Opener:
+    """Opens sealed records of one (metric, spec, day): one X25519 exchange, five HMACs and one AES-GCM each
+    (:func:`ldp_core.wire.hpke.single_shot_opener`, every constant of the key schedule precomputed per key id)."""
+
+    def __init__(self, keys: Mapping[str, Any]) -> None:
+        from ldp_core.wire import hpke
+
+        self.keys = keys  # key id -> (X25519PrivateKey, raw public)
+        self.suite = hpke.Suite()
+        self._openers: dict[tuple[bytes, bytes], Any] = {}
+
+    def _opener(self, kid: bytes, metric: str, spec_id: str, day: int) -> Any:
+        from ldp_core.wire import hpke
+
+        info = sealed_info(metric, spec_id, day, kid.hex())
+        op = self._openers.get((kid, info))
+        if op is None:
+            entry = self.keys.get(kid.hex())
+            op = None if entry is None else hpke.single_shot_opener(self.suite, entry[0], entry[1], info)
+            if len(self._openers) > 1024:
+                self._openers.clear()
+            self._openers[(kid, info)] = op
+        return op
+
+    def open_raw(self, raw: np.ndarray, metric: str, spec_id: str, day: int, plain_size: int) -> tuple[bytes, int]:
+        """``raw`` is an (n, W) uint8 array; returns the concatenated plaintexts and the count that failed."""
+        from ldp_core.wire.hpke import HPKEError
+
+        data = np.ascontiguousarray(raw).tobytes()
+        width = raw.shape[1] if raw.ndim == 2 else plain_size + SEALED_OVERHEAD
+        out: list[bytes] = []
+        failed = 0
+        last_kid, op = b"", None
+        for pos in range(0, len(data), width):
+            kid = data[pos : pos + KEY_ID_SIZE]
+            if kid != last_kid:
+                last_kid, op = kid, self._opener(kid, metric, spec_id, day)
+            if op is None:  # a key this analyzer does not have
+                failed += 1
+                continue
+            try:
+                pt = op(data[pos + KEY_ID_SIZE : pos + width])
+            except HPKEError:  # a wrong tag, a bad point: counted, never fatal
+                failed += 1
+                continue
+            if len(pt) != plain_size:
+                failed += 1
+                continue
+            out.append(pt)
+        return b"".join(out), failed
+
+
+def _key_table(keys: Mapping[str, AnalyzerKey]) -> dict[str, Any]:
+    return {kid: (k.private, k.public_key) for kid, k in keys.items()}
+
+
+_WORKER: _Opener | None = None
+
+
+def _worker_init(private_keys: list[bytes]) -> None:
+    global _WORKER
+    _WORKER = _Opener(_key_table({k.key_id: k for k in (AnalyzerKey(b) for b in private_keys)}))
+
+
+def _worker_open(args: tuple[bytes, int, str, str, int, int]) -> tuple[bytes, int]:
+    data, width, metric, spec_id, day, plain_size = args
+    assert _WORKER is not None
+    raw = np.frombuffer(data, dtype=np.uint8).reshape(-1, width)
+    return _WORKER.open_raw(raw, metric, spec_id, day, plain_size)
+
+
+class BatchOpener:
+    """Opens sealed batches with the keys of a :class:`KeyRing`, inline or across ``processes`` worker processes.
+
+    Records that do not open (another key, another metric or day, altered
+    bytes) are dropped and counted in :attr:`OpenResult.failed`; so are
+    opened records the spec rejects (out-of-range fields).
+    """
+
+    def __init__(self, keys: KeyRing, *, processes: int = 1, chunk: int = 4096) -> None:
+        if processes < 1:
+            raise ValueError(f"processes must be >= 1, got {processes}")
+        self.keys = keys
+        self.processes = int(processes)
+        self.chunk = int(chunk)
+        self._opener = _Opener(_key_table(keys))
+        self._pool: Any = None
+
+    def _get_pool(self) -> Any:
+        if self._pool is None:
+            import multiprocessing
+
+            ctx = multiprocessing.get_context("spawn")
+            privs = [k.private_bytes() for k in self.keys.values()]
+            self._pool = ctx.Pool(self.processes, initializer=_worker_init, initargs=(privs,))
+        return self._pool
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.terminate()
+            self._pool.join()
+            self._pool = None
+
+    def __enter__(self) -> BatchOpener:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def open_records(self, records: np.ndarray, metric: str, spec: ReportSpec, day: int) -> tuple[np.ndarray, int]:
+        """Plain records of ``spec`` (in the sealed records' order) and the number that failed."""
+        width = spec.record_size + SEALED_OVERHEAD
+        raw = np.ascontiguousarray(records).view(np.uint8).reshape(-1, width)
+        n = raw.shape[0]
+        if self.processes > 1 and n > self.chunk:
+            pool = self._get_pool()
+            jobs = [
+                (raw[i : i + self.chunk].tobytes(), width, metric, spec.spec_id, day, spec.record_size)
+                for i in range(0, n, self.chunk)
+            ]
+            parts = pool.map(_worker_open, jobs)
+            data = b"".join(p for p, _ in parts)
+            failed = sum(f for _, f in parts)
+        else:
+            data, failed = self._opener.open_raw(raw, metric, spec.spec_id, day, spec.record_size)
+        plain = np.frombuffer(data, dtype=spec.record_dtype)
+        try:
+            spec.check_records(plain)
+        except FrameError:  # opened, but not a record of this spec: keep the valid ones, count the rest
+            ok = np.ones(plain.size, dtype=bool)
+            for i in range(plain.size):
+                try:
+                    spec.check_records(plain[i : i + 1])
+                except FrameError:
+                    ok[i] = False
+            failed += int(np.count_nonzero(~ok))
+            plain = plain[ok]
+        return plain, failed
+
+    def open_batch(self, batch: ReportBatch) -> OpenResult:
+        spec = batch.spec
+        if not isinstance(spec, SealedSpec):
+            return OpenResult(batch, 0)
+        inner = spec.inner
+        plain, failed = self.open_records(batch.records, batch.metric, inner, batch.day)
+        return OpenResult(ReportBatch(batch.metric, inner, batch.day, plain, batch.batch_id), failed)
+
+
+def open_batch(batch: ReportBatch, keys: KeyRing) -> OpenResult:
+    """Open ``batch`` inline (see :class:`BatchOpener`); a plain batch comes back as is."""
+    return BatchOpener(keys).open_batch(batch)

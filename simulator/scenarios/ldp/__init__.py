@@ -1,0 +1,1 @@
+"""Scenarios that study the local-DP telemetry pipeline."""
