@@ -81,7 +81,8 @@ from client_sdk.memo import (
 from client_sdk.outbox import DEFAULT_MAX_REPORTS, Outbox
 from client_sdk.policy import LocalPolicy, to_units
 from client_sdk.store import Store
-from client_sdk.upload.uploader import BackoffPolicy, HttpTransport, Uploader, urllib_transport
+from client_sdk.upload.backoff import BackoffPolicy
+from client_sdk.upload.uploader import HttpTransport, Uploader, urllib_transport
 from ldp_core.canonical import canonical_json
 from ldp_core.domain import NumberRange
 from ldp_core.errors import BudgetError, LDPError
@@ -187,7 +188,7 @@ class ClientConfig:
     upload_timeout:
         Seconds one HTTP request may take.
     backoff:
-        The retry waits (default: a :class:`~client_sdk.upload.uploader.BackoffPolicy` with its defaults).
+        The retry waits (default: a :class:`~client_sdk.upload.backoff.BackoffPolicy` with its defaults).
     max_outbox_reports:
         The outbox's cap; the oldest reports are dropped (and counted) beyond it.
     max_queue:

@@ -22,6 +22,7 @@ the shuffler's ``$LDP_SHUFFLER_MAX_DAY_AGE`` still win where given.
 from __future__ import annotations
 
 import dataclasses
+import datetime as _dt
 import os
 import time
 from collections.abc import Callable, Mapping
@@ -85,3 +86,19 @@ class DayWindow:
                     raise ConfigError(f"${var}={raw!r} is not an integer") from None
         values.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**values)
+
+
+_EPOCH = _dt.date(1970, 1, 1)
+
+
+def parse_day(value: str | int) -> int:
+    """A UTC day number from ``20419`` or ``2025-11-27``."""
+    if isinstance(value, int):
+        return value
+    s = str(value).strip()
+    if s.lstrip("-").isdigit():
+        return int(s)
+    try:
+        return (_dt.date.fromisoformat(s) - _EPOCH).days
+    except ValueError:
+        raise ValueError(f"day {value!r} is neither a day number (days since 1970-01-01) nor an ISO date") from None

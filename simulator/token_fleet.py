@@ -179,7 +179,7 @@ def flood(
 
     from client_sdk.upload.uploader import FRAME_CONTENT_TYPE
     from ldp_core.mechanisms import frequency_spec
-    from simulator.scenarios.ldp.poisoning import crafted_reports
+    from simulator.crafted import crafted_reports
 
     m = metrics[metric]
     spec = frequency_spec(m.spec)

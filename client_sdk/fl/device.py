@@ -11,7 +11,7 @@ imported only when a round asks for it.
 
 HTTP goes through the SDK uploader's machinery (:mod:`client_sdk.upload.uploader`):
 the same pluggable :data:`~client_sdk.upload.uploader.HttpTransport` (``urllib`` by
-default), the same full-jitter :class:`~client_sdk.upload.uploader.BackoffPolicy`
+default), the same full-jitter :class:`~client_sdk.upload.backoff.BackoffPolicy`
 and the same ``Retry-After`` parsing (seconds or an HTTP date). Requests are
 retried on network errors, 429 and 5xx (honouring ``Retry-After``, plus up to
 10 % jitter, at most 5 s by default); a retry sends the same bytes,
@@ -37,14 +37,8 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from client_sdk.fl.device_store import FLDeviceStore, canonical_json
-from client_sdk.upload.uploader import (
-    USER_AGENT,
-    BackoffPolicy,
-    HttpRequest,
-    HttpTransport,
-    parse_retry_after,
-    urllib_transport,
-)
+from client_sdk.upload.backoff import BackoffPolicy
+from client_sdk.upload.uploader import USER_AGENT, HttpRequest, HttpTransport, parse_retry_after, urllib_transport
 from ldp_core.fl.errors import FLError
 from ldp_core.fl.local_dpsgd import LocalDPSGDSpec, SampleLevelAccountant, local_dp_sgd_from_dict, train_local_dpsgd
 from ldp_core.fl.personalization import personalization_from_dict

@@ -26,7 +26,7 @@ import time
 from collections.abc import Callable
 
 from client_sdk.store import Store
-from client_sdk.upload.uploader import BackoffPolicy
+from client_sdk.upload.backoff import BackoffPolicy
 from ldp_core.tokens.privacy_pass import IssuerClient, TokenError, authorization_header
 
 __all__ = ["TokenWallet"]

@@ -31,7 +31,7 @@ from estimator.mechanisms.numeric import DistributionEstimate, MeanEstimate
 from estimator.oracles import state_for
 from estimator.oracles.base import LinearState
 from estimator.result import Estimate
-from estimator.service import parse_day
+from ldp_core.days import parse_day
 from ldp_core.mechanisms.base import MechanismSpec, ReportSpec
 from ldp_core.metrics import MetricDefinition
 from pipeline.dataset import PartFile, list_parts, read_part, read_part_spec

@@ -21,7 +21,7 @@ from estimator.errors import StateError
 from estimator.service.app import DEFAULT_PORT, create_app, estimate_json
 from estimator.service.engine import EstimatorSettings, EstimatorStats, StreamingEstimator
 from estimator.service.snapshots import SnapshotStore
-from estimator.service.state import DEFAULT_GROUP, EstimatorState, Key, KeyState, Tail, Tally, merge_states, parse_day
+from estimator.service.state import DEFAULT_GROUP, EstimatorState, Key, KeyState, Tail, Tally, merge_states
 from pipeline.topics import SHUFFLED_TOPIC
 
 __all__ = [
@@ -40,6 +40,5 @@ __all__ = [
     "StreamingEstimator",
     "merge_states",
     "estimate_json",
-    "parse_day",
     "create_app",
 ]

@@ -16,7 +16,8 @@ import numpy as np
 from estimator.errors import StateError
 from estimator.result import Estimate
 from estimator.service.engine import StreamingEstimator, _partition_offsets
-from estimator.service.state import _EPOCH, EstimatorState, Key, KeyState, Tally, merge_states, parse_day
+from estimator.service.state import EstimatorState, Key, KeyState, Tally, merge_states
+from ldp_core.days import _EPOCH, parse_day
 from ldp_core.metrics import MetricDefinition
 
 __all__ = ["DEFAULT_PORT", "estimate_json", "create_app", "response_models"]

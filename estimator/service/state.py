@@ -22,7 +22,6 @@ and commit, and another member took over the partition before it restarted
 from __future__ import annotations
 
 import dataclasses
-import datetime as _dt
 import io
 import json
 from collections.abc import Iterable, Mapping, Sequence
@@ -33,6 +32,7 @@ import numpy as np
 from estimator.errors import StateError
 from estimator.oracles import state_for
 from estimator.oracles.base import LinearState
+from ldp_core.days import parse_day
 from ldp_core.mechanisms import spec_from_dict
 from ldp_core.mechanisms.base import ReportSpec
 from pipeline.envelope import ShuffleMeta
@@ -44,20 +44,6 @@ __all__ = ["DEFAULT_GROUP", "Key", "KeyState", "Tally", "Tail", "EstimatorState"
 DEFAULT_GROUP = "ldp-estimator"
 
 Key = tuple[str, str, int]  # (metric, spec_id, day)
-_EPOCH = _dt.date(1970, 1, 1)
-
-
-def parse_day(value: str | int) -> int:
-    """A UTC day number from ``20419`` or ``2025-11-27``."""
-    if isinstance(value, int):
-        return value
-    s = str(value).strip()
-    if s.lstrip("-").isdigit():
-        return int(s)
-    try:
-        return (_dt.date.fromisoformat(s) - _EPOCH).days
-    except ValueError:
-        raise ValueError(f"day {value!r} is neither a day number (days since 1970-01-01) nor an ISO date") from None
 
 
 # -- per-key state -----------------------------------------------------------------------------

@@ -535,7 +535,7 @@ def _run_pipeline(
 
 def _flood(url: str, issuer: Any, metrics: Any, names: list[str], day: int, attempts: int, rng: Any) -> Any:
     """One install floods the first metric with a crafting rule (docs/PRIVACY.md §6); ``None`` if none has."""
-    from simulator.scenarios.ldp.poisoning import CRAFTABLE
+    from simulator.crafted import CRAFTABLE
     from simulator.token_fleet import flood
 
     target = next((n for n in names if metrics[n].kind == "frequency" and metrics[n].spec.name in CRAFTABLE), None)
@@ -581,7 +581,7 @@ def _token_summary(
     ok = spent <= issued and spent == honest + flood_spent
     if flooded is not None:
         from ldp_core.mechanisms import frequency_spec
-        from simulator.scenarios.ldp.poisoning import influence
+        from simulator.crafted import influence
 
         spec = frequency_spec(metrics[flooded.metric].spec)
         est = live[flooded.metric]

@@ -21,14 +21,8 @@ from ldp_core.mechanisms import make_spec
 from ldp_core.wire.frames import FRAME_CONTENT_TYPE, ReportBatch, decode_frame, encode_frame
 from pipeline.topics import RAW_TOPIC
 from pipeline.transport import open_transport
-from simulator.scenarios.ldp.poisoning import (
-    TokenAttackResult,
-    crafted_reports,
-    influence,
-    main,
-    poisoning_run,
-    token_attack_run,
-)
+from simulator.crafted import crafted_reports, influence
+from simulator.scenarios.ldp.poisoning import TokenAttackResult, main, poisoning_run, token_attack_run
 from tests.support.collector_support import TODAY, ServerThread, write_metrics
 
 

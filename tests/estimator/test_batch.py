@@ -11,8 +11,8 @@ import pytest
 
 from collector.sinks.parquet import ParquetSink
 from estimator.jobs.batch import BatchError, estimate_dataset, parse_day_range
-from estimator.service import parse_day
 from ldp_cli.main import main
+from ldp_core.days import parse_day
 from ldp_core.mechanisms import make_spec
 from ldp_core.metrics import parse_metrics
 from ldp_core.wire.frames import ReportBatch

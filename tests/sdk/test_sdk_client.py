@@ -18,7 +18,8 @@ import pytest
 from client_sdk.client import ERROR_TALLIES, STAT_TALLIES, ClientConfig, ClientConfigError, TelemetryClient
 from client_sdk.policy import LocalPolicy
 from client_sdk.store import Store
-from client_sdk.upload.uploader import FRAME_CONTENT_TYPE, BackoffPolicy, HttpRequest, HttpResponse
+from client_sdk.upload.backoff import BackoffPolicy
+from client_sdk.upload.uploader import FRAME_CONTENT_TYPE, HttpRequest, HttpResponse
 from ldp_core.errors import BudgetError
 from ldp_core.metrics import FORMAT, MetricsFileError, parse_metrics
 from ldp_core.randomness import secure_generator

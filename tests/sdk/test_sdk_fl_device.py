@@ -18,7 +18,8 @@ import pytest
 
 from client_sdk.fl.device import MAX_RETRY_WAIT, FLDevice
 from client_sdk.upload import uploader
-from client_sdk.upload.uploader import USER_AGENT, BackoffPolicy, HttpRequest, HttpResponse, HttpTransport
+from client_sdk.upload.backoff import BackoffPolicy
+from client_sdk.upload.uploader import USER_AGENT, HttpRequest, HttpResponse, HttpTransport
 
 NOW = 1_700_000_000.0
 

@@ -25,8 +25,9 @@ from client_sdk.client import ClientConfig, ClientConfigError, TelemetryClient
 from client_sdk.outbox import Outbox
 from client_sdk.policy import LocalPolicy
 from client_sdk.store import SCHEMA_VERSION, Store
+from client_sdk.upload.backoff import BackoffPolicy
 from client_sdk.upload.token_wallet import TokenWallet
-from client_sdk.upload.uploader import BackoffPolicy, HttpRequest, HttpResponse, Uploader
+from client_sdk.upload.uploader import HttpRequest, HttpResponse, Uploader
 from collector.issuer import IssuerSettings, create_issuer_app
 from ldp_core.mechanisms.grr import GRRSpec
 from ldp_core.tokens import privacy_pass as tokens

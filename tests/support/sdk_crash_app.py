@@ -17,7 +17,7 @@ import time
 
 from client_sdk.client import TelemetryClient
 from client_sdk.policy import LocalPolicy
-from client_sdk.upload.uploader import BackoffPolicy
+from client_sdk.upload.backoff import BackoffPolicy
 
 __all__ = ["metrics_doc", "main"]
 
