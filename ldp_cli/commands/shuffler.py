@@ -1,4 +1,4 @@
-"""``ldp shuffler``: run the shuffler as a long-lived worker (see :mod:`collector.shuffler.processor`).
+"""``ldp shuffler``: run the shuffler as a long-lived worker (see :mod:`collector.shuffler`).
 
 The central (ε, δ) of each released batch comes from
 :func:`estimator.accounting.shuffle.shuffler_guarantee`, wired in here
@@ -39,9 +39,7 @@ __all__ = ["register"]
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    from collector.shuffler.processor import (
-        ShufflerSettings,  # light: numba loads only when a permutation is drawn
-    )
+    from collector.shuffler import ShufflerSettings  # light: numba loads only when a permutation is drawn
 
     d = ShufflerSettings()
     p = sub.add_parser(
@@ -111,7 +109,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from collector.errors import ConfigError
-    from collector.shuffler.processor import Shuffler, ShufflerSettings
+    from collector.shuffler import Shuffler, ShufflerSettings
     from ldp_core.metrics import load_metrics
     from pipeline.processor import FATAL_ERRORS
     from pipeline.status import StatusFile

@@ -18,7 +18,7 @@ import pytest
 
 from collector.http.app import create_app
 from collector.settings import CollectorSettings
-from collector.shuffler.processor import Shuffler, ShufflerSettings
+from collector.shuffler import Shuffler, ShufflerSettings
 from ldp_core.days import DayWindow
 from ldp_core.metrics import MetricSet
 from ldp_core.wire.frames import encode_frame

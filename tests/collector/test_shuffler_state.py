@@ -19,7 +19,9 @@ import pytest
 from scipy import stats
 
 from collector.errors import ConfigError, ShufflerStateError
-from collector.shuffler.processor import Shuffler, _IdWindow, _state_keys, decode_checkpoint_chunk
+from collector.shuffler import Shuffler
+from collector.shuffler.checkpoint import _state_keys, decode_checkpoint_chunk
+from collector.shuffler.groups import _IdWindow
 from ldp_core.metrics import MetricSet
 from ldp_core.wire.frames import ReportBatch
 from ldp_core.wire.framing import pack_headed
