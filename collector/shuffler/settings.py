@@ -33,9 +33,8 @@ class ShufflerSettings:
     ``max_day_age``, ``max_days_ahead`` are the collector's window of days
     (:mod:`ldp_core.days`; also from ``$LDP_MAX_DAY_AGE`` /
     ``$LDP_MAX_DAYS_AHEAD``) and a group is kept ``expiry_grace_days`` past
-    it; ``max_age_days`` is the old name of ``max_day_age``. ``key_file`` is
-    the shuffler's secret (created 0600 if missing; the same file for every
-    member of the group).
+    it. ``key_file`` is the shuffler's secret (created 0600 if missing; the
+    same file for every member of the group).
     """
 
     min_batch: int = 1000
@@ -53,7 +52,6 @@ class ShufflerSettings:
     max_day_age: int = DEFAULT_MAX_DAY_AGE
     max_days_ahead: int = DEFAULT_MAX_DAYS_AHEAD
     expiry_grace_days: int = 1
-    max_age_days: int | None = None
     key_file: str = DEFAULT_KEY_PATH
     refresh_interval: float = 6 * 3600.0
     restore_timeout: float = 120.0
@@ -61,9 +59,6 @@ class ShufflerSettings:
     poll_records: int = 500
 
     def __post_init__(self) -> None:
-        if self.max_age_days is not None:  # the old name of max_day_age (it counted from the newest day seen)
-            check_ranges(self, {"max_age_days": (0, 3660)})
-            object.__setattr__(self, "max_day_age", self.max_age_days)
         if not isinstance(self.key_file, str) or not self.key_file:
             raise ConfigError("key_file must be a file path")
         check_ranges(

@@ -389,7 +389,7 @@ def test_exactly_once_while_the_group_rebalances(tmp_path: Path, metrics: Metric
         if len(days) == 4:
             break
     uploads = [olh_batch(metrics, 50, first_seed=50 * i, day=days[i % 4]) for i in range(160)]
-    settings = {m: tp.settings(min_batch=100, max_batch=400, member=m, max_age_days=60) for m in "ab"}
+    settings = {m: tp.settings(min_batch=100, max_batch=400, member=m, max_day_age=60) for m in "ab"}
     shufflers: dict[str, Shuffler] = {}
     stops = {m: threading.Event() for m in "ab"}
     errors: list[BaseException] = []
