@@ -54,8 +54,9 @@ key id) as associated data. So whoever reads the state topic, even as it is
 written, cannot tell which upload a released report came from, nor which
 checkpoint interval it arrived in. In memory a group keeps per-record
 upload numbers to count a released batch's sources; restored records count
-as one, so ``ShuffleMeta.sources`` is a lower bound. Format 1 checkpoints
-(clear, in arrival order) are still restored.
+as one, so ``ShuffleMeta.sources`` is a lower bound. Only this format is
+read: a chunk of format 1 (written in the clear by early shufflers) is
+ignored as malformed.
 
 **Superseded checkpoints are deleted.** When the shuffler reads back chunk
 0 of the latest checkpoint it committed (or restored) for a partition,

@@ -22,7 +22,7 @@ from typing import Any
 from collector.errors import ConfigError, ShufflerStateError
 from ldp_core.errors import FrameError
 from ldp_core.files import load_or_create_private
-from ldp_core.wire.framing import HEAD_SIZE, pack_headed, unpack_headed
+from ldp_core.wire.framing import pack_headed, unpack_headed
 from pipeline.transport import partition_for
 
 __all__ = [
@@ -86,15 +86,15 @@ class _Keys:
 
 _CKPT_MAGIC = b"LDPQ"
 _INNER_MAGIC = b"LDPq"
-#: format of the checkpoints written: 2 = sealed, permuted, no upload numbers; 1 (still restored) = in the clear
+#: format of the checkpoints written and restored: sealed, permuted, no upload numbers (format 1, written in the
+#: clear by early shufflers, is no longer read)
 CHECKPOINT_VERSION = 2
 
 
 @dataclasses.dataclass(frozen=True)
 class CheckpointHeader:
     """The clear header of a checkpoint chunk: which group, partition and input offset it belongs to, nothing
-    about its reports. ``key_id`` names the key the payload is sealed with. A version 1 chunk (written in the
-    clear by older shufflers) carries its body's description in ``legacy`` (``newest_day``, ``ids``, ``pieces``)."""
+    about its reports. ``key_id`` names the key the payload is sealed with."""
 
     group: str
     partition: int
@@ -103,12 +103,9 @@ class CheckpointHeader:
     chunk: int
     chunks: int
     key_id: str = ""
-    version: int = CHECKPOINT_VERSION
-    legacy: Mapping[str, Any] | None = None
 
     def to_json(self) -> bytes:
-        obj = {k: v for k, v in dataclasses.asdict(self).items() if k not in ("version", "legacy")}
-        return json.dumps(obj, separators=(",", ":")).encode()
+        return json.dumps(dataclasses.asdict(self), separators=(",", ":")).encode()
 
 
 #: ``[metric, spec dict, day, count]`` of one run of records in a checkpoint body
@@ -143,25 +140,14 @@ def encode_checkpoint_body(
 
 
 def decode_checkpoint_chunk(value: bytes) -> tuple[CheckpointHeader, memoryview]:
-    """The clear header and the (sealed, or for version 1 plain) payload of a checkpoint chunk;
-    :class:`~ldp_core.wire.framing.FramingError` if ``value`` is not a whole chunk frame,
-    :class:`~ldp_core.errors.FrameError` if its header is malformed."""
-    version = value[4] if len(value) > HEAD_SIZE else CHECKPOINT_VERSION
-    version = 1 if version == 1 else CHECKPOINT_VERSION
-    head, payload = unpack_headed(value, _CKPT_MAGIC, "shuffler checkpoint chunk", version=version)
+    """The clear header and the sealed payload of a checkpoint chunk;
+    :class:`~ldp_core.wire.framing.FramingError` if ``value`` is not a whole chunk frame of
+    :data:`CHECKPOINT_VERSION`, :class:`~ldp_core.errors.FrameError` if its header is malformed."""
+    head, payload = unpack_headed(value, _CKPT_MAGIC, "shuffler checkpoint chunk", version=CHECKPOINT_VERSION)
     try:
-        obj = json.loads(head)
-        if version == 1:
-            legacy = {
-                "newest_day": int(obj.pop("newest_day")),
-                "ids": int(obj.pop("ids")),
-                "pieces": tuple(tuple(p) for p in obj.pop("pieces")),
-            }
-            header = CheckpointHeader(**obj, version=1, legacy=legacy)
-        else:
-            header = CheckpointHeader(**obj)
-            if header.to_json() != head:
-                raise ValueError("the header is not in its canonical form")
+        header = CheckpointHeader(**json.loads(head))
+        if header.to_json() != head:
+            raise ValueError("the header is not in its canonical form")
     except (ValueError, TypeError, KeyError) as exc:
         raise FrameError(f"checkpoint header is malformed: {exc}") from None
     return header, payload
@@ -189,15 +175,8 @@ def open_checkpoint_chunk(header: CheckpointHeader, payload: memoryview, keys: _
 
     :class:`~collector.errors.ShufflerStateError` if it is sealed under another key (``key_file`` names the
     file this process read, for the message) or does not authenticate: restoring without it would lose the
-    buffered reports, so the shuffler stops. A version 1 chunk's raw batch ids are digested here (it has no
-    totals: they start from 0).
+    buffered reports, so the shuffler stops.
     """
-    if header.version == 1:
-        assert header.legacy is not None
-        n = int(header.legacy["ids"])
-        ids = [keys.digest(bytes(payload[16 * i : 16 * i + 16])) for i in range(n)]
-        pieces = tuple((str(m), dict(sd), int(d), int(c)) for m, sd, d, c in header.legacy["pieces"])
-        return pieces, ids, len(ids), payload[16 * n :], {}
     if header.key_id != keys.key_id:
         raise ShufflerStateError(
             f"partition {header.partition}: the checkpoint to restore (raw offset {header.raw_offset}) is sealed "

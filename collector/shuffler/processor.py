@@ -393,17 +393,15 @@ class Shuffler(StreamProcessor):
     def _load(self, part: _Partition, chunks: list[tuple[CheckpointHeader, memoryview, int]]) -> None:
         """Restore ``part`` from the chunks of the checkpoint at its committed offset, then apply the raw
         records held back meanwhile."""
-        version = chunks[0][0].version
         opened = [open_checkpoint_chunk(h, p, self._keys, key_file=self.settings.key_file) for h, p, _ in chunks]
-        part.restore(chunks[0][0].snapshot, opened, version)
+        part.restore(chunks[0][0].snapshot, opened)
         self._totals[part.index] = part.totals.copy()
         self._supersede(part, chunks[0][2])
         held, part.held = part.held, []
         log.info(
-            "partition %d restored at raw offset %s (checkpoint format %d): %d reports buffered, %d ids",
+            "partition %d restored at raw offset %s: %d reports buffered, %d ids",
             part.index,
             part.committed,
-            version,
             part.buffered(),
             len(part.ids),
         )

@@ -113,10 +113,9 @@ class _Partition:
             )
             yield encode_checkpoint_chunk(header, body, keys)
 
-    def restore(self, snapshot: str, chunks: Sequence[OpenedChunk], version: int) -> None:
+    def restore(self, snapshot: str, chunks: Sequence[OpenedChunk]) -> None:
         """Replace the buffered groups, the id window and the totals by those of the opened chunks (in order) of
-        checkpoint ``snapshot`` of format ``version``, the one at the committed raw offset; the partition is
-        live again."""
+        checkpoint ``snapshot``, the one at the committed raw offset; the partition is live again."""
         self.groups.clear()
         self.ids.clear()
         specs: dict[str, ReportSpec] = {}
@@ -132,8 +131,6 @@ class _Partition:
                 spec = _spec_of(spec_dict, specs)
                 recs = np.frombuffer(rest, dtype=spec.record_dtype, count=count, offset=pos).copy()
                 pos += count * spec.record_size
-                if version == 1:
-                    pos += 4 * count  # the upload numbers of the old format: not restored
                 key = (metric, spec.spec_id, int(day))
                 buffered = self.groups.get(key)
                 if buffered is None:

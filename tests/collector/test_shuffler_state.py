@@ -2,13 +2,12 @@
 tapped as it was written) and the shuffled topic links released reports to their uploads no better than chance.
 
 Also: no raw batch id reaches the state topic, superseded checkpoints are deleted (reading the topic from the
-beginning yields only the latest checkpoint), the embedded log overwrites their bytes, old (format 1)
-checkpoints are still restored, and a member with another key refuses to restore instead of losing reports.
+beginning yields only the latest checkpoint), the embedded log overwrites their bytes, and a member with
+another key refuses to restore instead of losing reports.
 """
 
 from __future__ import annotations
 
-import json
 import sqlite3
 import uuid
 from collections.abc import Iterator
@@ -20,16 +19,15 @@ from scipy import stats
 
 from collector.errors import ConfigError, ShufflerStateError
 from collector.shuffler import Shuffler
-from collector.shuffler.checkpoint import _state_keys, decode_checkpoint_chunk
+from collector.shuffler.checkpoint import decode_checkpoint_chunk
 from collector.shuffler.groups import _IdWindow
 from ldp_core.metrics import MetricSet
 from ldp_core.wire.frames import ReportBatch
-from ldp_core.wire.framing import pack_headed
+from ldp_core.wire.framing import FramingError, pack_headed
 from pipeline.envelope import decode_envelope
-from pipeline.topics import metric_day_key
-from pipeline.transport import Consumer, Record, TopicPartition, Transport, open_transport
+from pipeline.transport import Consumer, Record, Transport, open_transport
 from tests.collector.test_shuffler import Topics, publish, read_shuffled
-from tests.support.collector_support import TODAY, olh_batch, write_metrics
+from tests.support.collector_support import olh_batch, write_metrics
 
 #: uploads, reports per upload, uploads arriving between two checkpoints
 UPLOADS, PER_UPLOAD, PER_ROUND = 120, 5, 10
@@ -249,51 +247,15 @@ def test_the_embedded_log_overwrites_deleted_checkpoints(tmp_path: Path, metrics
     assert live and live[0] in data  # the latest checkpoint is still there: the search does find what exists
 
 
-# -- compatibility and keys -------------------------------------------------------------------------------
+# -- keys -------------------------------------------------------------------------------------------------
 
 
-def v1_chunk(group: str, partition: int, raw_offset: int, batches: list[ReportBatch]) -> bytes:
-    """A checkpoint chunk as shufflers before format 2 wrote it: clear header, raw ids, records, uint32 sources."""
-    spec = batches[0].spec
-    recs = np.concatenate([b.records for b in batches])
-    src = np.repeat(np.arange(len(batches), dtype=np.uint32), [len(b) for b in batches])
-    header = {
-        "group": group,
-        "partition": partition,
-        "raw_offset": raw_offset,
-        "snapshot": "00" * 8,
-        "chunk": 0,
-        "chunks": 1,
-        "newest_day": TODAY,
-        "ids": len(batches),
-        "pieces": [[batches[0].metric, spec.to_dict(), TODAY, int(recs.size)]],
-    }
-    payload = b"".join(b.batch_id for b in batches) + recs.tobytes() + src.tobytes()
-    return pack_headed(b"LDPQ", json.dumps(header, separators=(",", ":")).encode(), payload)
-
-
-def test_a_format_1_checkpoint_is_restored(metrics: MetricSet, transport: Transport) -> None:
-    """An old checkpoint's reports are restored and its raw batch ids still catch duplicates."""
-    tp = Topics()
-    old = [olh_batch(metrics, 20, first_seed=20 * i) for i in range(3)]
-    transport.create_topic(tp.raw, 4)
-    transport.create_topic(tp.state, 4)
-    publish(transport, tp.raw, old)
-    p = transport.publish(tp.raw, metric_day_key("emoji_used", TODAY), b"x").partition  # the group's partition
-    # the old shuffler had applied the 3 uploads (and one undecodable record) and committed
-    with transport.consume([tp.raw, tp.state], tp.group, member="old") as c:
-        while len(c.poll(max_records=100, timeout=0.5)) < 4:
-            pass
-        c.commit({TopicPartition(tp.raw, p): 4})
-    transport.publish(tp.state, _state_keys(4)[p], v1_chunk(tp.group, p, 4, old))
-    publish(transport, tp.raw, [old[1], olh_batch(metrics, 40, first_seed=60)])  # a retry, then a new upload
-    sh = Shuffler(transport, metrics, tp.settings(min_batch=100))
-    sh.run(idle_exit=0.5)
-    sh.close()
-    assert sh.stats.restores >= 1 and sh.stats.duplicate_batches == 1
-    (batch,) = [sb for _, sb in read_shuffled(transport, tp.shuffled, metrics)]
-    assert np.array_equal(np.sort(batch.batch.records["seed"]), np.arange(100))
-    assert batch.meta.sources == 2  # the restored reports count as one upload: a lower bound
+def test_only_the_current_checkpoint_format_is_read() -> None:
+    """A chunk of format 1 (clear header and records, written by early shufflers) is not a checkpoint any more:
+    the shuffler logs it as malformed and skips it."""
+    header = b'{"group":"g","partition":0,"raw_offset":4,"snapshot":"0000000000000000","chunk":0,"chunks":1}'
+    with pytest.raises(FramingError, match="version 1"):
+        decode_checkpoint_chunk(pack_headed(b"LDPQ", header, b"\0" * 32, version=1))
 
 
 def test_a_member_with_another_key_refuses_to_restore(tmp_path: Path, metrics: MetricSet, transport: Transport) -> None:
