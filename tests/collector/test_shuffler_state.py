@@ -8,14 +8,16 @@ another key refuses to restore instead of losing reports.
 
 from __future__ import annotations
 
+import itertools
+import math
 import sqlite3
 import uuid
 from collections.abc import Iterator
+from fractions import Fraction
 from pathlib import Path
 
 import numpy as np
 import pytest
-from scipy import stats
 
 from collector.errors import ConfigError, ShufflerStateError
 from collector.shuffler import Shuffler
@@ -31,6 +33,8 @@ from tests.support.collector_support import olh_batch, write_metrics
 
 #: uploads, reports per upload, uploads arriving between two checkpoints
 UPLOADS, PER_UPLOAD, PER_ROUND = 120, 5, 10
+#: the linking test's false-alarm probability per run (:func:`linking_attack`)
+FALSE_ALARM = 1e-6
 
 
 @pytest.fixture
@@ -147,15 +151,69 @@ def truth(uploads: list[ReportBatch], released: list[ReportBatch]) -> np.ndarray
     return np.array([upload_of[int(s)] for b in released for s in b.records["seed"]])
 
 
+def matches_law(guesses: np.ndarray, per_upload: int) -> Iterator[int]:
+    """``N_j`` for ``j = 0, 1, .., n`` (lazily): how many of the ``n!`` orders of the released reports give
+    ``W = j`` matches.
+
+    ``W`` counts the released positions ``i`` whose guess ``g_i`` names the upload of the report released
+    there. Under the null the guesses are fixed (nothing the attacker reads changes its seeded fallback
+    draws) and the released order is a uniform permutation (the shuffler's CSPRNG), so ``W`` is the number
+    of matches between the guesses and a well-shuffled deck holding each upload label ``m = per_upload``
+    times: ``P(W = j) = N_j / n!``. Number the ``n`` reports; the cells (position ``i``, report ``j``) with
+    ``label(j) = g_i`` form disjoint blocks of ``a_u × m`` cells (``a_u`` = the guesses naming upload ``u``),
+    so their rook numbers (ways to pick ``k`` cells, no two in a row or column) are the coefficients of
+    ``R(x) = Π_u Σ_k C(a_u, k)·C(m, k)·k!·x^k``, and inclusion and exclusion over the matched cells (Kaplansky
+    and Riordan, "The problem of the rooks and its applications", 1946) give
+    ``N_j = Σ_{k≥j} (−1)^(k−j)·C(k, j)·r_k·(n − k)!``, computed here in exact integers.
+    """
+    n = guesses.size
+    rooks = [1]
+    for a in np.bincount(guesses).tolist():
+        block = [math.comb(a, k) * math.comb(per_upload, k) * math.factorial(k) for k in range(min(a, per_upload) + 1)]
+        product = [0] * (len(rooks) + len(block) - 1)
+        for i, r in enumerate(rooks):
+            for k, b in enumerate(block):
+                product[i + k] += r * b
+        rooks = product
+    terms = [r * math.factorial(n - k) for k, r in enumerate(rooks)] + [0] * (n + 1 - len(rooks))
+    return (sum((-1) ** (k - j) * math.comb(k, j) * terms[k] for k in range(j, n + 1)) for j in range(n + 1))
+
+
+def null_bound(guesses: np.ndarray, per_upload: int, alpha: float) -> int:
+    """The smallest ``c`` with ``P(W > c) < alpha`` under the null (:func:`matches_law`), exactly."""
+    orders = math.factorial(guesses.size)
+    below = 0  # orders with W <= c
+    for c, count in enumerate(matches_law(guesses, per_upload)):
+        below += count
+        if orders - below < Fraction(alpha) * orders:
+            return c
+    raise AssertionError("unreachable: P(W > n) = 0")
+
+
+def test_the_law_of_chance_matches_counts_every_order() -> None:
+    """:func:`matches_law` against all 8! orders of a small deck (4 uploads of 2 reports, uneven guesses)."""
+    guesses = np.array([0, 0, 0, 1, 2, 2, 3, 3])
+    labels = [0, 0, 1, 1, 2, 2, 3, 3]
+    counts = [0] * 9
+    for order in itertools.permutations(labels):
+        counts[sum(g == t for g, t in zip(guesses.tolist(), order, strict=True))] += 1
+    assert list(matches_law(guesses, 2)) == counts and sum(counts) == math.factorial(8)
+
+
 def linking_attack(transport: Transport, metrics: MetricSet) -> None:
-    """Statistic: the fraction of the N = 600 released reports whose upload (of U = 120, equal sizes) the
-    attacker names correctly. Chance is 1/U. If the state topic carries nothing about the link, the correct
-    guesses are a sum of N negatively associated Bernoulli(1/U) indicators (the released order is a uniform
-    permutation, independent of what the attacker sees), whose upper tail is bounded by Binomial(N, 1/U)'s;
-    the test fails when the count exceeds that binomial's 99.9% quantile (a false alarm at most once in a
-    thousand runs; the attacker's fallback draws come from a fixed seed). On the old checkpoints (arrival
-    order, upload numbers) this attacker names about 100% of the uploads; on permuted but unsealed
-    checkpoints about 1 in PER_ROUND (the round is still given away)."""
+    """Statistic: the number ``W`` of the N = 600 released reports whose upload (of U = 120, 5 reports each)
+    the attacker names correctly; chance is N/U = 5. The test fails when ``W`` exceeds the bound that a
+    state topic carrying nothing about the link exceeds with probability below ``FALSE_ALARM`` = 1e-6 per run
+    (:func:`null_bound`: W's exact law given the attacker's guesses, over the uniform released order).
+
+    For the guesses of the fixed seed the bound is 19: P(W ≥ 20) = 2.9e-7, P(W ≥ 19) = 1.2e-6. (Binomial(N,
+    1/U), W's law were the guesses drawn afresh each run, gives the same 19; with the guesses fixed the exact
+    tail is slightly heavier than the binomial's, so the binomial is not a bound here. The 99.9% binomial
+    quantile used before, 13, is exceeded with probability 6.6e-4 per run: once seen, with 14.) The test
+    keeps its power: on the old checkpoints (arrival order, upload numbers) this attacker names about 552
+    of 600, and on permuted but unsealed ones about 1 in PER_ROUND (the round is still given away): about 50,
+    and were W Binomial(600, 1/12) it would stay at or below 19 with probability 2e-7.
+    """
     tp = Topics()
     uploads, state, released = feed_and_tap(transport, tp, metrics)
     assert len(state) >= UPLOADS // PER_ROUND  # the tap saw every checkpoint
@@ -163,7 +221,7 @@ def linking_attack(transport: Transport, metrics: MetricSet) -> None:
     guesses = link(state, released, np.random.default_rng(11))
     correct = int(np.count_nonzero(guesses == truth(uploads, released)))
     n = guesses.size
-    bound = int(stats.binom.ppf(0.999, n, 1 / UPLOADS))
+    bound = null_bound(guesses, PER_UPLOAD, FALSE_ALARM)
     assert correct <= bound, f"the attacker linked {correct} of {n} reports (chance {n / UPLOADS:.1f}, bound {bound})"
 
 
