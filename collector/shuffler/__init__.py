@@ -107,13 +107,15 @@ digests and the release plan (:func:`~collector.shuffler.groups.plan_release`);
 :mod:`~collector.shuffler.checkpoint` the checkpoint format and its sealing
 under the shuffler's secret; :mod:`~collector.shuffler.state` one partition's
 state, written to and restored from checkpoints;
-:mod:`~collector.shuffler.permute` the CSPRNG permutation; and
+:mod:`~collector.shuffler.permute` the CSPRNG permutation;
+:mod:`~collector.shuffler.stats` the counters (:class:`ShufflerStats`); and
 :mod:`~collector.shuffler.processor` the stream processor, :class:`Shuffler`.
 """
 
 from __future__ import annotations
 
-from collector.shuffler.processor import Guarantee, Shuffler, ShufflerStats
+from collector.shuffler.processor import Guarantee, Shuffler
 from collector.shuffler.settings import ShufflerSettings
+from collector.shuffler.stats import ShufflerStats
 
 __all__ = ["Shuffler", "ShufflerSettings", "ShufflerStats", "Guarantee"]

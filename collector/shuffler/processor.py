@@ -7,7 +7,6 @@ describes the whole design (exactly once, what a checkpoint does not hold, dupli
 from __future__ import annotations
 
 import collections
-import dataclasses
 import logging
 import math
 import secrets
@@ -29,7 +28,8 @@ from collector.shuffler.checkpoint import (
 from collector.shuffler.groups import _gather, _Group, _GroupKey, plan_release
 from collector.shuffler.permute import WordSource, csprng_permutation, urandom_words, warm_up
 from collector.shuffler.settings import ShufflerSettings
-from collector.shuffler.state import _TOTALS, _Partition
+from collector.shuffler.state import _Partition
+from collector.shuffler.stats import _TOTALS, ShufflerStats
 from ldp_core.days import utc_day
 from ldp_core.errors import FrameError
 from ldp_core.mechanisms.base import ReportSpec
@@ -50,7 +50,7 @@ from pipeline.transport import (
     TransportError,
 )
 
-__all__ = ["Guarantee", "ShufflerStats", "Shuffler", "STATE_SEGMENT_SECONDS"]
+__all__ = ["Guarantee", "Shuffler", "STATE_SEGMENT_SECONDS"]
 
 log = logging.getLogger("ldp.shuffler")
 
@@ -60,32 +60,6 @@ STATE_SEGMENT_SECONDS = 600.0
 
 #: ``(n, epsilon0) -> (central epsilon, delta, name of the bound)``
 Guarantee = Callable[[int, float], "tuple[float, float, str]"]
-
-
-@dataclasses.dataclass
-class ShufflerStats:
-    """Counters since the process started."""
-
-    input_batches: int = 0
-    input_reports: int = 0
-    duplicate_batches: int = 0
-    duplicate_reports: int = 0
-    undecodable_batches: int = 0
-    #: batches whose day was already out of the window when they were read (their reports are in expired_reports)
-    expired_batches: int = 0
-    #: buffered groups dropped because their day left the window before they reached a crowd
-    expired_groups: int = 0
-    expired_reports: int = 0
-    superseded_deletes: int = 0
-    released_batches: int = 0
-    released_reports: int = 0
-    checkpoints: int = 0
-    restores: int = 0
-    aborted_transactions: int = 0
-    buffered_reports: int = 0
-
-    def to_dict(self) -> dict[str, int]:
-        return dataclasses.asdict(self)
 
 
 class Shuffler(StreamProcessor):

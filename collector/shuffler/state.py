@@ -22,24 +22,11 @@ from collector.shuffler.checkpoint import (
 )
 from collector.shuffler.groups import _gather, _Group, _GroupKey, _IdWindow
 from collector.shuffler.permute import WordSource, csprng_permutation
+from collector.shuffler.stats import _TOTALS
 from ldp_core.mechanisms import spec_from_dict
 from ldp_core.mechanisms.base import ReportSpec
 from ldp_core.wire.sealing import SealedSpec
 from pipeline.transport import Record
-
-#: the counters kept per partition in its checkpoints (:meth:`~collector.shuffler.processor.Shuffler.totals`)
-_TOTALS = (
-    "input_batches",
-    "input_reports",
-    "duplicate_batches",
-    "duplicate_reports",
-    "undecodable_batches",
-    "expired_batches",
-    "expired_groups",
-    "expired_reports",
-    "released_batches",
-    "released_reports",
-)
 
 
 class _Partition:
