@@ -1,5 +1,6 @@
 """What the shuffler buffers: a group's reports (:class:`_Group`), the window of recent upload batch ids
-(:class:`_IdWindow`), and how a group that reached its crowd is cut into released batches (:func:`plan_release`)."""
+(:class:`_IdWindow`), how a group that reached its crowd is cut into released batches (:func:`plan_release`),
+and the fast permuting of fixed-width records (:func:`_gather`)."""
 
 from __future__ import annotations
 
