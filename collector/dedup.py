@@ -40,7 +40,7 @@ answered; the device retries and the batch is published a second time. That
 second copy has the same batch id, metric and day, so it lands in the same
 partition of ``ldp.reports.raw`` shortly after the first, and the shuffler
 drops it (it keeps a durable window of recent batch ids per partition, see
-:mod:`collector.shuffler.processor`): each batch is counted once end to end.
+:mod:`collector.shuffler`): each batch is counted once end to end.
 ``synchronous=NORMAL`` suffices here for the same reason: a record lost to
 a power cut only lets one retry through to the shuffler's check.
 """

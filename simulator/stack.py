@@ -218,7 +218,7 @@ class LocalPipeline:
     def start(self) -> LocalPipeline:
         from collector.http.app import create_app
         from collector.settings import CollectorSettings
-        from collector.shuffler.processor import Shuffler, ShufflerSettings
+        from collector.shuffler import Shuffler, ShufflerSettings
         from collector.sinks.parquet import ParquetSink
         from estimator.service import StreamingEstimator
         from estimator.service import create_app as estimator_app

@@ -380,7 +380,7 @@ class Transport(abc.ABC):
         records are numbered as before; a group whose committed offset points
         at deleted records resumes at the oldest record left. ``offsets[p]``
         must not lie past the partition's end (use an offset that was read). Used for the shuffler's
-        superseded checkpoints (:mod:`collector.shuffler.processor`). The embedded log
+        superseded checkpoints (:mod:`collector.shuffler`). The embedded log
         overwrites the deleted records' bytes (``secure_delete``); Kafka moves
         the partition's log start offset (DeleteRecords, KIP-107): no consumer
         can read them any more, and the broker removes the segments wholly
