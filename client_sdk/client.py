@@ -84,10 +84,11 @@ from client_sdk.store import Store
 from client_sdk.upload.backoff import BackoffPolicy
 from client_sdk.upload.uploader import HttpTransport, Uploader, urllib_transport
 from ldp_core.canonical import canonical_json
+from ldp_core.days import utc_day
 from ldp_core.domain import NumberRange
 from ldp_core.errors import BudgetError, LDPError
 from ldp_core.files import write_atomic
-from ldp_core.metrics import MetricDefinition, MetricSet, MetricsFileError, load_metrics, parse_metrics, utc_day
+from ldp_core.metrics import MetricDefinition, MetricSet, MetricsFileError, load_metrics, parse_metrics
 from ldp_core.privacy_events import local_event
 from ldp_core.randomness import secure_generator, simulation_generator
 from ldp_core.wire.sealing import AnalyzerPublicKey, seal_batch
@@ -484,7 +485,7 @@ class TelemetryClient:
                 self._count("bad_value")
                 return
             now = self._clock()
-            day = int(now // 86400)
+            day = utc_day(now)
             if day < self._floor_day:
                 day = self._floor_day
             if day > m.expires_day:

@@ -100,9 +100,10 @@ from collector.prometheus import CONTENT_TYPE as PROMETHEUS_CONTENT_TYPE
 from collector.prometheus import Registry
 from collector.settings import CollectorSettings
 from collector.tokens import SpentTokens, TokenRejected, TokenVerifier
+from ldp_core.days import utc_day
 from ldp_core.errors import FrameError, SpecMismatchError
 from ldp_core.mechanisms.base import ReportSpec
-from ldp_core.metrics import MetricSet, load_metrics, parse_metrics, utc_day
+from ldp_core.metrics import MetricSet, load_metrics, parse_metrics
 from ldp_core.wire.frames import (
     FRAME_CONTENT_TYPE,
     MAX_RECORDS,
