@@ -216,7 +216,7 @@ def _resolve(declared: MetricSet, metric: str, spec_id: str) -> ReportSpec:
             f"metric {metric!r} is not declared in the collector's "
             "metrics file; GET /v1/metrics lists the declared metrics",
         )
-    if not m.spec.has_id(spec_id):  # old devices send the legacy id
+    if m.spec.spec_id != spec_id:
         raise RejectedBatch(
             422,
             "spec_mismatch",
@@ -320,7 +320,7 @@ def metrics_layout(declared: MetricSet) -> dict[str, Any]:
     for name, entry in doc["metrics"].items():
         spec = declared[name].spec
         entry["spec_id"] = spec.spec_id
-        entry["accepted_spec_ids"] = list(dict.fromkeys(spec.spec_ids))
+        entry["accepted_spec_ids"] = [spec.spec_id]
         entry["record"] = record_layout(spec)
     return doc
 

@@ -117,8 +117,9 @@ def test_a_sealed_frame_of_the_wrong_width_is_refused() -> None:
 def _as(spec: Any, spec_id: str) -> Any:
     # a resolver that claims the frame's id for another layout (what a stale metrics file would do)
     class Claim(type(spec)):  # type: ignore[misc]
-        def has_id(self, sid: str) -> bool:
-            return True
+        @property
+        def spec_id(self) -> str:
+            return spec_id
 
     return Claim(**spec.params())
 

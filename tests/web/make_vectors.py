@@ -161,7 +161,7 @@ _CASES: dict[str, list[tuple[dict[str, Any], list[int]]]] = {
     ],
 }
 
-#: extra specs whose ids (and legacy ids) the vectors pin: numbers in tricky forms, defaults stated or left out
+#: extra specs whose ids (and memo derivation ids) the vectors pin: numbers in tricky forms, defaults stated or left out
 _EXTRA_SPECS: list[tuple[str, dict[str, Any]]] = [
     ("grr", {"epsilon": 1e-7, "domain_size": 4}),
     ("grr", {"epsilon": 0.1, "domain_size": 2**31}),
@@ -201,7 +201,7 @@ def _spec_entry(name: str, given: dict[str, Any]) -> dict[str, Any]:
         "spec": spec.to_dict(),
         "canonical": canonical_json(spec.to_dict()).decode("utf-8"),
         "spec_id": spec.spec_id,
-        "legacy_spec_id": spec.legacy_spec_id,
+        "memo_derivation_id": spec.memo_derivation_id,
         "record_size": spec.record_size,
     }
 
@@ -281,7 +281,7 @@ def _encode_cases(name: str, given: dict[str, Any], values: list[int], seed: int
     }
     assert batch_to_json_obj(batch)["records"] == [c["fields"] for c in cases]
     if isinstance(spec, RapporSpec):
-        key = memo.metric_secret(metric, spec.legacy_spec_id)
+        key = memo.metric_secret(metric, spec.memo_derivation_id)
         entry["memo"] = {
             "device_secret": _SECRET.hex(),
             "metric": metric,
