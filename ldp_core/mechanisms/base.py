@@ -115,7 +115,7 @@ class ReportSpec(ABC):
 
         E.g. ``{"domain_size":4,"epsilon":1,"mechanism":"grr"}`` (keys sorted by
         UTF-16 code units, no whitespace, ECMAScript number form: ``1``, not
-        ``1.0``); see :mod:`ldp_core.canonical` and ``tests/vectors/spec_ids.json``.
+        ``1.0``); see :mod:`ldp_core.canonical` and ``ldp_core/vectors/spec_ids.json``.
         """
         try:
             return canonical_json(self.to_dict())

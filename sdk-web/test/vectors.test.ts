@@ -1,4 +1,4 @@
-// The shared vectors (sdk-web/vectors, written by the Python SDK: scripts/make-web-vectors) decide.
+// The shared vectors (ldp_core/vectors, written by the Python SDK: scripts/make-web-vectors) decide.
 import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
 import { test } from "node:test";
@@ -23,9 +23,9 @@ import {
   xxh32U32,
 } from "../src/index.js";
 
-const load = (name: string): any => JSON.parse(readFileSync(new URL(`../vectors/${name}`, import.meta.url), "utf8"));
+const load = (name: string): any => JSON.parse(readFileSync(new URL(`../../ldp_core/vectors/${name}`, import.meta.url), "utf8"));
 const XXH = load("xxh32.json");
-const SPECS = load("spec_ids.json");
+const SPECS = load("specs.json");
 const MECH = load("mechanisms.json");
 const DOMAINS = load("domains.json");
 

@@ -29,8 +29,9 @@ from ldp_core.wire.sealing import (
     seal_batch,
     sealed_info,
 )
+from tests.support.vectors import load_vectors
 
-VECTOR = json.loads((pathlib.Path(__file__).parents[1] / "vectors" / "sealed_frame.json").read_text())
+VECTOR = load_vectors("sealed_frame.json")
 SPEC = spec_from_dict({"mechanism": "olh", "epsilon": 1.0, "domain_size": 1024})
 
 

@@ -1,8 +1,8 @@
 """spec_id: RFC 8785 canonical form, test vectors checked by an independent implementation, memo derivation ids.
 
-``tests/vectors/spec_ids.json`` holds, for a spec of every mechanism, its dict,
+``ldp_core/vectors/spec_ids.json`` holds, for a spec of every mechanism, its dict,
 its canonical bytes and its id, plus number, string and key-order vectors.
-Those were computed by node (``tests/vectors/jcs.js``: ``JSON.stringify`` of
+Those were computed by node (``tests/sdk/jcs.js``: ``JSON.stringify`` of
 the value with its keys sorted, which is RFC 8785's form, and node's SHA-256),
 not by :mod:`ldp_core.canonical`. ``test_vectors_agree_with_node`` re-runs
 node on the file here, so the file cannot drift from the standard either;
@@ -25,9 +25,10 @@ import pytest
 from ldp_core.canonical import CanonicalizationError, canonical_json, canonical_number
 from ldp_core.errors import SpecError
 from ldp_core.mechanisms import MECHANISMS, make_spec, spec_from_dict
+from tests.support.vectors import load_vectors
 
-VECTORS_DIR = Path(__file__).resolve().parents[1] / "vectors"
-VECTORS = json.loads((VECTORS_DIR / "spec_ids.json").read_text(encoding="utf-8"))
+VECTORS = load_vectors("spec_ids.json")
+JCS = Path(__file__).resolve().parent / "jcs.js"
 
 
 def node_canonical(values: list[Any]) -> list[tuple[str, str]]:
@@ -35,7 +36,7 @@ def node_canonical(values: list[Any]) -> list[tuple[str, str]]:
     node = shutil.which("node")
     assert node is not None, "node is required for the independent RFC 8785 check (install nodejs)"
     out = subprocess.run(
-        [node, str(VECTORS_DIR / "jcs.js")],
+        [node, str(JCS)],
         input=json.dumps(values),
         capture_output=True,
         text=True,

@@ -7,7 +7,7 @@ size, record count (u32 each), 16-byte batch id, metric, records, CRC-32 (zlib)
 of everything before it, all little-endian; the spec id is the first 16 hex
 digits of SHA-256 over the spec's RFC 8785 canonical JSON (sorted keys, no
 spaces, ECMAScript numbers: ``1``, not ``1.0``; the canonical strings and ids
-come from ``tests/vectors/spec_ids.json``, computed by node). The frames with
+come from ``ldp_core/vectors/spec_ids.json``, computed by node). The frames with
 the same frames under the spec's memo derivation id (the pre-RFC 8785 hash that keys
 memoized device state) are refused: a frame carries only ``spec_id``.
 They are frozen as hex literals so that any change to the format, the spec id
