@@ -119,7 +119,7 @@ class Shuffler(StreamProcessor):
         if isinstance(specs, MetricSet):
             # a sealed metric's records are opaque fixed-width bytes here (ldp_core.wire.sealing.SealedSpec)
             self._by_metric: dict[str, ReportSpec] | None = {n: m.wire_spec for n, m in specs.items()}
-            self._by_id: dict[str, ReportSpec] = {i: m.spec for m in specs.values() for i in m.spec.spec_ids}
+            self._by_id: dict[str, ReportSpec] = {m.spec.spec_id: m.spec for m in specs.values()}
             self._reports_per_person = {n: int(m.max_reports_per_day) for n, m in specs.items()}
         else:
             self._by_metric = None
@@ -396,7 +396,7 @@ class Shuffler(StreamProcessor):
 
     def _resolve(self, metric: str, spec_id: str) -> ReportSpec:
         spec = self._by_metric.get(metric) if self._by_metric is not None else self._by_id.get(spec_id)
-        if spec is None or not spec.has_id(spec_id):
+        if spec is None or spec.spec_id != spec_id:
             raise FrameError(f"metric {metric!r} with spec {spec_id} is not in the shuffler's metrics file")
         return spec
 

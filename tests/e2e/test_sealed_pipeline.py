@@ -22,7 +22,8 @@ import pytest
 
 from collector.shuffler.checkpoint import decode_checkpoint_chunk, open_checkpoint_chunk
 from estimator.jobs.batch import estimate_dataset
-from ldp_core.metrics import parse_metrics, utc_day
+from ldp_core.days import utc_day
+from ldp_core.metrics import parse_metrics
 from ldp_core.wire.frames import ReportBatch, decode_frame, encode_frame, read_header
 from ldp_core.wire.sealing import KeyRing, SealedSpec, new_key_file, open_batch, seal_batch
 from pipeline.transport import open_transport
