@@ -45,9 +45,8 @@ def simulate_oracles(
 def accuracy_row(res: SimulationResult) -> tuple[dict[str, Any], str]:
     """One oracle's ``demo.json`` entry (its result, MSE, theoretical MSE and 95% CI coverage) and its table
     line (per user, with the encode and aggregate rates)."""
-    err = res.estimate.counts - res.true_counts
-    mse, theory = float(np.mean(err**2)), float(res.variance.mean())
-    cover = float(np.mean((res.estimate.ci_low <= res.true_counts) & (res.true_counts <= res.estimate.ci_high)))
+    acc = res.accuracy()
+    mse, theory, cover = acc["mse"], acc["theory_mse"], acc["ci_coverage"]
     enc = res.users / max(res.seconds["encode"], 1e-9) / 1e6
     agg = res.users / max(res.seconds["aggregate"] + res.seconds["estimate"], 1e-9) / 1e6
     line = (
