@@ -184,6 +184,7 @@ def run_pipeline(cfg: DemoConfig, keep: KeepRunning | None = None) -> int:
 
 
 def _run(run: _Run, keep: KeepRunning | None) -> int:
+    """Start the stack, feed it, read what it counted and report (see :func:`run_pipeline`)."""
     from simulator.stack import LocalPipeline
 
     cfg = run.cfg
