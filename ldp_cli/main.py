@@ -31,6 +31,7 @@ COMMANDS = [
     "ldp_cli.commands.shuffler",
     "ldp_cli.commands.privacy",
     "ldp_cli.commands.fl",
+    "ldp_cli.commands.study",
     "ldp_cli.commands.dpsgd",
     "ldp_cli.commands.keys",
     "ldp_cli.commands.issuer",

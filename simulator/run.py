@@ -40,6 +40,22 @@ class SimulationResult:
         """Theoretical variance of each count estimate given the true counts."""
         return self.spec.count_variance(self.true_counts)
 
+    def accuracy(self) -> dict[str, float]:
+        """How the estimate fared against the truth: its MSE beside the theoretical one (``theory_mse``, the
+        mean variance), the 95% intervals' coverage, and the mean and variance of the standardized errors
+        (about 0 and 1 when the variance is right)."""
+        err = self.estimate.counts - self.true_counts
+        var = self.variance
+        z = err / np.sqrt(var)
+        ci = self.estimate
+        return {
+            "mse": float(np.mean(err**2)),
+            "theory_mse": float(var.mean()),
+            "ci_coverage": float(np.mean((ci.ci_low <= self.true_counts) & (self.true_counts <= ci.ci_high))),
+            "z_mean": float(z.mean()),
+            "z_variance": float(z.var()),
+        }
+
     def to_json_obj(self) -> dict[str, Any]:
         return {
             "mechanism": self.spec.name,

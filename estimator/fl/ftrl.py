@@ -61,6 +61,8 @@ __all__ = [
     "ftrl_noise_for_epsilon",
     "FtrlAccountant",
     "DPFTRL",
+    "FTRL_PROTECTS",
+    "ftrl_summary",
 ]
 
 _STATE_VERSION = 1
@@ -477,3 +479,44 @@ class DPFTRL:
         ):
             raise FLError("the checkpoint's tree was built for another noise or restart setting")
         self.tree, self.contributed = tree, {str(c) for c in obj["contributed"]}
+
+
+FTRL_PROTECTS = (
+    "{what}, against anyone who sees the released models, "
+    "including whoever knows which clients took part in each round: DP-FTRL assumes no sampling "
+    "(each client contributes at most once per tree, clipped to the bound the noise multiplier refers to); "
+    "not against a server that adds the noise itself and sees the un-noised sums"
+)
+
+
+def ftrl_summary(
+    noise_multiplier: float,
+    rounds: int,
+    delta: float,
+    restart_every: int | None = None,
+    neighbors: Neighbors = "add_or_remove",
+) -> dict[str, Any]:
+    """``ldp privacy ftrl``'s answer as a JSON-ready dict: the client-level ε of ``rounds`` rounds of DP-FTRL
+    (exact Gaussian DP, key ``epsilon``, and dp_accounting's RDP bound, ``epsilon_rdp``), the trees, the
+    noise nodes each client's contribution reaches, and what the figure protects."""
+    sizes = tree_sizes(rounds, restart_every)
+    what = (
+        "whether one client's data was used at all"
+        if neighbors == "add_or_remove"
+        else "what one client's data is (replace-one neighbours)"
+    )
+    return {
+        "epsilon": ftrl_epsilon(noise_multiplier, rounds, delta, restart_every, neighbors),
+        "epsilon_rdp": ftrl_epsilon_rdp(noise_multiplier, rounds, delta, restart_every, neighbors),
+        "delta": delta,
+        "noise_multiplier": noise_multiplier,
+        "rounds": rounds,
+        "restart_every": restart_every,
+        "trees": len(sizes),
+        "restarts": len(sizes) - 1,
+        "nodes_per_client": sum(tree_depth(s) for s in sizes),
+        "neighbors": neighbors,
+        "accountant": "exact Gaussian DP of the composed trees (Dong, Roth, Su 2019); "
+        "epsilon_rdp: dp_accounting RDP, SingleEpochTreeAggregationDpEvent",
+        "protects": FTRL_PROTECTS.format(what=what),
+    }

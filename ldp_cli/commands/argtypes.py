@@ -12,7 +12,19 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from estimator.jobs.spark import SparkEngine
 
-__all__ = ["positive_int", "probability", "positive", "seed", "add_engine_options", "engine_from_args"]
+__all__ = [
+    "positive_int",
+    "probability",
+    "positive",
+    "seed",
+    "nonnegative",
+    "nonnegative_int",
+    "seed_list",
+    "bits_list",
+    "noise_multiplier_list",
+    "add_engine_options",
+    "engine_from_args",
+]
 
 
 def positive_int(text: str) -> int:
@@ -43,6 +55,57 @@ def seed(text: str) -> int:
     if not 0 <= v < 2**63:
         raise argparse.ArgumentTypeError(f"must be an integer in [0, 2**63), got {text}")
     return v
+
+
+def nonnegative(v: str) -> float:
+    """A finite number >= 0."""
+    x = float(v)
+    if not (x >= 0 and x != float("inf")):
+        raise argparse.ArgumentTypeError(f"expected a finite number >= 0, got {v!r}")
+    return x
+
+
+def nonnegative_int(v: str) -> int:
+    try:
+        x = int(v)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {v!r}") from None
+    if x < 0:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {v!r}")
+    return x
+
+
+def seed_list(text: str) -> tuple[int, ...]:
+    """Comma-separated seeds, each an integer >= 0."""
+    try:
+        out = tuple(int(t) for t in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated seeds, got {text!r}") from None
+    if not out or any(v < 0 for v in out):
+        raise argparse.ArgumentTypeError(f"seeds must be integers >= 0, got {text!r}")
+    return out
+
+
+def bits_list(text: str) -> tuple[int, ...]:
+    """Comma-separated bits per coordinate, each in [2, 32]."""
+    try:
+        out = tuple(int(t) for t in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
+    if not out or any(not 2 <= b <= 32 for b in out):
+        raise argparse.ArgumentTypeError(f"bits per coordinate must be in [2, 32], got {text!r}")
+    return out
+
+
+def noise_multiplier_list(text: str) -> tuple[float, ...]:
+    """Comma-separated noise multipliers, each a finite number > 0."""
+    try:
+        out = tuple(float(t) for t in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}") from None
+    if not out or any(not (0 < z < float("inf")) for z in out):
+        raise argparse.ArgumentTypeError(f"noise multipliers must be finite numbers > 0, got {text!r}")
+    return out
 
 
 def add_engine_options(p: argparse.ArgumentParser) -> None:

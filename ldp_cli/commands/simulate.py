@@ -6,6 +6,7 @@ import argparse
 import json
 import secrets
 import sys
+from typing import Any
 
 import numpy as np
 
@@ -106,18 +107,7 @@ def run(args: argparse.Namespace) -> int:
     dist = parse_distribution(args.distribution, domain)
     rng = np.random.default_rng(seed)
 
-    bar = None
-    if not args.json or sys.stderr.isatty():
-        from tqdm import tqdm
-
-        bar = tqdm(
-            total=args.users,
-            unit="user",
-            unit_scale=True,
-            file=sys.stderr,
-            disable=args.users < 2_000_000 and not sys.stderr.isatty(),
-            leave=False,
-        )
+    bar = _progress(args.users) if not args.json or sys.stderr.isatty() else None
     try:
         result = simulate(spec, args.users, dist, rng, seed=seed, progress=bar.update if bar else None)
     finally:
@@ -138,13 +128,26 @@ def run(args: argparse.Namespace) -> int:
         print(
             f"{i:>8} {truth[i]:>10} {est.counts[i]:>12.1f}  [{est.ci_low[i]:>11.1f}, {est.ci_high[i]:>11.1f}] {np.sqrt(var[i]):>10.1f}"
         )
-    z = (est.counts - truth) / np.sqrt(var)
-    cover = float(np.mean((est.ci_low <= truth) & (truth <= est.ci_high)))
+    acc = result.accuracy()
     print(
-        f"standardized errors: mean {z.mean():+.3f}, variance {z.var():.3f}; CI coverage {cover:.3f}; "
-        f"MSE {np.mean((est.counts - truth) ** 2):.4g} (theory {var.mean():.4g})"
+        f"standardized errors: mean {acc['z_mean']:+.3f}, variance {acc['z_variance']:.3f}; CI coverage "
+        f"{acc['ci_coverage']:.3f}; MSE {acc['mse']:.4g} (theory {acc['theory_mse']:.4g})"
     )
     return 0
+
+
+def _progress(users: int) -> Any:
+    """A progress bar over ``users`` on stderr, shown for large runs or when stderr is a terminal."""
+    from tqdm import tqdm
+
+    return tqdm(
+        total=users,
+        unit="user",
+        unit_scale=True,
+        file=sys.stderr,
+        disable=users < 2_000_000 and not sys.stderr.isatty(),
+        leave=False,
+    )
 
 
 def _check_common(args: argparse.Namespace) -> int:
@@ -167,16 +170,7 @@ def run_numeric(args: argparse.Namespace) -> int:
     spec = numeric_spec(args.mechanism, args.epsilon, lo, hi, args.bins)
     population = NumericPopulation(args.distribution or "beta:2,5", lo, hi)
     rng = np.random.default_rng(seed)
-    from tqdm import tqdm
-
-    with tqdm(
-        total=args.users,
-        unit="user",
-        unit_scale=True,
-        file=sys.stderr,
-        disable=args.users < 2_000_000 and not sys.stderr.isatty(),
-        leave=False,
-    ) as bar:
+    with _progress(args.users) as bar:
         out = simulate_numeric(
             spec, args.users, population, rng, seed=seed, bootstrap=args.bootstrap, progress=bar.update
         )

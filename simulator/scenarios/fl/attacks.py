@@ -110,6 +110,7 @@ __all__ = [
     "run_inversion",
     "run_attacks",
     "plot_attacks",
+    "report_lines",
 ]
 
 T = TypeVar("T")
@@ -587,3 +588,35 @@ def plot_attacks(result: dict[str, Any], path: str) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=90)
     plt.close(fig)
+
+
+def _eps_text(e: Any, spec: str) -> str:
+    """An ε for the tables: a number (formatted by ``spec``), a reason (text), or — for none."""
+    return "—" if e is None else e if isinstance(e, str) else format(e, spec)
+
+
+def report_lines(result: dict[str, Any]) -> list[str]:
+    """The tables ``ldp study attack`` prints for :func:`run_attacks`'s ``result``: the membership
+    inference advantage per setting with its interval and DP bounds, and the gradient inversion's success."""
+    mi, inv = result["membership_inference"], result["gradient_inversion"]
+    lines = [
+        f"membership inference: {mi['candidate_clients']} candidate clients ({mi['joining_clients']} joined), "
+        f"{mi['examples_per_client']} examples each, {mi['model']}, {mi['rounds']} rounds, Poisson q = {mi['sampling']['rate']}",
+        f"{'setting':<18} {'ε':>8} {'train acc':>9} {'test acc':>8} {'advantage':>9} {'95 % CI':>16} "
+        f"{'Yeom τ':>7} {'TV bound':>8} {'ε,δ bound':>9}",
+    ]
+    for s in mi["settings"]:
+        lines.append(
+            f"{s['name']:<18} {_eps_text(s['epsilon'], '.3g'):>8} {s['train_accuracy']:>9.3f} "
+            f"{s['nonmember_accuracy']:>8.3f} {s['advantage']:>9.3f} "
+            f"{'[' + format(s['ci'][0], '.3f') + ', ' + format(s['ci'][1], '.3f') + ']':>16} "
+            f"{s['yeom_threshold']['advantage']:>7.3f} {s['bound_total_variation']:>8.3f} {s['bound_epsilon_delta']:>9.3f}"
+        )
+    lines.append(f"gradient inversion: {inv['model']}; {inv['trials']} targets per setting; clip {inv['clip_norm']:g}")
+    lines.append(f"{'setting':<28} {'ε (1 round)':>11} {'cos':>6} {'|cos| svd':>9} {'rel. err':>8} {'success':>7}")
+    for s in inv["settings"]:
+        lines.append(
+            f"{s['name']:<28} {_eps_text(s['epsilon_one_round'], '.4g'):>11} {s['cosine_mean']:>6.3f} "
+            f"{s['svd_abs_cosine_mean']:>9.3f} {s['relative_error_median']:>8.3f} {s['success_rate']:>7.2f}"
+        )
+    return lines

@@ -58,6 +58,8 @@ __all__ = [
     "EXAMPLE_SETTINGS",
     "DATA_NOTE",
     "compare_ddg_to_central",
+    "report_lines",
+    "example_report_lines",
 ]
 
 DATA_NOTE = (
@@ -549,3 +551,88 @@ def _ftrl_row(
         "matched_to": "the σ 2.0 row's epsilon_known_sample",
         "schedule": "epochs: a permutation of the clinics per epoch, each clinic once per tree",
     }
+
+
+def _fmt_eps(e: float | None) -> str:
+    return "—" if e is None else f"{e:.4g}"
+
+
+def _eps_text(e: Any) -> str:
+    """An ε for the tables: a number, a reason (text), or — for none."""
+    return "—" if e is None else e if isinstance(e, str) else f"{e:.4g}"
+
+
+def report_lines(result: dict[str, Any], cfg: ClinicsConfig) -> list[str]:
+    """The table ``ldp study clinics`` prints for :func:`run_clinics`'s ``result`` under ``cfg``: each
+    setting's accuracy and ε by adversary, the noise found for the target ε, and what ε protects."""
+    lines = [
+        f"clinics: {result['clinics']} clinics, {result['rounds']} rounds, Poisson q = {cfg.sample_rate} "
+        f"(mean {cfg.sample_rate * cfg.clinics:g} per round), δ = {cfg.delta:g}; {result['data']}",
+        f"{'setting':<22} {'clip':>6} {'σ':>6} {'accuracy':>9} {'client-level ε':>15} {'ε knows sample':>15} "
+        f"{'ε server operator':>18}",
+    ]
+    for s in result["settings"]:
+        clip = "—" if s["clip_norm"] is None else f"{s['clip_norm']:g}"
+        sig = "—" if s["noise_multiplier"] is None else f"{s['noise_multiplier']:g}"
+        operator = "—" if s["epsilon_by_adversary"] is None else "none"
+        lines.append(
+            f"{s['name']:<22} {clip:>6} {sig:>6} {s['test_accuracy']:>9.4f} {_eps_text(s['epsilon_observers']):>15} "
+            f"{_eps_text(s['epsilon_known_sample']):>15} {operator:>18}"
+        )
+    for e, z in result.get("noise_for_epsilon", {}).items():
+        lines.append(
+            f"noise multiplier for ε = {e} over {result['rounds']} rounds at q = {cfg.sample_rate}: {z:.3f} "
+            f"(test accuracy {result['accuracy_at_target_epsilon'][e]:.4f})"
+        )
+    lines.append(
+        "ε protects whether one clinic took part (all its patients). client-level ε: against observers who "
+        "see every model but not the Poisson sample (amplification by sampling credited). ε knows sample: "
+        "against anyone who knows the sample and sees only the models (no amplification). ε server "
+        "operator: none, the server adds the noise (central DP) after seeing every clipped update. "
+        "—: no clipping, no DP accounting."
+    )
+    return lines
+
+
+def example_report_lines(result: dict[str, Any]) -> list[str]:
+    """The table ``ldp study clinics --example`` prints for :func:`run_example`'s ``result``: each setting's
+    accuracy, weight error and ε by adversary, with what each ε protects against."""
+    lines = [
+        f"the user's example: default_rng(9), {result['clinics']} clinics, {result['rounds']} rounds, "
+        f"{result['sampling']['count']} of {result['clinics']} per round without replacement, "
+        f"δ = {result['delta']:g}, neighbours: {result['neighbors']}",
+        f"{'setting':<14} {'accuracy':>9} {'weight err':>11} {'ε observers':>12} {'ε knows sample':>15} "
+        f"{'ε this sample':>14} {'ε server operator':>18}",
+    ]
+    for r in result["rows"]:
+        operator = r.get("epsilon_server_operator")
+        op = "none" if operator is None and r["epsilon"] is not None else _fmt_eps(operator)
+        lines.append(
+            f"{r['setting']:<14} {r['accuracy']:>9.3f} {r['weight_error']:>11.3f} {_fmt_eps(r['epsilon']):>12} "
+            f"{_fmt_eps(r['epsilon_known_sample']):>15} {_fmt_eps(r['epsilon_known_sample_realized']):>14} "
+            f"{op:>18}"
+        )
+    lines.append(
+        "ε observers: against anyone who sees the models but not the sample (the smaller of dp_accounting's "
+        "RDP bound for sampling without replacement and the unamplified exact bound"
+        + (
+            "; here RDP's bound is the larger, so amplification is not credited"
+            if all(r["epsilon"] is None or r["epsilon"] >= r["epsilon_known_sample"] for r in result["rows"])
+            else ""
+        )
+        + "). ε knows sample: against anyone who knows the sample and sees only the models (no "
+        "amplification, a clinic may be in every round). ε this sample: the same for this run's sample (its "
+        "most-sampled clinic's rounds). The server operator: none, the noise is central (added after the "
+        "server averaged the clipped updates), except for distributed DG, whose devices add discrete Gaussian "
+        "shares before secure aggregation (Kairouz, Liu, Steinke 2021; its bits per coordinate in the JSON): "
+        "one figure for every adversary, no amplification credited. No noise: ε is infinite (— in the table, "
+        "null in JSON)."
+    )
+    ftrl = next((r for r in result["rows"] if r["setting"] == "DP-FTRL"), None)
+    if ftrl is not None:
+        lines.append(
+            f"DP-FTRL: tree-aggregated noise (z = {ftrl['noise_multiplier']:.3g} per node, a tree every "
+            f"{ftrl['restart_every']} rounds, each clinic once per tree), no sampling assumed: its ε is the same "
+            "for observers and for whoever knows the sample, matched to σ 2.0's ε knows sample."
+        )
+    return lines

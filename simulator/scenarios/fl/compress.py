@@ -56,7 +56,7 @@ from ldp_core.fl.ring_sketch import RingCountSketch
 from ldp_core.fl.training import ClientUpdate, clip_to_norm
 from simulator.scenarios.fl.drift import DriftConfig, DriftDPConfig, ScheduledSampling, _run, make_drift_data
 
-__all__ = ["CompressedDPMean", "SchemeSpec", "DEFAULT_SCHEMES", "run_compress", "plot_compress"]
+__all__ = ["CompressedDPMean", "SchemeSpec", "DEFAULT_SCHEMES", "run_compress", "plot_compress", "report_lines"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -301,3 +301,17 @@ def plot_compress(result: dict[str, Any], path: str) -> None:
     finish_axes(ax, "uplink bytes per device and round", "final test accuracy (mean over seeds)", title, legend=None)
     finish_axes(bx, "round", "test accuracy", legend=7)
     save_figure(fig, path)
+
+
+def report_lines(result: dict[str, Any]) -> list[str]:
+    """What ``ldp study compress`` prints for :func:`run_compress`'s ``result``: each scheme's uplink bytes,
+    sensitivity and final accuracy at the common ε."""
+    lines = [
+        f"compress: drift partition, {result['rounds']} rounds, seeds {result['seeds']}, "
+        f"ε = {result['epsilon']:.2f} (δ = {result['delta']:g}) for every scheme"
+    ]
+    for r in result["schemes"]:
+        lines.append(
+            f"  {r['scheme']:<22} {r['uplink_bytes']:>5} B  sensitivity {r['sensitivity']:.2f}  accuracy {r['final_accuracy']:.3f}"
+        )
+    return lines

@@ -81,10 +81,12 @@ __all__ = [
     "make_drift_data",
     "run_drift",
     "run_drift_dp",
+    "run_drift_study",
     "plot_drift",
     "plot_drift_ddg",
     "DATA_NOTE",
     "EXPECTATION",
+    "report_lines",
 ]
 
 T = TypeVar("T")
@@ -546,3 +548,77 @@ def plot_drift_ddg(result: dict[str, Any], path: str) -> None:
         fontsize=9,
     )
     save_figure(fig, path)
+
+
+def report_lines(result: dict[str, Any]) -> list[str]:
+    """The tables ``ldp study drift`` prints for :func:`run_drift`'s ``result`` (with its ``dp`` entry from
+    :func:`run_drift_dp` and ``ddg`` from :func:`compare_drift_ddg_to_central` when present)."""
+    p, t = result["partition"], result["training"]
+    lines = [
+        f"drift: {result['clients']} clients ({result['clients_per_round']} per round), {result['rounds']} rounds, "
+        f"{result['model']}; Dirichlet α = {p['alpha']:g} (majority class share {p['majority_class_share_mean']:.2f}), "
+        f"feature shift {p['feature_shift']:g}; {t['local_steps_mean']:.0f} local steps on average; {result['data']}",
+        f"{'strategy':<16} {'final':>7} {'best':>7} {'round':>6} {'mean last 10':>13}",
+    ]
+    for r in result["strategies"]:
+        lines.append(
+            f"{r['name']:<16} {r['final_accuracy']:>7.4f} {r['best_accuracy']:>7.4f} {r['best_round']:>6} "
+            f"{r['mean_accuracy_last_10']:>13.4f}"
+        )
+    lines.append(f"expected: {result['expectation']}")
+    if "dp" in result:
+        lines += _dp_lines(result["dp"])
+    if "ddg" in result:
+        lines += _ddg_lines(result["ddg"])
+    return lines
+
+
+def _dp_lines(dp: dict[str, Any]) -> list[str]:
+    lines = [
+        f"client-level DP (clip {dp['clip_norm']:g}, δ = {dp['delta']:g}, {dp['neighbors']}); "
+        f"server operator: {dp['server_operator']}",
+        f"{'run':<32} {'z':>6} {'ε':>8} {'final':>7} {'mean last 10':>13}",
+    ]
+    for r in dp["runs"]:
+        eps = r.get("epsilon", r.get("epsilon_known_sample"))
+        lines.append(
+            f"{r['name']:<32} {r['noise_multiplier']:>6.3f} {eps:>8.2f} {r['final_accuracy']:>7.4f} "
+            f"{r['mean_accuracy_last_10']:>13.4f}"
+        )
+    lines.append(
+        f"dp_fedavg's ε: {dp['runs'][0]['epsilon_known_sample']:.2f} against whoever knows the sample, "
+        f"{dp['runs'][0]['epsilon_observers']:.2f} against observers who do not; DP-FTRL's holds for both."
+    )
+    return lines
+
+
+def _ddg_lines(ddg: dict[str, Any]) -> list[str]:
+    lines = [f"distributed DG at ε = {ddg['target_epsilon']:.2f} (central's, against whoever knows the sample):"]
+    for r in ddg["rows"]:
+        if r.get("infeasible"):
+            lines.append(
+                f"  {r['bits']:>2} bits: infeasible (the rounding floor exceeds the ε, or too few bits for m clients)"
+            )
+            continue
+        label = "central" if r["bits"] is None else f"{r['bits']:>2} bits"
+        lines.append(
+            f"  {label:<8} z {r['noise_multiplier']:.3f}  operator: {'yes' if r['holds_against_operator'] else 'no'}"
+            f"  final {r['final_accuracy_mean']:.4f}  mean last 10 {r['mean_accuracy_last_10_mean']:.4f}"
+        )
+    return lines
+
+
+def run_drift_study(
+    cfg: DriftConfig = DriftConfig(), dp: DriftDPConfig | None = None, ddg_bits: Sequence[int] | None = None
+) -> dict[str, Any]:
+    """:func:`run_drift`; with ``dp`` also :func:`run_drift_dp` (key ``dp``), and with ``ddg_bits`` too the
+    distributed discrete Gaussian at DP-FedAvg's ε per bit width (key ``ddg``,
+    :func:`compare_drift_ddg_to_central` on ``cfg.seed``)."""
+    if ddg_bits is not None and dp is None:
+        raise ValueError("the distributed DG is matched to DP-FedAvg's ε: give dp with ddg_bits")
+    result = run_drift(cfg)
+    if dp is not None:
+        result["dp"] = run_drift_dp(cfg, dp)
+        if ddg_bits is not None:
+            result["ddg"] = compare_drift_ddg_to_central(cfg, dp, ddg_bits, (cfg.seed,))
+    return result

@@ -43,7 +43,7 @@ from ldp_core.fl.models import SoftmaxRegression
 from simulator.plots import finish_axes, save_figure
 from simulator.scenarios.fl.drift import DATA_NOTE, DriftConfig, ScheduledSampling, make_drift_data
 
-__all__ = ["LocalDPSGDConfig", "run_local_dpsgd", "plot_local_dpsgd"]
+__all__ = ["LocalDPSGDConfig", "run_local_dpsgd", "plot_local_dpsgd", "report_lines"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -270,3 +270,33 @@ def plot_local_dpsgd(result: dict[str, Any], path: str) -> None:
         f"(client-level ε {cl['epsilon_known_sample']:.1f} / {cl['epsilon_observers']:.1f})",
     )
     save_figure(fig, path)
+
+
+def report_lines(result: dict[str, Any]) -> list[str]:
+    """The table ``ldp study local-dpsgd`` prints for :func:`run_local_dpsgd`'s ``result``: what the
+    client-level and the sample-level DP protect, and each run's ε and accuracy."""
+    cl, ld = result["client_level"], result["local_dp_sgd"]
+    lines = [
+        f"local-dpsgd: {result['clients']} clients ({result['clients_per_round']} per round), {result['rounds']} "
+        f"rounds, {result['model']}; rounds joined per device {result['rounds_joined']['min']}-"
+        f"{result['rounds_joined']['max']} (median {result['rounds_joined']['median']:g})",
+        f"client-level DP: C = {cl['clip_norm']:g}, z = {cl['noise_multiplier']:g}, ε = "
+        f"{cl['epsilon_known_sample']:.2f} (knows the sample) / {cl['epsilon_observers']:.2f} (observers) at "
+        f"δ = {cl['delta']:g}: {cl['protects']}",
+        f"sample-level DP: c = {ld['clip']:g}, q = {ld['sample_rate']:g}, {ld['steps_per_round']} steps per round, "
+        f"η = {ld['learning_rate']:g}, δ = {ld['delta']:g}: {ld['protects']}",
+        f"{'run':<24} {'σ':>5} {'ε/round':>8} {'ε all':>8} {'ε busiest':>10} {'final':>7} {'last 10':>8}",
+    ]
+    for r in result["runs"]:
+        if not r["noise_multiplier"]:
+            lines.append(
+                f"{r['name']:<24} {'-':>5} {'-':>8} {'-':>8} {'-':>10} {r['final_accuracy']:>7.4f} "
+                f"{r['mean_accuracy_last_10']:>8.4f}"
+            )
+            continue
+        lines.append(
+            f"{r['name']:<24} {r['noise_multiplier']:>5g} {r['epsilon_per_round']:>8.2f} "
+            f"{r['epsilon_worst_case']:>8.2f} {r['epsilon_max_device']:>10.2f} {r['final_accuracy']:>7.4f} "
+            f"{r['mean_accuracy_last_10']:>8.4f}"
+        )
+    return lines

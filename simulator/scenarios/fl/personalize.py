@@ -42,7 +42,15 @@ from ldp_core.fl.personalized_training import personalized_params
 from ldp_core.fl.training import LocalTraining
 from simulator.scenarios.fl.drift import DriftConfig, ScheduledSampling, make_drift_clients
 
-__all__ = ["METHODS", "PersonalizeConfig", "run_personalize", "summarize", "plot_personalize", "EXPECTATION"]
+__all__ = [
+    "METHODS",
+    "PersonalizeConfig",
+    "run_personalize",
+    "summarize",
+    "plot_personalize",
+    "EXPECTATION",
+    "report_lines",
+]
 
 EXPECTATION = (
     "Li et al., ICML 2021 (Ditto), §5, and Fallah et al., NeurIPS 2020 (Per-FedAvg), §6: under label skew "
@@ -214,3 +222,22 @@ def plot_personalize(result: dict[str, Any], path: str) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
+
+
+def report_lines(result: dict[str, Any]) -> list[str]:
+    """The table ``ldp study personalize`` prints for :func:`run_personalize`'s ``result``: each strategy's
+    per-client accuracy (median, 10th percentile, worst decile, mean) and its pooled accuracy."""
+    lines = [
+        f"personalize: {result['clients']} clients ({result['clients_per_round']} per round), "
+        f"{result['rounds']} rounds, {result['model']}; Dirichlet α = {result['partition']['alpha']:g}, "
+        f"feature shift {result['partition']['feature_shift']:g}; each client scored on its own test data "
+        f"(at least {result['test_examples_per_client_min']} examples)",
+        f"{'strategy':<18} {'median':>7} {'p10':>6} {'worst 10 %':>10} {'mean':>6} {'pooled':>7}",
+    ]
+    for r in result["strategies"]:
+        lines.append(
+            f"{r['name']:<18} {r['median']:>7.3f} {r['p10']:>6.3f} {r['worst_decile_mean']:>10.3f} "
+            f"{r['mean']:>6.3f} {r['pooled_accuracy']:>7.3f}"
+        )
+    lines.append(f"expected: {result['expectation']}")
+    return lines

@@ -51,6 +51,7 @@ __all__ = [
     "run_one",
     "plot_fl_poisoning",
     "dp_privacy",
+    "report_lines",
 ]
 
 ATTACKS = ("label_flip", "backdoor", "sign_flip")
@@ -270,3 +271,27 @@ def plot_fl_poisoning(result: dict[str, Any], path: str) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=90)
     plt.close(fig)
+
+
+def report_lines(result: dict[str, Any]) -> list[str]:
+    """The table ``ldp study attack --poisoning`` prints for :func:`run_fl_poisoning`'s ``result``: each
+    attack, malicious fraction and aggregator's accuracy and attack success (and DP-FLTrust's ε if run)."""
+    lines = [
+        f"poisoning: {result['model']}, {result['clients']} clients, {result['root_examples']} root examples, "
+        f"{result['rounds']} rounds, boost {result['boost']:g}",
+        "clean accuracy: " + ", ".join(f"{k} {v:.3f}" for k, v in result["clean_accuracy"].items()),
+        f"{'attack':<11} {'malicious':>9} {'aggregator':<13} {'accuracy':>8} {'attack success':>14}",
+    ]
+    for r in result["results"]:
+        asr = "—" if r["attack_success_rate"] is None else f"{r['attack_success_rate']:.3f}"
+        step = f"  step scale {r['mean_step_scale']:.3f}" if "mean_step_scale" in r else ""
+        lines.append(
+            f"{r['attack']:<11} {r['fraction']:>9.0%} {r['aggregator']:<13} {r['accuracy']:>8.3f} {asr:>14}{step}"
+        )
+    dp = result.get(DP_AGGREGATOR)
+    if dp is not None:
+        lines.append(
+            f"{DP_AGGREGATOR}: C {dp['clip_norm']:g}, noise multiplier {dp['noise_multiplier']:g}, client-level "
+            f"epsilon {dp['epsilon']:.1f} at delta {dp['delta']:g} (every client every round: no amplification)"
+        )
+    return lines
