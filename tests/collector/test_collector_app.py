@@ -22,7 +22,8 @@ import pytest
 
 from client_sdk.upload import uploader
 from collector.dedup import BatchIdStore
-from collector.http.app import FRAME_CONTENT_TYPES, create_app
+from collector.http.app import create_app
+from collector.http.upload import FRAME_CONTENT_TYPES
 from collector.settings import CollectorSettings
 from ldp_core.mechanisms import make_spec
 from ldp_core.metrics import MetricSet, parse_metrics

@@ -1,0 +1,102 @@
+"""The collector's operational metrics: its Prometheus families (:class:`CollectorMetrics`), the middleware
+that times every request, and ``GET /metrics``."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from fastapi import FastAPI
+from fastapi.responses import Response
+
+from collector.dedup import BatchIdStore
+from collector.ingest import BATCHES_TOTAL, METRIC_REPORTS_TOTAL, REPORTS_TOTAL, GroupStats
+from collector.prometheus import CONTENT_TYPE as PROMETHEUS_CONTENT_TYPE
+from collector.prometheus import Registry
+
+__all__ = ["CollectorMetrics", "Timing", "add_prometheus_route"]
+
+#: the routes whose latency is told apart (any other path is counted as ``other``: no client-chosen labels)
+ROUTES = frozenset(
+    {"/v1/reports", "/v1/metrics", "/healthz", "/readyz", "/ready", "/metrics", "/docs", "/openapi.json"}
+)
+
+
+class CollectorMetrics:
+    """The collector's Prometheus metric families."""
+
+    def __init__(self) -> None:
+        self.registry = r = Registry()
+        self.batches = r.counter(BATCHES_TOTAL, "Uploaded batches by outcome and reason", ["outcome", "reason"])
+        self.reports = r.counter(
+            REPORTS_TOTAL,
+            "Reports in uploaded batches by outcome and reason (batches that decoded)",
+            ["outcome", "reason"],
+        )
+        self.metric_reports = r.counter(METRIC_REPORTS_TOTAL, "Reports published, per declared metric", ["metric"])
+        self.latency = r.histogram(
+            "ldp_collector_request_duration_seconds", "HTTP request latency", ["route", "method"]
+        )
+        self.in_flight = r.gauge("ldp_collector_uploads_in_flight", "Uploads being processed (body read)")
+        self.reading = r.gauge("ldp_collector_uploads_reading", "Uploads whose body is being read")
+        self.publish = r.histogram(
+            "ldp_collector_publish_duration_seconds",
+            "Duration of one group commit (duplicate check, durable publish, id record)",
+        )
+        self.group = r.histogram(
+            "ldp_collector_publish_group_batches",
+            "Batches per group commit",
+            buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024),
+        )
+
+    def persist(self, store: BatchIdStore) -> None:
+        """Keep the upload counters in the batch-id store: they survive restarts, and the accepted ones are
+        counted in the transaction that records the ids (:mod:`collector.dedup`, :mod:`collector.ingest`)."""
+        for c in (self.batches, self.reports, self.metric_reports):
+            c.persist(store)
+
+    def reject(self, reason: str, reports: int | None, outcome: str = "rejected") -> None:
+        """Count a refused upload (and its ``reports``, when it decoded)."""
+        self.batches.inc(outcome=outcome, reason=reason)
+        if reports:
+            self.reports.inc(reports, outcome=outcome, reason=reason)
+
+    def observe_group(self, stats: GroupStats) -> None:
+        """Count one group commit of the ingestor."""
+        self.publish.observe(stats.seconds)
+        self.group.observe(stats.published + stats.duplicates + stats.failed)
+
+    def observe_request(self, seconds: float, path: str, method: str) -> None:
+        """Count one request's latency under its route (``other`` for any path the collector does not serve)."""
+        self.latency.observe(
+            seconds,
+            route=path if path in ROUTES else "other",
+            method=method if method in ("GET", "POST", "HEAD") else "other",
+        )
+
+
+class Timing:
+    """ASGI middleware: request latency per route into a histogram (the route, never the client)."""
+
+    def __init__(self, app: Any, metrics: CollectorMetrics) -> None:
+        self.app = app
+        self.metrics = metrics
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        t0 = time.perf_counter()
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            self.metrics.observe_request(time.perf_counter() - t0, scope.get("path", ""), scope.get("method", ""))
+
+
+def add_prometheus_route(app: FastAPI, metrics: CollectorMetrics, runtime: dict[str, Any]) -> None:
+    """Serve ``metrics`` at ``GET /metrics``; ``runtime["reading"]`` is the number of bodies being read."""
+
+    @app.get("/metrics", summary="Prometheus metrics", responses={200: {"content": {"text/plain": {}}}})
+    async def prometheus_metrics() -> Response:
+        metrics.reading.set(runtime["reading"])
+        return Response(metrics.registry.render(), media_type=PROMETHEUS_CONTENT_TYPE)
