@@ -54,7 +54,6 @@ def add_health_routes(app: FastAPI, runtime: dict[str, Any]) -> None:
         return Response(b'{"status":"ok"}', media_type="application/json")
 
     @app.get("/readyz", summary="Readiness: the transport answers")
-    @app.get("/ready", include_in_schema=False)
     async def readyz() -> Response:
         readiness: Readiness | None = runtime.get("readiness")
         if readiness is None:

@@ -1,6 +1,6 @@
-"""``GET /v1/metrics``: the metrics document the SDK reads (:mod:`ldp_core.metrics`), with an ``ETag``, and
-its ``?layout=1`` form, which adds each metric's spec ids and record layout for clients written without
-the SDK."""
+"""``GET /v1/metrics``: the metrics document the SDKs read (:mod:`ldp_core.metrics`: every declared metric,
+as parsed), with an ``ETag``, and its ``?layout=1`` form, which adds each metric's spec ids and record
+layout for clients written without an SDK."""
 
 from __future__ import annotations
 
@@ -69,26 +69,18 @@ class MetricsDocument:
     """The bodies ``GET /v1/metrics`` serves for one set of declared metrics, each with its ``ETag``."""
 
     def __init__(self, declared: MetricSet) -> None:
-        #: the whole document (what the decode processes parse, too)
+        #: the document (what the decode processes parse, too)
         self.body = declared.to_json().encode()
         self.etag = _etag(self.body)
-        # SDKs from before numeric and sealed metrics refuse a document with fields they do not know ("kind",
-        # range domains, "sealed", "analyzer_keys"), so by default GET /v1/metrics serves them the plain
-        # frequency metrics only; ?kinds=all (what the SDK asks for now) serves every metric
-        frequency_only = MetricSet({n: m for n, m in declared.items() if m.kind == "frequency" and not m.sealed})
-        self.compat_body = frequency_only.to_json().encode()
-        self.compat_etag = _etag(self.compat_body)
         self.layout_body = json.dumps(metrics_layout(declared), indent=2, ensure_ascii=False).encode()
         self.layout_etag = _etag(self.layout_body)
 
     def answer(self, request: Request) -> Response:
         """The answer to ``request`` (200, or 304 when its ``If-None-Match`` is the served body's ``ETag``)."""
-        layout = request.query_params.get("layout", "").lower() in ("1", "true", "yes")
-        every = request.query_params.get("kinds", "frequency").lower() == "all"
-        if layout:
+        if request.query_params.get("layout", "").lower() in ("1", "true", "yes"):
             body, etag = self.layout_body, self.layout_etag
         else:
-            body, etag = (self.body, self.etag) if every else (self.compat_body, self.compat_etag)
+            body, etag = self.body, self.etag
         headers = {"ETag": etag, "Cache-Control": "public, max-age=300"}
         if request.headers.get("if-none-match") == etag:
             return Response(status_code=304, headers=headers)
@@ -102,14 +94,6 @@ _PARAMETERS: list[dict[str, Any]] = [
         "required": False,
         "schema": {"type": "string", "enum": ["0", "1", "true", "false"]},
         "description": "1: add each metric's spec_id, accepted_spec_ids and record layout",
-    },
-    {
-        "name": "kinds",
-        "in": "query",
-        "required": False,
-        "schema": {"type": "string", "enum": ["all", "frequency"]},
-        "description": "all: every metric, numeric ones included (what the SDK asks for); "
-        "frequency (the default, for SDKs from before numeric metrics): frequency metrics only",
     },
 ]
 
@@ -127,5 +111,5 @@ def add_metrics_route(app: FastAPI, document: MetricsDocument) -> None:
         """The metrics document the SDK reads. With ``?layout=1`` each metric also carries its ``spec_id``
         (and the ids still accepted) and its ``record`` layout: the fields' numpy types and the JSON form's
         record shape, for clients written without the SDK. (Not by default: the SDK's parser refuses
-        unknown fields, deployed SDKs included.)"""
+        unknown fields.)"""
         return document.answer(request)

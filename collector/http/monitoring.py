@@ -17,9 +17,7 @@ from collector.prometheus import Registry
 __all__ = ["CollectorMetrics", "Timing", "add_prometheus_route"]
 
 #: the routes whose latency is told apart (any other path is counted as ``other``: no client-chosen labels)
-ROUTES = frozenset(
-    {"/v1/reports", "/v1/metrics", "/healthz", "/readyz", "/ready", "/metrics", "/docs", "/openapi.json"}
-)
+ROUTES = frozenset({"/v1/reports", "/v1/metrics", "/healthz", "/readyz", "/metrics", "/docs", "/openapi.json"})
 
 
 class CollectorMetrics:

@@ -1,9 +1,8 @@
 """``POST /v1/reports``: one report batch, read, checked, published, answered.
 
 The body is a binary frame (``Content-Type: application/vnd.ldp.frame``,
-:data:`ldp_core.wire.frames.FRAME_CONTENT_TYPE`; ``application/octet-stream``
-and the older ``application/x-ldp-frame``, which deployed devices may still
-send, are accepted too) or the JSON form (``application/json``); see
+:data:`ldp_core.wire.frames.FRAME_CONTENT_TYPE`, or the generic
+``application/octet-stream``) or the JSON form (``application/json``); see
 :mod:`ldp_core.wire.frames`. An optional ``Idempotency-Key`` header must equal
 the frame's batch id.
 
@@ -84,17 +83,14 @@ from pipeline.topics import metric_day_key
 __all__ = [
     "FRAME_CONTENT_TYPES",
     "JSON_CONTENT_TYPE",
-    "LEGACY_FRAME_CONTENT_TYPES",
     "UploadHandler",
     "add_upload_route",
 ]
 
 log = logging.getLogger("ldp.collector")
 
-#: Older names of the frame's media type, still accepted (not advertised) so that deployed devices keep working.
-LEGACY_FRAME_CONTENT_TYPES = ("application/x-ldp-frame",)
 #: Every media type accepted as a binary frame; the first is its name (what the SDK sends).
-FRAME_CONTENT_TYPES = (FRAME_CONTENT_TYPE, "application/octet-stream", *LEGACY_FRAME_CONTENT_TYPES)
+FRAME_CONTENT_TYPES = (FRAME_CONTENT_TYPE, "application/octet-stream")
 JSON_CONTENT_TYPE = "application/json"
 
 
@@ -428,11 +424,7 @@ _REPORTS_OPENAPI: dict[str, Any] = {
     "requestBody": {
         "required": True,
         "content": {
-            **{
-                ct: {"schema": {"type": "string", "format": "binary"}}
-                for ct in FRAME_CONTENT_TYPES
-                if ct not in LEGACY_FRAME_CONTENT_TYPES
-            },
+            **{ct: {"schema": {"type": "string", "format": "binary"}} for ct in FRAME_CONTENT_TYPES},
             JSON_CONTENT_TYPE: {"schema": _JSON_FORM_SCHEMA},
         },
     },

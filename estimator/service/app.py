@@ -481,7 +481,7 @@ def create_app(
     ``GET /v1/estimates`` (what is available), ``GET /v1/freshness`` (snapshot time and offsets),
     ``GET /v1/metrics`` (the metric definitions), ``GET /`` (the dashboard: :mod:`estimator.service.dashboard`),
     ``GET /v1/state`` (this
-    instance's state, for :func:`merge_states`), ``/healthz``, ``/readyz`` (also ``/ready``: 503 until the
+    instance's state, for :func:`merge_states`), ``/healthz``, ``/readyz`` (503 until the
     consumer is joined, see :attr:`pipeline.processor.StreamProcessor.ready`), ``/metrics``.
     With ``peers`` (base URLs of the other instances of the group) and
     ``merged=true``, the answer merges every instance's state.
@@ -534,7 +534,6 @@ def create_app(
         summary="Readiness: joined to the group, consuming (503 while the broker is unreachable)",
         responses={503: {"description": "not ready: the same body, with ready false"}},
     )
-    @app.get("/ready", include_in_schema=False)
     def readyz() -> Any:
         from fastapi.responses import JSONResponse
 
