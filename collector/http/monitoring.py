@@ -8,11 +8,11 @@ from typing import Any
 
 from fastapi import FastAPI
 from fastapi.responses import Response
+from prometheus_client import Gauge, Histogram
 
 from collector.dedup import BatchIdStore
 from collector.ingest import BATCHES_TOTAL, METRIC_REPORTS_TOTAL, REPORTS_TOTAL, GroupStats
-from collector.prometheus import CONTENT_TYPE as PROMETHEUS_CONTENT_TYPE
-from collector.prometheus import Registry
+from pipeline.prometheus import CONTENT_TYPE, LATENCY_BUCKETS, StoredCounter, new_registry, render
 
 __all__ = ["CollectorMetrics", "Timing", "add_prometheus_route"]
 
@@ -21,30 +21,44 @@ ROUTES = frozenset({"/v1/reports", "/v1/metrics", "/healthz", "/readyz", "/metri
 
 
 class CollectorMetrics:
-    """The collector's Prometheus metric families."""
+    """The collector's Prometheus metric families, in a registry of the app's own (``registry``; the FL
+    routes add theirs to it). The upload counters are :class:`~pipeline.prometheus.StoredCounter` s
+    (:meth:`persist`); the gauges and histograms are the process's own."""
 
     def __init__(self) -> None:
-        self.registry = r = Registry()
-        self.batches = r.counter(BATCHES_TOTAL, "Uploaded batches by outcome and reason", ["outcome", "reason"])
-        self.reports = r.counter(
+        self.registry = r = new_registry()
+        self.batches = StoredCounter(
+            BATCHES_TOTAL, "Uploaded batches by outcome and reason", ["outcome", "reason"], registry=r
+        )
+        self.reports = StoredCounter(
             REPORTS_TOTAL,
             "Reports in uploaded batches by outcome and reason (batches that decoded)",
             ["outcome", "reason"],
+            registry=r,
         )
-        self.metric_reports = r.counter(METRIC_REPORTS_TOTAL, "Reports published, per declared metric", ["metric"])
-        self.latency = r.histogram(
-            "ldp_collector_request_duration_seconds", "HTTP request latency", ["route", "method"]
+        self.metric_reports = StoredCounter(
+            METRIC_REPORTS_TOTAL, "Reports published, per declared metric", ["metric"], registry=r
         )
-        self.in_flight = r.gauge("ldp_collector_uploads_in_flight", "Uploads being processed (body read)")
-        self.reading = r.gauge("ldp_collector_uploads_reading", "Uploads whose body is being read")
-        self.publish = r.histogram(
+        self.latency = Histogram(
+            "ldp_collector_request_duration_seconds",
+            "HTTP request latency",
+            ["route", "method"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.in_flight = Gauge("ldp_collector_uploads_in_flight", "Uploads being processed (body read)", registry=r)
+        self.reading = Gauge("ldp_collector_uploads_reading", "Uploads whose body is being read", registry=r)
+        self.publish = Histogram(
             "ldp_collector_publish_duration_seconds",
             "Duration of one group commit (duplicate check, durable publish, id record)",
+            buckets=LATENCY_BUCKETS,
+            registry=r,
         )
-        self.group = r.histogram(
+        self.group = Histogram(
             "ldp_collector_publish_group_batches",
             "Batches per group commit",
             buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024),
+            registry=r,
         )
 
     def persist(self, store: BatchIdStore) -> None:
@@ -55,9 +69,9 @@ class CollectorMetrics:
 
     def reject(self, reason: str, reports: int | None, outcome: str = "rejected") -> None:
         """Count a refused upload (and its ``reports``, when it decoded)."""
-        self.batches.inc(outcome=outcome, reason=reason)
+        self.batches.labels(outcome=outcome, reason=reason).inc()
         if reports:
-            self.reports.inc(reports, outcome=outcome, reason=reason)
+            self.reports.labels(outcome=outcome, reason=reason).inc(reports)
 
     def observe_group(self, stats: GroupStats) -> None:
         """Count one group commit of the ingestor."""
@@ -66,11 +80,10 @@ class CollectorMetrics:
 
     def observe_request(self, seconds: float, path: str, method: str) -> None:
         """Count one request's latency under its route (``other`` for any path the collector does not serve)."""
-        self.latency.observe(
-            seconds,
+        self.latency.labels(
             route=path if path in ROUTES else "other",
             method=method if method in ("GET", "POST", "HEAD") else "other",
-        )
+        ).observe(seconds)
 
 
 class Timing:
@@ -97,4 +110,4 @@ def add_prometheus_route(app: FastAPI, metrics: CollectorMetrics, runtime: dict[
     @app.get("/metrics", summary="Prometheus metrics", responses={200: {"content": {"text/plain": {}}}})
     async def prometheus_metrics() -> Response:
         metrics.reading.set(runtime["reading"])
-        return Response(metrics.registry.render(), media_type=PROMETHEUS_CONTENT_TYPE)
+        return Response(render(metrics.registry), media_type=CONTENT_TYPE)

@@ -392,10 +392,10 @@ class UploadHandler:
             return error_parts(503, exc.reason, exc.message, exc.retry_after)
         finally:
             runtime["in_flight"] -= 1
-            metrics.in_flight.inc(-1)
+            metrics.in_flight.dec()
         if outcome != "accepted":  # accepted ones were counted with their ids, in the store's transaction
-            metrics.batches.inc(outcome=outcome, reason="ok")
-            metrics.reports.inc(len(batch), outcome=outcome, reason="ok")
+            metrics.batches.labels(outcome=outcome, reason="ok").inc()
+            metrics.reports.labels(outcome=outcome, reason="ok").inc(len(batch))
         return (
             202,
             b'{"status":"%s","batch_id":"%s","reports":%d}'

@@ -19,6 +19,7 @@ from pathlib import Path
 import httpx
 import numpy as np
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from client_sdk.upload import uploader
 from collector.dedup import BatchIdStore
@@ -591,17 +592,32 @@ def test_health_readiness_and_prometheus(tmp_path: Path, metrics: MetricSet, tra
         not_ready = httpx.get(srv.url + "/readyz")
         assert httpx.get(srv.url + "/healthz").status_code == 200
     assert text.headers["content-type"].startswith("text/plain; version=0.0.4")
-    body = text.text
-    for line in [
-        'ldp_collector_batches_total{outcome="accepted",reason="ok"} 1',
-        'ldp_collector_reports_total{outcome="accepted",reason="ok"} 7',
-        'ldp_collector_accepted_reports_total{metric="emoji_used"} 7',
-        'ldp_collector_batches_total{outcome="rejected",reason="malformed"} 1',
-        'ldp_collector_batches_total{outcome="rejected",reason="bad_day"} 1',
-        'ldp_collector_reports_total{outcome="rejected",reason="bad_day"} 2',
+    types = {f.name: f.type for f in text_string_to_metric_families(text.text)}
+    samples = {
+        (s.name, frozenset(s.labels.items())): s.value
+        for f in text_string_to_metric_families(text.text)
+        for s in f.samples
+    }
+    for name, labels, value in [
+        ("ldp_collector_batches_total", {"outcome": "accepted", "reason": "ok"}, 1),
+        ("ldp_collector_reports_total", {"outcome": "accepted", "reason": "ok"}, 7),
+        ("ldp_collector_accepted_reports_total", {"metric": "emoji_used"}, 7),
+        ("ldp_collector_batches_total", {"outcome": "rejected", "reason": "malformed"}, 1),
+        ("ldp_collector_batches_total", {"outcome": "rejected", "reason": "bad_day"}, 1),
+        ("ldp_collector_reports_total", {"outcome": "rejected", "reason": "bad_day"}, 2),
+        ("ldp_collector_request_duration_seconds_count", {"route": "/v1/reports", "method": "POST"}, 3),
     ]:
-        assert line in body, line
-    assert 'ldp_collector_request_duration_seconds_count{route="/v1/reports",method="POST"} 3' in body
+        assert samples.get((name, frozenset(labels.items()))) == value, (name, labels)
+    assert types == {
+        "ldp_collector_batches": "counter",
+        "ldp_collector_reports": "counter",
+        "ldp_collector_accepted_reports": "counter",
+        "ldp_collector_request_duration_seconds": "histogram",
+        "ldp_collector_uploads_in_flight": "gauge",
+        "ldp_collector_uploads_reading": "gauge",
+        "ldp_collector_publish_duration_seconds": "histogram",
+        "ldp_collector_publish_group_batches": "histogram",
+    }
     assert not_ready.status_code == 503 and not_ready.json()["ready"] is False
 
 
