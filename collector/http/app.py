@@ -113,7 +113,7 @@ class CollectorApp:
             )
             await send({"type": "http.response.body", "body": body})
         finally:
-            self.metrics.observe_request(time.perf_counter() - t0, "/v1/reports", "POST")
+            self.metrics.observe_upload(time.perf_counter() - t0)
 
 
 def _lifespan(

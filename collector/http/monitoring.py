@@ -46,6 +46,7 @@ class CollectorMetrics:
             buckets=LATENCY_BUCKETS,
             registry=r,
         )
+        self._upload_latency = self.latency.labels(route="/v1/reports", method="POST")  # looked up once
         self.in_flight = Gauge("ldp_collector_uploads_in_flight", "Uploads being processed (body read)", registry=r)
         self.reading = Gauge("ldp_collector_uploads_reading", "Uploads whose body is being read", registry=r)
         self.publish = Histogram(
@@ -77,6 +78,10 @@ class CollectorMetrics:
         """Count one group commit of the ingestor."""
         self.publish.observe(stats.seconds)
         self.group.observe(stats.published + stats.duplicates + stats.failed)
+
+    def observe_upload(self, seconds: float) -> None:
+        """Count one ``POST /v1/reports``'s latency."""
+        self._upload_latency.observe(seconds)
 
     def observe_request(self, seconds: float, path: str, method: str) -> None:
         """Count one request's latency under its route (``other`` for any path the collector does not serve)."""
