@@ -771,8 +771,7 @@ class TelemetryClient:
     def _refresh_metrics(self) -> None:
         assert self._uploader is not None and self.collector_url is not None
         self._next_refresh = self._clock() + self._refresh_interval
-        # kinds=all: numeric metrics too (a collector serves older SDKs, which would refuse them, without)
-        body = self._uploader.fetch_metrics_document(self.collector_url + "/v1/metrics?kinds=all")
+        body = self._uploader.fetch_metrics_document(self.collector_url + "/v1/metrics")
         if body is None:
             self._count("metrics_fetch_failed")
             self._next_refresh = self._clock() + min(self._refresh_interval, 300.0)

@@ -22,7 +22,7 @@ with :class:`~collector.errors.DedupStoreError` (so a collector older than
 schema 3 refuses a file a newer one wrote: roll back with a fresh file).
 
 **The collector's counters** live here too, in ``counters(name, value)``
-(:class:`~collector.prometheus.CounterStore`), so that they survive
+(:class:`~pipeline.prometheus.CounterStore`), so that they survive
 restarts and every worker process (``--workers N``) renders the same totals
 at ``/metrics``. The accepted batches and reports are added **in the
 transaction that records their ids** (:meth:`BatchIdStore.add` with
@@ -214,7 +214,7 @@ class BatchIdStore:
                 self._put_back(pending, counts)
                 raise
 
-    # -- counters (collector.prometheus.CounterStore) -----------------------------------------
+    # -- counters (pipeline.prometheus.CounterStore) -----------------------------------------
 
     def _take_pending(self, counts: Mapping[str, int] | None = None) -> list[tuple[str, int]]:
         """The pending counts plus ``counts``, taken out of memory (call with ``_lock`` held)."""
@@ -264,7 +264,7 @@ class BatchIdStore:
         return out
 
     def counter_values(self, name: str) -> dict[tuple[str, ...], float]:
-        """The samples of the Prometheus family ``name`` (keys from :func:`collector.prometheus.stored_key`)."""
+        """The samples of the Prometheus family ``name`` (keys from :func:`pipeline.prometheus.stored_key`)."""
         out: dict[tuple[str, ...], float] = {}
         for key, value in self.counters().items():
             family, _, labels = key.partition("\t")

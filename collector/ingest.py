@@ -60,7 +60,7 @@ from typing import Literal, NamedTuple
 
 from collector.dedup import BatchIdStore, content_digest
 from collector.errors import RejectedBatch, UnavailableError
-from collector.prometheus import stored_key
+from pipeline.prometheus import stored_key
 from pipeline.transport import Transport
 
 __all__ = ["Ingestor", "Outcome", "Submission", "GroupStats", "BATCHES_TOTAL", "REPORTS_TOTAL", "METRIC_REPORTS_TOTAL"]
@@ -144,7 +144,7 @@ def _follow(
 
 
 def _accepted_counts(subs: Iterable[Submission]) -> dict[str, int]:
-    """The counter samples (:func:`collector.prometheus.stored_key`) of published batches."""
+    """The counter samples (:func:`pipeline.prometheus.stored_key`) of published batches."""
     out: collections.Counter[str] = collections.Counter()
     for s in subs:
         out[stored_key(BATCHES_TOTAL, ("accepted", "ok"))] += 1

@@ -7,6 +7,7 @@
   (chunked FL documents);
 * :mod:`pipeline.catalog` -- the spec catalog read from a metrics file;
 * :mod:`pipeline.dataset` -- the Parquet dataset format;
+* :mod:`pipeline.prometheus` -- the services' ``GET /metrics`` (on ``prometheus-client``);
 * :mod:`pipeline.errors` -- the layer's exceptions.
 
 It imports only :mod:`client_sdk` (and its own dependencies); :mod:`collector` and

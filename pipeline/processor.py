@@ -458,7 +458,7 @@ class StreamProcessor(abc.ABC):
 
     @property
     def ready(self) -> bool:
-        """Whether the processor is joined and its loop runs (what ``GET /ready`` and status files report)."""
+        """Whether the processor is joined and its loop runs (what ``GET /readyz`` and status files report)."""
         return self._state == "ready"
 
     def run_status(self) -> dict[str, Any]:

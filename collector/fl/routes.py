@@ -76,8 +76,8 @@ from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.responses import Response
+from prometheus_client import CollectorRegistry, Counter
 
-from collector.prometheus import Registry
 from ldp_core.fl.errors import UpdateRejected
 from ldp_core.fl.protocol import (
     BINARY_CONTENT_TYPE,
@@ -225,11 +225,14 @@ def _json(status: int, obj: Any, headers: dict[str, str] | None = None) -> Respo
 
 
 def add_fl_routes(
-    app: FastAPI, runtime: dict[str, Any], registry: Registry, *, max_body_bytes: int, publish_timeout: float
+    app: FastAPI, runtime: dict[str, Any], registry: CollectorRegistry, *, max_body_bytes: int, publish_timeout: float
 ) -> None:
     """Add the routes to ``app``; ``runtime["fl"]`` holds the :class:`FLService` while the app runs."""
-    uploads = registry.counter(
-        "ldp_collector_fl_uploads_total", "FL uploads by kind, outcome and reason", ["kind", "outcome", "reason"]
+    uploads = Counter(
+        "ldp_collector_fl_uploads_total",
+        "FL uploads by kind, outcome and reason",
+        ["kind", "outcome", "reason"],
+        registry=registry,
     )
 
     def service() -> FLService | None:
@@ -260,7 +263,7 @@ def add_fl_routes(
         return st, None
 
     def reject(kind: str, reason: str, message: str) -> Response:
-        uploads.inc(kind=kind, outcome="rejected", reason=reason)
+        uploads.labels(kind=kind, outcome="rejected", reason=reason).inc()
         return _json(STATUS_OF_REASON.get(reason, 400), {"error": reason, "message": message})
 
     @app.get("/v1/fl/tasks", summary="Federated tasks and their current round")
@@ -328,9 +331,9 @@ def add_fl_routes(
                 return reject("unknown", "too_large", f"the body exceeds {max_body_bytes} bytes")
         st, err = lookup(task)
         if err is not None:
-            uploads.inc(
+            uploads.labels(
                 kind="unknown", outcome="rejected", reason="unknown_task" if err.status_code == 404 else "unavailable"
-            )
+            ).inc()
             return err
         assert st is not None
         kind = "unknown"
@@ -350,7 +353,7 @@ def add_fl_routes(
             verify_upload_auth(u, st.enrollment_key)
             if u.round > st.round and st.phase != "done":
                 svc = service()  # this collector lags behind the job: the device retries
-                uploads.inc(kind=u.kind, outcome="unavailable", reason="round_not_open")
+                uploads.labels(kind=u.kind, outcome="unavailable", reason="round_not_open").inc()
                 return _json(
                     503,
                     {
@@ -364,7 +367,7 @@ def add_fl_routes(
             assert svc is not None
             first = svc.seen(task, u.round, u.upload_id)
             if first is not None and u.round == st.round:  # a retry: answered like the first, not published again
-                uploads.inc(kind=u.kind, outcome="duplicate", reason="same_upload_id")
+                uploads.labels(kind=u.kind, outcome="duplicate", reason="same_upload_id").inc()
                 return Response(first, status_code=202, media_type="application/json")
             if first is not None:
                 raise UpdateRejected(
@@ -378,7 +381,7 @@ def add_fl_routes(
             # re-encoded (never the sender's bytes), in the binary form: 4 bytes per value, not base64's 5.4
             await asyncio.wait_for(asyncio.to_thread(svc.publish, task, encode_upload_binary(u)), publish_timeout)
         except (TimeoutError, TransportError, OSError) as exc:
-            uploads.inc(kind=u.kind, outcome="unavailable", reason="publish_failed")
+            uploads.labels(kind=u.kind, outcome="unavailable", reason="publish_failed").inc()
             return _json(
                 503,
                 {
@@ -387,7 +390,7 @@ def add_fl_routes(
                 },
                 {"Retry-After": str(svc.retry_after)},
             )
-        uploads.inc(kind=u.kind, outcome="accepted", reason="ok")
+        uploads.labels(kind=u.kind, outcome="accepted", reason="ok").inc()
         answer = json.dumps({"status": "accepted", "upload_id": u.upload_id, "round": u.round, "kind": u.kind}).encode()
         svc.remember(task, u.round, u.upload_id, answer)
         return Response(answer, status_code=202, media_type="application/json")

@@ -8,7 +8,7 @@ import os
 import threading
 import time
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -41,7 +41,6 @@ _MODELS: dict[str, Any] | None = None
 
 
 def _build_models() -> dict[str, Any]:
-    from typing import Literal
 
     from pydantic import BaseModel, ConfigDict, Field
 
@@ -466,6 +465,32 @@ def _select(tally: Tally, metric: str, day: str | None, spec_id: str | None) -> 
     return keys[0], tally.keys[keys[0]]
 
 
+#: the streaming estimator's stats (:class:`~estimator.service.engine.EstimatorStats`) on ``GET /metrics``: a
+#: counter per field (``ldp_estimator_<field>_total``) but the wall-clock time of the last checkpoint (a gauge)
+_STATS_HELP = {
+    "records": "Shuffled records consumed",
+    "reports": "Reports counted into the estimates",
+    "undecodable": "Shuffled records that did not decode (not counted)",
+    "sealed_unopened": "Sealed records that did not open (counted per delivery)",
+    "checkpoints": "Checkpoints written (snapshot, then offset commit)",
+    "commit_failures": "Offset commits that failed (their records are read again)",
+    "rejoins": "Rejoins of the consumer group after a transport failure",
+    "dropped_tails": "Uncommitted partition tails dropped (read again from the committed offsets)",
+    "restored_uncertain": "Pending tails from before a restart counted (the group's offset had reached their end)",
+    "discarded_pending": "Pending tails from before a restart discarded (read again)",
+    "last_checkpoint": "Wall-clock time of the last successful checkpoint (seconds since 1970)",
+}
+
+
+def _stat_name(field: str) -> str:
+    return f"ldp_estimator_{field}" if field == "last_checkpoint" else f"ldp_estimator_{field}_total"
+
+
+_STATS_FAMILIES: dict[str, tuple[Literal["counter", "gauge"], str]] = {
+    _stat_name(k): ("gauge" if k == "last_checkpoint" else "counter", h) for k, h in _STATS_HELP.items()
+}
+
+
 def create_app(
     estimator: StreamingEstimator | None = None,
     *,
@@ -480,7 +505,7 @@ def create_app(
     ``GET /v1/estimates`` (what is available), ``GET /v1/freshness`` (snapshot time and offsets),
     ``GET /v1/metrics`` (the metric definitions), ``GET /`` (the dashboard: :mod:`estimator.service.dashboard`),
     ``GET /v1/state`` (this
-    instance's state, for :func:`merge_states`), ``/healthz``, ``/readyz`` (also ``/ready``: 503 until the
+    instance's state, for :func:`merge_states`), ``/healthz``, ``/readyz`` (503 until the
     consumer is joined, see :attr:`pipeline.processor.StreamProcessor.ready`), ``/metrics``.
     With ``peers`` (base URLs of the other instances of the group) and
     ``merged=true``, the answer merges every instance's state.
@@ -490,7 +515,9 @@ def create_app(
     discovers a heavy-hitter metric's values from that day's part files (docs/DASHBOARD.md).
     """
     from fastapi import FastAPI, HTTPException, Query
-    from fastapi.responses import PlainTextResponse
+    from fastapi.responses import Response
+
+    from pipeline.prometheus import CONTENT_TYPE, Readings, new_registry, render
 
     models = response_models()
     err = {"model": models["error"]}
@@ -533,7 +560,6 @@ def create_app(
         summary="Readiness: joined to the group, consuming (503 while the broker is unreachable)",
         responses={503: {"description": "not ready: the same body, with ready false"}},
     )
-    @app.get("/ready", include_in_schema=False)
     def readyz() -> Any:
         from fastapi.responses import JSONResponse
 
@@ -647,14 +673,18 @@ def create_app(
     def get_state() -> dict[str, Any]:
         return local_state().to_json_obj()
 
-    @app.get("/metrics", response_class=PlainTextResponse)
-    def prometheus() -> str:
-        lines = []
-        if estimator is not None:
-            for k, v in estimator.stats.to_json_obj().items():
-                lines.append(f"# TYPE ldp_estimator_{k} {'gauge' if k == 'last_checkpoint' else 'counter'}")
-                lines.append(f"ldp_estimator_{k} {v}")
-        return "\n".join(lines) + "\n"
+    registry = new_registry()  # the app's own: several apps in one process keep apart
+    if estimator is not None:
+        live = estimator
+        Readings(
+            _STATS_FAMILIES,
+            lambda: {_stat_name(k): v for k, v in live.stats.to_json_obj().items()},
+            registry=registry,
+        )
+
+    @app.get("/metrics", summary="Prometheus metrics", responses={200: {"content": {"text/plain": {}}}})
+    def prometheus() -> Any:
+        return Response(render(registry), media_type=CONTENT_TYPE)
 
     from estimator.service.dashboard import add_dashboard
 

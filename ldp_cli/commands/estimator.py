@@ -7,7 +7,7 @@ of one ``--group`` split the partitions, and ``--peer URL`` (repeatable)
 lets one instance answer ``?merged=true`` with the merged state of all.
 It starts (and serves its restored state) whether or not the broker
 answers: the join is retried with backoff (:mod:`pipeline.processor`), and
-``GET /readyz`` (also ``/ready``) answers 503 until it is joined. A
+``GET /readyz`` answers 503 until it is joined. A
 transport failure (broker restart, locked log) drops the uncommitted tails
 and rejoins after a backoff step; ``--status-file`` keeps a JSON file of
 its state and counters (:mod:`pipeline.status`); SIGTERM or Ctrl-C

@@ -74,8 +74,7 @@ __all__ = [
     "batch_to_json_obj",
 ]
 
-#: The media type of a binary frame, sent by the SDK and named first by the collector (which also accepts the
-#: older ``application/x-ldp-frame``). A vendor-tree name (RFC 6838), like the FL upload's
+#: The media type of a binary frame, sent by the SDK and named first by the collector. A vendor-tree name (RFC 6838), like the FL upload's
 #: ``application/vnd.ldp.fl-upload``; the ``x-`` prefix is deprecated (RFC 6648).
 FRAME_CONTENT_TYPE = "application/vnd.ldp.frame"
 MAGIC = b"LDPB"

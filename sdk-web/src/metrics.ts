@@ -3,8 +3,9 @@
  * (the same document), validated as ldp_core/metrics.py does.
  *
  * This SDK implements the frequency oracles. A metric with a numeric mechanism or a `range`
- * domain (means, distributions), or a sealed one, is valid in the file but not recordable here:
- * it is listed in {@link MetricSet.unsupported} with the reason, and recording it counts an error.
+ * domain (means, distributions), a heavy-hitters one or a sealed one is valid in the file but not
+ * recordable here: it is listed in {@link MetricSet.unsupported} with the reason, and recording it
+ * counts an error.
  */
 import { MetricsFileError, SpecError } from "./errors.js";
 import { domainFromDict, type Domain } from "./domain.js";
@@ -15,6 +16,8 @@ export const MAX_REPORTS_PER_DAY = 10_000;
 const NAME_RE = /^[A-Za-z0-9_.:-]{1,255}$/;
 const FIELDS = ["description", "owner", "expires", "mechanism", "domain", "max_reports_per_day"];
 const OPTIONAL = ["kind", "sealed"];
+/** What a metric may estimate (ldp_core/metrics.py KINDS); only frequency metrics are recordable here. */
+const KINDS = ["frequency", "mean", "distribution", "heavy_hitters"];
 
 /** Days since 1970-01-01 of a time in milliseconds, in UTC. */
 export function utcDay(ms: number): number {
@@ -73,7 +76,7 @@ function parseOne(name: string, data: unknown): MetricDefinition | string {
   const dom = o.domain as Record<string, unknown> | undefined;
   const mechName = (mech as Record<string, unknown>).mechanism;
   if ((o.kind !== undefined && o.kind !== "frequency") || dom?.kind === "range" || typeof mechName !== "string" || !(mechName in MECHANISMS)) {
-    if (o.kind !== undefined && !["frequency", "mean", "distribution"].includes(o.kind as string)) throw new MetricsFileError(`${where}: 'kind' must be one of frequency, mean, distribution`);
+    if (o.kind !== undefined && !KINDS.includes(o.kind as string)) throw new MetricsFileError(`${where}: 'kind' must be one of ${KINDS.join(", ")}`);
     return `a ${String(o.kind ?? "numeric")} metric (${String(mechName)}): the web SDK records frequency oracles only`;
   }
   if (o.sealed === true) return "a sealed metric: the web SDK does not seal records";

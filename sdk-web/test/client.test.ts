@@ -1,6 +1,7 @@
 // TelemetryClient against fake-indexeddb and a fake collector (a fetch function).
 import "fake-indexeddb/auto";
 import assert from "node:assert/strict";
+import { readFileSync } from "node:fs";
 import { test } from "node:test";
 import {
   ClientConfigError,
@@ -9,6 +10,7 @@ import {
   TelemetryClient,
   decodeFrame,
   makeSpec,
+  parseMetrics,
   parseRetryAfter,
   readHeader,
   type ClientOptions,
@@ -85,6 +87,15 @@ test("record() never throws and counts what it refuses", async () => {
   assert.equal(e.closed, 1);
   assert.equal(c.stats().recorded, 1);
   assert.ok(c.refusedMetrics.get("minutes")?.includes("frequency oracles only"));
+});
+
+test("the collector's whole metrics document parses; what this SDK cannot record is listed, not refused", () => {
+  const doc = readFileSync(new URL("../../metrics/example.json", import.meta.url), "utf8");
+  const set = parseMetrics(doc, { rejectExpired: false });
+  assert.ok(set.metrics.has("emoji_used") && set.metrics.has("settings_tab"));
+  for (const name of ["search_word", "session_minutes", "session_minutes_distribution"]) {
+    assert.ok(set.unsupported.has(name), name);
+  }
 });
 
 test("configuration mistakes fail at construction", () => {

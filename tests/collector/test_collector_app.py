@@ -19,10 +19,12 @@ from pathlib import Path
 import httpx
 import numpy as np
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from client_sdk.upload import uploader
 from collector.dedup import BatchIdStore
-from collector.http.app import FRAME_CONTENT_TYPES, create_app
+from collector.http.app import create_app
+from collector.http.upload import FRAME_CONTENT_TYPES
 from collector.settings import CollectorSettings
 from ldp_core.mechanisms import make_spec
 from ldp_core.metrics import MetricSet, parse_metrics
@@ -123,13 +125,11 @@ def test_the_frame_has_one_content_type_shared_by_the_sdk_and_the_collector() ->
     assert uploader.FRAME_CONTENT_TYPE == FRAME_CONTENT_TYPE and FRAME_CONTENT_TYPES[0] == FRAME_CONTENT_TYPE
 
 
-@pytest.mark.parametrize(
-    "ctype", ["application/x-ldp-frame", "application/octet-stream", "Application/X-LDP-Frame; charset=binary"]
-)
-def test_older_and_generic_frame_content_types_are_still_accepted(
+@pytest.mark.parametrize("ctype", ["application/octet-stream", "Application/VND.LDP.Frame; charset=binary"])
+def test_generic_and_parametrized_frame_content_types_are_accepted(
     server: ServerThread, metrics: MetricSet, transport: Transport, ctype: str
 ) -> None:
-    """Deployed devices that send the frame's older name (or a generic binary type) keep working."""
+    """A generic binary type is taken as a frame too; the media type's case and parameters do not matter."""
     batch = olh_batch(metrics, 10)
     r = post(server.url, encode_frame(batch), {"content-type": ctype})
     assert r.status_code == 202, r.text
@@ -592,17 +592,32 @@ def test_health_readiness_and_prometheus(tmp_path: Path, metrics: MetricSet, tra
         not_ready = httpx.get(srv.url + "/readyz")
         assert httpx.get(srv.url + "/healthz").status_code == 200
     assert text.headers["content-type"].startswith("text/plain; version=0.0.4")
-    body = text.text
-    for line in [
-        'ldp_collector_batches_total{outcome="accepted",reason="ok"} 1',
-        'ldp_collector_reports_total{outcome="accepted",reason="ok"} 7',
-        'ldp_collector_accepted_reports_total{metric="emoji_used"} 7',
-        'ldp_collector_batches_total{outcome="rejected",reason="malformed"} 1',
-        'ldp_collector_batches_total{outcome="rejected",reason="bad_day"} 1',
-        'ldp_collector_reports_total{outcome="rejected",reason="bad_day"} 2',
+    types = {f.name: f.type for f in text_string_to_metric_families(text.text)}
+    samples = {
+        (s.name, frozenset(s.labels.items())): s.value
+        for f in text_string_to_metric_families(text.text)
+        for s in f.samples
+    }
+    for name, labels, value in [
+        ("ldp_collector_batches_total", {"outcome": "accepted", "reason": "ok"}, 1),
+        ("ldp_collector_reports_total", {"outcome": "accepted", "reason": "ok"}, 7),
+        ("ldp_collector_accepted_reports_total", {"metric": "emoji_used"}, 7),
+        ("ldp_collector_batches_total", {"outcome": "rejected", "reason": "malformed"}, 1),
+        ("ldp_collector_batches_total", {"outcome": "rejected", "reason": "bad_day"}, 1),
+        ("ldp_collector_reports_total", {"outcome": "rejected", "reason": "bad_day"}, 2),
+        ("ldp_collector_request_duration_seconds_count", {"route": "/v1/reports", "method": "POST"}, 3),
     ]:
-        assert line in body, line
-    assert 'ldp_collector_request_duration_seconds_count{route="/v1/reports",method="POST"} 3' in body
+        assert samples.get((name, frozenset(labels.items()))) == value, (name, labels)
+    assert types == {
+        "ldp_collector_batches": "counter",
+        "ldp_collector_reports": "counter",
+        "ldp_collector_accepted_reports": "counter",
+        "ldp_collector_request_duration_seconds": "histogram",
+        "ldp_collector_uploads_in_flight": "gauge",
+        "ldp_collector_uploads_reading": "gauge",
+        "ldp_collector_publish_duration_seconds": "histogram",
+        "ldp_collector_publish_group_batches": "histogram",
+    }
     assert not_ready.status_code == 503 and not_ready.json()["ready"] is False
 
 
@@ -610,7 +625,6 @@ def test_openapi_documents_the_upload(server: ServerThread) -> None:
     spec = httpx.get(server.url + "/openapi.json").json()
     op = spec["paths"]["/v1/reports"]["post"]
     assert {"application/vnd.ldp.frame", "application/json"} <= set(op["requestBody"]["content"])
-    assert "application/x-ldp-frame" not in op["requestBody"]["content"]  # accepted, no longer advertised
     assert {"202", "400", "413", "415", "422", "503"} <= set(op["responses"])
     assert httpx.get(server.url + "/docs").status_code == 200
 
@@ -695,18 +709,12 @@ def test_upload_reaches_kafka(tmp_path: Path, metrics: MetricSet, kafka_bootstra
     assert sorted(r.value for r in recs) == sorted(encode_frame(b) for b in batches)
 
 
-def test_metrics_document_serves_numeric_metrics_only_to_sdks_that_ask(tmp_path: Path, transport: Transport) -> None:
-    """An SDK from before numeric metrics refuses a document with fields it does not know, so the default
-    document holds the frequency metrics only (and parses under the old rules: no ``kind``, no range domain);
-    ``?kinds=all``, what the SDK asks for now, holds every metric."""
+def test_metrics_document_serves_every_metric(tmp_path: Path, transport: Transport) -> None:
+    """The document holds every declared metric, numeric and heavy-hitter ones included, and parses."""
     doc = json.loads((Path(__file__).resolve().parents[2] / "metrics" / "example.json").read_text())
     (tmp_path / "metrics.json").write_text(json.dumps(doc))
     with ServerThread(create_app(make_settings(tmp_path), transport=transport)) as srv:
-        default = httpx.get(srv.url + "/v1/metrics", timeout=10).json()
-        every = httpx.get(srv.url + "/v1/metrics", params={"kinds": "all"}, timeout=10).json()
-    assert set(every["metrics"]) == set(doc["metrics"])
+        served = httpx.get(srv.url + "/v1/metrics", timeout=10).json()
     numeric = {n for n, m in doc["metrics"].items() if m["domain"]["kind"] in ("range", "string")}  # not frequency
-    assert numeric and set(default["metrics"]) == set(doc["metrics"]) - numeric
-    for m in default["metrics"].values():
-        assert "kind" not in m and m["domain"]["kind"] in ("dictionary", "hashed")
-    assert set(parse_metrics(every)) == set(doc["metrics"])
+    assert numeric and set(served["metrics"]) == set(doc["metrics"])
+    assert set(parse_metrics(served)) == set(doc["metrics"])

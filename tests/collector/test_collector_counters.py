@@ -12,10 +12,10 @@ import pytest
 
 from collector.dedup import SCHEMA_VERSION, BatchIdStore
 from collector.http.app import create_app
-from collector.prometheus import stored_key
 from collector.settings import CollectorSettings
 from ldp_core.metrics import MetricSet
 from ldp_core.wire.frames import encode_frame
+from pipeline.prometheus import stored_key
 from pipeline.transport import Transport, open_transport
 from tests.support.collector_support import ServerThread, olh_batch, write_metrics
 

@@ -32,7 +32,7 @@ from tests.support.collector_support import TODAY, MemoryTransport, ServerThread
 
 # 409: a drawn body that reuses an accepted batch id with other records (batch_id_conflict)
 ERROR_STATUSES = {400, 409, 413, 415, 422}
-FRAME_TYPES = ["application/x-ldp-frame", "application/vnd.ldp.frame", "application/octet-stream"]
+FRAME_TYPES = ["application/vnd.ldp.frame", "application/octet-stream"]
 
 
 class Harness:

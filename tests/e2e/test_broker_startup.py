@@ -114,7 +114,7 @@ def test_workers_started_before_the_broker_wait_become_ready_and_process(
         up(late_broker, timeout=120)
         _wait(lambda: all(_status(status[n]).get("ready") for n in WORKERS), 90, "not all ready", procs)
         assert all(_check(status[n]) == 0 for n in WORKERS)
-        assert httpx.get(procs.estimator_url + "/ready", timeout=10).status_code == 200
+        assert httpx.get(procs.estimator_url + "/readyz", timeout=10).status_code == 200
         for n in WORKERS:
             assert sum("connected to" in line for line in _lines(procs, n)) == 1, procs[n].tail()
         procs["collector"].start()

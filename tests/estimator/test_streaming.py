@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from fastapi.testclient import TestClient
+from prometheus_client.parser import text_string_to_metric_families
 
 from estimator.service import EstimatorState, StateError, StreamingEstimator, Tail, Tally, create_app, merge_states
 from ldp_core.mechanisms import make_spec
@@ -313,7 +314,13 @@ def test_http_estimates(tmp_path: Path, transport) -> None:  # type: ignore[no-u
         assert sum(x["n"] for x in listing) == sum(len(b) for b in batches) + 80
         state = EstimatorState.from_json_obj(client.get("/v1/state").json())
         assert state.counted().n == sum(len(b) for b in batches) + 80
-        assert "ldp_estimator_reports" in client.get("/metrics").text
+        prom = client.get("/metrics")
+    assert prom.headers["content-type"].startswith("text/plain; version=0.0.4")
+    families = {f.name: f for f in text_string_to_metric_families(prom.text)}
+    assert families["ldp_estimator_reports"].type == "counter"
+    assert families["ldp_estimator_reports"].samples[0].name == "ldp_estimator_reports_total"
+    assert families["ldp_estimator_reports"].samples[0].value == sum(len(b) for b in batches) + 80
+    assert families["ldp_estimator_last_checkpoint"].type == "gauge"
 
 
 def test_state_folder_of_another_group_is_refused(tmp_path: Path, transport) -> None:  # type: ignore[no-untyped-def]

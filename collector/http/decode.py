@@ -1,0 +1,114 @@
+"""Decoding an upload's body (a binary frame or the JSON form) against the declared metrics, and the decode
+processes that turn large JSON bodies into frames off the event loop."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import functools
+import json
+import logging
+import multiprocessing
+from typing import Any
+
+from collector.errors import RejectedBatch
+from ldp_core.errors import FrameError, SpecMismatchError
+from ldp_core.mechanisms.base import ReportSpec
+from ldp_core.metrics import MetricSet, parse_metrics
+from ldp_core.wire.frames import ReportBatch, decode_frame, decode_json, encode_frame, read_header
+
+__all__ = ["decode_body", "json_decode_pool", "json_to_frame", "resolve"]
+
+log = logging.getLogger("ldp.collector")
+
+
+def resolve(declared: MetricSet, metric: str, spec_id: str) -> ReportSpec:
+    """The spec a batch of ``metric`` made under ``spec_id`` is decoded with; 422 if there is none."""
+    m = declared.get(metric)
+    if m is None:
+        raise RejectedBatch(
+            422,
+            "unknown_metric",
+            f"metric {metric!r} is not declared in the collector's "
+            "metrics file; GET /v1/metrics lists the declared metrics",
+        )
+    if m.spec.spec_id != spec_id:
+        raise RejectedBatch(
+            422,
+            "spec_mismatch",
+            f"metric {metric!r} is collected under spec {m.spec.spec_id} ({m.spec.name}, "
+            f"epsilon={m.spec.epsilon:g}), but the batch was made under spec {spec_id}; "
+            "refresh the metric definitions from GET /v1/metrics",
+        )
+    return m.wire_spec  # a sealed metric's: opaque records, plain frames of it refused
+
+
+def _too_many(n: int, max_records: int) -> RejectedBatch:
+    return RejectedBatch(
+        413,
+        "too_many_records",
+        f"the batch holds {n} reports; this collector takes at most {max_records} per batch: split it",
+    )
+
+
+def _decode_frame(body: bytes, declared: MetricSet, max_records: int) -> ReportBatch:
+    header = read_header(body)
+    if header.n_records > max_records:
+        raise _too_many(header.n_records, max_records)
+    return decode_frame(body, functools.partial(resolve, declared))
+
+
+def _decode_json(body: bytes, declared: MetricSet, max_records: int) -> ReportBatch:
+    try:
+        obj = json.loads(body)
+    except (ValueError, RecursionError) as exc:
+        raise RejectedBatch(400, "malformed", f"the JSON body does not parse: {str(exc)[:200]}") from None
+    if isinstance(obj, dict) and isinstance(obj.get("records"), list) and len(obj["records"]) > max_records:
+        raise _too_many(len(obj["records"]), max_records)
+    return decode_json(obj, functools.partial(resolve, declared))
+
+
+def decode_body(body: bytes, kind: str, declared: MetricSet, max_records: int) -> ReportBatch:
+    """Decode one body (``kind`` ``"frame"`` or ``"json"``) against the declared metrics; :class:`RejectedBatch` if it does not."""
+    if not body:
+        raise RejectedBatch(400, "malformed", "the body is empty; send one report batch")
+    try:
+        if kind == "frame":
+            return _decode_frame(body, declared, max_records)
+        return _decode_json(body, declared, max_records)
+    except RejectedBatch:
+        raise
+    except SpecMismatchError as exc:
+        raise RejectedBatch(422, "spec_mismatch", str(exc)) from None
+    except FrameError as exc:
+        raise RejectedBatch(400, "malformed", str(exc)) from None
+    except (ValueError, TypeError, KeyError, IndexError, OverflowError, RecursionError) as exc:
+        log.warning("undecodable upload: %s", type(exc).__name__)
+        raise RejectedBatch(400, "malformed", f"the batch does not decode ({type(exc).__name__})") from None
+
+
+#: the decode process's metrics and record limit (set by :func:`_decode_worker_init`)
+_WORKER: dict[str, Any] = {}
+
+
+def _decode_worker_init(metrics_json: str, max_records: int) -> None:
+    _WORKER["metrics"] = parse_metrics(metrics_json, reject_expired=False)
+    _WORKER["max_records"] = max_records
+
+
+def json_to_frame(body: bytes) -> bytes | tuple[int, str, str]:
+    """In a decode process: a JSON form's batch as a binary frame, or the refusal ``(status, reason, message)``."""
+    try:
+        return encode_frame(decode_body(body, "json", _WORKER["metrics"], _WORKER["max_records"]))
+    except RejectedBatch as exc:
+        return exc.status, exc.reason, exc.message
+
+
+def json_decode_pool(workers: int, metrics_json: str, max_records: int) -> concurrent.futures.ProcessPoolExecutor:
+    """The decode processes for large JSON bodies (run :func:`json_to_frame` in them). Spawned, not forked:
+    the collector's process runs threads (publishers, uvicorn's); a process starts on the first large body."""
+    return concurrent.futures.ProcessPoolExecutor(
+        workers,
+        mp_context=multiprocessing.get_context("spawn"),
+        initializer=_decode_worker_init,
+        initargs=(metrics_json, max_records),
+    )

@@ -1,0 +1,118 @@
+"""The collector's operational metrics: its Prometheus families (:class:`CollectorMetrics`), the middleware
+that times every request, and ``GET /metrics``."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from fastapi import FastAPI
+from fastapi.responses import Response
+from prometheus_client import Gauge, Histogram
+
+from collector.dedup import BatchIdStore
+from collector.ingest import BATCHES_TOTAL, METRIC_REPORTS_TOTAL, REPORTS_TOTAL, GroupStats
+from pipeline.prometheus import CONTENT_TYPE, LATENCY_BUCKETS, StoredCounter, new_registry, render
+
+__all__ = ["CollectorMetrics", "Timing", "add_prometheus_route"]
+
+#: the routes whose latency is told apart (any other path is counted as ``other``: no client-chosen labels)
+ROUTES = frozenset({"/v1/reports", "/v1/metrics", "/healthz", "/readyz", "/metrics", "/docs", "/openapi.json"})
+
+
+class CollectorMetrics:
+    """The collector's Prometheus metric families, in a registry of the app's own (``registry``; the FL
+    routes add theirs to it). The upload counters are :class:`~pipeline.prometheus.StoredCounter` s
+    (:meth:`persist`); the gauges and histograms are the process's own."""
+
+    def __init__(self) -> None:
+        self.registry = r = new_registry()
+        self.batches = StoredCounter(
+            BATCHES_TOTAL, "Uploaded batches by outcome and reason", ["outcome", "reason"], registry=r
+        )
+        self.reports = StoredCounter(
+            REPORTS_TOTAL,
+            "Reports in uploaded batches by outcome and reason (batches that decoded)",
+            ["outcome", "reason"],
+            registry=r,
+        )
+        self.metric_reports = StoredCounter(
+            METRIC_REPORTS_TOTAL, "Reports published, per declared metric", ["metric"], registry=r
+        )
+        self.latency = Histogram(
+            "ldp_collector_request_duration_seconds",
+            "HTTP request latency",
+            ["route", "method"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self._upload_latency = self.latency.labels(route="/v1/reports", method="POST")  # looked up once
+        self.in_flight = Gauge("ldp_collector_uploads_in_flight", "Uploads being processed (body read)", registry=r)
+        self.reading = Gauge("ldp_collector_uploads_reading", "Uploads whose body is being read", registry=r)
+        self.publish = Histogram(
+            "ldp_collector_publish_duration_seconds",
+            "Duration of one group commit (duplicate check, durable publish, id record)",
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.group = Histogram(
+            "ldp_collector_publish_group_batches",
+            "Batches per group commit",
+            buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024),
+            registry=r,
+        )
+
+    def persist(self, store: BatchIdStore) -> None:
+        """Keep the upload counters in the batch-id store: they survive restarts, and the accepted ones are
+        counted in the transaction that records the ids (:mod:`collector.dedup`, :mod:`collector.ingest`)."""
+        for c in (self.batches, self.reports, self.metric_reports):
+            c.persist(store)
+
+    def reject(self, reason: str, reports: int | None, outcome: str = "rejected") -> None:
+        """Count a refused upload (and its ``reports``, when it decoded)."""
+        self.batches.labels(outcome=outcome, reason=reason).inc()
+        if reports:
+            self.reports.labels(outcome=outcome, reason=reason).inc(reports)
+
+    def observe_group(self, stats: GroupStats) -> None:
+        """Count one group commit of the ingestor."""
+        self.publish.observe(stats.seconds)
+        self.group.observe(stats.published + stats.duplicates + stats.failed)
+
+    def observe_upload(self, seconds: float) -> None:
+        """Count one ``POST /v1/reports``'s latency."""
+        self._upload_latency.observe(seconds)
+
+    def observe_request(self, seconds: float, path: str, method: str) -> None:
+        """Count one request's latency under its route (``other`` for any path the collector does not serve)."""
+        self.latency.labels(
+            route=path if path in ROUTES else "other",
+            method=method if method in ("GET", "POST", "HEAD") else "other",
+        ).observe(seconds)
+
+
+class Timing:
+    """ASGI middleware: request latency per route into a histogram (the route, never the client)."""
+
+    def __init__(self, app: Any, metrics: CollectorMetrics) -> None:
+        self.app = app
+        self.metrics = metrics
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        t0 = time.perf_counter()
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            self.metrics.observe_request(time.perf_counter() - t0, scope.get("path", ""), scope.get("method", ""))
+
+
+def add_prometheus_route(app: FastAPI, metrics: CollectorMetrics, runtime: dict[str, Any]) -> None:
+    """Serve ``metrics`` at ``GET /metrics``; ``runtime["reading"]`` is the number of bodies being read."""
+
+    @app.get("/metrics", summary="Prometheus metrics", responses={200: {"content": {"text/plain": {}}}})
+    async def prometheus_metrics() -> Response:
+        metrics.reading.set(runtime["reading"])
+        return Response(render(metrics.registry), media_type=CONTENT_TYPE)

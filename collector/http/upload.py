@@ -1,0 +1,474 @@
+"""``POST /v1/reports``: one report batch, read, checked, published, answered.
+
+The body is a binary frame (``Content-Type: application/vnd.ldp.frame``,
+:data:`ldp_core.wire.frames.FRAME_CONTENT_TYPE`, or the generic
+``application/octet-stream``) or the JSON form (``application/json``); see
+:mod:`ldp_core.wire.frames`. An optional ``Idempotency-Key`` header must equal
+the frame's batch id.
+
+Answers to an upload
+--------------------
+=====  =======================================================================
+202    published durably to ``ldp.reports.raw`` (``"accepted"``), or a batch id
+       accepted before with the same records (``"duplicate"``; nothing is published again)
+401    with ``--require-tokens`` only: no token, or a bad, expired (another day's) or unknown one
+       (``token_*`` reasons, :mod:`collector.tokens`)
+409    ``batch_id_conflict``: the batch id was accepted before with other records;
+       nothing of this upload is stored (a new batch needs a fresh batch id); ``token_spent``
+       (``--require-tokens``): the token paid for another batch before
+400    the body is not a valid frame or JSON form (truncated, bad CRC, bad field,
+       record outside the spec's bounds, ``Idempotency-Key`` differing from the batch id)
+408    ``body_timeout``: the body did not arrive whole within ``body_timeout`` s
+413    the body exceeds ``max_body_bytes`` (from ``Content-Length`` or while
+       reading) or the batch holds more than ``max_records`` reports
+415    another ``Content-Type``
+422    a well-formed batch the collector will not take: unknown metric, spec
+       other than the metric's, metric expired on the batch's day, day outside
+       ``[today - max_day_age, today + max_days_ahead]``, no reports
+503    overloaded (more than ``max_reading`` bodies being read, or ``max_in_flight``
+       uploads in progress), the transport known to be down (answered at once,
+       see :mod:`collector.ingest`) or not acknowledging; ``Retry-After`` says when to retry
+=====  =======================================================================
+
+A refusal sent before the whole body was read carries ``Connection: close``.
+An upload is admitted (counted against ``max_in_flight``) only once its body
+is read, and the body must arrive within ``body_timeout``; large JSON bodies
+are decoded in a decode process, large frames on a thread, so that a few
+sockets cannot stall the event loop (docs/COLLECTOR.md, "A few sockets
+cannot stall it").
+
+Every error body is ``{"error": <reason>, "message": <what is wrong and how to fix it>}``.
+
+What leaves the collector
+-------------------------
+Only the batch itself: the records are decoded, checked against the
+metric's spec, and **re-encoded** into a fresh frame (metric, spec id, day,
+batch id, records), keyed ``"<metric>/<day>"``. No IP address, port, header,
+user agent or arrival time is read into it; uvicorn's access log is off
+(``ldp collector``), so client addresses are not logged either. The batch
+id is the device's random idempotency key, not linked to the device.
+(The transport itself stamps each record with its publish time; that stays
+between the collector and the shuffler, which drops it.)
+
+The answer 202 is sent only after the transport acknowledged the batch
+(:mod:`collector.ingest`, group commit); the batch id is then recorded in a
+durable store (:mod:`collector.dedup`), whose crash window the shuffler closes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import concurrent.futures.process
+import logging
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.responses import Response
+from starlette.requests import ClientDisconnect
+
+from collector.errors import RejectedBatch, UnavailableError
+from collector.http.admission import Admission
+from collector.http.answers import AcceptedBody, Answer, ErrorBody, error_parts
+from collector.http.decode import decode_body, json_to_frame
+from collector.http.monitoring import CollectorMetrics
+from collector.ingest import Ingestor, Outcome
+from collector.settings import CollectorSettings
+from collector.tokens import SpentTokens, TokenRejected, TokenVerifier
+from ldp_core.metrics import MetricSet
+from ldp_core.wire.frames import FRAME_CONTENT_TYPE, ReportBatch, encode_frame
+from pipeline.topics import metric_day_key
+
+__all__ = [
+    "FRAME_CONTENT_TYPES",
+    "JSON_CONTENT_TYPE",
+    "UploadHandler",
+    "add_upload_route",
+]
+
+log = logging.getLogger("ldp.collector")
+
+#: Every media type accepted as a binary frame; the first is its name (what the SDK sends).
+FRAME_CONTENT_TYPES = (FRAME_CONTENT_TYPE, "application/octet-stream")
+JSON_CONTENT_TYPE = "application/json"
+
+
+def check_length(length: str | None, max_bytes: int) -> None:
+    """Refuse a ``Content-Length`` that is not a number or announces more than ``max_bytes``."""
+    if length is None:
+        return
+    if not length.strip().isdigit():
+        raise RejectedBatch(400, "malformed", f"Content-Length {length[:40]!r} is not a number")
+    if int(length) > max_bytes:
+        raise RejectedBatch(
+            413,
+            "too_large",
+            f"the body has {int(length)} bytes; this collector takes at most {max_bytes}: split the batch",
+        )
+
+
+async def read_body(chunks: AsyncIterator[bytes], max_bytes: int) -> bytes:
+    """The whole body; :class:`RejectedBatch` (413) as soon as it grows past ``max_bytes``."""
+    buf = bytearray()
+    async for chunk in chunks:
+        buf += chunk
+        if len(buf) > max_bytes:
+            raise RejectedBatch(413, "too_large", f"the body exceeds {max_bytes} bytes; split the batch")
+    return bytes(buf)
+
+
+async def read_body_within(chunks: AsyncIterator[bytes], max_bytes: int, timeout: float) -> bytes:
+    """:func:`read_body`, or :class:`TimeoutError` after ``timeout`` s. (A bare timer handle: asyncio.timeout
+    costs about five times as much, on every upload.)"""
+    task = asyncio.current_task()
+    assert task is not None
+    expired = False
+
+    def expire() -> None:
+        nonlocal expired
+        expired = True
+        task.cancel()
+
+    handle = asyncio.get_running_loop().call_later(timeout, expire)
+    try:
+        return await read_body(chunks, max_bytes)
+    except asyncio.CancelledError:
+        if expired and task.uncancel() == 0:
+            raise TimeoutError from None
+        raise  # cancelled by someone else (the server shutting down)
+    finally:
+        handle.cancel()
+
+
+class _Refused(Exception):
+    """An upload answered before it was decoded (and already counted)."""
+
+    def __init__(self, answer: Answer) -> None:
+        super().__init__(answer[0])
+        self.answer = answer
+
+
+class UploadHandler:
+    """One upload (:meth:`__call__`): media type, token, body, admission, decoding and checks, publishing.
+
+    ``runtime`` is the app's state while it runs: the ``ingestor``, the ``json_decoder`` process pool
+    (replaced by ``new_json_decoder()`` when its process dies), and the ``reading`` and ``in_flight``
+    counts. ``tokens`` and ``spent`` are given with ``--require-tokens``.
+    """
+
+    def __init__(
+        self,
+        settings: CollectorSettings,
+        declared: MetricSet,
+        metrics: CollectorMetrics,
+        runtime: dict[str, Any],
+        *,
+        admission: Admission,
+        max_records: int,
+        new_json_decoder: Callable[[], concurrent.futures.ProcessPoolExecutor],
+        tokens: TokenVerifier | None = None,
+        spent: SpentTokens | None = None,
+    ) -> None:
+        self.settings = settings
+        self.declared = declared
+        self.metrics = metrics
+        self.runtime = runtime
+        self.admission = admission
+        self.max_records = max_records
+        self.new_json_decoder = new_json_decoder
+        self.tokens = tokens
+        self.spent = spent
+
+    async def __call__(
+        self,
+        ctype: str,
+        length: str | None,
+        idempotency_key: str | None,
+        chunks: AsyncIterator[bytes],
+        authorization: str | None = None,
+    ) -> Answer:
+        """One upload: ``(status, JSON body, extra headers)``.
+
+        The body is read (within ``body_timeout``) before the upload is admitted: a socket that sends a
+        partial body holds no ``max_in_flight`` slot, only one of the ``max_reading`` ones, and for at most
+        ``body_timeout``. Large bodies are decoded on the decode threads (``offload_*_bytes``)."""
+        try:
+            kind, offload = self._media_kind(ctype)
+            spend = self._verify_token(authorization)
+            body = await self._receive(length, chunks)
+            ingestor = self._admit()
+        except _Refused as refused:
+            return refused.answer
+        return await self._ingest(ingestor, body, kind, offload, idempotency_key, spend)
+
+    # -- before the body is decoded ------------------------------------------------------------------
+
+    def _refuse(
+        self,
+        status: int,
+        reason: str,
+        message: str,
+        *,
+        outcome: str = "rejected",
+        retry_after: int | None = None,
+        early: bool = True,
+    ) -> _Refused:
+        """Count a refusal and make its answer. ``early``: sent before the whole body was read, the rest of it
+        would be taken for the next request on a keep-alive connection, so the connection is closed after it."""
+        self.metrics.reject(reason, None, outcome=outcome)
+        answer = error_parts(status, reason, message, retry_after)
+        if early:
+            answer[2].append((b"connection", b"close"))
+        return _Refused(answer)
+
+    def _media_kind(self, ctype: str) -> tuple[str, int]:
+        """``("frame" or "json", the size from which such a body is decoded off the event loop)``."""
+        ctype = ctype.split(";")[0].strip().lower()
+        if ctype in FRAME_CONTENT_TYPES:
+            return "frame", self.settings.offload_frame_bytes
+        if ctype == JSON_CONTENT_TYPE:
+            return "json", self.settings.offload_json_bytes
+        raise self._refuse(
+            415,
+            "unsupported_media_type",
+            f"Content-Type {ctype[:80] or '(none)'!r} is not accepted; send a binary frame as "
+            f"{FRAME_CONTENT_TYPES[0]} or the JSON form as {JSON_CONTENT_TYPE}",
+        )
+
+    def _verify_token(self, authorization: str | None) -> tuple[bytes, str] | None:
+        """With ``--require-tokens``: a valid token of today, checked before the body is read."""
+        if self.tokens is None:
+            return None
+        try:
+            return self.tokens.verify(authorization)
+        except TokenRejected as exc:
+            raise self._refuse(exc.status, exc.reason, exc.message) from None
+
+    async def _receive(self, length: str | None, chunks: AsyncIterator[bytes]) -> bytes:
+        """The body, read within ``body_timeout`` while one of the ``max_reading`` places is held."""
+        settings, runtime = self.settings, self.runtime
+        if runtime["reading"] >= settings.max_reading:
+            raise self._refuse(
+                503,
+                "overloaded",
+                f"more than {settings.max_reading} request bodies are being read; retry later",
+                outcome="unavailable",
+                retry_after=settings.retry_after,
+            )
+        runtime["reading"] += 1  # the gauge is set from this when /metrics is read (not on every upload)
+        try:
+            check_length(length, settings.max_body_bytes)
+            return await read_body_within(chunks, settings.max_body_bytes, settings.body_timeout)
+        except RejectedBatch as exc:
+            raise self._refuse(exc.status, exc.reason, exc.message) from None
+        except TimeoutError:
+            raise self._refuse(
+                408,
+                "body_timeout",
+                f"the body did not arrive within {settings.body_timeout:g} s of the request's headers; "
+                "send the whole body at once",
+            ) from None
+        except ClientDisconnect:
+            raise self._refuse(
+                400, "client_disconnected", "the client closed the connection before the body ended", early=False
+            ) from None
+        finally:
+            runtime["reading"] -= 1
+
+    def _admit(self) -> Ingestor:
+        """The ingestor, once the body is here: unless ``max_in_flight`` uploads are in progress or the
+        transport is known to be down."""
+        settings = self.settings
+        if self.runtime["in_flight"] >= settings.max_in_flight:
+            raise self._refuse(
+                503,
+                "overloaded",
+                f"more than {settings.max_in_flight} uploads are in progress; retry later",
+                outcome="unavailable",
+                retry_after=settings.retry_after,
+                early=False,
+            )
+        ingestor: Ingestor = self.runtime["ingestor"]
+        down = ingestor.down
+        if down is not None:
+            raise self._refuse(
+                503,
+                "transport_unavailable",
+                f"the transport is unavailable ({down}); retry later",
+                outcome="unavailable",
+                retry_after=settings.retry_after,
+                early=False,
+            )
+        return ingestor
+
+    # -- decoding, checks, publishing ------------------------------------------------------------------
+
+    def prepare(self, body: bytes, kind: str, key: str | None) -> tuple[ReportBatch, bytes | RejectedBatch]:
+        """Decode, check and re-encode one body (on the event loop, or on a decode thread for large ones):
+        the batch and its new frame, or the batch and why it is refused (its reports are counted)."""
+        batch = decode_body(body, kind, self.declared, self.max_records)
+        try:
+            self.admission.check(batch, key)
+        except RejectedBatch as exc:
+            return batch, exc
+        return batch, encode_frame(batch)
+
+    async def _json_in_process(self, body: bytes) -> bytes:
+        """A large JSON body as a frame, converted in a decode process (a thread would hold this process's
+        interpreter lock while the rows are decoded in Python, and every other upload would wait for it)."""
+        runtime = self.runtime
+        try:
+            frame = await asyncio.get_running_loop().run_in_executor(runtime["json_decoder"], json_to_frame, body)
+        except concurrent.futures.process.BrokenProcessPool:
+            # the decode process died (killed, out of memory): a new pool for the next upload
+            log.error("the JSON decode process died; starting a new one")
+            runtime["json_decoder"].shutdown(wait=False)
+            runtime["json_decoder"] = self.new_json_decoder()
+            raise UnavailableError(
+                "internal", "the collector's decode process failed; retry later", self.settings.retry_after
+            ) from None
+        if isinstance(frame, tuple):
+            raise RejectedBatch(*frame)
+        return frame
+
+    async def _prepare(
+        self, body: bytes, kind: str, offload: int, key: str | None
+    ) -> tuple[ReportBatch, bytes | RejectedBatch]:
+        """:meth:`prepare`, off the event loop for a body larger than ``offload`` (large frames decode in
+        numpy, on a thread; JSON rows in a decode process)."""
+        if len(body) <= offload:
+            return self.prepare(body, kind, key)
+        if kind == "json":
+            return self.prepare(await self._json_in_process(body), "frame", key)
+        return await asyncio.get_running_loop().run_in_executor(None, self.prepare, body, kind, key)
+
+    def _spend(self, spend: tuple[bytes, str] | None, batch: ReportBatch) -> None:
+        """With ``--require-tokens``: the token pays for this batch, unless it paid for another one before."""
+        if spend is not None and self.spent is not None and not self.spent.spend(spend[0], batch.batch_id, spend[1]):
+            raise RejectedBatch(409, "token_spent", "this token was redeemed before (for another batch)")
+
+    async def _publish(self, ingestor: Ingestor, batch: ReportBatch, frame: bytes) -> Outcome:
+        """Hand the new frame to the ingestor and wait for its outcome (``accepted`` or ``duplicate``)."""
+        fut = ingestor.submit(
+            batch.batch_id, metric_day_key(batch.metric, batch.day), frame, len(batch), metric=batch.metric
+        )
+        timeout = self.settings.publish_timeout
+        try:
+            # cancelling ``fut`` on a timeout is harmless: the ingestor hands out a future of the caller's own
+            return await asyncio.wait_for(asyncio.wrap_future(fut), timeout)
+        except TimeoutError:
+            raise UnavailableError(
+                "timeout",
+                f"the transport did not acknowledge the batch within {timeout:g} s; retry later",
+                self.settings.retry_after,
+            ) from None
+
+    async def _ingest(
+        self,
+        ingestor: Ingestor,
+        body: bytes,
+        kind: str,
+        offload: int,
+        key: str | None,
+        spend: tuple[bytes, str] | None,
+    ) -> Answer:
+        """Decode, check and publish an admitted body, counted in ``in_flight`` meanwhile; the answer."""
+        runtime, metrics = self.runtime, self.metrics
+        runtime["in_flight"] += 1
+        metrics.in_flight.inc()
+        batch: ReportBatch | None = None
+        try:
+            batch, value = await self._prepare(body, kind, offload, key)
+            if isinstance(value, RejectedBatch):
+                raise value
+            self._spend(spend, batch)
+            outcome = await self._publish(ingestor, batch, value)
+        except RejectedBatch as exc:
+            metrics.reject(exc.reason, len(batch) if batch is not None else None)
+            return error_parts(exc.status, exc.reason, exc.message)
+        except UnavailableError as exc:
+            metrics.reject(exc.reason, len(batch) if batch is not None else None, outcome="unavailable")
+            return error_parts(503, exc.reason, exc.message, exc.retry_after)
+        finally:
+            runtime["in_flight"] -= 1
+            metrics.in_flight.dec()
+        if outcome != "accepted":  # accepted ones were counted with their ids, in the store's transaction
+            metrics.batches.labels(outcome=outcome, reason="ok").inc()
+            metrics.reports.labels(outcome=outcome, reason="ok").inc(len(batch))
+        return (
+            202,
+            b'{"status":"%s","batch_id":"%s","reports":%d}'
+            % (outcome.encode(), batch.batch_id.hex().encode(), len(batch)),
+            [],
+        )
+
+
+_JSON_FORM_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "required": ["version", "metric", "spec_id", "day", "batch_id", "records"],
+    "properties": {
+        "version": {"type": "integer", "enum": [1]},
+        "metric": {"type": "string", "pattern": "^[A-Za-z0-9_.:\\-]{1,255}$"},
+        "spec_id": {"type": "string", "pattern": "^[0-9a-f]{16}$"},
+        "day": {"type": "integer", "minimum": 0, "description": "days since 1970-01-01 (UTC)"},
+        "batch_id": {"type": "string", "pattern": "^[0-9a-fA-F]{32}$"},
+        "records": {
+            "type": "array",
+            "items": {"type": "array", "items": {"anyOf": [{"type": "integer"}, {"type": "string"}]}},
+        },
+    },
+}
+
+_REPORTS_OPENAPI: dict[str, Any] = {
+    "requestBody": {
+        "required": True,
+        "content": {
+            **{ct: {"schema": {"type": "string", "format": "binary"}} for ct in FRAME_CONTENT_TYPES},
+            JSON_CONTENT_TYPE: {"schema": _JSON_FORM_SCHEMA},
+        },
+    },
+    "parameters": [
+        {
+            "name": "Idempotency-Key",
+            "in": "header",
+            "required": False,
+            "schema": {"type": "string"},
+            "description": "the batch id in hex (optional)",
+        }
+    ],
+}
+
+_ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
+    400: {"model": ErrorBody, "description": "malformed body"},
+    413: {"model": ErrorBody, "description": "body or batch too large"},
+    409: {"model": ErrorBody, "description": "batch id accepted before with other records"},
+    415: {"model": ErrorBody, "description": "unsupported Content-Type"},
+    422: {"model": ErrorBody, "description": "unknown metric, spec mismatch, expired metric or day out of range"},
+    503: {"model": ErrorBody, "description": "overloaded or transport unavailable; see Retry-After"},
+}
+
+
+def add_upload_route(app: FastAPI, upload: UploadHandler) -> None:
+    """The framework's route for ``POST /v1/reports``: it documents the upload in the OpenAPI schema (the
+    collector's ASGI app serves uploads before they reach the framework, with the same handler)."""
+
+    @app.post(
+        "/v1/reports",
+        status_code=202,
+        response_model=AcceptedBody,
+        responses=_ERROR_RESPONSES,
+        openapi_extra=_REPORTS_OPENAPI,
+        summary="Upload one report batch",
+    )
+    async def post_reports(request: Request) -> Response:
+        status, body, extra = await upload(
+            request.headers.get("content-type", ""),
+            request.headers.get("content-length"),
+            request.headers.get("idempotency-key"),
+            request.stream(),
+            request.headers.get("authorization"),
+        )
+        return Response(
+            body, status_code=status, media_type="application/json", headers={k.decode(): v.decode() for k, v in extra}
+        )
