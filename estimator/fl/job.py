@@ -64,12 +64,13 @@ from typing import Any
 import numpy as np
 
 from estimator.errors import JobStateError
+from estimator.fl.aggregator_specs import FLAccountant
 from estimator.fl.aggregators import AggregateResult, Aggregator, RoundContext
 from estimator.fl.checkpoint import CheckpointLog, JobState
 from estimator.fl.checkpoint import json_float as _f
 from estimator.fl.dp import FLTRUST_OPERATOR_SEES, AdaptiveClippingDP, epsilon_by_adversary
 from estimator.fl.ftrl import DPFTRL
-from estimator.fl.task import FLAccountant, FLTaskSpec
+from estimator.fl.task import FLTaskSpec
 from ldp_core.files import write_atomic
 from ldp_core.fl.errors import FLError, SecAggError, UpdateRejected
 from ldp_core.fl.personalization import personalization_to_dict
