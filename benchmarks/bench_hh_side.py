@@ -56,7 +56,7 @@ def main() -> int:
     ap.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
     ap.add_argument("--top", type=int, default=32)
     ap.add_argument(
-        "--out", help="default benchmarks/results/heavy_hitters_side_s<seeds>.jsonl (as docs/BENCHMARKS.md)"
+        "--out", help="default benchmarks/results/heavy_hitters_side_s<seeds>.jsonl (as docs/benchmarks/ESTIMATION.md)"
     )
     ap.add_argument("--plot", default=str(ROOT / "docs/img/heavy_hitters_side.png"))
     ap.add_argument("--pureldp", default="pem sfp treehist")

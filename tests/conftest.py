@@ -31,3 +31,17 @@ def kafka_bootstrap() -> str:
             pytrace=False,
         )
     return bootstrap
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Every test that needs the project's broker (the ``kafka_bootstrap`` fixture, directly or through
+    another fixture) carries the ``kafka`` marker, so that ``-m "not kafka"`` leaves out exactly those."""
+    unmarked = [
+        item.nodeid
+        for item in items
+        if "kafka_bootstrap" in getattr(item, "fixturenames", ()) and item.get_closest_marker("kafka") is None
+    ]
+    if unmarked:
+        raise pytest.UsageError(
+            "tests that use the Kafka broker without the `kafka` marker:\n  " + "\n  ".join(unmarked)
+        )

@@ -2,7 +2,7 @@
 
 ``__all__`` is what ``from package import *`` and the documentation tools take as a module's public
 surface; a stale name in it fails only when someone star-imports, so it is checked here for every
-package's ``__init__`` and every module of client_sdk, client_sdk.fl, pipeline, collector, estimator,
+package's ``__init__`` and every module of ldp_core, client_sdk, client_sdk.fl, pipeline, collector, estimator,
 simulator and ldp_cli (and their sub-packages). Modules are found on disk, so a new one is checked without
 touching this file.
 """
@@ -15,7 +15,7 @@ import pathlib
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-PACKAGES = ("client_sdk", "pipeline", "collector", "estimator", "simulator", "ldp_cli")
+PACKAGES = ("ldp_core", "client_sdk", "pipeline", "collector", "estimator", "simulator", "ldp_cli")
 
 
 def module_names() -> list[str]:
@@ -56,16 +56,26 @@ DOCUMENTED_CLIENT_SDK = {
 
 def test_every_package_is_found() -> None:
     assert {
+        "ldp_core",
+        "ldp_core.mechanisms",
+        "ldp_core.wire",
+        "ldp_core.tokens",
+        "ldp_core.fl",
         "client_sdk",
         "client_sdk.fl",
-        "ldp_core.mechanisms",
+        "client_sdk.upload",
         "pipeline",
         "pipeline.transport",
         "collector",
+        "collector.http",
+        "collector.shuffler",
         "collector.sinks",
         "collector.fl",
         "estimator",
         "estimator.oracles",
+        "estimator.mechanisms",
+        "estimator.jobs",
+        "estimator.service",
         "estimator.fl",
         "simulator",
         "ldp_cli",

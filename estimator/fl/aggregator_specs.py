@@ -178,7 +178,7 @@ class DPFTRLSpec:
     individual update, but no DP figure holds against it); a client already in the current tree is then
     left out of the round's sample, and the node noise covers the quantizer's slack
     (:func:`secagg_quantization_slack`). Not with ``scaffold`` (the FTRL iterate is the model's only
-    server state), nor with distributed noise (docs/FL.md says why)."""
+    server state), nor with distributed noise (docs/fl/DESIGN.md says why)."""
 
     restart_every: int | None = None
     efficient: bool = False
@@ -320,7 +320,7 @@ class FLTrustSpec:
     ``"expected_clients"`` the task runs DP-FLTrust (:class:`~estimator.fl.dp.DPFLTrust`): g₀ clipped to C =
     ``clip_norm``, each contribution TSᵢ·ḡᵢ of norm ≤ C, N(0, (σC)²) on the sum, divided by the expected cohort
     m̄; the client-level accountant is DP-FedAvg's. It needs ``clip_norm``; client-level DP with the default
-    divisor is refused (one client moves Σ TSᵢḡᵢ / Σ TSᵢ by up to 2‖g₀‖, not C/m: docs/FL.md).
+    divisor is refused (one client moves Σ TSᵢḡᵢ / Σ TSᵢ by up to 2‖g₀‖, not C/m: docs/fl/FLTRUST.md).
 
     Not with ``secagg`` (it needs each update), ``scaffold``, MOON or ``local_dp_sgd`` (g₀ would not be the
     same kind of update as the devices')."""

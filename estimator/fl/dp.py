@@ -228,7 +228,7 @@ def epsilon_by_adversary(
     known_sample: float | None = None,
     operator_sees: str | None = None,
 ) -> list[dict[str, Any]]:
-    """The accountant's ε against each adversary, labelled (issue 13; the threat table in docs/FL.md).
+    """The accountant's ε against each adversary, labelled (issue 13; the threat table in docs/fl/DESIGN.md).
 
     * ``observer``: sees the released models (and the public status) but not the sample:
       :meth:`ClientLevelAccountant.epsilon`, sampling amplification credited.

@@ -1,6 +1,6 @@
 """FLTrust's root update inside the aggregation job: the trusted root dataset and the server's training on it.
 
-A task with ``"aggregator": {"kind": "fltrust", "root_data": "PATH.npz"}`` (docs/FL.md, "Task file") gives
+A task with ``"aggregator": {"kind": "fltrust", "root_data": "PATH.npz"}`` (docs/fl/TASK.md, docs/fl/FLTRUST.md) gives
 the job a small dataset the operator trusts. :func:`load_root_data` reads and checks it against the task's
 model; :class:`RootTraining` is the ``root`` callable of :class:`~estimator.fl.robust.FLTrust`: each round it
 trains from the round's global model (``RoundContext.params``) on the root data with the task's own local

@@ -195,7 +195,7 @@ class DistributedDGSpec:
         if task.aggregator.kind != "fedavg":
             raise FLError(
                 "noise 'distributed_discrete_gaussian' works with the 'fedavg' aggregator only (dp_ftrl's tree "
-                "reuses each node's noise over rounds, which per-round devices cannot share: docs/FL.md)"
+                "reuses each node's noise over rounds, which per-round devices cannot share: docs/fl/DESIGN.md)"
             )
         if self.min_shares is not None and self.min_shares > task.sampling.count:
             raise FLError(f"min_shares {self.min_shares} exceeds the {task.sampling.count} clients sampled per round")

@@ -1,6 +1,6 @@
 """A federated task: what the aggregation job runs, as a frozen, validated value read from a JSON task file.
 
-:class:`FLTaskSpec` holds the task file's fields (docs/FL.md, "Task file").
+:class:`FLTaskSpec` holds the task file's fields (docs/fl/TASK.md).
 Its ``sampling``, ``aggregator`` and ``noise`` are typed specs rather than the
 file's ``{"kind": ...}`` objects (:mod:`estimator.fl.options`,
 :mod:`estimator.fl.aggregator_specs`): each is read with a message that names

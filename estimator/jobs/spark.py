@@ -24,7 +24,7 @@ Who reads a task's files (``reader``):
 - ``"spark"``: Spark's Parquet reader (row-group splits, data locality on
   HDFS, any file system Spark reads), whose rows the JVM converts to Arrow
   one by one for ``mapInArrow``: on this machine that conversion, not the
-  kernels, takes most of the time (docs/BENCHMARKS.md).
+  kernels, takes most of the time (docs/benchmarks/PIPELINE.md).
 
 One Spark job covers one (metric, spec): a spec fixes the columns. The per-file facts the default engine takes from each
 file's footer (format, spec id, shuffle batches, central ε and δ) come from a

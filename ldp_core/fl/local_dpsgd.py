@@ -10,7 +10,7 @@ on the sum, division by the expected batch qN, T steps from the global
 parameters with the task's ``training.learning_rate``. The upload is the
 difference to the global parameters, then clipped to the job's C as before.
 
-What each ε protects (docs/FL.md, "DP-SGD on devices"):
+What each ε protects (docs/fl/LOCAL_DPSGD.md):
 
 * **sample-level** (this module): one *example* of one device, replaced by any
   other (the device's example count N is public: its upload carries N as

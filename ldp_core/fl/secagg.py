@@ -530,7 +530,7 @@ class SecAggClient:
         Ed25519 signature of that set) by at least t *other* survivors among its verified neighbours
         (``verify_keys``: index → the device public key of its credential). Honest clients sign one set,
         so a server that shows different sets to different clients cannot show each t signatures from
-        others on its own (B17's consistency check; see docs/FL.md for what it adds to 2t > holders)."""
+        others on its own (B17's consistency check; see docs/fl/SECAGG.md for what it adds to 2t > holders)."""
         from ldp_core.tokens.enrollment import verify_signature
 
         if survivors & dropped:

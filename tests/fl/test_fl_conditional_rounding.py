@@ -152,7 +152,7 @@ def test_conditional_rounding_is_biased_within_its_bound() -> None:
 
 def test_the_bias_bound_at_the_default_beta_is_small() -> None:
     # the scenario's settings at β = 0.01, ‖x‖ = C = 2: the linear form β·Δ√d/(1 − β) decides, below 2 % of C
-    # for 4 bits and 0.2 % for 8 bits (the figures docs/FL.md quotes)
+    # for 4 bits and 0.2 % for 8 bits (the figures docs/fl/COMPRESSION.md quotes)
     rng = np.random.default_rng(9)
     for bits, c, d, share in ((4, 2.0, 210, 0.02), (8, 2.0, 210, 0.002), (4, 0.5, 256, 0.006)):
         q = StochasticQuantizer(bits, c)

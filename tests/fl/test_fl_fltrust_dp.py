@@ -264,7 +264,7 @@ def test_dp_fltrust_task_over_the_pipeline(tmp_path: Path) -> None:
     x0 = model.init_params(np.random.default_rng(spec.seed)).astype(np.float64)
     acc_of = {k: accuracy(model, v, X_TEST, Y_TEST) for k, v in (("clean", x_clean), ("fltrust", x_ft), ("dp", x_dp))}
     travel = {k: float(np.linalg.norm(v.astype(np.float64) - x0)) for k, v in (("fltrust", x_ft), ("dp", x_dp))}
-    print(  # the figures docs/FL.md quotes (pytest -s)
+    print(  # the figures docs/fl/FLTRUST.md quotes (pytest -s)
         f"DP-FLTrust pipeline: epsilon {status['epsilon']:.2f}, step scale Σ TSᵢ/m̄ {[round(v, 3) for v in shrink]}, "
         f"rescale norm {[round(h['rescale_norm'], 3) for h in status['history']]}, "
         f"root norm {[round(h['root_update_norm'], 3) for h in status['history']]}, "

@@ -9,6 +9,7 @@ import hashlib
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from pipeline.transport import open_transport
 from tests.support.fl_pipeline_support import (
@@ -24,6 +25,8 @@ from tests.support.fl_pipeline_support import (
     reference_run,
     task_spec,
 )
+
+pytestmark = pytest.mark.kafka
 
 
 def test_dp_fedavg_and_secagg_over_kafka(tmp_path: Path, kafka_bootstrap: str) -> None:
