@@ -4,7 +4,7 @@
 specs here (:data:`AggregatorSpec`), which writes the same object back with ``to_dict``. Each spec checks
 what it needs of the rest of the task (``check``: DP settings, SecAgg, enough sampled clients), says
 whether devices clip (``device_clips``), and builds its stack (``build``) over the task's accountant
-(:data:`FLAccountant`). Every refusal is an :class:`~ldp_core.fl.errors.FLError`.
+(:data:`FLAccountant`); they read the task through :class:`~estimator.fl.options.TaskView`. Every refusal is an :class:`~ldp_core.fl.errors.FLError`.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
 from estimator.fl.aggregators import Aggregator, ValidatingAggregator, WeightedMean
 from estimator.fl.dp import (
@@ -25,6 +25,7 @@ from estimator.fl.dp import (
 from estimator.fl.ftrl import DPFTRL, FtrlAccountant
 from estimator.fl.options import (
     FixedSamplingSpec,
+    TaskView,
     read_int,
     read_kind,
     read_number,
@@ -35,9 +36,6 @@ from ldp_core.fl.personalization import (
     MoonSpec,
     personalization_from_dict,
 )
-
-if TYPE_CHECKING:
-    from estimator.fl.task import FLTaskSpec
 
 __all__ = [
     "FLAccountant",
@@ -74,10 +72,10 @@ class FedAvgSpec:
     requirement: ClassVar[dict[str, str]] = {}
     device_clips: ClassVar[bool] = True
 
-    def check(self, task: FLTaskSpec) -> None:
+    def check(self, task: TaskView) -> None:
         """Nothing beyond the task's own checks: fedavg works with and without DP and SecAgg."""
 
-    def build(self, task: FLTaskSpec, accountant: FLAccountant | None) -> Aggregator:
+    def build(self, task: TaskView, accountant: FLAccountant | None) -> Aggregator:
         if task.clip_norm is None:
             return ValidatingAggregator(WeightedMean())
         return ValidatingAggregator(
@@ -109,7 +107,7 @@ class AdaptiveClippingSpec:
         if self.count_stddev is not None:
             read_number("count_stddev", self.count_stddev)
 
-    def check(self, task: FLTaskSpec) -> None:
+    def check(self, task: TaskView) -> None:
         if task.clip_norm is None or not task.noise_multiplier > 0:
             raise FLError(
                 "adaptive_clipping needs clip_norm (the initial C) and noise_multiplier > 0 (the overall "
@@ -124,13 +122,13 @@ class AdaptiveClippingSpec:
         self.build(task, None)  # the wrapper's own checks
         update_noise_multiplier(task.noise_multiplier, self.count_stddev_for(task))  # σ_b > z/2
 
-    def count_stddev_for(self, task: FLTaskSpec) -> float:
+    def count_stddev_for(self, task: TaskView) -> float:
         """σ_b: the option, or the task's expected clients per round / 20."""
         if self.count_stddev is not None:
             return float(self.count_stddev)
         return task.build_sampling().expected_clients(len(task.clients)) / 20.0
 
-    def build(self, task: FLTaskSpec, accountant: FLAccountant | None) -> Aggregator:
+    def build(self, task: TaskView, accountant: FLAccountant | None) -> Aggregator:
         assert task.clip_norm is not None and task.noise_multiplier is not None  # checked with the task's DP
         return ValidatingAggregator(
             AdaptiveClippingDP(
@@ -153,7 +151,7 @@ class AdaptiveClippingSpec:
         }
 
 
-def secagg_quantization_slack(task: FLTaskSpec) -> float:
+def secagg_quantization_slack(task: TaskView) -> float:
     """How far the norm of one device's contribution to a SecAgg sum, as the job decodes it, may exceed
     C: the float32 cast of the clipped update (below 2⁻²⁴ relative per coordinate; C·2⁻²³ covers it)
     plus the stochastic rounding (below 1/s per coordinate, so √d/s in L2), with s the quantizer's
@@ -192,14 +190,14 @@ class DPFTRLSpec:
         if not isinstance(self.efficient, bool):
             raise FLError(f"aggregator 'dp_ftrl': efficient must be true or false, got {self.efficient!r}")
 
-    def check(self, task: FLTaskSpec) -> None:
+    def check(self, task: TaskView) -> None:
         if task.clip_norm is None or not task.noise_multiplier > 0:
             raise FLError("dp_ftrl needs clip_norm (C) and noise_multiplier > 0 (the noise of every tree node is z·C)")
         read_number("clip_norm", task.clip_norm)
         if task.algorithm == "scaffold":
             raise FLError("dp_ftrl runs with algorithm fedavg or fedprox (scaffold's control variates are not noised)")
 
-    def build(self, task: FLTaskSpec, accountant: FLAccountant | None) -> Aggregator:
+    def build(self, task: TaskView, accountant: FLAccountant | None) -> Aggregator:
         assert task.clip_norm is not None
         if accountant is not None and not isinstance(accountant, FtrlAccountant):
             raise FLError("dp_ftrl needs the DP-FTRL accountant (FLTaskSpec.build_accountant)")
@@ -236,7 +234,7 @@ class _RobustSpec:
     def min_updates(self) -> int:
         return 2 * self.f + 1
 
-    def check(self, task: FLTaskSpec) -> None:
+    def check(self, task: TaskView) -> None:
         kind = self.kind
         if task.secagg:
             raise FLError(
@@ -265,7 +263,7 @@ class MedianSpec(_RobustSpec):
 
     kind: ClassVar[str] = "median"
 
-    def build(self, task: FLTaskSpec, accountant: FLAccountant | None) -> Aggregator:
+    def build(self, task: TaskView, accountant: FLAccountant | None) -> Aggregator:
         return ValidatingAggregator(CoordinateMedian(WeightedMean(), self.f))
 
 
@@ -275,7 +273,7 @@ class TrimmedMeanSpec(_RobustSpec):
 
     kind: ClassVar[str] = "trimmed_mean"
 
-    def build(self, task: FLTaskSpec, accountant: FLAccountant | None) -> Aggregator:
+    def build(self, task: TaskView, accountant: FLAccountant | None) -> Aggregator:
         return ValidatingAggregator(TrimmedMean(WeightedMean(), self.f))
 
 
@@ -295,7 +293,7 @@ class KrumSpec(_RobustSpec):
     def min_updates(self) -> int:
         return max(2 * self.f + 3, self.multi + self.f)
 
-    def build(self, task: FLTaskSpec, accountant: FLAccountant | None) -> Aggregator:
+    def build(self, task: TaskView, accountant: FLAccountant | None) -> Aggregator:
         return ValidatingAggregator(Krum(WeightedMean(), self.f, self.multi))
 
     def to_dict(self) -> dict[str, Any]:
@@ -354,7 +352,7 @@ class FLTrustSpec:
         """Whether this is DP-FLTrust (divisor ``expected_clients``: clipped root, fixed denominator)."""
         return self.divisor == "expected_clients"
 
-    def check(self, task: FLTaskSpec) -> None:
+    def check(self, task: TaskView) -> None:
         from estimator.fl.fltrust_root import load_root_data
 
         if task.secagg:
@@ -399,7 +397,7 @@ class FLTrustSpec:
             )
         load_root_data(self.root_data, task.build_model(), self.sha256)
 
-    def build(self, task: FLTaskSpec, accountant: FLAccountant | None) -> Aggregator:
+    def build(self, task: TaskView, accountant: FLAccountant | None) -> Aggregator:
         from estimator.fl.fltrust_root import RootTraining, load_root_data
 
         model = task.build_model()

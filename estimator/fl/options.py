@@ -5,8 +5,8 @@ spec of its kind, refusing an unknown kind, an unknown or missing option and an 
 each with a message that names it; :func:`read_number`, :func:`read_int`, :func:`read_base64`); the
 sampling specs (:func:`sampling_spec`); the distributed-noise spec (:func:`noise_spec`); and the checks of
 the options that :class:`~estimator.fl.task.FLTaskSpec` keeps as plain JSON objects: ``personalization``,
-``local_dp_sgd`` (with the sample-level ε it gives, :func:`sample_level_privacy`) and ``compression``
-(:func:`build_compression`). The aggregator specs are :mod:`estimator.fl.aggregator_specs`. Every refusal
+``local_dp_sgd`` (with the sample-level ε it gives, :func:`sample_level_privacy`) and ``compression``.
+The specs read the task through :class:`TaskView`. The aggregator specs are :mod:`estimator.fl.aggregator_specs`. Every refusal
 is an :class:`~ldp_core.fl.errors.FLError`.
 """
 
@@ -15,18 +15,18 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar, Protocol
 
 from estimator.fl.sampling import FixedCountSampling, PoissonSampling, Sampling
+from estimator.fl.strategies import Strategy
 from ldp_core.fl.errors import FLError, ModelError
-from ldp_core.fl.local_dpsgd import local_dp_sgd_from_dict
+from ldp_core.fl.local_dpsgd import LocalDPSGDSpec, local_dp_sgd_from_dict
 from ldp_core.fl.models import MLP
 from ldp_core.fl.personalization import MoonSpec, personalization_from_dict, personalization_to_dict
-
-if TYPE_CHECKING:
-    from estimator.fl.task import FLTaskSpec
+from ldp_core.fl.protocol import model_from_dict
 
 __all__ = [
+    "TaskView",
     "read_kind",
     "read_number",
     "read_int",
@@ -42,8 +42,42 @@ __all__ = [
     "check_local_dp_sgd",
     "sample_level_privacy",
     "check_compression",
-    "build_compression",
 ]
+
+
+class _Kinded(Protocol):
+    @property
+    def kind(self) -> str: ...
+
+
+class TaskView(Protocol):
+    """What the option and aggregator specs read of the task they check or build for. The task
+    (:class:`~estimator.fl.task.FLTaskSpec`) is one; the specs take this view rather than import it,
+    since the task reads its options with them."""
+
+    @property
+    def clients(self) -> tuple[str, ...]: ...
+    @property
+    def algorithm(self) -> str: ...
+    @property
+    def clip_norm(self) -> float | None: ...
+    @property
+    def noise_multiplier(self) -> float: ...
+    @property
+    def secagg(self) -> bool: ...
+    @property
+    def seed(self) -> int | None: ...
+    @property
+    def sampling(self) -> SamplingSpec: ...
+    @property
+    def aggregator(self) -> _Kinded: ...
+    @property
+    def personalization(self) -> Mapping[str, Any] | None: ...
+    @property
+    def local_dp_sgd(self) -> Mapping[str, Any] | None: ...
+    def build_model(self) -> Any: ...
+    def build_sampling(self) -> Sampling: ...
+    def build_strategy(self) -> Strategy: ...
 
 
 def read_number(name: str, v: object, *, low: float = 0.0, strict: bool = True) -> float:
@@ -181,7 +215,7 @@ class DistributedDGSpec:
         if self.min_shares is not None:
             read_int(f"noise {self.kind!r}: min_shares", self.min_shares, 1)
 
-    def check(self, task: FLTaskSpec) -> None:
+    def check(self, task: TaskView) -> None:
         if not task.secagg or task.clip_norm is None or not task.noise_multiplier > 0:
             raise FLError(
                 "noise 'distributed_discrete_gaussian' needs secagg (the shares are summed by secure aggregation), "
@@ -201,12 +235,12 @@ class DistributedDGSpec:
             raise FLError(f"min_shares {self.min_shares} exceeds the {task.sampling.count} clients sampled per round")
         self.build(task, task.build_model().num_params)  # the spec's own checks (ring room, σ per share)
 
-    def shares(self, task: FLTaskSpec) -> int:
+    def shares(self, task: TaskView) -> int:
         """The fewest noise shares a released round sums (min_shares, or every sampled client)."""
         assert isinstance(task.sampling, FixedSamplingSpec)
         return task.sampling.count if self.min_shares is None else self.min_shares
 
-    def build(self, task: FLTaskSpec, dim: int) -> Any:
+    def build(self, task: TaskView, dim: int) -> Any:
         """The round's :class:`ldp_core.fl.ddg.DDGSpec` (the same on every device: public parameters only)."""
         from ldp_core.fl.ddg import DDGSpec
         from ldp_core.fl.errors import SecAggError
@@ -249,40 +283,47 @@ def noise_spec(d: Mapping[str, Any] | NoiseSpec | None) -> NoiseSpec | None:
 
 
 # -- options kept as JSON objects in the task ----------------------------------------------------
-def check_personalization(task: FLTaskSpec) -> dict[str, Any] | None:
+def check_personalization(
+    personalization: Mapping[str, Any] | None, algorithm: str, model: Mapping[str, Any]
+) -> dict[str, Any] | None:
     """The task's ``personalization`` (:mod:`ldp_core.fl.personalization`) in its canonical form (None without
-    it); refused on another algorithm than fedavg, and MOON on a model without a hidden layer."""
+    it); refused on another algorithm than fedavg, and MOON on a ``model`` without a hidden layer."""
     try:
-        spec = personalization_from_dict(task.personalization)
+        spec = personalization_from_dict(personalization)
     except ModelError as exc:
         raise FLError(f"personalization: {exc}") from None
     if spec is None:
         return None
-    if task.algorithm != "fedavg":
-        raise FLError(f"personalization ({spec.kind}) runs on algorithm fedavg, got {task.algorithm!r}")
-    if isinstance(spec, MoonSpec) and not isinstance(task.build_model(), MLP):
+    if algorithm != "fedavg":
+        raise FLError(f"personalization ({spec.kind}) runs on algorithm fedavg, got {algorithm!r}")
+    if isinstance(spec, MoonSpec) and not isinstance(model_from_dict(model), MLP):
         raise FLError("personalization moon needs an mlp model (its contrastive term is on the hidden layer)")
     return personalization_to_dict(spec)
 
 
-def check_local_dp_sgd(task: FLTaskSpec) -> dict[str, Any] | None:
+def check_local_dp_sgd(
+    local_dp_sgd: Mapping[str, Any] | None,
+    algorithm: str,
+    personalization: Mapping[str, Any] | None,
+    training: Mapping[str, Any],
+) -> dict[str, Any] | None:
     """The task's ``local_dp_sgd`` (:mod:`ldp_core.fl.local_dpsgd`) in its canonical form (None without it);
-    refused where the devices' local objective is not plain FedAvg SGD, or where ``training`` sets what
-    DP-SGD decides itself."""
-    spec = local_dp_sgd_from_dict(task.local_dp_sgd)
+    refused where the devices' local objective is not plain FedAvg SGD (``algorithm``, ``personalization``),
+    or where ``training`` sets what DP-SGD decides itself."""
+    spec = local_dp_sgd_from_dict(local_dp_sgd)
     if spec is None:
         return None
-    if task.algorithm not in ("fedavg", "fedprox"):
+    if algorithm not in ("fedavg", "fedprox"):
         raise FLError(
-            f"local_dp_sgd runs with algorithm fedavg or fedprox, got {task.algorithm!r}: the device's DP-SGD "
+            f"local_dp_sgd runs with algorithm fedavg or fedprox, got {algorithm!r}: the device's DP-SGD "
             "steps carry no control variate (SCAFFOLD's would be trained on the examples outside DP-SGD)"
         )
-    if task.personalization is not None:
+    if personalization is not None:
         raise FLError(
             "local_dp_sgd cannot run with personalization: the personal and contrastive objectives train "
             "on the device's examples outside DP-SGD, so the sample-level ε would not cover them"
         )
-    other = sorted(set(task.training) - {"learning_rate"})
+    other = sorted(set(training) - {"learning_rate"})
     if other:
         raise FLError(
             f"with local_dp_sgd, training takes only learning_rate (got {other}): the batches are Poisson "
@@ -291,49 +332,50 @@ def check_local_dp_sgd(task: FLTaskSpec) -> dict[str, Any] | None:
     return spec.to_dict()
 
 
-def sample_level_privacy(task: FLTaskSpec, rounds: int | None = None, add_remove: bool = True) -> dict[str, Any] | None:
-    """The sample-level ε of the task's ``local_dp_sgd`` (None without it) for a device that took part in
-    ``rounds`` rounds (default: every round of the task, the worst case over devices, since any device may be
-    sampled every round), at the task's δ: ``epsilon`` by PLD for one example replaced (a device's example
-    count is public: its upload carries it), ``epsilon_add_remove`` (PLD) and ``epsilon_add_remove_rdp``
-    (RDP, the second opinion) for one example added or removed, which would hold if the count were hidden
-    (left out with ``add_remove=False``: PLD takes about a second). A function of the task's public
-    parameters only (not of who was sampled), so it may be published."""
+def sample_level_privacy(
+    spec: LocalDPSGDSpec | None, rounds: int, delta: float, add_remove: bool = True
+) -> dict[str, Any] | None:
+    """The sample-level ε of the devices' DP-SGD ``spec`` (None without it) for a device that took part in
+    ``rounds`` rounds, at ``delta``: ``epsilon`` by PLD for one example replaced (a device's example count
+    is public: its upload carries it), ``epsilon_add_remove`` (PLD) and ``epsilon_add_remove_rdp`` (RDP, the
+    second opinion) for one example added or removed, which would hold if the count were hidden (left out
+    with ``add_remove=False``: PLD takes about a second). A function of the task's public parameters only
+    (not of who was sampled), so it may be published."""
     from estimator.accounting.accountant import account
 
-    spec = task.local_dp_sgd_spec
     if spec is None:
         return None
-    k = task.rounds if rounds is None else rounds
-    if k == 0:
+    if rounds == 0:
         return {
             "rounds": 0,
             "epsilon": 0.0,
             "epsilon_add_remove": 0.0,
             "epsilon_add_remove_rdp": 0.0,
-            "delta": task.delta,
+            "delta": delta,
         }
-    rep = account(spec.event(k), task.delta, "replace")
+    rep = account(spec.event(rounds), delta, "replace")
     out = {
-        "rounds": k,
+        "rounds": rounds,
         "steps_per_round": spec.steps_per_round,
         "epsilon": rep.epsilon_pld,
         "neighbors": "replace",
-        "delta": task.delta,
+        "delta": delta,
     }
     if add_remove:
-        ar = account(spec.event(k), task.delta)
+        ar = account(spec.event(rounds), delta)
         out["epsilon_add_remove"], out["epsilon_add_remove_rdp"] = ar.epsilon_pld, ar.epsilon_rdp
     return out
 
 
-def check_compression(task: FLTaskSpec) -> dict[str, Any] | None:
+def check_compression(
+    compression: object, *, secagg: bool, distributed_noise: bool, aggregator: str
+) -> dict[str, Any] | None:
     """The task's ``compression`` (issue 18) as a plain dict (None without it): ``{"kind": "quantize", "bits":
     b, "rotate": bool}`` or ``{"kind": "count_sketch", "rows": r, "cols": c, "bits": b}`` runs under SecAgg
-    with the fedavg aggregator and central noise; every other combination is refused
+    with the fedavg ``aggregator`` and central noise; every other combination is refused
     (:func:`ldp_core.fl.compress.check_composition` for the data-dependent top-k). The ring parameters
-    themselves are checked by building them (:func:`build_compression`) once the task holds this value."""
-    c = task.compression
+    themselves are checked by building them (:meth:`FLTaskSpec.build_compression`) once the task holds this value."""
+    c = compression
     if c is None:
         return None
     if not isinstance(c, Mapping) or not isinstance(c.get("kind"), str):
@@ -341,7 +383,7 @@ def check_compression(task: FLTaskSpec) -> dict[str, Any] | None:
     from ldp_core.fl.compress import check_composition
 
     try:
-        check_composition(c["kind"], secagg=task.secagg, distributed_noise=task.noise is not None)
+        check_composition(c["kind"], secagg=secagg, distributed_noise=distributed_noise)
     except ModelError as exc:
         raise FLError(f"compression: {exc}") from None
     if c["kind"] not in ("quantize", "count_sketch"):
@@ -349,24 +391,9 @@ def check_compression(task: FLTaskSpec) -> dict[str, Any] | None:
             f"compression {c['kind']!r} is not wired through the job yet (scenario only: ldp fl compress); "
             "the task option supports kinds 'quantize' and 'count_sketch'"
         )
-    if not task.secagg or task.noise is not None or task.aggregator.kind != "fedavg":
+    if not secagg or distributed_noise or aggregator != "fedavg":
         raise FLError(
             f"compression {c['kind']!r} runs with secagg, central noise and the fedavg aggregator (the "
             "distributed DG already rounds into its own ring; plain uploads are float32)"
         )
     return dict(c)
-
-
-def build_compression(task: FLTaskSpec) -> Any:
-    """The task's :class:`ldp_core.fl.compress.RingQuantization` or
-    :class:`ldp_core.fl.ring_sketch.RingCountSketch` (None without compression)."""
-    if task.compression is None:
-        return None
-    from ldp_core.fl.ring_sketch import ring_compression_for_task
-
-    assert task.clip_norm is not None
-    dim = task.build_strategy().payload_size(task.build_model().num_params)
-    try:
-        return ring_compression_for_task(dict(task.compression), float(task.clip_norm), len(task.clients), dim)
-    except ModelError as exc:
-        raise FLError(f"compression: {exc}") from None

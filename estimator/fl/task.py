@@ -34,7 +34,6 @@ from estimator.fl.ftrl import FtrlAccountant
 from estimator.fl.options import (
     NoiseSpec,
     SamplingSpec,
-    build_compression,
     check_compression,
     check_local_dp_sgd,
     check_personalization,
@@ -48,7 +47,7 @@ from estimator.fl.options import (
 from estimator.fl.personalization import Ditto, Moon, PerFedAvg
 from estimator.fl.sampling import Sampling
 from estimator.fl.strategies import FedAvg, FedProx, Scaffold, Strategy
-from ldp_core.fl.errors import FLError
+from ldp_core.fl.errors import FLError, ModelError
 from ldp_core.fl.local_dpsgd import LocalDPSGDSpec, local_dp_sgd_from_dict
 from ldp_core.fl.personalization import (
     DittoSpec,
@@ -218,9 +217,21 @@ class FLTaskSpec:
         object.__setattr__(self, "noise", noise_spec(self.noise))
         if self.noise is not None:
             self.noise.check(self)
-        object.__setattr__(self, "personalization", check_personalization(self))
-        object.__setattr__(self, "local_dp_sgd", check_local_dp_sgd(self))
-        object.__setattr__(self, "compression", check_compression(self))
+        object.__setattr__(
+            self, "personalization", check_personalization(self.personalization, self.algorithm, self.model)
+        )
+        object.__setattr__(
+            self,
+            "local_dp_sgd",
+            check_local_dp_sgd(self.local_dp_sgd, self.algorithm, self.personalization, self.training),
+        )
+        compression = check_compression(
+            self.compression,
+            secagg=self.secagg,
+            distributed_noise=self.noise is not None,
+            aggregator=self.aggregator.kind,
+        )
+        object.__setattr__(self, "compression", compression)
         self.build_compression()
 
     @property
@@ -230,13 +241,25 @@ class FLTaskSpec:
 
     def sample_level_privacy(self, rounds: int | None = None, add_remove: bool = True) -> dict[str, Any] | None:
         """The sample-level ε of ``local_dp_sgd`` (None without it) for a device that took part in ``rounds``
-        rounds (default: every round of the task): :func:`~estimator.fl.options.sample_level_privacy`."""
-        return sample_level_privacy(self, rounds, add_remove)
+        rounds (default: every round of the task, the worst case over devices, since any device may be
+        sampled every round), at the task's δ: :func:`~estimator.fl.options.sample_level_privacy`."""
+        return sample_level_privacy(
+            self.local_dp_sgd_spec, self.rounds if rounds is None else rounds, self.delta, add_remove
+        )
 
     def build_compression(self) -> Any:
         """The task's :class:`ldp_core.fl.compress.RingQuantization` or
         :class:`ldp_core.fl.ring_sketch.RingCountSketch` (None without compression)."""
-        return build_compression(self)
+        if self.compression is None:
+            return None
+        from ldp_core.fl.ring_sketch import ring_compression_for_task
+
+        assert self.clip_norm is not None
+        dim = self.build_strategy().payload_size(self.build_model().num_params)
+        try:
+            return ring_compression_for_task(dict(self.compression), float(self.clip_norm), len(self.clients), dim)
+        except ModelError as exc:
+            raise FLError(f"compression: {exc}") from None
 
     @property
     def authority_key(self) -> bytes:
