@@ -48,7 +48,8 @@ sys.path.insert(0, str(ROOT))
 import httpx  # noqa: E402
 
 from client_sdk.upload.uploader import FRAME_CONTENT_TYPE  # noqa: E402
-from ldp_core.metrics import parse_metrics, utc_day  # noqa: E402
+from ldp_core.days import utc_day  # noqa: E402
+from ldp_core.metrics import parse_metrics  # noqa: E402
 from ldp_core.wire.frames import ReportBatch, encode_frame  # noqa: E402
 from tests.support.pipeline_procs import PipelineProcs  # noqa: E402
 

@@ -43,9 +43,10 @@ import numpy as np
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from collector.shuffler import Shuffler, ShufflerSettings  # noqa: E402
 from collector.shuffler.permute import warm_up  # noqa: E402
-from collector.shuffler.processor import Shuffler, ShufflerSettings  # noqa: E402
-from ldp_core.metrics import load_metrics, utc_day  # noqa: E402
+from ldp_core.days import utc_day  # noqa: E402
+from ldp_core.metrics import load_metrics  # noqa: E402
 from ldp_core.wire.frames import ReportBatch, encode_frame  # noqa: E402
 from pipeline.topics import metric_day_key  # noqa: E402
 from pipeline.transport import open_transport  # noqa: E402

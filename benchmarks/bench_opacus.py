@@ -189,8 +189,8 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
 def epsilons(steps: int) -> dict[str, float]:
     from opacus.accountants import PRVAccountant, RDPAccountant
 
-    from estimator.jobs.dpsgd import StepAccountant
     from ldp_core.fl.dpsgd import DPSGDConfig
+    from ldp_core.fl.dpsgd_accounting import StepAccountant
 
     ours = StepAccountant(DPSGDConfig(SIGMA, CLIP, Q, LR))
     res = {"ours_pld": ours.epsilon_pld(steps, DELTA), "ours_rdp": ours.epsilon_rdp(steps, DELTA)[0]}

@@ -45,7 +45,7 @@ import numpy as np
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from client_sdk.client import TelemetryClient  # noqa: E402
+from client_sdk.client import ClientConfig, TelemetryClient  # noqa: E402
 from client_sdk.ledger import BudgetLedger  # noqa: E402
 from client_sdk.outbox import Outbox  # noqa: E402
 from client_sdk.policy import LocalPolicy  # noqa: E402
@@ -98,7 +98,11 @@ def bench_record(name: str, n: int) -> dict:
     policy = LocalPolicy(per_metric_daily=BIG, total_daily=BIG)
     with tempfile.TemporaryDirectory() as d:
         c = TelemetryClient(
-            d, None, policy, doc([name], 10_000), upload=False, max_queue=10 * n, max_outbox_reports=10 * n
+            d,
+            None,
+            policy,
+            doc([name], 10_000),
+            config=ClientConfig(upload=False, max_queue=10 * n, max_outbox_reports=10 * n),
         )
         pc = time.perf_counter_ns
         vals = [value_for(name, i) for i in range(n)]
@@ -174,9 +178,7 @@ def memory_child(n: int) -> None:
             None,
             LocalPolicy(per_metric_daily=BIG, total_daily=BIG),
             doc(["grr"], 10_000),
-            upload=False,
-            max_queue=n,
-            max_outbox_reports=n,
+            config=ClientConfig(upload=False, max_queue=n, max_outbox_reports=n),
         )
         res["client"] = {"rss_kib": rss_kib(), "heap_kib": tracemalloc.get_traced_memory()[0] // 1024}
         for i in range(n):
@@ -221,10 +223,7 @@ def bench_upload(n: int, batch: int) -> dict:
             url,
             policy,
             doc(["grr"], 10_000),
-            transport=transport,
-            batch_size=batch,
-            batch_max_age=1e9,
-            max_outbox_reports=n,
+            config=ClientConfig(transport=transport, batch_size=batch, batch_max_age=1e9, max_outbox_reports=n),
         )
 
     with tempfile.TemporaryDirectory() as d:

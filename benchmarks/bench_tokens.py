@@ -27,8 +27,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from collector.issuer import public_key_entry, utc_day_of
+from collector.issuer import public_key_entry
 from collector.tokens import SpentTokens, TokenVerifier
+from ldp_core.days import utc_iso_day
 from ldp_core.tokens import blind_rsa
 from ldp_core.tokens import privacy_pass as tokens
 
@@ -51,13 +52,14 @@ def collector_rates(sk: blind_rsa.PrivateKey, batch: int, uploads: int, repeat: 
     from client_sdk.upload.uploader import FRAME_CONTENT_TYPE
     from collector.http.app import create_app
     from collector.settings import CollectorSettings
-    from ldp_core.metrics import parse_metrics, utc_day
+    from ldp_core.days import utc_day
+    from ldp_core.metrics import parse_metrics
     from ldp_core.wire.frames import ReportBatch, encode_frame
     from pipeline.transport import open_transport
     from simulator.stack import serve_in_thread
 
     pk = sk.public_key
-    day = utc_day_of(time.time())
+    day = utc_iso_day(time.time())
     doc = {
         "format": "ldp-metrics/1",
         "metrics": {
@@ -141,7 +143,7 @@ def main() -> None:
     args = ap.parse_args()
     sk = blind_rsa.PrivateKey.generate(2048)
     pk = sk.public_key
-    day = utc_day_of(time.time())
+    day = utc_iso_day(time.time())
     pend = [tokens.begin(pk, issuer_name="ldp-issuer", origin="c", day=day) for _ in range(args.n)]
     blinded = [p.request[3:] for p in pend]
     sign_rate = rate(lambda i: blind_rsa.blind_sign(sk, blinded[i]), args.n, args.repeat)

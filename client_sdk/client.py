@@ -43,8 +43,7 @@ definitions").
 which collector it talks to, what it may spend and what it records; everything
 else -- upload, batching, timing, modes, test hooks -- is one frozen
 :class:`ClientConfig` (like Glean's ``Configuration``), checked when it is
-made. The same fields are still accepted as keyword arguments of
-:class:`TelemetryClient` (the older spelling; they override ``config``).
+made.
 
 Construction fails loudly (:class:`ClientConfigError`, :class:`BudgetError`,
 :class:`~ldp_core.metrics.MetricsFileError`) on configuration errors.
@@ -84,10 +83,11 @@ from client_sdk.store import Store
 from client_sdk.upload.backoff import BackoffPolicy
 from client_sdk.upload.uploader import HttpTransport, Uploader, urllib_transport
 from ldp_core.canonical import canonical_json
+from ldp_core.days import utc_day
 from ldp_core.domain import NumberRange
 from ldp_core.errors import BudgetError, LDPError
 from ldp_core.files import write_atomic
-from ldp_core.metrics import MetricDefinition, MetricSet, MetricsFileError, load_metrics, parse_metrics, utc_day
+from ldp_core.metrics import MetricDefinition, MetricSet, MetricsFileError, load_metrics, parse_metrics
 from ldp_core.privacy_events import local_event
 from ldp_core.randomness import secure_generator, simulation_generator
 from ldp_core.wire.sealing import AnalyzerPublicKey, seal_batch
@@ -243,9 +243,6 @@ class ClientConfig:
             raise ClientConfigError("batch_max_age must be >= 0; upload_timeout and metrics_refresh_interval > 0")
 
 
-_CONFIG_FIELDS = frozenset(f.name for f in dataclasses.fields(ClientConfig))
-
-
 class _Marker:
     """A flush marker in the recorder queue."""
 
@@ -314,9 +311,6 @@ class TelemetryClient:
         a path to a metrics file, or the document itself.
     config:
         Everything else (:class:`ClientConfig`; default ``ClientConfig()``).
-    **options:
-        :class:`ClientConfig` fields as keyword arguments, the older spelling
-        (``TelemetryClient(..., upload=False)``); they override ``config``.
     """
 
     def __init__(
@@ -326,17 +320,11 @@ class TelemetryClient:
         policy: LocalPolicy,
         metrics: MetricSet | str | os.PathLike[str] | Mapping[str, Any] | bytes,
         config: ClientConfig | None = None,
-        **options: Any,
     ) -> None:
-        unknown = sorted(set(options) - _CONFIG_FIELDS)
-        if unknown:
-            raise TypeError(f"TelemetryClient() got an unexpected keyword argument {unknown[0]!r}")
         if config is None:
-            config = ClientConfig(**options)
+            config = ClientConfig()
         elif not isinstance(config, ClientConfig):
             raise ClientConfigError(f"config must be a ClientConfig, got {type(config).__name__}")
-        elif options:
-            config = dataclasses.replace(config, **options)
         if not isinstance(policy, LocalPolicy):
             raise ClientConfigError(f"policy must be a LocalPolicy, got {type(policy).__name__}")
         if config.upload or config.fetch_metrics or collector_url is not None:
@@ -484,7 +472,7 @@ class TelemetryClient:
                 self._count("bad_value")
                 return
             now = self._clock()
-            day = int(now // 86400)
+            day = utc_day(now)
             if day < self._floor_day:
                 day = self._floor_day
             if day > m.expires_day:

@@ -32,8 +32,8 @@ from types import MappingProxyType
 
 from client_sdk.policy import EPSILON_UNIT, LocalPolicy, to_units
 from client_sdk.store import Store
+from ldp_core.days import utc_day
 from ldp_core.errors import BudgetError
-from ldp_core.metrics import utc_day
 from ldp_core.privacy_events import ComposedEvent, LocalReportEvent, PrivacyEvent, PureDPEvent, SelfComposedEvent
 
 __all__ = ["BudgetLedger", "SpendOutcome", "MetricBudget", "DayBudget", "Cost", "epsilon_of"]

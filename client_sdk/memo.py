@@ -21,7 +21,7 @@ reports: on-device attackers are out of scope.)
 
 **Pins.** The PRR is a function of the *definition* as well as the value:
 the metric key, the cohort and the permanent bits all depend on the spec's
-(legacy) id, and the value's index on the domain. A server that changes any
+memo derivation id, and the value's index on the domain. A server that changes any
 of them (a new ``hash_seed`` or hashed-domain ``seed`` every day, each
 definition within the local policy) would get a fresh PRR of the same value
 every day, and enough fresh PRRs reveal the value as surely as fresh
@@ -111,7 +111,7 @@ class MemoStore:
     def encode(self, metric: str, spec: ReportSpec, indices: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         """Reports of this device for ``indices``: permanent bits memoized per value,
         fresh instantaneous randomness from ``rng`` per report."""
-        key = self.metric_secret(metric, spec.legacy_spec_id)  # stable across the id change: see ReportSpec
+        key = self.metric_secret(metric, spec.memo_derivation_id)  # see ReportSpec.memo_derivation_id
         return spec.encode_memoized(indices, key, rng)  # type: ignore[attr-defined]
 
 
@@ -121,7 +121,7 @@ def definition_pin(metric: MetricDefinition) -> str:
 
     The whole spec, not only the fields the PRR reads (bits, hashes, cohorts,
     hash seed, ε hence f): the memo key, the cohort and the keystream are all
-    keyed by the spec's legacy id, a hash of every field, so a change of p or
+    keyed by the spec's memo derivation id, a hash of every field, so a change of p or
     q draws a fresh PRR too. The domain decides the index a value maps to.
     Not pinned: owner, description, expiry and ``max_reports_per_day``, which
     the permanent response does not depend on (the budget ledger caps r)."""

@@ -180,7 +180,7 @@ class Outbox:
                 spec = spec_from_dict(json.loads(row[0]))
             except (LDPError, ValueError):
                 return None
-            if not spec.has_id(spec_id):  # rows queued before the RFC 8785 ids carry the legacy one
+            if spec.spec_id != spec_id:
                 return None
             self._specs[spec_id] = spec
         return spec

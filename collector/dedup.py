@@ -40,7 +40,7 @@ answered; the device retries and the batch is published a second time. That
 second copy has the same batch id, metric and day, so it lands in the same
 partition of ``ldp.reports.raw`` shortly after the first, and the shuffler
 drops it (it keeps a durable window of recent batch ids per partition, see
-:mod:`collector.shuffler.processor`): each batch is counted once end to end.
+:mod:`collector.shuffler`): each batch is counted once end to end.
 ``synchronous=NORMAL`` suffices here for the same reason: a record lost to
 a power cut only lets one retry through to the shuffler's check.
 """
@@ -59,6 +59,7 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
 from collector.errors import DedupStoreError
+from ldp_core.days import DAY_SECONDS, utc_day
 from ldp_core.sqlite import immediate_transaction
 
 __all__ = ["BatchIdStore", "SCHEMA_VERSION", "content_digest"]
@@ -86,7 +87,7 @@ class BatchIdStore:
         self,
         path: str | Path,
         *,
-        ttl: float = 3 * 86400.0,
+        ttl: float = 3.0 * DAY_SECONDS,
         purge_interval: float = 60.0,
         counter_flush: float = 1.0,
         clock: Callable[[], float] = time.time,
@@ -97,7 +98,7 @@ class BatchIdStore:
         if self.path != ":memory:":
             Path(self.path).expanduser().parent.mkdir(parents=True, exist_ok=True)
         self.ttl = float(ttl)
-        self.ttl_days = max(1, math.ceil(self.ttl / 86400.0))
+        self.ttl_days = max(1, math.ceil(self.ttl / DAY_SECONDS))
         self.purge_interval = float(purge_interval)
         self.clock = clock
         self.counter_flush = float(counter_flush)
@@ -144,7 +145,7 @@ class BatchIdStore:
                 rows = conn.execute("SELECT id, expires FROM batch_ids").fetchall()
                 conn.executemany(
                     "INSERT OR IGNORE INTO batches(id_digest, content, day) VALUES (?, NULL, ?)",
-                    [(self._digest_with(key, bytes(i)), int((float(e) - self.ttl) // 86400)) for i, e in rows],
+                    [(self._digest_with(key, bytes(i)), utc_day(float(e) - self.ttl)) for i, e in rows],
                 )
                 conn.execute("DROP TABLE batch_ids")
                 upgraded = True
@@ -164,7 +165,7 @@ class BatchIdStore:
 
     def _cutoff(self) -> int:
         """The oldest accept day still kept."""
-        return int(self.clock() // 86400) - self.ttl_days
+        return utc_day(self.clock()) - self.ttl_days
 
     def lookup(self, ids: Iterable[bytes]) -> dict[bytes, bytes | None]:
         """The ids among ``ids`` accepted within the TTL, each with its content digest (``None``: not known,
@@ -193,7 +194,7 @@ class BatchIdStore:
         id to one, and add ``counts`` to the counters in the same transaction (with any pending ones); purge
         expired ids now and then."""
         now = self.clock()
-        day = int(now // 86400)
+        day = utc_day(now)
         if isinstance(ids, Mapping):
             rows = [(self._digest(i), None if c is None else bytes(c), day) for i, c in ids.items()]
         else:

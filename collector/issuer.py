@@ -42,7 +42,6 @@ from __future__ import annotations
 import base64
 import binascii
 import dataclasses
-import datetime as _dt
 import json
 import os
 import sqlite3
@@ -55,21 +54,14 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.responses import Response
 
+from ldp_core.days import DAY_SECONDS, day_of_iso, iso_day, utc_day, utc_iso_day
 from ldp_core.files import makedirs_durable, write_atomic
 from ldp_core.sqlite import immediate_transaction
 from ldp_core.tokens import blind_rsa
 from ldp_core.tokens import privacy_pass as tokens
 from ldp_core.tokens.enrollment import EnrollmentError, RequestVerifier
 
-__all__ = ["IssuerKeys", "IssuedCounts", "IssuerSettings", "create_issuer_app", "utc_day_of", "public_key_entry"]
-
-
-def utc_day_of(t: float) -> str:
-    return _dt.datetime.fromtimestamp(t, _dt.UTC).strftime("%Y-%m-%d")
-
-
-def _next_day(day: str) -> str:
-    return (_dt.date.fromisoformat(day) + _dt.timedelta(days=1)).isoformat()
+__all__ = ["IssuerKeys", "IssuedCounts", "IssuerSettings", "create_issuer_app", "public_key_entry"]
 
 
 def public_key_entry(day: str, pk: blind_rsa.PublicKey) -> dict[str, str]:
@@ -146,7 +138,7 @@ class IssuedCounts:
                     " ON CONFLICT(device_id, day) DO UPDATE SET n = n + excluded.n",
                     (device_id, day, granted),
                 )
-            cutoff = (_dt.date.fromisoformat(day) - _dt.timedelta(days=self.keep_days)).isoformat()
+            cutoff = iso_day(day_of_iso(day) - self.keep_days)
             self._conn.execute("DELETE FROM issued WHERE day < ?", (cutoff,))
         return granted, limit - used - granted
 
@@ -204,8 +196,8 @@ def create_issuer_app(
 
     @app.get("/v1/token-keys", summary="The day keys (today and tomorrow, UTC)")
     async def token_keys() -> Response:
-        today = utc_day_of(clock())
-        entries = [public_key_entry(d, keys.key(d).public_key) for d in (today, _next_day(today))]
+        today = utc_day(clock())
+        entries = [public_key_entry(d, keys.key(d).public_key) for d in (iso_day(today), iso_day(today + 1))]
         return _json(
             200,
             {"issuer_name": settings.issuer_name, "tokens_per_day": k, "keys": entries},
@@ -233,7 +225,7 @@ def create_issuer_app(
         except (ValueError, KeyError, TypeError, binascii.Error) as exc:
             return err(400, "malformed", f'the body must be {{"day": "YYYY-MM-DD", "requests": [base64url...]}}: {exc}')
         now = clock()
-        today = utc_day_of(now)
+        today = utc_iso_day(now)
         if day != today:
             return err(409, "wrong_day", f"tokens are issued for today ({today}) only, not {day!r}")
         sk = keys.key(today)
@@ -242,8 +234,7 @@ def create_issuer_app(
             return err(409, "wrong_day", "a request is for another key than today's: fetch /v1/token-keys again")
         granted, remaining = counts.take(cred.device_id, today, len(parsed), k)
         if granted == 0:
-            midnight = (_dt.date.fromisoformat(today) + _dt.timedelta(days=1)).isoformat()
-            wait = int(_dt.datetime.fromisoformat(midnight).replace(tzinfo=_dt.UTC).timestamp() - now) + 1
+            wait = int((utc_day(now) + 1) * DAY_SECONDS - now) + 1
             return err(
                 429, "token_limit", f"this device had its {k} tokens for {today}", {"Retry-After": str(max(1, wait))}
             )
@@ -261,7 +252,7 @@ def create_issuer_app(
     @app.get("/readyz", summary="200 once today's day key is on disk (the collector reads its public half)")
     async def readyz() -> Response:
         try:
-            keys.key(utc_day_of(clock()))
+            keys.key(utc_iso_day(clock()))
         except (OSError, blind_rsa.BlindRSAError) as exc:
             return _json(503, {"status": "not_ready", "message": str(exc)})
         return _json(200, {"status": "ready"})

@@ -15,7 +15,7 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from ldp_core.days import DAY_WINDOW_ENV, DEFAULT_MAX_DAY_AGE, DEFAULT_MAX_DAYS_AHEAD, DayWindow
+from ldp_core.days import DAY_SECONDS, DAY_WINDOW_ENV, DEFAULT_MAX_DAY_AGE, DEFAULT_MAX_DAYS_AHEAD, DayWindow
 from pipeline.errors import ConfigError
 from pipeline.settings import check_ranges, check_topics, settings_from_env
 from pipeline.topics import DEFAULT_PARTITIONS, FL_ROUNDS_TOPIC, FL_UPDATES_TOPIC, RAW_TOPIC
@@ -66,7 +66,7 @@ class CollectorSettings:
     raw_topic: str = RAW_TOPIC
     raw_partitions: int = DEFAULT_PARTITIONS
     dedup_path: str = DEFAULT_DEDUP_PATH
-    dedup_ttl: float = 3 * 86400.0
+    dedup_ttl: float = 3.0 * DAY_SECONDS
     max_body_bytes: int = 4 << 20
     max_records: int = 1 << 16
     max_in_flight: int = 256
@@ -110,7 +110,7 @@ class CollectorSettings:
             self,
             {
                 "raw_partitions": (1, 10_000),
-                "dedup_ttl": (1.0, 365 * 86400.0),
+                "dedup_ttl": (1.0, 365.0 * DAY_SECONDS),
                 "max_body_bytes": (64, 1 << 30),
                 "max_records": (1, 1 << 24),
                 "max_in_flight": (1, 1 << 20),

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import datetime as _dt
 import hashlib
 import json
 import os
@@ -36,6 +35,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from ldp_core.days import day_of_iso, iso_day, utc_iso_day
 from ldp_core.tokens import blind_rsa
 from ldp_core.tokens import privacy_pass as tokens
 
@@ -48,10 +48,6 @@ class TokenRejected(Exception):
     def __init__(self, status: int, reason: str, message: str) -> None:
         super().__init__(message)
         self.status, self.reason, self.message = status, reason, message
-
-
-def _utc_day(t: float) -> str:
-    return _dt.datetime.fromtimestamp(t, _dt.UTC).strftime("%Y-%m-%d")
 
 
 class TokenVerifier:
@@ -117,7 +113,7 @@ class TokenVerifier:
         if hit is None:
             raise TokenRejected(401, "token_unknown_key", "the token's key is not one of the issuer's day keys")
         day, pk = hit
-        today = _utc_day(self.clock())
+        today = utc_iso_day(self.clock())
         if day != today:
             raise TokenRejected(
                 401, "token_expired", f"the token is for {day}; this collector takes tokens of {today} (UTC) only"
@@ -160,7 +156,7 @@ class SpentTokens:
             )
             if cur.rowcount == 1:
                 if self._purged_for != day:
-                    cutoff = (_dt.date.fromisoformat(day) - _dt.timedelta(days=self.keep_days)).isoformat()
+                    cutoff = iso_day(day_of_iso(day) - self.keep_days)
                     self._conn.execute("DELETE FROM spent WHERE day < ?", (cutoff,))
                     self._purged_for = day
                 return True

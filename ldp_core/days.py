@@ -1,5 +1,15 @@
-"""The one window of report days that the collector accepts and the shuffler keeps.
+"""UTC days, the one way the project counts them, and the window of report days.
 
+A *day* is a UTC day number: whole days since 1970-01-01 (:data:`EPOCH`).
+Everything that dates a report, a token, a ledger entry or a transport
+record uses the functions here: :func:`utc_day` (POSIX time to day),
+:func:`day_start` (POSIX time to the start of its day), :func:`iso_day` and
+:func:`day_of_iso` (day to ``YYYY-MM-DD`` and back), :func:`utc_iso_day`
+(POSIX time to ``YYYY-MM-DD``: the token issuer's day keys) and
+:func:`parse_day` (a day number or an ISO date, as users write them).
+
+:class:`DayWindow` is the one window of report days that the collector
+accepts and the shuffler keeps.
 A batch's ``day`` (UTC days since 1970-01-01) is accepted by the collector
 when it lies in ``[today - max_day_age, today + max_days_ahead]``, ``today``
 being the UTC day of the collector's clock. The shuffler uses the same
@@ -29,7 +39,25 @@ from collections.abc import Callable, Mapping
 
 from ldp_core.errors import ConfigError
 
-__all__ = ["DayWindow", "utc_day", "DAY_WINDOW_ENV", "DEFAULT_MAX_DAY_AGE", "DEFAULT_MAX_DAYS_AHEAD"]
+__all__ = [
+    "EPOCH",
+    "DAY_SECONDS",
+    "utc_day",
+    "day_start",
+    "iso_day",
+    "day_of_iso",
+    "utc_iso_day",
+    "parse_day",
+    "DayWindow",
+    "DAY_WINDOW_ENV",
+    "DEFAULT_MAX_DAY_AGE",
+    "DEFAULT_MAX_DAYS_AHEAD",
+]
+
+#: day 0
+EPOCH = _dt.date(1970, 1, 1)
+#: seconds in a UTC day (POSIX time has no leap seconds)
+DAY_SECONDS = 86400
 
 DEFAULT_MAX_DAY_AGE = 31
 DEFAULT_MAX_DAYS_AHEAD = 1
@@ -39,7 +67,27 @@ DAY_WINDOW_ENV = {"max_day_age": "LDP_MAX_DAY_AGE", "max_days_ahead": "LDP_MAX_D
 
 def utc_day(t: float) -> int:
     """The UTC day (days since 1970-01-01) holding POSIX time ``t``."""
-    return int(t // 86400)
+    return int(t // DAY_SECONDS)
+
+
+def day_start(t: float) -> float:
+    """The start (POSIX seconds) of the UTC day holding time ``t``."""
+    return t - t % DAY_SECONDS
+
+
+def iso_day(day: int) -> str:
+    """Day number ``day`` as an ISO date, ``YYYY-MM-DD``."""
+    return (EPOCH + _dt.timedelta(days=day)).isoformat()
+
+
+def day_of_iso(s: str) -> int:
+    """The day number of ISO date ``s`` (``YYYY-MM-DD``); ``ValueError`` if it is not one."""
+    return (_dt.date.fromisoformat(s) - EPOCH).days
+
+
+def utc_iso_day(t: float) -> str:
+    """The UTC day holding POSIX time ``t``, as an ISO date."""
+    return iso_day(utc_day(t))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -88,9 +136,6 @@ class DayWindow:
         return cls(**values)
 
 
-_EPOCH = _dt.date(1970, 1, 1)
-
-
 def parse_day(value: str | int) -> int:
     """A UTC day number from ``20419`` or ``2025-11-27``."""
     if isinstance(value, int):
@@ -99,6 +144,6 @@ def parse_day(value: str | int) -> int:
     if s.lstrip("-").isdigit():
         return int(s)
     try:
-        return (_dt.date.fromisoformat(s) - _EPOCH).days
+        return day_of_iso(s)
     except ValueError:
         raise ValueError(f"day {value!r} is neither a day number (days since 1970-01-01) nor an ISO date") from None

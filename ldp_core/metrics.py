@@ -69,6 +69,7 @@ import re
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+from ldp_core.days import EPOCH, utc_day
 from ldp_core.domain import Domain, NumberRange, StringDomain, domain_from_dict
 from ldp_core.errors import SpecError
 from ldp_core.mechanisms import ReportSpec, spec_class, spec_from_dict
@@ -81,7 +82,6 @@ __all__ = [
     "MetricSet",
     "parse_metrics",
     "load_metrics",
-    "utc_day",
     "MAX_REPORTS_PER_DAY",
 ]
 
@@ -91,16 +91,10 @@ _NAME_RE = re.compile(r"^[A-Za-z0-9_.:\-]{1,255}$")
 _FIELDS = ("description", "owner", "expires", "mechanism", "domain", "max_reports_per_day")
 _OPTIONAL = ("kind", "sealed")
 KINDS = ("frequency", "mean", "distribution", "heavy_hitters")
-_EPOCH = _dt.date(1970, 1, 1)
 
 
 class MetricsFileError(SpecError):
     """A metrics file (or one metric in it) is invalid; the message names the metric and field."""
-
-
-def utc_day(timestamp: float) -> int:
-    """Days since 1970-01-01 of a POSIX timestamp, in UTC."""
-    return int(timestamp // 86400)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -181,7 +175,7 @@ class MetricDefinition:
     @property
     def expires_day(self) -> int:
         """The last UTC day (days since 1970-01-01) on which the metric may be recorded."""
-        return (self.expires - _EPOCH).days
+        return (self.expires - EPOCH).days
 
     def is_expired(self, day: int) -> bool:
         return day > self.expires_day

@@ -48,6 +48,7 @@ __all__ = [
     "SelfComposedEvent",
     "local_event",
     "event_from_dict",
+    "sampled_gaussian_event",
 ]
 
 
@@ -270,3 +271,14 @@ def event_from_dict(data: dict[str, Any]) -> PrivacyEvent:
         return _KINDS[data["kind"]](**params)
     except TypeError as exc:
         raise SpecError(f"{data['kind']}: {exc}") from None
+
+
+def sampled_gaussian_event(noise_multiplier: float, sample_rate: float, steps: int) -> PrivacyEvent:
+    """``steps`` Gaussian steps with ``noise_multiplier``, Poisson-sampled at ``sample_rate`` (1 = no sampling):
+    SelfComposed(PoissonSampled(q, Gaussian(σ)), T), the privacy event of T DP-SGD steps (Abadi et al. 2016) and
+    of T Poisson-sampled rounds of DP-FedAvg. The one place that event is built: :meth:`ldp_core.fl.dpsgd.DPSGDConfig.event`,
+    :meth:`ldp_core.fl.local_dpsgd.LocalDPSGDSpec.event` and the server's accountant call it."""
+    step: PrivacyEvent = GaussianEvent(noise_multiplier)
+    if sample_rate < 1.0:
+        step = PoissonSampledEvent(sample_rate, step)
+    return SelfComposedEvent(step, steps)

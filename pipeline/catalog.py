@@ -56,9 +56,8 @@ class SpecCatalog:
 
     def add(self, metric: str, spec: ReportSpec) -> None:
         """Declare that ``metric`` may carry reports of ``spec``."""
-        for spec_id in spec.spec_ids:  # data written before the RFC 8785 ids carries the legacy one
-            self._by_id[spec_id] = spec
-            self._metric_of.setdefault(spec_id, set()).add(metric)
+        self._by_id[spec.spec_id] = spec
+        self._metric_of.setdefault(spec.spec_id, set()).add(metric)
 
     def get(self, spec_id: str) -> ReportSpec | None:
         return self._by_id.get(spec_id)

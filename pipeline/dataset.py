@@ -201,11 +201,7 @@ def list_parts(root: str | os.PathLike[str], metric: str, days: Iterable[int] | 
 
 
 def read_part_spec(part: PartFile | str | os.PathLike[str]) -> ReportSpec:
-    """The spec of a part file, from its schema metadata only (no record is read).
-
-    A part's name carries the id its writer used, which is the legacy id for parts
-    written before the RFC 8785 ids; the spec tells both (:attr:`ReportSpec.spec_ids`).
-    """
+    """The spec of a part file, from its schema metadata only (no record is read)."""
     path = part.path if isinstance(part, PartFile) else Path(part)
     md = pq.read_schema(path).metadata or {}
     if md.get(b"ldp.format") != FORMAT.encode() or b"ldp.spec" not in md:
@@ -229,6 +225,6 @@ def read_part(part: PartFile | str | os.PathLike[str]) -> PartData:
     if md.get(b"ldp.format") != FORMAT.encode():
         raise DatasetError(f"{part.path} is not an ldp-parquet part file (format {md.get(b'ldp.format')!r})")
     spec = spec_from_dict(json.loads(md[b"ldp.spec"]))
-    if not spec.has_id(part.spec_id) or not spec.has_id(md.get(b"ldp.spec_id", b"").decode()):
+    if part.spec_id != spec.spec_id or md.get(b"ldp.spec_id", b"").decode() != spec.spec_id:
         raise DatasetError(f"{part.path}: its metadata's spec has id {spec.spec_id}, its name says {part.spec_id}")
     return PartData(part, spec, table_to_records(table, spec), json.loads(md.get(b"ldp.shuffles", b"[]")))

@@ -11,7 +11,7 @@ atomically, :func:`ldp_core.files.write_atomic`)::
 ``state`` and ``ready`` are the processor's (:attr:`pipeline.processor.StreamProcessor.run_state`);
 the file is rewritten on every change of state and every ``every`` seconds
 (``updated``), so a stale file means a hung process. ``counters`` are the
-service's (the shuffler's are its durable totals, see :mod:`collector.shuffler.processor`).
+service's (the shuffler's are its durable totals, see :mod:`collector.shuffler`).
 
 The check a healthcheck runs is this module's command line::
 

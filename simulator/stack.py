@@ -218,7 +218,7 @@ class LocalPipeline:
     def start(self) -> LocalPipeline:
         from collector.http.app import create_app
         from collector.settings import CollectorSettings
-        from collector.shuffler.processor import Shuffler, ShufflerSettings
+        from collector.shuffler import Shuffler, ShufflerSettings
         from collector.sinks.parquet import ParquetSink
         from estimator.service import StreamingEstimator
         from estimator.service import create_app as estimator_app
@@ -631,7 +631,7 @@ def sdk_devices(
     the encoder, the outbox and the uploader like on a device. ``client_options(i, folder)`` gives device
     ``i`` more :class:`~client_sdk.client.ClientConfig` fields (its token issuer and enrollment bundle).
     """
-    from client_sdk.client import TelemetryClient
+    from client_sdk.client import ClientConfig, TelemetryClient
     from client_sdk.policy import LocalPolicy
 
     metrics = load_metrics(metrics_path, reject_expired=False)
@@ -649,10 +649,12 @@ def sdk_devices(
             collector_url,
             policy,
             metrics,
-            mode="simulation",
-            simulation_seed=int(seeds[i]),
-            batch_max_age=0.0,
-            **(client_options(i, base / f"device-{i}") if client_options is not None else {}),
+            config=ClientConfig(
+                mode="simulation",
+                simulation_seed=int(seeds[i]),
+                batch_max_age=0.0,
+                **(client_options(i, base / f"device-{i}") if client_options is not None else {}),
+            ),
         ) as client:
             for name in names:
                 idx, value = _draw_value(metrics, name, rng, distribution)

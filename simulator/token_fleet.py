@@ -53,12 +53,13 @@ class LocalIssuer:
         return self.state_dir / "public"
 
     def start(self) -> LocalIssuer:
-        from collector.issuer import IssuerKeys, IssuerSettings, create_issuer_app, utc_day_of
+        from collector.issuer import IssuerKeys, IssuerSettings, create_issuer_app
+        from ldp_core.days import utc_iso_day
         from simulator.stack import serve_in_thread
 
         settings = IssuerSettings(str(self.state_dir), (self.authority.public_key,), tokens_per_day=self.tokens_per_day)
         app = create_issuer_app(settings)
-        IssuerKeys(self.state_dir).key(utc_day_of(time.time()))  # today's key before the collector starts
+        IssuerKeys(self.state_dir).key(utc_iso_day(time.time()))  # today's key before the collector starts
         self._server, self.url, _ = serve_in_thread(app)
         return self
 

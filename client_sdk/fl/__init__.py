@@ -5,9 +5,10 @@ i.e. the ``cryptography`` package, and is not imported here).
 
 Importing this package needs only numpy."""
 
+from ldp_core.fl.client_round import train_client
 from ldp_core.fl.errors import FLError, ModelError, SecAggError, UpdateRejected
 from ldp_core.fl.models import MLP, LogisticRegression, Model, SoftmaxRegression, accuracy
-from ldp_core.fl.training import ClientState, ClientUpdate, LocalTraining, RoundConfig, clip_to_norm, train_client
+from ldp_core.fl.training import ClientState, ClientUpdate, LocalTraining, RoundConfig, clip_to_norm
 
 __all__ = [
     "ClientState",

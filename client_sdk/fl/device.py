@@ -1,7 +1,7 @@
 """A device taking part in federated rounds through the collector (numpy and the standard library).
 
 :class:`FLDevice` polls ``GET /v1/fl/tasks/{task}/round?client_id=…``;
-when the round selects it, it trains with :func:`~ldp_core.fl.training.train_client`,
+when the round selects it, it trains with :func:`~ldp_core.fl.client_round.train_client`,
 clips the update to the round's ``clip_norm`` (in float32, as uploaded), and
 either uploads it (plain rounds) or walks SecAgg+'s four phases with a
 :class:`~ldp_core.fl.secagg.SecAggClient` (advertise keys, send encrypted
@@ -39,6 +39,7 @@ import numpy as np
 from client_sdk.fl.device_store import FLDeviceStore, canonical_json
 from client_sdk.upload.backoff import BackoffPolicy
 from client_sdk.upload.uploader import USER_AGENT, HttpRequest, HttpTransport, parse_retry_after, urllib_transport
+from ldp_core.fl.client_round import train_client
 from ldp_core.fl.errors import FLError
 from ldp_core.fl.local_dpsgd import LocalDPSGDSpec, SampleLevelAccountant, local_dp_sgd_from_dict, train_local_dpsgd
 from ldp_core.fl.personalization import personalization_from_dict
@@ -51,7 +52,7 @@ from ldp_core.fl.protocol import (
     sign_upload,
     verify_upload_auth,
 )
-from ldp_core.fl.training import ClientState, LocalTraining, RoundConfig, clip_to_norm, train_client
+from ldp_core.fl.training import ClientState, LocalTraining, RoundConfig, clip_to_norm
 from ldp_core.randomness import secure_generator
 
 __all__ = ["FLDevice", "HTTPResult", "SampleBudgetExceeded"]
@@ -482,7 +483,7 @@ class FLDevice:
         restart, with ``storage_dir``): Ditto's personal model v_k, Per-FedAvg's global model after its
         fine-tuning steps on the local data (drawn from ``rng``, default the OS CSPRNG), MOON's and plain
         tasks' global model. None before the device trained any round of a task without ``local_dp_sgd``."""
-        from ldp_core.fl.personalization import personalized_params
+        from ldp_core.fl.personalized_training import personalized_params
 
         last = None
         if self._settings is not None:

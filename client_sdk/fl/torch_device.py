@@ -13,7 +13,7 @@ module whose parameters are the task vector in the module's own order can be giv
 with the model it stands for (``TorchDeviceModel(TorchModel(...), task_model)``).
 
 It is a :class:`~ldp_core.fl.models.Model` in the task's layout, so plain rounds train
-with :func:`~ldp_core.fl.training.train_client` on torch gradients (FedAvg, FedProx,
+with :func:`~ldp_core.fl.client_round.train_client` on torch gradients (FedAvg, FedProx,
 SCAFFOLD, Ditto, Per-FedAvg; MOON's contrastive term needs the numpy MLP and is refused). Under
 ``local_dp_sgd``, :func:`train_torch_local_dpsgd` replaces
 :func:`~ldp_core.fl.local_dpsgd.train_local_dpsgd`: the same mechanism step for step
@@ -44,9 +44,9 @@ import numpy as np
 
 from client_sdk.fl.torch_adapter import TorchModel, _torch
 from client_sdk.fl.torch_dpsgd import Method, clipped_grad_sum
-from ldp_core.fl.dpsgd import DPSGDConfig, batch_divisor, descend, poisson_sample, privatize_sum
+from ldp_core.fl.dpsgd import DPSGDConfig, FlatBackend, dpsgd_step_on, train_flat_dpsgd
 from ldp_core.fl.errors import FLError, ModelError
-from ldp_core.fl.local_dpsgd import LocalDPSGDSpec, local_round_start
+from ldp_core.fl.local_dpsgd import LocalDPSGDSpec, local_dpsgd_update
 from ldp_core.fl.models import MLP, LogisticRegression, SoftmaxRegression
 from ldp_core.fl.protocol import model_from_dict, model_to_dict
 from ldp_core.fl.training import ClientUpdate, RoundConfig
@@ -211,16 +211,12 @@ class TorchDeviceModel:
     ) -> np.ndarray:
         """One step of :func:`ldp_core.fl.dpsgd.dpsgd_step`'s mechanism, the same draws from the same
         generators: θ − η·[(clipped sum + N(0, σ²c²·I)) / qN + l2·W + μ·(θ − anchor)], float32 (the
-        proximal term with ``prox_mu`` > 0 only: post-processing, as in the numpy step)."""
-        n = len(X)
-        denom = batch_divisor(n, config.sample_rate, None)
-        idx = poisson_sample(n, config.sample_rate, sample_rng)
-        if idx.size:
-            total, _ = self.clipped_grad_sum(params, np.asarray(X)[idx], np.asarray(y)[idx], float(config.clip_norm))
-        else:
-            total = np.zeros(self.num_params)
-        g = privatize_sum(total, config.clip_norm, config.noise_multiplier, denom, noise_rng)
-        return descend(params, g + self.penalty_grad(params), config.learning_rate, prox_mu, anchor)
+        proximal term with ``prox_mu`` > 0 only: post-processing, as in the numpy step). The step is the
+        shared one (:func:`ldp_core.fl.dpsgd.dpsgd_step_on` through a :class:`~ldp_core.fl.dpsgd.FlatBackend`
+        of this model)."""
+        w, _ = dpsgd_step_on(FlatBackend(self, prox_mu, anchor), params, X, y, config, sample_rng, noise_rng)
+        out: np.ndarray = w
+        return out
 
 
 def train_torch_dpsgd_task(
@@ -236,13 +232,7 @@ def train_torch_dpsgd_task(
 ) -> np.ndarray:
     """``steps`` DP-SGD steps from the task vector ``params`` (as :func:`ldp_core.fl.dpsgd.train_dpsgd`,
     FedProx's pull toward ``params`` with ``prox_mu`` > 0); returns the task vector, float32."""
-    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 0:
-        raise ModelError(f"steps must be an integer >= 0, got {steps!r}")
-    w = np.asarray(params, dtype=np.float32).copy()
-    anchor = w.copy()
-    for _ in range(steps):
-        w = model.dpsgd_step(w, X, y, config, sample_rng, noise_rng, prox_mu, anchor)
-    return w
+    return train_flat_dpsgd(model, params, X, y, config, steps, sample_rng, noise_rng, prox_mu=prox_mu)
 
 
 def train_torch_local_dpsgd(
@@ -259,6 +249,4 @@ def train_torch_local_dpsgd(
     steps from the round's parameters at its learning rate; the upload is θ_T − θ_0 weighted by len(X)."""
     if not isinstance(model, TorchDeviceModel):
         raise ModelError(f"model must be a TorchDeviceModel, got {type(model).__name__}")
-    x, cfg, mu = local_round_start(config, X, model.num_params, spec)
-    w = train_torch_dpsgd_task(model, x, X, y, cfg, spec.steps_per_round, sample_rng, noise_rng, prox_mu=mu)
-    return ClientUpdate(client_id, config.round, (w - x).astype(np.float32), len(X))
+    return local_dpsgd_update(model, config, X, y, spec, sample_rng, noise_rng, client_id)

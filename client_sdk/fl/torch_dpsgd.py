@@ -5,7 +5,7 @@ Poisson batches at rate q, each example's gradient clipped to norm C, the
 sum noised with N(0, σ²C²·I) and divided by the *expected* batch size qN,
 then the L2 penalty's gradient (it depends on no example) and θ ← θ − η·g.
 Its privacy event is the same ``DPSGDConfig.event`` and its ε comes from the
-same accountants (:class:`estimator.jobs.dpsgd.StepAccountant`: PLD, RDP second).
+same accountants (:class:`ldp_core.fl.dpsgd_accounting.StepAccountant`: PLD, RDP second).
 
 Only the module's *trainable* parameters (``requires_grad``) are clipped,
 noised and updated: with a frozen backbone and low-rank adapters
@@ -45,7 +45,7 @@ from typing import Any, Literal
 import numpy as np
 
 from client_sdk.fl.torch_adapter import TorchModel, _torch
-from ldp_core.fl.dpsgd import DPSGDConfig, batch_divisor, poisson_sample
+from ldp_core.fl.dpsgd import DPSGDConfig, dpsgd_loop, dpsgd_step_on
 from ldp_core.fl.errors import ModelError
 
 __all__ = [
@@ -55,6 +55,7 @@ __all__ = [
     "per_sample_grads",
     "ghost_norms",
     "clipped_grad_sum",
+    "TorchModuleBackend",
     "torch_dpsgd_step",
     "train_torch_dpsgd",
     "lora_linear",
@@ -214,6 +215,48 @@ def clipped_grad_sum(
     raise ModelError(f"method must be 'ghost' or 'vmap', got {method!r}")
 
 
+class TorchModuleBackend:
+    """The DP-SGD loop's backend (:class:`ldp_core.fl.dpsgd.DPSGDBackend`) for the trainable parameters of
+    ``model``, updated in place: the loop's ``params`` is not used (None) and the module holds the state.
+    Sums and gradients are lists of tensors, one per trainable parameter in registration order, in the
+    parameters' dtype; the loop's flat noise draw is cut into them in that order."""
+
+    def __init__(self, model: TorchModel, method: Method = "ghost") -> None:
+        self.model = model
+        self.method: Method = method
+        self.named = trainable_parameters(model)
+
+    @property
+    def noise_size(self) -> int:
+        return sum(int(p.numel()) for _, p in self.named)
+
+    def clipped_sum(self, params: None, X: np.ndarray, y: np.ndarray, clip_norm: float) -> list[Any]:
+        return clipped_grad_sum(self.model, X, y, clip_norm, self.method)[0]
+
+    def zero_sum(self, params: None) -> list[Any]:
+        return [self.model._torch.zeros_like(p) for _, p in self.named]
+
+    def noised_mean(self, total: list[Any], noise: np.ndarray, expected_batch: float) -> list[Any]:
+        torch = self.model._torch
+        out, at = [], 0
+        with torch.no_grad():
+            for (_, p), s in zip(self.named, total, strict=True):
+                k = int(p.numel())
+                z = torch.as_tensor(noise[at : at + k].reshape(tuple(p.shape)), dtype=p.dtype)
+                out.append((s + z) / expected_batch)
+                at += k
+        return out
+
+    def step(self, params: None, g: list[Any], learning_rate: float) -> None:
+        """θ ← θ − η·(g + l2·θ on the weights), in place."""
+        l2 = self.model.l2
+        with self.model._torch.no_grad():
+            for (name, p), gp in zip(self.named, g, strict=True):
+                if l2 and name.endswith("weight"):
+                    gp = gp + l2 * p
+                p.sub_(learning_rate * gp)
+
+
 def torch_dpsgd_step(
     model: TorchModel,
     X: np.ndarray,
@@ -226,25 +269,12 @@ def torch_dpsgd_step(
 ) -> int:
     """One DP-SGD step on the module's trainable parameters, in place; returns the
     Poisson batch's size. Noise N(0, σ²C²) per coordinate from ``noise_rng``, the
-    sum divided by ``expected_batch`` (default qN, N = len(X), taken as public)."""
-    torch = model._torch
-    n = len(X)
-    denom = batch_divisor(n, config.sample_rate, expected_batch)
-    named = trainable_parameters(model)
-    idx = poisson_sample(n, config.sample_rate, sample_rng)
-    if idx.size:
-        sums, _ = clipped_grad_sum(model, np.asarray(X)[idx], np.asarray(y)[idx], float(config.clip_norm), method)
-    else:
-        sums = [torch.zeros_like(p) for _, p in named]
-    sd = float(config.noise_multiplier) * float(config.clip_norm)
-    with torch.no_grad():
-        for (name, p), s in zip(named, sums, strict=True):
-            noise = torch.as_tensor(noise_rng.normal(0.0, sd, size=tuple(p.shape)), dtype=p.dtype)
-            g = (s + noise) / denom
-            if model.l2 and name.endswith("weight"):
-                g = g + model.l2 * p
-            p.sub_(config.learning_rate * g)
-    return int(idx.size)
+    sum divided by ``expected_batch`` (default qN, N = len(X), taken as public).
+    The step is :func:`ldp_core.fl.dpsgd.dpsgd_step_on` through a :class:`TorchModuleBackend`."""
+    _, size = dpsgd_step_on(
+        TorchModuleBackend(model, method), None, X, y, config, sample_rng, noise_rng, expected_batch
+    )
+    return size
 
 
 def train_torch_dpsgd(
@@ -258,15 +288,15 @@ def train_torch_dpsgd(
     method: Method = "ghost",
     on_step: Callable[[int], None] | None = None,
 ) -> None:
-    """``steps`` DP-SGD steps on the module's trainable parameters, in place;
-    ``on_step(t)`` after each (t from 1). Read the result with
-    ``model.current_params()`` or from the module."""
+    """``steps`` DP-SGD steps (:func:`ldp_core.fl.dpsgd.dpsgd_loop`) on the module's trainable parameters,
+    in place; ``on_step(t)`` after each (t from 1). Read the result with ``model.current_params()`` or from
+    the module."""
     if isinstance(steps, bool) or not isinstance(steps, int) or steps < 0:
         raise ModelError(f"steps must be an integer >= 0, got {steps!r}")
-    for t in range(1, steps + 1):
-        torch_dpsgd_step(model, X, y, config, sample_rng, noise_rng, method)
-        if on_step is not None:
-            on_step(t)
+    if steps == 0:
+        return
+    each = None if on_step is None else (lambda t, _: on_step(t))
+    dpsgd_loop(TorchModuleBackend(model, method), None, X, y, config, steps, sample_rng, noise_rng, each)
 
 
 @functools.cache

@@ -27,13 +27,10 @@ from collections.abc import Callable
 
 from client_sdk.store import Store
 from client_sdk.upload.backoff import BackoffPolicy
+from ldp_core.days import utc_iso_day
 from ldp_core.tokens.privacy_pass import IssuerClient, TokenError, authorization_header
 
 __all__ = ["TokenWallet"]
-
-
-def _day(t: float) -> str:
-    return time.strftime("%Y-%m-%d", time.gmtime(t))
 
 
 class TokenWallet:
@@ -77,7 +74,7 @@ class TokenWallet:
 
     def available(self) -> int:
         """Free tokens of today."""
-        today = _day(self.clock())
+        today = utc_iso_day(self.clock())
         row = (
             self.store.connection()
             .execute("SELECT COUNT(*) FROM tokens WHERE day = ? AND batch_id IS NULL", (today,))
@@ -89,7 +86,7 @@ class TokenWallet:
         """Fetch tokens if the free stock is below the low-water mark (and no backoff holds). ``True`` if the
         wallet then has a free token of today."""
         now = self.clock()
-        today = _day(now)
+        today = utc_iso_day(now)
         conn = self.store.connection()
         if conn.execute("SELECT 1 FROM tokens WHERE day < ? LIMIT 1", (today,)).fetchone() is not None:
             with self.store.transaction(conn):  # only at a day boundary: the usual call takes no write lock
@@ -120,7 +117,7 @@ class TokenWallet:
     def token_for(self, batch_id: bytes) -> str | None:
         """The ``Authorization`` header for ``batch_id``: its token if it has one of today, else a free one
         bound to it now; ``None`` when there is none (the caller waits)."""
-        today = _day(self.clock())
+        today = utc_iso_day(self.clock())
         conn = self.store.connection()
         with self.store.transaction(conn):
             self._expire_in(conn, today)

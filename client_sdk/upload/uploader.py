@@ -42,9 +42,7 @@ the batch is retried with another token.
 HttpResponse``, raising :class:`OSError` on network failures. The default
 uses ``urllib``; tests and other runtimes plug in their own. The FL device
 (:class:`client_sdk.fl.device.FLDevice`) sends through the same function,
-with the same :class:`BackoffPolicy` and :func:`parse_retry_after`. (It was
-called ``Transport``, a name that now means only the server side's log,
-:class:`pipeline.transport.Transport`; the old name still works and warns.)
+with the same :class:`BackoffPolicy` and :func:`parse_retry_after`.
 """
 
 from __future__ import annotations
@@ -108,21 +106,6 @@ class HttpResponse:
 
 #: The SDK's HTTP function: one request in, its response out; :class:`OSError` on a network failure.
 HttpTransport = Callable[[HttpRequest], HttpResponse]
-
-
-def __getattr__(name: str) -> object:
-    """``Transport``, the deprecated name of :data:`HttpTransport` (PEP 562), with a warning."""
-    if name == "Transport":
-        import warnings
-
-        warnings.warn(
-            "client_sdk.upload.uploader.Transport is deprecated; use HttpTransport (Transport names the "
-            "server side's log, pipeline.transport.Transport)",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        return HttpTransport
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def urllib_transport(request: HttpRequest) -> HttpResponse:

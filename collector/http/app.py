@@ -100,9 +100,10 @@ from collector.prometheus import CONTENT_TYPE as PROMETHEUS_CONTENT_TYPE
 from collector.prometheus import Registry
 from collector.settings import CollectorSettings
 from collector.tokens import SpentTokens, TokenRejected, TokenVerifier
+from ldp_core.days import utc_day
 from ldp_core.errors import FrameError, SpecMismatchError
 from ldp_core.mechanisms.base import ReportSpec
-from ldp_core.metrics import MetricSet, load_metrics, parse_metrics, utc_day
+from ldp_core.metrics import MetricSet, load_metrics, parse_metrics
 from ldp_core.wire.frames import (
     FRAME_CONTENT_TYPE,
     MAX_RECORDS,
@@ -215,7 +216,7 @@ def _resolve(declared: MetricSet, metric: str, spec_id: str) -> ReportSpec:
             f"metric {metric!r} is not declared in the collector's "
             "metrics file; GET /v1/metrics lists the declared metrics",
         )
-    if not m.spec.has_id(spec_id):  # old devices send the legacy id
+    if m.spec.spec_id != spec_id:
         raise RejectedBatch(
             422,
             "spec_mismatch",
@@ -319,7 +320,7 @@ def metrics_layout(declared: MetricSet) -> dict[str, Any]:
     for name, entry in doc["metrics"].items():
         spec = declared[name].spec
         entry["spec_id"] = spec.spec_id
-        entry["accepted_spec_ids"] = list(dict.fromkeys(spec.spec_ids))
+        entry["accepted_spec_ids"] = [spec.spec_id]
         entry["record"] = record_layout(spec)
     return doc
 

@@ -1,137 +1,44 @@
-"""The shuffler: batches raw uploads per metric, spec and day, permutes them, and releases crowds.
-
-It reads ``ldp.reports.raw`` as a member of a consumer group and writes
-``ldp.reports.shuffled`` (:mod:`pipeline.envelope`). For each group
-``(metric, spec_id, day)`` it buffers the reports of many uploads; once the
-group holds at least ``min_batch`` reports (the crowd threshold) it permutes
-all of them with a CSPRNG (:mod:`collector.shuffler.permute`) and releases them as
-batches of at most ``max_batch`` reports, each of at least ``min_batch``,
-under fresh random batch ids. A group below the threshold stays buffered;
-one whose day left the day window it shares with the collector
-(:class:`ldp_core.days.DayWindow`: older than ``today - max_day_age -
-expiry_grace_days`` by the UTC clock, never by the newest day seen) is
-dropped (it never reached a crowd; counted as ``expired_groups`` and
-logged).
-Nothing of the input survives but the records themselves: not the upload
-grouping (uploads are mixed, then re-chunked), not the order (permuted), not
-the arrival time (released at checkpoints), not the upload batch ids.
-
-Exactly once, with buffered reports that must survive a crash
--------------------------------------------------------------
-A transaction of the transport (:meth:`~pipeline.transport.base.Consumer.transaction`)
-commits the outputs together with the offsets just past *every* record
-delivered so far. Reports buffered below the threshold have been delivered,
-so their offsets get committed too: the buffer itself must therefore be
-committed in the same transaction, as data. The shuffler keeps a
-**checkpoint** per raw partition ``p`` in the internal topic
-``ldp.shuffler.state``, partition ``p`` (it has as many partitions as the
-raw topic, and the consumer subscribes to both, so the group assigns raw
-``p`` and state ``p`` to the same member; the shuffler checks this). A
-checkpoint holds the partition's buffered reports, its window of recent
-upload batch ids, and ``raw_offset``: the raw offset up to which it accounts
-for the input. Every ``checkpoint_interval`` seconds, one
-transaction publishes the released batches, a new checkpoint of every
-partition that changed, and commits all input offsets. Hence the invariant:
-
-    for every raw partition ``p`` whose committed offset is ``C``, a checkpoint
-    of ``p`` with ``raw_offset == C`` lies beyond state ``p``'s committed offset.
-
-(A checkpoint that was delivered back to the shuffler is rewritten in the next
-transaction, since that transaction commits past it.) A partition's buffer
-and window change only when a raw record of that partition is applied or a
-day leaves the window, so two checkpoints with the same ``raw_offset`` hold
-the same state up to expiry, which a restore applies again.
-
-**What a checkpoint does not hold** (format 2, :data:`CHECKPOINT_VERSION`):
-the arrival order or any upload number. Each group's buffer is freshly
-permuted with the CSPRNG for every checkpoint; the id window is kept as
-HMAC-SHA-256 digests (16 bytes) in two unordered sets (:class:`_IdWindow`);
-and the whole body is sealed with AES-256-GCM under a subkey of the
-shuffler's secret (``key_file``, created 0600 if missing, never written to
-a topic), the clear header (group, partition, raw offset, snapshot, chunk,
-key id) as associated data. So whoever reads the state topic, even as it is
-written, cannot tell which upload a released report came from, nor which
-checkpoint interval it arrived in. In memory a group keeps per-record
-upload numbers to count a released batch's sources; restored records count
-as one, so ``ShuffleMeta.sources`` is a lower bound. Format 1 checkpoints
-(clear, in arrival order) are still restored.
-
-**Superseded checkpoints are deleted.** When the shuffler reads back chunk
-0 of the latest checkpoint it committed (or restored) for a partition,
-every state record before it in that partition is superseded: it calls
-:meth:`~pipeline.transport.base.Transport.delete_before` (Kafka:
-DeleteRecords; embedded: an overwriting DELETE). Nothing a restore needs is
-lost: the checkpoint a restore looks for is the latest committed one.
-
-Released batches go into the open transaction as soon as they are cut (on
-Kafka they travel to the broker while the shuffler works on) and become
-visible only when it commits.
-
-**Restoring.** A partition is restored when the shuffler starts and whenever
-the group moves partitions: its raw records are held back until the
-checkpoint with ``raw_offset`` equal to the group's committed offset
-arrives, which then replaces the partition's state; the held records are
-applied after it. No checkpoint is written while a partition is restoring.
-After a rebalance both transports restart *every* owned partition from the
-committed offsets and forget what they delivered; the shuffler notices it
-because the consumer's delivered positions (``Consumer.positions()``) no
-longer match the records it received since its last commit. It then aborts
-its open transaction (whose outputs came from records that will be
-delivered again) and restores every partition. So after a crash, a
-rebalance or an aborted transaction, every report is released exactly once
-or is still buffered, and no upload is counted twice.
-
-Duplicates: the collector publishes a retried upload again if it crashed
-between publishing and recording the batch id (:mod:`collector.dedup`).
-The retry has the same batch id and key, so it lands in the same partition
-soon after; the shuffler drops a batch whose id's digest is among the
-recent ones of its partition (at least the last ``dedup_window / 2``, at
-most ``dedup_window``). The window is part of the checkpoint, so it
-survives crashes.
-
-The central guarantee of each released batch comes from an injected
-``guarantee(n, epsilon0) -> (epsilon, delta, bound_name)`` (the ``ldp
-shuffler`` command wires :func:`estimator.accounting.shuffle.shuffler_guarantee`;
-this package does not import the estimator). It is asked per person: for a
-batch of ``n`` reports of a metric whose devices send up to ``r`` a day, at
-``n = ⌈n / r⌉`` people, each an ``r·ε₀``-LDP randomizer
-(:meth:`Shuffler._central`).
+"""The shuffler's stream processor, :class:`Shuffler`: it applies raw uploads to the buffered groups of the
+partitions it owns, releases crowds, and commits released batches, checkpoints and input offsets in one
+transaction; it restores a partition from its checkpoint after a start or a rebalance. :mod:`collector.shuffler`
+describes the whole design (exactly once, what a checkpoint does not hold, duplicates, the central guarantee).
 """
 
 from __future__ import annotations
 
 import collections
-import dataclasses
-import hashlib
-import hmac
-import itertools
-import json
 import logging
 import math
-import os
 import secrets
 import threading
 import time
-from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Collection, Mapping, Sequence
 
 import numpy as np
 
 from collector.errors import ConfigError, ShufflerStateError
+from collector.shuffler.checkpoint import (
+    CheckpointHeader,
+    _Keys,
+    _state_keys,
+    decode_checkpoint_chunk,
+    load_or_create_key,
+    open_checkpoint_chunk,
+)
+from collector.shuffler.groups import _gather, _Group, _GroupKey, plan_release
 from collector.shuffler.permute import WordSource, csprng_permutation, urandom_words, warm_up
-from ldp_core.days import DAY_WINDOW_ENV, DEFAULT_MAX_DAY_AGE, DEFAULT_MAX_DAYS_AHEAD, DayWindow, utc_day
+from collector.shuffler.settings import ShufflerSettings
+from collector.shuffler.state import _Partition
+from collector.shuffler.stats import _TOTALS, ShufflerStats
+from ldp_core.days import utc_day
 from ldp_core.errors import FrameError
-from ldp_core.files import load_or_create_private
-from ldp_core.mechanisms import spec_from_dict
 from ldp_core.mechanisms.base import ReportSpec
 from ldp_core.metrics import MetricSet
 from ldp_core.wire.frames import ReportBatch, decode_frame
-from ldp_core.wire.framing import HEAD_SIZE, FramingError, pack_headed, unpack_headed
-from ldp_core.wire.sealing import SealedSpec
+from ldp_core.wire.framing import FramingError
 from pipeline.envelope import ShuffleMeta, encode_envelope
 from pipeline.processor import StreamProcessor
-from pipeline.settings import check_names, check_ranges, check_topics, settings_from_env
-from pipeline.topics import DEFAULT_PARTITIONS, RAW_TOPIC, SHUFFLED_TOPIC, SHUFFLER_STATE_TOPIC, metric_day_key
+from pipeline.topics import metric_day_key
 from pipeline.transport import (
     CommitFailedError,
     Consumer,
@@ -141,467 +48,18 @@ from pipeline.transport import (
     Transaction,
     Transport,
     TransportError,
-    partition_for,
 )
 
-__all__ = [
-    "Guarantee",
-    "ShufflerSettings",
-    "ShufflerStats",
-    "Shuffler",
-    "plan_release",
-    "encode_checkpoint_chunk",
-    "decode_checkpoint_chunk",
-    "CheckpointHeader",
-]
+__all__ = ["Guarantee", "Shuffler", "STATE_SEGMENT_SECONDS"]
 
 log = logging.getLogger("ldp.shuffler")
 
-#: prefix of the environment variables :meth:`ShufflerSettings.from_env` reads (``LDP_SHUFFLER_MIN_BATCH``, ...)
-ENV_PREFIX = "LDP_SHUFFLER_"
-#: the shuffler's secret (checkpoint encryption and dedup digests), created 0600 on first use
-DEFAULT_KEY_PATH = "ldp-data/shuffler.key"
-KEY_BYTES = 32
 #: the state topic's log segments roll at least this often (seconds), so the broker removes superseded
 #: checkpoints from its disk within about this time plus its retention check interval (5 minutes by default)
 STATE_SEGMENT_SECONDS = 600.0
 
 #: ``(n, epsilon0) -> (central epsilon, delta, name of the bound)``
 Guarantee = Callable[[int, float], "tuple[float, float, str]"]
-
-_GroupKey = tuple[str, str, int]  # metric, spec_id, day
-
-
-@dataclasses.dataclass(frozen=True)
-class ShufflerSettings:
-    """How the shuffler batches and checkpoints.
-
-    ``min_batch`` is the crowd threshold: no batch smaller than it is ever
-    released. ``max_batch`` (and ``max_batch_bytes``) cap a released batch;
-    a group is released whole when it can be cut into batches within both
-    bounds, else as full ``max_batch`` batches with the (random) remainder
-    kept. ``checkpoint_interval`` is the time between transactions (the
-    added latency); ``max_pending_reports`` forces one earlier.
-    ``max_day_age``, ``max_days_ahead`` are the collector's window of days
-    (:mod:`ldp_core.days`; also from ``$LDP_MAX_DAY_AGE`` /
-    ``$LDP_MAX_DAYS_AHEAD``) and a group is kept ``expiry_grace_days`` past
-    it; ``max_age_days`` is the old name of ``max_day_age``. ``key_file`` is
-    the shuffler's secret (created 0600 if missing; the same file for every
-    member of the group).
-    """
-
-    min_batch: int = 1000
-    max_batch: int = 1 << 16
-    max_batch_bytes: int = 4 << 20
-    raw_topic: str = RAW_TOPIC
-    shuffled_topic: str = SHUFFLED_TOPIC
-    state_topic: str = SHUFFLER_STATE_TOPIC
-    partitions: int = DEFAULT_PARTITIONS
-    group: str = "ldp-shuffler"
-    member: str = "shuffler-0"
-    checkpoint_interval: float = 1.0
-    max_pending_reports: int = 1 << 22
-    dedup_window: int = 16384
-    max_day_age: int = DEFAULT_MAX_DAY_AGE
-    max_days_ahead: int = DEFAULT_MAX_DAYS_AHEAD
-    expiry_grace_days: int = 1
-    max_age_days: int | None = None
-    key_file: str = DEFAULT_KEY_PATH
-    refresh_interval: float = 6 * 3600.0
-    restore_timeout: float = 120.0
-    session_timeout: float = 10.0
-    poll_records: int = 500
-
-    def __post_init__(self) -> None:
-        if self.max_age_days is not None:  # the old name of max_day_age (it counted from the newest day seen)
-            check_ranges(self, {"max_age_days": (0, 3660)})
-            object.__setattr__(self, "max_day_age", self.max_age_days)
-        if not isinstance(self.key_file, str) or not self.key_file:
-            raise ConfigError("key_file must be a file path")
-        check_ranges(
-            self,
-            {
-                "min_batch": (1, 1 << 24),
-                "max_batch": (1, 1 << 24),
-                "max_batch_bytes": (1024, 1 << 30),
-                "partitions": (1, 10_000),
-                "max_pending_reports": (1, 1 << 40),
-                "dedup_window": (0, 1 << 24),
-                "max_day_age": (0, 3660),
-                "max_days_ahead": (0, 366),
-                "expiry_grace_days": (0, 366),
-                "poll_records": (1, 1 << 20),
-                # seconds
-                "checkpoint_interval": (0.001, 1e9),
-                "refresh_interval": (0.001, 1e9),
-                "restore_timeout": (0.001, 1e9),
-                "session_timeout": (0.001, 1e9),
-            },
-        )
-        if self.max_batch < self.min_batch:
-            raise ConfigError(f"max_batch ({self.max_batch}) must be at least min_batch ({self.min_batch})")
-        check_topics(self, "raw_topic", "shuffled_topic", "state_topic")
-        topics = (self.raw_topic, self.shuffled_topic, self.state_topic)
-        if len(set(topics)) != 3:
-            raise ConfigError(f"the raw, shuffled and state topics must differ, got {topics}")
-        check_names(self, "group", "member")
-
-    @property
-    def day_window(self) -> DayWindow:
-        """The shared window of days (:mod:`ldp_core.days`): the collector's, plus ``expiry_grace_days``."""
-        return DayWindow(self.max_day_age, self.max_days_ahead, self.expiry_grace_days)
-
-    @classmethod
-    def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> ShufflerSettings:
-        """``overrides`` (``None``: not given) over ``$LDP_SHUFFLER_<FIELD>`` over the defaults; the day window
-        also from the shared ``$LDP_MAX_DAY_AGE`` / ``$LDP_MAX_DAYS_AHEAD``."""
-        return settings_from_env(cls, ENV_PREFIX, environ, overrides, aliases=DAY_WINDOW_ENV)
-
-
-@dataclasses.dataclass
-class ShufflerStats:
-    """Counters since the process started."""
-
-    input_batches: int = 0
-    input_reports: int = 0
-    duplicate_batches: int = 0
-    duplicate_reports: int = 0
-    undecodable_batches: int = 0
-    #: batches whose day was already out of the window when they were read (their reports are in expired_reports)
-    expired_batches: int = 0
-    #: buffered groups dropped because their day left the window before they reached a crowd
-    expired_groups: int = 0
-    expired_reports: int = 0
-    superseded_deletes: int = 0
-    released_batches: int = 0
-    released_reports: int = 0
-    checkpoints: int = 0
-    restores: int = 0
-    aborted_transactions: int = 0
-    buffered_reports: int = 0
-
-    def to_dict(self) -> dict[str, int]:
-        return dataclasses.asdict(self)
-
-
-def plan_release(n: int, min_batch: int, cap: int) -> list[int]:
-    """Sizes of the batches to release from a group of ``n >= min_batch`` reports (each in ``[min_batch, cap]``).
-
-    Whole group in ``k = ceil(n / cap)`` near-equal batches if each holds at
-    least ``min_batch``; otherwise ``n // cap`` batches of ``cap`` and the rest kept.
-    """
-    cap = max(cap, min_batch)
-    if n < min_batch:
-        return []
-    k = -(-n // cap)
-    if n // k >= min_batch:
-        base, extra = divmod(n, k)
-        return [base + 1] * extra + [base] * (k - extra)
-    return [cap] * (n // cap)
-
-
-# -- the shuffler's secret ---------------------------------------------------------------
-
-
-def load_or_create_key(path: str) -> bytes:
-    """The shuffler's 32-byte secret in ``path``, created on first use (0600, atomically; of several processes
-    starting together exactly one creates it, the others read it). Refused if other users may read it."""
-    try:
-        return load_or_create_private(os.path.expanduser(path), KEY_BYTES)
-    except (PermissionError, ValueError) as exc:
-        raise ConfigError(f"the shuffler key: {exc}") from None
-
-
-class _Keys:
-    """Subkeys of the shuffler's secret: AES-256-GCM for checkpoints, HMAC-SHA-256 for batch-id digests."""
-
-    def __init__(self, secret: bytes) -> None:
-        if not isinstance(secret, (bytes, bytearray)) or len(secret) != KEY_BYTES:
-            raise ConfigError(f"the shuffler key must be {KEY_BYTES} bytes")
-        from cryptography.hazmat.primitives.ciphers.aead import AESGCM
-
-        def sub(label: bytes) -> bytes:
-            return hmac.new(bytes(secret), label, hashlib.sha256).digest()
-
-        self.aead = AESGCM(sub(b"ldp-shuffler checkpoint v2"))
-        self.dedup = sub(b"ldp-shuffler batch-id digest v2")
-        #: names the key in clear checkpoint headers, so a member with another key says so instead of failing later
-        self.key_id = sub(b"ldp-shuffler key id")[:8].hex()
-
-    def digest(self, batch_id: bytes) -> bytes:
-        return hmac.new(self.dedup, bytes(batch_id), hashlib.sha256).digest()[:16]
-
-    def seal(self, head: bytes, inner: bytes) -> bytes:
-        nonce = os.urandom(12)
-        return nonce + self.aead.encrypt(nonce, inner, head)
-
-    def open(self, head: bytes, sealed: memoryview) -> bytes:
-        from cryptography.exceptions import InvalidTag
-
-        try:
-            return bytes(self.aead.decrypt(bytes(sealed[:12]), bytes(sealed[12:]), head))
-        except (InvalidTag, ValueError):
-            raise FrameError("the checkpoint chunk does not authenticate under this shuffler's key") from None
-
-
-#: the counters kept per partition in its checkpoints (:meth:`Shuffler.totals`)
-_TOTALS = (
-    "input_batches",
-    "input_reports",
-    "duplicate_batches",
-    "duplicate_reports",
-    "undecodable_batches",
-    "expired_batches",
-    "expired_groups",
-    "expired_reports",
-    "released_batches",
-    "released_reports",
-)
-
-# -- checkpoint chunks ---------------------------------------------------------------
-
-_CKPT_MAGIC = b"LDPQ"
-_INNER_MAGIC = b"LDPq"
-#: format of the checkpoints written: 2 = sealed, permuted, no upload numbers; 1 (still restored) = in the clear
-CHECKPOINT_VERSION = 2
-
-
-@dataclasses.dataclass(frozen=True)
-class CheckpointHeader:
-    """The clear header of a checkpoint chunk: which group, partition and input offset it belongs to, nothing
-    about its reports. ``key_id`` names the key the payload is sealed with. A version 1 chunk (written in the
-    clear by older shufflers) carries its body's description in ``legacy`` (``newest_day``, ``ids``, ``pieces``)."""
-
-    group: str
-    partition: int
-    raw_offset: int
-    snapshot: str
-    chunk: int
-    chunks: int
-    key_id: str = ""
-    version: int = CHECKPOINT_VERSION
-    legacy: Mapping[str, Any] | None = None
-
-    def to_json(self) -> bytes:
-        obj = {k: v for k, v in dataclasses.asdict(self).items() if k not in ("version", "legacy")}
-        return json.dumps(obj, separators=(",", ":")).encode()
-
-
-#: ``[metric, spec dict, day, count]`` of one run of records in a checkpoint body
-Piece = tuple[str, dict[str, Any], int, int]
-
-
-def encode_checkpoint_chunk(header: CheckpointHeader, body: bytes, keys: _Keys) -> bytes:
-    """A :mod:`ldp_core.wire.framing` frame (version 2): the clear header as JSON, then the body (see
-    :func:`encode_checkpoint_body`) sealed with AES-256-GCM under the shuffler's key, the header as associated data."""
-    head = header.to_json()
-    return pack_headed(_CKPT_MAGIC, head, keys.seal(head, body), version=CHECKPOINT_VERSION)
-
-
-def encode_checkpoint_body(
-    pieces: Sequence[Piece],
-    digests: Sequence[bytes],
-    previous: int,
-    records: Sequence[bytes],
-    totals: Mapping[str, int] | None = None,
-) -> bytes:
-    """The plaintext of a chunk: ``pieces`` (and on the first chunk the partition's counter ``totals``), then the
-    16-byte batch-id digests (the older set's ``previous`` first, each set sorted by value), then the records."""
-    obj: dict[str, Any] = {"pieces": list(pieces), "ids": len(digests), "previous": int(previous)}
-    if totals:
-        obj["totals"] = {k: int(v) for k, v in sorted(totals.items())}
-    head = json.dumps(obj, separators=(",", ":")).encode()
-    return pack_headed(_INNER_MAGIC, head, b"".join(digests) + b"".join(records))
-
-
-def decode_checkpoint_chunk(value: bytes) -> tuple[CheckpointHeader, memoryview]:
-    """The clear header and the (sealed, or for version 1 plain) payload of a checkpoint chunk;
-    :class:`~ldp_core.wire.framing.FramingError` if ``value`` is not a whole chunk frame,
-    :class:`~ldp_core.errors.FrameError` if its header is malformed."""
-    version = value[4] if len(value) > HEAD_SIZE else CHECKPOINT_VERSION
-    version = 1 if version == 1 else CHECKPOINT_VERSION
-    head, payload = unpack_headed(value, _CKPT_MAGIC, "shuffler checkpoint chunk", version=version)
-    try:
-        obj = json.loads(head)
-        if version == 1:
-            legacy = {
-                "newest_day": int(obj.pop("newest_day")),
-                "ids": int(obj.pop("ids")),
-                "pieces": tuple(tuple(p) for p in obj.pop("pieces")),
-            }
-            header = CheckpointHeader(**obj, version=1, legacy=legacy)
-        else:
-            header = CheckpointHeader(**obj)
-            if header.to_json() != head:
-                raise ValueError("the header is not in its canonical form")
-    except (ValueError, TypeError, KeyError) as exc:
-        raise FrameError(f"checkpoint header is malformed: {exc}") from None
-    return header, payload
-
-
-def decode_checkpoint_body(
-    body: bytes,
-) -> tuple[tuple[Piece, ...], list[bytes], int, memoryview, dict[str, int]]:
-    """``(pieces, batch-id digests, how many of them are the older set's, records payload, counter totals)`` of a
-    chunk's plaintext (the totals are empty on all but the first chunk, and in chunks written before them)."""
-    head, payload = unpack_headed(body, _INNER_MAGIC, "shuffler checkpoint body")
-    try:
-        obj = json.loads(head)
-        pieces = tuple((str(m), dict(s), int(d), int(c)) for m, s, d, c in obj["pieces"])
-        n = int(obj["ids"])
-        previous = int(obj["previous"])
-        totals = {str(k): int(v) for k, v in dict(obj.get("totals", {})).items()}
-    except (ValueError, TypeError, KeyError) as exc:
-        raise FrameError(f"checkpoint body header is malformed: {exc}") from None
-    if 16 * n > len(payload):
-        raise FrameError("checkpoint body is truncated")
-    return pieces, [bytes(payload[16 * i : 16 * i + 16]) for i in range(n)], previous, payload[16 * n :], totals
-
-
-# -- per-partition state -----------------------------------------------------------------
-
-
-class _Group:
-    """Buffered reports of one (metric, spec, day): record arrays with per-record source (upload) numbers.
-
-    Sources are numbered densely per group (0, 1, ...), so the distinct
-    uploads in a released batch are counted with one ``bincount``. They live
-    in memory only: a checkpoint holds no source numbers (nor any order), so
-    the records restored from one count as a single source and
-    :attr:`~pipeline.envelope.ShuffleMeta.sources` is a lower bound.
-    """
-
-    __slots__ = ("spec", "parts", "n", "next_source")
-
-    def __init__(self, spec: ReportSpec) -> None:
-        self.spec = spec
-        self.parts: list[tuple[np.ndarray, np.ndarray | int]] = []
-        self.n = 0
-        self.next_source = 0
-
-    def add_upload(self, records: np.ndarray) -> None:
-        self.parts.append((records, self.next_source))
-        self.next_source += 1
-        self.n += int(records.size)
-
-    def add_restored(self, records: np.ndarray) -> None:
-        """Records read from a checkpoint (before any upload of this process): together, source 0."""
-        self.parts.append((records, 0))
-        self.n += int(records.size)
-        self.next_source = max(self.next_source, 1)
-
-    def records(self) -> np.ndarray:
-        if len(self.parts) == 1:
-            return self.parts[0][0]
-        # as bytes: concatenating structured arrays field by field is ~20x slower
-        dtype = self.parts[0][0].dtype
-        return np.concatenate([np.ascontiguousarray(r).view(np.uint8) for r, _ in self.parts]).view(dtype)
-
-    def arrays(self) -> tuple[np.ndarray, np.ndarray]:
-        recs = self.records()
-        if all(isinstance(s, int) for _, s in self.parts):
-            src = np.repeat(np.array([s for _, s in self.parts], dtype=np.uint32), [r.size for r, _ in self.parts])
-        else:
-            src = np.concatenate(
-                [np.full(r.size, s, dtype=np.uint32) if isinstance(s, int) else s for r, s in self.parts]
-            )
-        return recs, src
-
-    def keep(self, records: np.ndarray, sources: np.ndarray) -> None:
-        """Replace the buffer by ``records`` (a random remainder), renumbering their sources densely."""
-        uniq, dense = np.unique(sources, return_inverse=True)
-        self.parts = [(records, dense.astype(np.uint32).reshape(-1))]
-        self.n = int(records.size)
-        self.next_source = int(uniq.size)
-
-
-class _IdWindow:
-    """Digests of recent upload batch ids, in no order: two sets, the current one and the one before.
-
-    An id goes into ``current``; once it holds ``half = ceil(limit / 2)``
-    digests it becomes ``previous`` (the old ``previous`` is forgotten). So
-    at least the last ``half`` and at most ``limit`` ids are remembered, and
-    within each set nothing tells which id came first.
-    """
-
-    __slots__ = ("limit", "half", "current", "previous")
-
-    def __init__(self, limit: int) -> None:
-        self.limit = limit
-        self.half = max(1, -(-limit // 2))
-        self.current: set[bytes] = set()
-        self.previous: set[bytes] = set()
-
-    def __contains__(self, digest: bytes) -> bool:
-        return digest in self.current or digest in self.previous
-
-    def __len__(self) -> int:
-        return len(self.current) + len(self.previous)
-
-    def add(self, digest: bytes) -> None:
-        if not self.limit:
-            return
-        self.current.add(digest)
-        if len(self.current) >= self.half:
-            self.previous, self.current = self.current, set()
-
-    def clear(self) -> None:
-        self.current.clear()
-        self.previous.clear()
-
-    def serialized(self) -> tuple[list[bytes], int]:
-        """Every digest, each set sorted by value (``previous`` first), and how many are ``previous``."""
-        return sorted(self.previous) + sorted(self.current), len(self.previous)
-
-    def restore(self, digests: Sequence[bytes], previous: int) -> None:
-        self.previous = set(digests[:previous])
-        self.current = set(digests[previous:])
-        if len(self.current) >= self.half:  # a smaller window than the checkpoint's writer had
-            self.previous, self.current = self.current, set()
-
-
-class _Partition:
-    """What the shuffler holds for one raw partition (and its state partition of the same number)."""
-
-    def __init__(self, index: int, committed: int | None, dedup_window: int) -> None:
-        self.index = index
-        self.live = committed is None
-        self.committed = committed  # raw offset the restore looks for
-        self.restore_since = time.monotonic()
-        #: snapshot -> chunk -> (header, payload, state offset)
-        self.assembling: dict[str, dict[int, tuple[CheckpointHeader, memoryview, int]]] = {}
-        self.held: list[Record] = []
-        self.groups: dict[_GroupKey, _Group] = {}
-        self.ids = _IdWindow(dedup_window)
-        self.raw_next: int | None = committed
-        self.dirty = False
-        self.pending_reports = 0
-        self.delta: collections.Counter[str] = collections.Counter()  # stats, counted once committed
-        self.writing: str | None = None  # snapshot id of the checkpoint in the open transaction
-        self.latest: str | None = None  # snapshot id of the latest committed checkpoint (written or restored)
-        self.foreign = False  # another group's chunks share this state partition: delete nothing
-        self.totals: collections.Counter[str] = collections.Counter()  # committed counters since the first record
-
-    def buffered(self) -> int:
-        return sum(g.n for g in self.groups.values())
-
-
-def _gather(records: np.ndarray, perm: np.ndarray) -> np.ndarray:
-    """``records[perm]`` for fixed-width records, as a row gather over their bytes (several times faster
-    than fancy indexing a structured dtype)."""
-    raw = np.ascontiguousarray(records).view(np.uint8).reshape(records.size, records.dtype.itemsize)
-    return np.take(raw, perm, axis=0).reshape(-1).view(records.dtype)
-
-
-def _state_keys(partitions: int) -> list[bytes]:
-    """For each state partition ``p``, a record key that :func:`partition_for` maps to ``p``."""
-    keys: dict[int, bytes] = {}
-    for i in itertools.count():
-        key = f"shuffler-state-{i}".encode()
-        keys.setdefault(partition_for(key, partitions), key)
-        if len(keys) == partitions:
-            return [keys[p] for p in range(partitions)]
-    raise AssertionError("unreachable")
 
 
 class Shuffler(StreamProcessor):
@@ -610,7 +68,7 @@ class Shuffler(StreamProcessor):
     It runs the transactional loop of :class:`~pipeline.processor.StreamProcessor`:
     the per-record step applies a raw upload or a checkpoint chunk, the
     checkpoint publishes every changed partition's checkpoint into the open
-    transaction and commits it (see the module docstring).
+    transaction and commits it (see :mod:`collector.shuffler`).
 
     ``specs`` resolves the specs of raw frames: a :class:`~ldp_core.metrics.MetricSet`
     (a frame must carry its metric's current spec) or a mapping from spec id
@@ -661,7 +119,7 @@ class Shuffler(StreamProcessor):
         if isinstance(specs, MetricSet):
             # a sealed metric's records are opaque fixed-width bytes here (ldp_core.wire.sealing.SealedSpec)
             self._by_metric: dict[str, ReportSpec] | None = {n: m.wire_spec for n, m in specs.items()}
-            self._by_id: dict[str, ReportSpec] = {i: m.spec for m in specs.values() for i in m.spec.spec_ids}
+            self._by_id: dict[str, ReportSpec] = {m.spec.spec_id: m.spec for m in specs.values()}
             self._reports_per_person = {n: int(m.max_reports_per_day) for n, m in specs.items()}
         else:
             self._by_metric = None
@@ -906,77 +364,18 @@ class Shuffler(StreamProcessor):
         if not part.foreign and offset > self._deleted.get(part.index, 0):
             self._deletes[part.index] = max(offset, self._deletes.get(part.index, 0))
 
-    def _open_chunk(
-        self, header: CheckpointHeader, payload: memoryview
-    ) -> tuple[tuple[Piece, ...], list[bytes], int, memoryview, dict[str, int]]:
-        """``(pieces, batch-id digests, how many digests are of the older set, records, counter totals)`` of a
-        chunk of the checkpoint being restored; a version 1 chunk's raw batch ids are digested here (it has no
-        totals: they start from 0)."""
-        if header.version == 1:
-            assert header.legacy is not None
-            n = int(header.legacy["ids"])
-            ids = [self._keys.digest(bytes(payload[16 * i : 16 * i + 16])) for i in range(n)]
-            pieces = tuple((str(m), dict(sd), int(d), int(c)) for m, sd, d, c in header.legacy["pieces"])
-            return pieces, ids, len(ids), payload[16 * n :], {}
-        if header.key_id != self._keys.key_id:
-            raise ShufflerStateError(
-                f"partition {header.partition}: the checkpoint to restore (raw offset {header.raw_offset}) is sealed "
-                f"under another shuffler key (id {header.key_id}, this process has {self._keys.key_id}). Every "
-                f"member of group {self.settings.group!r} must read the same key_file "
-                f"({self.settings.key_file!r}); without that key the buffered reports cannot be restored."
-            )
-        try:
-            pieces, ids, previous, rest, totals = decode_checkpoint_body(self._keys.open(header.to_json(), payload))
-        except FrameError as exc:
-            raise ShufflerStateError(
-                f"partition {header.partition}: the checkpoint to restore (raw offset {header.raw_offset}) is "
-                f"damaged: {exc}"
-            ) from None
-        return pieces, ids, previous, rest, totals
-
     def _load(self, part: _Partition, chunks: list[tuple[CheckpointHeader, memoryview, int]]) -> None:
-        part.groups.clear()
-        part.ids.clear()
-        specs: dict[str, ReportSpec] = {}
-        digests: list[bytes] = []
-        previous = 0
-        version = chunks[0][0].version
-        for i, (header, payload, _) in enumerate(chunks):
-            pieces, ids, prev, rest, totals = self._open_chunk(header, payload)
-            if i == 0:
-                part.totals = collections.Counter({k: v for k, v in totals.items() if k in _TOTALS})
-                self._totals[part.index] = part.totals.copy()
-            digests.extend(ids)
-            previous += prev
-            pos = 0
-            for metric, spec_dict, day, count in pieces:
-                key_id = json.dumps(spec_dict, sort_keys=True)
-                spec = specs.get(key_id)
-                if spec is None:
-                    plain = {k: v for k, v in spec_dict.items() if k != "sealed"}
-                    spec = spec_from_dict(plain)
-                    spec = specs[key_id] = SealedSpec.of(spec) if spec_dict.get("sealed") else spec
-                recs = np.frombuffer(rest, dtype=spec.record_dtype, count=count, offset=pos).copy()
-                pos += count * spec.record_size
-                if version == 1:
-                    pos += 4 * count  # the upload numbers of the old format: not restored
-                key = (metric, spec.spec_id, int(day))
-                group = part.groups.get(key)
-                if group is None:
-                    group = part.groups[key] = _Group(spec)
-                group.add_restored(recs)
-        part.ids.restore(digests, previous)
-        part.live = True
-        part.assembling.clear()
-        part.raw_next = part.committed
-        part.latest = chunks[0][0].snapshot
+        """Restore ``part`` from the chunks of the checkpoint at its committed offset, then apply the raw
+        records held back meanwhile."""
+        opened = [open_checkpoint_chunk(h, p, self._keys, key_file=self.settings.key_file) for h, p, _ in chunks]
+        part.restore(chunks[0][0].snapshot, opened)
+        self._totals[part.index] = part.totals.copy()
         self._supersede(part, chunks[0][2])
         held, part.held = part.held, []
         log.info(
-            "partition %d restored at raw offset %s (checkpoint format %d): %d reports buffered, %d ids",
+            "partition %d restored at raw offset %s: %d reports buffered, %d ids",
             part.index,
             part.committed,
-            version,
             part.buffered(),
             len(part.ids),
         )
@@ -997,7 +396,7 @@ class Shuffler(StreamProcessor):
 
     def _resolve(self, metric: str, spec_id: str) -> ReportSpec:
         spec = self._by_metric.get(metric) if self._by_metric is not None else self._by_id.get(spec_id)
-        if spec is None or not spec.has_id(spec_id):
+        if spec is None or spec.spec_id != spec_id:
             raise FrameError(f"metric {metric!r} with spec {spec_id} is not in the shuffler's metrics file")
         return spec
 
@@ -1151,52 +550,6 @@ class Shuffler(StreamProcessor):
 
     # -- checkpoints ----------------------------------------------------------------------------
 
-    def _chunks(self, part: _Partition) -> Iterator[bytes]:
-        """The checkpoint of ``part`` as chunks of at most about ``max_batch_bytes``: each group's buffer
-        freshly permuted (so the stored order says nothing of the arrival order), no upload numbers, the
-        batch-id window as keyed digests in no order, everything but the clear header sealed."""
-        budget = self.settings.max_batch_bytes
-        snapshot = secrets.token_hex(8)
-        part.writing = snapshot
-        digests, previous = part.ids.serialized()
-        pieces: list[list[tuple[Piece, bytes]]] = [[]]
-        sizes = [16 * len(digests)]
-        for (metric, _, day), group in sorted(part.groups.items()):
-            recs = group.records()
-            recs = _gather(recs, csprng_permutation(recs.size, self.words))
-            spec_dict = group.spec.to_dict()
-            if isinstance(group.spec, SealedSpec):  # the records are sealed: restored as such
-                spec_dict = {**spec_dict, "sealed": True}
-            per = group.spec.record_size
-            pos = 0
-            while pos < recs.size:
-                if sizes[-1] >= budget:
-                    pieces.append([])
-                    sizes.append(0)
-                take = min(max(1, (budget - sizes[-1]) // per), recs.size - pos)
-                pieces[-1].append(((metric, spec_dict, day, take), recs[pos : pos + take].tobytes()))
-                sizes[-1] += take * per
-                pos += take
-        total = len(pieces)
-        for i, chunk in enumerate(pieces):
-            header = CheckpointHeader(
-                group=self.settings.group,
-                partition=part.index,
-                raw_offset=int(part.raw_next or 0),
-                snapshot=snapshot,
-                chunk=i,
-                chunks=total,
-                key_id=self._keys.key_id,
-            )
-            body = encode_checkpoint_body(
-                [p for p, _ in chunk],
-                digests if i == 0 else [],
-                previous if i == 0 else 0,
-                [b for _, b in chunk],
-                {k: int(v) for k, v in (part.totals + part.delta).items() if k in _TOTALS} if i == 0 else None,
-            )
-            yield encode_checkpoint_chunk(header, body, self._keys)
-
     def checkpoint(self, force: bool = False) -> bool:
         """Commit released batches, changed checkpoints and input offsets in one transaction, if one is due.
 
@@ -1238,11 +591,12 @@ class Shuffler(StreamProcessor):
     def flush_state(self, tx: Transaction | None) -> Mapping[TopicPartition, int] | None:
         """Publish a checkpoint of every changed partition into the transaction the loop then commits."""
         assert tx is not None
+        s = self.settings
         for p in self._parts.values():
             p.writing = None
             if p.dirty and p.raw_next is not None:
-                for chunk in self._chunks(p):
-                    tx.publish(self.settings.state_topic, self._state_keys[p.index], chunk)
+                for chunk in p.checkpoint_chunks(s.group, s.max_batch_bytes, self._keys, self.words):
+                    tx.publish(s.state_topic, self._state_keys[p.index], chunk)
         return {}
 
     def on_commit_failed(self, exc: CommitFailedError) -> None:

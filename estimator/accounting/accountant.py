@@ -52,7 +52,6 @@ mechanism (Balle and Wang, ICML 2018, Thm. 8; ``dp_accounting.get_epsilon_gaussi
 from __future__ import annotations
 
 import dataclasses
-import logging
 import math
 from typing import Any, Literal, TypeAlias
 
@@ -66,6 +65,7 @@ from dp_accounting.pld import privacy_loss_distribution as pld_lib
 from dp_accounting.rdp import rdp_privacy_accountant
 
 from estimator.errors import AccountingError
+from ldp_core.fl.dpsgd_accounting import quiet_rdp_warnings
 from ldp_core.privacy_events import (
     ComposedEvent,
     DiscreteGaussianEvent,
@@ -77,6 +77,7 @@ from ldp_core.privacy_events import (
     PrivacyEvent,
     PureDPEvent,
     SelfComposedEvent,
+    sampled_gaussian_event,
 )
 
 __all__ = [
@@ -98,7 +99,6 @@ __all__ = [
     "basic_epsilon",
     "rr_rdp",
     "gaussian_noise_for_epsilon",
-    "sampled_gaussian_event",
     "max_steps_for_epsilon",
     "DEFAULT_DISCRETIZATION",
 ]
@@ -245,7 +245,7 @@ class RdpAccountant(rdp_privacy_accountant.RdpAccountant):
         return super()._maybe_compose(event, count, do_compose)
 
     def compose(self, event: dp_event.DpEvent, count: int = 1) -> RdpAccountant:
-        with _quiet_absl():
+        with quiet_rdp_warnings():
             super().compose(event, count)
         return self
 
@@ -267,24 +267,6 @@ _LOCAL_NEEDS_REPLACE = (
     "a local report is ε-DP with respect to replacing the user's value; it does not hide whether "
     "the user reported. Account it with neighbors='replace'."
 )
-
-
-class _AbslConvergenceFilter(logging.Filter):
-    def filter(self, record: logging.LogRecord) -> bool:
-        return "failed to converge" not in record.getMessage()
-
-
-class _quiet_absl:
-    """Silence dp_accounting's 'failed to converge' warnings: the accountant reports
-    the dropped orders itself (:attr:`RdpAccountant.dropped_orders`)."""
-
-    _filter = _AbslConvergenceFilter()
-
-    def __enter__(self) -> None:
-        logging.getLogger("absl").addFilter(self._filter)
-
-    def __exit__(self, *exc: Any) -> None:
-        logging.getLogger("absl").removeFilter(self._filter)
 
 
 # -- conversion -----------------------------------------------------------------
@@ -515,14 +497,6 @@ def account(
     if report.epsilon_pld is None and report.epsilon_rdp is None and report.epsilon_basic is None:
         raise AccountingError("; ".join(notes) or f"cannot account {event!r}")
     return report
-
-
-def sampled_gaussian_event(noise_multiplier: float, sample_rate: float, steps: int) -> PrivacyEvent:
-    """``steps`` Gaussian steps with ``noise_multiplier``, Poisson-sampled at ``sample_rate`` (1 = no sampling)."""
-    step: PrivacyEvent = GaussianEvent(noise_multiplier)
-    if sample_rate < 1.0:
-        step = PoissonSampledEvent(sample_rate, step)
-    return SelfComposedEvent(step, steps)
 
 
 #: Discretization used while searching; the answer is then checked at the caller's.

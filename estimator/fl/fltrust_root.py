@@ -4,7 +4,7 @@ A task with ``"aggregator": {"kind": "fltrust", "root_data": "PATH.npz"}`` (docs
 the job a small dataset the operator trusts. :func:`load_root_data` reads and checks it against the task's
 model; :class:`RootTraining` is the ``root`` callable of :class:`~estimator.fl.robust.FLTrust`: each round it
 trains from the round's global model (``RoundContext.params``) on the root data with the task's own local
-training (the devices' :func:`~ldp_core.fl.training.train_client` with the strategy's round configuration),
+training (the devices' :func:`~ldp_core.fl.client_round.train_client` with the strategy's round configuration),
 so g₀ and the clients' updates are the same kind of vector (Cao et al., NDSS 2021, Algorithm 1).
 
 Its generator is :func:`root_generator`: a function of the task's seed and the round only, never the job's
@@ -25,9 +25,9 @@ from typing import Any
 import numpy as np
 
 from estimator.fl.aggregators import RoundContext
+from ldp_core.fl.client_round import train_client
 from ldp_core.fl.errors import FLError
 from ldp_core.fl.personalization import DittoSpec
-from ldp_core.fl.training import train_client
 from ldp_core.randomness import secure_generator
 
 __all__ = ["load_root_data", "file_sha256", "root_generator", "RootTraining", "ROOT_CLIENT_ID", "ROOT_STREAM"]

@@ -5,7 +5,7 @@ carries a device-side spec (:mod:`ldp_core.fl.personalization`); the server
 step and the upload (Δ = y − x, one model's size) are FedAvg's, so every
 aggregator wrapper (clipping, DP noise, robust rules, SecAgg) applies unchanged.
 What differs is the device's objective and what a device uses afterwards
-(:func:`~ldp_core.fl.personalization.personalized_params`).
+(:func:`~ldp_core.fl.personalized_training.personalized_params`).
 """
 
 from __future__ import annotations

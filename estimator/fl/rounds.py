@@ -1,7 +1,7 @@
 """Running federated rounds in one process (simulation and tests).
 
 Each round: sample clients, publish the strategy's configuration, let every
-sampled client train (:func:`ldp_core.fl.training.train_client`), aggregate
+sampled client train (:func:`ldp_core.fl.client_round.train_client`), aggregate
 the uploads with the aggregator stack, apply the result. Running rounds over
 the collector and a topic is the pipeline's job; this loop is the same logic
 without transport.
@@ -18,8 +18,9 @@ import numpy as np
 from estimator.fl.aggregators import Aggregator, RoundContext
 from estimator.fl.sampling import Sampling
 from estimator.fl.strategies import Strategy
+from ldp_core.fl.client_round import train_client
 from ldp_core.fl.models import Model, accuracy
-from ldp_core.fl.training import ClientState, ClientUpdate, train_client
+from ldp_core.fl.training import ClientState, ClientUpdate
 
 __all__ = ["FederatedClient", "RoundRecord", "run_rounds"]
 

@@ -34,7 +34,7 @@ from estimator.result import Estimate
 from ldp_core.days import parse_day
 from ldp_core.mechanisms.base import MechanismSpec, ReportSpec
 from ldp_core.metrics import MetricDefinition
-from pipeline.dataset import PartFile, list_parts, read_part, read_part_spec
+from pipeline.dataset import PartFile, list_parts, read_part
 
 __all__ = [
     "BatchError",
@@ -222,21 +222,14 @@ def estimate_dataset(
     if not parts:
         where = "" if days is None else f" on days {_describe(days)}"
         raise BatchError(f"no part files of metric {metric!r}{where} under {Path(root)}")
-    # A part's name holds the id its writer used: the legacy id for parts written before
-    # the RFC 8785 ids. Group by the spec's current id so both kinds of one spec add up.
-    current: dict[str, str] = {}
-    for p in parts:
-        if p.spec_id not in current:
-            spec = read_part_spec(p)
-            current.update({i: spec.spec_id for i in spec.spec_ids})
-    ids = sorted({current[p.spec_id] for p in parts})
+    ids = sorted({p.spec_id for p in parts})
     if spec_id is None and len(ids) > 1:
         raise SpecChoiceError(
             f"metric {metric!r} has reports under several specs in this range: {ids}; "
             "choose one with --spec-id (estimates of different specs do not add)"
         )
-    chosen = current.get(spec_id, spec_id) if spec_id else ids[0]
-    parts = [p for p in parts if current[p.spec_id] == chosen]
+    chosen = spec_id if spec_id else ids[0]
+    parts = [p for p in parts if p.spec_id == chosen]
     if not parts:
         raise BatchError(f"metric {metric!r} has no reports under spec {chosen} in this range (it has {ids})")
     from tqdm import tqdm

@@ -6,7 +6,8 @@ the expected batch size qN). Here it is run on a ``.npz`` file and
 accounted: T steps are the event ``SelfComposed(PoissonSampled(q,
 Gaussian(σ)), T)``, whose ε at δ comes from ``dp_accounting``'s PLD
 accountant, with its RDP accountant as a second opinion
-(:func:`estimator.accounting.accountant.account`). Both are valid upper
+(:class:`ldp_core.fl.dpsgd_accounting.StepAccountant`, where DP-SGD's
+accounting lives). Both are valid upper
 bounds; the PLD figure is the tighter one, and the reported ``epsilon`` is
 the smaller of the two. (A reported ε is None, JSON null, when it is not
 finite: without noise, or when every RDP order diverges.)
@@ -34,9 +35,9 @@ from typing import Any, Literal
 
 import numpy as np
 
-from estimator.accounting.accountant import PLDAccountant, RdpAccountant, to_dp_event
 from estimator.errors import DatasetError
 from ldp_core.fl.dpsgd import DPSGDConfig, train_dpsgd
+from ldp_core.fl.dpsgd_accounting import StepAccountant
 from ldp_core.fl.models import MLP, LogisticRegression, Model, SoftmaxRegression, accuracy
 
 __all__ = [
@@ -47,7 +48,6 @@ __all__ = [
     "build_model",
     "DPSGDJob",
     "run_dpsgd",
-    "StepAccountant",
     "plot_accuracy_vs_epsilon",
 ]
 
@@ -168,41 +168,6 @@ def build_model(name: ModelName, n_features: int, n_classes: int, hidden: int = 
     if name == "mlp":
         return MLP(n_features, hidden, n_classes, l2=l2)
     raise DatasetError(f"model must be one of {', '.join(MODEL_NAMES)}, got {name!r}")
-
-
-class StepAccountant:
-    """ε after t DP-SGD steps, for any t, from one step's privacy computed once.
-
-    The same accountants as :func:`estimator.accounting.accountant.account`
-    (``dp_accounting``'s PLD and RDP, add/remove neighbours), but a run asks
-    after every epoch, and building the subsampled-Gaussian PLD or RDP curve
-    is the expensive part: here it is built once for one step, and t steps are
-    its t-fold self-composition (PLD: ``self_compose``; RDP: t times the
-    curve, since Rényi divergences add under composition, Mironov 2017,
-    Prop. 1). The test suite checks the figures equal ``account``'s."""
-
-    def __init__(self, config: DPSGDConfig) -> None:
-        event = config.event(1)
-        if event is None:
-            raise DatasetError("without noise (noise multiplier 0) there is no finite ε to account")
-        step = to_dp_event(event)
-        pld = PLDAccountant()
-        pld.compose(step)
-        self._pld = pld._pld
-        rdp = RdpAccountant()
-        rdp.compose(step)
-        self._orders = rdp.orders
-        self._curve = np.array(rdp._rdp, dtype=np.float64)
-
-    def epsilon_pld(self, steps: int, delta: float) -> float:
-        return float(self._pld.self_compose(steps).get_epsilon_for_delta(delta))
-
-    def epsilon_rdp(self, steps: int, delta: float) -> tuple[float, float]:
-        """(ε, optimal order) by the RDP accountant's conversion (``compute_epsilon``)."""
-        from dp_accounting.rdp import rdp_privacy_accountant
-
-        eps, order = rdp_privacy_accountant.compute_epsilon(self._orders, steps * self._curve, delta)
-        return float(eps), float(order)
 
 
 @dataclasses.dataclass(frozen=True)

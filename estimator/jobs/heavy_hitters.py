@@ -79,14 +79,13 @@ def discover_dataset(
     if not parts:
         raise BatchError(f"no part files of metric {metric!r} in that day range under {Path(root)}")
     specs = {p.spec_id: read_part_spec(p) for p in parts}
-    current = {i: s.spec_id for s in specs.values() for i in s.spec_ids}
-    ids = sorted({current[p.spec_id] for p in parts})
+    ids = sorted(specs)
     if spec_id is None and len(ids) > 1:
         raise SpecChoiceError(
             f"metric {metric!r} has reports under several specs in this range: {ids}; choose --spec-id"
         )
-    chosen = current.get(spec_id, spec_id) if spec_id else ids[0]
-    parts = [p for p in parts if current[p.spec_id] == chosen]
+    chosen = spec_id if spec_id else ids[0]
+    parts = [p for p in parts if p.spec_id == chosen]
     if not parts:
         raise BatchError(f"metric {metric!r} has no reports under spec {chosen} in this range (it has {ids})")
     spec = specs[parts[0].spec_id]

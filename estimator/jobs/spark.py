@@ -359,7 +359,7 @@ def _merge_partials(a: _Partial, b: _Partial) -> _Partial:
     return out
 
 
-def _file_facts(spec_ids: frozenset[str], rows: Iterable[str]) -> Iterator[tuple[str, str | None, int, Any, Any]]:
+def _file_facts(spec_id: str, rows: Iterable[str]) -> Iterator[tuple[str, str | None, int, Any, Any]]:
     """For each path: (path, error or None, batches, max central ε, max central δ), from its footer."""
     import pyarrow.parquet as pq
 
@@ -373,8 +373,8 @@ def _file_facts(spec_ids: frozenset[str], rows: Iterable[str]) -> Iterator[tuple
             yield path, f"is not an ldp-parquet part file (format {md.get(b'ldp.format')!r})", 0, None, None
             continue
         file_id = md.get(b"ldp.spec_id", b"").decode()
-        if file_id not in spec_ids:
-            yield path, f"has spec {file_id}, not the chosen one ({sorted(spec_ids)})", 0, None, None
+        if file_id != spec_id:
+            yield path, f"has spec {file_id}, not the chosen one ({spec_id})", 0, None, None
             continue
         shuffles = json.loads(md.get(b"ldp.shuffles", b"[]"))
         ce = [float(s["central_epsilon"]) for s in shuffles if s.get("central_epsilon") is not None]
@@ -436,8 +436,7 @@ class SparkEngine:
         specs: dict[str, ReportSpec] = {}
         for p in parts:
             if p.spec_id not in specs:
-                spec = read_part_spec(p)
-                specs.update({i: spec for i in spec.spec_ids})
+                specs[p.spec_id] = read_part_spec(p)
             groups.setdefault((p.metric, specs[p.spec_id].spec_id), []).append(p)
         for (metric, _), files in groups.items():
             spec = specs[files[0].spec_id]
@@ -502,10 +501,10 @@ class SparkEngine:
     def _facts(self, spec: ReportSpec, files: Sequence[PartFile]) -> dict[str, tuple[int, Any, Any]]:
         sc = self.spark.sparkContext
         paths = [str(p.path) for p in files]
-        ids = frozenset(spec.spec_ids)
+        chosen = spec.spec_id
         rows = (
             sc.parallelize(paths, max(1, min(len(paths), sc.defaultParallelism)))
-            .mapPartitions(lambda it: _file_facts(ids, it))
+            .mapPartitions(lambda it: _file_facts(chosen, it))
             .collect()
         )
         bad = [(path, err) for path, err, *_ in rows if err is not None]

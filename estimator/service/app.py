@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import datetime as _dt
 import hashlib
 import math
 import os
@@ -17,7 +16,7 @@ from estimator.errors import StateError
 from estimator.result import Estimate
 from estimator.service.engine import StreamingEstimator, _partition_offsets
 from estimator.service.state import EstimatorState, Key, KeyState, Tally, merge_states
-from ldp_core.days import _EPOCH, parse_day
+from ldp_core.days import iso_day, parse_day
 from ldp_core.metrics import MetricDefinition
 
 __all__ = ["DEFAULT_PORT", "estimate_json", "create_app", "response_models"]
@@ -262,7 +261,7 @@ def estimate_json(
         "metric": metric,
         "kind": "frequency",
         "day": key[2],
-        "date": (_EPOCH + _dt.timedelta(days=key[2])).isoformat(),
+        "date": iso_day(key[2]),
         "spec_id": key[1],
         "mechanism": spec.name,
         "spec": spec.to_dict(),
@@ -291,7 +290,7 @@ def _common(metric: str, key: Key, ks: KeyState) -> dict[str, Any]:
         "metric": metric,
         "kind": spec.kind,
         "day": key[2],
-        "date": (_EPOCH + _dt.timedelta(days=key[2])).isoformat(),
+        "date": iso_day(key[2]),
         "spec_id": key[1],
         "mechanism": spec.name,
         "spec": spec.to_dict(),
@@ -406,7 +405,7 @@ def discovered_json(
         "metric": metric,
         "kind": "heavy_hitters",
         "day": d,
-        "date": (_EPOCH + _dt.timedelta(days=d)).isoformat(),
+        "date": iso_day(d),
         "spec_id": res.spec.spec_id,
         "mechanism": res.spec.name,
         "epsilon": res.spec.epsilon,

@@ -205,7 +205,7 @@ class Tally:
         t = cls()
         for it in items:
             ks = KeyState.from_json_obj(it)
-            if not ks.spec.has_id(it["spec_id"]):  # snapshots from before the RFC 8785 ids hold the legacy one
+            if ks.spec.spec_id != it["spec_id"]:
                 raise StateError(
                     f"state entry for {it['metric']} says spec {it['spec_id']} but holds {ks.spec.spec_id}"
                 )

@@ -205,7 +205,8 @@ def _label(metrics: Any, name: str, i: int, words: dict[str, dict[int, str]]) ->
 def run_pipeline(args: argparse.Namespace) -> int:
     import logging
 
-    from ldp_core.metrics import load_metrics, utc_day
+    from ldp_core.days import utc_day
+    from ldp_core.metrics import load_metrics
 
     if args.devices is None:
         args.devices = 500 if args.tokens else 20_000

@@ -104,15 +104,14 @@ def run_serve(args: argparse.Namespace) -> int:
 
 
 def run_keys(args: argparse.Namespace) -> int:
-    import datetime as dt
-
-    from collector.issuer import IssuerKeys, public_key_entry, utc_day_of
+    from collector.issuer import IssuerKeys, public_key_entry
+    from ldp_core.days import iso_day, utc_day
 
     keys = IssuerKeys(args.state)
-    today = dt.date.fromisoformat(utc_day_of(time.time()))
+    today = utc_day(time.time())
     out = []
     for i in range(max(1, args.days)):
-        day = (today + dt.timedelta(days=i)).isoformat()
+        day = iso_day(today + i)
         out.append(public_key_entry(day, keys.key(day).public_key))
     json.dump({"keys": [{"day": e["day"], "token_key_id": e["token_key_id"]} for e in out]}, sys.stdout)
     print()

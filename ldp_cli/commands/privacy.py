@@ -188,7 +188,8 @@ def _fmt(v: float | None) -> str:
 
 def _gaussian_report(args: argparse.Namespace, noise_multiplier: float) -> Any:
     """The accountant's report for ``args.steps`` Gaussian steps at ``args.sample_rate``."""
-    from estimator.accounting.accountant import account, sampled_gaussian_event
+    from estimator.accounting.accountant import account
+    from ldp_core.privacy_events import sampled_gaussian_event
 
     event = sampled_gaussian_event(noise_multiplier, args.sample_rate, args.steps)
     return account(event, args.delta, args.neighbors, args.discretization)

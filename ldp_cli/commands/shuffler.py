@@ -1,4 +1,4 @@
-"""``ldp shuffler``: run the shuffler as a long-lived worker (see :mod:`collector.shuffler.processor`).
+"""``ldp shuffler``: run the shuffler as a long-lived worker (see :mod:`collector.shuffler`).
 
 The central (ε, δ) of each released batch comes from
 :func:`estimator.accounting.shuffle.shuffler_guarantee`, wired in here
@@ -39,9 +39,7 @@ __all__ = ["register"]
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    from collector.shuffler.processor import (
-        ShufflerSettings,  # light: numba loads only when a permutation is drawn
-    )
+    from collector.shuffler import ShufflerSettings  # light: numba loads only when a permutation is drawn
 
     d = ShufflerSettings()
     p = sub.add_parser(
@@ -75,7 +73,6 @@ def register(sub: argparse._SubParsersAction) -> None:
         f"machine's clock (default $LDP_SHUFFLER_MAX_DAY_AGE, else $LDP_MAX_DAY_AGE, else {d.max_day_age}: "
         f"the collector accepts [today - {d.max_day_age}, today + {d.max_days_ahead}])",
     )
-    p.add_argument("--max-age-days", type=int, default=None, dest="max_age_days", help="the old name of --max-day-age")
     p.add_argument(
         "--max-days-ahead",
         type=int,
@@ -111,7 +108,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from collector.errors import ConfigError
-    from collector.shuffler.processor import Shuffler, ShufflerSettings
+    from collector.shuffler import Shuffler, ShufflerSettings
     from ldp_core.metrics import load_metrics
     from pipeline.processor import FATAL_ERRORS
     from pipeline.status import StatusFile
@@ -120,8 +117,6 @@ def run(args: argparse.Namespace) -> int:
     setup_logging(args.log_level)
     try:
         metrics_path = metrics_file(args.metrics)
-        if args.max_day_age is not None and args.max_age_days is not None and args.max_day_age != args.max_age_days:
-            raise ConfigError("--max-day-age and its old name --max-age-days disagree: give one")
         settings = ShufflerSettings.from_env(
             min_batch=args.min_batch,
             max_batch=args.max_batch,
@@ -130,7 +125,7 @@ def run(args: argparse.Namespace) -> int:
             member=args.member,
             partitions=args.partitions,
             dedup_window=args.dedup_window,
-            max_day_age=args.max_day_age if args.max_day_age is not None else args.max_age_days,
+            max_day_age=args.max_day_age,
             max_days_ahead=args.max_days_ahead,
             expiry_grace_days=args.expiry_grace_days,
             key_file=args.key_file,

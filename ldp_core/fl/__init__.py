@@ -6,9 +6,10 @@ update compression.
 
 Importing this package needs only numpy."""
 
+from ldp_core.fl.client_round import train_client
 from ldp_core.fl.errors import FLError, ModelError, SecAggError, UpdateRejected
 from ldp_core.fl.models import MLP, LogisticRegression, Model, SoftmaxRegression, accuracy
-from ldp_core.fl.training import ClientState, ClientUpdate, LocalTraining, RoundConfig, clip_to_norm, train_client
+from ldp_core.fl.training import ClientState, ClientUpdate, LocalTraining, RoundConfig, clip_to_norm
 
 __all__ = [
     "ClientState",

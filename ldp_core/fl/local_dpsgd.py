@@ -28,7 +28,7 @@ What each ε protects (docs/fl/LOCAL_DPSGD.md):
 
 :class:`SampleLevelAccountant` is the device's own ledger: it records each round
 this device trained under local DP-SGD and answers its sample-level ε from
-``dp_accounting`` (PLD under replace-one; the add/remove figures by PLD and
+``dp_accounting`` (:func:`ldp_core.fl.dpsgd_accounting.dpsgd_epsilon`: PLD under replace-one; the add/remove figures by PLD and
 RDP beside it, for comparison: dp_accounting's RDP has no Poisson-sampled
 replace-one analysis). It lives on the device
 and is never uploaded: how many rounds a device joined is not public. The
@@ -45,22 +45,24 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
-from ldp_core.fl.dpsgd import DPSGDConfig, train_dpsgd
+from ldp_core.fl.dpsgd import DPSGDConfig, PerExampleGradients, train_flat_dpsgd
+from ldp_core.fl.dpsgd_accounting import dpsgd_epsilon
 from ldp_core.fl.errors import FLError, ModelError
 from ldp_core.fl.models import Model
+from ldp_core.fl.per_example import NumpyGradients
 from ldp_core.fl.training import ClientUpdate, RoundConfig
-from ldp_core.privacy_events import GaussianEvent, PoissonSampledEvent, PrivacyEvent, SelfComposedEvent
+from ldp_core.privacy_events import PrivacyEvent, sampled_gaussian_event
 
 __all__ = [
     "LocalDPSGDSpec",
     "local_dp_sgd_from_dict",
     "train_local_dpsgd",
+    "local_dpsgd_update",
     "SampleLevelAccountant",
-    "dp_accounting_event",
 ]
 
 _OPTIONS = ("noise_multiplier", "clip", "sample_rate", "steps", "epochs")
@@ -122,18 +124,15 @@ class LocalDPSGDSpec:
     def round_event(self) -> PrivacyEvent:
         """One round on one device, per example: T Poisson-sampled Gaussian steps (account it under replace-one,
         the device's N being public; see the module docstring)."""
-        step: PrivacyEvent = GaussianEvent(float(self.noise_multiplier))
-        if self.sample_rate < 1.0:
-            step = PoissonSampledEvent(float(self.sample_rate), step)
-        return SelfComposedEvent(step, self.steps_per_round)
+        return sampled_gaussian_event(float(self.noise_multiplier), float(self.sample_rate), self.steps_per_round)
 
     def event(self, rounds: int) -> PrivacyEvent:
         """``rounds`` rounds on one device: (σ, q) for T·rounds steps (the rounds compose)."""
         if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 1:
             raise FLError(f"rounds must be an integer >= 1, got {rounds!r}")
-        e = self.round_event()
-        assert isinstance(e, SelfComposedEvent)
-        return SelfComposedEvent(e.event, e.count * rounds)
+        return sampled_gaussian_event(
+            float(self.noise_multiplier), float(self.sample_rate), self.steps_per_round * rounds
+        )
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -181,6 +180,24 @@ def local_round_start(
     return x, spec.dpsgd_config(float(config.training.learning_rate)), mu
 
 
+def local_dpsgd_update(
+    grads: PerExampleGradients,
+    config: RoundConfig,
+    X: np.ndarray,
+    y: np.ndarray,
+    spec: LocalDPSGDSpec,
+    sample_rng: np.random.Generator,
+    noise_rng: np.random.Generator,
+    client_id: str,
+) -> ClientUpdate:
+    """A device's DP-SGD round through any per-example gradients (the numpy model's, the torch module's):
+    T = ``spec.steps_per_round`` steps of :func:`ldp_core.fl.dpsgd.train_flat_dpsgd` from the round's
+    parameters at its learning rate (FedProx's pull with μ); the upload is θ_T − θ_0, weighted by len(X)."""
+    x, cfg, mu = local_round_start(config, X, grads.num_params, spec)
+    w = train_flat_dpsgd(grads, x, X, y, cfg, spec.steps_per_round, sample_rng, noise_rng, prox_mu=mu)
+    return ClientUpdate(client_id, config.round, (w - x).astype(np.float32), len(X))
+
+
 def train_local_dpsgd(
     model: Model,
     config: RoundConfig,
@@ -195,23 +212,7 @@ def train_local_dpsgd(
     parameters at the round's learning rate; the upload is θ_T − θ_0, weighted by len(X). FedAvg, or FedProx
     (each step's noised gradient plus μ·(θ − θ_0), a function of θ and the public θ_0 only: post-processing,
     the same sample-level ε); the task refuses SCAFFOLD and personalization with ``local_dp_sgd``."""
-    x, cfg, mu = local_round_start(config, X, model.num_params, spec)
-    w = train_dpsgd(model, x, X, y, cfg, spec.steps_per_round, sample_rng, noise_rng, prox_mu=mu)
-    return ClientUpdate(client_id, config.round, (w - x).astype(np.float32), len(X))
-
-
-def dp_accounting_event(event: PrivacyEvent) -> Any:
-    """The ``dp_accounting`` event of a Gaussian / Poisson-sampled / self-composed event (what a device
-    accounts; the server's full converter is :func:`estimator.accounting.accountant.to_dp_event`)."""
-    from dp_accounting import dp_event
-
-    if isinstance(event, GaussianEvent):
-        return dp_event.GaussianDpEvent(event.noise_multiplier)
-    if isinstance(event, PoissonSampledEvent):
-        return dp_event.PoissonSampledDpEvent(event.sampling_probability, dp_accounting_event(event.event))
-    if isinstance(event, SelfComposedEvent):
-        return dp_event.SelfComposedDpEvent(dp_accounting_event(event.event), event.count)
-    raise FLError(f"the device accountant handles Gaussian, Poisson-sampled and self-composed events, got {event!r}")
+    return local_dpsgd_update(NumpyGradients(model), config, X, y, spec, sample_rng, noise_rng, client_id)
 
 
 class SampleLevelAccountant:
@@ -257,24 +258,9 @@ class SampleLevelAccountant:
     def event(self) -> PrivacyEvent | None:
         return None if self.spec is None or not self._rounds else self.spec.event(self.rounds)
 
-    def _accountant_epsilon(self, kind: str, relation: str) -> float:
+    def _accountant_epsilon(self, kind: Literal["pld", "rdp"], relation: Literal["add_or_remove", "replace"]) -> float:
         ev = self.event()
-        if ev is None:
-            return 0.0
-        try:
-            import dp_accounting
-            from dp_accounting.pld import pld_privacy_accountant
-            from dp_accounting.rdp import rdp_privacy_accountant
-        except ImportError:
-            raise FLError("the device's sample-level ε needs the dp-accounting package (the server extra)") from None
-        rel = dp_accounting.NeighboringRelation
-        neighbours = rel.REPLACE_ONE if relation == "replace" else rel.ADD_OR_REMOVE_ONE
-        if kind == "pld":
-            acc: Any = pld_privacy_accountant.PLDAccountant(neighboring_relation=neighbours)
-        else:
-            acc = rdp_privacy_accountant.RdpAccountant(neighboring_relation=neighbours)
-        acc.compose(dp_accounting_event(ev))
-        return float(acc.get_epsilon(self.delta))
+        return 0.0 if ev is None else dpsgd_epsilon(ev, self.delta, relation, kind)
 
     def epsilon(self) -> float:
         """Sample-level ε over the recorded rounds at :attr:`delta`, one example *replaced* (the device's example

@@ -45,6 +45,7 @@ __all__ = [
     "clipped_grad_sum",
     "clip_factors",
     "penalty_grad",
+    "NumpyGradients",
 ]
 
 #: one dense layer's (inputs a, output gradients g), each with one row per example
@@ -176,3 +177,23 @@ def penalty_grad(model: Model, params: np.ndarray) -> np.ndarray:
     else:
         raise ModelError(f"no L2 layout known for {type(model).__name__}")
     return out
+
+
+class NumpyGradients:
+    """The numpy ``model``'s per-example side of DP-SGD (:class:`ldp_core.fl.dpsgd.PerExampleGradients`):
+    :func:`clipped_grad_sum` by ghost clipping and :func:`penalty_grad`."""
+
+    def __init__(self, model: Model) -> None:
+        self.model = model
+
+    @property
+    def num_params(self) -> int:
+        return self.model.num_params
+
+    def clipped_grad_sum(
+        self, params: np.ndarray, X: np.ndarray, y: np.ndarray, clip_norm: float
+    ) -> tuple[np.ndarray, np.ndarray]:
+        return clipped_grad_sum(self.model, params, X, y, clip_norm)
+
+    def penalty_grad(self, params: np.ndarray) -> np.ndarray:
+        return penalty_grad(self.model, params)

@@ -2,7 +2,7 @@
 
 The server publishes a :class:`RoundConfig` (the global parameters, the
 round number, the algorithm and its hyper-parameters); a device trains on its
-own data with :func:`train_client` and uploads one flat vector, a
+own data with :func:`ldp_core.fl.client_round.train_client` and uploads one flat vector, a
 :class:`ClientUpdate`. Nothing else about the device's data leaves it.
 
 * FedAvg (McMahan et al., "Communication-efficient learning of deep networks
@@ -32,7 +32,7 @@ import numpy as np
 
 from ldp_core.fl.errors import ModelError
 from ldp_core.fl.models import Model
-from ldp_core.fl.personalization import DittoSpec, MoonSpec, PerFedAvgSpec, train_personalized
+from ldp_core.fl.personalization import DittoSpec, MoonSpec, PerFedAvgSpec
 
 __all__ = [
     "Algorithm",
@@ -41,7 +41,7 @@ __all__ = [
     "ClientState",
     "ClientUpdate",
     "local_sgd",
-    "train_client",
+    "train_plain",
     "clip_to_norm",
     "upload_digest",
 ]
@@ -199,7 +199,7 @@ def local_sgd(
     return w, steps
 
 
-def train_client(
+def train_plain(
     model: Model,
     config: RoundConfig,
     X: np.ndarray,
@@ -208,17 +208,11 @@ def train_client(
     client_id: str,
     state: ClientState | None = None,
 ) -> ClientUpdate:
-    """Train on (X, y) as ``config`` asks and return the upload (see the module docstring)."""
+    """A FedAvg, FedProx or SCAFFOLD round on (X, y) by :func:`local_sgd` (see the module docstring);
+    SCAFFOLD updates ``state``'s control variate. ``config.params`` must fit the model (checked by
+    :func:`ldp_core.fl.client_round.train_client`, which also routes personalization and DP-SGD)."""
     x = np.asarray(config.params, dtype=np.float32)
-    if x.shape != (model.num_params,):
-        raise ModelError(f"the round's params have shape {x.shape}, the model needs ({model.num_params},)")
     tr = config.training
-    if config.local_dp_sgd is not None:  # in one process the batches and the noise share ``rng``
-        from ldp_core.fl.local_dpsgd import train_local_dpsgd
-
-        return train_local_dpsgd(model, config, X, y, config.local_dp_sgd, rng, rng, client_id)
-    if config.personalization is not None:
-        return train_personalized(model, config, X, y, rng, client_id, state)
     if config.algorithm == "scaffold":
         if state is None:
             raise ModelError("scaffold needs the device's ClientState (its control variate)")

@@ -6,8 +6,8 @@ domain size). It knows
 
 * its stable ``spec_id`` (a hash of its RFC 8785 canonical form; it travels
   in every wire frame, so a report is never decoded under the wrong
-  parameters), and the ``legacy_spec_id`` that data written before the
-  canonical form was pinned down carries,
+  parameters), and its ``memo_derivation_id``, which keys the device-side
+  derivations of memoized state (never sent, never read from data),
 * its report layout (a fixed-width numpy structured dtype, little-endian),
 * its device-side encoders (:meth:`encode` for batches, :meth:`encode_one`
   for the SDK), which take the randomness as an explicit argument, and
@@ -115,7 +115,7 @@ class ReportSpec(ABC):
 
         E.g. ``{"domain_size":4,"epsilon":1,"mechanism":"grr"}`` (keys sorted by
         UTF-16 code units, no whitespace, ECMAScript number form: ``1``, not
-        ``1.0``); see :mod:`ldp_core.canonical` and ``tests/vectors/spec_ids.json``.
+        ``1.0``); see :mod:`ldp_core.canonical` and ``ldp_core/vectors/spec_ids.json``.
         """
         try:
             return canonical_json(self.to_dict())
@@ -128,29 +128,18 @@ class ReportSpec(ABC):
         return hashlib.sha256(self.canonical_bytes()).hexdigest()[:16]
 
     @cached_property
-    def legacy_spec_id(self) -> str:
-        """The id this spec had before the canonical form followed RFC 8785 (id scheme v0).
+    def memo_derivation_id(self) -> str:
+        """16 hex digits that key the device's memoized state for this spec: the memo key, RAPPOR's cohort and
+        permanent bits, the dBitFlip/1BitMean/LOLOHA keystreams.
 
-        v0 hashed Python's ``json.dumps(to_dict(), sort_keys=True, separators=(",", ":"))``
-        (ASCII-escaped strings, Python float repr: ``1.0``, ``1e-05``). Frames,
-        outboxes, Parquet parts and streaming snapshots written then carry it, so
-        every reader accepts it too (:meth:`has_id`). It also keeps keying
-        RAPPOR's device-side derivations (memo key, cohort, permanent bits):
-        switching those to the new id would re-draw every device's permanent
-        randomized response, and two independent PRRs of one value reveal more
-        than the ε∞ each device was promised.
+        It hashes Python's ``json.dumps(to_dict(), sort_keys=True, separators=(",", ":"))`` (ASCII-escaped
+        strings, Python float repr: ``1.0``, ``1e-05``): the id scheme before :attr:`spec_id` followed RFC 8785.
+        It never travels and no reader accepts it as a spec id; it only must not change, because a new key
+        would re-draw every device's permanent randomized response, and two independent PRRs of one value
+        reveal more than the ε∞ each device was promised. The web SDK computes it too (``memoDerivationId``).
         """
         canonical = json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(canonical.encode()).hexdigest()[:16]
-
-    @property
-    def spec_ids(self) -> tuple[str, str]:
-        """``(spec_id, legacy_spec_id)``: every id a report of this spec may carry (equal for some specs)."""
-        return (self.spec_id, self.legacy_spec_id)
-
-    def has_id(self, spec_id: str) -> bool:
-        """Whether ``spec_id`` names this spec (its current or its legacy id)."""
-        return spec_id == self.spec_id or spec_id == self.legacy_spec_id
 
     @property
     def exp_epsilon(self) -> float:

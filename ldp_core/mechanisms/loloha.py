@@ -234,8 +234,8 @@ class LolohaSpec(MechanismSpec):
 
     def device_seed(self, secret: bytes) -> int:
         """The device's hash seed: 32 bits of HMAC-SHA256(key, ``ldp-telemetry/loloha/seed/v1`` ‖ 0x00 ‖
-        legacy spec id ‖ counter)."""
-        ks = _Keystream(_as_secret(secret), _LABEL_SEED, bytes.fromhex(self.legacy_spec_id))
+        memo derivation id ‖ counter)."""
+        ks = _Keystream(_as_secret(secret), _LABEL_SEED, bytes.fromhex(self.memo_derivation_id))
         return int.from_bytes(ks.take(4), "little")
 
     def hashed(self, value: int, seed: int) -> int:
@@ -244,9 +244,9 @@ class LolohaSpec(MechanismSpec):
 
     def permanent(self, h: int, secret: bytes) -> int:
         """The memoized permanent GRR of hashed value ``h``: from the keystream of
-        (``ldp-telemetry/loloha/prr/v1``, legacy spec id, ``h`` int64 LE), keep ``h`` with probability
+        (``ldp-telemetry/loloha/prr/v1``, memo derivation id, ``h`` int64 LE), keep ``h`` with probability
         exactly ``p1`` (bit-sliced), else a uniform other value of ``[g]`` (rejection sampling)."""
-        ctx = bytes.fromhex(self.legacy_spec_id) + struct.pack("<q", int(h))
+        ctx = bytes.fromhex(self.memo_derivation_id) + struct.pack("<q", int(h))
         ks = _Keystream(_as_secret(secret), _LABEL_PRR, ctx)
         if ks.bernoulli(self.p1, 1):
             return int(h)

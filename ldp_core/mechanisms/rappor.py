@@ -369,10 +369,10 @@ class RapporSpec(MechanismSpec):
         """The device's cohort, uniform on [0, m) and fixed per (secret, spec).
 
         Keystream HMAC-SHA256(secret, ``ldp-telemetry/rappor/cohort/v1`` ‖ 0x00 ‖
-        legacy spec id (8 bytes) ‖ counter (uint64 LE)), read as 64-bit little-endian
+        memo derivation id (8 bytes) ‖ counter (uint64 LE)), read as 64-bit little-endian
         words; the first word below 2^64 - (2^64 mod m), reduced mod m (rejection
         sampling, so exactly uniform)."""
-        ks = _Keystream(_as_secret(secret), _LABEL_COHORT, bytes.fromhex(self.legacy_spec_id))
+        ks = _Keystream(_as_secret(secret), _LABEL_COHORT, bytes.fromhex(self.memo_derivation_id))
         m = self.num_cohorts
         limit = (1 << 64) - ((1 << 64) % m)
         while True:
@@ -385,7 +385,7 @@ class RapporSpec(MechanismSpec):
         bloom = 0
         for j in set(self.bloom_positions(value, cohort).tolist()):
             bloom |= 1 << j
-        ks = _Keystream(key, _LABEL_PRR, bytes.fromhex(self.legacy_spec_id) + struct.pack("<q", value))
+        ks = _Keystream(key, _LABEL_PRR, bytes.fromhex(self.memo_derivation_id) + struct.pack("<q", value))
         fake = ks.bernoulli(self.f, k)
         coin = ks.bits(k)
         return (fake & coin) | (~fake & bloom & ((1 << k) - 1))
@@ -394,7 +394,7 @@ class RapporSpec(MechanismSpec):
         """The memoized PRR of ``value`` for the device holding ``secret``: ``ceil(k/8)``
         packed bytes (little-endian bit order), a pure function of (secret, spec, value).
 
-        Keystream: HMAC-SHA256(secret, ``ldp-telemetry/rappor/prr/v1`` ‖ 0x00 ‖ legacy spec id
+        Keystream: HMAC-SHA256(secret, ``ldp-telemetry/rappor/prr/v1`` ‖ 0x00 ‖ memo derivation id
         (8 bytes) ‖ value (int64 LE) ‖ counter (uint64 LE)). From it, k Bernoulli(f)
         bits F (exact bit-sliced comparison, :meth:`_Keystream.bernoulli`), then k fair
         bits R; PRR = (F & R) | (~F & B), i.e. 1 w.p. f/2, 0 w.p. f/2, B otherwise."""

@@ -26,7 +26,7 @@ over ``α``, ``P[up] = r``, so ``E[j/s] = t`` and the report stays unbiased.
 
 *Memoization*. The bit of each grid point ``j`` is drawn once, from
 Bernoulli(``p(j/s)``), and reused forever. It is *derived*, not stored: the
-keystream HMAC-SHA256(device key, label ‖ legacy spec id ‖ ``j``) of
+keystream HMAC-SHA256(device key, label ‖ memo derivation id ‖ ``j``) of
 :class:`~ldp_core.mechanisms.rappor._Keystream` (RAPPOR's), and ``α`` the
 same way. A device whose rounded value stays at one grid point sends one
 identical bit every day: its whole history is ε-LDP. Over any history, a
@@ -225,13 +225,13 @@ class OneBitMeanSpec(NumericSpec):
     # -- memoized (one device) -------------------------------------------------------------
     def device_alpha(self, secret: bytes) -> float:
         """The device's rounding offset α in ``[0, 1)``: keystream HMAC-SHA256(key,
-        ``ldp-telemetry/1bitmean/alpha/v1`` ‖ 0x00 ‖ legacy spec id (8 bytes) ‖ counter), 53 bits."""
-        return keystream_uniform(_Keystream(_as_secret(secret), _LABEL_ALPHA, bytes.fromhex(self.legacy_spec_id)))
+        ``ldp-telemetry/1bitmean/alpha/v1`` ‖ 0x00 ‖ memo derivation id (8 bytes) ‖ counter), 53 bits."""
+        return keystream_uniform(_Keystream(_as_secret(secret), _LABEL_ALPHA, bytes.fromhex(self.memo_derivation_id)))
 
     def grid_bit(self, j: int, secret: bytes) -> int:
         """The memoized bit of grid point ``j``: Bernoulli(``p(j/s)``), exactly (bit-sliced comparison), from
-        the keystream of (``ldp-telemetry/1bitmean/bit/v1``, legacy spec id, ``j`` as int64 LE)."""
-        ctx = bytes.fromhex(self.legacy_spec_id) + struct.pack("<q", int(j))
+        the keystream of (``ldp-telemetry/1bitmean/bit/v1``, memo derivation id, ``j`` as int64 LE)."""
+        ctx = bytes.fromhex(self.memo_derivation_id) + struct.pack("<q", int(j))
         ks = _Keystream(_as_secret(secret), _LABEL_BIT, ctx)
         return ks.bernoulli(float(self.bit_probability(j / self.granularity)), 1)
 
@@ -362,8 +362,8 @@ class DBitFlipSpec(NumericSpec):
     # -- memoized (one device) -------------------------------------------------------------
     def device_buckets(self, secret: bytes) -> np.ndarray:
         """The device's d sampled buckets, a uniform d-subset fixed per (key, spec): a partial Fisher–Yates
-        shuffle driven by the keystream of (``ldp-telemetry/dbitflip/sample/v1``, legacy spec id)."""
-        ks = _Keystream(_as_secret(secret), _LABEL_SAMPLE, bytes.fromhex(self.legacy_spec_id))
+        shuffle driven by the keystream of (``ldp-telemetry/dbitflip/sample/v1``, memo derivation id)."""
+        ks = _Keystream(_as_secret(secret), _LABEL_SAMPLE, bytes.fromhex(self.memo_derivation_id))
         pool: dict[int, int] = {}
         out = []
         for i in range(self.d):
@@ -374,9 +374,9 @@ class DBitFlipSpec(NumericSpec):
 
     def memoized_bits(self, bucket: int, sampled: np.ndarray, secret: bytes) -> np.ndarray:
         """The d memoized bits a device with ``sampled`` buckets reports for ``bucket``: from the keystream of
-        (``ldp-telemetry/dbitflip/bits/v1``, legacy spec id, ``bucket`` int64 LE), d Bernoulli(q) bits, then
+        (``ldp-telemetry/dbitflip/bits/v1``, memo derivation id, ``bucket`` int64 LE), d Bernoulli(q) bits, then
         one Bernoulli(p) bit for the sampled position equal to ``bucket`` (if any)."""
-        ctx = bytes.fromhex(self.legacy_spec_id) + struct.pack("<q", int(bucket))
+        ctx = bytes.fromhex(self.memo_derivation_id) + struct.pack("<q", int(bucket))
         ks = _Keystream(_as_secret(secret), _LABEL_BITS, ctx)
         word = ks.bernoulli(self.q, self.d)
         hold = ks.bernoulli(self.p, 1)

@@ -213,7 +213,7 @@ def _resolve(specs: SpecResolver, metric: str, spec_id: str) -> ReportSpec:
         spec = specs.get(spec_id)
         if spec is None:
             raise SpecMismatchError(f"metric {metric!r}: unknown spec_id {spec_id}")
-    if not spec.has_id(spec_id):  # the current id, or the legacy one of older frames
+    if spec_id != spec.spec_id:
         raise SpecMismatchError(
             f"metric {metric!r}: frame was made under spec {spec_id}, expected {spec.spec_id} ({spec.name})"
         )

@@ -15,7 +15,7 @@ RFC 9180 §4 and §5 specify for the base mode (mode 0):
 * AEADs AES-128-GCM (0x0001) and ChaCha20-Poly1305 (0x0003).
 
 It passes RFC 9180's own test vectors (appendix A.1.1 and A.2.1;
-``tests/vectors/hpke_rfc9180.json``, ``tests/sdk/test_sealed_hpke.py``) and
+``ldp_core/vectors/hpke_rfc9180.json``, ``tests/sdk/test_sealed_hpke.py``) and
 interoperates with ``cryptography.hazmat.primitives.hpke`` where that exists
 (``cryptography`` >= 46), which the analyzer uses to open reports when it is
 installed: :func:`fast_suite`.

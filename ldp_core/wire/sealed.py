@@ -131,15 +131,8 @@ class SealedSpec(MechanismSpec):
         return self.inner.spec_id
 
     @property
-    def legacy_spec_id(self) -> str:
-        return self.inner.legacy_spec_id
-
-    @property
-    def spec_ids(self) -> tuple[str, str]:
-        return self.inner.spec_ids
-
-    def has_id(self, spec_id: str) -> bool:
-        return self.inner.has_id(spec_id)
+    def memo_derivation_id(self) -> str:
+        return self.inner.memo_derivation_id
 
     def to_dict(self) -> dict[str, Any]:
         return self.inner.to_dict()

@@ -23,7 +23,7 @@ in KIP-98 and KIP-447):
   commits the consumer's input offsets atomically: either both become
   visible or neither does, so consume-transform-produce runs exactly once;
 * a record's only time is the **start of the UTC day** it was written
-  (:func:`day_start`): no transport stores when, within the day, an upload
+  (:func:`ldp_core.days.day_start`): no transport stores when, within the day, an upload
   arrived; **retention** deletes a record once its whole day is older than
   its topic's retention (Kafka's default is 7 days; ``math.inf`` keeps
   records for ever), and never changes the offsets of those that remain.
@@ -47,6 +47,7 @@ from typing import NamedTuple
 
 import xxhash
 
+from ldp_core.days import DAY_SECONDS
 from pipeline.errors import PipelineError
 
 __all__ = [
@@ -59,26 +60,17 @@ __all__ = [
     "FencedError",
     "check_topic_name",
     "check_retention",
-    "day_start",
     "partition_for",
     "Transaction",
     "TransactionScope",
     "Consumer",
     "Transport",
     "Health",
-    "DAY",
     "DEFAULT_RETENTION",
 ]
 
-#: a day, in seconds: the resolution of every time a transport stores
-DAY = 86400.0
 #: retention of a topic created without one (Kafka's ``log.retention.hours=168``)
-DEFAULT_RETENTION = 7 * DAY
-
-
-def day_start(t: float) -> float:
-    """The start (Unix seconds, UTC) of the day holding time ``t``: the only time a transport records."""
-    return t - t % DAY
+DEFAULT_RETENTION = 7.0 * DAY_SECONDS
 
 
 def check_retention(retention: float | None) -> float | None:
@@ -380,7 +372,7 @@ class Transport(abc.ABC):
         records are numbered as before; a group whose committed offset points
         at deleted records resumes at the oldest record left. ``offsets[p]``
         must not lie past the partition's end (use an offset that was read). Used for the shuffler's
-        superseded checkpoints (:mod:`collector.shuffler.processor`). The embedded log
+        superseded checkpoints (:mod:`collector.shuffler`). The embedded log
         overwrites the deleted records' bytes (``secure_delete``); Kafka moves
         the partition's log start offset (DeleteRecords, KIP-107): no consumer
         can read them any more, and the broker removes the segments wholly

@@ -50,9 +50,9 @@ from pathlib import Path
 from types import TracebackType
 from typing import Literal
 
+from ldp_core.days import DAY_SECONDS, day_start
 from ldp_core.sqlite import immediate_transaction
 from pipeline.transport.base import (
-    DAY,
     DEFAULT_RETENTION,
     CommitFailedError,
     Consumer,
@@ -67,7 +67,6 @@ from pipeline.transport.base import (
     TransportError,
     check_retention,
     check_topic_name,
-    day_start,
     partition_for,
 )
 
@@ -265,7 +264,7 @@ class EmbeddedTransport(Transport):
                 keep = self.retention if ret is None else float(ret)
                 if keep >= 1e300:
                     continue
-                cutoff = now - keep - DAY  # a record's ts is the start of its day: the whole day must be older
+                cutoff = now - keep - DAY_SECONDS  # a record's ts is the start of its day: the whole day must be older
                 with immediate_transaction(self._conn) as c:
                     cur = c.execute(
                         "DELETE FROM log WHERE topic=? AND ts<? AND offset < (SELECT MAX(l2.offset) FROM log l2 "

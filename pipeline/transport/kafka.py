@@ -42,6 +42,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from types import TracebackType
 from typing import Any
 
+from ldp_core.days import day_start
 from pipeline.transport.base import (
     CommitFailedError,
     Consumer,
@@ -57,7 +58,6 @@ from pipeline.transport.base import (
     TransportError,
     check_retention,
     check_topic_name,
-    day_start,
     partition_for,
 )
 

@@ -5,10 +5,10 @@
  * ECMAScript number form. For the values a spec holds (finite numbers, strings, flat objects)
  * that is `JSON.stringify` with sorted keys, which is how RFC 8785 defines it.
  *
- * `legacyJson` is the id scheme v0 of the Python SDK: Python's
+ * `memoDerivationJson` is Python's
  * `json.dumps(d, sort_keys=True, separators=(",", ":"))`, whose floats are written by
- * Python's `repr` (`1.0`, `1e-05`, `1.5e+16`) and strings with ASCII escapes. RAPPOR's
- * device-side derivations are keyed by it (ldp_core/mechanisms/base.py, `legacy_spec_id`),
+ * Python's `repr` (`1.0`, `1e-05`, `1.5e+16`) and strings with ASCII escapes. The memoized
+ * device state is keyed by its hash (ldp_core/mechanisms/base.py, `memo_derivation_id`),
  * so the web SDK must reproduce it byte for byte. Each field says whether it is a float:
  * JavaScript numbers do not remember.
  */
@@ -78,14 +78,14 @@ function pythonString(s: string): string {
   return out + '"';
 }
 
-/** A spec field for `legacyJson`: its value and, for numbers, whether Python holds it as a float. */
-export type LegacyField = { value: string | number | null; float?: boolean };
+/** A spec field for `memoDerivationJson`: its value and, for numbers, whether Python holds it as a float. */
+export type MemoDerivationField = { value: string | number | null; float?: boolean };
 
 /** Python's `json.dumps(fields, sort_keys=True, separators=(",", ":"))` of a flat object. */
-export function legacyJson(fields: Record<string, LegacyField>): string {
+export function memoDerivationJson(fields: Record<string, MemoDerivationField>): string {
   const parts: string[] = [];
   for (const k of Object.keys(fields).sort()) {
-    const f = fields[k] as LegacyField;
+    const f = fields[k] as MemoDerivationField;
     let v: string;
     if (f.value === null) v = "null";
     else if (typeof f.value === "string") v = pythonString(f.value);

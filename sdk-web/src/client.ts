@@ -361,10 +361,10 @@ export class TelemetryClient {
   }
 
   private metricKey(m: MetricDefinition): Uint8Array {
-    const k = `${m.name}\u0000${m.spec.legacySpecId}`;
+    const k = `${m.name}\u0000${m.spec.memoDerivationId}`;
     let key = this.metricKeys.get(k);
     if (!key) {
-      key = RapporSpec.metricSecret(this.deviceSecret as Uint8Array, m.name, m.spec.legacySpecId);
+      key = RapporSpec.metricSecret(this.deviceSecret as Uint8Array, m.name, m.spec.memoDerivationId);
       this.metricKeys.set(k, key);
     }
     return key;

@@ -1,6 +1,6 @@
 /** @ldp-telemetry/web: the public surface. */
 export * from "./errors.js";
-export { canonicalJson, legacyJson, pythonFloatRepr } from "./canonical.js";
+export { canonicalJson, memoDerivationJson, pythonFloatRepr } from "./canonical.js";
 export { xxh32Bytes, xxh32U32, reduceRange, hashToRange, utf8 } from "./hashing.js";
 export { CryptoSource, SimulationSource, ReplaySource, ReplayMismatchError, type RandomSource } from "./random.js";
 export { bernoulliWords, probabilityDigits } from "./bernoulli.js";

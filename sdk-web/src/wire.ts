@@ -152,7 +152,7 @@ function resolve(specs: SpecResolver, metric: string, specId: string): Mechanism
     spec = specs.get(specId);
     if (!spec) throw new SpecMismatchError(`metric ${JSON.stringify(metric)}: unknown spec_id ${specId}`);
   }
-  if (!spec.hasId(specId)) throw new SpecMismatchError(`metric ${JSON.stringify(metric)}: frame was made under spec ${specId}, expected ${spec.specId} (${spec.name})`);
+  if (specId !== spec.specId) throw new SpecMismatchError(`metric ${JSON.stringify(metric)}: frame was made under spec ${specId}, expected ${spec.specId} (${spec.name})`);
   return spec;
 }
 

@@ -1,4 +1,4 @@
-// The shared vectors (sdk-web/vectors, written by the Python SDK: scripts/make-web-vectors) decide.
+// The shared vectors (ldp_core/vectors, written by the Python SDK: scripts/make-web-vectors) decide.
 import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
 import { test } from "node:test";
@@ -23,9 +23,9 @@ import {
   xxh32U32,
 } from "../src/index.js";
 
-const load = (name: string): any => JSON.parse(readFileSync(new URL(`../vectors/${name}`, import.meta.url), "utf8"));
+const load = (name: string): any => JSON.parse(readFileSync(new URL(`../../ldp_core/vectors/${name}`, import.meta.url), "utf8"));
 const XXH = load("xxh32.json");
-const SPECS = load("spec_ids.json");
+const SPECS = load("specs.json");
 const MECH = load("mechanisms.json");
 const DOMAINS = load("domains.json");
 
@@ -61,14 +61,14 @@ test("domain indices: dictionary and hashed, strings and integers (bigint beyond
   }
 });
 
-test("spec ids, legacy ids, canonical forms and record sizes of every spec", () => {
+test("spec ids, memo derivation ids, canonical forms and record sizes of every spec", () => {
   assert.ok(SPECS.specs.length >= 25);
   for (const v of SPECS.specs) {
     const spec = makeSpec(v.name, v.given);
     assert.deepEqual(spec.toDict(), v.spec, v.name);
     assert.equal(spec.canonical, v.canonical);
     assert.equal(spec.specId, v.spec_id, v.canonical);
-    assert.equal(spec.legacySpecId, v.legacy_spec_id, `legacy id of ${v.canonical}`);
+    assert.equal(spec.memoDerivationId, v.memo_derivation_id, `memo derivation id of ${v.canonical}`);
     assert.equal(spec.recordSize, v.record_size);
     assert.equal(specFromDict(v.spec).specId, v.spec_id, "toDict round-trips");
   }
@@ -83,7 +83,7 @@ for (const m of MECH.mechanisms) {
       const src = new ReplaySource(c.draws);
       let rec: Uint8Array;
       if (spec instanceof RapporSpec) {
-        const key = RapporSpec.metricSecret(fromHex(m.memo.device_secret), m.frame.metric, spec.legacySpecId);
+        const key = RapporSpec.metricSecret(fromHex(m.memo.device_secret), m.frame.metric, spec.memoDerivationId);
         rec = spec.encodeMemoized(c.value, key, src);
       } else rec = spec.encodeOne(c.value, src);
       assert.equal(src.remaining, 0, "consumed exactly Python's draws");
@@ -105,7 +105,7 @@ test("RAPPOR memo: per-metric key, cohort and permanent bits match Python's", ()
   assert.ok(rappors.length >= 2);
   for (const m of rappors) {
     const spec = makeSpec("rappor", m.given) as RapporSpec;
-    const key = RapporSpec.metricSecret(fromHex(m.memo.device_secret), m.memo.metric, spec.legacySpecId);
+    const key = RapporSpec.metricSecret(fromHex(m.memo.device_secret), m.memo.metric, spec.memoDerivationId);
     assert.equal(hex(key), m.memo.metric_secret);
     assert.equal(spec.cohortOf(key), m.memo.cohort);
     for (const [value, bits] of Object.entries(m.memo.permanent)) assert.equal(hex(spec.permanentBits(Number(value), key)), bits);

@@ -48,7 +48,7 @@ def test_layout_describes_every_metric_and_a_client_can_upload_from_it_alone(tmp
         sent = []
         for name in ("emoji_used", "settings_tab", "page_seen"):
             entry, spec = doc["metrics"][name], metrics[name].spec
-            assert entry["spec_id"] == spec.spec_id and spec.legacy_spec_id in entry["accepted_spec_ids"]
+            assert entry["spec_id"] == spec.spec_id and entry["accepted_spec_ids"] == [spec.spec_id]
             assert entry["mechanism"] == spec.to_dict()  # the existing keys are all still there
             fields = entry["record"]["fields"]
             # the record dtype, rebuilt from the layout's numpy type strings and shapes

@@ -23,8 +23,9 @@ import numpy as np
 import pytest
 from scipy import stats
 
+from collector.shuffler import Shuffler, ShufflerSettings
+from collector.shuffler.groups import plan_release
 from collector.shuffler.permute import csprng_permutation, fisher_yates
-from collector.shuffler.processor import Shuffler, ShufflerSettings, plan_release
 from estimator.accounting.shuffle import grid_floor, shuffler_guarantee
 from ldp_core.metrics import MetricSet
 from ldp_core.wire.frames import encode_frame
@@ -183,7 +184,7 @@ def test_kernel_is_lemire_fisher_yates_and_reports_exhaustion() -> None:
 
 @pytest.mark.parametrize("name", ["rr", "grr", "oue", "olh", "rappor", "cms", "hcms", "hr"])
 def test_byte_row_gather_equals_fancy_indexing(name: str) -> None:
-    from collector.shuffler.processor import _gather
+    from collector.shuffler.groups import _gather
     from ldp_core.mechanisms import make_spec
 
     spec = make_spec(name, epsilon=1.0) if name == "rr" else make_spec(name, epsilon=1.0, domain_size=64)
@@ -358,7 +359,7 @@ def test_shuffling_destroys_arrival_order(metrics: MetricSet, transport: Transpo
 
 def test_collector_package_does_not_import_the_estimator() -> None:
     code = (
-        "import sys, collector.http.app, collector.shuffler.processor, collector.ingest; "
+        "import sys, collector.http.app, collector.shuffler, collector.ingest; "
         "print(sorted(m for m in sys.modules if m.split('.')[0] in ('estimator', 'simulator')))"
     )
     out = subprocess.run(
@@ -388,7 +389,7 @@ def test_exactly_once_while_the_group_rebalances(tmp_path: Path, metrics: Metric
         if len(days) == 4:
             break
     uploads = [olh_batch(metrics, 50, first_seed=50 * i, day=days[i % 4]) for i in range(160)]
-    settings = {m: tp.settings(min_batch=100, max_batch=400, member=m, max_age_days=60) for m in "ab"}
+    settings = {m: tp.settings(min_batch=100, max_batch=400, member=m, max_day_age=60) for m in "ab"}
     shufflers: dict[str, Shuffler] = {}
     stops = {m: threading.Event() for m in "ab"}
     errors: list[BaseException] = []

@@ -1,9 +1,9 @@
 """One day window for the collector and the shuffler: what the collector answers 202 is counted end to end.
 
-The shuffler used to drop a group once it fell ``max_age_days`` behind the newest day of its partition: one
-report dated today + 1 dropped groups the collector had accepted. Now expiry follows the UTC clock with the
-collector's window (:mod:`ldp_core.days`), and a group dropped because its day left the window while buffered
-is counted (``expired_groups``, ``expired_reports``) and logged once.
+The shuffler used to drop a group once it fell ``max_age_days`` (a setting since removed) behind the newest day
+of its partition: one report dated today + 1 dropped groups the collector had accepted. Now expiry follows the
+UTC clock with the collector's window (:mod:`ldp_core.days`), and a group dropped because its day left the window
+while buffered is counted (``expired_groups``, ``expired_reports``) and logged once.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import pytest
 
 from collector.http.app import create_app
 from collector.settings import CollectorSettings
-from collector.shuffler.processor import Shuffler, ShufflerSettings
+from collector.shuffler import Shuffler, ShufflerSettings
 from ldp_core.days import DayWindow
 from ldp_core.metrics import MetricSet
 from ldp_core.wire.frames import encode_frame
@@ -115,7 +115,6 @@ def test_the_window_is_one_setting(monkeypatch: pytest.MonkeyPatch, tmp_path: Pa
     assert c.day_window.bounds(TODAY) == s.day_window.bounds(TODAY) == (TODAY - 12, TODAY + 2)
     monkeypatch.setenv("LDP_COLLECTOR_MAX_DAY_AGE", "9")  # the collector's own name still wins
     assert CollectorSettings.from_env(metrics_path="m.json").max_day_age == 9
-    assert ShufflerSettings(max_age_days=5).max_day_age == 5  # the shuffler's old name is an alias
 
 
 # -- end to end: collector HTTP -> transport -> shuffler -> shuffled topic ----------------------------------

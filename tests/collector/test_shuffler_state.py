@@ -2,35 +2,39 @@
 tapped as it was written) and the shuffled topic links released reports to their uploads no better than chance.
 
 Also: no raw batch id reaches the state topic, superseded checkpoints are deleted (reading the topic from the
-beginning yields only the latest checkpoint), the embedded log overwrites their bytes, old (format 1)
-checkpoints are still restored, and a member with another key refuses to restore instead of losing reports.
+beginning yields only the latest checkpoint), the embedded log overwrites their bytes, and a member with
+another key refuses to restore instead of losing reports.
 """
 
 from __future__ import annotations
 
-import json
+import itertools
+import math
 import sqlite3
 import uuid
 from collections.abc import Iterator
+from fractions import Fraction
 from pathlib import Path
 
 import numpy as np
 import pytest
-from scipy import stats
 
 from collector.errors import ConfigError, ShufflerStateError
-from collector.shuffler.processor import Shuffler, _IdWindow, _state_keys, decode_checkpoint_chunk
+from collector.shuffler import Shuffler
+from collector.shuffler.checkpoint import decode_checkpoint_chunk
+from collector.shuffler.groups import _IdWindow
 from ldp_core.metrics import MetricSet
 from ldp_core.wire.frames import ReportBatch
-from ldp_core.wire.framing import pack_headed
+from ldp_core.wire.framing import FramingError, pack_headed
 from pipeline.envelope import decode_envelope
-from pipeline.topics import metric_day_key
-from pipeline.transport import Consumer, Record, TopicPartition, Transport, open_transport
+from pipeline.transport import Consumer, Record, Transport, open_transport
 from tests.collector.test_shuffler import Topics, publish, read_shuffled
-from tests.support.collector_support import TODAY, olh_batch, write_metrics
+from tests.support.collector_support import olh_batch, write_metrics
 
 #: uploads, reports per upload, uploads arriving between two checkpoints
 UPLOADS, PER_UPLOAD, PER_ROUND = 120, 5, 10
+#: the linking test's false-alarm probability per run (:func:`linking_attack`)
+FALSE_ALARM = 1e-6
 
 
 @pytest.fixture
@@ -147,15 +151,69 @@ def truth(uploads: list[ReportBatch], released: list[ReportBatch]) -> np.ndarray
     return np.array([upload_of[int(s)] for b in released for s in b.records["seed"]])
 
 
+def matches_law(guesses: np.ndarray, per_upload: int) -> Iterator[int]:
+    """``N_j`` for ``j = 0, 1, .., n`` (lazily): how many of the ``n!`` orders of the released reports give
+    ``W = j`` matches.
+
+    ``W`` counts the released positions ``i`` whose guess ``g_i`` names the upload of the report released
+    there. Under the null the guesses are fixed (nothing the attacker reads changes its seeded fallback
+    draws) and the released order is a uniform permutation (the shuffler's CSPRNG), so ``W`` is the number
+    of matches between the guesses and a well-shuffled deck holding each upload label ``m = per_upload``
+    times: ``P(W = j) = N_j / n!``. Number the ``n`` reports; the cells (position ``i``, report ``j``) with
+    ``label(j) = g_i`` form disjoint blocks of ``a_u × m`` cells (``a_u`` = the guesses naming upload ``u``),
+    so their rook numbers (ways to pick ``k`` cells, no two in a row or column) are the coefficients of
+    ``R(x) = Π_u Σ_k C(a_u, k)·C(m, k)·k!·x^k``, and inclusion and exclusion over the matched cells (Kaplansky
+    and Riordan, "The problem of the rooks and its applications", 1946) give
+    ``N_j = Σ_{k≥j} (−1)^(k−j)·C(k, j)·r_k·(n − k)!``, computed here in exact integers.
+    """
+    n = guesses.size
+    rooks = [1]
+    for a in np.bincount(guesses).tolist():
+        block = [math.comb(a, k) * math.comb(per_upload, k) * math.factorial(k) for k in range(min(a, per_upload) + 1)]
+        product = [0] * (len(rooks) + len(block) - 1)
+        for i, r in enumerate(rooks):
+            for k, b in enumerate(block):
+                product[i + k] += r * b
+        rooks = product
+    terms = [r * math.factorial(n - k) for k, r in enumerate(rooks)] + [0] * (n + 1 - len(rooks))
+    return (sum((-1) ** (k - j) * math.comb(k, j) * terms[k] for k in range(j, n + 1)) for j in range(n + 1))
+
+
+def null_bound(guesses: np.ndarray, per_upload: int, alpha: float) -> int:
+    """The smallest ``c`` with ``P(W > c) < alpha`` under the null (:func:`matches_law`), exactly."""
+    orders = math.factorial(guesses.size)
+    below = 0  # orders with W <= c
+    for c, count in enumerate(matches_law(guesses, per_upload)):
+        below += count
+        if orders - below < Fraction(alpha) * orders:
+            return c
+    raise AssertionError("unreachable: P(W > n) = 0")
+
+
+def test_the_law_of_chance_matches_counts_every_order() -> None:
+    """:func:`matches_law` against all 8! orders of a small deck (4 uploads of 2 reports, uneven guesses)."""
+    guesses = np.array([0, 0, 0, 1, 2, 2, 3, 3])
+    labels = [0, 0, 1, 1, 2, 2, 3, 3]
+    counts = [0] * 9
+    for order in itertools.permutations(labels):
+        counts[sum(g == t for g, t in zip(guesses.tolist(), order, strict=True))] += 1
+    assert list(matches_law(guesses, 2)) == counts and sum(counts) == math.factorial(8)
+
+
 def linking_attack(transport: Transport, metrics: MetricSet) -> None:
-    """Statistic: the fraction of the N = 600 released reports whose upload (of U = 120, equal sizes) the
-    attacker names correctly. Chance is 1/U. If the state topic carries nothing about the link, the correct
-    guesses are a sum of N negatively associated Bernoulli(1/U) indicators (the released order is a uniform
-    permutation, independent of what the attacker sees), whose upper tail is bounded by Binomial(N, 1/U)'s;
-    the test fails when the count exceeds that binomial's 99.9% quantile (a false alarm at most once in a
-    thousand runs; the attacker's fallback draws come from a fixed seed). On the old checkpoints (arrival
-    order, upload numbers) this attacker names about 100% of the uploads; on permuted but unsealed
-    checkpoints about 1 in PER_ROUND (the round is still given away)."""
+    """Statistic: the number ``W`` of the N = 600 released reports whose upload (of U = 120, 5 reports each)
+    the attacker names correctly; chance is N/U = 5. The test fails when ``W`` exceeds the bound that a
+    state topic carrying nothing about the link exceeds with probability below ``FALSE_ALARM`` = 1e-6 per run
+    (:func:`null_bound`: W's exact law given the attacker's guesses, over the uniform released order).
+
+    For the guesses of the fixed seed the bound is 19: P(W ≥ 20) = 2.9e-7, P(W ≥ 19) = 1.2e-6. (Binomial(N,
+    1/U), W's law were the guesses drawn afresh each run, gives the same 19; with the guesses fixed the exact
+    tail is slightly heavier than the binomial's, so the binomial is not a bound here. The 99.9% binomial
+    quantile used before, 13, is exceeded with probability 6.6e-4 per run: once seen, with 14.) The test
+    keeps its power: on the old checkpoints (arrival order, upload numbers) this attacker names about 552
+    of 600, and on permuted but unsealed ones about 1 in PER_ROUND (the round is still given away): about 50,
+    and were W Binomial(600, 1/12) it would stay at or below 19 with probability 2e-7.
+    """
     tp = Topics()
     uploads, state, released = feed_and_tap(transport, tp, metrics)
     assert len(state) >= UPLOADS // PER_ROUND  # the tap saw every checkpoint
@@ -163,7 +221,7 @@ def linking_attack(transport: Transport, metrics: MetricSet) -> None:
     guesses = link(state, released, np.random.default_rng(11))
     correct = int(np.count_nonzero(guesses == truth(uploads, released)))
     n = guesses.size
-    bound = int(stats.binom.ppf(0.999, n, 1 / UPLOADS))
+    bound = null_bound(guesses, PER_UPLOAD, FALSE_ALARM)
     assert correct <= bound, f"the attacker linked {correct} of {n} reports (chance {n / UPLOADS:.1f}, bound {bound})"
 
 
@@ -247,51 +305,15 @@ def test_the_embedded_log_overwrites_deleted_checkpoints(tmp_path: Path, metrics
     assert live and live[0] in data  # the latest checkpoint is still there: the search does find what exists
 
 
-# -- compatibility and keys -------------------------------------------------------------------------------
+# -- keys -------------------------------------------------------------------------------------------------
 
 
-def v1_chunk(group: str, partition: int, raw_offset: int, batches: list[ReportBatch]) -> bytes:
-    """A checkpoint chunk as shufflers before format 2 wrote it: clear header, raw ids, records, uint32 sources."""
-    spec = batches[0].spec
-    recs = np.concatenate([b.records for b in batches])
-    src = np.repeat(np.arange(len(batches), dtype=np.uint32), [len(b) for b in batches])
-    header = {
-        "group": group,
-        "partition": partition,
-        "raw_offset": raw_offset,
-        "snapshot": "00" * 8,
-        "chunk": 0,
-        "chunks": 1,
-        "newest_day": TODAY,
-        "ids": len(batches),
-        "pieces": [[batches[0].metric, spec.to_dict(), TODAY, int(recs.size)]],
-    }
-    payload = b"".join(b.batch_id for b in batches) + recs.tobytes() + src.tobytes()
-    return pack_headed(b"LDPQ", json.dumps(header, separators=(",", ":")).encode(), payload)
-
-
-def test_a_format_1_checkpoint_is_restored(metrics: MetricSet, transport: Transport) -> None:
-    """An old checkpoint's reports are restored and its raw batch ids still catch duplicates."""
-    tp = Topics()
-    old = [olh_batch(metrics, 20, first_seed=20 * i) for i in range(3)]
-    transport.create_topic(tp.raw, 4)
-    transport.create_topic(tp.state, 4)
-    publish(transport, tp.raw, old)
-    p = transport.publish(tp.raw, metric_day_key("emoji_used", TODAY), b"x").partition  # the group's partition
-    # the old shuffler had applied the 3 uploads (and one undecodable record) and committed
-    with transport.consume([tp.raw, tp.state], tp.group, member="old") as c:
-        while len(c.poll(max_records=100, timeout=0.5)) < 4:
-            pass
-        c.commit({TopicPartition(tp.raw, p): 4})
-    transport.publish(tp.state, _state_keys(4)[p], v1_chunk(tp.group, p, 4, old))
-    publish(transport, tp.raw, [old[1], olh_batch(metrics, 40, first_seed=60)])  # a retry, then a new upload
-    sh = Shuffler(transport, metrics, tp.settings(min_batch=100))
-    sh.run(idle_exit=0.5)
-    sh.close()
-    assert sh.stats.restores >= 1 and sh.stats.duplicate_batches == 1
-    (batch,) = [sb for _, sb in read_shuffled(transport, tp.shuffled, metrics)]
-    assert np.array_equal(np.sort(batch.batch.records["seed"]), np.arange(100))
-    assert batch.meta.sources == 2  # the restored reports count as one upload: a lower bound
+def test_only_the_current_checkpoint_format_is_read() -> None:
+    """A chunk of format 1 (clear header and records, written by early shufflers) is not a checkpoint any more:
+    the shuffler logs it as malformed and skips it."""
+    header = b'{"group":"g","partition":0,"raw_offset":4,"snapshot":"0000000000000000","chunk":0,"chunks":1}'
+    with pytest.raises(FramingError, match="version 1"):
+        decode_checkpoint_chunk(pack_headed(b"LDPQ", header, b"\0" * 32, version=1))
 
 
 def test_a_member_with_another_key_refuses_to_restore(tmp_path: Path, metrics: MetricSet, transport: Transport) -> None:

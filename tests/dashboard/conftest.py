@@ -22,7 +22,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from ldp_core.metrics import load_metrics, utc_day
+from ldp_core.days import utc_day
+from ldp_core.metrics import load_metrics
 from simulator.stack import LocalPipeline, fleet_batches, upload
 
 #: the browser (scripts/install-browser installs Debian's at /usr/bin/chromium; LDP_CHROMIUM points elsewhere)

@@ -11,9 +11,9 @@ import pytest
 from dp_accounting import dp_event
 
 from estimator.accounting.accountant import RdpAccountant, account
-from estimator.jobs.dpsgd import StepAccountant
 from ldp_core.fl import MLP, LogisticRegression, ModelError, SoftmaxRegression
 from ldp_core.fl.dpsgd import DPSGDConfig, dpsgd_gradient, poisson_sample, privatize_sum, train_dpsgd
+from ldp_core.fl.dpsgd_accounting import StepAccountant
 from ldp_core.fl.per_example import clipped_grad_sum, per_example_grads
 from tests.support.audit import threshold_epsilon_lower_bound
 

@@ -23,7 +23,8 @@ import numpy as np
 import pytest
 
 from ldp_cli.broker import BrokerConfig, default_home, down, up
-from ldp_core.metrics import parse_metrics, utc_day
+from ldp_core.days import utc_day
+from ldp_core.metrics import parse_metrics
 from simulator.stack import fleet_batches
 from tests.support.metrics_docs import dictionary, metric, metrics_doc
 from tests.support.pipeline_procs import ROOT, PacedUpload, PipelineProcs, free_port

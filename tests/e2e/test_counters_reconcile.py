@@ -22,7 +22,8 @@ import httpx
 import numpy as np
 import pytest
 
-from ldp_core.metrics import parse_metrics, utc_day
+from ldp_core.days import utc_day
+from ldp_core.metrics import parse_metrics
 from simulator.stack import fleet_batches
 from tests.support.metrics_docs import dictionary, metric, metrics_doc
 from tests.support.pipeline_procs import PacedUpload, PipelineProcs

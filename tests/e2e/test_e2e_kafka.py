@@ -21,7 +21,8 @@ import numpy as np
 import pytest
 
 from estimator.jobs.batch import estimate_dataset
-from ldp_core.metrics import parse_metrics, utc_day
+from ldp_core.days import utc_day
+from ldp_core.metrics import parse_metrics
 from simulator.stack import LocalPipeline, fleet_batches, upload
 from tests.support.metrics_docs import dictionary, hashed, metric, metrics_doc
 from tests.support.shuffled_data import offline

@@ -26,7 +26,8 @@ import pytest
 
 from estimator.jobs.batch import estimate_dataset
 from ldp_cli.broker import BrokerConfig, default_home, down, up
-from ldp_core.metrics import parse_metrics, utc_day
+from ldp_core.days import utc_day
+from ldp_core.metrics import parse_metrics
 from simulator.stack import fleet_batches
 from tests.support.metrics_docs import dictionary, hashed, metric, metrics_doc
 from tests.support.pipeline_procs import PacedUpload, PipelineProcs, free_port

@@ -17,7 +17,8 @@ import pytest
 
 from estimator.jobs.heavy_hitters import discover_dataset
 from estimator.mechanisms.heavy_hitters import discover
-from ldp_core.metrics import parse_metrics, utc_day
+from ldp_core.days import utc_day
+from ldp_core.metrics import parse_metrics
 from simulator.stack import LocalPipeline, demo_words, fleet_batches, upload
 from tests.support.metrics_docs import dictionary, metric, metrics_doc
 from tests.support.shuffled_data import offline

@@ -22,7 +22,8 @@ import numpy as np
 import pytest
 
 from estimator.jobs.batch import estimate_dataset
-from ldp_core.metrics import parse_metrics, utc_day
+from ldp_core.days import utc_day
+from ldp_core.metrics import parse_metrics
 from ldp_core.wire.sealing import SealedSpec, new_key_file, seal_batch
 from simulator.stack import LocalPipeline, fleet_batches, upload
 from tests.support.metrics_docs import dictionary, metric, metrics_doc

@@ -20,9 +20,10 @@ from typing import Any
 import numpy as np
 import pytest
 
-from collector.shuffler.processor import decode_checkpoint_chunk
+from collector.shuffler.checkpoint import decode_checkpoint_chunk, open_checkpoint_chunk
 from estimator.jobs.batch import estimate_dataset
-from ldp_core.metrics import parse_metrics, utc_day
+from ldp_core.days import utc_day
+from ldp_core.metrics import parse_metrics
 from ldp_core.wire.frames import ReportBatch, decode_frame, encode_frame, read_header
 from ldp_core.wire.sealing import KeyRing, SealedSpec, new_key_file, open_batch, seal_batch
 from pipeline.transport import open_transport
@@ -141,7 +142,8 @@ def test_sealed_metrics_end_to_end_and_the_operator_sees_ciphertexts_only(tmp_pa
         opened_state = []
         for value in state:
             header, payload = decode_checkpoint_chunk(value)
-            opened_state.append(bytes(shuffler._open_chunk(header, payload)[3]))
+            opened = open_checkpoint_chunk(header, payload, shuffler._keys, key_file=shuffler.settings.key_file)
+            opened_state.append(bytes(opened[3]))
 
     # exact estimates: the opened records are the plain ones, each counted once
     want = offline(fleet.batches)

@@ -8,11 +8,11 @@ import math
 
 import pytest
 
-from estimator.accounting.accountant import epsilon_pld, exact_gaussian_epsilon, sampled_gaussian_event
+from estimator.accounting.accountant import epsilon_pld, exact_gaussian_epsilon
 from estimator.fl.dp import ADVERSARIES, ClientLevelAccountant
 from estimator.fl.sampling import PoissonSampling
 from ldp_cli.main import main
-from ldp_core.privacy_events import GaussianEvent, SelfComposedEvent
+from ldp_core.privacy_events import GaussianEvent, SelfComposedEvent, sampled_gaussian_event
 from simulator.scenarios.fl.clinics import ClinicsConfig, run_clinics
 
 

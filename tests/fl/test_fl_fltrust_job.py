@@ -29,9 +29,10 @@ from estimator.fl.fltrust_root import RootTraining, root_generator
 from estimator.fl.robust import FLTrust
 from estimator.fl.task import FLTaskSpec
 from ldp_cli.main import main
+from ldp_core.fl.client_round import train_client
 from ldp_core.fl.errors import FLError
 from ldp_core.fl.models import accuracy
-from ldp_core.fl.training import ClientUpdate, train_client
+from ldp_core.fl.training import ClientUpdate
 from tests.support.fl_pipeline_support import (
     JobProcess,
     JobThread,

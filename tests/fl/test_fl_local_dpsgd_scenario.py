@@ -11,10 +11,11 @@ import pytest
 
 from estimator.accounting.accountant import account
 from ldp_cli.main import main
+from ldp_core.fl.client_round import train_client
 from ldp_core.fl.errors import FLError
 from ldp_core.fl.local_dpsgd import LocalDPSGDSpec
 from ldp_core.fl.models import LogisticRegression
-from ldp_core.fl.training import LocalTraining, RoundConfig, train_client
+from ldp_core.fl.training import LocalTraining, RoundConfig
 from simulator.scenarios.fl.drift import DriftConfig
 from simulator.scenarios.fl.local_dpsgd import LocalDPSGDConfig, run_local_dpsgd
 

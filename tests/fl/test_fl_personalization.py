@@ -13,10 +13,8 @@ import pytest
 from estimator.fl.personalization import Ditto, Moon, PerFedAvg
 from ldp_cli.main import main
 from ldp_core.fl import MLP, ClientState, LocalTraining, ModelError, RoundConfig, SoftmaxRegression, train_client
-from ldp_core.fl.personalization import (
-    DittoSpec,
-    MoonSpec,
-    PerFedAvgSpec,
+from ldp_core.fl.personalization import DittoSpec, MoonSpec, PerFedAvgSpec
+from ldp_core.fl.personalized_training import (
     ditto_personal_sgd,
     first_order_meta_gradient,
     moon_local,

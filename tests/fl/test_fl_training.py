@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from estimator.accounting.accountant import account, epsilon_pld, exact_gaussian_epsilon, sampled_gaussian_event
+from estimator.accounting.accountant import account, epsilon_pld, exact_gaussian_epsilon
 from estimator.fl.aggregators import RoundContext, WeightedMean
 from estimator.fl.dp import ClientLevelAccountant
 from estimator.fl.rounds import FederatedClient, run_rounds
@@ -22,7 +22,7 @@ from ldp_core.fl import (
     RoundConfig,
     train_client,
 )
-from ldp_core.privacy_events import GaussianEvent, SelfComposedEvent
+from ldp_core.privacy_events import GaussianEvent, SelfComposedEvent, sampled_gaussian_event
 
 MODEL = LogisticRegression(4)
 

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from client_sdk.client import TelemetryClient
+from client_sdk.client import ClientConfig, TelemetryClient
 from client_sdk.memo import MemoStore
 from client_sdk.policy import LocalPolicy
 from client_sdk.store import Store
@@ -368,7 +368,11 @@ def _run_days(tmp_path: Path, doc: dict[str, Any], metric: str, values: list[Any
     """Record ``values[d]`` on day d with a real TelemetryClient; return (spec, metric key, outbox records)."""
     clock = [20_000 * DAY]
     c = TelemetryClient(
-        tmp_path, None, LocalPolicy(per_metric_daily=8.0, total_daily=8.0), doc, upload=False, clock=lambda: clock[0]
+        tmp_path,
+        None,
+        LocalPolicy(per_metric_daily=8.0, total_daily=8.0),
+        doc,
+        config=ClientConfig(upload=False, clock=lambda: clock[0]),
     )
     try:
         for d, x in enumerate(values):
@@ -376,7 +380,7 @@ def _run_days(tmp_path: Path, doc: dict[str, Any], metric: str, values: list[Any
             c.record(metric, x)
             assert c.flush(10)
         m = c.metrics[metric]
-        key = c._memo.metric_secret(metric, m.spec.legacy_spec_id)
+        key = c._memo.metric_secret(metric, m.spec.memo_derivation_id)
         rows = Store(tmp_path).connection().execute("SELECT day, record FROM outbox ORDER BY id").fetchall()
     finally:
         c.close()

@@ -3,7 +3,6 @@ of the message it signs)."""
 
 from __future__ import annotations
 
-import json
 import math
 import pathlib
 from typing import Any
@@ -13,8 +12,9 @@ import pytest
 
 from ldp_core.tokens import blind_rsa
 from ldp_core.tokens.blind_rsa import BlindRSAError, PrivateKey, PublicKey
+from tests.support.vectors import load_vectors
 
-DOC = json.loads((pathlib.Path(__file__).parents[1] / "vectors" / "blind_rsa_rfc9474.json").read_text())
+DOC = load_vectors("blind_rsa_rfc9474.json")
 KEY = DOC["key"]
 
 

@@ -10,8 +10,6 @@ mistaken for a bug on either side.
 from __future__ import annotations
 
 import hashlib
-import json
-import pathlib
 import struct
 
 import pytest
@@ -19,8 +17,9 @@ import pytest
 from ldp_core.tokens import blind_rsa
 from ldp_core.tokens import privacy_pass as tokens
 from ldp_core.tokens.blind_rsa import BlindRSAError, PrivateKey, PublicKey
+from tests.support.vectors import load_vectors
 
-V = json.loads((pathlib.Path(__file__).parents[1] / "vectors" / "privacypass_rfc9578.json").read_text())["vector"]
+V = load_vectors("privacypass_rfc9578.json")["vector"]
 
 
 def h(name: str) -> bytes:

@@ -88,9 +88,11 @@ def make_client(tmp_path, doc=DOC, policy=POLICY, clock=None, transport=None, **
         "http://127.0.0.1:9",
         policy,
         doc,
-        transport=transport if transport is not None else FakeCollector(),
-        clock=clock if clock is not None else Clock(),
-        **kw,
+        config=ClientConfig(
+            transport=transport if transport is not None else FakeCollector(),
+            clock=clock if clock is not None else Clock(),
+            **kw,
+        ),
     )
 
 
@@ -146,7 +148,7 @@ def test_configuration_errors_fail_loudly(tmp_path) -> None:
         make_client(tmp_path, max_queue=0)
 
 
-def test_a_config_object_and_the_older_keyword_arguments_configure_the_same_client(tmp_path) -> None:
+def test_a_config_object_configures_the_client(tmp_path) -> None:
     clock, fake, backoff = Clock(), FakeCollector(), BackoffPolicy(base=2.0, max_delay=8.0)
     config = ClientConfig(transport=fake, clock=clock, batch_size=2, max_queue=50, upload_timeout=5.0, backoff=backoff)
     with TelemetryClient(tmp_path / "a", "http://127.0.0.1:9", POLICY, DOC, config) as c:
@@ -157,22 +159,10 @@ def test_a_config_object_and_the_older_keyword_arguments_configure_the_same_clie
             c.record("color", "red")
         assert c.flush(10) and c.stats()["uploaded_reports"] == 3
     assert len([r for r in fake.requests if r.method == "POST"]) == 2  # batches of 2, as configured
-    with TelemetryClient(
-        tmp_path / "b",
-        "http://127.0.0.1:9",
-        POLICY,
-        DOC,
-        transport=fake,
-        clock=clock,
-        batch_size=2,
-        max_queue=50,
-        upload_timeout=5.0,
-        backoff=backoff,
-    ) as old:
-        assert old.config == config
-    with TelemetryClient(tmp_path / "c", None, POLICY, DOC, config=config, upload=False, max_queue=7) as mixed:
-        assert mixed.config == dataclasses.replace(config, upload=False, max_queue=7)  # keywords win
-        assert mixed._uploader is None and mixed._max_queue == 7
+    with TelemetryClient(tmp_path / "c", None, POLICY, DOC, config=dataclasses.replace(config, upload=False)) as c:
+        assert c._uploader is None and c._max_queue == 50
+    with pytest.raises(TypeError, match="upload"):
+        TelemetryClient(tmp_path / "d", None, POLICY, DOC, upload=False)  # type: ignore[call-arg]  # ClientConfig only
 
 
 def test_the_config_is_checked_when_it_is_made(tmp_path) -> None:
@@ -186,8 +176,6 @@ def test_the_config_is_checked_when_it_is_made(tmp_path) -> None:
         ClientConfig(upload_timeout=0.0)
     with pytest.raises(dataclasses.FrozenInstanceError):
         ClientConfig().upload = False  # type: ignore[misc]
-    with pytest.raises(TypeError, match="batch_sise"):
-        TelemetryClient(tmp_path, None, POLICY, DOC, upload=False, batch_sise=3)
     with pytest.raises(ClientConfigError, match="ClientConfig"):
         TelemetryClient(tmp_path, None, POLICY, DOC, {"upload": False})  # type: ignore[arg-type]
     assert ClientConfig(mode="simulation", simulation_seed=3).simulation_seed == 3
@@ -357,7 +345,7 @@ def test_server_metrics_above_the_local_policy_are_refused_and_counted(tmp_path,
     path.write_text(json.dumps(server_doc))
     col = collector_factory(metrics=path)
     now = Clock(time.time())  # the real collector takes batches of recent days only
-    c = TelemetryClient(tmp_path / "sdk", col.url, POLICY, DOC, fetch_metrics=True, clock=now)
+    c = TelemetryClient(tmp_path / "sdk", col.url, POLICY, DOC, config=ClientConfig(fetch_metrics=True, clock=now))
     try:
         deadline = time.monotonic() + 20
         while "fresh" not in c.metrics and time.monotonic() < deadline:
@@ -382,14 +370,16 @@ def test_server_metrics_above_the_local_policy_are_refused_and_counted(tmp_path,
     frames = col.frames()
     assert [read_header(f).metric for f in frames] == ["fresh"]
     assert col.stats()["invalid"] == 1
-    c2 = TelemetryClient(tmp_path / "sdk", None, POLICY, DOC, upload=False, clock=now)
+    c2 = TelemetryClient(tmp_path / "sdk", None, POLICY, DOC, config=ClientConfig(upload=False, clock=now))
     try:
         assert "fresh" not in c2.metrics  # fetch_metrics=False: bundled only
     finally:
         c2.close()
     col.stop()
     # with fetching on, a restarted client uses the stored server definitions while the server is away
-    c3 = TelemetryClient(tmp_path / "sdk", col.url, POLICY, DOC, fetch_metrics=True, upload=False, clock=now)
+    c3 = TelemetryClient(
+        tmp_path / "sdk", col.url, POLICY, DOC, config=ClientConfig(fetch_metrics=True, upload=False, clock=now)
+    )
     try:
         assert "fresh" in c3.metrics and "greedy" not in c3.metrics
         deadline = time.monotonic() + 20
@@ -453,11 +443,11 @@ def test_the_sdks_files_are_private_to_the_app(tmp_path) -> None:
 def test_plain_http_off_loopback_is_refused(tmp_path, url: str) -> None:
     """A network observer would read every report and batch id of a plain-http upload."""
     with pytest.raises(ClientConfigError, match="https"):
-        TelemetryClient(tmp_path / "sdk", url, POLICY, DOC, transport=FakeCollector())
+        TelemetryClient(tmp_path / "sdk", url, POLICY, DOC, config=ClientConfig(transport=FakeCollector()))
 
 
 @pytest.mark.parametrize(
     "url", ["https://collector.example.org", "http://127.0.0.1:8080", "http://[::1]:9", "http://localhost:8080"]
 )
 def test_https_and_loopback_http_are_accepted(tmp_path, url: str) -> None:
-    TelemetryClient(tmp_path / "sdk", url, POLICY, DOC, transport=FakeCollector()).close()
+    TelemetryClient(tmp_path / "sdk", url, POLICY, DOC, config=ClientConfig(transport=FakeCollector())).close()

@@ -10,11 +10,9 @@ from __future__ import annotations
 import email.utils
 import json
 import random
-import warnings
 from collections.abc import Iterator
 
 import numpy as np
-import pytest
 
 from client_sdk.fl.device import MAX_RETRY_WAIT, FLDevice
 from client_sdk.upload import uploader
@@ -128,10 +126,6 @@ def test_a_backoff_policy_can_be_given_whole() -> None:
     assert d.backoff is policy and len(sleeps) == 5 and max(sleeps) <= 0.02
 
 
-def test_the_old_transport_name_still_works_and_warns() -> None:
-    with pytest.warns(DeprecationWarning, match="HttpTransport"):
-        assert uploader.Transport is uploader.HttpTransport
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        from client_sdk.upload.uploader import HttpTransport as fresh  # noqa: F401 -- the new name does not warn
+def test_the_http_transport_has_one_name() -> None:
+    assert not hasattr(uploader, "Transport")
     assert "Transport" not in uploader.__all__ and "HttpTransport" in uploader.__all__

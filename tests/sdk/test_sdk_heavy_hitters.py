@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from client_sdk.client import TelemetryClient
+from client_sdk.client import ClientConfig, TelemetryClient
 from client_sdk.policy import LocalPolicy
 from ldp_core.mechanisms.heavy_hitters import PEMSpec, unpad
 from ldp_core.metrics import MetricsFileError, parse_metrics
@@ -39,7 +39,9 @@ POLICY = LocalPolicy(per_metric_daily=3.0, total_daily=8.0)
 
 def test_strings_are_recorded_truncated_or_refused_and_uploaded(tmp_path, collector_factory) -> None:  # noqa: F811
     col = collector_factory(metrics=DOC)
-    c = TelemetryClient(tmp_path / "sdk", col.url, POLICY, DOC, mode="simulation", simulation_seed=3)
+    c = TelemetryClient(
+        tmp_path / "sdk", col.url, POLICY, DOC, config=ClientConfig(mode="simulation", simulation_seed=3)
+    )
     try:
         for v in ("weather", "café", "naïve naïve"):  # the last is 13 bytes: truncated to 8 at a boundary
             c.record("search", v)
@@ -76,7 +78,9 @@ def test_a_device_keeps_its_level_across_restarts(tmp_path, collector_factory) -
     col = collector_factory(metrics=DOC)
     levels = []
     for _ in range(2):
-        c = TelemetryClient(tmp_path / "sdk", col.url, POLICY, DOC, mode="simulation", simulation_seed=5)
+        c = TelemetryClient(
+            tmp_path / "sdk", col.url, POLICY, DOC, config=ClientConfig(mode="simulation", simulation_seed=5)
+        )
         try:
             c.record("search", "hello")
             assert c.flush(20)

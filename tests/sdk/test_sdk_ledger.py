@@ -238,7 +238,7 @@ def test_batched_spends_decide_exactly_like_one_at_a_time(tmp_path) -> None:
 CLIENT_HAMMER = textwrap.dedent(
     """
     import json, sys, threading, time
-    from client_sdk.client import TelemetryClient
+    from client_sdk.client import ClientConfig, TelemetryClient
     from client_sdk.policy import LocalPolicy
 
     directory, t0 = sys.argv[1], float(sys.argv[2])
@@ -260,7 +260,7 @@ CLIENT_HAMMER = textwrap.dedent(
 
     started = time.time()
     c = TelemetryClient(directory, None, LocalPolicy(per_metric_daily=3.0, total_daily=5.0), doc,
-                        upload=False, clock=clock)
+                        ClientConfig(upload=False, clock=clock))
     print("READY", flush=True)
     sys.stdin.readline()
     stop = time.time() + 1.5

@@ -11,7 +11,7 @@ import sys
 import numpy as np
 import pytest
 
-from client_sdk.client import TelemetryClient
+from client_sdk.client import ClientConfig, TelemetryClient
 from client_sdk.memo import SECRET_FILENAME, MemoStore, load_or_create_secret
 from client_sdk.policy import LocalPolicy
 from client_sdk.store import DB_FILENAME, Store
@@ -101,7 +101,11 @@ def test_permanent_bits_never_change_across_days(tmp_path) -> None:
     }
     clock_t = [20_000 * DAY]
     c = TelemetryClient(
-        tmp_path, None, LocalPolicy(per_metric_daily=2.0, total_daily=2.0), doc, upload=False, clock=lambda: clock_t[0]
+        tmp_path,
+        None,
+        LocalPolicy(per_metric_daily=2.0, total_daily=2.0),
+        doc,
+        config=ClientConfig(upload=False, clock=lambda: clock_t[0]),
     )
     days = 150
     try:
@@ -114,7 +118,7 @@ def test_permanent_bits_never_change_across_days(tmp_path) -> None:
         m = c.metrics["page"]
         spec: RapporSpec = m.spec  # type: ignore[assignment]
         index = m.domain.index_of("https://example.org/home")
-        key = c._memo.metric_secret("page", spec.legacy_spec_id)
+        key = c._memo.metric_secret("page", spec.memo_derivation_id)
         conn = Store(tmp_path).connection()
         rows = conn.execute("SELECT day, record FROM outbox ORDER BY id").fetchall()
     finally:
@@ -142,7 +146,7 @@ def test_instantaneous_layer_per_report() -> None:
     memo = MemoStore(b"s" * 32)
     n = 20_000
     recs = memo.encode("page", spec, np.full(n, 9), rng)
-    key = memo.metric_secret("page", spec.legacy_spec_id)
+    key = memo.metric_secret("page", spec.memo_derivation_id)
     prr = np.unpackbits(spec.permanent_bits(9, key), bitorder="little")[: spec.num_bits]
     pi = np.where(prr == 1, spec.q, spec.p)
     freq = unpack(recs, spec.num_bits).mean(axis=0)
@@ -188,7 +192,9 @@ def test_no_plaintext_value_anywhere_in_storage(tmp_path) -> None:
             },
         },
     }
-    c = TelemetryClient(tmp_path, None, LocalPolicy(per_metric_daily=6.0, total_daily=12.0), doc, upload=False)
+    c = TelemetryClient(
+        tmp_path, None, LocalPolicy(per_metric_daily=6.0, total_daily=12.0), doc, config=ClientConfig(upload=False)
+    )
     for _ in range(3):
         c.record("query", secret_value)
         c.record("query_grr", secret_value)

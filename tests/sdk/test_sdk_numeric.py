@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from client_sdk.client import STAT_TALLIES, TelemetryClient
+from client_sdk.client import STAT_TALLIES, ClientConfig, TelemetryClient
 from client_sdk.policy import LocalPolicy
 from ldp_core.metrics import MetricsFileError, parse_metrics
 from ldp_core.wire.frames import decode_frame
@@ -40,7 +40,9 @@ POLICY = LocalPolicy(per_metric_daily=3.0, total_daily=8.0)
 
 def test_numbers_are_recorded_clamped_or_refused_and_uploaded(tmp_path, collector_factory) -> None:  # noqa: F811
     col = collector_factory(metrics=DOC)
-    c = TelemetryClient(tmp_path / "sdk", col.url, POLICY, DOC, mode="simulation", simulation_seed=3)
+    c = TelemetryClient(
+        tmp_path / "sdk", col.url, POLICY, DOC, config=ClientConfig(mode="simulation", simulation_seed=3)
+    )
     try:
         for v in (0, 12.5, np.float32(59.0), 60):
             c.record("minutes", v)
@@ -105,7 +107,9 @@ def test_a_metric_of_several_attributes_records_sequences(tmp_path, collector_fa
         "metrics": {"vec": numeric("mean", {"mechanism": "hm", "epsilon": 0.05, "dims": 3, "sample": 1})},
     }
     col = collector_factory(metrics=doc)
-    c = TelemetryClient(tmp_path / "sdk", col.url, POLICY, doc, mode="simulation", simulation_seed=4)
+    c = TelemetryClient(
+        tmp_path / "sdk", col.url, POLICY, doc, config=ClientConfig(mode="simulation", simulation_seed=4)
+    )
     try:
         c.record("vec", [1.0, 30.0, 59.0])
         c.record("vec", (0, 61.0, -2))  # two numbers clamped: one report, counted once as clamped

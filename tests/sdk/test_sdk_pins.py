@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from client_sdk.client import TelemetryClient
+from client_sdk.client import ClientConfig, TelemetryClient
 from client_sdk.memo import SECRET_FILENAME, MemoStore
 from client_sdk.policy import LocalPolicy
 from client_sdk.store import DB_FILENAME, SCHEMA_VERSION, Store
@@ -90,10 +90,10 @@ class HostileServer:
     def __init__(self, clock: Clock, serve: Callable[[int], dict[str, Any]], known: dict[str, Any] | None) -> None:
         self.clock, self.serve = clock, serve
         self.frames: list[bytes] = []
-        #: every definition served (or ``known``: the device's bundled ones), by spec id (current and legacy)
+        #: every definition served (or ``known``: the device's bundled ones), by spec id
         self.served: dict[str, MetricDefinition] = {}
         for m in parse_metrics(known or {"format": FORMAT, "metrics": {}}, reject_expired=False).values():
-            self.served.update(dict.fromkeys(m.spec.spec_ids, m))
+            self.served[m.spec.spec_id] = m
         self.lock = threading.Lock()
         owner = self
 
@@ -116,8 +116,7 @@ class HostileServer:
                 document = owner.serve(int(owner.clock() // DAY))
                 with owner.lock:
                     for m in parse_metrics(document, reject_expired=False).values():
-                        for spec_id in m.spec.spec_ids:
-                            owner.served[spec_id] = m
+                        owner.served[m.spec.spec_id] = m
                 return self._answer(200, json.dumps(document).encode())
 
             def do_POST(self) -> None:  # noqa: N802
@@ -239,10 +238,7 @@ def test_a_server_rotating_seeds_daily_gets_no_second_permanent_response(tmp_pat
     clock = Clock(D0)
     server = hostile(clock, rotating)
     storage = device_dir(tmp_path)
-    c = TelemetryClient(
-        storage, server.url, POLICY, {"format": FORMAT, "metrics": {}}, fetch_metrics=True, clock=clock,
-        mode="simulation", simulation_seed=7,
-    )  # fmt: skip
+    c = TelemetryClient(storage, server.url, POLICY, {"format": FORMAT, "metrics": {}}, config=ClientConfig(fetch_metrics=True, clock=clock, mode="simulation", simulation_seed=7))  # fmt: skip
     try:
         for k in range(DAYS):
             clock.set_day(D0 + k)
@@ -288,10 +284,7 @@ def test_a_definition_without_instantaneous_noise_is_refused_not_a_fingerprint(t
     clock = Clock(D0)
     hashed = {"kind": "hashed", "size": 64, "seed": 0}
     server = hostile(clock, lambda day: doc(FINGERPRINT, hashed), known=doc(BASE, hashed))
-    c = TelemetryClient(
-        device_dir(tmp_path), server.url, POLICY, doc(BASE, hashed), fetch_metrics=True, clock=clock,
-        mode="simulation", simulation_seed=3,
-    )  # fmt: skip
+    c = TelemetryClient(device_dir(tmp_path), server.url, POLICY, doc(BASE, hashed), config=ClientConfig(fetch_metrics=True, clock=clock, mode="simulation", simulation_seed=3))  # fmt: skip
     caplog.set_level(logging.WARNING, logger="client_sdk")
     try:
         for k in range(30):
@@ -309,7 +302,7 @@ def test_a_definition_without_instantaneous_noise_is_refused_not_a_fingerprint(t
     hostile_spec = parse_metrics(doc(FINGERPRINT, hashed), reject_expired=False)["page"].spec
     reports = server.reports()
     assert len(reports) == 30
-    assert all(not hostile_spec.has_id(m.spec.spec_id) and m.spec == in_effect for m, _ in reports)
+    assert all(hostile_spec.spec_id != m.spec.spec_id and m.spec == in_effect for m, _ in reports)
     records = [recs.tobytes() for _, recs in reports]
     assert len(set(records)) > 1  # not byte-identical
 
@@ -351,7 +344,11 @@ def test_the_local_policy_bounds_memoized_definitions_and_ships_the_laxest(tmp_p
             LocalPolicy(EPS, EPS, **bad)
     with pytest.raises(BudgetError, match="identify it"):  # a bundled file beyond the bounds fails loudly
         TelemetryClient(
-            tmp_path / "never", None, POLICY, doc(FINGERPRINT, {"kind": "hashed", "size": 64}), upload=False
+            tmp_path / "never",
+            None,
+            POLICY,
+            doc(FINGERPRINT, {"kind": "hashed", "size": 64}),
+            config=ClientConfig(upload=False),
         )
 
 
@@ -415,10 +412,7 @@ def test_an_old_store_is_upgraded_in_place_and_pins_what_it_reported(tmp_path, h
     clock = Clock(D0)
     serving = {"doc": NEW}
     server = hostile(clock, lambda day: serving["doc"], known=OLD)
-    c = TelemetryClient(
-        storage, server.url, POLICY, {"format": FORMAT, "metrics": {}}, fetch_metrics=True, clock=clock,
-        mode="simulation", simulation_seed=5,
-    )  # fmt: skip
+    c = TelemetryClient(storage, server.url, POLICY, {"format": FORMAT, "metrics": {}}, config=ClientConfig(fetch_metrics=True, clock=clock, mode="simulation", simulation_seed=5))  # fmt: skip
     try:
         assert c.flush(30)  # the server's NEW definition has been fetched, the queued report sent
         conn = sqlite3.connect(storage / DB_FILENAME)
@@ -446,7 +440,7 @@ def test_an_old_store_is_upgraded_in_place_and_pins_what_it_reported(tmp_path, h
     assert [m.spec for m, _ in reports] == [old_def.spec] * 2
     spec = old_def.spec
     assert isinstance(spec, RapporSpec)
-    key = MemoStore(SECRET).metric_secret("page", spec.legacy_spec_id)
+    key = MemoStore(SECRET).metric_secret("page", spec.memo_derivation_id)
     old_cohort = int(np.frombuffer(old_record, spec.record_dtype)["cohort"][0])
     assert int(reports[1][1]["cohort"][0]) == spec.cohort_of(key) == old_cohort
 
@@ -468,8 +462,8 @@ def test_an_app_update_cannot_redraw_and_two_processes_agree_on_one_pin(tmp_path
     one = doc(BASE, HASHED)
     two = doc(dict(BASE, hash_seed=9), HASHED)
     clock = Clock(D0)
-    a = TelemetryClient(tmp_path / "s", None, POLICY, one, upload=False, clock=clock)
-    b = TelemetryClient(tmp_path / "s", None, POLICY, two, upload=False, clock=clock)
+    a = TelemetryClient(tmp_path / "s", None, POLICY, one, config=ClientConfig(upload=False, clock=clock))
+    b = TelemetryClient(tmp_path / "s", None, POLICY, two, config=ClientConfig(upload=False, clock=clock))
     try:
         a.record("page", TRUE)
         assert a.flush(10) and a.stats()["recorded"] == 1
@@ -481,12 +475,14 @@ def test_an_app_update_cannot_redraw_and_two_processes_agree_on_one_pin(tmp_path
     finally:
         a.close()
         b.close()
-    c = TelemetryClient(tmp_path / "s", None, POLICY, copy.deepcopy(two), upload=False, clock=clock)
+    c = TelemetryClient(
+        tmp_path / "s", None, POLICY, copy.deepcopy(two), config=ClientConfig(upload=False, clock=clock)
+    )
     try:
         assert c.errors()["metric_refused"] == 1 and "page" not in c.metrics
     finally:
         c.close()
-    d = TelemetryClient(tmp_path / "s", None, POLICY, one, upload=False, clock=clock)
+    d = TelemetryClient(tmp_path / "s", None, POLICY, one, config=ClientConfig(upload=False, clock=clock))
     try:
         assert d.errors()["metric_refused"] == 0 and "page" in d.metrics
     finally:

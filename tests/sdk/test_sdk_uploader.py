@@ -15,8 +15,9 @@ from client_sdk.outbox import Outbox
 from client_sdk.store import Store
 from client_sdk.upload.backoff import BackoffPolicy
 from client_sdk.upload.uploader import HttpRequest, HttpResponse, Uploader, parse_retry_after, urllib_transport
+from ldp_core.days import utc_day
 from ldp_core.mechanisms.grr import GRRSpec
-from ldp_core.metrics import parse_metrics, utc_day
+from ldp_core.metrics import parse_metrics
 from ldp_core.wire.frames import decode_frame, read_header
 from tests.support.sdk_collector import collector_factory  # noqa: F401  (fixture)
 

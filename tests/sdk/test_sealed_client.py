@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from client_sdk import TelemetryClient
+from client_sdk import ClientConfig, TelemetryClient
 from client_sdk.policy import LocalPolicy
 from ldp_core.metrics import FORMAT
 from ldp_core.wire.frames import decode_frame, read_header
@@ -51,7 +51,7 @@ def test_the_client_seals_a_sealed_metric_and_the_collector_takes_it(
     _, key = new_key_file(tmp_path / "keys")
     doc = _doc(key.public.to_dict())
     col = collector_factory(metrics=doc)
-    c = TelemetryClient(tmp_path / "sdk", col.url, POLICY, doc, batch_size=5, batch_max_age=0.0)
+    c = TelemetryClient(tmp_path / "sdk", col.url, POLICY, doc, config=ClientConfig(batch_size=5, batch_max_age=0.0))
     try:
         for _ in range(10):
             c.record("color", "red")
@@ -78,7 +78,13 @@ def test_a_rotated_key_from_the_collector_is_used_for_the_next_batches(
     bundled = _doc(old.public.to_dict())
     served = copy.deepcopy(_doc(new.public.to_dict(), old.public.to_dict()))  # the new key first, the old retired
     col = collector_factory(metrics=served)
-    c = TelemetryClient(tmp_path / "sdk", col.url, POLICY, bundled, batch_size=4, batch_max_age=0.0, fetch_metrics=True)
+    c = TelemetryClient(
+        tmp_path / "sdk",
+        col.url,
+        POLICY,
+        bundled,
+        config=ClientConfig(batch_size=4, batch_max_age=0.0, fetch_metrics=True),
+    )
     try:
         deadline = time.monotonic() + 20
         while c._sealing.get("color") != new.public and time.monotonic() < deadline:

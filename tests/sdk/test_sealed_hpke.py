@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-import json
-import pathlib
 from typing import Any
 
 import pytest
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 
 from ldp_core.wire import hpke
+from tests.support.vectors import load_vectors
 
-VECTORS = json.loads((pathlib.Path(__file__).parents[1] / "vectors" / "hpke_rfc9180.json").read_text())["vectors"]
+VECTORS = load_vectors("hpke_rfc9180.json")["vectors"]
 
 
 def h(x: str) -> bytes:

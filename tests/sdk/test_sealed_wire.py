@@ -29,8 +29,9 @@ from ldp_core.wire.sealing import (
     seal_batch,
     sealed_info,
 )
+from tests.support.vectors import load_vectors
 
-VECTOR = json.loads((pathlib.Path(__file__).parents[1] / "vectors" / "sealed_frame.json").read_text())
+VECTOR = load_vectors("sealed_frame.json")
 SPEC = spec_from_dict({"mechanism": "olh", "epsilon": 1.0, "domain_size": 1024})
 
 
@@ -117,8 +118,9 @@ def test_a_sealed_frame_of_the_wrong_width_is_refused() -> None:
 def _as(spec: Any, spec_id: str) -> Any:
     # a resolver that claims the frame's id for another layout (what a stale metrics file would do)
     class Claim(type(spec)):  # type: ignore[misc]
-        def has_id(self, sid: str) -> bool:
-            return True
+        @property
+        def spec_id(self) -> str:
+            return spec_id
 
     return Claim(**spec.params())
 

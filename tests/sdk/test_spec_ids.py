@@ -1,8 +1,8 @@
-"""spec_id: RFC 8785 canonical form, test vectors checked by an independent implementation, legacy ids.
+"""spec_id: RFC 8785 canonical form, test vectors checked by an independent implementation, memo derivation ids.
 
-``tests/vectors/spec_ids.json`` holds, for a spec of every mechanism, its dict,
+``ldp_core/vectors/spec_ids.json`` holds, for a spec of every mechanism, its dict,
 its canonical bytes and its id, plus number, string and key-order vectors.
-Those were computed by node (``tests/vectors/jcs.js``: ``JSON.stringify`` of
+Those were computed by node (``tests/sdk/jcs.js``: ``JSON.stringify`` of
 the value with its keys sorted, which is RFC 8785's form, and node's SHA-256),
 not by :mod:`ldp_core.canonical`. ``test_vectors_agree_with_node`` re-runs
 node on the file here, so the file cannot drift from the standard either;
@@ -25,9 +25,10 @@ import pytest
 from ldp_core.canonical import CanonicalizationError, canonical_json, canonical_number
 from ldp_core.errors import SpecError
 from ldp_core.mechanisms import MECHANISMS, make_spec, spec_from_dict
+from tests.support.vectors import load_vectors
 
-VECTORS_DIR = Path(__file__).resolve().parents[1] / "vectors"
-VECTORS = json.loads((VECTORS_DIR / "spec_ids.json").read_text(encoding="utf-8"))
+VECTORS = load_vectors("spec_ids.json")
+JCS = Path(__file__).resolve().parent / "jcs.js"
 
 
 def node_canonical(values: list[Any]) -> list[tuple[str, str]]:
@@ -35,7 +36,7 @@ def node_canonical(values: list[Any]) -> list[tuple[str, str]]:
     node = shutil.which("node")
     assert node is not None, "node is required for the independent RFC 8785 check (install nodejs)"
     out = subprocess.run(
-        [node, str(VECTORS_DIR / "jcs.js")],
+        [node, str(JCS)],
         input=json.dumps(values),
         capture_output=True,
         text=True,
@@ -65,16 +66,15 @@ def test_spec_matches_vector(v: dict[str, Any]) -> None:
     assert spec.to_dict() == v["spec"]
     assert spec.canonical_bytes() == v["canonical"].encode("utf-8")
     assert spec.spec_id == v["spec_id"] == hashlib.sha256(v["canonical"].encode()).hexdigest()[:16]
-    assert spec.legacy_spec_id == v["legacy_spec_id"]
-    assert spec.spec_ids == (v["spec_id"], v["legacy_spec_id"])
-    assert spec.has_id(v["spec_id"]) and spec.has_id(v["legacy_spec_id"]) and not spec.has_id("0" * 16)
+    assert spec.memo_derivation_id == v["memo_derivation_id"]
+    assert not hasattr(spec, "spec_ids") and not hasattr(spec, "has_id")  # one id names a spec
 
 
-def test_legacy_ids_are_the_old_golden_ids() -> None:
-    """The v0 ids that tests/test_wire.py froze before the change are the legacy ids now."""
-    assert make_spec("grr", epsilon=1.0, domain_size=4).legacy_spec_id == "26c35ef1fe813001"
-    assert make_spec("grr", epsilon=2.0, domain_size=1024).legacy_spec_id == "1e432c2896943cfb"
-    assert make_spec("rr", epsilon=0.5).legacy_spec_id == "6bdd76e2ff273ccf"
+def test_memo_derivation_ids_are_frozen() -> None:
+    """The memo derivation ids key memoized device state: they must never change."""
+    assert make_spec("grr", epsilon=1.0, domain_size=4).memo_derivation_id == "26c35ef1fe813001"
+    assert make_spec("grr", epsilon=2.0, domain_size=1024).memo_derivation_id == "1e432c2896943cfb"
+    assert make_spec("rr", epsilon=0.5).memo_derivation_id == "6bdd76e2ff273ccf"
 
 
 @pytest.mark.parametrize("v", VECTORS["numbers"], ids=lambda v: v["canonical"])
@@ -119,7 +119,7 @@ def test_equal_specs_have_equal_ids_whatever_the_input_types() -> None:
 
 
 def _write_part(root: Path, metric: str, day: int, spec: Any, records: np.ndarray, spec_id: str, first: int) -> Path:
-    """A part file as the sink writes it, under ``spec_id`` (the legacy id: a part written before the change)."""
+    """A part file as the sink writes it, but named and tagged with ``spec_id``."""
     import pyarrow as pa
 
     from pipeline.dataset import FORMAT, part_name, records_to_table, write_table_atomic
@@ -146,59 +146,45 @@ def _write_part(root: Path, metric: str, day: int, spec: Any, records: np.ndarra
     return path
 
 
-def test_legacy_id_part_files_still_decode_and_add_up(tmp_path: Path) -> None:
-    """A Parquet part named and tagged with the legacy id reads, and counts together with a
-    part of the same spec under its current id (one spec, not two, for ``ldp estimate``)."""
-    from estimator.jobs.batch import estimate_dataset
-    from pipeline.dataset import list_parts, read_part
+def test_a_part_file_under_another_id_than_its_specs_is_refused(tmp_path: Path) -> None:
+    """A Parquet part named and tagged with the memo derivation id does not read: a part carries its spec_id."""
+    from pipeline.dataset import DatasetError, list_parts, read_part
 
     spec = make_spec("grr", epsilon=1.0, domain_size=4)
-    assert spec.spec_id != spec.legacy_spec_id
+    assert spec.spec_id != spec.memo_derivation_id
     rng = np.random.default_rng(3)
-    old = spec.encode(rng.integers(0, 4, 300), rng)
-    new = spec.encode(rng.integers(0, 4, 200), rng)
-    _write_part(tmp_path, "m", 5, spec, old, spec.legacy_spec_id, 0)
-    _write_part(tmp_path, "m", 5, spec, new, spec.spec_id, 1)
-    parts = list_parts(tmp_path, "m")
-    assert sorted(p.spec_id for p in parts) == sorted(spec.spec_ids)
-    for p in parts:
-        data = read_part(p)
-        assert data.spec == spec
-    assert read_part(parts[0].path).records.size in (200, 300)
-    for chosen in (None, spec.spec_id, spec.legacy_spec_id):
-        res = estimate_dataset(tmp_path, "m", spec_id=chosen, progress=False)
-        assert res.n == 500 and res.spec.spec_id == spec.spec_id and res.files == 2
+    _write_part(tmp_path, "m", 5, spec, spec.encode(rng.integers(0, 4, 300), rng), spec.memo_derivation_id, 0)
+    (part,) = list_parts(tmp_path, "m")
+    with pytest.raises(DatasetError, match="its name says"):
+        read_part(part)
 
 
-def test_legacy_id_streaming_state_still_loads() -> None:
-    """A streaming state entry written under the legacy id loads (it is the same spec)."""
-    from estimator.service import KeyState, Tally
+def test_a_streaming_state_entry_under_another_id_is_refused() -> None:
+    from estimator.service import Tally
 
     spec = make_spec("grr", epsilon=2.0, domain_size=8)
     rng = np.random.default_rng(4)
     t = Tally()
     t.add("m", 3, spec, spec.encode(rng.integers(0, 8, 50), rng), None)
     items = t.to_json_obj()
-    items[0]["spec_id"] = spec.legacy_spec_id
-    back = Tally.from_json_obj(items)
-    assert back.n == 50 and isinstance(next(iter(back.keys.values())), KeyState)
-    items[0]["spec_id"] = "0" * 16
+    assert Tally.from_json_obj(items).n == 50
+    items[0]["spec_id"] = spec.memo_derivation_id
     with pytest.raises(Exception, match="says spec"):
         Tally.from_json_obj(items)
 
 
-def test_rappor_device_randomness_is_unchanged_by_the_id_change() -> None:
-    """RAPPOR's cohort and permanent bits stay keyed by the legacy id: a device that upgrades keeps
-    its PRR (re-drawing it would hand an observer a second independent PRR of each value)."""
+def test_rappor_device_randomness_is_keyed_by_the_memo_derivation_id() -> None:
+    """RAPPOR's cohort and permanent bits are keyed by the memo derivation id, not the spec id: a change of the
+    id scheme keeps every device's PRR (re-drawing it would hand an observer a second independent PRR)."""
     import hmac
     import struct
 
     spec = make_spec("rappor", epsilon=4.0, domain_size=128, num_bits=64, num_hashes=2, num_cohorts=16)
-    assert spec.spec_id != spec.legacy_spec_id
+    assert spec.spec_id != spec.memo_derivation_id
     secret = bytes(range(32))
     block = hmac.new(
         secret,
-        b"ldp-telemetry/rappor/cohort/v1\x00" + bytes.fromhex(spec.legacy_spec_id) + struct.pack("<Q", 0),
+        b"ldp-telemetry/rappor/cohort/v1\x00" + bytes.fromhex(spec.memo_derivation_id) + struct.pack("<Q", 0),
         hashlib.sha256,
     ).digest()
     assert spec.cohort_of(secret) == int.from_bytes(block[:8], "little") % 16

@@ -7,8 +7,9 @@ size, record count (u32 each), 16-byte batch id, metric, records, CRC-32 (zlib)
 of everything before it, all little-endian; the spec id is the first 16 hex
 digits of SHA-256 over the spec's RFC 8785 canonical JSON (sorted keys, no
 spaces, ECMAScript numbers: ``1``, not ``1.0``; the canonical strings and ids
-come from ``tests/vectors/spec_ids.json``, computed by node). The frames with
-the legacy (v0) ids, frozen before the ids followed RFC 8785, must still decode.
+come from ``ldp_core/vectors/spec_ids.json``, computed by node). The frames with
+the same frames under the spec's memo derivation id (the pre-RFC 8785 hash that keys
+memoized device state) are refused: a frame carries only ``spec_id``.
 They are frozen as hex literals so that any change to the format, the spec id
 or the record layout shows up here. ``test_golden_frames_follow_documented_layout``
 rebuilds each literal with :mod:`struct`, :mod:`zlib` and :mod:`hashlib` from
@@ -49,15 +50,15 @@ PROPERTY = settings(max_examples=40, deadline=None, derandomize=True, suppress_h
 
 # -- golden vectors (frozen; see the module docstring) ------------------------------
 GOLDEN_SPEC_ID_GRR_2_1024 = "83bc72bce7d80e21"
-LEGACY_SPEC_ID_GRR_2_1024 = "1e432c2896943cfb"
+MEMO_DERIVATION_ID_GRR_2_1024 = "1e432c2896943cfb"
 
 GOLDEN_FRAMES: list[dict[str, Any]] = [
     {
         "spec": GRRSpec(epsilon=1.0, domain_size=4),
         "canonical": '{"domain_size":4,"epsilon":1,"mechanism":"grr"}',
         "spec_id": "9542bc7bcacd3a7f",
-        "legacy_canonical": '{"domain_size":4,"epsilon":1.0,"mechanism":"grr"}',
-        "legacy_spec_id": "26c35ef1fe813001",
+        "memo_derivation_canonical": '{"domain_size":4,"epsilon":1.0,"mechanism":"grr"}',
+        "memo_derivation_id": "26c35ef1fe813001",
         "metric": "app.emoji",
         "day": 19723,
         "batch_id": bytes(range(16)),
@@ -65,15 +66,15 @@ GOLDEN_FRAMES: list[dict[str, Any]] = [
         "record_bytes": bytes([2, 0, 3, 1]),
         "hex": "4c445042010009009542bc7bcacd3a7f0b4d00000100000004000000000102030405060708090a0b0c0d0e0f"
         "6170702e656d6f6a6902000301f7d12e1d",
-        "legacy_hex": "4c4450420100090026c35ef1fe8130010b4d00000100000004000000000102030405060708090a0b0c0d0e0f"
+        "memo_id_hex": "4c4450420100090026c35ef1fe8130010b4d00000100000004000000000102030405060708090a0b0c0d0e0f"
         "6170702e656d6f6a690200030162bc0425",
     },
     {
         "spec": GRRSpec(epsilon=2.0, domain_size=1024),
         "canonical": '{"domain_size":1024,"epsilon":2,"mechanism":"grr"}',
         "spec_id": GOLDEN_SPEC_ID_GRR_2_1024,
-        "legacy_canonical": '{"domain_size":1024,"epsilon":2.0,"mechanism":"grr"}',
-        "legacy_spec_id": LEGACY_SPEC_ID_GRR_2_1024,
+        "memo_derivation_canonical": '{"domain_size":1024,"epsilon":2.0,"mechanism":"grr"}',
+        "memo_derivation_id": MEMO_DERIVATION_ID_GRR_2_1024,
         "metric": "search.lang",
         "day": 20000,
         "batch_id": bytes(range(16, 32)),
@@ -81,15 +82,15 @@ GOLDEN_FRAMES: list[dict[str, Any]] = [
         "record_bytes": struct.pack("<3H", 1023, 0, 513),
         "hex": "4c44504201000b0083bc72bce7d80e21204e00000200000003000000101112131415161718191a1b1c1d1e1f"
         "7365617263682e6c616e67ff03000001024e9403ff",
-        "legacy_hex": "4c44504201000b001e432c2896943cfb204e00000200000003000000101112131415161718191a1b1c1d1e1f"
+        "memo_id_hex": "4c44504201000b001e432c2896943cfb204e00000200000003000000101112131415161718191a1b1c1d1e1f"
         "7365617263682e6c616e67ff03000001025a485fe4",
     },
     {
         "spec": BinaryRRSpec(epsilon=0.5),
         "canonical": '{"domain_size":2,"epsilon":0.5,"mechanism":"rr"}',
         "spec_id": "6bdd76e2ff273ccf",
-        "legacy_canonical": '{"domain_size":2,"epsilon":0.5,"mechanism":"rr"}',
-        "legacy_spec_id": "6bdd76e2ff273ccf",  # no float with a ".0": the id did not change
+        "memo_derivation_canonical": '{"domain_size":2,"epsilon":0.5,"mechanism":"rr"}',
+        "memo_derivation_id": "6bdd76e2ff273ccf",  # no float with a ".0": equal to the spec id
         "metric": "flag",
         "day": 0,
         "batch_id": bytes(16),
@@ -97,7 +98,7 @@ GOLDEN_FRAMES: list[dict[str, Any]] = [
         "record_bytes": bytes([1]),
         "hex": "4c445042010004006bdd76e2ff273ccf0000000001000000010000000000000000000000000000000000000066"
         "6c6167012c874d8d",
-        "legacy_hex": "4c445042010004006bdd76e2ff273ccf0000000001000000010000000000000000000000000000000000000066"
+        "memo_id_hex": "4c445042010004006bdd76e2ff273ccf0000000001000000010000000000000000000000000000000000000066"
         "6c6167012c874d8d",
     },
 ]
@@ -159,9 +160,9 @@ def test_spec_id_golden() -> None:
 def test_spec_id_is_sha256_of_canonical_json(g: dict[str, Any]) -> None:
     assert g["spec"].canonical_bytes() == g["canonical"].encode()
     assert hashlib.sha256(g["canonical"].encode()).hexdigest()[:16] == g["spec_id"] == g["spec"].spec_id
-    assert json.dumps(g["spec"].to_dict(), sort_keys=True, separators=(",", ":")) == g["legacy_canonical"]
-    assert hashlib.sha256(g["legacy_canonical"].encode()).hexdigest()[:16] == g["legacy_spec_id"]
-    assert g["spec"].legacy_spec_id == g["legacy_spec_id"]
+    assert json.dumps(g["spec"].to_dict(), sort_keys=True, separators=(",", ":")) == g["memo_derivation_canonical"]
+    assert hashlib.sha256(g["memo_derivation_canonical"].encode()).hexdigest()[:16] == g["memo_derivation_id"]
+    assert g["spec"].memo_derivation_id == g["memo_derivation_id"]
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -201,31 +202,31 @@ def test_golden_frames_follow_documented_layout(g: dict[str, Any]) -> None:
         spec_id, g["metric"].encode(), g["day"], size, len(g["values"]), g["batch_id"], g["record_bytes"]
     )
     assert rebuilt.hex() == g["hex"]
-    legacy_id = hashlib.sha256(g["legacy_canonical"].encode()).hexdigest()[:16]
-    legacy = layout_frame(
-        legacy_id, g["metric"].encode(), g["day"], size, len(g["values"]), g["batch_id"], g["record_bytes"]
+    memo_id = hashlib.sha256(g["memo_derivation_canonical"].encode()).hexdigest()[:16]
+    under_memo_id = layout_frame(
+        memo_id, g["metric"].encode(), g["day"], size, len(g["values"]), g["batch_id"], g["record_bytes"]
     )
-    assert legacy.hex() == g["legacy_hex"]
+    assert under_memo_id.hex() == g["memo_id_hex"]
     assert HEADER_SIZE == 44
 
 
-@pytest.mark.parametrize("g", GOLDEN_FRAMES, ids=lambda g: g["metric"])
-def test_legacy_id_frames_still_decode(g: dict[str, Any]) -> None:
-    """A frame an old device made (legacy spec id) decodes under the spec, a catalog or a resolver,
-    binary and JSON; re-encoding it writes the current id."""
+@pytest.mark.parametrize(
+    "g", [g for g in GOLDEN_FRAMES if g["memo_derivation_id"] != g["spec_id"]], ids=lambda g: g["metric"]
+)
+def test_frames_under_the_memo_derivation_id_are_refused(g: dict[str, Any]) -> None:
+    """The memo derivation id is no spec id: a frame carrying it decodes under no spec, catalog or resolver,
+    binary or JSON."""
     from pipeline.catalog import SpecCatalog
 
     spec = g["spec"]
     catalog = SpecCatalog(specs=[(g["metric"], spec)])
     for resolver in (spec, catalog, lambda metric, spec_id: spec):
-        back = decode_frame(bytes.fromhex(g["legacy_hex"]), resolver)
-        assert back.spec == spec and back.records[back.records.dtype.names[0]].tolist() == g["values"]
-        assert encode_frame(back).hex() == g["hex"]
+        with pytest.raises(SpecMismatchError):
+            decode_frame(bytes.fromhex(g["memo_id_hex"]), resolver)
     obj = json.loads(encode_json(golden_batch(g)))
-    obj["spec_id"] = g["legacy_spec_id"]
-    assert decode_json(json.dumps(obj).encode(), catalog).spec == spec
+    obj["spec_id"] = g["memo_derivation_id"]
     with pytest.raises(SpecMismatchError):
-        decode_frame(bytes.fromhex(g["legacy_hex"]), GRRSpec(1.0, 5))
+        decode_json(json.dumps(obj).encode(), catalog)
 
 
 def test_golden_json() -> None:
@@ -377,7 +378,8 @@ def test_spec_resolution_mismatch() -> None:
     with pytest.raises(SpecMismatchError, match="expected"):
         decode_frame(FRAME, lambda metric, spec_id: GRRSpec(1.0, 5))
     assert decode_frame(FRAME, {SPEC.spec_id: SPEC}).spec == SPEC
-    assert decode_frame(bytes.fromhex(G["legacy_hex"]), {SPEC.legacy_spec_id: SPEC}).spec == SPEC
+    with pytest.raises(SpecMismatchError, match="unknown spec_id"):
+        decode_frame(bytes.fromhex(G["memo_id_hex"]), {SPEC.spec_id: SPEC})
     assert decode_frame(FRAME, lambda metric, spec_id: SPEC).spec == SPEC
 
 

@@ -13,7 +13,8 @@ from typing import Any
 import numpy as np
 import uvicorn
 
-from ldp_core.metrics import MetricSet, load_metrics, utc_day
+from ldp_core.days import utc_day
+from ldp_core.metrics import MetricSet, load_metrics
 from ldp_core.wire.frames import ReportBatch
 from pipeline.transport import Consumer, RecordPosition, TopicError, Transport, TransportError
 

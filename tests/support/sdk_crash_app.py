@@ -15,7 +15,7 @@ import argparse
 import json
 import time
 
-from client_sdk.client import TelemetryClient
+from client_sdk.client import ClientConfig, TelemetryClient
 from client_sdk.policy import LocalPolicy
 from client_sdk.upload.backoff import BackoffPolicy
 
@@ -52,10 +52,12 @@ def main() -> None:
         args.url,
         LocalPolicy(per_metric_daily=cap, total_daily=cap),
         metrics_doc(args.count),
-        batch_size=args.batch_size,
-        batch_max_age=0.0,
-        upload_timeout=10.0,
-        backoff=BackoffPolicy(base=0.05, max_delay=0.5),
+        config=ClientConfig(
+            batch_size=args.batch_size,
+            batch_max_age=0.0,
+            upload_timeout=10.0,
+            backoff=BackoffPolicy(base=0.05, max_delay=0.5),
+        ),
     )
     start = sum(d.metrics["seq"].reports for d in client.privacy_history() if "seq" in d.metrics)
     print(f"START {start}", flush=True)

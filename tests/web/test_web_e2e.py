@@ -22,8 +22,9 @@ from typing import Any
 import httpx
 import numpy as np
 
+from ldp_core.days import utc_day
 from ldp_core.mechanisms import frequency_spec
-from ldp_core.metrics import parse_metrics, utc_day
+from ldp_core.metrics import parse_metrics
 from simulator.stack import LocalPipeline
 from tests.web.node_support import run_tsx
 

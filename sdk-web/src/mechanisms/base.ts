@@ -3,13 +3,13 @@
  *
  * A spec is a frozen, validated value: ε, the domain size and its own parameters, in the
  * Python dataclass's field order. Its `specId` is the first 16 hex digits of SHA-256 over the
- * RFC 8785 form of `toDict()`; `legacySpecId` is the id scheme v0 (Python's `json.dumps` with
- * sorted keys), which keys RAPPOR's device-side derivations. A record is a fixed-width
+ * RFC 8785 form of `toDict()`; `memoDerivationId` (Python's `memo_derivation_id`: `json.dumps`
+ * with sorted keys) keys the device-side derivations of memoized state and never travels. A record is a fixed-width
  * little-endian struct ({@link RecordField}s); `encodeOne` privatizes one domain index into
  * one record's bytes, drawing from an explicit {@link RandomSource}.
  */
 import { sha256 } from "@noble/hashes/sha2.js";
-import { canonicalJson, legacyJson, type JsonValue, type LegacyField } from "../canonical.js";
+import { canonicalJson, memoDerivationJson, type JsonValue, type MemoDerivationField } from "../canonical.js";
 import { DomainError, SpecError } from "../errors.js";
 import { utf8 } from "../hashing.js";
 import type { RandomSource } from "../random.js";
@@ -27,7 +27,7 @@ export interface RecordField {
   readonly nbits?: number;
 }
 
-/** A spec parameter: its value and whether Python holds it as a float (for the legacy id). */
+/** A spec parameter: its value and whether Python holds it as a float (for the memo derivation id). */
 export interface Param {
   readonly value: string | number;
   readonly float?: boolean;
@@ -86,7 +86,7 @@ export abstract class MechanismSpec {
   abstract readonly name: string;
   readonly epsilon: number;
   readonly domainSize: number;
-  private ids?: { specId: string; legacySpecId: string; canonical: string };
+  private ids?: { specId: string; memoDerivationId: string; canonical: string };
 
   protected constructor(name: string, epsilon: unknown, domainSize: unknown) {
     this.epsilon = requireEpsilon(name, epsilon);
@@ -112,15 +112,15 @@ export abstract class MechanismSpec {
     return out;
   }
 
-  private computeIds(): { specId: string; legacySpecId: string; canonical: string } {
+  private computeIds(): { specId: string; memoDerivationId: string; canonical: string } {
     if (!this.ids) {
       const canonical = canonicalJson(this.toDict());
-      const legacy: Record<string, LegacyField> = { mechanism: { value: this.name } };
-      for (const [k, p] of this.params()) legacy[k] = { value: p.value, float: p.float ?? false };
+      const memo: Record<string, MemoDerivationField> = { mechanism: { value: this.name } };
+      for (const [k, p] of this.params()) memo[k] = { value: p.value, float: p.float ?? false };
       this.ids = {
         canonical,
         specId: hex(sha256(utf8(canonical))).slice(0, 16),
-        legacySpecId: hex(sha256(utf8(legacyJson(legacy)))).slice(0, 16),
+        memoDerivationId: hex(sha256(utf8(memoDerivationJson(memo)))).slice(0, 16),
       };
     }
     return this.ids;
@@ -136,13 +136,13 @@ export abstract class MechanismSpec {
     return this.computeIds().specId;
   }
 
-  /** The id under scheme v0 (Python's `json.dumps(sort_keys=True)`), accepted by every reader. */
-  get legacySpecId(): string {
-    return this.computeIds().legacySpecId;
-  }
-
-  hasId(id: string): boolean {
-    return id === this.specId || id === this.legacySpecId;
+  /**
+   * The key of this spec's memoized device state (memo key, RAPPOR's cohort and permanent bits):
+   * 16 hex digits of SHA-256 over Python's `json.dumps(toDict(), sort_keys=True)`, as Python's
+   * `memo_derivation_id`. Never sent and never accepted as a spec id; it must never change.
+   */
+  get memoDerivationId(): string {
+    return this.computeIds().memoDerivationId;
   }
 
   abstract get recordFields(): readonly RecordField[];

@@ -8,9 +8,9 @@
  *
  * **Memoized** ({@link RapporSpec.encodeMemoized}, what the client uses): the device's cohort and
  * each value's PRR are pure functions of a per-metric key, derived with an HMAC-SHA256 keystream
- * (key, label ‖ 0x00 ‖ legacy spec id ‖ [value int64 LE] ‖ counter uint64 LE), so the same
+ * (key, label ‖ 0x00 ‖ memo derivation id ‖ [value int64 LE] ‖ counter uint64 LE), so the same
  * (key, spec, value) always has the same permanent bits and nothing is stored; the IRR is fresh.
- * The per-metric key is keyed BLAKE2b of `metric ‖ 0x00 ‖ legacy spec id` under the 32-byte device
+ * The per-metric key is keyed BLAKE2b of `metric ‖ 0x00 ‖ memo derivation id` under the 32-byte device
  * secret (personalization "ldp-prr-v1"), as client_sdk/memo.py.
  *
  * {@link RapporSpec.encodeOne} is the batch encoder of simulations: a fresh cohort and PRR per
@@ -260,7 +260,7 @@ export class RapporSpec extends MechanismSpec {
     const memo = hex(key);
     const hit = this.cohorts.get(memo);
     if (hit !== undefined) return hit;
-    const ks = new Keystream(key, LABEL_COHORT, fromHex(this.legacySpecId));
+    const ks = new Keystream(key, LABEL_COHORT, fromHex(this.memoDerivationId));
     const m = BigInt(this.numCohorts);
     const two64 = 1n << 64n;
     const limit = two64 - (two64 % m);
@@ -293,7 +293,7 @@ export class RapporSpec extends MechanismSpec {
     const bloom = new Uint8Array(nbytes);
     for (const j of this.bloomPositions(v, this.cohortOf(key))) bloom[j >>> 3] = (bloom[j >>> 3] as number) | (1 << (j & 7));
     const ctx = new Uint8Array(16);
-    ctx.set(fromHex(this.legacySpecId));
+    ctx.set(fromHex(this.memoDerivationId));
     new DataView(ctx.buffer).setBigInt64(8, BigInt(v), true);
     const ks = new Keystream(key, LABEL_PRR, ctx);
     const fake = ks.bernoulli(this.f, k);

@@ -37,7 +37,8 @@ from estimator.fl.rounds import FederatedClient, run_rounds
 from estimator.fl.strategies import FedAvg, Scaffold
 from ldp_core.fl.errors import FLError
 from ldp_core.fl.models import MLP, accuracy
-from ldp_core.fl.personalization import DittoSpec, MoonSpec, PerFedAvgSpec, Personalization, personalized_params
+from ldp_core.fl.personalization import DittoSpec, MoonSpec, PerFedAvgSpec, Personalization
+from ldp_core.fl.personalized_training import personalized_params
 from ldp_core.fl.training import LocalTraining
 from simulator.scenarios.fl.drift import DriftConfig, ScheduledSampling, make_drift_clients
 

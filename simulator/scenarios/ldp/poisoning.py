@@ -238,7 +238,7 @@ def _attack_collector(
     from client_sdk.upload.uploader import FRAME_CONTENT_TYPE
     from collector.http.app import create_app
     from collector.settings import CollectorSettings
-    from ldp_core.metrics import utc_day
+    from ldp_core.days import utc_day
     from ldp_core.tokens.privacy_pass import authorization_header
     from ldp_core.wire.frames import ReportBatch, decode_frame, encode_frame
     from pipeline.topics import RAW_TOPIC

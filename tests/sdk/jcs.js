@@ -1,4 +1,5 @@
-// Independent RFC 8785 check for tests/sdk/test_spec_ids.py: JSON.stringify of a value whose
+// Independent RFC 8785 check for tests/sdk/test_spec_ids.py (ldp_core/vectors/spec_ids.json):
+// JSON.stringify of a value whose
 // object keys were sorted (Array.prototype.sort compares UTF-16 code units) is the JCS form.
 // stdin: a JSON array of values; stdout: a JSON array of [canonical string, sha256 hex].
 "use strict";

@@ -1,0 +1,101 @@
+"""The shuffler's settings: :class:`ShufflerSettings`, a frozen value validated at construction, read from
+``$LDP_SHUFFLER_<FIELD>`` (and the shared day window's ``$LDP_MAX_DAY_AGE`` / ``$LDP_MAX_DAYS_AHEAD``)."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+from collector.errors import ConfigError
+from ldp_core.days import DAY_WINDOW_ENV, DEFAULT_MAX_DAY_AGE, DEFAULT_MAX_DAYS_AHEAD, DayWindow
+from pipeline.settings import check_names, check_ranges, check_topics, settings_from_env
+from pipeline.topics import DEFAULT_PARTITIONS, RAW_TOPIC, SHUFFLED_TOPIC, SHUFFLER_STATE_TOPIC
+
+__all__ = ["ShufflerSettings", "ENV_PREFIX", "DEFAULT_KEY_PATH"]
+
+#: prefix of the environment variables :meth:`ShufflerSettings.from_env` reads (``LDP_SHUFFLER_MIN_BATCH``, ...)
+ENV_PREFIX = "LDP_SHUFFLER_"
+#: the shuffler's secret (checkpoint encryption and dedup digests), created 0600 on first use
+DEFAULT_KEY_PATH = "ldp-data/shuffler.key"
+
+
+@dataclasses.dataclass(frozen=True)
+class ShufflerSettings:
+    """How the shuffler batches and checkpoints.
+
+    ``min_batch`` is the crowd threshold: no batch smaller than it is ever
+    released. ``max_batch`` (and ``max_batch_bytes``) cap a released batch;
+    a group is released whole when it can be cut into batches within both
+    bounds, else as full ``max_batch`` batches with the (random) remainder
+    kept. ``checkpoint_interval`` is the time between transactions (the
+    added latency); ``max_pending_reports`` forces one earlier.
+    ``max_day_age``, ``max_days_ahead`` are the collector's window of days
+    (:mod:`ldp_core.days`; also from ``$LDP_MAX_DAY_AGE`` /
+    ``$LDP_MAX_DAYS_AHEAD``) and a group is kept ``expiry_grace_days`` past
+    it. ``key_file`` is the shuffler's secret (created 0600 if missing; the
+    same file for every member of the group).
+    """
+
+    min_batch: int = 1000
+    max_batch: int = 1 << 16
+    max_batch_bytes: int = 4 << 20
+    raw_topic: str = RAW_TOPIC
+    shuffled_topic: str = SHUFFLED_TOPIC
+    state_topic: str = SHUFFLER_STATE_TOPIC
+    partitions: int = DEFAULT_PARTITIONS
+    group: str = "ldp-shuffler"
+    member: str = "shuffler-0"
+    checkpoint_interval: float = 1.0
+    max_pending_reports: int = 1 << 22
+    dedup_window: int = 16384
+    max_day_age: int = DEFAULT_MAX_DAY_AGE
+    max_days_ahead: int = DEFAULT_MAX_DAYS_AHEAD
+    expiry_grace_days: int = 1
+    key_file: str = DEFAULT_KEY_PATH
+    refresh_interval: float = 6 * 3600.0
+    restore_timeout: float = 120.0
+    session_timeout: float = 10.0
+    poll_records: int = 500
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.key_file, str) or not self.key_file:
+            raise ConfigError("key_file must be a file path")
+        check_ranges(
+            self,
+            {
+                "min_batch": (1, 1 << 24),
+                "max_batch": (1, 1 << 24),
+                "max_batch_bytes": (1024, 1 << 30),
+                "partitions": (1, 10_000),
+                "max_pending_reports": (1, 1 << 40),
+                "dedup_window": (0, 1 << 24),
+                "max_day_age": (0, 3660),
+                "max_days_ahead": (0, 366),
+                "expiry_grace_days": (0, 366),
+                "poll_records": (1, 1 << 20),
+                # seconds
+                "checkpoint_interval": (0.001, 1e9),
+                "refresh_interval": (0.001, 1e9),
+                "restore_timeout": (0.001, 1e9),
+                "session_timeout": (0.001, 1e9),
+            },
+        )
+        if self.max_batch < self.min_batch:
+            raise ConfigError(f"max_batch ({self.max_batch}) must be at least min_batch ({self.min_batch})")
+        check_topics(self, "raw_topic", "shuffled_topic", "state_topic")
+        topics = (self.raw_topic, self.shuffled_topic, self.state_topic)
+        if len(set(topics)) != 3:
+            raise ConfigError(f"the raw, shuffled and state topics must differ, got {topics}")
+        check_names(self, "group", "member")
+
+    @property
+    def day_window(self) -> DayWindow:
+        """The shared window of days (:mod:`ldp_core.days`): the collector's, plus ``expiry_grace_days``."""
+        return DayWindow(self.max_day_age, self.max_days_ahead, self.expiry_grace_days)
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> ShufflerSettings:
+        """``overrides`` (``None``: not given) over ``$LDP_SHUFFLER_<FIELD>`` over the defaults; the day window
+        also from the shared ``$LDP_MAX_DAY_AGE`` / ``$LDP_MAX_DAYS_AHEAD``."""
+        return settings_from_env(cls, ENV_PREFIX, environ, overrides, aliases=DAY_WINDOW_ENV)
