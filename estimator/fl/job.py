@@ -34,25 +34,25 @@ The checkpoint's form, and how a restore finds the newest one and checks it
 against the group's committed offsets, are :mod:`estimator.fl.checkpoint`;
 the consume loop (rewinds, the transaction, the commit) is the shared
 :class:`pipeline.processor.StreamProcessor`; this module holds the job's
-settings, its per-upload step, what each checkpoint publishes, and its phases.
+settings and its lifecycle (join, restore, step, commit, what each checkpoint
+publishes) and wires the parts of a round together: an upload's checks
+(:mod:`estimator.fl.uploads`), the phases (:mod:`estimator.fl.phases`), the
+release of a round's aggregate (:mod:`estimator.fl.release`), the ε figures
+(:mod:`estimator.fl.privacy`) and what the job shows (:mod:`estimator.fl.status`).
 
 Records: checkpoints and round states are chunked documents
 (:mod:`pipeline.fl_records`) of at most ``JobSettings.max_record_bytes``
 each, all chunks in the commit's transaction; a restore loads only a
 complete, consistent set (and still checks its offsets against the group's).
 
-Idempotence of uploads: ids are content-derived and bind the round. The same
-id again in the current round is a **duplicate** (a retry, or a second
-collector's copy): counted in ``duplicates``, changing nothing. An id accepted
-in one of the last :data:`REPLAY_WINDOW` rounds, re-sent later, is refused as
-``replayed``; any other upload for another round as ``stale_round``.
+Idempotence of uploads: a re-sent upload of the current round is a
+**duplicate** (counted, changing nothing); one accepted in a recent round is
+refused as ``replayed`` (:mod:`estimator.fl.uploads`).
 """
 
 from __future__ import annotations
 
-import base64
 import dataclasses
-import hashlib
 import json
 import logging
 import math
@@ -64,24 +64,20 @@ from typing import Any
 import numpy as np
 
 from estimator.errors import JobStateError
-from estimator.fl.aggregators import AggregateResult, Aggregator, RoundContext
+from estimator.fl.aggregator_specs import FLAccountant
+from estimator.fl.aggregators import Aggregator, RoundContext
 from estimator.fl.checkpoint import CheckpointLog, JobState
-from estimator.fl.checkpoint import json_float as _f
-from estimator.fl.dp import FLTRUST_OPERATOR_SEES, AdaptiveClippingDP, epsilon_by_adversary
+from estimator.fl.dp import AdaptiveClippingDP
 from estimator.fl.ftrl import DPFTRL
-from estimator.fl.task import FLAccountant, FLTaskSpec
+from estimator.fl.phases import Move, next_move, open_round
+from estimator.fl.privacy import PrivacyFigures
+from estimator.fl.release import close_plain, close_secagg, record_release
+from estimator.fl.status import ProcessorCounters, public_stats, round_state, status_document
+from estimator.fl.task import FLTaskSpec
+from estimator.fl.uploads import take_upload
 from ldp_core.files import write_atomic
-from ldp_core.fl.errors import FLError, SecAggError, UpdateRejected
-from ldp_core.fl.personalization import personalization_to_dict
-from ldp_core.fl.protocol import (
-    RoundState,
-    Upload,
-    check_upload_against,
-    encode_vector,
-    parse_upload,
-    verify_upload_auth,
-)
-from ldp_core.fl.training import ClientUpdate
+from ldp_core.fl.errors import FLError
+from ldp_core.fl.protocol import RoundState
 from ldp_core.randomness import secure_generator
 from pipeline.errors import ConfigError
 from pipeline.fl_records import DEFAULT_MAX_RECORD_BYTES, MIN_RECORD_BYTES, encode_chunks, pack_document
@@ -99,18 +95,13 @@ __all__ = [
     "JobSettings",
     "JobStateError",
     "AggregationJob",
-    "REPLAY_WINDOW",
     "ENV_PREFIX",
 ]
 
 log = logging.getLogger("ldp.fl.job")
 
-#: rounds whose accepted upload ids the job keeps, to count a re-sent old upload as ``replayed``
-REPLAY_WINDOW = 16
 #: environment variables of :meth:`JobSettings.from_env`: ``LDP_FL_JOB_<FIELD>``
 ENV_PREFIX = "LDP_FL_JOB_"
-#: the keys of a round's record that the public counters show (none depends on the sample)
-_PUBLIC_ROUND_KEYS = ("round", "epsilon", "noise_stddev", "clip_norm")
 
 
 class _Rewind(Exception):
@@ -234,9 +225,7 @@ class AggregationJob(StreamProcessor):
         self._last_commit = 0.0
         self._last_status = 0.0
         self._published_stats: dict[str, Any] | None = None
-        self._by_adversary: tuple[int, list[dict[str, Any]]] | None = None  # (rounds accounted, figures)
-        self._sample_level: tuple[int, dict[str, Any]] | None = None  # (rounds released, figures)
-        self._sample_figures: dict[int, dict[str, Any]] = {}
+        self._privacy = PrivacyFigures(spec, self.payload_size)
 
     # -- lifecycle ------------------------------------------------------------------------------
     def open(self) -> None:
@@ -321,7 +310,7 @@ class AggregationJob(StreamProcessor):
         if rec.key is not None and rec.key != self.key:
             return None
         self._dirty = True
-        self._on_upload(rec.value)
+        take_upload(self._st, self.spec, self.payload_size, self.clock, rec.value)
         return None
 
     def reset(self, partitions: Collection[TopicPartition] | None) -> None:
@@ -490,133 +479,19 @@ class AggregationJob(StreamProcessor):
         if self._stale:
             self._restore()
 
-    # -- rounds and phases ------------------------------------------------------------------------
+    # -- rounds: what the job does with each phase's move ------------------------------------------------
     def _public_stats(self) -> dict[str, Any]:
-        """The counters every collector serves to anyone (``/status``, every round view). Nothing that
-        depends on the round's sample: no accepted, rejected or duplicate counts, no realized client count,
-        no survivor lists, no failure reason (those stay in the operator's :meth:`status`); the sampling
-        amplification the accountant credits assumes an observer who does not know the sample; the figures
-        for the other adversaries (``epsilon_by_adversary``) depend only on public task parameters."""
-        st = self._st
-        last = st.history[-1] if st.history else None
-        out = {
-            "epsilon": _f(st.epsilon),
-            "delta": self.spec.delta if self.spec.clip_norm is not None else None,
-            "rounds_done": len(st.history),
-            "last_round": None if last is None else {k: last[k] for k in _PUBLIC_ROUND_KEYS if k in last},
-            "aggregator": self.spec.aggregator.kind,
-            "epsilon_by_adversary": self._epsilon_by_adversary(),
-        }
-        if self.spec.local_dp_sgd is not None:
-            out["sample_level"] = self._sample_level_privacy()
-        if last is not None and "failed" in last:
-            out["last_round"]["failed"] = True
-        if st.clip_norm is not None:
-            out["clip_norm"] = st.clip_norm
-        return out
+        """The counters every collector serves (:func:`~estimator.fl.status.public_stats`)."""
+        return public_stats(self.spec, self._st, self._epsilon_by_adversary(), self._sample_level_privacy())
 
     def _epsilon_by_adversary(self) -> list[dict[str, Any]] | None:
-        """ε against each adversary (:func:`estimator.fl.dp.epsilon_by_adversary`; None without DP): a
-        function of the task's public parameters (sampling, population, δ, σ) and of how many rounds
-        were released, never of the realized sample, so the public stats may carry it. Cached per
-        number of accounted rounds (the status is written every 0.1 s; PLD is not free)."""
-        acc = self._accountant
-        if acc is None:
-            return None
-        if self._by_adversary is None or self._by_adversary[0] != acc.rounds:
-            st = self._st  # its ε is the accountant's epsilon() when it covers the same rounds
-            fresh = acc.rounds and st.epsilon is not None and len(st.noise_history) == acc.rounds
-            observer = st.epsilon if fresh else None
-            if self.spec.noise is not None:  # distributed noise: the server operator gets a figure too
-                from estimator.fl.ddg_accounting import ddg_epsilon_by_adversary
+        return self._privacy.by_adversary(self._accountant, self._st)
 
-                figures = ddg_epsilon_by_adversary(self._ddg_accountant(acc.rounds), self.spec.secagg_threshold)
-            else:
-                sees = FLTRUST_OPERATOR_SEES if self.spec.aggregator.kind == "fltrust" else None  # DP-FLTrust
-                figures = epsilon_by_adversary(
-                    acc, secagg=bool(self.spec.secagg), observer=observer, operator_sees=sees
-                )
-            for a in figures:
-                a["epsilon"] = _f(a["epsilon"])
-            self._by_adversary = (acc.rounds, figures)
-        return [dict(a) for a in self._by_adversary[1]]
-
-    def _sample_level_privacy(self) -> dict[str, Any]:
-        """The devices' sample-level ε (task option ``local_dp_sgd``) beside the client-level figures: per round,
-        so far (a device may have joined every released round) and for the whole task (every round), all worst
-        cases over devices from public task parameters only (no device's participation). Cached per round count."""
-        done = len(self._st.history)
-        if self._sample_level is None or self._sample_level[0] != done:
-            spec = self.spec
-            task = self._sample_figure(spec.rounds, add_remove=True)
-            per_round, so_far = self._sample_figure(1), self._sample_figure(done)
-            self._sample_level = (
-                done,
-                {
-                    "epsilon": _f(so_far["epsilon"]),
-                    "neighbors": "replace one example (a device's example count is public)",
-                    "rounds": done,
-                    "epsilon_per_round": _f(per_round["epsilon"]),
-                    "epsilon_task": _f(task["epsilon"]),
-                    "epsilon_task_add_remove": _f(task["epsilon_add_remove"]),
-                    "epsilon_task_add_remove_rdp": _f(task["epsilon_add_remove_rdp"]),
-                    "task_rounds": spec.rounds,
-                    "delta": spec.delta,
-                    "local_dp_sgd": dict(spec.local_dp_sgd or {}),
-                    "worst_case": "a device that took part in every round",
-                    "protects": "one training example of one device, against anyone who sees that device's "
-                    "update, the server included; the client-level epsilon protects a whole device's data "
-                    "against those who see the models",
-                },
-            )
-        return dict(self._sample_level[1])
-
-    def _sample_figure(self, rounds: int, add_remove: bool = False) -> dict[str, Any]:
-        """:meth:`FLTaskSpec.sample_level_privacy` for ``rounds``, computed once per count (PLD takes ~1 s);
-        the add/remove figures only when asked (the task's total)."""
-        have = self._sample_figures.get(rounds)
-        if have is None or (add_remove and "epsilon_add_remove" not in have):
-            fig = self.spec.sample_level_privacy(rounds, add_remove=add_remove)
-            assert fig is not None
-            self._sample_figures[rounds] = fig
-        return self._sample_figures[rounds]
+    def _sample_level_privacy(self) -> dict[str, Any] | None:
+        return self._privacy.sample_level(len(self._st.history))
 
     def _round_state(self) -> RoundState:
-        st = self._st
-        cfg = self.strategy.configure(st.round, st.params)
-        return RoundState(
-            task=self.spec.task,
-            seq=st.seq,
-            round=st.round,
-            phase=st.phase,
-            rounds=self.spec.rounds,
-            model=dict(self.spec.model),
-            params=st.params,
-            algorithm=cfg.algorithm,
-            training=dataclasses.asdict(cfg.training),
-            prox_mu=cfg.prox_mu,
-            control=cfg.control,
-            clip_norm=self.spec.device_clip_norm,
-            selected=tuple(st.selected),
-            opened_at=st.opened_at,
-            deadline=st.deadline,
-            secagg=st.secagg,
-            indices=dict(st.indices),
-            adverts=dict(st.adverts) if st.phase in ("share", "masked", "unmask") else {},
-            inbox=st.inbox if st.phase == "masked" else {},
-            survivors=tuple(st.survivors) if st.phase in ("consistency", "unmask") else (),
-            dropped=tuple(st.dropped) if st.phase in ("consistency", "unmask") else (),
-            stats=self._public_stats(),
-            enrollment_key=self.spec.authority_key,
-            task_config=self._task_config(),
-            advert_auth=dict(st.advert_auth) if st.phase in ("share", "masked", "consistency", "unmask") else {},
-            consistency=dict(st.consistency) if st.phase == "unmask" else {},
-            personalization=personalization_to_dict(cfg.personalization),
-        )
-
-    def _task_config(self) -> dict[str, Any] | None:
-        sig = self.spec.task_signature
-        return None if sig is None else {"config": self.spec.signed_config(), "signature": sig}
+        return round_state(self.spec, self._st, self.strategy, self._public_stats())
 
     def _set_phase(self, phase: str, timeout: float) -> None:
         st = self._st
@@ -626,64 +501,18 @@ class AggregationJob(StreamProcessor):
         st.deadline = st.opened_at + timeout
         self._outbox.append(self._round_state())
 
-    def _open_round(self, r: int) -> None:
-        st = self._st
-        spec = self.spec
-        if st.seen:  # the closing round's accepted ids, to recognise a replay of one of them later
-            st.past_ids[st.round] = sorted(st.seen)
-        st.past_ids = {k: v for k, v in st.past_ids.items() if r - REPLAY_WINDOW <= k < r}
-        st.round = r
-        st.updates, st.seen, st.adverts, st.shares, st.inbox, st.reveals = {}, set(), {}, {}, {}, {}
-        st.advert_auth, st.consistency, st.commitments = {}, {}, {}
-        st.survivors, st.dropped, st.masked_sum, st.secagg, st.indices = [], [], None, None, {}
-        if r >= spec.rounds:
-            st.selected = []
-            self._set_phase("done", 0.0)
-            return
-        st.selected = [str(c) for c in self.sampling.sample(list(spec.clients), self._rng)]
-        if spec.secagg and self._ftrl is not None:  # a masked sum cannot drop a repeat: leave it out of the round
-            st.selected = self._ftrl.eligible(st.selected)
-        if not spec.secagg:
-            self._set_phase("train", spec.round_timeout)
-            return
-        if len(st.selected) < 3:
-            self._fail_round(f"secure aggregation needs at least 3 clients, {len(st.selected)} were sampled")
-            return
-        from estimator.fl.secagg_server import default_degree, make_config
-        from ldp_core.fl.secagg import Quantizer
+    def _apply(self, move: Move) -> None:
+        """Fail the round, release it, or enter the move's phase (publishing the new round state)."""
+        if move.fail is not None:
+            self._fail_round(move.fail)
+        elif move.close:
+            self._close_round()
+        else:
+            assert move.phase is not None
+            self._set_phase(move.phase, move.timeout)
 
-        n = len(st.selected)
-        deg = default_degree(n) if spec.secagg_degree is None else min(spec.secagg_degree, n - 1)
-        t = spec.secagg_threshold
-        if t is not None:  # the signed t: devices refuse any other, and any degree k >= 2t
-            ok = [k for k in range(t, min(2 * t - 1, n - 1) + 1) if k == n - 1 or k % 2 == 0]
-            if not ok:
-                self._fail_round(f"no neighbour graph on {n} clients has a degree k with t = {t} <= k < 2t")
-                return
-            deg = max([k for k in ok if k <= deg] or [min(ok)])
-        ddg = None if spec.noise is None else spec.noise.build(spec, self.payload_size)
-        comp = spec.build_compression()
-        length = self.payload_size if ddg is None else ddg.padded_dim  # DDG rotates a power-of-two padding
-        if comp is not None:  # b-bit codes summed in Z_{2^ring_bits} (issue 18), padded when rotated
-            length = comp.length(self.payload_size)
-        cfg = make_config(r, n, length, self._rng, deg, t)
-        q = Quantizer.for_clients(n, float(spec.clip_norm))  # type: ignore[arg-type]
-        st.indices = {c: i + 1 for i, c in enumerate(st.selected)}
-        st.secagg = {
-            "num_clients": n,
-            "neighbors": {str(u): list(vs) for u, vs in cfg.neighbors.items()},
-            "threshold": cfg.threshold,
-            "vector_length": cfg.vector_length,
-            "clip_range": q.clip_range,
-            "scale": q.scale,
-            "max_clients": q.max_clients,
-        }
-        if ddg is not None:  # the rotation is public (the server inverts it); the devices' noise is not
-            st.secagg["ddg"] = {"rotation_seed": int(self._rng.integers(0, 2**62)), "bits": ddg.bits}
-        if comp is not None:  # the rotation seed is public; the devices pack their words ring_bits each
-            st.secagg["compression"] = {"rotation_seed": int(self._rng.integers(0, 2**62)), **comp.to_dict()}
-        st.masked_sum = np.zeros(length, np.uint32)
-        self._set_phase("advertise", spec.phase_timeout)
+    def _open_round(self, r: int) -> None:
+        self._apply(open_round(self._st, self.spec, r, self.sampling, self._rng, self._ftrl, self.payload_size))
 
     def _fail_round(self, reason: str) -> None:
         log.warning("round %d of task %s failed: %s", self._st.round, self.spec.task, reason)
@@ -691,58 +520,15 @@ class AggregationJob(StreamProcessor):
         self._open_round(self._st.round + 1)
 
     def _advance(self) -> None:
-        """Move through every phase whose condition holds: all expected uploads in, or the deadline passed."""
+        """Move through every phase that is over: all expected uploads in, or the deadline passed."""
         for _ in range(16):
             st = self._st
             if st.phase == "done":
                 return
-            late = self.clock() >= st.deadline
-            if st.phase == "train":
-                if not (late or set(st.updates) >= set(st.selected)):
-                    return
-                self._close_plain()
-            elif st.phase == "advertise":
-                if not (late or len(st.adverts) == len(st.selected)):
-                    return
-                if len(st.adverts) < int(st.secagg["threshold"]) + 1:  # type: ignore[index]
-                    self._fail_round(f"only {len(st.adverts)} clients advertised keys")
-                else:
-                    self._set_phase("share", self.spec.phase_timeout)
-            elif st.phase == "share":
-                if not (late or set(st.shares) >= set(st.adverts)):
-                    return
-                inbox: dict[int, dict[int, bytes]] = {}
-                for u, per in st.shares.items():
-                    for v, ct in per.items():
-                        inbox.setdefault(v, {})[u] = ct
-                st.inbox, st.shares = inbox, {}
-                st.survivors = []
-                st.secagg["sharers"] = sorted(set().union(*[set(per) for per in inbox.values()]) if inbox else set())  # type: ignore[index]
-                self._set_phase("masked", self.spec.phase_timeout)
-            elif st.phase == "masked":
-                sharers = set(st.secagg["sharers"])  # type: ignore[index]
-                if not (late or set(st.survivors) >= sharers):
-                    return
-                if len(st.survivors) < int(st.secagg["threshold"]):  # type: ignore[index]
-                    self._fail_round(f"only {len(st.survivors)} masked inputs arrived")
-                    continue
-                st.dropped = sorted(sharers - set(st.survivors))
-                st.survivors = sorted(st.survivors)
-                st.inbox = {}
-                st.consistency = {}
-                self._set_phase("consistency", self.spec.phase_timeout)
-            elif st.phase == "consistency":
-                if not (late or set(st.consistency) >= set(st.survivors)):
-                    return
-                if len(st.consistency) < int(st.secagg["threshold"]) + 1:  # type: ignore[index]
-                    # each survivor reveals only with t signatures from *other* survivors
-                    self._fail_round(f"only {len(st.consistency)} survivors signed the survivor set")
-                    continue
-                self._set_phase("unmask", self.spec.phase_timeout)
-            elif st.phase == "unmask":
-                if not (late or set(st.reveals) >= set(st.survivors)):
-                    return
-                self._close_secagg()
+            move = next_move(st, self.spec, late=self.clock() >= st.deadline)
+            if move is None:
+                return
+            self._apply(move)
 
     def _ctx(self) -> RoundContext:
         return RoundContext(
@@ -753,284 +539,41 @@ class AggregationJob(StreamProcessor):
             params=self._st.params,  # the model the round's clients started from (FLTrust's root update)
         )
 
-    def _finish_round(self, res: AggregateResult, extra: dict[str, Any]) -> None:
+    def _close_round(self) -> None:
+        """Release the round (:mod:`estimator.fl.release`), or fail it, then open the next one."""
         st = self._st
-        ctx_expected = self.sampling.expected_clients(len(self.spec.clients))
-        if self.spec.algorithm == "scaffold":
-            self.strategy.control = None if st.control is None else st.control.copy()  # type: ignore[attr-defined]
-        st.params = np.asarray(self.strategy.apply(st.params, res, ctx_expected / len(self.spec.clients)), np.float32)
-        if self.spec.algorithm == "scaffold":
-            st.control = np.asarray(self.strategy.control, np.float32)  # type: ignore[attr-defined]
-        if self.spec.clip_norm is not None:
-            st.noise_history.append(float(self.spec.noise_multiplier))
-            if "epsilon" in res.info:
-                st.epsilon = float(res.info["epsilon"])
-            elif self._accountant is not None:
-                st.epsilon = self._accountant.epsilon()
-        info = {k: v for k, v in res.info.items() if isinstance(v, (int, float, str, dict, list)) or v is None}
-        info.pop("epsilon", None)
-        selected = info.get("selected")
-        if isinstance(selected, list):  # Krum's kept client ids would reveal part of the sample
-            info.pop("selected")
-            info["kept"] = len(selected)
-        trust = info.get("trust_scores")
-        if isinstance(trust, dict):  # FLTrust's scores by client id: kept as a sorted list, without the ids
-            info["trust_scores"] = sorted((float(t) for t in trust.values()), reverse=True)
-        if self._adaptive is not None:
-            st.clip_norm = float(self._adaptive.clip_norm)
-        rec = {"round": st.round, "clients": res.num_clients, "epsilon": _f(st.epsilon), **extra, **info}
-        st.history.append(rec)
+        if st.phase == "train":
+            assert self._aggregator is not None
+            out = close_plain(st, self._aggregator, self._ctx())
+        else:
+            out = close_secagg(st, self.spec, self.payload_size, self._ctx(), self._accountant, self._ftrl)
+        if isinstance(out, str):
+            self._fail_round(out)
+            return
+        expected = self.sampling.expected_clients(len(self.spec.clients))
+        record_release(st, self.spec, self.strategy, out, expected, self._accountant, self._adaptive)
         self._open_round(st.round + 1)
-
-    def _close_plain(self) -> None:
-        st = self._st
-        ups = [ClientUpdate(c, st.round, st.updates[c][1], st.updates[c][2]) for c in st.selected if c in st.updates]
-        assert self._aggregator is not None
-        try:
-            res = self._aggregator.aggregate(ups, self._ctx())
-        except FLError as exc:  # a robust wrapper with too few updates for its f: nothing is released
-            self._fail_round(f"aggregation refused the round: {exc}")
-            return
-        self._finish_round(res, {})
-
-    def _close_secagg(self) -> None:
-        from estimator.fl.secagg_server import SecAggServer
-        from ldp_core.fl.secagg import KeyAdvert, Quantizer, SecAggConfig, Share
-
-        st = self._st
-        sa = st.secagg
-        assert sa is not None and st.masked_sum is not None
-        cfg = SecAggConfig(
-            st.round,
-            int(sa["num_clients"]),
-            {int(u): tuple(vs) for u, vs in sa["neighbors"].items()},
-            int(sa["threshold"]),
-            int(sa["vector_length"]),
-        )
-        server = SecAggServer.resume(
-            cfg,
-            {u: KeyAdvert(u, a, b) for u, (a, b) in st.adverts.items()},
-            set(sa["sharers"]),
-            set(st.survivors),
-            st.masked_sum,
-        )
-        reveals = {u: {v: (k, Share(x, y, t)) for v, (k, x, y, t) in per.items()} for u, per in st.reveals.items()}
-        noise = self.spec.noise
-        if "ddg" in sa and noise is not None and len(st.survivors) < noise.shares(self.spec):
-            # fewer noise shares than the accountant assumes: the operator does not even unmask this sum
-            self._fail_round(f"only {len(st.survivors)} survivors: fewer than {noise.shares(self.spec)} noise shares")
-            return
-        try:
-            total = server.finish(reveals, st.commitments)
-        except SecAggError as exc:
-            self._fail_round(f"unmasking failed: {exc}")
-            return
-        if server.bad_shares:
-            st.rejected["bad_share"] += server.bad_shares
-            log.warning("round %d: %d revealed shares did not match their commitments", st.round, server.bad_shares)
-        ctx = self._ctx()
-        if "ddg" in sa and noise is not None:
-            self._close_ddg(total, int(sa["ddg"]["rotation_seed"]), ctx)
-            return
-        comp = self.spec.build_compression()
-        if comp is not None and "compression" in sa:  # fedavg only: the task refuses other aggregators with it
-            # σ relative to the codes' sensitivity (the bound B every honest device enforces, C + Δ·√D with
-            # unbiased rounding, or the clipped sketch's), added where that bound holds: on the decoded codes, or
-            # on the summed sketch before unsketching (RingQuantization / RingCountSketch.release)
-            sensitivity = comp.sensitivity(float(self.spec.clip_norm), self.payload_size)  # type: ignore[arg-type]
-            sd = float(self.spec.noise_multiplier) * sensitivity
-            seed = int(sa["compression"]["rotation_seed"])
-            noisy = comp.release(total, len(st.survivors), seed, self.payload_size, sd, ctx.rng)
-            res = self._gaussian_result(noisy, sd, ctx, len(st.survivors))
-        else:
-            q = Quantizer(float(sa["clip_range"]), float(sa["scale"]), int(sa["max_clients"]))
-            s = q.decode_sum(total)
-            if self._ftrl is not None:  # DP-FTRL: the tree's increment on the unmasked sum (central noise)
-                by_index = {i: c for c, i in st.indices.items()}
-                res = self._ftrl.release_sum(s, [by_index[u] for u in st.survivors], ctx)
-            else:  # σ relative to C, so the accountant's ε holds
-                sd = float(self.spec.noise_multiplier) * float(self.spec.clip_norm)  # type: ignore[arg-type]
-                noisy = s + (ctx.rng.normal(0.0, sd, size=s.shape) if sd > 0 else 0.0)
-                res = self._gaussian_result(noisy, sd, ctx, len(st.survivors))
-        # the digest of the un-noised sum is an integrity record for the operator's audit, kept in the checkpoint
-        # only: published, it would let anyone who knows the other inputs test a hypothesis about one client's
-        # update with certainty (issue 13), voiding the DP guarantee of the noised release
-        st.audit[st.round] = hashlib.sha256(total.astype("<u4").tobytes()).hexdigest()
-        st.audit = {r: h for r, h in st.audit.items() if r > st.round - REPLAY_WINDOW}
-        self._finish_round(res, {"secagg_survivors": list(st.survivors), "secagg_dropped": list(st.dropped)})
-
-    def _gaussian_result(self, noisy: np.ndarray, sd: float, ctx: RoundContext, survivors: int) -> AggregateResult:
-        """A SecAgg round's central-noise release (the noised sum over the expected count), told to the accountant."""
-        if self._accountant is not None:
-            self._accountant.record(self.spec.noise_multiplier)
-        return AggregateResult(
-            noisy / ctx.expected_clients,
-            ctx.expected_clients,
-            survivors,
-            {"noise_stddev": sd, "clip_norm": self.spec.clip_norm},
-        )
-
-    def _ddg_accountant(self, rounds: int) -> Any:
-        """The distributed-DG accountant after ``rounds`` released rounds (every round has the same public spec)."""
-        from estimator.fl.ddg_accounting import DDGAccountant
-
-        noise = self.spec.noise
-        assert noise is not None
-        acc = DDGAccountant(self.spec.delta)
-        spec = noise.build(self.spec, self.payload_size)
-        for _ in range(rounds):
-            acc.record(spec, noise.shares(self.spec))
-        return acc
-
-    def _close_ddg(self, total: np.ndarray, rotation_seed: int, ctx: RoundContext) -> None:
-        """Release a distributed-DG round: the unmasked sum mod 2^bits already carries the devices' noise;
-        the server only decodes it (nothing is added, nothing un-noised was ever in its hands)."""
-        st = self._st
-        noise = self.spec.noise
-        assert noise is not None
-        spec = noise.build(self.spec, self.payload_size)
-        s = spec.decode_sum(total.astype(np.int64), rotation_seed)
-        if self._accountant is not None:
-            self._accountant.record(self.spec.noise_multiplier)
-        acc = self._ddg_accountant(len(st.noise_history) + 1)
-        info = {
-            "noise_stddev": math.sqrt(spec.noise_variance()),
-            "clip_norm": self.spec.clip_norm,
-            "noise": noise.kind,
-            "bits": spec.bits,
-            "modular_clipping_bound": acc.modular_clipping_bound(),
-            "epsilon": acc.epsilon(),
-        }
-        res = AggregateResult(s / ctx.expected_clients, ctx.expected_clients, len(st.survivors), info)
-        self._finish_round(res, {"secagg_survivors": list(st.survivors), "secagg_dropped": list(st.dropped)})
-
-    # -- uploads --------------------------------------------------------------------------------
-    def _on_upload(self, value: bytes) -> None:
-        st = self._st
-        try:
-            u = parse_upload(value, payload_size=self.payload_size)
-            if u.task != self.spec.task:
-                return
-            verify_upload_auth(u, self.spec.authority_key, self.clock())  # the topic is not trusted either
-            if u.upload_id in st.seen:  # a retry (or a second collector's copy) of an accepted upload: idempotent
-                st.duplicates[u.kind] += 1
-                log.info("duplicate of upload %s (round %d): already counted", u.upload_id, u.round)
-                return
-            if u.round < st.round and u.upload_id in st.past_ids.get(u.round, ()):
-                raise UpdateRejected(
-                    "replayed", f"upload {u.upload_id} was accepted in round {u.round}; the current round is {st.round}"
-                )
-            check_upload_against(u, self._round_state_light())
-            self._accept(u)
-        except UpdateRejected as exc:
-            st.rejected[exc.reason] += 1
-            log.info("rejected an upload (%s): %s", exc.reason, exc)
-            return
-        st.seen.add(u.upload_id)
-        st.accepted[u.kind] += 1
-
-    def _round_state_light(self) -> RoundState:
-        st = self._st
-        return RoundState(
-            task=self.spec.task,
-            seq=st.seq,
-            round=st.round,
-            phase=st.phase,
-            rounds=self.spec.rounds,
-            model=self.spec.model,
-            params=st.params,
-            selected=tuple(st.selected),
-            secagg=st.secagg,
-            indices=st.indices,
-            adverts=st.adverts,
-            survivors=tuple(st.survivors),
-        )
-
-    def _accept(self, u: Upload) -> None:
-        st = self._st
-        if u.kind == "update":
-            if u.client_id in st.updates:
-                raise UpdateRejected("duplicate_client", f"{u.client_id} already uploaded in round {st.round}")
-            st.updates[u.client_id] = (
-                u.upload_id,
-                np.asarray(u.payload["vector"], np.float32),
-                int(u.payload["num_examples"]),
-            )
-            return
-        me = st.indices[u.client_id]
-        if u.kind == "advert":
-            if me in st.adverts:
-                raise UpdateRejected("duplicate_client", f"client {me} already advertised keys")
-            st.adverts[me] = (u.payload["share_key"], u.payload["mask_key"])
-            assert u.auth is not None  # verified in _on_upload
-            # peers check this signature themselves: the server cannot swap in keys of its own
-            st.advert_auth[me] = {"client_id": u.client_id, **u.auth}
-        elif u.kind == "shares":
-            if me in st.shares:
-                raise UpdateRejected("duplicate_client", f"client {me} already shared keys")
-            st.shares[me] = dict(u.payload["ciphertexts"])
-            if "commitments" in u.payload:
-                st.commitments[me] = dict(u.payload["commitments"])
-        elif u.kind == "masked":
-            if me in st.survivors:
-                raise UpdateRejected("duplicate_client", f"client {me} already sent its masked input")
-            if me not in set(st.secagg["sharers"]):  # type: ignore[index]
-                raise UpdateRejected("bad_secagg", f"client {me} did not share keys: its input could not be unmasked")
-            assert st.masked_sum is not None
-            st.masked_sum += u.payload["vector"]
-            st.survivors.append(me)
-        elif u.kind == "consistency":
-            from ldp_core.fl.secagg import SURVIVORS_TAG, survivors_message
-            from ldp_core.tokens.enrollment import Credential, verify_signature
-
-            if me in st.consistency:
-                raise UpdateRejected("duplicate_client", f"client {me} already signed the survivor set")
-            assert u.auth is not None  # verified in _on_upload
-            cred = Credential.from_dict(u.auth["credential"])
-            message = survivors_message(self.spec.task, st.round, st.survivors)
-            if not verify_signature(cred.public_key, u.payload["signature"], SURVIVORS_TAG, message):
-                raise UpdateRejected("bad_secagg", f"client {me}'s signature is not of this round's survivor set")
-            st.consistency[me] = {
-                "client_id": u.client_id,
-                "credential": u.auth["credential"],
-                "signature": base64.b64encode(u.payload["signature"]).decode(),
-            }
-        else:
-            if me in st.reveals:
-                raise UpdateRejected("duplicate_client", f"client {me} already revealed its shares")
-            st.reveals[me] = dict(u.payload["shares"])
 
     # -- status ---------------------------------------------------------------------------------
     def status(self) -> dict[str, Any]:
-        """The job's JSON status: round, phase, ε, counters (committed and pending), history."""
-        st = self._st
-        return {
-            "task": self.spec.task,
-            "round": st.round,
-            "phase": st.phase,
-            "seq": st.seq,
-            "rounds": self.spec.rounds,
-            "done": self.done,
-            "epsilon": _f(st.epsilon),
-            "delta": self.spec.delta if self.spec.clip_norm is not None else None,
-            "epsilon_by_adversary": self._epsilon_by_adversary(),
-            "sample_level": None if self.spec.local_dp_sgd is None else self._sample_level_privacy(),
-            "rejected": dict(st.rejected),
-            "accepted": dict(st.accepted),
-            "duplicates": dict(st.duplicates),
-            "clip_norm": st.clip_norm if st.clip_norm is not None else self.spec.device_clip_norm,
-            "incomplete_checkpoints": self.incomplete_checkpoints,
-            "received_this_round": len(st.seen),
-            "uncommitted": self._dirty,
-            "committed_offsets": {str(p): o for p, o in self._committed.items()},
-            "restores": self.restores,
-            "aborted_commits": self.aborted,
-            "history": st.history,
-            "params": encode_vector(st.params),
-            "state": self.run_state,  # readiness (pipeline.processor); `python -m pipeline.status FILE` checks it
-            "ready": self.ready,
-            "updated": round(time.time(), 3),
-        }
+        """The job's JSON status (:func:`~estimator.fl.status.status_document`)."""
+        counters = ProcessorCounters(
+            incomplete_checkpoints=self.incomplete_checkpoints,
+            uncommitted=self._dirty,
+            committed_offsets=self._committed,
+            restores=self.restores,
+            aborted_commits=self.aborted,
+            state=self.run_state,
+            ready=self.ready,
+        )
+        return status_document(
+            self.spec,
+            self._st,
+            done=self.done,
+            by_adversary=self._epsilon_by_adversary(),
+            sample_level=self._sample_level_privacy(),
+            counters=counters,
+        )
 
     def _write_status(self, force: bool = False) -> None:
         path = self.settings.status_path

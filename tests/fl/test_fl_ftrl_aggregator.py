@@ -7,11 +7,11 @@ import math
 import numpy as np
 import pytest
 
+from estimator.fl.aggregator_specs import DPFTRLSpec, aggregator_spec
 from estimator.fl.aggregators import RoundContext, ValidatingAggregator, WeightedMean
 from estimator.fl.dp import epsilon_by_adversary
 from estimator.fl.ftrl import DPFTRL, FtrlAccountant, ftrl_epsilon, tree_depth
 from estimator.fl.robust import CoordinateMedian
-from estimator.fl.task import DPFTRLSpec, aggregator_spec
 from ldp_core.fl.errors import FLError
 from ldp_core.fl.training import ClientUpdate
 from tests.support.fl_pipeline_support import task_spec
@@ -139,7 +139,7 @@ def test_wrapper_refuses_a_non_linear_inner_and_no_noise() -> None:
 def test_with_secagg_the_task_builds_the_tree_over_the_decoded_sensitivity() -> None:
     """secagg is accepted now; the node noise is z·(C + slack), slack = C·2⁻²³ + √d/s for the population's
     quantizer scale s (Quantizer.for_clients(8, C)), and ε per adversary is DP-FTRL's, none for the operator."""
-    from estimator.fl.task import secagg_quantization_slack
+    from estimator.fl.aggregator_specs import secagg_quantization_slack
     from ldp_core.fl.secagg import Quantizer
 
     spec = task_spec("ftrl-sa", 8, secagg=True, aggregator={"kind": "dp_ftrl", "restart_every": 2})
@@ -183,7 +183,7 @@ def test_a_decoded_secagg_contribution_stays_within_c_plus_slack_and_can_exceed_
     and the rounding both act on one coordinate), quantized for the population's cohort and decoded
     alone. Every decoded norm is below C + slack; some are above C + √d/s, so without the slack (or with
     the rounding's term only) the node noise would be below z times the true sensitivity."""
-    from estimator.fl.task import secagg_quantization_slack
+    from estimator.fl.aggregator_specs import secagg_quantization_slack
     from ldp_core.fl.secagg import Quantizer
 
     spec = task_spec("ftrl-sa", 8, secagg=True, aggregator={"kind": "dp_ftrl"})

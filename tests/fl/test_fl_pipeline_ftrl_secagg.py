@@ -21,8 +21,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
+from estimator.fl.aggregator_specs import secagg_quantization_slack
 from estimator.fl.ftrl import ftrl_epsilon
-from estimator.fl.task import secagg_quantization_slack
 from ldp_core.fl.protocol import parse_upload
 from ldp_core.fl.secagg import Quantizer
 from pipeline.transport import open_transport
