@@ -198,6 +198,28 @@ def test_no_import_circles() -> None:
     assert not found, "import circles:\n" + "\n".join(lines)
 
 
+#: the longest a product module may be, and a command module of the CLI (which only parses and wires)
+MAX_MODULE_LINES = 900
+MAX_COMMAND_LINES = 260
+
+
+def test_no_module_does_several_jobs() -> None:
+    """Size is a proxy, but a module of over 900 lines has always held several concerns here."""
+    long = {
+        str(f.relative_to(ROOT)): n
+        for package in ALLOWED
+        for f in module_files(package)
+        if (n := len(f.read_text().splitlines())) > MAX_MODULE_LINES
+    }
+    assert not long, f"modules over {MAX_MODULE_LINES} lines: {long}"
+    commands = {
+        str(f.relative_to(ROOT)): n
+        for f in sorted((ROOT / "ldp_cli" / "commands").rglob("*.py"))
+        if (n := len(f.read_text().splitlines())) > MAX_COMMAND_LINES
+    }
+    assert not commands, f"command modules over {MAX_COMMAND_LINES} lines (move the logic out of ldp_cli): {commands}"
+
+
 def test_the_walk_sees_lazy_and_dynamic_imports(tmp_path: pathlib.Path) -> None:
     probe = tmp_path / "probe.py"
     probe.write_text(

@@ -91,7 +91,6 @@ __all__ = [
     "FL_ROUNDS_TOPIC",
     "FL_UPDATES_TOPIC",
     "FL_STATE_TOPIC",
-    "FLTaskSpec",
     "JobSettings",
     "JobStateError",
     "AggregationJob",

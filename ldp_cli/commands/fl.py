@@ -91,7 +91,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run_job_cmd(args: argparse.Namespace) -> int:
-    from estimator.fl.job import AggregationJob, FLTaskSpec, JobSettings
+    from estimator.fl.job import AggregationJob, JobSettings
+    from estimator.fl.task import FLTaskSpec
     from ldp_core.fl.errors import FLError
     from pipeline.topics import FL_ROUNDS_TOPIC, FL_STATE_TOPIC, FL_UPDATES_TOPIC
     from pipeline.transport import open_transport

@@ -425,7 +425,7 @@ def test_task_spec_refuses_inconsistent_settings() -> None:
     with pytest.raises(FLError, match="exceeds"):
         task_spec("x", 3, sampling={"kind": "fixed", "count": 4})
     with pytest.raises(FLError, match="unknown task fields"):
-        from estimator.fl.job import FLTaskSpec
+        from estimator.fl.task import FLTaskSpec
 
         FLTaskSpec.from_dict({**task_spec("x", 4).to_dict(), "colour": "blue"})
 
