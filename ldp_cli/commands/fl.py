@@ -37,7 +37,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "with client-level DP, robust aggregators or optional secure aggregation, "
         "and resumes exactly where it stopped after a crash.",
     )
-    j.add_argument("--task", required=True, help="the task file (JSON of estimator.fl.job.FLTaskSpec)")
+    j.add_argument("--task", required=True, help="the task file (JSON of estimator.fl.task.FLTaskSpec)")
     add_transport(j)
     add_group(j, None, shown="ldp-fl-<task>")
     add_member(j, "fl-job-0", "member name; keep it across restarts")
