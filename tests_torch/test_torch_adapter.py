@@ -19,10 +19,10 @@ from torch import nn
 
 from client_sdk.fl.torch_adapter import TorchModel
 from estimator.fl.aggregators import WeightedMean
-from estimator.fl.rounds import FederatedClient, run_rounds
 from estimator.fl.sampling import FixedCountSampling
 from estimator.fl.strategies import FedAvg
 from ldp_core.fl import MLP, LocalTraining, LogisticRegression, ModelError, SoftmaxRegression, accuracy
+from simulator.rounds import FederatedClient, run_rounds
 
 torch.set_num_threads(1)
 

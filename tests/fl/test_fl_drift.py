@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 
 from estimator.fl.aggregators import WeightedMean
-from estimator.fl.rounds import FederatedClient, run_rounds
 from estimator.fl.sampling import FixedCountSampling
 from estimator.fl.strategies import FedAvg, Scaffold
 from ldp_cli.main import main
 from ldp_core.fl import FLError, LocalTraining, RoundConfig, train_client
+from simulator.rounds import FederatedClient, run_rounds
 from simulator.scenarios.fl.drift import DriftConfig, ScheduledSampling, run_drift
 
 DIM = 3

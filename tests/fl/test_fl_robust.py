@@ -7,10 +7,10 @@ import pytest
 
 from estimator.fl.aggregators import REJECTION_REASONS, RoundContext, ValidatingAggregator, WeightedMean
 from estimator.fl.robust import CoordinateMedian, Krum, TrimmedMean
-from estimator.fl.rounds import FederatedClient, run_rounds
 from estimator.fl.sampling import FixedCountSampling
 from estimator.fl.strategies import FedAvg
 from ldp_core.fl import ClientUpdate, FLError, LocalTraining, LogisticRegression
+from simulator.rounds import FederatedClient, run_rounds
 
 D = 50
 F = 3

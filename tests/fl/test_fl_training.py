@@ -10,7 +10,6 @@ import pytest
 from estimator.accounting.accountant import account, epsilon_pld, exact_gaussian_epsilon
 from estimator.fl.aggregators import RoundContext, WeightedMean
 from estimator.fl.dp import ClientLevelAccountant
-from estimator.fl.rounds import FederatedClient, run_rounds
 from estimator.fl.sampling import FixedCountSampling, PoissonSampling
 from estimator.fl.strategies import FedAvg, FedProx, Scaffold
 from ldp_core.fl import (
@@ -23,6 +22,7 @@ from ldp_core.fl import (
     train_client,
 )
 from ldp_core.privacy_events import GaussianEvent, SelfComposedEvent, sampled_gaussian_event
+from simulator.rounds import FederatedClient, run_rounds
 
 MODEL = LogisticRegression(4)
 

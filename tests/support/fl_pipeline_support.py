@@ -25,10 +25,10 @@ from client_sdk.fl.device import FLDevice
 from collector.http.app import create_app
 from collector.settings import CollectorSettings
 from estimator.fl.job import AggregationJob, JobSettings
-from estimator.fl.rounds import FederatedClient, run_rounds
 from estimator.fl.task import FLTaskSpec
 from ldp_core.fl.training import ClientUpdate, clip_to_norm
 from ldp_core.tokens.enrollment import DeviceIdentity, EnrollmentAuthority
+from simulator.rounds import FederatedClient, run_rounds
 from tests.support.collector_support import ServerThread, write_metrics
 
 __all__ = [

@@ -83,7 +83,6 @@ import numpy as np
 
 from estimator.fl.aggregators import ValidatingAggregator, WeightedMean
 from estimator.fl.dp import ClientLevelAccountant, FixedClippingDP
-from estimator.fl.rounds import FederatedClient, run_rounds
 from estimator.fl.sampling import PoissonSampling
 from estimator.fl.strategies import FedAvg
 from ldp_core.fl.client_round import train_client
@@ -91,6 +90,7 @@ from ldp_core.fl.errors import FLError
 from ldp_core.fl.models import SoftmaxRegression, accuracy
 from ldp_core.fl.training import LocalTraining, RoundConfig, clip_to_norm
 from ldp_core.privacy_events import GaussianEvent
+from simulator.rounds import FederatedClient, run_rounds
 
 __all__ = [
     "MembershipConfig",

@@ -43,12 +43,12 @@ from estimator.fl.checkpoint import json_float
 from estimator.fl.ddg_accounting import DDGAccountant, ddg_epsilon_by_adversary, noise_for_epsilon
 from estimator.fl.dp import ClientLevelAccountant, FixedClippingDP, epsilon_by_adversary
 from estimator.fl.ftrl import FtrlAccountant, TreeNoise, ftrl_epsilon_rdp, ftrl_noise_for_epsilon
-from estimator.fl.rounds import FederatedClient, run_rounds
 from estimator.fl.sampling import FixedCountSampling, PoissonSampling
 from estimator.fl.strategies import FedAvg
 from ldp_core.fl.ddg import DDGSpec
 from ldp_core.fl.models import LogisticRegression
 from ldp_core.fl.training import LocalTraining
+from simulator.rounds import FederatedClient, run_rounds
 
 __all__ = [
     "ClinicsConfig",

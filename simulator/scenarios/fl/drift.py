@@ -61,7 +61,6 @@ from estimator.fl.aggregators import (
 from estimator.fl.ddg_accounting import DDGAccountant, noise_for_epsilon
 from estimator.fl.dp import ClientLevelAccountant, FixedClippingDP
 from estimator.fl.ftrl import DPFTRL, FtrlAccountant, ftrl_noise_for_epsilon
-from estimator.fl.rounds import FederatedClient, run_rounds
 from estimator.fl.sampling import FixedCountSampling
 from estimator.fl.strategies import FedAvg, FedProx, Scaffold
 from ldp_core.fl.ddg import DDGSpec
@@ -69,6 +68,7 @@ from ldp_core.fl.errors import FLError, SecAggError
 from ldp_core.fl.models import SoftmaxRegression
 from ldp_core.fl.training import ClientUpdate, LocalTraining
 from simulator.plots import finish_axes, save_figure
+from simulator.rounds import FederatedClient, run_rounds
 
 __all__ = [
     "DDGMean",

@@ -33,7 +33,6 @@ import numpy as np
 from estimator.accounting.accountant import account
 from estimator.fl.aggregators import ValidatingAggregator, WeightedMean
 from estimator.fl.dp import ClientLevelAccountant, FixedClippingDP
-from estimator.fl.rounds import FederatedClient, run_rounds
 from estimator.fl.sampling import FixedCountSampling
 from estimator.fl.strategies import FedAvg
 from ldp_core.fl.dpsgd import DPSGDConfig
@@ -41,6 +40,7 @@ from ldp_core.fl.errors import FLError
 from ldp_core.fl.local_dpsgd import LocalDPSGDSpec
 from ldp_core.fl.models import SoftmaxRegression
 from simulator.plots import finish_axes, save_figure
+from simulator.rounds import FederatedClient, run_rounds
 from simulator.scenarios.fl.drift import DATA_NOTE, DriftConfig, ScheduledSampling, make_drift_data
 
 __all__ = ["LocalDPSGDConfig", "run_local_dpsgd", "plot_local_dpsgd", "report_lines"]

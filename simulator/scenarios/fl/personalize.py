@@ -33,13 +33,13 @@ import numpy as np
 
 from estimator.fl.aggregators import WeightedMean
 from estimator.fl.personalization import Ditto, Moon, PerFedAvg
-from estimator.fl.rounds import FederatedClient, run_rounds
 from estimator.fl.strategies import FedAvg, Scaffold
 from ldp_core.fl.errors import FLError
 from ldp_core.fl.models import MLP, accuracy
 from ldp_core.fl.personalization import DittoSpec, MoonSpec, PerFedAvgSpec, Personalization
 from ldp_core.fl.personalized_training import personalized_params
 from ldp_core.fl.training import LocalTraining
+from simulator.rounds import FederatedClient, run_rounds
 from simulator.scenarios.fl.drift import DriftConfig, ScheduledSampling, make_drift_clients
 
 __all__ = [
