@@ -37,7 +37,9 @@ in the store. A later definition of it that differs -- from the server or a
 new bundled file -- is refused (``metric_refused``, logged once), and the
 metric stops being reported until a definition equal to the pin is served
 again: it never gets a second permanent response (docs/SDK.md, "Pinned
-definitions").
+definitions"). Sealing is pinned too (:mod:`client_sdk.seal_pin`): records
+are sealed only to keys the bundled file names, and a served definition
+cannot unseal a metric the bundle declares sealed.
 
 **Configuration.** Four arguments say where the client keeps its state,
 which collector it talks to, what it may spend and what it records; everything
@@ -79,6 +81,7 @@ from client_sdk.memo import (
 )
 from client_sdk.outbox import DEFAULT_MAX_REPORTS, Outbox
 from client_sdk.policy import LocalPolicy, to_units
+from client_sdk.seal_pin import SealPin
 from client_sdk.store import Store
 from client_sdk.upload.backoff import BackoffPolicy
 from client_sdk.upload.uploader import HttpTransport, Uploader, urllib_transport
@@ -107,7 +110,9 @@ ERROR_TALLIES = (
     "closed",  # record() after close() (or in a child process forked from the app)
     "internal_error",  # a bug caught on the hot path or the recorder thread
     "storage_error",  # the database refused a write (disk full, locked too long)
-    "metric_refused",  # a metric definition above the local policy, or unlike its memoized metric's pin
+    "metric_refused",  # a definition above the local policy, unlike its memoized metric's pin, or unsealing
+    "unsealing_refused",  # a served definition that would report a metric the app declared sealed in plain
+    "analyzer_key_refused",  # a served analyzer key the app's bundled metrics file does not name
     "pin_conflict",  # reports dropped: their definition differs from the pin another process (or queue) set
     "metrics_fetch_failed",  # GET /v1/metrics failed or returned an invalid document
     "upload_failures",  # transient upload failures (each retried)
@@ -364,6 +369,7 @@ class TelemetryClient:
         self._sealing: dict[str, AnalyzerPublicKey] = {}
         self._outbox.sealer = self._seal
         self._refused: set[tuple[str, str]] = set()
+        self._seal_pin = SealPin(bundled, self._count)
         self._fetch = bool(config.fetch_metrics)
         self._refresh_interval = float(config.metrics_refresh_interval)
         self._next_refresh = 0.0
@@ -701,7 +707,7 @@ class TelemetryClient:
             except BudgetError as exc:
                 refused.append((m, str(exc)))
                 continue
-            reason = self._pin_refusal(m)
+            reason = self._pin_refusal(m) or self._seal_pin.unsealing_refusal(m)
             if reason is None:
                 merged[name] = m
             else:
@@ -714,14 +720,15 @@ class TelemetryClient:
         with self._defs_lock:
             merged, refused = self._merge()
             self._metrics = merged
-            to = (self._server.analyzer_key if self._server is not None else None) or self._bundled.analyzer_key
-            self._sealing = {n: to for n, m in merged.items() if m.sealed and to is not None}
+            self._sealing = self._seal_pin.sealing(merged, self._server)
             self._exhausted = {}
             for m, reason in refused:
                 key = (m.name, canonical_json(m.to_dict()).decode("utf-8"))
                 if key not in self._refused:
                     self._refused.add(key)
                     self._count("metric_refused")
+                    if self._pin_refusal(m) is None and self._seal_pin.unsealing_refusal(m) is not None:
+                        self._count("unsealing_refused")
                     _log.warning("refused a definition of metric %r: %s", m.name, reason)
 
     def _pin_reported_metrics(self) -> None:
@@ -751,7 +758,7 @@ class TelemetryClient:
     def _seal(self, batch: ReportBatch) -> ReportBatch:
         """Called by the outbox as it forms a batch (on the uploader thread): a sealed metric's records are
         sealed to the current analyzer key, each under its own ephemeral key."""
-        key = self._sealing.get(batch.metric)
+        key = self._sealing.get(batch.metric) or self._seal_pin.key_for(batch.metric)
         return seal_batch(batch, key) if key is not None else batch
 
     def _adopt(self, server: MetricSet) -> None:

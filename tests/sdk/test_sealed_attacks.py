@@ -16,25 +16,39 @@ from __future__ import annotations
 import ast
 import json
 import pathlib
+import time
 import uuid
+from typing import Any
 
 import httpx
 import numpy as np
 
+from client_sdk import ClientConfig, TelemetryClient
+from client_sdk.policy import LocalPolicy
 from collector.http.app import create_app
 from collector.settings import CollectorSettings
 from ldp_core.mechanisms import spec_from_dict
 from ldp_core.metrics import parse_metrics
 from ldp_core.wire import hpke
-from ldp_core.wire.frames import FRAME_CONTENT_TYPE, ReportBatch, decode_frame, encode_frame
-from ldp_core.wire.sealing import SEALED_OVERHEAD, AnalyzerKey, seal_batch, sealed_info
+from ldp_core.wire.frames import FRAME_CONTENT_TYPE, ReportBatch, decode_frame, encode_frame, read_header
+from ldp_core.wire.sealing import (
+    SEALED_OVERHEAD,
+    AnalyzerKey,
+    KeyRing,
+    SealedSpec,
+    open_batch,
+    seal_batch,
+    sealed_info,
+)
 from pipeline.topics import RAW_TOPIC
 from pipeline.transport import open_transport
 from tests.support.collector_support import TODAY, ServerThread
+from tests.support.sdk_collector import collector_factory  # noqa: F401  (fixture)
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 SPEC = spec_from_dict({"mechanism": "olh", "epsilon": 1.0, "domain_size": 256})
 UPLOADS, PER_UPLOAD = 40, 25
+COLORS = {"kind": "dictionary", "values": ["red", "green", "blue"], "other": True}
 
 
 def _uploads(rng: np.random.Generator) -> list[ReportBatch]:
@@ -199,3 +213,112 @@ def test_no_collector_module_uses_an_analyzer_private_key_api() -> None:
             if hit:
                 found.append(f"{path.relative_to(ROOT)}:{getattr(node, 'lineno', 0)} {sorted(hit)}")
     assert not found, found
+
+
+# ---------------------------------------------------------------------------------------------------------
+# An active collector against the device: the real TelemetryClient fetches the hostile collector's
+# GET /v1/metrics (a real `ldp collector` process serving a document the attacker wrote) and uploads to it
+# over 4 simulated days, one report a day.
+
+DAYS = 4
+_COMMON = {"description": "d", "owner": "o@example.org", "expires": "2099-12-31", "max_reports_per_day": 2}
+_COLOR = {**_COMMON, "mechanism": {"mechanism": "grr", "epsilon": 1.0}, "domain": COLORS}
+_POLICY = LocalPolicy(per_metric_daily=2.0, total_daily=4.0)
+START = (TODAY - DAYS + 1) * 86400 + 43200.0  # noon of the first simulated day
+
+
+def _color_doc(keys: list[AnalyzerKey], *, sealed: bool = True) -> dict[str, Any]:
+    color = {**_COLOR, "sealed": True} if sealed else dict(_COLOR)
+    doc: dict[str, Any] = {"format": "ldp-metrics/1", "metrics": {"color": color}}
+    if keys:
+        doc["analyzer_keys"] = [k.public.to_dict() for k in keys]
+    return doc
+
+
+def _opened(batches: list[ReportBatch], key: AnalyzerKey) -> int:
+    """How many records of ``batches`` the holder of ``key`` opens."""
+    return sum(len(open_batch(b, KeyRing([key])).batch) for b in batches)
+
+
+def _days_against(collector: Any, storage: pathlib.Path, bundled: dict[str, Any]) -> dict[str, int]:
+    """The device bundles ``bundled``, refreshes its definitions from ``collector`` every simulated day and
+    records one report of ``color`` a day for DAYS days (the collector's window takes the last 4 days).
+    Returns the device's errors and stats, and ``pending``: the reports left in its outbox."""
+    now = [START]
+    c = TelemetryClient(
+        storage,
+        collector.url,
+        _POLICY,
+        bundled,
+        config=ClientConfig(
+            batch_size=1, batch_max_age=0.0, fetch_metrics=True, metrics_refresh_interval=3600.0, clock=lambda: now[0]
+        ),
+    )
+    try:
+        deadline = time.monotonic() + 20
+        while c._server is None and time.monotonic() < deadline:  # the first GET /v1/metrics, at start
+            time.sleep(0.02)
+        assert c._server is not None
+        for day in range(DAYS):
+            now[0] = START + day * 86400
+            c.flush(30)  # the day's refresh of the served definitions, before the day's report
+            c.record("color", "red")
+            c.flush(30)
+        return {**c.errors(), **c.stats(), "pending": c.pending_reports()}
+    finally:
+        c.close()
+
+
+def _color_frames(collector: Any) -> list[ReportBatch]:
+    """What the collector accepted of ``color``, decoded (sealed or plain, as each frame says)."""
+    spec = parse_metrics(json.dumps(_color_doc([], sealed=False)))["color"].spec
+    sealed = SealedSpec.of(spec)
+    out = []
+    for f in collector.frames():
+        h = read_header(f)
+        if h.metric == "color":
+            out.append(decode_frame(f, sealed if h.sealed else spec))
+    return out
+
+
+def test_a_collector_serving_its_own_analyzer_key_opens_no_upload(
+    tmp_path: pathlib.Path, collector_factory: Any
+) -> None:
+    rng = np.random.default_rng(21)
+    analyzer = AnalyzerKey(bytes(rng.integers(0, 256, 32, dtype=np.uint8)))
+    attacker = AnalyzerKey(bytes(rng.integers(0, 256, 32, dtype=np.uint8)))
+    # the hostile collector serves its own key first and keeps the analyzer's listed, so that it accepts
+    # whatever the device sends: it can only read what is sealed to its key
+    hostile = collector_factory(metrics=_color_doc([attacker, analyzer]))
+    tally = _days_against(hostile, tmp_path / "sdk", _color_doc([analyzer]))
+    frames = _color_frames(hostile)
+    assert sum(len(b) for b in frames) == DAYS, tally  # every day's report reached the collector ...
+    assert all(b.sealed for b in frames)
+    assert _opened(frames, attacker) == 0  # ... and it opens none
+    assert _opened(frames, analyzer) == DAYS  # the analyzer opens all
+    assert tally["analyzer_key_refused"] == 1
+
+
+def test_a_collector_serving_an_unsealed_definition_gets_nothing_in_plain(
+    tmp_path: pathlib.Path, collector_factory: Any
+) -> None:
+    rng = np.random.default_rng(22)
+    analyzer = AnalyzerKey(bytes(rng.integers(0, 256, 32, dtype=np.uint8)))
+    bundled = _color_doc([analyzer])
+    # a report recorded under the bundled (sealed) definition waits in the outbox when the device meets
+    # the hostile collector: it too must leave sealed
+    early = TelemetryClient(
+        tmp_path / "sdk", None, _POLICY, bundled, config=ClientConfig(upload=False, clock=lambda: START - 3600)
+    )
+    early.record("color", "blue")
+    early.close()
+    hostile = collector_factory(metrics=_color_doc([analyzer], sealed=False))
+    tally = _days_against(hostile, tmp_path / "sdk", bundled)
+    frames = _color_frames(hostile)
+    plain = sum(len(b) for b in frames if not b.sealed)
+    assert plain == 0  # nothing reached the hostile collector in plain
+    assert tally["unsealing_refused"] == 1 and tally["metric_refused"] >= 1
+    assert tally["unknown_metric"] == DAYS  # the refused metric is not reported (no ε spent on it)
+    assert tally["recorded"] == 0
+    # the early report left sealed, and the collector that declared the metric plain refused it (422)
+    assert tally["upload_rejected_reports"] == 1 and tally["pending"] == 0, tally

@@ -1,5 +1,6 @@
 """The SDK seals a sealed metric's records at upload (on the uploader thread), to the current analyzer key;
-plain metrics' frames are unchanged; a rotated key served by the collector is used from the next batch."""
+plain metrics' frames are unchanged; a rotated key served by the collector is used from the next batch if
+the app's bundled file names it (a key it does not name is refused: tests/sdk/test_sealed_attacks.py)."""
 
 from __future__ import annotations
 
@@ -75,7 +76,8 @@ def test_a_rotated_key_from_the_collector_is_used_for_the_next_batches(
 ) -> None:
     _, old = new_key_file(tmp_path / "keys")
     _, new = new_key_file(tmp_path / "keys")
-    bundled = _doc(old.public.to_dict())
+    # the app ships the next key ahead (listed after the current one): a served key must be one it names
+    bundled = _doc(old.public.to_dict(), new.public.to_dict())
     served = copy.deepcopy(_doc(new.public.to_dict(), old.public.to_dict()))  # the new key first, the old retired
     col = collector_factory(metrics=served)
     c = TelemetryClient(
