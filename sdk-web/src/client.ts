@@ -30,7 +30,7 @@ import { canonicalJson } from "./canonical.js";
 import { hex } from "./mechanisms/base.js";
 import { RapporSpec } from "./mechanisms/rappor.js";
 import { specFromDict, type MechanismSpec } from "./mechanisms/index.js";
-import { parseMetrics, utcDay, type MetricDefinition, type MetricSet } from "./metrics.js";
+import { fetchMetrics, parseMetrics, utcDay, type MetricDefinition, type MetricSet } from "./metrics.js";
 import type { LocalPolicy } from "./policy.js";
 import { toUnits, EPSILON_UNIT } from "./policy.js";
 import { CryptoSource, type RandomSource } from "./random.js";
@@ -46,6 +46,7 @@ export const ERROR_TALLIES = [
   "internal_error",
   "storage_error",
   "metric_refused",
+  "unsealing_refused",
   "pin_conflict",
   "metrics_fetch_failed",
   "upload_failures",
@@ -180,6 +181,9 @@ export class TelemetryClient {
   readonly ready: Promise<void>;
   private readonly metricDefs = new Map<string, MetricDefinition>();
   private readonly refused = new Map<string, string>();
+  /** The metrics the app's bundled document declares sealed: no served definition makes them plain. */
+  private readonly bundledSealed: ReadonlySet<string>;
+  private readonly refusedServed = new Set<string>();
   private readonly tally: Record<string, number> = {};
   private readonly queue: Pending[] = [];
   private readonly rng: RandomSource & { bytes?(n: number): Uint8Array };
@@ -256,6 +260,7 @@ export class TelemetryClient {
       }
     }
     for (const [name, why] of set.unsupported) this.refused.set(name, why);
+    this.bundledSealed = new Set(set.sealed ?? []);
 
     this.ready = this.open();
     this.ready.catch(() => undefined);
@@ -736,6 +741,66 @@ export class TelemetryClient {
       const spent = total * EPSILON_UNIT;
       return { day: d, spent, cap: this.policy.totalDaily, remaining: Math.max(0, this.policy.totalDaily - spent), metrics };
     });
+  }
+
+  // ------------------------------------------------------------------ served definitions
+  /**
+   * `GET {collectorUrl}/v1/metrics` and {@link adoptServedMetrics}. A failure is counted
+   * (`metrics_fetch_failed`) and leaves the definitions in effect as they are; never throws.
+   */
+  async refreshMetrics(): Promise<void> {
+    let served: MetricSet;
+    try {
+      served = await fetchMetrics(this.collectorUrl, this.fetchImpl);
+    } catch {
+      this.count("metrics_fetch_failed");
+      return;
+    }
+    this.adoptServedMetrics(served);
+  }
+
+  /**
+   * Served definitions replace the bundled ones of the same name, each checked against the local
+   * policy (refused: `metric_refused`). A served sealed or otherwise unrecordable definition stops
+   * the metric here. A served definition of a metric the app's bundled document declares sealed
+   * that is *not* sealed is refused (`unsealing_refused` and `metric_refused`, once per definition,
+   * and logged): the collector must not turn a sealed metric into a plain one (docs/SEALED.md).
+   */
+  adoptServedMetrics(served: MetricSet): void {
+    for (const [name, why] of served.unsupported) {
+      this.metricDefs.delete(name);
+      this.refused.set(name, why);
+    }
+    for (const [name, m] of served.metrics) {
+      const key = `${name}\u0000${canonicalJson({ domain: m.domain.toDict(), mechanism: m.spec.toDict() })}`;
+      const why = this.servedRefusal(m);
+      if (why === null) {
+        this.metricDefs.set(name, m);
+        this.refused.delete(name);
+        continue;
+      }
+      this.metricDefs.delete(name);
+      this.refused.set(name, why);
+      if (this.refusedServed.has(key)) continue;
+      this.refusedServed.add(key);
+      this.count("metric_refused");
+      if (this.bundledSealed.has(name)) {
+        this.count("unsealing_refused");
+        console.warn(`ldp-telemetry: refused a served definition of metric ${JSON.stringify(name)}: ${why}`);
+      }
+    }
+  }
+
+  private servedRefusal(m: MetricDefinition): string | null {
+    if (this.bundledSealed.has(m.name)) {
+      return "the app's metrics declare it sealed and the served definition is not: its records would reach the collector in plain, so it is not recorded";
+    }
+    try {
+      this.policy.checkMetric(m);
+      return null;
+    } catch (e) {
+      return (e as Error).message;
+    }
   }
 
   /** Error counts (every name in ERROR_TALLIES, 0 when none). */

@@ -39,6 +39,8 @@ export interface MetricSet {
   readonly metrics: ReadonlyMap<string, MetricDefinition>;
   /** Valid metrics this SDK cannot record (numeric or sealed), with the reason. */
   readonly unsupported: ReadonlyMap<string, string>;
+  /** The metrics the document declares `"sealed": true` (none of them is recordable here). */
+  readonly sealed?: ReadonlySet<string>;
 }
 
 function isoDay(s: unknown): number | null {
@@ -123,9 +125,11 @@ export function parseMetrics(document: string | unknown, options: { today?: numb
   if (raw === null || typeof raw !== "object" || Array.isArray(raw)) throw new MetricsFileError("metrics file: 'metrics' must be an object keyed by metric name");
   const metrics = new Map<string, MetricDefinition>();
   const unsupported = new Map<string, string>();
+  const sealed = new Set<string>();
   const today = options.today ?? utcDay(Date.now());
   for (const [name, data] of Object.entries(raw as Record<string, unknown>)) {
     const m = parseOne(name, data);
+    if ((data as Record<string, unknown>).sealed === true) sealed.add(name);
     if (typeof m === "string") unsupported.set(name, m);
     else {
       if ((options.rejectExpired ?? true) && m.expiresDay < today) {
@@ -134,7 +138,7 @@ export function parseMetrics(document: string | unknown, options: { today?: numb
       metrics.set(name, m);
     }
   }
-  return { metrics, unsupported };
+  return { metrics, unsupported, sealed };
 }
 
 /** `GET {collectorUrl}/v1/metrics`, validated. */
