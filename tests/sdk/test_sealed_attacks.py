@@ -322,3 +322,36 @@ def test_a_collector_serving_an_unsealed_definition_gets_nothing_in_plain(
     assert tally["recorded"] == 0
     # the early report left sealed, and the collector that declared the metric plain refused it (422)
     assert tally["upload_rejected_reports"] == 1 and tally["pending"] == 0, tally
+
+
+def test_residual_a_sealed_frame_replayed_under_a_fresh_batch_id_is_counted_twice(tmp_path: pathlib.Path) -> None:
+    """The replay residual of docs/PRIVACY.md, measured: whoever holds a sealed frame (the collector, a reader
+    of ``ldp.reports.raw``) re-posts its records under a fresh batch id; the collector's duplicate store keys on
+    the batch id, so it takes them, and the analyzer opens every record twice. When this test fails, the
+    residual is fixed: update the threat table."""
+    rng = np.random.default_rng(23)
+    key = AnalyzerKey(bytes(rng.integers(0, 256, 32, dtype=np.uint8)))
+    (tmp_path / "metrics.json").write_text(json.dumps(_metrics_doc(key)))
+    settings = CollectorSettings(
+        metrics_path=str(tmp_path / "metrics.json"),
+        transport_url=f"sqlite:///{tmp_path}/log.sqlite3",
+        dedup_path=str(tmp_path / "ids.sqlite3"),
+        raw_partitions=1,
+    )
+    sealed = seal_batch(ReportBatch("m", SPEC, TODAY, SPEC.encode(rng.integers(0, 256, 30), rng)), key.public)
+    replay = ReportBatch(sealed.metric, sealed.spec, sealed.day, sealed.records, uuid.uuid4().bytes)
+    h = {"content-type": FRAME_CONTENT_TYPE}
+    with ServerThread(create_app(settings)) as srv, httpx.Client(base_url=srv.url, timeout=30) as http:
+        assert http.post("/v1/reports", content=encode_frame(sealed), headers=h).status_code == 202
+        again = http.post("/v1/reports", content=encode_frame(sealed), headers=h)  # same id: a duplicate
+        assert (again.status_code, again.json()["status"]) == (202, "duplicate")
+        assert http.post("/v1/reports", content=encode_frame(replay), headers=h).status_code == 202
+    tr = open_transport(settings.transport_url)
+    try:
+        with tr.consume(RAW_TOPIC, "reader") as c:
+            values = [r.value for r in c.poll(max_records=100, timeout=1.0)]
+    finally:
+        tr.close()
+    assert len(values) == 2  # the same batch id once; the fresh one again
+    opened = [open_batch(decode_frame(v, SPEC), KeyRing([key])).batch.records for v in values]
+    assert all(len(o) == 30 for o in opened) and np.array_equal(opened[0], opened[1])  # 30 reports counted twice
