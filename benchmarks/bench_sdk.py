@@ -45,7 +45,8 @@ import numpy as np
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from client_sdk.client import ClientConfig, TelemetryClient  # noqa: E402
+from client_sdk.client import TelemetryClient  # noqa: E402
+from client_sdk.config import ClientConfig  # noqa: E402
 from client_sdk.ledger import BudgetLedger  # noqa: E402
 from client_sdk.outbox import Outbox  # noqa: E402
 from client_sdk.policy import LocalPolicy  # noqa: E402

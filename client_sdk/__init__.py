@@ -5,7 +5,8 @@ What an app embeds is :class:`TelemetryClient` (configured by a :class:`ClientCo
 Importing this package needs only numpy, xxhash and the standard library.
 """
 
-from client_sdk.client import ClientConfig, ClientConfigError, TelemetryClient
+from client_sdk.client import TelemetryClient
+from client_sdk.config import ClientConfig, ClientConfigError
 from client_sdk.policy import LocalPolicy
 from ldp_core.errors import BudgetError, DomainError, FrameError, LDPError, SpecError, SpecMismatchError
 from ldp_core.mechanisms import MECHANISMS, MechanismSpec, make_spec, spec_from_dict

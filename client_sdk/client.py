@@ -55,18 +55,15 @@ from __future__ import annotations
 
 import atexit
 import collections
-import dataclasses
-import ipaddress
 import json
 import logging
 import os
 import sqlite3
 import threading
 import time
-import urllib.parse
 import weakref
-from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any, Literal
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -79,12 +76,12 @@ from client_sdk.memo import (
     load_pins,
     read_pins_in,
 )
-from client_sdk.outbox import DEFAULT_MAX_REPORTS, Outbox
+from client_sdk.outbox import Outbox
 from client_sdk.policy import LocalPolicy, to_units
 from client_sdk.seal_pin import SealPin
 from client_sdk.store import Store
 from client_sdk.upload.backoff import BackoffPolicy
-from client_sdk.upload.uploader import HttpTransport, Uploader, urllib_transport
+from client_sdk.upload.uploader import Uploader, urllib_transport
 from ldp_core.canonical import canonical_json
 from ldp_core.days import utc_day
 from ldp_core.domain import NumberRange
@@ -97,9 +94,10 @@ from ldp_core.wire.sealing import AnalyzerPublicKey, seal_batch
 
 if TYPE_CHECKING:  # tokens need `cryptography`, loaded only when a client is given an issuer
     from client_sdk.upload.token_wallet import TokenWallet
+from client_sdk.config import ClientConfig, ClientConfigError, _check_url
 from ldp_core.wire.frames import ReportBatch
 
-__all__ = ["TelemetryClient", "ClientConfig", "ClientConfigError", "ERROR_TALLIES", "STAT_TALLIES"]
+__all__ = ["TelemetryClient", "ERROR_TALLIES", "STAT_TALLIES"]
 
 #: Names that :meth:`TelemetryClient.errors` always reports.
 ERROR_TALLIES = (
@@ -160,94 +158,6 @@ def _differences(a: dict[str, Any], b: dict[str, Any], prefix: str = "") -> list
     return out
 
 
-class ClientConfigError(LDPError, ValueError):
-    """The client was configured wrongly; the message says how to fix it."""
-
-
-@dataclasses.dataclass(frozen=True)
-class ClientConfig:
-    """How a :class:`TelemetryClient` runs: every setting besides its four arguments (see the module docstring).
-
-    Checked when made (:class:`ClientConfigError`); change one field with ``dataclasses.replace``.
-
-    Attributes
-    ----------
-    fetch_metrics:
-        Also adopt definitions from ``GET {collector_url}/v1/metrics`` (at
-        start and every ``metrics_refresh_interval`` seconds), each checked
-        against the policy; the last good document is kept on disk.
-    mode:
-        ``"device"`` (default): a CSPRNG, no seeds. ``"simulation"``: allows
-        ``simulation_seed`` for reproducible runs. Never ship simulation mode.
-    simulation_seed:
-        The seed of the randomization (``mode="simulation"`` only).
-    upload:
-        Send reports to the collector (``False``: record and keep them only).
-    transport:
-        The HTTP function (:data:`~client_sdk.upload.uploader.HttpTransport`; default ``urllib``).
-    clock:
-        Wall-clock time source (default ``time.time``), for tests.
-    batch_size, batch_max_age:
-        A batch is sent when it holds ``batch_size`` reports or its oldest is
-        ``batch_max_age`` seconds old.
-    upload_timeout:
-        Seconds one HTTP request may take.
-    backoff:
-        The retry waits (default: a :class:`~client_sdk.upload.backoff.BackoffPolicy` with its defaults).
-    max_outbox_reports:
-        The outbox's cap; the oldest reports are dropped (and counted) beyond it.
-    max_queue:
-        The in-memory queue's cap; ``record()`` drops (and counts) beyond it.
-    metrics_refresh_interval:
-        Seconds between two ``GET /v1/metrics`` (with ``fetch_metrics``).
-    issuer_url, enrollment_path, token_origin:
-        Pay each upload with an anonymous token (a collector run with ``--require-tokens``; docs/TOKENS.md):
-        the ``ldp issuer`` base URL, the device's enrollment bundle (``ldp issuer enroll``, a
-        :class:`~ldp_core.tokens.enrollment.DeviceIdentity` file) and the collector's ``--token-origin``. All
-        three or none.
-    token_stock:
-        How many tokens the SDK keeps in stock (fetched on the uploader thread when a quarter is left).
-    """
-
-    fetch_metrics: bool = False
-    mode: Literal["device", "simulation"] = "device"
-    simulation_seed: int | None = None
-    upload: bool = True
-    transport: HttpTransport | None = None
-    clock: Callable[[], float] | None = None
-    batch_size: int = 500
-    batch_max_age: float = 3600.0
-    upload_timeout: float = 30.0
-    backoff: BackoffPolicy | None = None
-    max_outbox_reports: int = DEFAULT_MAX_REPORTS
-    max_queue: int = 10_000
-    metrics_refresh_interval: float = 86400.0
-    issuer_url: str | None = None
-    enrollment_path: str | os.PathLike[str] | None = None
-    token_origin: str | None = None
-    token_stock: int = 16
-
-    def __post_init__(self) -> None:
-        if self.mode not in ("device", "simulation"):
-            raise ClientConfigError(f"mode must be 'device' or 'simulation', got {self.mode!r}")
-        if self.simulation_seed is not None and self.mode != "simulation":
-            raise ClientConfigError(
-                "simulation_seed makes the randomization predictable; it is accepted only with mode='simulation' "
-                "(tests and simulations), never on a device"
-            )
-        given = [x is not None for x in (self.issuer_url, self.enrollment_path, self.token_origin)]
-        if any(given) and not all(given):
-            raise ClientConfigError("tokens need issuer_url, enrollment_path and token_origin together")
-        if self.issuer_url is not None:
-            _check_url(self.issuer_url, "issuer_url")
-        for name in ("max_queue", "batch_size", "max_outbox_reports", "token_stock"):
-            val = getattr(self, name)
-            if isinstance(val, bool) or not isinstance(val, int) or val < 1:
-                raise ClientConfigError(f"{name} must be a positive integer, got {val!r}")
-        if not self.batch_max_age >= 0 or not self.upload_timeout > 0 or not self.metrics_refresh_interval > 0:
-            raise ClientConfigError("batch_max_age must be >= 0; upload_timeout and metrics_refresh_interval > 0")
-
-
 class _Marker:
     """A flush marker in the recorder queue."""
 
@@ -255,30 +165,6 @@ class _Marker:
 
     def __init__(self) -> None:
         self.done = threading.Event()
-
-
-def _check_url(url: Any, what: str = "collector_url") -> str:
-    if not isinstance(url, str):
-        raise ClientConfigError(f"{what} must be a string such as 'https://collector.example.org', got {url!r}")
-    parts = urllib.parse.urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.netloc or parts.query or parts.fragment:
-        raise ClientConfigError(f"{what} {url!r} must be an http(s) URL with a host and no query")
-    if parts.scheme == "http" and not _is_loopback(parts.hostname or ""):
-        raise ClientConfigError(
-            f"{what} {url!r} is plain http: reports and batch ids would cross the network unencrypted; "
-            "use https:// (plain http is accepted only on loopback, e.g. http://127.0.0.1:8080 in development)"
-        )
-    return url.rstrip("/")
-
-
-def _is_loopback(host: str) -> bool:
-    """``localhost``, 127.0.0.0/8 or ::1 (a name that only resolves to loopback is not trusted to)."""
-    if host.lower() == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def _load_metric_set(metrics: Any) -> MetricSet:

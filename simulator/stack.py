@@ -629,9 +629,10 @@ def sdk_devices(
     Each is a :class:`~client_sdk.client.TelemetryClient` in simulation mode
     (seeded) with its own storage folder: the value goes through the ledger,
     the encoder, the outbox and the uploader like on a device. ``client_options(i, folder)`` gives device
-    ``i`` more :class:`~client_sdk.client.ClientConfig` fields (its token issuer and enrollment bundle).
+    ``i`` more :class:`~client_sdk.config.ClientConfig` fields (its token issuer and enrollment bundle).
     """
-    from client_sdk.client import ClientConfig, TelemetryClient
+    from client_sdk.client import TelemetryClient
+    from client_sdk.config import ClientConfig
     from client_sdk.policy import LocalPolicy
 
     metrics = load_metrics(metrics_path, reject_expired=False)

@@ -99,11 +99,12 @@ def test_all_names_only_what_the_module_defines(name: str) -> None:
 def test_client_sdk_exports_its_documented_surface() -> None:
     import client_sdk
     import client_sdk.client
+    import client_sdk.config
     import client_sdk.policy
 
     assert DOCUMENTED_CLIENT_SDK <= set(client_sdk.__all__), sorted(DOCUMENTED_CLIENT_SDK - set(client_sdk.__all__))
     assert client_sdk.TelemetryClient is client_sdk.client.TelemetryClient
-    assert client_sdk.ClientConfig is client_sdk.client.ClientConfig
+    assert client_sdk.ClientConfig is client_sdk.config.ClientConfig
     assert client_sdk.LocalPolicy is client_sdk.policy.LocalPolicy
 
 

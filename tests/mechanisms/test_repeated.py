@@ -15,7 +15,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from client_sdk.client import ClientConfig, TelemetryClient
+from client_sdk.client import TelemetryClient
+from client_sdk.config import ClientConfig
 from client_sdk.memo import MemoStore
 from client_sdk.policy import LocalPolicy
 from client_sdk.store import Store

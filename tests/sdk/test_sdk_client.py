@@ -15,7 +15,8 @@ import time
 import numpy as np
 import pytest
 
-from client_sdk.client import ERROR_TALLIES, STAT_TALLIES, ClientConfig, ClientConfigError, TelemetryClient
+from client_sdk.client import ERROR_TALLIES, STAT_TALLIES, TelemetryClient
+from client_sdk.config import ClientConfig, ClientConfigError
 from client_sdk.policy import LocalPolicy
 from client_sdk.store import Store
 from client_sdk.upload.backoff import BackoffPolicy

@@ -6,7 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from client_sdk.client import ClientConfig, TelemetryClient
+from client_sdk.client import TelemetryClient
+from client_sdk.config import ClientConfig
 from client_sdk.policy import LocalPolicy
 from ldp_core.mechanisms.heavy_hitters import PEMSpec, unpad
 from ldp_core.metrics import MetricsFileError, parse_metrics

@@ -11,7 +11,8 @@ import sys
 import numpy as np
 import pytest
 
-from client_sdk.client import ClientConfig, TelemetryClient
+from client_sdk.client import TelemetryClient
+from client_sdk.config import ClientConfig
 from client_sdk.memo import SECRET_FILENAME, MemoStore, load_or_create_secret
 from client_sdk.policy import LocalPolicy
 from client_sdk.store import DB_FILENAME, Store

@@ -8,7 +8,8 @@ import math
 import numpy as np
 import pytest
 
-from client_sdk.client import STAT_TALLIES, ClientConfig, TelemetryClient
+from client_sdk.client import STAT_TALLIES, TelemetryClient
+from client_sdk.config import ClientConfig
 from client_sdk.policy import LocalPolicy
 from ldp_core.metrics import MetricsFileError, parse_metrics
 from ldp_core.wire.frames import decode_frame

@@ -31,7 +31,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from client_sdk.client import ClientConfig, TelemetryClient
+from client_sdk.client import TelemetryClient
+from client_sdk.config import ClientConfig
 from client_sdk.memo import SECRET_FILENAME, MemoStore
 from client_sdk.policy import LocalPolicy
 from client_sdk.store import DB_FILENAME, SCHEMA_VERSION, Store

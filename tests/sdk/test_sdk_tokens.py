@@ -21,7 +21,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from client_sdk.client import ClientConfig, ClientConfigError, TelemetryClient
+from client_sdk.client import TelemetryClient
+from client_sdk.config import ClientConfig, ClientConfigError
 from client_sdk.outbox import Outbox
 from client_sdk.policy import LocalPolicy
 from client_sdk.store import SCHEMA_VERSION, Store

@@ -15,7 +15,8 @@ import argparse
 import json
 import time
 
-from client_sdk.client import ClientConfig, TelemetryClient
+from client_sdk.client import TelemetryClient
+from client_sdk.config import ClientConfig
 from client_sdk.policy import LocalPolicy
 from client_sdk.upload.backoff import BackoffPolicy
 

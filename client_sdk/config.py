@@ -1,0 +1,130 @@
+"""The telemetry client's settings: :class:`ClientConfig` (one frozen dataclass, range-checked when made),
+and the URL rule the client applies to its collector and issuer (https, or http to a loopback host only)."""
+
+from __future__ import annotations
+
+import dataclasses
+import ipaddress
+import os
+import urllib.parse
+from collections.abc import Callable
+from typing import Any, Literal
+
+from client_sdk.outbox import DEFAULT_MAX_REPORTS
+from client_sdk.upload.backoff import BackoffPolicy
+from client_sdk.upload.uploader import HttpTransport
+from ldp_core.errors import LDPError
+
+__all__ = ["ClientConfig", "ClientConfigError"]
+
+
+class ClientConfigError(LDPError, ValueError):
+    """The client was configured wrongly; the message says how to fix it."""
+
+
+@dataclasses.dataclass(frozen=True)
+class ClientConfig:
+    """How a :class:`TelemetryClient` runs: every setting besides its four arguments (see the module docstring).
+
+    Checked when made (:class:`ClientConfigError`); change one field with ``dataclasses.replace``.
+
+    Attributes
+    ----------
+    fetch_metrics:
+        Also adopt definitions from ``GET {collector_url}/v1/metrics`` (at
+        start and every ``metrics_refresh_interval`` seconds), each checked
+        against the policy; the last good document is kept on disk.
+    mode:
+        ``"device"`` (default): a CSPRNG, no seeds. ``"simulation"``: allows
+        ``simulation_seed`` for reproducible runs. Never ship simulation mode.
+    simulation_seed:
+        The seed of the randomization (``mode="simulation"`` only).
+    upload:
+        Send reports to the collector (``False``: record and keep them only).
+    transport:
+        The HTTP function (:data:`~client_sdk.upload.uploader.HttpTransport`; default ``urllib``).
+    clock:
+        Wall-clock time source (default ``time.time``), for tests.
+    batch_size, batch_max_age:
+        A batch is sent when it holds ``batch_size`` reports or its oldest is
+        ``batch_max_age`` seconds old.
+    upload_timeout:
+        Seconds one HTTP request may take.
+    backoff:
+        The retry waits (default: a :class:`~client_sdk.upload.backoff.BackoffPolicy` with its defaults).
+    max_outbox_reports:
+        The outbox's cap; the oldest reports are dropped (and counted) beyond it.
+    max_queue:
+        The in-memory queue's cap; ``record()`` drops (and counts) beyond it.
+    metrics_refresh_interval:
+        Seconds between two ``GET /v1/metrics`` (with ``fetch_metrics``).
+    issuer_url, enrollment_path, token_origin:
+        Pay each upload with an anonymous token (a collector run with ``--require-tokens``; docs/TOKENS.md):
+        the ``ldp issuer`` base URL, the device's enrollment bundle (``ldp issuer enroll``, a
+        :class:`~ldp_core.tokens.enrollment.DeviceIdentity` file) and the collector's ``--token-origin``. All
+        three or none.
+    token_stock:
+        How many tokens the SDK keeps in stock (fetched on the uploader thread when a quarter is left).
+    """
+
+    fetch_metrics: bool = False
+    mode: Literal["device", "simulation"] = "device"
+    simulation_seed: int | None = None
+    upload: bool = True
+    transport: HttpTransport | None = None
+    clock: Callable[[], float] | None = None
+    batch_size: int = 500
+    batch_max_age: float = 3600.0
+    upload_timeout: float = 30.0
+    backoff: BackoffPolicy | None = None
+    max_outbox_reports: int = DEFAULT_MAX_REPORTS
+    max_queue: int = 10_000
+    metrics_refresh_interval: float = 86400.0
+    issuer_url: str | None = None
+    enrollment_path: str | os.PathLike[str] | None = None
+    token_origin: str | None = None
+    token_stock: int = 16
+
+    def __post_init__(self) -> None:
+        if self.mode not in ("device", "simulation"):
+            raise ClientConfigError(f"mode must be 'device' or 'simulation', got {self.mode!r}")
+        if self.simulation_seed is not None and self.mode != "simulation":
+            raise ClientConfigError(
+                "simulation_seed makes the randomization predictable; it is accepted only with mode='simulation' "
+                "(tests and simulations), never on a device"
+            )
+        given = [x is not None for x in (self.issuer_url, self.enrollment_path, self.token_origin)]
+        if any(given) and not all(given):
+            raise ClientConfigError("tokens need issuer_url, enrollment_path and token_origin together")
+        if self.issuer_url is not None:
+            _check_url(self.issuer_url, "issuer_url")
+        for name in ("max_queue", "batch_size", "max_outbox_reports", "token_stock"):
+            val = getattr(self, name)
+            if isinstance(val, bool) or not isinstance(val, int) or val < 1:
+                raise ClientConfigError(f"{name} must be a positive integer, got {val!r}")
+        if not self.batch_max_age >= 0 or not self.upload_timeout > 0 or not self.metrics_refresh_interval > 0:
+            raise ClientConfigError("batch_max_age must be >= 0; upload_timeout and metrics_refresh_interval > 0")
+
+
+def _check_url(url: Any, what: str = "collector_url") -> str:
+    if not isinstance(url, str):
+        raise ClientConfigError(f"{what} must be a string such as 'https://collector.example.org', got {url!r}")
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.netloc or parts.query or parts.fragment:
+        raise ClientConfigError(f"{what} {url!r} must be an http(s) URL with a host and no query")
+    if parts.scheme == "http" and not _is_loopback(parts.hostname or ""):
+        raise ClientConfigError(
+            f"{what} {url!r} is plain http: reports and batch ids would cross the network unencrypted; "
+            "use https:// (plain http is accepted only on loopback, e.g. http://127.0.0.1:8080 in development)"
+        )
+    return url.rstrip("/")
+
+
+def _is_loopback(host: str) -> bool:
+    """``localhost``, 127.0.0.0/8 or ::1 (a name that only resolves to loopback is not trusted to)."""
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
