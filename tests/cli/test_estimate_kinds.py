@@ -17,6 +17,8 @@ from typing import Any
 import numpy as np
 import pytest
 
+from estimator.errors import BatchError
+from estimator.jobs.batch import estimate_dataset
 from estimator.mechanisms.heavy_hitters import discover
 from estimator.oracles import state_for
 from ldp_cli.main import main
@@ -149,3 +151,8 @@ def test_options_a_kind_cannot_take_are_clear_errors(
 ) -> None:
     assert main(["estimate", "--dataset", str(dataset["root"]), "--metric", name, flag]) == 2
     assert says in capsys.readouterr().err
+
+
+def test_the_summing_path_refuses_a_heavy_hitter_metric_clearly(dataset: dict[str, Any]) -> None:
+    with pytest.raises(BatchError, match="heavy-hitter metric"):
+        estimate_dataset(dataset["root"], "search_word", progress=False)
