@@ -34,7 +34,7 @@ from estimator.result import Estimate
 from ldp_core.days import parse_day
 from ldp_core.mechanisms.base import MechanismSpec, ReportSpec
 from ldp_core.metrics import MetricDefinition
-from pipeline.dataset import PartFile, list_parts, read_part
+from pipeline.dataset import PartFile, list_parts, read_part, read_part_spec
 
 __all__ = [
     "BatchError",
@@ -232,6 +232,11 @@ def estimate_dataset(
     parts = [p for p in parts if p.spec_id == chosen]
     if not parts:
         raise BatchError(f"metric {metric!r} has no reports under spec {chosen} in this range (it has {ids})")
+    if read_part_spec(parts[0]).kind == "heavy_hitters":
+        raise BatchError(
+            f"metric {metric!r} is a heavy-hitter metric: its values are discovered, not summed "
+            "(estimator.jobs.answers.estimate_metric or estimator.jobs.heavy_hitters.discover_dataset)"
+        )
     from tqdm import tqdm
 
     with tqdm(

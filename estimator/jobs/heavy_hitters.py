@@ -40,6 +40,7 @@ class HeavyHitterResult:
     discovery: Discovery
     table: pd.DataFrame
     parts: list[int]  # reports per PEM level or SFP fragment position
+    confidence: float = 0.95  # of the intervals
 
     def summary(self) -> dict[str, Any]:
         return {
@@ -117,7 +118,8 @@ def discover_dataset(
             "frequency": [h.estimate / n for h in found],
         }
     )
-    return HeavyHitterResult(metric, spec, sorted({p.day for p in parts}), n, len(parts), disc, table, per_part)
+    days_seen = sorted({p.day for p in parts})
+    return HeavyHitterResult(metric, spec, days_seen, n, len(parts), disc, table, per_part, confidence)
 
 
 def plot_heavy_hitters(result: HeavyHitterResult, path: str | os.PathLike[str], title: str | None = None) -> None:
@@ -133,8 +135,9 @@ def plot_heavy_hitters(result: HeavyHitterResult, path: str | os.PathLike[str], 
     err = np.vstack([est - t["ci_low"].to_numpy(), t["ci_high"].to_numpy() - est])
     ax.barh(range(len(t)), est, xerr=err, color="#4477aa", ecolor="#222222", capsize=2)
     ax.set_yticks(range(len(t)), [repr(v) for v in t["value"]])
-    ax.set_xlabel(f"estimated devices (of {result.n} reports), 95% CI")
+    ax.set_xlabel(f"estimated devices (of {result.n} reports), {round(100 * result.confidence):g}% CI")
     ax.set_title(title or f"{result.metric}: heavy hitters ({result.spec.name}, ε={result.spec.epsilon:g})")
     fig.tight_layout()
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
     plt.close(fig)

@@ -1,7 +1,13 @@
-"""``ldp estimate``: batch frequency estimation over the Parquet dataset (see :mod:`estimator.jobs.batch`).
+"""``ldp estimate``: batch estimation of any metric over the Parquet dataset (see :mod:`estimator.jobs.answers`).
 
     ldp estimate --dataset ldp-data/dataset --metric settings_tab --days 20419..20425 \\
-        --out table.csv --plot estimates.png [--norm-sub] [--per-day] [--engine spark [--master URL]]
+        --out table.csv --plot estimates.png [--json] [--norm-sub] [--per-day] [--engine spark [--master URL]]
+
+Every kind of metric is answered: frequencies, means, distributions (Square
+Wave), the repeated counters (1BitMean, dBitFlip, LOLOHA) and heavy hitters
+(PEM, SFP: discovered, ``--top`` values). Each kind has its table (printed,
+or written by ``--out``), its plot and its JSON object (``--json``, one
+object on stdout; its keys per kind are in docs/ESTIMATE.md).
 
 Days are day numbers (days since 1970-01-01, UTC) or ISO dates; ``--days
 A..B`` is inclusive. Without a range every day in the dataset is used.
@@ -31,7 +37,7 @@ __all__ = ["register"]
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "estimate",
-        help="batch job: estimate a metric's frequencies over days of the Parquet dataset",
+        help="batch job: estimate a metric (any kind) over days of the Parquet dataset",
         description=__doc__.splitlines()[0] if __doc__ else None,
     )
     p.add_argument("--dataset", required=True, help="root folder of the Parquet dataset (ldp sink --dataset)")
@@ -42,33 +48,34 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--spec-id", default=None, help="the spec to use when the range holds several")
     p.add_argument("--out", default=None, help="table.csv or table.parquet (default: print the top rows)")
     p.add_argument("--plot", default=None, help="write a PNG of the largest estimates with their CIs")
-    p.add_argument("--top", type=int, default=30, help="items in the plot and the printed table (default 30)")
+    p.add_argument(
+        "--top",
+        type=int,
+        default=30,
+        help="items in the plot and the printed table; values discovered for a heavy-hitter metric (default 30)",
+    )
     p.add_argument("--norm-sub", action="store_true", help="Norm-Sub consistent counts (non-negative, sum n)")
     p.add_argument("--per-day", action="store_true", help="one estimate per day (a 'day' column)")
     p.add_argument("--confidence", type=float, default=0.95, help="confidence level of the intervals (default 0.95)")
     add_metrics(p, "metrics file(s) for labels (repeatable; default $LDP_METRICS, else no labels)", repeatable=True)
     p.add_argument("--no-progress", action="store_true", help="never show a progress bar")
+    p.add_argument(
+        "--json", action="store_true", help="print one JSON object (the summary and the rows; see docs/ESTIMATE.md)"
+    )
     add_engine_options(p)
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    from estimator.jobs.batch import (
-        BatchError,
-        Engine,
-        accumulate,
-        estimate_dataset,
-        parse_day_range,
-        plot_estimates,
-        write_table,
-    )
+    from estimator.jobs.answers import answer_json, answer_text, estimate_metric, plot_answer
+    from estimator.jobs.batch import BatchError, parse_day_range, write_table
     from pipeline.catalog import SpecCatalog
 
     if not 0.0 < args.confidence < 1.0:
         raise ValueError(f"--confidence must be in (0, 1), got {args.confidence}")
-    engine: Engine = accumulate
+    engine = None
     try:
-        engine = engine_from_args(args) or accumulate
+        engine = engine_from_args(args)
         days = parse_day_range(args.days, args.start, args.end)
         files = optional_metrics_files(args.metrics)
         # labels are optional (the dataset carries its specs), but a file that was given must load
@@ -78,7 +85,7 @@ def run(args: argparse.Namespace) -> int:
                 "ldp estimate: note: no metrics file (--metrics FILE or $LDP_METRICS): items are not labelled",
                 file=sys.stderr,
             )
-        result = estimate_dataset(
+        answer = estimate_metric(
             args.dataset,
             args.metric,
             days,
@@ -89,24 +96,26 @@ def run(args: argparse.Namespace) -> int:
             definition=definition,
             progress=False if args.no_progress else None,
             engine=engine,
+            top=args.top,
         )
     except BatchError as exc:
         print(f"ldp estimate: error: {exc}", file=sys.stderr)
         return 2
     finally:
-        close = getattr(engine, "close", None)
-        if close is not None:
-            close()
-    print(json.dumps(result.summary()))
-    if args.out:
-        write_table(result.table, args.out)
-        print(f"table: {args.out} ({len(result.table)} rows)")
+        if engine is not None:
+            engine.close()
+    # with --json stdout holds one JSON object; what was written is said on stderr
+    notes = sys.stderr if args.json else sys.stdout
+    if args.json:
+        print(json.dumps(answer_json(answer), ensure_ascii=False))
     else:
-        import pandas as pd
-
-        with pd.option_context("display.width", 140, "display.max_columns", 20):
-            print(result.table.sort_values("estimate", ascending=False).head(args.top).to_string(index=False))
+        print(json.dumps(answer.result.summary(), ensure_ascii=False))
+    if args.out:
+        write_table(answer.table, args.out)
+        print(f"table: {args.out} ({len(answer.table)} rows)", file=notes)
+    elif not args.json:
+        print(answer_text(answer, args.top))
     if args.plot:
-        plot_estimates(result, args.plot, top=args.top)
-        print(f"plot: {args.plot}")
+        plot_answer(answer, args.plot, top=args.top)
+        print(f"plot: {args.plot}", file=notes)
     return 0

@@ -4,7 +4,8 @@
         [--top 20] [--out table.csv] [--plot heavy.png] [--engine spark [--master URL]]
 
 Days are day numbers (days since 1970-01-01, UTC) or ISO dates; ``--days A..B`` is inclusive; without it
-every day is used. Prints a JSON summary line, then the table (or writes it to ``--out``).
+every day is used. Prints a JSON summary line, then the table (or writes it to ``--out``); ``--json`` prints
+one JSON object instead, the one ``ldp estimate --json`` gives for a heavy-hitter metric.
 
 ``--engine spark`` runs the passes over the files on Apache Spark (the ``spark`` extra; ``--master``,
 default ``local[*]``; the same options as ``ldp estimate``), with the same output
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 
 from ldp_cli.commands.argtypes import add_engine_options, engine_from_args
 
@@ -34,31 +36,54 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--spec-id", default=None, help="the spec to use when the range holds several")
     p.add_argument("--out", default=None, help="table.csv or table.parquet (default: print it)")
     p.add_argument("--plot", default=None, help="write a PNG of the discovered values with their CIs")
+    p.add_argument("--confidence", type=float, default=0.95, help="confidence level of the intervals (default 0.95)")
+    p.add_argument(
+        "--json",
+        action="store_true",
+        help="print one JSON object (as `ldp estimate --json` for this metric; docs/ESTIMATE.md)",
+    )
     add_engine_options(p)
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    from estimator.jobs.answers import heavy_hitters_json
     from estimator.jobs.batch import parse_day_range, write_table
     from estimator.jobs.heavy_hitters import discover_dataset, plot_heavy_hitters
+
+    if not 0.0 < args.confidence < 1.0:
+        raise ValueError(f"--confidence must be in (0, 1), got {args.confidence}")
 
     engine = engine_from_args(args)  # a BatchError is a ValueError: `ldp` prints it and exits 2
     try:
         days = parse_day_range(args.days)
-        result = discover_dataset(args.dataset, args.metric, days, top=args.top, spec_id=args.spec_id, engine=engine)
+        result = discover_dataset(
+            args.dataset,
+            args.metric,
+            days,
+            top=args.top,
+            spec_id=args.spec_id,
+            confidence=args.confidence,
+            engine=engine,
+        )
     finally:
         if engine is not None:
             engine.close()
-    print(json.dumps(result.summary(), ensure_ascii=False))
+    # with --json stdout holds one JSON object; what was written is said on stderr
+    notes = sys.stderr if args.json else sys.stdout
+    if args.json:
+        print(json.dumps(heavy_hitters_json(result), ensure_ascii=False))
+    else:
+        print(json.dumps(result.summary(), ensure_ascii=False))
     if args.out:
         write_table(result.table, args.out)
-        print(f"table: {args.out} ({len(result.table)} rows)")
-    else:
+        print(f"table: {args.out} ({len(result.table)} rows)", file=notes)
+    elif not args.json:
         import pandas as pd
 
         with pd.option_context("display.width", 140, "display.max_columns", 20):
             print(result.table.to_string(index=False))
     if args.plot:
         plot_heavy_hitters(result, args.plot)
-        print(f"plot: {args.plot}")
+        print(f"plot: {args.plot}", file=notes)
     return 0

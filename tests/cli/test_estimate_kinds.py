@@ -1,0 +1,158 @@
+"""``ldp estimate`` answers every kind of metric: the metrics of metrics/example.json (frequency, mean,
+distribution, heavy hitters) and the repeated counters (1BitMean, dBitFlip, LOLOHA), each through ``--json``,
+the printed table, ``--out`` CSV and ``--plot``; and ``ldp heavy-hitters --json``.
+
+The dataset is written by the real pipeline pieces (:mod:`tests.support.kinds_dataset`). Every answer is
+compared with the estimator run directly over the same reports (the accumulator of the spec, or heavy-hitter
+discovery over the concatenated records): they are the same computation, so they must agree exactly.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from estimator.errors import BatchError
+from estimator.jobs.batch import estimate_dataset
+from estimator.mechanisms.heavy_hitters import discover
+from estimator.oracles import state_for
+from ldp_cli.main import main
+from tests.support.kinds_dataset import DAYS, METRICS, WORDS, write_kinds_dataset
+
+PNG = b"\x89PNG\r\n\x1a\n"
+COLUMNS = {
+    "frequency": ["item", "estimate", "std_error", "ci_low", "ci_high", "frequency"],
+    "mean": ["attribute", "mean", "std_error", "ci_low", "ci_high", "n"],
+    "distribution": ["bin", "low", "high", "share", "share_low", "share_high"],
+    "heavy_hitters": ["rank", "value", "estimate", "std_error", "ci_low", "ci_high", "frequency"],
+}
+
+
+@pytest.fixture(scope="module")
+def dataset(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    return write_kinds_dataset(tmp_path_factory.mktemp("kinds"))
+
+
+def _run(capsys: pytest.CaptureFixture[str], dataset: dict[str, Any], metric_name: str, *extra: str) -> str:
+    args = ["estimate", "--dataset", str(dataset["root"]), "--metric", metric_name]
+    assert main([*args, "--metrics", str(dataset["metrics"]), "--no-progress", *extra]) == 0
+    return capsys.readouterr().out
+
+
+def _offline(spec: Any, records: np.ndarray) -> Any:
+    acc = state_for(spec)
+    acc.update(records)
+    return acc.estimate()
+
+
+@pytest.mark.parametrize("name", METRICS)
+def test_json_answers_every_kind_as_the_estimator_does(
+    name: str, dataset: dict[str, Any], capsys: pytest.CaptureFixture[str]
+) -> None:
+    spec, records = dataset["specs"][name], dataset["records"][name]
+    out = _run(capsys, dataset, name, "--json")
+    obj = json.loads(out)  # one object: the whole of stdout
+    assert obj["kind"] == spec.kind and obj["metric"] == name and obj["spec_id"] == spec.spec_id
+    assert obj["days"] == DAYS and obj["n"] == records.shape[0] and obj["confidence"] == 0.95
+    rows = obj["rows"]
+    want_cols = list(COLUMNS[spec.kind])
+    if name in ("settings_tab", "dark_mode", "theme"):
+        want_cols.insert(1, "label")
+    assert rows and list(rows[0]) == want_cols
+    if spec.kind == "heavy_hitters":
+        disc = discover(spec, records, 30)
+        found = disc.top(30)
+        assert [r["value"] for r in rows] == [h.value for h in found]
+        assert [r["estimate"] for r in rows] == [h.estimate for h in found]
+        assert set(WORDS) <= {r["value"] for r in rows}
+        assert obj["reports"] == records.shape[0]
+        return
+    est = _offline(spec, records)
+    if spec.kind == "frequency":
+        assert [r["item"] for r in rows] == list(range(spec.domain_size))
+        np.testing.assert_array_equal([r["estimate"] for r in rows], est.counts)
+        np.testing.assert_array_equal([r["ci_high"] for r in rows], est.ci_high)
+    elif spec.kind == "mean":
+        np.testing.assert_array_equal([r["mean"] for r in rows], est.mean)
+        np.testing.assert_array_equal([r["ci_low"] for r in rows], est.ci_low)
+    else:
+        np.testing.assert_array_equal([r["share"] for r in rows], est.hist)
+        np.testing.assert_array_equal([r["low"] for r in rows], est.edges[:-1])
+        qs = obj["quantiles"]
+        assert [q["q"] for q in qs] == list(est.quantile_levels)
+        np.testing.assert_array_equal([q["value"] for q in qs], est.quantiles)
+        assert all(q["ci_low"] <= q["value"] <= q["ci_high"] for q in qs)
+
+
+@pytest.mark.parametrize("name", METRICS)
+def test_table_csv_and_plot_for_every_kind(
+    name: str, dataset: dict[str, Any], capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    kind = dataset["specs"][name].kind
+    text = _run(capsys, dataset, name)
+    lines = text.splitlines()
+    summary = json.loads(lines[0])
+    assert summary["metric"] == name
+    header = lines[1].split()
+    assert [c for c in COLUMNS[kind] if c in header] == COLUMNS[kind]
+    if kind == "distribution":
+        assert "quantiles:" in lines and any(ln.strip().startswith("p50:") for ln in lines)
+    answer = json.loads(_run(capsys, dataset, name, "--json"))
+    csv_path, png = tmp_path / "t.csv", tmp_path / "p.png"
+    out = _run(capsys, dataset, name, "--out", str(csv_path), "--plot", str(png))
+    assert f"table: {csv_path} ({len(answer['rows'])} rows)" in out and f"plot: {png}" in out
+    with csv_path.open(newline="", encoding="utf-8") as f:
+        table = list(csv.DictReader(f))
+    assert list(table[0]) == list(answer["rows"][0]) and len(table) == len(answer["rows"])
+    key = "value" if kind == "heavy_hitters" else list(answer["rows"][0])[0]
+    assert [r[key] for r in table] == [str(r[key]) for r in answer["rows"]]
+    assert png.read_bytes()[:8] == PNG and png.stat().st_size > 1000
+    # --json with --out and --plot: stdout stays one JSON object, the notes go to stderr
+    assert (
+        main(["estimate", "--dataset", str(dataset["root"]), "--metric", name, "--json", "--out", str(csv_path)]) == 0
+    )
+    cap = capsys.readouterr()
+    assert json.loads(cap.out)["metric"] == name and "table:" in cap.err
+
+
+def test_per_day_for_a_distribution_and_a_mean(dataset: dict[str, Any], capsys: pytest.CaptureFixture[str]) -> None:
+    for name in ("session_minutes", "session_minutes_distribution"):
+        obj = json.loads(_run(capsys, dataset, name, "--json", "--per-day"))
+        assert obj["per_day"] is True and sorted({r["day"] for r in obj["rows"]}) == DAYS
+        if name == "session_minutes_distribution":
+            assert sorted({q["day"] for q in obj["quantiles"]}) == DAYS
+
+
+def test_heavy_hitters_json_is_the_estimate_json(dataset: dict[str, Any], capsys: pytest.CaptureFixture[str]) -> None:
+    args = ["--dataset", str(dataset["root"]), "--metric", "search_word", "--top", "10", "--json"]
+    assert main(["heavy-hitters", *args]) == 0
+    hh = json.loads(capsys.readouterr().out)
+    assert main(["estimate", *args, "--no-progress"]) == 0
+    est = json.loads(capsys.readouterr().out)
+    hh.pop("seconds"), est.pop("seconds")
+    assert hh == est and len(hh["rows"]) == hh["found"] <= 10
+
+
+@pytest.mark.parametrize(
+    ("name", "flag", "says"),
+    [
+        ("session_minutes", "--norm-sub", "--norm-sub is for frequency metrics"),
+        ("search_word", "--norm-sub", "--norm-sub is for frequency metrics"),
+        ("search_word", "--per-day", "--per-day: heavy-hitter discovery"),
+    ],
+)
+def test_options_a_kind_cannot_take_are_clear_errors(
+    name: str, flag: str, says: str, dataset: dict[str, Any], capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["estimate", "--dataset", str(dataset["root"]), "--metric", name, flag]) == 2
+    assert says in capsys.readouterr().err
+
+
+def test_the_summing_path_refuses_a_heavy_hitter_metric_clearly(dataset: dict[str, Any]) -> None:
+    with pytest.raises(BatchError, match="heavy-hitter metric"):
+        estimate_dataset(dataset["root"], "search_word", progress=False)
