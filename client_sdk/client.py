@@ -54,14 +54,12 @@ from __future__ import annotations
 import atexit
 import collections
 import dataclasses
-import ipaddress
 import json
 import logging
 import os
 import sqlite3
 import threading
 import time
-import urllib.parse
 import weakref
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Literal
@@ -82,6 +80,8 @@ from client_sdk.policy import LocalPolicy, to_units
 from client_sdk.store import Store
 from client_sdk.upload.backoff import BackoffPolicy
 from client_sdk.upload.uploader import HttpTransport, Uploader, urllib_transport
+from client_sdk.urls import ClientConfigError
+from client_sdk.urls import check_url as _check_url
 from ldp_core.canonical import canonical_json
 from ldp_core.days import utc_day
 from ldp_core.domain import NumberRange
@@ -153,10 +153,6 @@ def _differences(a: dict[str, Any], b: dict[str, Any], prefix: str = "") -> list
         elif x != y:
             out.append(f"{prefix}{key} ({x!r} -> {y!r})")
     return out
-
-
-class ClientConfigError(LDPError, ValueError):
-    """The client was configured wrongly; the message says how to fix it."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -250,30 +246,6 @@ class _Marker:
 
     def __init__(self) -> None:
         self.done = threading.Event()
-
-
-def _check_url(url: Any, what: str = "collector_url") -> str:
-    if not isinstance(url, str):
-        raise ClientConfigError(f"{what} must be a string such as 'https://collector.example.org', got {url!r}")
-    parts = urllib.parse.urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.netloc or parts.query or parts.fragment:
-        raise ClientConfigError(f"{what} {url!r} must be an http(s) URL with a host and no query")
-    if parts.scheme == "http" and not _is_loopback(parts.hostname or ""):
-        raise ClientConfigError(
-            f"{what} {url!r} is plain http: reports and batch ids would cross the network unencrypted; "
-            "use https:// (plain http is accepted only on loopback, e.g. http://127.0.0.1:8080 in development)"
-        )
-    return url.rstrip("/")
-
-
-def _is_loopback(host: str) -> bool:
-    """``localhost``, 127.0.0.0/8 or ::1 (a name that only resolves to loopback is not trusted to)."""
-    if host.lower() == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def _load_metric_set(metrics: Any) -> MetricSet:
