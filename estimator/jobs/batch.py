@@ -34,6 +34,7 @@ from estimator.result import Estimate
 from ldp_core.days import parse_day
 from ldp_core.mechanisms.base import MechanismSpec, ReportSpec
 from ldp_core.metrics import MetricDefinition
+from pipeline.csv_export import write_csv
 from pipeline.dataset import PartFile, list_parts, read_part
 
 __all__ = [
@@ -282,11 +283,12 @@ def _describe(days: Iterable[int]) -> str:
 
 
 def write_table(table: pd.DataFrame, path: str | os.PathLike[str]) -> None:
-    """Write ``table`` as CSV or Parquet, chosen by the file name's suffix."""
+    """Write ``table`` as CSV or Parquet, chosen by the file name's suffix (CSV through
+    :func:`pipeline.csv_export.write_csv`: no string cell a spreadsheet would run as a formula)."""
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
     if p.suffix.lower() == ".csv":
-        table.to_csv(p, index=False)
+        write_csv(table, p)
     elif p.suffix.lower() in (".parquet", ".pq"):
         table.to_parquet(p, index=False)
     else:
