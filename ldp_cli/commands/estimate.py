@@ -97,7 +97,17 @@ def run(args: argparse.Namespace) -> int:
         close = getattr(engine, "close", None)
         if close is not None:
             close()
-    print(json.dumps(result.summary()))
+    summary = result.summary()
+    print(json.dumps(summary))
+    if summary["central_epsilon_per_person"] is not None:
+        days = summary["central_person_days"]
+        print(
+            f"ldp estimate: central ε per person over {days} day{'s' if days != 1 else ''}: "
+            f"{summary['central_epsilon_per_person']:.4g} at δ = {summary['central_delta_per_person']:.3g} "
+            f"({summary['central_composition']} composition; {summary['central_neighbours']}); "
+            f"one day's batch: {summary['central_epsilon']:.4g}",
+            file=sys.stderr,
+        )
     if args.out:
         write_table(result.table, args.out)
         print(f"table: {args.out} ({len(result.table)} rows)")
