@@ -94,7 +94,9 @@ from ldp_core.wire.sealing import AnalyzerPublicKey, seal_batch
 
 if TYPE_CHECKING:  # tokens need `cryptography`, loaded only when a client is given an issuer
     from client_sdk.upload.token_wallet import TokenWallet
-from client_sdk.config import ClientConfig, ClientConfigError, _check_url
+from client_sdk.config import ClientConfig
+from client_sdk.urls import ClientConfigError
+from client_sdk.urls import check_url as _check_url
 from ldp_core.wire.frames import ReportBatch
 
 __all__ = ["TelemetryClient", "ERROR_TALLIES", "STAT_TALLIES"]

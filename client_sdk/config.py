@@ -1,25 +1,19 @@
 """The telemetry client's settings: :class:`ClientConfig` (one frozen dataclass, range-checked when made),
-and the URL rule the client applies to its collector and issuer (https, or http to a loopback host only)."""
+checked against the device's URL rule (:mod:`client_sdk.urls`)."""
 
 from __future__ import annotations
 
 import dataclasses
-import ipaddress
 import os
-import urllib.parse
 from collections.abc import Callable
-from typing import Any, Literal
+from typing import Literal
 
 from client_sdk.outbox import DEFAULT_MAX_REPORTS
 from client_sdk.upload.backoff import BackoffPolicy
 from client_sdk.upload.uploader import HttpTransport
-from ldp_core.errors import LDPError
+from client_sdk.urls import ClientConfigError, check_url
 
 __all__ = ["ClientConfig", "ClientConfigError"]
-
-
-class ClientConfigError(LDPError, ValueError):
-    """The client was configured wrongly; the message says how to fix it."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -97,34 +91,10 @@ class ClientConfig:
         if any(given) and not all(given):
             raise ClientConfigError("tokens need issuer_url, enrollment_path and token_origin together")
         if self.issuer_url is not None:
-            _check_url(self.issuer_url, "issuer_url")
+            check_url(self.issuer_url, "issuer_url")
         for name in ("max_queue", "batch_size", "max_outbox_reports", "token_stock"):
             val = getattr(self, name)
             if isinstance(val, bool) or not isinstance(val, int) or val < 1:
                 raise ClientConfigError(f"{name} must be a positive integer, got {val!r}")
         if not self.batch_max_age >= 0 or not self.upload_timeout > 0 or not self.metrics_refresh_interval > 0:
             raise ClientConfigError("batch_max_age must be >= 0; upload_timeout and metrics_refresh_interval > 0")
-
-
-def _check_url(url: Any, what: str = "collector_url") -> str:
-    if not isinstance(url, str):
-        raise ClientConfigError(f"{what} must be a string such as 'https://collector.example.org', got {url!r}")
-    parts = urllib.parse.urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.netloc or parts.query or parts.fragment:
-        raise ClientConfigError(f"{what} {url!r} must be an http(s) URL with a host and no query")
-    if parts.scheme == "http" and not _is_loopback(parts.hostname or ""):
-        raise ClientConfigError(
-            f"{what} {url!r} is plain http: reports and batch ids would cross the network unencrypted; "
-            "use https:// (plain http is accepted only on loopback, e.g. http://127.0.0.1:8080 in development)"
-        )
-    return url.rstrip("/")
-
-
-def _is_loopback(host: str) -> bool:
-    """``localhost``, 127.0.0.0/8 or ::1 (a name that only resolves to loopback is not trusted to)."""
-    if host.lower() == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False

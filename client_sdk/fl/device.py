@@ -19,6 +19,12 @@ whose id is a digest of the content, so the job counts the upload once. A 4xx
 answer is not retried: it is counted in :attr:`FLDevice.errors` by its
 ``error`` reason. Nothing here raises into the host for a network or server
 problem; :meth:`FLDevice.step` reports what it did.
+
+``collector_url`` must be https, or plain http on loopback only (the
+telemetry client's rule, :func:`client_sdk.urls.check_url`): over plain http
+anyone on the path would read the updates and could change the round views a
+device trains on. Anything else raises
+:class:`~client_sdk.urls.ClientConfigError` when the device is made.
 """
 
 from __future__ import annotations
@@ -39,6 +45,7 @@ import numpy as np
 from client_sdk.fl.device_store import FLDeviceStore, canonical_json
 from client_sdk.upload.backoff import BackoffPolicy
 from client_sdk.upload.uploader import USER_AGENT, HttpRequest, HttpTransport, parse_retry_after, urllib_transport
+from client_sdk.urls import check_url
 from ldp_core.fl.client_round import train_client
 from ldp_core.fl.errors import FLError
 from ldp_core.fl.local_dpsgd import LocalDPSGDSpec, SampleLevelAccountant, local_dp_sgd_from_dict, train_local_dpsgd
@@ -117,7 +124,7 @@ class FLDevice:
         max_sample_epsilon: float | None = None,
         torch_model: Any = None,
     ) -> None:
-        self.base = collector_url.rstrip("/") + f"/v1/fl/tasks/{urllib.parse.quote(task, safe='')}"
+        self.base = check_url(collector_url) + f"/v1/fl/tasks/{urllib.parse.quote(task, safe='')}"
         self.task = task
         self.client_id = client_id
         self.X, self.y = X, y

@@ -44,7 +44,9 @@ class PrivacyFigures:
     def by_adversary(self, accountant: FLAccountant | None, st: JobState) -> list[dict[str, Any]] | None:
         """ε against each adversary (:func:`estimator.fl.dp.epsilon_by_adversary`; with distributed noise
         :func:`estimator.fl.ddg_accounting.ddg_epsilon_by_adversary`) after the rounds ``accountant`` has
-        recorded; None without DP. The observer's figure is the state's ε when it covers the same rounds."""
+        recorded; None without DP. The observer's figure is the state's ε when it covers the same rounds.
+        Each figure carries its neighbouring relation: ``neighbors`` (``add_or_remove`` for Poisson sampling
+        and DP-FTRL, ``replace`` for fixed-count sampling and distributed noise) of one ``client``."""
         acc = accountant
         if acc is None:
             return None
@@ -52,15 +54,19 @@ class PrivacyFigures:
             spec = self.spec
             fresh = acc.rounds and st.epsilon is not None and len(st.noise_history) == acc.rounds
             observer = st.epsilon if fresh else None
+            neighbors = acc.neighbors
             if spec.noise is not None:  # distributed noise: the server operator gets a figure too
                 figures = ddg_epsilon_by_adversary(
                     ddg_accountant(spec, self.payload_size, acc.rounds), spec.secagg_threshold
                 )
+                neighbors = "replace"  # the distributed-DG accountant's relation (ddg_accounting.py)
             else:
                 sees = FLTRUST_OPERATOR_SEES if spec.aggregator.kind == "fltrust" else None  # DP-FLTrust
                 figures = epsilon_by_adversary(acc, secagg=bool(spec.secagg), observer=observer, operator_sees=sees)
             for a in figures:
                 a["epsilon"] = _f(a["epsilon"])
+                a.setdefault("neighbors", neighbors)  # every ε names its relation (issue 28)
+                a.setdefault("neighbors_unit", "client")
             self._by_adversary = (acc.rounds, figures)
         return [dict(a) for a in self._by_adversary[1]]
 

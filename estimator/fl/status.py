@@ -41,6 +41,7 @@ def public_stats(
     out = {
         "epsilon": _f(st.epsilon),
         "delta": spec.delta if spec.clip_norm is not None else None,
+        "neighbors": _neighbors(by_adversary),
         "rounds_done": len(st.history),
         "last_round": None if last is None else {k: last[k] for k in PUBLIC_ROUND_KEYS if k in last},
         "aggregator": spec.aggregator.kind,
@@ -53,6 +54,13 @@ def public_stats(
     if st.clip_norm is not None:
         out["clip_norm"] = st.clip_norm
     return out
+
+
+def _neighbors(by_adversary: list[dict[str, Any]] | None) -> str | None:
+    """The neighbouring relation of the job's ε (and of each round's in ``history``): that of the accountant
+    behind ``by_adversary`` (add/remove one client for Poisson sampling and DP-FTRL, replace one client for
+    fixed-count sampling and distributed noise); None without DP."""
+    return None if not by_adversary else by_adversary[0].get("neighbors")
 
 
 def round_state(spec: FLTaskSpec, st: JobState, strategy: Strategy, stats: dict[str, Any]) -> RoundState:
@@ -130,6 +138,7 @@ def status_document(
         "done": done,
         "epsilon": _f(st.epsilon),
         "delta": spec.delta if spec.clip_norm is not None else None,
+        "neighbors": _neighbors(by_adversary),
         "epsilon_by_adversary": by_adversary,
         "sample_level": sample_level,
         "rejected": dict(st.rejected),

@@ -26,6 +26,7 @@ from typing import Any, Protocol
 import numpy as np
 import pandas as pd
 
+from estimator.accounting.shuffle_days import DayBound, day_bound, person_guarantee
 from estimator.errors import BatchError, SpecChoiceError
 from estimator.mechanisms.numeric import DistributionEstimate, MeanEstimate
 from estimator.oracles import state_for
@@ -34,6 +35,7 @@ from estimator.result import Estimate
 from ldp_core.days import parse_day
 from ldp_core.mechanisms.base import MechanismSpec, ReportSpec
 from ldp_core.metrics import MetricDefinition
+from pipeline.csv_export import write_csv
 from pipeline.dataset import PartFile, list_parts, read_part, read_part_spec
 
 __all__ = [
@@ -81,6 +83,22 @@ class Accumulated:
     batches: int = 0
     central_epsilon: float | None = None
     central_delta: float | None = None
+    #: per day, the shuffle entry (footer metadata) of its batch with the largest central ε
+    worst_by_day: dict[int, dict[str, Any]] = dataclasses.field(default_factory=dict)
+
+    def note_worst(self, day: int, shuffle: dict[str, Any] | None) -> None:
+        """Keep ``shuffle`` as ``day``'s worst batch if its central ε is the largest seen for that day."""
+        if shuffle is None or shuffle.get("central_epsilon") is None:
+            return
+        cur = self.worst_by_day.get(day)
+        if cur is None or float(shuffle["central_epsilon"]) > float(cur["central_epsilon"]):
+            self.worst_by_day[day] = shuffle
+
+
+def worst_shuffle(shuffles: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
+    """The shuffle entry with the largest central ε (None if none has one)."""
+    with_eps = [s for s in shuffles if s.get("central_epsilon") is not None]
+    return max(with_eps, key=lambda s: float(s["central_epsilon"])) if with_eps else None
 
 
 class Engine(Protocol):
@@ -113,6 +131,7 @@ def accumulate(
                 a.central_epsilon = float(ce)
             if cd is not None and (a.central_delta is None or cd > a.central_delta):
                 a.central_delta = float(cd)
+        a.note_worst(part.day, worst_shuffle(data.shuffles))
         if progress is not None:
             progress(1)
     return out
@@ -182,8 +201,11 @@ class BatchResult:
     batches: int
     central_epsilon: float | None
     central_delta: float | None
+    #: the per-person composition over the days (:func:`estimator.accounting.shuffle_days.person_guarantee`)
+    person: dict[str, Any] | None = None
 
     def summary(self) -> dict[str, Any]:
+        p = self.person or {}
         return {
             "metric": self.metric,
             "mechanism": self.spec.name,
@@ -195,6 +217,15 @@ class BatchResult:
             "batches": self.batches,
             "central_epsilon": self.central_epsilon,
             "central_delta": self.central_delta,
+            "central_epsilon_scope": "one shuffled batch (one day of one person)",
+            "central_epsilon_per_person": p.get("epsilon"),
+            "central_delta_per_person": p.get("delta"),
+            "central_person_days": p.get("days"),
+            "central_composition": p.get("composition"),
+            "central_epsilon_pld": p.get("epsilon_pld"),
+            "central_epsilon_basic": p.get("epsilon_basic"),
+            "central_neighbours": p.get("neighbours"),
+            "central_protects": p.get("protects"),
         }
 
 
@@ -274,9 +305,20 @@ def estimate_dataset(
         sum(a.batches for a in accs.values()),
         max(ce) if ce else None,
         max(cd) if cd else None,
+        person_guarantee(_worst_days(accs.values())),
     )
     table.attrs.update({k: v for k, v in result.summary().items() if v is not None})
     return result
+
+
+def _worst_days(accs: Iterable[Accumulated]) -> list[DayBound]:
+    """Each day's worst batch over ``accs`` (one person is in one batch a day), as day bounds."""
+    worst = Accumulated(None, set())  # type: ignore[arg-type]
+    for a in accs:
+        for day, shuffle in a.worst_by_day.items():
+            worst.note_worst(day, shuffle)
+    bounds = (day_bound(day, shuffle) for day, shuffle in sorted(worst.worst_by_day.items()))
+    return [b for b in bounds if b is not None]
 
 
 def _describe(days: Iterable[int]) -> str:
@@ -287,11 +329,12 @@ def _describe(days: Iterable[int]) -> str:
 
 
 def write_table(table: pd.DataFrame, path: str | os.PathLike[str]) -> None:
-    """Write ``table`` as CSV or Parquet, chosen by the file name's suffix."""
+    """Write ``table`` as CSV or Parquet, chosen by the file name's suffix (CSV through
+    :func:`pipeline.csv_export.write_csv`: no string cell a spreadsheet would run as a formula)."""
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
     if p.suffix.lower() == ".csv":
-        table.to_csv(p, index=False)
+        write_csv(table, p)
     elif p.suffix.lower() in (".parquet", ".pq"):
         table.to_parquet(p, index=False)
     else:

@@ -14,7 +14,10 @@ finite: without noise, or when every RDP order diverges.)
 
 What ε protects: one training *example*, under add/remove neighbours (the
 data set with or without it), against anyone who sees every intermediate
-model, assuming the Poisson batches stay secret. It does not cover the
+model, assuming the Poisson batches and the noise stay secret: without a
+seed they come from the OS CSPRNG; a seeded run (reproducible, for studies)
+says in its result that its ε does not hold against anyone who knows the
+seed. It does not cover the
 choice of hyper-parameters made by looking at the data, nor the test split.
 
 The file holds ``x`` (n×d, finite numbers) and ``y`` (n integer labels in
@@ -39,6 +42,7 @@ from estimator.errors import DatasetError
 from ldp_core.fl.dpsgd import DPSGDConfig, train_dpsgd
 from ldp_core.fl.dpsgd_accounting import StepAccountant
 from ldp_core.fl.models import MLP, LogisticRegression, Model, SoftmaxRegression, accuracy
+from ldp_core.randomness import secure_generator
 
 __all__ = [
     "ModelName",
@@ -170,6 +174,13 @@ def build_model(name: ModelName, n_features: int, n_classes: int, hidden: int = 
     raise DatasetError(f"model must be one of {', '.join(MODEL_NAMES)}, got {name!r}")
 
 
+#: What a seeded run's result says about its ε.
+SEED_WARNING = (
+    "seeded run: the Poisson batches and the noise follow from the seed, so the printed ε does not hold "
+    "against anyone who knows the seed (they can subtract the noise); omit --seed for a release"
+)
+
+
 @dataclasses.dataclass(frozen=True)
 class DPSGDJob:
     """One central DP-SGD run: model, mechanism, epochs, δ, seed."""
@@ -178,7 +189,7 @@ class DPSGDJob:
     config: DPSGDConfig
     epochs: int
     delta: float
-    seed: int = 0
+    seed: int | None = None
     hidden: int = 32
     l2: float = 0.0
 
@@ -189,8 +200,18 @@ class DPSGDJob:
             raise DatasetError(f"delta must be in (0, 1), got {self.delta!r}; a typical choice is below 1/n")
 
     def generators(self) -> tuple[np.random.Generator, ...]:
-        """(split, init, sample, noise) generators from one seed."""
+        """(split, init, sample, noise) generators: all four from ``seed`` when one is given (a
+        reproducible run whose ε does not hold against anyone who knows the seed); without one, the
+        batches and the noise from the OS CSPRNG and the split and initialization from fresh OS entropy."""
+        if self.seed is None:
+            return (np.random.default_rng(), np.random.default_rng(), secure_generator(), secure_generator())
         return tuple(np.random.default_rng(s) for s in np.random.SeedSequence(self.seed).spawn(4))
+
+    def randomness(self) -> dict[str, Any]:
+        """Where the batches and the noise came from, for the result (``randomness``, ``seed_warning``)."""
+        if self.seed is None:
+            return {"seeded": False, "randomness": "os_csprng", "seed_warning": None}
+        return {"seeded": True, "randomness": "seeded", "seed_warning": SEED_WARNING}
 
 
 def _finite_or_none(v: float | None) -> float | None:
@@ -258,6 +279,7 @@ def run_dpsgd(
         "test_split": data.test_split,
         "classes": data.n_classes,
         "seed": job.seed,
+        **job.randomness(),
         "train_loss": train_loss,
         "per_epoch": rows,
     }

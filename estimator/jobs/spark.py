@@ -359,27 +359,30 @@ def _merge_partials(a: _Partial, b: _Partial) -> _Partial:
     return out
 
 
-def _file_facts(spec_id: str, rows: Iterable[str]) -> Iterator[tuple[str, str | None, int, Any, Any]]:
-    """For each path: (path, error or None, batches, max central ε, max central δ), from its footer."""
+def _file_facts(spec_id: str, rows: Iterable[str]) -> Iterator[tuple[str, str | None, int, Any, Any, Any]]:
+    """For each path: (path, error or None, batches, max central ε, max central δ, the shuffle entry with
+    the largest central ε as JSON or None), from its footer."""
     import pyarrow.parquet as pq
 
     for path in rows:
         try:
             md = pq.read_schema(path).metadata or {}
         except Exception as exc:  # an unreadable file is reported by the driver, with its path
-            yield path, f"cannot be read: {exc}", 0, None, None
+            yield path, f"cannot be read: {exc}", 0, None, None, None
             continue
         if md.get(b"ldp.format") != FORMAT.encode():
-            yield path, f"is not an ldp-parquet part file (format {md.get(b'ldp.format')!r})", 0, None, None
+            yield path, f"is not an ldp-parquet part file (format {md.get(b'ldp.format')!r})", 0, None, None, None
             continue
         file_id = md.get(b"ldp.spec_id", b"").decode()
         if file_id != spec_id:
-            yield path, f"has spec {file_id}, not the chosen one ({spec_id})", 0, None, None
+            yield path, f"has spec {file_id}, not the chosen one ({spec_id})", 0, None, None, None
             continue
         shuffles = json.loads(md.get(b"ldp.shuffles", b"[]"))
         ce = [float(s["central_epsilon"]) for s in shuffles if s.get("central_epsilon") is not None]
         cd = [float(s["central_delta"]) for s in shuffles if s.get("central_delta") is not None]
-        yield path, None, len(shuffles), max(ce) if ce else None, max(cd) if cd else None
+        worst = [s for s in shuffles if s.get("central_epsilon") is not None]
+        top = json.dumps(max(worst, key=lambda s: float(s["central_epsilon"]))) if worst else None
+        yield path, None, len(shuffles), max(ce) if ce else None, max(cd) if cd else None, top
 
 
 # -- the engine ----------------------------------------------------------------------------------
@@ -454,7 +457,8 @@ class SparkEngine:
                     a = out[key] = Accumulated(state_for(spec), set())
                 a.days.add(p.day)
                 a.files += 1
-                batches, ce, cd = facts[str(p.path)]
+                batches, ce, cd, worst = facts[str(p.path)]
+                a.note_worst(p.day, None if worst is None else json.loads(worst))
                 a.batches += batches
                 if ce is not None and (a.central_epsilon is None or ce > a.central_epsilon):
                     a.central_epsilon = ce
@@ -498,7 +502,7 @@ class SparkEngine:
             )
             return df.mapInArrow(_accumulate_batches(metric, spec.to_dict(), make), _PARTIAL_SCHEMA)
 
-    def _facts(self, spec: ReportSpec, files: Sequence[PartFile]) -> dict[str, tuple[int, Any, Any]]:
+    def _facts(self, spec: ReportSpec, files: Sequence[PartFile]) -> dict[str, tuple[int, Any, Any, Any]]:
         sc = self.spark.sparkContext
         paths = [str(p.path) for p in files]
         chosen = spec.spec_id
@@ -511,7 +515,7 @@ class SparkEngine:
         if bad:
             more = f" (and {len(bad) - 1} more)" if len(bad) > 1 else ""
             raise BatchError(f"{bad[0][0]} {bad[0][1]}{more}")
-        return {path: (batches, ce, cd) for path, _, batches, ce, cd in rows}
+        return {path: (batches, ce, cd, worst) for path, _, batches, ce, cd, worst in rows}
 
 
 def _last_line(exc: BaseException) -> str:

@@ -4,7 +4,10 @@ Prints the ε spent after each epoch on stderr as it trains, then a summary;
 with ``--json``, one object with ``epsilon`` (at ``--delta``, per the
 accountant: PLD, with RDP as ``epsilon_rdp``), ``accuracy`` (on the test
 data), ``steps``, ``seconds`` and the details of the run (``per_epoch`` among
-them). ``--plot FILE.png`` draws test accuracy against ε. Bad input (a
+them), and where the batches and noise came from (``randomness``:
+``os_csprng`` without ``--seed``, ``seeded`` with one, then ``seed_warning``
+says the ε does not hold against anyone who knows the seed; the text output
+prints it as a warning). ``--plot FILE.png`` draws test accuracy against ε. Bad input (a
 missing file or array, wrong shapes, labels out of range, q outside (0, 1])
 exits 2 with a message saying what is wrong.
 """
@@ -64,7 +67,13 @@ def register(sub: argparse._SubParsersAction) -> None:
         default=0.2,
         help="fraction held out for testing when the file has no x_test/y_test (default 0.2)",
     )
-    p.add_argument("--seed", type=_seed, default=0, help="seed of the split, initialization, batches and noise")
+    p.add_argument(
+        "--seed",
+        type=_seed,
+        default=None,
+        help="seed of the split, initialization, batches and noise, for a reproducible study (default: none; "
+        "batches and noise from the OS CSPRNG). A seeded run's ε does not hold against anyone who knows the seed",
+    )
     p.add_argument("--plot", default=None, help="write test accuracy against ε to this PNG")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=run_dpsgd_cmd)
@@ -114,6 +123,8 @@ def run_dpsgd_cmd(args: argparse.Namespace) -> int:
     rdp = "" if result["epsilon_rdp"] is None else f" (RDP: {result['epsilon_rdp']:.4g})"
     print(f"ε = {_fmt(result['epsilon'])}{rdp} at δ = {args.delta:g}; test accuracy {result['accuracy']:.4f}")
     print(f"ε protects {result['protects']}.")
+    if result["seed_warning"]:
+        print(f"warning: {result['seed_warning']}.")
     if args.plot:
         print(f"plot: {args.plot}")
     return 0

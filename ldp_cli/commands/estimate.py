@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from typing import Any
 
 from ldp_cli.commands.argtypes import add_engine_options, engine_from_args
 from ldp_cli.options import add_metrics, optional_metrics_files
@@ -110,6 +111,7 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(answer_json(answer), ensure_ascii=False))
     else:
         print(json.dumps(answer.result.summary(), ensure_ascii=False))
+    _say_person_epsilon(answer.result.summary())
     if args.out:
         write_table(answer.table, args.out)
         print(f"table: {args.out} ({len(answer.table)} rows)", file=notes)
@@ -119,3 +121,17 @@ def run(args: argparse.Namespace) -> int:
         plot_answer(answer, args.plot, top=args.top)
         print(f"plot: {args.plot}", file=notes)
     return 0
+
+
+def _say_person_epsilon(summary: dict[str, Any]) -> None:
+    """The central ε per person composed over the days, in words on stderr (docs/PRIVACY.md §2)."""
+    if summary.get("central_epsilon_per_person") is None:
+        return
+    days = summary["central_person_days"]
+    print(
+        f"ldp estimate: central ε per person over {days} day{'s' if days != 1 else ''}: "
+        f"{summary['central_epsilon_per_person']:.4g} at δ = {summary['central_delta_per_person']:.3g} "
+        f"({summary['central_composition']} composition; {summary['central_neighbours']}); "
+        f"one day's batch: {summary['central_epsilon']:.4g}",
+        file=sys.stderr,
+    )

@@ -56,7 +56,7 @@ def _args(data: Path, *extra: str, z: str = "1.0", q: str = "0.05", epochs: str 
 
 def test_the_json_contract_and_epsilon_per_the_accountant(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     data = _blobs(tmp_path / "blobs.npz", test=True)
-    assert main([*_args(data), "--json", "--plot", str(tmp_path / "acc.png")]) == 0
+    assert main([*_args(data, "--seed", "0"), "--json", "--plot", str(tmp_path / "acc.png")]) == 0
     out = json.loads(capsys.readouterr().out)
     assert {"epsilon", "accuracy", "steps", "seconds"} <= set(out)
     # one epoch is round(1/q) = 20 Poisson-sampled steps
@@ -76,7 +76,7 @@ def test_the_json_contract_and_epsilon_per_the_accountant(tmp_path: Path, capsys
 
 def test_without_noise_there_is_no_finite_epsilon(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     data = _blobs(tmp_path / "blobs.npz")
-    assert main([*_args(data, z="0", epochs="2"), "--json"]) == 0
+    assert main([*_args(data, "--seed", "0", z="0", epochs="2"), "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["epsilon"] is None and out["steps"] == 40 and out["accuracy"] > 0.8
     # without x_test/y_test a seeded fifth is held out
@@ -95,6 +95,56 @@ def test_progress_goes_to_stderr_per_epoch(tmp_path: Path) -> None:
     assert res.returncode == 0, res.stderr
     assert [ln.split(":")[0] for ln in res.stderr.splitlines() if ln.startswith("epoch ")] == ["epoch 1/2", "epoch 2/2"]
     assert "ε = " in res.stdout and "test accuracy" in res.stdout
+
+
+def test_without_a_seed_the_batches_and_noise_are_not_reproducible(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The adversary knows the code, the data and the default: before issue 28 an unseeded run was seed 0, so
+    rerunning with --seed 0 reproduced its batches and noise (and so the noiseless model). Now the batches and
+    noise come from the OS CSPRNG: neither seed 0 nor a second run gives the same model (train loss, a
+    continuous function of every noise draw)."""
+    from estimator.jobs.dpsgd import DPSGDJob
+    from ldp_core.fl.dpsgd import DPSGDConfig
+    from ldp_core.randomness import UrandomBitGenerator
+
+    data = _blobs(tmp_path / "blobs.npz", rows=400, test=True)
+    runs = []
+    for extra in ((), ("--seed", "0"), ()):
+        assert main([*_args(data, *extra, epochs="1"), "--json"]) == 0
+        runs.append(json.loads(capsys.readouterr().out))
+    release, guessed, again = runs
+    assert release["train_loss"] != guessed["train_loss"]
+    assert release["train_loss"] != again["train_loss"]
+    assert (release["seed"], release["seeded"], release["randomness"], release["seed_warning"]) == (
+        None,
+        False,
+        "os_csprng",
+        None,
+    )
+    job = DPSGDJob("softmax", DPSGDConfig(1.0, 1.0, 0.05, 0.5), 1, 1e-5)
+    _, _, sample_rng, noise_rng = job.generators()
+    assert isinstance(sample_rng.bit_generator, UrandomBitGenerator)
+    assert isinstance(noise_rng.bit_generator, UrandomBitGenerator)
+
+
+def test_a_seeded_run_is_reproducible_and_says_its_epsilon_does_not_hold(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    data = _blobs(tmp_path / "blobs.npz", rows=400, test=True)
+    runs = []
+    for _ in range(2):
+        assert main([*_args(data, "--seed", "7", epochs="1"), "--json"]) == 0
+        runs.append(json.loads(capsys.readouterr().out))
+    a, b = runs
+    assert a["train_loss"] == b["train_loss"] and a["per_epoch"] == b["per_epoch"]
+    assert (a["seed"], a["seeded"], a["randomness"]) == (7, True, "seeded")
+    assert "does not hold against anyone who knows the seed" in a["seed_warning"]
+    assert main(_args(data, "--seed", "7", epochs="1")) == 0
+    text = capsys.readouterr().out
+    assert "warning: seeded run" in text and "does not hold against anyone who knows the seed" in text
+    assert main(_args(data, epochs="1")) == 0
+    assert "warning" not in capsys.readouterr().out
 
 
 @pytest.mark.parametrize(

@@ -138,7 +138,7 @@ def test_a_peer_drops_an_advert_the_server_swapped() -> None:
     adverts["2"][1] = base64.b64encode(b"\x07" * 32).decode()  # the server's own mask key in dev-1's advert
     auths["4"] = dict(auths["3"])  # dev-2's signature under index 4 (keys of dev-3): two indices, one device
     view = {"adverts": {u: adverts[u] for u in ("2", "3", "4")}, "advert_auth": {u: auths[u] for u in ("2", "3", "4")}}
-    dev = FLDevice("http://unused", spec.task, "dev-0", *make_data(1)[0], identity=ids[1])
+    dev = FLDevice("http://127.0.0.1:9", spec.task, "dev-0", *make_data(1)[0], identity=ids[1])
     dev._round = {"round": 0}
     got = dev._verified_adverts(view, 0)
     assert set(got) == {3} and dev.errors["bad_advert"] == 2

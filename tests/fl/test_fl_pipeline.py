@@ -190,6 +190,9 @@ def test_dp_fedavg_over_the_pipeline_equals_the_in_process_run(tmp_path: Path) -
         assert by["knows_sample"]["epsilon"] == pytest.approx(acc.epsilon_known_sample(), rel=1e-12)
         assert by["observer"]["epsilon"] <= by["knows_sample"]["epsilon"]
         assert by["server_operator"]["epsilon"] is None and "updates" in by["server_operator"]["protection"]
+        # fixed-count sampling: replace one client (a DP-FTRL task says add_or_remove): each ε names it
+        assert acc.neighbors == "replace" and view["neighbors"] == acc.neighbors
+        assert all(a["neighbors"] == acc.neighbors and a["neighbors_unit"] == "client" for a in by.values())
     assert served["epsilon_by_adversary"] == status["epsilon_by_adversary"]
 
 

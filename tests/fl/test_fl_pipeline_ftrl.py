@@ -47,3 +47,8 @@ def test_dp_ftrl_task_equals_run_rounds_across_a_restart(tmp_path: Path, efficie
     assert status["history"][-1]["epsilon"] == ftrl_epsilon(0.8, 5, 1e-5, 3)
     by = {a["adversary"]: a["epsilon"] for a in status["epsilon_by_adversary"]}
     assert by["observer"] == by["knows_sample"] == status["history"][-1]["epsilon"]
+    # DP-FTRL's ε is add/remove one client (ftrl_epsilon's default), and the status says so next to each ε
+    assert status["neighbors"] == "add_or_remove"
+    assert {(a["neighbors"], a["neighbors_unit"]) for a in status["epsilon_by_adversary"]} == {
+        ("add_or_remove", "client")
+    }

@@ -13,11 +13,13 @@ import random
 from collections.abc import Iterator
 
 import numpy as np
+import pytest
 
 from client_sdk.fl.device import MAX_RETRY_WAIT, FLDevice
 from client_sdk.upload import uploader
 from client_sdk.upload.backoff import BackoffPolicy
 from client_sdk.upload.uploader import USER_AGENT, HttpRequest, HttpResponse, HttpTransport
+from client_sdk.urls import ClientConfigError
 
 NOW = 1_700_000_000.0
 
@@ -44,7 +46,7 @@ def ok(body: object, status: int = 200) -> HttpResponse:
 def device(transport: HttpTransport, sleeps: list[float], **kw: object) -> FLDevice:
     X, y = np.zeros((4, 2)), np.zeros(4, dtype=np.int64)
     return FLDevice(
-        "http://collector.test/",
+        "http://127.0.0.1:8/",
         "task/1",
         "c1",
         X,
@@ -62,7 +64,7 @@ def test_requests_go_through_the_transport_with_the_sdk_headers() -> None:
     assert d.fetch() == {"phase": "done", "round": 3}
     (req,) = script.requests
     assert req.method == "GET" and req.body is None and req.timeout == 7.0
-    assert req.url == "http://collector.test/v1/fl/tasks/task%2F1/round?client_id=c1"
+    assert req.url == "http://127.0.0.1:8/v1/fl/tasks/task%2F1/round?client_id=c1"
     assert req.headers["User-Agent"] == USER_AGENT and req.headers["Accept"] == "application/json"
     assert sleeps == [] and d.retries == 0
 
@@ -129,3 +131,25 @@ def test_a_backoff_policy_can_be_given_whole() -> None:
 def test_the_http_transport_has_one_name() -> None:
     assert not hasattr(uploader, "Transport")
     assert "Transport" not in uploader.__all__ and "HttpTransport" in uploader.__all__
+
+
+@pytest.mark.parametrize("url", ["http://collector.example.org", "http://10.1.2.3:8080", "http://127.example.org"])
+def test_plain_http_off_loopback_is_refused(url: str) -> None:
+    """A network observer on a plain-http path reads every update and round view (and can change the view):
+    the device refuses such a URL when made, before anything is sent, as the telemetry client does."""
+    script = Script([ok({"phase": "done", "round": 3})])
+    X, y = np.zeros((4, 2)), np.zeros(4, dtype=np.int64)
+    with pytest.raises(ClientConfigError, match="https"):
+        dev = FLDevice(url, "task/1", "c1", X, y, transport=script, sleep=lambda s: None)
+        dev.fetch()  # what an observer on the path would read, if the device were made
+    assert script.requests == []
+
+
+@pytest.mark.parametrize(
+    "url", ["https://collector.example.org", "http://127.0.0.1:8080", "http://[::1]:9", "http://localhost:8080"]
+)
+def test_https_and_loopback_http_are_accepted(url: str) -> None:
+    script = Script([ok({"phase": "done", "round": 3})])
+    X, y = np.zeros((4, 2)), np.zeros(4, dtype=np.int64)
+    FLDevice(url, "task/1", "c1", X, y, transport=script, sleep=lambda s: None).fetch()
+    assert script.requests[0].url.startswith(url.rstrip("/") + "/v1/fl/tasks/task%2F1/round")

@@ -45,6 +45,7 @@ def test_states_equal_the_default_engines_bit_for_bit(
             g = got[key]
             assert (g.days, g.files, g.batches) == (w.days, w.files, w.batches)
             assert (g.central_epsilon, g.central_delta) == (w.central_epsilon, w.central_delta)
+            assert g.worst_by_day == w.worst_by_day  # each day's worst batch: the per-person ε composes them
             assert g.acc.n == w.acc.n > 0
             assert g.acc.sums.keys() == w.acc.sums.keys()
             for k, arr in w.acc.sums.items():

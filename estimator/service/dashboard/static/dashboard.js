@@ -239,9 +239,13 @@
     );
   }
 
+  // A string a spreadsheet would run as a formula (a device can send one as a heavy hitter: "=SUM(40,2)")
+  // gets a leading ' (the rule of pipeline/csv_export.py); numbers stay numbers. A field with a comma, a
+  // quote, CR or LF is quoted.
   function csvField(v) {
     if (v === null || v === undefined) return "";
-    const s = String(v);
+    let s = String(v);
+    if (typeof v === "string" && /^[=+\-@\t\r]/.test(s)) s = "'" + s;
     return /[",\n\r]/.test(s) ? `"${s.replace(/"/g, '""')}"` : s;
   }
 
