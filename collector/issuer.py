@@ -7,6 +7,8 @@ Endpoints
 ``GET /v1/token-keys``
     ``{"issuer_name", "tokens_per_day", "keys": [{"day", "token_key_id" (hex), "public_key" (base64 DER
     SPKI, id-RSASSA-PSS form, RFC 9578 §6.5)}]}`` for today and tomorrow (UTC): a device fetches the key of the day it wants tokens for.
+``OPTIONS`` (CORS preflights) of the two ``/v1`` routes
+    With ``allow_origins``, answered for those web pages' origins only (:mod:`collector.cors`).
 ``GET /healthz``, ``GET /readyz``
     Liveness; readiness = today's day key is on disk (made on first use), so a collector started after it
     finds the public key.
@@ -54,6 +56,7 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.responses import Response
 
+from collector.cors import ISSUER_ROUTES, CorsMiddleware, parse_origins
 from ldp_core.days import DAY_SECONDS, day_of_iso, iso_day, utc_day, utc_iso_day
 from ldp_core.files import makedirs_durable, write_atomic
 from ldp_core.sqlite import immediate_transaction
@@ -156,7 +159,8 @@ class IssuedCounts:
 
 @dataclasses.dataclass(frozen=True)
 class IssuerSettings:
-    """``authority_keys``: the enrollment authorities' raw Ed25519 public keys (devices' credentials)."""
+    """``authority_keys``: the enrollment authorities' raw Ed25519 public keys (devices' credentials);
+    ``allow_origins``: web page origins allowed to call it from browsers (CORS, :mod:`collector.cors`)."""
 
     state_dir: str
     authority_keys: tuple[bytes, ...]
@@ -164,8 +168,10 @@ class IssuerSettings:
     tokens_per_day: int = 64
     max_body_bytes: int = 1 << 20
     key_bits: int = 2048
+    allow_origins: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "allow_origins", parse_origins(self.allow_origins, what="allow_origins"))
         if not self.authority_keys:
             raise ValueError("the issuer needs at least one enrollment authority public key (--authority-key)")
         if not 1 <= self.tokens_per_day <= 1 << 20:
@@ -257,4 +263,6 @@ def create_issuer_app(
             return _json(503, {"status": "not_ready", "message": str(exc)})
         return _json(200, {"status": "ready"})
 
+    if settings.allow_origins:
+        app.add_middleware(CorsMiddleware, origins=settings.allow_origins, routes=ISSUER_ROUTES)
     return app

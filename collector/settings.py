@@ -15,6 +15,7 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
+from collector.cors import parse_origins
 from ldp_core.days import DAY_SECONDS, DAY_WINDOW_ENV, DEFAULT_MAX_DAY_AGE, DEFAULT_MAX_DAYS_AHEAD, DayWindow
 from pipeline.errors import ConfigError
 from pipeline.settings import check_ranges, check_topics, settings_from_env
@@ -59,6 +60,8 @@ class CollectorSettings:
     ``require_tokens`` makes every upload carry an anonymous token (:mod:`collector.tokens`, docs/TOKENS.md)
     of the issuer ``token_issuer`` whose day keys are in ``token_keys``, made for ``token_origin`` (this
     collector's name); redeemed tokens are kept in ``spent_path`` (SQLite, shared by the workers).
+    ``allow_origins`` lists the web pages' origins (``https://app.example``, or ``*``) whose browsers may
+    upload and fetch the metrics cross-origin (CORS, :mod:`collector.cors`); empty: no CORS answers.
     """
 
     metrics_path: str
@@ -91,8 +94,11 @@ class CollectorSettings:
     token_issuer: str = "ldp-issuer"
     token_origin: str = "ldp-collector"
     spent_path: str = DEFAULT_SPENT_PATH
+    allow_origins: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
+        # a comma-separated $LDP_COLLECTOR_ALLOW_ORIGINS, a list from JSON or a tuple from code
+        object.__setattr__(self, "allow_origins", parse_origins(self.allow_origins, what="allow_origins"))
         if not isinstance(self.metrics_path, str) or not self.metrics_path:
             raise ConfigError("metrics_path must name the metrics file (--metrics FILE or $LDP_METRICS)")
         if not isinstance(self.transport_url, str) or "://" not in self.transport_url:

@@ -18,6 +18,8 @@ Endpoints
     Prometheus counters and latency histograms (:mod:`collector.http.monitoring`).
 ``/v1/fl/...``
     With ``fl_enabled``, the federated-learning routes (:mod:`collector.fl.routes`).
+``OPTIONS`` (CORS preflights) of the two routes above
+    With ``allow_origins``, answered for those web pages' origins only (:mod:`collector.cors`).
 ``GET /docs``, ``GET /openapi.json``
     OpenAPI documentation (FastAPI's).
 
@@ -38,6 +40,7 @@ from typing import Any
 from fastapi import FastAPI
 from starlette.requests import ClientDisconnect
 
+from collector.cors import COLLECTOR_ROUTES, CorsMiddleware
 from collector.dedup import BatchIdStore
 from collector.fl.routes import add_fl_routes, start_fl_service
 from collector.http.admission import Admission
@@ -70,11 +73,19 @@ class CollectorApp:
         self.fastapi = fastapi_app
         self.upload = upload
         self.metrics = metrics
+        self.entry: Any = self.serve
+        if fastapi_app.state.settings.allow_origins:
+            self.entry = CorsMiddleware(
+                self.serve, origins=fastapi_app.state.settings.allow_origins, routes=COLLECTOR_ROUTES
+            )
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.fastapi, name)
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        await self.entry(scope, receive, send)
+
+    async def serve(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http" or scope["path"] != "/v1/reports" or scope["method"] != "POST":
             await self.fastapi(scope, receive, send)
             return

@@ -138,6 +138,15 @@ def register(sub: argparse._SubParsersAction) -> None:
         default=None,
         help="refuse uploads without a valid, unspent anonymous token (docs/TOKENS.md; needs --token-keys)",
     )
+    p.add_argument(
+        "--allow-origin",
+        dest="allow_origins",
+        action="append",
+        default=None,
+        metavar="ORIGIN",
+        help="a web page origin (https://app.example) whose browsers may upload and fetch the metrics (CORS); "
+        "repeatable; * allows any page (default $LDP_COLLECTOR_ALLOW_ORIGINS, comma-separated, else none)",
+    )
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=8080, help="port (default 8080; 0 picks a free one)")
     p.add_argument("--workers", type=int, default=1, help="uvicorn worker processes (default 1)")
@@ -153,7 +162,7 @@ def run(args: argparse.Namespace) -> int:
 
     overrides = {dest: getattr(args, dest) for _, dest, _, _ in _FLAGS}
     overrides.update(transport_url=args.transport_url, metrics_path=args.metrics_path, fl_enabled=args.fl_enabled)
-    overrides.update(require_tokens=args.require_tokens)
+    overrides.update(require_tokens=args.require_tokens, allow_origins=args.allow_origins)
     try:
         settings = CollectorSettings.from_env(**overrides)
         app = create_app(settings)  # loads and checks the metrics file before listening

@@ -3,7 +3,8 @@
 * ``ldp issuer serve --state DIR --authority-key B64 [--tokens-per-day K]``: run it (127.0.0.1:8091 by
   default); ``--authority FILE`` takes the public key from an enrollment authority key file instead, and with
   neither the keys come from ``$LDP_ISSUER_AUTHORITY_KEY`` (base64, comma-separated: how docker-compose.yml
-  passes them);
+  passes them); ``--allow-origin ORIGIN`` (repeatable, else ``$LDP_ISSUER_ALLOW_ORIGINS``, comma-separated)
+  lets web pages of those origins fetch keys and tokens cross-origin (CORS);
 * ``ldp issuer keys --state DIR [--days N]``: make the day keys of today and the next days ahead of time
   (private keys mode 0600 in ``DIR/keys``, public ones in ``DIR/public``: the collector's ``--token-keys``);
 * ``ldp issuer enroll``: the same as ``ldp fl enroll`` (one enrollment authority serves both): mint device
@@ -21,12 +22,14 @@ import time
 
 from ldp_cli.options import add_log_level, bind_socket, on_stop_signals
 
-__all__ = ["register", "DEFAULT_PORT", "AUTHORITY_KEY_ENV"]
+__all__ = ["register", "DEFAULT_PORT", "AUTHORITY_KEY_ENV", "ALLOW_ORIGINS_ENV"]
 
 #: beside the estimator's 8090 on one host
 DEFAULT_PORT = 8091
 #: the enrollment authorities' public keys (base64, comma-separated) when no --authority-key/--authority is given
 AUTHORITY_KEY_ENV = "LDP_ISSUER_AUTHORITY_KEY"
+#: the web page origins allowed cross-origin (comma-separated) when no --allow-origin is given
+ALLOW_ORIGINS_ENV = "LDP_ISSUER_ALLOW_ORIGINS"
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -40,6 +43,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--authority", action="append", default=[], help="an enrollment authority key file")
     s.add_argument("--tokens-per-day", type=int, default=64, help="K: tokens per device per UTC day (default 64)")
     s.add_argument("--name", default="ldp-issuer", help="the issuer's name in the token challenge")
+    s.add_argument(
+        "--allow-origin",
+        dest="allow_origins",
+        action="append",
+        default=None,
+        metavar="ORIGIN",
+        help="a web page origin whose browsers may fetch keys and tokens (CORS); repeatable; * allows any page "
+        f"(default ${ALLOW_ORIGINS_ENV}, comma-separated, else none)",
+    )
     s.add_argument("--host", default="127.0.0.1")
     s.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT}; 0 picks a free one)")
     add_log_level(s)
@@ -84,12 +96,28 @@ def _authority_keys(args: argparse.Namespace) -> tuple[bytes, ...]:
 
 
 def run_serve(args: argparse.Namespace) -> int:
+    import os
+
     import uvicorn
 
+    from collector.cors import parse_origins
+    from collector.errors import ConfigError
     from collector.issuer import IssuerSettings, create_issuer_app
 
+    try:
+        origins = parse_origins(
+            args.allow_origins if args.allow_origins is not None else os.environ.get(ALLOW_ORIGINS_ENV, ""),
+            what="--allow-origin" if args.allow_origins is not None else f"${ALLOW_ORIGINS_ENV}",
+        )
+    except ConfigError as exc:
+        print(f"ldp issuer: error: {exc}", file=sys.stderr)
+        return 2
     settings = IssuerSettings(
-        args.state, _authority_keys(args), issuer_name=args.name, tokens_per_day=args.tokens_per_day
+        args.state,
+        _authority_keys(args),
+        issuer_name=args.name,
+        tokens_per_day=args.tokens_per_day,
+        allow_origins=origins,
     )
     app = create_issuer_app(settings)
     sock = bind_socket(args.host, args.port)

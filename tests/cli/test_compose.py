@@ -209,3 +209,32 @@ def test_the_collector_requires_tokens_with_only_the_issuers_public_keys(compose
     # spent tokens persist on the collector's volume
     assert any(col.spent_path.startswith(m) for m, (v, _) in collector_mounts.items() if v == "collector-data")
     assert s["collector"]["depends_on"]["issuer"]["condition"] == "service_healthy"
+
+
+# -- web pages (CORS) -----------------------------------------------------------------------------------------
+
+
+def _interpolate(value: str, env: dict[str, str]) -> str:
+    """Compose's ``${NAME:-default}`` substitution (the only form the CORS variables use)."""
+    return re.sub(r"\$\{(\w+):-([^}]*)\}", lambda m: env.get(m.group(1)) or m.group(2), value)
+
+
+def test_the_collector_and_issuer_take_their_allowed_origins_from_the_environment(compose: dict[str, Any]) -> None:
+    from collector.settings import CollectorSettings
+    from ldp_cli.commands.issuer import ALLOW_ORIGINS_ENV
+
+    s = compose["services"]
+    col_env, iss_env = s["collector"]["environment"], s["issuer"]["environment"]
+    # the collector's own environment block replaces the anchor's: the shared variables must still be there
+    for key, value in compose["x-ldp"]["environment"].items():
+        assert col_env[key] == value, key
+    host = {"LDP_ALLOW_ORIGINS": "https://app.example.com,http://127.0.0.1:5173"}
+    for env in (host, {}):
+        col = {k: _interpolate(str(v), env) for k, v in col_env.items()}
+        settings = CollectorSettings.from_env(col)
+        expect = ("https://app.example.com", "http://127.0.0.1:5173") if env else ()
+        assert settings.allow_origins == expect
+        assert _interpolate(str(iss_env[ALLOW_ORIGINS_ENV]), env) == env.get("LDP_ALLOW_ORIGINS", "")
+    col_args = parse(s["collector"]["command"])
+    assert col_args.allow_origins is None  # the flag would win over the environment
+    assert parse(s["issuer"]["command"]).allow_origins is None

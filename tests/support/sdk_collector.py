@@ -127,6 +127,9 @@ class RealCollectorProcess:
         for key, val in options.items():
             if val is True:  # a switch (require_tokens=True becomes --require-tokens)
                 args.append("--" + key.replace("_", "-"))
+            elif isinstance(val, (list, tuple)):  # a repeatable flag (allow_origin=[a, b])
+                for item in val:
+                    args += ["--" + key.replace("_", "-"), str(item)]
             else:
                 args += ["--" + key.replace("_", "-"), str(val)]
         env = dict(os.environ, PYTHONPATH=str(ROOT))
