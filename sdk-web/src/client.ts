@@ -24,6 +24,12 @@
  * backoff, at least what a `Retry-After` asks. On `pagehide` formed batches go by
  * `navigator.sendBeacon` (falling back to `fetch` with `keepalive`) and stay stored until a later
  * upload is answered: the batch id makes the resend harmless.
+ *
+ * A dropped batch is never silent: `flush()` resolves `false` when any batch was refused during it (its
+ * reports are lost, their ε already spent), the tallies count it (`upload_rejected_batches`/`_reports`,
+ * and `upload_tokens_required` for 401 `token_*` answers of a collector run with `--require-tokens`,
+ * whose tokens this SDK cannot get yet), `lastRejection()` gives the collector's answer, and a token
+ * refusal is said once on the console.
  */
 import { ClientConfigError, type LDPError } from "./errors.js";
 import { canonicalJson } from "./canonical.js";
@@ -54,6 +60,7 @@ export const ERROR_TALLIES = [
   "outbox_unsendable",
   "upload_rejected_batches",
   "upload_rejected_reports",
+  "upload_tokens_required",
 ] as const;
 export const STAT_TALLIES = ["recorded", "sampled_out", "over_budget", "uploaded_batches", "uploaded_reports", "beacon_batches"] as const;
 const PERSISTED = ["outbox_dropped", "outbox_unsendable", "upload_rejected_batches", "upload_rejected_reports", "uploaded_batches", "uploaded_reports"];
@@ -137,6 +144,22 @@ export interface DayBudget {
 
 export type UploadResult = "idle" | "delivered" | "rejected" | "retry";
 
+/** The collector's answer to the last batch it refused (and the SDK dropped). */
+export interface UploadRejection {
+  status: number;
+  /** The error body's `error` (e.g. `token_missing`), or null when the body had none. */
+  error: string | null;
+  message: string;
+  /** Reports in the dropped batch. */
+  reports: number;
+}
+
+/** What the SDK says when a collector asks for anonymous upload tokens (docs/TOKENS.md). */
+export const TOKENS_REQUIRED_MESSAGE =
+  "the collector requires anonymous upload tokens (--require-tokens), which the web SDK does not have yet: " +
+  "its uploads are refused and the refused reports are dropped (their privacy budget already spent). " +
+  "Upload to a collector without --require-tokens, or from the Python SDK with a token wallet.";
+
 interface Pending {
   m: MetricDefinition;
   index: number;
@@ -212,6 +235,8 @@ export class TelemetryClient {
   /** formed batches not yet acknowledged, for the page-hide beacon */
   private readonly formed = new Map<string, BatchRow>();
   private readonly metricKeys = new Map<string, Uint8Array>();
+  private rejection: UploadRejection | null = null;
+  private toldTokens = false;
 
   constructor(options: ClientOptions) {
     for (const name of [...ERROR_TALLIES, ...STAT_TALLIES]) this.tally[name] = 0;
@@ -592,10 +617,11 @@ export class TelemetryClient {
         keepalive: batch.frame.length < 60_000,
       });
       const status = resp.status;
+      let text = "";
       try {
-        await resp.arrayBuffer();
+        text = await resp.text();
       } catch {
-        /* the body does not matter */
+        /* the body only explains a refusal */
       }
       if ((status >= 200 && status < 300) || status === 409) {
         this.failures = 0;
@@ -604,6 +630,7 @@ export class TelemetryClient {
       }
       if (status >= 400 && status < 500 && status !== 408 && status !== 429) {
         this.failures = 0;
+        this.noteRejection(status, text, batch.n);
         await this.finish(batch, "rejected");
         return "rejected";
       }
@@ -623,6 +650,33 @@ export class TelemetryClient {
     return "retry";
   }
 
+  private noteRejection(status: number, text: string, reports: number): void {
+    let error: string | null = null;
+    let message = text.slice(0, 500);
+    try {
+      const body = JSON.parse(text) as { error?: unknown; message?: unknown };
+      if (typeof body.error === "string") error = body.error;
+      if (typeof body.message === "string") message = body.message;
+    } catch {
+      /* not JSON: keep the text */
+    }
+    const tokens = status === 401 && error !== null && error.startsWith("token_");
+    if (tokens) {
+      this.count("upload_tokens_required");
+      message = `${TOKENS_REQUIRED_MESSAGE} (collector: ${error}: ${message})`;
+      if (!this.toldTokens) {
+        this.toldTokens = true;
+        console.warn(`ldp-telemetry: ${message}`);
+      }
+    }
+    this.rejection = { status, error, message, reports };
+  }
+
+  /** The collector's answer to the last batch it refused (its reports were dropped), or null. */
+  lastRejection(): UploadRejection | null {
+    return this.rejection === null ? null : { ...this.rejection };
+  }
+
   /** Send batches until none is due ("idle"), or a transient failure ("retry"). */
   async upload(force: boolean): Promise<UploadResult> {
     await this.ready;
@@ -640,7 +694,12 @@ export class TelemetryClient {
     });
   }
 
-  /** Persist what record() queued and upload everything now; true if nothing is left to send. */
+  /**
+   * Persist what record() queued and upload everything now. True if every report reached the collector;
+   * false if some are still waiting (a transient failure: they are kept and retried) or if the collector
+   * refused a batch during this flush (its reports were dropped: see `lastRejection()` and the
+   * `upload_rejected_*` tallies). It never rejects.
+   */
   async flush(): Promise<boolean> {
     try {
       await this.ready;
@@ -648,7 +707,9 @@ export class TelemetryClient {
         if (this.persisting) await this.persisting;
         else if (this.queue.length) await this.drain();
       }
+      const refusedBefore = this.tally.upload_rejected_batches ?? 0;
       const r = await this.upload(true);
+      if ((this.tally.upload_rejected_batches ?? 0) > refusedBefore) return false;
       return r !== "retry" && (await this.pendingReports()) === 0;
     } catch {
       this.count("internal_error");

@@ -29,9 +29,11 @@ export {
   parseRetryAfter,
   ERROR_TALLIES,
   STAT_TALLIES,
+  TOKENS_REQUIRED_MESSAGE,
   type ClientOptions,
   type DayBudget,
   type MetricBudget,
   type LockManagerLike,
   type UploadResult,
+  type UploadRejection,
 } from "./client.js";
