@@ -180,3 +180,32 @@ def test_issuer_answers_cors_for_the_listed_origins_only(issuer_url: str) -> Non
     assert unsigned.status_code == 401 and unsigned.headers["access-control-allow-origin"] == APP
     other = httpx.get(issuer_url + "/v1/token-keys", headers={"Origin": OTHER}, timeout=10)
     assert "access-control-allow-origin" not in other.headers and "origin" in other.headers["vary"].lower()
+
+
+def test_issuer_takes_its_origins_from_the_environment_without_the_flag(tmp_path: Path) -> None:
+    key = base64.b64encode(EnrollmentAuthority.generate().public_key).decode()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LDP_ISSUER_")}
+    env.update(PYTHONPATH=str(ROOT), LDP_ISSUER_ALLOW_ORIGINS=f"{SECOND}, {OTHER}")
+    cmd = [sys.executable, "-m", "ldp_cli.main", "issuer", "serve", "--state", str(tmp_path / "iss")]
+    proc = subprocess.Popen([*cmd, "--authority-key", key, "--port", "0"], stdout=subprocess.PIPE, text=True, env=env)
+    try:
+        line = proc.stdout.readline() if proc.stdout else ""
+        found = re.search(r"listening on (http://127\.0\.0\.1:\d+)", line)
+        assert found, line
+        url = found.group(1)
+        for origin in (SECOND, OTHER):
+            assert_allowed(preflight(url + "/v1/token-keys", origin, "GET", "accept"), origin, "GET", {"accept"})
+        assert_refused(preflight(url + "/v1/token-keys", APP, "GET", None))
+    finally:
+        proc.terminate()
+        proc.wait(timeout=20)
+        if proc.stdout:
+            proc.stdout.close()
+    bad = subprocess.run(
+        [*cmd, "--authority-key", key, "--port", "0", "--allow-origin", "app.example.com"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
+    assert bad.returncode == 2 and "is not an origin" in bad.stderr
