@@ -40,11 +40,11 @@ Route = tuple[frozenset[str], frozenset[str]]
 #: what the web SDK sends the collector: frames with their batch id (and a token once it has them)
 COLLECTOR_ROUTES: dict[str, Route] = {
     "/v1/reports": (frozenset({"POST"}), frozenset({"content-type", "idempotency-key", "authorization"})),
-    "/v1/metrics": (frozenset({"GET", "HEAD"}), frozenset({"accept", "if-none-match"})),
+    "/v1/metrics": (frozenset({"GET"}), frozenset({"accept", "if-none-match"})),
 }
 #: what a device sends the issuer: the key fetch, and token requests signed as an enrolled device
 ISSUER_ROUTES: dict[str, Route] = {
-    "/v1/token-keys": (frozenset({"GET", "HEAD"}), frozenset({"accept"})),
+    "/v1/token-keys": (frozenset({"GET"}), frozenset({"accept"})),
     "/v1/token-requests": (
         frozenset({"POST"}),
         frozenset({"content-type", "x-ldp-device-credential", "x-ldp-device-signature"}),
