@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from ldp_cli.options import summary
 from simulator.demo.offline import DEFAULT_MECHANISMS
 from simulator.demo.pipeline import DemoConfig, KeepRunning, serve_until_stopped
 from simulator.population import parse_distribution
@@ -42,7 +43,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "demo",
         help="run the whole pipeline on simulated devices and compare the estimates with the "
         "truth (--offline: every oracle in memory)",
-        description=__doc__.splitlines()[0] if __doc__ else None,
+        description=summary(__doc__),
     )
     p.add_argument("--devices", type=int, default=None, help="simulated devices (default 20,000; 500 with --tokens)")
     p.add_argument(

@@ -19,6 +19,7 @@ import json
 import sys
 
 from ldp_cli.commands.argtypes import add_engine_options, engine_from_args
+from ldp_cli.options import summary
 
 __all__ = ["register"]
 
@@ -27,7 +28,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "heavy-hitters",
         help="batch job: discover a string metric's most frequent values (pem, sfp) over days of the dataset",
-        description=__doc__.splitlines()[0] if __doc__ else None,
+        description=summary(__doc__),
     )
     p.add_argument("--dataset", required=True, help="root folder of the Parquet dataset (ldp sink --dataset)")
     p.add_argument("--metric", required=True, help="metric name (a heavy_hitters metric)")

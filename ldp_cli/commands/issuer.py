@@ -19,7 +19,7 @@ import json
 import sys
 import time
 
-from ldp_cli.options import add_log_level, bind_socket, on_stop_signals
+from ldp_cli.options import add_log_level, bind_socket, on_stop_signals, summary
 
 __all__ = ["register", "DEFAULT_PORT", "AUTHORITY_KEY_ENV"]
 
@@ -32,7 +32,7 @@ AUTHORITY_KEY_ENV = "LDP_ISSUER_AUTHORITY_KEY"
 def register(sub: argparse._SubParsersAction) -> None:
     from ldp_cli.commands import fl
 
-    p = sub.add_parser("issuer", help="the anonymous upload-token issuer", description=__doc__.splitlines()[0])
+    p = sub.add_parser("issuer", help="the anonymous upload-token issuer", description=summary(__doc__))
     isub = p.add_subparsers(dest="issuer_command", required=True)
     s = isub.add_parser("serve", help="run the issuer")
     s.add_argument("--state", required=True, help="state folder: day keys and per-device counts (SQLite)")
