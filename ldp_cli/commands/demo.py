@@ -97,7 +97,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--clients", type=int, default=4, help="concurrent HTTP upload clients (default 4)")
     p.add_argument("--top", type=int, default=8, help="rows printed per metric (default 8)")
-    p.add_argument("--workdir", type=Path, default=None, help="keep the run's log, state and dataset here")
+    p.add_argument(
+        "--workdir",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="keep the run's log, state, dataset, keys and device stores in this folder (default: a temporary "
+        "folder, removed when the demo ends)",
+    )
     p.add_argument("--offline", action="store_true", help="the in-memory simulation of every oracle instead")
     p.add_argument("--mechanisms", default=",".join(DEFAULT_MECHANISMS), help="--offline: comma-separated list")
     p.add_argument("--epsilon", type=float, default=2.0, help="--offline: epsilon of every oracle")
@@ -137,7 +144,7 @@ def run(args: argparse.Namespace) -> int:
             serve_until_stopped(kept.pipe)
     finally:
         if kept.pipe is not None:
-            kept.pipe.stop()
+            kept.stop()  # and the temporary work folder goes
             print("stopped.", flush=True)
     return code
 
