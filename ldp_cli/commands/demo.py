@@ -54,10 +54,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--metrics", type=Path, default=DEFAULT_METRICS, help="metrics file (default metrics/example.json)")
     p.add_argument(
+        "--transport",
         "--kafka",
+        dest="kafka",
+        type=kafka_broker,
         default=None,
-        metavar="HOST:PORT",
-        help="run on this Kafka broker instead of the embedded log (topics and groups get a per-run suffix)",
+        metavar="kafka://HOST:PORT",
+        help="run on this Kafka broker instead of the embedded log (topics and groups get a per-run suffix); "
+        "--kafka HOST:PORT is the older spelling",
     )
     p.add_argument(
         "--min-batch", type=int, default=None, help="the shuffler's crowd threshold (default 1000; 250 with --tokens)"
@@ -107,12 +111,18 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--offline", action="store_true", help="the in-memory simulation of every oracle instead")
     p.add_argument("--mechanisms", default=",".join(DEFAULT_MECHANISMS), help="--offline: comma-separated list")
-    p.add_argument("--epsilon", type=float, default=2.0, help="--offline: epsilon of every oracle")
+    p.add_argument("--epsilon", type=float, default=2.0, help="--offline: local ε of every oracle (default 2)")
     p.add_argument("--domain", type=int, default=128, help="--offline: domain size")
     p.add_argument("--users", type=int, default=200_000, help="--offline: simulated users")
     p.add_argument("--distribution", default="zipf:1.1", help="zipf:S or uniform (both modes)")
     p.add_argument("--seed", type=int, default=20261130)
-    p.add_argument("--out", type=Path, default=Path("out"), help="folder for demo.png and demo.json")
+    p.add_argument(
+        "--out",
+        type=Path,
+        default=Path("out"),
+        metavar="DIR",
+        help="folder (not a file) for demo.png and demo.json (default out)",
+    )
     p.add_argument("--no-plot", action="store_true")
     p.add_argument(
         "--serve",
@@ -126,6 +136,16 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="the estimator's port (its API and the dashboard at /; default: a free one)",
     )
     p.set_defaults(func=run)
+
+
+def kafka_broker(text: str) -> str:
+    """``--transport kafka://HOST:PORT`` or the older ``--kafka HOST:PORT``: the broker's ``HOST:PORT``."""
+    broker = text[len("kafka://") :] if text.startswith("kafka://") else text
+    if "://" in broker or not broker.rpartition(":")[2].isdigit():
+        raise argparse.ArgumentTypeError(
+            f"expected kafka://HOST:PORT (the demo runs on the embedded log unless given a broker), got {text!r}"
+        )
+    return broker
 
 
 def run(args: argparse.Namespace) -> int:

@@ -47,7 +47,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--start", default=None, help="first day (day number or ISO date)")
     p.add_argument("--end", default=None, help="last day, inclusive")
     p.add_argument("--spec-id", default=None, help="the spec to use when the range holds several")
-    p.add_argument("--out", default=None, help="table.csv or table.parquet (default: print the top rows)")
+    p.add_argument(
+        "--out", default=None, metavar="FILE", help="table.csv or table.parquet (default: print the top rows)"
+    )
     p.add_argument("--plot", default=None, help="write a PNG of the largest estimates with their CIs")
     p.add_argument(
         "--top",

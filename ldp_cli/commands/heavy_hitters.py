@@ -35,7 +35,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--days", default=None, help="A..B inclusive (day numbers or ISO dates), or one day")
     p.add_argument("--top", type=int, default=20, help="values to discover (default 20)")
     p.add_argument("--spec-id", default=None, help="the spec to use when the range holds several")
-    p.add_argument("--out", default=None, help="table.csv or table.parquet (default: print it)")
+    p.add_argument("--out", default=None, metavar="FILE", help="table.csv or table.parquet (default: print it)")
     p.add_argument("--plot", default=None, help="write a PNG of the discovered values with their CIs")
     p.add_argument("--confidence", type=float, default=0.95, help="confidence level of the intervals (default 0.95)")
     p.add_argument(

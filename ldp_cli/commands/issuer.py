@@ -52,7 +52,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     e.add_argument("--authority", required=True, help="the authority key file")
     e.add_argument("--init-authority", action="store_true", help="create the authority key file (refuses to overwrite)")
     e.add_argument("--device-id", action="append", default=[], help="a device id to enroll (repeatable)")
-    e.add_argument("--out", default=None, help="folder for the device bundles (<device-id>.json)")
+    e.add_argument(
+        "--out", default=None, metavar="DIR", help="folder (not a file) for the device bundles (<device-id>.json)"
+    )
     e.add_argument("--lifetime-days", type=int, default=365, help="credential lifetime (default 365)")
     e.set_defaults(func=fl.run_enroll_cmd)
 
