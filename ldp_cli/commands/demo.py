@@ -26,7 +26,10 @@ This module parses the options and hands them to :mod:`simulator.demo`, which ru
 from __future__ import annotations
 
 import argparse
+import contextlib
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from ldp_cli.options import summary
 from simulator.demo.offline import DEFAULT_MECHANISMS
@@ -155,18 +158,40 @@ def run(args: argparse.Namespace) -> int:
         return run_offline(args)
     if not 0 <= args.port <= 65535:
         raise ValueError(f"--port must be from 0 to 65535, got {args.port}")
-    if not args.serve:
-        return run_pipeline(args)
-    kept = KeepRunning()
+    with _terminate_unwinds():
+        if not args.serve:
+            return run_pipeline(args)
+        kept = KeepRunning()
+        try:
+            code = run_pipeline(args, kept)
+            if kept.pipe is not None:
+                serve_until_stopped(kept.pipe)
+        finally:
+            if kept.pipe is not None:
+                kept.stop()  # and the temporary work folder goes
+                print("stopped.", flush=True)
+        return code
+
+
+@contextlib.contextmanager
+def _terminate_unwinds() -> Iterator[None]:
+    """While the demo runs, SIGTERM unwinds like Ctrl-C (exit 143): the pipeline is stopped and the temporary
+    work folder, with its device credentials and keys, removed, instead of the process dying mid-run."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def unwind(signum: int, frame: Any) -> None:
+        raise SystemExit(128 + signum)
+
+    previous = signal.signal(signal.SIGTERM, unwind)
     try:
-        code = run_pipeline(args, kept)
-        if kept.pipe is not None:
-            serve_until_stopped(kept.pipe)
+        yield
     finally:
-        if kept.pipe is not None:
-            kept.stop()  # and the temporary work folder goes
-            print("stopped.", flush=True)
-    return code
+        signal.signal(signal.SIGTERM, previous)
 
 
 def run_pipeline(args: argparse.Namespace, keep: KeepRunning | None = None) -> int:

@@ -172,3 +172,35 @@ def test_demo_removes_its_temporary_work_folder(
     assert main([*args, "--workdir", str(kept)]) == 0
     assert (kept / "analyzer-keys").is_dir() and (kept / "sdk-devices").is_dir() and (kept / "issuer").is_dir()
     assert list(tmp.iterdir()) == []
+
+
+def test_demo_stopped_by_sigterm_removes_its_temporary_work_folder(tmp_path: Path) -> None:
+    """SIGTERM in the middle of a run (the pipeline up, devices uploading) stops the demo with exit 143 and still
+    removes its temporary work folder: nothing is left in the private TMPDIR."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    env = {**os.environ, "TMPDIR": str(tmp)}
+    args = [sys.executable, "-m", "ldp_cli", "demo", "--devices", "20000", "--sdk-devices", "0", "--no-plot"]
+    args += ["--out", str(tmp_path / "out"), "--seed", "6"]
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    try:
+        assert proc.stdout is not None
+        seen = []
+        for line in proc.stdout:  # the stack is up once the dashboard's address is printed
+            seen.append(line)
+            if "dashboard" in line:
+                break
+        assert any(p.name.startswith("ldp-demo-") for p in tmp.iterdir()), seen
+        proc.send_signal(signal.SIGTERM)
+        rest, _ = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 128 + signal.SIGTERM, "".join(seen) + rest
+    assert list(tmp.iterdir()) == []
