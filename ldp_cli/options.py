@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import re
 import signal
 import socket
 import sys
@@ -52,6 +53,8 @@ __all__ = [
     "consume_forever",
     "add_shuffled_consumer",
     "ShuffledInput",
+    "plain",
+    "summary",
 ]
 
 LOG_LEVELS = ["critical", "error", "warning", "info", "debug"]
@@ -59,6 +62,29 @@ TRANSPORT_HELP = "sqlite:///path or kafka://host:port (default $LDP_TRANSPORT)"
 #: the message (and, through :class:`~pipeline.errors.ConfigError`, exit code 2) of every command without metrics
 NO_METRICS = "no metrics file: pass --metrics FILE or set $LDP_METRICS"
 _LOG_FORMAT = "%(asctime)s %(name)s %(levelname)s %(message)s"
+
+
+# -- help text ----------------------------------------------------------------------
+_ROLE = re.compile(r":(?:mod|class|func|meth|data|attr|exc|obj):`~?([^`]+)`")
+
+
+def plain(text: str) -> str:
+    """``text`` (reST, as in the docstrings) as plain text for ``--help``: a role such as ``:mod:`a.b``` becomes
+    its target (``~a.b.C``: just ``C``), double backticks are dropped."""
+
+    def target(m: re.Match[str]) -> str:
+        name = m.group(1)
+        return name.rsplit(".", 1)[-1] if m.group(0).split("`", 1)[1].startswith("~") else name
+
+    return _ROLE.sub(target, text).replace("``", "")
+
+
+def summary(doc: str | None) -> str | None:
+    """The first paragraph of a module's docstring in plain text (:func:`plain`): a command's description."""
+    if not doc:
+        return None
+    first = doc.strip().split("\n\n", 1)[0]
+    return plain(" ".join(line.strip() for line in first.splitlines()))
 
 
 # -- options ------------------------------------------------------------------------

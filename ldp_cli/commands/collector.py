@@ -14,7 +14,7 @@ import os
 import sys
 
 from collector.errors import ConfigError
-from ldp_cli.options import add_log_level, add_metrics, add_transport, bind_socket, on_stop_signals
+from ldp_cli.options import add_log_level, add_metrics, add_transport, bind_socket, on_stop_signals, summary
 
 __all__ = ["register"]
 
@@ -107,7 +107,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "collector",
         help="run the HTTP collector that accepts report batches",
-        description=__doc__.splitlines()[0] if __doc__ else None,
+        description=summary(__doc__),
     )
     add_transport(
         p,

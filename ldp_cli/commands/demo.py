@@ -26,8 +26,12 @@ This module parses the options and hands them to :mod:`simulator.demo`, which ru
 from __future__ import annotations
 
 import argparse
+import contextlib
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
+from ldp_cli.options import summary
 from simulator.demo.offline import DEFAULT_MECHANISMS
 from simulator.demo.pipeline import DemoConfig, KeepRunning, serve_until_stopped
 from simulator.population import parse_distribution
@@ -42,7 +46,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "demo",
         help="run the whole pipeline on simulated devices and compare the estimates with the "
         "truth (--offline: every oracle in memory)",
-        description=__doc__.splitlines()[0] if __doc__ else None,
+        description=summary(__doc__),
     )
     p.add_argument("--devices", type=int, default=None, help="simulated devices (default 20,000; 500 with --tokens)")
     p.add_argument(
@@ -53,10 +57,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--metrics", type=Path, default=DEFAULT_METRICS, help="metrics file (default metrics/example.json)")
     p.add_argument(
+        "--transport",
         "--kafka",
+        dest="kafka",
+        type=kafka_broker,
         default=None,
-        metavar="HOST:PORT",
-        help="run on this Kafka broker instead of the embedded log (topics and groups get a per-run suffix)",
+        metavar="kafka://HOST:PORT",
+        help="run on this Kafka broker instead of the embedded log (topics and groups get a per-run suffix); "
+        "--kafka HOST:PORT is the older spelling",
     )
     p.add_argument(
         "--min-batch", type=int, default=None, help="the shuffler's crowd threshold (default 1000; 250 with --tokens)"
@@ -96,15 +104,28 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--clients", type=int, default=4, help="concurrent HTTP upload clients (default 4)")
     p.add_argument("--top", type=int, default=8, help="rows printed per metric (default 8)")
-    p.add_argument("--workdir", type=Path, default=None, help="keep the run's log, state and dataset here")
+    p.add_argument(
+        "--workdir",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="keep the run's log, state, dataset, keys and device stores in this folder (default: a temporary "
+        "folder, removed when the demo ends)",
+    )
     p.add_argument("--offline", action="store_true", help="the in-memory simulation of every oracle instead")
     p.add_argument("--mechanisms", default=",".join(DEFAULT_MECHANISMS), help="--offline: comma-separated list")
-    p.add_argument("--epsilon", type=float, default=2.0, help="--offline: epsilon of every oracle")
+    p.add_argument("--epsilon", type=float, default=2.0, help="--offline: local ε of every oracle (default 2)")
     p.add_argument("--domain", type=int, default=128, help="--offline: domain size")
     p.add_argument("--users", type=int, default=200_000, help="--offline: simulated users")
     p.add_argument("--distribution", default="zipf:1.1", help="zipf:S or uniform (both modes)")
     p.add_argument("--seed", type=int, default=20261130)
-    p.add_argument("--out", type=Path, default=Path("out"), help="folder for demo.png and demo.json")
+    p.add_argument(
+        "--out",
+        type=Path,
+        default=Path("out"),
+        metavar="DIR",
+        help="folder (not a file) for demo.png and demo.json (default out)",
+    )
     p.add_argument("--no-plot", action="store_true")
     p.add_argument(
         "--serve",
@@ -120,6 +141,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
+def kafka_broker(text: str) -> str:
+    """``--transport kafka://HOST:PORT`` or the older ``--kafka HOST:PORT``: the broker's ``HOST:PORT``."""
+    broker = text[len("kafka://") :] if text.startswith("kafka://") else text
+    if "://" in broker or not broker.rpartition(":")[2].isdigit():
+        raise argparse.ArgumentTypeError(
+            f"expected kafka://HOST:PORT (the demo runs on the embedded log unless given a broker), got {text!r}"
+        )
+    return broker
+
+
 def run(args: argparse.Namespace) -> int:
     if args.offline:
         if args.serve:
@@ -127,18 +158,40 @@ def run(args: argparse.Namespace) -> int:
         return run_offline(args)
     if not 0 <= args.port <= 65535:
         raise ValueError(f"--port must be from 0 to 65535, got {args.port}")
-    if not args.serve:
-        return run_pipeline(args)
-    kept = KeepRunning()
+    with _terminate_unwinds():
+        if not args.serve:
+            return run_pipeline(args)
+        kept = KeepRunning()
+        try:
+            code = run_pipeline(args, kept)
+            if kept.pipe is not None:
+                serve_until_stopped(kept.pipe)
+        finally:
+            if kept.pipe is not None:
+                kept.stop()  # and the temporary work folder goes
+                print("stopped.", flush=True)
+        return code
+
+
+@contextlib.contextmanager
+def _terminate_unwinds() -> Iterator[None]:
+    """While the demo runs, SIGTERM unwinds like Ctrl-C (exit 143): the pipeline is stopped and the temporary
+    work folder, with its device credentials and keys, removed, instead of the process dying mid-run."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def unwind(signum: int, frame: Any) -> None:
+        raise SystemExit(128 + signum)
+
+    previous = signal.signal(signal.SIGTERM, unwind)
     try:
-        code = run_pipeline(args, kept)
-        if kept.pipe is not None:
-            serve_until_stopped(kept.pipe)
+        yield
     finally:
-        if kept.pipe is not None:
-            kept.pipe.stop()
-            print("stopped.", flush=True)
-    return code
+        signal.signal(signal.SIGTERM, previous)
 
 
 def run_pipeline(args: argparse.Namespace, keep: KeepRunning | None = None) -> int:

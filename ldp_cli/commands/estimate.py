@@ -30,7 +30,7 @@ import sys
 from typing import Any
 
 from ldp_cli.commands.argtypes import add_engine_options, engine_from_args
-from ldp_cli.options import add_metrics, optional_metrics_files
+from ldp_cli.options import add_metrics, optional_metrics_files, summary
 
 __all__ = ["register"]
 
@@ -39,7 +39,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "estimate",
         help="batch job: estimate a metric (any kind) over days of the Parquet dataset",
-        description=__doc__.splitlines()[0] if __doc__ else None,
+        description=summary(__doc__),
     )
     p.add_argument("--dataset", required=True, help="root folder of the Parquet dataset (ldp sink --dataset)")
     p.add_argument("--metric", required=True, help="metric name")
@@ -47,7 +47,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--start", default=None, help="first day (day number or ISO date)")
     p.add_argument("--end", default=None, help="last day, inclusive")
     p.add_argument("--spec-id", default=None, help="the spec to use when the range holds several")
-    p.add_argument("--out", default=None, help="table.csv or table.parquet (default: print the top rows)")
+    p.add_argument(
+        "--out", default=None, metavar="FILE", help="table.csv or table.parquet (default: print the top rows)"
+    )
     p.add_argument("--plot", default=None, help="write a PNG of the largest estimates with their CIs")
     p.add_argument(
         "--top",

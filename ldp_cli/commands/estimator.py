@@ -34,6 +34,7 @@ from ldp_cli.options import (
     bind_socket,
     consume_forever,
     stop_event,
+    summary,
 )
 
 __all__ = ["register", "DEFAULT_PORT", "DEFAULT_GROUP"]
@@ -46,7 +47,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "estimator",
         help="service: run the streaming estimator and serve live estimates over HTTP",
-        description=__doc__.splitlines()[0] if __doc__ else None,
+        description=summary(__doc__),
     )
     add_transport(p)
     p.add_argument("--state", required=True, help="folder of this instance's snapshot (estimator.sqlite3)")

@@ -73,7 +73,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     e.add_argument("--authority", required=True, help="the authority key file")
     e.add_argument("--init-authority", action="store_true", help="create the authority key file (refuses to overwrite)")
     e.add_argument("--device-id", action="append", default=[], help="a device id to enroll (repeatable)")
-    e.add_argument("--out", default=None, help="folder for the device bundles (<device-id>.json)")
+    e.add_argument(
+        "--out", default=None, metavar="DIR", help="folder (not a file) for the device bundles (<device-id>.json)"
+    )
     e.add_argument("--lifetime-days", type=_positive_int, default=365, help="credential lifetime (default 365)")
     e.set_defaults(func=run_enroll_cmd)
     g = fsub.add_parser(
@@ -85,7 +87,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     g.add_argument("--authority", required=True, help="the authority key file")
     g.add_argument("--task", required=True, help="the task file (rewritten in place unless --out)")
-    g.add_argument("--out", default=None)
+    g.add_argument(
+        "--out", default=None, metavar="FILE", help="write the signed task to this file (default: rewrite --task)"
+    )
     g.set_defaults(func=run_sign_task_cmd)
     add_scenarios(fsub, ["drift", "compress", "personalize", "attack", "local-dpsgd"])
 

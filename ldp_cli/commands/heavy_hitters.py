@@ -19,6 +19,7 @@ import json
 import sys
 
 from ldp_cli.commands.argtypes import add_engine_options, engine_from_args
+from ldp_cli.options import summary
 
 __all__ = ["register"]
 
@@ -27,14 +28,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "heavy-hitters",
         help="batch job: discover a string metric's most frequent values (pem, sfp) over days of the dataset",
-        description=__doc__.splitlines()[0] if __doc__ else None,
+        description=summary(__doc__),
     )
     p.add_argument("--dataset", required=True, help="root folder of the Parquet dataset (ldp sink --dataset)")
     p.add_argument("--metric", required=True, help="metric name (a heavy_hitters metric)")
     p.add_argument("--days", default=None, help="A..B inclusive (day numbers or ISO dates), or one day")
     p.add_argument("--top", type=int, default=20, help="values to discover (default 20)")
     p.add_argument("--spec-id", default=None, help="the spec to use when the range holds several")
-    p.add_argument("--out", default=None, help="table.csv or table.parquet (default: print it)")
+    p.add_argument("--out", default=None, metavar="FILE", help="table.csv or table.parquet (default: print it)")
     p.add_argument("--plot", default=None, help="write a PNG of the discovered values with their CIs")
     p.add_argument("--confidence", type=float, default=0.95, help="confidence level of the intervals (default 0.95)")
     p.add_argument(

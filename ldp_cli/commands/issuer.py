@@ -20,7 +20,7 @@ import json
 import sys
 import time
 
-from ldp_cli.options import add_log_level, bind_socket, on_stop_signals
+from ldp_cli.options import add_log_level, bind_socket, on_stop_signals, summary
 
 __all__ = ["register", "DEFAULT_PORT", "AUTHORITY_KEY_ENV", "ALLOW_ORIGINS_ENV"]
 
@@ -35,7 +35,7 @@ ALLOW_ORIGINS_ENV = "LDP_ISSUER_ALLOW_ORIGINS"
 def register(sub: argparse._SubParsersAction) -> None:
     from ldp_cli.commands import fl
 
-    p = sub.add_parser("issuer", help="the anonymous upload-token issuer", description=__doc__.splitlines()[0])
+    p = sub.add_parser("issuer", help="the anonymous upload-token issuer", description=summary(__doc__))
     isub = p.add_subparsers(dest="issuer_command", required=True)
     s = isub.add_parser("serve", help="run the issuer")
     s.add_argument("--state", required=True, help="state folder: day keys and per-device counts (SQLite)")
@@ -64,7 +64,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     e.add_argument("--authority", required=True, help="the authority key file")
     e.add_argument("--init-authority", action="store_true", help="create the authority key file (refuses to overwrite)")
     e.add_argument("--device-id", action="append", default=[], help="a device id to enroll (repeatable)")
-    e.add_argument("--out", default=None, help="folder for the device bundles (<device-id>.json)")
+    e.add_argument(
+        "--out", default=None, metavar="DIR", help="folder (not a file) for the device bundles (<device-id>.json)"
+    )
     e.add_argument("--lifetime-days", type=int, default=365, help="credential lifetime (default 365)")
     e.set_defaults(func=fl.run_enroll_cmd)
 

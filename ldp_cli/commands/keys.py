@@ -15,12 +15,14 @@ from __future__ import annotations
 import argparse
 import json
 
+from ldp_cli.options import summary
+
 __all__ = ["register"]
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
-        "keys", help="create and list analyzer key pairs for sealed metrics", description=__doc__.splitlines()[0]
+        "keys", help="create and list analyzer key pairs for sealed metrics", description=summary(__doc__)
     )
     ks = p.add_subparsers(dest="keys_command", required=True)
     n = ks.add_parser("new", help="create a key pair (private key file mode 0600)")

@@ -26,6 +26,7 @@ from ldp_cli.options import (
     add_transport,
     consume_forever,
     stop_event,
+    summary,
 )
 
 __all__ = ["register", "DEFAULT_GROUP"]
@@ -38,7 +39,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "sink",
         help="write the shuffled reports to a Parquet dataset partitioned by metric and day",
-        description=__doc__.splitlines()[0] if __doc__ else None,
+        description=summary(__doc__),
     )
     add_transport(p)
     p.add_argument("--dataset", required=True, help="root folder of the Parquet dataset")

@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import shutil
 import tempfile
 import threading
 import time
@@ -45,7 +46,7 @@ class DemoConfig:
     flood: int = 300  #: --tokens: the flooding install's uploads beyond its first
     clients: int = 4
     top: int = 8
-    workdir: Path | None = None  #: None: a fresh temporary folder
+    workdir: Path | None = None  #: None: a fresh temporary folder, removed when the run (or --serve) ends
     distribution: str = "zipf:1.1"
     seed: int = 20261130
     out: Path = Path("out")
@@ -56,9 +57,20 @@ class DemoConfig:
 
 @dataclasses.dataclass
 class KeepRunning:
-    """``--serve``: the demo's pipeline, left running after the run for the caller to stop."""
+    """``--serve``: the demo's pipeline, left running after the run for the caller to stop (:meth:`stop`)."""
 
     pipe: Any = None
+    scratch: Path | None = None  #: the run's temporary work folder, removed once the pipeline is stopped
+
+    def stop(self) -> None:
+        """Stop the pipeline, then remove the temporary work folder (device keys, stores, logs) if there is one."""
+        try:
+            if self.pipe is not None:
+                self.pipe.stop()
+        finally:
+            if self.scratch is not None:
+                shutil.rmtree(self.scratch, ignore_errors=True)
+                self.scratch = None
 
 
 @dataclasses.dataclass
@@ -71,6 +83,7 @@ class _Run:
     names: list[str]
     day: int
     workdir: Path
+    scratch: bool = False  #: the work folder is a temporary one, removed at the end
     keys_dir: Path | None = None
     seal_to: Any = None
     issuer: Any = None
@@ -150,38 +163,55 @@ def _prepare(cfg: DemoConfig) -> _Run:
     if expired:
         raise ValueError(f"metrics {expired} in {cfg.metrics} have expired; renew them or pick another file")
     workdir = cfg.workdir or Path(tempfile.mkdtemp(prefix="ldp-demo-"))
-    run = _Run(cfg, metrics, cfg.metrics, list(metrics), day, workdir)
+    run = _Run(cfg, metrics, cfg.metrics, list(metrics), day, workdir, scratch=cfg.workdir is None)
     if cfg.sealed:
-        from ldp_core.metrics import parse_metrics
-        from ldp_core.wire.sealing import new_key_file
-
-        run.keys_dir = Path(workdir) / "analyzer-keys"
-        _, analyzer = new_key_file(run.keys_dir)
-        run.seal_to = analyzer.public
-        doc = metrics.to_dict()
-        for m in doc["metrics"].values():
-            m["sealed"] = True
-        doc["analyzer_keys"] = [run.seal_to.to_dict()]
-        run.metrics_path = Path(workdir) / "metrics-sealed.json"
-        run.metrics_path.write_text(json.dumps(doc, indent=2))
-        run.metrics = parse_metrics(doc, reject_expired=False)
+        try:
+            _seal_all(run)
+        except BaseException:
+            if run.scratch:
+                shutil.rmtree(workdir, ignore_errors=True)
+            raise
     return run
+
+
+def _seal_all(run: _Run) -> None:
+    """``--sealed``: a fresh analyzer key in the work folder and a copy of the metrics file that seals every
+    metric to it."""
+    from ldp_core.metrics import parse_metrics
+    from ldp_core.wire.sealing import new_key_file
+
+    workdir, metrics = run.workdir, run.metrics
+    run.keys_dir = Path(workdir) / "analyzer-keys"
+    _, analyzer = new_key_file(run.keys_dir)
+    run.seal_to = analyzer.public
+    doc = metrics.to_dict()
+    for m in doc["metrics"].values():
+        m["sealed"] = True
+    doc["analyzer_keys"] = [run.seal_to.to_dict()]
+    run.metrics_path = Path(workdir) / "metrics-sealed.json"
+    run.metrics_path.write_text(json.dumps(doc, indent=2))
+    run.metrics = parse_metrics(doc, reject_expired=False)
 
 
 def run_pipeline(cfg: DemoConfig, keep: KeepRunning | None = None) -> int:
     """The demo's run (see the module's docstring); 0 if every check passed, else 1. With ``keep`` the
     pipeline is left running in ``keep.pipe`` (for :func:`serve_until_stopped`) instead of stopped."""
     run = _prepare(cfg)
-    if cfg.tokens:
-        from simulator.demo.tokens import start_issuer
-
-        run.issuer = start_issuer(run.workdir, cfg.tokens_per_day, run.names, run.metrics_path)
-        run.collector_options = run.issuer.collector_options(Path(run.workdir) / "spent-tokens.sqlite3")
     try:
+        if cfg.tokens:
+            from simulator.demo.tokens import start_issuer
+
+            run.issuer = start_issuer(run.workdir, cfg.tokens_per_day, run.names, run.metrics_path)
+            run.collector_options = run.issuer.collector_options(Path(run.workdir) / "spent-tokens.sqlite3")
         return _run(run, keep)
     finally:
         if run.issuer is not None:
             run.issuer.stop()
+        if run.scratch:  # device keys, stores and logs go with the run (with --serve: once the pipeline stops)
+            if keep is not None and keep.pipe is not None:
+                keep.scratch = run.workdir
+            else:
+                shutil.rmtree(run.workdir, ignore_errors=True)
 
 
 def _run(run: _Run, keep: KeepRunning | None) -> int:
@@ -194,7 +224,7 @@ def _run(run: _Run, keep: KeepRunning | None) -> int:
     print(
         f"ldp demo: {cfg.devices:,} devices x {len(run.names)} metrics on "
         f"{'Kafka at ' + cfg.kafka if cfg.kafka else 'the embedded log'} (seed {cfg.seed}); "
-        f"work folder {run.workdir}",
+        f"work folder {run.workdir}" + (" (removed at the end; --workdir keeps one)" if run.scratch else ""),
         flush=True,
     )
     stack = LocalPipeline(

@@ -142,3 +142,65 @@ def test_demo_token_options_are_checked_before_anything_starts(tmp_path: Path) -
     with pytest.raises(ValueError, match="--flood must be >= 0"):
         run(args("--tokens", "--flood", "-1"))
     assert not (tmp_path / "w" / "issuer").exists()  # no issuer was started for a refused configuration
+
+
+def test_demo_removes_its_temporary_work_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Without ``--workdir`` the demo works in a temporary folder (device credentials and stores, the analyzer's
+    private key, the issuer's keys, logs, the dataset) and removes it when it ends: a private TMPDIR is as empty
+    afterwards as before. With ``--workdir`` everything stays there."""
+    import tempfile
+
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    monkeypatch.setenv("TMPDIR", str(tmp))
+    monkeypatch.setattr(tempfile, "tempdir", None)  # gettempdir() reads TMPDIR again
+    assert tempfile.gettempdir() == str(tmp)
+    doc = json.loads((Path(__file__).parents[2] / "metrics" / "example.json").read_text())
+    doc["metrics"] = {k: v for k, v in doc["metrics"].items() if k in ("emoji_used", "settings_tab")}
+    metrics_path = tmp_path / "metrics.json"
+    metrics_path.write_text(json.dumps(doc))
+    args = ["demo", "--tokens", "--sealed", "--metrics", str(metrics_path), "--devices", "60", "--sdk-devices", "1"]
+    args += ["--min-batch", "20", "--flood", "3", "--out", str(tmp_path / "out"), "--no-plot", "--seed", "4"]
+    code = main(args)
+    text = capsys.readouterr().out
+    assert code == 0, text
+    assert list(tmp.iterdir()) == []
+    assert "removed at the end" in text
+    kept = tmp_path / "kept"
+    assert main([*args, "--workdir", str(kept)]) == 0
+    assert (kept / "analyzer-keys").is_dir() and (kept / "sdk-devices").is_dir() and (kept / "issuer").is_dir()
+    assert list(tmp.iterdir()) == []
+
+
+def test_demo_stopped_by_sigterm_removes_its_temporary_work_folder(tmp_path: Path) -> None:
+    """SIGTERM in the middle of a run (the pipeline up, devices uploading) stops the demo with exit 143 and still
+    removes its temporary work folder: nothing is left in the private TMPDIR."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    env = {**os.environ, "TMPDIR": str(tmp)}
+    args = [sys.executable, "-m", "ldp_cli", "demo", "--devices", "20000", "--sdk-devices", "0", "--no-plot"]
+    args += ["--out", str(tmp_path / "out"), "--seed", "6"]
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    try:
+        assert proc.stdout is not None
+        seen = []
+        for line in proc.stdout:  # the stack is up once the dashboard's address is printed
+            seen.append(line)
+            if "dashboard" in line:
+                break
+        assert any(p.name.startswith("ldp-demo-") for p in tmp.iterdir()), seen
+        proc.send_signal(signal.SIGTERM)
+        rest, _ = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 128 + signal.SIGTERM, "".join(seen) + rest
+    assert list(tmp.iterdir()) == []

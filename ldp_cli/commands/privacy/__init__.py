@@ -58,7 +58,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     ps = p.add_subparsers(dest="privacy_command", required=True)
     # name, help, options (flag or (flag, help)), whether it takes the PLD options, handler
-    commands: list[tuple[str, str, list[str | tuple[str, str]], bool, Callable[[argparse.Namespace], int]]] = [
+    # (a flag may be a tuple: the documented name first, then the older spellings kept as aliases)
+    commands: list[
+        tuple[str, str, list[str | tuple[str | tuple[str, ...], str]], bool, Callable[[argparse.Namespace], int]]
+    ] = [
         (
             "gaussian",
             "ε of T Poisson-sampled Gaussian steps (DP-SGD, DP-FedAvg)",
@@ -87,7 +90,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         (
             "shuffle",
             "central ε of a shuffled batch of ε₀-LDP reports, per person",
-            [("--epsilon0", "local ε of each report"), ("--users", "reports in the shuffled batch")],
+            [(("--epsilon", "--epsilon0"), "local ε₀ of each report"), ("--users", "reports in the shuffled batch")],
             False,
             run_shuffle,
         ),
@@ -110,7 +113,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         q = ps.add_parser(name, help=help_text)
         for option in options:
             flag, option_help = (option, None) if isinstance(option, str) else option
-            q.add_argument(flag, type=_OPTION_TYPES[flag], required=True, help=option_help)
+            flags = (flag,) if isinstance(flag, str) else flag
+            dest = flags[-1].lstrip("-").replace("-", "_")  # the oldest spelling's: the handlers read it
+            shown = flags[0].lstrip("-").replace("-", "_").upper()
+            q.add_argument(
+                *flags, dest=dest, metavar=shown, type=_OPTION_TYPES[flags[-1]], required=True, help=option_help
+            )
         add_common(q, neighbors)
         q.set_defaults(func=func)
     shuffle = ps.choices["shuffle"]

@@ -64,7 +64,9 @@ def _register_central(ps: argparse._SubParsersAction) -> None:
         "CSPRNG. The released figures are printed, never the exact counts.",
     )
     q.add_argument("--mechanism", choices=["laplace", "gaussian"], required=True)
-    q.add_argument("--epsilon", type=_positive, required=True, help="target ε of the release")
+    q.add_argument(
+        "--target-epsilon", "--epsilon", dest="epsilon", type=_positive, required=True, help="target ε of the release"
+    )
     q.add_argument("--delta", type=_prob, default=None, help="target δ (gaussian only; required there)")
     q.add_argument(
         "--sensitivity",

@@ -40,9 +40,21 @@ def register_drift(ssub: argparse._SubParsersAction) -> None:
         action="store_true",
         help="also DP-FedAvg and DP-FTRL at equal ε (key dp; see simulator.scenarios.fl.drift.run_drift_dp)",
     )
-    d.add_argument("--clip-norm", type=_positive, default=2.0, help="with --dp: clip norm C (default 2)")
     d.add_argument(
-        "--noise-multiplier", type=_positive, default=3.0, help="with --dp: DP-FedAvg's noise multiplier (default 3)"
+        "--client-clip-norm",
+        "--clip-norm",
+        dest="clip_norm",
+        type=_positive,
+        default=2.0,
+        help="with --dp: DP-FedAvg's clip norm C of a client's update (default 2)",
+    )
+    d.add_argument(
+        "--client-noise-multiplier",
+        "--noise-multiplier",
+        dest="noise_multiplier",
+        type=_positive,
+        default=3.0,
+        help="with --dp: DP-FedAvg's noise multiplier z (default 3)",
     )
     d.add_argument(
         "--ddg",
@@ -80,8 +92,22 @@ def register_compress(ssub: argparse._SubParsersAction) -> None:
     )
     d.add_argument("--rounds", type=_positive_int, default=100, help="rounds (default 100)")
     d.add_argument("--seeds", type=seed_list, default=(0,), help="comma-separated seeds (default 0)")
-    d.add_argument("--clip-norm", type=_positive, default=2.0, help="clip norm C (default 2)")
-    d.add_argument("--noise-multiplier", type=_positive, default=3.0, help="σ relative to each sensitivity (default 3)")
+    d.add_argument(
+        "--client-clip-norm",
+        "--clip-norm",
+        dest="clip_norm",
+        type=_positive,
+        default=2.0,
+        help="DP-FedAvg's clip norm C of a client's update (default 2)",
+    )
+    d.add_argument(
+        "--client-noise-multiplier",
+        "--noise-multiplier",
+        dest="noise_multiplier",
+        type=_positive,
+        default=3.0,
+        help="DP-FedAvg's noise multiplier z, relative to each encoding's sensitivity (default 3)",
+    )
     add_plot_and_json(d, "write accuracy against uplink bytes (and per round) to this PNG")
     d.set_defaults(func=run_compress_cmd)
 
