@@ -209,3 +209,16 @@ def test_the_collector_requires_tokens_with_only_the_issuers_public_keys(compose
     # spent tokens persist on the collector's volume
     assert any(col.spent_path.startswith(m) for m, (v, _) in collector_mounts.items() if v == "collector-data")
     assert s["collector"]["depends_on"]["issuer"]["condition"] == "service_healthy"
+
+
+def test_the_collectors_metrics_listen_apart_and_only_inside_the_compose_network(compose: dict[str, Any]) -> None:
+    svc = compose["services"]["collector"]
+    args = parse(svc["command"])
+    assert args.public_metrics is None  # /metrics is not on the device-facing port
+    assert args.metrics_port is not None and args.metrics_port != args.port and args.metrics_host == "0.0.0.0"
+    assert [int(p) for p in svc["expose"]] == [args.metrics_port]
+    published = [int(m.split(":")[-1]) for m in svc["ports"]]
+    assert args.metrics_port not in published and published == [args.port]
+    for name, other in compose["services"].items():
+        for mapping in other.get("ports", []):
+            assert int(str(mapping).split(":")[-1]) != args.metrics_port or name != "collector"
