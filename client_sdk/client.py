@@ -67,7 +67,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from client_sdk.ledger import BudgetLedger, DayBudget, SpendOutcome, epsilon_of
+from client_sdk.ledger import BudgetLedger, DayBudget, SpendOutcome, boot_id, epsilon_of
 from client_sdk.memo import (
     MemoStore,
     definition_pin,
@@ -240,7 +240,13 @@ class TelemetryClient:
         except (OSError, sqlite3.Error, ValueError, TypeError) as exc:
             raise ClientConfigError(f"cannot use storage_dir {storage_dir!r}: {exc}") from exc
         self.storage_dir = self._store.directory
-        self._ledger = BudgetLedger(self._store, policy, clock=self._clock)
+        self._ledger = BudgetLedger(
+            self._store,
+            policy,
+            clock=self._clock,
+            monotonic=config.monotonic,
+            boot=config.boot_id or boot_id,
+        )
         self._outbox = Outbox(
             self._store, max_reports=config.max_outbox_reports, lease_seconds=2 * config.upload_timeout + 10
         )
@@ -451,7 +457,7 @@ class TelemetryClient:
         try:
             with self._store.transaction(conn):
                 now = max(t for _, _, t in items)
-                high = self._ledger.observe_time_in(conn, now)
+                high = self._ledger.observe_time_in(conn, now, *self._ledger.reading(now))
                 day = utc_day(high)
                 items, learned, conflicts = self._pin_in(conn, items, now)
                 outcomes = self._ledger.spend_many_in(

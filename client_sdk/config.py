@@ -39,6 +39,12 @@ class ClientConfig:
         The HTTP function (:data:`~client_sdk.upload.uploader.HttpTransport`; default ``urllib``).
     clock:
         Wall-clock time source (default ``time.time``), for tests.
+    monotonic, boot_id:
+        The monotonic time source (default ``time.monotonic``) and the id of the boot its readings belong
+        to (default :func:`client_sdk.ledger.boot_id`), for tests: the ledger lets the wall clock advance
+        its days no faster than monotonic time passes within one boot (docs/PRIVACY.md). With ``clock``
+        injected and ``monotonic`` not, the monotonic time follows ``clock`` (a simulated world where both
+        move together); inject both to test a clock moved against real time.
     batch_size, batch_max_age:
         A batch is sent when it holds ``batch_size`` reports or its oldest is
         ``batch_max_age`` seconds old.
@@ -67,6 +73,8 @@ class ClientConfig:
     upload: bool = True
     transport: HttpTransport | None = None
     clock: Callable[[], float] | None = None
+    monotonic: Callable[[], float] | None = None
+    boot_id: Callable[[], str] | None = None
     batch_size: int = 500
     batch_max_age: float = 3600.0
     upload_timeout: float = 30.0

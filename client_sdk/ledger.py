@@ -16,6 +16,25 @@ as past: it lands on the latest day seen, whose spends are on record, and
 spends nothing new. (A clock moved far *forward* and back again keeps the
 device on the future day until real time catches up: the safe direction.)
 
+**Forward jumps.** A wall clock moved *forward* would open a fresh day's
+budget at each jump (five jumps of a day in one real day: six daily caps).
+So the mark never advances by more than the monotonic time that really
+passed: with the previous observation's monotonic reading ``m0`` and
+the same boot, the new mark is ``max(high, min(now, high + (mono - m0)))``.
+The mark, the monotonic reading and the boot id (Linux
+``/proc/sys/kernel/random/boot_id``; elsewhere an id drawn per process, so a
+process restart counts as a reboot) are persisted in the same transaction as
+the spend. While real days pass the wall clock and the monotonic clock move
+together and nothing changes; a forward jump is held back to real elapsed
+time, so within W monotonic seconds the ledger charges at most
+``ceil(W / 86400) + 1`` UTC days, as when no clock is touched. Monotonic time
+does not survive a reboot: on the first observation of a new boot the mark
+follows the wall clock as before (the residual, docs/PRIVACY.md: one extra
+day's budget per reboot combined with a clock jump). A wall clock found
+*behind* the mark within a boot and later corrected forward stays capped by
+monotonic time too, so the device may lag real days for the rest of that boot
+(fewer budgets, never more).
+
 *Departure from the design:* ``try_spend`` takes no ``day`` argument. A
 day chosen by the caller could be an earlier one, which is exactly what the
 high-water mark forbids; the ledger derives the day itself.
@@ -24,6 +43,7 @@ high-water mark forbids; the ledger derives the day itself.
 from __future__ import annotations
 
 import enum
+import secrets
 import sqlite3
 import time
 from collections.abc import Callable, Mapping
@@ -36,7 +56,23 @@ from ldp_core.days import utc_day
 from ldp_core.errors import BudgetError
 from ldp_core.privacy_events import ComposedEvent, LocalReportEvent, PrivacyEvent, PureDPEvent, SelfComposedEvent
 
-__all__ = ["BudgetLedger", "SpendOutcome", "MetricBudget", "DayBudget", "Cost", "epsilon_of"]
+__all__ = ["BudgetLedger", "SpendOutcome", "MetricBudget", "DayBudget", "Cost", "epsilon_of", "boot_id"]
+
+_BOOT_ID_PATH = "/proc/sys/kernel/random/boot_id"
+_PROCESS_BOOT = "process-" + secrets.token_hex(16)
+
+
+def boot_id() -> str:
+    """The id of this boot (Linux), or an id drawn once per process where the OS gives none.
+
+    Monotonic readings are comparable only under the same id."""
+    try:
+        with open(_BOOT_ID_PATH, encoding="ascii") as f:
+            value = f.read().strip()
+    except OSError:
+        return _PROCESS_BOOT
+    return value or _PROCESS_BOOT
+
 
 Cost = float | PrivacyEvent
 
@@ -103,29 +139,74 @@ class DayBudget:
 class BudgetLedger:
     """Persistent, atomic daily ε accounting (see the module docstring)."""
 
-    def __init__(self, store: Store, policy: LocalPolicy, *, clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        store: Store,
+        policy: LocalPolicy,
+        *,
+        clock: Callable[[], float] = time.time,
+        monotonic: Callable[[], float] | None = None,
+        boot: Callable[[], str] = boot_id,
+    ) -> None:
         if not isinstance(policy, LocalPolicy):
             raise BudgetError(f"policy must be a LocalPolicy, got {type(policy).__name__}")
         self.store = store
         self.policy = policy
         self.clock = clock
+        # No monotonic source given: the real one under the real wall clock; a simulated wall clock (an
+        # injected ``clock``, or ``now=``) stands for a world where both move together.
+        self._monotonic = monotonic
+        self._simulated = monotonic is None and clock is not time.time
+        self.boot = boot
+
+    def reading(self, wall: float, *, simulated: bool = False) -> tuple[float, str]:
+        """The monotonic reading and boot id to observe with wall time ``wall``."""
+        if self._monotonic is not None:
+            return self._monotonic(), self.boot()
+        if self._simulated or simulated:
+            return wall, "simulated"
+        return time.monotonic(), self.boot()
 
     @classmethod
-    def open(cls, directory: str, policy: LocalPolicy, *, clock: Callable[[], float] = time.time) -> BudgetLedger:
-        return cls(Store(directory), policy, clock=clock)
+    def open(
+        cls,
+        directory: str,
+        policy: LocalPolicy,
+        *,
+        clock: Callable[[], float] = time.time,
+        monotonic: Callable[[], float] | None = None,
+        boot: Callable[[], str] = boot_id,
+    ) -> BudgetLedger:
+        return cls(Store(directory), policy, clock=clock, monotonic=monotonic, boot=boot)
 
     # -- inside a caller's transaction --------------------------------------
     @staticmethod
-    def observe_time_in(conn: sqlite3.Connection, now: float) -> float:
-        """Raise the high-water mark to ``now`` if later; return the mark."""
+    def observe_time_in(
+        conn: sqlite3.Connection, now: float, mono: float | None = None, boot: str | None = None
+    ) -> float:
+        """Raise the high-water mark towards ``now``, by at most the monotonic time since the last
+        observation of the same boot (module docstring, "Forward jumps"); return the mark.
+
+        Without ``mono`` and ``boot`` the mark follows ``now`` alone (and the monotonic anchor is kept)."""
         row = conn.execute("SELECT high_water FROM clock WHERE id = 1").fetchone()
+        target = now
+        if row is not None:
+            high = float(row[0])
+            anchor = None if mono is None else conn.execute("SELECT boot, mono FROM clock_mono WHERE id = 1").fetchone()
+            if anchor is not None and anchor[0] == boot:
+                target = min(now, high + max(0.0, mono - float(anchor[1])))  # type: ignore[operator]
+            target = max(high, target)
+        if mono is not None and boot is not None:
+            conn.execute(
+                "INSERT INTO clock_mono (id, boot, mono) VALUES (1, ?, ?) "
+                "ON CONFLICT (id) DO UPDATE SET boot = excluded.boot, mono = excluded.mono",
+                (boot, mono),
+            )
         if row is None:
-            conn.execute("INSERT INTO clock (id, high_water) VALUES (1, ?)", (now,))
-            return now
-        if now > row[0]:
-            conn.execute("UPDATE clock SET high_water = ? WHERE id = 1", (now,))
-            return now
-        return float(row[0])
+            conn.execute("INSERT INTO clock (id, high_water) VALUES (1, ?)", (target,))
+        elif target > float(row[0]):
+            conn.execute("UPDATE clock SET high_water = ? WHERE id = 1", (target,))
+        return target
 
     def spend_in(
         self, conn: sqlite3.Connection, metric: str, units: int, day: int, max_reports: int | None
@@ -190,7 +271,8 @@ class BudgetLedger:
         """Charge ``cost`` to ``metric`` on the current day, atomically; say why if refused."""
         units = to_units(epsilon_of(cost), round_up=True)
         with self.store.transaction() as conn:
-            high = self.observe_time_in(conn, self.clock() if now is None else now)
+            wall = self.clock() if now is None else now
+            high = self.observe_time_in(conn, wall, *self.reading(wall, simulated=now is not None))
             return self.spend_in(conn, metric, units, utc_day(high), max_reports)
 
     def try_spend(self, metric: str, cost: Cost, *, max_reports: int | None = None, now: float | None = None) -> bool:

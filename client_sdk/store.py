@@ -31,7 +31,9 @@ to; versions 1 and 2 are upgraded in place the same way. 4 adds what a federated
 per task, the model it belongs to and the last round's settings; ``fl_arrays``, per task, SCAFFOLD's control
 variate, Ditto's personal model, MOON's previous model and the last global model, as raw little-endian
 bytes with their dtype and shape (:mod:`client_sdk.fl.device_store`). Versions 1 to 3 are upgraded in
-place.
+place. 5 adds ``clock_mono``: the boot id and monotonic reading of the last clock observation, which cap how
+far the ledger's high-water mark may advance (:mod:`client_sdk.ledger`, "Forward jumps"); versions 1 to 4 are
+upgraded in place.
 """
 
 from __future__ import annotations
@@ -48,14 +50,19 @@ from ldp_core.sqlite import immediate_transaction
 __all__ = ["Store", "DB_FILENAME", "SCHEMA_VERSION", "UPGRADABLE_VERSIONS", "immediate_transaction"]
 
 DB_FILENAME = "ldp-sdk.sqlite3"
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 #: Versions this SDK upgrades in place (see the module docstring).
-UPGRADABLE_VERSIONS = (0, 1, 2, 3)
+UPGRADABLE_VERSIONS = (0, 1, 2, 3, 4)
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS clock (
     id INTEGER PRIMARY KEY CHECK (id = 1),
     high_water REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS clock_mono (
+    id INTEGER PRIMARY KEY CHECK (id = 1),
+    boot TEXT NOT NULL,
+    mono REAL NOT NULL
 );
 CREATE TABLE IF NOT EXISTS ledger (
     day INTEGER NOT NULL,

@@ -57,6 +57,9 @@ class CollectorSettings:
     up to ``max_group`` uploads each (:mod:`collector.ingest`).
     ``fl_enabled`` adds the federated-learning routes (:mod:`collector.fl.routes`),
     which follow ``fl_rounds_topic`` and publish to ``fl_updates_topic``.
+    Operational metrics (Prometheus) are served on a listener of their own at ``metrics_host:metrics_port``
+    (``0`` picks a free port), not on the device-facing port, which answers 404 at ``/metrics``; only
+    ``public_metrics`` puts them back on the device-facing port (and opens no second listener).
     ``require_tokens`` makes every upload carry an anonymous token (:mod:`collector.tokens`, docs/TOKENS.md)
     of the issuer ``token_issuer`` whose day keys are in ``token_keys``, made for ``token_origin`` (this
     collector's name); redeemed tokens are kept in ``spent_path`` (SQLite, shared by the workers).
@@ -95,6 +98,9 @@ class CollectorSettings:
     token_origin: str = "ldp-collector"
     spent_path: str = DEFAULT_SPENT_PATH
     allow_origins: tuple[str, ...] = ()
+    public_metrics: bool = False
+    metrics_host: str = "127.0.0.1"
+    metrics_port: int = 0
 
     def __post_init__(self) -> None:
         # a comma-separated $LDP_COLLECTOR_ALLOW_ORIGINS, a list from JSON or a tuple from code
@@ -106,6 +112,10 @@ class CollectorSettings:
         check_topics(self, "raw_topic", "fl_rounds_topic", "fl_updates_topic")
         if not isinstance(self.fl_enabled, bool):
             raise ConfigError(f"fl_enabled must be true or false, got {self.fl_enabled!r}")
+        if not isinstance(self.public_metrics, bool):
+            raise ConfigError(f"public_metrics must be true or false, got {self.public_metrics!r}")
+        if not isinstance(self.metrics_host, str) or not self.metrics_host:
+            raise ConfigError("metrics_host must be an address to listen on, such as 127.0.0.1")
         if not isinstance(self.require_tokens, bool):
             raise ConfigError(f"require_tokens must be true or false, got {self.require_tokens!r}")
         if self.require_tokens and not self.token_keys:
@@ -133,6 +143,7 @@ class CollectorSettings:
                 "publish_timeout": (0.1, 3600.0),
                 "max_group": (1, 1 << 16),
                 "publishers": (1, 64),
+                "metrics_port": (0, 65535),
             },
         )
 

@@ -15,7 +15,9 @@ Endpoints
     Liveness (the process and its publisher thread run) and readiness (the transport answers):
     :mod:`collector.http.health`.
 ``GET /metrics``
-    Prometheus counters and latency histograms (:mod:`collector.http.monitoring`).
+    Prometheus counters and latency histograms (:mod:`collector.http.monitoring`), only with
+    ``metrics_route`` (``ldp collector --public-metrics``); by default ``ldp collector`` serves them on a
+    listener of its own (``--metrics-host``, ``--metrics-port``) and this app answers 404.
 ``/v1/fl/...``
     With ``fl_enabled``, the federated-learning routes (:mod:`collector.fl.routes`).
 ``OPTIONS`` (CORS preflights) of the two routes above
@@ -196,8 +198,14 @@ def create_app(
     metrics: MetricSet | None = None,
     dedup: BatchIdStore | None = None,
     clock: Callable[[], float] = time.time,
+    metrics_route: bool = True,
 ) -> CollectorApp:
     """The collector's ASGI app (a :class:`CollectorApp` around a FastAPI app).
+
+    ``metrics_route`` serves Prometheus ``GET /metrics`` on this app. ``ldp collector`` and
+    :func:`app_from_env` pass ``settings.public_metrics`` (default off: they serve the metrics on a
+    listener of their own, :func:`collector.http.monitoring.start_metrics_listener`); embedding code
+    and tests that call this function get the route unless they say otherwise.
 
     ``transport``, ``metrics`` and ``dedup`` default to what ``settings``
     names (the transport URL, the metrics file, the dedup store path); pass
@@ -262,7 +270,8 @@ def create_app(
     add_upload_route(app, upload)
     add_metrics_route(app, document)
     add_health_routes(app, runtime)
-    add_prometheus_route(app, prom, runtime)
+    if metrics_route:
+        add_prometheus_route(app, prom, runtime)
     if settings.fl_enabled:
         add_fl_routes(
             app,
@@ -286,4 +295,4 @@ def app_from_env() -> CollectorApp:
 
     blob = os.environ.get("LDP_COLLECTOR_SETTINGS")
     settings = CollectorSettings.from_json(blob) if blob else CollectorSettings.from_env()
-    return create_app(settings)
+    return create_app(settings, metrics_route=settings.public_metrics)

@@ -1,8 +1,15 @@
 """The collector's operational metrics: its Prometheus families (:class:`CollectorMetrics`), the middleware
-that times every request, and ``GET /metrics``."""
+that times every request, and ``GET /metrics``: on a listener of its own (:func:`start_metrics_listener`,
+the default of ``ldp collector``), or on the device-facing app only when asked (:func:`add_prometheus_route`).
+
+The metrics tell an operator's business (per-round accepted FL updates: the realized sample size; upload
+counts and rejections), so they are kept off the port devices reach."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import socket
 import time
 from typing import Any
 
@@ -14,7 +21,7 @@ from collector.dedup import BatchIdStore
 from collector.ingest import BATCHES_TOTAL, METRIC_REPORTS_TOTAL, REPORTS_TOTAL, GroupStats
 from pipeline.prometheus import CONTENT_TYPE, LATENCY_BUCKETS, StoredCounter, new_registry, render
 
-__all__ = ["CollectorMetrics", "Timing", "add_prometheus_route"]
+__all__ = ["CollectorMetrics", "Timing", "add_prometheus_route", "start_metrics_listener"]
 
 #: the routes whose latency is told apart (any other path is counted as ``other``: no client-chosen labels)
 ROUTES = frozenset({"/v1/reports", "/v1/metrics", "/healthz", "/readyz", "/metrics", "/docs", "/openapi.json"})
@@ -116,3 +123,52 @@ def add_prometheus_route(app: FastAPI, metrics: CollectorMetrics, runtime: dict[
     async def prometheus_metrics() -> Response:
         metrics.reading.set(runtime["reading"])
         return Response(render(metrics.registry), media_type=CONTENT_TYPE)
+
+
+_HEAD_LIMIT = 8192
+_READ_TIMEOUT = 5.0
+
+
+def _answer(status: str, body: bytes, content_type: str = "text/plain; charset=utf-8") -> bytes:
+    head = (
+        f"HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\nContent-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+    )
+    return head.encode("ascii") + body
+
+
+async def start_metrics_listener(
+    sock: socket.socket, metrics: CollectorMetrics, runtime: dict[str, Any]
+) -> asyncio.Server:
+    """Serve ``GET /metrics`` (and nothing else: 404, 405) on the bound ``sock``, in the running event loop.
+
+    A minimal HTTP/1.1 responder, one request per connection: the request head must arrive within 5 s and
+    8 KiB. Rendering happens on the loop, as the app's own route does (the counters' store is not shared
+    with another thread)."""
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), _READ_TIMEOUT)
+            parts = head.split(b"\r\n", 1)[0].split(b" ")
+            method, target = (parts[0], parts[1]) if len(parts) == 3 else (b"", b"")
+            path = target.split(b"?", 1)[0]
+            if not method:
+                out = _answer("400 Bad Request", b"bad request\n")
+            elif path != b"/metrics":
+                out = _answer("404 Not Found", b"not found\n")
+            elif method not in (b"GET", b"HEAD"):
+                out = _answer("405 Method Not Allowed", b"method not allowed\n")
+            else:
+                metrics.reading.set(runtime["reading"])
+                out = _answer("200 OK", render(metrics.registry), CONTENT_TYPE)
+                if method == b"HEAD":
+                    out = out[: out.index(b"\r\n\r\n") + 4]
+            writer.write(out)
+            await writer.drain()
+        except (TimeoutError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ConnectionError):
+            pass
+        finally:
+            writer.close()
+            with contextlib.suppress(Exception):
+                await writer.wait_closed()
+
+    return await asyncio.start_server(handle, sock=sock, limit=_HEAD_LIMIT)

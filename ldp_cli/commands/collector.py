@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import argparse
 import os
+import socket
 import sys
+from typing import Any
 
 from collector.errors import ConfigError
 from ldp_cli.options import add_log_level, add_metrics, add_transport, bind_socket, on_stop_signals, summary
@@ -147,6 +149,28 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="a web page origin (https://app.example) whose browsers may upload and fetch the metrics (CORS); "
         "repeatable; * allows any page (default $LDP_COLLECTOR_ALLOW_ORIGINS, comma-separated, else none)",
     )
+    p.add_argument(
+        "--metrics-host",
+        dest="metrics_host",
+        help="address of the operational-metrics listener (Prometheus /metrics; default "
+        "$LDP_COLLECTOR_METRICS_HOST, else 127.0.0.1)",
+    )
+    p.add_argument(
+        "--metrics-port",
+        dest="metrics_port",
+        type=int,
+        help="port of the operational-metrics listener (default $LDP_COLLECTOR_METRICS_PORT, else 0: a free one, "
+        "printed at start-up); the device-facing port answers 404 at /metrics",
+    )
+    p.add_argument(
+        "--public-metrics",
+        dest="public_metrics",
+        action="store_const",
+        const=True,
+        default=None,
+        help="serve /metrics on the device-facing port instead, without a credential (default "
+        "$LDP_COLLECTOR_PUBLIC_METRICS, else off)",
+    )
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=8080, help="port (default 8080; 0 picks a free one)")
     p.add_argument("--workers", type=int, default=1, help="uvicorn worker processes (default 1)")
@@ -163,9 +187,13 @@ def run(args: argparse.Namespace) -> int:
     overrides = {dest: getattr(args, dest) for _, dest, _, _ in _FLAGS}
     overrides.update(transport_url=args.transport_url, metrics_path=args.metrics_path, fl_enabled=args.fl_enabled)
     overrides.update(require_tokens=args.require_tokens, allow_origins=args.allow_origins)
+    overrides.update(public_metrics=args.public_metrics)
+    overrides.update(metrics_host=args.metrics_host, metrics_port=args.metrics_port)
     try:
         settings = CollectorSettings.from_env(**overrides)
-        app = create_app(settings)  # loads and checks the metrics file before listening
+        app = create_app(
+            settings, metrics_route=settings.public_metrics
+        )  # loads and checks the metrics file before listening
     except ConfigError as exc:
         print(f"ldp collector: error: {exc}", file=sys.stderr)
         return 2
@@ -179,18 +207,44 @@ def run(args: argparse.Namespace) -> int:
         lifespan="on",
     )
     if args.workers > 1:
+        if not settings.public_metrics:
+            print("ldp collector: with --workers > 1 no metrics listener is started", file=sys.stderr, flush=True)
         os.environ["LDP_COLLECTOR_SETTINGS"] = settings.to_json()
         uvicorn.run("collector.http.app:app_from_env", factory=True, workers=args.workers, **common)
         return 0
+    msock = None
+    if not settings.public_metrics:
+        msock = bind_socket(settings.metrics_host, settings.metrics_port, backlog=128)
     sock = bind_socket(args.host, args.port, backlog=2048)  # connections wait in the backlog until uvicorn accepts them
     host, port = sock.getsockname()[:2]
     print(f"ldp collector: listening on http://{host}:{port} (transport {settings.transport_url})", flush=True)
+    if msock is not None:
+        mhost, mport = msock.getsockname()[:2]
+        print(f"ldp collector: operational metrics on http://{mhost}:{mport}/metrics", flush=True)
     server = uvicorn.Server(uvicorn.Config(app, **common))
     # uvicorn shuts down gracefully on SIGTERM/SIGINT, then re-raises the signal with the handlers it found
     # installed; these make that a normal exit
     on_stop_signals(_exit_normally)
-    server.run(sockets=[sock])
+    try:
+        from uvicorn._compat import asyncio_run  # uvicorn's loop choice (uvloop if installed)
+    except ImportError:  # an older uvicorn: the default loop
+        import asyncio
+
+        asyncio.run(_serve(server, sock, msock, app))
+    else:
+        asyncio_run(_serve(server, sock, msock, app), loop_factory=server.config.get_loop_factory())
     return 0
+
+
+async def _serve(server: Any, sock: socket.socket, msock: socket.socket | None, app: Any) -> None:
+    from collector.http.monitoring import start_metrics_listener
+
+    listener = None if msock is None else await start_metrics_listener(msock, app.metrics, app.state.runtime)
+    try:
+        await server.serve(sockets=[sock])
+    finally:
+        if listener is not None:
+            listener.close()
 
 
 def _exit_normally(signum: int, frame: object) -> None:

@@ -238,3 +238,16 @@ def test_the_collector_and_issuer_take_their_allowed_origins_from_the_environmen
     col_args = parse(s["collector"]["command"])
     assert col_args.allow_origins is None  # the flag would win over the environment
     assert parse(s["issuer"]["command"]).allow_origins is None
+
+
+def test_the_collectors_metrics_listen_apart_and_only_inside_the_compose_network(compose: dict[str, Any]) -> None:
+    svc = compose["services"]["collector"]
+    args = parse(svc["command"])
+    assert args.public_metrics is None  # /metrics is not on the device-facing port
+    assert args.metrics_port is not None and args.metrics_port != args.port and args.metrics_host == "0.0.0.0"
+    assert [int(p) for p in svc["expose"]] == [args.metrics_port]
+    published = [int(m.split(":")[-1]) for m in svc["ports"]]
+    assert args.metrics_port not in published and published == [args.port]
+    for name, other in compose["services"].items():
+        for mapping in other.get("ports", []):
+            assert int(str(mapping).split(":")[-1]) != args.metrics_port or name != "collector"

@@ -248,7 +248,7 @@ def test_urllib_transport_against_the_real_collector(tmp_path, collector_factory
         b"POST /v1/reports HTTP/1.1\r\nHost: x\r\nContent-Type: application/vnd.ldp.frame\r\n"
         b"Content-Length: 1000\r\n\r\n" + b"\0" * 10
     )
-    wait_until(lambda: reading(col.url) == 1)
+    wait_until(lambda: reading(col.metrics_url) == 1)
     store = Store(tmp_path / "sdk")
     ob = Outbox(store)
     now = time.time()
@@ -260,7 +260,7 @@ def test_urllib_transport_against_the_real_collector(tmp_path, collector_factory
     assert up.upload_one() == "retry" and up.last_status == 503
     assert clock.t + 7 <= up.blocked_until <= clock.t + 7.7
     stalled.close()  # the stalled upload ends (client disconnected) and frees the slot
-    wait_until(lambda: reading(col.url) == 0)
+    wait_until(lambda: reading(col.metrics_url) == 0)
     up.blocked_until = 0.0
     with store.transaction() as conn:
         conn.execute("UPDATE batches SET next_attempt = 0")

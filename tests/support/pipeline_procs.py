@@ -155,6 +155,7 @@ class PipelineProcs:
                     str(partitions),
                     "--dedup",
                     str(workdir / "collector-ids.sqlite3"),
+                    "--public-metrics",  # the reconciliation tests read the counters at the collector's URL
                 ],
                 workdir / "collector.log",
                 "listening on",

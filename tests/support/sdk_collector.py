@@ -146,6 +146,14 @@ class RealCollectorProcess:
             self.stop()
             raise RuntimeError(f"ldp collector did not start: {line!r} {self._stderr()}")
         self.url = found.group(1)
+        self.metrics_url = self.url  # with --public-metrics; else the listener of its own, printed next
+        if not options.get("public_metrics"):
+            line = self.proc.stdout.readline() if self.proc.stdout else ""
+            found = re.search(r"operational metrics on (http://127\.0\.0\.1:\d+)/metrics", line)
+            if not found:
+                self.stop()
+                raise RuntimeError(f"ldp collector printed no metrics listener: {line!r} {self._stderr()}")
+            self.metrics_url = found.group(1)
         deadline = time.monotonic() + 30
         while not self._ready():
             if self.proc.poll() is not None or time.monotonic() > deadline:
@@ -202,7 +210,7 @@ class RealCollectorProcess:
         their sum ``requests``) from the collector's counters, and ``disconnected``, the part of ``invalid``
         whose body ended early because the client went away (a killed app); ``published`` records and
         ``stored`` distinct batch ids from the transport."""
-        with urllib.request.urlopen(self.url + "/metrics", timeout=10) as resp:
+        with urllib.request.urlopen(self.metrics_url + "/metrics", timeout=10) as resp:
             text = resp.read().decode()
         by_outcome: dict[str, int] = {}
         disconnected = 0
