@@ -55,13 +55,15 @@ def run_rounds(
     test: tuple[np.ndarray, np.ndarray] | None = None,
     tamper: Callable[[int, list[ClientUpdate]], list[ClientUpdate]] | None = None,
     client_rng: Callable[[int, str], np.random.Generator] | None = None,
+    on_round: Callable[[RoundRecord], None] | None = None,
 ) -> tuple[np.ndarray, list[RoundRecord]]:
     """Run ``rounds`` rounds; return the final parameters and one record per round.
 
     ``tamper`` (tests of robustness) may replace the round's uploads before aggregation.
     ``client_rng(round, client_id)``, if given, is the generator a client trains with
     (each device has its own, as over the pipeline); otherwise every client draws from ``rng``.
-    Either way sampling and the aggregator's noise draw from ``rng``."""
+    Either way sampling and the aggregator's noise draw from ``rng``.
+    ``on_round(record)``, if given, is called once after each round (progress display); it draws no randomness."""
     x = model.init_params(rng) if params is None else np.asarray(params, np.float32)
     history: list[RoundRecord] = []
     for r in range(rounds):
@@ -81,4 +83,6 @@ def run_rounds(
         x = strategy.apply(x, res, expected / len(clients))
         acc = accuracy(model, x, *test) if test is not None else None
         history.append(RoundRecord(r, len(chosen), acc, res.info))
+        if on_round is not None:
+            on_round(history[-1])
     return x, history

@@ -9,7 +9,7 @@ import json
 from ldp_cli.commands.argtypes import positive_int as _positive_int
 from ldp_cli.commands.argtypes import probability as _prob
 from ldp_cli.commands.argtypes import seed as _seed
-from ldp_cli.commands.study.common import finish, prog
+from ldp_cli.commands.study.common import add_no_progress, finish, prog, round_bar
 
 __all__ = ["register_clinics", "run_clinics_cmd"]
 
@@ -36,6 +36,7 @@ def register_clinics(ssub: argparse._SubParsersAction) -> None:
         "--json prints {rows: [{setting, accuracy, weight_error, epsilon, ...}]}",
     )
     c.add_argument("--json", action="store_true", help="print one JSON object")
+    add_no_progress(c)
     c.set_defaults(func=run_clinics_cmd)
 
 
@@ -55,5 +56,8 @@ def run_clinics_cmd(args: argparse.Namespace) -> int:
         sample_rate=0.5 if args.sample_rate is None else args.sample_rate,
         seed=0 if args.seed is None else args.seed,
     )
-    result = clinics.run_clinics(cfg, noise_for_targets=not args.no_noise_search)
+    with round_bar(args) as bar:
+        result = clinics.run_clinics(
+            cfg, noise_for_targets=not args.no_noise_search, on_round=lambda _record: bar.update()
+        )
     return finish(args, result, clinics.plot_accuracy, lambda r: clinics.report_lines(r, cfg))

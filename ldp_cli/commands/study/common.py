@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["prog", "add_plot_and_json", "finish"]
+__all__ = ["prog", "add_plot_and_json", "add_no_progress", "round_bar", "finish"]
 
 
 def prog(args: argparse.Namespace) -> str:
@@ -20,6 +21,22 @@ def add_plot_and_json(p: argparse.ArgumentParser, plot_help: str) -> None:
     """The scenarios' ``--plot PNG`` and ``--json`` flags (read by :func:`finish`)."""
     p.add_argument("--plot", default=None, help=plot_help)
     p.add_argument("--json", action="store_true", help="print one JSON object")
+
+
+def add_no_progress(p: argparse.ArgumentParser) -> None:
+    """``--no-progress``: no per-round bar on stderr (read by :func:`round_bar`)."""
+    p.add_argument("--no-progress", action="store_true", help="never show the per-round progress bar")
+
+
+def round_bar(args: argparse.Namespace, stream: Any = None) -> Any:
+    """A bar counting federated rounds on ``stream`` (stderr by default), shown only when it is a terminal and
+    ``--no-progress`` was not given; otherwise disabled and silent, so piped output stays as it was. Use
+    ``bar.update`` (via ``lambda _record: bar.update()``) as the scenario's ``on_round``."""
+    from tqdm import tqdm
+
+    out = sys.stderr if stream is None else stream
+    off = getattr(args, "no_progress", False) or not out.isatty()
+    return tqdm(unit="round", desc=prog(args), file=out, disable=off, leave=False)
 
 
 def finish(

@@ -10,7 +10,7 @@ from ldp_cli.commands.argtypes import positive as _positive
 from ldp_cli.commands.argtypes import positive_int as _positive_int
 from ldp_cli.commands.argtypes import probability as _prob
 from ldp_cli.commands.argtypes import seed as _seed
-from ldp_cli.commands.study.common import add_plot_and_json, finish, prog
+from ldp_cli.commands.study.common import add_no_progress, add_plot_and_json, finish, prog, round_bar
 
 __all__ = [
     "register_drift",
@@ -68,6 +68,7 @@ def register_drift(ssub: argparse._SubParsersAction) -> None:
         default=(8, 10, 12, 16),
         help="with --ddg: comma-separated bits per coordinate (default 8,10,12,16)",
     )
+    add_no_progress(d)
     d.set_defaults(func=run_drift_cmd)
 
 
@@ -77,7 +78,9 @@ def run_drift_cmd(args: argparse.Namespace) -> int:
     if args.ddg and not args.dp:
         raise SystemExit(f"{prog(args)}: --ddg needs --dp (it is matched to DP-FedAvg's ε)")
     dp = DriftDPConfig(args.clip_norm, args.noise_multiplier) if args.dp else None
-    result = run_drift_study(DriftConfig(rounds=args.rounds, seed=args.seed), dp, args.ddg_bits if args.ddg else None)
+    cfg = DriftConfig(rounds=args.rounds, seed=args.seed)
+    with round_bar(args) as bar:  # counts the plain drift runs' rounds (not yet --dp's or --ddg's)
+        result = run_drift_study(cfg, dp, args.ddg_bits if args.ddg else None, on_round=lambda _record: bar.update())
     return finish(args, result, plot_drift, report_lines)
 
 

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -48,7 +49,7 @@ from estimator.fl.strategies import FedAvg
 from ldp_core.fl.ddg import DDGSpec
 from ldp_core.fl.models import LogisticRegression
 from ldp_core.fl.training import LocalTraining
-from simulator.rounds import FederatedClient, run_rounds
+from simulator.rounds import FederatedClient, RoundRecord, run_rounds
 
 __all__ = [
     "ClinicsConfig",
@@ -106,7 +107,12 @@ def make_clinics(
 
 
 def _setting(
-    name: str, cfg: ClinicsConfig, clients: list[FederatedClient], test: Any, noise: float | None
+    name: str,
+    cfg: ClinicsConfig,
+    clients: list[FederatedClient],
+    test: Any,
+    noise: float | None,
+    on_round: Callable[[RoundRecord], None] | None = None,
 ) -> dict[str, Any]:
     model = LogisticRegression(cfg.features)
     sampling = PoissonSampling(cfg.sample_rate)
@@ -119,7 +125,9 @@ def _setting(
         agg = ValidatingAggregator(
             FixedClippingDP(WeightedMean(), cfg.clip_norm, noise, accountant=acc, report_every=cfg.rounds)
         )
-    _, hist = run_rounds(model, FedAvg(cfg.training), agg, clients, sampling, cfg.rounds, rng, test=test)
+    _, hist = run_rounds(
+        model, FedAvg(cfg.training), agg, clients, sampling, cfg.rounds, rng, test=test, on_round=on_round
+    )
     eps = None if acc is None else acc.epsilon()
     # the simulation adds central noise on the server without SecAgg: the operator sees every clipped update
     by_adversary = None if acc is None else epsilon_by_adversary(acc, secagg=False, observer=eps)
@@ -142,12 +150,17 @@ def _setting(
     }
 
 
-def run_clinics(cfg: ClinicsConfig = ClinicsConfig(), noise_for_targets: bool = True) -> dict[str, Any]:
-    """Run every setting; return a JSON-ready result."""
+def run_clinics(
+    cfg: ClinicsConfig = ClinicsConfig(),
+    noise_for_targets: bool = True,
+    on_round: Callable[[RoundRecord], None] | None = None,
+) -> dict[str, Any]:
+    """Run every setting; return a JSON-ready result. ``on_round`` is called after every federated round of
+    every setting (``(1 + len(cfg.noise_multipliers)) * cfg.rounds`` calls), for progress display."""
     clients, test = make_clinics(cfg, np.random.default_rng([cfg.seed, 0]))
-    settings = [_setting("fedavg", cfg, clients, test, None)]
+    settings = [_setting("fedavg", cfg, clients, test, None, on_round)]
     for z in cfg.noise_multipliers:
-        settings.append(_setting(f"clip{cfg.clip_norm:g}_sigma{z:g}", cfg, clients, test, z))
+        settings.append(_setting(f"clip{cfg.clip_norm:g}_sigma{z:g}", cfg, clients, test, z, on_round))
     out: dict[str, Any] = {
         "scenario": "clinics",
         "data": DATA_NOTE,

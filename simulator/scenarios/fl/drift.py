@@ -46,7 +46,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 import numpy as np
@@ -68,7 +68,7 @@ from ldp_core.fl.errors import FLError, SecAggError
 from ldp_core.fl.models import SoftmaxRegression
 from ldp_core.fl.training import ClientUpdate, LocalTraining
 from simulator.plots import finish_axes, save_figure
-from simulator.rounds import FederatedClient, run_rounds
+from simulator.rounds import FederatedClient, RoundRecord, run_rounds
 
 __all__ = [
     "DDGMean",
@@ -234,13 +234,22 @@ def _run(
     schedule: ScheduledSampling,
     test: tuple[np.ndarray, np.ndarray],
     aggregator: Aggregator | None = None,
+    on_round: Callable[[RoundRecord], None] | None = None,
 ) -> dict[str, Any]:
     model = SoftmaxRegression(cfg.features, cfg.classes)
     fresh = [FederatedClient(c.client_id, c.X, c.y) for c in clients]
     sampling = ScheduledSampling(schedule.schedule)
     agg: Aggregator = WeightedMean() if aggregator is None else aggregator
     _, hist = run_rounds(
-        model, strategy, agg, fresh, sampling, cfg.rounds, np.random.default_rng([cfg.seed, 2]), test=test
+        model,
+        strategy,
+        agg,
+        fresh,
+        sampling,
+        cfg.rounds,
+        np.random.default_rng([cfg.seed, 2]),
+        test=test,
+        on_round=on_round,
     )
     acc = [float(h.test_accuracy) for h in hist]  # type: ignore[arg-type]
     tail = acc[-min(10, len(acc)) :]
@@ -254,20 +263,23 @@ def _run(
     }
 
 
-def run_drift(cfg: DriftConfig = DriftConfig()) -> dict[str, Any]:
-    """Run FedAvg, FedProx(μ), SCAFFOLD (and FedAvg on the IID partition); return a JSON-ready result."""
+def run_drift(
+    cfg: DriftConfig = DriftConfig(), on_round: Callable[[RoundRecord], None] | None = None
+) -> dict[str, Any]:
+    """Run FedAvg, FedProx(μ), SCAFFOLD (and FedAvg on the IID partition); return a JSON-ready result.
+    ``on_round`` is called after every round of every strategy, for progress display."""
     skewed, iid, test = make_drift_data(cfg, np.random.default_rng([cfg.seed, 0]))
     schedule = ScheduledSampling.draw(
         cfg.clients, cfg.clients_per_round, cfg.rounds, np.random.default_rng([cfg.seed, 1])
     )
     tr = cfg.training
     runs = [
-        _run("fedavg", FedAvg(tr), skewed, cfg, schedule, test),
-        _run(f"fedprox_mu{cfg.prox_mu:g}", FedProx(tr, mu=cfg.prox_mu), skewed, cfg, schedule, test),
-        _run("scaffold", Scaffold(tr), skewed, cfg, schedule, test),
+        _run("fedavg", FedAvg(tr), skewed, cfg, schedule, test, on_round=on_round),
+        _run(f"fedprox_mu{cfg.prox_mu:g}", FedProx(tr, mu=cfg.prox_mu), skewed, cfg, schedule, test, on_round=on_round),
+        _run("scaffold", Scaffold(tr), skewed, cfg, schedule, test, on_round=on_round),
     ]
     if cfg.iid_reference:
-        runs.append(_run("fedavg_iid", FedAvg(tr), iid, cfg, schedule, test))
+        runs.append(_run("fedavg_iid", FedAvg(tr), iid, cfg, schedule, test, on_round=on_round))
     steps = [tr.epochs * math.ceil(len(c.y) / tr.batch_size) for c in skewed]
     return {
         "scenario": "drift",
@@ -609,14 +621,17 @@ def _ddg_lines(ddg: dict[str, Any]) -> list[str]:
 
 
 def run_drift_study(
-    cfg: DriftConfig = DriftConfig(), dp: DriftDPConfig | None = None, ddg_bits: Sequence[int] | None = None
+    cfg: DriftConfig = DriftConfig(),
+    dp: DriftDPConfig | None = None,
+    ddg_bits: Sequence[int] | None = None,
+    on_round: Callable[[RoundRecord], None] | None = None,
 ) -> dict[str, Any]:
     """:func:`run_drift`; with ``dp`` also :func:`run_drift_dp` (key ``dp``), and with ``ddg_bits`` too the
     distributed discrete Gaussian at DP-FedAvg's ε per bit width (key ``ddg``,
     :func:`compare_drift_ddg_to_central` on ``cfg.seed``)."""
     if ddg_bits is not None and dp is None:
         raise ValueError("the distributed DG is matched to DP-FedAvg's ε: give dp with ddg_bits")
-    result = run_drift(cfg)
+    result = run_drift(cfg, on_round)
     if dp is not None:
         result["dp"] = run_drift_dp(cfg, dp)
         if ddg_bits is not None:

@@ -1,0 +1,67 @@
+"""Per-round progress of the FL scenarios (issue #30): one callback per round, no change to results, a bar on
+stderr only when it is a terminal."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pty
+
+from ldp_cli.commands.study.common import round_bar
+from ldp_cli.main import main
+from simulator.rounds import RoundRecord
+from simulator.scenarios.fl.clinics import ClinicsConfig, run_clinics
+from simulator.scenarios.fl.drift import DriftConfig, run_drift
+
+
+def test_clinics_calls_back_once_per_round_and_keeps_the_result() -> None:
+    cfg = ClinicsConfig(rounds=4, noise_multipliers=(0.5,), target_epsilons=())
+    seen: list[RoundRecord] = []
+    with_cb = run_clinics(cfg, noise_for_targets=False, on_round=seen.append)
+    without = run_clinics(cfg, noise_for_targets=False)
+    # two settings (FedAvg, σ = 0.5), each cfg.rounds rounds, in order
+    assert [r.round for r in seen] == list(range(cfg.rounds)) * 2
+    assert [r.test_accuracy for r in seen[: cfg.rounds]] == with_cb["settings"][0]["accuracy_per_round"]
+    assert json.dumps(with_cb) == json.dumps(without)
+
+
+def test_drift_calls_back_once_per_round_per_strategy() -> None:
+    cfg = DriftConfig(rounds=3)
+    seen: list[int] = []
+    result = run_drift(cfg, on_round=lambda rec: seen.append(rec.round))
+    assert seen == list(range(cfg.rounds)) * len(result["strategies"])
+
+
+def _args(no_progress: bool) -> argparse.Namespace:
+    return argparse.Namespace(command="study", scenario="clinics", no_progress=no_progress)
+
+
+def test_bar_drawn_on_a_terminal_only() -> None:
+    master, slave = pty.openpty()
+    try:
+        with open(slave, "w", closefd=False) as tty:
+            for no_progress, expect in ((False, True), (True, False)):
+                with round_bar(_args(no_progress), tty) as bar:
+                    bar.update()
+                tty.flush()
+                os.set_blocking(master, False)
+                try:
+                    drawn = os.read(master, 65536)
+                except BlockingIOError:
+                    drawn = b""
+                assert (b"round" in drawn) is expect, drawn
+    finally:
+        os.close(master)
+        os.close(slave)
+
+
+def test_json_stays_one_object_and_piped_stderr_stays_clean(capsys) -> None:
+    argv = ["study", "clinics", "--rounds", "2", "--no-noise-search", "--json"]
+    assert main(argv) == 0
+    first = capsys.readouterr()
+    assert main([*argv, "--no-progress"]) == 0
+    second = capsys.readouterr()
+    assert json.loads(first.out) == json.loads(second.out)
+    assert first.out.count("\n") == 1
+    assert first.err == "" and second.err == ""  # stderr is not a terminal here: no bar, nothing else
