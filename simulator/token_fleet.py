@@ -18,7 +18,7 @@ import collections
 import dataclasses
 import sqlite3
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -107,8 +107,14 @@ class PaidFleet:
         return {"Authorization": authorization_header(self.tokens[batch.batch_id])}
 
 
-def pay_fleet(issuer: LocalIssuer, batches: Sequence[ReportBatch], devices: int) -> PaidFleet:
+def pay_fleet(
+    issuer: LocalIssuer,
+    batches: Sequence[ReportBatch],
+    devices: int,
+    on_device: Callable[[int], object] | None = None,
+) -> PaidFleet:
     """Enroll ``devices`` installs, fetch each one's tokens and give each of its batches one.
+    ``on_device(i)``, if given, is called after device ``i`` has its tokens (progress display).
 
     ``batches`` are one batch per device and metric, metric by metric (what
     :func:`~simulator.stack.fleet_batches` makes with ``frame_reports=1``): batch ``k·devices + i`` is
@@ -130,6 +136,8 @@ def pay_fleet(issuer: LocalIssuer, batches: Sequence[ReportBatch], devices: int)
             raise RuntimeError(f"device {i} got {len(got)} of its {per_device} tokens")
         for k, tok in enumerate(got):
             paid[batches[k * devices + i].batch_id] = tok
+        if on_device is not None:
+            on_device(i)
     return PaidFleet(paid, devices, fetched)
 
 

@@ -127,6 +127,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="folder (not a file) for demo.png and demo.json (default out)",
     )
     p.add_argument("--no-plot", action="store_true")
+    p.add_argument("--no-progress", action="store_true", help="no progress bars on stderr (shown only on a terminal)")
     p.add_argument(
         "--serve",
         action="store_true",
@@ -235,6 +236,7 @@ def run_pipeline(args: argparse.Namespace, keep: KeepRunning | None = None) -> i
         plot=not args.no_plot,
         port=args.port,
         serve=args.serve,
+        progress=not args.no_progress,
     )
     return run_demo(cfg, keep)
 

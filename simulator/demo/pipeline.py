@@ -18,6 +18,7 @@ import contextlib
 import dataclasses
 import json
 import shutil
+import sys
 import tempfile
 import threading
 import time
@@ -53,6 +54,7 @@ class DemoConfig:
     plot: bool = True
     port: int = 0  #: the estimator's port (0: a free one)
     serve: bool = False  #: the pipeline is kept running afterwards (only changes what the run prints)
+    progress: bool = True  #: bars on stderr for the long phases, when stderr is a terminal (--no-progress: never)
 
 
 @dataclasses.dataclass
@@ -340,10 +342,14 @@ def _pay(run: _Run, fleet: Any, devices: int) -> Any:
     None without tokens or devices)."""
     if run.issuer is None:
         return None
+    from tqdm import tqdm
+
     from simulator.token_fleet import pay_fleet
 
     t0 = time.monotonic()
-    paid = pay_fleet(run.issuer, fleet.batches, devices) if fleet.devices else None
+    off = not (run.cfg.progress and sys.stderr.isatty())
+    with tqdm(total=devices, desc="  enrolling", unit="device", file=sys.stderr, disable=off, leave=False) as bar:
+        paid = pay_fleet(run.issuer, fleet.batches, devices, lambda _i: bar.update()) if fleet.devices else None
     n_paid = paid.fetched if paid is not None else 0
     print(
         f"  {devices:,} devices enrolled and fetched {n_paid:,} tokens "

@@ -107,9 +107,11 @@ def test_demo_with_tokens_pays_every_upload_and_refuses_the_flood(
     args = ["demo", "--tokens", "--metrics", str(metrics_path), "--devices", "120", "--sdk-devices", "1"]
     args += ["--min-batch", "40", "--flood", "30", "--out", str(out), "--workdir", str(tmp_path / "w"), "--no-plot"]
     code = main(args + ["--seed", "3"])
-    text = capsys.readouterr().out
+    captured = capsys.readouterr()
+    text = captured.out
     assert code == 0, text
     assert "every uploaded report counted exactly once: yes" in text
+    assert "enrolling" not in captured.err  # stderr is not a terminal: no enrollment bar
     tokens = json.loads((out / "demo.json").read_text())["tokens"]
     k = 2  # one token per metric and device by default
     flood = tokens["flood"]
