@@ -4,6 +4,7 @@ stderr only when it is a terminal."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import pty
@@ -13,6 +14,7 @@ from ldp_cli.main import main
 from simulator.rounds import RoundRecord
 from simulator.scenarios.fl.clinics import ClinicsConfig, run_clinics
 from simulator.scenarios.fl.drift import DriftConfig, run_drift
+from simulator.scenarios.fl.personalize import PersonalizeConfig, run_personalize
 
 
 def test_clinics_calls_back_once_per_round_and_keeps_the_result() -> None:
@@ -31,6 +33,14 @@ def test_drift_calls_back_once_per_round_per_strategy() -> None:
     seen: list[int] = []
     result = run_drift(cfg, on_round=lambda rec: seen.append(rec.round))
     assert seen == list(range(cfg.rounds)) * len(result["strategies"])
+
+
+def test_personalize_calls_back_once_per_round_per_method() -> None:
+    base = PersonalizeConfig()
+    cfg = PersonalizeConfig(drift=dataclasses.replace(base.drift, rounds=2), methods=("fedavg", "ditto"))
+    seen: list[int] = []
+    run_personalize(cfg, on_round=lambda rec: seen.append(rec.round))
+    assert seen == list(range(2)) * 2
 
 
 def _args(no_progress: bool) -> argparse.Namespace:

@@ -148,6 +148,7 @@ def register_personalize(ssub: argparse._SubParsersAction) -> None:
     d.add_argument("--moon-mu", type=nonnegative, default=1.0, help="MOON's contrastive weight μ (default 1)")
     d.add_argument("--moon-tau", type=_positive, default=0.5, help="MOON's temperature τ (default 0.5)")
     add_plot_and_json(d, "write the per-client accuracy distributions (CDFs) to this PNG")
+    add_no_progress(d)
     d.set_defaults(func=run_personalize_cmd)
 
 
@@ -164,7 +165,9 @@ def run_personalize_cmd(args: argparse.Namespace) -> int:
         perfedavg=PerFedAvgSpec(args.inner_lr, args.eval_steps),
         moon=MoonSpec(args.moon_mu, args.moon_tau),
     )
-    return finish(args, run_personalize(cfg), plot_personalize, report_lines)
+    with round_bar(args) as bar:
+        result = run_personalize(cfg, on_round=lambda _record: bar.update())
+    return finish(args, result, plot_personalize, report_lines)
 
 
 def register_local_dpsgd(ssub: argparse._SubParsersAction) -> None:

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -39,7 +40,7 @@ from ldp_core.fl.models import MLP, accuracy
 from ldp_core.fl.personalization import DittoSpec, MoonSpec, PerFedAvgSpec, Personalization
 from ldp_core.fl.personalized_training import personalized_params
 from ldp_core.fl.training import LocalTraining
-from simulator.rounds import FederatedClient, run_rounds
+from simulator.rounds import FederatedClient, RoundRecord, run_rounds
 from simulator.scenarios.fl.drift import DriftConfig, ScheduledSampling, make_drift_clients
 
 __all__ = [
@@ -116,8 +117,11 @@ def _evaluate(
     return {"name": name, "per_client_accuracy": arr.tolist(), **summarize(arr), "pooled_accuracy": right / total}
 
 
-def run_personalize(cfg: PersonalizeConfig = PersonalizeConfig()) -> dict[str, Any]:
-    """FedAvg, SCAFFOLD, Ditto, Per-FedAvg, MOON (and FedAvg fine-tuned) on the skewed partition."""
+def run_personalize(
+    cfg: PersonalizeConfig = PersonalizeConfig(), on_round: Callable[[RoundRecord], None] | None = None
+) -> dict[str, Any]:
+    """FedAvg, SCAFFOLD, Ditto, Per-FedAvg, MOON (and FedAvg fine-tuned) on the skewed partition.
+    ``on_round`` is called after every federated round of every trained method, for progress display."""
     d = cfg.drift
     skewed, tests = make_drift_clients(d, np.random.default_rng([d.seed, 0]))
     schedule = ScheduledSampling.draw(d.clients, d.clients_per_round, d.rounds, np.random.default_rng([d.seed, 1]))
@@ -150,6 +154,7 @@ def run_personalize(cfg: PersonalizeConfig = PersonalizeConfig()) -> dict[str, A
             np.random.default_rng([d.seed, 2]),
             params=init,
             test=pooled,
+            on_round=on_round,
         )
         run = _evaluate(name, model, x, spec, clients, tests, tr, d.seed)
         run["global_accuracy_per_round"] = [float(h.test_accuracy) for h in hist]  # type: ignore[arg-type]
