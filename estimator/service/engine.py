@@ -183,6 +183,8 @@ class StreamingEstimator(StreamProcessor):
         self.specs = specs
         #: opens sealed batches (the analyzer's keys); ``None``: a sealed batch is undecodable here
         self.opener = opener
+        if opener is not None:  # the encapsulated keys already counted outlive a restart (issue #28)
+            opener.replays.attach(state_dir / "sealed-seen.sqlite3")
         self.topic = topic
         self.metrics = dict(metrics or getattr(specs, "metrics", {}) or {})
         self.state_dir = state_dir
@@ -293,6 +295,8 @@ class StreamingEstimator(StreamProcessor):
         finally:
             self._leave()
             self.store.close()
+            if self.opener is not None:
+                self.opener.replays.close()
 
     def __enter__(self) -> StreamingEstimator:
         return self

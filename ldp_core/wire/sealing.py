@@ -36,6 +36,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import secrets
 import time
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
@@ -351,15 +352,38 @@ class ReplayGuard:
     ``max_day_age`` are forgotten (the collector refuses such days anyway).
     """
 
-    def __init__(self, max_day_age: int | None = None) -> None:
+    def __init__(self, max_day_age: int | None = None, path: str | Path | None = None) -> None:
         from ldp_core.days import DEFAULT_MAX_DAY_AGE
 
         self.max_day_age = DEFAULT_MAX_DAY_AGE if max_day_age is None else int(max_day_age)
         self._seen: dict[tuple[str, int], dict[bytes, object]] = {}
         self._newest: dict[str, int] = {}
         self.dropped = 0
+        self._db: Any = None
+        if path is not None:
+            self.attach(path)
+
+    def attach(self, path: str | Path) -> None:
+        """Keep the set in the SQLite file ``path`` (made if missing) instead of in memory, so that it
+        outlives the process: sources are then compared by their ``repr``."""
+        import sqlite3
+
+        db = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False)
+        db.execute("PRAGMA journal_mode=WAL")
+        db.execute(
+            "CREATE TABLE IF NOT EXISTS sealed_seen (metric TEXT NOT NULL, day INTEGER NOT NULL, "
+            "enc BLOB NOT NULL, source TEXT NOT NULL, PRIMARY KEY (metric, day, enc)) WITHOUT ROWID"
+        )
+        self._db = db
+
+    def close(self) -> None:
+        if self._db is not None:
+            self._db.close()
+            self._db = None
 
     def __len__(self) -> int:
+        if self._db is not None:
+            return int(self._db.execute("SELECT COUNT(*) FROM sealed_seen").fetchone()[0])
         return sum(len(v) for v in self._seen.values())
 
     def _prune(self, metric: str, day: int) -> None:
@@ -369,19 +393,46 @@ class ReplayGuard:
         self._newest[metric] = day
         for key in [k for k in self._seen if k[0] == metric and k[1] < day - self.max_day_age]:
             del self._seen[key]
+        if self._db is not None:
+            self._db.execute("DELETE FROM sealed_seen WHERE metric = ? AND day < ?", (metric, day - self.max_day_age))
+
+    def _firsts(self, metric: str, day: int, keys: list[bytes], src: object) -> dict[bytes, object]:
+        """For each key, the source it was first opened from (``src`` for the new ones), recording them."""
+        if self._db is None:
+            seen = self._seen.setdefault((metric, day), {})
+            return {e: seen.setdefault(e, src) for e in keys}
+        from ldp_core.sqlite import immediate_transaction
+
+        uniq = list(dict.fromkeys(keys))
+        tag = repr(src)
+        out: dict[bytes, object] = {}
+        with immediate_transaction(self._db) as db:
+            db.executemany(
+                "INSERT OR IGNORE INTO sealed_seen (metric, day, enc, source) VALUES (?, ?, ?, ?)",
+                [(metric, day, e, tag) for e in uniq],
+            )
+            for i in range(0, len(uniq), 500):
+                part = uniq[i : i + 500]
+                marks = ",".join("?" * len(part))
+                rows = db.execute(
+                    f"SELECT enc, source FROM sealed_seen WHERE metric = ? AND day = ? AND enc IN ({marks})",
+                    (metric, day, *part),
+                )
+                out.update((bytes(e), s) for e, s in rows)
+        return {e: (src if out[e] == tag else out[e]) for e in keys}
 
     def keep(self, metric: str, day: int, encs: bytes, source: object | None = None) -> np.ndarray:
         """A boolean mask over the records whose concatenated encapsulated keys are ``encs``:
         ``False`` for a replay (also within this one call); the replays are added to :attr:`dropped`."""
         n = len(encs) // ENC_SIZE
         self._prune(metric, day)
-        src = object() if source is None else source
-        seen = self._seen.setdefault((metric, day), {})
+        src = object() if source is None and self._db is None else (source or secrets.token_hex(16))
+        keys = [encs[i * ENC_SIZE : (i + 1) * ENC_SIZE] for i in range(n)]
+        firsts = self._firsts(metric, day, keys, src) if n else {}
         ok = np.ones(n, dtype=bool)
         here: set[bytes] = set()
-        for i in range(n):
-            e = encs[i * ENC_SIZE : (i + 1) * ENC_SIZE]
-            if seen.setdefault(e, src) != src or e in here:
+        for i, e in enumerate(keys):
+            if firsts[e] != src or e in here:
                 ok[i] = False
             here.add(e)
         self.dropped += int(n - np.count_nonzero(ok))

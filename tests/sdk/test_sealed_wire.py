@@ -226,3 +226,16 @@ def test_the_replay_guard_drops_copies_inside_a_batch_and_across_sources_and_for
     assert len(opener.open_batch(later, ("t", 0, 3)).batch) == 3
     assert len(opener.replays) == 3  # day - 3 fell out of the 2-day window
     assert opener.replays.dropped == 25
+
+
+def test_a_durable_replay_guard_remembers_across_a_restart(tmp_path: pathlib.Path) -> None:
+    ring, key = _keys(tmp_path)
+    sealed = seal_batch(_batch(12), key.public)
+    first = BatchOpener(ring, replays=ReplayGuard(path=tmp_path / "seen.sqlite3"))
+    assert len(first.open_batch(sealed, ("t", 0, 7)).batch) == 12
+    first.replays.close()
+    again = BatchOpener(ring, replays=ReplayGuard(path=tmp_path / "seen.sqlite3"))  # a restarted process
+    res = again.open_batch(sealed, ("t", 1, 3))  # the replay, on another log record
+    assert (len(res.batch), res.replayed) == (0, 12)
+    assert len(again.open_batch(sealed, ("t", 0, 7)).batch) == 12  # the original, read again after the restart
+    again.replays.close()
