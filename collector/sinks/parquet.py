@@ -308,6 +308,9 @@ class ParquetSink(StreamProcessor):
         self.specs = specs
         #: opens sealed batches (the analyzer's keys); ``None``: a sealed batch is undecodable here
         self.opener = opener
+        if opener is not None:  # the encapsulated keys already written outlive a restart (issue #28)
+            (self.root / "_replays").mkdir(exist_ok=True)
+            opener.replays.attach(self.root / "_replays" / "seen.sqlite3")
         self.topic = settings.topic
         self.flush_reports = settings.flush_reports
         self.flush_seconds = float(settings.flush_seconds)
@@ -321,6 +324,13 @@ class ParquetSink(StreamProcessor):
 
     def __enter__(self) -> ParquetSink:
         return self
+
+    def close(self) -> None:
+        try:
+            super().close()
+        finally:
+            if self.opener is not None:
+                self.opener.replays.close()
 
     # -- consuming (the per-record step of the loop) ---------------------------------------------
 
