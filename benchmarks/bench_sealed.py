@@ -119,7 +119,7 @@ def rates(n: int, repeat: int) -> dict[str, float]:
     batch_opener = BatchOpener(ring)
 
     def step(env: bytes) -> None:
-        sb, failed = open_sealed(decode_envelope(env, spec), batch_opener)
+        sb, failed, _ = open_sealed(decode_envelope(env, spec), batch_opener)
         assert failed == 0 and len(sb.batch) == n
         Tally().add(sb.batch.metric, sb.batch.day, sb.batch.spec, sb.batch.records, sb.meta)
 

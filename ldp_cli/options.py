@@ -302,8 +302,9 @@ def analyzer_opener(given: str | None, files: Sequence[str], *, processes: int =
     current analyzer key the folder lacks is a clear error at start-up, not at the first record."""
     import os
 
+    from ldp_core.days import DayWindow
     from ldp_core.metrics import load_metrics
-    from ldp_core.wire.sealing import BatchOpener, KeyRing, SealingError
+    from ldp_core.wire.sealing import BatchOpener, KeyRing, ReplayGuard, SealingError
 
     folder = given or os.environ.get("LDP_ANALYZER_KEYS") or None
     sets = [(f, load_metrics(f, reject_expired=False)) for f in files]
@@ -319,7 +320,8 @@ def analyzer_opener(given: str | None, files: Sequence[str], *, processes: int =
     for f, ms in sets:
         if ms.analyzer_key is not None and any(m.sealed for m in ms.values()):
             ring.require([ms.analyzer_key.key_id], where=f"metrics file {f!r}")
-    return BatchOpener(ring, processes=processes)
+    window = DayWindow.from_env()  # replays are remembered as long as the collector and shuffler take the day
+    return BatchOpener(ring, processes=processes, replays=ReplayGuard(window.max_day_age + window.grace_days))
 
 
 # -- the shuffled topic's consumers (``ldp sink``, ``ldp estimator``) ---------------------------

@@ -97,15 +97,19 @@ class SealedWithoutKeysError(FrameError):
     """A shuffled batch is sealed and this process has no analyzer keys: it is kept as undecodable."""
 
 
-def open_sealed(sb: ShuffledBatch, opener: BatchOpener | None) -> tuple[ShuffledBatch, int]:
-    """``sb`` with its sealed records opened (``n`` is then the opened count), and how many did not open.
+def open_sealed(
+    sb: ShuffledBatch, opener: BatchOpener | None, source: object | None = None
+) -> tuple[ShuffledBatch, int, int]:
+    """``sb`` with its sealed records opened (``n`` is then the opened count), how many did not open, and
+    how many opened records were dropped as replays (their encapsulated key was already counted from
+    another ``source``, e.g. another log record: see :class:`~ldp_core.wire.sealing.ReplayGuard`).
     A plain batch comes back as is."""
     if not sb.batch.sealed:
-        return sb, 0
+        return sb, 0, 0
     if opener is None:
         raise SealedWithoutKeysError(
             f"metric {sb.batch.metric!r}: the batch is sealed and this process has no analyzer keys "
             "(--analyzer-keys DIR or $LDP_ANALYZER_KEYS)"
         )
-    res = opener.open_batch(sb.batch)
-    return ShuffledBatch(dataclasses.replace(sb.meta, n=len(res.batch)), res.batch), res.failed
+    res = opener.open_batch(sb.batch, source)
+    return ShuffledBatch(dataclasses.replace(sb.meta, n=len(res.batch)), res.batch), res.failed, res.replayed

@@ -234,6 +234,7 @@ class SinkStats:
     commit_failures: int = 0
     undecodable: int = 0
     sealed_unopened: int = 0  # sealed records that did not open (counted per delivery)
+    sealed_replays_dropped: int = 0  # opened sealed records dropped as replays of an already counted record
     rejoins: int = 0
 
     def to_json_obj(self) -> dict[str, int]:
@@ -307,6 +308,9 @@ class ParquetSink(StreamProcessor):
         self.specs = specs
         #: opens sealed batches (the analyzer's keys); ``None``: a sealed batch is undecodable here
         self.opener = opener
+        if opener is not None:  # the encapsulated keys already written outlive a restart (issue #28)
+            (self.root / "_replays").mkdir(exist_ok=True)
+            opener.replays.attach(self.root / "_replays" / "seen.sqlite3")
         self.topic = settings.topic
         self.flush_reports = settings.flush_reports
         self.flush_seconds = float(settings.flush_seconds)
@@ -321,10 +325,22 @@ class ParquetSink(StreamProcessor):
     def __enter__(self) -> ParquetSink:
         return self
 
+    def close(self) -> None:
+        try:
+            super().close()
+        finally:
+            if self.opener is not None:
+                self.opener.replays.close()
+
     # -- consuming (the per-record step of the loop) ---------------------------------------------
 
     def decode(self, rec: Record) -> ShuffledBatch:
-        sb, failed = open_sealed(decode_envelope(rec.value, self.specs), self.opener)
+        sb, failed, replayed = open_sealed(
+            decode_envelope(rec.value, self.specs), self.opener, (rec.topic, rec.partition, rec.offset)
+        )
+        if replayed:  # records whose encapsulated key another log record already delivered (issue #28)
+            self.stats.sealed_replays_dropped += replayed
+            log.warning("%s[%d]@%d: %d replayed sealed records dropped", rec.topic, rec.partition, rec.offset, replayed)
         if failed:  # sealed records that did not open (another key, altered bytes): counted, never fatal
             self.stats.sealed_unopened += failed
             log.warning("%s[%d]@%d: %d sealed records did not open", rec.topic, rec.partition, rec.offset, failed)

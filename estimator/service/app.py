@@ -472,6 +472,7 @@ _STATS_HELP = {
     "reports": "Reports counted into the estimates",
     "undecodable": "Shuffled records that did not decode (not counted)",
     "sealed_unopened": "Sealed records that did not open (counted per delivery)",
+    "sealed_replays_dropped": "Opened sealed records dropped as replays of an already counted record",
     "checkpoints": "Checkpoints written (snapshot, then offset commit)",
     "commit_failures": "Offset commits that failed (their records are read again)",
     "rejoins": "Rejoins of the consumer group after a transport failure",

@@ -108,6 +108,7 @@ class EstimatorStats:
     reports: int = 0
     undecodable: int = 0
     sealed_unopened: int = 0  # sealed records that did not open (counted per delivery)
+    sealed_replays_dropped: int = 0  # opened sealed records dropped as replays of an already counted record
     checkpoints: int = 0
     commit_failures: int = 0
     rejoins: int = 0
@@ -182,6 +183,8 @@ class StreamingEstimator(StreamProcessor):
         self.specs = specs
         #: opens sealed batches (the analyzer's keys); ``None``: a sealed batch is undecodable here
         self.opener = opener
+        if opener is not None:  # the encapsulated keys already counted outlive a restart (issue #28)
+            opener.replays.attach(state_dir / "sealed-seen.sqlite3")
         self.topic = topic
         self.metrics = dict(metrics or getattr(specs, "metrics", {}) or {})
         self.state_dir = state_dir
@@ -218,7 +221,12 @@ class StreamingEstimator(StreamProcessor):
     # -- consuming (the per-record step of the loop) ---------------------------------------------
 
     def decode(self, rec: Record) -> ShuffledBatch:
-        sb, failed = open_sealed(decode_envelope(rec.value, self.specs), self.opener)
+        sb, failed, replayed = open_sealed(
+            decode_envelope(rec.value, self.specs), self.opener, (rec.topic, rec.partition, rec.offset)
+        )
+        if replayed:  # records whose encapsulated key another log record already delivered (issue #28)
+            self.stats.sealed_replays_dropped += replayed
+            log.warning("%s[%d]@%d: %d replayed sealed records dropped", rec.topic, rec.partition, rec.offset, replayed)
         if failed:  # sealed records that did not open (another key, altered bytes): counted, never fatal
             self.stats.sealed_unopened += failed
             log.warning("%s[%d]@%d: %d sealed records did not open", rec.topic, rec.partition, rec.offset, failed)
@@ -287,6 +295,8 @@ class StreamingEstimator(StreamProcessor):
         finally:
             self._leave()
             self.store.close()
+            if self.opener is not None:
+                self.opener.replays.close()
 
     def __enter__(self) -> StreamingEstimator:
         return self

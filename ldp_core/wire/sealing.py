@@ -36,6 +36,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import secrets
 import time
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
@@ -63,6 +64,7 @@ __all__ = [
     "seal_records",
     "seal_batch",
     "open_batch",
+    "ReplayGuard",
     "new_key_file",
     "load_key_file",
 ]
@@ -254,6 +256,7 @@ class OpenResult:
 
     batch: ReportBatch
     failed: int
+    replayed: int = 0  # opened records dropped because their encapsulated key was already counted
 
 
 class _Opener:
@@ -282,11 +285,19 @@ class _Opener:
 
     def open_raw(self, raw: np.ndarray, metric: str, spec_id: str, day: int, plain_size: int) -> tuple[bytes, int]:
         """``raw`` is an (n, W) uint8 array; returns the concatenated plaintexts and the count that failed."""
+        plain, failed, _ = self.open_raw_keyed(raw, metric, spec_id, day, plain_size)
+        return plain, failed
+
+    def open_raw_keyed(
+        self, raw: np.ndarray, metric: str, spec_id: str, day: int, plain_size: int
+    ) -> tuple[bytes, int, bytes]:
+        """As :meth:`open_raw`, plus the encapsulated keys (``ENC_SIZE`` bytes each) of the records that opened."""
         from ldp_core.wire.hpke import HPKEError
 
         data = np.ascontiguousarray(raw).tobytes()
         width = raw.shape[1] if raw.ndim == 2 else plain_size + SEALED_OVERHEAD
         out: list[bytes] = []
+        encs: list[bytes] = []
         failed = 0
         last_kid, op = b"", None
         for pos in range(0, len(data), width):
@@ -305,7 +316,8 @@ class _Opener:
                 failed += 1
                 continue
             out.append(pt)
-        return b"".join(out), failed
+            encs.append(data[pos + KEY_ID_SIZE : pos + KEY_ID_SIZE + ENC_SIZE])
+        return b"".join(out), failed, b"".join(encs)
 
 
 def _key_table(keys: Mapping[str, AnalyzerKey]) -> dict[str, Any]:
@@ -320,11 +332,111 @@ def _worker_init(private_keys: list[bytes]) -> None:
     _WORKER = _Opener(_key_table({k.key_id: k for k in (AnalyzerKey(b) for b in private_keys)}))
 
 
-def _worker_open(args: tuple[bytes, int, str, str, int, int]) -> tuple[bytes, int]:
+def _worker_open(args: tuple[bytes, int, str, str, int, int]) -> tuple[bytes, int, bytes]:
     data, width, metric, spec_id, day, plain_size = args
     assert _WORKER is not None
     raw = np.frombuffer(data, dtype=np.uint8).reshape(-1, width)
-    return _WORKER.open_raw(raw, metric, spec_id, day, plain_size)
+    return _WORKER.open_raw_keyed(raw, metric, spec_id, day, plain_size)
+
+
+class ReplayGuard:
+    """Which sealed records were already counted, per (metric, day), by their encapsulated key.
+
+    Every sealed record carries its own ephemeral X25519 key (``ENC_SIZE`` bytes); a replayed copy
+    must carry the same one, since any other key fails to open. A record is a replay when its key was
+    first opened from another *source* (a different log record: topic, partition, offset); the same
+    source seen again is a redelivery after a rebalance or a restart and is let through, because the
+    consumer threw away what it had counted from it. ``source=None`` makes every call a new source.
+
+    The set is bounded by the day window: per metric, days older than the newest day opened minus
+    ``max_day_age`` are forgotten (the collector refuses such days anyway).
+    """
+
+    def __init__(self, max_day_age: int | None = None, path: str | Path | None = None) -> None:
+        from ldp_core.days import DEFAULT_MAX_DAY_AGE
+
+        self.max_day_age = DEFAULT_MAX_DAY_AGE if max_day_age is None else int(max_day_age)
+        self._seen: dict[tuple[str, int], dict[bytes, object]] = {}
+        self._newest: dict[str, int] = {}
+        self.dropped = 0
+        self._db: Any = None
+        if path is not None:
+            self.attach(path)
+
+    def attach(self, path: str | Path) -> None:
+        """Keep the set in the SQLite file ``path`` (made if missing) instead of in memory, so that it
+        outlives the process: sources are then compared by their ``repr``."""
+        import sqlite3
+
+        db = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False)
+        db.execute("PRAGMA journal_mode=WAL")
+        db.execute(
+            "CREATE TABLE IF NOT EXISTS sealed_seen (metric TEXT NOT NULL, day INTEGER NOT NULL, "
+            "enc BLOB NOT NULL, source TEXT NOT NULL, PRIMARY KEY (metric, day, enc)) WITHOUT ROWID"
+        )
+        self._db = db
+
+    def close(self) -> None:
+        if self._db is not None:
+            self._db.close()
+            self._db = None
+
+    def __len__(self) -> int:
+        if self._db is not None:
+            return int(self._db.execute("SELECT COUNT(*) FROM sealed_seen").fetchone()[0])
+        return sum(len(v) for v in self._seen.values())
+
+    def _prune(self, metric: str, day: int) -> None:
+        newest = self._newest.get(metric)
+        if newest is not None and day <= newest:
+            return
+        self._newest[metric] = day
+        for key in [k for k in self._seen if k[0] == metric and k[1] < day - self.max_day_age]:
+            del self._seen[key]
+        if self._db is not None:
+            self._db.execute("DELETE FROM sealed_seen WHERE metric = ? AND day < ?", (metric, day - self.max_day_age))
+
+    def _firsts(self, metric: str, day: int, keys: list[bytes], src: object) -> dict[bytes, object]:
+        """For each key, the source it was first opened from (``src`` for the new ones), recording them."""
+        if self._db is None:
+            seen = self._seen.setdefault((metric, day), {})
+            return {e: seen.setdefault(e, src) for e in keys}
+        from ldp_core.sqlite import immediate_transaction
+
+        uniq = list(dict.fromkeys(keys))
+        tag = repr(src)
+        out: dict[bytes, object] = {}
+        with immediate_transaction(self._db) as db:
+            db.executemany(
+                "INSERT OR IGNORE INTO sealed_seen (metric, day, enc, source) VALUES (?, ?, ?, ?)",
+                [(metric, day, e, tag) for e in uniq],
+            )
+            for i in range(0, len(uniq), 500):
+                part = uniq[i : i + 500]
+                marks = ",".join("?" * len(part))
+                rows = db.execute(
+                    f"SELECT enc, source FROM sealed_seen WHERE metric = ? AND day = ? AND enc IN ({marks})",
+                    (metric, day, *part),
+                )
+                out.update((bytes(e), s) for e, s in rows)
+        return {e: (src if out[e] == tag else out[e]) for e in keys}
+
+    def keep(self, metric: str, day: int, encs: bytes, source: object | None = None) -> np.ndarray:
+        """A boolean mask over the records whose concatenated encapsulated keys are ``encs``:
+        ``False`` for a replay (also within this one call); the replays are added to :attr:`dropped`."""
+        n = len(encs) // ENC_SIZE
+        self._prune(metric, day)
+        src = object() if source is None and self._db is None else (source or secrets.token_hex(16))
+        keys = [encs[i * ENC_SIZE : (i + 1) * ENC_SIZE] for i in range(n)]
+        firsts = self._firsts(metric, day, keys, src) if n else {}
+        ok = np.ones(n, dtype=bool)
+        here: set[bytes] = set()
+        for i, e in enumerate(keys):
+            if firsts[e] != src or e in here:
+                ok[i] = False
+            here.add(e)
+        self.dropped += int(n - np.count_nonzero(ok))
+        return ok
 
 
 class BatchOpener:
@@ -335,7 +447,9 @@ class BatchOpener:
     opened records the spec rejects (out-of-range fields).
     """
 
-    def __init__(self, keys: KeyRing, *, processes: int = 1, chunk: int = 4096) -> None:
+    def __init__(
+        self, keys: KeyRing, *, processes: int = 1, chunk: int = 4096, replays: ReplayGuard | None = None
+    ) -> None:
         if processes < 1:
             raise ValueError(f"processes must be >= 1, got {processes}")
         self.keys = keys
@@ -343,6 +457,7 @@ class BatchOpener:
         self.chunk = int(chunk)
         self._opener = _Opener(_key_table(keys))
         self._pool: Any = None
+        self.replays = ReplayGuard() if replays is None else replays
 
     def _get_pool(self) -> Any:
         if self._pool is None:
@@ -366,7 +481,14 @@ class BatchOpener:
         self.close()
 
     def open_records(self, records: np.ndarray, metric: str, spec: ReportSpec, day: int) -> tuple[np.ndarray, int]:
-        """Plain records of ``spec`` (in the sealed records' order) and the number that failed."""
+        """Plain records of ``spec`` (in the sealed records' order) and the number that failed (no replay check)."""
+        plain, failed, _ = self.open_records_keyed(records, metric, spec, day)
+        return plain, failed
+
+    def open_records_keyed(
+        self, records: np.ndarray, metric: str, spec: ReportSpec, day: int
+    ) -> tuple[np.ndarray, int, bytes]:
+        """As :meth:`open_records`, plus the encapsulated keys of the plain records (``ENC_SIZE`` bytes each)."""
         width = spec.record_size + SEALED_OVERHEAD
         raw = np.ascontiguousarray(records).view(np.uint8).reshape(-1, width)
         n = raw.shape[0]
@@ -377,10 +499,11 @@ class BatchOpener:
                 for i in range(0, n, self.chunk)
             ]
             parts = pool.map(_worker_open, jobs)
-            data = b"".join(p for p, _ in parts)
-            failed = sum(f for _, f in parts)
+            data = b"".join(p for p, _, _ in parts)
+            failed = sum(f for _, f, _ in parts)
+            encs = b"".join(e for _, _, e in parts)
         else:
-            data, failed = self._opener.open_raw(raw, metric, spec.spec_id, day, spec.record_size)
+            data, failed, encs = self._opener.open_raw_keyed(raw, metric, spec.spec_id, day, spec.record_size)
         plain = np.frombuffer(data, dtype=spec.record_dtype)
         try:
             spec.check_records(plain)
@@ -393,15 +516,23 @@ class BatchOpener:
                     ok[i] = False
             failed += int(np.count_nonzero(~ok))
             plain = plain[ok]
-        return plain, failed
+            e = np.frombuffer(encs, dtype=np.uint8).reshape(-1, ENC_SIZE)
+            encs = e[ok].tobytes()
+        return plain, failed, encs
 
-    def open_batch(self, batch: ReportBatch) -> OpenResult:
+    def open_batch(self, batch: ReportBatch, source: object | None = None) -> OpenResult:
+        """Open ``batch``; records whose encapsulated key :attr:`replays` already counted from another
+        ``source`` (see :class:`ReplayGuard`) are dropped and counted in :attr:`OpenResult.replayed`."""
         spec = batch.spec
         if not isinstance(spec, SealedSpec):
             return OpenResult(batch, 0)
         inner = spec.inner
-        plain, failed = self.open_records(batch.records, batch.metric, inner, batch.day)
-        return OpenResult(ReportBatch(batch.metric, inner, batch.day, plain, batch.batch_id), failed)
+        plain, failed, encs = self.open_records_keyed(batch.records, batch.metric, inner, batch.day)
+        keep = self.replays.keep(batch.metric, batch.day, encs, source)
+        replayed = int(keep.size - np.count_nonzero(keep))
+        if replayed:
+            plain = plain[keep]
+        return OpenResult(ReportBatch(batch.metric, inner, batch.day, plain, batch.batch_id), failed, replayed)
 
 
 def open_batch(batch: ReportBatch, keys: KeyRing) -> OpenResult:

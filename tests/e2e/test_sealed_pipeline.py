@@ -188,3 +188,42 @@ def test_sealed_metrics_end_to_end_and_the_operator_sees_ciphertexts_only(tmp_pa
     sealed_word = next(decode_frame(frames[b.batch_id], b.spec) for b in fleet.batches if b.metric == "word")
     res = open_batch(sealed_word, KeyRing([other]))
     assert res.failed == len(sealed_word) and len(res.batch) == 0
+
+
+def test_a_replayed_sealed_frame_is_counted_once_by_the_estimator_and_the_sink(tmp_path: Path) -> None:
+    """Issue #28 over the running pipeline: the collector operator reads a sealed frame off the raw topic and
+    posts it again over HTTP under a fresh batch id. The collector and the shuffler take it (a new id); the
+    estimator and the sink open the copies and drop them as replays, so nothing is counted twice."""
+    _, key = new_key_file(tmp_path / "analyzer-keys")
+    doc = _metrics(key.public.to_dict())
+    metrics_path = tmp_path / "metrics.json"
+    metrics_path.write_text(json.dumps(doc))
+    spec = parse_metrics(doc)["word"].spec
+    day = utc_day(time.time())
+    sealed = seal_batch(
+        ReportBatch("word", spec, day, spec.encode(np.arange(FRAME), np.random.default_rng(9))), key.public
+    )
+    with LocalPipeline(
+        tmp_path / "run",
+        metrics_path,
+        transport_url=f"sqlite:///{tmp_path / 'transport.sqlite3'}",
+        min_batch=FRAME,
+        partitions=1,
+        checkpoint_interval=0.3,
+        analyzer_keys=tmp_path / "analyzer-keys",
+    ) as pipe:
+        assert upload(pipe.collector_url, [sealed], clients=1).batches == 1
+        pipe.wait_settled(FRAME, timeout=120)
+        pipe.wait_sink(FRAME, timeout=120)
+        raw = decode_frame(_read_all(pipe.transport_url, pipe.topics.raw, 1)[0], spec)
+        replay = ReportBatch(raw.metric, raw.spec, raw.day, raw.records, uuid.uuid4().bytes)
+        assert upload(pipe.collector_url, [replay], clients=1).batches == 1
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and (
+            pipe.estimator.stats.sealed_replays_dropped < FRAME or pipe.sink.stats.sealed_replays_dropped < FRAME
+        ):
+            pipe.check()
+            time.sleep(0.1)
+        assert pipe.estimator.stats.sealed_replays_dropped == FRAME
+        assert pipe.sink.stats.sealed_replays_dropped == FRAME
+        assert pipe.counted() == {"word": FRAME}

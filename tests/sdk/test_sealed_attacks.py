@@ -34,12 +34,14 @@ from ldp_core.wire.frames import FRAME_CONTENT_TYPE, ReportBatch, decode_frame, 
 from ldp_core.wire.sealing import (
     SEALED_OVERHEAD,
     AnalyzerKey,
+    BatchOpener,
     KeyRing,
     SealedSpec,
     open_batch,
     seal_batch,
     sealed_info,
 )
+from pipeline.envelope import ShuffledBatch, ShuffleMeta, open_sealed
 from pipeline.topics import RAW_TOPIC
 from pipeline.transport import open_transport
 from tests.support.collector_support import TODAY, ServerThread
@@ -324,11 +326,12 @@ def test_a_collector_serving_an_unsealed_definition_gets_nothing_in_plain(
     assert tally["upload_rejected_reports"] == 1 and tally["pending"] == 0, tally
 
 
-def test_residual_a_sealed_frame_replayed_under_a_fresh_batch_id_is_counted_twice(tmp_path: pathlib.Path) -> None:
-    """The replay residual of docs/PRIVACY.md, measured: whoever holds a sealed frame (the collector, a reader
-    of ``ldp.reports.raw``) re-posts its records under a fresh batch id; the collector's duplicate store keys on
-    the batch id, so it takes them, and the analyzer opens every record twice. When this test fails, the
-    residual is fixed: update the threat table."""
+def test_a_sealed_frame_replayed_under_a_fresh_batch_id_is_counted_once(tmp_path: pathlib.Path) -> None:
+    """Issue #28, played as the adversary: whoever holds a sealed frame (the collector, a reader of
+    ``ldp.reports.raw``) re-posts its records under a fresh batch id over HTTP; the collector's duplicate
+    store keys on the batch id, so it takes them. The analyzer's opener (the path the sink and the streaming
+    estimator take: :func:`open_sealed` with the log record as the source) must count each record once,
+    since the copy carries the same per-record encapsulated key. Before the fix all 30 opened twice."""
     rng = np.random.default_rng(23)
     key = AnalyzerKey(bytes(rng.integers(0, 256, 32, dtype=np.uint8)))
     (tmp_path / "metrics.json").write_text(json.dumps(_metrics_doc(key)))
@@ -352,6 +355,19 @@ def test_residual_a_sealed_frame_replayed_under_a_fresh_batch_id_is_counted_twic
             values = [r.value for r in c.poll(max_records=100, timeout=1.0)]
     finally:
         tr.close()
-    assert len(values) == 2  # the same batch id once; the fresh one again
-    opened = [open_batch(decode_frame(v, SPEC), KeyRing([key])).batch.records for v in values]
-    assert all(len(o) == 30 for o in opened) and np.array_equal(opened[0], opened[1])  # 30 reports counted twice
+    assert len(values) == 2  # the same batch id once; the fresh one again: both reach the analyzer
+    opener = BatchOpener(KeyRing([key]))
+    counted, replayed = [], 0
+    for offset, v in enumerate(values):  # as the shuffler forwards them: one envelope per log record
+        b = decode_frame(v, SPEC)
+        sb = ShuffledBatch(ShuffleMeta(b.batch_id.hex(), len(b), 1.0), b)
+        got, failed, dropped = open_sealed(sb, opener, ("ldp.reports.shuffled", 0, offset))
+        assert failed == 0
+        counted.append(len(got.batch))
+        replayed += dropped
+    assert counted == [30, 0] and replayed == 30 and opener.replays.dropped == 30
+    # a redelivery of the same log record (a rebalance, a restart before the commit) is not a replay
+    first = decode_frame(values[0], SPEC)
+    again_sb = ShuffledBatch(ShuffleMeta(first.batch_id.hex(), len(first), 1.0), first)
+    redelivered, _, dropped = open_sealed(again_sb, opener, ("ldp.reports.shuffled", 0, 0))
+    assert (len(redelivered.batch), dropped) == (30, 0)

@@ -21,6 +21,7 @@ from ldp_core.wire.sealing import (
     AnalyzerKey,
     BatchOpener,
     KeyRing,
+    ReplayGuard,
     SealedSpec,
     SealingError,
     load_key_file,
@@ -208,3 +209,33 @@ def test_metrics_file_sealed_field_and_analyzer_keys() -> None:
         parse_metrics(_doc(True, [{"key_id": "00000000", "public_key": k1.public_key.hex()}]))
     with pytest.raises(MetricsFileError, match="private keys never"):
         parse_metrics(_doc(True, [{**k1.public.to_dict(), "private_key": k1.private_bytes().hex()}]))
+
+
+def test_the_replay_guard_drops_copies_inside_a_batch_and_across_sources_and_forgets_old_days(
+    tmp_path: pathlib.Path,
+) -> None:
+    ring, key = _keys(tmp_path)
+    sealed = seal_batch(_batch(20), key.public)
+    doubled = ReportBatch("m", sealed.spec, sealed.day, np.concatenate([sealed.records, sealed.records[:5]]))
+    opener = BatchOpener(ring, replays=ReplayGuard(max_day_age=2))
+    res = opener.open_batch(doubled, ("t", 0, 1))
+    assert (len(res.batch), res.failed, res.replayed) == (20, 0, 5)  # a copy inside one frame counts once
+    assert opener.open_batch(sealed, ("t", 0, 2)).replayed == 20  # another log record: all replays
+    assert len(opener.open_batch(sealed, ("t", 0, 1)).batch) == 20  # the same log record read again
+    later = seal_batch(_batch(3, day=sealed.day + 3), key.public)
+    assert len(opener.open_batch(later, ("t", 0, 3)).batch) == 3
+    assert len(opener.replays) == 3  # day - 3 fell out of the 2-day window
+    assert opener.replays.dropped == 25
+
+
+def test_a_durable_replay_guard_remembers_across_a_restart(tmp_path: pathlib.Path) -> None:
+    ring, key = _keys(tmp_path)
+    sealed = seal_batch(_batch(12), key.public)
+    first = BatchOpener(ring, replays=ReplayGuard(path=tmp_path / "seen.sqlite3"))
+    assert len(first.open_batch(sealed, ("t", 0, 7)).batch) == 12
+    first.replays.close()
+    again = BatchOpener(ring, replays=ReplayGuard(path=tmp_path / "seen.sqlite3"))  # a restarted process
+    res = again.open_batch(sealed, ("t", 1, 3))  # the replay, on another log record
+    assert (len(res.batch), res.replayed) == (0, 12)
+    assert len(again.open_batch(sealed, ("t", 0, 7)).batch) == 12  # the original, read again after the restart
+    again.replays.close()
