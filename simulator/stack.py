@@ -218,7 +218,7 @@ class LocalPipeline:
     def start(self) -> LocalPipeline:
         from collector.http.app import create_app
         from collector.settings import CollectorSettings
-        from collector.shuffler import Shuffler, ShufflerSettings
+        from collector.shuffler import DeviceCaps, Shuffler, ShufflerSettings
         from collector.sinks.parquet import ParquetSink
         from estimator.service import StreamingEstimator
         from estimator.service import create_app as estimator_app
@@ -259,6 +259,8 @@ class LocalPipeline:
                 key_file=str(self.workdir / f"shuffler-{self.run_id}.key"),
             ),
             guarantee=guarantee,
+            # the simulated devices' local policy caps each metric at its r·ε (run_sdk_devices)
+            device_caps=DeviceCaps(per_metric={n: m.daily_epsilon for n, m in self.metrics.items()}),
         )
         self._worker("shuffler", lambda: self.shuffler.run(self.stop_event))
 
@@ -639,9 +641,11 @@ def sdk_devices(
     base = Path(workdir) if workdir is not None else Path(tempfile.mkdtemp(prefix="ldp-sdk-"))
     truth = {n: empty_truth(metrics, n) for n in names}
     values: dict[str, list[Any]] = {n: [] for n in names if metrics[n].kind != "frequency"}
+    # each metric capped at exactly its own r·ε: what the shuffler's per-person figure assumes (device_caps)
     policy = LocalPolicy(
         per_metric_daily=max(m.daily_epsilon for m in metrics.values()),
         total_daily=sum(m.daily_epsilon for m in metrics.values()),
+        per_metric_overrides={n: m.daily_epsilon for n, m in metrics.items()},
     )
     seeds = rng.integers(0, 2**31, count)
     for i in range(count):

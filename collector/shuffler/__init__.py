@@ -115,7 +115,7 @@ state, written to and restored from checkpoints;
 from __future__ import annotations
 
 from collector.shuffler.processor import Guarantee, Shuffler
-from collector.shuffler.settings import ShufflerSettings
+from collector.shuffler.settings import DeviceCaps, ShufflerSettings
 from collector.shuffler.stats import ShufflerStats
 
-__all__ = ["Shuffler", "ShufflerSettings", "ShufflerStats", "Guarantee"]
+__all__ = ["Shuffler", "ShufflerSettings", "DeviceCaps", "ShufflerStats", "Guarantee"]

@@ -27,7 +27,7 @@ from collector.shuffler.checkpoint import (
 )
 from collector.shuffler.groups import _gather, _Group, _GroupKey, plan_release
 from collector.shuffler.permute import WordSource, csprng_permutation, urandom_words, warm_up
-from collector.shuffler.settings import ShufflerSettings
+from collector.shuffler.settings import DeviceCaps, ShufflerSettings
 from collector.shuffler.state import _Partition
 from collector.shuffler.stats import _TOTALS, ShufflerStats
 from ldp_core.days import utc_day
@@ -95,6 +95,7 @@ class Shuffler(StreamProcessor):
         new_batch_id: Callable[[], bytes] = lambda: secrets.token_bytes(16),
         key: bytes | None = None,
         clock: Callable[[], float] = time.time,
+        device_caps: DeviceCaps | None = None,
     ) -> None:
         super().__init__(
             transport,
@@ -116,6 +117,9 @@ class Shuffler(StreamProcessor):
         #: per metric, the most reports one device sends a day (``max_reports_per_day``): the central ε is
         #: computed per person from it; unknown without a metrics file, and then no central figure is attached
         self._reports_per_person: dict[str, int] = {}
+        #: the app's per-metric daily ε caps that devices enforce (``--device-epsilon-cap``): with them the figure
+        #: holds whatever a metrics server tells devices (:class:`~collector.shuffler.settings.DeviceCaps`)
+        self.device_caps = device_caps
         if isinstance(specs, MetricSet):
             # a sealed metric's records are opaque fixed-width bytes here (ldp_core.wire.sealing.SealedSpec)
             self._by_metric: dict[str, ReportSpec] | None = {n: m.wire_spec for n, m in specs.items()}
@@ -504,7 +508,7 @@ class Shuffler(StreamProcessor):
             sources = int(np.count_nonzero(np.bincount(src[pos : pos + size], minlength=1)))
             pos += size
             bid = self.new_batch_id()
-            eps, delta, bound = self._central(size, spec.epsilon, self._reports_per_person.get(metric))
+            eps, delta, bound = self._central(size, spec.epsilon, self._reports_for(metric, spec.epsilon))
             meta = ShuffleMeta(
                 shuffle_id=bid.hex(),
                 n=size,
@@ -522,6 +526,14 @@ class Shuffler(StreamProcessor):
             group.keep(recs[pos:].copy(), src[pos:])
         else:
             del part.groups[key]
+
+    def _reports_for(self, metric: str, epsilon0: float) -> int | None:
+        """``r`` of the per-person figure: the metrics file's ``max_reports_per_day``, raised to what the devices'
+        own caps allow when they are known; ``None`` (no figure) without a metrics file."""
+        r = self._reports_per_person.get(metric)
+        if r is None or self.device_caps is None:
+            return r
+        return self.device_caps.reports(metric, float(epsilon0), r)
 
     def _central(
         self, n: int, epsilon0: float, reports_per_person: int | None

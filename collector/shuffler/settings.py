@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -12,7 +13,7 @@ from ldp_core.days import DAY_WINDOW_ENV, DEFAULT_MAX_DAY_AGE, DEFAULT_MAX_DAYS_
 from pipeline.settings import check_names, check_ranges, check_topics, settings_from_env
 from pipeline.topics import DEFAULT_PARTITIONS, RAW_TOPIC, SHUFFLED_TOPIC, SHUFFLER_STATE_TOPIC
 
-__all__ = ["ShufflerSettings", "ENV_PREFIX", "DEFAULT_KEY_PATH"]
+__all__ = ["ShufflerSettings", "DeviceCaps", "ENV_PREFIX", "DEFAULT_KEY_PATH"]
 
 #: prefix of the environment variables :meth:`ShufflerSettings.from_env` reads (``LDP_SHUFFLER_MIN_BATCH``, ...)
 ENV_PREFIX = "LDP_SHUFFLER_"
@@ -99,3 +100,54 @@ class ShufflerSettings:
         """``overrides`` (``None``: not given) over ``$LDP_SHUFFLER_<FIELD>`` over the defaults; the day window
         also from the shared ``$LDP_MAX_DAY_AGE`` / ``$LDP_MAX_DAYS_AHEAD``."""
         return settings_from_env(cls, ENV_PREFIX, environ, overrides, aliases=DAY_WINDOW_ENV)
+
+
+@dataclasses.dataclass(frozen=True)
+class DeviceCaps:
+    """What devices enforce, whatever a metrics server tells them: their local policy's per-metric daily ε cap.
+
+    The shuffler's per-person figure assumes a device sends at most ``r`` reports of a metric a day. Its metrics
+    file says ``r = max_reports_per_day``, but a metrics server that devices trust can raise ``r`` on them (a
+    served definition is adopted while ``r·ε₀`` fits the device's :class:`~client_sdk.policy.LocalPolicy`). With
+    the app's caps given here, the figure takes ``r = max(max_reports_per_day, ⌊cap / ε₀⌋)``: what a device
+    allows, so a hostile metrics server cannot make the printed ε wrong. ``default`` applies to every metric
+    (the policy's ``per_metric_daily``), ``per_metric`` to named ones (its ``per_metric_overrides``).
+    """
+
+    default: float | None = None
+    per_metric: Mapping[str, float] = dataclasses.field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for name, cap in [("default", self.default), *self.per_metric.items()]:
+            if cap is not None and not (isinstance(cap, (int, float)) and 0 < float(cap) < float("inf")):
+                raise ConfigError(f"the device ε cap of {name!r} must be a positive number, got {cap!r}")
+
+    @classmethod
+    def parse(cls, values: list[str] | None) -> DeviceCaps | None:
+        """``--device-epsilon-cap`` values: ``EPS`` (every metric) or ``METRIC=EPS`` (one); ``None`` if none."""
+        if not values:
+            return None
+        default: float | None = None
+        per: dict[str, float] = {}
+        for v in values:
+            name, sep, num = v.rpartition("=")
+            try:
+                cap = float(num)
+            except ValueError:
+                raise ConfigError(f"--device-epsilon-cap takes EPS or METRIC=EPS, got {v!r}") from None
+            if sep:
+                per[name] = cap
+            else:
+                default = cap
+        return cls(default, per)
+
+    def cap(self, metric: str) -> float | None:
+        return self.per_metric.get(metric, self.default)
+
+    def reports(self, metric: str, epsilon0: float, reports_per_day: int) -> int:
+        """The most reports of ``metric`` one device can send a day: the metrics file's ``r``, or more when
+        the device's cap allows more reports of ``epsilon0`` each."""
+        cap = self.cap(metric)
+        if cap is None or not epsilon0 > 0:
+            return reports_per_day
+        return max(reports_per_day, int(math.floor(cap / epsilon0 + 1e-9)))

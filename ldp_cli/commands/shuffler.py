@@ -99,6 +99,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--state-topic", default=d.state_topic)
     p.add_argument("--delta", type=float, default=1e-6, help="delta of the reported central guarantee (default 1e-6)")
     p.add_argument("--no-guarantee", action="store_true", help="do not compute central guarantees")
+    p.add_argument(
+        "--device-epsilon-cap",
+        action="append",
+        metavar="[METRIC=]EPS",
+        help="the devices' per-metric daily epsilon cap (the app's LocalPolicy per_metric_daily; METRIC=EPS for"
+        " one metric's override; repeatable): the per-person central figure then assumes up to floor(cap/eps0)"
+        " reports a device a day, which devices enforce whatever a metrics server says. Without it the figure"
+        " assumes the metrics file's max_reports_per_day (docs/PRIVACY.md, section 2)",
+    )
     add_idle_exit(p)
     p.add_argument("--stats-interval", type=float, default=60.0, help="log the counters every N seconds")
     add_status_file(p)
@@ -108,7 +117,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from collector.errors import ConfigError
-    from collector.shuffler import Shuffler, ShufflerSettings
+    from collector.shuffler import DeviceCaps, Shuffler, ShufflerSettings
     from ldp_core.metrics import load_metrics
     from pipeline.processor import FATAL_ERRORS
     from pipeline.status import StatusFile
@@ -135,6 +144,7 @@ def run(args: argparse.Namespace) -> int:
             state_topic=args.state_topic,
         )
         metrics = load_metrics(metrics_path, reject_expired=False)
+        caps = DeviceCaps.parse(args.device_epsilon_cap)
     except ConfigError as exc:
         print(f"ldp shuffler: error: {exc}", file=sys.stderr)
         return 2
@@ -143,7 +153,13 @@ def run(args: argparse.Namespace) -> int:
     guarantee = None if args.no_guarantee else shuffler_guarantee(args.delta)
     stop = stop_event()
     transport = open_transport(args.transport)
-    shuffler = Shuffler(transport, metrics, settings, guarantee=guarantee)
+    shuffler = Shuffler(transport, metrics, settings, guarantee=guarantee, device_caps=caps)
+    if guarantee is not None and caps is None:
+        print(
+            "ldp shuffler: per-person central figures assume devices send at most the metrics file's"
+            " max_reports_per_day; --device-epsilon-cap makes them hold whatever a metrics server tells devices",
+            file=sys.stderr,
+        )
     code = 0
     try:
         if args.status_file:
