@@ -44,6 +44,9 @@ graph at random (B20's random Harary graph) without colluding with clients;
 a server that chose the graph adversarially could surround a client with
 colluding neighbours (B20 derive the graph from public randomness to prevent
 this). Fewer than t colluding neighbours of u learn nothing about b_u or s_u.
+Against a server that also lies about who survived, c colluding holders suffice
+once holders + c >= 2t, so a client shares only when 2t > holders + c for the
+collusion bound c its signed task states (:func:`split_attack_possible`).
 This module needs the ``cryptography`` package (the ``fl`` extra); importing
 :mod:`client_sdk` or :mod:`client_sdk.fl` does not import it.
 """

@@ -117,3 +117,59 @@ def test_a_server_showing_only_sybil_neighbours_outside_the_task_gets_nothing() 
     assert not res.recovered
     assert res.target_errors.get("advert_outside_task") == 4
     assert res.reason == "the target sent no shares"
+
+
+def test_a_pinned_authority_refuses_what_the_operators_authority_minted() -> None:
+    """The operator holds the task's usual authority (the tests' AUTHORITY) and can mint credentials for ids in
+    the task. A device configured with an authority the operator does not hold refuses an identity the operator
+    re-issued for it, and every neighbour advert whose credential the operator's authority signed; the same
+    neighbours enrolled by the pinned authority pass."""
+    import base64
+    import os
+
+    from client_sdk.fl.device import FLDevice
+    from ldp_core.fl.errors import FLError
+    from ldp_core.fl.protocol import make_upload, sign_upload
+    from ldp_core.tokens.enrollment import EnrollmentAuthority
+    from tests.support.fl_pipeline_support import enroll
+
+    independent = EnrollmentAuthority.generate()
+    spec = _spec("pinned", 4, 1)
+    x, y = make_data(1)[0]
+    with pytest.raises(FLError, match="another enrollment authority"):
+        FLDevice(
+            "http://127.0.0.1:9",
+            spec.task,
+            "dev-0",
+            x,
+            y,
+            identity=enroll("dev-0"),
+            pinned_authority_key=independent.public_key,
+        )
+    dev = FLDevice(
+        "http://127.0.0.1:9",
+        spec.task,
+        "dev-0",
+        x,
+        y,
+        identity=independent.enroll("dev-0"),
+        pinned_authority_key=independent.public_key,
+    )
+
+    def view(identities):  # type: ignore[no-untyped-def]
+        adverts, auths = {}, {}
+        for i, ident in identities.items():
+            keys = {"share_key": os.urandom(32), "mask_key": os.urandom(32)}
+            up = sign_upload(make_upload(spec.task, 0, "advert", ident.device_id, keys), ident)
+            adverts[str(i)] = [
+                base64.b64encode(keys["share_key"]).decode(),
+                base64.b64encode(keys["mask_key"]).decode(),
+            ]
+            auths[str(i)] = {"client_id": ident.device_id, **(up.auth or {})}
+        return {"adverts": adverts, "advert_auth": auths}
+
+    dev._round = {"round": 0, "task_clients": frozenset(spec.clients)}
+    minted = view({2: enroll("dev-1"), 3: enroll("dev-2"), 4: enroll("dev-3")})
+    assert dev._verified_adverts(minted, 0) == {} and dev.errors["bad_advert"] == 3
+    genuine = view({2: independent.enroll("dev-1"), 3: independent.enroll("dev-2"), 4: independent.enroll("dev-3")})
+    assert set(dev._verified_adverts(genuine, 0)) == {2, 3, 4}
