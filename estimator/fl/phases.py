@@ -86,7 +86,7 @@ def _configure_secagg(st: JobState, spec: FLTaskSpec, rng: np.random.Generator, 
         if not ok:
             return f"no neighbour graph on {n} clients has a degree k with t = {t} <= k and 2t > k + {c} colluders"
         deg = max([k for k in ok if k <= deg] or [min(ok)])
-    else:  # t = ⌊(k + c)/2⌋ + 1, which must not exceed k: the smallest usable degree is c + 2
+    else:  # t = ⌊(k + c)/2⌋ + 1, which must not exceed k (k > c); the job takes k >= c + 2 when it can
         deg = max(deg, min(c + 2, n - 1))
         if deg < n - 1 and deg % 2:
             deg += 1

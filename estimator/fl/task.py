@@ -107,7 +107,7 @@ class FLTaskSpec:
     ``secagg`` it is signed together with the task's client set, and devices refuse a round whose
     threshold, holder count and c allow that split, and adverts from ids outside the client set.
     ``secagg_threshold`` fixes t (> c; the job then keeps each client's degree k with t ≤ k < 2t − c);
-    None lets the job use t = ⌊(k + c)/2⌋ + 1 (raising k to at least c + 2).
+    None lets the job use t = ⌊(k + c)/2⌋ + 1 (raising k to at least c + 2, or n − 1).
 
     ``aggregator`` (an :data:`AggregatorSpec`; a mapping is read by :func:`aggregator_spec`) picks the
     server's stack (:meth:`build_aggregator`):
@@ -225,6 +225,12 @@ class FLTaskSpec:
             raise FLError(
                 f"secagg_threshold {self.secagg_threshold} must exceed max_colluders {self.max_colluders}: "
                 "no neighbour graph has 2t > k + c with k >= t otherwise"
+            )
+        count = getattr(self.sampling, "count", None)
+        if self.secagg and isinstance(count, int) and count >= 3 and self.max_colluders >= count - 1:
+            raise FLError(
+                f"max_colluders {self.max_colluders} cannot be withstood by secure aggregation on the {count} clients "
+                f"sampled per round: 2t > k + c with t <= k needs k > c neighbours, and a client has at most {count - 1}"
             )
         object.__setattr__(self, "noise", noise_spec(self.noise))
         if self.noise is not None:

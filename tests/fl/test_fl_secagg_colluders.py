@@ -173,3 +173,33 @@ def test_a_pinned_authority_refuses_what_the_operators_authority_minted() -> Non
     assert dev._verified_adverts(minted, 0) == {} and dev.errors["bad_advert"] == 3
     genuine = view({2: independent.enroll("dev-1"), 3: independent.enroll("dev-2"), 4: independent.enroll("dev-3")})
     assert set(dev._verified_adverts(genuine, 0)) == {2, 3, 4}
+
+
+@pytest.mark.parametrize("c", [0, 1, 2, 3])
+def test_the_jobs_graph_and_threshold_defeat_the_stated_colluders_for_every_round_size(c: int) -> None:
+    """The job's own choice (``estimator.fl.phases._configure_secagg``) for 3..20 sampled clients, with t free or
+    fixed by the task: every client's holder count k satisfies 2t > k + c (no device would refuse, no split
+    exists) and t <= k; a task whose sample cannot withstand c is refused when it is read, with the reason."""
+    from estimator.fl.checkpoint import JobState
+    from estimator.fl.phases import _configure_secagg
+    from ldp_core.fl.errors import FLError
+
+    for n in range(3, 21):
+        if c >= n - 1:
+            with pytest.raises(FLError, match="cannot be withstood"):
+                _spec(f"job-{n}-{c}", n, c)
+            continue
+        for fixed in (None, c + 2):
+            kw = {} if fixed is None else {"secagg_threshold": fixed}
+            spec = task_spec(
+                f"job-{n}-{c}", n, secagg=True, sampling={"kind": "fixed", "count": n}, rounds=1, max_colluders=c, **kw
+            )
+            st = JobState(selected=list(spec.clients))
+            failure = _configure_secagg(st, spec, np.random.default_rng(n), spec.build_model().num_params)
+            if failure is not None:  # only a fixed t can leave no degree; the reason says which bound
+                assert fixed is not None and "2t > k +" in failure, failure
+                continue
+            t = st.secagg["threshold"]
+            assert fixed is None or t == fixed
+            for vs in st.secagg["neighbors"].values():
+                assert t <= len(vs) and not split_attack_possible(len(vs), t, c), (n, c, t, len(vs))
