@@ -123,6 +123,8 @@ class FLDevice:
         storage_dir: str | os.PathLike[str] | None = None,
         max_sample_epsilon: float | None = None,
         torch_model: Any = None,
+        pinned_authority_key: bytes | None = None,
+        min_colluders: int = 0,
     ) -> None:
         self.base = check_url(collector_url) + f"/v1/fl/tasks/{urllib.parse.quote(task, safe='')}"
         self.task = task
@@ -181,6 +183,23 @@ class FLDevice:
         self.sleep = sleep
         if identity is not None and identity.device_id != client_id:
             raise FLError(f"the identity is enrolled as {identity.device_id!r}, not {client_id!r}")
+        if pinned_authority_key is not None and (
+            not isinstance(pinned_authority_key, bytes) or len(pinned_authority_key) != 32
+        ):
+            raise FLError("pinned_authority_key must be the 32-byte Ed25519 public key of the enrollment authority")
+        if pinned_authority_key is not None and identity is not None and identity.authority_key != pinned_authority_key:
+            raise FLError("the identity was issued by another enrollment authority than the one this device pins")
+        #: the enrollment authority this app pins (its configuration, never the server's word): every task
+        #: signature and every neighbour's credential must verify under it. Pin an authority the server
+        #: operator does not hold, and the operator cannot mint neighbours (docs/fl/SECAGG.md)
+        self.pinned_authority_key = pinned_authority_key
+        if isinstance(min_colluders, bool) or not isinstance(min_colluders, int) or min_colluders < 0:
+            raise FLError(f"min_colluders must be an integer >= 0, got {min_colluders!r}")
+        #: the fewest colluding share holders this device insists a SecAgg task withstands, whatever the
+        #: signed task states (the device takes max(signed max_colluders, this))
+        self.min_colluders = min_colluders
+        #: why the last round was refused or failed (errors counts by reason; this keeps the message)
+        self.last_error: str | None = None
         #: the device's :class:`ldp_core.tokens.enrollment.DeviceIdentity`: signs every request and upload
         self.identity = identity
         self.errors: collections.Counter[str] = collections.Counter()
@@ -320,7 +339,8 @@ class FLDevice:
         try:
             kind = self._act(view, r, phase)
         except FLError as exc:
-            self.errors[type(exc).__name__] += 1
+            self.errors[getattr(exc, "reason", type(exc).__name__)] += 1
+            self.last_error = str(exc)
             self._done.add((r, phase))
             return "failed"
         self._done.add((r, phase))
@@ -341,9 +361,11 @@ class FLDevice:
                 int(sa["threshold"]),
                 int(sa["vector_length"]),
             )
-            client = SecAggClient(int(view["index"]), cfg, self.random_bytes, self._signed_threshold(view))
+            t_signed, colluders, task_clients = self._signed_secagg(view)
+            client = SecAggClient(int(view["index"]), cfg, self.random_bytes, t_signed, colluders)
             self._round = {
                 "round": r,
+                "task_clients": task_clients,
                 "client": client,
                 "ddg": self._signed_ddg(view, sa),
                 "compression": self._signed_compression(view, sa),
@@ -426,7 +448,7 @@ class FLDevice:
             raw = base64.b64decode(sig) if isinstance(sig, str) else None
         except ValueError:
             raw = None
-        ok = raw is not None and verify_document(self.identity.authority_key, cfg, raw) and cfg.get("task") == self.task
+        ok = raw is not None and verify_document(self.authority_key, cfg, raw) and cfg.get("task") == self.task
         if not ok:
             raise FLError("the round's local_dp_sgd is not signed by this device's enrollment authority")
         opts = dict(cfg["local_dp_sgd"])
@@ -534,9 +556,19 @@ class FLDevice:
         display only; None if it never trained under it."""
         return None if self.sample_accountant is None else self.sample_accountant.report()
 
-    def _signed_threshold(self, view: Mapping[str, Any]) -> int | None:
-        """t from the task configuration the enrollment authority signed (None if it fixes none); a SecAgg
-        round without a valid signed configuration for this task is refused."""
+    @property
+    def authority_key(self) -> bytes:
+        """The key every task signature and credential must verify under: the pinned one, else the identity's."""
+        if self.pinned_authority_key is not None:
+            return self.pinned_authority_key
+        assert self.identity is not None
+        return bytes(self.identity.authority_key)
+
+    def _signed_secagg(self, view: Mapping[str, Any]) -> tuple[int | None, int, frozenset[str]]:
+        """t (None if the task fixes none), the collusion bound c and the client set of the task
+        configuration the enrollment authority signed; a SecAgg round without a valid signed configuration for
+        this task, or one that names no client set, is refused. c is the larger of the signed ``max_colluders``
+        (0 when absent) and this device's own :attr:`min_colluders`."""
         from ldp_core.tokens.enrollment import verify_document
 
         tc = view.get("task_config")
@@ -547,14 +579,25 @@ class FLDevice:
             assert isinstance(tc, Mapping)
             cfg = tc["config"]
             ok = (
-                verify_document(self.identity.authority_key, cfg, base64.b64decode(tc["signature"]))
+                verify_document(self.authority_key, cfg, base64.b64decode(tc["signature"]))
                 and cfg.get("task") == self.task
                 and cfg.get("secagg") is True
             )
         if not ok:
             raise FLError("the round's task configuration is not signed by this device's enrollment authority")
-        t = tc["config"].get("secagg_threshold")  # type: ignore[index]
-        return None if t is None else int(t)
+        cfg = tc["config"]  # type: ignore[index]
+        clients = cfg.get("clients")
+        if not isinstance(clients, list) or not all(isinstance(c, str) for c in clients):
+            raise FLError("the signed task configuration names no client set: re-sign the task (ldp fl sign-task)")
+        c = cfg.get("max_colluders", 0)
+        if isinstance(c, bool) or not isinstance(c, int) or c < 0:
+            raise FLError(f"the signed max_colluders must be an integer >= 0, got {c!r}")
+        t = cfg.get("secagg_threshold")
+        return (None if t is None else int(t)), max(c, self.min_colluders), frozenset(clients)
+
+    def _signed_threshold(self, view: Mapping[str, Any]) -> int | None:
+        """t from the signed task configuration (:meth:`_signed_secagg`)."""
+        return self._signed_secagg(view)[0]
 
     def _signed_ddg(self, view: Mapping[str, Any], sa: Mapping[str, Any]) -> Any:
         """The distributed-DG spec of the signed task configuration (checked by :meth:`_signed_threshold`),
@@ -611,6 +654,7 @@ class FLDevice:
         auths = view.get("advert_auth") or {}
         out: dict[int, Any] = {}
         ids = {self.client_id}
+        task_clients = self._round.get("task_clients")
         for u, (a, b) in view["adverts"].items():
             auth = auths.get(u)
             if not isinstance(auth, Mapping) or not isinstance(auth.get("client_id"), str):
@@ -621,11 +665,14 @@ class FLDevice:
             try:
                 verify_upload_auth(
                     Upload(up.task, up.round, up.kind, up.client_id, up.upload_id, up.payload, auth),
-                    self.identity.authority_key,
+                    self.authority_key,
                     self.clock(),
                 )
             except FLError:
                 self.errors["bad_advert"] += 1
+                continue
+            if task_clients is None or auth["client_id"] not in task_clients:  # a Sybil the task never named
+                self.errors["advert_outside_task"] += 1
                 continue
             if auth["client_id"] in ids:  # one device behind two indices (or posing as this one)
                 self.errors["bad_advert"] += 1

@@ -50,7 +50,15 @@ __all__ = [
     "ORDERS",
     "noise_for_epsilon",
     "ddg_epsilon_by_adversary",
+    "DEFAULT_ASSUMED_HONEST_FRACTION",
+    "assumed_honest_shares",
 ]
+
+#: the share of a round's sampled devices a task assumes honest when it does not say (``assumed_honest_fraction``
+#: of the task's distributed-DG noise): half. The operator runs the enrollment authority and draws the sample,
+#: so it can fill a round with devices whose noise it knows; the ε against it holds only for the honest ones'
+#: shares, and an honest majority is the usual assumption of multi-party protocols (docs/fl/SECAGG.md)
+DEFAULT_ASSUMED_HONEST_FRACTION = 0.5
 
 #: RDP orders α searched by the conversion: 1 + a log-spaced grid from 1e-3 to 1e4 (fine enough that
 #: the minimum over the grid is within 0.1 % of the continuous minimum for the figures here).
@@ -184,12 +192,34 @@ def noise_for_epsilon(
     return DDGSpec.for_bits(clip_norm, hi, clients, dim, bits, k_stddevs)
 
 
-def ddg_epsilon_by_adversary(acc: DDGAccountant, threshold: int | None = None) -> list[dict[str, Any]]:
+def assumed_honest_shares(sampled: int, fraction: float, min_shares: int | None = None) -> int:
+    """The noise shares an operator is assumed not to know: h = ⌈f·n⌉ of the n sampled devices are honest,
+    and of the k = ``min_shares`` (default n) shares a released round sums at least h − (n − k) are theirs
+    (the n − k that dropped may all be honest); at least 1."""
+    if isinstance(sampled, bool) or not isinstance(sampled, int) or sampled < 1:
+        raise FLError(f"sampled must be an integer >= 1, got {sampled!r}")
+    if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) or not 0.0 < fraction <= 1.0:
+        raise FLError(f"the assumed honest fraction must be a number in (0, 1], got {fraction!r}")
+    k = sampled if min_shares is None else min_shares
+    honest = math.ceil(fraction * sampled - 1e-9)
+    return max(1, min(k, honest - (sampled - k)))
+
+
+def ddg_epsilon_by_adversary(
+    acc: DDGAccountant,
+    threshold: int | None = None,
+    honest_shares: int | None = None,
+    honest_fraction: float | None = None,
+) -> list[dict[str, Any]]:
     """The distributed-DG counterpart of :func:`estimator.fl.dp.epsilon_by_adversary`: the same three
     adversaries in the same order and keys, all with the figure of :meth:`DDGAccountant.epsilon` (observers
     see a post-processing of what the server sees; no amplification credited). The server operator's entry
     also carries ``epsilon_if_dropouts_faked``, the figure with only t = ``threshold`` noise shares (what a
-    server that lies about dropouts could unmask), and the modular-clipping bound."""
+    server that lies about dropouts could unmask), the modular-clipping bound, ``epsilon_all_honest`` (its
+    ``epsilon``: every sampled device genuine and honest) and, given ``honest_shares`` (h, from
+    :func:`assumed_honest_shares` of the task's ``assumed_honest_fraction``), ``epsilon_assumed_honest``: the
+    figure when only h shares are noise the operator does not know (the rest from devices it enrolled or
+    controls: their noise it subtracts)."""
     e = acc.epsilon()
     server: dict[str, Any] = {
         "adversary": "server_operator",
@@ -203,6 +233,11 @@ def ddg_epsilon_by_adversary(acc: DDGAccountant, threshold: int | None = None) -
     }
     if threshold is not None:
         server["epsilon_if_dropouts_faked"] = acc.epsilon(shares=threshold)
+    server["epsilon_all_honest"] = e
+    if honest_shares is not None:
+        server["epsilon_assumed_honest"] = acc.epsilon(shares=honest_shares)
+        server["assumed_honest_shares"] = honest_shares
+        server["assumed_honest_fraction"] = honest_fraction
     return [
         {
             "adversary": "observer",

@@ -191,8 +191,9 @@ def sampling_spec(d: Mapping[str, Any] | SamplingSpec) -> SamplingSpec:
 # -- noise ---------------------------------------------------------------------------------------
 @dataclasses.dataclass(frozen=True)
 class DistributedDGSpec:
-    """``{"kind": "distributed_discrete_gaussian", "bits": b, "k_stddevs": k, "beta": β, "min_shares": s}``
-    (all but bits optional: 6, e^{-1/2}, the sampled count): the devices add the noise σ·C as discrete
+    """``{"kind": "distributed_discrete_gaussian", "bits": b, "k_stddevs": k, "beta": β, "min_shares": s,
+    "assumed_honest_fraction": f}`` (all but bits optional: 6, e^{-1/2}, the sampled count, 0.5; f is the share
+    of the sampled devices the ε against the operator assumes honest, printed beside the all-honest one): the devices add the noise σ·C as discrete
     Gaussian shares in Z_{2^b} before SecAgg (:mod:`ldp_core.fl.ddg`), so the server never sees an
     un-noised sum; a round with fewer than ``min_shares`` survivors is not released. Needs ``secagg``,
     ``clip_norm``, ``noise_multiplier`` > 0, fixed-count sampling and the ``fedavg`` aggregator."""
@@ -201,6 +202,7 @@ class DistributedDGSpec:
     k_stddevs: float = 6.0
     beta: float = math.exp(-0.5)
     min_shares: int | None = None
+    assumed_honest_fraction: float = 0.5
     kind: ClassVar[str] = "distributed_discrete_gaussian"
     requirement: ClassVar[dict[str, str]] = {"bits": "an integer in [2, 32] (bits per coordinate of the SecAgg ring)"}
 
@@ -214,6 +216,9 @@ class DistributedDGSpec:
             raise FLError(f"noise {self.kind!r}: beta must be a number in (0, 1), got {beta!r}")
         if self.min_shares is not None:
             read_int(f"noise {self.kind!r}: min_shares", self.min_shares, 1)
+        f = self.assumed_honest_fraction
+        if isinstance(f, bool) or not isinstance(f, (int, float)) or not 0.0 < f <= 1.0:
+            raise FLError(f"noise {self.kind!r}: assumed_honest_fraction must be a number in (0, 1], got {f!r}")
 
     def check(self, task: TaskView) -> None:
         if not task.secagg or task.clip_norm is None or not task.noise_multiplier > 0:
@@ -239,6 +244,14 @@ class DistributedDGSpec:
         """The fewest noise shares a released round sums (min_shares, or every sampled client)."""
         assert isinstance(task.sampling, FixedSamplingSpec)
         return task.sampling.count if self.min_shares is None else self.min_shares
+
+    def honest_shares(self, task: TaskView) -> int:
+        """The noise shares of a released round the operator is assumed not to know (``assumed_honest_fraction``
+        of the sampled devices, less those that may have dropped: :func:`estimator.fl.ddg_accounting.assumed_honest_shares`)."""
+        from estimator.fl.ddg_accounting import assumed_honest_shares
+
+        assert isinstance(task.sampling, FixedSamplingSpec)
+        return assumed_honest_shares(task.sampling.count, float(self.assumed_honest_fraction), self.shares(task))
 
     def build(self, task: TaskView, dim: int) -> Any:
         """The round's :class:`ldp_core.fl.ddg.DDGSpec` (the same on every device: public parameters only)."""
@@ -266,6 +279,7 @@ class DistributedDGSpec:
             "k_stddevs": self.k_stddevs,
             "beta": self.beta,
             "min_shares": self.min_shares,
+            "assumed_honest_fraction": self.assumed_honest_fraction,
         }
 
 

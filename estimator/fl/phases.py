@@ -75,16 +75,27 @@ def _configure_secagg(st: JobState, spec: FLTaskSpec, rng: np.random.Generator, 
     if len(st.selected) < 3:
         return f"secure aggregation needs at least 3 clients, {len(st.selected)} were sampled"
     from estimator.fl.secagg_server import default_degree, make_config
-    from ldp_core.fl.secagg import Quantizer
+    from ldp_core.fl.secagg import Quantizer, threshold_for_colluders
 
     r, n = st.round, len(st.selected)
     deg = default_degree(n) if spec.secagg_degree is None else min(spec.secagg_degree, n - 1)
+    c = spec.max_colluders
     t = spec.secagg_threshold
-    if t is not None:  # the signed t: devices refuse any other, and any degree k >= 2t
-        ok = [k for k in range(t, min(2 * t - 1, n - 1) + 1) if k == n - 1 or k % 2 == 0]
+    if t is not None:  # the signed t: devices refuse any other, and any degree k with 2t <= k + c
+        ok = [k for k in range(t, min(2 * t - c - 1, n - 1) + 1) if k == n - 1 or k % 2 == 0]
         if not ok:
-            return f"no neighbour graph on {n} clients has a degree k with t = {t} <= k < 2t"
+            return f"no neighbour graph on {n} clients has a degree k with t = {t} <= k and 2t > k + {c} colluders"
         deg = max([k for k in ok if k <= deg] or [min(ok)])
+    else:  # t = ⌊(k + c)/2⌋ + 1, which must not exceed k (k > c); the job takes k >= c + 2 when it can
+        deg = max(deg, min(c + 2, n - 1))
+        if deg < n - 1 and deg % 2:
+            deg += 1
+        if threshold_for_colluders(deg, c) > deg:
+            return (
+                f"secure aggregation on {n} clients cannot withstand max_colluders = {c}: the largest degree "
+                f"{n - 1} needs t = {threshold_for_colluders(n - 1, c)} > k"
+            )
+        t = threshold_for_colluders(deg, c)
     ddg = None if spec.noise is None else spec.noise.build(spec, payload_size)
     comp = spec.build_compression()
     length = payload_size if ddg is None else ddg.padded_dim  # DDG rotates a power-of-two padding

@@ -57,7 +57,10 @@ class PrivacyFigures:
             neighbors = acc.neighbors
             if spec.noise is not None:  # distributed noise: the server operator gets a figure too
                 figures = ddg_epsilon_by_adversary(
-                    ddg_accountant(spec, self.payload_size, acc.rounds), spec.secagg_threshold
+                    ddg_accountant(spec, self.payload_size, acc.rounds),
+                    spec.secagg_threshold,
+                    spec.noise.honest_shares(spec),
+                    float(spec.noise.assumed_honest_fraction),
                 )
                 neighbors = "replace"  # the distributed-DG accountant's relation (ddg_accounting.py)
             else:

@@ -178,6 +178,10 @@ def _release_ddg(
         "bits": ddg.bits,
         "modular_clipping_bound": acc.modular_clipping_bound(),
         "epsilon": acc.epsilon(),
+        # beside it, the figure when only the task's assumed honest share of the sample adds noise the operator
+        # does not know (the operator enrolls devices and draws the sample: docs/fl/SECAGG.md)
+        "epsilon_assumed_honest": acc.epsilon(shares=noise.honest_shares(spec)),
+        "assumed_honest_shares": noise.honest_shares(spec),
     }
     res = AggregateResult(s / ctx.expected_clients, ctx.expected_clients, len(st.survivors), info)
     return Release(res, _secagg_extra(st))

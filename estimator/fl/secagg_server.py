@@ -49,9 +49,18 @@ def default_degree(n: int) -> int:
     return n - 1 if k >= n - 1 else k
 
 
-def default_threshold(degree: int) -> int:
-    """t = ⌊k/2⌋ + 1: a majority of a client's neighbours."""
-    return degree // 2 + 1
+def default_threshold(degree: int, colluders: int = 0) -> int:
+    """t = ⌊(k + c)/2⌋ + 1: the smallest t with 2t > k + c, so that no split of a client's k share holders
+    with c of them colluding yields both its secrets (``ldp_core.fl.secagg.split_attack_possible``);
+    c = 0 gives a majority of the neighbours. Raises when that t exceeds k (no such graph is usable)."""
+    from ldp_core.fl.secagg import threshold_for_colluders
+
+    t = threshold_for_colluders(degree, colluders)
+    if t > degree:
+        raise SecAggError(
+            f"degree {degree} cannot withstand {colluders} colluding neighbours: 2t > k + c needs t = {t} > k"
+        )
+    return t
 
 
 def neighbor_graph(n: int, degree: int, rng: np.random.Generator) -> dict[int, tuple[int, ...]]:
@@ -74,11 +83,17 @@ def neighbor_graph(n: int, degree: int, rng: np.random.Generator) -> dict[int, t
 
 
 def make_config(
-    round: int, n: int, d: int, rng: np.random.Generator, degree: int | None = None, threshold: int | None = None
+    round: int,
+    n: int,
+    d: int,
+    rng: np.random.Generator,
+    degree: int | None = None,
+    threshold: int | None = None,
+    colluders: int = 0,
 ) -> SecAggConfig:
-    """The round's parameters with the defaults above."""
+    """The round's parameters with the defaults above (t for ``colluders`` colluding neighbours)."""
     k = default_degree(n) if degree is None else degree
-    t = default_threshold(k) if threshold is None else threshold
+    t = default_threshold(k, colluders) if threshold is None else threshold
     return SecAggConfig(round, n, neighbor_graph(n, k, rng), t, d)
 
 

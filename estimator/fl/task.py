@@ -101,8 +101,13 @@ class FLTaskSpec:
     the authority's signature (base64, ``ldp fl sign-task``) of :meth:`signed_config` (the task name,
     secagg, ``secagg_threshold`` and the enrollment key): devices refuse a SecAgg round whose
     configuration is not signed, and take t from it, so a malicious server cannot lower it.
-    ``secagg_threshold`` fixes t (the job then keeps each client's degree k with t ≤ k < 2t); None lets
-    the job use ⌊k/2⌋ + 1, and devices still require 2t > k.
+    ``max_colluders`` (c, default 1) is the number of colluding share holders of any one client that secure
+    aggregation must withstand (a server that controls c of a client's k holders and shows the others
+    inconsistent survivor sets rebuilds both its secrets iff k + c ≥ 2t: docs/fl/SECAGG.md); with
+    ``secagg`` it is signed together with the task's client set, and devices refuse a round whose
+    threshold, holder count and c allow that split, and adverts from ids outside the client set.
+    ``secagg_threshold`` fixes t (> c; the job then keeps each client's degree k with t ≤ k < 2t − c);
+    None lets the job use t = ⌊(k + c)/2⌋ + 1 (raising k to at least c + 2, or n − 1).
 
     ``aggregator`` (an :data:`AggregatorSpec`; a mapping is read by :func:`aggregator_spec`) picks the
     server's stack (:meth:`build_aggregator`):
@@ -178,6 +183,7 @@ class FLTaskSpec:
     personalization: Mapping[str, Any] | None = None
     local_dp_sgd: Mapping[str, Any] | None = None
     compression: Mapping[str, Any] | None = None
+    max_colluders: int = 1
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "clients", tuple(self.clients))
@@ -214,6 +220,18 @@ class FLTaskSpec:
             read_int("secagg_threshold", self.secagg_threshold, 2)
             if not self.secagg:
                 raise FLError("secagg_threshold needs secagg")
+        read_int("max_colluders", self.max_colluders, 0)
+        if self.secagg_threshold is not None and self.secagg_threshold <= self.max_colluders:
+            raise FLError(
+                f"secagg_threshold {self.secagg_threshold} must exceed max_colluders {self.max_colluders}: "
+                "no neighbour graph has 2t > k + c with k >= t otherwise"
+            )
+        count = getattr(self.sampling, "count", None)
+        if self.secagg and isinstance(count, int) and count >= 3 and self.max_colluders >= count - 1:
+            raise FLError(
+                f"max_colluders {self.max_colluders} cannot be withstood by secure aggregation on the {count} clients "
+                f"sampled per round: 2t > k + c with t <= k needs k > c neighbours, and a client has at most {count - 1}"
+            )
         object.__setattr__(self, "noise", noise_spec(self.noise))
         if self.noise is not None:
             self.noise.check(self)
@@ -283,6 +301,9 @@ class FLTaskSpec:
             "secagg_threshold": self.secagg_threshold,
             "enrollment_key": self.enrollment_key,
         }
+        if self.secagg:  # devices refuse rounds whose t, holders and c allow a split, and adverts of outsiders
+            out["max_colluders"] = self.max_colluders
+            out["clients"] = sorted(self.clients)
         if self.local_dp_sgd is not None:  # devices take their DP-SGD from here, never from the server's word
             out["local_dp_sgd"] = {**self.local_dp_sgd, "delta": self.delta}
         if self.noise is not None:  # devices derive their noise share from these, never from the server's word

@@ -82,7 +82,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         "sign-task",
         help="put the authority's key and signature into a task file",
         description="Sets enrollment_key and task_signature (the authority's signature of the task's "
-        "security configuration: name, secagg, secagg_threshold, enrollment key) in the task file; "
+        "security configuration: name, secagg, secagg_threshold, enrollment key, and with secagg "
+        "max_colluders and the client list) in the task file; "
         "devices refuse SecAgg rounds whose configuration is not signed.",
     )
     g.add_argument("--authority", required=True, help="the authority key file")

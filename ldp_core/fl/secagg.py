@@ -44,6 +44,9 @@ graph at random (B20's random Harary graph) without colluding with clients;
 a server that chose the graph adversarially could surround a client with
 colluding neighbours (B20 derive the graph from public randomness to prevent
 this). Fewer than t colluding neighbours of u learn nothing about b_u or s_u.
+Against a server that also lies about who survived, c colluding holders suffice
+once holders + c >= 2t, so a client shares only when 2t > holders + c for the
+collusion bound c its signed task states (:func:`split_attack_possible`).
 This module needs the ``cryptography`` package (the ``fl`` extra); importing
 :mod:`client_sdk` or :mod:`client_sdk.fl` does not import it.
 """
@@ -83,12 +86,36 @@ __all__ = [
     "share_commitment",
     "SURVIVORS_TAG",
     "survivors_message",
+    "CollusionBoundError",
+    "split_attack_possible",
+    "threshold_for_colluders",
 ]
 
 #: The Mersenne prime 2^521 − 1: Shamir's field, larger than any 32-byte secret.
 PRIME = (1 << 521) - 1
 MODULUS_BITS = 32
 RandomBytes = Callable[[int], bytes]
+
+
+class CollusionBoundError(SecAggError):
+    """The round's threshold, holder count and stated collusion bound would let a server that controls
+    ``max_colluders`` share holders rebuild both of a client's secrets (see :func:`split_attack_possible`)."""
+
+    reason = "collusion_bound"
+
+
+def split_attack_possible(holders: int, threshold: int, colluders: int) -> bool:
+    """Whether a server that controls ``colluders`` of a client's ``holders`` share holders can rebuild both
+    its self-mask seed b_u and its mask key s_u: the colluders give it c shares of each; it tells one set of
+    honest holders "u survived" (they reveal shares of b_u) and a disjoint set "u dropped" (shares of s_u),
+    so it needs t − c honest holders on each side: possible iff holders − c ≥ 2(t − c), i.e.
+    holders + c ≥ 2t. Also possible outright when c ≥ t. Safe iff 2t > holders + c (docs/fl/SECAGG.md)."""
+    return colluders >= threshold or holders + colluders >= 2 * threshold
+
+
+def threshold_for_colluders(degree: int, colluders: int) -> int:
+    """The smallest t with 2t > degree + colluders: ⌊(k + c)/2⌋ + 1 (it must still be ≤ k to be usable)."""
+    return (degree + colluders) // 2 + 1
 
 
 # -- Shamir secret sharing ---------------------------------------------------------
@@ -395,7 +422,10 @@ class SecAggClient:
         config: SecAggConfig,
         random_bytes: RandomBytes = os.urandom,
         required_threshold: int | None = None,
+        max_colluders: int = 0,
     ) -> None:
+        if isinstance(max_colluders, bool) or not isinstance(max_colluders, int) or max_colluders < 0:
+            raise SecAggError(f"max_colluders must be an integer >= 0, got {max_colluders!r}")
         if index not in config.neighbors:
             raise SecAggError(f"client index {index} is not in the round's graph")
         if required_threshold is not None and config.threshold != required_threshold:
@@ -404,6 +434,8 @@ class SecAggClient:
             )
         self.index = index
         self.config = config
+        #: c, the colluding share holders this client's secrets must withstand (from the signed task)
+        self.max_colluders = max_colluders
         #: SHA-256 commitments to the shares sent (recipient → 32 bytes for b ‖ 32 bytes for s), see share_keys
         self.commitments: dict[int, bytes] = {}
         self._rb = random_bytes
@@ -427,13 +459,14 @@ class SecAggClient:
             raise SecAggError(f"only {len(peers)} neighbours advertised keys, fewer than t = {self.config.threshold}")
         if len({a.mask_key for a in peers.values()} | {public_bytes(self._s.public_key())}) != len(peers) + 1:
             raise SecAggError("two parties advertised the same mask key")
-        t = self.config.threshold
-        if 2 * t <= len(peers):
-            # two disjoint sets of t holders could then each be told a different story about this client
-            # ("it survived" to one, "it dropped" to the other) and rebuild both b_u and s_u (issue 13)
-            raise SecAggError(
-                f"t = {t} with {len(peers)} share holders: secrets are shared only when 2t > the holders; "
-                "a server asking for less could rebuild both this client's seeds"
+        t, c = self.config.threshold, self.max_colluders
+        if split_attack_possible(len(peers), t, c):
+            # c colluding holders give the server c shares of both secrets; two disjoint sets of t − c honest
+            # holders, each told a different story ("u survived" / "u dropped"), would give it the rest
+            raise CollusionBoundError(
+                f"t = {t} with {len(peers)} share holders and up to {c} colluding: secrets are shared only "
+                f"when 2t > holders + colluders ({2 * t} <= {len(peers) + c}); a server asking for this could "
+                "rebuild both this client's seeds"
             )
         self._peers = dict(peers)
         xs = sorted(peers)

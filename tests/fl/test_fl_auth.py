@@ -139,6 +139,6 @@ def test_a_peer_drops_an_advert_the_server_swapped() -> None:
     auths["4"] = dict(auths["3"])  # dev-2's signature under index 4 (keys of dev-3): two indices, one device
     view = {"adverts": {u: adverts[u] for u in ("2", "3", "4")}, "advert_auth": {u: auths[u] for u in ("2", "3", "4")}}
     dev = FLDevice("http://127.0.0.1:9", spec.task, "dev-0", *make_data(1)[0], identity=ids[1])
-    dev._round = {"round": 0}
+    dev._round = {"round": 0, "task_clients": frozenset(spec.clients)}
     got = dev._verified_adverts(view, 0)
     assert set(got) == {3} and dev.errors["bad_advert"] == 2

@@ -179,6 +179,11 @@ def _check_ddg_row(ddg: dict, sigma2: dict) -> None:
     for _ in range(100):
         acc.record(spec)
     assert ddg["epsilon_server_operator"] == pytest.approx(acc.epsilon(), rel=1e-12)
+    # beside it, the figure if only half the sampled devices are honest (issue 28; tests/fl/test_fl_ddg_honest.py)
+    assert ddg["assumed_honest_shares"] == 5 and ddg["assumed_honest_fraction"] == 0.5
+    assert ddg["epsilon_server_operator_assumed_honest"] == pytest.approx(acc.epsilon(shares=5), rel=1e-12)
+    server = next(a for a in ddg["epsilon_by_adversary"] if a["adversary"] == "server_operator")
+    assert server["epsilon_assumed_honest"] == ddg["epsilon_server_operator_assumed_honest"]
     by = {a["adversary"]: a["epsilon"] for a in ddg["epsilon_by_adversary"]}
     assert by == {"observer": ddg["epsilon"], "knows_sample": ddg["epsilon"], "server_operator": ddg["epsilon"]}
     assert ddg["bits"] == 16 and ddg["modular_clipping_bound"] < 1e-3
@@ -190,5 +195,6 @@ def test_example_text_and_fixed_options(capsys) -> None:
     text = capsys.readouterr().out
     assert "ε observers" in text and "ε knows sample" in text and "σ 2.0" in text
     assert "server operator: none" in text
+    assert "if 5 of 10 honest)" in text  # the distributed-DG row's operator figure at the assumed honest share
     with pytest.raises(SystemExit, match="--seed"):
         main(["fl", "clinics", "--example", "--seed", "3"])

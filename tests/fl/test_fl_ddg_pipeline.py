@@ -47,6 +47,8 @@ def test_task_option_is_validated_and_round_trips() -> None:
         _ddg_task("x", sampling={"kind": "poisson", "rate": 0.5})
     with pytest.raises(FLError, match="bits must be"):
         _ddg_task("x", noise={"kind": "distributed_discrete_gaussian", "bits": 64})
+    with pytest.raises(FLError, match="assumed_honest_fraction"):
+        _ddg_task("x", noise={"kind": "distributed_discrete_gaussian", "bits": 16, "assumed_honest_fraction": 0})
     with pytest.raises(FLError, match="no options"):
         _ddg_task("x", noise={"kind": "distributed_discrete_gaussian", "bits": 16, "sigma": 1})
 
@@ -78,6 +80,13 @@ def test_ddg_rounds_over_the_pipeline_report_epsilon_against_the_server(tmp_path
     assert math.isclose(by["server_operator"]["epsilon"], expect.epsilon(), rel_tol=1e-9)
     assert by["observer"]["epsilon"] == by["knows_sample"]["epsilon"] == by["server_operator"]["epsilon"]
     assert "never an un-noised sum" in by["server_operator"]["sees"]
+    # beside it, the figure for the task's assumed honest share of the sample (default half: issue 28)
+    h = spec.noise.honest_shares(spec)
+    assert h == math.ceil(spec.sampling.count / 2)
+    assert math.isclose(by["server_operator"]["epsilon_assumed_honest"], expect.epsilon(shares=h), rel_tol=1e-9)
+    assert by["server_operator"]["epsilon_all_honest"] == by["server_operator"]["epsilon"]
+    for rec in status["history"]:
+        assert rec["assumed_honest_shares"] == h and rec["epsilon_assumed_honest"] > rec["epsilon"]
     assert status["rejected"] == {}
 
 

@@ -209,6 +209,9 @@ def test_secagg_rounds_with_dropouts_unmask_the_ring_sum(tmp_path: Path) -> None
         rounds=2,
         noise_multiplier=0.0,
         phase_timeout=2.0,
+        # two dropouts on the complete graph of 6 (k = 5) need t = 3 (4 survivors sign): the default c = 1
+        # would make t = 4, which tolerates one (docs/fl/SECAGG.md, "Colluding share holders")
+        max_colluders=0,
     )
     data = make_data(7)
     with running_task(tmp_path, spec, checkpoint_interval=0.2) as (tr, srv, jt):

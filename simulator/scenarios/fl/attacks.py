@@ -497,6 +497,7 @@ def run_inversion(cfg: InversionConfig = InversionConfig()) -> dict[str, Any]:
                 "clients_in_sum": k,
                 "noise_multiplier": sigma,
                 "epsilon_one_round": None if sigma is None else _gaussian_epsilon(sigma, cfg.delta),
+                "neighbors": "add or remove one client (sensitivity the clip norm)",
                 "cosine_mean": float(a[:, 0].mean()),
                 "svd_abs_cosine_mean": float(a[:, 1].mean()),
                 "relative_error_median": float(np.median(a[:, 2])),
@@ -601,7 +602,8 @@ def report_lines(result: dict[str, Any]) -> list[str]:
     mi, inv = result["membership_inference"], result["gradient_inversion"]
     lines = [
         f"membership inference: {mi['candidate_clients']} candidate clients ({mi['joining_clients']} joined), "
-        f"{mi['examples_per_client']} examples each, {mi['model']}, {mi['rounds']} rounds, Poisson q = {mi['sampling']['rate']}",
+        f"{mi['examples_per_client']} examples each, {mi['model']}, {mi['rounds']} rounds, Poisson q = {mi['sampling']['rate']}"
+        f"; ε: {mi.get('neighbors', 'add or remove one client (client-level DP)')}",
         f"{'setting':<18} {'ε':>8} {'train acc':>9} {'test acc':>8} {'advantage':>9} {'95 % CI':>16} "
         f"{'Yeom τ':>7} {'TV bound':>8} {'ε,δ bound':>9}",
     ]
@@ -612,7 +614,10 @@ def report_lines(result: dict[str, Any]) -> list[str]:
             f"{'[' + format(s['ci'][0], '.3f') + ', ' + format(s['ci'][1], '.3f') + ']':>16} "
             f"{s['yeom_threshold']['advantage']:>7.3f} {s['bound_total_variation']:>8.3f} {s['bound_epsilon_delta']:>9.3f}"
         )
-    lines.append(f"gradient inversion: {inv['model']}; {inv['trials']} targets per setting; clip {inv['clip_norm']:g}")
+    lines.append(
+        f"gradient inversion: {inv['model']}; {inv['trials']} targets per setting; clip {inv['clip_norm']:g}; "
+        "ε (1 round): add or remove one client"
+    )
     lines.append(f"{'setting':<28} {'ε (1 round)':>11} {'cos':>6} {'|cos| svd':>9} {'rel. err':>8} {'success':>7}")
     for s in inv["settings"]:
         lines.append(

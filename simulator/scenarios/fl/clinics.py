@@ -41,7 +41,13 @@ import numpy as np
 from estimator.accounting.accountant import gaussian_noise_for_epsilon
 from estimator.fl.aggregators import ValidatingAggregator, WeightedMean
 from estimator.fl.checkpoint import json_float
-from estimator.fl.ddg_accounting import DDGAccountant, ddg_epsilon_by_adversary, noise_for_epsilon
+from estimator.fl.ddg_accounting import (
+    DEFAULT_ASSUMED_HONEST_FRACTION,
+    DDGAccountant,
+    assumed_honest_shares,
+    ddg_epsilon_by_adversary,
+    noise_for_epsilon,
+)
 from estimator.fl.dp import ClientLevelAccountant, FixedClippingDP, epsilon_by_adversary
 from estimator.fl.ftrl import FtrlAccountant, TreeNoise, ftrl_epsilon_rdp, ftrl_noise_for_epsilon
 from estimator.fl.sampling import FixedCountSampling, PoissonSampling
@@ -316,7 +322,8 @@ def _ddg_example_row(
     for _ in range(int(participation.max())):
         realized.record(spec)
     eps = acc.epsilon()
-    by = ddg_epsilon_by_adversary(acc)
+    honest = assumed_honest_shares(per_round, DEFAULT_ASSUMED_HONEST_FRACTION)
+    by = ddg_epsilon_by_adversary(acc, None, honest, DEFAULT_ASSUMED_HONEST_FRACTION)
     u_true = np.array(EXAMPLE_W_TRUE) / np.linalg.norm(EXAMPLE_W_TRUE)
     return {
         "setting": "distributed DG",
@@ -334,6 +341,11 @@ def _ddg_example_row(
         "epsilon_known_sample_realized": realized.epsilon(),
         "epsilon_by_adversary": by,
         "epsilon_server_operator": eps,
+        # the operator enrolls the devices and draws the sample: the figure if only the assumed honest share of
+        # each round's devices adds noise it does not know (DEFAULT_ASSUMED_HONEST_FRACTION of the sample)
+        "epsilon_server_operator_assumed_honest": acc.epsilon(shares=honest),
+        "assumed_honest_shares": honest,
+        "assumed_honest_fraction": DEFAULT_ASSUMED_HONEST_FRACTION,
     }
 
 
@@ -388,11 +400,18 @@ def compare_ddg_to_central(
             )[0]
             for seed in seeds
         ]
+        honest_acc = DDGAccountant(delta)
+        for _ in range(rounds):
+            honest_acc.record(spec)
+        honest = assumed_honest_shares(per_round, DEFAULT_ASSUMED_HONEST_FRACTION)
         row: dict[str, Any] = {
             "noise": "distributed_discrete_gaussian",
             "bits": b,
             "noise_multiplier": spec.noise_stddev / clip,
             "epsilon_known_sample": target,
+            "epsilon_server_operator": honest_acc.epsilon(),
+            "epsilon_server_operator_assumed_honest": honest_acc.epsilon(shares=honest),
+            "assumed_honest_shares": honest,
         }
         row.update(scores(ws))
         out.append(row)
@@ -620,6 +639,11 @@ def example_report_lines(result: dict[str, Any]) -> list[str]:
     for r in result["rows"]:
         operator = r.get("epsilon_server_operator")
         op = "none" if operator is None and r["epsilon"] is not None else _fmt_eps(operator)
+        if r.get("epsilon_server_operator_assumed_honest") is not None:
+            op += (
+                f" ({_fmt_eps(r['epsilon_server_operator_assumed_honest'])} if {r['assumed_honest_shares']} of "
+                f"{result['sampling']['count']} honest)"
+            )
         lines.append(
             f"{r['setting']:<14} {r['accuracy']:>9.3f} {r['weight_error']:>11.3f} {_fmt_eps(r['epsilon']):>12} "
             f"{_fmt_eps(r['epsilon_known_sample']):>15} {_fmt_eps(r['epsilon_known_sample_realized']):>14} "
@@ -638,7 +662,9 @@ def example_report_lines(result: dict[str, Any]) -> list[str]:
         "most-sampled clinic's rounds). The server operator: none, the noise is central (added after the "
         "server averaged the clipped updates), except for distributed DG, whose devices add discrete Gaussian "
         "shares before secure aggregation (Kairouz, Liu, Steinke 2021; its bits per coordinate in the JSON): "
-        "one figure for every adversary, no amplification credited. No noise: ε is infinite (— in the table, "
+        "one figure for every adversary, no amplification credited, if every sampled device is genuine and honest; "
+        "in brackets the operator's figure if only the assumed share of each round's devices is (the operator "
+        "enrolls the devices and draws the sample: the rest may be its own, whose noise it knows). No noise: ε is infinite (— in the table, "
         "null in JSON)."
     )
     ftrl = next((r for r in result["rows"] if r["setting"] == "DP-FTRL"), None)

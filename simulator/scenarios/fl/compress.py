@@ -308,7 +308,7 @@ def report_lines(result: dict[str, Any]) -> list[str]:
     sensitivity and final accuracy at the common ε."""
     lines = [
         f"compress: drift partition, {result['rounds']} rounds, seeds {result['seeds']}, "
-        f"ε = {result['epsilon']:.2f} (δ = {result['delta']:g}) for every scheme"
+        f"ε = {result['epsilon']:.2f} (δ = {result['delta']:g}; {result['epsilon_against']}) for every scheme"
     ]
     for r in result["schemes"]:
         lines.append(

@@ -58,7 +58,12 @@ from estimator.fl.aggregators import (
     ValidatingAggregator,
     WeightedMean,
 )
-from estimator.fl.ddg_accounting import DDGAccountant, noise_for_epsilon
+from estimator.fl.ddg_accounting import (
+    DEFAULT_ASSUMED_HONEST_FRACTION,
+    DDGAccountant,
+    assumed_honest_shares,
+    noise_for_epsilon,
+)
 from estimator.fl.dp import ClientLevelAccountant, FixedClippingDP
 from estimator.fl.ftrl import DPFTRL, FtrlAccountant, ftrl_noise_for_epsilon
 from estimator.fl.sampling import FixedCountSampling
@@ -439,6 +444,8 @@ def compare_drift_ddg_to_central(
     central: list[dict[str, Any]] = []
     by_bits: dict[int, list[dict[str, Any]]] = {b: [] for b in bits}
     eps_ddg: dict[int, float] = {}
+    eps_honest: dict[int, float] = {}  # the operator's figure if only the assumed honest share adds noise
+    honest = assumed_honest_shares(m, DEFAULT_ASSUMED_HONEST_FRACTION)
     for s in seeds:
         c = dataclasses.replace(cfg, seed=int(s))
         skewed, _, test = make_drift_data(c, np.random.default_rng([c.seed, 0]))
@@ -454,6 +461,7 @@ def compare_drift_ddg_to_central(
                 f"ddg_{b}", FedAvg(c.training), skewed, c, schedule, test, ValidatingAggregator(DDGMean(spec, acc))
             )
             eps_ddg[b] = acc.epsilon()
+            eps_honest[b] = acc.epsilon(shares=honest)
             by_bits[b].append(run)
 
     def summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
@@ -488,6 +496,8 @@ def compare_drift_ddg_to_central(
                 "bits": b,
                 "noise_multiplier": spec.noise_stddev / C,
                 "epsilon_server_operator": eps_ddg[b],
+                "epsilon_server_operator_assumed_honest": eps_honest[b],
+                "assumed_honest_shares": honest,
                 "holds_against_operator": True,
                 "gamma": spec.gamma,
                 "modular_clipping_bound_per_round": spec.modular_clipping_bound(),
@@ -615,7 +625,14 @@ def _ddg_lines(ddg: dict[str, Any]) -> list[str]:
         label = "central" if r["bits"] is None else f"{r['bits']:>2} bits"
         lines.append(
             f"  {label:<8} z {r['noise_multiplier']:.3f}  operator: {'yes' if r['holds_against_operator'] else 'no'}"
-            f"  final {r['final_accuracy_mean']:.4f}  mean last 10 {r['mean_accuracy_last_10_mean']:.4f}"
+            + (
+                f" (ε {r['epsilon_server_operator']:.2f} if all honest, "
+                f"{r['epsilon_server_operator_assumed_honest']:.2f} if {r['assumed_honest_shares']} of each round's "
+                "devices are)"
+                if r.get("epsilon_server_operator_assumed_honest") is not None
+                else ""
+            )
+            + f"  final {r['final_accuracy_mean']:.4f}  mean last 10 {r['mean_accuracy_last_10_mean']:.4f}"
         )
     return lines
 

@@ -156,6 +156,7 @@ def run_local_dpsgd(cfg: DriftConfig | None = None, dp: LocalDPSGDConfig | None 
         "epsilon_observers": client_acc.epsilon(),
         "delta": dp.delta,
         "protects": "a whole device's data, against whoever sees the released models (not the server)",
+        "neighbors": "replace one device's data (fixed-count sampling)",
     }
     runs: list[dict[str, Any]] = [
         {
@@ -282,9 +283,9 @@ def report_lines(result: dict[str, Any]) -> list[str]:
         f"{result['rounds_joined']['max']} (median {result['rounds_joined']['median']:g})",
         f"client-level DP: C = {cl['clip_norm']:g}, z = {cl['noise_multiplier']:g}, ε = "
         f"{cl['epsilon_known_sample']:.2f} (knows the sample) / {cl['epsilon_observers']:.2f} (observers) at "
-        f"δ = {cl['delta']:g}: {cl['protects']}",
+        f"δ = {cl['delta']:g}, {cl['neighbors']}: {cl['protects']}",
         f"sample-level DP: c = {ld['clip']:g}, q = {ld['sample_rate']:g}, {ld['steps_per_round']} steps per round, "
-        f"η = {ld['learning_rate']:g}, δ = {ld['delta']:g}: {ld['protects']}",
+        f"η = {ld['learning_rate']:g}, δ = {ld['delta']:g}, replace one example: {ld['protects']}",
         f"{'run':<24} {'σ':>5} {'ε/round':>8} {'ε all':>8} {'ε busiest':>10} {'final':>7} {'last 10':>8}",
     ]
     for r in result["runs"]:
