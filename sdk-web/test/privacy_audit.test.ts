@@ -8,7 +8,7 @@
 // spends 2ε.
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import { GRRSpec, HRSpec, SimulationSource, hashToRange, makeSpec, type MechanismSpec, type RandomSource } from "../src/index.js";
+import { GRRSpec, HRSpec, SimulationSource, hashToRange, makeFrequencySpec, type MechanismSpec, type RandomSource } from "../src/index.js";
 import { getUint } from "../src/mechanisms/base.js";
 import { parity } from "../src/mechanisms/cms.js";
 import type { CMSSpec, HCMSSpec, OLHSpec, RapporSpec } from "../src/index.js";
@@ -43,19 +43,19 @@ function ratios(a: Audit, seed: number, encode?: (v: number, rng: RandomSource) 
 
 function audits(): Audit[] {
   const out: Audit[] = [];
-  const rr = makeSpec("rr", { epsilon: 1.0 });
+  const rr = makeFrequencySpec("rr", { epsilon: 1.0 });
   out.push({ spec: rr, x: 1, x2: 0, event: (r) => r[0] === 1, tight: true });
-  const grr = makeSpec("grr", { epsilon: 1.5, domain_size: 8 });
+  const grr = makeFrequencySpec("grr", { epsilon: 1.5, domain_size: 8 });
   out.push({ spec: grr, x: 3, x2: 5, event: (r) => r[0] === 3, tight: true });
-  const oue = makeSpec("oue", { epsilon: 1.0, domain_size: 12 });
+  const oue = makeFrequencySpec("oue", { epsilon: 1.0, domain_size: 12 });
   const bit = (r: Uint8Array, v: number): number => ((r[v >>> 3] as number) >> (v & 7)) & 1;
   out.push({ spec: oue, x: 2, x2: 9, event: (r) => bit(r, 2) === 1 && bit(r, 9) === 0, tight: true });
-  const olh = makeSpec("olh", { epsilon: 1.0, domain_size: 64 }) as OLHSpec;
+  const olh = makeFrequencySpec("olh", { epsilon: 1.0, domain_size: 64 }) as OLHSpec;
   // y = H_seed(5): P = p given 5; given 6 it is p/g + q(1 - 1/g) (a collision or a random hit): not tight
   out.push({ spec: olh, x: 5, x2: 6, event: (r) => getUint(r, 4, r.length - 4) === hashToRange(5, getUint(r, 0, 4), olh.g), tight: false });
-  const hr = makeSpec("hr", { epsilon: 1.0, domain_size: 10 }) as HRSpec;
+  const hr = makeFrequencySpec("hr", { epsilon: 1.0, domain_size: 10 }) as HRSpec;
   out.push({ spec: hr, x: 1, x2: 4, event: (r) => hr.supports(1, r[0]!) && !hr.supports(4, r[0]!), tight: true });
-  const cms = makeSpec("cms", { epsilon: 2.0, domain_size: 100, num_hashes: 8, width: 64 }) as CMSSpec;
+  const cms = makeFrequencySpec("cms", { epsilon: 2.0, domain_size: 100, num_hashes: 8, width: 64 }) as CMSSpec;
   out.push({
     spec: cms,
     x: 10,
@@ -68,7 +68,7 @@ function audits(): Audit[] {
     },
     tight: true,
   });
-  const hcms = makeSpec("hcms", { epsilon: 1.0, domain_size: 100, num_hashes: 8, width: 64 }) as HCMSSpec;
+  const hcms = makeFrequencySpec("hcms", { epsilon: 1.0, domain_size: 100, num_hashes: 8, width: 64 }) as HCMSSpec;
   out.push({
     spec: hcms,
     x: 10,
@@ -80,7 +80,7 @@ function audits(): Audit[] {
     },
     tight: true,
   });
-  const rappor = makeSpec("rappor", { epsilon: 3.0, domain_size: 20, num_bits: 16, num_cohorts: 2 }) as RapporSpec;
+  const rappor = makeFrequencySpec("rappor", { epsilon: 3.0, domain_size: 20, num_bits: 16, num_cohorts: 2 }) as RapporSpec;
   out.push({
     spec: rappor,
     x: 1,
