@@ -14,7 +14,7 @@ import type { RandomSource } from "../random.js";
 import { MechanismSpec, fromHex, indexSize, packRecord, pureProtocolVariance, requireInt, type Param, type RecordField } from "./base.js";
 import { roundHalfEven } from "./olh.js";
 import { Keystream, u64le } from "./rappor.js";
-import { keystreamIndex } from "./repeated.js";
+import { MemoCache, keystreamIndex } from "./repeated.js";
 
 export const MAX_G = 1024;
 const enc = new TextEncoder();
@@ -46,6 +46,7 @@ export class LolohaSpec extends MechanismSpec {
   readonly g: number;
   private readonly fields: RecordField[];
   private seedCache: { key: Uint8Array; seed: number } | null = null;
+  private readonly memo = new MemoCache<number>();
 
   constructor(params: { epsilon: number; domain_size: number; epsilon_one?: number | null; g?: number | null }) {
     super("loloha", params.epsilon, params.domain_size);
@@ -130,7 +131,8 @@ export class LolohaSpec extends MechanismSpec {
     if (!(key instanceof Uint8Array) || key.length < 16) throw new SpecError("a memoized encoder needs a device key of at least 16 bytes");
     const v = this.checkValue(value);
     const seed = this.deviceSeed(key);
-    const perm = this.permanent(hashToRange(v, seed, this.g), key);
+    const h = hashToRange(v, seed, this.g);
+    const perm = this.memo.get(key, h, () => this.permanent(h, key));
     return packRecord(this.fields, [seed, this.grr(perm, this.p2, rng)]);
   }
   countVariance(trueCounts: readonly number[]): number[] {

@@ -59,6 +59,25 @@ function withValue(memoId: string, v: number): Uint8Array {
   return out;
 }
 
+/** Memoized responses already derived, per device key (object identity) and value: each is a pure function
+ * of (key, spec, value), so caching changes no byte; it spares the HMACs on the hot path. At most
+ * {@link MEMO_CACHE} entries per key (the policy's bounds keep real specs well below). */
+export const MEMO_CACHE = 1024;
+export class MemoCache<T> {
+  private readonly byKey = new WeakMap<Uint8Array, Map<number, T>>();
+  get(key: Uint8Array, v: number, derive: () => T): T {
+    let m = this.byKey.get(key);
+    if (!m) this.byKey.set(key, (m = new Map()));
+    let out = m.get(v);
+    if (out === undefined) {
+      out = derive();
+      if (m.size >= MEMO_CACHE) m.clear();
+      m.set(v, out);
+    }
+    return out;
+  }
+}
+
 function requireKey(secret: Uint8Array): Uint8Array {
   if (!(secret instanceof Uint8Array) || secret.length < 16) throw new SpecError("a memoized encoder needs a device key of at least 16 bytes");
   return secret;
@@ -69,6 +88,7 @@ export class OneBitMeanSpec extends NumericSpec {
   readonly name = "1bitmean";
   readonly granularity: number;
   private readonly fields: RecordField[] = [{ name: "bit", kind: "uint", size: 1, bound: 2 }];
+  private readonly memo = new MemoCache<number>();
 
   constructor(params: { epsilon: number; low: number; high: number; granularity?: number }) {
     super("1bitmean", params);
@@ -121,8 +141,8 @@ export class OneBitMeanSpec extends NumericSpec {
   /** This device's report: its fixed α and the memoized bit of the value's grid point (no draws). */
   encodeMemoized(value: number | readonly number[], key: Uint8Array, _rng?: RandomSource): Uint8Array {
     const t = this.unit(value as number);
-    const j = this.roundToGrid(t, this.deviceAlpha(key));
-    return Uint8Array.of(this.gridBit(j, key));
+    const j = this.roundToGrid(t, this.memo.get(key, -1, () => this.deviceAlpha(key)));
+    return Uint8Array.of(this.memo.get(key, j, () => this.gridBit(j, key)));
   }
 }
 
@@ -133,6 +153,7 @@ export class DBitFlipSpec extends NumericSpec {
   readonly sample: number;
   private readonly fields: RecordField[];
   private sampledCache: { key: Uint8Array; buckets: number[] } | null = null;
+  private readonly memo = new MemoCache<Uint8Array>();
 
   constructor(params: { epsilon: number; low: number; high: number; buckets?: number; sample?: number | null }) {
     super("dbitflip", params);
@@ -236,8 +257,12 @@ export class DBitFlipSpec extends NumericSpec {
   }
   /** This device's report: its fixed buckets and the memoized bits of the value's bucket (no draws). */
   encodeMemoized(value: number | readonly number[], key: Uint8Array, _rng?: RandomSource): Uint8Array {
-    const sampled = this.deviceBuckets(key);
     const v = this.bucketOf(value as number);
-    return this.record(sampled, this.memoizedBits(v, sampled, key));
+    return this.memo
+      .get(key, v, () => {
+        const sampled = this.deviceBuckets(key);
+        return this.record(sampled, this.memoizedBits(v, sampled, key));
+      })
+      .slice();
   }
 }
