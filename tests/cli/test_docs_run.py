@@ -55,7 +55,9 @@ def blocks() -> list[tuple[Path, int, str, str, str | None]]:
         for m in FENCE.finditer(text):
             before = [ln for ln in text[: m.start()].splitlines() if ln.strip()]
             mark = MARK.match(before[-1]) if before else None
-            out.append((doc, text[: m.start()].count("\n") + 1, m.group(1), m.group(2), mark.group(1) if mark else None))
+            out.append(
+                (doc, text[: m.start()].count("\n") + 1, m.group(1), m.group(2), mark.group(1) if mark else None)
+            )
     return out
 
 
