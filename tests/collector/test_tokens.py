@@ -193,7 +193,7 @@ def _start_collector(tmp_path: Path, name: str, dedup: str | None = None) -> tup
             "--metrics",
             str(tmp_path / "metrics.json"),
             "--dedup",
-            str(tmp_path / f"ids-{name}.sqlite3"),
+            str(tmp_path / (dedup or f"ids-{name}.sqlite3")),
             "--require-tokens",
             "--token-keys",
             str(tmp_path / "issuer" / "public"),
@@ -236,6 +236,27 @@ def test_double_spend_across_two_collector_processes(
             proc.communicate()
 
 
+def test_a_token_spent_at_one_collector_is_refused_at_the_other(
+    tmp_path: Path, issuer: ServerThread, authority: EnrollmentAuthority, metrics: MetricSet
+) -> None:
+    """Two ``ldp collector`` processes sharing the spent-token store and the dedup store (one host, as
+    docs/COLLECTOR.md "Several collectors" requires): a token spent at A pays for nothing at B (409
+    token_spent), and the retry of A's batch at B is a duplicate, not a second count."""
+    (tok,) = client(issuer.url, authority.enroll("device-s")).fetch(1)
+    procs = [_start_collector(tmp_path, n, dedup="ids-shared.sqlite3") for n in ("a", "b")]
+    try:
+        batch = encode_frame(olh_batch(metrics, 3, first_seed=500))
+        assert post(procs[0][1], batch, tok).json()["status"] == "accepted"
+        r = post(procs[1][1], encode_frame(olh_batch(metrics, 3, first_seed=600)), tok)
+        assert r.status_code == 409 and r.json()["error"] == "token_spent", r.text
+        assert post(procs[1][1], batch, tok).json()["status"] == "duplicate"  # the device's retry, elsewhere
+    finally:
+        for proc, _ in procs:
+            proc.terminate()
+            proc.wait(30)
+            proc.communicate()
+
+
 def test_issuer_readyz_and_the_public_key_it_publishes(issuer: ServerThread, tmp_path: Path) -> None:
     """/readyz answers once today's key is on disk, and that key's public half (the collector's --token-keys
     file) is in the RFC 9578 §6.5 encoding whose SHA-256 is the token_key_id the issuer names."""
@@ -248,7 +269,8 @@ def test_issuer_readyz_and_the_public_key_it_publishes(issuer: ServerThread, tmp
     der = base64.b64decode(entry["public_key"])
     assert der[:21].hex().startswith("30820156304106092a864886f70d01010a")  # SEQUENCE { id-RSASSA-PSS ...
     assert hashlib.sha256(der).hexdigest() == entry["token_key_id"]
-    assert httpx.get(issuer.url + "/v1/token-keys").json()["keys"][0]["token_key_id"] == entry["token_key_id"]
+    listed = {e["day"]: e["token_key_id"] for e in httpx.get(issuer.url + "/v1/token-keys").json()["keys"]}
+    assert listed[entry["day"]] == entry["token_key_id"]
 
 
 def test_issuer_serve_takes_the_authority_key_from_the_environment(
