@@ -382,3 +382,57 @@ def _nonzero(c: TelemetryClient) -> dict[str, Any]:
     if wallet is not None and wallet.last_error:
         out["last_error"] = wallet.last_error
     return out
+
+
+class StaticDocument:
+    """A third party's mirror: serves the token-key document it fetched itself, the same to everyone."""
+
+    def __init__(self, doc: dict[str, Any]) -> None:
+        self.body = json.dumps(doc).encode()
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return
+        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"application/json")]})
+        await send({"type": "http.response.body", "body": self.body})
+
+
+def test_a_mirror_the_operator_does_not_run_catches_a_key_served_in_both_documents(
+    tmp_path: Path, authority: EnrollmentAuthority
+) -> None:
+    """The residual and its remedy: an operator running both issuer and collector gives one device a key of its
+    own in both documents (here: a second issuer state, its key in a collector key folder of its own). The
+    device's issuer/collector check passes, so without a mirror it gets tokens under the per-device key; with
+    a ``token_key_mirrors`` document fetched by a third party from the fleet-wide issuer, it refuses."""
+    write_metrics(tmp_path / "metrics.json", emoji_reports_per_day=R)
+    fleet = IssuerSettings(str(tmp_path / "fleet"), (authority.public_key,), tokens_per_day=K)
+    target = IssuerSettings(str(tmp_path / "target"), (authority.public_key,), tokens_per_day=K)
+    ident = authority.enroll("target-device")
+    with (
+        ServerThread(create_issuer_app(fleet)) as fleet_issuer,
+        ServerThread(create_issuer_app(target)) as target_issuer,
+    ):
+        mirror_doc = httpx.get(fleet_issuer.url + "/v1/token-keys").json()  # what everyone else sees
+        httpx.get(target_issuer.url + "/v1/token-keys")  # writes the per-device keys
+        col_app = create_app(collector_settings(tmp_path, tmp_path / "target" / "public"))
+        with ServerThread(col_app) as col, ServerThread(StaticDocument(mirror_doc)) as mirror:
+            sources = [col.url + "/v1/token-keys"]
+            no_mirror = tokens.IssuerClient(target_issuer.url, ident, origin=ORIGIN, key_sources=sources)
+            assert len(no_mirror.fetch(1)) == 1  # the two documents agree: the device cannot tell
+            with_mirror = tokens.IssuerClient(
+                target_issuer.url, ident, origin=ORIGIN, key_sources=[*sources, mirror.url + "/v1/token-keys"]
+            )
+            with pytest.raises(tokens.TokenError) as exc:
+                with_mirror.fetch(1)
+            assert exc.value.reason == "inconsistent_key"
+
+
+def test_token_key_mirrors_must_be_https_urls() -> None:
+    from client_sdk.config import ClientConfigError
+
+    with pytest.raises(ClientConfigError, match="token_key_mirrors"):
+        ClientConfig(token_key_mirrors=("http://mirror.example.org/v1/token-keys",))  # plain http off loopback
+    with pytest.raises(ClientConfigError, match="list of URLs"):
+        ClientConfig(token_key_mirrors="https://mirror.example.org/v1/token-keys")  # type: ignore[arg-type]
+    cfg = ClientConfig(token_key_mirrors=["https://mirror.example.org/v1/token-keys"])  # type: ignore[arg-type]
+    assert cfg.token_key_mirrors == ("https://mirror.example.org/v1/token-keys",)
