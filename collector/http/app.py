@@ -47,6 +47,7 @@ from collector.dedup import BatchIdStore
 from collector.fl.routes import add_fl_routes, start_fl_service
 from collector.http.admission import Admission
 from collector.http.answers import add_error_handler
+from collector.http.bodies import BodyReaders
 from collector.http.decode import json_decode_pool
 from collector.http.health import Readiness, add_health_routes
 from collector.http.metrics_doc import MetricsDocument, add_metrics_route
@@ -226,7 +227,13 @@ def create_app(
         )
         spent_tokens = SpentTokens(settings.spent_path)
     max_records = min(settings.max_records, MAX_RECORDS)
-    runtime: dict[str, Any] = {"in_flight": 0, "reading": 0}
+    readers = BodyReaders(
+        max_reading=settings.max_reading,
+        body_timeout=settings.body_timeout,
+        min_body_rate=settings.min_body_rate,
+        body_grace=settings.body_grace,
+    )
+    runtime: dict[str, Any] = {"in_flight": 0, "reading": 0, "readers": readers}
     new_json_decoder = functools.partial(json_decode_pool, settings.decode_workers, document.body.decode(), max_records)
     upload = UploadHandler(
         settings,

@@ -54,6 +54,10 @@ _FLAGS: list[tuple[str, str, type, str]] = [
         float,
         "seconds a request body may take to arrive after its headers (408 and close after; default 15)",
     ),
+    ("--min-body-rate", "min_body_rate", float, "bytes/s a body must average after --body-grace (default 1024)"),
+    ("--body-grace", "body_grace", float, "seconds before --min-body-rate applies (default 2)"),
+    ("--header-timeout", "header_timeout", float, "seconds to send request line+headers, idle too (default 5)"),
+    ("--max-connections", "max_connections", int, "beyond, the oldest head-less one is closed (default 8192)"),
     (
         "--offload-json-bytes",
         "offload_json_bytes",
@@ -182,6 +186,7 @@ def run(args: argparse.Namespace) -> int:
     import uvicorn
 
     from collector.http.app import create_app
+    from collector.http.protocol import server_options
     from collector.settings import CollectorSettings
 
     overrides = {dest: getattr(args, dest) for _, dest, _, _ in _FLAGS}
@@ -205,6 +210,7 @@ def run(args: argparse.Namespace) -> int:
         log_level=args.log_level,
         proxy_headers=False,
         lifespan="on",
+        **server_options(settings),
     )
     if args.workers > 1:
         if not settings.public_metrics:
