@@ -31,10 +31,12 @@ Every error body is ``{"error": <reason>, "message": <what is wrong and how to f
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import functools
 import inspect
 import logging
+import os
 import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
@@ -51,8 +53,9 @@ from collector.http.bodies import BodyReaders
 from collector.http.decode import json_decode_pool
 from collector.http.health import Readiness, add_health_routes
 from collector.http.metrics_doc import MetricsDocument, add_metrics_route
-from collector.http.monitoring import CollectorMetrics, Timing, add_prometheus_route
+from collector.http.monitoring import MULTIPROC_ENV, CollectorMetrics, Timing, add_prometheus_route
 from collector.http.upload import UploadHandler, add_upload_route
+from collector.http.workers import renderer
 from collector.ingest import Ingestor
 from collector.settings import CollectorSettings
 from collector.tokens import SpentTokens, TokenVerifier
@@ -175,9 +178,12 @@ def _lifespan(
             runtime["fl"] = start_fl_service(
                 tr, settings.fl_rounds_topic, settings.fl_updates_topic, settings.retry_after
             )
+        publisher = asyncio.create_task(_publish_for_workers(store, prom, runtime)) if _multiprocess() else None
         try:
             yield
         finally:
+            if publisher is not None:
+                publisher.cancel()
             if runtime.get("fl") is not None:
                 runtime.pop("fl").stop()
             runtime["json_decoder"].shutdown(wait=True, cancel_futures=True)
@@ -190,6 +196,22 @@ def _lifespan(
                 tr.close()
 
     return lifespan
+
+
+def _multiprocess() -> bool:
+    return bool(os.environ.get(MULTIPROC_ENV))
+
+
+async def _publish_for_workers(store: BatchIdStore, prom: CollectorMetrics, runtime: dict[str, Any]) -> None:
+    """With ``--workers`` (prometheus-client's multiprocess mode), once a second: the reading gauge into this
+    worker's shared value, its pending upload counts into the shared store (the parent renders both)."""
+    while True:
+        await asyncio.sleep(1.0)
+        prom.reading.set(runtime["reading"])
+        try:
+            await asyncio.to_thread(store.flush_counts)
+        except Exception:  # a busy or failing store: the next second tries again
+            log.warning("could not write the upload counters to the batch-id store", exc_info=True)
 
 
 def create_app(
@@ -278,7 +300,7 @@ def create_app(
     add_metrics_route(app, document)
     add_health_routes(app, runtime)
     if metrics_route:
-        add_prometheus_route(app, prom, runtime)
+        add_prometheus_route(app, renderer(prom, runtime))
     if settings.fl_enabled:
         add_fl_routes(
             app,
