@@ -51,12 +51,12 @@ def raise_fd_limit(needed: int) -> None:
 
 
 @contextlib.contextmanager
-def collector(tmp_path: Path) -> Iterator[tuple[str, str]]:
-    """``ldp collector`` with its defaults but a 2 s head deadline and a 4 s body grace; (device URL, metrics
-    URL)."""
+def collector(tmp_path: Path, *flags: str) -> Iterator[tuple[str, str]]:
+    """``ldp collector`` with its defaults but a 2 s head deadline and a 4 s body grace (or ``flags``);
+    (device URL, metrics URL)."""
     cmd = [sys.executable, "-m", "ldp_cli.main", "collector", "--port", "0", "--metrics", str(tmp_path / "m.json")]
     cmd += ["--transport", f"sqlite:///{tmp_path}/log.sqlite3", "--dedup", str(tmp_path / "ids.sqlite3")]
-    cmd += ["--header-timeout", str(HEADER_TIMEOUT), "--body-grace", str(BODY_GRACE)]
+    cmd += list(flags) or ["--header-timeout", str(HEADER_TIMEOUT), "--body-grace", str(BODY_GRACE)]
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=tmp_path)
     try:
@@ -161,7 +161,7 @@ def honest_uploads(url: str, bodies: list[bytes], pause: float) -> tuple[list[fl
 def attacker(port: int, out: Any) -> None:
     """The attack, in a process of its own (the measuring client shares no interpreter lock with it): opens the
     2,000 sockets, says ``"open"`` on ``out``, trickles and watches for up to 30 s, then sends its findings:
-    seconds each head-less socket stayed open, and how many trickling bodies were closed."""
+    seconds each head-less socket and each trickling body stayed open (those the server closed)."""
     opened_at: dict[int, float] = {}
     silent, heads, bodies = open_hostile(port, opened_at)
     out.put("open")
@@ -178,7 +178,8 @@ def attacker(port: int, out: Any) -> None:
     for t in tricklers:
         t.join(5)
     held = [head_watch.closed_at[fd] - opened_at[fd] for fd in head_watch.closed_at]
-    out.put((held, len(body_watch.closed_at)))
+    body_held = [body_watch.closed_at[fd] - opened_at[fd] for fd in body_watch.closed_at]
+    out.put((held, body_held))
     for s in silent + heads + bodies:
         s.close()
 
@@ -202,7 +203,7 @@ def test_two_thousand_hostile_sockets_neither_lock_out_nor_stay_open(tmp_path: P
                 time.sleep(0.05)
             time.sleep(0.3)  # the last of the 2,000 connections are accepted
             latencies, codes = honest_uploads(url, bodies_[50:], pause=0.01)  # about 2 s, inside the bodies' grace
-            held_, bodies_closed = out.get(timeout=40)
+            held_, body_held = out.get(timeout=40)
         finally:
             attack.join(10)
             if attack.is_alive():
@@ -223,4 +224,32 @@ def test_two_thousand_hostile_sockets_neither_lock_out_nor_stay_open(tmp_path: P
     # not before the deadline (the trickled header bytes do not renew it), and soon after it (0.2 s of the
     # watcher's poll period, the rest for a loaded machine)
     assert HEADER_TIMEOUT - 0.05 < held.min() and held.max() < HEADER_TIMEOUT + 3
-    assert bodies_closed == BODIES, f"{BODIES - bodies_closed} trickling bodies still open"
+    assert len(body_held) == BODIES, f"{BODIES - len(body_held)} trickling bodies still open"
+    # by the minimum rate, soon after the grace: long before the 15 s whole-body deadline
+    print(f"trickling bodies closed {min(body_held):.2f}-{max(body_held):.2f} s after they opened")
+    assert max(body_held) < BODY_GRACE + 4
+
+
+def test_beyond_max_connections_the_oldest_headless_connection_is_closed(tmp_path: Path) -> None:
+    """``--max-connections 16``: 40 silent sockets (no head deadline in sight: 60 s) make room for newcomers
+    by closing the oldest silent ones; an honest upload still gets through, and the newest silent sockets
+    are the ones left open."""
+    metrics = write_metrics(tmp_path / "m.json")
+    with collector(tmp_path, "--header-timeout", "60", "--max-connections", "16") as (url, _):
+        port = int(url.rsplit(":", 1)[1])
+        silent = [socket.create_connection(("127.0.0.1", port), timeout=10) for _ in range(40)]
+        order = [s.fileno() for s in silent]  # oldest first
+        try:
+            watch = CloseWatch(silent, 10)
+            r = httpx.post(url + "/v1/reports", content=encode_frame(olh_batch(metrics, 5)), headers=FRAME, timeout=30)
+            end = time.monotonic() + 10
+            while len(watch.closed_at) < 40 - 15 and time.monotonic() < end:
+                time.sleep(0.05)
+            closed = set(watch.closed_at)
+        finally:
+            for s in silent:
+                s.close()
+    assert r.status_code == 202
+    # the honest connection and at most 15 silent ones fit; the closed ones are the oldest
+    assert len(closed) >= 40 - 15, len(closed)
+    assert closed == set(order[: len(closed)])
