@@ -108,14 +108,17 @@ def open_hostile(
 
 
 def trickle(socks: list[socket.socket], stop: threading.Event, until: float) -> None:
-    """One byte a second on every socket still open, until ``stop`` or ``until`` (monotonic)."""
-    open_ = set(socks)
-    while not stop.wait(1.0) and time.monotonic() < until and open_:
-        for s in list(open_):
+    """One byte a second on every socket still open, until ``stop`` or ``until`` (monotonic); spread over the
+    second in tenths, as independent clients would be."""
+    open_ = list(socks)
+    tick = 0
+    while not stop.wait(0.1) and time.monotonic() < until and open_:
+        for s in open_[tick % 10 :: 10]:
             try:
                 s.send(b"a")
             except OSError:  # closed by the server
-                open_.discard(s)
+                open_.remove(s)
+        tick += 1
 
 
 class CloseWatch(threading.Thread):
