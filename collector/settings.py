@@ -37,8 +37,15 @@ class CollectorSettings:
     ``max_body_bytes`` is checked against ``Content-Length`` before the body
     is read and again while it is read; ``max_records`` against the frame
     header before the records are decoded. A body must arrive whole within
-    ``body_timeout`` seconds of its headers (else 408 and the connection is
-    closed); at most ``max_reading`` bodies are read at once. ``max_in_flight``
+    ``body_timeout`` seconds of its headers and, from ``body_grace`` seconds
+    after them, at ``min_body_rate`` bytes a second on average (else 408 and
+    the connection is closed); at most ``max_reading`` bodies are read at
+    once, and a newcomer takes the place of a reader below that rate
+    (:mod:`collector.http.bodies`). A connection must deliver a complete
+    request line and headers within ``header_timeout`` seconds of opening or
+    of its previous answer (idle keep-alive included), else it is closed;
+    beyond ``max_connections`` open connections the oldest one still waiting
+    for its headers is closed (:mod:`collector.http.protocol`). ``max_in_flight``
     bounds the uploads being processed at once, counted from when their
     body has been read: one more is answered 503 with ``Retry-After:
     retry_after``. JSON bodies above ``offload_json_bytes`` and frames above
@@ -78,6 +85,10 @@ class CollectorSettings:
     max_in_flight: int = 256
     max_reading: int = 1024
     body_timeout: float = 15.0
+    min_body_rate: float = 1024.0
+    body_grace: float = 2.0
+    header_timeout: float = 5.0
+    max_connections: int = 8192
     offload_json_bytes: int = 2048
     offload_frame_bytes: int = 1 << 20
     decode_workers: int = 1
@@ -132,6 +143,10 @@ class CollectorSettings:
                 "max_in_flight": (1, 1 << 20),
                 "max_reading": (1, 1 << 20),
                 "body_timeout": (0.05, 3600.0),
+                "min_body_rate": (0.0, 1e12),
+                "body_grace": (0.0, 3600.0),
+                "header_timeout": (0.05, 3600.0),
+                "max_connections": (16, 1 << 22),
                 "offload_json_bytes": (0, 1 << 30),
                 "offload_frame_bytes": (0, 1 << 30),
                 "decode_workers": (1, 64),

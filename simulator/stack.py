@@ -116,9 +116,14 @@ class Topics:
 
 
 def serve_in_thread(
-    app: Any, host: str = "127.0.0.1", port: int = 0, lifespan: Literal["auto", "on", "off"] = "on"
+    app: Any,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    lifespan: Literal["auto", "on", "off"] = "on",
+    options: dict[str, Any] | None = None,
 ) -> tuple[Any, str, threading.Thread]:
-    """Start ``app`` under uvicorn on a thread; returns (server, base URL, thread) once it accepts requests."""
+    """Start ``app`` under uvicorn on a thread; returns (server, base URL, thread) once it accepts requests.
+    ``options``: more ``uvicorn.Config`` keywords (the collector's protocol: :func:`collector.http.protocol.server_options`)."""
     import uvicorn
 
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -129,7 +134,13 @@ def serve_in_thread(
     # which breaks whoever runs the pipeline in-process (the demo inside a test run, a notebook)
     server = uvicorn.Server(
         uvicorn.Config(
-            app, access_log=False, server_header=False, log_level="warning", lifespan=lifespan, log_config=None
+            app,
+            access_log=False,
+            server_header=False,
+            log_level="warning",
+            lifespan=lifespan,
+            log_config=None,
+            **(options or {}),
         )
     )
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True, name=f"uvicorn{url}")
@@ -217,6 +228,7 @@ class LocalPipeline:
 
     def start(self) -> LocalPipeline:
         from collector.http.app import create_app
+        from collector.http.protocol import server_options
         from collector.settings import CollectorSettings
         from collector.shuffler import DeviceCaps, Shuffler, ShufflerSettings
         from collector.sinks.parquet import ParquetSink
@@ -235,7 +247,9 @@ class LocalPipeline:
             dedup_path=str(self.workdir / f"collector-ids-{self.run_id}.sqlite3"),
             **self.collector_options,
         )
-        server, self.collector_url, _ = serve_in_thread(create_app(settings, metrics=self.metrics))
+        server, self.collector_url, _ = serve_in_thread(
+            create_app(settings, metrics=self.metrics), options=server_options(settings)
+        )
         self._servers.append(server)
 
         guarantee = None

@@ -31,11 +31,13 @@ Every error body is ``{"error": <reason>, "message": <what is wrong and how to f
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import functools
 import inspect
 import json
 import logging
+import os
 import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
@@ -49,11 +51,13 @@ from collector.dedup import BatchIdStore
 from collector.fl.routes import add_fl_routes, start_fl_service
 from collector.http.admission import Admission
 from collector.http.answers import add_error_handler
+from collector.http.bodies import BodyReaders
 from collector.http.decode import json_decode_pool
 from collector.http.health import Readiness, add_health_routes
 from collector.http.metrics_doc import MetricsDocument, add_metrics_route
-from collector.http.monitoring import CollectorMetrics, Timing, add_prometheus_route
+from collector.http.monitoring import MULTIPROC_ENV, CollectorMetrics, Timing, add_prometheus_route
 from collector.http.upload import UploadHandler, add_upload_route
+from collector.http.workers import renderer
 from collector.ingest import Ingestor
 from collector.settings import CollectorSettings
 from collector.tokens import SpentTokens, TokenVerifier
@@ -176,9 +180,12 @@ def _lifespan(
             runtime["fl"] = start_fl_service(
                 tr, settings.fl_rounds_topic, settings.fl_updates_topic, settings.retry_after
             )
+        publisher = asyncio.create_task(_publish_for_workers(store, prom, runtime)) if _multiprocess() else None
         try:
             yield
         finally:
+            if publisher is not None:
+                publisher.cancel()
             if runtime.get("fl") is not None:
                 runtime.pop("fl").stop()
             runtime["json_decoder"].shutdown(wait=True, cancel_futures=True)
@@ -202,6 +209,22 @@ def add_token_keys_route(app: FastAPI, verifier: TokenVerifier) -> None:
     async def token_keys() -> Response:
         body = json.dumps(verifier.key_document()).encode()
         return Response(body, media_type="application/json", headers={"Cache-Control": "no-store"})
+
+
+def _multiprocess() -> bool:
+    return bool(os.environ.get(MULTIPROC_ENV))
+
+
+async def _publish_for_workers(store: BatchIdStore, prom: CollectorMetrics, runtime: dict[str, Any]) -> None:
+    """With ``--workers`` (prometheus-client's multiprocess mode), once a second: the reading gauge into this
+    worker's shared value, its pending upload counts into the shared store (the parent renders both)."""
+    while True:
+        await asyncio.sleep(1.0)
+        prom.reading.set(runtime["reading"])
+        try:
+            await asyncio.to_thread(store.flush_counts)
+        except Exception:  # a busy or failing store: the next second tries again
+            log.warning("could not write the upload counters to the batch-id store", exc_info=True)
 
 
 def create_app(
@@ -243,7 +266,13 @@ def create_app(
         )
         spent_tokens = SpentTokens(settings.spent_path)
     max_records = min(settings.max_records, MAX_RECORDS)
-    runtime: dict[str, Any] = {"in_flight": 0, "reading": 0}
+    readers = BodyReaders(
+        max_reading=settings.max_reading,
+        body_timeout=settings.body_timeout,
+        min_body_rate=settings.min_body_rate,
+        body_grace=settings.body_grace,
+    )
+    runtime: dict[str, Any] = {"in_flight": 0, "reading": 0, "readers": readers}
     new_json_decoder = functools.partial(json_decode_pool, settings.decode_workers, document.body.decode(), max_records)
     upload = UploadHandler(
         settings,
@@ -290,7 +319,7 @@ def create_app(
     if token_verifier is not None:
         add_token_keys_route(app, token_verifier)
     if metrics_route:
-        add_prometheus_route(app, prom, runtime)
+        add_prometheus_route(app, renderer(prom, runtime))
     if settings.fl_enabled:
         add_fl_routes(
             app,

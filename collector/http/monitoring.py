@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import socket
 import time
+from collections.abc import Callable
 from typing import Any
 
 from fastapi import FastAPI
@@ -19,9 +20,12 @@ from prometheus_client import Counter, Gauge, Histogram
 
 from collector.dedup import BatchIdStore
 from collector.ingest import BATCHES_TOTAL, METRIC_REPORTS_TOTAL, REPORTS_TOTAL, GroupStats
-from pipeline.prometheus import CONTENT_TYPE, LATENCY_BUCKETS, StoredCounter, new_registry, render
+from pipeline.prometheus import CONTENT_TYPE, LATENCY_BUCKETS, StoredCounter, new_registry
 
-__all__ = ["CollectorMetrics", "Timing", "add_prometheus_route", "start_metrics_listener"]
+__all__ = ["MULTIPROC_ENV", "CollectorMetrics", "Timing", "add_prometheus_route", "start_metrics_listener"]
+
+#: prometheus-client's multiprocess mode: the folder where every worker's values are (read at import)
+MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 
 #: the routes whose latency is told apart (any other path is counted as ``other``: no client-chosen labels)
 ROUTES = frozenset(
@@ -56,8 +60,19 @@ class CollectorMetrics:
             registry=r,
         )
         self._upload_latency = self.latency.labels(route="/v1/reports", method="POST")  # looked up once
-        self.in_flight = Gauge("ldp_collector_uploads_in_flight", "Uploads being processed (body read)", registry=r)
-        self.reading = Gauge("ldp_collector_uploads_reading", "Uploads whose body is being read", registry=r)
+        # livesum: with --workers (prometheus-client's multiprocess mode) the sum over the live workers
+        self.in_flight = Gauge(
+            "ldp_collector_uploads_in_flight",
+            "Uploads being processed (body read)",
+            registry=r,
+            multiprocess_mode="livesum",
+        )
+        self.reading = Gauge(
+            "ldp_collector_uploads_reading",
+            "Uploads whose body is being read",
+            registry=r,
+            multiprocess_mode="livesum",
+        )
         self.publish = Histogram(
             "ldp_collector_publish_duration_seconds",
             "Duration of one group commit (duplicate check, durable publish, id record)",
@@ -124,13 +139,13 @@ class Timing:
             self.metrics.observe_request(time.perf_counter() - t0, scope.get("path", ""), scope.get("method", ""))
 
 
-def add_prometheus_route(app: FastAPI, metrics: CollectorMetrics, runtime: dict[str, Any]) -> None:
-    """Serve ``metrics`` at ``GET /metrics``; ``runtime["reading"]`` is the number of bodies being read."""
+def add_prometheus_route(app: FastAPI, render_now: Callable[[], bytes]) -> None:
+    """Serve ``render_now()`` (:func:`collector.http.workers.renderer`) at ``GET /metrics`` of the
+    device-facing app."""
 
     @app.get("/metrics", summary="Prometheus metrics", responses={200: {"content": {"text/plain": {}}}})
     async def prometheus_metrics() -> Response:
-        metrics.reading.set(runtime["reading"])
-        return Response(render(metrics.registry), media_type=CONTENT_TYPE)
+        return Response(render_now(), media_type=CONTENT_TYPE)
 
 
 _HEAD_LIMIT = 8192
@@ -144,10 +159,9 @@ def _answer(status: str, body: bytes, content_type: str = "text/plain; charset=u
     return head.encode("ascii") + body
 
 
-async def start_metrics_listener(
-    sock: socket.socket, metrics: CollectorMetrics, runtime: dict[str, Any]
-) -> asyncio.Server:
-    """Serve ``GET /metrics`` (and nothing else: 404, 405) on the bound ``sock``, in the running event loop.
+async def start_metrics_listener(sock: socket.socket, render_now: Callable[[], bytes]) -> asyncio.Server:
+    """Serve ``GET /metrics`` (``render_now()``, e.g. :func:`renderer`; nothing else: 404, 405) on the bound
+    ``sock``, in the running event loop.
 
     A minimal HTTP/1.1 responder, one request per connection: the request head must arrive within 5 s and
     8 KiB. Rendering happens on the loop, as the app's own route does (the counters' store is not shared
@@ -166,8 +180,7 @@ async def start_metrics_listener(
             elif method not in (b"GET", b"HEAD"):
                 out = _answer("405 Method Not Allowed", b"method not allowed\n")
             else:
-                metrics.reading.set(runtime["reading"])
-                out = _answer("200 OK", render(metrics.registry), CONTENT_TYPE)
+                out = _answer("200 OK", render_now(), CONTENT_TYPE)
                 if method == b"HEAD":
                     out = out[: out.index(b"\r\n\r\n") + 4]
             writer.write(out)

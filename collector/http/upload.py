@@ -18,7 +18,8 @@ Answers to an upload
        (``--require-tokens``): the token paid for another batch before
 400    the body is not a valid frame or JSON form (truncated, bad CRC, bad field,
        record outside the spec's bounds, ``Idempotency-Key`` differing from the batch id)
-408    ``body_timeout``: the body did not arrive whole within ``body_timeout`` s
+408    ``body_timeout``: the body did not arrive whole within ``body_timeout`` s; ``body_too_slow`` /
+       ``evicted``: below ``min_body_rate`` (:mod:`collector.http.bodies`)
 413    the body exceeds ``max_body_bytes`` (from ``Content-Length`` or while
        reading) or the batch holds more than ``max_records`` reports
 415    another ``Content-Type``
@@ -71,6 +72,7 @@ from starlette.requests import ClientDisconnect
 from collector.errors import RejectedBatch, UnavailableError
 from collector.http.admission import Admission
 from collector.http.answers import AcceptedBody, Answer, ErrorBody, error_parts
+from collector.http.bodies import BodyReaders, BodyTimeout
 from collector.http.decode import decode_body, json_to_frame
 from collector.http.monitoring import CollectorMetrics
 from collector.ingest import Ingestor, Outcome
@@ -106,39 +108,6 @@ def check_length(length: str | None, max_bytes: int) -> None:
             "too_large",
             f"the body has {int(length)} bytes; this collector takes at most {max_bytes}: split the batch",
         )
-
-
-async def read_body(chunks: AsyncIterator[bytes], max_bytes: int) -> bytes:
-    """The whole body; :class:`RejectedBatch` (413) as soon as it grows past ``max_bytes``."""
-    buf = bytearray()
-    async for chunk in chunks:
-        buf += chunk
-        if len(buf) > max_bytes:
-            raise RejectedBatch(413, "too_large", f"the body exceeds {max_bytes} bytes; split the batch")
-    return bytes(buf)
-
-
-async def read_body_within(chunks: AsyncIterator[bytes], max_bytes: int, timeout: float) -> bytes:
-    """:func:`read_body`, or :class:`TimeoutError` after ``timeout`` s. (A bare timer handle: asyncio.timeout
-    costs about five times as much, on every upload.)"""
-    task = asyncio.current_task()
-    assert task is not None
-    expired = False
-
-    def expire() -> None:
-        nonlocal expired
-        expired = True
-        task.cancel()
-
-    handle = asyncio.get_running_loop().call_later(timeout, expire)
-    try:
-        return await read_body(chunks, max_bytes)
-    except asyncio.CancelledError:
-        if expired and task.uncancel() == 0:
-            raise TimeoutError from None
-        raise  # cancelled by someone else (the server shutting down)
-    finally:
-        handle.cancel()
 
 
 class _Refused(Exception):
@@ -247,9 +216,11 @@ class UploadHandler:
             raise self._refuse(exc.status, exc.reason, exc.message) from None
 
     async def _receive(self, length: str | None, chunks: AsyncIterator[bytes]) -> bytes:
-        """The body, read within ``body_timeout`` while one of the ``max_reading`` places is held."""
+        """The body, read while one of the ``max_reading`` places is held: whole within ``body_timeout`` and
+        at ``min_body_rate`` on average after ``body_grace`` (:mod:`collector.http.bodies`)."""
         settings, runtime = self.settings, self.runtime
-        if runtime["reading"] >= settings.max_reading:
+        readers: BodyReaders = runtime["readers"]
+        if not readers.admit():
             raise self._refuse(
                 503,
                 "overloaded",
@@ -260,22 +231,26 @@ class UploadHandler:
         runtime["reading"] += 1  # the gauge is set from this when /metrics is read (not on every upload)
         try:
             check_length(length, settings.max_body_bytes)
-            return await read_body_within(chunks, settings.max_body_bytes, settings.body_timeout)
+            return await readers.read(chunks, settings.max_body_bytes)
         except RejectedBatch as exc:
             raise self._refuse(exc.status, exc.reason, exc.message) from None
-        except TimeoutError:
-            raise self._refuse(
-                408,
-                "body_timeout",
-                f"the body did not arrive within {settings.body_timeout:g} s of the request's headers; "
-                "send the whole body at once",
-            ) from None
+        except BodyTimeout as exc:
+            raise self._refuse(408, exc.reason, self._slow_message(exc.reason)) from None
         except ClientDisconnect:
             raise self._refuse(
                 400, "client_disconnected", "the client closed the connection before the body ended", early=False
             ) from None
         finally:
             runtime["reading"] -= 1
+
+    def _slow_message(self, reason: str) -> str:
+        s = self.settings
+        if reason == "body_timeout":
+            return f"the body did not arrive within {s.body_timeout:g} s of the request's headers; send it at once"
+        rate = f"{s.min_body_rate:g} bytes/s on average after the first {s.body_grace:g} s"
+        if reason == "evicted":
+            return f"the body arrived at less than {rate} and its reading place went to another upload"
+        return f"the body arrived at less than {rate}; send it at once"
 
     def _admit(self) -> Ingestor:
         """The ingestor, once the body is here: unless ``max_in_flight`` uploads are in progress or the

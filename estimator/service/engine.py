@@ -80,6 +80,10 @@ class EstimatorSettings:
     ``checkpoint_seconds`` while records flow. A missing ``topic`` is
     created with ``partitions`` partitions. ``member`` names this member of
     ``group`` (default: the name kept in the state folder, else random).
+    ``replay_set`` is the SQLite file of the sealed records' encapsulated keys already counted (the replay
+    guard, :class:`~ldp_core.wire.sealing.ReplayGuard`); default ``sealed-seen.sqlite3`` in the state
+    folder. Members of one group that name the same file drop a replay whichever of them counted the
+    original, across rebalances (the file must be on one host or a filesystem with working SQLite locks).
     """
 
     topic: str = SHUFFLED_TOPIC
@@ -88,6 +92,7 @@ class EstimatorSettings:
     checkpoint_seconds: float = 1.0
     session_timeout: float = 10.0
     partitions: int = DEFAULT_PARTITIONS
+    replay_set: str | None = None
 
     def __post_init__(self) -> None:
         check_ranges(
@@ -148,8 +153,10 @@ class StreamingEstimator(StreamProcessor):
         metrics: Mapping[str, MetricDefinition] | None = None,
         partitions: int | None = None,
         opener: BatchOpener | None = None,
+        replay_set: str | Path | None = None,
     ) -> None:
         given: dict[str, Any] = {
+            "replay_set": None if replay_set is None else str(replay_set),
             "topic": topic,
             "group": group,
             "member": member,
@@ -184,7 +191,8 @@ class StreamingEstimator(StreamProcessor):
         #: opens sealed batches (the analyzer's keys); ``None``: a sealed batch is undecodable here
         self.opener = opener
         if opener is not None:  # the encapsulated keys already counted outlive a restart (issue #28)
-            opener.replays.attach(state_dir / "sealed-seen.sqlite3")
+            shared = settings.replay_set
+            opener.replays.attach(Path(shared).expanduser() if shared else state_dir / "sealed-seen.sqlite3")
         self.topic = topic
         self.metrics = dict(metrics or getattr(specs, "metrics", {}) or {})
         self.state_dir = state_dir

@@ -60,6 +60,10 @@ _FLAGS: list[tuple[str, str, type, str]] = [
         float,
         "seconds a request body may take to arrive after its headers (408 and close after; default 15)",
     ),
+    ("--min-body-rate", "min_body_rate", float, "bytes/s a body must average after --body-grace (default 1024)"),
+    ("--body-grace", "body_grace", float, "seconds before --min-body-rate applies (default 2)"),
+    ("--header-timeout", "header_timeout", float, "seconds to send request line+headers, idle too (default 5)"),
+    ("--max-connections", "max_connections", int, "beyond, the oldest head-less one is closed (default 8192)"),
     (
         "--offload-json-bytes",
         "offload_json_bytes",
@@ -188,6 +192,7 @@ def run(args: argparse.Namespace) -> int:
     import uvicorn
 
     from collector.http.app import create_app
+    from collector.http.protocol import server_options
     from collector.settings import CollectorSettings
 
     overrides = {dest: getattr(args, dest) for _, dest, _, _ in _FLAGS}
@@ -211,22 +216,23 @@ def run(args: argparse.Namespace) -> int:
         log_level=args.log_level,
         proxy_headers=False,
         lifespan="on",
+        **server_options(settings),
     )
-    if args.workers > 1:
-        if not settings.public_metrics:
-            print("ldp collector: with --workers > 1 no metrics listener is started", file=sys.stderr, flush=True)
+    msock = None if settings.public_metrics else bind_socket(settings.metrics_host, settings.metrics_port, backlog=128)
+    maddr = ":".join(map(str, msock.getsockname()[:2])) if msock is not None else ""
+    mline = f"ldp collector: operational metrics on http://{maddr}/metrics" if maddr else ""
+    if args.workers > 1:  # the parent serves every worker's metrics (collector/http/workers.py)
+        from collector.http.workers import metrics_for_workers
+
         os.environ["LDP_COLLECTOR_SETTINGS"] = settings.to_json()
-        uvicorn.run("collector.http.app:app_from_env", factory=True, workers=args.workers, **common)
+        with metrics_for_workers(settings, msock):
+            print(mline, end="\n" if mline else "", flush=True)
+            uvicorn.run("collector.http.app:app_from_env", factory=True, workers=args.workers, **common)
         return 0
-    msock = None
-    if not settings.public_metrics:
-        msock = bind_socket(settings.metrics_host, settings.metrics_port, backlog=128)
     sock = bind_socket(args.host, args.port, backlog=2048)  # connections wait in the backlog until uvicorn accepts them
     host, port = sock.getsockname()[:2]
     print(f"ldp collector: listening on http://{host}:{port} (transport {settings.transport_url})", flush=True)
-    if msock is not None:
-        mhost, mport = msock.getsockname()[:2]
-        print(f"ldp collector: operational metrics on http://{mhost}:{mport}/metrics", flush=True)
+    print(mline, end="\n" if mline else "", flush=True)
     server = uvicorn.Server(uvicorn.Config(app, **common))
     # uvicorn shuts down gracefully on SIGTERM/SIGINT, then re-raises the signal with the handlers it found
     # installed; these make that a normal exit
@@ -244,8 +250,10 @@ def run(args: argparse.Namespace) -> int:
 
 async def _serve(server: Any, sock: socket.socket, msock: socket.socket | None, app: Any) -> None:
     from collector.http.monitoring import start_metrics_listener
+    from collector.http.workers import renderer
 
-    listener = None if msock is None else await start_metrics_listener(msock, app.metrics, app.state.runtime)
+    render_now = renderer(app.metrics, app.state.runtime)
+    listener = None if msock is None else await start_metrics_listener(msock, render_now)
     try:
         await server.serve(sockets=[sock])
     finally:

@@ -59,6 +59,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--peer", action="append", default=[], help="base URL of another instance (repeatable)")
     p.add_argument("--no-http", action="store_true", help="consume only; serve nothing")
     p.add_argument(
+        "--replay-set",
+        help="SQLite file of the sealed records already counted (replay guard); members of a group on one host "
+        "share one to drop replays across rebalances (default: sealed-seen.sqlite3 in --state)",
+    )
+    p.add_argument(
         "--dataset",
         help="the Parquet sink's folder: heavy-hitter metrics' values are discovered from its part files and "
         "shown on the dashboard (GET /v1/heavy-hitters/{metric}; docs/DASHBOARD.md)",
@@ -76,7 +81,12 @@ def run(args: argparse.Namespace) -> int:
     inp = ShuffledInput(args)
     transport, catalog = inp.transport, inp.catalog
     engine = StreamingEstimator(
-        transport, args.state, catalog, checkpoint_seconds=args.checkpoint_seconds, **inp.consumer_options(args)
+        transport,
+        args.state,
+        catalog,
+        checkpoint_seconds=args.checkpoint_seconds,
+        replay_set=args.replay_set,
+        **inp.consumer_options(args),
     )
     stop = threading.Event()  # set by the signals below, a consumer failure, or the end of the HTTP server
     failure: list[BaseException] = []

@@ -37,7 +37,11 @@ def metrics(tmp_path: Path) -> MetricSet:
 
 
 def settings(tmp_path: Path, **kw: object) -> CollectorSettings:
-    base: dict[str, object] = dict(metrics_path=str(tmp_path / "metrics.json"), dedup_path=":memory:", raw_partitions=2)
+    # min_body_rate=0: these tests are about the whole-body deadline and the places as such (the rate and the
+    # eviction of slow readers: test_app_exhaustion.py)
+    base: dict[str, object] = dict(
+        metrics_path=str(tmp_path / "metrics.json"), dedup_path=":memory:", raw_partitions=2, min_body_rate=0.0
+    )
     base.update(kw)
     return CollectorSettings(**base)  # type: ignore[arg-type]
 

@@ -239,9 +239,10 @@ def wait_until(predicate, timeout: float = 30.0) -> None:
 def test_urllib_transport_against_the_real_collector(tmp_path, collector_factory) -> None:  # noqa: F811
     """The collector's own overload answer (503 + Retry-After): with ``--max-reading 1``, an upload
     stalled mid-body holds the only body-reading slot (uploads take a ``--max-in-flight`` slot only once
-    their body is read); the SDK's upload is refused, then delivered once it is free."""
+    their body is read); the SDK's upload is refused, then delivered once it is free. (``--min-body-rate 0``:
+    by default the stalled upload, below the minimum rate, would give its slot to the SDK's.)"""
     assert parse_metrics(m_metrics_doc())["m"].spec.spec_id == SPEC.spec_id
-    col = collector_factory(metrics=m_metrics_doc(), max_reading=1, retry_after=7)
+    col = collector_factory(metrics=m_metrics_doc(), max_reading=1, min_body_rate=0, retry_after=7)
     host, port = col.url.removeprefix("http://").split(":")
     stalled = socket.create_connection((host, int(port)))
     stalled.sendall(
