@@ -59,7 +59,7 @@ def bar(args: argparse.Namespace, desc: str, unit: str, total: int | None = None
 
 
 class Lines:
-    """Prints ``<prefix>: <message> (<elapsed> s)`` lines on a stream when on; does nothing when off."""
+    """Prints ``<prefix>: <message> (at <elapsed> s)`` lines (seconds since the printer was made) on a stream when on; does nothing when off."""
 
     def __init__(
         self, prefix: str, on: bool, stream: TextIO | None = None, clock: Callable[[], float] = time.monotonic
@@ -76,7 +76,7 @@ class Lines:
 
     def __call__(self, message: str) -> None:
         if self.on:
-            print(f"{self.prefix}: {message} ({self.elapsed():.1f} s)", file=self.stream, flush=True)
+            print(f"{self.prefix}: {message} (at {self.elapsed():.1f} s)", file=self.stream, flush=True)
 
 
 def lines(args: argparse.Namespace, prefix: str, stream: TextIO | None = None) -> Lines:
