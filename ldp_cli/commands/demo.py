@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from ldp_cli.options import summary
-from ldp_cli.progress import add_progress_flags, lines
+from ldp_cli.progress import add_progress_flags, lines, progress_enabled
 from simulator.demo.offline import DEFAULT_MECHANISMS
 from simulator.demo.pipeline import DemoConfig, KeepRunning, serve_until_stopped
 from simulator.population import parse_distribution
@@ -248,6 +248,5 @@ def run_offline(args: argparse.Namespace) -> int:
     from simulator.demo.offline import run_offline as run_oracles
 
     names = [m.strip() for m in args.mechanisms.split(",") if m.strip()]
-    return run_oracles(
-        names, args.epsilon, args.domain, args.users, args.distribution, args.seed, args.out, plot=not args.no_plot
-    )
+    population = (args.epsilon, args.domain, args.users, args.distribution, args.seed, args.out)
+    return run_oracles(names, *population, not args.no_plot, progress_enabled(args))

@@ -83,3 +83,23 @@ def test_forced_on_a_pipe_and_silent_otherwise() -> None:
     with bar(_args(), "ldp test", "round", stream=quiet) as b:
         b.update()
     assert quiet.getvalue() == ""
+
+
+def test_simulate_and_the_offline_demo_draw_only_when_asked(tmp_path, capsys) -> None:
+    """Before, ldp simulate drew its bar on a pipe for 2M users or more, and ldp demo --offline always."""
+    import json
+
+    from ldp_cli.main import main
+
+    sim = ["simulate", "--mechanism", "grr", "--epsilon", "1", "--domain", "5", "--users", "3000", "--seed", "3"]
+    assert main([*sim, "--json"]) == 0
+    plain = capsys.readouterr()
+    assert plain.err == "" and json.loads(plain.out)
+    assert main([*sim, "--json", "--progress"]) == 0
+    forced = capsys.readouterr()
+    assert "ldp simulate grr" in forced.err and json.loads(forced.out)["true"] == json.loads(plain.out)["true"]
+    demo = ["demo", "--offline", "--mechanisms", "grr", "--users", "3000", "--no-plot", "--out", str(tmp_path)]
+    assert main(demo) == 0
+    assert capsys.readouterr().err == ""
+    assert main([*demo, "--progress"]) == 0
+    assert "report" in capsys.readouterr().err
