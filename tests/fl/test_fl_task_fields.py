@@ -4,8 +4,6 @@ the example task file of the quickstart loads as it is."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -55,16 +53,19 @@ def test_a_missing_required_field_is_named() -> None:
         FLTaskSpec.from_dict(d)
 
 
-def test_the_job_command_prints_the_message_not_a_traceback(tmp_path: Path) -> None:
+def test_the_job_command_exits_with_the_message_not_a_traceback(tmp_path: Path) -> None:
+    """`ldp fl job` (and `ldp fl device`) exit with the message alone: SystemExit(text) prints only the text."""
+    from ldp_cli.main import main
+
     bad = tmp_path / "task.json"
     bad.write_text(json.dumps({**_example(), "training": {"epoch": 1}}))
-    r = subprocess.run(
-        [sys.executable, "-m", "ldp_cli.main", "fl", "job", "--task", str(bad), "--transport", "sqlite:///x.sqlite3"],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert r.returncode != 0
-    assert "ldp fl job: training: unknown field 'epoch'; accepted fields: epochs, batch_size" in r.stderr
-    assert "Traceback" not in r.stderr and "TypeError" not in r.stderr
+    url = f"sqlite:///{tmp_path / 'x.sqlite3'}"
+    for argv, prog in (
+        (["fl", "job", "--task", str(bad), "--transport", url], "ldp fl job"),
+        (["fl", "device", "--task", str(bad), "--authority", "a.json", "--make-data"], "ldp fl device"),
+    ):
+        with pytest.raises(SystemExit) as info:
+            main(argv)
+        assert info.value.code == f"{prog}: training: unknown field 'epoch'; accepted fields: epochs, batch_size, " + (
+            "learning_rate, max_steps"
+        )
