@@ -237,7 +237,7 @@ def run_pipeline(args: argparse.Namespace, keep: KeepRunning | None = None) -> i
         plot=not args.no_plot,
         port=args.port,
         serve=args.serve,
-        progress=not args.no_progress,
+        progress=progress_enabled(args),
         on_phase=lines(args, "ldp demo"),
     )
     return run_demo(cfg, keep)

@@ -54,7 +54,7 @@ class DemoConfig:
     plot: bool = True
     port: int = 0  #: the estimator's port (0: a free one)
     serve: bool = False  #: the pipeline is kept running afterwards (only changes what the run prints)
-    progress: bool = True  #: bars on stderr for the long phases, when stderr is a terminal (--no-progress: never)
+    progress: bool = False  #: the enrollment bar on stderr (ldp demo sets it by ldp_cli.progress's rule)
     #: called with a short text as each phase starts (``ldp demo`` prints it on stderr by the CLI's progress rule)
     on_phase: Callable[[str], None] | None = None
 
@@ -361,7 +361,7 @@ def _pay(run: _Run, fleet: Any, devices: int) -> Any:
 
     _phase(run, f"{devices:,} devices enroll and fetch tokens")
     t0 = time.monotonic()
-    off = not (run.cfg.progress and sys.stderr.isatty())
+    off = not run.cfg.progress
     with tqdm(total=devices, desc="  enrolling", unit="device", file=sys.stderr, disable=off, leave=False) as bar:
         paid = pay_fleet(run.issuer, fleet.batches, devices, lambda _i: bar.update()) if fleet.devices else None
     n_paid = paid.fetched if paid is not None else 0

@@ -188,6 +188,7 @@ def test_demo_removes_its_temporary_work_folder(
     ]
     at = [err.find(f"ldp demo: {p}") for p in phases]
     assert -1 not in at and at == sorted(at), err
+    assert "enrolling" in err  # the token enrollment's bar, forced too
     assert (kept / "analyzer-keys").is_dir() and (kept / "sdk-devices").is_dir() and (kept / "issuer").is_dir()
     assert list(tmp.iterdir()) == []
 
