@@ -209,6 +209,8 @@ class FLDevice:
         self._jitter = random.Random(int.from_bytes(os.urandom(8), "little"))
         self._done: set[tuple[int, str]] = set()
         self._round: dict[str, Any] = {}
+        #: the round view :meth:`step` fetched last (None before the first, or when the collector did not answer)
+        self.last_view: dict[str, Any] | None = None
         self._model_key: str | None = None
         self._model: Any = None
         #: a :class:`client_sdk.fl.torch_device.TorchDeviceModel` to train with PyTorch (None: the numpy model
@@ -325,6 +327,7 @@ class FLDevice:
         ``"unavailable"``, ``"done"`` (the task ended), ``"idle"``, ``"dropped"``, or the kind uploaded
         (``"update"``, ``"advert"``, ``"shares"``, ``"masked"``, ``"reveal"``), or ``"failed"``."""
         view = self.fetch()
+        self.last_view = view
         if view is None:
             return "unavailable"
         if view["phase"] == "done":

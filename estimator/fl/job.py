@@ -58,7 +58,7 @@ import logging
 import math
 import threading
 import time
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
 import numpy as np
@@ -225,6 +225,9 @@ class AggregationJob(StreamProcessor):
         self._last_status = 0.0
         self._published_stats: dict[str, Any] | None = None
         self._privacy = PrivacyFigures(spec, self.payload_size)
+        #: called with each round's history record (``round``, ``clients`` accepted, ``epsilon``; or ``failed``)
+        #: as the round closes, for progress display; not on rounds restored from a checkpoint
+        self.round_listeners: list[Callable[[Mapping[str, Any]], None]] = []
 
     # -- lifecycle ------------------------------------------------------------------------------
     def open(self) -> None:
@@ -516,6 +519,7 @@ class AggregationJob(StreamProcessor):
     def _fail_round(self, reason: str) -> None:
         log.warning("round %d of task %s failed: %s", self._st.round, self.spec.task, reason)
         self._st.history.append({"round": self._st.round, "failed": reason})  # no release, no privacy spent
+        self._round_closed()
         self._open_round(self._st.round + 1)
 
     def _advance(self) -> None:
@@ -538,6 +542,10 @@ class AggregationJob(StreamProcessor):
             params=self._st.params,  # the model the round's clients started from (FLTrust's root update)
         )
 
+    def _round_closed(self) -> None:
+        for listener in self.round_listeners:
+            listener(self._st.history[-1])
+
     def _close_round(self) -> None:
         """Release the round (:mod:`estimator.fl.release`), or fail it, then open the next one."""
         st = self._st
@@ -551,6 +559,7 @@ class AggregationJob(StreamProcessor):
             return
         expected = self.sampling.expected_clients(len(self.spec.clients))
         record_release(st, self.spec, self.strategy, out, expected, self._accountant, self._adaptive)
+        self._round_closed()
         self._open_round(st.round + 1)
 
     # -- status ---------------------------------------------------------------------------------

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from collections.abc import Mapping
 from typing import Any
 
 from estimator.fl.checkpoint import JobState
@@ -19,7 +20,7 @@ from estimator.fl.task import FLTaskSpec
 from ldp_core.fl.personalization import personalization_to_dict
 from ldp_core.fl.protocol import RoundState, encode_vector
 
-__all__ = ["PUBLIC_ROUND_KEYS", "ProcessorCounters", "public_stats", "round_state", "status_document"]
+__all__ = ["PUBLIC_ROUND_KEYS", "ProcessorCounters", "public_stats", "round_line", "round_state", "status_document"]
 
 #: the keys of a round's record that the public counters show (none depends on the sample)
 PUBLIC_ROUND_KEYS = ("round", "epsilon", "noise_stddev", "clip_norm")
@@ -157,3 +158,13 @@ def status_document(
         "ready": counters.ready,
         "updated": round(time.time(), 3),
     }
+
+
+def round_line(record: Mapping[str, Any], rounds: int) -> str:
+    """One progress line for a closed round's history record: its number of ``rounds``, the devices whose
+    updates it accepted and the ε spent so far (or why it failed)."""
+    head = f"round {int(record['round']) + 1}/{rounds}"
+    if "failed" in record:
+        return f"{head} failed: {record['failed']}"
+    eps = record.get("epsilon")
+    return f"{head}: {record.get('clients')} devices accepted" + ("" if eps is None else f", epsilon {eps:.3g}")

@@ -47,7 +47,7 @@ from estimator.fl.options import (
 from estimator.fl.personalization import Ditto, Moon, PerFedAvg
 from estimator.fl.sampling import Sampling
 from estimator.fl.strategies import FedAvg, FedProx, Scaffold, Strategy
-from ldp_core.fl.errors import FLError, ModelError
+from ldp_core.fl.errors import FLError, ModelError, build_from_fields
 from ldp_core.fl.local_dpsgd import LocalDPSGDSpec, local_dp_sgd_from_dict
 from ldp_core.fl.personalization import (
     DittoSpec,
@@ -58,7 +58,11 @@ from ldp_core.fl.personalization import (
 from ldp_core.fl.protocol import model_from_dict
 from ldp_core.fl.training import LocalTraining
 
-__all__ = ["FLTaskSpec", "resolve_task_paths"]
+__all__ = ["FLTaskSpec", "resolve_task_paths", "EXAMPLE_ENROLLMENT_KEY"]
+
+#: the public key of ``examples/fl/example-authority.json``, the quickstart's authority: its private key is in
+#: the repository, so a task that trusts it lets anyone pose as its devices (``ldp fl job`` warns)
+EXAMPLE_ENROLLMENT_KEY = "9b88+1etTqtrfDoL291S91gKUKDKfCiigeKui+8ieeQ="
 
 
 def resolve_task_paths(d: Mapping[str, Any], base_dir: str) -> dict[str, Any]:
@@ -194,7 +198,7 @@ class FLTaskSpec:
         self.build_model()
         object.__setattr__(self, "sampling", sampling_spec(self.sampling))
         self.build_sampling()
-        LocalTraining(**self.training)
+        self.local_training()
         if self.algorithm not in ("fedavg", "fedprox", "scaffold"):
             raise FLError(f"algorithm must be fedavg, fedprox or scaffold, got {self.algorithm!r}")
         read_number("server_learning_rate", self.server_learning_rate)
@@ -251,6 +255,13 @@ class FLTaskSpec:
         )
         object.__setattr__(self, "compression", compression)
         self.build_compression()
+
+    def local_training(self) -> LocalTraining:
+        """The ``training`` object as :class:`~ldp_core.fl.training.LocalTraining` (a wrong field name is an
+        :class:`FLError` naming it and the accepted ones)."""
+        if not isinstance(self.training, Mapping):
+            raise FLError(f"training must be an object, got {self.training!r}")
+        return build_from_fields("training", LocalTraining, self.training)
 
     @property
     def local_dp_sgd_spec(self) -> LocalDPSGDSpec | None:
@@ -321,11 +332,13 @@ class FLTaskSpec:
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> FLTaskSpec:
         """The task of a task file's JSON object; unknown fields are refused."""
-        names = {f.name for f in dataclasses.fields(cls)}
-        unknown = set(d) - names
+        if not isinstance(d, Mapping):
+            raise FLError(f"a task is one JSON object, got {type(d).__name__}")
+        names = [f.name for f in dataclasses.fields(cls)]
+        unknown = set(d) - set(names)
         if unknown:
             raise FLError(f"unknown task fields {sorted(unknown)}; known: {sorted(names)}")
-        return cls(**d)
+        return build_from_fields("task", cls, d)  # names a missing required field, not a TypeError
 
     @classmethod
     def from_file(cls, path: str) -> FLTaskSpec:
@@ -362,7 +375,7 @@ class FLTaskSpec:
         return self.sampling.build(len(self.clients))
 
     def build_strategy(self) -> Strategy:
-        tr = LocalTraining(**self.training)
+        tr = self.local_training()
         spec = personalization_from_dict(self.personalization)
         if isinstance(spec, DittoSpec):
             return Ditto(tr, self.server_learning_rate, spec=spec)

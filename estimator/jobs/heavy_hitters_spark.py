@@ -222,6 +222,8 @@ def discover_spark(
             f"metric {metric!r} is PEM over the {spec.oracle!r} oracle, which runs on the default engine only "
             "(the Spark passes sum OLH support counts); drop --engine spark"
         )
+    engine.spark  # noqa: B018 - the session starts (and is announced) before the first stage
+    engine._stage(f"{metric}: the batch facts of {len(parts)} files")
     try:
         engine._facts(spec, parts)  # refuses a file that is not of this spec, before any pass
     except BatchError:
@@ -229,11 +231,13 @@ def discover_spark(
     except Exception as exc:
         raise BatchError(f"the Spark job over {metric!r} failed: {_last_line(exc)}") from exc
     if isinstance(spec, SFPSpec):
+        engine._stage(f"{metric}: one pass over every position's reports (SFP)")
         n, sums = _merged(engine, metric, spec, parts, cast(Make, SFPSums))
         frag, word = SFPSums.split(spec, sums)
         positions = [(int(c), f) for c, f in zip(sums["parts"], frag)]
         return discover_sfp_from(spec, n, positions, word, top, confidence=confidence), [int(x) for x in sums["parts"]]
     if cache_levels:
+        engine._stage(f"{metric}: reading the reports of {spec.num_levels} levels into Spark's cache (PEM)")
         try:
             cache = PEMLevelCache(engine, spec, parts)
         except Exception as exc:
@@ -241,6 +245,7 @@ def discover_spark(
         n_all = sum(cache.parts)
 
         def cached(level: int, keys: np.ndarray) -> tuple[np.ndarray, int, int]:
+            engine._stage(f"{metric}: level {level + 1} of {spec.num_levels}, {len(keys)} candidate prefixes")
             try:
                 return cache.support(level, keys), cache.parts[level], n_all
             except Exception as exc:

@@ -398,10 +398,12 @@ class SparkEngine:
         master: str = DEFAULT_MASTER,
         reader: Reader = "arrow",
         depth: int = 2,
+        on_stage: Callable[[str], None] | None = None,
     ) -> None:
         """``spark``: the session to use; without one, the first call starts one on ``master``
         (:func:`spark_session`) and :meth:`close` stops it. ``reader``: who reads the files in a task
-        (see the module docstring). ``depth``: of the tree reduce."""
+        (see the module docstring). ``depth``: of the tree reduce. ``on_stage(text)``, if given, is called as
+        each stage begins (the session's start, and per metric its two Spark jobs), for progress display."""
         if spark is None:
             check_master(master)
         if reader not in READERS:
@@ -411,6 +413,11 @@ class SparkEngine:
         self._owned = False
         self.master = master
         self.depth = depth
+        self.on_stage = on_stage
+
+    def _stage(self, text: str) -> None:
+        if self.on_stage is not None:
+            self.on_stage(text)
 
     @property
     def spark(self) -> SparkSession:
@@ -419,6 +426,7 @@ class SparkEngine:
             from pyspark.sql import SparkSession
 
             fresh = SparkSession.getActiveSession() is None
+            self._stage(f"starting Spark on {self.master}" if fresh else "using the running Spark session")
             self._spark = spark_session(self.master)
             self._owned = fresh  # a session that was running already is its starter's to stop
         return self._spark
@@ -434,6 +442,7 @@ class SparkEngine:
     ) -> dict[tuple[str, int | None], Accumulated]:
         if not parts:
             return {}
+        self.spark  # noqa: B018 - the session starts (and is announced) before the first job's stage
         out: dict[tuple[str, int | None], Accumulated] = {}
         groups: dict[tuple[str, str], list[PartFile]] = {}
         specs: dict[str, ReportSpec] = {}
@@ -444,7 +453,9 @@ class SparkEngine:
         for (metric, _), files in groups.items():
             spec = specs[files[0].spec_id]
             try:
+                self._stage(f"{metric}: job 1 of 2, the batch facts of {len(files)} files")
                 facts = self._facts(spec, files)  # first: it refuses a file of another spec
+                self._stage(f"{metric}: job 2 of 2, the reports' states (read, accumulate, tree reduce)")
                 states = self._states(metric, spec, files)
             except BatchError:
                 raise

@@ -128,7 +128,8 @@ def add_engine_options(p: argparse.ArgumentParser) -> None:
 def engine_from_args(args: argparse.Namespace) -> SparkEngine | None:
     """The :class:`~estimator.jobs.spark.SparkEngine` the options of :func:`add_engine_options` ask for, or None for
     the default engine; :class:`~estimator.errors.BatchError` if ``--master``/``--spark-reader`` come without
-    ``--engine spark`` or the master URL is not one. The caller closes the engine."""
+    ``--engine spark`` or the master URL is not one. The caller closes the engine. Its stages are announced on
+    stderr by the rule of :mod:`ldp_cli.progress` (``--no-progress``, ``--progress``, ``--json``)."""
     from estimator.errors import BatchError
 
     if (args.master is not None or args.spark_reader is not None) and args.engine != "spark":
@@ -136,7 +137,10 @@ def engine_from_args(args: argparse.Namespace) -> SparkEngine | None:
     if args.engine != "spark":
         return None
     from estimator.jobs.spark import DEFAULT_MASTER, SparkEngine
+    from ldp_cli.progress import lines
 
     return SparkEngine(
-        master=DEFAULT_MASTER if args.master is None else args.master, reader=args.spark_reader or "arrow"
+        master=DEFAULT_MASTER if args.master is None else args.master,
+        reader=args.spark_reader or "arrow",
+        on_stage=lines(args, f"ldp {args.command} --engine spark"),
     )

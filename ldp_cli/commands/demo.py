@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from ldp_cli.options import summary
+from ldp_cli.progress import add_progress_flags, lines, progress_enabled
 from simulator.demo.offline import DEFAULT_MECHANISMS
 from simulator.demo.pipeline import DemoConfig, KeepRunning, serve_until_stopped
 from simulator.population import parse_distribution
@@ -127,7 +128,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="folder (not a file) for demo.png and demo.json (default out)",
     )
     p.add_argument("--no-plot", action="store_true")
-    p.add_argument("--no-progress", action="store_true", help="no progress bars on stderr (shown only on a terminal)")
+    add_progress_flags(p)  # a line per phase and the enrollment bar on stderr (a terminal only, unless --progress)
     p.add_argument(
         "--serve",
         action="store_true",
@@ -236,7 +237,8 @@ def run_pipeline(args: argparse.Namespace, keep: KeepRunning | None = None) -> i
         plot=not args.no_plot,
         port=args.port,
         serve=args.serve,
-        progress=not args.no_progress,
+        progress=progress_enabled(args),
+        on_phase=lines(args, "ldp demo"),
     )
     return run_demo(cfg, keep)
 
@@ -246,6 +248,5 @@ def run_offline(args: argparse.Namespace) -> int:
     from simulator.demo.offline import run_offline as run_oracles
 
     names = [m.strip() for m in args.mechanisms.split(",") if m.strip()]
-    return run_oracles(
-        names, args.epsilon, args.domain, args.users, args.distribution, args.seed, args.out, plot=not args.no_plot
-    )
+    population = (args.epsilon, args.domain, args.users, args.distribution, args.seed, args.out)
+    return run_oracles(names, *population, not args.no_plot, progress_enabled(args))

@@ -23,6 +23,7 @@ from ldp_cli.commands.argtypes import positive as _positive
 from ldp_cli.commands.argtypes import positive_int as _positive_int
 from ldp_cli.commands.argtypes import probability as _prob
 from ldp_cli.commands.argtypes import seed as _seed
+from ldp_cli.progress import add_progress_flags
 
 __all__ = ["register", "run_dpsgd_cmd"]
 
@@ -76,6 +77,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--plot", default=None, help="write test accuracy against ε to this PNG")
     p.add_argument("--json", action="store_true", help="print one JSON object")
+    add_progress_flags(p)  # the per-epoch lines on stderr: shown unless --json or --no-progress (--progress forces)
     p.set_defaults(func=run_dpsgd_cmd)
 
 
@@ -100,7 +102,8 @@ def run_dpsgd_cmd(args: argparse.Namespace) -> int:
     data = load_dataset(args.data, args.model, split_rng, args.test_fraction, args.classes)
 
     def progress(row: dict[str, Any]) -> None:
-        if not args.json:
+        # the epochs' ε and accuracy are results too: printed piped as well (docs/DPSGD.md), unlike other progress
+        if not args.no_progress and (args.progress or not args.json):
             print(
                 f"epoch {row['epoch']}/{args.epochs}: {row['steps']} steps, ε = {_fmt(row['epsilon'])} "
                 f"(δ = {args.delta:g}), test accuracy {row['accuracy']:.4f}",

@@ -31,6 +31,7 @@ from typing import Any
 
 from ldp_cli.commands.argtypes import add_engine_options, engine_from_args
 from ldp_cli.options import add_metrics, optional_metrics_files, summary
+from ldp_cli.progress import add_progress_flags, progress_enabled
 
 __all__ = ["register"]
 
@@ -61,7 +62,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--per-day", action="store_true", help="one estimate per day (a 'day' column)")
     p.add_argument("--confidence", type=float, default=0.95, help="confidence level of the intervals (default 0.95)")
     add_metrics(p, "metrics file(s) for labels (repeatable; default $LDP_METRICS, else no labels)", repeatable=True)
-    p.add_argument("--no-progress", action="store_true", help="never show a progress bar")
+    add_progress_flags(p)  # the files' bar and, with --engine spark, a line per stage (stderr)
     p.add_argument(
         "--json", action="store_true", help="print one JSON object (the summary and the rows; see docs/ESTIMATE.md)"
     )
@@ -97,7 +98,7 @@ def run(args: argparse.Namespace) -> int:
             norm_sub=args.norm_sub,
             per_day=args.per_day,
             definition=definition,
-            progress=False if args.no_progress else None,
+            progress=file_bar(args),
             engine=engine,
             top=args.top,
         )
@@ -123,6 +124,13 @@ def run(args: argparse.Namespace) -> int:
         plot_answer(answer, args.plot, top=args.top)
         print(f"plot: {args.plot}", file=notes)
     return 0
+
+
+def file_bar(args: argparse.Namespace) -> bool | None:
+    """The files' bar: forced by --progress, off with --no-progress or --json, else tqdm's terminal test."""
+    if args.progress or args.no_progress or args.json:
+        return progress_enabled(args)
+    return None
 
 
 def _say_person_epsilon(summary: dict[str, Any]) -> None:

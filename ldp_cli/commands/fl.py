@@ -4,6 +4,7 @@
   prints ``ldp fl job: running`` once it serves a round and its JSON status when it stops.
 * ``enroll``: the enrollment authority's key, and device credentials minted with it.
 * ``sign-task``: the authority's key and signature put into a task file.
+* ``device``: N devices of a task from one data file against the collector (:mod:`ldp_cli.commands.fl_device`).
 * ``clinics``, ``drift``, ``compress``, ``personalize``, ``attack``, ``local-dpsgd``: the research
   scenarios of :mod:`ldp_cli.commands.study` (``ldp study <scenario>``), registered here too with the
   same options, output and ``--json`` keys.
@@ -13,10 +14,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 
 from ldp_cli.commands.argtypes import positive_int as _positive_int
+from ldp_cli.commands.fl_device import register_device
 from ldp_cli.commands.study import add_scenarios
 from ldp_cli.options import add_group, add_member, add_session_timeout, add_transport, stop_event
+from ldp_cli.progress import add_progress_flags, lines
 
 __all__ = ["register"]
 
@@ -60,6 +64,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "of at most this size (default 900000, under Kafka's common 1 MB message.max.bytes)",
     )
     j.add_argument("--keep-running", action="store_true", help="do not exit after the last round")
+    add_progress_flags(j)
     j.set_defaults(func=run_job_cmd)
     e = fsub.add_parser(
         "enroll",
@@ -92,12 +97,14 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--out", default=None, metavar="FILE", help="write the signed task to this file (default: rewrite --task)"
     )
     g.set_defaults(func=run_sign_task_cmd)
+    register_device(fsub)
     add_scenarios(fsub, ["drift", "compress", "personalize", "attack", "local-dpsgd"])
 
 
 def run_job_cmd(args: argparse.Namespace) -> int:
     from estimator.fl.job import AggregationJob, JobSettings
-    from estimator.fl.task import FLTaskSpec
+    from estimator.fl.status import round_line
+    from estimator.fl.task import EXAMPLE_ENROLLMENT_KEY, FLTaskSpec
     from ldp_core.fl.errors import FLError
     from pipeline.topics import FL_ROUNDS_TOPIC, FL_STATE_TOPIC, FL_UPDATES_TOPIC
     from pipeline.transport import open_transport
@@ -106,6 +113,12 @@ def run_job_cmd(args: argparse.Namespace) -> int:
         spec = FLTaskSpec.from_file(args.task)  # a relative root_data is relative to the task file
     except FLError as exc:
         raise SystemExit(f"ldp fl job: {exc}") from None
+    if spec.enrollment_key == EXAMPLE_ENROLLMENT_KEY:
+        print(
+            "ldp fl job: warning: the task trusts the example authority (examples/fl/example-authority.json), whose "
+            "private key is public: anyone can enroll as its devices. Make your own: docs/fl/RUNNING.md",
+            file=sys.stderr,
+        )
     settings = JobSettings(
         group=args.group or f"ldp-fl-{spec.task}",
         member=args.member,
@@ -122,6 +135,8 @@ def run_job_cmd(args: argparse.Namespace) -> int:
         job = AggregationJob(transport, spec, settings)
         if args.status_file:  # the job writes it as it runs; on each change of state too (waiting for the broker)
             job.state_listeners.append(lambda _job, _state: job._write_status(force=True))
+        show = lines(args, "ldp fl job")  # per-round lines on stderr (a terminal, or --progress)
+        job.round_listeners.append(lambda record: show(round_line(record, spec.rounds)))
         try:
             if not job.connect(stop):
                 return 0

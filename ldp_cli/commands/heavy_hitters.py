@@ -20,6 +20,7 @@ import sys
 
 from ldp_cli.commands.argtypes import add_engine_options, engine_from_args
 from ldp_cli.options import summary
+from ldp_cli.progress import add_progress_flags
 
 __all__ = ["register"]
 
@@ -44,6 +45,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="print one JSON object (as `ldp estimate --json` for this metric; docs/ESTIMATE.md)",
     )
     add_engine_options(p)
+    add_progress_flags(p)  # with --engine spark: a line per stage on stderr
     p.set_defaults(func=run)
 
 

@@ -5,11 +5,12 @@ from __future__ import annotations
 import argparse
 import json
 import secrets
-import sys
 from typing import Any
 
 import numpy as np
 
+from ldp_cli.progress import add_progress_flags
+from ldp_cli.progress import bar as progress_bar
 from ldp_core.mechanisms import FREQUENCY_MECHANISMS
 from simulator.heavy_hitters import (
     HEAVY_HITTER_MECHANISMS,
@@ -75,6 +76,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--seed", type=int, default=None, help="seed of the simulation's generator (default: random)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
+    add_progress_flags(p)  # the bar over users on stderr: a terminal only, not with --json, unless --progress
     p.add_argument("--top", type=int, default=20, help="rows of the table (default 20)")
     p.set_defaults(func=run)
 
@@ -107,12 +109,8 @@ def run(args: argparse.Namespace) -> int:
     dist = parse_distribution(args.distribution, domain)
     rng = np.random.default_rng(seed)
 
-    bar = _progress(args.users) if not args.json or sys.stderr.isatty() else None
-    try:
-        result = simulate(spec, args.users, dist, rng, seed=seed, progress=bar.update if bar else None)
-    finally:
-        if bar is not None:
-            bar.close()
+    with _progress(args) as bar:
+        result = simulate(spec, args.users, dist, rng, seed=seed, progress=bar.update)
 
     if args.json:
         print(json.dumps(result.to_json_obj()))
@@ -136,18 +134,9 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _progress(users: int) -> Any:
-    """A progress bar over ``users`` on stderr, shown for large runs or when stderr is a terminal."""
-    from tqdm import tqdm
-
-    return tqdm(
-        total=users,
-        unit="user",
-        unit_scale=True,
-        file=sys.stderr,
-        disable=users < 2_000_000 and not sys.stderr.isatty(),
-        leave=False,
-    )
+def _progress(args: argparse.Namespace) -> Any:
+    """A bar over ``--users`` on stderr, by the rule of :mod:`ldp_cli.progress`."""
+    return progress_bar(args, f"ldp simulate {args.mechanism}", "user", total=args.users)
 
 
 def _check_common(args: argparse.Namespace) -> int:
@@ -170,7 +159,7 @@ def run_numeric(args: argparse.Namespace) -> int:
     spec = numeric_spec(args.mechanism, args.epsilon, lo, hi, args.bins)
     population = NumericPopulation(args.distribution or "beta:2,5", lo, hi)
     rng = np.random.default_rng(seed)
-    with _progress(args.users) as bar:
+    with _progress(args) as bar:
         out = simulate_numeric(
             spec, args.users, population, rng, seed=seed, bootstrap=args.bootstrap, progress=bar.update
         )

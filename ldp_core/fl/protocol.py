@@ -64,7 +64,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from ldp_core.fl.errors import ModelError, UpdateRejected
+from ldp_core.fl.errors import ModelError, UpdateRejected, build_from_fields
 from ldp_core.fl.models import MLP, LogisticRegression, Model, SoftmaxRegression
 from ldp_core.fl.personalization import personalization_from_dict
 from ldp_core.fl.training import LocalTraining, RoundConfig
@@ -250,15 +250,9 @@ def model_from_dict(d: Mapping[str, Any]) -> Model:
         raise ModelError(f"a model description is a JSON object, got {type(d).__name__}")
     kind = d.get("kind")
     args = {k: v for k, v in d.items() if k != "kind"}
-    try:
-        if kind == "logistic":
-            return LogisticRegression(**args)
-        if kind == "softmax":
-            return SoftmaxRegression(**args)
-        if kind == "mlp":
-            return MLP(**args)
-    except TypeError as exc:
-        raise ModelError(f"model {kind!r}: {exc}") from None
+    classes: dict[str, type[Model]] = {"logistic": LogisticRegression, "softmax": SoftmaxRegression, "mlp": MLP}
+    if kind in classes:
+        return build_from_fields(f"model {kind!r}", classes[str(kind)], args, ModelError)
     raise ModelError(f"model kind must be 'logistic', 'softmax' or 'mlp', got {kind!r}")
 
 

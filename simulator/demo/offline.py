@@ -21,7 +21,7 @@ DEFAULT_MECHANISMS = ["grr", "oue", "olh", "hr", "cms", "hcms", "rappor"]
 
 
 def simulate_oracles(
-    names: list[str], epsilon: float, domain: int, users: int, distribution: str, seed: int
+    names: list[str], epsilon: float, domain: int, users: int, distribution: str, seed: int, progress: bool = True
 ) -> list[SimulationResult]:
     """Each oracle of ``names`` over its own seeded draw of ``users`` values (rr: domain 2), with a progress
     bar on stderr; ValueError for an unknown oracle or distribution before any runs."""
@@ -32,7 +32,8 @@ def simulate_oracles(
 
     parse_distribution(distribution, domain)  # fail early on a bad argument
     results: list[SimulationResult] = []
-    with tqdm(total=users * len(names), unit="report", unit_scale=True, file=sys.stderr, leave=False) as bar:
+    total = users * len(names)
+    with tqdm(total=total, unit="report", unit_scale=True, file=sys.stderr, leave=False, disable=not progress) as bar:
         for i, name in enumerate(names):
             spec = spec_for(name, epsilon, 2 if name == "rr" else domain)
             rng = np.random.default_rng([seed, i])
@@ -65,12 +66,13 @@ def run_offline(
     seed: int,
     out: Path,
     plot: bool = True,
+    progress: bool = True,
 ) -> int:
     """Run :func:`simulate_oracles`, print each oracle's accuracy, write ``out``/demo.json and (``plot``)
-    ``out``/demo.png; returns the exit code (0)."""
+    ``out``/demo.png; returns the exit code (0). ``progress``: the bar on stderr (the caller decides when)."""
     from simulator.demo.plots import plot_offline
 
-    results = simulate_oracles(names, epsilon, domain, users, distribution, seed)
+    results = simulate_oracles(names, epsilon, domain, users, distribution, seed, progress)
     print(f"ldp demo: {users:,} simulated users, {distribution}, ε={epsilon:g}, d={domain}, seed {seed}")
     print(
         f"{'mechanism':>9} {'MSE/n':>10} {'theory/n':>10} {'ratio':>6} {'CI cover':>8} {'enc Mrep/s':>10} {'agg Mrep/s':>10}"

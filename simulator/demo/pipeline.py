@@ -22,7 +22,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -54,7 +54,9 @@ class DemoConfig:
     plot: bool = True
     port: int = 0  #: the estimator's port (0: a free one)
     serve: bool = False  #: the pipeline is kept running afterwards (only changes what the run prints)
-    progress: bool = True  #: bars on stderr for the long phases, when stderr is a terminal (--no-progress: never)
+    progress: bool = False  #: the enrollment bar on stderr (ldp demo sets it by ldp_cli.progress's rule)
+    #: called with a short text as each phase starts (``ldp demo`` prints it on stderr by the CLI's progress rule)
+    on_phase: Callable[[str], None] | None = None
 
 
 @dataclasses.dataclass
@@ -216,6 +218,11 @@ def run_pipeline(cfg: DemoConfig, keep: KeepRunning | None = None) -> int:
                 shutil.rmtree(run.workdir, ignore_errors=True)
 
 
+def _phase(run: _Run, text: str) -> None:
+    if run.cfg.on_phase is not None:
+        run.cfg.on_phase(text)
+
+
 def _run(run: _Run, keep: KeepRunning | None) -> int:
     """Start the stack, feed it, read what it counted and report (see :func:`run_pipeline`)."""
     from simulator.stack import LocalPipeline
@@ -229,6 +236,7 @@ def _run(run: _Run, keep: KeepRunning | None) -> int:
         f"work folder {run.workdir}" + (" (removed at the end; --workdir keeps one)" if run.scratch else ""),
         flush=True,
     )
+    _phase(run, "starting the pipeline: collector, shuffler, streaming estimator, Parquet sink")
     stack = LocalPipeline(
         run.workdir,
         run.metrics_path,
@@ -273,6 +281,7 @@ def _run_sdk_devices(run: _Run, pipe: Any, rng: Any, truth: dict[str, np.ndarray
         from simulator.demo.tokens import sdk_token_options
 
         client_options = sdk_token_options(run.issuer, run.collector_options["token_origin"])
+    _phase(run, f"{n_sdk} SDK devices: record, ledger, outbox, upload")
     t0 = time.monotonic()
     for name, counts in sdk_devices(
         pipe.collector_url,
@@ -298,6 +307,7 @@ def _feed(run: _Run, pipe: Any, rng: Any) -> _Fed:
     n_sdk = min(cfg.sdk_devices, cfg.devices)
     if n_sdk:
         _run_sdk_devices(run, pipe, rng, truth, n_sdk)
+    _phase(run, f"simulating {cfg.devices - n_sdk:,} devices' randomized reports")
     fleet = fleet_batches(
         metrics,
         names,
@@ -313,6 +323,7 @@ def _feed(run: _Run, pipe: Any, rng: Any) -> _Fed:
     if run.seal_to is not None:
         from ldp_core.wire.sealing import seal_batch
 
+        _phase(run, "sealing the reports to the analyzer key")
         t0 = time.monotonic()
         sent = [seal_batch(b, run.seal_to) for b in fleet.batches]
         print(
@@ -323,8 +334,10 @@ def _feed(run: _Run, pipe: Any, rng: Any) -> _Fed:
     if run.issuer is not None and cfg.flood:  # before the fleet: its reports join the fleet's released crowds
         from simulator.demo.tokens import flood_metric
 
+        _phase(run, f"one install floods the collector with {cfg.flood} uploads")
         flooded = flood_metric(pipe.collector_url, run.issuer, metrics, names, run.day, cfg.flood, rng)
     paid = _pay(run, fleet, cfg.devices - n_sdk)
+    _phase(run, f"uploading {len(sent):,} frames over HTTP ({cfg.clients} clients)")
     stats = upload(pipe.collector_url, sent, clients=cfg.clients, headers=paid.headers if paid else None)
     print(
         f"  {cfg.devices - n_sdk:,} devices uploaded {stats.reports:,} reports in {stats.batches} frames "
@@ -346,8 +359,9 @@ def _pay(run: _Run, fleet: Any, devices: int) -> Any:
 
     from simulator.token_fleet import pay_fleet
 
+    _phase(run, f"{devices:,} devices enroll and fetch tokens")
     t0 = time.monotonic()
-    off = not (run.cfg.progress and sys.stderr.isatty())
+    off = not run.cfg.progress
     with tqdm(total=devices, desc="  enrolling", unit="device", file=sys.stderr, disable=off, leave=False) as bar:
         paid = pay_fleet(run.issuer, fleet.batches, devices, lambda _i: bar.update()) if fleet.devices else None
     n_paid = paid.fetched if paid is not None else 0
@@ -364,6 +378,7 @@ def _observe(run: _Run, pipe: Any, fed: _Fed) -> _Seen:
     import httpx
 
     total = sum(fed.expected.values())
+    _phase(run, f"waiting for the shuffler, the streaming estimator and the sink to count {total:,} reports")
     waited, held = pipe.wait_settled(total, timeout=120)
     print(
         f"  the streaming estimator counted every released report {waited:.1f} s after the last upload"
@@ -433,6 +448,7 @@ def _report(run: _Run, fed: _Fed, seen: _Seen, t_start: float) -> int:
         "held_by_shuffler": seen.held,
     }
     words = {n: demo_labels(run.metrics, n) for n in run.names}
+    _phase(run, "estimating every metric from the Parquet dataset and comparing with the truth")
     print()
     summary["metrics"], batch_equal = _metric_rows(run, fed, seen, words)
     tokens_ok = True

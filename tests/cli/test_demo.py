@@ -166,12 +166,29 @@ def test_demo_removes_its_temporary_work_folder(
     args = ["demo", "--tokens", "--sealed", "--metrics", str(metrics_path), "--devices", "60", "--sdk-devices", "1"]
     args += ["--min-batch", "20", "--flood", "3", "--out", str(tmp_path / "out"), "--no-plot", "--seed", "4"]
     code = main(args)
-    text = capsys.readouterr().out
+    captured = capsys.readouterr()
+    text = captured.out
     assert code == 0, text
     assert list(tmp.iterdir()) == []
     assert "removed at the end" in text
+    assert "ldp demo: " not in captured.err  # stderr is not a terminal: no phase lines
     kept = tmp_path / "kept"
-    assert main([*args, "--workdir", str(kept)]) == 0
+    assert main([*args, "--workdir", str(kept), "--progress"]) == 0
+    err = capsys.readouterr().err  # forced: one line per phase on stderr, in order
+    phases = [
+        "starting the pipeline",
+        "1 SDK devices",
+        "simulating 59 devices",
+        "sealing the reports",
+        "one install floods",
+        "59 devices enroll",
+        "uploading",
+        "waiting for the shuffler",
+        "estimating every metric",
+    ]
+    at = [err.find(f"ldp demo: {p}") for p in phases]
+    assert -1 not in at and at == sorted(at), err
+    assert "enrolling" in err  # the token enrollment's bar, forced too
     assert (kept / "analyzer-keys").is_dir() and (kept / "sdk-devices").is_dir() and (kept / "issuer").is_dir()
     assert list(tmp.iterdir()) == []
 

@@ -181,3 +181,16 @@ def test_a_sample_rate_outside_0_1_is_refused(tmp_path: Path, q: str) -> None:
     with pytest.raises(SystemExit) as exc:
         main([*_args(data, q=q), "--json"])
     assert exc.value.code == 2
+
+
+def test_no_progress_drops_the_epoch_lines_and_progress_adds_them_to_json(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    data = _blobs(tmp_path / "blobs.npz", rows=300)
+    assert main(_args(data, "--no-progress", epochs="2")) == 0
+    quiet = capsys.readouterr()
+    assert "epoch " not in quiet.err and "test accuracy" in quiet.out
+    assert main(_args(data, "--json", "--progress", epochs="2")) == 0
+    forced = capsys.readouterr()
+    assert [ln.split(":")[0] for ln in forced.err.splitlines() if ln.startswith("epoch ")] == ["epoch 1/2", "epoch 2/2"]
+    assert json.loads(forced.out)["steps"] > 0

@@ -75,3 +75,54 @@ def test_json_stays_one_object_and_piped_stderr_stays_clean(capsys) -> None:
     assert json.loads(first.out) == json.loads(second.out)
     assert first.out.count("\n") == 1
     assert first.err == "" and second.err == ""  # stderr is not a terminal here: no bar, nothing else
+
+
+def test_compress_calls_back_once_per_round_of_every_scheme() -> None:
+    from simulator.scenarios.fl.compress import DEFAULT_SCHEMES, run_compress
+    from simulator.scenarios.fl.drift import DriftDPConfig
+
+    seen: list[int] = []
+    run_compress(DriftConfig(rounds=2), DriftDPConfig(), DEFAULT_SCHEMES[:2], on_round=lambda r: seen.append(r.round))
+    assert seen == [0, 1] * 2
+
+
+def test_local_dpsgd_calls_back_once_per_round_of_every_run() -> None:
+    from simulator.scenarios.fl.local_dpsgd import LocalDPSGDConfig, run_local_dpsgd
+
+    seen: list[int] = []
+    run_local_dpsgd(DriftConfig(rounds=2), LocalDPSGDConfig(noise_multipliers=(1.0,)), lambda r: seen.append(r.round))
+    assert seen == [0, 1] * 3  # plain SGD, clipped without noise, σ = 1
+
+
+def test_drift_dp_and_ddg_call_back_too() -> None:
+    from simulator.scenarios.fl.drift import DriftDPConfig, run_drift_study
+
+    seen: list[int] = []
+    result = run_drift_study(DriftConfig(rounds=2), DriftDPConfig(), (16,), on_round=lambda r: seen.append(r.round))
+    runs = len(result["strategies"]) + len(result["dp"]["runs"]) + 2  # --ddg: central and 16 bits, one seed
+    assert seen == [0, 1] * runs
+
+
+def test_attacks_and_poisoning_call_back_once_per_round() -> None:
+    from simulator.scenarios.fl.attacks import InversionConfig, MembershipConfig, run_attacks
+    from simulator.scenarios.fl.poisoning import PoisoningConfig, run_fl_poisoning
+
+    seen: list[int] = []
+    membership = MembershipConfig(rounds=2, candidate_clients=40, noise_multipliers=(1.0,))
+    run_attacks(membership, InversionConfig(trials=1), lambda r: seen.append(r.round))
+    assert seen == [0, 1] * 2
+    seen.clear()
+    run_fl_poisoning(
+        PoisoningConfig(rounds=2, fractions=(0.2,)), ("label_flip",), ("mean", "median"), on_round=seen.append
+    )
+    assert seen == [0, 1] * 4  # (clean + one attack at one fraction) × two aggregators
+
+
+def test_forced_progress_draws_on_a_pipe_and_json_alone_does_not(capsys) -> None:
+    argv = ["study", "compress", "--rounds", "1", "--json"]
+    assert main([*argv, "--progress"]) == 0
+    forced = capsys.readouterr()
+    assert "ldp study compress" in forced.err and "round" in forced.err
+    assert forced.out.count("\n") == 1 and json.loads(forced.out)["scenario"] == "compress"
+    assert main(argv) == 0
+    assert capsys.readouterr().err == ""

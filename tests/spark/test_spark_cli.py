@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -67,3 +68,22 @@ def test_another_master_than_the_running_sessions_is_refused(
     )
     assert rc == 2
     assert "a Spark session on 'local[2]' is running in this process" in capsys.readouterr().err
+
+
+def test_spark_stages_are_announced_on_stderr_only_when_asked(
+    spark: SparkSession, dataset: dict[str, Any], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue #30: a Spark estimate ran up to 38 s silently. With --progress a line per stage goes to stderr and
+    stdout stays one JSON object; with --json alone (or piped, as here) nothing is added."""
+    argv = ["estimate", "--dataset", str(dataset["root"]), "--metric", "hcms", "--json", "--engine", "spark"]
+    argv += ["--master", "local[2]"]
+    assert main([*argv, "--progress"]) == 0
+    forced = capsys.readouterr()
+    assert json.loads(forced.out)["metric"] == "hcms" and forced.out.count("\n") == 1
+    stages = [line for line in forced.err.splitlines() if line.startswith("ldp estimate --engine spark: ")]
+    said = [s.split(": ", 1)[1].split(" (at ")[0] for s in stages]
+    assert len(said) == 3 and said[0] == "using the running Spark session", forced.err
+    assert re.fullmatch(r"hcms: job 1 of 2, the batch facts of \d+ files", said[1]), said
+    assert said[2] == "hcms: job 2 of 2, the reports' states (read, accumulate, tree reduce)"
+    assert main(argv) == 0
+    assert "--engine spark:" not in capsys.readouterr().err

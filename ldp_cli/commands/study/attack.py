@@ -8,7 +8,7 @@ import argparse
 
 from ldp_cli.commands.argtypes import positive_int as _positive_int
 from ldp_cli.commands.argtypes import seed as _seed
-from ldp_cli.commands.study.common import add_plot_and_json, finish, prog
+from ldp_cli.commands.study.common import add_no_progress, add_plot_and_json, finish, prog, round_bar
 
 __all__ = ["register_attack", "run_attack_cmd"]
 
@@ -41,6 +41,7 @@ def register_attack(ssub: argparse._SubParsersAction) -> None:
         help="with --poisoning: add DP-FLTrust (root update clipped to C = 0.1, noise multiplier 1, the sum over "
         "the expected cohort) as a sixth aggregator, with its client-level epsilon",
     )
+    add_no_progress(a)
     a.set_defaults(func=run_attack_cmd)
 
 
@@ -50,7 +51,9 @@ def run_attack_cmd(args: argparse.Namespace) -> int:
 
         aggs = (*poisoning.AGGREGATORS, poisoning.DP_AGGREGATOR) if args.dp_fltrust else poisoning.AGGREGATORS
         cfg = poisoning.PoisoningConfig(rounds=args.rounds, seed=args.seed)
-        result = poisoning.run_fl_poisoning(cfg, aggregators=aggs)
+        runs = (1 + len(poisoning.ATTACKS) * len(cfg.fractions)) * len(aggs)
+        with round_bar(args, total=runs * cfg.rounds) as bar:
+            result = poisoning.run_fl_poisoning(cfg, aggregators=aggs, on_round=lambda *_: bar.update())
         return finish(args, result, poisoning.plot_fl_poisoning, poisoning.report_lines)
     if args.dp_fltrust:
         raise SystemExit(f"{prog(args)}: --dp-fltrust adds a row to the poisoning scenario; it needs --poisoning")
@@ -62,7 +65,8 @@ def run_attack_cmd(args: argparse.Namespace) -> int:
         run_attacks,
     )
 
-    result = run_attacks(
-        MembershipConfig(rounds=args.rounds, seed=args.seed), InversionConfig(trials=args.trials, seed=args.seed)
-    )
+    membership = MembershipConfig(rounds=args.rounds, seed=args.seed)
+    # the bar counts the membership game's training rounds; the inversion's trials follow in well under a second
+    with round_bar(args, total=(1 + len(membership.noise_multipliers)) * args.rounds) as bar:
+        result = run_attacks(membership, InversionConfig(trials=args.trials, seed=args.seed), lambda *_: bar.update())
     return finish(args, result, plot_attacks, report_lines)

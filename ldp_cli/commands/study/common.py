@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from collections.abc import Callable
 from typing import Any
+
+from ldp_cli.progress import add_progress_flags, bar
 
 __all__ = ["prog", "add_plot_and_json", "add_no_progress", "round_bar", "finish"]
 
@@ -24,19 +25,16 @@ def add_plot_and_json(p: argparse.ArgumentParser, plot_help: str) -> None:
 
 
 def add_no_progress(p: argparse.ArgumentParser) -> None:
-    """``--no-progress``: no per-round bar on stderr (read by :func:`round_bar`)."""
-    p.add_argument("--no-progress", action="store_true", help="never show the per-round progress bar")
+    """``--no-progress`` and ``--progress`` (:func:`ldp_cli.progress.add_progress_flags`, read by :func:`round_bar`)."""
+    add_progress_flags(p)
 
 
-def round_bar(args: argparse.Namespace, stream: Any = None) -> Any:
-    """A bar counting federated rounds on ``stream`` (stderr by default), shown only when it is a terminal and
-    ``--no-progress`` was not given; otherwise disabled and silent, so piped output stays as it was. Use
-    ``bar.update`` (via ``lambda _record: bar.update()``) as the scenario's ``on_round``."""
-    from tqdm import tqdm
-
-    out = sys.stderr if stream is None else stream
-    off = getattr(args, "no_progress", False) or not out.isatty()
-    return tqdm(unit="round", desc=prog(args), file=out, disable=off, leave=False)
+def round_bar(args: argparse.Namespace, stream: Any = None, total: int | None = None) -> Any:
+    """A bar counting federated rounds on ``stream`` (stderr by default), shown by the rule of
+    :mod:`ldp_cli.progress` (a terminal, not ``--json`` nor ``--no-progress``; or ``--progress``); otherwise
+    disabled and silent, so piped output stays as it was. Use ``bar.update`` (via ``lambda *_: bar.update()``)
+    as the scenario's ``on_round``; ``total``, if known, is the number of rounds over every run."""
+    return bar(args, prog(args), "round", total=total, stream=stream)
 
 
 def finish(

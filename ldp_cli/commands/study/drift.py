@@ -79,7 +79,7 @@ def run_drift_cmd(args: argparse.Namespace) -> int:
         raise SystemExit(f"{prog(args)}: --ddg needs --dp (it is matched to DP-FedAvg's ε)")
     dp = DriftDPConfig(args.clip_norm, args.noise_multiplier) if args.dp else None
     cfg = DriftConfig(rounds=args.rounds, seed=args.seed)
-    with round_bar(args) as bar:  # counts the plain drift runs' rounds (not yet --dp's or --ddg's)
+    with round_bar(args) as bar:  # every run's rounds: the plain strategies, --dp's and --ddg's
         result = run_drift_study(cfg, dp, args.ddg_bits if args.ddg else None, on_round=lambda _record: bar.update())
     return finish(args, result, plot_drift, report_lines)
 
@@ -112,15 +112,17 @@ def register_compress(ssub: argparse._SubParsersAction) -> None:
         help="DP-FedAvg's noise multiplier z, relative to each encoding's sensitivity (default 3)",
     )
     add_plot_and_json(d, "write accuracy against uplink bytes (and per round) to this PNG")
+    add_no_progress(d)
     d.set_defaults(func=run_compress_cmd)
 
 
 def run_compress_cmd(args: argparse.Namespace) -> int:
-    from simulator.scenarios.fl.compress import plot_compress, report_lines, run_compress
+    from simulator.scenarios.fl.compress import DEFAULT_SCHEMES, plot_compress, report_lines, run_compress
     from simulator.scenarios.fl.drift import DriftConfig, DriftDPConfig
 
     dp = DriftDPConfig(clip_norm=args.clip_norm, noise_multiplier=args.noise_multiplier)
-    result = run_compress(DriftConfig(rounds=args.rounds), dp, seeds=args.seeds)
+    with round_bar(args, total=len(DEFAULT_SCHEMES) * len(args.seeds) * args.rounds) as bar:
+        result = run_compress(DriftConfig(rounds=args.rounds), dp, seeds=args.seeds, on_round=lambda *_: bar.update())
     return finish(args, result, plot_compress, report_lines)
 
 
@@ -196,6 +198,7 @@ def register_local_dpsgd(ssub: argparse._SubParsersAction) -> None:
     )
     d.add_argument("--delta", type=_prob, default=1e-5, help="δ of both ε (default 1e-5)")
     add_plot_and_json(d, "write accuracy against sample-level ε to this PNG")
+    add_no_progress(d)
     d.set_defaults(func=run_local_dpsgd_cmd)
 
 
@@ -216,5 +219,6 @@ def run_local_dpsgd_cmd(args: argparse.Namespace) -> int:
         )
     except FLError as exc:
         raise SystemExit(f"{prog(args)}: {exc}") from None
-    result = run_local_dpsgd(DriftConfig(rounds=args.rounds, seed=args.seed), dp)
+    with round_bar(args, total=(2 + len(dp.noise_multipliers)) * args.rounds) as bar:
+        result = run_local_dpsgd(DriftConfig(rounds=args.rounds, seed=args.seed), dp, lambda *_: bar.update())
     return finish(args, result, plot_local_dpsgd, report_lines)

@@ -76,7 +76,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 import numpy as np
@@ -90,7 +90,7 @@ from ldp_core.fl.errors import FLError
 from ldp_core.fl.models import SoftmaxRegression, accuracy
 from ldp_core.fl.training import LocalTraining, RoundConfig, clip_to_norm
 from ldp_core.privacy_events import GaussianEvent
-from simulator.rounds import FederatedClient, run_rounds
+from simulator.rounds import FederatedClient, RoundRecord, run_rounds
 
 __all__ = [
     "MembershipConfig",
@@ -302,6 +302,7 @@ def _membership_setting(
     ys: list[np.ndarray],
     joins: np.ndarray,
     calibration: np.ndarray,
+    on_round: Callable[[RoundRecord], None] | None = None,
 ) -> dict[str, Any]:
     from estimator.accounting.accountant import delta_pld
 
@@ -316,9 +317,8 @@ def _membership_setting(
         agg = ValidatingAggregator(
             FixedClippingDP(WeightedMean(), cfg.clip_norm, noise, accountant=accountant, report_every=cfg.rounds)
         )
-    params, _ = run_rounds(
-        model, FedAvg(cfg.training), agg, clients, sampling, cfg.rounds, np.random.default_rng([cfg.seed, 1])
-    )
+    rng = np.random.default_rng([cfg.seed, 1])
+    params, _ = run_rounds(model, FedAvg(cfg.training), agg, clients, sampling, cfg.rounds, rng, on_round=on_round)
     losses = [softmax_losses(model, params, X, y) for X, y in zip(Xs, ys)]
 
     def pool(mask: np.ndarray) -> np.ndarray:
@@ -357,12 +357,16 @@ def _membership_setting(
     }
 
 
-def run_membership(cfg: MembershipConfig = MembershipConfig()) -> dict[str, Any]:
-    """Plain FedAvg and DP-FedAvg at each noise multiplier; the loss-threshold attack on each."""
+def run_membership(
+    cfg: MembershipConfig = MembershipConfig(), on_round: Callable[[RoundRecord], None] | None = None
+) -> dict[str, Any]:
+    """Plain FedAvg and DP-FedAvg at each noise multiplier; the loss-threshold attack on each. ``on_round`` is
+    called after every training round of every setting (progress display; draws nothing)."""
     Xs, ys, joins, calibration = _membership_data(cfg, np.random.default_rng([cfg.seed, 0]))
-    settings = [_membership_setting(cfg, "fedavg", None, Xs, ys, joins, calibration)]
+    settings = [_membership_setting(cfg, "fedavg", None, Xs, ys, joins, calibration, on_round)]
     for z in cfg.noise_multipliers:
-        settings.append(_membership_setting(cfg, f"clip{cfg.clip_norm:g}_sigma{z:g}", z, Xs, ys, joins, calibration))
+        name = f"clip{cfg.clip_norm:g}_sigma{z:g}"
+        settings.append(_membership_setting(cfg, name, z, Xs, ys, joins, calibration, on_round))
     tr = cfg.training
     return {
         "game": "each candidate client joins with probability 1/2; members = examples of joining clients",
@@ -531,14 +535,16 @@ _SEES = {
 
 
 def run_attacks(
-    membership: MembershipConfig = MembershipConfig(), inversion: InversionConfig = InversionConfig()
+    membership: MembershipConfig = MembershipConfig(),
+    inversion: InversionConfig = InversionConfig(),
+    on_round: Callable[[RoundRecord], None] | None = None,
 ) -> dict[str, Any]:
-    """Both checks; a JSON-ready result."""
+    """Both checks; a JSON-ready result. ``on_round``: the membership game's rounds (:func:`run_membership`)."""
     return {
         "scenario": "attacks",
         "data": "synthetic seeded (Gaussian classes); see simulator/scenarios/fl/attacks.py",
         "seed": membership.seed,
-        "membership_inference": run_membership(membership),
+        "membership_inference": run_membership(membership, on_round),
         "gradient_inversion": run_inversion(inversion),
     }
 

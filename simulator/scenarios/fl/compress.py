@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -54,6 +54,7 @@ from ldp_core.fl.errors import FLError
 from ldp_core.fl.models import SoftmaxRegression
 from ldp_core.fl.ring_sketch import RingCountSketch
 from ldp_core.fl.training import ClientUpdate, clip_to_norm
+from simulator.rounds import RoundRecord
 from simulator.scenarios.fl.drift import DriftConfig, DriftDPConfig, ScheduledSampling, _run, make_drift_data
 
 __all__ = ["CompressedDPMean", "SchemeSpec", "DEFAULT_SCHEMES", "run_compress", "plot_compress", "report_lines"]
@@ -217,8 +218,10 @@ def run_compress(
     dp: DriftDPConfig | None = None,
     schemes: Sequence[SchemeSpec] = DEFAULT_SCHEMES,
     seeds: Sequence[int] = (0,),
+    on_round: Callable[[RoundRecord], None] | None = None,
 ) -> dict[str, Any]:
-    """Per scheme: uplink bytes per device and round, final accuracy per seed and their mean, and ε."""
+    """Per scheme: uplink bytes per device and round, final accuracy per seed and their mean, and ε.
+    ``on_round`` is called after every round of every scheme and seed (progress display; draws nothing)."""
     cfg = DriftConfig() if cfg is None else cfg
     dp = DriftDPConfig() if dp is None else dp
     n, m = cfg.clients, cfg.clients_per_round
@@ -238,7 +241,7 @@ def run_compress(
             skewed, _, test = make_drift_data(c, np.random.default_rng([seed, 0]))
             schedule = ScheduledSampling.draw(n, m, c.rounds, np.random.default_rng([seed, 1]))
             agg = CompressedDPMean(s, dim, dp.clip_norm, dp.noise_multiplier, seed)
-            run = _run(s.name, FedAvg(c.training), skewed, c, schedule, test, agg)
+            run = _run(s.name, FedAvg(c.training), skewed, c, schedule, test, agg, on_round=on_round)
             finals.append(run["final_accuracy"])
             per_round.append(run["accuracy_per_round"])
             encodings, rejected, fallbacks = (

@@ -334,8 +334,13 @@ class DriftDPConfig:
             raise FLError(f"DriftDPConfig.delta must be in (0, 1), got {self.delta!r}")
 
 
-def run_drift_dp(cfg: DriftConfig = DriftConfig(), dp: DriftDPConfig = DriftDPConfig()) -> dict[str, Any]:
-    """DP-FedAvg and DP-FTRL at equal ε on the skewed partition (see the module docstring)."""
+def run_drift_dp(
+    cfg: DriftConfig = DriftConfig(),
+    dp: DriftDPConfig = DriftDPConfig(),
+    on_round: Callable[[RoundRecord], None] | None = None,
+) -> dict[str, Any]:
+    """DP-FedAvg and DP-FTRL at equal ε on the skewed partition (see the module docstring). ``on_round`` is
+    called after every round of every run (progress display; draws nothing)."""
     skewed, _, test = make_drift_data(cfg, np.random.default_rng([cfg.seed, 0]))
     n, m = cfg.clients, cfg.clients_per_round
     schedule = ScheduledSampling.draw(n, m, cfg.rounds, np.random.default_rng([cfg.seed, 1]))
@@ -347,7 +352,7 @@ def run_drift_dp(cfg: DriftConfig = DriftConfig(), dp: DriftDPConfig = DriftDPCo
     fedavg_agg = ValidatingAggregator(
         FixedClippingDP(WeightedMean(), C, sigma, accountant=acc, report_every=cfg.rounds)
     )
-    fedavg = _run("dp_fedavg", FedAvg(tr), skewed, cfg, schedule, test, fedavg_agg)
+    fedavg = _run("dp_fedavg", FedAvg(tr), skewed, cfg, schedule, test, fedavg_agg, on_round)
     eps_observer, eps_known = acc.epsilon(), acc.epsilon_known_sample()
     fedavg.update(
         noise_multiplier=sigma,
@@ -365,7 +370,7 @@ def run_drift_dp(cfg: DriftConfig = DriftConfig(), dp: DriftDPConfig = DriftDPCo
         z = ftrl_noise_for_epsilon(target, cfg.rounds, dp.delta, every, "replace")
         ftrl_acc = FtrlAccountant(every, dp.delta, "replace")
         ftrl = DPFTRL(WeightedMean(), C, z, every, ftrl_acc, efficient=efficient)
-        run = _run(name, FedAvg(tr), skewed, cfg, epochs, test, ValidatingAggregator(ftrl))
+        run = _run(name, FedAvg(tr), skewed, cfg, epochs, test, ValidatingAggregator(ftrl), on_round)
         run.update(
             noise_multiplier=z,
             epsilon=ftrl_acc.epsilon(),
@@ -423,6 +428,7 @@ def compare_drift_ddg_to_central(
     dp: DriftDPConfig = DriftDPConfig(),
     bits: Sequence[int] = (8, 10, 12, 16),
     seeds: Sequence[int] = (0,),
+    on_round: Callable[[RoundRecord], None] | None = None,
 ) -> dict[str, Any]:
     """Accuracy at equal ε on the skewed partition: DP-FedAvg with central noise σ (clip C) against
     FedAvg with the distributed DG at each bit width, its noise the smallest whose ε against the server
@@ -451,15 +457,14 @@ def compare_drift_ddg_to_central(
         skewed, _, test = make_drift_data(c, np.random.default_rng([c.seed, 0]))
         schedule = ScheduledSampling.draw(n, m, c.rounds, np.random.default_rng([c.seed, 1]))
         agg = ValidatingAggregator(FixedClippingDP(WeightedMean(), C, sigma))
-        central.append(_run("dp_fedavg", FedAvg(c.training), skewed, c, schedule, test, agg))
+        central.append(_run("dp_fedavg", FedAvg(c.training), skewed, c, schedule, test, agg, on_round))
         for b in bits:
             spec = specs[b]
             if spec is None:
                 continue
             acc = DDGAccountant(dp.delta)
-            run = _run(
-                f"ddg_{b}", FedAvg(c.training), skewed, c, schedule, test, ValidatingAggregator(DDGMean(spec, acc))
-            )
+            ddg = ValidatingAggregator(DDGMean(spec, acc))
+            run = _run(f"ddg_{b}", FedAvg(c.training), skewed, c, schedule, test, ddg, on_round)
             eps_ddg[b] = acc.epsilon()
             eps_honest[b] = acc.epsilon(shares=honest)
             by_bits[b].append(run)
@@ -650,7 +655,7 @@ def run_drift_study(
         raise ValueError("the distributed DG is matched to DP-FedAvg's ε: give dp with ddg_bits")
     result = run_drift(cfg, on_round)
     if dp is not None:
-        result["dp"] = run_drift_dp(cfg, dp)
+        result["dp"] = run_drift_dp(cfg, dp, on_round)
         if ddg_bits is not None:
-            result["ddg"] = compare_drift_ddg_to_central(cfg, dp, ddg_bits, (cfg.seed,))
+            result["ddg"] = compare_drift_ddg_to_central(cfg, dp, ddg_bits, (cfg.seed,), on_round)
     return result

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -40,7 +40,7 @@ from ldp_core.fl.errors import FLError
 from ldp_core.fl.local_dpsgd import LocalDPSGDSpec
 from ldp_core.fl.models import SoftmaxRegression
 from simulator.plots import finish_axes, save_figure
-from simulator.rounds import FederatedClient, run_rounds
+from simulator.rounds import FederatedClient, RoundRecord, run_rounds
 from simulator.scenarios.fl.drift import DATA_NOTE, DriftConfig, ScheduledSampling, make_drift_data
 
 __all__ = ["LocalDPSGDConfig", "run_local_dpsgd", "plot_local_dpsgd", "report_lines"]
@@ -109,6 +109,7 @@ def _train(
     schedule: ScheduledSampling,
     test: tuple[np.ndarray, np.ndarray],
     spec: LocalDPSGDSpec | _ClippedNoNoise | None,
+    on_round: Callable[[RoundRecord], None] | None = None,
 ) -> list[float]:
     model = SoftmaxRegression(cfg.features, cfg.classes)
     fresh = [FederatedClient(c.client_id, c.X, c.y) for c in clients]
@@ -123,6 +124,7 @@ def _train(
         cfg.rounds,
         np.random.default_rng([cfg.seed, 2]),
         test=test,
+        on_round=on_round,
     )
     return [float(h.test_accuracy) for h in hist]  # type: ignore[arg-type]
 
@@ -137,9 +139,14 @@ def _summary(name: str, acc: Sequence[float]) -> dict[str, Any]:
     }
 
 
-def run_local_dpsgd(cfg: DriftConfig | None = None, dp: LocalDPSGDConfig | None = None) -> dict[str, Any]:
+def run_local_dpsgd(
+    cfg: DriftConfig | None = None,
+    dp: LocalDPSGDConfig | None = None,
+    on_round: Callable[[RoundRecord], None] | None = None,
+) -> dict[str, Any]:
     """One run per σ in ``dp.noise_multipliers`` and the plain-SGD reference (see the module docstring);
-    defaults: ``DriftConfig()`` and ``LocalDPSGDConfig()``."""
+    defaults: ``DriftConfig()`` and ``LocalDPSGDConfig()``. ``on_round`` is called after every round of every
+    run, ``(2 + len(dp.noise_multipliers)) * cfg.rounds`` times (progress display; draws nothing)."""
     cfg = DriftConfig() if cfg is None else cfg
     dp = LocalDPSGDConfig() if dp is None else dp
     skewed, _, test = make_drift_data(cfg, np.random.default_rng([cfg.seed, 0]))
@@ -160,14 +167,14 @@ def run_local_dpsgd(cfg: DriftConfig | None = None, dp: LocalDPSGDConfig | None 
     }
     runs: list[dict[str, Any]] = [
         {
-            **_summary("plain_local_sgd", _train(cfg, dp, skewed, schedule, test, None)),
+            **_summary("plain_local_sgd", _train(cfg, dp, skewed, schedule, test, None, on_round)),
             "noise_multiplier": None,
             "epsilon_worst_case": None,
         },
         {
             **_summary(
                 "clipped_poisson_sgd_no_noise",
-                _train(cfg, dp, skewed, schedule, test, _ClippedNoNoise(dp.clip, dp.sample_rate, dp.epochs)),
+                _train(cfg, dp, skewed, schedule, test, _ClippedNoNoise(dp.clip, dp.sample_rate, dp.epochs), on_round),
             ),
             "noise_multiplier": 0.0,
             "epsilon_worst_case": None,
@@ -184,7 +191,7 @@ def run_local_dpsgd(cfg: DriftConfig | None = None, dp: LocalDPSGDConfig | None 
         mid = [int(srt[(n - 1) // 2]), int(srt[n // 2])]
         eps_mid = float(np.mean([_sample_eps(spec, k, dp.delta, cache)[0] for k in mid]))
         eps_max = _sample_eps(spec, int(srt[-1]), dp.delta, cache)[0]
-        acc = _train(cfg, dp, skewed, schedule, test, spec)
+        acc = _train(cfg, dp, skewed, schedule, test, spec, on_round)
         runs.append(
             {
                 **_summary(f"local_dp_sgd_sigma{z:g}", acc),

@@ -139,8 +139,15 @@ def _setup(
     return data, local, data.draw(cfg.root_examples, rng), data.draw(cfg.test_examples, rng)
 
 
-def run_one(cfg: PoisoningConfig, attack: str | None, fraction: float, aggregator: str) -> dict[str, Any]:
-    """Train with ``round(fraction · clients)`` malicious clients (the first ones); final accuracy and attack success."""
+def run_one(
+    cfg: PoisoningConfig,
+    attack: str | None,
+    fraction: float,
+    aggregator: str,
+    on_round: Callable[[int], None] | None = None,
+) -> dict[str, Any]:
+    """Train with ``round(fraction · clients)`` malicious clients (the first ones); final accuracy and attack success.
+    ``on_round(r)`` is called after each round (progress display; draws nothing)."""
     if attack is not None and attack not in ATTACKS:
         raise ValueError(f"unknown attack {attack!r}; one of {ATTACKS}")
     _, local, (Xr, yr), (Xt, yt) = _setup(cfg)
@@ -174,6 +181,8 @@ def run_one(cfg: PoisoningConfig, attack: str | None, fraction: float, aggregato
         if "trust_total" in res.info:
             step_scales.append(res.info["trust_total"] / cfg.clients)
         state["w"] = state["w"] + res.delta
+        if on_round is not None:
+            on_round(r)
     w = state["w"]
     pred = model.predict(w.astype(np.float32), Xt)
     out: dict[str, Any] = {
@@ -201,10 +210,12 @@ def run_fl_poisoning(
     cfg: PoisoningConfig = PoisoningConfig(),
     attacks: Sequence[str] = ATTACKS,
     aggregators: Sequence[str] = AGGREGATORS,
+    on_round: Callable[[int], None] | None = None,
 ) -> dict[str, Any]:
-    """Every attack × fraction × aggregator, plus each aggregator without attackers."""
-    clean = {a: run_one(cfg, None, 0.0, a)["accuracy"] for a in aggregators}
-    results = [run_one(cfg, att, fr, a) for att in attacks for fr in cfg.fractions for a in aggregators]
+    """Every attack × fraction × aggregator, plus each aggregator without attackers. ``on_round`` is called after
+    every round of every run, ``(1 + len(attacks) · len(cfg.fractions)) · len(aggregators) · cfg.rounds`` times."""
+    clean = {a: run_one(cfg, None, 0.0, a, on_round)["accuracy"] for a in aggregators}
+    results = [run_one(cfg, att, fr, a, on_round) for att in attacks for fr in cfg.fractions for a in aggregators]
     return {
         "scenario": "poisoning",
         "model": f"softmax regression, {cfg.features} features, {cfg.classes} classes",
