@@ -22,12 +22,7 @@ __all__ = ["register"]
 
 #: flags that are :class:`collector.settings.CollectorSettings` fields of the same ``dest``
 _FLAGS: list[tuple[str, str, type, str]] = [
-    (
-        "--dedup",
-        "dedup_path",
-        str,
-        "SQLite file of recently accepted batch ids (keyed id digests, content digests, UTC days only)",
-    ),
+    ("--dedup", "dedup_path", str, "SQLite file of recently accepted batch ids (keyed digests, UTC days only)"),
     ("--token-keys", "token_keys", str, "the issuer's public day-key folder (with --require-tokens)"),
     ("--token-issuer", "token_issuer", str, "the issuer's name in the token challenge (default ldp-issuer)"),
     ("--token-origin", "token_origin", str, "this collector's name in the token challenge (default ldp-collector)"),
@@ -104,12 +99,7 @@ _FLAGS: list[tuple[str, str, type, str]] = [
         int,
         "how many UTC days old a batch's day may be (default $LDP_MAX_DAY_AGE, shared with the shuffler, else 31)",
     ),
-    (
-        "--dedup-ttl",
-        "dedup_ttl",
-        float,
-        "seconds a batch id is remembered, rounded up to whole UTC days (default 259200)",
-    ),
+    ("--dedup-ttl", "dedup_ttl", float, "seconds a batch id is remembered, rounded up to UTC days (default 259200)"),
     ("--fl-rounds-topic", "fl_rounds_topic", str, "with --fl: topic the aggregation jobs publish rounds to"),
     ("--fl-updates-topic", "fl_updates_topic", str, "with --fl: topic device FL uploads go to"),
 ]

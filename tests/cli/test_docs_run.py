@@ -53,7 +53,7 @@ def blocks() -> list[tuple[Path, int, str, str, str | None]]:
     for doc in DOCS:
         text = doc.read_text(encoding="utf-8")
         for m in FENCE.finditer(text):
-            before = [ln for ln in text[: m.start()].splitlines() if ln.strip()]
+            before = [ln for ln in text[: m.start()].splitlines() if ln.strip() and not ln.startswith("<!--")]
             mark = MARK.match(before[-1]) if before else None
             out.append(
                 (doc, text[: m.start()].count("\n") + 1, m.group(1), m.group(2), mark.group(1) if mark else None)

@@ -617,6 +617,7 @@ def test_health_readiness_and_prometheus(tmp_path: Path, metrics: MetricSet, tra
         "ldp_collector_uploads_reading": "gauge",
         "ldp_collector_publish_duration_seconds": "histogram",
         "ldp_collector_publish_group_batches": "histogram",
+        "ldp_collector_token_key_days_refused": "counter",  # days whose token keys were inconsistent (docs/TOKENS.md)
     }
     assert not_ready.status_code == 503 and not_ready.json()["ready"] is False
 
