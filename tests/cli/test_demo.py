@@ -55,7 +55,8 @@ def test_demo_runs_the_pipeline_and_checks_itself(tmp_path: Path, capsys: pytest
             assert 0 < m["recall"] <= 1
         elif kinds[name] == "distribution":
             assert abs(sum(m["hist"]) - 1) < 1e-9 and abs(sum(m["true_hist"]) - 1) < 1e-9
-            assert set(m["quantiles"]) == {"p50", "p90", "p99"}
+            assert set(m["quantiles"]) == {"p10", "p25", "p50", "p75", "p90", "p99"}
+            assert all(q["ci_low"] <= q["value"] <= q["ci_high"] for q in m["quantiles"].values())
         else:
             truth = np.array(m["truth"])
             assert truth.sum() == 4000
