@@ -49,7 +49,7 @@ from estimator.kernels.candidates import olh_candidate_support, sketch_row_means
 from estimator.kernels.hadamard import fwht
 from estimator.kernels.sketch import cms_add, hcms_add
 from estimator.oracles.base import LinearState
-from estimator.result import z_value
+from estimator.result import noise_test, z_value
 from ldp_core.mechanisms.cms import CMSSpec
 from ldp_core.mechanisms.heavy_hitters import PEMSpec, SFPSpec, prefix_keys, reserved_byte_mask, unpad
 
@@ -100,11 +100,25 @@ class Discovery:
     mechanism: str
     n: int
     found: list[HeavyHitter]
-    candidates: list[int]  # candidates ranked per level (PEM) or assembled words (SFP)
+    candidates: list[int]  # candidates ranked per level (PEM), or words assembled and words ranked (SFP)
     seconds: float
 
     def top(self, k: int) -> list[HeavyHitter]:
         return self.found[:k]
+
+    @property
+    def tested(self) -> int:
+        """How many whole values were ranked at the end: the m of the Bonferroni rule (:meth:`noise`)."""
+        return max(1, int(self.candidates[-1])) if self.candidates else 1
+
+    def noise(self, confidence: float = 0.95) -> tuple[np.ndarray, np.ndarray]:
+        """``(adjusted_ci_low, could_be_noise)`` of every found value, Bonferroni over the :attr:`tested`
+        values (:func:`estimator.result.noise_test`). The last level's (PEM) or the word sketch's (SFP)
+        reports chose none of the candidates (PEM's earlier levels are other devices; SFP's fragment
+        reports are independent randomizations), so each test is valid given the candidate list."""
+        est = np.array([h.estimate for h in self.found], dtype=np.float64)
+        se = np.sqrt(np.maximum([h.variance for h in self.found], 0.0)) if self.found else np.zeros(0)
+        return noise_test(est, se, self.tested, confidence)
 
 
 def enumerate_prefixes(bits: int, length: int) -> np.ndarray:
@@ -424,7 +438,7 @@ def discover_sfp_from(
     est = word_sketch.counts(spec.word_keys(rows)) if rows.shape[0] else np.zeros(0)
     var = _sketch_variance(spec, est, n)
     found = _with_intervals(rows, est, var, confidence)
-    return Discovery("sfp", n, found, [len(words)], time.perf_counter() - t0)
+    return Discovery("sfp", n, found, [len(words), int(rows.shape[0])], time.perf_counter() - t0)
 
 
 def _possible_fragments(position: int) -> np.ndarray:

@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from ldp_core.mechanisms import FREQUENCY_MECHANISMS
+from pipeline.text import printable
 from simulator.heavy_hitters import (
     HEAVY_HITTER_MECHANISMS,
     read_population,
@@ -238,10 +239,12 @@ def run_heavy_hitters(args: argparse.Namespace) -> int:
     )
     truth = dict((v, c) for v, c in out["true_top"])
     print(f"{'rank':>4}  {'value':<24} {'estimate':>12} {'95% CI':>27} {'true':>10}")
-    for rank, (value, est, lo, hi) in enumerate(out["found"], 1):
+    for rank, ((value, est, lo, hi), noise) in enumerate(zip(out["found"], out["could_be_noise"]), 1):
         true = truth.get(value)
         print(
-            f"{rank:>4}  {value!r:<24} {est:>12.1f}  [{lo:>11.1f}, {hi:>11.1f}] {true if true is not None else '-':>10}"
+            f"{rank:>4}  {printable(value):<24} {est:>12.1f}  [{lo:>11.1f}, {hi:>11.1f}] "
+            f"{true if true is not None else '-':>10}" + ("  could be noise" if noise else "")
         )
     print(f"recall@{args.top} {out['recall']:.3f}   precision@{args.top} {out['precision']:.3f}")
+    print(f"could be noise: the 95% interval widened for {out['candidates']} candidates (Bonferroni) reaches 0")
     return 0

@@ -98,6 +98,17 @@ def test_heavy_hitter_view_shows_the_discovered_values(fed_pipeline: FedPipeline
 
     rows = table(page)
     want = found["found"][:ROWS_SHOWN]
+    # by default only values that stand out from the noise are listed (none greyed)
+    assert len(rows) == len(want) >= 1 and found["include_noise"] is False
+    assert found["significant"] >= len(found["found"]) and not any(r["grey"] for r in rows)
+    assert not any(h["could_be_noise"] for h in found["found"])
+    # the "could be noise" box lists the rest too, greyed
+    page.check("#noise")
+    page.wait_for_function("document.getElementById('chart-title').textContent.includes('grey: could be noise')")
+    found = api(fp, f"/v1/heavy-hitters/{METRIC}", day=day, spec_id=est["spec_id"], top=HH_TOP, include_noise="true")
+    assert found["include_noise"] is True and len(found["found"]) == HH_TOP
+    rows = table(page)
+    want = found["found"][:ROWS_SHOWN]
     assert len(rows) == len(want) > 5
     for r, h in zip(rows, want):
         c = r["cells"]
@@ -109,7 +120,7 @@ def test_heavy_hitter_view_shows_the_discovered_values(fed_pipeline: FedPipeline
         check_cell(c["frequency"], h["frequency"], 2, scale=100.0)
         check_cell(c["adjusted_ci_low"], h["adjusted_ci_low"], 1)
         assert h["adjusted_ci_low"] <= h["ci_low"]
-        assert r["grey"] == (h["adjusted_ci_low"] <= 0)
+        assert r["grey"] == (h["adjusted_ci_low"] <= 0) == h["could_be_noise"]
         assert c["includes_zero"]["text"] == ("yes" if includes_zero(h["ci_low"], h["ci_high"]) else "no")
     # all rows: the tail of the list holds candidates the noise put there; their own 95% intervals often
     # exclude 0 (each is the best of thousands of noisy candidates), the selection-adjusted ones do not
