@@ -124,10 +124,12 @@ def run(args: argparse.Namespace) -> int:
         f"timings: encode {result.seconds['encode']:.3f}s  aggregate {result.seconds['aggregate']:.3f}s  estimate {result.seconds['estimate']:.3f}s"
     )
     order = np.argsort(-truth, kind="stable")[: args.top]
+    noise = est.noise()[1]
     print(f"{'item':>8} {'true':>10} {'estimate':>12} {'95% CI':>27} {'theory sd':>10}")
     for i in order:
         print(
-            f"{i:>8} {truth[i]:>10} {est.counts[i]:>12.1f}  [{est.ci_low[i]:>11.1f}, {est.ci_high[i]:>11.1f}] {np.sqrt(var[i]):>10.1f}"
+            f"{i:>8} {truth[i]:>10} {est.counts[i]:>12.1f}  [{est.ci_low[i]:>11.1f}, {est.ci_high[i]:>11.1f}] "
+            f"{np.sqrt(var[i]):>10.1f}" + ("  could be noise" if noise[i] else "")
         )
     acc = result.accuracy()
     print(

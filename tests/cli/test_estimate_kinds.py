@@ -191,3 +191,20 @@ def test_options_a_kind_cannot_take_are_clear_errors(
 def test_the_summing_path_refuses_a_heavy_hitter_metric_clearly(dataset: dict[str, Any]) -> None:
     with pytest.raises(BatchError, match="heavy-hitter metric"):
         estimate_dataset(dataset["root"], "search_word", progress=False)
+
+
+def test_postprocess_norm_sub_is_one_flag_away(dataset: dict[str, Any], capsys: pytest.CaptureFixture[str]) -> None:
+    """``--postprocess norm-sub`` (and its alias ``--norm-sub``): non-negative counts summing to n; the
+    intervals and could_be_noise stay the unbiased estimate's; refused for another kind (exit 2)."""
+    plain = json.loads(_run(capsys, dataset, "emoji_used", "--json"))
+    ns = json.loads(_run(capsys, dataset, "emoji_used", "--json", "--postprocess", "norm-sub"))
+    alias = json.loads(_run(capsys, dataset, "emoji_used", "--json", "--norm-sub"))
+    assert ns == alias and plain["postprocessing"] == "none" and ns["postprocessing"] == "norm-sub"
+    est = np.array([r["estimate"] for r in ns["rows"]])
+    assert est.min() >= 0 and abs(est.sum() - ns["n"]) < 1e-6 * ns["n"]
+    assert min(r["estimate"] for r in plain["rows"]) < 0  # the unbiased counts had negatives to remove
+    for key in ("std_error", "ci_low", "ci_high", "adjusted_ci_low", "could_be_noise"):
+        assert [r[key] for r in ns["rows"]] == [r[key] for r in plain["rows"]], key
+    args = ["estimate", "--dataset", str(dataset["root"]), "--metric", "session_minutes", "--postprocess", "norm-sub"]
+    assert main([*args, "--no-progress"]) == 2
+    assert "for frequency metrics" in capsys.readouterr().err
