@@ -237,7 +237,7 @@ def _printable_table(t: pd.DataFrame) -> str:
     """``t`` as text, every string cell through :func:`pipeline.text.printable` (device-supplied values)."""
     shown = t.copy(deep=False)
     for col in shown.columns:
-        if shown[col].dtype == object:
+        if not (pd.api.types.is_numeric_dtype(shown[col]) or pd.api.types.is_bool_dtype(shown[col])):
             shown[col] = shown[col].map(printable)
     with pd.option_context("display.width", 160, "display.max_columns", 20, "display.max_rows", 10_000):
         return str(shown.to_string(index=False))

@@ -135,7 +135,7 @@ def discovery_table(disc: Discovery, top: int, confidence: float = 0.95, include
     return pd.DataFrame(
         {
             "rank": np.arange(1, len(found) + 1, dtype=np.int64),
-            "value": pd.Series([h.value for h in found], dtype=object),
+            "value": [h.value for h in found],
             "estimate": np.array([h.estimate for h in found], dtype=np.float64),
             "std_error": np.array([float(np.sqrt(max(h.variance, 0.0))) for h in found], dtype=np.float64),
             "ci_low": np.array([h.ci_low for h in found], dtype=np.float64),
