@@ -135,3 +135,23 @@ def test_a_short_word_has_one_completion_under_version_1() -> None:
         zero = extend_prefixes(np.packbits(np.unpackbits(parent, axis=1), axis=1), bits + 4, bits + 8)
         assert [bytes(r) for r in zero[possible_prefixes(zero, bits + 8, False, 1)]] == [bytes(parent[0])]
         assert possible_prefixes(zero, bits + 8, False, 0).sum() == 16  # version 0: 15 junk siblings
+
+
+def test_modified_devices_cannot_get_a_control_character_discovered() -> None:
+    """A fleet of modified devices skips the refusal and reports padded values holding control bytes
+    (the encoders take padded rows as they are): under version 1 the server never even ranks them."""
+    from estimator.mechanisms.heavy_hitters import discover_pem, discover_sfp
+
+    hostile = pad_values(["\x1b[2Jx", "ok\rno", "bell\x07"], 8)  # version 0 pads them; version 1 would refuse
+    honest = pad_values(["weather", "news"], 8, "truncate", 1)
+    rows = np.repeat(np.vstack([hostile, honest]), [6000, 6000, 6000, 4000, 3000], axis=0)
+    rng = np.random.default_rng(31)
+    pem = PEMSpec(epsilon=8.0, length=8, start_bits=12, step_bits=4, end_marker=1)
+    found = {h.value for h in discover_pem(pem, pem.encode(rows, rng), top=8).found}
+    assert {"weather", "news"} <= found and not any(ord(ch) < 0x20 for v in found for ch in v), found
+    sfp = SFPSpec(epsilon=8.0, length=8, sketch="cms", num_hashes=16, width=1024, word_share=0.25, end_marker=1)
+    found = {h.value for h in discover_sfp(sfp, sfp.encode(rows, rng), top=8, fragments=512).found}
+    assert not any(ord(ch) < 0x20 for v in found for ch in v), found
+    # version 0 ranks and finds them: what the pruning takes away
+    old = PEMSpec(epsilon=8.0, length=8, start_bits=12, step_bits=4)
+    assert "ok\rno" in {h.value for h in discover_pem(old, old.encode(rows, rng), top=8).top(8)}
