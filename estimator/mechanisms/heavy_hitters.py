@@ -536,7 +536,15 @@ class HeavyHitterStreamState(LinearState):
                 est = (self.sums["first"] - n0 * q) / (p - q) * (self.n / n0)
             var = pem_count_variance(spec, np.clip(est, 0.0, self.n), self.n, n0)
             rows = enumerate_prefixes(spec.level_bits(0), spec.length)
-            for h in _with_intervals(rows, est, var, confidence)[:top]:
+            ranked = _with_intervals(rows, est, var, confidence)
+            # could be noise: Bonferroni over all 2^s first-level prefixes (estimator.result.noise_test)
+            _, noise = noise_test(
+                np.array([h.estimate for h in ranked]),
+                np.sqrt(np.maximum([h.variance for h in ranked], 0.0)),
+                len(ranked),
+                confidence,
+            )
+            for h, z in zip(ranked[:top], noise[:top].tolist(), strict=True):
                 bits = spec.level_bits(0)
-                prefixes.append([h.raw[: -(-bits // 8)].hex(), bits, h.estimate, h.ci_low, h.ci_high])
+                prefixes.append([h.raw[: -(-bits // 8)].hex(), bits, h.estimate, h.ci_low, h.ci_high, bool(z)])
         return StreamingSummary(self.n, [int(x) for x in self.sums["parts"]], prefixes)

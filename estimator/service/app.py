@@ -185,7 +185,8 @@ def _build_models() -> dict[str, Any]:
         kind: Literal["heavy_hitters"]
         reports_per_part: list[int] = Field(description="reports per PEM level or SFP fragment position")
         first_level_prefixes: list[list[Any]] = Field(
-            description="PEM: [prefix hex, bits, estimate, ci_low, ci_high] of the most frequent first-level prefixes"
+            description="PEM: [prefix hex, bits, estimate, ci_low, ci_high, could_be_noise] of the most frequent "
+            "first-level prefixes (could_be_noise: Bonferroni over all 2^bits prefixes)"
         )
         discovery: str
         discovery_url: str | None = Field(

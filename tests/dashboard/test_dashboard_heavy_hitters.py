@@ -189,7 +189,8 @@ def test_without_a_dataset_the_page_shows_the_streams_prefixes(
         for r, p in zip(rows, prefixes):
             assert r["cells"]["bits"]["text"] == str(p[1])
             check_cell(r["cells"]["estimate"], p[2], 1)
-            assert r["grey"] == includes_zero(p[3], p[4])
+            assert r["grey"] == p[5]  # could be noise, Bonferroni over all first-level prefixes
+            assert p[5] or not includes_zero(p[3], p[4])
         assert "--dataset" in page.inner_text("#chart-title")
         assert page.get_attribute('[data-testid="hh-source"] .v', "data-value") is None
         with page.expect_download() as dl:

@@ -442,13 +442,14 @@
       const shown = S.rows > 0 ? pre.slice(0, S.rows) : pre;
       const columns = [{ key: "rank", title: "rank", csv: false }, { key: "prefix", title: "prefix (hex)" }, { key: "bits", title: "bits" }]
         .concat(ciCols(fmtCount).filter((c) => c.key !== "std_error"), [{ key: "includes_zero", title: "CI includes 0", fmt: yes }]);
+      const pNoise = (p) => (p.length > 5 ? p[5] : includesZero(p[3], p[4])); // Bonferroni over 2^bits
       const rows = shown.map((p, k) => ({
-        key: p[0], grey: includesZero(p[3], p[4]),
+        key: p[0], grey: pNoise(p),
         values: { rank: k + 1, prefix: p[0], bits: p[1], estimate: p[2], ci_low: p[3], ci_high: p[4], includes_zero: includesZero(p[3], p[4]) },
       }));
       $("chart-title").textContent = `First-level prefixes (the stream's linear part), with 95% intervals: ${found.missing}`;
       $("chart").replaceChildren(intervalChart(shown.slice(0, CHART_ITEMS).map((p) => ({
-        label: `${p[0]}/${p[1]}`, value: p[2], lo: p[3], hi: p[4], text: fmtCount(p[2]), loText: fmtCount(p[3]), hiText: fmtCount(p[4]),
+        label: `${p[0]}/${p[1]}`, value: p[2], lo: p[3], hi: p[4], grey: pNoise(p), text: fmtCount(p[2]), loText: fmtCount(p[3]), hiText: fmtCount(p[4]),
       }))));
       $("series-title").textContent = `Reports over ${days.length} day(s)`;
       $("series").replaceChildren(seriesChart([{ name: "reports", points: days.map((d, k) => ({ x: k, value: d.n, lo: null, hi: null })) }], days.map((d) => d.date)));
