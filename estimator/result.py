@@ -17,7 +17,11 @@ import numpy as np
 
 from ldp_core.mechanisms.base import MechanismSpec
 
-__all__ = ["Estimate", "estimate_from_counts", "norm_sub", "z_value"]
+__all__ = ["NOISE_RULE", "Estimate", "estimate_from_counts", "noise_test", "norm_sub", "simultaneous_z", "z_value"]
+
+#: How ranked outputs decide ``could_be_noise`` (docs/ESTIMATE.md, *Could be noise*): Bonferroni over the
+#: items (or candidates) that were ranked.
+NOISE_RULE = "bonferroni"
 
 
 def z_value(confidence: float) -> float:
@@ -25,6 +29,27 @@ def z_value(confidence: float) -> float:
     if not 0.0 < confidence < 1.0:
         raise ValueError(f"confidence must be in (0, 1), got {confidence}")
     return NormalDist().inv_cdf(0.5 + confidence / 2.0)
+
+
+def simultaneous_z(confidence: float, m: int) -> float:
+    """The z of ``m`` simultaneous two-sided ``confidence`` intervals (Bonferroni): Φ⁻¹(1 − (1 − confidence)/(2m))."""
+    if not 0.0 < confidence < 1.0:
+        raise ValueError(f"confidence must be in (0, 1), got {confidence}")
+    return NormalDist().inv_cdf(1.0 - (1.0 - confidence) / (2.0 * max(1, int(m))))
+
+
+def noise_test(
+    estimate: np.ndarray, std_error: np.ndarray, m: int, confidence: float = 0.95
+) -> tuple[np.ndarray, np.ndarray]:
+    """``(adjusted_ci_low, could_be_noise)`` of ranked estimates, one of ``m`` compared (docs/ESTIMATE.md).
+
+    ``adjusted_ci_low`` is the lower end of the Bonferroni-widened interval, estimate − z_m·std_error with
+    z_m = :func:`simultaneous_z` (``confidence``, m); an item *could be noise* when it is ≤ 0, i.e. the
+    one-sided z-test of "count ≤ 0" at level α/(2m), α = 1 − confidence, does not reject. Over all m items,
+    the chance that any item nobody holds is *not* flagged is at most α/2 (normal approximation)."""
+    est = np.asarray(estimate, dtype=np.float64)
+    low = est - simultaneous_z(confidence, m) * np.asarray(std_error, dtype=np.float64)
+    return low, ~(low > 0)
 
 
 def norm_sub(counts: np.ndarray, n: float) -> np.ndarray:
@@ -57,6 +82,8 @@ class Estimate:
     n: int
     confidence: float = 0.95
     postprocessing: str = "none"
+    #: the unbiased counts when ``counts`` are post-processed (Norm-Sub), else ``None``
+    unbiased: np.ndarray | None = None
 
     @property
     def frequencies(self) -> np.ndarray:
@@ -69,7 +96,14 @@ class Estimate:
     def norm_sub(self) -> Estimate:
         """Consistent counts (non-negative, summing to n). Variances and intervals
         stay those of the unbiased estimate: Norm-Sub trades bias for lower MSE."""
-        return dataclasses.replace(self, counts=norm_sub(self.counts, self.n), postprocessing="norm-sub")
+        base = self.counts if self.unbiased is None else self.unbiased
+        return dataclasses.replace(self, counts=norm_sub(base, self.n), postprocessing="norm-sub", unbiased=base)
+
+    def noise(self) -> tuple[np.ndarray, np.ndarray]:
+        """``(adjusted_ci_low, could_be_noise)`` per item, Bonferroni over the d items (:func:`noise_test`), from
+        the unbiased counts whatever the post-processing (its intervals are theirs)."""
+        base = self.counts if self.unbiased is None else self.unbiased
+        return noise_test(base, self.std_error, base.size, self.confidence)
 
     def heavy_hitters(self, alpha: float = 0.05, threshold: float = 0.0) -> np.ndarray:
         """Indices whose count exceeds ``threshold`` at significance ``alpha``.

@@ -199,10 +199,12 @@ class StringDomain:
     """The values of a heavy-hitter metric: strings of at most ``length`` UTF-8 bytes.
 
     ``overflow`` is ``"truncate"`` (cut at the last character boundary that fits)
-    or ``"refuse"`` (a :class:`DomainError`, which the SDK counts as ``bad_value``)."""
+    or ``"refuse"`` (a :class:`DomainError`, which the SDK counts as ``bad_value``). ``end_marker``
+    1 also refuses control characters, so 0x00 unambiguously ends a value (docs/HEAVY_HITTERS.md)."""
 
     length: int
     overflow: str = "truncate"
+    end_marker: int = 0
 
     def __post_init__(self) -> None:
         n = self.length
@@ -210,6 +212,9 @@ class StringDomain:
             raise SpecError(f"string domain: 'length' must be an integer from 1 to 64 bytes, got {n!r}")
         if self.overflow not in ("truncate", "refuse"):
             raise SpecError(f"string domain: 'overflow' must be 'truncate' or 'refuse', got {self.overflow!r}")
+        from ldp_core.mechanisms.heavy_hitters import check_end_marker
+
+        check_end_marker(self.end_marker, "string domain")
 
     @property
     def size(self) -> int:
@@ -220,13 +225,16 @@ class StringDomain:
         """The padded bytes to privatize (:func:`ldp_core.mechanisms.heavy_hitters.pad_value`), or :class:`DomainError`."""
         from ldp_core.mechanisms.heavy_hitters import pad_value
 
-        return pad_value(value, self.length, "refuse" if self.overflow == "refuse" else "truncate")
+        return pad_value(value, self.length, "refuse" if self.overflow == "refuse" else "truncate", self.end_marker)
 
     def label(self, index: int) -> str:
         return f"#{index}"
 
     def to_dict(self) -> dict[str, Any]:
-        return {"kind": "string", "length": self.length, "overflow": self.overflow}
+        out: dict[str, Any] = {"kind": "string", "length": self.length, "overflow": self.overflow}
+        if self.end_marker:
+            out["end_marker"] = self.end_marker
+        return out
 
 
 Domain = Dictionary | HashedDomain | NumberRange | StringDomain
@@ -248,8 +256,12 @@ def domain_from_dict(data: dict[str, Any]) -> Domain:
             raise SpecError(f"range domain: unknown key(s) {unknown}")
         return NumberRange(data["low"], data["high"], str(data.get("out_of_range", "clamp")))
     if kind == "string":
-        unknown = sorted(set(data) - {"kind", "length", "overflow"})
+        unknown = sorted(set(data) - {"kind", "length", "overflow", "end_marker"})
         if unknown:
             raise SpecError(f"string domain: unknown key(s) {unknown}")
-        return StringDomain(data.get("length"), str(data.get("overflow", "truncate")))  # type: ignore[arg-type]
+        return StringDomain(
+            data.get("length"),  # type: ignore[arg-type]
+            str(data.get("overflow", "truncate")),
+            data.get("end_marker", 0),
+        )
     raise SpecError(f"domain kind must be 'dictionary', 'hashed', 'range' or 'string', got {kind!r}")

@@ -142,6 +142,12 @@ class MetricDefinition:
                     f"{where}: the mechanism's length/overflow {got} differ from the domain's "
                     f"({dom.length}, {dom.overflow!r}); leave them out to use the domain's"
                 )
+            marker = getattr(self.spec, "end_marker", 0)
+            if marker != dom.end_marker:
+                raise MetricsFileError(
+                    f"{where}: the mechanism's end_marker {marker!r} differs from the domain's "
+                    f"{dom.end_marker!r}; leave it out to use the domain's"
+                )
             return
         numeric = isinstance(dom, NumberRange)
         if numeric != (self.spec.kind != "frequency"):
@@ -245,6 +251,7 @@ class MetricDefinition:
                     raise SpecError(f"a 'string' domain needs a heavy-hitter mechanism (pem or sfp), got {name_!r}")
                 mech.setdefault("length", domain.length)
                 mech.setdefault("overflow", domain.overflow)
+                mech.setdefault("end_marker", domain.end_marker)
             elif isinstance(domain, NumberRange):
                 name_ = mech.get("mechanism")
                 if name_ != "auto" and isinstance(name_, str) and spec_class(name_).kind == "frequency":

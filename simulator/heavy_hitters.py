@@ -28,12 +28,55 @@ __all__ = [
     "Population",
     "read_population",
     "synthetic_population",
+    "word_population",
+    "junk_discoveries",
     "heavy_hitter_spec",
     "simulate_heavy_hitters",
 ]
 
 HEAVY_HITTER_MECHANISMS = ("pem", "sfp")
 _LETTERS = np.frombuffer(b"abcdefghijklmnopqrstuvwxyz", dtype=np.uint8)
+
+
+#: share of English word types by length 3..12 (rounded from dictionary counts), for :func:`word_population`
+_WORD_LENGTHS = np.array([0.06, 0.10, 0.13, 0.15, 0.15, 0.13, 0.10, 0.08, 0.06, 0.04])
+_ONSETS = ["b", "c", "d", "f", "g", "h", "k", "l", "m", "n", "p", "r", "s", "t", "v", "w", "br", "ch", "st", "tr"]
+_VOWELS = ["a", "e", "i", "o", "u", "ea", "ou", "y"]
+_SUFFIXES = ["s", "er", "ing", "ed", "ly"]
+
+
+def word_population(users: int, vocabulary: int, rng: np.random.Generator, exponent: float = 1.1) -> Population:
+    """``users`` users holding real-looking words (Zipf(``exponent``) over ``vocabulary`` distinct words).
+
+    Words are 3 to 12 letters long, lengths as in an English dictionary (:data:`_WORD_LENGTHS`), made of
+    syllables; one word in six also appears with a suffix (``s``, ``er``, ``ing``...) as a word of its own,
+    so that, as in real vocabularies, short words are prefixes of longer ones ("weather", "weathers").
+    Ranks are shuffled, so a word and its longer form have unrelated frequencies."""
+    words: list[str] = []
+    seen: set[str] = set()
+    while len(words) < vocabulary:
+        k = 3 + int(rng.choice(_WORD_LENGTHS.size, p=_WORD_LENGTHS / _WORD_LENGTHS.sum()))
+        w = ""
+        while len(w) < k:
+            w += _ONSETS[int(rng.integers(len(_ONSETS)))] + _VOWELS[int(rng.integers(len(_VOWELS)))]
+        w = w[:k]
+        for cand in [w] + ([w + _SUFFIXES[int(rng.integers(len(_SUFFIXES)))]] if rng.random() < 1 / 6 else []):
+            if cand not in seen and len(cand) <= 12 and len(words) < vocabulary:
+                seen.add(cand)
+                words.append(cand)
+    order = rng.permutation(len(words))
+    weights = 1.0 / np.arange(1, len(words) + 1) ** exponent
+    counts = rng.multinomial(users, weights / weights.sum())
+    return Population([words[i] for i in order], counts.astype(np.int64))
+
+
+def junk_discoveries(found: list[str], population: Population) -> dict[str, Any]:
+    """How many ``found`` values nobody holds, and how many of those are a held word plus a suffix
+    (``"weather\\n"``, ``"weatherqz"``): the true word appearing again with junk after it."""
+    held = {v for v, c in zip(population.values, population.counts, strict=True) if c}
+    false = [v for v in found if v not in held]
+    suffixed = [v for v in false if any(v.startswith(w) for w in held)]
+    return {"false": len(false), "junk_suffix": len(suffixed), "junk_values": suffixed}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -182,11 +225,13 @@ def simulate_heavy_hitters(
 
     order = np.argsort(-counts, kind="stable")[:top]
     true_top = [[unpad(raws[i]), int(counts[i])] for i in order]
-    found = disc.top(top)
+    _, noise = disc.noise()
+    flagged = list(zip(disc.found[:top], noise[:top].tolist(), strict=True))
     if isinstance(spec, SFPSpec):
         # SFP always assembles more words than it can tell from noise (each passed only an 8-bit tag check):
         # report the ones whose word-sketch interval excludes 0, at most `top`
-        found = [h for h in found if h.ci_low > 0]
+        flagged = [(h, z) for h, z in flagged if h.ci_low > 0]
+    found = [h for h, _ in flagged]
     truth = {raws[i] for i in order}
     hits = sum(h.raw in truth for h in found)
     return {
@@ -196,6 +241,8 @@ def simulate_heavy_hitters(
         "seed": int(seed),
         "seconds": {"encode": t1 - t0, "decode": t2 - t1},
         "found": [h.to_row() for h in found],
+        "could_be_noise": [bool(z) for _, z in flagged],
+        "candidates": disc.tested,
         "true_top": true_top,
         "recall": hits / len(order),
         "precision": hits / len(found) if found else 0.0,

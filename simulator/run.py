@@ -71,6 +71,7 @@ class SimulationResult:
             "spec_id": self.spec.spec_id,
             "ci_low": [float(c) for c in self.estimate.ci_low],
             "ci_high": [float(c) for c in self.estimate.ci_high],
+            "could_be_noise": [bool(z) for z in self.estimate.noise()[1]],
         }
 
 

@@ -35,13 +35,26 @@ from estimator.errors import BatchError, SpecChoiceError
 from estimator.jobs.batch import BatchResult, Engine, accumulate, estimate_dataset, plot_estimates
 from estimator.jobs.heavy_hitters import HeavyHitterResult, discover_dataset, plot_heavy_hitters
 from estimator.mechanisms.numeric import DistributionEstimate
+from estimator.result import NOISE_RULE
+from ldp_core.mechanisms.base import MechanismSpec
 from ldp_core.metrics import MetricDefinition
 from pipeline.dataset import list_parts, read_part_spec
+from pipeline.text import printable
 
 if TYPE_CHECKING:
     from estimator.jobs.spark import SparkEngine
 
-__all__ = ["KINDS", "Answer", "estimate_metric", "answer_json", "answer_text", "plot_answer", "heavy_hitters_json"]
+__all__ = [
+    "KINDS",
+    "Answer",
+    "estimate_metric",
+    "answer_json",
+    "answer_text",
+    "output_table",
+    "plot_answer",
+    "heavy_hitters_json",
+    "heavy_hitters_text",
+]
 
 #: the kinds of metric ``ldp estimate`` answers (``spec.kind``)
 KINDS = ("frequency", "mean", "distribution", "heavy_hitters")
@@ -75,12 +88,14 @@ def estimate_metric(
     progress: bool | None = None,
     engine: Engine | None = None,
     top: int = 30,
+    include_noise: bool = False,
 ) -> Answer:
     """Estimate ``metric`` over ``days`` (``None``: all) of the dataset at ``root``, whatever its kind.
 
     ``engine``: ``None`` or :func:`~estimator.jobs.batch.accumulate` for this process, or a
     :class:`~estimator.jobs.spark.SparkEngine`. ``top``: the number of values a heavy-hitter metric discovers
-    (the other kinds estimate every item). ``norm_sub`` is for frequency metrics only, ``per_day`` for every
+    (the other kinds estimate every item); ``include_noise``: list its ``top`` best even when they could be
+    noise (flagged), not only the values that stand out. ``norm_sub`` is for frequency metrics only, ``per_day`` for every
     kind but heavy hitters: asked of another kind, a :class:`BatchError` says so."""
     day_list = None if days is None else list(days)
     parts = list_parts(root, metric, day_list)
@@ -109,7 +124,15 @@ def estimate_metric(
             )
         spark = None if engine is None or engine is accumulate else _spark(engine)
         hh = discover_dataset(
-            root, metric, day_list, top=top, spec_id=spec_id, confidence=confidence, engine=spark, parts=parts
+            root,
+            metric,
+            day_list,
+            top=top,
+            spec_id=spec_id,
+            confidence=confidence,
+            engine=spark,
+            parts=parts,
+            include_noise=include_noise,
         )
         return Answer(kind, hh, confidence, False)
     res = estimate_dataset(
@@ -165,6 +188,26 @@ def _quantiles(answer: Answer) -> list[dict[str, Any]]:
     return out
 
 
+def output_table(answer: Answer) -> pd.DataFrame:
+    """The table ``--out`` writes: the rows; for a distribution the bins and then its quantiles, one row each,
+    told apart by ``row`` (``bin`` or ``quantile``): a quantile row has ``q``, ``q_value``, ``q_low`` and
+    ``q_high`` (the level, the value in the metric's units and its interval; docs/ESTIMATE.md), a bin row the
+    bin's columns."""
+    t = answer.table
+    if answer.kind != "distribution":
+        return t
+    bins = t.copy()
+    bins["row"] = "bin"
+    q = pd.DataFrame(_quantiles(answer)).rename(columns={"value": "q_value", "ci_low": "q_low", "ci_high": "q_high"})
+    q["row"] = "quantile"
+    out = pd.concat([bins, q], ignore_index=True)
+    for col in ("day", "bin"):
+        if col in out.columns:
+            out[col] = out[col].astype("Int64")
+    first = [c for c in t.columns] + ["row", "q", "q_value", "q_low", "q_high"]
+    return out[first]
+
+
 def heavy_hitters_json(result: HeavyHitterResult) -> dict[str, Any]:
     """``ldp heavy-hitters --json`` and ``ldp estimate --json`` for a heavy-hitter metric: the summary line's
     keys, ``n`` (= ``reports``), ``kind``, ``confidence``, ``per_day`` (false) and ``rows``."""
@@ -180,22 +223,56 @@ def answer_json(answer: Answer) -> dict[str, Any]:
         return heavy_hitters_json(answer.result)
     out: dict[str, Any] = {k: _clean(v) for k, v in answer.result.summary().items()}
     out.update({"kind": answer.kind, "confidence": answer.confidence, "per_day": answer.per_day})
+    if answer.kind == "frequency":
+        first = next(iter(answer.result.estimates.values()))
+        out["postprocessing"] = first.postprocessing
+        out["noise_rule"] = NOISE_RULE
     out["rows"] = _rows(answer.table)
     if answer.kind == "distribution":
         out["quantiles"] = _quantiles(answer)
     return out
 
 
+def _printable_table(t: pd.DataFrame) -> str:
+    """``t`` as text, every string cell through :func:`pipeline.text.printable` (device-supplied values)."""
+    shown = t.copy(deep=False)
+    for col in shown.columns:
+        if not (pd.api.types.is_numeric_dtype(shown[col]) or pd.api.types.is_bool_dtype(shown[col])):
+            shown[col] = shown[col].map(printable)
+    with pd.option_context("display.width", 160, "display.max_columns", 20, "display.max_rows", 10_000):
+        return str(shown.to_string(index=False))
+
+
+def heavy_hitters_text(result: HeavyHitterResult) -> str:
+    """The discovered values as a person reads them (escaped), with a line on what was left out as noise."""
+    t = result.table
+    text = _printable_table(t) if len(t) else "(no value stands out from the noise)"
+    rule = (
+        f"could_be_noise: the value's {round(100 * result.confidence):g}% interval widened for "
+        f"{result.discovery.tested} candidates (Bonferroni) reaches 0"
+    )
+    if not result.include_noise:
+        rule += "; such values are left out (--include-noise shows them, flagged)"
+    return text + "\n" + rule
+
+
 def answer_text(answer: Answer, top: int = 30) -> str:
     """The table a person reads: a frequency metric's ``top`` largest estimates, a mean's attributes, a
     distribution's bins and then its quantiles, a heavy-hitter metric's discovered values."""
     t = answer.table
-    with pd.option_context("display.width", 140, "display.max_columns", 20, "display.max_rows", 10_000):
-        if answer.kind == "frequency":
-            return str(t.sort_values("estimate", ascending=False, kind="stable").head(top).to_string(index=False))
-        if not len(t):
-            return "(nothing found)"
-        text = str(t.to_string(index=False))
+    if isinstance(answer.result, HeavyHitterResult):
+        return heavy_hitters_text(answer.result)
+    if answer.kind == "frequency":
+        d = answer.result.spec.domain_size if isinstance(answer.result.spec, MechanismSpec) else len(t)
+        shown = t.sort_values("estimate", ascending=False, kind="stable").head(top)
+        return (
+            _printable_table(shown)
+            + f"\ncould_be_noise: the item's {round(100 * answer.confidence):g}% interval widened for all {d} "
+            "items (Bonferroni) reaches 0"
+        )
+    if not len(t):
+        return "(nothing found)"
+    text = _printable_table(t)
     if answer.kind == "distribution":
         lines = ["quantiles:"]
         for q in _quantiles(answer):

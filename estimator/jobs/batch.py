@@ -4,8 +4,10 @@ For one metric and a range of UTC days, every part file is read, its records
 are added to the spec's accumulator, and the accumulator's estimate is
 turned into a table (pandas): ``item``, ``label`` (for a metric whose
 domain is a dictionary), ``estimate``, ``std_error``, ``ci_low``,
-``ci_high``, ``frequency`` (``estimate / n``), and ``day`` first when the
-table is per day. Accumulators are sums of integer statistics, so the
+``ci_high``, ``frequency`` (``estimate / n``), ``adjusted_ci_low`` and
+``could_be_noise`` (Bonferroni over the domain's d items:
+:func:`estimator.result.noise_test`), and ``day`` first when the table is
+per day. Accumulators are sums of integer statistics, so the
 estimates are exactly those of the offline estimator
 (:meth:`~estimator.oracles.base.Accumulator.estimate`) over the same
 reports, whatever the file order.
@@ -37,6 +39,7 @@ from ldp_core.mechanisms.base import MechanismSpec, ReportSpec
 from ldp_core.metrics import MetricDefinition
 from pipeline.csv_export import write_csv
 from pipeline.dataset import PartFile, list_parts, read_part, read_part_spec
+from pipeline.text import printable
 
 __all__ = [
     "BatchError",
@@ -153,6 +156,7 @@ def estimate_table(
     cols["ci_low"] = est.ci_low
     cols["ci_high"] = est.ci_high
     cols["frequency"] = est.counts / est.n if est.n else np.zeros(d)
+    cols["adjusted_ci_low"], cols["could_be_noise"] = est.noise()
     return pd.DataFrame(cols)
 
 
@@ -356,7 +360,7 @@ def plot_estimates(
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from estimator.result import z_value
+    from estimator.result import noise_test, z_value
 
     if not isinstance(result.spec, MechanismSpec):
         _plot_numeric(result, path, title)
@@ -371,25 +375,31 @@ def plot_estimates(
     lo, hi = counts - half, counts + half
     if len(ests) == 1:
         lo, hi = ests[0].ci_low, ests[0].ci_high
+    unbiased = np.sum([e.counts if e.unbiased is None else e.unbiased for e in ests], axis=0)
+    _, noise = noise_test(unbiased, np.sqrt(np.sum([e.variance for e in ests], axis=0)), counts.size, confidence)
     order = np.argsort(-counts, kind="stable")[:top]
     x = np.arange(order.size)
     fig, ax = plt.subplots(figsize=(max(6.0, 0.32 * order.size + 2), 4.0))
     if truth is not None:
         ax.bar(x, np.asarray(truth)[order], color="#cfd8e3", label="truth")
     yerr = np.vstack([counts[order] - lo[order], hi[order] - counts[order]])
-    ax.errorbar(
-        x,
-        counts[order],
-        yerr=yerr,
-        fmt="o",
-        ms=3,
-        color="#b03a2e",
-        capsize=2,
-        label=f"estimate, {round(100 * confidence):g}% CI",
-    )
+    for flagged, color, what in ((False, "#b03a2e", "estimate"), (True, "#999999", "could be noise")):
+        sel = noise[order] == flagged
+        if sel.any():
+            ax.errorbar(
+                x[sel],
+                counts[order][sel],
+                yerr=yerr[:, sel],
+                fmt="o",
+                ms=3,
+                color=color,
+                capsize=2,
+                label=f"{what}, {round(100 * confidence):g}% CI"
+                + (f" (Bonferroni over {counts.size} items)" if flagged else ""),
+            )
     labels = result.table["label"].iloc[: spec.domain_size] if "label" in result.table.columns else None
     if labels is not None:
-        ax.set_xticks(x, [str(labels.iloc[i]) for i in order], rotation=60, ha="right", fontsize=7)
+        ax.set_xticks(x, [printable(labels.iloc[i]) for i in order], rotation=60, ha="right", fontsize=7)
     else:
         ax.set_xticks(x, [str(i) for i in order], rotation=60, fontsize=7)
     days = f"days {min(result.days)}..{max(result.days)}" if len(result.days) > 1 else f"day {result.days[0]}"

@@ -36,6 +36,7 @@ with the ε they were encoded with (``SFPSpec.fragment_spec`` and
 
 from __future__ import annotations
 
+import codecs
 import dataclasses
 import time
 from collections.abc import Callable, Sequence
@@ -48,9 +49,9 @@ from estimator.kernels.candidates import olh_candidate_support, sketch_row_means
 from estimator.kernels.hadamard import fwht
 from estimator.kernels.sketch import cms_add, hcms_add
 from estimator.oracles.base import LinearState
-from estimator.result import z_value
+from estimator.result import noise_test, z_value
 from ldp_core.mechanisms.cms import CMSSpec
-from ldp_core.mechanisms.heavy_hitters import PEMSpec, SFPSpec, prefix_keys, unpad
+from ldp_core.mechanisms.heavy_hitters import PEMSpec, SFPSpec, prefix_keys, reserved_byte_mask, unpad
 
 __all__ = [
     "HeavyHitter",
@@ -99,11 +100,25 @@ class Discovery:
     mechanism: str
     n: int
     found: list[HeavyHitter]
-    candidates: list[int]  # candidates ranked per level (PEM) or assembled words (SFP)
+    candidates: list[int]  # candidates ranked per level (PEM), or words assembled and words ranked (SFP)
     seconds: float
 
     def top(self, k: int) -> list[HeavyHitter]:
         return self.found[:k]
+
+    @property
+    def tested(self) -> int:
+        """How many whole values were ranked at the end: the m of the Bonferroni rule (:meth:`noise`)."""
+        return max(1, int(self.candidates[-1])) if self.candidates else 1
+
+    def noise(self, confidence: float = 0.95) -> tuple[np.ndarray, np.ndarray]:
+        """``(adjusted_ci_low, could_be_noise)`` of every found value, Bonferroni over the :attr:`tested`
+        values (:func:`estimator.result.noise_test`). The last level's (PEM) or the word sketch's (SFP)
+        reports chose none of the candidates (PEM's earlier levels are other devices; SFP's fragment
+        reports are independent randomizations), so each test is valid given the candidate list."""
+        est = np.array([h.estimate for h in self.found], dtype=np.float64)
+        se = np.sqrt(np.maximum([h.variance for h in self.found], 0.0)) if self.found else np.zeros(0)
+        return noise_test(est, se, self.tested, confidence)
 
 
 def enumerate_prefixes(bits: int, length: int) -> np.ndarray:
@@ -126,14 +141,21 @@ def extend_prefixes(rows: np.ndarray, bits: int, new_bits: int) -> np.ndarray:
     return np.packbits(ext, axis=1)
 
 
-def possible_prefixes(rows: np.ndarray, bits: int, final: bool = False) -> np.ndarray:
+_RESERVED = reserved_byte_mask()
+
+
+def possible_prefixes(rows: np.ndarray, bits: int, final: bool = False, end_marker: int = 0) -> np.ndarray:
     """Whether each candidate can be the ``bits``-bit prefix of a padded value at all (a bool mask).
 
     A padded value is non-empty UTF-8 without NUL, then 0x00 padding: its first
     byte is not 0, and no non-zero bit follows a 0x00 byte. A ``final``
     candidate must also decode as UTF-8. Pruning the impossible ones frees
     their places for candidates that can be real (and keeps noise such as
-    ``"news\x00\x00\x02"`` out of the answer)."""
+    ``"news\x00\x00\x02"`` out of the answer).
+
+    Under ``end_marker`` 1 values hold no control character (0x01..0x1F, 0x7F), so also: no complete
+    byte is one, a partial last byte must begin some byte a value can hold there, and the bytes before
+    the padding must be a prefix of valid UTF-8 (docs/HEAVY_HITTERS.md, *The end of a value*)."""
     full, rest = divmod(bits, 8)
     ok = np.ones(rows.shape[0], dtype=bool)
     if full:
@@ -142,6 +164,13 @@ def possible_prefixes(rows: np.ndarray, bits: int, final: bool = False) -> np.nd
         ok &= ~zero[:, 0] & ~(seen & ~zero).any(axis=1)
         if rest:
             ok &= ~(seen[:, -1] & ((rows[:, full] & np.uint8((0xFF << (8 - rest)) & 0xFF)) != 0))
+    if end_marker:
+        ok &= ~_RESERVED[rows[:, :full]].any(axis=1)
+        cache: dict[tuple[bytes, int], bool] = {}
+        for i in np.nonzero(ok)[0]:
+            ok[i] = _text_prefix_ok(
+                bytes(rows[i, :full]), int(rows[i, full]) >> (8 - rest) if rest else -1, rest, cache
+            )
     if final:
         for i in np.nonzero(ok)[0]:
             try:
@@ -149,6 +178,39 @@ def possible_prefixes(rows: np.ndarray, bits: int, final: bool = False) -> np.nd
             except UnicodeDecodeError:
                 ok[i] = False
     return ok
+
+
+def _text_prefix_ok(data: bytes, partial: int, rest: int, cache: dict[tuple[bytes, int], bool]) -> bool:
+    """Whether ``data`` (complete bytes) followed by the ``rest`` top bits ``partial`` of one more byte
+    can begin a padded ``end_marker`` 1 value: UTF-8 without control characters, then 0x00s."""
+    value = data.split(b"\x00", 1)[0]
+    ended = len(value) < len(data)
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    try:
+        decoder.decode(value, final=ended)
+    except UnicodeDecodeError:
+        return False
+    if ended or rest == 0:
+        return True
+    pending = decoder.getstate()[0]  # the bytes of an unfinished character (at most 3)
+    key = (pending, (rest << 8) | partial)
+    hit = cache.get(key)
+    if hit is None:
+        low = partial << (8 - rest)
+        hit = False
+        for b in range(low, low + (1 << (8 - rest))):
+            if b == 0:
+                hit = not pending  # the padding begins: the value must have ended on a whole character
+            elif not _RESERVED[b]:
+                try:
+                    codecs.getincrementaldecoder("utf-8")().decode(pending + bytes([b]), final=False)
+                    hit = True
+                except UnicodeDecodeError:
+                    continue
+            if hit:
+                break
+        cache[key] = hit
+    return hit
 
 
 def pem_count_variance(spec: PEMSpec, counts: np.ndarray, n: int, n_level: int) -> np.ndarray:
@@ -257,7 +319,7 @@ def discover_pem_from(
     for j in range(spec.num_levels):
         if j:
             rows = extend_prefixes(rows[:c], spec.level_bits(j - 1), spec.level_bits(j))
-        possible = possible_prefixes(rows, spec.level_bits(j), final=j == spec.num_levels - 1)
+        possible = possible_prefixes(rows, spec.level_bits(j), j == spec.num_levels - 1, spec.end_marker)
         rows = rows[possible]
         counts, n_level, n = support(j, prefix_keys(rows, spec.level_bits(j)))
         est, n_j = _level_estimate(spec, j, counts, n, n_level)
@@ -352,6 +414,8 @@ def discover_sfp_from(
         if not n_pos:
             raise BatchError(f"sfp: no fragment report at position {pos}; discovery needs every position")
         est = _Sketch(spec.fragment_spec, n_pos, sums).counts(all_keys)
+        if spec.end_marker:  # fragments no end_marker-1 value has at this position cannot survive
+            est[~_possible_fragments(pos)[all_keys & 0xFFFF]] = -np.inf
         best = np.argpartition(-est, keep - 1)[:keep] if keep < est.size else np.arange(est.size)
         by_tag: dict[int, list[int]] = {}
         for key in best[np.argsort(-est[best], kind="stable")]:
@@ -368,11 +432,23 @@ def discover_sfp_from(
     rows = np.frombuffer(b"".join(words), dtype=np.uint8).reshape(len(words), spec.length).copy()
     # a word stands only if its own tag r(w) is the tag its fragments carried
     rows = rows[spec.word_tags(rows).astype(np.int64) == np.array(word_tags, dtype=np.int64)]
+    if spec.end_marker and rows.shape[0]:
+        rows = rows[possible_prefixes(rows, 8 * spec.length, True, spec.end_marker)]
     word_sketch = _Sketch(spec.word_spec, n, word_sums)
     est = word_sketch.counts(spec.word_keys(rows)) if rows.shape[0] else np.zeros(0)
     var = _sketch_variance(spec, est, n)
     found = _with_intervals(rows, est, var, confidence)
-    return Discovery("sfp", n, found, [len(words)], time.perf_counter() - t0)
+    return Discovery("sfp", n, found, [len(words), int(rows.shape[0])], time.perf_counter() - t0)
+
+
+def _possible_fragments(position: int) -> np.ndarray:
+    """Which of the 2^16 two-byte fragments an ``end_marker`` 1 value can have at ``position``: no
+    control byte, nothing but 0x00 after a 0x00, and not 0x00 first in the value."""
+    hi, lo = np.divmod(np.arange(2**16), 256)
+    ok = ~_RESERVED[hi] & ~_RESERVED[lo] & ((hi != 0) | (lo == 0))
+    if position == 0:
+        ok &= hi != 0
+    return np.asarray(ok)
 
 
 def _sketch_variance(spec: SFPSpec, est: np.ndarray, n: int) -> np.ndarray:
@@ -460,7 +536,15 @@ class HeavyHitterStreamState(LinearState):
                 est = (self.sums["first"] - n0 * q) / (p - q) * (self.n / n0)
             var = pem_count_variance(spec, np.clip(est, 0.0, self.n), self.n, n0)
             rows = enumerate_prefixes(spec.level_bits(0), spec.length)
-            for h in _with_intervals(rows, est, var, confidence)[:top]:
+            ranked = _with_intervals(rows, est, var, confidence)
+            # could be noise: Bonferroni over all 2^s first-level prefixes (estimator.result.noise_test)
+            _, noise = noise_test(
+                np.array([h.estimate for h in ranked]),
+                np.sqrt(np.maximum([h.variance for h in ranked], 0.0)),
+                len(ranked),
+                confidence,
+            )
+            for h, z in zip(ranked[:top], noise[:top].tolist(), strict=True):
                 bits = spec.level_bits(0)
-                prefixes.append([h.raw[: -(-bits // 8)].hex(), bits, h.estimate, h.ci_low, h.ci_high])
+                prefixes.append([h.raw[: -(-bits // 8)].hex(), bits, h.estimate, h.ci_low, h.ci_high, bool(z)])
         return StreamingSummary(self.n, [int(x) for x in self.sums["parts"]], prefixes)

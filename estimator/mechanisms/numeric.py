@@ -264,6 +264,10 @@ def ems(
     return x, steps
 
 
+#: the quantiles a distribution reports by default (p10, p25, p50, p75, p90, p99)
+QUANTILE_LEVELS = (0.1, 0.25, 0.5, 0.75, 0.9, 0.99)
+
+
 def quantiles_of(hist: np.ndarray, edges: np.ndarray, qs: Sequence[float]) -> np.ndarray:
     """The ``qs`` quantiles of a histogram (probabilities per bin between ``edges``), linear within a bin."""
     cdf = np.concatenate(([0.0], np.cumsum(hist)))
@@ -287,6 +291,9 @@ class DistributionEstimate:
     iterations: int
     bootstrap: int
     confidence: float = 0.95
+    #: Square Wave: EMS's own histogram and quantiles, before the bootstrap's bias correction (else None)
+    hist_ems: np.ndarray | None = None
+    quantiles_ems: np.ndarray | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -321,13 +328,20 @@ class SquareWaveAccumulator(LinearState):
         self,
         confidence: float = 0.95,
         *,
-        quantiles: Sequence[float] = (0.5, 0.9, 0.99),
+        quantiles: Sequence[float] = QUANTILE_LEVELS,
         bootstrap: int = 50,
         rng: np.random.Generator | None = None,
         smoothing: bool = True,
     ) -> DistributionEstimate:
         """EMS, then ``bootstrap`` parametric resamples (``rng``: their randomness; default seeded from the
-        counts, so one state gives one answer)."""
+        counts, so one state gives one answer).
+
+        Point estimates and intervals come from the same bootstrap: the interval is the basic one,
+        [2θ̂ − θ*₀.₉₇₅, 2θ̂ − θ*₀.₀₂₅], and the point is its bias-corrected centre 2θ̂ − median(θ*), which lies
+        inside it by construction (EMS's smoothing bias moves the resamples, and the basic interval moves
+        against it; the uncorrected EMS point could fall outside). The histogram's points and bands are
+        clipped at 0 and scaled together so that the points sum to 1 (a common positive factor keeps every
+        point inside its band). Without resamples the point is EMS's."""
         spec = self.spec
         y = self.sums["bins"]
         m = SquareWaveOperator(spec)
@@ -348,15 +362,26 @@ class SquareWaveAccumulator(LinearState):
                 yb = rng.multinomial(n, probs)
                 xb, _ = ems(yb, m, start=x, smoothing=smoothing)
                 hs[r], qq[r] = xb, quantiles_of(xb, edges, qs)
-            # basic (reverse-percentile) intervals: [2θ̂ − θ*_hi, 2θ̂ − θ*_lo] (module docstring)
-            b_lo, b_hi = np.percentile(hs, [lo_p, hi_p], axis=0)
+            # basic (reverse-percentile) intervals: [2θ̂ − θ*_hi, 2θ̂ − θ*_lo], and their centre 2θ̂ − median θ*
+            b_lo, b_mid, b_hi = np.percentile(hs, [lo_p, 50.0, hi_p], axis=0)
             h_lo, h_hi = np.maximum(2 * x - b_hi, 0.0), np.maximum(2 * x - b_lo, 0.0)
-            c_lo, c_hi = np.percentile(qq, [lo_p, hi_p], axis=0)
+            h = np.maximum(2 * x - b_mid, 0.0)
+            total = h.sum()
+            if total > 0:
+                h, h_lo, h_hi = h / total, h_lo / total, h_hi / total
+            else:
+                h = x.copy()
+                h_lo, h_hi = np.minimum(h_lo, h), np.maximum(h_hi, h)
+            c_lo, c_mid, c_hi = np.percentile(qq, [lo_p, 50.0, hi_p], axis=0)
             q_lo, q_hi = 2 * qv - c_hi, 2 * qv - c_lo
+            q = 2 * qv - c_mid
         else:
+            h, q = x.copy(), qv.copy()
             h_lo = h_hi = x.copy()
             q_lo = q_hi = qv.copy()
-        return DistributionEstimate(x, h_lo, h_hi, edges, qs, qv, q_lo, q_hi, n, iters, bootstrap, confidence)
+        return DistributionEstimate(
+            h, h_lo, h_hi, edges, qs, q, q_lo, q_hi, n, iters, bootstrap, confidence, hist_ems=x, quantiles_ems=qv
+        )
 
 
 def numeric_accumulator_for(spec: MeanSpec | SquareWaveSpec) -> MeanAccumulator | SquareWaveAccumulator:

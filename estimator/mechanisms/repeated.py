@@ -24,7 +24,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from estimator.mechanisms.numeric import DistributionEstimate, MeanEstimate, quantiles_of
+from estimator.mechanisms.numeric import QUANTILE_LEVELS, DistributionEstimate, MeanEstimate, quantiles_of
 from estimator.oracles.base import LinearState
 from estimator.result import z_value
 from ldp_core.mechanisms.repeated import DBitFlipSpec, OneBitMeanSpec
@@ -117,7 +117,7 @@ class DBitFlipAccumulator(LinearState):
         self,
         confidence: float = 0.95,
         *,
-        quantiles: Sequence[float] = (0.5, 0.9, 0.99),
+        quantiles: Sequence[float] = QUANTILE_LEVELS,
         draws: int = 200,
         rng: np.random.Generator | None = None,
     ) -> DistributionEstimate:
@@ -143,10 +143,13 @@ class DBitFlipAccumulator(LinearState):
             sims = h[None, :] + rng.standard_normal((draws, spec.k)) * sd[None, :]
             qq = np.array([cdf_quantiles(x, edges, qs) for x in sims])
             lo_p, hi_p = 50.0 * (1.0 - confidence), 50.0 * (1.0 + confidence)
-            q_lo, q_hi = np.percentile(qq, [lo_p, hi_p], axis=0)
+            # the point is the centre of the same draws the interval comes from, so it lies inside it
+            q_lo, q, q_hi = np.percentile(qq, [lo_p, 50.0, hi_p], axis=0)
         else:
-            q_lo = q_hi = qv.copy()
-        return DistributionEstimate(h, h - z * sd, h + z * sd, edges, qs, qv, q_lo, q_hi, n, 0, draws, confidence)
+            q = q_lo = q_hi = qv.copy()
+        return DistributionEstimate(
+            h, h - z * sd, h + z * sd, edges, qs, q, q_lo, q_hi, n, 0, draws, confidence, quantiles_ems=qv
+        )
 
 
 def cdf_quantiles(h: np.ndarray, edges: np.ndarray, qs: Sequence[float]) -> np.ndarray:

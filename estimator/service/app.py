@@ -13,7 +13,7 @@ from typing import Any, Literal
 import numpy as np
 
 from estimator.errors import StateError
-from estimator.result import Estimate
+from estimator.result import NOISE_RULE, Estimate
 from estimator.service.engine import StreamingEstimator, _partition_offsets
 from estimator.service.state import EstimatorState, Key, KeyState, Tally, merge_states
 from ldp_core.days import iso_day, parse_day
@@ -91,6 +91,14 @@ def _build_models() -> dict[str, Any]:
         std_error: list[float | None] = Field(description="standard error per index, from the exact variance")
         ci_low: list[float | None]
         ci_high: list[float | None]
+        adjusted_ci_low: list[float | None] = Field(
+            description="lower end of each interval widened for all d items (Bonferroni), from the unbiased counts"
+        )
+        could_be_noise: list[bool] = Field(
+            description="per index: adjusted_ci_low <= 0, the estimate does not tell the item from one nobody holds "
+            "once all d items are compared (docs/ESTIMATE.md)"
+        )
+        noise_rule: str = Field(description='how could_be_noise is decided: "bonferroni" over the domain\'s items')
         labels: list[str] | None = Field(None, description="the dictionary's label per index, if the metric has one")
         merged_instances: int = Field(description="how many estimator instances' states were merged")
 
@@ -177,7 +185,8 @@ def _build_models() -> dict[str, Any]:
         kind: Literal["heavy_hitters"]
         reports_per_part: list[int] = Field(description="reports per PEM level or SFP fragment position")
         first_level_prefixes: list[list[Any]] = Field(
-            description="PEM: [prefix hex, bits, estimate, ci_low, ci_high] of the most frequent first-level prefixes"
+            description="PEM: [prefix hex, bits, estimate, ci_low, ci_high, could_be_noise] of the most frequent "
+            "first-level prefixes (could_be_noise: Bonferroni over all 2^bits prefixes)"
         )
         discovery: str
         discovery_url: str | None = Field(
@@ -197,6 +206,7 @@ def _build_models() -> dict[str, Any]:
             description="lower end of the interval widened for the selection (Bonferroni over `candidates`): "
             "above 0, the value is found even allowing for it being the best of many noisy candidates"
         )
+        could_be_noise: bool = Field(description="adjusted_ci_low <= 0 (listed only with include_noise=true)")
 
     class DiscoveredBody(BaseModel):
         """One day's discovered values of a heavy-hitter metric, decoded from the Parquet dataset's part files
@@ -214,7 +224,10 @@ def _build_models() -> dict[str, Any]:
         reports_per_part: list[int] = Field(description="reports per PEM level or SFP fragment position")
         top: int
         confidence: float
-        candidates: int = Field(description="candidates ranked at the last level (PEM) or words assembled (SFP)")
+        candidates: int = Field(description="candidates ranked at the last level (PEM) or words ranked (SFP)")
+        include_noise: bool = Field(description="whether values that could be noise are listed (flagged)")
+        significant: int = Field(description="values that stand out from the noise (not could_be_noise)")
+        noise_rule: str = Field(description='"bonferroni" over `candidates`')
         dataset_time: float = Field(description="when the newest part file read was written (POSIX seconds)")
         seconds: float = Field(description="the decode's wall time (0 when served from the cache)")
         cached: bool
@@ -256,6 +269,7 @@ def estimate_json(
     est: Estimate = ks.acc.estimate(confidence)
     if norm_sub:
         est = est.norm_sub()
+    adjusted, noise = est.noise()
     out: dict[str, Any] = {
         "metric": metric,
         "kind": "frequency",
@@ -277,6 +291,9 @@ def estimate_json(
         "std_error": _finite(est.std_error),
         "ci_low": _finite(est.ci_low),
         "ci_high": _finite(est.ci_high),
+        "adjusted_ci_low": _finite(adjusted),
+        "could_be_noise": [bool(x) for x in noise],
+        "noise_rule": NOISE_RULE,
     }
     if definition is not None and hasattr(definition.domain, "values"):
         out["labels"] = [definition.domain.label(i) for i in range(est.counts.size)]
@@ -353,8 +370,10 @@ def discovered_json(
     spec_id: str | None,
     top: int,
     confidence: float,
+    include_noise: bool = False,
 ) -> dict[str, Any]:
-    """The answer of ``GET /v1/heavy-hitters/{metric}``: the batch discovery over one day's part files."""
+    """The answer of ``GET /v1/heavy-hitters/{metric}``: the batch discovery over one day's part files (only the
+    values that stand out from the noise unless ``include_noise``)."""
     from fastapi import HTTPException
 
     from estimator.errors import BatchError, SpecChoiceError
@@ -383,23 +402,29 @@ def discovered_json(
         day_parts.append(p)
     if not files:
         raise HTTPException(404, f"the dataset holds no part files of metric {metric!r} on day {d}")
-    key = (str(root), metric, spec_id, d, top, float(confidence), tuple(files))
+    key = (str(root), metric, spec_id, d, top, float(confidence), include_noise, tuple(files))
     with _DISCOVERED_LOCK:
         hit = _DISCOVERED.get(key)
     if hit is not None:
         return {**hit, "seconds": 0.0, "cached": True}
     t0 = time.perf_counter()
     try:
-        res = discover_dataset(root, metric, [d], top=top, spec_id=spec_id, confidence=confidence, parts=day_parts)
+        res = discover_dataset(
+            root,
+            metric,
+            [d],
+            top=top,
+            spec_id=spec_id,
+            confidence=confidence,
+            parts=day_parts,
+            include_noise=include_noise,
+        )
     except SpecChoiceError as exc:
         raise HTTPException(409, str(exc)) from None
     except BatchError as exc:
         raise HTTPException(400, str(exc)) from None
     t = res.table
-    from statistics import NormalDist
-
-    m = max(1, int(res.discovery.candidates[-1]) if res.discovery.candidates else 1)
-    z_adj = NormalDist().inv_cdf(1.0 - (1.0 - confidence) / (2.0 * m))
+    summary = res.summary()
     body: dict[str, Any] = {
         "metric": metric,
         "kind": "heavy_hitters",
@@ -413,7 +438,10 @@ def discovered_json(
         "reports_per_part": [int(x) for x in res.parts],
         "top": top,
         "confidence": float(confidence),
-        "candidates": m,
+        "candidates": int(summary["candidates"]),
+        "include_noise": include_noise,
+        "significant": int(summary["significant"]),
+        "noise_rule": summary["noise_rule"],
         "dataset_time": max(f[2] for f in files) / 1e9,
         "seconds": time.perf_counter() - t0,
         "cached": False,
@@ -426,7 +454,8 @@ def discovered_json(
                 "ci_low": float(r.ci_low),
                 "ci_high": float(r.ci_high),
                 "frequency": float(r.frequency),
-                "adjusted_ci_low": float(r.estimate - z_adj * r.std_error),
+                "adjusted_ci_low": float(r.adjusted_ci_low),
+                "could_be_noise": bool(r.could_be_noise),
             }
             for r in t.itertuples(index=False)
         ],
@@ -598,9 +627,17 @@ def create_app(
         confidence: float = Query(0.95, gt=0.0, lt=1.0),
         norm_sub: bool = False,
         merged: bool = False,
+        postprocess: Literal["none", "norm-sub"] = "none",
     ) -> dict[str, Any]:
         key, ks = _select(merged_tally(metric, merged), metric, day, spec_id)
-        out = estimate_json(metric, key, ks, confidence=confidence, norm_sub=norm_sub, definition=defs.get(metric))
+        out = estimate_json(
+            metric,
+            key,
+            ks,
+            confidence=confidence,
+            norm_sub=norm_sub or postprocess == "norm-sub",
+            definition=defs.get(metric),
+        )
         out["merged_instances"] = 1 + (len(peers) if merged else 0)
         if out["kind"] == "heavy_hitters":
             out["discovery_url"] = None if dataset is None else f"v1/heavy-hitters/{metric}"
@@ -627,6 +664,7 @@ def create_app(
         spec_id: str | None = None,
         top: int = Query(20, ge=1, le=1000),
         confidence: float = Query(0.95, gt=0.0, lt=1.0),
+        include_noise: bool = False,
     ) -> dict[str, Any]:
         if dataset is None:
             raise HTTPException(
@@ -634,7 +672,7 @@ def create_app(
                 "this estimator serves no dataset: discovery of whole values reads the Parquet sink's part files; "
                 "start it with --dataset DIR (ldp demo does), or run `ldp heavy-hitters`",
             )
-        return discovered_json(dataset, metric, day, spec_id, top, confidence)
+        return discovered_json(dataset, metric, day, spec_id, top, confidence, include_noise)
 
     @app.get("/v1/freshness", response_model=models["freshness"])
     def freshness() -> dict[str, Any]:

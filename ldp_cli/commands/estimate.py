@@ -1,7 +1,7 @@
 """``ldp estimate``: batch estimation of any metric over the Parquet dataset (see :mod:`estimator.jobs.answers`).
 
     ldp estimate --dataset ldp-data/dataset --metric settings_tab --days 20419..20425 \\
-        --out table.csv --plot estimates.png [--json] [--norm-sub] [--per-day] [--engine spark [--master URL]]
+        --out table.csv --plot estimates.png [--json] [--postprocess norm-sub] [--per-day] [--engine spark [--master URL]]
 
 Every kind of metric is answered: frequencies, means, distributions (Square
 Wave), the repeated counters (1BitMean, dBitFlip, LOLOHA) and heavy hitters
@@ -58,7 +58,23 @@ def register(sub: argparse._SubParsersAction) -> None:
         default=30,
         help="items in the plot and the printed table; values discovered for a heavy-hitter metric (default 30)",
     )
-    p.add_argument("--norm-sub", action="store_true", help="Norm-Sub consistent counts (non-negative, sum n)")
+    p.add_argument(
+        "--norm-sub",
+        action="store_true",
+        help="Norm-Sub consistent counts (non-negative, sum n); the same as --postprocess norm-sub",
+    )
+    p.add_argument(
+        "--postprocess",
+        choices=("none", "norm-sub"),
+        default="none",
+        help="post-processing of a frequency metric's counts: none (unbiased, may be negative; default) or "
+        "norm-sub (non-negative, summing to n; intervals and could_be_noise stay the unbiased estimate's)",
+    )
+    p.add_argument(
+        "--include-noise",
+        action="store_true",
+        help="heavy hitters: list the --top best values even when they could be noise (flagged)",
+    )
     p.add_argument("--per-day", action="store_true", help="one estimate per day (a 'day' column)")
     p.add_argument("--confidence", type=float, default=0.95, help="confidence level of the intervals (default 0.95)")
     add_metrics(p, "metrics file(s) for labels (repeatable; default $LDP_METRICS, else no labels)", repeatable=True)
@@ -71,7 +87,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from estimator.jobs.answers import answer_json, answer_text, estimate_metric, plot_answer
+    from estimator.jobs.answers import answer_json, answer_text, estimate_metric, output_table, plot_answer
     from estimator.jobs.batch import BatchError, parse_day_range, write_table
     from pipeline.catalog import SpecCatalog
 
@@ -95,12 +111,13 @@ def run(args: argparse.Namespace) -> int:
             days,
             spec_id=args.spec_id,
             confidence=args.confidence,
-            norm_sub=args.norm_sub,
+            norm_sub=args.norm_sub or args.postprocess == "norm-sub",
             per_day=args.per_day,
             definition=definition,
             progress=file_bar(args),
             engine=engine,
             top=args.top,
+            include_noise=args.include_noise,
         )
     except BatchError as exc:
         print(f"ldp estimate: error: {exc}", file=sys.stderr)
@@ -116,8 +133,9 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(answer.result.summary(), ensure_ascii=False))
     _say_person_epsilon(answer.result.summary())
     if args.out:
-        write_table(answer.table, args.out)
-        print(f"table: {args.out} ({len(answer.table)} rows)", file=notes)
+        table = output_table(answer)
+        write_table(table, args.out)
+        print(f"table: {args.out} ({len(table)} rows)", file=notes)
     elif not args.json:
         print(answer_text(answer, args.top))
     if args.plot:

@@ -5,7 +5,9 @@
 
 Days are day numbers (days since 1970-01-01, UTC) or ISO dates; ``--days A..B`` is inclusive; without it
 every day is used. Prints a JSON summary line, then the table (or writes it to ``--out``); ``--json`` prints
-one JSON object instead, the one ``ldp estimate --json`` gives for a heavy-hitter metric.
+one JSON object instead, the one ``ldp estimate --json`` gives for a heavy-hitter metric. Only values that
+stand out from the noise are listed (Bonferroni over every candidate ranked; ``--include-noise`` lists the
+``--top`` best, flagged ``could_be_noise``); printed values have control characters escaped.
 
 ``--engine spark`` runs the passes over the files on Apache Spark (the ``spark`` extra; ``--master``,
 default ``local[*]``; the same options as ``ldp estimate``), with the same output
@@ -44,13 +46,19 @@ def register(sub: argparse._SubParsersAction) -> None:
         action="store_true",
         help="print one JSON object (as `ldp estimate --json` for this metric; docs/ESTIMATE.md)",
     )
+    p.add_argument(
+        "--include-noise",
+        action="store_true",
+        help="list the --top best values even when they could be noise (flagged could_be_noise), "
+        "not only those that stand out (docs/HEAVY_HITTERS.md)",
+    )
     add_engine_options(p)
     add_progress_flags(p)  # with --engine spark: a line per stage on stderr
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    from estimator.jobs.answers import heavy_hitters_json
+    from estimator.jobs.answers import heavy_hitters_json, heavy_hitters_text
     from estimator.jobs.batch import parse_day_range, write_table
     from estimator.jobs.heavy_hitters import discover_dataset, plot_heavy_hitters
 
@@ -68,6 +76,7 @@ def run(args: argparse.Namespace) -> int:
             spec_id=args.spec_id,
             confidence=args.confidence,
             engine=engine,
+            include_noise=args.include_noise,
         )
     finally:
         if engine is not None:
@@ -82,10 +91,7 @@ def run(args: argparse.Namespace) -> int:
         write_table(result.table, args.out)
         print(f"table: {args.out} ({len(result.table)} rows)", file=notes)
     elif not args.json:
-        import pandas as pd
-
-        with pd.option_context("display.width", 140, "display.max_columns", 20):
-            print(result.table.to_string(index=False))
+        print(heavy_hitters_text(result))
     if args.plot:
         plot_heavy_hitters(result, args.plot)
         print(f"plot: {args.plot}", file=notes)

@@ -12,6 +12,7 @@ import numpy as np
 from ldp_cli.progress import add_progress_flags
 from ldp_cli.progress import bar as progress_bar
 from ldp_core.mechanisms import FREQUENCY_MECHANISMS
+from pipeline.text import printable
 from simulator.heavy_hitters import (
     HEAVY_HITTER_MECHANISMS,
     read_population,
@@ -121,10 +122,12 @@ def run(args: argparse.Namespace) -> int:
         f"timings: encode {result.seconds['encode']:.3f}s  aggregate {result.seconds['aggregate']:.3f}s  estimate {result.seconds['estimate']:.3f}s"
     )
     order = np.argsort(-truth, kind="stable")[: args.top]
+    noise = est.noise()[1]
     print(f"{'item':>8} {'true':>10} {'estimate':>12} {'95% CI':>27} {'theory sd':>10}")
     for i in order:
         print(
-            f"{i:>8} {truth[i]:>10} {est.counts[i]:>12.1f}  [{est.ci_low[i]:>11.1f}, {est.ci_high[i]:>11.1f}] {np.sqrt(var[i]):>10.1f}"
+            f"{i:>8} {truth[i]:>10} {est.counts[i]:>12.1f}  [{est.ci_low[i]:>11.1f}, {est.ci_high[i]:>11.1f}] "
+            f"{np.sqrt(var[i]):>10.1f}" + ("  could be noise" if noise[i] else "")
         )
     acc = result.accuracy()
     print(
@@ -227,10 +230,12 @@ def run_heavy_hitters(args: argparse.Namespace) -> int:
     )
     truth = dict((v, c) for v, c in out["true_top"])
     print(f"{'rank':>4}  {'value':<24} {'estimate':>12} {'95% CI':>27} {'true':>10}")
-    for rank, (value, est, lo, hi) in enumerate(out["found"], 1):
+    for rank, ((value, est, lo, hi), noise) in enumerate(zip(out["found"], out["could_be_noise"]), 1):
         true = truth.get(value)
         print(
-            f"{rank:>4}  {value!r:<24} {est:>12.1f}  [{lo:>11.1f}, {hi:>11.1f}] {true if true is not None else '-':>10}"
+            f"{rank:>4}  {printable(value):<24} {est:>12.1f}  [{lo:>11.1f}, {hi:>11.1f}] "
+            f"{true if true is not None else '-':>10}" + ("  could be noise" if noise else "")
         )
     print(f"recall@{args.top} {out['recall']:.3f}   precision@{args.top} {out['precision']:.3f}")
+    print(f"could be noise: the 95% interval widened for {out['candidates']} candidates (Bonferroni) reaches 0")
     return 0

@@ -60,8 +60,11 @@ __all__ = [
     "KEY_DOMAIN",
     "MAX_LENGTH",
     "Overflow",
+    "END_MARKERS",
+    "check_end_marker",
     "pad_value",
     "pad_values",
+    "reserved_byte_mask",
     "unpad",
     "prefix_keys",
     "PEMSpec",
@@ -78,13 +81,37 @@ Overflow = Literal["truncate", "refuse"]
 
 _LEVEL_CONTEXT = b"ldp/pem-level/v1/"
 
+#: End-of-value marker versions (docs/HEAVY_HITTERS.md, *The end of a value*): 0, the first padding
+#: byte 0x00 ends a value; 1, the same byte, with the rest of its block (control characters
+#: U+0001..U+001F and U+007F) refused in values, so that no candidate but the value itself can follow
+#: a word's last character.
+END_MARKERS = (0, 1)
 
-def pad_value(value: str | bytes, length: int, overflow: Overflow = "truncate") -> bytes:
+
+def reserved_byte_mask() -> np.ndarray:
+    """A 256-entry bool array: the control bytes a value may not contain under ``end_marker`` 1 (0x01..0x1F,
+    0x7F; 0x00, refused in every value, is the padding and the marker)."""
+    mask = np.zeros(256, dtype=bool)
+    mask[1:0x20] = True
+    mask[0x7F] = True
+    return mask
+
+
+def check_end_marker(value: Any, where: str) -> int:
+    """``value`` as an end-marker version (0 or 1), or :class:`SpecError`."""
+    if isinstance(value, bool) or not isinstance(value, int) or value not in END_MARKERS:
+        raise SpecError(f"{where}: end_marker must be 0 or 1, got {value!r}")
+    return int(value)
+
+
+def pad_value(value: str | bytes, length: int, overflow: Overflow = "truncate", end_marker: int = 0) -> bytes:
     """``value`` as exactly ``length`` bytes: UTF-8, padded with 0x00.
 
     A value longer than ``length`` bytes is cut at the last UTF-8 character
     boundary at or before ``length`` (``overflow="truncate"``) or refused
-    (``"refuse"``). A NUL character is refused (it would read as padding).
+    (``"refuse"``). A NUL character is refused (it would read as padding);
+    under ``end_marker=1`` so is any control character U+0001..U+001F or
+    U+007F, anywhere in the value (before any cut).
     Raises :class:`DomainError`; the SDK counts that instead of raising.
     """
     if isinstance(value, str):
@@ -99,6 +126,10 @@ def pad_value(value: str | bytes, length: int, overflow: Overflow = "truncate") 
         raise DomainError(f"a heavy-hitter value is a string, got {type(value).__name__}")
     if b"\x00" in data:
         raise DomainError("a heavy-hitter value may not contain NUL characters (NUL is the padding)")
+    if end_marker and any(b < 0x20 or b == 0x7F for b in data):
+        raise DomainError(
+            "a heavy-hitter value may not contain control characters (U+0001..U+001F, U+007F) under end_marker 1"
+        )
     if not data:
         raise DomainError("a heavy-hitter value may not be empty")
     if len(data) > length:
@@ -113,9 +144,9 @@ def pad_value(value: str | bytes, length: int, overflow: Overflow = "truncate") 
     return data + b"\x00" * (length - len(data))
 
 
-def pad_values(values: Any, length: int, overflow: Overflow = "truncate") -> np.ndarray:
+def pad_values(values: Any, length: int, overflow: Overflow = "truncate", end_marker: int = 0) -> np.ndarray:
     """A ``(n, length)`` uint8 array of :func:`pad_value` of each value (raises on the first bad one)."""
-    rows = [pad_value(v, length, overflow) for v in values]
+    rows = [pad_value(v, length, overflow, end_marker) for v in values]
     if not rows:
         return np.zeros((0, length), dtype=np.uint8)
     return np.frombuffer(b"".join(rows), dtype=np.uint8).reshape(len(rows), length).copy()
@@ -223,6 +254,7 @@ class PEMSpec(ReportSpec):
     num_hashes: int | None = None
     width: int | None = None
     hash_seed: int | None = None
+    end_marker: int = 0
 
     name: ClassVar[str] = "pem"
     kind: ClassVar[str] = "heavy_hitters"
@@ -239,6 +271,7 @@ class PEMSpec(ReportSpec):
         object.__setattr__(self, "start_bits", s)
         object.__setattr__(self, "step_bits", eta)
         object.__setattr__(self, "g", g)
+        object.__setattr__(self, "end_marker", check_end_marker(self.end_marker, "pem"))
         if self.oracle not in ("olh", "hcms"):
             raise SpecError(f"pem: oracle must be 'olh' or 'hcms', got {self.oracle!r}")
         if self.oracle == "hcms":
@@ -265,10 +298,19 @@ class PEMSpec(ReportSpec):
         top: int,
         overflow: Overflow = "truncate",
         oracle: Literal["olh", "hcms"] = "olh",
+        end_marker: int = 0,
     ) -> PEMSpec:
         """The spec :func:`pem_parameters` chooses for ``users`` devices and the ``top`` values sought."""
         s, eta, _ = pem_parameters(users, epsilon, length, top)
-        return cls(epsilon=epsilon, length=length, start_bits=s, step_bits=eta, overflow=overflow, oracle=oracle)
+        return cls(
+            epsilon=epsilon,
+            length=length,
+            start_bits=s,
+            step_bits=eta,
+            overflow=overflow,
+            oracle=oracle,
+            end_marker=end_marker,
+        )
 
     @property
     def total_bits(self) -> int:
@@ -303,11 +345,14 @@ class PEMSpec(ReportSpec):
         )
 
     def params(self) -> dict[str, Any]:
-        """The parameters, without the HCMS ones under OLH (so OLH specs keep the ids they always had)."""
+        """The parameters, without the HCMS ones under OLH and without ``end_marker`` 0 (so older specs
+        keep the ids they always had)."""
         out = super().params()
         if self.oracle == "olh":
             for k in ("oracle", "num_hashes", "width", "hash_seed"):
                 out.pop(k)
+        if not self.end_marker:
+            out.pop("end_marker")
         return out
 
     @cached_property
@@ -336,7 +381,7 @@ class PEMSpec(ReportSpec):
             if values.shape[1] != self.length:
                 raise DomainError(f"pem: padded values must have {self.length} bytes, got {values.shape[1]}")
             return values
-        return pad_values(values, self.length, self.overflow)
+        return pad_values(values, self.length, self.overflow, self.end_marker)
 
     def encode(self, values: Any, rng: np.random.Generator, levels: Any = None) -> np.ndarray:
         """Privatize a batch: each value's prefix at its level, through OLH.
@@ -389,6 +434,7 @@ class SFPSpec(ReportSpec):
     hash_bits: int = 8
     word_share: float = 0.5
     overflow: Overflow = "truncate"
+    end_marker: int = 0
 
     name: ClassVar[str] = "sfp"
     kind: ClassVar[str] = "heavy_hitters"
@@ -410,7 +456,15 @@ class SFPSpec(ReportSpec):
             raise SpecError(f"sfp: overflow must be 'truncate' or 'refuse', got {self.overflow!r}")
         object.__setattr__(self, "length", length)
         object.__setattr__(self, "word_share", float(share))
+        object.__setattr__(self, "end_marker", check_end_marker(self.end_marker, "sfp"))
         _ = self.fragment_spec, self.word_spec  # validates the sketch parameters
+
+    def params(self) -> dict[str, Any]:
+        """The parameters, without ``end_marker`` 0 (so older specs keep their ids)."""
+        out = super().params()
+        if not self.end_marker:
+            out.pop("end_marker")
+        return out
 
     @property
     def num_positions(self) -> int:
@@ -464,7 +518,7 @@ class SFPSpec(ReportSpec):
             if values.shape[1] != self.length:
                 raise DomainError(f"sfp: padded values must have {self.length} bytes, got {values.shape[1]}")
             return values
-        return pad_values(values, self.length, self.overflow)
+        return pad_values(values, self.length, self.overflow, self.end_marker)
 
     def encode(self, values: Any, rng: np.random.Generator) -> np.ndarray:
         """A fragment report at a uniform position and a word report, per value."""

@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 
+from pipeline.text import printable
 from simulator.run import SimulationResult
 
 __all__ = ["plot_pipeline", "plot_offline", "label"]
@@ -27,7 +28,7 @@ def _plot_heavy_hitters(ax: Any, m: Any, est: dict[str, Any]) -> None:
     err = np.vstack([e - [f[2] for f in found], np.array([f[3] for f in found]) - e]) if found else None
     ax.barh(y, [truth.get(f[0], 0) for f in found], color="#cfd8e3", label="truth")
     ax.errorbar(e, y, xerr=err, fmt="o", ms=3, color="#b03a2e", capsize=2, label="estimate, 95% CI")
-    ax.set_yticks(y, [repr(f[0]) for f in found], fontsize=7)
+    ax.set_yticks(y, [printable(f[0]) for f in found], fontsize=7)
     ax.set_title(f"{m.name}: {m.spec.name} ε={m.spec.epsilon:g}, discovered words, n={est['n']:,}", fontsize=10)
 
 
@@ -63,17 +64,17 @@ def _plot_frequency(
     order = np.argsort(-t, kind="stable")[:top]
     x = np.arange(order.size)
     ax.bar(x, t[order], color="#cfd8e3", label="truth")
-    ax.errorbar(
-        x,
-        counts[order],
-        yerr=np.vstack([counts[order] - lo[order], hi[order] - counts[order]]),
-        fmt="o",
-        ms=3,
-        color="#b03a2e",
-        capsize=2,
-        label="estimate, 95% CI",
+    noise = np.asarray(est.get("could_be_noise") or [False] * len(counts), dtype=bool)[order]
+    yerr = np.vstack([counts[order] - lo[order], hi[order] - counts[order]])
+    for flagged, color, what in ((False, "#b03a2e", "estimate, 95% CI"), (True, "#999999", "could be noise")):
+        sel = noise == flagged
+        if sel.any():
+            ax.errorbar(
+                x[sel], counts[order][sel], yerr=yerr[:, sel], fmt="o", ms=3, color=color, capsize=2, label=what
+            )
+    ax.set_xticks(
+        x, [printable(label(metrics, name, int(i), words)) for i in order], rotation=60, ha="right", fontsize=7
     )
-    ax.set_xticks(x, [label(metrics, name, int(i), words) for i in order], rotation=60, ha="right", fontsize=7)
     ce = est.get("central_epsilon")
     extra = f", central ε={ce:.2g}" if ce is not None else ""
     ax.set_title(f"{name}: {m.spec.name} ε={m.spec.epsilon:g}{extra}, n={est['n']:,}", fontsize=10)

@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 
+from pipeline.text import printable
 from simulator.demo.plots import label
 
 __all__ = ["central_text", "frequency_row", "numeric_row", "heavy_hitters_row"]
@@ -49,11 +50,13 @@ def frequency_row(
         f"{name}: {m.spec.name} ε={m.spec.epsilon:g}, d={len(counts)}, n={est['n']:,} in "
         f"{est['batches']} shuffled batches; {central_text(est, m)}; RMSE {rmse:,.1f}, 95% CI coverage {cover:.0%}"
     )
+    noise = est.get("could_be_noise") or [False] * len(counts)
     print(f"  {'item':>18} {'truth':>8} {'estimate':>9} {'95% CI':>20}")
     for i in np.argsort(-t, kind="stable")[:top]:
         print(
-            f"  {label(metrics, name, int(i), words):>18} {int(t[i]):>8,} {counts[i]:>9,.0f} "
+            f"  {printable(label(metrics, name, int(i), words)):>18} {int(t[i]):>8,} {counts[i]:>9,.0f} "
             f"{'[' + format(lo[i], ',.0f') + ', ' + format(hi[i], ',.0f') + ']':>20}"
+            + ("  could be noise" if noise[i] else "")
         )
     row = {
         "mechanism": m.spec.name,
@@ -87,18 +90,19 @@ def heavy_hitters_row(dataset: Path, m: Any, ranks: np.ndarray, day: int, top: i
     order = np.argsort(-true, kind="stable")[:top]
     true_top = [[words[i], int(true[i])] for i in order]
     counts = {words[i]: int(c) for i, c in enumerate(true) if c}
-    res = discover_dataset(dataset, m.name, [day], top=top)
+    res = discover_dataset(dataset, m.name, [day], top=top)  # only values that stand out from the noise
     found = res.table[["value", "estimate", "ci_low", "ci_high"]].values.tolist()
     hits = len({f[0] for f in found} & {t[0] for t in true_top})
     recall = hits / len(true_top) if true_top else 0.0
     print(
         f"{m.name}: {m.spec.name} ε={m.spec.epsilon:g} discovered {len(found)} words from {res.n:,} reports "
-        f"(no word listed in advance); recall@{top} {recall:.2f}, decode {res.discovery.seconds:.1f} s"
+        f"(no word listed in advance; {res.discovery.tested:,} candidates, only those that stand out from the "
+        f"noise are listed: Bonferroni); recall@{top} {recall:.2f}, decode {res.discovery.seconds:.1f} s"
     )
     print(f"  {'word':>18} {'truth':>8} {'estimate':>9} {'95% CI':>20}")
     for value, e, lo, hi in found:
         print(
-            f"  {value!r:>18} {counts.get(value, 0):>8,} {e:>9,.0f} {'[' + format(lo, ',.0f') + ', ' + format(hi, ',.0f') + ']':>20}"
+            f"  {printable(value):>18} {counts.get(value, 0):>8,} {e:>9,.0f} {'[' + format(lo, ',.0f') + ', ' + format(hi, ',.0f') + ']':>20}"
         )
     return {
         "kind": "heavy_hitters",
@@ -106,6 +110,8 @@ def heavy_hitters_row(dataset: Path, m: Any, ranks: np.ndarray, day: int, top: i
         "epsilon": m.spec.epsilon,
         "n": res.n,
         "found": found,
+        "found_true_counts": [counts.get(f[0], 0) for f in found],
+        "candidates": res.discovery.tested,
         "true_top": true_top,
         "recall": recall,
         "seconds": res.discovery.seconds,

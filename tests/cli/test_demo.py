@@ -53,9 +53,13 @@ def test_demo_runs_the_pipeline_and_checks_itself(tmp_path: Path, capsys: pytest
             found = [f[0] for f in m["found"]]
             assert "weather" in found[:3] and m["true_top"][0] == ["weather", m["true_top"][0][1]], m["found"]
             assert 0 < m["recall"] <= 1
+            # no junk: every value listed is a word devices typed (the significance rule and the end marker)
+            assert all(c > 0 for c in m["found_true_counts"]), list(zip(found, m["found_true_counts"]))
+            assert m["candidates"] > len(found)
         elif kinds[name] == "distribution":
             assert abs(sum(m["hist"]) - 1) < 1e-9 and abs(sum(m["true_hist"]) - 1) < 1e-9
-            assert set(m["quantiles"]) == {"p50", "p90", "p99"}
+            assert set(m["quantiles"]) == {"p10", "p25", "p50", "p75", "p90", "p99"}
+            assert all(q["ci_low"] <= q["value"] <= q["ci_high"] for q in m["quantiles"].values())
         else:
             truth = np.array(m["truth"])
             assert truth.sum() == 4000

@@ -26,10 +26,29 @@ from tests.support.kinds_dataset import DAYS, METRICS, WORDS, write_kinds_datase
 
 PNG = b"\x89PNG\r\n\x1a\n"
 COLUMNS = {
-    "frequency": ["item", "estimate", "std_error", "ci_low", "ci_high", "frequency"],
+    "frequency": [
+        "item",
+        "estimate",
+        "std_error",
+        "ci_low",
+        "ci_high",
+        "frequency",
+        "adjusted_ci_low",
+        "could_be_noise",
+    ],
     "mean": ["attribute", "mean", "std_error", "ci_low", "ci_high", "n"],
     "distribution": ["bin", "low", "high", "share", "share_low", "share_high"],
-    "heavy_hitters": ["rank", "value", "estimate", "std_error", "ci_low", "ci_high", "frequency"],
+    "heavy_hitters": [
+        "rank",
+        "value",
+        "estimate",
+        "std_error",
+        "ci_low",
+        "ci_high",
+        "frequency",
+        "adjusted_ci_low",
+        "could_be_noise",
+    ],
 }
 
 
@@ -66,7 +85,10 @@ def test_json_answers_every_kind_as_the_estimator_does(
     assert rows and list(rows[0]) == want_cols
     if spec.kind == "heavy_hitters":
         disc = discover(spec, records, 30)
-        found = disc.top(30)
+        _, noise = disc.noise(0.95)
+        found = [h for h, z in zip(disc.found, noise, strict=True) if not z][:30]  # only what stands out
+        assert obj["candidates"] == disc.tested and obj["noise_rule"] == "bonferroni"
+        assert not any(r["could_be_noise"] for r in rows)
         assert [r["value"] for r in rows] == [h.value for h in found]
         assert [r["estimate"] for r in rows] == [h.estimate for h in found]
         assert set(WORDS) <= {r["value"] for r in rows}
@@ -77,6 +99,10 @@ def test_json_answers_every_kind_as_the_estimator_does(
         assert [r["item"] for r in rows] == list(range(spec.domain_size))
         np.testing.assert_array_equal([r["estimate"] for r in rows], est.counts)
         np.testing.assert_array_equal([r["ci_high"] for r in rows], est.ci_high)
+        low, noise = est.noise()
+        assert [r["could_be_noise"] for r in rows] == noise.tolist()
+        np.testing.assert_array_equal([r["adjusted_ci_low"] for r in rows], low)
+        assert obj["postprocessing"] == "none" and obj["noise_rule"] == "bonferroni"
     elif spec.kind == "mean":
         np.testing.assert_array_equal([r["mean"] for r in rows], est.mean)
         np.testing.assert_array_equal([r["ci_low"] for r in rows], est.ci_low)
@@ -87,6 +113,7 @@ def test_json_answers_every_kind_as_the_estimator_does(
         assert [q["q"] for q in qs] == list(est.quantile_levels)
         np.testing.assert_array_equal([q["value"] for q in qs], est.quantiles)
         assert all(q["ci_low"] <= q["value"] <= q["ci_high"] for q in qs)
+        assert [q["q"] for q in qs] == [0.1, 0.25, 0.5, 0.75, 0.9, 0.99]  # p10, p25, p50, p75, p90, p99
 
 
 @pytest.mark.parametrize("name", METRICS)
@@ -105,12 +132,20 @@ def test_table_csv_and_plot_for_every_kind(
     answer = json.loads(_run(capsys, dataset, name, "--json"))
     csv_path, png = tmp_path / "t.csv", tmp_path / "p.png"
     out = _run(capsys, dataset, name, "--out", str(csv_path), "--plot", str(png))
-    assert f"table: {csv_path} ({len(answer['rows'])} rows)" in out and f"plot: {png}" in out
+    assert f"plot: {png}" in out
     with csv_path.open(newline="", encoding="utf-8") as f:
         table = list(csv.DictReader(f))
-    assert list(table[0]) == list(answer["rows"][0]) and len(table) == len(answer["rows"])
+    extra = len(answer.get("quantiles", []))  # a distribution's CSV: its bins, then its quantiles
+    assert f"table: {csv_path} ({len(answer['rows']) + extra} rows)" in out
+    assert list(table[0])[: len(answer["rows"][0])] == list(answer["rows"][0])
+    assert len(table) == len(answer["rows"]) + extra
     key = "value" if kind == "heavy_hitters" else list(answer["rows"][0])[0]
-    assert [r[key] for r in table] == [str(r[key]) for r in answer["rows"]]
+    assert [r[key] for r in table[: len(answer["rows"])]] == [str(r[key]) for r in answer["rows"]]
+    if kind == "distribution":
+        assert [r["row"] for r in table] == ["bin"] * len(answer["rows"]) + ["quantile"] * extra
+        for r, q in zip(table[len(answer["rows"]) :], answer["quantiles"], strict=True):
+            assert (float(r["q"]), float(r["q_value"])) == (q["q"], q["value"])
+            assert float(r["q_low"]) <= float(r["q_value"]) <= float(r["q_high"])
     assert png.read_bytes()[:8] == PNG and png.stat().st_size > 1000
     # --json with --out and --plot: stdout stays one JSON object, the notes go to stderr
     assert (
@@ -156,3 +191,20 @@ def test_options_a_kind_cannot_take_are_clear_errors(
 def test_the_summing_path_refuses_a_heavy_hitter_metric_clearly(dataset: dict[str, Any]) -> None:
     with pytest.raises(BatchError, match="heavy-hitter metric"):
         estimate_dataset(dataset["root"], "search_word", progress=False)
+
+
+def test_postprocess_norm_sub_is_one_flag_away(dataset: dict[str, Any], capsys: pytest.CaptureFixture[str]) -> None:
+    """``--postprocess norm-sub`` (and its alias ``--norm-sub``): non-negative counts summing to n; the
+    intervals and could_be_noise stay the unbiased estimate's; refused for another kind (exit 2)."""
+    plain = json.loads(_run(capsys, dataset, "emoji_used", "--json"))
+    ns = json.loads(_run(capsys, dataset, "emoji_used", "--json", "--postprocess", "norm-sub"))
+    alias = json.loads(_run(capsys, dataset, "emoji_used", "--json", "--norm-sub"))
+    assert ns == alias and plain["postprocessing"] == "none" and ns["postprocessing"] == "norm-sub"
+    est = np.array([r["estimate"] for r in ns["rows"]])
+    assert est.min() >= 0 and abs(est.sum() - ns["n"]) < 1e-6 * ns["n"]
+    assert min(r["estimate"] for r in plain["rows"]) < 0  # the unbiased counts had negatives to remove
+    for key in ("std_error", "ci_low", "ci_high", "adjusted_ci_low", "could_be_noise"):
+        assert [r[key] for r in ns["rows"]] == [r[key] for r in plain["rows"]], key
+    args = ["estimate", "--dataset", str(dataset["root"]), "--metric", "session_minutes", "--postprocess", "norm-sub"]
+    assert main([*args, "--no-progress"]) == 2
+    assert "for frequency metrics" in capsys.readouterr().err

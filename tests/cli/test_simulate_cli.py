@@ -24,7 +24,7 @@ from ldp_core.mechanisms import FREQUENCY_MECHANISMS, make_spec
 
 NAMES = sorted(FREQUENCY_MECHANISMS)
 CONTRACT = {"mechanism", "epsilon", "domain", "users", "seed", "true", "estimate", "variance", "seconds"}
-EXTRAS = {"spec", "spec_id", "ci_low", "ci_high"}
+EXTRAS = {"spec", "spec_id", "ci_low", "ci_high", "could_be_noise"}
 LDP = Path(sys.executable).with_name("ldp")
 
 
@@ -50,6 +50,9 @@ def check_contract(obj: dict[str, Any], name: str, epsilon: float, domain: int, 
     assert all(isinstance(v, float) and math.isfinite(v) and v > 0 for v in var)
     assert set(obj["seconds"]) == {"encode", "aggregate", "estimate"}
     assert all(isinstance(s, float) and s >= 0 for s in obj["seconds"].values())
+    flags = obj["could_be_noise"]
+    assert len(flags) == domain and all(isinstance(z, bool) for z in flags)
+    assert all(z for z, lo, e in zip(flags, obj["ci_low"], est) if lo <= 0), "an interval with 0 is always flagged"
 
 
 @pytest.mark.parametrize("name", NAMES)

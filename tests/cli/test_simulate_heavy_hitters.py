@@ -20,7 +20,7 @@ import pytest
 
 LDP = Path(sys.executable).with_name("ldp")
 CONTRACT = {"mechanism", "epsilon", "users", "seed", "seconds", "found", "true_top", "recall", "precision"}
-EXTRAS = {"spec", "length", "keep", "levels"}
+EXTRAS = {"spec", "length", "keep", "levels", "could_be_noise", "candidates"}
 
 POPULATION = {"hello": 3000, "world": 2000, "café": 1500, "naïve": 800, "zebra": 400, "quiet": 1}
 
@@ -48,6 +48,9 @@ def population_file(tmp_path: Path) -> Path:
 
 def check_contract(obj: dict[str, Any], mechanism: str, epsilon: float, users: int, seed: int, top: int) -> None:
     assert CONTRACT <= set(obj), f"missing keys {sorted(CONTRACT - set(obj))}"
+    flags = obj["could_be_noise"]
+    assert len(flags) == len(obj["found"]) and all(isinstance(z, bool) for z in flags)
+    assert isinstance(obj["candidates"], int) and obj["candidates"] >= len(obj["found"])
     assert set(obj) - CONTRACT <= EXTRAS, f"undocumented keys {sorted(set(obj) - CONTRACT - EXTRAS)}"
     assert obj["mechanism"] == mechanism and obj["epsilon"] == epsilon and isinstance(obj["epsilon"], float)
     assert type(obj["users"]) is int and obj["users"] == users

@@ -104,7 +104,12 @@ def check_frequency_table(page: Any, est: dict[str, Any]) -> list[int]:
         if est.get("labels"):
             assert c["label"]["text"] == est["labels"][i]
         zero = includes_zero(est["ci_low"][i], est["ci_high"][i])
-        assert r["grey"] == zero and c["includes_zero"]["text"] == ("yes" if zero else "no"), (r, i)
+        assert c["includes_zero"]["text"] == ("yes" if zero else "no"), (r, i)
+        # grey: the API's could_be_noise (Bonferroni over the d items), which every interval with 0 in it has
+        noise = est["could_be_noise"][i]
+        assert r["grey"] == noise and c["could_be_noise"]["text"] == ("yes" if noise else "no"), (r, i)
+        assert noise or not zero
+        check_cell(c["adjusted_ci_low"], est["adjusted_ci_low"][i], 1)
     return shown
 
 
@@ -203,7 +208,7 @@ def test_days_series_and_day_switch(fed_pipeline: FedPipeline, page: Any) -> Non
     )
     top = [r["cells"]["label"]["text"] for r in table(page)][:5]
     assert lines == [[name, len(fp.days), 1] for name in top]
-    # grey points in the chart are exactly the greyed rows (interval includes 0)
+    # grey points in the chart are exactly the greyed rows (could be noise)
     grey_points = page.eval_on_selector_all("#chart g.point.grey", "gs => gs.map(g => g.dataset.label)")
     assert grey_points == [r["cells"]["label"]["text"] for r in table(page) if r["grey"]]
     # another day: its own numbers

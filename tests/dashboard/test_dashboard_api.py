@@ -67,3 +67,20 @@ def test_freshness_of_a_fixed_state() -> None:
     assert body["snapshot_time"] is None and body["state"] == "fixed" and body["ready"] is True
     assert [(p["partition"], p["committed"], p["read"]) for p in body["partitions"]] == [(0, 25, 25), (1, 5, 9)]
     assert (body["group"], body["member"]) == ("g", "m")
+
+
+def test_estimates_flag_noise_and_take_postprocess(fed_pipeline: FedPipeline) -> None:
+    """A frequency answer carries could_be_noise and adjusted_ci_low (Bonferroni over the d items, from the
+    unbiased counts); ``postprocess=norm-sub`` is ``norm_sub=true``; a bad postprocess value is a 422."""
+    fp = fed_pipeline
+    day = fp.days[-1]
+    plain = api(fp, "/v1/estimates/emoji_used", day=day)
+    ns = api(fp, "/v1/estimates/emoji_used", day=day, postprocess="norm-sub")
+    assert ns == api(fp, "/v1/estimates/emoji_used", day=day, norm_sub="true")
+    assert ns["postprocessing"] == "norm-sub" and plain["noise_rule"] == "bonferroni"
+    assert ns["could_be_noise"] == plain["could_be_noise"] and ns["adjusted_ci_low"] == plain["adjusted_ci_low"]
+    assert min(ns["counts"]) >= 0 and abs(sum(ns["counts"]) - ns["n"]) < 1e-6 * ns["n"]
+    for lo, adj, z in zip(plain["ci_low"], plain["adjusted_ci_low"], plain["could_be_noise"], strict=True):
+        assert adj <= lo and z == (adj <= 0) and (z or lo > 0)
+    assert any(plain["could_be_noise"]) and not all(plain["could_be_noise"])
+    assert httpx.get(f"{fp.url}/v1/estimates/emoji_used", params={"postprocess": "clip"}).status_code == 422

@@ -18,6 +18,7 @@ from typing import Any
 import httpx
 
 from estimator.jobs.heavy_hitters import discover_dataset
+from pipeline.text import printable
 from simulator.stack import demo_words
 from tests.dashboard.conftest import DEVICES, FedPipeline
 from tests.dashboard.test_dashboard import ROWS_SHOWN, api, card_value, check_cell, includes_zero, open_page, table
@@ -98,10 +99,22 @@ def test_heavy_hitter_view_shows_the_discovered_values(fed_pipeline: FedPipeline
 
     rows = table(page)
     want = found["found"][:ROWS_SHOWN]
+    # by default only values that stand out from the noise are listed (none greyed)
+    assert len(rows) == len(want) >= 1 and found["include_noise"] is False
+    assert found["significant"] >= len(found["found"]) and not any(r["grey"] for r in rows)
+    assert not any(h["could_be_noise"] for h in found["found"])
+    # the "could be noise" box lists the rest too, greyed
+    page.check("#noise")
+    page.wait_for_function("document.getElementById('chart-title').textContent.includes('grey: could be noise')")
+    found = api(fp, f"/v1/heavy-hitters/{METRIC}", day=day, spec_id=est["spec_id"], top=HH_TOP, include_noise="true")
+    assert found["include_noise"] is True and len(found["found"]) == HH_TOP
+    rows = table(page)
+    want = found["found"][:ROWS_SHOWN]
     assert len(rows) == len(want) > 5
     for r, h in zip(rows, want):
         c = r["cells"]
-        assert c["value"]["text"] == h["value"] and r["key"] == h["value"]
+        # device-supplied text is shown with control characters escaped (pipeline/text.py's rule)
+        assert c["value"]["text"] == printable(h["value"]) and r["key"] == h["value"]
         check_cell(c["estimate"], h["estimate"], 1)
         check_cell(c["std_error"], h["std_error"], 1)
         check_cell(c["ci_low"], h["ci_low"], 1)
@@ -109,7 +122,7 @@ def test_heavy_hitter_view_shows_the_discovered_values(fed_pipeline: FedPipeline
         check_cell(c["frequency"], h["frequency"], 2, scale=100.0)
         check_cell(c["adjusted_ci_low"], h["adjusted_ci_low"], 1)
         assert h["adjusted_ci_low"] <= h["ci_low"]
-        assert r["grey"] == (h["adjusted_ci_low"] <= 0)
+        assert r["grey"] == (h["adjusted_ci_low"] <= 0) == h["could_be_noise"]
         assert c["includes_zero"]["text"] == ("yes" if includes_zero(h["ci_low"], h["ci_high"]) else "no")
     # all rows: the tail of the list holds candidates the noise put there; their own 95% intervals often
     # exclude 0 (each is the best of thousands of noisy candidates), the selection-adjusted ones do not
@@ -176,7 +189,8 @@ def test_without_a_dataset_the_page_shows_the_streams_prefixes(
         for r, p in zip(rows, prefixes):
             assert r["cells"]["bits"]["text"] == str(p[1])
             check_cell(r["cells"]["estimate"], p[2], 1)
-            assert r["grey"] == includes_zero(p[3], p[4])
+            assert r["grey"] == p[5]  # could be noise, Bonferroni over all first-level prefixes
+            assert p[5] or not includes_zero(p[3], p[4])
         assert "--dataset" in page.inner_text("#chart-title")
         assert page.get_attribute('[data-testid="hh-source"] .v', "data-value") is None
         with page.expect_download() as dl:

@@ -148,4 +148,4 @@ def test_numeric_metrics_through_the_pipeline(tmp_path: Path, mode: tuple[str | 
                 assert np.all(np.abs(np.array(body["hist"]) - true_hist) < 5 * sd)
             else:  # Square Wave's EMS: within 0.15 in total variation (32 bins, 4,000 users at ε = 2)
                 assert 0.5 * np.abs(np.array(body["hist"]) - true_hist).sum() < 0.15
-            assert set(body["quantiles"]) == {"p50", "p90", "p99"}
+            assert set(body["quantiles"]) == {"p10", "p25", "p50", "p75", "p90", "p99"}

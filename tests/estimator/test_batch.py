@@ -64,7 +64,19 @@ def test_range_estimate_equals_the_offline_estimator(dataset) -> None:  # type: 
     want = acc.estimate()
     assert res.n == want.n and res.spec == spec and res.days == list(days)
     t = res.table
-    assert list(t.columns) == ["item", "estimate", "std_error", "ci_low", "ci_high", "frequency"]
+    assert list(t.columns) == [
+        "item",
+        "estimate",
+        "std_error",
+        "ci_low",
+        "ci_high",
+        "frequency",
+        "adjusted_ci_low",
+        "could_be_noise",
+    ]
+    low, noise = want.noise()
+    np.testing.assert_array_equal(t["adjusted_ci_low"].to_numpy(), low)
+    assert t["could_be_noise"].tolist() == noise.tolist()
     np.testing.assert_array_equal(t["estimate"].to_numpy(), want.counts)
     np.testing.assert_array_equal(t["std_error"].to_numpy(), want.std_error)
     np.testing.assert_array_equal(t["ci_low"].to_numpy(), want.ci_low)
@@ -87,7 +99,18 @@ def test_per_day_and_labels_and_norm_sub(dataset) -> None:  # type: ignore[no-un
         progress=False,
     )
     t = res.table
-    assert list(t.columns) == ["day", "item", "label", "estimate", "std_error", "ci_low", "ci_high", "frequency"]
+    assert list(t.columns) == [
+        "day",
+        "item",
+        "label",
+        "estimate",
+        "std_error",
+        "ci_low",
+        "ci_high",
+        "frequency",
+        "adjusted_ci_low",
+        "could_be_noise",
+    ]
     assert t["label"].tolist()[:5] == ["a", "b", "c", "d", "(other)"]
     for day in DAYS:
         ((_, acc),) = offline([b for b in dataset["batches"] if b.metric == "tab" and b.day == day]).items()

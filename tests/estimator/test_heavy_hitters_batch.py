@@ -89,7 +89,18 @@ def test_cli_writes_table_and_plot(dataset: tuple[Path, dict[str, list[ReportBat
     assert summary["metric"] == "search" and summary["mechanism"] == "pem" and summary["reports"] == sum(WORDS.values())
     rows = list(csv.DictReader(out.open(encoding="utf-8")))
     assert [r["value"] for r in rows] == ["weather", "news", "café"]
-    assert list(rows[0]) == ["rank", "value", "estimate", "std_error", "ci_low", "ci_high", "frequency"]
+    assert list(rows[0]) == [
+        "rank",
+        "value",
+        "estimate",
+        "std_error",
+        "ci_low",
+        "ci_high",
+        "frequency",
+        "adjusted_ci_low",
+        "could_be_noise",
+    ]
+    assert all(r["could_be_noise"] == "False" and float(r["adjusted_ci_low"]) > 0 for r in rows)
     for r in rows:
         assert float(r["ci_low"]) <= WORDS[r["value"]] <= float(r["ci_high"]) or abs(
             float(r["estimate"]) - WORDS[r["value"]]

@@ -360,6 +360,7 @@ def test_stream_state_merges_exactly_and_matches_the_first_level() -> None:
     top = summary["first_level_prefixes"]
     assert [bytes.fromhex(t[0]) for t in top[:2]] == [b"a", b"c"]
     assert top[0][2] == pytest.approx(float(est0.max()))
+    assert top[0][5] is False and all(isinstance(t[5], bool) for t in top)  # the heaviest prefix stands out
     sfp = SFPSpec(epsilon=3.0, length=2, num_hashes=4, width=64)
     st = state_for(sfp)
     st.update(sfp.encode(values, rng))

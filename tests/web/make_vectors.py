@@ -47,9 +47,11 @@ import numpy as np
 from client_sdk.memo import MemoStore
 from ldp_core.canonical import canonical_json
 from ldp_core.domain import Dictionary, HashedDomain, canonical_bytes
+from ldp_core.errors import DomainError
 from ldp_core.hashing import hash_bytes, reduce_range, xxh32_u32
 from ldp_core.mechanisms import make_spec
 from ldp_core.mechanisms.base import MechanismSpec
+from ldp_core.mechanisms.heavy_hitters import PEMSpec, SFPSpec, pad_value, pad_values, prefix_keys
 from ldp_core.mechanisms.rappor import RapporSpec
 from ldp_core.wire.frames import ReportBatch, batch_to_json_obj, encode_frame, encode_json
 from tests.support.vectors import VECTORS_DIR
@@ -303,6 +305,109 @@ def _encode_cases(name: str, given: dict[str, Any], values: list[int], seed: int
     return entry
 
 
+#: (value, length, overflow, end_marker) padded by :func:`pad_value` (or refused) in heavy_hitters.json
+_HH_VALUES: list[tuple[str, int, str, int]] = [
+    *[(w, 8, "truncate", m) for m in (0, 1) for w in ("a", "cat", "weather", "weathers", "weatherforecast")],
+    ("café", 4, "truncate", 1),
+    ("café", 5, "truncate", 1),
+    ("日本", 5, "truncate", 1),
+    ("😀x", 3, "truncate", 1),
+    ("naïve naïve", 8, "refuse", 1),
+    ("toolong", 4, "refuse", 0),
+    *[(w, 8, "truncate", m) for m in (0, 1) for w in ("\t", "a\nb", "x\x7f", "weather\r", "ok" + "z" * 10 + "\x01")],
+    ("a\x00b", 8, "truncate", 1),
+    ("", 8, "truncate", 1),
+    ("~ 😀 €", 12, "truncate", 1),
+]
+
+#: heavy-hitter specs of heavy_hitters.json: (name, given parameters, values)
+_HH_SPECS: list[tuple[str, dict[str, Any], list[str]]] = [
+    (
+        "pem",
+        {"epsilon": 4.0, "length": 8, "start_bits": 12, "step_bits": 4, "end_marker": 1},
+        ["weather", "news", "é😀"],
+    ),
+    ("pem", {"epsilon": 4.0, "length": 8, "start_bits": 12, "step_bits": 4}, ["weather", "news"]),
+    (
+        "pem",
+        {"epsilon": 2.0, "length": 6, "oracle": "hcms", "num_hashes": 8, "width": 16, "end_marker": 1},
+        ["ab", "abcdef"],
+    ),
+    ("sfp", {"epsilon": 3.0, "length": 6, "num_hashes": 4, "width": 16, "end_marker": 1}, ["news", "ab", "日本"]),
+    (
+        "sfp",
+        {"epsilon": 3.0, "length": 4, "sketch": "cms", "num_hashes": 4, "width": 16, "end_marker": 1},
+        ["hi", "abcd"],
+    ),
+]
+
+
+def _hh_error_kind(message: str) -> str:
+    for word, kind in (
+        ("empty", "empty"),
+        ("NUL", "nul"),
+        ("control", "control"),
+        ("first character", "first_char_too_long"),
+        ("above the declared length", "too_long"),
+    ):
+        if word in message:
+            return kind
+    raise AssertionError(f"unexpected refusal: {message}")
+
+
+def _heavy_hitter_vectors() -> dict[str, Any]:
+    """Padding under both end-marker versions, prefix keys, PEM levels and PEM/SFP reports (docs/HEAVY_HITTERS.md)."""
+    values = []
+    for value, length, overflow, marker in _HH_VALUES:
+        row: dict[str, Any] = {"value": value, "length": length, "overflow": overflow, "end_marker": marker}
+        try:
+            row["padded"] = pad_value(value, length, overflow, marker).hex()  # type: ignore[arg-type]
+        except DomainError as exc:
+            row["error"] = _hh_error_kind(str(exc))
+        values.append(row)
+    keys = []
+    for word in ("weather", "é😀", "zzzzzzzz"):
+        padded = pad_values([word], 8)
+        for bits in (12, 16, 31, 32, 36, 64):
+            keys.append({"padded": padded.tobytes().hex(), "bits": bits, "key": int(prefix_keys(padded, bits)[0])})
+    pem: list[dict[str, Any]] = []
+    sfp: list[dict[str, Any]] = []
+    for i, (name, given, words) in enumerate(_HH_SPECS):
+        entry = _spec_entry(name, given)
+        spec = make_spec(name, **given)
+        rec = RecordingGenerator(5000 + i)
+        cases = []
+        all_records = []
+        for w in words:
+            start = len(rec.tokens)
+            padded = spec.pad([w])  # type: ignore[attr-defined]
+            case: dict[str, Any] = {"value": w, "padded": padded.tobytes().hex()}
+            if isinstance(spec, PEMSpec):
+                level = spec.level_for_device(_SECRET)
+                case["level"] = level
+                case["key"] = int(prefix_keys(padded, spec.level_bits(level))[0])
+                records = spec.encode_one(w, _as_generator(rec), level)
+            else:
+                assert isinstance(spec, SFPSpec)
+                case["tag"] = int(spec.word_tags(padded)[0])
+                case["word_key"] = int(spec.word_keys(padded)[0])
+                records = spec.encode_one(w, _as_generator(rec))
+            case.update(draws=rec.tokens[start:], record=records.tobytes().hex(), fields=_record_fields(records)[0])
+            cases.append(case)
+            all_records.append(records)
+        metric = f"web.{name}{i}"
+        batch = ReportBatch(metric, spec, 20_454, np.concatenate(all_records), _BATCH_ID)
+        entry["frame"] = {"metric": metric, "day": batch.day, "binary": encode_frame(batch).hex()}
+        if isinstance(spec, PEMSpec):
+            entry["num_levels"] = spec.num_levels
+            entry["level_bits"] = [spec.level_bits(j) for j in range(spec.num_levels)]
+            entry["device_secret"] = _SECRET.hex()
+            entry["level"] = spec.level_for_device(_SECRET)
+        entry["cases"] = cases
+        (pem if isinstance(spec, PEMSpec) else sfp).append(entry)
+    return {"values": values, "prefix_keys": keys, "pem": pem, "sfp": sfp}
+
+
 def build_vectors() -> dict[str, Any]:
     """Every vector file's content, by file name."""
     mechanisms = []
@@ -323,6 +428,10 @@ def build_vectors() -> dict[str, Any]:
         "domains.json": {"note": note, **_domain_vectors()},
         "specs.json": {"note": note, "specs": specs},
         "mechanisms.json": {"note": note + "; draw tokens: see the generator's docstring", "mechanisms": mechanisms},
+        "heavy_hitters.json": {
+            "note": note + "; docs/HEAVY_HITTERS.md (end_marker); draw tokens as in mechanisms.json",
+            **_heavy_hitter_vectors(),
+        },
     }
 
 

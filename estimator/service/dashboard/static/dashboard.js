@@ -15,6 +15,7 @@
     metric: null,
     entry: null, // the selected {metric, spec_id, day, n, batches}
     normSub: false,
+    includeNoise: false, // heavy hitters: list values that could be noise too
     rows: 25,
     discovery: null, // the heavy-hitter discovery of the selected day (or {missing})
     shown: null, // {columns, rows, name} of the table on screen (what the CSV holds)
@@ -47,12 +48,29 @@
     return `v1/estimates/${encodeURIComponent(metric)}?${q}`;
   }
 
-  function heavyHittersURL(metric, day, specId) {
+  function heavyHittersURL(metric, day, specId, includeNoise) {
     const q = new URLSearchParams({ day: String(day), spec_id: specId, top: String(HH_TOP) });
+    if (includeNoise) q.set("include_noise", "true");
     return `v1/heavy-hitters/${encodeURIComponent(metric)}?${q}`;
   }
 
   // -- formatting ---------------------------------------------------------------------------------------
+
+  // A device-supplied string as text (pipeline/text.py's rule): control, format (bidi overrides, zero-width)
+  // and separator characters are written as visible escapes, a backslash as two; the raw value stays in the
+  // API's JSON and in the CSV. Everything is inserted as text, never as HTML.
+  function printable(v) {
+    if (typeof v !== "string") return v;
+    let out = "";
+    for (const ch of v) {
+      const cp = ch.codePointAt(0);
+      if (ch === "\\") out += "\\\\";
+      else if (/[\p{Cc}\p{Cf}\p{Cs}\p{Co}\p{Cn}\p{Zl}\p{Zp}]/u.test(ch)) {
+        out += cp < 0x100 ? `\\x${cp.toString(16).padStart(2, "0")}` : cp < 0x10000 ? `\\u${cp.toString(16).padStart(4, "0")}` : `\\U${cp.toString(16).padStart(8, "0")}`;
+      } else out += ch;
+    }
+    return out;
+  }
 
   const fixed = (d) => (x) =>
     x === null || x === undefined
@@ -145,16 +163,17 @@
     yAxis(root, y, lo, hi, L, W - R, fmtTick || shortFmt);
     points.forEach((p, i) => {
       const x = L + step * (i + 0.5);
-      const grey = includesZero(p.lo, p.hi);
+      const grey = p.grey !== undefined ? p.grey : includesZero(p.lo, p.hi);
       const g = svg("g", { class: grey ? "point grey" : "point", "data-label": p.label });
-      const title = svg("title", {}, `${p.label}: ${p.text} (95% CI ${p.loText} .. ${p.hiText})`);
+      const shown = printable(p.label);
+      const title = svg("title", {}, `${shown}: ${p.text} (95% CI ${p.loText} .. ${p.hiText})${grey && p.grey !== undefined ? " — could be noise" : ""}`);
       g.append(title);
       if (p.lo !== null && p.hi !== null) {
         g.append(svg("line", { x1: x, x2: x, y1: y(p.lo), y2: y(p.hi), class: "ci" }));
         for (const v of [p.lo, p.hi]) g.append(svg("line", { x1: x - 3, x2: x + 3, y1: y(v), y2: y(v), class: "ci" }));
       }
       if (p.value !== null) g.append(svg("circle", { cx: x, cy: y(p.value), r: 3.2, class: "dot" }));
-      const lab = p.label.length > 14 ? p.label.slice(0, 13) + "…" : p.label;
+      const lab = shown.length > 14 ? shown.slice(0, 13) + "…" : shown;
       g.append(svg("text", { x, y: H - B + 12, class: "xlabel", transform: `rotate(-50 ${x} ${H - B + 12})`, "text-anchor": "end" }, lab));
       root.append(g);
     });
@@ -231,7 +250,7 @@
             const v = r.values[c.key];
             const num = typeof v === "number";
             const fmt = (c.perRow && r.fmt) || c.fmt; // distribution: quantiles are values, bins are shares
-            const text = fmt ? fmt(v) : v === null || v === undefined ? "—" : String(v);
+            const text = fmt ? fmt(v) : v === null || v === undefined ? "—" : printable(String(v));
             return el("td", { "data-col": c.key, "data-value": num ? String(v) : null, class: num ? "num" : null }, text);
           }),
         ),
@@ -326,19 +345,24 @@
       { key: "ci_low", title: "95% CI low", fmt: fmtCount },
       { key: "ci_high", title: "95% CI high", fmt: fmtCount },
       { key: "includes_zero", title: "CI includes 0", fmt: (v) => (v ? "yes" : "no") },
+      { key: "adjusted_ci_low", title: `low, all ${e.counts.length} items`, fmt: fmtCount },
+      { key: "could_be_noise", title: "could be noise", fmt: (v) => (v ? "yes" : "no") },
     ];
+    // grey: could be noise, i.e. the interval widened for all d items (Bonferroni) reaches 0 (the API's flag)
+    const noise = (i) => (e.could_be_noise ? e.could_be_noise[i] : includesZero(e.ci_low[i], e.ci_high[i]));
     const rows = top.map((i, rank) => ({
       key: String(i),
-      grey: includesZero(e.ci_low[i], e.ci_high[i]),
+      grey: noise(i),
       values: {
         rank: rank + 1, index: i, label: itemLabel(e, i), estimate: e.counts[i], std_error: e.std_error[i],
         ci_low: e.ci_low[i], ci_high: e.ci_high[i], includes_zero: includesZero(e.ci_low[i], e.ci_high[i]),
+        adjusted_ci_low: e.adjusted_ci_low ? e.adjusted_ci_low[i] : null, could_be_noise: noise(i),
       },
     }));
     const drawnTop = top.slice(0, CHART_ITEMS);
     $("chart-title").textContent = `Estimated counts, top ${drawnTop.length} of ${e.counts.length} items, with 95% confidence intervals`;
     $("chart").replaceChildren(intervalChart(drawnTop.map((i) => ({
-      label: itemLabel(e, i), value: e.counts[i], lo: e.ci_low[i], hi: e.ci_high[i],
+      label: itemLabel(e, i), value: e.counts[i], lo: e.ci_low[i], hi: e.ci_high[i], grey: noise(i),
       text: fmtCount(e.counts[i]), loText: fmtCount(e.ci_low[i]), hiText: fmtCount(e.ci_high[i]),
     }))));
     const drawn = top.slice(0, SERIES_ITEMS);
@@ -418,13 +442,14 @@
       const shown = S.rows > 0 ? pre.slice(0, S.rows) : pre;
       const columns = [{ key: "rank", title: "rank", csv: false }, { key: "prefix", title: "prefix (hex)" }, { key: "bits", title: "bits" }]
         .concat(ciCols(fmtCount).filter((c) => c.key !== "std_error"), [{ key: "includes_zero", title: "CI includes 0", fmt: yes }]);
+      const pNoise = (p) => (p.length > 5 ? p[5] : includesZero(p[3], p[4])); // Bonferroni over 2^bits
       const rows = shown.map((p, k) => ({
-        key: p[0], grey: includesZero(p[3], p[4]),
+        key: p[0], grey: pNoise(p),
         values: { rank: k + 1, prefix: p[0], bits: p[1], estimate: p[2], ci_low: p[3], ci_high: p[4], includes_zero: includesZero(p[3], p[4]) },
       }));
       $("chart-title").textContent = `First-level prefixes (the stream's linear part), with 95% intervals: ${found.missing}`;
       $("chart").replaceChildren(intervalChart(shown.slice(0, CHART_ITEMS).map((p) => ({
-        label: `${p[0]}/${p[1]}`, value: p[2], lo: p[3], hi: p[4], text: fmtCount(p[2]), loText: fmtCount(p[3]), hiText: fmtCount(p[4]),
+        label: `${p[0]}/${p[1]}`, value: p[2], lo: p[3], hi: p[4], grey: pNoise(p), text: fmtCount(p[2]), loText: fmtCount(p[3]), hiText: fmtCount(p[4]),
       }))));
       $("series-title").textContent = `Reports over ${days.length} day(s)`;
       $("series").replaceChildren(seriesChart([{ name: "reports", points: days.map((d, k) => ({ x: k, value: d.n, lo: null, hi: null })) }], days.map((d) => d.date)));
@@ -436,14 +461,16 @@
         { key: "adjusted_ci_low", title: `low, best of ${found.candidates}`, fmt: fmtCount }, { key: "selected_by_noise", title: "could be noise", fmt: yes }]);
     const rows = list.map((h) => ({
       // grey: not told apart from noise once the selection is allowed for (the adjusted interval reaches 0;
-      // it contains the 95% one, so every value whose own interval includes 0 is grey too)
-      key: h.value, grey: h.adjusted_ci_low <= 0,
+      // it contains the 95% one, so every value whose own interval includes 0 is grey too). The API lists
+      // such values only when asked (the "could be noise" box: include_noise=true)
+      key: h.value, grey: h.could_be_noise,
       values: { rank: h.rank, value: h.value, estimate: h.estimate, std_error: h.std_error, ci_low: h.ci_low, ci_high: h.ci_high, frequency: h.frequency, includes_zero: includesZero(h.ci_low, h.ci_high),
-        adjusted_ci_low: h.adjusted_ci_low, selected_by_noise: h.adjusted_ci_low <= 0 },
+        adjusted_ci_low: h.adjusted_ci_low, selected_by_noise: h.could_be_noise },
     }));
-    $("chart-title").textContent = `Discovered values, top ${Math.min(list.length, CHART_ITEMS)} of ${found.found.length} (${found.mechanism}), estimated counts with 95% confidence intervals`;
+    $("chart-title").textContent = `Discovered values, top ${Math.min(list.length, CHART_ITEMS)} of ${found.found.length} (${found.mechanism}), estimated counts with 95% confidence intervals`
+      + (found.include_noise ? "; grey: could be noise" : `; only values that stand out from ${found.candidates} candidates (Bonferroni)`);
     $("chart").replaceChildren(intervalChart(list.slice(0, CHART_ITEMS).map((h) => ({
-      label: h.value, value: h.estimate, lo: h.ci_low, hi: h.ci_high, text: fmtCount(h.estimate), loText: fmtCount(h.ci_low), hiText: fmtCount(h.ci_high),
+      label: h.value, value: h.estimate, lo: h.ci_low, hi: h.ci_high, grey: h.could_be_noise, text: fmtCount(h.estimate), loText: fmtCount(h.ci_low), hiText: fmtCount(h.ci_high),
     }))));
     // each day's own discovery; a value a day did not discover has no point that day
     const drawn = list.slice(0, SERIES_ITEMS).map((h) => h.value);
@@ -523,7 +550,7 @@
       if (e.kind === "heavy_hitters") {
         // only where the service discovers (it says so in discovery_url); otherwise the stream's prefixes
         foundDays = await Promise.all(same.map((a, k) => (days[k].discovery_url
-          ? getJSON(heavyHittersURL(a.metric, a.day, a.spec_id), { allow404: true })
+          ? getJSON(heavyHittersURL(a.metric, a.day, a.spec_id, S.includeNoise), { allow404: true })
           : { missing: days[k].discovery })));
         if (seq !== showing) return;
         S.discovery = foundDays[same.indexOf(e0)];
@@ -531,6 +558,7 @@
       const numeric = e.kind !== "frequency";
       $("normsub").disabled = numeric;
       $("rows").disabled = numeric && e.kind !== "heavy_hitters";
+      $("noise").disabled = e.kind !== "heavy_hitters";
       renderSummary(e);
       const view = e.kind === "mean" ? meanView(e, days) : e.kind === "distribution" ? distributionView(e, days)
         : e.kind === "heavy_hitters" ? heavyHittersView(e, S.discovery, foundDays, days) : frequencyView(e, days);
@@ -601,6 +629,10 @@
   });
   $("normsub").addEventListener("change", () => {
     S.normSub = $("normsub").checked;
+    show();
+  });
+  $("noise").addEventListener("change", () => {
+    S.includeNoise = $("noise").checked;
     show();
   });
   $("rows").addEventListener("change", () => {
