@@ -1,17 +1,15 @@
 // Heavy hitters with the end-of-value marker against the Python SDK's vectors for it
 // (ldp_core/vectors/heavy_hitters.json, written by issue 30's generator in tests/web/make_vectors.py):
 // padded values and refusals of both versions, prefix keys, PEM levels and records, SFP records, frames.
-// The file arrives with issue 30's branch; until that is merged this test says so (a visible skip).
 import assert from "node:assert/strict";
-import { existsSync, readFileSync } from "node:fs";
+import { readFileSync } from "node:fs";
 import { test } from "node:test";
 import { PEMSpec, ReplaySource, SFPSpec, encodeFrame, fromHex, hex, makeBatch, makeSpec, padValue, prefixKey } from "../src/index.js";
 
 const FILE = new URL("../../ldp_core/vectors/heavy_hitters.json", import.meta.url);
-const skip = existsSync(FILE) ? false : "ldp_core/vectors/heavy_hitters.json comes with issue 30 (end_marker); not merged here yet";
-const HH = skip ? { values: [], prefix_keys: [], pem: [], sfp: [] } : JSON.parse(readFileSync(FILE, "utf8"));
+const HH = JSON.parse(readFileSync(FILE, "utf8"));
 
-test("padded values and refusals match Python's, under end_marker 0 and 1", { skip }, () => {
+test("padded values and refusals match Python's, under end_marker 0 and 1", () => {
   assert.ok(HH.values.some((v: any) => v.error === "control") && HH.values.some((v: any) => v.end_marker === 0 && v.padded));
   for (const v of HH.values) {
     if (v.error) assert.throws(() => padValue(v.value, v.length, v.overflow, v.end_marker), { name: "DomainError" }, JSON.stringify(v));
@@ -28,7 +26,7 @@ function replay(c: any, enc: (src: ReplaySource) => Uint8Array): Uint8Array {
   return rec;
 }
 
-test("PEM and SFP specs with and without the marker: ids, levels, records and frames match Python's", { skip }, () => {
+test("PEM and SFP specs with and without the marker: ids, levels, records and frames match Python's", () => {
   assert.ok(HH.pem.length && HH.sfp.length);
   for (const v of [...HH.pem, ...HH.sfp]) {
     const spec = makeSpec(v.name, v.given) as PEMSpec | SFPSpec;
