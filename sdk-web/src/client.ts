@@ -42,6 +42,8 @@ import { toUnits, EPSILON_UNIT } from "./policy.js";
 import { CryptoSource, type RandomSource } from "./random.js";
 import { openDatabase, req, transaction, type BatchRow, type LedgerDay, type OutboxRow } from "./store.js";
 import { FRAME_CONTENT_TYPE, encodeFrame, makeBatch } from "./wire.js";
+import { SealPin } from "./seal_pin.js";
+import { encodeSealedFrame, sealRecords, type AnalyzerPublicKey } from "./sealing.js";
 
 export const ERROR_TALLIES = [
   "unknown_metric",
@@ -61,6 +63,8 @@ export const ERROR_TALLIES = [
   "upload_rejected_batches",
   "upload_rejected_reports",
   "upload_tokens_required",
+  "analyzer_key_refused",
+  "seal_failed",
 ] as const;
 export const STAT_TALLIES = ["recorded", "sampled_out", "over_budget", "uploaded_batches", "uploaded_reports", "beacon_batches"] as const;
 const PERSISTED = ["outbox_dropped", "outbox_unsendable", "upload_rejected_batches", "upload_rejected_reports", "uploaded_batches", "uploaded_reports"];
@@ -160,6 +164,17 @@ export const TOKENS_REQUIRED_MESSAGE =
   "its uploads are refused and the refused reports are dropped (their privacy budget already spent). " +
   "Upload to a collector without --require-tokens, or from the Python SDK with a token wallet.";
 
+/** A group of outbox reports to seal before its batch is formed (claim, then formSealed). */
+interface SealPlan {
+  keys: number[];
+  records: Uint8Array[];
+  metric: string;
+  specId: string;
+  day: number;
+  bytes: number;
+  key: AnalyzerPublicKey;
+}
+
 interface Pending {
   m: MetricDefinition;
   index: number;
@@ -204,8 +219,8 @@ export class TelemetryClient {
   readonly ready: Promise<void>;
   private readonly metricDefs = new Map<string, MetricDefinition>();
   private readonly refused = new Map<string, string>();
-  /** The metrics the app's bundled document declares sealed: no served definition makes them plain. */
-  private readonly bundledSealed: ReadonlySet<string>;
+  /** The bundled document's analyzer keys and sealed metrics, held against served definitions. */
+  private readonly sealPin: SealPin;
   private readonly refusedServed = new Set<string>();
   private readonly tally: Record<string, number> = {};
   private readonly queue: Pending[] = [];
@@ -285,7 +300,7 @@ export class TelemetryClient {
       }
     }
     for (const [name, why] of set.unsupported) this.refused.set(name, why);
-    this.bundledSealed = new Set(set.sealed ?? []);
+    this.sealPin = new SealPin(set, (n) => this.count(n));
 
     this.ready = this.open();
     this.ready.catch(() => undefined);
@@ -527,6 +542,7 @@ export class TelemetryClient {
     const now = this.clock();
     const batchId = this.randomBytes(16);
     let unsendable = 0;
+    let toSeal: SealPlan | null = null;
     const batch = await transaction(db, ["meta", "outbox", "batches"], "readwrite", async (tx): Promise<BatchRow | null> => {
       const batches = (await req(tx.objectStore("batches").getAll())) as BatchRow[];
       const due = batches.filter((b) => b.nextAt <= now).sort((a, b) => a.created - b.created)[0];
@@ -548,9 +564,19 @@ export class TelemetryClient {
       } catch {
         spec = null;
       }
+      const bytes = group.reduce((a, [, r]) => a + r.record.length, 0);
+      const sealTo = spec === null ? null : this.sealPin.keyFor(first.metric);
+      if (spec !== null && !sealTo && this.sealPin.mustBeSealed(first.metric)) {
+        unsendable = -1; // a sealed metric with no key to seal to: never a plain frame (cannot happen with a valid document)
+        return null;
+      }
+      if (sealTo) {
+        // Sealing is asynchronous (Web Crypto): seal outside this transaction, then form the batch (formSealed).
+        toSeal = { keys: group.map(([k]) => k), records: group.map(([, r]) => r.record), metric: first.metric, specId: first.specId, day: first.day, bytes, key: sealTo };
+        return null;
+      }
       for (const [k] of group) await req(outbox.delete(k));
       const meta = tx.objectStore("meta");
-      const bytes = group.reduce((a, [, r]) => a + r.record.length, 0);
       if (spec === null) {
         unsendable = group.length;
         await this.bumpPersisted(tx, "outbox_unsendable", group.length);
@@ -561,13 +587,39 @@ export class TelemetryClient {
         return null;
       }
       const frame = encodeFrame(makeBatch(first.metric, spec, first.day, group.map(([, r]) => r.record), batchId));
-      const row: BatchRow = { id: hex(batchId), metric: first.metric, n: group.length, bytes, frame, attempts: 0, nextAt: 0, created: now };
+      const row: BatchRow = { id: hex(batchId), metric: first.metric, n: group.length, bytes, frame, attempts: 0, nextAt: 0, created: now, day: first.day };
       await req(tx.objectStore("batches").put(row));
       return row;
     });
-    if (unsendable) this.count("outbox_unsendable", unsendable);
-    if (batch) this.formed.set(batch.id, batch);
-    return batch;
+    if (unsendable < 0) this.count("seal_failed");
+    else if (unsendable) this.count("outbox_unsendable", unsendable);
+    const formed = batch ?? (toSeal ? await this.formSealed(toSeal, batchId, now) : null);
+    if (formed) this.formed.set(formed.id, formed);
+    return formed;
+  }
+
+  /**
+   * Seal a group of outbox reports (each record under its own ephemeral key) and form its batch: one
+   * transaction that takes the reports out of the outbox only if every one of them is still there (a
+   * quota drop in between leaves them for the next attempt). Never a plain frame of a sealed metric.
+   */
+  private async formSealed(plan: SealPlan, batchId: Uint8Array, now: number): Promise<BatchRow | null> {
+    let frame: Uint8Array;
+    try {
+      const sealed = await sealRecords(plan.records, plan.metric, plan.specId, plan.day, plan.key);
+      frame = encodeSealedFrame(plan.metric, plan.specId, plan.day, sealed, (plan.records[0] as Uint8Array).length, batchId);
+    } catch {
+      this.count("seal_failed");
+      return null;
+    }
+    return transaction(this.db as IDBDatabase, ["outbox", "batches"], "readwrite", async (tx): Promise<BatchRow | null> => {
+      const outbox = tx.objectStore("outbox");
+      for (const k of plan.keys) if ((await req(outbox.getKey(k))) === undefined) return null;
+      for (const k of plan.keys) await req(outbox.delete(k));
+      const row: BatchRow = { id: hex(batchId), metric: plan.metric, n: plan.keys.length, bytes: plan.bytes, frame, attempts: 0, nextAt: 0, created: now, day: plan.day, sealed: true };
+      await req(tx.objectStore("batches").put(row));
+      return row;
+    });
   }
 
   private async finish(batch: BatchRow, outcome: "delivered" | "rejected"): Promise<void> {
@@ -828,6 +880,7 @@ export class TelemetryClient {
    * and logged): the collector must not turn a sealed metric into a plain one (docs/SEALED.md).
    */
   adoptServedMetrics(served: MetricSet): void {
+    this.sealPin.adopt(served);
     for (const [name, why] of served.unsupported) {
       this.metricDefs.delete(name);
       this.refused.set(name, why);
@@ -845,7 +898,7 @@ export class TelemetryClient {
       if (this.refusedServed.has(key)) continue;
       this.refusedServed.add(key);
       this.count("metric_refused");
-      if (this.bundledSealed.has(name)) {
+      if (this.sealPin.unsealingRefusal(m) !== null) {
         this.count("unsealing_refused");
         console.warn(`ldp-telemetry: refused a served definition of metric ${JSON.stringify(name)}: ${why}`);
       }
@@ -853,9 +906,8 @@ export class TelemetryClient {
   }
 
   private servedRefusal(m: MetricDefinition): string | null {
-    if (this.bundledSealed.has(m.name)) {
-      return "the app's metrics declare it sealed and the served definition is not: its records would reach the collector in plain, so it is not recorded";
-    }
+    const unsealing = this.sealPin.unsealingRefusal(m);
+    if (unsealing !== null) return unsealing;
     try {
       this.policy.checkMetric(m);
       return null;

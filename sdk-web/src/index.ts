@@ -37,3 +37,14 @@ export {
   type UploadResult,
   type UploadRejection,
 } from "./client.js";
+export {
+  AnalyzerPublicKey,
+  SealingError,
+  SEALED_OVERHEAD,
+  keyIdOf,
+  sealedInfo,
+  sealRecords,
+  openRecord,
+  encodeSealedFrame,
+  parseAnalyzerKeys,
+} from "./sealing.js";

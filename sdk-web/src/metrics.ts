@@ -3,13 +3,14 @@
  * (the same document), validated as ldp_core/metrics.py does.
  *
  * This SDK implements the frequency oracles. A metric with a numeric mechanism or a `range`
- * domain (means, distributions), a heavy-hitters one or a sealed one is valid in the file but not
- * recordable here: it is listed in {@link MetricSet.unsupported} with the reason, and recording it
- * counts an error.
+ * domain (means, distributions) or a heavy-hitters one is valid in the file but not recordable
+ * here: it is listed in {@link MetricSet.unsupported} with the reason, and recording it counts an
+ * error. A sealed metric is recordable (its records are sealed at upload, src/sealing.ts).
  */
 import { MetricsFileError, SpecError } from "./errors.js";
 import { domainFromDict, type Domain } from "./domain.js";
 import { MECHANISMS, specFromDict, type MechanismSpec } from "./mechanisms/index.js";
+import { AnalyzerPublicKey, parseAnalyzerKeys } from "./sealing.js";
 
 export const FORMAT = "ldp-metrics/1";
 export const MAX_REPORTS_PER_DAY = 10_000;
@@ -33,14 +34,18 @@ export interface MetricDefinition {
   /** The last UTC day (days since 1970-01-01) on which the metric may be recorded. */
   readonly expiresDay: number;
   readonly maxReportsPerDay: number;
+  /** `"sealed": true`: each record is sealed to the analyzer's key before it leaves the device (docs/SEALED.md). */
+  readonly sealed?: boolean;
 }
 
 export interface MetricSet {
   readonly metrics: ReadonlyMap<string, MetricDefinition>;
-  /** Valid metrics this SDK cannot record (numeric or sealed), with the reason. */
+  /** Valid metrics this SDK cannot record, with the reason. */
   readonly unsupported: ReadonlyMap<string, string>;
-  /** The metrics the document declares `"sealed": true` (none of them is recordable here). */
+  /** The metrics the document declares `"sealed": true`. */
   readonly sealed?: ReadonlySet<string>;
+  /** The document's `analyzer_keys`, the current key first (sealed metrics are sealed to it). */
+  readonly analyzerKeys?: readonly AnalyzerPublicKey[];
 }
 
 function isoDay(s: unknown): number | null {
@@ -81,7 +86,6 @@ function parseOne(name: string, data: unknown): MetricDefinition | string {
     if (o.kind !== undefined && !KINDS.includes(o.kind as string)) throw new MetricsFileError(`${where}: 'kind' must be one of ${KINDS.join(", ")}`);
     return `a ${String(o.kind ?? "numeric")} metric (${String(mechName)}): the web SDK records frequency oracles only`;
   }
-  if (o.sealed === true) return "a sealed metric: the web SDK does not seal records";
   let domain: Domain;
   try {
     domain = domainFromDict(dom);
@@ -100,7 +104,7 @@ function parseOne(name: string, data: unknown): MetricDefinition | string {
   if (spec.domainSize !== domain.size) {
     throw new MetricsFileError(`${where}: the mechanism's domain_size ${spec.domainSize} differs from the domain's size ${domain.size}; leave domain_size out to use the domain's`);
   }
-  return { name, spec, domain, owner: o.owner as string, description: o.description as string, expiresDay, maxReportsPerDay: r };
+  return { name, spec, domain, owner: o.owner as string, description: o.description as string, expiresDay, maxReportsPerDay: r, sealed: o.sealed === true };
 }
 
 /**
@@ -138,7 +142,16 @@ export function parseMetrics(document: string | unknown, options: { today?: numb
       metrics.set(name, m);
     }
   }
-  return { metrics, unsupported, sealed };
+  let analyzerKeys: AnalyzerPublicKey[];
+  try {
+    analyzerKeys = parseAnalyzerKeys(o.analyzer_keys);
+  } catch (e) {
+    throw new MetricsFileError(`metrics file: bad 'analyzer_keys': ${(e as Error).message}`);
+  }
+  if (sealed.size && !analyzerKeys.length) {
+    throw new MetricsFileError(`metric(s) ${[...sealed].sort().join(", ")} are sealed, but the metrics file names no 'analyzer_keys'; add the analyzer's public key (\`ldp keys new --metrics FILE\`)`);
+  }
+  return { metrics, unsupported, sealed, analyzerKeys };
 }
 
 /** `GET {collectorUrl}/v1/metrics`, validated. */

@@ -93,4 +93,8 @@ export interface BatchRow {
   attempts: number;
   nextAt: number;
   created: number;
+  /** The batch's day (days since 1970, UTC): the day its token must be for (docs/TOKENS.md). Absent in rows of SDK 0.1. */
+  day?: number;
+  /** Its records are sealed to the analyzer's key. */
+  sealed?: boolean;
 }
