@@ -36,7 +36,27 @@ export {
   type LockManagerLike,
   type UploadResult,
   type UploadRejection,
+  type UploadWait,
+  type FlushResult,
+  type TokenOptions,
 } from "./client.js";
+export {
+  DeviceIdentity,
+  IssuerClient,
+  TokenError,
+  challengeDigest,
+  tokenInput,
+  authorizationHeader,
+  rsaEncryptionSpki,
+  isoDay,
+  CREDENTIAL_HEADER,
+  SIGNATURE_HEADER,
+  type TokenKeyDocument,
+  type TokenKeyEntry,
+  type KeyPin,
+  type KeyPinStore,
+} from "./tokens.js";
+export { TokenWallet } from "./wallet.js";
 export {
   AnalyzerPublicKey,
   SealingError,
