@@ -176,7 +176,7 @@ export function checkRecord(spec: ReportSpec, rec: Uint8Array, index: number): v
   }
 }
 
-/** Parse a binary frame (plain frames only: this SDK does not seal). */
+/** Parse a binary frame (plain frames; sealed ones are built by src/sealing.ts). */
 export function decodeFrame(data: Uint8Array, specs: SpecResolver): ReportBatch {
   const h = readHeader(data);
   const bodyEnd = data.length - 4;
