@@ -10,6 +10,9 @@ Usage (from the repository root)::
 
     .venv/bin/python benchmarks/bench_startup.py --runs 15
     .venv/bin/python benchmarks/bench_startup.py --runs 15 --json
+    # the same cases on another checkout (e.g. a git worktree of the previous commit), run as
+    # `python -m ldp_cli.main` from that directory, beside this one's
+    .venv/bin/python benchmarks/bench_startup.py --runs 15 --before ../old-tree
 """
 
 from __future__ import annotations
@@ -39,9 +42,9 @@ CASES: dict[str, list[str]] = {
 }
 
 
-def _once(cmd: list[str]) -> float:
+def _once(cmd: list[str], cwd: str | None = None) -> float:
     t0 = time.perf_counter()
-    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=cwd)
     return time.perf_counter() - t0
 
 
@@ -49,14 +52,21 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=15)
     ap.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
+    ap.add_argument("--before", default=None, metavar="DIR", help="also run the ldp cases from this checkout")
     args = ap.parse_args()
-    load_before = os.getloadavg()[0]
-    for cmd in CASES.values():  # warm numba's cache and the file cache
-        _once(cmd)
-    times: dict[str, list[float]] = {name: [] for name in CASES}
-    for _ in range(args.runs):
+    cases = {name: (cmd, None) for name, cmd in CASES.items()}
+    if args.before:
         for name, cmd in CASES.items():
-            times[name].append(_once(cmd))
+            if name.startswith("ldp "):
+                rest = cmd[len(LDP) :] if LDP and cmd[: len(LDP)] == LDP else cmd[3:]
+                cases[f"before: {name}"] = ([sys.executable, "-m", "ldp_cli.main", *rest], args.before)
+    load_before = os.getloadavg()[0]
+    for cmd, cwd in cases.values():  # warm numba's cache and the file cache
+        _once(cmd, cwd)
+    times: dict[str, list[float]] = {name: [] for name in cases}
+    for _ in range(args.runs):
+        for name, (cmd, cwd) in cases.items():
+            times[name].append(_once(cmd, cwd))
     base = statistics.median(times["import numpy"])
     out = {
         "runs": args.runs,
@@ -77,7 +87,7 @@ def main() -> None:
     print(f"{args.runs} runs each, {out['cpus']} CPUs, load average {out['load_1min'][0]} -> {out['load_1min'][1]}")
     for name, row in out["cases"].items():
         print(
-            f"{name:28s} median {row['median_s'] * 1e3:7.1f} ms  min {row['min_s'] * 1e3:7.1f} ms  "
+            f"{name:36s} median {row['median_s'] * 1e3:7.1f} ms  min {row['min_s'] * 1e3:7.1f} ms  "
             f"{row['ratio_to_numpy']:5.2f}x import numpy"
         )
 
