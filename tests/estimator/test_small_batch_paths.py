@@ -2,11 +2,13 @@
 
 Small batches of OLH/LOLOHA support counts, OUE bit counts and GRR/HR histograms are counted with
 numpy so that a small job does not import numba; the counts are integers, so old == new exactly,
-checked on random batches of random shapes (hypothesis, fixed derandomized seed).
+checked on random batches of random shapes (hypothesis, fixed derandomized seed). The OUE kernel's
+block path is checked the same way against the byte-lane kernel and ``np.unpackbits``.
 """
 
 from __future__ import annotations
 
+import numba
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -15,6 +17,7 @@ import estimator.oracles.oue as oue_oracle
 from estimator.kernels.counting import histogram
 from estimator.kernels.histogram_jit import histogram_jit
 from estimator.kernels.olh import olh_support_counts as olh_numba
+from estimator.kernels.sketch import PARALLEL_MIN_REPORTS, cms_add, cms_add_bytes
 from estimator.kernels.support import SMALL_HASHES, olh_support_counts, olh_support_counts_numpy
 from estimator.oracles import accumulator_for
 from ldp_core.mechanisms import make_spec
@@ -85,3 +88,33 @@ def test_histogram_bincount_equals_the_numba_loop(n: int, d: int, dtype: type, s
     histogram(values, got)
     histogram_jit(values, want)
     np.testing.assert_array_equal(got, want)
+
+
+@settings(max_examples=25, deadline=None, derandomize=True)
+@given(
+    n=st.sampled_from([0, 1, 15, 16, 17, 31, 1000, 16 * 63 * 4 + 5, 16 * 63 * 4 * 2 + 16, PARALLEL_MIN_REPORTS + 37]),
+    words=st.integers(1, 17),
+    threads=st.sampled_from([1, 2]),
+    seed=st.integers(0, 2**32 - 1),
+)
+def test_oue_block_kernel_equals_byte_lanes_and_unpackbits(n: int, words: int, threads: int, seed: int) -> None:
+    """The single-row path of ``cms_add`` (Harley-Seal blocks of 16 reports, the rest one by one,
+    the plane and lane flushes at 63 blocks and 4 flushes) against the byte-lane kernel and numpy;
+    the sizes cross every block and flush boundary, and the last one the threaded path."""
+    rng = np.random.default_rng(seed)
+    bits = rng.integers(0, 256, size=(n, 8 * words), dtype=np.uint8)
+    rows = np.zeros(n, dtype=np.uint8)
+    start = rng.integers(0, 9, size=(1, 64 * words)).astype(np.int64)
+    got, want = start.copy(), start.copy()
+    got_n, want_n = np.zeros(1, dtype=np.int64), np.zeros(1, dtype=np.int64)
+    saved = numba.get_num_threads()
+    numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))
+    try:
+        cms_add(rows, bits, got, got_n)
+    finally:
+        numba.set_num_threads(saved)
+    cms_add_bytes(rows, bits, want, want_n)
+    np.testing.assert_array_equal(got, want)
+    assert got_n[0] == want_n[0] == n
+    unpacked = np.unpackbits(bits, axis=1, bitorder="little").sum(axis=0, dtype=np.int64)
+    np.testing.assert_array_equal(got[0] - start[0], unpacked)
