@@ -8,6 +8,10 @@ runs. Printed: reports per second of wall time (median) and per second of
 process CPU time (median; all threads counted, so other load on the shared
 machine dilutes it less).
 
+Also printed, in the same run: the read limit, the rate at which one numba thread reads the same
+records (an OR over their 64-bit words, nothing else), the ceiling for any aggregation of them on
+one core.
+
 Usage (from the repository root)::
 
     .venv/bin/python benchmarks/bench_bitcount.py --n 1000000 --d 1024 --repeats 5
@@ -39,6 +43,31 @@ def records_for(name: str, n: int, d: int, eps: float, rng: np.random.Generator)
     return spec, rec
 
 
+@numba.njit(cache=True, nogil=True)
+def _read_words(words: np.ndarray) -> np.uint64:
+    acc = np.uint64(0)
+    for i in range(words.shape[0]):
+        for w in range(words.shape[1]):
+            acc |= words[i, w]
+    return acc
+
+
+def read_limit(rec: np.ndarray, repeats: int) -> tuple[float, float]:
+    """Reports per second of wall time and per CPU-second at which one thread reads the records'
+    bits (medians of ``repeats``)."""
+    bits = rec["bits"]
+    nbytes = bits.shape[1] - bits.shape[1] % 8
+    words = bits[:, :nbytes].view("<u8") if bits.strides[1] == 1 and nbytes else np.ascontiguousarray(bits)
+    _read_words(words)
+    walls, cpus = [], []
+    for _ in range(repeats):
+        t0, c0 = time.perf_counter(), time.process_time()
+        _read_words(words)
+        walls.append(time.perf_counter() - t0)
+        cpus.append(time.process_time() - c0)
+    return rec.shape[0] / statistics.median(walls), rec.shape[0] / statistics.median(cpus)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--n", type=int, default=1_000_000)
@@ -52,6 +81,11 @@ def main() -> None:
     print(f"numba threading layer: {numba.config.THREADING_LAYER}, n={args.n}, d={args.d}")
     for name in args.mechanisms.split(","):
         spec, rec = records_for(name, args.n, args.d, args.epsilon, rng)
+        wall, cpu = read_limit(rec, args.repeats)
+        print(
+            f"{name:7s} read limit (1 thread, {rec.dtype.itemsize}-byte records): {wall / 1e6:7.2f}M reports/s "
+            f"wall, {cpu / 1e6:7.2f}M per CPU-s"
+        )
         for threads in (int(t) for t in args.threads.split(",")):
             numba.set_num_threads(threads)
             walls, cpus = [], []

@@ -18,36 +18,84 @@ import sys
 
 __all__ = ["main", "build_parser"]
 
-#: sub-command modules, each exposing ``register(subparsers)``
-COMMANDS = [
-    "ldp_cli.commands.simulate",
-    "ldp_cli.commands.demo",
-    "ldp_cli.commands.kafka",
-    "ldp_cli.commands.estimator",
-    "ldp_cli.commands.estimate",
-    "ldp_cli.commands.heavy_hitters",
-    "ldp_cli.commands.sink",
-    "ldp_cli.commands.collector",
-    "ldp_cli.commands.shuffler",
-    "ldp_cli.commands.privacy",
-    "ldp_cli.commands.fl",
-    "ldp_cli.commands.study",
-    "ldp_cli.commands.dpsgd",
-    "ldp_cli.commands.keys",
-    "ldp_cli.commands.issuer",
-]
+#: each command: the module that registers it (``register(subparsers)``) and the one line
+#: ``ldp --help`` shows for it. The line is repeated here so that ``ldp --help`` (and a
+#: mistyped command) imports no command module; tests/cli/test_startup.py checks that each
+#: line is the one the module registers.
+COMMAND_TABLE: dict[str, tuple[str, str]] = {
+    "simulate": (
+        "ldp_cli.commands.simulate",
+        "privatize a simulated population with a real encoder and estimate its counts, mean or distribution",
+    ),
+    "demo": (
+        "ldp_cli.commands.demo",
+        "run the whole pipeline on simulated devices and compare the estimates with the truth (--offline: every oracle in memory)",
+    ),
+    "kafka": (
+        "ldp_cli.commands.kafka",
+        "run the project's own single-node Apache Kafka broker (downloaded from Maven Central)",
+    ),
+    "estimator": (
+        "ldp_cli.commands.estimator",
+        "service: run the streaming estimator and serve live estimates over HTTP",
+    ),
+    "estimate": (
+        "ldp_cli.commands.estimate",
+        "batch job: estimate a metric (any kind) over days of the Parquet dataset",
+    ),
+    "heavy-hitters": (
+        "ldp_cli.commands.heavy_hitters",
+        "batch job: discover a string metric's most frequent values (pem, sfp) over days of the dataset",
+    ),
+    "sink": ("ldp_cli.commands.sink", "write the shuffled reports to a Parquet dataset partitioned by metric and day"),
+    "collector": ("ldp_cli.commands.collector", "run the HTTP collector that accepts report batches"),
+    "shuffler": ("ldp_cli.commands.shuffler", "run the shuffler: batch, permute and release crowds of reports"),
+    "privacy": (
+        "ldp_cli.commands.privacy",
+        "privacy accounting: ε of a setting, noise for a target ε, shuffle amplification",
+    ),
+    "fl": ("ldp_cli.commands.fl", "federated-learning scenarios with client-level DP"),
+    "study": (
+        "ldp_cli.commands.study",
+        "research scenarios: federated learning with client-level DP on seeded synthetic data",
+    ),
+    "dpsgd": ("ldp_cli.commands.dpsgd", "train a numpy model with DP-SGD on a .npz dataset and print the ε spent"),
+    "keys": ("ldp_cli.commands.keys", "create and list analyzer key pairs for sealed metrics"),
+    "issuer": ("ldp_cli.commands.issuer", "the anonymous upload-token issuer"),
+}
+
+#: the command modules, in the order of ``ldp --help``
+COMMANDS = [module for module, _ in COMMAND_TABLE.values()]
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The ``ldp`` parser with every command registered, or with only ``command``'s module
+    imported and registered (the others listed by name and summary only, so that a job
+    loads what it runs and nothing else)."""
     parser = argparse.ArgumentParser(prog="ldp", description="Local-differential-privacy telemetry pipeline")
     sub = parser.add_subparsers(dest="command", required=True)
-    for name in COMMANDS:
-        importlib.import_module(name).register(sub)
+    for name, (module, help_line) in COMMAND_TABLE.items():
+        if command is None or name == command:
+            importlib.import_module(module).register(sub)
+        else:
+            sub.add_parser(name, help=help_line, add_help=False)
     return parser
 
 
+def _command_word(argv: list[str]) -> str:
+    """The command ``argv`` names, or ``""`` when none (``ldp --help``, ``ldp``, a typo): the top-level
+    parser has no option that takes a value, so the first word not starting with ``-`` is the command."""
+    for word in argv:
+        if not word.startswith("-"):
+            return word
+        if word == "--":
+            break
+    return ""
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else argv
+    parser = build_parser(_command_word(argv))
     args = parser.parse_args(argv)
     try:
         return int(args.func(args) or 0)

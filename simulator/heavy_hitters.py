@@ -20,6 +20,7 @@ import numpy as np
 
 from estimator.mechanisms.heavy_hitters import discover_pem, discover_sfp
 from ldp_core.errors import DomainError
+from ldp_core.mechanisms import HEAVY_HITTER_MECHANISMS
 from ldp_core.mechanisms.heavy_hitters import MAX_LENGTH, PEMSpec, SFPSpec, pad_value, pem_parameters, unpad
 from simulator.population import Distribution
 
@@ -34,7 +35,6 @@ __all__ = [
     "simulate_heavy_hitters",
 ]
 
-HEAVY_HITTER_MECHANISMS = ("pem", "sfp")
 _LETTERS = np.frombuffer(b"abcdefghijklmnopqrstuvwxyz", dtype=np.uint8)
 
 

@@ -15,6 +15,7 @@ import numpy as np
 
 from estimator.mechanisms.numeric import MeanAccumulator, SquareWaveAccumulator
 from estimator.mechanisms.repeated import DBitFlipAccumulator, OneBitMeanAccumulator
+from ldp_core.mechanisms import NUMERIC_MECHANISMS
 from ldp_core.mechanisms.numeric import MEAN_MECHANISMS, MeanSpec
 from ldp_core.mechanisms.repeated import DBitFlipSpec, OneBitMeanSpec
 from ldp_core.mechanisms.square_wave import SquareWaveSpec
@@ -22,8 +23,6 @@ from simulator.population import Distribution
 
 __all__ = ["NUMERIC_MECHANISMS", "NumericPopulation", "parse_range", "numeric_spec", "simulate_numeric"]
 
-#: the numeric mechanisms ``ldp simulate`` runs
-NUMERIC_MECHANISMS = (*MEAN_MECHANISMS, "sw", "1bitmean", "dbitflip")
 QUANTILES = (0.5, 0.9, 0.99)
 CHUNK = 1 << 18
 

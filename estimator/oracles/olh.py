@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from estimator.kernels.olh import olh_support_counts
+from estimator.kernels.support import olh_support_counts
 from estimator.oracles.base import Accumulator
 from estimator.oracles.grr import unbias_pure
 from estimator.result import Estimate, estimate_from_counts

@@ -11,17 +11,11 @@ import numpy as np
 
 from ldp_cli.progress import add_progress_flags
 from ldp_cli.progress import bar as progress_bar
-from ldp_core.mechanisms import FREQUENCY_MECHANISMS
+from ldp_core.mechanisms import FREQUENCY_MECHANISMS, HEAVY_HITTER_MECHANISMS, NUMERIC_MECHANISMS
 from pipeline.text import printable
-from simulator.heavy_hitters import (
-    HEAVY_HITTER_MECHANISMS,
-    read_population,
-    simulate_heavy_hitters,
-    synthetic_population,
-)
-from simulator.numeric import NUMERIC_MECHANISMS, NumericPopulation, numeric_spec, parse_range, simulate_numeric
-from simulator.population import parse_distribution
-from simulator.run import simulate, spec_for
+
+# The simulator's modules are imported by the function that runs each kind of mechanism, so that a
+# frequency-oracle job (or ``ldp simulate --help``) does not load the heavy-hitter and numeric code.
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -95,6 +89,9 @@ def run(args: argparse.Namespace) -> int:
         return run_numeric(args)
     if args.range is not None or args.bins is not None:
         raise ValueError(f"--range and --bins are for the numeric mechanisms, not {args.mechanism}; use --domain")
+    from simulator.population import parse_distribution
+    from simulator.run import simulate, spec_for
+
     args.distribution = args.distribution or "zipf:1.1"
     domain = 2 if args.mechanism == "rr" else args.domain
     if domain is None:
@@ -157,6 +154,8 @@ def run_numeric(args: argparse.Namespace) -> int:
         raise ValueError(f"--range LO:HI is required for {args.mechanism}")
     if args.bootstrap < 0:
         raise ValueError(f"--bootstrap must be at least 0, got {args.bootstrap}")
+    from simulator.numeric import NumericPopulation, numeric_spec, parse_range, simulate_numeric
+
     lo, hi = parse_range(args.range)
     seed = _check_common(args)
     spec = numeric_spec(args.mechanism, args.epsilon, lo, hi, args.bins)
@@ -194,6 +193,9 @@ def run_numeric(args: argparse.Namespace) -> int:
 
 def run_heavy_hitters(args: argparse.Namespace) -> int:
     """``ldp simulate --mechanism pem|sfp``: discovery over a file's or a synthetic population of strings."""
+    from simulator.heavy_hitters import read_population, simulate_heavy_hitters, synthetic_population
+    from simulator.population import parse_distribution
+
     if args.range is not None or args.bins is not None:
         raise ValueError(f"--range and --bins are for the numeric mechanisms, not {args.mechanism}")
     if args.top < 1:

@@ -18,6 +18,8 @@ __all__ = [
     "MechanismSpec",
     "MECHANISMS",
     "FREQUENCY_MECHANISMS",
+    "NUMERIC_MECHANISMS",
+    "HEAVY_HITTER_MECHANISMS",
     "spec_class",
     "make_spec",
     "spec_from_dict",
@@ -51,6 +53,10 @@ MECHANISMS: dict[str, str] = {
 
 #: the frequency oracles (counts per domain index): the registry names whose specs are :class:`MechanismSpec`
 FREQUENCY_MECHANISMS = ("rr", "grr", "oue", "rappor", "olh", "cms", "hcms", "hr", "loloha")
+#: the numeric mechanisms (means and distributions of bounded numbers, one-shot and repeated)
+NUMERIC_MECHANISMS = ("duchi", "pm", "hm", "sw", "1bitmean", "dbitflip")
+#: the heavy-hitter mechanisms (discovery of frequent strings)
+HEAVY_HITTER_MECHANISMS = ("pem", "sfp")
 
 
 def spec_class(name: str) -> type[ReportSpec]:
