@@ -139,36 +139,58 @@ def test_partial_bodies_and_invalid_json_do_not_stall_honest_uploads(tmp_path: P
                 status, _, _ = read_response(s)
                 attack_answers.append(status)
 
-    with ServerThread(create_app(cfg, transport=transport)) as srv, partial_bodies(srv.port, 300):
-        wait_for(lambda: gauge(srv.url, "ldp_collector_uploads_reading") == 300)
-        threads = [threading.Thread(target=attacker, args=(srv.port,), daemon=True) for _ in range(2)]
-        for t in threads:
-            t.start()
-        try:
-            wait_for(lambda: len(attack_answers) >= 4)  # the attack is in full swing
-            answered_before = len(attack_answers)
-            latencies: list[float] = []
-            codes: list[int] = []
-            with httpx.Client(timeout=30) as client:
-                for i in range(100):  # over about 2 s, as a device's uploads would be spread
-                    body = encode_frame(olh_batch(metrics, 20, first_seed=20 * i))
-                    t0 = time.perf_counter()
-                    r = client.post(srv.url + "/v1/reports", content=body, headers=FRAME)
-                    latencies.append(time.perf_counter() - t0)
-                    codes.append(r.status_code)
-                    time.sleep(0.02)
-            answered_during = len(attack_answers) - answered_before
-        finally:
-            stop.set()
+    with ServerThread(create_app(cfg, transport=transport)) as srv:
+        quiet = honest_latencies(srv.url, metrics, 50, first=1000)  # the machine's own noise, before the attack
+        with partial_bodies(srv.port, 300):
+            wait_for(lambda: gauge(srv.url, "ldp_collector_uploads_reading") == 300)
+            threads = [threading.Thread(target=attacker, args=(srv.port,), daemon=True) for _ in range(2)]
             for t in threads:
-                t.join(60)
-        reading = gauge(srv.url, "ldp_collector_uploads_reading")
+                t.start()
+            try:
+                wait_for(lambda: len(attack_answers) >= 4)  # the attack is in full swing
+                answered_before = len(attack_answers)
+                latencies: list[float] = []
+                codes: list[int] = []
+                with httpx.Client(timeout=30) as client:
+                    for i in range(100):  # over about 2 s, as a device's uploads would be spread
+                        body = encode_frame(olh_batch(metrics, 20, first_seed=20 * i))
+                        t0 = time.perf_counter()
+                        r = client.post(srv.url + "/v1/reports", content=body, headers=FRAME)
+                        latencies.append(time.perf_counter() - t0)
+                        codes.append(r.status_code)
+                        time.sleep(0.02)
+                answered_during = len(attack_answers) - answered_before
+            finally:
+                stop.set()
+                for t in threads:
+                    t.join(60)
+            reading = gauge(srv.url, "ldp_collector_uploads_reading")
     assert codes == [202] * 100, sorted(set(codes))
     p99 = float(np.percentile(np.array(latencies), 99))
-    assert p99 < 0.100, f"honest upload p99 {p99 * 1000:.1f} ms (median {np.median(latencies) * 1000:.1f} ms)"
+    quiet_p99 = float(np.percentile(np.array(quiet), 99))
+    # under 100 ms on a quiet machine; on a loaded one the same client's p99 before the attack shows the machine's
+    # own noise, so the bound is 100 ms or that plus 50 ms (the stall this test catches took seconds, or 503s)
+    assert p99 < max(0.100, quiet_p99 + 0.050), (
+        f"honest upload p99 {p99 * 1000:.1f} ms (median {np.median(latencies) * 1000:.1f} ms;"
+        f" before the attack p99 {quiet_p99 * 1000:.1f} ms)"
+    )
     assert answered_during >= 5 and set(attack_answers) == {400}  # the JSON was decoded (and refused) all along
     assert reading == 300  # the idle sockets were still holding their partial bodies
-    assert len(transport.records) == 100
+    assert len(transport.records) == 150
+
+
+def honest_latencies(url: str, metrics: MetricSet, count: int, first: int = 0) -> list[float]:
+    """``count`` honest uploads by one client, a little apart, each 202; their latencies."""
+    out = []
+    with httpx.Client(timeout=30) as client:
+        for i in range(count):
+            body = encode_frame(olh_batch(metrics, 20, first_seed=20 * (first + i)))
+            t0 = time.perf_counter()
+            r = client.post(url + "/v1/reports", content=body, headers=FRAME)
+            out.append(time.perf_counter() - t0)
+            assert r.status_code == 202
+            time.sleep(0.02)
+    return out
 
 
 def test_a_body_that_does_not_arrive_in_time_is_408_and_the_connection_closed(
