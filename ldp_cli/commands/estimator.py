@@ -3,8 +3,9 @@
 It consumes the shuffled topic in a consumer group, snapshots its state and
 offsets to ``--state DIR``, and serves ``GET /v1/estimates/{metric}`` on
 ``--host:--port``. Give each instance its own ``--state`` folder; instances
-of one ``--group`` split the partitions, and ``--peer URL`` (repeatable)
-lets one instance answer ``?merged=true`` with the merged state of all.
+of one ``--group`` split the partitions, and with ``--peer URL`` (repeatable)
+every read answers for the whole group (``?merged=false``: this member only;
+a peer that does not answer makes the answer ``partial``).
 It starts (and serves its restored state) whether or not the broker
 answers: the join is retried with backoff (:mod:`pipeline.processor`), and
 ``GET /readyz`` answers 503 until it is joined. A
@@ -56,7 +57,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT}; 0 picks a free one)")
     add_shuffled_consumer(p, DEFAULT_GROUP, "member name (default: kept in the state folder)")
     p.add_argument("--checkpoint-seconds", type=float, default=1.0, help="seconds between snapshots (default 1)")
-    p.add_argument("--peer", action="append", default=[], help="base URL of another instance (repeatable)")
+    p.add_argument(
+        "--peer",
+        action="append",
+        default=[],
+        help="base URL of another member of the group (repeatable): reads then answer for the whole group",
+    )
     p.add_argument("--no-http", action="store_true", help="consume only; serve nothing")
     p.add_argument(
         "--dataset",
