@@ -214,6 +214,9 @@ class StreamProcessor(abc.ABC):
         self._tx_ctx: Any = None
         self._tx: Transaction | None = None
         self._last_checkpoint = time.monotonic()
+        #: join as a static member (Kafka's ``group.instance.id`` = ``member``): set when the name was given
+        #: explicitly (``--member``), so it is stable across restarts
+        self.static_member = False
         self._state = "starting"
         self._state_since = time.time()
         self._state_detail = ""
@@ -351,8 +354,9 @@ class StreamProcessor(abc.ABC):
         """
         if self._consumer is None:
             self.ensure_topics()
+            static = {"static": True} if self.static_member else {}  # only then: test doubles need not know it
             consumer = self.transport.consume(
-                list(self.topics), self.group, member=self.member, session_timeout=self.session_timeout
+                list(self.topics), self.group, member=self.member, session_timeout=self.session_timeout, **static
             )
             with self.lock:
                 self._consumer = consumer

@@ -55,7 +55,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_metrics(p, "metrics file(s) declaring the specs (repeatable; default $LDP_METRICS; required)", repeatable=True)
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT}; 0 picks a free one)")
-    add_shuffled_consumer(p, DEFAULT_GROUP, "member name (default: kept in the state folder)")
+    add_shuffled_consumer(
+        p,
+        DEFAULT_GROUP,
+        "member name, also its Kafka group.instance.id (static membership; default: kept in the state folder)",
+    )
     p.add_argument("--checkpoint-seconds", type=float, default=1.0, help="seconds between snapshots (default 1)")
     p.add_argument(
         "--peer",
@@ -84,6 +88,7 @@ def run(args: argparse.Namespace) -> int:
     engine = StreamingEstimator(
         transport, args.state, catalog, checkpoint_seconds=args.checkpoint_seconds, **inp.consumer_options(args)
     )
+    engine.static_member = args.member is not None  # a stable name: Kafka's static membership
     stop = threading.Event()  # set by the signals below, a consumer failure, or the end of the HTTP server
     failure: list[BaseException] = []
 

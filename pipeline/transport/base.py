@@ -353,7 +353,13 @@ class Transport(abc.ABC):
 
     @abc.abstractmethod
     def consume(
-        self, topics: str | Sequence[str], group: str, *, member: str | None = None, session_timeout: float = 10.0
+        self,
+        topics: str | Sequence[str],
+        group: str,
+        *,
+        member: str | None = None,
+        session_timeout: float = 10.0,
+        static: bool = False,
     ) -> Consumer:
         """Join ``group`` as a member reading ``topics``.
 
@@ -363,6 +369,11 @@ class Transport(abc.ABC):
         transaction at once instead of after the transaction timeout. A
         member silent (no poll, for the embedded log; no heartbeat, for
         Kafka) for ``session_timeout`` seconds is removed from the group.
+        ``static`` (with a ``member``) makes it a static member on Kafka
+        (``group.instance.id`` = ``member``, KIP-345): a restart within the
+        session timeout takes its partitions back without a rebalance, and
+        closing does not leave the group (its partitions wait for the session
+        timeout). The embedded log ignores it.
         """
 
     def delete_before(self, topic: str, offsets: Mapping[int, int]) -> None:

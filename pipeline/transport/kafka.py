@@ -35,6 +35,7 @@ from __future__ import annotations
 import itertools
 import logging
 import math
+import re
 import socket
 import threading
 import time
@@ -339,12 +340,20 @@ class KafkaTransport(Transport):
         return int(day_start(self.clock())) * 1000
 
     def consume(
-        self, topics: str | Sequence[str], group: str, *, member: str | None = None, session_timeout: float = 10.0
+        self,
+        topics: str | Sequence[str],
+        group: str,
+        *,
+        member: str | None = None,
+        session_timeout: float = 10.0,
+        static: bool = False,
     ) -> KafkaConsumer:
         names = [topics] if isinstance(topics, str) else list(topics)
         for t in names:
             self.partitions(t)
-        return KafkaConsumer(self, names, group, member=member, session_timeout=session_timeout)
+        return KafkaConsumer(
+            self, names, group, member=member, session_timeout=session_timeout, static=static and member is not None
+        )
 
     def health(self, topic: str | None = None, *, timeout: float = 2.0) -> Health:
         """Whether the cluster answers a describe request within about ``timeout`` s (a fresh admin client)."""
@@ -504,7 +513,14 @@ class KafkaConsumer(Consumer):
     """A kafka-python consumer in ``group`` reading ``topics`` with read_committed isolation (not thread-safe)."""
 
     def __init__(
-        self, transport: KafkaTransport, topics: list[str], group: str, *, member: str | None, session_timeout: float
+        self,
+        transport: KafkaTransport,
+        topics: list[str],
+        group: str,
+        *,
+        member: str | None,
+        session_timeout: float,
+        static: bool = False,
     ) -> None:
         self._set_identity(topics, group, member, session_timeout)
         from kafka import ConsumerRebalanceListener
@@ -526,6 +542,14 @@ class KafkaConsumer(Consumer):
             "fetch_max_bytes": 4 * DEFAULT_MAX_REQUEST_SIZE,
             "request_timeout_ms": int(transport.request_timeout * 1000),
         }
+        # KIP-345: a restart with the same name gets its partitions back without a rebalance. Kafka allows
+        # [A-Za-z0-9._-]{1,249} there; another name stays a dynamic member (one warning)
+        if static and re.fullmatch(r"[A-Za-z0-9._-]{1,249}", self.member) is None:
+            log.warning("member name %r is no valid group.instance.id: joining as a dynamic member", self.member)
+            static = False
+        if static:
+            cfg["group_instance_id"] = self.member
+        self.static = static
         cfg.update(transport.consumer_config)
         self._delivered: dict[TopicPartition, int] = {}
         self._reassigned: set[Any] | None = None
