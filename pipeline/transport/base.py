@@ -258,6 +258,14 @@ class Consumer(abc.ABC):
     def assignment(self) -> frozenset[TopicPartition]:
         """The partitions this member currently owns (as of the last poll)."""
 
+    def reachable(self) -> bool:
+        """Whether the input stream answers now (any thread may ask; it must not block).
+
+        Kafka: the group coordinator is connected (a client of a stopped broker keeps polling and
+        reconnecting without raising). The embedded log: always.
+        """
+        return True
+
     @abc.abstractmethod
     def positions(self) -> dict[TopicPartition, int]:
         """For each owned partition with delivered records, the offset just past the last one delivered."""
