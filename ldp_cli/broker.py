@@ -116,6 +116,12 @@ class BrokerConfig:
     num_partitions: int = 1
     message_max_bytes: int = 8 << 20
     lib_dir: Path | None = None
+    #: a node of a cluster (:mod:`ldp_cli.broker_cluster`): the quorum's ``id@host:port`` list (default: this
+    #: node alone), the replication factor of every topic and internal topic, the min ISR, a shared cluster id
+    voters: str = ""
+    replication: int = 1
+    min_isr: int = 1
+    cluster_id: str = ""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "home", Path(self.home).expanduser().resolve())
@@ -249,7 +255,7 @@ def render_server_properties(cfg: BrokerConfig) -> str:
     props = {
         "process.roles": "broker,controller",
         "node.id": str(cfg.node_id),
-        "controller.quorum.voters": f"{cfg.node_id}@{h}:{cfg.controller_port}",
+        "controller.quorum.voters": cfg.voters or f"{cfg.node_id}@{h}:{cfg.controller_port}",
         "listeners": f"PLAINTEXT://{h}:{cfg.port},CONTROLLER://{h}:{cfg.controller_port}",
         "advertised.listeners": f"PLAINTEXT://{h}:{cfg.port}",
         "controller.listener.names": "CONTROLLER",
@@ -257,15 +263,15 @@ def render_server_properties(cfg: BrokerConfig) -> str:
         "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
         "log.dirs": str(cfg.data_dir),
         "num.partitions": str(cfg.num_partitions),
-        "default.replication.factor": "1",
-        "min.insync.replicas": "1",
-        "offsets.topic.replication.factor": "1",
+        "default.replication.factor": str(cfg.replication),
+        "min.insync.replicas": str(cfg.min_isr),
+        "offsets.topic.replication.factor": str(cfg.replication),
         "offsets.topic.num.partitions": "8",
-        "transaction.state.log.replication.factor": "1",
-        "transaction.state.log.min.isr": "1",
+        "transaction.state.log.replication.factor": str(cfg.replication),
+        "transaction.state.log.min.isr": str(cfg.min_isr),
         "transaction.state.log.num.partitions": "8",
-        "share.coordinator.state.topic.replication.factor": "1",
-        "share.coordinator.state.topic.min.isr": "1",
+        "share.coordinator.state.topic.replication.factor": str(cfg.replication),
+        "share.coordinator.state.topic.min.isr": str(cfg.min_isr),
         "group.initial.rebalance.delay.ms": "0",
         # lets tests use short session timeouts to observe a crashed member leave quickly
         "group.min.session.timeout.ms": "500",
@@ -421,7 +427,7 @@ def format_storage(cfg: BrokerConfig, java: str) -> str:
                 return line.split("=", 1)[1].strip()
         raise BrokerError(f"{meta} has no cluster.id; run `ldp kafka down --purge` to start from an empty log")
     cfg.data_dir.mkdir(parents=True, exist_ok=True)
-    cid = new_cluster_id()
+    cid = cfg.cluster_id or new_cluster_id()
     cmd = [
         java,
         "-Xmx256m",

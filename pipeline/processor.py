@@ -129,6 +129,9 @@ FATAL_ERRORS: tuple[type[BaseException], ...] = (ProcessorError, FencedError, Co
 
 #: the processor's states: not joined yet; joining failed and is retried; joined and running; it was running
 #: and failed, the join is retried; stopped
+#: seconds without a connection to the input stream before a running processor stops being ready
+INPUT_GRACE = 2.0
+
 STATES = ("starting", "waiting", "ready", "lost", "stopped")
 
 
@@ -214,6 +217,13 @@ class StreamProcessor(abc.ABC):
         self._tx_ctx: Any = None
         self._tx: Transaction | None = None
         self._last_checkpoint = time.monotonic()
+        #: join as a static member (Kafka's ``group.instance.id`` = ``member``): set when the name was given
+        #: explicitly (``--member``), so it is stable across restarts
+        self.static_member = False
+        self._input_checked = 0.0
+        self._watch_lock = threading.Lock()
+        self._unreachable_since: float | None = None
+        self._input_down = False  # the run state is "waiting" because the input stream stopped answering
         self._state = "starting"
         self._state_since = time.time()
         self._state_detail = ""
@@ -351,8 +361,9 @@ class StreamProcessor(abc.ABC):
         """
         if self._consumer is None:
             self.ensure_topics()
+            static = {"static": True} if self.static_member else {}  # only then: test doubles need not know it
             consumer = self.transport.consume(
-                list(self.topics), self.group, member=self.member, session_timeout=self.session_timeout
+                list(self.topics), self.group, member=self.member, session_timeout=self.session_timeout, **static
             )
             with self.lock:
                 self._consumer = consumer
@@ -463,7 +474,10 @@ class StreamProcessor(abc.ABC):
 
     def run_status(self) -> dict[str, Any]:
         """``state``, ``ready``, ``since`` (POSIX time of the last change), ``detail`` (why) and the
-        transport's URL: what :class:`pipeline.status.StatusFile` writes (with the runner's counters)."""
+        transport's URL: what :class:`pipeline.status.StatusFile` writes (with the runner's counters).
+        Checks the input stream first (:meth:`watch_input`): the polling thread may be blocked in a call to a
+        stopped broker."""
+        self.watch_input()
         return {
             "state": self._state,
             "ready": self.ready,
@@ -688,9 +702,42 @@ class StreamProcessor(abc.ABC):
     def step(self, timeout: float = 0.2, *, max_records: int | None = None) -> int:
         """Poll once, apply what came, checkpoint if one is due; return the number of records applied."""
         n = self.poll_once(max_records=max_records, timeout=timeout)
+        self.watch_input()
         if self.checkpoint_due():
             self.checkpoint()
         return n
+
+    def watch_input(self, *, grace: float = INPUT_GRACE) -> None:
+        """Follow the input stream in the run state: ``ready`` becomes ``waiting`` once the consumer has
+        not :meth:`~pipeline.transport.base.Consumer.reachable` its source for ``grace`` seconds (a broker
+        outage: the Kafka client keeps polling without raising), and ``ready`` again when it has. Checked at
+        most every 0.25 s, from the polling thread after each poll and from :meth:`run_status` (readiness
+        probes, the status file); one log line per change."""
+        if not self._watch_lock.acquire(blocking=False):  # another thread is checking right now
+            return
+        try:
+            self._watch_input(grace)
+        finally:
+            self._watch_lock.release()
+
+    def _watch_input(self, grace: float) -> None:
+        now = time.monotonic()
+        consumer = self._consumer
+        if consumer is None or now - self._input_checked < 0.25:
+            return
+        self._input_checked = now
+        if consumer.reachable():
+            self._unreachable_since = None
+            if self._input_down:
+                self._input_down = False
+                if self._state == "waiting":
+                    self._set_run_state("ready")
+            return
+        if self._unreachable_since is None:
+            self._unreachable_since = now
+        elif now - self._unreachable_since >= grace and self._state == "ready":
+            self._input_down = True
+            self._set_run_state("waiting", "the input stream does not answer (no connection to the group coordinator)")
 
     def run(
         self, stop: threading.Event | None = None, *, idle_timeout: float | None = None, max_records: int | None = None

@@ -31,7 +31,7 @@ from typing import Any, TypeVar
 from pipeline.errors import ConfigError
 from pipeline.transport.base import check_topic_name
 
-__all__ = ["check_ranges", "check_topics", "check_names", "settings_from_env", "parse_env_value"]
+__all__ = ["check_ranges", "check_topics", "check_names", "default_member", "settings_from_env", "parse_env_value"]
 
 T = TypeVar("T")
 
@@ -60,6 +60,21 @@ def check_topics(obj: Any, *names: str) -> None:
             check_topic_name(getattr(obj, name))
         except ValueError as exc:
             raise ConfigError(f"{name}: {exc}") from None
+
+
+def default_member(role: str, *, host: str | None = None, pid: int | None = None) -> str:
+    """A consumer-group member name no other process shares: ``<role>-<host>-<pid>``.
+
+    The host name (``socket.gethostname()``: a container's id in a container) is cut to 60 characters and
+    every character outside ``[A-Za-z0-9._-]`` becomes ``-``, so the name is also a valid Kafka
+    ``group.instance.id`` and transactional id. It changes with every start: a worker that must find its
+    place (and fence its predecessor's open transaction) after a restart is given a stable ``--member``.
+    """
+    import re
+    import socket
+
+    h = re.sub(r"[^A-Za-z0-9._-]", "-", (host if host is not None else socket.gethostname())[:60]) or "host"
+    return f"{role}-{h}-{os.getpid() if pid is None else pid}"
 
 
 def check_names(obj: Any, *names: str, optional: tuple[str, ...] = ()) -> None:

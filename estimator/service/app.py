@@ -15,7 +15,8 @@ import numpy as np
 from estimator.errors import StateError
 from estimator.result import NOISE_RULE, Estimate
 from estimator.service.engine import StreamingEstimator, _partition_offsets
-from estimator.service.state import EstimatorState, Key, KeyState, Tally, merge_states
+from estimator.service.peers import PEER_TIMEOUT, GroupView, gather
+from estimator.service.state import EstimatorState, Key, KeyState, Tally
 from ldp_core.days import iso_day, parse_day
 from ldp_core.metrics import MetricDefinition
 
@@ -61,6 +62,9 @@ def _build_models() -> dict[str, Any]:
 
     class AvailableList(BaseModel):
         estimates: list[Available]
+        merged_instances: int = Field(1, description="how many estimator instances' states were listed together")
+        partial: bool = Field(False, description="true when some --peer did not answer")
+        missing_peers: list[str] = Field([], description="the peers' base URLs that did not answer")
 
     class EstimateBody(BaseModel):
         """One day's frequency estimate of a metric under one spec."""
@@ -101,6 +105,10 @@ def _build_models() -> dict[str, Any]:
         noise_rule: str = Field(description='how could_be_noise is decided: "bonferroni" over the domain\'s items')
         labels: list[str] | None = Field(None, description="the dictionary's label per index, if the metric has one")
         merged_instances: int = Field(description="how many estimator instances' states were merged")
+        partial: bool = Field(
+            False, description="true when some --peer did not answer: the figures cover only the reachable members"
+        )
+        missing_peers: list[str] = Field([], description="the peers' base URLs that did not answer (partial)")
 
     class NumericCommon(BaseModel):
         model_config = ConfigDict(extra="forbid")
@@ -120,6 +128,8 @@ def _build_models() -> dict[str, Any]:
         central_bound: str | None
         confidence: float
         merged_instances: int
+        partial: bool = False
+        missing_peers: list[str] = []
 
     class MeanBody(NumericCommon):
         """One day's mean of a numeric metric (one entry per attribute), in the value's units."""
@@ -467,12 +477,15 @@ def discovered_json(
     return body
 
 
-def _select(tally: Tally, metric: str, day: str | None, spec_id: str | None) -> tuple[Key, KeyState]:
+def _select(
+    tally: Tally, metric: str, day: str | None, spec_id: str | None, missing: Sequence[str] = ()
+) -> tuple[Key, KeyState]:
     from fastapi import HTTPException
 
+    where = f" (partial: peers {', '.join(missing)} did not answer)" if missing else ""
     keys = [k for k in tally.keys if k[0] == metric]
     if not keys:
-        raise HTTPException(404, f"no reports of metric {metric!r} were counted yet")
+        raise HTTPException(404, f"no reports of metric {metric!r} were counted yet{where}")
     if day is None:
         d = max(k[2] for k in keys)
     else:
@@ -483,7 +496,7 @@ def _select(tally: Tally, metric: str, day: str | None, spec_id: str | None) -> 
     keys = [k for k in keys if k[2] == d and (spec_id is None or k[1] == spec_id)]
     if not keys:
         raise HTTPException(
-            404, f"no reports of metric {metric!r} on day {d}" + (f" under spec {spec_id}" if spec_id else "")
+            404, f"no reports of metric {metric!r} on day {d}" + (f" under spec {spec_id}" if spec_id else "") + where
         )
     if len(keys) > 1:
         raise HTTPException(
@@ -528,6 +541,7 @@ def create_app(
     peers: Sequence[str] = (),
     metrics: Mapping[str, MetricDefinition] | None = None,
     dataset: str | os.PathLike[str] | None = None,
+    peer_timeout: float = PEER_TIMEOUT,
 ) -> Any:
     """The estimator's HTTP API (FastAPI).
 
@@ -537,8 +551,10 @@ def create_app(
     ``GET /v1/state`` (this
     instance's state, for :func:`merge_states`), ``/healthz``, ``/readyz`` (503 until the
     consumer is joined, see :attr:`pipeline.processor.StreamProcessor.ready`), ``/metrics``.
-    With ``peers`` (base URLs of the other instances of the group) and
-    ``merged=true``, the answer merges every instance's state.
+    With ``peers`` (base URLs of the other instances of the group) every read answers for the whole group
+    (:mod:`estimator.service.peers`): ``merged`` defaults to true, peers that do not answer within
+    ``peer_timeout`` seconds are left out and named (``partial``, ``missing_peers``); ``merged=false`` answers
+    from this member's partitions only.
     Without an ``estimator``, ``state`` (a callable returning an
     :class:`EstimatorState`) serves a fixed state.
     With ``dataset`` (the Parquet sink's folder), ``GET /v1/heavy-hitters/{metric}?day=&spec_id=&top=``
@@ -563,21 +579,13 @@ def create_app(
             return estimator.state()
         return state()
 
-    def merged_tally(metric: str, merged: bool) -> Tally:
-        if not merged or not peers:
-            return estimator.counted(metric) if estimator is not None else local_state().counted()
-        import httpx
-
-        states = [local_state()]
-        for url in peers:
-            try:
-                r = httpx.get(url.rstrip("/") + "/v1/state", timeout=30.0)
-                r.raise_for_status()
-            except httpx.HTTPError as exc:
-                raise HTTPException(502, f"peer {url} did not answer /v1/state: {exc}") from None
-            states.append(EstimatorState.from_json_obj(r.json()))
+    def view(metric: str | None, merged: bool | None) -> GroupView:
+        """The tally a read answers from: the whole group's (the default with peers), or this member's."""
+        if merged is False or not peers:
+            t = estimator.counted(metric) if estimator is not None else local_state().counted()
+            return GroupView(t, 1, [], {})
         try:
-            return merge_states(states)
+            return gather(local_state, peers, timeout=peer_timeout)
         except StateError as exc:
             raise HTTPException(409, str(exc)) from None
 
@@ -599,13 +607,14 @@ def create_app(
         return JSONResponse(body, status_code=200 if body["ready"] else 503)
 
     @app.get("/v1/estimates", response_model=models["available"])
-    def available() -> dict[str, Any]:
-        t = estimator.counted() if estimator is not None else local_state().counted()
+    def available(merged: bool | None = None) -> dict[str, Any]:
+        v = view(None, merged)
         return {
             "estimates": [
                 {"metric": k[0], "spec_id": k[1], "day": k[2], "n": ks.acc.n, "batches": ks.batches}
-                for k, ks in sorted(t.keys.items())
-            ]
+                for k, ks in sorted(v.tally.keys.items())
+            ],
+            **v.marks(),
         }
 
     @app.get(
@@ -617,7 +626,6 @@ def create_app(
             404: {**err, "description": "no reports of that metric (on that day, under that spec)"},
             409: {**err, "description": "several specs on that day (choose one with spec_id), or peers' states differ"},
             422: {**err, "description": "an invalid query parameter"},
-            502: {**err, "description": "a peer did not answer (merged=true)"},
         },
     )
     def estimates(
@@ -626,10 +634,11 @@ def create_app(
         spec_id: str | None = None,
         confidence: float = Query(0.95, gt=0.0, lt=1.0),
         norm_sub: bool = False,
-        merged: bool = False,
+        merged: bool | None = None,
         postprocess: Literal["none", "norm-sub"] = "none",
     ) -> dict[str, Any]:
-        key, ks = _select(merged_tally(metric, merged), metric, day, spec_id)
+        v = view(metric, merged)
+        key, ks = _select(v.tally, metric, day, spec_id, v.missing)
         out = estimate_json(
             metric,
             key,
@@ -638,7 +647,7 @@ def create_app(
             norm_sub=norm_sub or postprocess == "norm-sub",
             definition=defs.get(metric),
         )
-        out["merged_instances"] = 1 + (len(peers) if merged else 0)
+        out.update(v.marks())
         if out["kind"] == "heavy_hitters":
             out["discovery_url"] = None if dataset is None else f"v1/heavy-hitters/{metric}"
             if dataset is None:

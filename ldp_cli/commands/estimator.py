@@ -3,8 +3,9 @@
 It consumes the shuffled topic in a consumer group, snapshots its state and
 offsets to ``--state DIR``, and serves ``GET /v1/estimates/{metric}`` on
 ``--host:--port``. Give each instance its own ``--state`` folder; instances
-of one ``--group`` split the partitions, and ``--peer URL`` (repeatable)
-lets one instance answer ``?merged=true`` with the merged state of all.
+of one ``--group`` split the partitions, and with ``--peer URL`` (repeatable)
+every read answers for the whole group (``?merged=false``: this member only;
+a peer that does not answer makes the answer ``partial``).
 It starts (and serves its restored state) whether or not the broker
 answers: the join is retried with backoff (:mod:`pipeline.processor`), and
 ``GET /readyz`` answers 503 until it is joined. A
@@ -54,9 +55,18 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_metrics(p, "metrics file(s) declaring the specs (repeatable; default $LDP_METRICS; required)", repeatable=True)
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT}; 0 picks a free one)")
-    add_shuffled_consumer(p, DEFAULT_GROUP, "member name (default: kept in the state folder)")
+    add_shuffled_consumer(
+        p,
+        DEFAULT_GROUP,
+        "member name, also its Kafka group.instance.id (static membership; default: kept in the state folder)",
+    )
     p.add_argument("--checkpoint-seconds", type=float, default=1.0, help="seconds between snapshots (default 1)")
-    p.add_argument("--peer", action="append", default=[], help="base URL of another instance (repeatable)")
+    p.add_argument(
+        "--peer",
+        action="append",
+        default=[],
+        help="base URL of another member of the group (repeatable): reads then answer for the whole group",
+    )
     p.add_argument("--no-http", action="store_true", help="consume only; serve nothing")
     p.add_argument(
         "--replay-set",
@@ -88,6 +98,7 @@ def run(args: argparse.Namespace) -> int:
         replay_set=args.replay_set,
         **inp.consumer_options(args),
     )
+    engine.static_member = args.member is not None  # a stable name: Kafka's static membership
     stop = threading.Event()  # set by the signals below, a consumer failure, or the end of the HTTP server
     failure: list[BaseException] = []
 

@@ -29,6 +29,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     def common(q: argparse.ArgumentParser) -> None:
         q.add_argument("--home", default=None, help="folder of jars, config, data, pid and log")
 
+    def brokers(q: argparse.ArgumentParser) -> None:
+        q.add_argument(
+            "--brokers",
+            type=int,
+            default=1,
+            help="KRaft nodes (default 1). N > 1: a cluster on loopback in HOME/cluster/node1..N, broker ports "
+            "PORT..PORT+N-1, controller ports from --controller-port (default PORT+N), replication factor "
+            "min(3, N) and min.insync.replicas one less for every topic (ldp_cli/broker_cluster.py)",
+        )
+
     q = ksub.add_parser("up", help="download (once), format (once) and start the broker; wait until it answers")
     common(q)
     q.add_argument("--port", type=int, default=None, help="broker port (default 9092, or the last one used)")
@@ -40,6 +50,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     q.add_argument(
         "--timeout", type=float, default=120.0, help="seconds to wait for the broker to answer (default 120)"
     )
+    brokers(q)
     q.set_defaults(func=run_up)
 
     q = ksub.add_parser("status", help="whether the broker runs and answers; exit 0 if so, 1 if not")
@@ -53,6 +64,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     q.add_argument(
         "--purge", action="store_true", help="also delete the broker's data (topics, offsets); keeps the jars"
     )
+    brokers(q)
+    q.add_argument("--port", type=int, default=None, help="with --brokers N: node 1's broker port, as given to up")
+    q.add_argument("--controller-port", type=int, default=None, help="with --brokers N: as given to up")
     q.set_defaults(func=run_down)
 
 
@@ -67,8 +81,45 @@ def _err(args: argparse.Namespace, exc: Exception) -> int:
     return 1
 
 
+def _cluster(args: argparse.Namespace) -> list[BrokerConfig]:
+    """The nodes of ``--brokers N`` (N > 1): node 1 on ``--port`` (default 9092), controllers from
+    ``--controller-port`` (default port + N), jars of the single broker's home."""
+    import dataclasses
+
+    from ldp_cli.broker_cluster import cluster_configs
+
+    base = BrokerConfig.from_home(
+        args.home, heap=getattr(args, "heap", None), kafka_version=getattr(args, "kafka_version", None)
+    )
+    port = args.port if args.port is not None else 9092
+    cport = args.controller_port if args.controller_port is not None else port + args.brokers
+    try:
+        base = dataclasses.replace(base, port=port, controller_port=cport, lib_dir=base.libs)
+        return cluster_configs(base.home / "cluster", base, args.brokers)
+    except ValueError as exc:
+        raise BrokerError(str(exc)) from None
+
+
+def run_cluster_up(args: argparse.Namespace) -> int:
+    from ldp_cli.broker_cluster import cluster_bootstrap, cluster_up
+
+    t0 = time.monotonic()
+    try:
+        cfgs = _cluster(args)
+        cluster_up(cfgs, timeout=args.timeout, log=lambda m: print(f"ldp kafka: {m}", file=sys.stderr))
+    except BrokerError as exc:
+        return _err(args, exc)
+    print(
+        f"Kafka cluster of {len(cfgs)} nodes answers on {cluster_bootstrap(cfgs)} (replication factor "
+        f"{cfgs[0].replication}, min.insync.replicas {cfgs[0].min_isr}); ready in {time.monotonic() - t0:.1f} s"
+    )
+    return 0
+
+
 def run_up(args: argparse.Namespace) -> int:
     _quiet_client_logs()
+    if args.brokers > 1:
+        return run_cluster_up(args)
     t0 = time.monotonic()
     try:
         cfg = BrokerConfig.from_home(
@@ -105,6 +156,15 @@ def run_status(args: argparse.Namespace) -> int:
 
 
 def run_down(args: argparse.Namespace) -> int:
+    if args.brokers > 1:
+        from ldp_cli.broker_cluster import cluster_down
+
+        try:
+            for line in cluster_down(_cluster(args), grace=args.grace, purge=args.purge):
+                print(line)
+        except BrokerError as exc:
+            return _err(args, exc)
+        return 0
     try:
         print(down(BrokerConfig.from_home(args.home), grace=args.grace, purge=args.purge))
     except BrokerError as exc:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 import threading
 from typing import Any
@@ -61,7 +62,13 @@ def register(sub: argparse._SubParsersAction) -> None:
         help=f"seconds between transactions (default {d.checkpoint_interval:g})",
     )
     add_group(p, d.group)
-    add_member(p, d.member, f"stable member name of this worker; a restarted worker must keep it (default {d.member})")
+    add_member(
+        p,
+        None,
+        "stable member name of this worker, also its Kafka group.instance.id (static membership) and transactional "
+        "id: a restarted worker that keeps it gets its partitions back at once (default $LDP_SHUFFLER_MEMBER, else "
+        "shuffler-HOST-PID: unique, but new at every start)",
+    )
     p.add_argument("--partitions", type=int, default=d.partitions, help="partitions of topics it creates")
     p.add_argument("--dedup-window", type=int, default=d.dedup_window, help="upload batch ids remembered per partition")
     p.add_argument(
@@ -120,10 +127,12 @@ def run(args: argparse.Namespace) -> int:
     from collector.shuffler import DeviceCaps, Shuffler, ShufflerSettings
     from ldp_core.metrics import load_metrics
     from pipeline.processor import FATAL_ERRORS
+    from pipeline.settings import default_member
     from pipeline.status import StatusFile
     from pipeline.transport import open_transport
 
     setup_logging(args.log_level)
+    member_given = args.member is not None or bool(os.environ.get("LDP_SHUFFLER_MEMBER"))
     try:
         metrics_path = metrics_file(args.metrics)
         settings = ShufflerSettings.from_env(
@@ -131,7 +140,7 @@ def run(args: argparse.Namespace) -> int:
             max_batch=args.max_batch,
             checkpoint_interval=args.checkpoint_interval,
             group=args.group,
-            member=args.member,
+            member=args.member if member_given else default_member("shuffler"),
             partitions=args.partitions,
             dedup_window=args.dedup_window,
             max_day_age=args.max_day_age,
@@ -154,6 +163,7 @@ def run(args: argparse.Namespace) -> int:
     stop = stop_event()
     transport = open_transport(args.transport)
     shuffler = Shuffler(transport, metrics, settings, guarantee=guarantee, device_caps=caps)
+    shuffler.static_member = member_given  # a stable name: Kafka's static membership (group.instance.id)
     if guarantee is not None and caps is None:
         print(
             "ldp shuffler: per-person central figures assume devices send at most the metrics file's"

@@ -44,7 +44,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_transport(p)
     p.add_argument("--dataset", required=True, help="root folder of the Parquet dataset")
     add_metrics(p, "metrics file(s) declaring the specs (repeatable; default $LDP_METRICS; required)", repeatable=True)
-    add_shuffled_consumer(p, DEFAULT_GROUP, "member name (default: random)")
+    add_shuffled_consumer(
+        p, DEFAULT_GROUP, "member name, also its Kafka group.instance.id (static membership; default: random, unique)"
+    )
     p.add_argument("--flush-reports", type=int, default=1_000_000, help="flush once this many reports are buffered")
     p.add_argument("--flush-seconds", type=float, default=5.0, help="flush once the oldest buffered batch is this old")
     add_idle_exit(p)
@@ -68,6 +70,7 @@ def run(args: argparse.Namespace) -> int:
         flush_seconds=args.flush_seconds,
         **inp.consumer_options(args),
     )
+    sink.static_member = args.member is not None  # a stable name: Kafka's static membership
     stop = stop_event()
     print(
         f"ldp sink: writing {sink.root} from {args.topic} as {args.group}/{sink.member} on {transport.url}", flush=True

@@ -258,6 +258,14 @@ class Consumer(abc.ABC):
     def assignment(self) -> frozenset[TopicPartition]:
         """The partitions this member currently owns (as of the last poll)."""
 
+    def reachable(self) -> bool:
+        """Whether the input stream answers now (any thread may ask; it must not block).
+
+        Kafka: the group coordinator is connected (a client of a stopped broker keeps polling and
+        reconnecting without raising). The embedded log: always.
+        """
+        return True
+
     @abc.abstractmethod
     def positions(self) -> dict[TopicPartition, int]:
         """For each owned partition with delivered records, the offset just past the last one delivered."""
@@ -353,7 +361,13 @@ class Transport(abc.ABC):
 
     @abc.abstractmethod
     def consume(
-        self, topics: str | Sequence[str], group: str, *, member: str | None = None, session_timeout: float = 10.0
+        self,
+        topics: str | Sequence[str],
+        group: str,
+        *,
+        member: str | None = None,
+        session_timeout: float = 10.0,
+        static: bool = False,
     ) -> Consumer:
         """Join ``group`` as a member reading ``topics``.
 
@@ -363,6 +377,11 @@ class Transport(abc.ABC):
         transaction at once instead of after the transaction timeout. A
         member silent (no poll, for the embedded log; no heartbeat, for
         Kafka) for ``session_timeout`` seconds is removed from the group.
+        ``static`` (with a ``member``) makes it a static member on Kafka
+        (``group.instance.id`` = ``member``, KIP-345): a restart within the
+        session timeout takes its partitions back without a rebalance, and
+        closing does not leave the group (its partitions wait for the session
+        timeout). The embedded log ignores it.
         """
 
     def delete_before(self, topic: str, offsets: Mapping[int, int]) -> None:

@@ -292,7 +292,13 @@ class EmbeddedTransport(Transport):
                     )
 
     def consume(
-        self, topics: str | Sequence[str], group: str, *, member: str | None = None, session_timeout: float = 10.0
+        self,
+        topics: str | Sequence[str],
+        group: str,
+        *,
+        member: str | None = None,
+        session_timeout: float = 10.0,
+        static: bool = False,
     ) -> EmbeddedConsumer:
         self._check_open()
         return EmbeddedConsumer(

@@ -6,6 +6,9 @@
   :func:`~pipeline.transport.base.partition_for` (XXH32), not by Kafka's
   murmur2 partitioner, so keys land in the same partitions as in the
   embedded log.
+* Producers and consumers retry a lost connection at least every second
+  (:data:`RECONNECT_BACKOFF_MAX_MS`), so they publish and consume again
+  promptly after a broker restart.
 * Consumers read with ``isolation_level="read_committed"`` (records of open
   or aborted transactions are never delivered), auto-commit off.
 * :meth:`KafkaConsumer.transaction` uses one transactional producer per
@@ -35,6 +38,7 @@ from __future__ import annotations
 import itertools
 import logging
 import math
+import re
 import socket
 import threading
 import time
@@ -64,6 +68,11 @@ from pipeline.transport.base import (
 __all__ = ["KafkaTransport", "KafkaConsumer", "describe_cluster"]
 
 log = logging.getLogger(__name__)
+
+#: kafka-python's reconnect backoff grows up to 30 s by default: after an outage of a few seconds the clients
+#: tried again only 7-11 s after the broker was back (uploads waited that long for their 202). At most 1 s
+#: (one connection attempt per second per broker while it is down) reconnects within about a second.
+RECONNECT_BACKOFF_MAX_MS = 1000
 
 #: large enough for a 4,096-report batch of the widest mechanisms; the project's broker accepts 8 MiB
 DEFAULT_MAX_REQUEST_SIZE = 8 << 20
@@ -191,6 +200,7 @@ class KafkaTransport(Transport):
             "batch_size": 1 << 20,
             "request_timeout_ms": int(self.request_timeout * 1000),
             "allow_auto_create_topics": False,
+            "reconnect_backoff_max_ms": RECONNECT_BACKOFF_MAX_MS,
         }
         cfg.update(self.producer_config)
         cfg.update(extra)
@@ -339,12 +349,20 @@ class KafkaTransport(Transport):
         return int(day_start(self.clock())) * 1000
 
     def consume(
-        self, topics: str | Sequence[str], group: str, *, member: str | None = None, session_timeout: float = 10.0
+        self,
+        topics: str | Sequence[str],
+        group: str,
+        *,
+        member: str | None = None,
+        session_timeout: float = 10.0,
+        static: bool = False,
     ) -> KafkaConsumer:
         names = [topics] if isinstance(topics, str) else list(topics)
         for t in names:
             self.partitions(t)
-        return KafkaConsumer(self, names, group, member=member, session_timeout=session_timeout)
+        return KafkaConsumer(
+            self, names, group, member=member, session_timeout=session_timeout, static=static and member is not None
+        )
 
     def health(self, topic: str | None = None, *, timeout: float = 2.0) -> Health:
         """Whether the cluster answers a describe request within about ``timeout`` s (a fresh admin client)."""
@@ -504,7 +522,14 @@ class KafkaConsumer(Consumer):
     """A kafka-python consumer in ``group`` reading ``topics`` with read_committed isolation (not thread-safe)."""
 
     def __init__(
-        self, transport: KafkaTransport, topics: list[str], group: str, *, member: str | None, session_timeout: float
+        self,
+        transport: KafkaTransport,
+        topics: list[str],
+        group: str,
+        *,
+        member: str | None,
+        session_timeout: float,
+        static: bool = False,
     ) -> None:
         self._set_identity(topics, group, member, session_timeout)
         from kafka import ConsumerRebalanceListener
@@ -522,10 +547,19 @@ class KafkaConsumer(Consumer):
             "auto_offset_reset": "earliest",
             "session_timeout_ms": session_ms,
             "heartbeat_interval_ms": max(100, session_ms // 3),
+            "reconnect_backoff_max_ms": RECONNECT_BACKOFF_MAX_MS,
             "max_partition_fetch_bytes": DEFAULT_MAX_REQUEST_SIZE,
             "fetch_max_bytes": 4 * DEFAULT_MAX_REQUEST_SIZE,
             "request_timeout_ms": int(transport.request_timeout * 1000),
         }
+        # KIP-345: a restart with the same name gets its partitions back without a rebalance. Kafka allows
+        # [A-Za-z0-9._-]{1,249} there; another name stays a dynamic member (one warning)
+        if static and re.fullmatch(r"[A-Za-z0-9._-]{1,249}", self.member) is None:
+            log.warning("member name %r is no valid group.instance.id: joining as a dynamic member", self.member)
+            static = False
+        if static:
+            cfg["group_instance_id"] = self.member
+        self.static = static
         cfg.update(transport.consumer_config)
         self._delivered: dict[TopicPartition, int] = {}
         self._reassigned: set[Any] | None = None
@@ -714,6 +748,17 @@ class KafkaConsumer(Consumer):
 
     def assignment(self) -> frozenset[TopicPartition]:
         return frozenset(TopicPartition(t.topic, t.partition) for t in self._consumer.assignment())
+
+    def reachable(self) -> bool:
+        # kafka-python 2 has no public call for it; its group coordinator knows the group's coordinating broker
+        # and its client the connection. Read without their locks (plain attribute reads), so that another
+        # thread can ask while the polling thread is blocked in a call to the stopped broker
+        coordinator = getattr(self._consumer, "_coordinator", None)
+        client = getattr(self._consumer, "_client", None)
+        if coordinator is None or client is None:
+            return True
+        node = coordinator.coordinator_id
+        return node is not None and bool(client.connected(node))
 
     def positions(self) -> dict[TopicPartition, int]:
         return dict(self._delivered)

@@ -364,7 +364,7 @@ def test_openapi_types_every_answer(tmp_path: Path, transport) -> None:  # type:
         props = comps["EstimateBody"]["properties"]
         assert {"counts", "std_error", "ci_low", "ci_high", "central_epsilon", "spec_id", "n"} <= set(props)
         assert props["counts"]["type"] == "array" and props["n"]["type"] == "integer"
-        for code in ("400", "404", "409", "422", "502"):
+        for code in ("400", "404", "409", "422"):  # no 502: a silent peer makes a partial answer
             err = op[code]["content"]["application/json"]["schema"]["$ref"].rsplit("/", 1)[1]
             assert "detail" in comps[err]["properties"], code
         listing_ref = schema["paths"]["/v1/estimates"]["get"]["responses"]["200"]["content"]["application/json"]

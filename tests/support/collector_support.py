@@ -139,7 +139,13 @@ class MemoryTransport(Transport):
         return [RecordPosition(topic, 0, start + i) for i in range(len(items))]
 
     def consume(
-        self, topics: str | Sequence[str], group: str, *, member: str | None = None, session_timeout: float = 10.0
+        self,
+        topics: str | Sequence[str],
+        group: str,
+        *,
+        member: str | None = None,
+        session_timeout: float = 10.0,
+        static: bool = False,
     ) -> Consumer:
         raise NotImplementedError("MemoryTransport only publishes")
 
@@ -177,9 +183,15 @@ class FailingTransport(Transport):
         return self.inner.publish_many(topic, items)
 
     def consume(
-        self, topics: str | Sequence[str], group: str, *, member: str | None = None, session_timeout: float = 10.0
+        self,
+        topics: str | Sequence[str],
+        group: str,
+        *,
+        member: str | None = None,
+        session_timeout: float = 10.0,
+        static: bool = False,
     ) -> Consumer:
-        return self.inner.consume(topics, group, member=member, session_timeout=session_timeout)
+        return self.inner.consume(topics, group, member=member, session_timeout=session_timeout, static=static)
 
     def close(self) -> None:
         self.inner.close()

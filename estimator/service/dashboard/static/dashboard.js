@@ -321,6 +321,12 @@
         : card("hh-source", "discovered from", f.n, `${fmtInt(f.n)} reports`, `${f.parts} part file(s), written ${isoTime(f.dataset_time)}; decoded in ${f.seconds.toFixed(2)} s${f.cached ? " (cached)" : ""}`,
           "the Parquet sink's part files of this day, decoded as `ldp heavy-hitters` does; n above counts the stream"));
     }
+    if (e.partial || (e.merged_instances || 1) > 1) {
+      const missing = e.missing_peers || [];
+      cards.push(card("group", "estimator members", e.merged_instances, `${e.merged_instances} merged`,
+        missing.length ? `partial: ${missing.length} peer(s) did not answer` : "the whole group",
+        missing.length ? `not counted: ${missing.join(", ")}` : "every --peer answered"));
+    }
     if (e.kind === "frequency") cards.push(card("postprocessing", "post-processing", null, e.postprocessing, e.postprocessing === "norm-sub" ? "non-negative, sums to n" : "unbiased counts"));
     $("summary").replaceChildren(...cards);
   }
