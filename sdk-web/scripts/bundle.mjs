@@ -13,6 +13,7 @@ await build({
   platform: "browser",
   target: "es2022",
   outfile,
+  keepNames: true, // readable error names (ClientConfigError, not "U") in the minified bundle
   logLevel: "warning",
 });
 const code = readFileSync(outfile);

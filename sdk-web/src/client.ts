@@ -35,13 +35,15 @@ import { ClientConfigError, type LDPError } from "./errors.js";
 import { canonicalJson } from "./canonical.js";
 import { hex } from "./mechanisms/base.js";
 import { RapporSpec } from "./mechanisms/rappor.js";
-import { specFromDict, type MechanismSpec } from "./mechanisms/index.js";
+import { specFromDict, type ReportSpec as MechanismSpec } from "./mechanisms/index.js";
 import { fetchMetrics, parseMetrics, utcDay, type MetricDefinition, type MetricSet } from "./metrics.js";
 import type { LocalPolicy } from "./policy.js";
 import { toUnits, EPSILON_UNIT } from "./policy.js";
 import { CryptoSource, type RandomSource } from "./random.js";
 import { openDatabase, req, transaction, type BatchRow, type LedgerDay, type OutboxRow } from "./store.js";
 import { FRAME_CONTENT_TYPE, encodeFrame, makeBatch } from "./wire.js";
+import { encodeReport } from "./record.js";
+import { NumberRange, type DomainInput } from "./valuedomains.js";
 
 export const ERROR_TALLIES = [
   "unknown_metric",
@@ -62,7 +64,7 @@ export const ERROR_TALLIES = [
   "upload_rejected_reports",
   "upload_tokens_required",
 ] as const;
-export const STAT_TALLIES = ["recorded", "sampled_out", "over_budget", "uploaded_batches", "uploaded_reports", "beacon_batches"] as const;
+export const STAT_TALLIES = ["recorded", "clamped", "sampled_out", "over_budget", "uploaded_batches", "uploaded_reports", "beacon_batches"] as const;
 const PERSISTED = ["outbox_dropped", "outbox_unsendable", "upload_rejected_batches", "upload_rejected_reports", "uploaded_batches", "uploaded_reports"];
 
 /** What the client needs of the Web Locks API (`navigator.locks`). */
@@ -162,7 +164,7 @@ export const TOKENS_REQUIRED_MESSAGE =
 
 interface Pending {
   m: MetricDefinition;
-  index: number;
+  index: DomainInput;
   now: number;
 }
 
@@ -351,9 +353,13 @@ export class TelemetryClient {
       if (this.closed) return this.count("closed");
       const m = typeof metric === "string" ? this.metricDefs.get(metric) : undefined;
       if (!m) return this.count("unknown_metric");
-      let index: number;
+      let index: DomainInput;
       try {
-        index = m.domain.indexOf(value as string | number | bigint);
+        if (m.domain instanceof NumberRange) {
+          const [x, clamped] = m.domain.prepare(value);
+          if (clamped) this.count("clamped");
+          index = x;
+        } else index = m.domain.indexOf(value as string | number | bigint);
       } catch {
         return this.count("bad_value");
       }
@@ -400,9 +406,8 @@ export class TelemetryClient {
     return key;
   }
 
-  private encode(m: MetricDefinition, index: number): Uint8Array {
-    if (m.spec instanceof RapporSpec) return m.spec.encodeMemoized(index, this.metricKey(m), this.rng);
-    return m.spec.encodeOne(index, this.rng);
+  private encode(m: MetricDefinition, index: DomainInput): Uint8Array {
+    return encodeReport(m.spec, index, { rng: this.rng, deviceSecret: this.deviceSecret as Uint8Array, metricKey: () => this.metricKey(m) });
   }
 
   private async persist(items: Pending[]): Promise<void> {
@@ -421,11 +426,11 @@ export class TelemetryClient {
         if (high !== stored) await req(meta.put(high, "high_water"));
         const day = utcDay(high);
         dayUsed = day;
-        // pins of memoized (RAPPOR) metrics: set on the first report, never changed
+        // pins of memoized (RAPPOR, LOLOHA, 1bitmean, dbitflip) metrics: set on the first report, never changed
         const pins = new Map<string, string>();
         const kept: Pending[] = [];
         for (const it of items) {
-          if (!(it.m.spec instanceof RapporSpec)) {
+          if (!it.m.spec.memoized) {
             kept.push(it);
             continue;
           }

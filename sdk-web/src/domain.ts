@@ -6,6 +6,7 @@
  */
 import { DomainError, SpecError } from "./errors.js";
 import { utf8, xxh32Bytes } from "./hashing.js";
+import { NumberRange, StringDomain, rangeFromDict, stringFromDict } from "./valuedomains.js";
 
 export type Value = string | number | bigint;
 
@@ -83,7 +84,7 @@ export class HashedDomain {
   }
 }
 
-export type Domain = Dictionary | HashedDomain;
+export type Domain = Dictionary | HashedDomain | NumberRange | StringDomain;
 
 export function domainFromDict(data: unknown): Domain {
   const d = (data ?? {}) as Record<string, unknown>;
@@ -92,6 +93,7 @@ export function domainFromDict(data: unknown): Domain {
     return new Dictionary(d.values as (string | number)[], Boolean(d.other ?? false));
   }
   if (d.kind === "hashed") return new HashedDomain(Number(d.size), Number(d.seed ?? 0));
-  if (d.kind === "range") throw new SpecError("range (numeric) domains are not supported by the web SDK yet");
-  throw new SpecError(`domain kind must be 'dictionary', 'hashed' or 'range', got ${JSON.stringify(d.kind)}`);
+  if (d.kind === "range") return rangeFromDict(d);
+  if (d.kind === "string") return stringFromDict(d);
+  throw new SpecError(`domain kind must be 'dictionary', 'hashed', 'range' or 'string', got ${JSON.stringify(d.kind)}`);
 }

@@ -4,9 +4,38 @@ export { canonicalJson, memoDerivationJson, pythonFloatRepr } from "./canonical.
 export { xxh32Bytes, xxh32U32, reduceRange, hashToRange, utf8 } from "./hashing.js";
 export { CryptoSource, SimulationSource, ReplaySource, ReplayMismatchError, type RandomSource } from "./random.js";
 export { bernoulliWords, probabilityDigits } from "./bernoulli.js";
-export { MechanismSpec, pureProtocolVariance, hex, fromHex, type RecordField } from "./mechanisms/base.js";
-export { MECHANISMS, FREQUENCY_MECHANISMS, makeSpec, specFromDict, BinaryRRSpec, GRRSpec, OUESpec, RapporSpec, OLHSpec, CMSSpec, HCMSSpec, HRSpec } from "./mechanisms/index.js";
+export { ReportSpec, MechanismSpec, pureProtocolVariance, hex, fromHex, type RecordField } from "./mechanisms/base.js";
+export {
+  MECHANISMS,
+  FREQUENCY_MECHANISMS,
+  makeSpec,
+  makeFrequencySpec,
+  specFromDict,
+  BinaryRRSpec,
+  GRRSpec,
+  OUESpec,
+  RapporSpec,
+  OLHSpec,
+  CMSSpec,
+  HCMSSpec,
+  HRSpec,
+  DuchiSpec,
+  PiecewiseSpec,
+  HybridSpec,
+  SquareWaveSpec,
+  OneBitMeanSpec,
+  DBitFlipSpec,
+  LolohaSpec,
+  PEMSpec,
+  SFPSpec,
+} from "./mechanisms/index.js";
+export { NumericSpec, MeanSpec, SCALE, EPSILON_STAR, hybridAlpha, bestMeanMechanism, duchiVariance, pmVariance, hmVariance } from "./mechanisms/numeric.js";
+export { squareWaveB } from "./mechanisms/squarewave.js";
+export { optimalG, irrEpsilon } from "./mechanisms/loloha.js";
+export { padValue, prefixKey, KEY_DOMAIN } from "./mechanisms/heavyhitters.js";
+export { encodeReport, type EncodeContext } from "./record.js";
 export { Dictionary, HashedDomain, canonicalBytes, domainFromDict, type Domain, type Value } from "./domain.js";
+export { NumberRange, StringDomain, type DomainInput } from "./valuedomains.js";
 export {
   FRAME_CONTENT_TYPE,
   crc32,

@@ -2,21 +2,24 @@
  * Declarative metric definitions: the metrics file, or the collector's `GET /v1/metrics`
  * (the same document), validated as ldp_core/metrics.py does.
  *
- * This SDK implements the frequency oracles. A metric with a numeric mechanism or a `range`
- * domain (means, distributions), a heavy-hitters one or a sealed one is valid in the file but not
- * recordable here: it is listed in {@link MetricSet.unsupported} with the reason, and recording it
- * counts an error.
+ * Every kind the Python SDK records is recordable here: frequency oracles, means (duchi, pm, hm,
+ * "auto", 1bitmean), distributions (sw, dbitflip) and heavy hitters (pem, sfp). A valid metric this
+ * SDK still cannot record (a sealed one, or a mechanism newer than this SDK) is refused *per metric*:
+ * listed in {@link MetricSet.unsupported} with a message that names it, its kind and what to do;
+ * recording it counts `unknown_metric`. An invalid definition is an error, as in Python.
  */
 import { MetricsFileError, SpecError } from "./errors.js";
 import { domainFromDict, type Domain } from "./domain.js";
-import { MECHANISMS, specFromDict, type MechanismSpec } from "./mechanisms/index.js";
+import { MECHANISMS, specFromDict, type ReportSpec } from "./mechanisms/index.js";
+import { bestMeanMechanism } from "./mechanisms/numeric.js";
+import { NumberRange, StringDomain } from "./valuedomains.js";
 
 export const FORMAT = "ldp-metrics/1";
 export const MAX_REPORTS_PER_DAY = 10_000;
 const NAME_RE = /^[A-Za-z0-9_.:-]{1,255}$/;
 const FIELDS = ["description", "owner", "expires", "mechanism", "domain", "max_reports_per_day"];
 const OPTIONAL = ["kind", "sealed"];
-/** What a metric may estimate (ldp_core/metrics.py KINDS); only frequency metrics are recordable here. */
+/** What a metric may estimate (ldp_core/metrics.py KINDS). */
 const KINDS = ["frequency", "mean", "distribution", "heavy_hitters"];
 
 /** Days since 1970-01-01 of a time in milliseconds, in UTC. */
@@ -26,8 +29,10 @@ export function utcDay(ms: number): number {
 
 export interface MetricDefinition {
   readonly name: string;
-  readonly spec: MechanismSpec;
+  readonly spec: ReportSpec;
   readonly domain: Domain;
+  /** What the metric estimates: its mechanism's kind ("frequency", "mean", "distribution", "heavy_hitters"). */
+  readonly kind: string;
   readonly owner: string;
   readonly description: string;
   /** The last UTC day (days since 1970-01-01) on which the metric may be recorded. */
@@ -37,7 +42,7 @@ export interface MetricDefinition {
 
 export interface MetricSet {
   readonly metrics: ReadonlyMap<string, MetricDefinition>;
-  /** Valid metrics this SDK cannot record (numeric or sealed), with the reason. */
+  /** Valid metrics this SDK cannot record (sealed, or a mechanism newer than it), with the reason. */
   readonly unsupported: ReadonlyMap<string, string>;
   /** The metrics the document declares `"sealed": true` (none of them is recordable here). */
   readonly sealed?: ReadonlySet<string>;
@@ -73,34 +78,73 @@ function parseOne(name: string, data: unknown): MetricDefinition | string {
     throw new MetricsFileError(`${where}: 'max_reports_per_day' must be an integer from 1 to ${MAX_REPORTS_PER_DAY}, got ${JSON.stringify(r)}`);
   }
   if (o.sealed !== undefined && typeof o.sealed !== "boolean") throw new MetricsFileError(`${where}: 'sealed' must be true or false`);
-  const mech = o.mechanism;
-  if (mech === null || typeof mech !== "object" || Array.isArray(mech)) throw new MetricsFileError(`${where}: 'mechanism' must be an object such as {"mechanism": "grr", "epsilon": 1.0}`);
-  const dom = o.domain as Record<string, unknown> | undefined;
-  const mechName = (mech as Record<string, unknown>).mechanism;
-  if ((o.kind !== undefined && o.kind !== "frequency") || dom?.kind === "range" || typeof mechName !== "string" || !(mechName in MECHANISMS)) {
-    if (o.kind !== undefined && !KINDS.includes(o.kind as string)) throw new MetricsFileError(`${where}: 'kind' must be one of ${KINDS.join(", ")}`);
-    return `a ${String(o.kind ?? "numeric")} metric (${String(mechName)}): the web SDK records frequency oracles only`;
+  const kind = o.kind;
+  if (kind !== undefined && !KINDS.includes(kind as string)) throw new MetricsFileError(`${where}: 'kind' must be one of ${KINDS.join(", ")}, got ${JSON.stringify(kind)}`);
+  const mech0 = o.mechanism;
+  if (mech0 === null || typeof mech0 !== "object" || Array.isArray(mech0)) throw new MetricsFileError(`${where}: 'mechanism' must be an object such as {"mechanism": "grr", "epsilon": 1.0}`);
+  const mech: Record<string, unknown> = { ...(mech0 as Record<string, unknown>) };
+  const mechName = mech.mechanism;
+  const stated = `a ${String(kind ?? "frequency")} metric (mechanism ${JSON.stringify(mechName)})`;
+  if (typeof mechName !== "string" || (mechName !== "auto" && !(mechName in MECHANISMS))) {
+    return `metric ${JSON.stringify(name)} is ${stated} that this version of the web SDK does not know, so it is not recorded here (the rest of the file is); update @ldp-telemetry/web, or record it from the Python SDK`;
   }
-  if (o.sealed === true) return "a sealed metric: the web SDK does not seal records";
   let domain: Domain;
   try {
-    domain = domainFromDict(dom);
+    domain = domainFromDict(o.domain);
   } catch (e) {
     throw new MetricsFileError(`${where}: bad 'domain': ${(e as Error).message}`);
   }
-  let spec: MechanismSpec;
+  let spec: ReportSpec;
   try {
-    const params = { ...(mech as Record<string, unknown>) };
-    if (!("domain_size" in params)) params.domain_size = domain.size;
-    spec = specFromDict(params);
+    const cls = mechName === "auto" ? null : specFromDictKind(mechName);
+    if (domain instanceof StringDomain) {
+      if (cls !== "heavy_hitters") throw new SpecError(`a 'string' domain needs a heavy-hitter mechanism (pem or sfp), got ${JSON.stringify(mechName)}`);
+      mech.length ??= domain.length;
+      mech.overflow ??= domain.overflow;
+      if (domain.endMarker === 1) mech.end_marker ??= 1;
+    } else if (domain instanceof NumberRange) {
+      if (cls === "frequency") throw new SpecError(`a frequency mechanism (${mechName}) needs a 'dictionary' or 'hashed' domain, not a range`);
+      mech.low ??= domain.low;
+      mech.high ??= domain.high;
+      if (mechName === "auto") {
+        if (kind !== undefined && kind !== "mean") throw new SpecError(`'auto' picks a mean mechanism, but the metric's kind is ${JSON.stringify(kind)}`);
+        if (typeof mech.epsilon !== "number") throw new SpecError(`epsilon must be a number, got ${JSON.stringify(mech.epsilon)}`);
+        mech.mechanism = bestMeanMechanism(mech.epsilon, (mech.dims as number | undefined) ?? 1, (mech.sample as number | null | undefined) ?? null);
+      }
+    } else {
+      if (mechName === "auto" || cls !== "frequency") {
+        const needs = mechName === "pem" || mechName === "sfp" ? "a 'string'" : "a 'range'";
+        throw new SpecError(`a ${mechName === "auto" ? "numeric" : cls} mechanism (${mechName}) needs ${needs} domain`);
+      }
+      mech.domain_size ??= domain.size;
+    }
+    spec = specFromDict(mech);
   } catch (e) {
     if (e instanceof SpecError) throw new MetricsFileError(`${where}: bad 'mechanism': ${e.message}`);
     throw e;
   }
-  if (spec.domainSize !== domain.size) {
-    throw new MetricsFileError(`${where}: the mechanism's domain_size ${spec.domainSize} differs from the domain's size ${domain.size}; leave domain_size out to use the domain's`);
+  if (domain instanceof NumberRange) {
+    const dims = (spec as { dims?: number }).dims ?? 1;
+    if (dims !== 1) domain = domain.withDims(dims);
   }
-  return { name, spec, domain, owner: o.owner as string, description: o.description as string, expiresDay, maxReportsPerDay: r };
+  if (kind !== undefined && kind !== spec.kind) throw new MetricsFileError(`${where}: 'kind' is ${JSON.stringify(kind)} but ${spec.name} estimates a ${spec.kind}`);
+  if (domain instanceof StringDomain) {
+    const s = spec as unknown as { length: number; overflow: string; endMarker: number };
+    if (s.length !== domain.length || s.overflow !== domain.overflow || s.endMarker !== domain.endMarker) {
+      throw new MetricsFileError(`${where}: the mechanism's length/overflow/end_marker (${s.length}, ${s.overflow}, ${s.endMarker}) differ from the domain's (${domain.length}, ${domain.overflow}, ${domain.endMarker}); leave them out to use the domain's`);
+    }
+  } else if (domain instanceof NumberRange) {
+    const s = spec as unknown as { low: number; high: number };
+    if (s.low !== domain.low || s.high !== domain.high) {
+      throw new MetricsFileError(`${where}: the mechanism's range [${s.low}, ${s.high}] differs from the domain's [${domain.low}, ${domain.high}]; leave low and high out to use the domain's`);
+    }
+  } else if ((spec as { domainSize?: number }).domainSize !== domain.size) {
+    throw new MetricsFileError(`${where}: the mechanism's domain_size ${(spec as { domainSize?: number }).domainSize} differs from the domain's size ${domain.size}; leave domain_size out to use the domain's`);
+  }
+  if (o.sealed === true) {
+    return `metric ${JSON.stringify(name)} is a sealed ${spec.kind} metric (${spec.name}): the web SDK does not seal records yet, so it is not recorded here (the rest of the file is); record it from the Python SDK, or drop "sealed" only if its records may reach the collector in plain`;
+  }
+  return { name, spec, domain, kind: spec.kind, owner: o.owner as string, description: o.description as string, expiresDay, maxReportsPerDay: r };
 }
 
 /**
@@ -146,4 +190,12 @@ export async function fetchMetrics(collectorUrl: string, fetchImpl: typeof fetch
   const resp = await fetchImpl(collectorUrl.replace(/\/+$/, "") + "/v1/metrics", { headers: { Accept: "application/json" }, credentials: "omit" });
   if (resp.status !== 200) throw new MetricsFileError(`GET /v1/metrics answered ${resp.status}`);
   return parseMetrics(await resp.text(), { rejectExpired: false });
+}
+
+/** The kind of the registered mechanism `name` (without building a spec). */
+function specFromDictKind(name: string): string {
+  if (["duchi", "pm", "hm", "1bitmean"].includes(name)) return "mean";
+  if (["sw", "dbitflip"].includes(name)) return "distribution";
+  if (["pem", "sfp"].includes(name)) return "heavy_hitters";
+  return "frequency";
 }

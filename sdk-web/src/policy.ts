@@ -6,11 +6,19 @@
 import { BudgetError } from "./errors.js";
 import type { MetricDefinition } from "./metrics.js";
 import { RapporSpec } from "./mechanisms/rappor.js";
+import { LolohaSpec } from "./mechanisms/loloha.js";
+import { DBitFlipSpec, OneBitMeanSpec } from "./mechanisms/repeated.js";
 
 export const EPSILON_UNIT = 1e-9;
 export const SHIPPED_MAX_IRR_EPSILON = 2.5;
 export const SHIPPED_MAX_RAPPOR_BITS = 1024;
 export const SHIPPED_MAX_RAPPOR_COHORTS = 128;
+/** Bounds on the repeated-collection mechanisms, fixed in the SDK as in client_sdk/policy.py: each distinct
+ * rounded, bucketed or hashed value a device uses reveals one memoized response. */
+export const MAX_1BITMEAN_GRANULARITY = 64;
+export const MAX_DBITFLIP_SAMPLE = 32;
+export const MAX_DBITFLIP_BUCKETS = 1024;
+export const MAX_LOLOHA_G = 64;
 
 /** ε in integer units of 1e-9, rounded up (spends) or down (caps); float noise such as 0.1/1e-9 absorbed. */
 export function toUnits(epsilon: number, roundUp: boolean): number {
@@ -74,6 +82,21 @@ export class LocalPolicy {
   /** Throw BudgetError if `metric`'s daily demand r·ε exceeds a cap, or a RAPPOR definition would fingerprint the device. */
   checkMetric(metric: MetricDefinition): void {
     const spec = metric.spec;
+    if (spec.memoized && !(spec instanceof RapporSpec)) {
+      const problems: string[] = [];
+      if (spec instanceof OneBitMeanSpec && spec.granularity > MAX_1BITMEAN_GRANULARITY) {
+        problems.push(`granularity ${spec.granularity} is above ${MAX_1BITMEAN_GRANULARITY} (a device may use granularity + 1 memoized bits, each costing epsilon)`);
+      } else if (spec instanceof DBitFlipSpec) {
+        if (spec.d > MAX_DBITFLIP_SAMPLE) problems.push(`sample ${spec.d} is above ${MAX_DBITFLIP_SAMPLE} buckets per device`);
+        if (spec.k > MAX_DBITFLIP_BUCKETS) problems.push(`buckets ${spec.k} is above ${MAX_DBITFLIP_BUCKETS}`);
+      } else if (spec instanceof LolohaSpec) {
+        if (spec.g > MAX_LOLOHA_G) problems.push(`g ${spec.g} is above ${MAX_LOLOHA_G} (the lifetime loss is up to g * epsilon = ${spec.g * spec.epsilon})`);
+        if (!(Number.isFinite(spec.irrEpsilon) && spec.epsilonOne < spec.epsilon)) problems.push("it has no instantaneous randomization (epsilon_one must be below epsilon)");
+      } else if (!(spec instanceof OneBitMeanSpec)) {
+        problems.push(`this device bounds memoized RAPPOR, 1bitmean, dbitflip and loloha definitions only, not ${spec.name}`);
+      }
+      if (problems.length) throw new BudgetError(`metric ${JSON.stringify(metric.name)} asks more than this device allows: ${problems.join("; ")}`);
+    }
     if (spec instanceof RapporSpec) {
       const problems: string[] = [];
       if (spec.irrEpsilon > this.maxIrrEpsilon) problems.push(`its instantaneous randomization (p=${spec.p}, q=${spec.q}) has a per-bit epsilon of ${spec.irrEpsilon}, above ${this.maxIrrEpsilon}`);

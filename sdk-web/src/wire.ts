@@ -14,7 +14,7 @@
  */
 import { FrameError, SpecMismatchError } from "./errors.js";
 import { utf8 } from "./hashing.js";
-import { MechanismSpec, fromHex, getUint, hex, putUint, type RecordField } from "./mechanisms/base.js";
+import { ReportSpec, fromHex, getUint, hex, putUint, type RecordField } from "./mechanisms/base.js";
 
 export const FRAME_CONTENT_TYPE = "application/vnd.ldp.frame";
 export const MAGIC = utf8("LDPB");
@@ -51,14 +51,14 @@ export function checkMetric(metric: unknown): string {
 /** Privatized reports of one metric, under one spec, for one UTC day. */
 export interface ReportBatch {
   readonly metric: string;
-  readonly spec: MechanismSpec;
+  readonly spec: ReportSpec;
   readonly day: number;
   /** The records, concatenated (n · spec.recordSize bytes). */
   readonly records: Uint8Array;
   readonly batchId: Uint8Array;
 }
 
-export function makeBatch(metric: string, spec: MechanismSpec, day: number, records: readonly Uint8Array[] | Uint8Array, batchId: Uint8Array): ReportBatch {
+export function makeBatch(metric: string, spec: ReportSpec, day: number, records: readonly Uint8Array[] | Uint8Array, batchId: Uint8Array): ReportBatch {
   checkMetric(metric);
   if (!Number.isInteger(day) || day < 0 || day >= 2 ** 32) throw new FrameError(`day must be an integer number of days since 1970-01-01, got ${day}`);
   if (!(batchId instanceof Uint8Array) || batchId.length !== 16) throw new FrameError("batch_id must be 16 bytes");
@@ -142,11 +142,11 @@ export function readHeader(data: Uint8Array): FrameHeader {
 }
 
 /** One spec, a map spec id -> spec, or a function (metric, specId) -> spec. */
-export type SpecResolver = MechanismSpec | ReadonlyMap<string, MechanismSpec> | ((metric: string, specId: string) => MechanismSpec);
+export type SpecResolver = ReportSpec | ReadonlyMap<string, ReportSpec> | ((metric: string, specId: string) => ReportSpec);
 
-function resolve(specs: SpecResolver, metric: string, specId: string): MechanismSpec {
-  let spec: MechanismSpec | undefined;
-  if (specs instanceof MechanismSpec) spec = specs;
+function resolve(specs: SpecResolver, metric: string, specId: string): ReportSpec {
+  let spec: ReportSpec | undefined;
+  if (specs instanceof ReportSpec) spec = specs;
   else if (typeof specs === "function") spec = specs(metric, specId);
   else {
     spec = specs.get(specId);
@@ -157,12 +157,17 @@ function resolve(specs: SpecResolver, metric: string, specId: string): Mechanism
 }
 
 /** Raise FrameError if a record cannot have come from `spec` (integer bounds, padding bits). */
-export function checkRecord(spec: MechanismSpec, rec: Uint8Array, index: number): void {
+export function checkRecord(spec: ReportSpec, rec: Uint8Array, index: number): void {
   let off = 0;
   for (const f of spec.recordFields) {
     if (f.kind === "uint" && f.bound !== undefined) {
       const v = getUint(rec, off, f.size);
       if (v >= f.bound) throw new FrameError(`${spec.name}: record ${index} has ${f.name}=${v}, which must be below ${f.bound}`);
+    }
+    if (f.kind === "uint" && f.signed && f.min !== undefined) {
+      const u = getUint(rec, off, f.size);
+      const v = u >= 2 ** (8 * f.size - 1) ? u - 2 ** (8 * f.size) : u;
+      if (v < f.min) throw new FrameError(`${spec.name}: record ${index} has ${f.name}=${v}, which must be at least ${f.min}`);
     }
     if (f.kind === "bytes" && f.nbits !== undefined && f.nbits % 8) {
       if ((rec[off + f.size - 1] as number) >> (f.nbits % 8)) throw new FrameError(`${spec.name}: record ${index} sets padding bits above bit ${f.nbits - 1} in its last byte; they must be 0`);
@@ -191,7 +196,8 @@ export function recordToJson(fields: readonly RecordField[], rec: Uint8Array): (
   const out: (number | string)[] = [];
   let off = 0;
   for (const f of fields) {
-    out.push(f.kind === "bytes" ? hex(rec.subarray(off, off + f.size)) : getUint(rec, off, f.size));
+    const v = f.kind === "bytes" ? hex(rec.subarray(off, off + f.size)) : getUint(rec, off, f.size);
+    out.push(f.signed && typeof v === "number" && v >= 2 ** (8 * f.size - 1) ? v - 2 ** (8 * f.size) : v);
     off += f.size;
   }
   return out;
@@ -265,8 +271,9 @@ export function decodeJson(data: string | JsonFrame, specs: SpecResolver): Repor
         records.set(raw, off);
       } else {
         if (typeof val !== "number" || !Number.isInteger(val)) throw new FrameError(`record ${i} field ${f.name} must be an integer, got ${JSON.stringify(val)}`);
-        if (val < 0 || val >= 2 ** (8 * f.size)) throw new FrameError(`record ${i} field ${f.name}=${val} does not fit ${f.size} byte(s)`);
-        putUint(records, off, f.size, val);
+        const [lo, hi] = f.signed ? [-(2 ** (8 * f.size - 1)), 2 ** (8 * f.size - 1)] : [0, 2 ** (8 * f.size)];
+        if (val < lo || val >= hi) throw new FrameError(`record ${i} field ${f.name}=${val} does not fit ${f.size} byte(s)`);
+        putUint(records, off, f.size, val < 0 ? val + 2 ** (8 * f.size) : val);
       }
       off += f.size;
     });

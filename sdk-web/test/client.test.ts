@@ -29,6 +29,7 @@ function metricsDoc(extra: Record<string, unknown> = {}): Record<string, unknown
       word: { ...base, mechanism: { mechanism: "olh", epsilon: 0.5 }, domain: { kind: "hashed", size: 1024, seed: 0 }, max_reports_per_day: 10 },
       emoji: { ...base, mechanism: { mechanism: "rappor", epsilon: 2.0, num_bits: 16, num_cohorts: 4 }, domain: { kind: "hashed", size: 64, seed: 0 }, max_reports_per_day: 2 },
       minutes: { ...base, kind: "mean", mechanism: { mechanism: "auto", epsilon: 1.0 }, domain: { kind: "range", low: 0, high: 10 }, max_reports_per_day: 1 },
+      sealed_minutes: { ...base, kind: "mean", sealed: true, mechanism: { mechanism: "pm", epsilon: 1.0 }, domain: { kind: "range", low: 0, high: 10 }, max_reports_per_day: 1 },
       ...extra,
     },
   };
@@ -77,25 +78,46 @@ test("record() never throws and counts what it refuses", async () => {
   c.record("tab", { not: "a value" });
   c.record("tab", 1.5);
   c.record("tab", Symbol("x"));
-  c.record("minutes", 3); // numeric metrics are not recorded by the web SDK
+  c.record("minutes", "3"); // a numeric metric takes a number
+  c.record("minutes", Number.NaN);
+  c.record("minutes", 30); // clamped into [0, 10] (out_of_range: clamp) and recorded
+  c.record("sealed_minutes", 3); // valid, but this SDK does not seal: refused per metric
   c.record("tab", "zzz"); // the "other" bucket
   await c.close({ upload: false });
   c.record("tab", "a");
   const e = c.errors();
   assert.equal(e.unknown_metric, 3);
-  assert.equal(e.bad_value, 3);
+  assert.equal(e.bad_value, 5);
   assert.equal(e.closed, 1);
-  assert.equal(c.stats().recorded, 1);
-  assert.ok(c.refusedMetrics.get("minutes")?.includes("frequency oracles only"));
+  assert.equal(c.stats().recorded, 2);
+  assert.equal(c.stats().clamped, 1);
+  const why = c.refusedMetrics.get("sealed_minutes") ?? "";
+  assert.ok(why.includes('"sealed_minutes"') && why.includes("mean") && why.includes("Python SDK"), why);
+  assert.ok(!c.refusedMetrics.has("minutes"));
 });
 
-test("the collector's whole metrics document parses; what this SDK cannot record is listed, not refused", () => {
+test("the project's metrics/example.json (as text) parses and every metric in it is recordable", () => {
   const doc = readFileSync(new URL("../../metrics/example.json", import.meta.url), "utf8");
   const set = parseMetrics(doc, { rejectExpired: false });
-  assert.ok(set.metrics.has("emoji_used") && set.metrics.has("settings_tab"));
-  for (const name of ["search_word", "session_minutes", "session_minutes_distribution"]) {
-    assert.ok(set.unsupported.has(name), name);
-  }
+  const names = Object.keys((JSON.parse(doc) as { metrics: Record<string, unknown> }).metrics);
+  assert.deepEqual([...set.metrics.keys()].sort(), names.sort());
+  assert.equal(set.unsupported.size, 0);
+  assert.equal(set.metrics.get("session_minutes")?.spec.name, "hm", "auto picks HM at epsilon 1 (as Python)");
+  assert.equal(set.metrics.get("search_word")?.kind, "heavy_hitters");
+});
+
+test("a metric this SDK cannot record is refused per metric, never the whole file", async () => {
+  const base = { description: "d", owner: "o@example.org", expires: "2030-12-31", max_reports_per_day: 1 };
+  const doc = metricsDoc({
+    future: { ...base, kind: "mean", mechanism: { mechanism: "quantum_mean", epsilon: 1 }, domain: { kind: "range", low: 0, high: 1 } },
+  });
+  const c = await TelemetryClient.open(options({ metrics: JSON.stringify(doc) }));
+  assert.ok(c.metrics.has("tab") && c.metrics.has("minutes"));
+  const why = c.refusedMetrics.get("future") ?? "";
+  assert.ok(why.includes('"future"') && why.includes("mean") && why.includes("quantum_mean") && why.includes("update"), why);
+  c.record("future", 0.5);
+  assert.equal(c.errors().unknown_metric, 1);
+  await c.close({ upload: false });
 });
 
 test("configuration mistakes fail at construction", () => {

@@ -10,7 +10,7 @@
 // (an ε off by 10 %) moves the variance by more than 15 % and fails it.
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import { SimulationSource, makeSpec, type MechanismSpec } from "../src/index.js";
+import { SimulationSource, makeFrequencySpec, type MechanismSpec } from "../src/index.js";
 import { estimateCounts, population, valuesOf } from "./support.js";
 
 interface Case {
@@ -35,7 +35,7 @@ const CASES: Case[] = [
 ];
 
 function specFor(c: Case, trial: number): MechanismSpec {
-  return makeSpec(c.name, c.freshSeed ? { ...c.params, hash_seed: 7919 * trial + 13 } : c.params);
+  return makeFrequencySpec(c.name, c.freshSeed ? { ...c.params, hash_seed: 7919 * trial + 13 } : c.params);
 }
 
 for (const c of CASES) {
@@ -68,8 +68,8 @@ for (const c of CASES) {
 
 test("the variance check has power: a population encoded at another epsilon fails it", () => {
   // Encode with ε = 1.4 but judge by the variance at ε = 1.0 (GRR): the errors are smaller than claimed.
-  const claimed = makeSpec("grr", { epsilon: 1.0, domain_size: D });
-  const actual = makeSpec("grr", { epsilon: 1.4, domain_size: D });
+  const claimed = makeFrequencySpec("grr", { epsilon: 1.0, domain_size: D });
+  const actual = makeFrequencySpec("grr", { epsilon: 1.4, domain_size: D });
   const counts = population(D, 4000);
   const values = valuesOf(counts);
   let pooled = 0;

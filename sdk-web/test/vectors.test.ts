@@ -16,6 +16,7 @@ import {
   hex,
   makeBatch,
   makeSpec,
+  makeFrequencySpec,
   reduceRange,
   specFromDict,
   utf8,
@@ -76,7 +77,7 @@ test("spec ids, memo derivation ids, canonical forms and record sizes of every s
 
 for (const m of MECH.mechanisms) {
   test(`${m.name} ${m.canonical}: Python's draws give Python's bytes and frames`, () => {
-    const spec = makeSpec(m.name, m.given);
+    const spec = makeFrequencySpec(m.name, m.given);
     assert.equal(spec.specId, m.spec_id);
     const records: Uint8Array[] = [];
     for (const c of m.cases) {

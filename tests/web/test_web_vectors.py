@@ -35,3 +35,17 @@ def test_vectors_cover_every_frequency_oracle_of_the_issue() -> None:
 def test_files_parse_as_json() -> None:
     for fname in CONTENT:
         assert json.loads((VECTORS_DIR / fname).read_text(encoding="utf-8")) == json.loads(render(CONTENT[fname]))
+
+
+def test_kind_vectors_cover_every_other_mechanism() -> None:
+    """kinds.json covers every registered mechanism that mechanisms.json does not (numeric, repeated, heavy
+    hitters), each with cases that consumed randomness where the encoder draws any."""
+    from ldp_core.mechanisms import MECHANISMS
+
+    kinds = CONTENT["kinds.json"]
+    names = {m["name"] for m in kinds["numeric"] + kinds["memoized"]} | {"pem", "sfp"}
+    freq = {m["name"] for m in CONTENT["mechanisms.json"]["mechanisms"]}
+    assert names | freq == set(MECHANISMS)
+    assert kinds["pem"] and kinds["sfp"]
+    for m in kinds["numeric"] + kinds["pem"] + kinds["sfp"]:
+        assert m["cases"] and all(c["draws"] for c in m["cases"]), m["canonical"]

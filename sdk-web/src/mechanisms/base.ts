@@ -25,6 +25,10 @@ export interface RecordField {
   readonly bound?: number;
   /** For packed bits: how many bits are used (padding bits above must be 0). */
   readonly nbits?: number;
+  /** A signed (two's complement) integer field: the JSON form writes it negative when it is. */
+  readonly signed?: boolean;
+  /** Inclusive lower bound of a signed field (checked on decode). */
+  readonly min?: number;
 }
 
 /** A spec parameter: its value and whether Python holds it as a float (for the memo derivation id). */
@@ -82,27 +86,41 @@ export function pureProtocolVariance(trueCounts: readonly number[], pStar: numbe
   return trueCounts.map((c) => (c * pStar * (1 - pStar) + (n - c) * qStar * (1 - qStar)) / d2);
 }
 
-export abstract class MechanismSpec {
+/**
+ * What every privatized report's spec has, whatever it estimates (Python's `ReportSpec`): ε, its
+ * own parameters, the ids and the record layout. Frequency oracles ({@link MechanismSpec}) add a
+ * domain size; numeric and heavy-hitter specs (numeric.ts, squarewave.ts, repeated.ts,
+ * heavyhitters.ts) their ranges and lengths.
+ */
+export abstract class ReportSpec {
   abstract readonly name: string;
   readonly epsilon: number;
-  readonly domainSize: number;
   private ids?: { specId: string; memoDerivationId: string; canonical: string };
 
-  protected constructor(name: string, epsilon: unknown, domainSize: unknown) {
+  protected constructor(name: string, epsilon: unknown) {
     this.epsilon = requireEpsilon(name, epsilon);
-    this.domainSize = requireDomainSize(name, domainSize);
+  }
+
+  /** What the reports estimate: "frequency", "mean", "distribution" or "heavy_hitters". */
+  get kind(): string {
+    return "frequency";
+  }
+
+  /** Whether a device reports through memoized responses keyed by its per-metric key (pinned definitions). */
+  get memoized(): boolean {
+    return false;
   }
 
   get expEpsilon(): number {
     return Math.exp(this.epsilon);
   }
 
-  /** The parameters after ε and domain_size, in the Python dataclass's field order. */
+  /** The parameters after ε (and domain_size), in the Python dataclass's field order. */
   protected abstract ownParams(): [string, Param][];
 
-  /** Every parameter, in field order (epsilon, domain_size, own fields). */
+  /** Every parameter, in field order (epsilon, own fields). */
   params(): [string, Param][] {
-    return [["epsilon", { value: this.epsilon, float: true }], ["domain_size", { value: this.domainSize }], ...this.ownParams()];
+    return [["epsilon", { value: this.epsilon, float: true }], ...this.ownParams()];
   }
 
   /** `{"mechanism": name, ...params}`: what metric files and the collector's catalog carry. */
@@ -149,6 +167,20 @@ export abstract class MechanismSpec {
 
   get recordSize(): number {
     return this.recordFields.reduce((a, f) => a + f.size, 0);
+  }
+}
+
+export abstract class MechanismSpec extends ReportSpec {
+  readonly domainSize: number;
+
+  protected constructor(name: string, epsilon: unknown, domainSize: unknown) {
+    super(name, epsilon);
+    this.domainSize = requireDomainSize(name, domainSize);
+  }
+
+  /** Every parameter, in field order (epsilon, domain_size, own fields). */
+  override params(): [string, Param][] {
+    return [["epsilon", { value: this.epsilon, float: true }], ["domain_size", { value: this.domainSize }], ...this.ownParams()];
   }
 
   /** Raise {@link DomainError} unless `value` is a domain index. */

@@ -41,7 +41,7 @@ export function defaultNumCohorts(d: number, k: number): number {
   return Math.max(8, Math.ceil((8 * d) / k));
 }
 
-function concat(...parts: Uint8Array[]): Uint8Array {
+export function concat(...parts: Uint8Array[]): Uint8Array {
   const out = new Uint8Array(parts.reduce((a, p) => a + p.length, 0));
   let off = 0;
   for (const p of parts) {
@@ -51,14 +51,14 @@ function concat(...parts: Uint8Array[]): Uint8Array {
   return out;
 }
 
-function u64le(n: number | bigint): Uint8Array {
+export function u64le(n: number | bigint): Uint8Array {
   const out = new Uint8Array(8);
   new DataView(out.buffer).setBigUint64(0, BigInt.asUintN(64, BigInt(n)), true);
   return out;
 }
 
 /** HMAC-SHA256(key, prefix ‖ counter) for counter = 0, 1, ..., read as one byte stream. */
-class Keystream {
+export class Keystream {
   private counter = 0;
   private buf: Uint8Array = new Uint8Array(0);
   private readonly prefix: Uint8Array;
@@ -131,6 +131,9 @@ function probability(field: string, v: unknown): number {
 
 export class RapporSpec extends MechanismSpec {
   readonly name = "rappor";
+  override get memoized(): boolean {
+    return true;
+  }
   readonly numBits: number;
   readonly numHashes: number;
   readonly numCohorts: number;
