@@ -4,27 +4,33 @@ The pipeline runs as real ``ldp`` processes on 127.0.0.1, each started with its 
 ``docker-compose.yml`` (read here, not copied): the token issuer, the collector (``LDP_ALLOW_ORIGINS`` set to
 the page's origin, as the compose file passes it), the shuffler, the streaming estimator and the Parquet sink,
 on the embedded log instead of Kafka. What the test changes in those commands, and why, is in
-:func:`compose_command`'s ``overrides`` (the paths and ports of a container become a temporary folder and free
-ports; the shuffler's crowd threshold drops to 1, as in tests/web/test_web_e2e.py, so that every report is
-released and the estimates can be compared with a known truth: the threshold has its own tests).
+:class:`Deployment` (the paths and ports of a container become a temporary folder and free ports; the
+shuffler's crowd threshold drops to 1, as in tests/web/test_web_e2e.py, so that every report is released and
+the estimates can be compared with a known truth: the threshold has its own tests).
 
 ``sdk-web/test/browser/journey.ts`` serves a page at ``http://127.0.0.1:21601`` that loads the bundled web SDK
 (``scripts/bundle.mjs``) and ships ``metrics/example.json`` as text, as an app would; it simulates
 :data:`USERS` users (each a ``TelemetryClient`` with its own IndexedDB database and a seeded
-``SimulationSource``) who record their values of :data:`JOURNEY_METRICS` and flush. A second page, at
-``http://127.0.0.1:21602`` (an origin the deployment does not list), tries the same: the browser refuses it,
-its SDK says so, and nothing of it lands. Then the same users record the same values with the Python SDK
-(seeded simulation clients): the two SDKs encode byte for byte alike (the shared vectors), but their seeded
-generators differ (xoshiro128** in TypeScript, numpy's PCG64 in Python), so the same seeds do not give the same
-draws and the two estimates agree within their intervals, not exactly.
+``SimulationSource``) who record their values of every metric of the file (frequency, heavy hitters, mean,
+distribution) and flush. A second page, at ``http://127.0.0.1:21602`` (an origin the deployment does not
+list), tries the same: the browser refuses it, its SDK says so (failed fetches, ``flush()`` false), its
+reports stay on the device (a new client reads them back) and nothing of it lands (the estimator counts
+exactly the first page's reports). Then the same users record the same values with the Python SDK (seeded
+simulation clients). The two SDKs encode byte for byte alike given the same draws (the shared vectors), but
+their seeded generators differ (xoshiro128** in TypeScript, numpy's PCG64 in Python), so the same seeds do
+not give the same draws: the two estimates agree within their intervals, not exactly.
 
-Checks, all on one stack: each web estimate (``GET /v1/estimates/{metric}``) holds the true count of every
-item within its interval at confidence 1 - 1e-10 (:data:`CONFIDENCE`); the Python SDK's estimate (the total
-minus the web's: a frequency estimate is linear in the reports' sums) lies within z sd of the truth and of the
-web's, sd from the mechanism's ``count_variance`` at the truth (sqrt 2 times it for the difference); the batch
-job ``ldp estimate --json`` over the sink's dataset gives the stream's counts (same reports, same estimator:
-equal to 1e-9). With z = 6.47 (two-sided 1e-10) over the ~3,100 item checks the chance of a false alarm is
-below 1e-6. Chromium and node are required (a failure, not a skip).
+Checks, all on one stack, each at a false-alarm rate of 1e-10 (z = 6.47 two-sided, :data:`Z`; about 3,100
+checks in all, so below 1e-6 for the test): every web frequency estimate (``GET /v1/estimates``) holds the
+true count of each item in its interval at :data:`CONFIDENCE`, and the web mean's interval the true mean; the
+Python SDK's estimate (the total minus the web's: frequency and mean estimates are linear in the reports'
+sums) lies within Z sd of the truth and of the web's (sd from the mechanism's ``count_variance`` at the truth,
+times sqrt 2 for the difference; for the mean, the plug-in variance); the Square Wave reports of each SDK
+(the estimator's exact output-bin sums) match the values: their bin sum is within Z sd of its expectation
+given each user's input bin (mean and variance of a report's bin from ``transition_matrix``); the heavy
+hitter (60% of the users) is discovered by the batch job with its true count in its interval; and the batch
+job ``ldp estimate --json`` over the sink's dataset gives the stream's answers (same reports, same
+estimator). Chromium and node are required (a failure, not a skip).
 """
 
 from __future__ import annotations
@@ -54,9 +60,17 @@ from tests.web.test_web_browser import CHROMIUM
 METRICS_FILE = ROOT / "metrics" / "example.json"
 PAGE_ORIGIN = "http://127.0.0.1:21601"  # the app: listed in LDP_ALLOW_ORIGINS
 REFUSED_ORIGIN = "http://127.0.0.1:21602"  # another site: not listed
-#: the metrics of metrics/example.json the web SDK records today; the others it refuses, per metric, with
-#: the reasons checked below (the list grows as the web SDK learns more kinds)
-JOURNEY_METRICS = ("emoji_used", "settings_tab", "dark_mode")
+#: the metrics of metrics/example.json the journey records: all of them (frequency, heavy hitters, mean and
+#: distribution); the web SDK must refuse none
+JOURNEY_METRICS = (
+    "emoji_used",
+    "settings_tab",
+    "dark_mode",
+    "search_word",
+    "session_minutes",
+    "session_minutes_distribution",
+)
+FREQUENCY = ("emoji_used", "settings_tab", "dark_mode")
 USERS = 300
 WEB_SEED = 20261206
 PY_SEED = 61206
@@ -65,30 +79,51 @@ Z = 6.47  # two-sided normal quantile of 1e-10
 
 EMOJIS = ["😀", "😂", "❤️", "👍", "🎉", "🙏", "😍", "🔥", "😭", "🤔", "✨", "😊", "💯", "😅", "👀", "🙌"]
 TABS = ["general", "privacy", "notifications", "appearance", "accounts", "billing"]  # billing: "other"
+#: search words and their shares: one heavy hitter the discovery must find, a tail it need not
+WORDS = {"weather": 0.6, "news": 0.1, "maps": 0.1, "recipes": 0.1, "football": 0.05, "lyrics": 0.05}
 
 
-def population(rng: np.random.Generator) -> list[dict[str, list[str]]]:
-    """Each user's values: Zipf-like choices (fixed seed); two settings tabs each (the metric allows 2 a day)."""
+def population(rng: np.random.Generator) -> list[dict[str, list[Any]]]:
+    """Each user's values (fixed seed): Zipf-like choices; two settings tabs (the metric allows 2 a day); one
+    session length in minutes (gamma, mean 60; a few beyond 240, which the metric clamps) for both numeric
+    metrics."""
 
-    def pick(options: list[str], k: int) -> list[str]:
-        w = 1.0 / np.arange(1, len(options) + 1)
+    def pick(options: list[str], k: int, p: Any = None) -> list[str]:
+        w = 1.0 / np.arange(1, len(options) + 1) if p is None else np.asarray(p)
         return [options[i] for i in rng.choice(len(options), size=k, p=w / w.sum())]
 
-    return [
-        {"emoji_used": pick(EMOJIS, 1), "settings_tab": pick(TABS, 2), "dark_mode": pick(["on", "off"], 1)}
-        for _ in range(USERS)
-    ]
+    users = []
+    for _ in range(USERS):
+        minutes = round(float(rng.gamma(2.0, 30.0)), 2)
+        users.append(
+            {
+                "emoji_used": pick(EMOJIS, 1),
+                "settings_tab": pick(TABS, 2),
+                "dark_mode": pick(["on", "off"], 1),
+                "search_word": pick(list(WORDS), 1, list(WORDS.values())),
+                "session_minutes": [minutes],
+                "session_minutes_distribution": [minutes],
+            }
+        )
+    return users
 
 
-def truth_of(metrics: MetricSet, users: list[dict[str, list[str]]]) -> dict[str, np.ndarray]:
-    out = {m: np.zeros(frequency_spec(metrics[m].spec).domain_size) for m in JOURNEY_METRICS}
+def truth_of(metrics: MetricSet, users: list[dict[str, list[Any]]]) -> dict[str, np.ndarray]:
+    """True counts per item of the frequency metrics; the values (clamped) of the others."""
+    out: dict[str, np.ndarray] = {m: np.zeros(frequency_spec(metrics[m].spec).domain_size) for m in FREQUENCY}
     for user in users:
-        for m, values in user.items():
-            for v in values:
+        for m in FREQUENCY:
+            for v in user[m]:
                 index = metrics[m].domain.index_of(v)
                 assert isinstance(index, int), (m, v)
                 out[m][index] += 1
+    for m in ("session_minutes", "session_minutes_distribution"):
+        out[m] = np.clip([u[m][0] for u in users], 0.0, 240.0)
     return out
+
+
+def reports_per_metric(users: list[dict[str, list[Any]]]) -> dict[str, int]:
+    return {m: sum(len(u[m]) for u in users) for m in JOURNEY_METRICS}
 
 
 # -- the deployment, from docker-compose.yml --------------------------------------------------------------
@@ -343,7 +378,88 @@ def wait_dataset(dep: Deployment, total: int, timeout: float = 60.0) -> None:
         time.sleep(0.2)
 
 
+# -- the checks, per kind ---------------------------------------------------------------------------------------
+
+
+def check_frequency(metrics: MetricSet, truth: dict[str, np.ndarray], web: Any, total: Any) -> None:
+    """The web estimate holds every true count in its interval; the Python SDK's (total - web) is within Z sd of
+    the truth and of the web's, sd from the mechanism's count_variance at the truth."""
+    for m in FREQUENCY:
+        t, body = truth[m], web[m]
+        lo, hi = np.array(body["ci_low"]), np.array(body["ci_high"])
+        assert body["confidence"] == CONFIDENCE
+        bad = np.flatnonzero((t < lo) | (t > hi))
+        assert bad.size == 0, f"{m}: true counts outside the intervals at {bad[:10]}: {t[bad[:10]]}"
+        sd = np.sqrt(frequency_spec(metrics[m].spec).count_variance(t))
+        py = np.array(total[m]["counts"]) - np.array(body["counts"])
+        z_truth = (py - t) / sd
+        z_web = (py - np.array(body["counts"])) / (np.sqrt(2) * sd)
+        assert np.all(np.abs(z_truth) < Z), f"{m}: Python SDK vs truth, z = {np.round(z_truth, 2)}"
+        assert np.all(np.abs(z_web) < Z), f"{m}: Python SDK vs web SDK, z = {np.round(z_web, 2)}"
+
+
+def check_mean(truth: dict[str, np.ndarray], web: Any, total: Any) -> None:
+    """The web mean's interval holds the true mean; the Python SDK's mean (2 total - web: equal counts) is within
+    Z sd of the truth and of the web's, its variance 2x the total's (plug-in: half the reports)."""
+    m = "session_minutes"
+    true_mean = float(np.mean(truth[m]))
+    w, t = web[m], total[m]
+    assert w["ci_low"][0] <= true_mean <= w["ci_high"][0], (true_mean, w)
+    var_one = 2.0 * t["variance"][0]
+    py = 2.0 * t["mean"][0] - w["mean"][0]
+    assert abs(py - true_mean) < Z * np.sqrt(var_one), (py, true_mean, var_one)
+    assert abs(py - w["mean"][0]) < Z * np.sqrt(2 * var_one), (py, w["mean"][0], var_one)
+
+
+def check_distribution(metrics: MetricSet, truth: dict[str, np.ndarray], web_bins: Any, total_bins: Any) -> None:
+    """Square Wave reports as the values say: the sum of the reported output bins (the estimator's exact sums)
+    against its expectation given each user's input bin, sd from the transition matrix (sum over users of
+    the variance of one report's bin) - for the web's reports and for the Python SDK's (total - web)."""
+    m = "session_minutes_distribution"
+    spec = metrics[m].spec
+    matrix = spec.transition_matrix()  # [out bin, in bin]
+    j = np.arange(matrix.shape[0], dtype=np.float64)
+    mu, second = j @ matrix, (j * j) @ matrix
+    inputs = spec.input_bins(truth[m])
+    expect, sd = float(mu[inputs].sum()), float(np.sqrt((second - mu * mu)[inputs].sum()))
+    web_bins, total_bins = np.asarray(web_bins), np.asarray(total_bins)
+    for who, bins in (("web", web_bins), ("python", total_bins - web_bins)):
+        assert bins.sum() == len(inputs), (who, bins.sum())
+        z = (float(j @ bins) - expect) / sd
+        assert abs(z) < Z, f"{m}: {who} SDK's Square Wave reports, z = {z:.2f}"
+
+
+def state_sums(dep: Deployment, metric: str, day: int) -> dict[str, Any]:
+    """The estimator's exact sums of ``metric`` on ``day`` (``GET /v1/state``: what it counted)."""
+    from estimator.service.state import EstimatorState
+
+    r = httpx.get(f"{dep.estimator_url}/v1/state", timeout=60)
+    r.raise_for_status()
+    keys = {k: ks for k, ks in EstimatorState.from_json_obj(r.json()).counted().keys.items() if k[0] == metric}
+    assert [k[2] for k in keys] == [day], keys
+    return dict(next(iter(keys.values())).acc.sums)
+
+
 # -- the journey ----------------------------------------------------------------------------------------------
+
+
+def check_pages(app: Any, other: Any, metrics: MetricSet, per_metric: dict[str, int], dep: Deployment) -> None:
+    # the app's page: cross-origin, every user's reports delivered, nothing refused or left over
+    assert app["origin"] == PAGE_ORIGIN != dep.collector_url
+    assert app["metricsError"] is None and app["served"] == sorted(metrics), app
+    assert sorted(set(metrics) - set(app["unsupported"])) == sorted(JOURNEY_METRICS), app["unsupported"]
+    assert app["fetchErrors"] == 0 and app["consoleErrorCount"] == 0, app
+    assert app["flushed"] == USERS and app["pending"] == 0 and app["rejections"] == [], app
+    assert app["stats"]["recorded"] == sum(per_metric.values()) == app["stats"]["uploaded_reports"], app
+    assert {k: v for k, v in app["errors"].items() if v} == {}, app
+
+    # the other site's page: the browser refuses it, the SDK says so, the reports stay on the device
+    assert other["origin"] == REFUSED_ORIGIN
+    assert other["metricsError"] is not None and "Failed to fetch" in other["metricsError"], other
+    assert other["fetchErrors"] >= 3 and other["flushed"] == 0, other
+    assert other["stats"]["uploaded_reports"] == 0 and other["errors"]["upload_failures"] >= 3, other
+    assert other["stats"]["recorded"] == 3 * 7 == sum(other["kept"]), other
+    assert any("blocked by CORS policy" in e for e in other["consoleErrors"]), other
 
 
 def test_web_journey_through_the_compose_deployment(tmp_path: Path) -> None:
@@ -352,61 +468,65 @@ def test_web_journey_through_the_compose_deployment(tmp_path: Path) -> None:
     metrics = load_metrics(METRICS_FILE, reject_expired=False)
     users = population(np.random.default_rng(WEB_SEED))
     truth = truth_of(metrics, users)
-    per_metric = {m: int(t.sum()) for m, t in truth.items()}
+    per_metric = reports_per_metric(users)
     authority = EnrollmentAuthority.generate()
     dep = Deployment(tmp_path, allow_origins=PAGE_ORIGIN, authority_key=base64.b64encode(authority.public_key).decode())
     day = utc_day(time.time())
+    sw = "session_minutes_distribution"
     try:
         dep.start()
         out = web_pages(dep, metrics, users, tmp_path)
-        app, other = out["pages"]
-
-        # the app's page: cross-origin, every user's reports delivered, nothing refused or left over
-        assert app["origin"] == PAGE_ORIGIN != dep.collector_url
-        assert app["metricsError"] is None and app["served"] == sorted(metrics), app
-        assert sorted(set(metrics) - set(app["unsupported"])) == sorted(JOURNEY_METRICS), app["unsupported"]
-        assert app["fetchErrors"] == 0 and app["consoleErrorCount"] == 0, app
-        assert app["flushed"] == USERS and app["pending"] == 0 and app["rejections"] == [], app
-        assert app["stats"]["recorded"] == sum(per_metric.values()) == app["stats"]["uploaded_reports"], app
-        assert {k: v for k, v in app["errors"].items() if v} == {}, app
-
-        # the other site's page: the browser refuses it, the SDK says so, the reports stay on the device
-        assert other["origin"] == REFUSED_ORIGIN
-        assert other["metricsError"] is not None and "Failed to fetch" in other["metricsError"], other
-        assert other["fetchErrors"] >= 3 and other["flushed"] == 0, other
-        assert other["stats"]["uploaded_reports"] == 0 and other["errors"]["upload_failures"] >= 3, other
-        assert other["stats"]["recorded"] == 3 * 4 == sum(other["kept"]), other
-        assert any("blocked by CORS policy" in e for e in other["consoleErrors"]), other
+        check_pages(*out["pages"], metrics, per_metric, dep)
 
         # nothing of the refused page landed: the estimator counts exactly the app's reports
         dep.wait_counted(per_metric)
         web = {m: dep.estimates(m, day) for m in JOURNEY_METRICS}
-        for m, body in web.items():
-            t = truth[m]
-            lo, hi = np.array(body["ci_low"]), np.array(body["ci_high"])
-            assert body["n"] == per_metric[m] and body["confidence"] == CONFIDENCE
-            bad = np.flatnonzero((t < lo) | (t > hi))
-            assert bad.size == 0, f"{m}: true counts outside the intervals at {bad[:10]}: {t[bad[:10]]}"
+        assert {m: web[m]["n"] for m in JOURNEY_METRICS} == per_metric
+        web_bins = state_sums(dep, sw, day)["bins"]
 
         # the Python SDK: the same users and values, through the same deployment
         python_devices(dep, metrics, users, tmp_path / "py")
         dep.wait_counted({m: 2 * n for m, n in per_metric.items()})
         total = {m: dep.estimates(m, day) for m in JOURNEY_METRICS}
-        for m in JOURNEY_METRICS:
-            sd = np.sqrt(frequency_spec(metrics[m].spec).count_variance(truth[m]))
-            py = np.array(total[m]["counts"]) - np.array(web[m]["counts"])
-            z_truth = (py - truth[m]) / sd
-            z_web = (py - np.array(web[m]["counts"])) / (np.sqrt(2) * sd)
-            assert np.all(np.abs(z_truth) < Z), f"{m}: Python SDK vs truth, z = {np.round(z_truth, 2)}"
-            assert np.all(np.abs(z_web) < Z), f"{m}: Python SDK vs web SDK, z = {np.round(z_web, 2)}"
+        total_bins = state_sums(dep, sw, day)["bins"]
 
-        # the batch job over the sink's dataset agrees with the stream
+        # the batch job over the sink's dataset
         wait_dataset(dep, 2 * sum(per_metric.values()))
-        for m in JOURNEY_METRICS:
-            batch = batch_estimate(dep, m, day)
-            assert batch["n"] == total[m]["n"], (batch["n"], total[m]["n"])
-            rows = sorted(batch["rows"], key=lambda r: r["item"])
-            np.testing.assert_allclose([r["estimate"] for r in rows], total[m]["counts"], rtol=1e-9, atol=1e-6)
-            np.testing.assert_allclose([r["ci_low"] for r in rows], total[m]["ci_low"], rtol=1e-9, atol=1e-6)
+        batch = {m: batch_estimate(dep, m, day) for m in JOURNEY_METRICS}
+        (tmp_path / "journey.json").write_text(json.dumps({"web": web, "total": total, "batch": batch}))
     finally:
         dep.stop()
+
+    check_frequency(metrics, truth, web, total)
+    check_mean(truth, web, total)
+    check_distribution(metrics, truth, web_bins, total_bins)
+    check_heavy_hitters(users, web, total, batch)
+    check_batch_agrees(total, batch)
+
+
+def check_heavy_hitters(users: list[dict[str, list[Any]]], web: Any, total: Any, batch: Any) -> None:
+    """PEM: the stream counts each SDK's reports per level; the batch job over the dataset (both SDKs: twice
+    the users) discovers the heavy hitter, its interval holding its true count."""
+    m = "search_word"
+    assert web[m]["n"] == USERS and total[m]["n"] == 2 * USERS
+    assert sum(total[m]["reports_per_part"]) == 2 * USERS
+    true_count = 2 * sum(u[m][0] == "weather" for u in users)
+    rows = {r["value"]: r for r in batch[m]["rows"]}
+    assert "weather" in rows, batch[m]["rows"][:5]
+    assert rows["weather"]["ci_low"] <= true_count <= rows["weather"]["ci_high"], (true_count, rows["weather"])
+
+
+def check_batch_agrees(total: Any, batch: Any) -> None:
+    """The batch job reads the sink's copy of the reports the estimator counted: the same answers."""
+    for m in JOURNEY_METRICS:
+        assert batch[m]["n"] == total[m]["n"], (m, batch[m]["n"], total[m]["n"])
+    for m in FREQUENCY:
+        rows = sorted(batch[m]["rows"], key=lambda r: r["item"])
+        np.testing.assert_allclose([r["estimate"] for r in rows], total[m]["counts"], rtol=1e-9, atol=1e-6)
+        np.testing.assert_allclose([r["ci_low"] for r in rows], total[m]["ci_low"], rtol=1e-9, atol=1e-6)
+    mean_rows = batch["session_minutes"]["rows"]
+    np.testing.assert_allclose([r["mean"] for r in mean_rows], total["session_minutes"]["mean"], rtol=1e-9)
+    sw = "session_minutes_distribution"
+    np.testing.assert_allclose([r["share"] for r in batch[sw]["rows"]], total[sw]["hist"], rtol=1e-6, atol=1e-9)
+    stream_q = [total[sw]["quantiles"][f"p{round(q['q'] * 100, 6):g}"]["value"] for q in batch[sw]["quantiles"]]
+    np.testing.assert_allclose([q["value"] for q in batch[sw]["quantiles"]], stream_q, rtol=1e-6)
