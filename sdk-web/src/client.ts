@@ -44,6 +44,10 @@ import { openDatabase, req, transaction, type BatchRow, type LedgerDay, type Out
 import { FRAME_CONTENT_TYPE, encodeFrame, makeBatch } from "./wire.js";
 import { encodeReport } from "./record.js";
 import { NumberRange, type DomainInput } from "./valuedomains.js";
+import { SealPin } from "./seal_pin.js";
+import { encodeSealedFrame, sealRecords, type AnalyzerPublicKey } from "./sealing.js";
+import { DeviceIdentity, IssuerClient, isoDay } from "./tokens.js";
+import { TokenWallet } from "./wallet.js";
 
 export const ERROR_TALLIES = [
   "unknown_metric",
@@ -63,8 +67,15 @@ export const ERROR_TALLIES = [
   "upload_rejected_batches",
   "upload_rejected_reports",
   "upload_tokens_required",
+  "analyzer_key_refused",
+  "seal_failed",
+  "token_fetch_failed",
+  "token_key_inconsistent",
+  "tokens_exhausted",
+  "tokens_refused",
+  "tokens_expired",
 ] as const;
-export const STAT_TALLIES = ["recorded", "clamped", "sampled_out", "over_budget", "uploaded_batches", "uploaded_reports", "beacon_batches"] as const;
+export const STAT_TALLIES = ["recorded", "clamped", "sampled_out", "over_budget", "uploaded_batches", "uploaded_reports", "beacon_batches", "tokens_fetched"] as const;
 const PERSISTED = ["outbox_dropped", "outbox_unsendable", "upload_rejected_batches", "upload_rejected_reports", "uploaded_batches", "uploaded_reports"];
 
 /** What the client needs of the Web Locks API (`navigator.locks`). */
@@ -127,6 +138,53 @@ export interface ClientOptions {
   lifecycle?: boolean;
   /** Default: `navigator.sendBeacon`. */
   sendBeacon?: (url: string, data: Blob) => boolean;
+  /** Anonymous upload tokens, for a collector run with `--require-tokens` (docs/TOKENS.md, "The web SDK"). */
+  tokens?: TokenOptions;
+}
+
+/** Where and as whom the client gets its anonymous upload tokens. */
+export interface TokenOptions {
+  /** The issuer's URL (`ldp issuer serve`; https, or http to a loopback address). */
+  issuerUrl: string;
+  /** The device bundle `ldp issuer enroll` wrote (its JSON text or parsed), or a DeviceIdentity. */
+  device: DeviceIdentity | string | Record<string, unknown>;
+  /** The collector's name its tokens are bound to (`ldp collector --token-origin`). */
+  origin: string;
+  /** Tokens kept in stock per day (default 16; refilled below a quarter of it). */
+  stock?: number;
+  /** Further URLs serving the token-key document (e.g. a third party's copy): each must list the same key. */
+  mirrors?: readonly string[];
+}
+
+/** Why reports are still waiting after an upload attempt (they are kept and retried). */
+export interface UploadWait {
+  /**
+   * `transient`: the collector could not be reached or answered 408/429/5xx; `no_token`: no token for the
+   * batch's day and the issuer gave none (unreachable, its K for the day issued, or an inconsistent key);
+   * `tokens_required`: the collector requires tokens and this client has no `tokens` option;
+   * `token_refused`: the collector refused the batch's token (it takes another on the retry).
+   */
+  reason: "transient" | "no_token" | "tokens_required" | "token_refused";
+  /** What happened and what to do, in words. */
+  message: string;
+  /** When the next attempt is due (ms since the epoch). */
+  retryAt: number;
+}
+
+/** What one {@link TelemetryClient.flushResult} did. */
+export interface FlushResult {
+  /** True when every stored report reached the collector and none was refused during this flush. */
+  ok: boolean;
+  /** Delivered during this flush (2xx, or a duplicate of a batch delivered before). */
+  sent: { batches: number; reports: number };
+  /** Refused by the collector during this flush and dropped (their ε stays spent): see `rejection`. */
+  refused: { batches: number; reports: number };
+  /** Reports still stored (in the outbox or in formed batches), to be sent later. */
+  queued: number;
+  /** Why reports are still waiting, or null. */
+  waiting: UploadWait | null;
+  /** The collector's answer to the last batch it refused during this flush, or null. */
+  rejection: UploadRejection | null;
 }
 
 export interface MetricBudget {
@@ -156,11 +214,22 @@ export interface UploadRejection {
   reports: number;
 }
 
-/** What the SDK says when a collector asks for anonymous upload tokens (docs/TOKENS.md). */
+/** What the SDK says when a collector asks for anonymous upload tokens and the client has none configured (docs/TOKENS.md). */
 export const TOKENS_REQUIRED_MESSAGE =
-  "the collector requires anonymous upload tokens (--require-tokens), which the web SDK does not have yet: " +
-  "its uploads are refused and the refused reports are dropped (their privacy budget already spent). " +
-  "Upload to a collector without --require-tokens, or from the Python SDK with a token wallet.";
+  "the collector requires anonymous upload tokens (--require-tokens) and this client has no token issuer: " +
+  "pass the `tokens` option (issuerUrl, the device bundle from `ldp issuer enroll`, and the collector's --token-origin). " +
+  "The reports are kept and sent once the client has tokens (until the outbox limits drop the oldest).";
+
+/** A group of outbox reports to seal before its batch is formed (claim, then formSealed). */
+interface SealPlan {
+  keys: number[];
+  records: Uint8Array[];
+  metric: string;
+  specId: string;
+  day: number;
+  bytes: number;
+  key: AnalyzerPublicKey;
+}
 
 interface Pending {
   m: MetricDefinition;
@@ -168,17 +237,17 @@ interface Pending {
   now: number;
 }
 
-function checkUrl(url: unknown): string {
-  if (typeof url !== "string") throw new ClientConfigError("collectorUrl must be a string such as https://collector.example.org");
+function checkUrl(url: unknown, what = "collectorUrl"): string {
+  if (typeof url !== "string") throw new ClientConfigError(`${what} must be a string such as https://collector.example.org`);
   let u: URL;
   try {
     u = new URL(url);
   } catch {
-    throw new ClientConfigError(`collectorUrl ${JSON.stringify(url)} is not a URL`);
+    throw new ClientConfigError(`${what} ${JSON.stringify(url)} is not a URL`);
   }
-  if (u.protocol !== "https:" && u.protocol !== "http:") throw new ClientConfigError(`collectorUrl must be http(s), got ${u.protocol}`);
+  if (u.protocol !== "https:" && u.protocol !== "http:") throw new ClientConfigError(`${what} must be http(s), got ${u.protocol}`);
   const loopback = ["127.0.0.1", "localhost", "[::1]"].includes(u.hostname);
-  if (u.protocol === "http:" && !loopback) throw new ClientConfigError(`collectorUrl must use https (plain http only to a loopback address), got ${url}`);
+  if (u.protocol === "http:" && !loopback) throw new ClientConfigError(`${what} must use https (plain http only to a loopback address), got ${url}`);
   return url.replace(/\/+$/, "");
 }
 
@@ -206,8 +275,8 @@ export class TelemetryClient {
   readonly ready: Promise<void>;
   private readonly metricDefs = new Map<string, MetricDefinition>();
   private readonly refused = new Map<string, string>();
-  /** The metrics the app's bundled document declares sealed: no served definition makes them plain. */
-  private readonly bundledSealed: ReadonlySet<string>;
+  /** The bundled document's analyzer keys and sealed metrics, held against served definitions. */
+  private readonly sealPin: SealPin;
   private readonly refusedServed = new Set<string>();
   private readonly tally: Record<string, number> = {};
   private readonly queue: Pending[] = [];
@@ -239,6 +308,8 @@ export class TelemetryClient {
   private readonly metricKeys = new Map<string, Uint8Array>();
   private rejection: UploadRejection | null = null;
   private toldTokens = false;
+  private readonly wallet: TokenWallet | null = null;
+  private waiting: UploadWait | null = null;
 
   constructor(options: ClientOptions) {
     for (const name of [...ERROR_TALLIES, ...STAT_TALLIES]) this.tally[name] = 0;
@@ -287,7 +358,8 @@ export class TelemetryClient {
       }
     }
     for (const [name, why] of set.unsupported) this.refused.set(name, why);
-    this.bundledSealed = new Set(set.sealed ?? []);
+    this.sealPin = new SealPin(set, (n) => this.count(n));
+    if (options.tokens) this.wallet = this.makeWallet(options.tokens);
 
     this.ready = this.open();
     this.ready.catch(() => undefined);
@@ -298,6 +370,30 @@ export class TelemetryClient {
     }
     const g = globalThis as { document?: Document; addEventListener?: typeof addEventListener; removeEventListener?: typeof removeEventListener };
     if (options.lifecycle ?? (g.document !== undefined && typeof g.addEventListener === "function")) this.listen();
+  }
+
+  private makeWallet(t: TokenOptions): TokenWallet {
+    if (!t || typeof t !== "object") throw new ClientConfigError("tokens must be {issuerUrl, device, origin}");
+    const issuerUrl = checkUrl(t.issuerUrl, "tokens.issuerUrl");
+    if (typeof t.origin !== "string" || !t.origin) throw new ClientConfigError("tokens.origin must be the collector's --token-origin name (e.g. \"ldp-collector\")");
+    const mirrors = (t.mirrors ?? []).map((m, i) => checkUrl(m, `tokens.mirrors[${i}]`));
+    let device: DeviceIdentity;
+    try {
+      device = t.device instanceof DeviceIdentity ? t.device : DeviceIdentity.fromBundle(t.device);
+    } catch (e) {
+      throw new ClientConfigError(`tokens.device: ${(e as Error).message}`);
+    }
+    const issuer = new IssuerClient({ issuerUrl, identity: device, origin: t.origin, collectorUrl: this.collectorUrl, mirrors, fetch: this.fetchImpl, clock: this.clock });
+    try {
+      return new TokenWallet(() => this.db as IDBDatabase, issuer, {
+        stock: t.stock ?? 16,
+        clock: this.clock,
+        backoff: (failures, retryAfterS) => this.backoffDelay(failures, retryAfterS),
+        count: (name, n) => this.count(name, n),
+      });
+    } catch (e) {
+      throw new ClientConfigError(`tokens: ${(e as Error).message}`);
+    }
   }
 
   /** Construct and wait until the database is open. */
@@ -532,6 +628,7 @@ export class TelemetryClient {
     const now = this.clock();
     const batchId = this.randomBytes(16);
     let unsendable = 0;
+    let toSeal: SealPlan | null = null;
     const batch = await transaction(db, ["meta", "outbox", "batches"], "readwrite", async (tx): Promise<BatchRow | null> => {
       const batches = (await req(tx.objectStore("batches").getAll())) as BatchRow[];
       const due = batches.filter((b) => b.nextAt <= now).sort((a, b) => a.created - b.created)[0];
@@ -553,9 +650,19 @@ export class TelemetryClient {
       } catch {
         spec = null;
       }
+      const bytes = group.reduce((a, [, r]) => a + r.record.length, 0);
+      const sealTo = spec === null ? null : this.sealPin.keyFor(first.metric);
+      if (spec !== null && !sealTo && this.sealPin.mustBeSealed(first.metric)) {
+        unsendable = -1; // a sealed metric with no key to seal to: never a plain frame (cannot happen with a valid document)
+        return null;
+      }
+      if (sealTo) {
+        // Sealing is asynchronous (Web Crypto): seal outside this transaction, then form the batch (formSealed).
+        toSeal = { keys: group.map(([k]) => k), records: group.map(([, r]) => r.record), metric: first.metric, specId: first.specId, day: first.day, bytes, key: sealTo };
+        return null;
+      }
       for (const [k] of group) await req(outbox.delete(k));
       const meta = tx.objectStore("meta");
-      const bytes = group.reduce((a, [, r]) => a + r.record.length, 0);
       if (spec === null) {
         unsendable = group.length;
         await this.bumpPersisted(tx, "outbox_unsendable", group.length);
@@ -566,13 +673,39 @@ export class TelemetryClient {
         return null;
       }
       const frame = encodeFrame(makeBatch(first.metric, spec, first.day, group.map(([, r]) => r.record), batchId));
-      const row: BatchRow = { id: hex(batchId), metric: first.metric, n: group.length, bytes, frame, attempts: 0, nextAt: 0, created: now };
+      const row: BatchRow = { id: hex(batchId), metric: first.metric, n: group.length, bytes, frame, attempts: 0, nextAt: 0, created: now, day: first.day };
       await req(tx.objectStore("batches").put(row));
       return row;
     });
-    if (unsendable) this.count("outbox_unsendable", unsendable);
-    if (batch) this.formed.set(batch.id, batch);
-    return batch;
+    if (unsendable < 0) this.count("seal_failed");
+    else if (unsendable) this.count("outbox_unsendable", unsendable);
+    const formed = batch ?? (toSeal ? await this.formSealed(toSeal, batchId, now) : null);
+    if (formed) this.formed.set(formed.id, formed);
+    return formed;
+  }
+
+  /**
+   * Seal a group of outbox reports (each record under its own ephemeral key) and form its batch: one
+   * transaction that takes the reports out of the outbox only if every one of them is still there (a
+   * quota drop in between leaves them for the next attempt). Never a plain frame of a sealed metric.
+   */
+  private async formSealed(plan: SealPlan, batchId: Uint8Array, now: number): Promise<BatchRow | null> {
+    let frame: Uint8Array;
+    try {
+      const sealed = await sealRecords(plan.records, plan.metric, plan.specId, plan.day, plan.key);
+      frame = encodeSealedFrame(plan.metric, plan.specId, plan.day, sealed, (plan.records[0] as Uint8Array).length, batchId);
+    } catch {
+      this.count("seal_failed");
+      return null;
+    }
+    return transaction(this.db as IDBDatabase, ["outbox", "batches"], "readwrite", async (tx): Promise<BatchRow | null> => {
+      const outbox = tx.objectStore("outbox");
+      for (const k of plan.keys) if ((await req(outbox.getKey(k))) === undefined) return null;
+      for (const k of plan.keys) await req(outbox.delete(k));
+      const row: BatchRow = { id: hex(batchId), metric: plan.metric, n: plan.keys.length, bytes: plan.bytes, frame, attempts: 0, nextAt: 0, created: now, day: plan.day, sealed: true };
+      await req(tx.objectStore("batches").put(row));
+      return row;
+    });
   }
 
   private async finish(batch: BatchRow, outcome: "delivered" | "rejected"): Promise<void> {
@@ -611,31 +744,70 @@ export class TelemetryClient {
     return u * ceiling;
   }
 
+  /** The day a batch pays for: its own (rows of SDK 0.1 have none: read it from the frame). */
+  private static batchDay(batch: BatchRow): number {
+    if (typeof batch.day === "number") return batch.day;
+    return new DataView(batch.frame.buffer, batch.frame.byteOffset, batch.frame.byteLength).getUint32(16, true);
+  }
+
   private async deliver(batch: BatchRow): Promise<UploadResult> {
     let retryAfter: number | null = null;
+    const day = TelemetryClient.batchDay(batch);
+    let auth: string | null = null;
+    if (this.wallet) {
+      if (!this.wallet.payable(day)) {
+        // Tokens of a day are issued and accepted while it is today or yesterday (docs/TOKENS.md, "Grace").
+        this.rejection = {
+          status: 0,
+          error: "token_expired",
+          message: `a batch of ${isoDay(day)} can no longer be paid with a token (tokens of a day are good until the end of the next UTC day): dropped, its ε stays spent`,
+          reports: batch.n,
+        };
+        await this.finish(batch, "rejected");
+        return "rejected";
+      }
+      auth = await this.wallet.tokenFor(batch.id, day);
+      if (auth === null) {
+        await this.wallet.refill(day, true);
+        auth = await this.wallet.tokenFor(batch.id, day);
+      }
+      if (auth === null) {
+        this.count("tokens_exhausted");
+        const why = this.wallet.lastError?.message ?? "the issuer gave no token";
+        return this.hold(batch, "no_token", `no upload token for ${isoDay(day)}: ${why}. The reports are kept and sent once the issuer gives tokens`, null, this.wallet.nextFetch);
+      }
+    }
+    let status = 0;
     try {
+      const headers: Record<string, string> = { "Content-Type": FRAME_CONTENT_TYPE, "Idempotency-Key": batch.id };
+      if (auth !== null) headers.Authorization = auth;
       const resp = await this.fetchImpl(this.reportsUrl, {
         method: "POST",
         body: batch.frame as BodyInit,
-        headers: { "Content-Type": FRAME_CONTENT_TYPE, "Idempotency-Key": batch.id },
+        headers,
         credentials: "omit",
         keepalive: batch.frame.length < 60_000,
       });
-      const status = resp.status;
+      status = resp.status;
       let text = "";
       try {
         text = await resp.text();
       } catch {
         /* the body only explains a refusal */
       }
-      if ((status >= 200 && status < 300) || status === 409) {
+      const { error, message } = TelemetryClient.errorBody(text);
+      const tokenRefusal = (status === 401 && error !== null && error.startsWith("token_")) || (status === 409 && error === "token_spent");
+      if ((status >= 200 && status < 300) || (status === 409 && !tokenRefusal)) {
         this.failures = 0;
+        await this.wallet?.settle(batch.id);
         await this.finish(batch, "delivered");
         return "delivered";
       }
+      if (tokenRefusal) return await this.tokenRefused(batch, day, status, error as string, message);
       if (status >= 400 && status < 500 && status !== 408 && status !== 429) {
         this.failures = 0;
-        this.noteRejection(status, text, batch.n);
+        this.noteRejection(status, error, message, batch.n);
+        await this.wallet?.settle(batch.id);
         await this.finish(batch, "rejected");
         return "rejected";
       }
@@ -643,11 +815,33 @@ export class TelemetryClient {
     } catch {
       /* a network error: transient */
     }
-    this.failures++;
     this.count("upload_failures");
-    const wait = this.backoffDelay(this.failures, retryAfter);
-    this.blockedUntil = this.clock() + wait;
+    const what = status ? `the collector answered ${status}` : `the collector at ${this.collectorUrl} could not be reached (offline, or it does not allow this page's origin: --allow-origin)`;
+    return this.hold(batch, "transient", `${what}; the reports are kept and retried`, retryAfter);
+  }
+
+  /** The collector refused the batch's token: the batch is kept (another token, or tokens at all, can pay for it). */
+  private async tokenRefused(batch: BatchRow, day: number, status: number, error: string, message: string): Promise<UploadResult> {
+    if (!this.wallet) {
+      this.count("upload_tokens_required");
+      if (!this.toldTokens) {
+        this.toldTokens = true;
+        console.warn(`ldp-telemetry: ${TOKENS_REQUIRED_MESSAGE} (collector: ${status} ${error}: ${message})`);
+      }
+      return this.hold(batch, "tokens_required", `${TOKENS_REQUIRED_MESSAGE} (collector: ${status} ${error}: ${message})`, null);
+    }
+    await this.wallet.discard(batch.id);
+    if (!this.wallet.payable(day)) return this.deliver(batch); // drops it, counted, with the reason
+    return this.hold(batch, "token_refused", `the collector refused the batch's token (${status} ${error}: ${message}); the batch is retried with another token`, null);
+  }
+
+  /** Keep `batch` for a later attempt: back off (or wait until `until`), and say why. */
+  private async hold(batch: BatchRow, reason: UploadWait["reason"], message: string, retryAfterS: number | null, until = 0): Promise<UploadResult> {
+    this.failures++;
+    const wait = this.backoffDelay(this.failures, retryAfterS);
+    this.blockedUntil = Math.max(this.clock() + wait, until);
     const nextAt = this.blockedUntil;
+    this.waiting = { reason, message, retryAt: nextAt };
     await transaction(this.db as IDBDatabase, ["batches"], "readwrite", async (tx) => {
       const row = (await req(tx.objectStore("batches").get(batch.id))) as BatchRow | undefined;
       if (row) await req(tx.objectStore("batches").put({ ...row, attempts: row.attempts + 1, nextAt }));
@@ -655,7 +849,7 @@ export class TelemetryClient {
     return "retry";
   }
 
-  private noteRejection(status: number, text: string, reports: number): void {
+  private static errorBody(text: string): { error: string | null; message: string } {
     let error: string | null = null;
     let message = text.slice(0, 500);
     try {
@@ -665,15 +859,10 @@ export class TelemetryClient {
     } catch {
       /* not JSON: keep the text */
     }
-    const tokens = status === 401 && error !== null && error.startsWith("token_");
-    if (tokens) {
-      this.count("upload_tokens_required");
-      message = `${TOKENS_REQUIRED_MESSAGE} (collector: ${error}: ${message})`;
-      if (!this.toldTokens) {
-        this.toldTokens = true;
-        console.warn(`ldp-telemetry: ${message}`);
-      }
-    }
+    return { error, message };
+  }
+
+  private noteRejection(status: number, error: string | null, message: string, reports: number): void {
     this.rejection = { status, error, message, reports };
   }
 
@@ -701,25 +890,49 @@ export class TelemetryClient {
 
   /**
    * Persist what record() queued and upload everything now. True if every report reached the collector;
-   * false if some are still waiting (a transient failure: they are kept and retried) or if the collector
-   * refused a batch during this flush (its reports were dropped: see `lastRejection()` and the
-   * `upload_rejected_*` tallies). It never rejects.
+   * false if some are still waiting (a transient failure, no token yet, or a collector that requires tokens
+   * this client has not been given: they are kept and retried) or if the collector refused a batch during
+   * this flush (its reports were dropped: see `lastRejection()` and the `upload_rejected_*` tallies). It
+   * never rejects. {@link flushResult} says what happened.
    */
   async flush(): Promise<boolean> {
+    return (await this.flushResult()).ok;
+  }
+
+  /** As {@link flush}, resolving with what happened: sent, refused (and why), still queued (and why). Never rejects. */
+  async flushResult(): Promise<FlushResult> {
+    const before = { sb: this.tally.uploaded_batches ?? 0, sr: this.tally.uploaded_reports ?? 0, rb: this.tally.upload_rejected_batches ?? 0, rr: this.tally.upload_rejected_reports ?? 0 };
+    const rejectionBefore = this.rejection;
+    let queued = 0;
+    let ok = false;
+    const waitBefore = this.waiting;
+    this.waiting = null;
     try {
       await this.ready;
       while (this.persisting || this.queue.length) {
         if (this.persisting) await this.persisting;
         else if (this.queue.length) await this.drain();
       }
-      const refusedBefore = this.tally.upload_rejected_batches ?? 0;
       const r = await this.upload(true);
-      if ((this.tally.upload_rejected_batches ?? 0) > refusedBefore) return false;
-      return r !== "retry" && (await this.pendingReports()) === 0;
+      if (r === "retry" && this.waiting === null) {
+        // still backing off from an earlier attempt: the same reason holds
+        const at = this.blockedUntil;
+        this.waiting = waitBefore ? { ...waitBefore, retryAt: at } : { reason: "transient", message: `uploads are backing off after a failure until ${new Date(at).toISOString()}; the reports are kept`, retryAt: at };
+      }
+      queued = await this.pendingReports();
+      ok = r !== "retry" && queued === 0;
     } catch {
       this.count("internal_error");
-      return false;
     }
+    const refused = { batches: (this.tally.upload_rejected_batches ?? 0) - before.rb, reports: (this.tally.upload_rejected_reports ?? 0) - before.rr };
+    return {
+      ok: ok && refused.batches === 0,
+      sent: { batches: (this.tally.uploaded_batches ?? 0) - before.sb, reports: (this.tally.uploaded_reports ?? 0) - before.sr },
+      refused,
+      queued,
+      waiting: this.waiting === null ? null : { ...(this.waiting as UploadWait) },
+      rejection: refused.batches && this.rejection !== rejectionBefore && this.rejection ? { ...this.rejection } : null,
+    };
   }
 
   /** Reports stored and not yet delivered (queued or batched). */
@@ -731,7 +944,8 @@ export class TelemetryClient {
   /** Page hidden or going away: beacon the formed batches (they stay stored until an upload is answered), then flush. */
   beaconFlush(): void {
     try {
-      for (const b of this.formed.values()) {
+      // A beacon carries no Authorization header: with tokens, the batches go by flush() (fetch, keepalive) only.
+      for (const b of this.wallet ? [] : this.formed.values()) {
         let sent = false;
         if (this.sendBeacon) {
           try {
@@ -833,6 +1047,7 @@ export class TelemetryClient {
    * and logged): the collector must not turn a sealed metric into a plain one (docs/SEALED.md).
    */
   adoptServedMetrics(served: MetricSet): void {
+    this.sealPin.adopt(served);
     for (const [name, why] of served.unsupported) {
       this.metricDefs.delete(name);
       this.refused.set(name, why);
@@ -850,7 +1065,7 @@ export class TelemetryClient {
       if (this.refusedServed.has(key)) continue;
       this.refusedServed.add(key);
       this.count("metric_refused");
-      if (this.bundledSealed.has(name)) {
+      if (this.sealPin.unsealingRefusal(m) !== null) {
         this.count("unsealing_refused");
         console.warn(`ldp-telemetry: refused a served definition of metric ${JSON.stringify(name)}: ${why}`);
       }
@@ -858,9 +1073,8 @@ export class TelemetryClient {
   }
 
   private servedRefusal(m: MetricDefinition): string | null {
-    if (this.bundledSealed.has(m.name)) {
-      return "the app's metrics declare it sealed and the served definition is not: its records would reach the collector in plain, so it is not recorded";
-    }
+    const unsealing = this.sealPin.unsealingRefusal(m);
+    if (unsealing !== null) return unsealing;
     try {
       this.policy.checkMetric(m);
       return null;

@@ -65,4 +65,35 @@ export {
   type LockManagerLike,
   type UploadResult,
   type UploadRejection,
+  type UploadWait,
+  type FlushResult,
+  type TokenOptions,
 } from "./client.js";
+export {
+  DeviceIdentity,
+  IssuerClient,
+  TokenError,
+  challengeDigest,
+  tokenInput,
+  authorizationHeader,
+  rsaEncryptionSpki,
+  isoDay,
+  CREDENTIAL_HEADER,
+  SIGNATURE_HEADER,
+  type TokenKeyDocument,
+  type TokenKeyEntry,
+  type KeyPin,
+  type KeyPinStore,
+} from "./tokens.js";
+export { TokenWallet } from "./wallet.js";
+export {
+  AnalyzerPublicKey,
+  SealingError,
+  SEALED_OVERHEAD,
+  keyIdOf,
+  sealedInfo,
+  sealRecords,
+  openRecord,
+  encodeSealedFrame,
+  parseAnalyzerKeys,
+} from "./sealing.js";

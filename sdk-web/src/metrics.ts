@@ -3,16 +3,18 @@
  * (the same document), validated as ldp_core/metrics.py does.
  *
  * Every kind the Python SDK records is recordable here: frequency oracles, means (duchi, pm, hm,
- * "auto", 1bitmean), distributions (sw, dbitflip) and heavy hitters (pem, sfp). A valid metric this
- * SDK still cannot record (a sealed one, or a mechanism newer than this SDK) is refused *per metric*:
- * listed in {@link MetricSet.unsupported} with a message that names it, its kind and what to do;
- * recording it counts `unknown_metric`. An invalid definition is an error, as in Python.
+ * "auto", 1bitmean), distributions (sw, dbitflip) and heavy hitters (pem, sfp), sealed or not (a sealed
+ * metric's records are sealed at upload, src/sealing.ts). A valid metric this SDK still cannot record
+ * (a mechanism newer than this SDK) is refused *per metric*: listed in {@link MetricSet.unsupported}
+ * with a message that names it, its kind and what to do; recording it counts `unknown_metric`. An
+ * invalid definition is an error, as in Python.
  */
 import { MetricsFileError, SpecError } from "./errors.js";
 import { domainFromDict, type Domain } from "./domain.js";
 import { MECHANISMS, specFromDict, type ReportSpec } from "./mechanisms/index.js";
 import { bestMeanMechanism } from "./mechanisms/numeric.js";
 import { NumberRange, StringDomain } from "./valuedomains.js";
+import { AnalyzerPublicKey, parseAnalyzerKeys } from "./sealing.js";
 
 export const FORMAT = "ldp-metrics/1";
 export const MAX_REPORTS_PER_DAY = 10_000;
@@ -38,14 +40,18 @@ export interface MetricDefinition {
   /** The last UTC day (days since 1970-01-01) on which the metric may be recorded. */
   readonly expiresDay: number;
   readonly maxReportsPerDay: number;
+  /** `"sealed": true`: each record is sealed to the analyzer's key before it leaves the device (docs/SEALED.md). */
+  readonly sealed?: boolean;
 }
 
 export interface MetricSet {
   readonly metrics: ReadonlyMap<string, MetricDefinition>;
-  /** Valid metrics this SDK cannot record (sealed, or a mechanism newer than it), with the reason. */
+  /** Valid metrics this SDK cannot record (a mechanism newer than it), with the reason. */
   readonly unsupported: ReadonlyMap<string, string>;
-  /** The metrics the document declares `"sealed": true` (none of them is recordable here). */
+  /** The metrics the document declares `"sealed": true`. */
   readonly sealed?: ReadonlySet<string>;
+  /** The document's `analyzer_keys`, the current key first (sealed metrics are sealed to it). */
+  readonly analyzerKeys?: readonly AnalyzerPublicKey[];
 }
 
 function isoDay(s: unknown): number | null {
@@ -141,10 +147,7 @@ function parseOne(name: string, data: unknown): MetricDefinition | string {
   } else if ((spec as { domainSize?: number }).domainSize !== domain.size) {
     throw new MetricsFileError(`${where}: the mechanism's domain_size ${(spec as { domainSize?: number }).domainSize} differs from the domain's size ${domain.size}; leave domain_size out to use the domain's`);
   }
-  if (o.sealed === true) {
-    return `metric ${JSON.stringify(name)} is a sealed ${spec.kind} metric (${spec.name}): the web SDK does not seal records yet, so it is not recorded here (the rest of the file is); record it from the Python SDK, or drop "sealed" only if its records may reach the collector in plain`;
-  }
-  return { name, spec, domain, kind: spec.kind, owner: o.owner as string, description: o.description as string, expiresDay, maxReportsPerDay: r };
+  return { name, spec, domain, kind: spec.kind, owner: o.owner as string, description: o.description as string, expiresDay, maxReportsPerDay: r, sealed: o.sealed === true };
 }
 
 /**
@@ -182,7 +185,16 @@ export function parseMetrics(document: string | unknown, options: { today?: numb
       metrics.set(name, m);
     }
   }
-  return { metrics, unsupported, sealed };
+  let analyzerKeys: AnalyzerPublicKey[];
+  try {
+    analyzerKeys = parseAnalyzerKeys(o.analyzer_keys);
+  } catch (e) {
+    throw new MetricsFileError(`metrics file: bad 'analyzer_keys': ${(e as Error).message}`);
+  }
+  if (sealed.size && !analyzerKeys.length) {
+    throw new MetricsFileError(`metric(s) ${[...sealed].sort().join(", ")} are sealed, but the metrics file names no 'analyzer_keys'; add the analyzer's public key (\`ldp keys new --metrics FILE\`)`);
+  }
+  return { metrics, unsupported, sealed, analyzerKeys };
 }
 
 /** `GET {collectorUrl}/v1/metrics`, validated. */

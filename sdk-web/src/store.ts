@@ -13,8 +13,9 @@
  * pending request at the end of a task), so encoding is synchronous.
  */
 
-export const DB_VERSION = 1;
-export const STORES = ["meta", "ledger", "outbox", "batches"] as const;
+/** 2: the `tokens` store (anonymous upload tokens, src/wallet.ts); a version-1 database is upgraded in place. */
+export const DB_VERSION = 2;
+export const STORES = ["meta", "ledger", "outbox", "batches", "tokens"] as const;
 export type StoreName = (typeof STORES)[number];
 
 export function openDatabase(factory: IDBFactory, name: string): Promise<IDBDatabase> {
@@ -26,6 +27,7 @@ export function openDatabase(factory: IDBFactory, name: string): Promise<IDBData
       if (!db.objectStoreNames.contains("ledger")) db.createObjectStore("ledger", { keyPath: "day" });
       if (!db.objectStoreNames.contains("outbox")) db.createObjectStore("outbox", { autoIncrement: true });
       if (!db.objectStoreNames.contains("batches")) db.createObjectStore("batches", { keyPath: "id" });
+      if (!db.objectStoreNames.contains("tokens")) db.createObjectStore("tokens", { keyPath: "id" });
     };
     req.onsuccess = () => resolve(req.result);
     req.onerror = () => reject(req.error ?? new Error(`cannot open IndexedDB database ${name}`));
@@ -93,4 +95,20 @@ export interface BatchRow {
   attempts: number;
   nextAt: number;
   created: number;
+  /** The batch's day (days since 1970, UTC): the day its token must be for (docs/TOKENS.md). Absent in rows of SDK 0.1. */
+  day?: number;
+  /** Its records are sealed to the analyzer's key. */
+  sealed?: boolean;
+}
+
+/** One anonymous upload token (src/wallet.ts): it pays for one batch of its key's day. */
+export interface TokenRow {
+  /** SHA-256 of the token, hex. */
+  id: string;
+  token: Uint8Array;
+  /** The day of its key (days since 1970, UTC): the day of the batches it can pay for. */
+  day: number;
+  /** The batch it is bound to (kept for that batch's retries), or null while free. */
+  batchId: string | null;
+  fetched: number;
 }

@@ -1,6 +1,6 @@
-// No silent loss: a collector that refuses uploads (401 token_missing from `ldp collector --require-tokens`,
-// or any other 4xx) makes flush() resolve false, the tallies count the dropped reports, and a token refusal
-// is said clearly. The collector here is a real node HTTP server on 127.0.0.1 answering as the Python one
+// No silent loss: a collector that refuses uploads makes flush() resolve false and flushResult() say what
+// happened. A 401 token_missing (`ldp collector --require-tokens`, and this client has no token issuer) keeps
+// the reports and says what to do; any other 4xx drops the batch, counted. The collector here is a real node HTTP server on 127.0.0.1 answering as the Python one
 // does (collector/tokens.py: {"error": "token_missing", "message": ...}); the client uses Node's own fetch.
 import "fake-indexeddb/auto";
 import assert from "node:assert/strict";
@@ -57,33 +57,35 @@ function captureWarnings(): { lines: string[]; restore: () => void } {
   return { lines, restore: () => void (console.warn = original) };
 }
 
-test("401 token_missing three times: flush() is false, the drops are counted and the reason is said", async () => {
+test("401 token_missing without a token issuer: the reports are kept, flush() says why, and they go once accepted", async () => {
   answer = { status: 401, body: JSON.stringify({ error: "token_missing", message: "this collector requires an anonymous token" }) };
   seen.length = 0;
   const warnings = captureWarnings();
+  let now = Date.UTC(2026, 11, 6, 12);
   try {
-    const c = await TelemetryClient.open(options());
+    const c = await TelemetryClient.open(options({ clock: () => now }));
     for (const v of ["a", "b", "c"]) c.record("tab", v);
-    const flushed = await c.flush();
-    assert.equal(flushed, false, "reports were dropped: flush() must not say all is well");
-    assert.equal(seen.length, 3, "three batches of one report, each refused once");
-    assert.ok(seen.every((s) => s.path === "/v1/reports" && s.bytes > 0));
+    const r = await c.flushResult();
+    assert.equal(r.ok, false, "nothing was delivered: flush must not say all is well");
+    assert.equal(await c.flush(), false, "the boolean flush() agrees");
+    assert.equal(r.waiting?.reason, "tokens_required");
+    assert.ok(r.waiting.message.includes(TOKENS_REQUIRED_MESSAGE) && r.waiting.message.includes("this collector requires an anonymous token"));
+    assert.deepEqual([r.sent, r.refused, r.queued], [{ batches: 0, reports: 0 }, { batches: 0, reports: 0 }, 3]);
+    assert.equal(seen.length, 1, "one attempt, then it backs off instead of hammering the collector");
     const e = c.errors();
-    assert.equal(e.upload_rejected_batches, 3);
-    assert.equal(e.upload_rejected_reports, 3);
-    assert.equal(e.upload_tokens_required, 3);
-    assert.equal(await c.pendingReports(), 0, "refused batches are not retried for ever");
+    assert.equal(e.upload_tokens_required, 1);
+    assert.equal(e.upload_rejected_batches, 0, "a token refusal drops nothing");
+    assert.equal(await c.pendingReports(), 3, "the reports are kept");
     const spent = await c.privacySpent();
-    assert.ok(Math.abs(spent.spent - 3) < 1e-9, "their ε was spent: the reason to say so");
-    const r = c.lastRejection();
-    assert.ok(r !== null);
-    assert.equal(r.status, 401);
-    assert.equal(r.error, "token_missing");
-    assert.equal(r.reports, 1);
-    assert.ok(r.message.includes(TOKENS_REQUIRED_MESSAGE) && r.message.includes("this collector requires an anonymous token"));
-    assert.equal(warnings.lines.length, 1, "said once, not once per batch");
-    assert.match(warnings.lines[0] ?? "", /requires anonymous upload tokens.*web SDK does not have/);
-    assert.equal(await c.flush(), true, "a later flush with nothing refused is true again");
+    assert.ok(Math.abs(spent.spent - 3) < 1e-9, "their ε was spent: the reason to keep them");
+    assert.equal(c.lastRejection(), null);
+    assert.equal(warnings.lines.length, 1, "said once");
+    assert.match(warnings.lines[0] ?? "", /requires anonymous upload tokens.*no token issuer.*`tokens` option/);
+    // the collector now accepts them (e.g. run without --require-tokens): after the backoff they are all sent
+    answer = { status: 202, body: '{"status":"accepted"}' };
+    now += 2 * 3_600_000;
+    const r2 = await c.flushResult();
+    assert.deepEqual([r2.ok, r2.sent.reports, r2.queued, r2.waiting], [true, 3, 0, null]);
     await c.close({ upload: false });
   } finally {
     warnings.restore();
@@ -101,6 +103,10 @@ test("any other refusal also makes flush() false, without the token message", as
     assert.equal(c.errors().upload_tokens_required, 0);
     assert.deepEqual(c.lastRejection(), { status: 400, error: "bad_frame", message: "the frame is not valid", reports: 1 });
     assert.deepEqual(warnings.lines, []);
+    c.record("tab", "b");
+    const r = await c.flushResult();
+    assert.deepEqual([r.ok, r.refused, r.queued, r.waiting], [false, { batches: 1, reports: 1 }, 0, null]);
+    assert.deepEqual(r.rejection, { status: 400, error: "bad_frame", message: "the frame is not valid", reports: 1 });
     await c.close({ upload: false });
   } finally {
     warnings.restore();
