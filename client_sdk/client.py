@@ -120,9 +120,10 @@ ERROR_TALLIES = (
     "outbox_unsendable",  # reports whose spec this SDK cannot rebuild
     "upload_rejected_batches",  # batches refused for good (4xx) and dropped
     "upload_rejected_reports",
-    "tokens_exhausted",  # an upload held back: no token of today (the batch waits; never sent without one)
+    "tokens_exhausted",  # an upload held back: no token of its day (the batch waits; never sent without one)
     "token_fetch_failed",  # a request to the issuer failed (down, refused, or the device's K is used up)
     "tokens_refused",  # tokens the collector refused (401 token_*, 409 token_spent); the batch takes another
+    "token_key_inconsistent",  # an issuer key unlike the collector's/mirrors' list or this device's pin: refused
 )
 #: Names that :meth:`TelemetryClient.stats` always reports.
 STAT_TALLIES = (
@@ -133,7 +134,7 @@ STAT_TALLIES = (
     "uploaded_batches",
     "uploaded_reports",
     "tokens_fetched",  # anonymous upload tokens obtained from the issuer
-    "tokens_expired",  # tokens of an earlier UTC day dropped unused
+    "tokens_expired",  # tokens older than yesterday (UTC) dropped unused
 )
 _PERSISTED = {
     "outbox_dropped",
@@ -298,7 +299,16 @@ class TelemetryClient:
             self._wallet = TokenWallet(
                 self._store,
                 IssuerClient(
-                    config.issuer_url, identity, origin=str(config.token_origin), timeout=config.upload_timeout
+                    config.issuer_url,
+                    identity,
+                    origin=str(config.token_origin),
+                    timeout=config.upload_timeout,
+                    clock=self._clock,
+                    # the issuer's key of a day must be the one the collector (and each mirror) lists for it
+                    key_sources=(
+                        str(collector_url).rstrip("/") + "/v1/token-keys",
+                        *config.token_key_mirrors,
+                    ),
                 ),
                 stock=config.token_stock,
                 clock=self._clock,

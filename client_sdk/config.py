@@ -65,6 +65,11 @@ class ClientConfig:
         three or none.
     token_stock:
         How many tokens the SDK keeps in stock (fetched on the uploader thread when a quarter is left).
+    token_key_mirrors:
+        URLs of further token-key documents (the ``GET /v1/token-keys`` shape, e.g. served by a third party the
+        operator does not run). Before asking for tokens of a day the device checks that the issuer's key of
+        that day is the one the collector and every mirror list (docs/TOKENS.md, "Key consistency"); each URL
+        is https, or http on loopback.
     """
 
     fetch_metrics: bool = False
@@ -86,6 +91,7 @@ class ClientConfig:
     enrollment_path: str | os.PathLike[str] | None = None
     token_origin: str | None = None
     token_stock: int = 16
+    token_key_mirrors: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.mode not in ("device", "simulation"):
@@ -100,6 +106,12 @@ class ClientConfig:
             raise ClientConfigError("tokens need issuer_url, enrollment_path and token_origin together")
         if self.issuer_url is not None:
             check_url(self.issuer_url, "issuer_url")
+        mirrors: object = self.token_key_mirrors
+        if isinstance(mirrors, str) or not isinstance(mirrors, (list, tuple)):
+            raise ClientConfigError(f"token_key_mirrors is a list of URLs, got {mirrors!r}")
+        object.__setattr__(self, "token_key_mirrors", tuple(mirrors))
+        for url in self.token_key_mirrors:
+            check_url(url, "token_key_mirrors")
         for name in ("max_queue", "batch_size", "max_outbox_reports", "token_stock"):
             val = getattr(self, name)
             if isinstance(val, bool) or not isinstance(val, int) or val < 1:

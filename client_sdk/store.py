@@ -33,7 +33,9 @@ variate, Ditto's personal model, MOON's previous model and the last global model
 bytes with their dtype and shape (:mod:`client_sdk.fl.device_store`). Versions 1 to 3 are upgraded in
 place. 5 adds ``clock_mono``: the boot id and monotonic reading of the last clock observation, which cap how
 far the ledger's high-water mark may advance (:mod:`client_sdk.ledger`, "Forward jumps"); versions 1 to 4 are
-upgraded in place.
+upgraded in place. 6 adds ``token_key_pins``: the issuer's token key the device accepted for each day
+(:mod:`client_sdk.upload.token_wallet`, "Key consistency"), so a later different key for that day is refused
+(an older SDK would ignore the pins, hence the new version); versions 1 to 5 are upgraded in place.
 """
 
 from __future__ import annotations
@@ -50,9 +52,9 @@ from ldp_core.sqlite import immediate_transaction
 __all__ = ["Store", "DB_FILENAME", "SCHEMA_VERSION", "UPGRADABLE_VERSIONS", "immediate_transaction"]
 
 DB_FILENAME = "ldp-sdk.sqlite3"
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 #: Versions this SDK upgrades in place (see the module docstring).
-UPGRADABLE_VERSIONS = (0, 1, 2, 3, 4)
+UPGRADABLE_VERSIONS = (0, 1, 2, 3, 4, 5)
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS clock (
@@ -110,6 +112,12 @@ CREATE TABLE IF NOT EXISTS tokens (
     fetched REAL NOT NULL
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS tokens_free ON tokens (day, batch_id);
+CREATE TABLE IF NOT EXISTS token_key_pins (
+    day TEXT PRIMARY KEY,
+    token_key_id TEXT NOT NULL,
+    public_key TEXT NOT NULL,
+    pinned REAL NOT NULL
+) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS fl_sample_ledger (
     task TEXT NOT NULL,
     round INTEGER NOT NULL,

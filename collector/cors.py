@@ -41,6 +41,7 @@ Route = tuple[frozenset[str], frozenset[str]]
 COLLECTOR_ROUTES: dict[str, Route] = {
     "/v1/reports": (frozenset({"POST"}), frozenset({"content-type", "idempotency-key", "authorization"})),
     "/v1/metrics": (frozenset({"GET"}), frozenset({"accept", "if-none-match"})),
+    "/v1/token-keys": (frozenset({"GET"}), frozenset({"accept"})),
 }
 #: what a device sends the issuer: the key fetch, and token requests signed as an enrolled device
 ISSUER_ROUTES: dict[str, Route] = {

@@ -1,4 +1,4 @@
-"""The token issuer (``ldp issuer``): up to K anonymous upload tokens per enrolled device per UTC day.
+"""The token issuer (``ldp issuer``): up to K anonymous upload tokens per enrolled device per key day.
 
 A FastAPI service (bind it to 127.0.0.1 or behind the operator's TLS front). Formats: :mod:`ldp_core.tokens.privacy_pass`.
 
@@ -6,7 +6,9 @@ Endpoints
 ---------
 ``GET /v1/token-keys``
     ``{"issuer_name", "tokens_per_day", "keys": [{"day", "token_key_id" (hex), "public_key" (base64 DER
-    SPKI, id-RSASSA-PSS form, RFC 9578 §6.5)}]}`` for today and tomorrow (UTC): a device fetches the key of the day it wants tokens for.
+    SPKI, id-RSASSA-PSS form, RFC 9578 §6.5)}]}`` for yesterday, today and tomorrow (UTC): a device fetches
+    the key of the day it wants tokens for, and checks it against the collector's list (docs/TOKENS.md, "Key
+    consistency"), which serves the same shape.
 ``OPTIONS`` (CORS preflights) of the two ``/v1`` routes
     With ``allow_origins``, answered for those web pages' origins only (:mod:`collector.cors`).
 ``GET /healthz``, ``GET /readyz``
@@ -15,17 +17,21 @@ Endpoints
 ``POST /v1/token-requests``
     Body ``{"day": "YYYY-MM-DD", "requests": [<base64url token request>, ...]}`` (at most K), signed as an
     enrolled device (:meth:`ldp_core.tokens.enrollment.DeviceIdentity.sign_request`, headers
-    ``X-LDP-Device-Credential`` and ``X-LDP-Device-Signature``). ``day`` must be the issuer's today.
+    ``X-LDP-Device-Credential`` and ``X-LDP-Device-Signature``). ``day`` is the metric-day the tokens will pay
+    for (a token pays for batches of its key's day only): the issuer's today or yesterday (grace for late
+    uploads). The K limit counts per (device, ``day``), whatever day the tokens are issued on, so an install
+    has at most K tokens of any one metric-day.
     Answer 200 ``{"day", "blind_sigs": [...], "granted", "remaining"}``: the first ``granted`` requests are
     signed (fewer than asked when the device's day runs out). Errors (``{"error", "message"}``): 401
     ``unauthenticated`` (no, bad, expired or replayed device signature), 400 ``malformed``, 409 ``wrong_day``
-    (not today: fetch the keys again), 429 ``token_limit`` (K tokens issued to this device today;
+    (neither today nor yesterday: fetch the keys again), 429 ``token_limit`` (K tokens of that day issued to
+    this device;
     ``Retry-After`` = seconds to the next UTC day).
 
 State (``state_dir``)
 ---------------------
-* ``keys/token-key-<day>.pem``: that day's RSA-2048 private key (mode 0600); each day has its own key, made
-  the day before it is first needed, so a token is usable on its own day only (docs/TOKENS.md);
+* ``keys/token-key-<day>.pem``: that day's RSA-2048 private key (mode 0600); each day has exactly one key,
+  made the day before it is first needed; a token pays for batches of its key's day only (docs/TOKENS.md);
 * ``public/token-key-<day>.json``: its public half (the collector's ``--token-keys`` folder: copy or
   share it; it holds no secret);
 * ``counts.sqlite3``: ``issued(device_id, day, n)``; a grant is one ``BEGIN IMMEDIATE`` transaction that
@@ -64,17 +70,9 @@ from ldp_core.tokens import blind_rsa
 from ldp_core.tokens import privacy_pass as tokens
 from ldp_core.tokens.enrollment import EnrollmentError, RequestVerifier
 
+public_key_entry = tokens.public_key_entry
+
 __all__ = ["IssuerKeys", "IssuedCounts", "IssuerSettings", "create_issuer_app", "public_key_entry"]
-
-
-def public_key_entry(day: str, pk: blind_rsa.PublicKey) -> dict[str, str]:
-    """What ``GET /v1/token-keys`` and the ``public/`` files say of a day key: ``public_key`` is the RFC 9578 §6.5
-    encoding (``id-RSASSA-PSS`` SubjectPublicKeyInfo, base64), whose SHA-256 is ``token_key_id``."""
-    return {
-        "day": day,
-        "token_key_id": pk.key_id().hex(),
-        "public_key": base64.b64encode(pk.to_pss_spki()).decode(),
-    }
 
 
 class IssuerKeys:
@@ -105,7 +103,7 @@ class IssuerKeys:
             pub = self.dir / "public" / f"{name}.json"
             if not pub.exists():
                 write_atomic(pub, json.dumps(public_key_entry(day, k.public_key)).encode(), mode=0o644)
-            self._cache = {d: v for d, v in self._cache.items() if d >= day} | {day: k}
+            self._cache = dict(sorted((self._cache | {day: k}).items())[-4:])  # yesterday .. tomorrow
             return k
 
 
@@ -203,14 +201,14 @@ def create_issuer_app(
     @app.get("/v1/token-keys", summary="The day keys (today and tomorrow, UTC)")
     async def token_keys() -> Response:
         today = utc_day(clock())
-        entries = [public_key_entry(d, keys.key(d).public_key) for d in (iso_day(today), iso_day(today + 1))]
+        entries = [public_key_entry(iso_day(d), keys.key(iso_day(d)).public_key) for d in range(today - 1, today + 2)]
         return _json(
             200,
             {"issuer_name": settings.issuer_name, "tokens_per_day": k, "keys": entries},
             {"Cache-Control": "no-store"},
         )
 
-    @app.post("/v1/token-requests", summary="Blind-sign up to K token requests of an enrolled device per day")
+    @app.post("/v1/token-requests", summary="Blind-sign up to K token requests of an enrolled device per key day")
     async def token_requests(request: Request) -> Response:
         body = bytearray()
         async for chunk in request.stream():
@@ -232,24 +230,27 @@ def create_issuer_app(
             return err(400, "malformed", f'the body must be {{"day": "YYYY-MM-DD", "requests": [base64url...]}}: {exc}')
         now = clock()
         today = utc_iso_day(now)
-        if day != today:
-            return err(409, "wrong_day", f"tokens are issued for today ({today}) only, not {day!r}")
-        sk = keys.key(today)
+        yesterday = iso_day(utc_day(now) - 1)
+        if day not in (today, yesterday):
+            return err(
+                409, "wrong_day", f"tokens are issued for today ({today}) or yesterday ({yesterday}) only, not {day!r}"
+            )
+        sk = keys.key(day)
         kid = sk.public_key.key_id()
         if any(t != kid[-1] for t, _ in parsed):
-            return err(409, "wrong_day", "a request is for another key than today's: fetch /v1/token-keys again")
-        granted, remaining = counts.take(cred.device_id, today, len(parsed), k)
+            return err(409, "wrong_day", f"a request is for another key than {day}'s: fetch /v1/token-keys again")
+        granted, remaining = counts.take(cred.device_id, day, len(parsed), k)
         if granted == 0:
             wait = int((utc_day(now) + 1) * DAY_SECONDS - now) + 1
             return err(
-                429, "token_limit", f"this device had its {k} tokens for {today}", {"Retry-After": str(max(1, wait))}
+                429, "token_limit", f"this device had its {k} tokens for {day}", {"Retry-After": str(max(1, wait))}
             )
         try:
             sigs = [blind_rsa.blind_sign(sk, b, random_bytes=random_bytes) for _, b in parsed[:granted]]
         except blind_rsa.BlindRSAError as exc:
             return err(400, "malformed", str(exc))
         out = [base64.urlsafe_b64encode(s).rstrip(b"=").decode() for s in sigs]
-        return _json(200, {"day": today, "blind_sigs": out, "granted": granted, "remaining": remaining})
+        return _json(200, {"day": day, "blind_sigs": out, "granted": granted, "remaining": remaining})
 
     @app.get("/healthz")
     async def healthz() -> Response:

@@ -2,13 +2,27 @@
 
 :class:`TokenVerifier` checks an ``Authorization: PrivateToken token=...`` header against the issuer's day
 keys (the JSON files of the issuer's ``public`` folder, :mod:`collector.issuer`; re-read when a token names a
-key not seen yet, at most every ``reload_interval`` seconds): the token's key must be **today's** (UTC, the
-collector's clock), its challenge must bind today and this collector's name, and its authenticator must be the
-issuer's RSASSA-PSS signature. :class:`SpentTokens` records each redeemed token, atomically across workers.
+key not seen yet, at most every ``reload_interval`` seconds):
 
-Answers (``{"error", "message"}``): 401 ``token_missing``, ``token_malformed``, ``token_unknown_key``,
-``token_expired`` (a key of another day), ``token_wrong_challenge`` (another collector or day),
-``token_bad_signature``; 409 ``token_spent`` (redeemed before with another batch).
+* **One key per day.** A day for which the folder holds more than one key is refused whole: none of its keys
+  is accepted (logged once per day, counted ``ldp_collector_token_key_days_refused_total``). A consistent
+  issuer writes one key a day; several would let it tell devices apart by the key it gave each
+  (docs/TOKENS.md, "Key consistency"). :meth:`TokenVerifier.key_document` is what ``GET /v1/token-keys``
+  serves: exactly the keys this collector accepts, one per day, so a device can check the issuer's against it.
+* **Grace.** The token's key must be of today or yesterday (UTC, the collector's clock), else 401
+  ``token_expired``; its challenge must bind that key's day and this collector's name, and its authenticator
+  must be the issuer's RSASSA-PSS signature.
+* **A token pays for the metric-day of its key.** :meth:`TokenVerifier.check_day` (after the batch is
+  decoded) refuses a batch whose day is not the token's key day: 401 ``token_wrong_day``. With the issuer's
+  K per (device, key day) this bounds one install's reports in one metric-day by K x r.
+
+:class:`SpentTokens` records each redeemed token, atomically across workers and collector processes that
+share its file.
+
+Answers (``{"error", "message"}``): 401 ``token_missing``, ``token_malformed``, ``token_unknown_key`` (also a
+key of a day refused for having several keys), ``token_expired`` (a key older than yesterday),
+``token_wrong_challenge`` (another collector or day), ``token_bad_signature``, ``token_wrong_day`` (the batch's
+day is not the token's); 409 ``token_spent`` (redeemed before with another batch).
 
 **Retries.** A device retries an upload with the same batch id and the same token until it gets an answer; a
 token is therefore recorded *with the batch id it paid for*: the same token with the same batch id again is a
@@ -17,9 +31,10 @@ written before the batch is published, so a spend is never lost to a crash betwe
 after that (say 503) is retried with its token.
 
 **The store.** ``spent(digest, batch_id, day)`` in SQLite (WAL) beside the dedup store; the digest is SHA-256
-of the token; one ``INSERT ... ON CONFLICT DO NOTHING`` decides, so two workers (processes) that receive the
-same token at once cannot both accept it. Rows are purged once their day is two days old (a token is good on
-its own day only).
+of the token; one ``INSERT ... ON CONFLICT DO NOTHING`` decides, so two workers or two collector processes
+that receive the same token at once cannot both accept it, **provided they share the file on one host**
+(SQLite's locking is not safe over network file systems; docs/COLLECTOR.md, "Several collectors"). Rows are
+purged once their day is three days old (a token is good on its own day and the next).
 """
 
 from __future__ import annotations
@@ -28,6 +43,7 @@ import base64
 import binascii
 import hashlib
 import json
+import logging
 import os
 import sqlite3
 import threading
@@ -35,11 +51,13 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from ldp_core.days import day_of_iso, iso_day, utc_iso_day
+from ldp_core.days import day_of_iso, iso_day, utc_day
 from ldp_core.tokens import blind_rsa
 from ldp_core.tokens import privacy_pass as tokens
 
 __all__ = ["TokenRejected", "TokenVerifier", "SpentTokens", "DEFAULT_SPENT_PATH"]
+
+log = logging.getLogger("ldp.collector.tokens")
 
 DEFAULT_SPENT_PATH = "ldp-data/collector-spent-tokens.sqlite3"
 
@@ -59,6 +77,7 @@ class TokenVerifier:
         origin: str,
         clock: Callable[[], float] = time.time,
         reload_interval: float = 2.0,
+        on_refused_day: Callable[[str, int], None] | None = None,
     ) -> None:
         self.dir = Path(keys_dir)
         if not self.dir.is_dir():
@@ -67,41 +86,86 @@ class TokenVerifier:
             )
         self.issuer_name, self.origin, self.clock = issuer_name, origin, clock
         self.reload_interval = reload_interval
+        #: called once per day refused for having ``n`` keys (the app counts it)
+        self.on_refused_day = on_refused_day
         self._keys: dict[bytes, tuple[str, blind_rsa.PublicKey]] = {}
+        self._by_day: dict[str, blind_rsa.PublicKey] = {}
+        #: days whose folder holds several keys: none of them is accepted
+        self.refused_days: dict[str, int] = {}
         self._loaded = -1e18
         self._lock = threading.Lock()
         self._digests: dict[str, bytes] = {}
         self._reload()
 
     def _reload(self) -> None:
-        keys: dict[bytes, tuple[str, blind_rsa.PublicKey]] = {}
+        per_day: dict[str, dict[bytes, blind_rsa.PublicKey]] = {}
         for p in sorted(self.dir.glob("token-key-*.json")):
             try:
                 d = json.loads(p.read_text())
                 pk = blind_rsa.PublicKey.from_der(base64.b64decode(d["public_key"], validate=True))
-                keys[pk.key_id()] = (tokens.check_day(d["day"]), pk)
+                per_day.setdefault(tokens.check_day(d["day"]), {})[pk.key_id()] = pk
             except (OSError, ValueError, KeyError, TypeError, binascii.Error, blind_rsa.BlindRSAError):
                 continue  # a file being written, or not a key: the next reload sees it
-        self._keys = keys
+        keys: dict[bytes, tuple[str, blind_rsa.PublicKey]] = {}
+        by_day: dict[str, blind_rsa.PublicKey] = {}
+        for day, found in per_day.items():
+            if len(found) > 1:
+                if day not in self.refused_days:
+                    self.refused_days[day] = len(found)
+                    log.error(
+                        "the token key folder holds %d keys for %s: no token of that day is accepted "
+                        "(a consistent issuer writes one key a day)",
+                        len(found),
+                        day,
+                    )
+                    if self.on_refused_day is not None:
+                        self.on_refused_day(day, len(found))
+                continue
+            ((kid, pk),) = found.items()
+            keys[kid] = (day, pk)
+            by_day[day] = pk
+        self._keys, self._by_day = keys, by_day
         self._loaded = time.monotonic()
+
+    def _fresh(self, interval: float | None = None) -> None:
+        if time.monotonic() - self._loaded >= (self.reload_interval if interval is None else interval):
+            self._reload()
 
     def _key(self, key_id: bytes) -> tuple[str, blind_rsa.PublicKey] | None:
         with self._lock:
             hit = self._keys.get(key_id)
-            if hit is None and time.monotonic() - self._loaded >= self.reload_interval:
-                self._reload()
+            if hit is None:
+                self._fresh()
                 hit = self._keys.get(key_id)
             return hit
+
+    def accepted_days(self) -> tuple[str, str]:
+        """``(yesterday, today)`` by the collector's clock: the key days whose tokens it takes."""
+        today = utc_day(self.clock())
+        return iso_day(today - 1), iso_day(today)
+
+    def key_document(self, tokens_per_day: int | None = None) -> dict[str, object]:
+        """What ``GET /v1/token-keys`` serves: the keys this collector accepts, one per day (the issuer's
+        document's shape, :func:`ldp_core.tokens.privacy_pass.public_key_entry`)."""
+        days = self.accepted_days()
+        with self._lock:
+            if any(d not in self._by_day and d not in self.refused_days for d in days):
+                # the issuer may have written it since: a device asks us right after the issuer made it
+                self._fresh(min(self.reload_interval, 0.1))
+            entries = [tokens.public_key_entry(d, self._by_day[d]) for d in days if d in self._by_day]
+        return {"issuer_name": self.issuer_name, "tokens_per_day": tokens_per_day, "keys": entries}
 
     def _digest(self, day: str) -> bytes:
         d = self._digests.get(day)
         if d is None:
             d = tokens.challenge_digest(self.issuer_name, day, self.origin)
-            self._digests = {day: d}
+            if len(self._digests) > 4:
+                self._digests = {}
+            self._digests[day] = d
         return d
 
     def verify(self, authorization: str | None) -> tuple[bytes, str]:
-        """``(sha256 of the token, its day)``, or :class:`TokenRejected` (401)."""
+        """``(sha256 of the token, its key day)``, or :class:`TokenRejected` (401)."""
         try:
             raw = tokens.parse_authorization(authorization)
             tok = tokens.Token.from_bytes(raw)
@@ -111,14 +175,18 @@ class TokenVerifier:
             ) from None
         hit = self._key(tok.token_key_id)
         if hit is None:
-            raise TokenRejected(401, "token_unknown_key", "the token's key is not one of the issuer's day keys")
-        day, pk = hit
-        today = utc_iso_day(self.clock())
-        if day != today:
             raise TokenRejected(
-                401, "token_expired", f"the token is for {day}; this collector takes tokens of {today} (UTC) only"
+                401, "token_unknown_key", "the token's key is not one this collector lists (GET /v1/token-keys)"
             )
-        if tok.challenge_digest != self._digest(today):
+        day, pk = hit
+        yesterday, today = self.accepted_days()
+        if day not in (yesterday, today):
+            raise TokenRejected(
+                401,
+                "token_expired",
+                f"the token is for {day}; this collector takes tokens of {yesterday} and {today} (UTC) only",
+            )
+        if tok.challenge_digest != self._digest(day):
             raise TokenRejected(
                 401, "token_wrong_challenge", f"the token was made for another collector or day than {self.origin!r}"
             )
@@ -126,11 +194,22 @@ class TokenVerifier:
             raise TokenRejected(401, "token_bad_signature", "the token's signature does not verify")
         return hashlib.sha256(raw).digest(), day
 
+    @staticmethod
+    def check_day(token_day: str, batch_day: int) -> None:
+        """A token pays for the metric-day of its key: 401 ``token_wrong_day`` if ``batch_day`` (days since
+        1970-01-01) is another."""
+        if day_of_iso(token_day) != batch_day:
+            raise TokenRejected(
+                401,
+                "token_wrong_day",
+                f"the batch is for {iso_day(batch_day)} and needs a token of that day; this token is for {token_day}",
+            )
+
 
 class SpentTokens:
     """Redeemed tokens (see the module docstring); ``path`` may be ``":memory:"`` for tests."""
 
-    def __init__(self, path: str | os.PathLike[str], *, keep_days: int = 2) -> None:
+    def __init__(self, path: str | os.PathLike[str], *, keep_days: int = 3) -> None:
         self.path = str(path)
         if self.path != ":memory:":
             Path(self.path).expanduser().parent.mkdir(parents=True, exist_ok=True)

@@ -33,7 +33,9 @@ restarted app does not hammer a collector that asked it to wait.
 
 **Tokens** (with a :class:`~client_sdk.upload.token_wallet.TokenWallet`, for a collector run with
 ``--require-tokens``; docs/TOKENS.md). Each batch is sent with ``Authorization: PrivateToken token=...``,
-the same token on every retry of the batch. Without a token of today the batch is not sent: it goes back to
+the same token on every retry of the batch, a token of the batch's own metric-day (today's or yesterday's; a
+batch older than yesterday can no longer be paid and is dropped, counted ``upload_rejected_batches``).
+Without a token of its day the batch is not sent: it goes back to
 the outbox and the uploader waits until the wallet may fetch again (counted ``tokens_exhausted``, not an
 upload failure). A 401 whose error is ``token_*`` or a 409 ``token_spent`` drops the token, not the batch:
 the batch is retried with another token.
@@ -60,7 +62,8 @@ from typing import TYPE_CHECKING, Literal
 
 from client_sdk.outbox import Outbox, PendingBatch
 from client_sdk.upload.backoff import BackoffPolicy
-from ldp_core.wire.frames import FRAME_CONTENT_TYPE
+from ldp_core.days import iso_day
+from ldp_core.wire.frames import FRAME_CONTENT_TYPE, read_header
 
 if TYPE_CHECKING:
     from client_sdk.upload.token_wallet import TokenWallet
@@ -212,9 +215,15 @@ class Uploader:
         retry_after: float | None = None
         authorization: str | None = None
         if self.wallet is not None:
-            authorization = self.wallet.token_for(batch.batch_id)
-            if authorization is None and self.wallet.refill(force=True):
-                authorization = self.wallet.token_for(batch.batch_id)
+            day = iso_day(read_header(batch.frame).day)  # a token pays for its key's metric-day only
+            if not self.wallet.payable(day):  # older than yesterday: no token of its day can be had any more
+                self.outbox.reject(batch.batch_id)
+                self.wallet.settle(batch.batch_id)
+                self.last_status, self.last_error = None, f"dropped: no token of {day} can be had any more"
+                return "rejected"
+            authorization = self.wallet.token_for(batch.batch_id, day)
+            if authorization is None and self.wallet.refill(force=True, day=day):
+                authorization = self.wallet.token_for(batch.batch_id, day)
             if authorization is None:  # no token: the batch waits, it is never sent without one
                 self.token_waits += 1
                 self.outbox.release([batch.batch_id])

@@ -34,12 +34,14 @@ from __future__ import annotations
 import contextlib
 import functools
 import inspect
+import json
 import logging
 import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from fastapi import FastAPI
+from fastapi.responses import Response
 from starlette.requests import ClientDisconnect
 
 from collector.cors import COLLECTOR_ROUTES, CorsMiddleware
@@ -191,6 +193,17 @@ def _lifespan(
     return lifespan
 
 
+def add_token_keys_route(app: FastAPI, verifier: TokenVerifier) -> None:
+    """``GET /v1/token-keys`` (with ``--require-tokens``): the issuer keys this collector accepts, one per day,
+    in the issuer's document shape; a device checks the issuer's key against it before asking for tokens
+    (docs/TOKENS.md, "Key consistency")."""
+
+    @app.get("/v1/token-keys", summary="The token keys this collector accepts (one per day)")
+    async def token_keys() -> Response:
+        body = json.dumps(verifier.key_document()).encode()
+        return Response(body, media_type="application/json", headers={"Cache-Control": "no-store"})
+
+
 def create_app(
     settings: CollectorSettings,
     *,
@@ -222,7 +235,11 @@ def create_app(
     spent_tokens: SpentTokens | None = None
     if settings.require_tokens:  # a missing key folder is an error at start-up
         token_verifier = TokenVerifier(
-            settings.token_keys, issuer_name=settings.token_issuer, origin=settings.token_origin, clock=clock
+            settings.token_keys,
+            issuer_name=settings.token_issuer,
+            origin=settings.token_origin,
+            clock=clock,
+            on_refused_day=lambda _day, _n: prom.token_key_days_refused.inc(),
         )
         spent_tokens = SpentTokens(settings.spent_path)
     max_records = min(settings.max_records, MAX_RECORDS)
@@ -270,6 +287,8 @@ def create_app(
     add_upload_route(app, upload)
     add_metrics_route(app, document)
     add_health_routes(app, runtime)
+    if token_verifier is not None:
+        add_token_keys_route(app, token_verifier)
     if metrics_route:
         add_prometheus_route(app, prom, runtime)
     if settings.fl_enabled:

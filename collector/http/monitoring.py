@@ -15,7 +15,7 @@ from typing import Any
 
 from fastapi import FastAPI
 from fastapi.responses import Response
-from prometheus_client import Gauge, Histogram
+from prometheus_client import Counter, Gauge, Histogram
 
 from collector.dedup import BatchIdStore
 from collector.ingest import BATCHES_TOTAL, METRIC_REPORTS_TOTAL, REPORTS_TOTAL, GroupStats
@@ -24,7 +24,9 @@ from pipeline.prometheus import CONTENT_TYPE, LATENCY_BUCKETS, StoredCounter, ne
 __all__ = ["CollectorMetrics", "Timing", "add_prometheus_route", "start_metrics_listener"]
 
 #: the routes whose latency is told apart (any other path is counted as ``other``: no client-chosen labels)
-ROUTES = frozenset({"/v1/reports", "/v1/metrics", "/healthz", "/readyz", "/metrics", "/docs", "/openapi.json"})
+ROUTES = frozenset(
+    {"/v1/reports", "/v1/metrics", "/v1/token-keys", "/healthz", "/readyz", "/metrics", "/docs", "/openapi.json"}
+)
 
 
 class CollectorMetrics:
@@ -66,6 +68,12 @@ class CollectorMetrics:
             "ldp_collector_publish_group_batches",
             "Batches per group commit",
             buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024),
+            registry=r,
+        )
+
+        self.token_key_days_refused = Counter(
+            "ldp_collector_token_key_days_refused",
+            "Token key days refused whole: the issuer's public folder held several keys for one day",
             registry=r,
         )
 

@@ -11,8 +11,8 @@ Answers to an upload
 =====  =======================================================================
 202    published durably to ``ldp.reports.raw`` (``"accepted"``), or a batch id
        accepted before with the same records (``"duplicate"``; nothing is published again)
-401    with ``--require-tokens`` only: no token, or a bad, expired (another day's) or unknown one
-       (``token_*`` reasons, :mod:`collector.tokens`)
+401    with ``--require-tokens`` only: no token, or a bad, expired (older than yesterday's) or unknown one,
+       or one of another day than the batch's (``token_*`` reasons, :mod:`collector.tokens`)
 409    ``batch_id_conflict``: the batch id was accepted before with other records;
        nothing of this upload is stored (a new batch needs a fresh batch id); ``token_spent``
        (``--require-tokens``): the token paid for another batch before
@@ -237,7 +237,8 @@ class UploadHandler:
         )
 
     def _verify_token(self, authorization: str | None) -> tuple[bytes, str] | None:
-        """With ``--require-tokens``: a valid token of today, checked before the body is read."""
+        """With ``--require-tokens``: a valid token of today or yesterday, checked before the body is read (its
+        day is checked against the batch's once decoded, :meth:`_spend`)."""
         if self.tokens is None:
             return None
         try:
@@ -345,6 +346,11 @@ class UploadHandler:
 
     def _spend(self, spend: tuple[bytes, str] | None, batch: ReportBatch) -> None:
         """With ``--require-tokens``: the token pays for this batch, unless it paid for another one before."""
+        if spend is not None and self.tokens is not None:
+            try:  # a token pays for the metric-day of its key only
+                self.tokens.check_day(spend[1], batch.day)
+            except TokenRejected as exc:
+                raise RejectedBatch(exc.status, exc.reason, exc.message) from None
         if spend is not None and self.spent is not None and not self.spent.spend(spend[0], batch.batch_id, spend[1]):
             raise RejectedBatch(409, "token_spent", "this token was redeemed before (for another batch)")
 

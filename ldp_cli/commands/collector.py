@@ -31,7 +31,13 @@ _FLAGS: list[tuple[str, str, type, str]] = [
     ("--token-keys", "token_keys", str, "the issuer's public day-key folder (with --require-tokens)"),
     ("--token-issuer", "token_issuer", str, "the issuer's name in the token challenge (default ldp-issuer)"),
     ("--token-origin", "token_origin", str, "this collector's name in the token challenge (default ldp-collector)"),
-    ("--spent-tokens", "spent_path", str, "SQLite file of redeemed tokens, shared by the workers"),
+    (
+        "--spent-tokens",
+        "spent_path",
+        str,
+        "SQLite file of redeemed tokens, shared by the workers and by every collector of this token origin "
+        "(one host: docs/COLLECTOR.md, Several collectors)",
+    ),
     ("--raw-topic", "raw_topic", str, "topic accepted batches go to (default ldp.reports.raw)"),
     ("--raw-partitions", "raw_partitions", int, "partitions of the raw topic when the collector creates it"),
     ("--max-body-bytes", "max_body_bytes", int, "largest accepted request body in bytes (413 above; default 4194304)"),

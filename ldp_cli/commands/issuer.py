@@ -124,7 +124,12 @@ def run_serve(args: argparse.Namespace) -> int:
     app = create_issuer_app(settings)
     sock = bind_socket(args.host, args.port)
     host, port = sock.getsockname()[:2]
-    print(f"ldp issuer: listening on http://{host}:{port} (K = {settings.tokens_per_day}/device/day)", flush=True)
+    k = settings.tokens_per_day
+    print(
+        f"ldp issuer: listening on http://{host}:{port} (K = {k} tokens/device/metric-day: one install puts at most"
+        f" {k} x r reports into any one metric-day, r = the metric's max_reports_per_day)",
+        flush=True,
+    )
     server = uvicorn.Server(
         uvicorn.Config(app, access_log=False, server_header=False, log_level=args.log_level, lifespan="on")
     )

@@ -1,8 +1,8 @@
 """Anonymous upload tokens: Privacy Pass publicly verifiable tokens (RFC 9578 §6, token type 0x0002).
 
-A token lets a device upload once on one UTC day without saying who it is. The issuer
+A token lets a device upload one batch of one UTC metric-day without saying who it is. The issuer
 (:mod:`collector.issuer`) authenticates the device (its enrollment credential) and blind-signs up to K
-tokens per device per day; it never sees the token it signs (:mod:`ldp_core.tokens.blind_rsa`). The collector
+tokens per device per key day; it never sees the token it signs (:mod:`ldp_core.tokens.blind_rsa`). The collector
 verifies a token with the issuer's public key only and refuses one spent before.
 
 Formats (RFC 9578 §6, with the choices of this project)
@@ -17,11 +17,13 @@ Formats (RFC 9578 §6, with the choices of this project)
 * ``challenge_digest`` = SHA-256 of the TokenChallenge (RFC 9577 §2.1): ``token_type ‖ u16-length ‖
   issuer_name ‖ u8-length ‖ redemption_context ‖ u16-length ‖ origin_info`` with
   ``redemption_context = SHA-256("ldp-token-day-v1" ‖ 0 ‖ day)`` (32 bytes) and ``origin_info`` = the
-  collector's name. **The choice:** the challenge binds the UTC day and the collector, so a token is good
-  for one collector on one day; each day the issuer also signs with that day's key only
-  (:func:`day_key_name`), so tokens cannot be stockpiled for a later day (K per device per day holds per
-  day, not per issuance day). The challenge is public and the same for every device: it carries nothing
-  that could link a redemption to an issuance.
+  collector's name. **The choice:** the challenge binds a UTC day D and the collector, and D's tokens are
+  signed with D's key only (:func:`day_key_name`, one key per day): a token pays for batches of metric-day D
+  at one collector, and the issuer signs D's tokens while D is today or yesterday, at most K per device and D
+  (so one install has at most K tokens, K x r reports, for any one metric-day). The challenge is public and
+  the same for every device: it carries nothing that could link a redemption to an issuance.
+* Key consistency: :class:`IssuerClient` checks the issuer's key of D against the collector's (and mirrors')
+  ``GET /v1/token-keys`` and the key the device pinned for D (:class:`KeyPins`) before it asks for tokens.
 * A token request (RFC 9578 §6.1): ``token_type ‖ truncated_token_key_id (1 byte: the last byte of
   token_key_id, as §6.1 says; the Appendix A.2 vector carries the first byte instead, see docs/TOKENS.md) ‖
   blinded_msg (Nk)``; the response (§6.2) is the blind signature (Nk bytes).
@@ -38,11 +40,13 @@ import json
 import os
 import re
 import struct
+import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
 
+from ldp_core.days import utc_iso_day
 from ldp_core.errors import LDPError
 from ldp_core.tokens import blind_rsa
 from ldp_core.tokens.enrollment import DeviceIdentity
@@ -61,6 +65,8 @@ __all__ = [
     "parse_token_request",
     "authorization_header",
     "day_key_name",
+    "public_key_entry",
+    "KeyPins",
     "IssuerClient",
 ]
 
@@ -105,6 +111,17 @@ def challenge_digest(issuer_name: str, day: str, origin: str) -> bytes:
         + origin_b
     )
     return hashlib.sha256(challenge).digest()
+
+
+def public_key_entry(day: str, pk: blind_rsa.PublicKey) -> dict[str, str]:
+    """One ``keys`` entry of a token-key document (the issuer's and the collector's ``GET /v1/token-keys``, the
+    issuer's ``public/`` files): ``public_key`` is the RFC 9578 §6.5 encoding (``id-RSASSA-PSS``
+    SubjectPublicKeyInfo, base64), whose SHA-256 is ``token_key_id``."""
+    return {
+        "day": check_day(day),
+        "token_key_id": pk.key_id().hex(),
+        "public_key": base64.b64encode(pk.to_pss_spki()).decode(),
+    }
 
 
 def token_input(nonce: bytes, digest: bytes, key_id: bytes) -> bytes:
@@ -212,12 +229,39 @@ def parse_authorization(value: str | None) -> bytes:
 
 
 # -- the device's side of issuance ----------------------------------------------------------------
+class KeyPins(Protocol):
+    """Where a device keeps the token key it accepted for each day (the SDK's durable store)."""
+
+    def pinned(self, day: str) -> tuple[str, str] | None:
+        """``(token_key_id hex, public_key base64)`` pinned for ``day``, if any."""
+
+    def pin(self, day: str, token_key_id: str, public_key: str) -> None:
+        """Remember the key of ``day`` (called once it passed every check)."""
+
+
+def _day_entry(doc: Any, day: str, source: str) -> tuple[str, bytes] | None:
+    """``(token_key_id, public key DER)`` of ``day`` in a token-key document, None if it lists no key of that
+    day; :class:`TokenError` ``inconsistent_key`` if it lists several (a consistent source lists one a day)."""
+    try:
+        found = [(str(e["token_key_id"]), base64.b64decode(e["public_key"])) for e in doc["keys"] if e["day"] == day]
+    except (KeyError, TypeError, ValueError, binascii.Error):
+        raise TokenError("refused", f"{source} did not serve a token-key document") from None
+    if len(set(found)) > 1:
+        raise TokenError("inconsistent_key", f"{source} lists {len(set(found))} keys for {day}")
+    return found[0] if found else None
+
+
 class IssuerClient:
     """Fetches tokens from ``ldp issuer`` at ``base_url`` as the enrolled device ``identity`` (urllib).
 
-    :meth:`fetch` raises :class:`TokenError` with reason ``limit`` (the device's K tokens of today are issued;
-    ``retry_after`` seconds to the next day), ``unavailable`` (the issuer cannot be reached or failed),
-    ``unauthenticated`` or ``refused`` (any other answer)."""
+    **Key consistency** (docs/TOKENS.md): before asking for tokens of a day, the key the issuer names for it
+    must be the one every URL of ``key_sources`` lists for that day (the collector's ``GET /v1/token-keys``, and
+    mirrors), same ``token_key_id`` and same public key bytes, and the one ``pins`` holds for that day if it
+    holds one; it is then pinned. Otherwise :class:`TokenError` ``inconsistent_key`` and no request is sent.
+
+    :meth:`fetch` raises :class:`TokenError` with reason ``limit`` (the device's K tokens of that day are
+    issued; ``retry_after`` seconds to the next day), ``unavailable`` (the issuer or a key source cannot be
+    reached or failed), ``inconsistent_key``, ``unauthenticated`` or ``refused`` (any other answer)."""
 
     def __init__(
         self,
@@ -228,14 +272,18 @@ class IssuerClient:
         timeout: float = 10.0,
         random_bytes: Callable[[int], bytes] = os.urandom,
         clock: Callable[[], float] | None = None,
+        key_sources: Sequence[str] = (),
+        pins: KeyPins | None = None,
     ) -> None:
         self.base_url = base_url.rstrip("/")
         self.clock = clock  # the time the requests are signed at (default: now); for tests
         self.identity, self.origin, self.timeout, self.random_bytes = identity, origin, timeout, random_bytes
+        self.key_sources, self.pins = tuple(key_sources), pins
         self.retry_after = 0.0
 
     def _call(self, method: str, path: str, body: bytes | None = None, headers: dict[str, str] | None = None) -> Any:
-        req = urllib.request.Request(self.base_url + path, data=body, method=method, headers=headers or {})
+        url = path if "://" in path else self.base_url + path
+        req = urllib.request.Request(url, data=body, method=method, headers=headers or {})
         try:
             with urllib.request.urlopen(req, timeout=self.timeout) as resp:
                 return json.loads(resp.read())
@@ -248,22 +296,46 @@ class IssuerClient:
                 exc.code, "refused" if exc.code < 500 else "unavailable"
             )
             self.retry_after = float(exc.headers.get("Retry-After") or 0)
-            raise TokenError(reason, f"the issuer answered {exc.code}: {err.get('message', '')}") from None
+            raise TokenError(reason, f"{url} answered {exc.code}: {err.get('message', '')}") from None
         except (OSError, ValueError) as exc:
-            raise TokenError("unavailable", f"the issuer at {self.base_url} cannot be reached: {exc}") from None
+            raise TokenError("unavailable", f"{url} cannot be reached: {exc}") from None
+
+    def check_key(self, issuer_doc: Any, day: str) -> blind_rsa.PublicKey:
+        """The issuer's key of ``day`` once it agrees with every key source and the pin (class docstring)."""
+        entry = _day_entry(issuer_doc, day, "the issuer")
+        if entry is None:
+            raise TokenError("refused", f"the issuer has no key for {day}")
+        kid, der = entry
+        pk = blind_rsa.PublicKey.from_der(der)
+        if pk.key_id().hex() != kid:
+            raise TokenError("refused", "the issuer's key does not match its key id")
+        for url in self.key_sources:
+            seen = _day_entry(self._call("GET", url), day, url)
+            if seen != entry:
+                raise TokenError(
+                    "inconsistent_key",
+                    f"the issuer's key of {day} ({kid[:16]}...) is not the one {url} lists"
+                    f" ({seen[0][:16] + '...' if seen else 'none'}): no token is requested under it",
+                )
+        public = base64.b64encode(der).decode()
+        if self.pins is not None:
+            pinned = self.pins.pinned(day)
+            if pinned is not None and (pinned[0], base64.b64decode(pinned[1])) != entry:
+                raise TokenError(
+                    "inconsistent_key",
+                    f"the issuer's key of {day} differs from the one this device pinned for that day",
+                )
+            if pinned is None:
+                self.pins.pin(day, kid, public)
+        return pk
 
     def fetch(self, n: int, *, day: str | None = None) -> list[Token]:
-        """Up to ``n`` tokens of today (the issuer's day; fewer when the device's day runs out)."""
+        """Up to ``n`` tokens of ``day`` (default: today by the device's clock; the issuer also signs for
+        yesterday), fewer when the device's K of that day runs out."""
         keys = self._call("GET", "/v1/token-keys")
+        want = check_day(day if day is not None else utc_iso_day(self.clock() if self.clock else time.time()))
         issuer_name = keys["issuer_name"]
-        entries = {e["day"]: e for e in keys["keys"]}
-        want = day if day is not None else min(entries)
-        entry = entries.get(want)
-        if entry is None:
-            raise TokenError("refused", f"the issuer has no key for {want}")
-        pk = blind_rsa.PublicKey.from_der(base64.b64decode(entry["public_key"]))
-        if pk.key_id().hex() != entry["token_key_id"]:
-            raise TokenError("refused", "the issuer's key does not match its key id")
+        pk = self.check_key(keys, want)
         pending = [
             begin(pk, issuer_name=issuer_name, origin=self.origin, day=want, random_bytes=self.random_bytes)
             for _ in range(max(1, min(n, int(keys["tokens_per_day"]))))

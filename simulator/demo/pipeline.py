@@ -251,8 +251,8 @@ def _announce(run: _Run, pipe: Any) -> None:
         print(f"  sealed metrics: records sealed to analyzer key {run.seal_to.key_id} (private key in {run.keys_dir})")
     if run.issuer is not None:
         print(
-            f"  token issuer {run.issuer.url} (K = {run.issuer.tokens_per_day} tokens/device/day, blind RSA); the "
-            f"collector requires a token per upload (keys {run.issuer.public_dir})",
+            f"  token issuer {run.issuer.url} (K = {run.issuer.tokens_per_day} tokens/device/metric-day, blind RSA);"
+            f" the collector requires a token per upload (keys {run.issuer.public_dir})",
             flush=True,
         )
     print(

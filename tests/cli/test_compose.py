@@ -251,3 +251,22 @@ def test_the_collectors_metrics_listen_apart_and_only_inside_the_compose_network
     for name, other in compose["services"].items():
         for mapping in other.get("ports", []):
             assert int(str(mapping).split(":")[-1]) != args.metrics_port or name != "collector"
+
+
+def test_one_collector_service_shares_its_spent_and_dedup_stores_on_one_host(compose: dict[str, Any]) -> None:
+    """Issue 28: a second collector without the spent-token store accepts a spent token. As shipped, compose
+    runs one collector service (no replicas; its fixed host port also keeps `--scale collector=2` from
+    starting), whose workers share one spent-token file and one dedup file on its own volume, mounted by no
+    other service: SQLite's locking holds among processes of one host (docs/COLLECTOR.md, "Several collectors")."""
+    col = compose["services"]["collector"]
+    assert int(col.get("deploy", {}).get("replicas", 1)) == 1
+    assert any(str(p).startswith("127.0.0.1:8080:") for p in col["ports"])  # a fixed host port: one instance
+    args = parse(col["command"])
+    mount = next(v.split(":")[1] for v in col["volumes"] if v.startswith("collector-data:"))
+    assert args.spent_path.startswith(mount + "/") and args.dedup_path.startswith(mount + "/")
+    others = [
+        n for n, s in compose["services"].items() if n != "collector" and "collector-data:" in str(s.get("volumes"))
+    ]
+    assert others == []
+    text = (ROOT / "docker-compose.yml").read_text()
+    assert "one host" in text and "spent-token" in text  # the requirement is stated where the operator reads it

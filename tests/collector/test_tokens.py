@@ -21,6 +21,7 @@ import pytest
 from collector.http.app import create_app
 from collector.issuer import IssuerSettings, create_issuer_app
 from collector.settings import CollectorSettings
+from ldp_core.days import utc_iso_day
 from ldp_core.metrics import MetricSet
 from ldp_core.tokens import privacy_pass as tokens
 from ldp_core.tokens.enrollment import DeviceIdentity, EnrollmentAuthority
@@ -72,11 +73,10 @@ def test_issuer_refuses_unenrolled_and_replayed_requests(issuer: ServerThread, a
 
     from ldp_core.tokens import blind_rsa
 
-    pk = blind_rsa.PublicKey.from_der(base64.b64decode(keys["keys"][0]["public_key"]))
-    p = tokens.begin(pk, issuer_name=keys["issuer_name"], origin=ORIGIN, day=keys["keys"][0]["day"])
-    body = json.dumps(
-        {"day": keys["keys"][0]["day"], "requests": [base64.urlsafe_b64encode(p.request).decode()]}
-    ).encode()
+    (entry,) = [e for e in keys["keys"] if e["day"] == utc_iso_day(time.time())]
+    pk = blind_rsa.PublicKey.from_der(base64.b64decode(entry["public_key"]))
+    p = tokens.begin(pk, issuer_name=keys["issuer_name"], origin=ORIGIN, day=entry["day"])
+    body = json.dumps({"day": entry["day"], "requests": [base64.urlsafe_b64encode(p.request).decode()]}).encode()
     headers = {"content-type": "application/json", **ident.sign_request("POST", "/v1/token-requests", body)}
     assert httpx.post(issuer.url + "/v1/token-requests", content=body, headers=headers).status_code == 200
     again = httpx.post(issuer.url + "/v1/token-requests", content=body, headers=headers)
@@ -157,18 +157,20 @@ def test_collector_requires_a_valid_unspent_token(
         assert r.status_code == 401 and r.json()["error"] == "token_wrong_challenge"
 
 
-def test_token_expires_at_the_day_boundary(
+def test_token_expires_after_its_day_and_the_next(
     tmp_path: Path, issuer: ServerThread, authority: EnrollmentAuthority, metrics: MetricSet
 ) -> None:
+    """Grace: a token of day D pays for a batch of D on D and on D + 1 (a late upload); from D + 2 it is refused
+    401 token_expired."""
     (tok,) = client(issuer.url, authority.enroll("device-d")).fetch(1)
     now = time.time()
     midnight = (int(now) // 86400 + 1) * 86400
-    # the collector's clock just after the next UTC midnight; the batch's day is still within the window
-    app = create_app(collector_settings(tmp_path, max_day_age=1), clock=lambda: midnight + 1.0)
+    # the collector's clock just after the second UTC midnight; the batch's day is still within its window
+    app = create_app(collector_settings(tmp_path, max_day_age=3), clock=lambda: midnight + 86400 + 1.0)
     with ServerThread(app) as col:
         r = post(col.url, encode_frame(olh_batch(metrics, 5)), tok)
         assert r.status_code == 401 and r.json()["error"] == "token_expired"
-    app = create_app(collector_settings(tmp_path), clock=lambda: midnight - 1.0)  # the last second of its day
+    app = create_app(collector_settings(tmp_path), clock=lambda: midnight + 86400 - 1.0)  # the last second of D + 1
     with ServerThread(app) as col:
         assert post(col.url, encode_frame(olh_batch(metrics, 5)), tok).status_code == 202
 
@@ -178,7 +180,7 @@ def test_missing_token_key_folder_is_a_start_up_error(tmp_path: Path, metrics: M
         create_app(collector_settings(tmp_path, token_keys=str(tmp_path / "nowhere")))
 
 
-def _start_collector(tmp_path: Path, name: str) -> tuple[subprocess.Popen[str], str]:
+def _start_collector(tmp_path: Path, name: str, dedup: str | None = None) -> tuple[subprocess.Popen[str], str]:
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     proc = subprocess.Popen(
         [
@@ -191,7 +193,7 @@ def _start_collector(tmp_path: Path, name: str) -> tuple[subprocess.Popen[str], 
             "--metrics",
             str(tmp_path / "metrics.json"),
             "--dedup",
-            str(tmp_path / f"ids-{name}.sqlite3"),
+            str(tmp_path / (dedup or f"ids-{name}.sqlite3")),
             "--require-tokens",
             "--token-keys",
             str(tmp_path / "issuer" / "public"),
@@ -234,6 +236,27 @@ def test_double_spend_across_two_collector_processes(
             proc.communicate()
 
 
+def test_a_token_spent_at_one_collector_is_refused_at_the_other(
+    tmp_path: Path, issuer: ServerThread, authority: EnrollmentAuthority, metrics: MetricSet
+) -> None:
+    """Two ``ldp collector`` processes sharing the spent-token store and the dedup store (one host, as
+    docs/COLLECTOR.md "Several collectors" requires): a token spent at A pays for nothing at B (409
+    token_spent), and the retry of A's batch at B is a duplicate, not a second count."""
+    (tok,) = client(issuer.url, authority.enroll("device-s")).fetch(1)
+    procs = [_start_collector(tmp_path, n, dedup="ids-shared.sqlite3") for n in ("a", "b")]
+    try:
+        batch = encode_frame(olh_batch(metrics, 3, first_seed=500))
+        assert post(procs[0][1], batch, tok).json()["status"] == "accepted"
+        r = post(procs[1][1], encode_frame(olh_batch(metrics, 3, first_seed=600)), tok)
+        assert r.status_code == 409 and r.json()["error"] == "token_spent", r.text
+        assert post(procs[1][1], batch, tok).json()["status"] == "duplicate"  # the device's retry, elsewhere
+    finally:
+        for proc, _ in procs:
+            proc.terminate()
+            proc.wait(30)
+            proc.communicate()
+
+
 def test_issuer_readyz_and_the_public_key_it_publishes(issuer: ServerThread, tmp_path: Path) -> None:
     """/readyz answers once today's key is on disk, and that key's public half (the collector's --token-keys
     file) is in the RFC 9578 §6.5 encoding whose SHA-256 is the token_key_id the issuer names."""
@@ -246,7 +269,8 @@ def test_issuer_readyz_and_the_public_key_it_publishes(issuer: ServerThread, tmp
     der = base64.b64decode(entry["public_key"])
     assert der[:21].hex().startswith("30820156304106092a864886f70d01010a")  # SEQUENCE { id-RSASSA-PSS ...
     assert hashlib.sha256(der).hexdigest() == entry["token_key_id"]
-    assert httpx.get(issuer.url + "/v1/token-keys").json()["keys"][0]["token_key_id"] == entry["token_key_id"]
+    listed = {e["day"]: e["token_key_id"] for e in httpx.get(issuer.url + "/v1/token-keys").json()["keys"]}
+    assert listed[entry["day"]] == entry["token_key_id"]
 
 
 def test_issuer_serve_takes_the_authority_key_from_the_environment(

@@ -205,7 +205,7 @@ def test_a_version_3_store_is_upgraded_in_place(tmp_path: Path) -> None:
     store.close()
     fl = FLDeviceStore(tmp_path / "sdk")
     conn = fl.store.connection()
-    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 5
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 6
     assert fl.store.counters() == {"uploaded_batches": 3}
     assert fl.ledger("t") is None and fl.last_round("t") is None
     fl.record_round("t", 4, LocalDPSGDSpec(**SPEC), DELTA)

@@ -417,7 +417,7 @@ def test_an_old_store_is_upgraded_in_place_and_pins_what_it_reported(tmp_path, h
     try:
         assert c.flush(30)  # the server's NEW definition has been fetched, the queued report sent
         conn = sqlite3.connect(storage / DB_FILENAME)
-        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 5
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 6
         assert conn.execute("SELECT day, metric, spent, reports FROM ledger").fetchall() == [
             (D0 - 1, "page", 2_000_000_000, 1)
         ]

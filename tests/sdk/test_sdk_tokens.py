@@ -3,7 +3,7 @@
 
 Each test plays what would go wrong without the SDK's token handling: an upload without a token is refused
 401 by the collector and dropped by the SDK, so ``invalid == 0`` on the collector is the check that nothing
-left without one; a token of yesterday would be refused 401 ``token_expired`` the same way."""
+left without one; a token of two days ago would be refused 401 ``token_expired`` the same way."""
 
 from __future__ import annotations
 
@@ -192,12 +192,12 @@ def test_uploads_go_on_while_the_issuer_is_down_then_wait_without_a_token(setup:
     assert len(spent(setup)) == 4
 
 
-def test_tokens_of_yesterday_are_not_used_today(setup: dict[str, Any]) -> None:
-    """Yesterday's tokens (minted by the same issuer state with its clock a day back, so the collector knows
-    their key) sit in the store; today the SDK drops them and fetches today's. Sent, they would be refused
-    401 ``token_expired`` and the batch dropped."""
+def test_tokens_older_than_yesterday_are_dropped(setup: dict[str, Any]) -> None:
+    """Tokens of two days ago (minted by the same issuer state with its clock two days back, so the collector
+    knows their key) sit in the store; today the SDK drops them and fetches today's for today's batch. Sent,
+    they would be refused 401 ``token_expired`` (and, being of another day than the batch, ``token_wrong_day``)."""
     now = time.time()
-    yesterday = now - 86400.0
+    yesterday = now - 2 * 86400.0  # the grace keeps yesterday's: two days back is the first day dropped
     settings = IssuerSettings(str(setup["dir"] / "issuer"), (setup["authority"].public_key,), tokens_per_day=20)
     store = Store(setup["dir"] / "sdk")
     ident = setup["authority"].enroll("device-1", now=yesterday - 60)  # the same device, a day back
