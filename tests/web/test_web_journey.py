@@ -3,7 +3,8 @@
 The pipeline runs as real ``ldp`` processes on 127.0.0.1, each started with its command and environment from
 ``docker-compose.yml`` (read here, not copied): the token issuer, the collector (``LDP_ALLOW_ORIGINS`` set to
 the page's origin, as the compose file passes it), the shuffler, the streaming estimator and the Parquet sink,
-on the embedded log instead of Kafka. What the test changes in those commands, and why, is in
+on the embedded log instead of Kafka; the collector requires anonymous tokens (``--require-tokens``) as there.
+What the test changes in those commands, and why, is in
 :class:`Deployment` (the paths and ports of a container become a temporary folder and free ports; the
 shuffler's crowd threshold drops to 1, as in tests/web/test_web_e2e.py, so that every report is released and
 the estimates can be compared with a known truth: the threshold has its own tests).
@@ -11,8 +12,10 @@ the estimates can be compared with a known truth: the threshold has its own test
 ``sdk-web/test/browser/journey.ts`` serves a page at ``http://127.0.0.1:21601`` that loads the bundled web SDK
 (``scripts/bundle.mjs``) and ships ``metrics/example.json`` as text, as an app would; it simulates
 :data:`USERS` users (each a ``TelemetryClient`` with its own IndexedDB database and a seeded
-``SimulationSource``) who record their values of every metric of the file (frequency, heavy hitters, mean,
-distribution) and flush. A second page, at ``http://127.0.0.1:21602`` (an origin the deployment does not
+``SimulationSource``, enrolled with the test's enrollment authority and given the ``tokens`` option) who
+record their values of every metric of the file (frequency, heavy hitters, mean, distribution) and flush:
+each gets its tokens from the issuer (after the key-consistency check against the collector) and pays each
+upload with one. A second page, at ``http://127.0.0.1:21602`` (an origin the deployment does not
 list), tries the same: the browser refuses it, its SDK says so (failed fetches, ``flush()`` false), its
 reports stay on the device (a new client reads them back) and nothing of it lands (the estimator counts
 exactly the first page's reports). Then the same users record the same values with the Python SDK (seeded
@@ -28,9 +31,10 @@ sums) lies within Z sd of the truth and of the web's (sd from the mechanism's ``
 times sqrt 2 for the difference; for the mean, the plug-in variance); the Square Wave reports of each SDK
 (the estimator's exact output-bin sums) match the values: their bin sum is within Z sd of its expectation
 given each user's input bin (mean and variance of a report's bin from ``transition_matrix``); the heavy
-hitter (60% of the users) is discovered by the batch job with its true count in its interval; and the batch
+hitter (70% of the users) is discovered by the batch job with its true count in its interval; and the batch
 job ``ldp estimate --json`` over the sink's dataset gives the stream's answers (same reports, same
-estimator). Chromium and node are required (a failure, not a skip).
+estimator); the collector's spent-token store holds exactly one token per upload of both SDKs. Chromium and
+node are required (a failure, not a skip).
 """
 
 from __future__ import annotations
@@ -41,6 +45,7 @@ import io
 import json
 import os
 import re
+import sqlite3
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -71,7 +76,9 @@ JOURNEY_METRICS = (
     "session_minutes_distribution",
 )
 FREQUENCY = ("emoji_used", "settings_tab", "dark_mode")
-USERS = 300
+USERS = 150
+TOKEN_ORIGIN = "ldp-collector"  # docker-compose.yml's --token-origin
+TOKEN_STOCK = 6  # tokens a device fetches at once: one per metric, its uploads of the day
 WEB_SEED = 20261206
 PY_SEED = 61206
 CONFIDENCE = 1 - 1e-10
@@ -80,7 +87,7 @@ Z = 6.47  # two-sided normal quantile of 1e-10
 EMOJIS = ["😀", "😂", "❤️", "👍", "🎉", "🙏", "😍", "🔥", "😭", "🤔", "✨", "😊", "💯", "😅", "👀", "🙌"]
 TABS = ["general", "privacy", "notifications", "appearance", "accounts", "billing"]  # billing: "other"
 #: search words and their shares: one heavy hitter the discovery must find, a tail it need not
-WORDS = {"weather": 0.6, "news": 0.1, "maps": 0.1, "recipes": 0.1, "football": 0.05, "lyrics": 0.05}
+WORDS = {"weather": 0.7, "news": 0.1, "maps": 0.05, "recipes": 0.05, "football": 0.05, "lyrics": 0.05}
 
 
 def population(rng: np.random.Generator) -> list[dict[str, list[Any]]]:
@@ -212,8 +219,6 @@ class Deployment:
                 "--port": ports["8080"],
                 "--metrics-host": "127.0.0.1",
                 "--metrics-port": ports["9464"],
-                # the web SDK has no anonymous tokens yet: its uploads would be refused (see the module doc)
-                "--require-tokens": None,
             },
             # the container's working folder (/app/ldp-data/shuffler.key by default) is the temporary one here
             "shuffler": {"--min-batch": "1", "--key-file": str(workdir / "shuffler.key")},
@@ -296,7 +301,9 @@ class Deployment:
 # -- the SDKs -----------------------------------------------------------------------------------------------
 
 
-def web_pages(dep: Deployment, metrics: MetricSet, users: list[dict[str, list[str]]], workdir: Path) -> Any:
+def web_pages(
+    dep: Deployment, metrics: MetricSet, users: list[dict[str, list[Any]]], workdir: Path, authority: Any
+) -> Any:
     policy = {
         "perMetricDaily": max(m.daily_epsilon for m in metrics.values()),
         "totalDaily": sum(m.daily_epsilon for m in metrics.values()),
@@ -306,14 +313,28 @@ def web_pages(dep: Deployment, metrics: MetricSet, users: list[dict[str, list[st
         "bundledMetrics": METRICS_FILE.read_text(),
         "policy": policy,
         "concurrency": 12,
+        "tokens": {"issuerUrl": dep.issuer_url, "origin": TOKEN_ORIGIN, "stock": TOKEN_STOCK},
     }
+
+    def devices(prefix: str, n: int) -> list[str]:
+        """Each simulated user's enrollment bundle (``ldp issuer enroll``'s file, as text)."""
+        return [json.dumps(authority.enroll(f"{prefix}-{i}").to_dict()) for i in range(n)]
+
     plan = {
         "pages": [
-            {**common, "origin": PAGE_ORIGIN, "users": users, "seed": WEB_SEED, "storagePrefix": "journey"},
+            {
+                **common,
+                "origin": PAGE_ORIGIN,
+                "users": users,
+                "devices": devices("web", len(users)),
+                "seed": WEB_SEED,
+                "storagePrefix": "journey",
+            },
             {
                 **common,
                 "origin": REFUSED_ORIGIN,
                 "users": users[:3],
+                "devices": devices("other-site", 3),
                 "seed": WEB_SEED,
                 "storagePrefix": "refused",
                 "reopen": True,  # after the failed flushes, count what each device still holds
@@ -323,12 +344,14 @@ def web_pages(dep: Deployment, metrics: MetricSet, users: list[dict[str, list[st
     path = workdir / "plan.json"
     path.write_text(json.dumps(plan, ensure_ascii=False))
     assert os.access(CHROMIUM, os.X_OK), f"{CHROMIUM} is required (scripts/install-browser)"
-    out = run_tsx("test/browser/journey.ts", str(path), CHROMIUM, timeout=300)
+    out = run_tsx("test/browser/journey.ts", str(path), CHROMIUM, timeout=900)
     (workdir / "pages.json").write_text(json.dumps(out))
     return out
 
 
-def python_devices(dep: Deployment, metrics: MetricSet, users: list[dict[str, list[str]]], workdir: Path) -> None:
+def python_devices(
+    dep: Deployment, metrics: MetricSet, users: list[dict[str, list[Any]]], workdir: Path, authority: Any
+) -> None:
     """The same users, values and metrics with the Python SDK (seeded simulation clients)."""
     from client_sdk.client import TelemetryClient
     from client_sdk.config import ClientConfig
@@ -340,7 +363,18 @@ def python_devices(dep: Deployment, metrics: MetricSet, users: list[dict[str, li
     )
 
     def device(i: int) -> None:
-        config = ClientConfig(mode="simulation", simulation_seed=PY_SEED + i, batch_max_age=0.0)
+        bundle = workdir / f"device-{i}-enrollment.json"
+        bundle.parent.mkdir(parents=True, exist_ok=True)
+        authority.enroll(f"py-{i}").save(bundle)
+        config = ClientConfig(
+            mode="simulation",
+            simulation_seed=PY_SEED + i,
+            batch_max_age=0.0,
+            issuer_url=dep.issuer_url,
+            enrollment_path=bundle,
+            token_origin=TOKEN_ORIGIN,
+            token_stock=TOKEN_STOCK,
+        )
         with TelemetryClient(workdir / f"device-{i}", dep.collector_url, policy, metrics, config=config) as client:
             for metric, values in users[i].items():
                 for v in values:
@@ -453,11 +487,16 @@ def check_pages(app: Any, other: Any, metrics: MetricSet, per_metric: dict[str, 
     assert app["stats"]["recorded"] == sum(per_metric.values()) == app["stats"]["uploaded_reports"], app
     assert {k: v for k, v in app["errors"].items() if v} == {}, app
 
-    # the other site's page: the browser refuses it, the SDK says so, the reports stay on the device
+    assert app["sent"] == sum(per_metric.values()) and app["refused"] == 0 and app["waiting"] == {}, app
+    assert app["stats"]["tokens_fetched"] >= len(JOURNEY_METRICS) * USERS, app["stats"]
+
+    # the other site's page: the browser refuses it (collector and issuer alike), the SDK says so
+    # (flushResult: nothing sent, reports waiting on a transient failure), the reports stay on the device
     assert other["origin"] == REFUSED_ORIGIN
     assert other["metricsError"] is not None and "Failed to fetch" in other["metricsError"], other
-    assert other["fetchErrors"] >= 3 and other["flushed"] == 0, other
-    assert other["stats"]["uploaded_reports"] == 0 and other["errors"]["upload_failures"] >= 3, other
+    assert other["fetchErrors"] >= 3 and other["flushed"] == 0 and other["sent"] == 0, other
+    assert sum(other["waiting"].values()) == 3, other
+    assert other["stats"]["uploaded_reports"] == 0 and other["stats"].get("tokens_fetched", 0) == 0, other
     assert other["stats"]["recorded"] == 3 * 7 == sum(other["kept"]), other
     assert any("blocked by CORS policy" in e for e in other["consoleErrors"]), other
 
@@ -475,7 +514,7 @@ def test_web_journey_through_the_compose_deployment(tmp_path: Path) -> None:
     sw = "session_minutes_distribution"
     try:
         dep.start()
-        out = web_pages(dep, metrics, users, tmp_path)
+        out = web_pages(dep, metrics, users, tmp_path, authority)
         check_pages(*out["pages"], metrics, per_metric, dep)
 
         # nothing of the refused page landed: the estimator counts exactly the app's reports
@@ -485,7 +524,7 @@ def test_web_journey_through_the_compose_deployment(tmp_path: Path) -> None:
         web_bins = state_sums(dep, sw, day)["bins"]
 
         # the Python SDK: the same users and values, through the same deployment
-        python_devices(dep, metrics, users, tmp_path / "py")
+        python_devices(dep, metrics, users, tmp_path / "py", authority)
         dep.wait_counted({m: 2 * n for m, n in per_metric.items()})
         total = {m: dep.estimates(m, day) for m in JOURNEY_METRICS}
         total_bins = state_sums(dep, sw, day)["bins"]
@@ -493,6 +532,10 @@ def test_web_journey_through_the_compose_deployment(tmp_path: Path) -> None:
         # the batch job over the sink's dataset
         wait_dataset(dep, 2 * sum(per_metric.values()))
         batch = {m: batch_estimate(dep, m, day) for m in JOURNEY_METRICS}
+        # every upload of both SDKs paid with its own anonymous token (the collector's record of redeemed ones)
+        with sqlite3.connect(tmp_path / "spent-tokens.sqlite3") as conn:
+            spent = int(conn.execute("SELECT COUNT(*) FROM spent").fetchone()[0])
+        assert spent == 2 * USERS * len(JOURNEY_METRICS), spent
         (tmp_path / "journey.json").write_text(json.dumps({"web": web, "total": total, "batch": batch}))
     finally:
         dep.stop()

@@ -57,7 +57,7 @@ try {
     });
     page.on("pageerror", (e) => consoleErrors.push(String(e)));
     await page.goto(p.origin + "/app/index.html");
-    await page.waitForFunction("window.ldpResult !== undefined || window.ldpError !== undefined", undefined, { timeout: 240_000 });
+    await page.waitForFunction("window.ldpResult !== undefined || window.ldpError !== undefined", undefined, { timeout: 600_000 });
     const failure = (await page.evaluate("window.ldpError")) as string | undefined;
     if (failure) throw new Error(`the page at ${p.origin} failed: ${failure}`);
     const result = (await page.evaluate("window.ldpResult")) as Record<string, unknown>;

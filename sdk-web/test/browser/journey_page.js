@@ -24,7 +24,7 @@ async function main() {
       throw e;
     });
   const policy = new ldp.LocalPolicy(plan.policy);
-  const totals = { flushed: 0, notFlushed: 0, pending: 0, stats: {}, errors: {}, rejections: [] };
+  const totals = { timing: { open: 0, flush: 0 }, flushed: 0, notFlushed: 0, sent: 0, refused: 0, waiting: {}, pending: 0, stats: {}, errors: {}, rejections: [] };
   const add = (into, from) => {
     for (const [k, v] of Object.entries(from)) if (typeof v === "number") into[k] = (into[k] ?? 0) + v;
   };
@@ -34,6 +34,7 @@ async function main() {
     for (;;) {
       const i = next++;
       if (i >= plan.users.length) return;
+      const tOpen = performance.now();
       const client = await ldp.TelemetryClient.open({
         collectorUrl: plan.collectorUrl,
         metrics: plan.bundledMetrics,
@@ -46,10 +47,18 @@ async function main() {
         lifecycle: false,
         backoffBaseMs: 1,
         backoffMaxMs: 1,
+        ...(plan.tokens ? { tokens: { ...plan.tokens, device: plan.devices[i] } } : {}),
       });
       for (const [metric, values] of Object.entries(plan.users[i])) for (const v of values) client.record(metric, v);
-      if (await client.flush()) totals.flushed++;
+      const tFlush = performance.now();
+      const result = await client.flushResult();
+      totals.timing.open += tFlush - tOpen;
+      totals.timing.flush += performance.now() - tFlush;
+      if (result.ok) totals.flushed++;
       else totals.notFlushed++;
+      totals.sent += result.sent.reports;
+      totals.refused += result.refused.reports;
+      if (result.waiting) totals.waiting[result.waiting.reason] = (totals.waiting[result.waiting.reason] ?? 0) + 1;
       totals.pending += await client.pendingReports();
       add(totals.stats, client.stats());
       add(totals.errors, client.errors());
