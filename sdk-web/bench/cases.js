@@ -10,6 +10,19 @@ export const SPECS = [
   ["cms", { epsilon: 2, domain_size: 1024 }],
   ["hcms", { epsilon: 2, domain_size: 65536, num_hashes: 64, width: 1024 }],
   ["hr", { epsilon: 1, domain_size: 1024 }],
+  ["loloha", { epsilon: 2, domain_size: 1024 }],
+];
+
+/** The numeric and heavy-hitter kinds: [name, params, value of report i]. */
+export const KIND_SPECS = [
+  ["duchi", { epsilon: 1, low: 0, high: 240 }, (i) => i % 241],
+  ["pm", { epsilon: 1, low: 0, high: 240 }, (i) => i % 241],
+  ["hm", { epsilon: 1, low: 0, high: 240 }, (i) => i % 241],
+  ["sw", { epsilon: 1, low: 0, high: 240, bins: 64 }, (i) => i % 241],
+  ["1bitmean", { epsilon: 1, low: 0, high: 100, granularity: 16 }, (i) => i % 101],
+  ["dbitflip", { epsilon: 1, low: 0, high: 100, buckets: 32 }, (i) => i % 101],
+  ["pem", { epsilon: 4, length: 8, start_bits: 12, step_bits: 4 }, (i) => "w" + (i % 100)],
+  ["sfp", { epsilon: 4, length: 8 }, (i) => "w" + (i % 100)],
 ];
 
 function quantiles(samples) {
@@ -36,8 +49,16 @@ export function benchEncoders(ldp, now) {
   for (const [name, params] of SPECS) {
     const spec = ldp.makeSpec(name, params);
     const d = spec.domainSize;
-    const one = spec instanceof ldp.RapporSpec ? (i) => spec.encodeMemoized(i % d, key, rng) : (i) => spec.encodeOne(i % d, rng);
+    const one = spec.memoized ? (i) => spec.encodeMemoized(i % d, key, rng) : (i) => spec.encodeOne(i % d, rng);
     out[name] = { spec: spec.canonical, ...timePerCall(now, one) };
+  }
+  // the other kinds through the client's own dispatch (memoized ones with this device's key, warm)
+  for (const [name, params, valueOf] of KIND_SPECS) {
+    const spec = ldp.makeSpec(name, params);
+    const prepared = [];
+    for (let i = 0; i < 100; i++) prepared.push(spec.kind === "heavy_hitters" ? spec.pad(valueOf(i)) : valueOf(i));
+    const ctx = { rng, deviceSecret: key, metricKey: () => key };
+    out[name] = { spec: spec.canonical, ...timePerCall(now, (i) => ldp.encodeReport(spec, prepared[i % 100], ctx)) };
   }
   return out;
 }
@@ -46,10 +67,24 @@ export const BENCH_METRICS = {
   format: "ldp-metrics/1",
   metrics: {
     word: { description: "bench", owner: "b@example.org", expires: "2099-12-31", mechanism: { mechanism: "olh", epsilon: 1.0 }, domain: { kind: "hashed", size: 1024, seed: 0 }, max_reports_per_day: 10 },
+    ...Object.fromEntries(
+      KIND_SPECS.map(([name, params]) => {
+        const hh = name === "pem" || name === "sfp";
+        const { length, ...mech } = params;
+        const domain = hh ? { kind: "string", length } : { kind: "range", low: params.low, high: params.high };
+        if (!hh) {
+          delete mech.low;
+          delete mech.high;
+        }
+        return [`k_${name}`, { description: "bench", owner: "b@example.org", expires: "2099-12-31", mechanism: { mechanism: name, ...mech }, domain, max_reports_per_day: 1 }];
+      }),
+    ),
+    k_loloha: { description: "bench", owner: "b@example.org", expires: "2099-12-31", mechanism: { mechanism: "loloha", epsilon: 2 }, domain: { kind: "hashed", size: 1024, seed: 0 }, max_reports_per_day: 1 },
   },
 };
 
-/** record()'s own cost (what the app's thread pays): the domain mapping and the queue, not the encoding. */
+/** record()'s own cost (what the app's thread pays): the domain mapping and the queue, not the encoding;
+ * per metric kind ("word" is the frequency oracle OLH; k_<mechanism> the others). */
 export async function benchRecord(ldp, now, options) {
   const client = await ldp.TelemetryClient.open({
     collectorUrl: "http://127.0.0.1:9",
@@ -61,6 +96,11 @@ export async function benchRecord(ldp, now, options) {
     ...options,
   });
   const r = timePerCall(now, (i) => client.record("word", "w" + (i % 100)), 200);
+  const kinds = {};
+  for (const [name, , valueOf] of KIND_SPECS) kinds[name] = timePerCall(now, (i) => client.record(`k_${name}`, valueOf(i)), 200);
+  kinds.loloha = timePerCall(now, (i) => client.record("k_loloha", "w" + (i % 100)), 200);
+  const refused = Object.keys(client.errors()).filter((k) => client.errors()[k] > 0);
   await client.close({ upload: false });
-  return r;
+  if (refused.length) throw new Error(`the benchmark's records were refused: ${JSON.stringify(client.errors())}`);
+  return { ...r, kinds };
 }
