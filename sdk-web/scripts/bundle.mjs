@@ -9,6 +9,7 @@ await build({
   entryPoints: ["src/index.ts"],
   bundle: true,
   minify: true,
+  keepNames: true, // readable error names (ClientConfigError, TokenError, ...) in the minified bundle
   format: "esm",
   platform: "browser",
   target: "es2022",

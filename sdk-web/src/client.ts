@@ -25,11 +25,13 @@
  * `navigator.sendBeacon` (falling back to `fetch` with `keepalive`) and stay stored until a later
  * upload is answered: the batch id makes the resend harmless.
  *
- * A dropped batch is never silent: `flush()` resolves `false` when any batch was refused during it (its
- * reports are lost, their ε already spent), the tallies count it (`upload_rejected_batches`/`_reports`,
- * and `upload_tokens_required` for 401 `token_*` answers of a collector run with `--require-tokens`,
- * whose tokens this SDK cannot get yet), `lastRejection()` gives the collector's answer, and a token
- * refusal is said once on the console.
+ * Nothing is lost silently: `flushResult()` says what a flush sent, what the collector refused (a 4xx
+ * other than 408, 429 and the token answers: dropped, counted `upload_rejected_batches`/`_reports`, ε
+ * spent) and why reports still wait (`transient`, `no_token`, `tokens_required`, `token_refused`);
+ * `flush()` resolves its `ok`. A batch refused for its token (401 `token_*`, 409 `token_spent`) is kept
+ * and retried: with the `tokens` option under another token from the wallet (src/wallet.ts), without it
+ * until the collector accepts it (said once on the console). Sealed metrics are sealed when their batch
+ * is formed (src/sealing.ts, src/seal_pin.ts).
  */
 import { ClientConfigError, type LDPError } from "./errors.js";
 import { canonicalJson } from "./canonical.js";

@@ -20,6 +20,7 @@ async function main() {
   for (const v of ["a", "b", "c", "a", "zzz"]) a.record("tab", v);
   for (const w of ["hello", "wörld", "😀"]) a.record("word", w);
   a.record("emoji", "e3");
+  for (const v of ["x", "z"]) a.record("secret", v); // sealed in the browser at upload
   const flushed = await a.flush();
   const phase1 = { flushed, stats: a.stats(), errors: a.errors(), spent: await a.privacySpent() };
   await a.close();
