@@ -834,7 +834,12 @@ export class TelemetryClient {
     }
     await this.wallet.discard(batch.id);
     if (!this.wallet.payable(day)) return this.deliver(batch); // drops it, counted, with the reason
-    return this.hold(batch, "token_refused", `the collector refused the batch's token (${status} ${error}: ${message}); the batch is retried with another token`, null);
+    const hint: Record<string, string> = {
+      token_wrong_challenge: ": check that tokens.origin is the collector's --token-origin and that the issuer is the one the collector trusts",
+      token_unknown_key: ": the collector does not know the issuer's key (does it read the issuer's public key folder, --token-keys?)",
+      token_bad_signature: ": the collector does not accept the issuer's signatures (another issuer than the collector's?)",
+    };
+    return this.hold(batch, "token_refused", `the collector refused the batch's token (${status} ${error}: ${message})${hint[error] ?? ""}; the batch is kept and retried with another token`, null);
   }
 
   /** Keep `batch` for a later attempt: back off (or wait until `until`), and say why. */

@@ -29,9 +29,16 @@ export function openDatabase(factory: IDBFactory, name: string): Promise<IDBData
       if (!db.objectStoreNames.contains("batches")) db.createObjectStore("batches", { keyPath: "id" });
       if (!db.objectStoreNames.contains("tokens")) db.createObjectStore("tokens", { keyPath: "id" });
     };
-    req.onsuccess = () => resolve(req.result);
+    req.onsuccess = () => {
+      // A newer SDK in another tab wants to upgrade the database: let it (this tab's later operations fail
+      // and are counted `storage_error`; a reload picks up the new SDK).
+      req.result.onversionchange = () => req.result.close();
+      resolve(req.result);
+    };
     req.onerror = () => reject(req.error ?? new Error(`cannot open IndexedDB database ${name}`));
-    req.onblocked = () => reject(new Error(`IndexedDB database ${name} is blocked by an older connection`));
+    // An open tab of an older SDK (version 1 had no versionchange handler) holds the database: the upgrade
+    // waits until that tab closes; record() keeps queueing in memory meanwhile.
+    req.onblocked = () => undefined;
   });
 }
 

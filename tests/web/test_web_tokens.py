@@ -208,3 +208,14 @@ def test_without_a_token_option_the_reports_are_kept_and_the_sdk_says_what_to_do
     assert not r["ok"] and r["queued"] == 2 and r["refused"]["batches"] == 0, r
     assert r["waiting"]["reason"] == "tokens_required" and "`tokens` option" in r["waiting"]["message"], r
     assert d.send(op="state")["errors"]["upload_tokens_required"] >= 1
+
+
+def test_a_token_for_another_collector_is_refused_the_batch_kept_and_the_fix_said(stack: dict[str, Any]) -> None:
+    d = stack["device"](origin="not-the-collector")  # its tokens' challenge names another collector
+    d.send(op="record", metric="m", values=["a"])
+    r = d.send(op="flush")
+    assert not r["ok"] and r["queued"] == 1 and r["refused"]["batches"] == 0, r
+    assert r["waiting"]["reason"] == "token_refused", r
+    assert "token_wrong_challenge" in r["waiting"]["message"] and "--token-origin" in r["waiting"]["message"], r
+    st = d.send(op="state")
+    assert st["errors"]["tokens_refused"] == 1 and st["pending"] == 1, st
