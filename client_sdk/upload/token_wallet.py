@@ -13,7 +13,7 @@ the stock runs low, and hands the uploader one per batch. Everything here runs o
 * **Grace.** The issuer signs D's tokens and the collector takes them while D is today or yesterday: a batch
   of yesterday is still paid (with a token of yesterday, fetched on demand). Rows older than yesterday are
   deleted (counted ``tokens_expired``); a batch older than yesterday can no longer be paid
-  (:meth:`payable` is False) and the uploader drops it (counted ``upload_rejected_batches``).
+  (:meth:`too_late`) and the uploader drops it (counted ``upload_rejected_batches``).
 * **Key consistency.** Before a token request, the issuer's key of D must be the one the collector's
   ``GET /v1/token-keys`` (and every ``token_key_mirrors`` URL) lists for D, and the one pinned for D in the
   store's ``token_key_pins`` table if one is; it is then pinned
@@ -107,8 +107,13 @@ class TokenWallet:
         return iso_day(today - 1), iso_day(today)
 
     def payable(self, day: str) -> bool:
-        """Whether a batch of ``day`` can still be paid: its day is today or yesterday (grace)."""
+        """Whether a batch of ``day`` can be paid now: its day is today or yesterday (grace)."""
         return day in self._days()
+
+    def too_late(self, day: str) -> bool:
+        """Whether a batch of ``day`` can never be paid: its day is older than yesterday. (A batch dated after
+        today, after the clock went back, waits instead.)"""
+        return day < self._days()[0]
 
     def _expire_in(self, conn: sqlite3.Connection, oldest: str) -> None:
         n = conn.execute("DELETE FROM tokens WHERE day < ?", (oldest,)).rowcount

@@ -216,7 +216,7 @@ class Uploader:
         authorization: str | None = None
         if self.wallet is not None:
             day = iso_day(read_header(batch.frame).day)  # a token pays for its key's metric-day only
-            if not self.wallet.payable(day):  # older than yesterday: no token of its day can be had any more
+            if self.wallet.too_late(day):  # older than yesterday: no token of its day can be had any more
                 self.outbox.reject(batch.batch_id)
                 self.wallet.settle(batch.batch_id)
                 self.last_status, self.last_error = None, f"dropped: no token of {day} can be had any more"
