@@ -3,11 +3,11 @@
  * (the same document), validated as ldp_core/metrics.py does.
  *
  * Every kind the Python SDK records is recordable here: frequency oracles, means (duchi, pm, hm,
- * "auto", 1bitmean), distributions (sw, dbitflip) and heavy hitters (pem, sfp), sealed or not (records of
- * a sealed metric are sealed at upload, src/sealing.ts). A valid metric this SDK still cannot record (a
- * mechanism newer than this SDK) is refused *per metric*:
- * listed in {@link MetricSet.unsupported} with a message that names it, its kind and what to do;
- * recording it counts `unknown_metric`. An invalid definition is an error, as in Python.
+ * "auto", 1bitmean), distributions (sw, dbitflip) and heavy hitters (pem, sfp), sealed or not (a sealed
+ * metric's records are sealed at upload, src/sealing.ts). A valid metric this SDK still cannot record
+ * (a mechanism newer than this SDK) is refused *per metric*: listed in {@link MetricSet.unsupported}
+ * with a message that names it, its kind and what to do; recording it counts `unknown_metric`. An
+ * invalid definition is an error, as in Python.
  */
 import { MetricsFileError, SpecError } from "./errors.js";
 import { domainFromDict, type Domain } from "./domain.js";
