@@ -42,27 +42,12 @@ import numpy as np
 from client_sdk.store import Store
 from ldp_core.errors import LDPError
 from ldp_core.mechanisms import ReportSpec, spec_from_dict
+from ldp_core.processes import pid_alive
 from ldp_core.wire.frames import ReportBatch, encode_frame
 
 __all__ = ["Outbox", "PendingBatch", "DEFAULT_MAX_REPORTS"]
 
 DEFAULT_MAX_REPORTS = 10_000
-
-
-def _pid_alive(pid: int) -> bool:
-    if pid <= 0:
-        return False
-    if pid == os.getpid():
-        return True
-    if os.name != "posix":
-        return True  # no safe liveness probe: wait for the lease to expire
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 @dataclasses.dataclass(frozen=True)
@@ -143,7 +128,7 @@ class Outbox:
             ).fetchall():
                 if oldest_queued is not None and first_id > oldest_queued:
                     break
-                if lease_until <= now or not _pid_alive(lease_pid):
+                if lease_until <= now or not pid_alive(lease_pid):
                     victim = (batch_id, int(n))
                     break
             if victim is not None:
@@ -206,7 +191,7 @@ class Outbox:
             ).fetchall():
                 if len(out) >= limit:
                     return out
-                if lease_until <= now or (lease_pid != pid and not _pid_alive(lease_pid)):
+                if lease_until <= now or (lease_pid != pid and not pid_alive(lease_pid)):
                     conn.execute(
                         "UPDATE batches SET lease_until = ?, lease_pid = ? WHERE batch_id = ?", (*lease, batch_id)
                     )

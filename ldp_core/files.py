@@ -9,7 +9,7 @@ rename, the temporary file is removed and the target is untouched. With
 ``replace=False`` it creates a file that must never be replaced (the SDK's
 device secret): the first writer wins, the others learn that the file exists.
 
-It lives in ``client_sdk`` because that is the lowest layer: the SDK, the
+It lives in ``ldp_core`` because that is the lowest layer: the SDK, the
 pipeline, the collector, the estimator and the CLI all use this one helper
 instead of each writing its own variant (with its own idea of durability).
 """

@@ -29,6 +29,7 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
 from collector.http.monitoring import MULTIPROC_ENV, CollectorMetrics, start_metrics_listener
+from ldp_core.processes import pid_alive
 from pipeline.prometheus import render
 
 __all__ = ["WholeCollector", "metrics_for_workers", "renderer"]
@@ -45,16 +46,6 @@ class _Families(Collector):
             yield from family.collect()
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 class WholeCollector:
     """Every worker's metrics from the multiprocess folder ``path``, with the stored upload counters of
     ``store`` (a :class:`CollectorMetrics` persisted in the shared batch-id store)."""
@@ -69,7 +60,7 @@ class WholeCollector:
         """The text format; live gauges of workers that died are dropped first (a restarted worker's)."""
         for f in Path(self.path).glob("gauge_live*_*.db"):
             pid = f.stem.rsplit("_", 1)[-1]
-            if pid.isdigit() and not _alive(int(pid)):
+            if pid.isdigit() and not pid_alive(int(pid)):
                 multiprocess.mark_process_dead(int(pid), self.path)  # type: ignore[no-untyped-call]
         return render(self.registry)
 
