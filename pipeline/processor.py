@@ -127,11 +127,11 @@ status_log = logging.getLogger("ldp.status")
 #: (ConfigError: e.g. the shuffler's state topic has another partition count than its raw topic)
 FATAL_ERRORS: tuple[type[BaseException], ...] = (ProcessorError, FencedError, ConfigError)
 
-#: the processor's states: not joined yet; joining failed and is retried; joined and running; it was running
-#: and failed, the join is retried; stopped
 #: seconds without a connection to the input stream before a running processor stops being ready
 INPUT_GRACE = 2.0
 
+#: the processor's states: not joined yet; joining failed and is retried; joined and running; it was running
+#: and failed, the join is retried; stopped
 STATES = ("starting", "waiting", "ready", "lost", "stopped")
 
 
