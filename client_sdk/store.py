@@ -47,7 +47,7 @@ import stat
 import threading
 from collections.abc import Iterator, Mapping
 
-from ldp_core.sqlite import immediate_transaction
+from ldp_core.sqlite import immediate_transaction, use_wal
 
 __all__ = ["Store", "DB_FILENAME", "SCHEMA_VERSION", "UPGRADABLE_VERSIONS", "immediate_transaction"]
 
@@ -194,7 +194,7 @@ class Store:
             if self._closed:
                 raise sqlite3.ProgrammingError("the SDK store is closed")
             conn = sqlite3.connect(self.path, timeout=self._busy_timeout, isolation_level=None, check_same_thread=False)
-            conn.execute("PRAGMA journal_mode=WAL")
+            use_wal(conn, self._busy_timeout)
             conn.execute("PRAGMA synchronous=FULL")
             self._local.conn = conn
             with self._lock:

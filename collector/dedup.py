@@ -60,7 +60,7 @@ from pathlib import Path
 
 from collector.errors import DedupStoreError
 from ldp_core.days import DAY_SECONDS, utc_day
-from ldp_core.sqlite import immediate_transaction
+from ldp_core.sqlite import immediate_transaction, use_wal
 
 __all__ = ["BatchIdStore", "SCHEMA_VERSION", "content_digest"]
 
@@ -108,7 +108,7 @@ class BatchIdStore:
         self._conn = sqlite3.connect(self.path, timeout=60.0, isolation_level=None, check_same_thread=False)
         try:
             if self.path != ":memory:":
-                self._conn.execute("PRAGMA journal_mode=WAL")
+                use_wal(self._conn, 60.0)
             self._conn.execute("PRAGMA synchronous=NORMAL")
             self._key = self._open_schema()
         except BaseException:

@@ -65,7 +65,7 @@ from fastapi.responses import Response
 from collector.cors import ISSUER_ROUTES, CorsMiddleware, parse_origins
 from ldp_core.days import DAY_SECONDS, day_of_iso, iso_day, utc_day, utc_iso_day
 from ldp_core.files import makedirs_durable, write_atomic
-from ldp_core.sqlite import immediate_transaction
+from ldp_core.sqlite import immediate_transaction, use_wal
 from ldp_core.tokens import blind_rsa
 from ldp_core.tokens import privacy_pass as tokens
 from ldp_core.tokens.enrollment import EnrollmentError, RequestVerifier
@@ -118,7 +118,7 @@ class IssuedCounts:
         self._conn = sqlite3.connect(self.path, timeout=60.0, isolation_level=None, check_same_thread=False)
         self._lock = threading.Lock()
         if self.path != ":memory:":
-            self._conn.execute("PRAGMA journal_mode=WAL")
+            use_wal(self._conn, 60.0)
         self._conn.execute("PRAGMA synchronous=FULL")
         self._conn.execute(
             "CREATE TABLE IF NOT EXISTS issued(device_id TEXT NOT NULL, day TEXT NOT NULL, n INTEGER NOT NULL,"

@@ -52,6 +52,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from ldp_core.days import day_of_iso, iso_day, utc_day
+from ldp_core.sqlite import use_wal
 from ldp_core.tokens import blind_rsa
 from ldp_core.tokens import privacy_pass as tokens
 
@@ -217,7 +218,7 @@ class SpentTokens:
         self._conn = sqlite3.connect(self.path, timeout=60.0, isolation_level=None, check_same_thread=False)
         self._lock = threading.Lock()
         if self.path != ":memory:":
-            self._conn.execute("PRAGMA journal_mode=WAL")
+            use_wal(self._conn, 60.0)
         self._conn.execute("PRAGMA synchronous=NORMAL")
         self._conn.execute(
             "CREATE TABLE IF NOT EXISTS spent(digest BLOB PRIMARY KEY, batch_id BLOB NOT NULL, day TEXT NOT NULL)"

@@ -7,7 +7,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from estimator.service.state import Key, KeyState, Tail, Tally
-from ldp_core.sqlite import immediate_transaction
+from ldp_core.sqlite import immediate_transaction, use_wal
 from pipeline.transport.base import TopicPartition
 
 __all__ = ["SnapshotStore"]
@@ -28,7 +28,7 @@ class SnapshotStore:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._conn = sqlite3.connect(str(self.path), isolation_level=None, check_same_thread=False, timeout=30.0)
-        self._conn.execute("PRAGMA journal_mode=WAL")
+        use_wal(self._conn, 30.0)
         self._conn.execute("PRAGMA synchronous=FULL")
         self._conn.executescript("""
             CREATE TABLE IF NOT EXISTS meta(k TEXT PRIMARY KEY, v TEXT NOT NULL);

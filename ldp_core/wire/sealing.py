@@ -368,8 +368,10 @@ class ReplayGuard:
         outlives the process: sources are then compared by their ``repr``."""
         import sqlite3
 
+        from ldp_core.sqlite import use_wal
+
         db = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False)
-        db.execute("PRAGMA journal_mode=WAL")
+        use_wal(db, 5.0)
         db.execute(
             "CREATE TABLE IF NOT EXISTS sealed_seen (metric TEXT NOT NULL, day INTEGER NOT NULL, "
             "enc BLOB NOT NULL, source TEXT NOT NULL, PRIMARY KEY (metric, day, enc)) WITHOUT ROWID"

@@ -51,7 +51,7 @@ from types import TracebackType
 from typing import Literal
 
 from ldp_core.days import DAY_SECONDS, day_start
-from ldp_core.sqlite import immediate_transaction
+from ldp_core.sqlite import immediate_transaction, use_wal
 from pipeline.transport.base import (
     DEFAULT_RETENTION,
     CommitFailedError,
@@ -96,7 +96,7 @@ Synchronous = Literal["FULL", "NORMAL", "EXTRA"]
 
 def _connect(path: Path, synchronous: Synchronous) -> sqlite3.Connection:
     conn = sqlite3.connect(str(path), timeout=60.0, isolation_level=None, check_same_thread=False)
-    mode = conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
+    mode = use_wal(conn, 60.0)
     if str(mode).lower() != "wal":
         conn.close()
         raise TransportError(f"SQLite refused WAL mode for {path} (got {mode!r}); put the log on a local file system")
