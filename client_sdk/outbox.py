@@ -76,6 +76,12 @@ class Outbox:
         #: applied to each batch as it is formed (the client seals sealed metrics' records here)
         self.sealer: Callable[[ReportBatch], ReportBatch] | None = None
 
+    def add_spec(self, spec: ReportSpec) -> None:
+        """Know ``spec`` by its id without the mechanism registry: for specs :func:`spec_from_dict` cannot
+        rebuild (a Prio3 metric's, :mod:`client_sdk.prio3`), whose queued reports survive a restart only
+        once the same spec is added again."""
+        self._specs[spec.spec_id] = spec
+
     # -- writing (inside the recorder's transaction) --------------------------
     def put_in(
         self,

@@ -55,7 +55,13 @@ devices move on), see :mod:`ldp_core.wire.sealing` and ``docs/SEALED.md``.
 be recorded: like Glean's ``expires``, it forces an owner to renew each
 collection deliberately. ``max_reports_per_day`` (r) caps the reports one
 device sends for the metric per UTC day (report sampling); a metric's daily
-privacy demand is therefore ``r * epsilon``. Unknown keys, duplicate names
+privacy demand is therefore ``r * epsilon``.
+
+**Prio3 metrics** (docs/PRIO3.md) are declared ``"kind": "prio3"`` with a ``prio3`` configuration
+(``{"type": "count" | "sum" | "histogram" | "sumvec", ...}``) instead of ``mechanism`` and ``domain``:
+their reports are secret shares for two aggregators, whose public keys the document's top-level
+``prio3_aggregators`` names (``{"leader": {"key_id", "public_key"}, "helper": {...}}``). They are kept
+apart (:attr:`MetricSet.prio3`): iterating a :class:`MetricSet` gives the LDP metrics only. Unknown keys, duplicate names
 and malformed fields are errors that name the metric and the field.
 """
 
@@ -73,6 +79,7 @@ from ldp_core.days import EPOCH, utc_day
 from ldp_core.domain import Domain, NumberRange, StringDomain, domain_from_dict
 from ldp_core.errors import SpecError
 from ldp_core.mechanisms import ReportSpec, spec_class, spec_from_dict
+from ldp_core.prio3.report import ROLES, Prio3Metric, Prio3Spec
 from ldp_core.wire.sealing import AnalyzerPublicKey, SealedSpec, SealingError
 
 __all__ = [
@@ -300,9 +307,26 @@ class MetricSet(Mapping[str, MetricDefinition]):
     """An immutable, validated collection of metric definitions keyed by name."""
 
     def __init__(
-        self, metrics: Mapping[str, MetricDefinition] | None = None, analyzer_keys: tuple[AnalyzerPublicKey, ...] = ()
+        self,
+        metrics: Mapping[str, MetricDefinition] | None = None,
+        analyzer_keys: tuple[AnalyzerPublicKey, ...] = (),
+        *,
+        prio3: Mapping[str, Prio3Metric] | None = None,
+        prio3_aggregators: Mapping[str, AnalyzerPublicKey] | None = None,
     ) -> None:
         self._metrics: dict[str, MetricDefinition] = dict(metrics or {})
+        #: the Prio3 metrics (docs/PRIO3.md), apart from the LDP ones
+        self.prio3: dict[str, Prio3Metric] = dict(prio3 or {})
+        #: the two aggregators' public keys, by role (Prio3 metrics need both)
+        self.prio3_aggregators: dict[str, AnalyzerPublicKey] = dict(prio3_aggregators or {})
+        if self.prio3 and set(self.prio3_aggregators) != set(ROLES):
+            raise MetricsFileError(
+                f"metric(s) {sorted(self.prio3)} are prio3 metrics, but the metrics file's 'prio3_aggregators' "
+                "does not name a 'leader' and a 'helper' key (create them with `ldp keys new`)"
+            )
+        both = sorted(set(self.prio3) & set(self._metrics))
+        if both:
+            raise MetricsFileError(f"metric(s) {both} are declared twice")
         for name, m in self._metrics.items():
             if m.name != name:
                 raise MetricsFileError(f"metric keyed {name!r} is named {m.name!r}")
@@ -314,6 +338,10 @@ class MetricSet(Mapping[str, MetricDefinition]):
                 f"metric(s) {sealed} are sealed, but the metrics file names no 'analyzer_keys'; "
                 "create a key pair with `ldp keys new` and add its public entry"
             )
+
+    def prio3_spec(self, name: str) -> Prio3Spec:
+        """The wire spec of Prio3 metric ``name`` (it binds both aggregators' key ids)."""
+        return self.prio3[name].wire_spec(self.prio3_aggregators["leader"], self.prio3_aggregators["helper"])
 
     @property
     def analyzer_key(self) -> AnalyzerPublicKey | None:
@@ -337,6 +365,9 @@ class MetricSet(Mapping[str, MetricDefinition]):
         out: dict[str, Any] = {"format": FORMAT, "metrics": {n: m.to_dict() for n, m in self._metrics.items()}}
         if self.analyzer_keys:
             out["analyzer_keys"] = [k.to_dict() for k in self.analyzer_keys]
+        if self.prio3:
+            out["metrics"].update({n: m.to_dict() for n, m in self.prio3.items()})
+            out["prio3_aggregators"] = {r: k.to_dict() for r, k in self.prio3_aggregators.items()}
         return out
 
     def to_json(self) -> str:
@@ -379,13 +410,14 @@ def parse_metrics(
         raise MetricsFileError('a metrics file must be a JSON object {"format": ..., "metrics": {...}}')
     if obj.get("format") != FORMAT:
         raise MetricsFileError(f"metrics file format must be {FORMAT!r}, got {obj.get('format')!r}")
-    unknown = sorted(set(obj) - {"format", "metrics", "analyzer_keys"})
+    unknown = sorted(set(obj) - {"format", "metrics", "analyzer_keys", "prio3_aggregators"})
     if unknown:
         raise MetricsFileError(f"metrics file: unknown top-level key(s) {unknown}")
     raw = obj.get("metrics")
     if not isinstance(raw, Mapping):
         raise MetricsFileError("metrics file: 'metrics' must be an object keyed by metric name")
-    metrics = {name: MetricDefinition.from_dict(name, data) for name, data in raw.items()}
+    prio3, aggregators = _prio3_part(obj, raw)
+    metrics = {name: MetricDefinition.from_dict(name, data) for name, data in raw.items() if name not in prio3}
     keys_raw = obj.get("analyzer_keys", [])
     if not isinstance(keys_raw, list):
         raise MetricsFileError("metrics file: 'analyzer_keys' must be a list, the current key first")
@@ -398,13 +430,39 @@ def parse_metrics(
     if reject_expired:
         if today is None:
             today = utc_day(_dt.datetime.now(_dt.UTC).timestamp())
-        for m in metrics.values():
-            if m.is_expired(today):
+        every: list[MetricDefinition | Prio3Metric] = [*metrics.values(), *prio3.values()]
+        for m in every:
+            if today > m.expires_day:
                 raise MetricsFileError(
                     f"metric {m.name!r} expired on {m.expires.isoformat()}; its owner {m.owner} must renew "
                     f"('expires') or remove it"
                 )
-    return MetricSet(metrics, keys)
+    return MetricSet(metrics, keys, prio3=prio3, prio3_aggregators=aggregators)
+
+
+def _prio3_part(obj: Mapping[str, Any], raw: Mapping[str, Any]) -> tuple[dict[str, Prio3Metric], dict[str, Any]]:
+    """The document's Prio3 metrics (``"kind": "prio3"``) and its ``prio3_aggregators`` keys."""
+    prio3: dict[str, Prio3Metric] = {}
+    for name, data in raw.items():
+        if isinstance(data, Mapping) and data.get("kind") == "prio3":
+            if not isinstance(name, str) or not _NAME_RE.match(name):
+                raise MetricsFileError(
+                    f"metric name {name!r} is invalid: use 1-255 characters from letters, digits and _ . : -"
+                )
+            try:
+                prio3[name] = Prio3Metric.from_dict(name, data)
+            except SpecError as exc:
+                raise MetricsFileError(f"metric {name!r}: {exc}") from None
+    agg_raw = obj.get("prio3_aggregators", {})
+    if not isinstance(agg_raw, Mapping) or not set(agg_raw) <= set(ROLES):
+        raise MetricsFileError('metrics file: \'prio3_aggregators\' must be {"leader": {key}, "helper": {key}}')
+    try:
+        aggregators = {r: AnalyzerPublicKey.from_dict(k) for r, k in agg_raw.items()}
+    except SealingError as exc:
+        raise MetricsFileError(f"metrics file: bad 'prio3_aggregators': {exc}") from None
+    if len(aggregators) == 2 and aggregators["leader"].key_id == aggregators["helper"].key_id:
+        raise MetricsFileError("metrics file: the leader and the helper must have different keys")
+    return prio3, aggregators
 
 
 def load_metrics(path: str | os.PathLike[str], *, today: int | None = None, reject_expired: bool = True) -> MetricSet:

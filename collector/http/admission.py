@@ -44,7 +44,9 @@ class Admission:
         if len(batch) == 0:
             raise RejectedBatch(422, "empty", "the batch holds no reports")
         self._check_day(batch.day)
-        m = self.declared[batch.metric]  # after the day checks: a day far out of range is bad_day, not expired_metric
+        m = (
+            self.declared.get(batch.metric) or self.declared.prio3[batch.metric]
+        )  # after the day checks: a day far out of range is bad_day, not expired_metric
         if self.tokens and len(batch) > m.max_reports_per_day:
             # one token pays for one device's reports of one metric-day: what bounds a device's influence
             raise RejectedBatch(

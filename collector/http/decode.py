@@ -24,6 +24,16 @@ log = logging.getLogger("ldp.collector")
 def resolve(declared: MetricSet, metric: str, spec_id: str) -> ReportSpec:
     """The spec a batch of ``metric`` made under ``spec_id`` is decoded with; 422 if there is none."""
     m = declared.get(metric)
+    if m is None and metric in declared.prio3:  # a Prio3 metric: opaque shares for the aggregators (docs/PRIO3.md)
+        p3 = declared.prio3_spec(metric)
+        if p3.spec_id != spec_id:
+            raise RejectedBatch(
+                422,
+                "spec_mismatch",
+                f"prio3 metric {metric!r} is collected under spec {p3.spec_id} (its configuration and the "
+                f"aggregators' keys), but the batch was made under spec {spec_id}; refresh GET /v1/metrics",
+            )
+        return p3
     if m is None:
         raise RejectedBatch(
             422,

@@ -54,7 +54,7 @@ def metrics_layout(declared: MetricSet) -> dict[str, Any]:
     layout (:func:`record_layout`) added (``GET /v1/metrics?layout=1``)."""
     doc = declared.to_dict()
     for name, entry in doc["metrics"].items():
-        spec = declared[name].spec
+        spec = declared.prio3_spec(name) if name in declared.prio3 else declared[name].spec
         entry["spec_id"] = spec.spec_id
         entry["accepted_spec_ids"] = [spec.spec_id]
         entry["record"] = record_layout(spec)
