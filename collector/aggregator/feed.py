@@ -14,6 +14,7 @@ from typing import Any
 from collector.aggregator.service import Aggregator
 from ldp_core.errors import FrameError
 from ldp_core.wire.frames import decode_frame, read_header
+from pipeline.topics import DEFAULT_PARTITIONS
 
 __all__ = ["LeaderFeed"]
 
@@ -58,6 +59,9 @@ class LeaderFeed:
 
     def _run(self) -> None:
         try:
+            self.transport.ensure_topic(
+                self.topic, DEFAULT_PARTITIONS
+            )  # as the collector makes it, if it is not up yet
             consumer = self.transport.consume(self.topic, self.group, member="prio3-leader-0")
             with consumer:
                 while not self._stop.is_set():

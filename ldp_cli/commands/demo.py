@@ -16,6 +16,7 @@ collector that requires anonymous upload tokens: every device enrolls, fetches i
 tokens and pays each upload with one, and one install floods a metric far beyond
 its allowance (docs/TOKENS.md).
 
+``--prio3`` runs the Prio3 metrics through two aggregators instead (docs/PRIO3.md).
 ``--offline`` runs the earlier in-memory simulation instead: one seeded Zipf
 population through every frequency oracle (real encoders and estimators),
 each oracle's accuracy against its theoretical variance, and a plot.
@@ -31,6 +32,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from ldp_cli.commands.demo_prio3 import add_prio3_flags, run_prio3
 from ldp_cli.options import summary
 from ldp_cli.progress import add_progress_flags, lines, progress_enabled
 from simulator.demo.offline import DEFAULT_MECHANISMS
@@ -128,6 +130,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="folder (not a file) for demo.png and demo.json (default out)",
     )
     p.add_argument("--no-plot", action="store_true")
+    add_prio3_flags(p)  # --prio3 and its options (docs/PRIO3.md)
     add_progress_flags(p)  # a line per phase and the enrollment bar on stderr (a terminal only, unless --progress)
     p.add_argument(
         "--serve",
@@ -154,6 +157,8 @@ def kafka_broker(text: str) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.prio3:
+        return run_prio3(args)
     if args.offline:
         if args.serve:
             raise ValueError("--serve keeps the pipeline's dashboard running; --offline runs no pipeline")
