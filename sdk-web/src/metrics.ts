@@ -70,6 +70,10 @@ function parseOne(name: string, data: unknown): MetricDefinition | string {
   if (!NAME_RE.test(name)) throw new MetricsFileError(`metric name ${JSON.stringify(name)} is invalid: use 1-255 characters from letters, digits and _ . : -`);
   if (data === null || typeof data !== "object" || Array.isArray(data)) throw new MetricsFileError(`${where}: the definition must be an object with ${FIELDS.join(", ")}`);
   const o = data as Record<string, unknown>;
+  if (o.kind === "prio3") {
+    // secret-shared for two aggregators (docs/PRIO3.md): the Python SDK (client_sdk.prio3) records these
+    return `metric ${JSON.stringify(name)} is a prio3 metric (secret shares for two aggregators), which the web SDK does not record yet (the rest of the file is); record it from the Python SDK's Prio3Client`;
+  }
   const unknown = Object.keys(o).filter((k) => !FIELDS.includes(k) && !OPTIONAL.includes(k)).sort();
   if (unknown.length) throw new MetricsFileError(`${where}: unknown field(s) ${unknown.join(", ")}; the fields are ${FIELDS.join(", ")} and optionally ${OPTIONAL.join(", ")}`);
   const missing = FIELDS.filter((f) => !(f in o));
@@ -166,7 +170,8 @@ export function parseMetrics(document: string | unknown, options: { today?: numb
   if (obj === null || typeof obj !== "object" || Array.isArray(obj)) throw new MetricsFileError('a metrics file must be a JSON object {"format": ..., "metrics": {...}}');
   const o = obj as Record<string, unknown>;
   if (o.format !== FORMAT) throw new MetricsFileError(`metrics file format must be ${JSON.stringify(FORMAT)}, got ${JSON.stringify(o.format)}`);
-  const unknown = Object.keys(o).filter((k) => !["format", "metrics", "analyzer_keys"].includes(k));
+  // prio3_aggregators: the two Prio3 aggregators' keys (docs/PRIO3.md), used by prio3 metrics only
+  const unknown = Object.keys(o).filter((k) => !["format", "metrics", "analyzer_keys", "prio3_aggregators"].includes(k));
   if (unknown.length) throw new MetricsFileError(`metrics file: unknown top-level key(s) ${unknown.sort().join(", ")}`);
   const raw = o.metrics;
   if (raw === null || typeof raw !== "object" || Array.isArray(raw)) throw new MetricsFileError("metrics file: 'metrics' must be an object keyed by metric name");
