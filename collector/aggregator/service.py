@@ -308,9 +308,13 @@ class Aggregator:
         *,
         insert: bool = False,
     ) -> None:
-        """Record each report's verdict and add the accepted ones' output shares to the batch's aggregate share."""
-        accepted = [rid for rid, v in verdicts.items() if v == "accepted"]
+        """Record each report's verdict and add the accepted ones' output shares to the batch's aggregate share
+        (unless the batch was released meanwhile: then they are rejected, a released share never changes)."""
         with self._lock, self._db:
+            if any(v == "accepted" for v in verdicts.values()) and self._collected(metric, day):
+                verdicts = {rid: "rejected:batch_collected" if v == "accepted" else v for rid, v in verdicts.items()}
+                outs = []
+            accepted = [rid for rid, v in verdicts.items() if v == "accepted"]
             for rid, verdict in verdicts.items():
                 status, _, reason = verdict.partition(":")
                 if insert:

@@ -240,3 +240,27 @@ def test_helper_accepting_an_invalid_proof_is_caught(deployment: Deployment, tmp
         assert st.leader.counts["rejected:invalid_proof"] == 1 and st.helper.counts["accepted"] == 2
         with pytest.raises(CollectionRejected, match="cover different reports"):
             st.collect("p.count", day)
+
+
+def test_a_device_with_stale_aggregator_keys_is_refused(stack: Prio3Stack, tmp_path: Path) -> None:
+    """The wire spec binds both aggregators' key ids: shares sealed to keys the aggregators no longer hold are
+    refused at the collector (spec_mismatch), not carried to aggregators that cannot open them."""
+    import dataclasses
+
+    day = utc_day(time.time())
+    spec = stack.metrics.prio3_spec("p.count")
+    stale = dataclasses.replace(spec, helper_key_id="0badc0de")
+    resp = _post(stack, "p.count", stale, day, [bytes(stale.layout.size)])
+    assert resp.status_code == 422 and resp.json()["error"] == "spec_mismatch"
+
+
+def test_reports_of_a_released_batch_are_rejected(stack: Prio3Stack, tmp_path: Path) -> None:
+    day = utc_day(time.time())
+    dev = Prio3Client(stack.metrics, tmp_path / "a", stack.collector_url)
+    assert dev.record("p.count", 1) and dev.flush() == "idle"
+    stack.wait_settled(1)
+    assert stack.collect("p.count", day).value == 1
+    late = Prio3Client(stack.metrics, tmp_path / "b", stack.collector_url)
+    assert late.record("p.count", 1) and late.flush() == "idle"
+    stack.wait_settled(2)
+    assert stack.leader.counts["rejected:batch_collected"] == 1
