@@ -264,3 +264,16 @@ def test_reports_of_a_released_batch_are_rejected(stack: Prio3Stack, tmp_path: P
     assert late.record("p.count", 1) and late.flush() == "idle"
     stack.wait_settled(2)
     assert stack.leader.counts["rejected:batch_collected"] == 1
+
+
+def test_queued_reports_survive_a_restart(stack: Prio3Stack, tmp_path: Path) -> None:
+    """A report recorded but not uploaded when the app stops is sent by the next client over the same store
+    (the outbox keeps the opaque report; the new client knows its spec again)."""
+    day = utc_day(time.time())
+    dev = Prio3Client(stack.metrics, tmp_path / "dev", stack.collector_url)
+    assert dev.record("p.sum", 42)
+    dev.close()
+    again = Prio3Client(stack.metrics, tmp_path / "dev", stack.collector_url)
+    assert again.pending() == 1 and again.flush() == "idle" and again.pending() == 0
+    stack.wait_settled(1)
+    assert stack.collect("p.sum", day).value == 42
