@@ -32,7 +32,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from ldp_cli.commands.demo_prio3 import add_prio3_flags, run_prio3
+from ldp_cli.commands.demo_prio3 import add_prio3_flags, refuse_prio3_flags, run_prio3
 from ldp_cli.options import summary
 from ldp_cli.progress import add_progress_flags, lines, progress_enabled
 from simulator.demo.offline import DEFAULT_MECHANISMS
@@ -159,6 +159,7 @@ def kafka_broker(text: str) -> str:
 def run(args: argparse.Namespace) -> int:
     if args.prio3:
         return run_prio3(args)
+    refuse_prio3_flags(args)
     if args.offline:
         if args.serve:
             raise ValueError("--serve keeps the pipeline's dashboard running; --offline runs no pipeline")

@@ -11,7 +11,7 @@ from typing import Any
 
 from ldp_cli.progress import lines
 
-__all__ = ["add_prio3_flags", "run_prio3"]
+__all__ = ["add_prio3_flags", "refuse_prio3_flags", "run_prio3"]
 
 
 def add_prio3_flags(p: argparse.ArgumentParser) -> None:
@@ -36,6 +36,22 @@ def add_prio3_flags(p: argparse.ArgumentParser) -> None:
         help="--prio3: ports of the collector, the helper and the leader (default 0,0,0: free ones)",
     )
     p.add_argument("--json", action="store_true", help="--prio3: print the result document as JSON")
+
+
+def refuse_prio3_flags(args: argparse.Namespace) -> None:
+    """A --prio3 option given without --prio3 is a usage error, not silently ignored."""
+    given = [
+        flag
+        for flag, on in (
+            ("--json", args.json),
+            ("--central-epsilon", args.central_epsilon is not None),
+            ("--ldp-epsilon", args.ldp_epsilon != 1.0),
+            ("--prio3-ports", args.prio3_ports != "0,0,0"),
+        )
+        if on
+    ]
+    if given:
+        raise ValueError(f"{', '.join(given)} go(es) with --prio3 (the pipeline demo writes its results to --out)")
 
 
 def _ports(text: str) -> tuple[int, int, int]:

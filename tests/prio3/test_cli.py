@@ -103,3 +103,5 @@ def test_aggregator_usage_errors(tmp_path: Path) -> None:
     assert out.returncode == 2 and "--role" in out.stderr
     out = _ldp("aggregator", "--role", "leader", cwd=tmp_path)
     assert out.returncode == 2 and "--metrics" in out.stderr
+    out = _ldp("demo", "--central-epsilon", "1", "--devices", "5", cwd=tmp_path)  # a --prio3 option alone
+    assert out.returncode == 2 and "go(es) with --prio3" in out.stderr
