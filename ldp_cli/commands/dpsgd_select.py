@@ -58,7 +58,8 @@ def add_selection_flags(p: argparse.ArgumentParser) -> None:
 def run_selection(args: argparse.Namespace, job: Any, data: Any) -> tuple[dict[str, Any], list[str]]:
     """The search's result (``ldp dpsgd``'s object with ``epsilon`` the composed total and ``selection``) and
     the text lines that say what was chosen."""
-    from estimator.selection.dpsgd import candidate_grid, select_dpsgd
+    from estimator.selection.dpsgd import candidate_grid, select_dpsgd, selection_event
+    from ldp_cli.commands.budget import charge
 
     candidates = candidate_grid(
         args.candidate_noise_multipliers or (args.noise_multiplier,),
@@ -66,6 +67,11 @@ def run_selection(args: argparse.Namespace, job: Any, data: Any) -> tuple[dict[s
         args.candidate_clips or (args.clip,),
     )
 
+    if args.budget_session:  # the whole search, debited before any candidate is trained
+        event = selection_event(job, candidates, args.select_epsilon)
+        refused = charge(args, "dpsgd-select", event, f"dpsgd --select {args.select} on {args.data}")
+        if refused is not None:
+            return {"refused": refused}, []
     show = progress_enabled(args)
 
     def progress(line: str) -> None:
