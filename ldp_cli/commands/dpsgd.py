@@ -105,6 +105,8 @@ def run_dpsgd_cmd(args: argparse.Namespace) -> int:
     split_rng, init_rng, sample_rng, noise_rng = job.generators()
     data = load_dataset(args.data, args.model, split_rng, args.test_fraction, args.classes)
     if args.select:
+        if args.plot:
+            raise ValueError("--plot draws one run's accuracy against its ε; it is not available with --select")
         selected, lines = run_selection(args, job, data)
         if "refused" in selected:
             return int(selected["refused"])

@@ -8,6 +8,7 @@ import argparse
 
 from ldp_cli.commands.argtypes import positive as _positive
 from ldp_cli.commands.argtypes import positive_int as _positive_int
+from ldp_cli.commands.budget import add_budget_flags, charge
 from ldp_cli.commands.privacy.common import add_common, emit
 
 __all__ = ["register_svt", "run_svt"]
@@ -46,6 +47,7 @@ def register_svt(ps: argparse._SubParsersAction) -> None:
     q.add_argument("--scores", type=_scores, default=None, help="integer scores a,b,c,...: run the selection on them")
     q.add_argument("--plot", default=None, help="write ε against the number of candidates (SVT, EM, naive) to this PNG")
     add_common(q, False)
+    add_budget_flags(q)  # a run (--scores) is debited as kind "selection" before the noise is drawn
     q.set_defaults(func=run_svt)
 
 
@@ -71,6 +73,9 @@ def run_svt(args: argparse.Namespace) -> int:
     ]
     if args.scores is not None:
         svt = SparseVector(args.epsilon, args.threshold, args.max_answers, args.sensitivity, args.monotonic)
+        refused = charge(args, "selection", svt.event, f"sparse vector over {k} candidates")
+        if refused is not None:
+            return refused
         sel = svt_select(lambda i: args.scores[i], k, svt)
         obj.update({"selected": list(sel.selected), "scored": sel.scored})
         lines.append(f"  selected (OS CSPRNG): {list(sel.selected) or 'none'} after scoring {sel.scored}")
