@@ -11,10 +11,10 @@ from typing import Any
 from ldp_cli.commands.argtypes import positive as _positive
 from ldp_cli.progress import progress_enabled
 
-__all__ = ["add_selection_flags", "run_selection"]
+__all__ = ["add_selection_flags", "run_selection", "float_list"]
 
 
-def _floats(text: str) -> tuple[float, ...]:
+def float_list(text: str) -> tuple[float, ...]:
     try:
         vals = tuple(float(v) for v in text.split(",") if v.strip())
     except ValueError:
@@ -41,10 +41,10 @@ def add_selection_flags(p: argparse.ArgumentParser) -> None:
     )
     g.add_argument("--select", choices=["svt", "em"], default=None, help="choose hyperparameters privately")
     g.add_argument(
-        "--candidate-noise-multipliers", type=_floats, default=None, help="σ values (default: --noise-multiplier)"
+        "--candidate-noise-multipliers", type=float_list, default=None, help="σ values (default: --noise-multiplier)"
     )
-    g.add_argument("--candidate-lrs", type=_floats, default=None, help="learning rates (default: --lr)")
-    g.add_argument("--candidate-clips", type=_floats, default=None, help="clipping norms (default: --clip)")
+    g.add_argument("--candidate-lrs", type=float_list, default=None, help="learning rates (default: --lr)")
+    g.add_argument("--candidate-clips", type=float_list, default=None, help="clipping norms (default: --clip)")
     g.add_argument("--select-epsilon", type=_positive, default=1.0, help="ε of the choice itself (default 1)")
     g.add_argument("--select-threshold", type=_fraction, default=None, help="svt: validation accuracy to reach")
     g.add_argument(
