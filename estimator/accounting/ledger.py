@@ -44,13 +44,23 @@ import time
 from fractions import Fraction
 from typing import Any, Literal
 
+import numpy as np
+
 from estimator.accounting.accountant import AccountingError, Neighbors
 from estimator.accounting.odometer import BasicFilter, PrivacyFilter, ZCDPFilter
 from ldp_core.errors import BudgetError
 from ldp_core.privacy_events import PrivacyEvent, event_from_dict
 from ldp_core.sqlite import immediate_transaction, use_wal
 
-__all__ = ["BudgetLedger", "LedgerRefusal", "LedgerError", "debit_before_run", "REFUSED_EXIT_CODE", "PROTECTS"]
+__all__ = [
+    "BudgetLedger",
+    "LedgerRefusal",
+    "LedgerError",
+    "debit_before_run",
+    "plot_report",
+    "REFUSED_EXIT_CODE",
+    "PROTECTS",
+]
 
 #: the exit code of a command whose run the ledger refused (2 is bad input)
 REFUSED_EXIT_CODE = 3
@@ -384,3 +394,26 @@ def debit_before_run(
         raise LedgerError("a budget session needs the partner the query is debited to")
     with BudgetLedger(session) as ledger:
         return ledger.debit(partner, kind, event, label)
+
+
+def plot_report(report: dict[str, Any], path: str) -> None:
+    """Each partner's share of the budget and what it spent, per unit of the session's filter (matplotlib)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    units = list(report["status"]["budget"])
+    names = list(report["partners"])
+    fig, axes = plt.subplots(1, len(units), figsize=(6.5 * len(units), 4.2), squeeze=False)
+    for ax, u in zip(axes[0], units):
+        pos = np.arange(len(names))
+        ax.bar(pos, [report["partners"][n]["budget"][u] for n in names], color="#dddddd", label="share")
+        ax.bar(pos, [report["partners"][n]["spent"][u] for n in names], width=0.5, label="spent")
+        ax.set_xticks(pos, names)
+        ax.set_ylabel(u)
+        ax.set_title(f"{report['subject']}: {u} by partner ({report['filter']} filter)")
+        ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

@@ -6,7 +6,7 @@
 * ``approve FILE --kind K --by NAME [--partner P] [--note T]``: approve a kind of query (recorded).
 * ``debit FILE --partner P --kind K (--release KIND:VALUE | --event JSON) [--label L]``: charge a query before
   it runs.
-* ``report FILE``: who spent what (by partner and by kind), the approvals and the ledger.
+* ``report FILE [--plot PNG]``: who spent what (by partner and by kind), the approvals and the ledger.
 
 Every sub-command prints one JSON object with ``--json``. A refused debit exits 3 (:data:`REFUSED_EXIT_CODE`)
 with the reason (``unknown_partner``, ``unapproved``, ``exhausted``) and spends nothing; bad input exits 2.
@@ -79,7 +79,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--event", help="a privacy event as JSON (ldp_core.privacy_events)")
     q.add_argument("--sensitivity", type=_positive_int, default=1, help="of --release (default 1)")
     q.add_argument("--label", default="")
-    ps.add_parser("report", help="who spent what")
+    q = ps.add_parser("report", help="who spent what")
+    q.add_argument("--plot", default=None, help="write each partner's share and spend to this PNG")
     for q in ps.choices.values():
         q.add_argument("session", metavar="FILE", help="the session file (SQLite)")
         q.add_argument("--json", action="store_true", help="print one JSON object")
@@ -155,7 +156,13 @@ def run_budget_cmd(args: argparse.Namespace) -> int:
                 return report_refusal(args, exc)
             costs = ", ".join(f"{u} {v:.6g}" for u, v in obj["cost"].items())
             return _emit(args, obj, f"debited {costs} to {obj['partner']} ({obj['kind']})")
-        return _emit(args, (r := ledger.report()), "\n".join(_report_lines(r)))
+        r = ledger.report()
+        if args.plot:
+            from estimator.accounting.ledger import plot_report
+
+            plot_report(r, args.plot)
+            r["plot"] = args.plot
+        return _emit(args, r, "\n".join(_report_lines(r)))
 
 
 def _event(args: argparse.Namespace) -> Any:

@@ -39,7 +39,8 @@ def test_the_budget_commands(tmp_path: Path, capsys: pytest.CaptureFixture[str])
     assert main(["budget", "report", s, "--json"]) == 0
     r = _json(capsys)
     assert r["partners"]["ana"]["spent"]["epsilon"] == pytest.approx(0.5)  # type: ignore[index]
-    assert main(["budget", "report", s]) == 0 and "ana" in capsys.readouterr().out
+    assert main(["budget", "report", s, "--plot", str(tmp_path / "r.png")]) == 0 and "ana" in capsys.readouterr().out
+    assert (tmp_path / "r.png").stat().st_size > 1000
     # bad input: exit 2 with the reason
     assert main(["budget", "report", str(tmp_path / "none.db")]) == 2
     assert "no budget session" in capsys.readouterr().err
