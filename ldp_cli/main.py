@@ -59,6 +59,10 @@ COMMAND_TABLE: dict[str, tuple[str, str]] = {
         "ldp_cli.commands.study",
         "research scenarios: federated learning with client-level DP on seeded synthetic data",
     ),
+    "budget": (
+        "ldp_cli.commands.budget",
+        "a privacy budget shared among partners: sessions, shares, approvals, debits, report",
+    ),
     "dpsgd": ("ldp_cli.commands.dpsgd", "train a numpy model with DP-SGD on a .npz dataset and print the ε spent"),
     "keys": ("ldp_cli.commands.keys", "create and list analyzer key pairs for sealed metrics"),
     "issuer": ("ldp_cli.commands.issuer", "the anonymous upload-token issuer"),

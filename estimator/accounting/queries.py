@@ -12,7 +12,7 @@ a ``protects`` line saying what the figure protects and against whom (docs/PRIVA
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from estimator.accounting.accountant import (
@@ -156,11 +156,13 @@ def central_release(
     sensitivity: int,
     neighbors: Neighbors,
     counts: Sequence[int] | None = None,
+    before_release: Callable[[PrivacyEvent], object] | None = None,
 ) -> dict[str, Any]:
     """Calibrate a central release of integer counts within ``epsilon`` (and ``delta``, required for
     ``gaussian``): discrete Laplace (key ``scale``) or discrete Gaussian (key ``sigma``) noise, the ε it
     achieves, its variance and std; with ``counts``, the release itself (key ``released``), its noise drawn
-    from the OS CSPRNG. ValueError for a gaussian release without ``delta``."""
+    from the OS CSPRNG, after ``before_release(event)`` (a budget ledger's debit, which may raise to stop it).
+    ValueError for a gaussian release without ``delta``."""
     head: dict[str, Any] = {
         "mechanism": mechanism,
         "epsilon": epsilon,
@@ -180,6 +182,8 @@ def central_release(
         out = {**head, "sigma": mech.sigma, "epsilon_achieved": epsilon_pld(mech.event, delta, neighbors)}
     out.update(variance=mech.variance, std=math.sqrt(mech.variance))
     if counts is not None:
+        if before_release is not None:
+            before_release(mech.event)
         released = mech.release(counts)  # no generator: the OS CSPRNG (secure_generator)
         out["released"] = [int(v) for v in released]
     out["protects"] = CENTRAL_PROTECTS

@@ -225,10 +225,13 @@ def run_dpsgd(
     sample_rng: np.random.Generator,
     noise_rng: np.random.Generator,
     progress: Callable[[dict[str, Any]], None] | None = None,
+    validation: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> dict[str, Any]:
     """Train with DP-SGD for ``job.epochs`` epochs; ``progress(row)`` after each
     epoch. Returns the result object of ``ldp dpsgd --json`` (``epsilon`` is None,
-    JSON null, without noise: no finite ε holds)."""
+    JSON null, without noise: no finite ε holds). With ``validation`` (x, y), the result also holds
+    ``validation_correct``: how many of those rows the final model classifies correctly, a private count
+    for :mod:`estimator.selection.dpsgd` to select with (never printed)."""
     t0 = time.perf_counter()
     model = build_model(job.model, data.x_train.shape[1], data.n_classes, job.hidden, job.l2)
     cfg = job.config
@@ -253,6 +256,10 @@ def run_dpsgd(
             progress(row)
     last = rows[-1]
     train_loss = model.loss(w, data.x_train, data.y_train)
+    extra: dict[str, Any] = {}
+    if validation is not None:
+        x_val, y_val = validation
+        extra["validation_correct"] = int(np.sum(model.predict(w, x_val) == np.asarray(y_val)))
     return {
         "epsilon": last["epsilon"],
         "accuracy": last["accuracy"],
@@ -282,6 +289,7 @@ def run_dpsgd(
         **job.randomness(),
         "train_loss": train_loss,
         "per_epoch": rows,
+        **extra,
     }
 
 

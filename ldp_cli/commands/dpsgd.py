@@ -23,6 +23,8 @@ from ldp_cli.commands.argtypes import positive as _positive
 from ldp_cli.commands.argtypes import positive_int as _positive_int
 from ldp_cli.commands.argtypes import probability as _prob
 from ldp_cli.commands.argtypes import seed as _seed
+from ldp_cli.commands.budget import add_budget_flags, charge
+from ldp_cli.commands.dpsgd_select import add_selection_flags, run_selection
 from ldp_cli.progress import add_progress_flags
 
 __all__ = ["register", "run_dpsgd_cmd"]
@@ -77,6 +79,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--plot", default=None, help="write test accuracy against ε to this PNG")
     p.add_argument("--json", action="store_true", help="print one JSON object")
+    add_selection_flags(p)
+    add_budget_flags(p)
     add_progress_flags(p)  # the per-epoch lines on stderr: shown unless --json or --no-progress (--progress forces)
     p.set_defaults(func=run_dpsgd_cmd)
 
@@ -100,6 +104,25 @@ def run_dpsgd_cmd(args: argparse.Namespace) -> int:
     )
     split_rng, init_rng, sample_rng, noise_rng = job.generators()
     data = load_dataset(args.data, args.model, split_rng, args.test_fraction, args.classes)
+    if args.select:
+        if args.plot:
+            raise ValueError("--plot draws one run's accuracy against its ε; it is not available with --select")
+        selected, lines = run_selection(args, job, data)
+        if "refused" in selected:
+            return int(selected["refused"])
+        if args.json:
+            print(json.dumps(selected))
+        else:
+            print("\n".join(lines))
+        return 0 if selected["selection"]["chosen"] is not None else 1
+
+    if args.budget_session:
+        event = job.config.event(args.epochs * job.config.steps_per_epoch())
+        if event is None:
+            raise ValueError("a run without noise has no finite ε: it cannot be debited to a budget session")
+        refused = charge(args, "dpsgd", event, f"dpsgd {args.model} on {args.data}")
+        if refused is not None:
+            return refused
 
     def progress(row: dict[str, Any]) -> None:
         # the epochs' ε and accuracy are results too: printed piped as well (docs/DPSGD.md), unlike other progress

@@ -19,6 +19,10 @@ Sub-commands (``--json`` prints one object; every figure says what it protects a
   fully adaptive composition, with a privacy filter (:mod:`estimator.accounting.odometer`;
   keys ``filter``, ``plan``, ``refused``, ``spent``, ``remaining``; exit 1 if a release
   is refused).
+* ``svt``: ε of the sparse vector technique choosing among candidates, its noise scales, the
+  exponential mechanism's ε and the naive cost beside it (:mod:`estimator.selection.mechanisms`;
+  keys ``epsilon``, ``epsilon_threshold``, ``epsilon_queries``, ``threshold_scale``, ``query_scale``,
+  ``naive``, ``protects``; with ``--scores`` also ``selected``).
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ from ldp_cli.commands.argtypes import positive_int as _positive_int
 from ldp_cli.commands.argtypes import probability as _prob
 from ldp_cli.commands.privacy.central import register_central_commands
 from ldp_cli.commands.privacy.common import add_common, emit, fmt
+from ldp_cli.commands.privacy.svt import register_svt
 
 __all__ = ["register"]
 
@@ -131,6 +136,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "default 1): the bound is per person, at ⌈users / R⌉ people of R·ε₀ each",
     )
     register_central_commands(ps)
+    register_svt(ps)
 
 
 def run_gaussian(args: argparse.Namespace) -> int:

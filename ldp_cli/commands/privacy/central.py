@@ -10,6 +10,7 @@ from estimator.accounting.queries import RELEASE_KINDS
 from ldp_cli.commands.argtypes import positive as _positive
 from ldp_cli.commands.argtypes import positive_int as _positive_int
 from ldp_cli.commands.argtypes import probability as _prob
+from ldp_cli.commands.budget import add_budget_flags, report_refusal
 from ldp_cli.commands.privacy.common import add_common, emit, fmt
 
 __all__ = ["register_central_commands", "run_central", "run_budget", "run_ftrl"]
@@ -77,6 +78,7 @@ def _register_central(ps: argparse._SubParsersAction) -> None:
     _add_neighbors(q)
     q.add_argument("--counts", type=_counts, default=None, help="comma-separated integer counts to release")
     q.add_argument("--json", action="store_true", help="print one JSON object")
+    add_budget_flags(q)  # a release (--counts) is debited to the session before the noise is drawn
     q.set_defaults(func=run_central)
 
 
@@ -126,11 +128,24 @@ def _register_budget(ps: argparse._SubParsersAction) -> None:
 
 
 def run_central(args: argparse.Namespace) -> int:
+    from estimator.accounting.ledger import LedgerRefusal, debit_before_run
     from estimator.accounting.queries import central_release
 
     if args.mechanism == "gaussian" and args.delta is None:
         raise ValueError("--delta is required for --mechanism gaussian")
-    obj = central_release(args.mechanism, args.epsilon, args.delta, args.sensitivity, args.neighbors, args.counts)
+    label = f"central {args.mechanism} release of {len(args.counts or [])} counts"
+    try:
+        obj = central_release(
+            args.mechanism,
+            args.epsilon,
+            args.delta,
+            args.sensitivity,
+            args.neighbors,
+            args.counts,
+            before_release=lambda ev: debit_before_run(args.budget_session, args.partner, "central", ev, label),
+        )
+    except LedgerRefusal as exc:
+        return report_refusal(args, exc)
     if args.mechanism == "laplace":
         what = f"discrete Laplace noise of scale {obj['scale']:.6g}"
         bound = f"ε = {fmt(obj['epsilon_achieved'])} (pure)"
