@@ -60,6 +60,10 @@ COMMAND_TABLE: dict[str, tuple[str, str]] = {
         "research scenarios: federated learning with client-level DP on seeded synthetic data",
     ),
     "dpsgd": ("ldp_cli.commands.dpsgd", "train a numpy model with DP-SGD on a .npz dataset and print the ε spent"),
+    "attack": (
+        "ldp_cli.commands.attack",
+        "attacks on trained models: membership inference (shadow, LiRA) with ε lower bounds, inversion, DLG, groups",
+    ),
     "keys": ("ldp_cli.commands.keys", "create and list analyzer key pairs for sealed metrics"),
     "issuer": ("ldp_cli.commands.issuer", "the anonymous upload-token issuer"),
 }
