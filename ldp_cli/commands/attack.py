@@ -75,7 +75,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     for name, help_line in _VERBS.items():
         q = ps.add_parser(name, help=help_line, description=help_line + ". Generated data, seeded (--seed).")
         if name != "dlg":
-            default = {"inversion": "0,0.5,1,2,4", "groups": "0.5,1,2"}.get(name, "0,1,2")
+            default = {"inversion": "0,0.5,1,2,4", "groups": "1,4,16"}.get(name, "0,1,2")
             q.add_argument(
                 "--noise-multipliers",
                 type=_sigma_list,
@@ -100,6 +100,12 @@ def register(sub: argparse._SubParsersAction) -> None:
             )
             q.add_argument("--trials", type=_positive_int, default=3, help="targets per case (default 3)")
             q.add_argument("--no-dlg", action="store_true", help="the analytic recovery only (skip the optimisation)")
+            q.add_argument(
+                "--model",
+                choices=["mlp", "cnn"],
+                default="mlp",
+                help="the numpy MLP (default) or the small CNN (PyTorch, the torch extra)",
+            )
         q.add_argument(
             "--seed", type=_seed, default=0, help="seed of the data, the training and the attack (default 0)"
         )
@@ -136,6 +142,7 @@ def _study(args: argparse.Namespace) -> tuple[Any, Any]:
         grp = runs.GroupStudy(noise_multipliers=args.noise_multipliers, **common)
         return grp, lambda note: runs.run_groups(grp, note)
     dlg = runs.DLGStudy(
+        model=args.model,
         noise_multipliers=args.noise_multipliers,
         secagg_clients=args.clients,
         trials=args.trials,
@@ -172,20 +179,26 @@ def _print_table(kind: str, result: dict[str, Any]) -> None:
             )
     elif kind == "dlg":
         print(f"{result['model']}; {result['error']}")
-        print(f"{'defence':>8} {'σ':>6} {'clients':>8} {'analytic':>10} {'DLG':>10} {'label':>6}")
+        print(f"{'defence':>8} {'σ':>6} {'ε (1 round)':>12} {'clients':>8} {'analytic':>10} {'DLG':>10} {'label':>6}")
         for r in rows:
             dl = "-" if r["dlg_error"] is None else f"{r['dlg_error']:.3g}"
+            an = "-" if r["analytic_error"] is None else f"{r['analytic_error']:.3g}"
+            eps = "-" if r["epsilon_one_round"] is None else f"{r['epsilon_one_round']:.3g}"
             print(
-                f"{r['defence']:>8} {r['noise_multiplier']:>6g} {r['clients']:>8} {r['analytic_error']:>10.3g} "
+                f"{r['defence']:>8} {r['noise_multiplier']:>6g} {eps:>12} {r['clients']:>8} {an:>10} "
                 f"{dl:>10} {r['label_recovered']:>6.2f}"
             )
     else:
-        print(f"{'σ':>5} {'ε':>7} {'majority no DP':>15} {'DP':>6} {'minority no DP':>15} {'DP':>6}")
+        print(
+            f"{'σ':>5} {'ε':>7}  majority: {'no DP':>6} {'clip':>6} {'DP':>6}  minority: {'no DP':>6} {'clip':>6} {'DP':>6}"
+        )
         for r in rows:
+            cells = [r[run][g] for g in ("majority", "minority") for run in ("no_dp", "clip_only", "dp")]
             print(
-                f"{r['noise_multiplier']:>5g} {r['epsilon']:>7.3g} {r['no_dp']['majority']:>15.3f} {r['dp']['majority']:>6.3f} "
-                f"{r['no_dp']['minority']:>15.3f} {r['dp']['minority']:>6.3f}"
+                f"{r['noise_multiplier']:>5g} {r['epsilon']:>7.3g}  {'':>9} {cells[0]:>6.3f} {cells[1]:>6.3f} {cells[2]:>6.3f}"
+                f"  {'':>9} {cells[3]:>6.3f} {cells[4]:>6.3f} {cells[5]:>6.3f}"
             )
+        print("clip: DP-SGD's clipping and sampling without its noise")
     print(f"{result['seconds']:.1f} s")
 
 

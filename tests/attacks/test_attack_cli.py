@@ -76,7 +76,7 @@ def test_inversion_dlg_and_groups_json(capsys) -> None:
     ]
     assert dlg["rows"][0]["analytic_error"] < 1e-9 and dlg["rows"][0]["dlg_error"] is None
     grp = _run(capsys, "groups", "--noise-multipliers", "1", "--steps", "20")
-    assert {"no_dp", "dp", "drop", "epsilon"} <= set(grp["rows"][0])
+    assert {"no_dp", "clip_only", "dp", "drop", "drop_clip_only", "epsilon"} <= set(grp["rows"][0])
 
 
 @pytest.mark.parametrize(
