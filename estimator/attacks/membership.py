@@ -273,8 +273,11 @@ def _run_models(
     for m, mask in enumerate(masks):
         proba = train_fn(X[mask], y[mask], rng.spawn(1)[0])
         p = np.asarray(proba(X), dtype=np.float64)
-        if p.shape != (len(X), int(y.max()) + 1) and (p.ndim != 2 or p.shape[0] != len(X)):
-            raise DatasetError(f"train_fn's model returned probabilities of shape {p.shape} for {len(X)} rows")
+        if p.ndim != 2 or p.shape[0] != len(X) or p.shape[1] <= int(y.max()):
+            raise DatasetError(
+                f"train_fn's model returned probabilities of shape {p.shape} for {len(X)} rows with labels up to "
+                f"{int(y.max())}; it must return one row of class probabilities per input row"
+            )
         phis.append(confidence_logits(p, y))
         losses.append(-np.log(_true_and_rest(p, y)[0]))
         feats.append(_shadow_features(p, y))

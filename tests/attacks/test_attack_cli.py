@@ -94,3 +94,9 @@ def test_bad_input_exits_2_with_a_message(capsys, argv, message) -> None:
         code = exc.code
     assert code == 2
     assert message in capsys.readouterr().err
+
+
+def test_the_cnn_attack_without_pytorch_says_what_to_install(capsys, monkeypatch) -> None:
+    monkeypatch.setitem(__import__("sys").modules, "torch", None)  # import torch raises ImportError
+    assert main(["attack", "dlg", "--model", "cnn", "--trials", "1"]) == 2
+    assert "needs PyTorch" in capsys.readouterr().err

@@ -150,3 +150,9 @@ def test_bad_arguments_are_refused() -> None:
         attack_training(train, X, y, np.random.default_rng(0), shadows=1)
     with pytest.raises(DatasetError, match="pool"):
         attack_training(train, X[:5], y[:5], np.random.default_rng(0))
+
+    def one_column(Xt: np.ndarray, yt: np.ndarray, rng: np.random.Generator):
+        return lambda Xq: np.ones((len(Xq), 1))
+
+    with pytest.raises(DatasetError, match="one row of class probabilities"):
+        attack_training(one_column, X, y, np.random.default_rng(0), shadows=2)
