@@ -16,10 +16,13 @@ The defences measured (:data:`DEFENCES`), each applied to what the server receiv
   x ⊗ g_b in it, so clipping alone hides nothing;
 * ``noise``: clipped, plus N(0, σ²C²·I) (one client's DP-SGD step or a locally noised update);
 * ``secagg``: the server sees only the sum of k clients' clipped gradients (SecAgg, no noise): the
-  analytic recovery returns a weighted mix of the k inputs, and DLG a point among them.
+  least-squares recovery returns a weighted mix of the k inputs, and DLG a point among them; but with
+  ReLU a hidden unit that fired for one client only still gives that client's input exactly.
 
 The error is ‖x̂ − x‖/‖x‖ against the nearest client's input (the attack wins when it recovers any
-contributor; with one client that is the target).
+contributor; with one client that is the target). ``clients_exposed`` counts the clients whose input
+one hidden unit's ratio ∂L/∂W1[:, j]/∂L/∂b1[j] gives to within 1 % (:func:`per_unit_recovery`): with
+tanh every unit mixes every client, with ReLU a unit that fired for one client isolates it.
 """
 
 from __future__ import annotations
@@ -95,6 +98,26 @@ def analytic_recovery(model: MLP, g: np.ndarray) -> np.ndarray:
     return np.zeros(model.n_features) if den == 0 else gW1 @ gb1 / den
 
 
+def per_unit_recovery(model: MLP, g: np.ndarray, rel_tol: float = 1e-9) -> np.ndarray:
+    """One candidate input per hidden unit j whose bias gradient is not ~0: ∂L/∂W1[:, j] / ∂L/∂b1[j].
+
+    For one example every candidate is x. For a sum over clients, unit j's candidate is the mix of the
+    inputs of the clients for which j had a non-zero gradient, weighted by their ∂L/∂b1[j]; with ReLU a
+    unit that fired for one client only gives that client's input exactly, and such exact candidates
+    repeat across units, which lets the server pick them out (Fowl et al. 2022, "Robbing the fed")."""
+    gW1, gb1, _, _ = _split(model, g)
+    keep = np.abs(gb1) > rel_tol * max(float(np.abs(gb1).max()), 1e-300)
+    return (gW1[:, keep] / gb1[keep]).T
+
+
+def _exposed(candidates: np.ndarray, X: np.ndarray, tol: float = 0.01) -> int:
+    """How many rows of X some candidate matches within relative error ``tol``."""
+    if len(candidates) == 0:
+        return 0
+    err = np.linalg.norm(candidates[:, None, :] - X[None, :, :], axis=2) / np.linalg.norm(X, axis=1)[None, :]
+    return int((err.min(axis=0) < tol).sum())
+
+
 def dlg(
     model: MLP,
     params: np.ndarray,
@@ -160,6 +183,7 @@ def dlg_case(
         "clip_norm": None if defence == "none" else clip_norm,
         "label_recovered": label in set(int(c) for c in (y if defence == "secagg" else y[:1])),
         "analytic_error": _nearest_error(xa, X if defence == "secagg" else X[:1]),
+        "clients_exposed": _exposed(per_unit_recovery(model, g), X if defence == "secagg" else X[:1]),
         "dlg_error": None,
     }
     if run_dlg:

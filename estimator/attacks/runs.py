@@ -163,6 +163,7 @@ class DLGStudy:
     8×8 inputs, needs the ``torch`` extra)."""
 
     model: str = "mlp"
+    activation: str = "tanh"
     features: int = 64
     hidden: int = 32
     classes: int = 10
@@ -210,7 +211,9 @@ def run_dlg(study: DLGStudy, progress: Progress = None) -> dict[str, Any]:
     features = 64 if study.model == "cnn" else study.features
     task_rng, init_rng, data_rng, attack_rng = np.random.default_rng(study.seed).spawn(4)
     task = GaussianTask.make(features, study.classes, study.separation, task_rng)
-    model = MLP(features, study.hidden, study.classes)
+    if study.activation not in ("tanh", "relu"):
+        raise DatasetError(f"activation must be tanh or relu, got {study.activation!r}")
+    model = MLP(features, study.hidden, study.classes, "relu" if study.activation == "relu" else "tanh")
     params = model.init_params(init_rng)
     bound = float(np.abs(task.means).max() + 5.0)  # the attacker's box: the inputs' range, known to it
     rows = []
@@ -219,7 +222,13 @@ def run_dlg(study: DLGStudy, progress: Progress = None) -> dict[str, Any]:
         for _ in range(study.trials):
             X, y = task.sample(max(k, 1), data_rng)
             if study.model == "cnn":
-                trials.append({"analytic_error": None, **_cnn_case(X, y, defence, attack_rng, study, sigma)})
+                trials.append(
+                    {
+                        "analytic_error": None,
+                        "clients_exposed": None,
+                        **_cnn_case(X, y, defence, attack_rng, study, sigma),
+                    }
+                )
             else:
                 trials.append(
                     dlg_case(model, params, X, y, defence, attack_rng, study.clip, sigma, study.run_dlg, bound=bound)
@@ -234,6 +243,7 @@ def run_dlg(study: DLGStudy, progress: Progress = None) -> dict[str, Any]:
             "label_recovered": float(np.mean([t["label_recovered"] for t in trials])),
             "analytic_error": float(np.median(analytic)) if analytic else None,
             "dlg_error": float(np.median(dlg_errors)) if dlg_errors else None,
+            "clients_exposed": None if study.model == "cnn" else float(np.mean([t["clients_exposed"] for t in trials])),
         }
         row["best_error"] = min(e for e in (row["analytic_error"], row["dlg_error"]) if e is not None)
         rows.append(row)
@@ -241,7 +251,7 @@ def run_dlg(study: DLGStudy, progress: Progress = None) -> dict[str, Any]:
             progress(f"{defence} (σ = {sigma:g}, {k} client(s)): median error {row['best_error']:.3g}")
     name = "CNN(conv 6@3x3, conv 6@3x3/2, dense; sigmoid; 8x8 inputs)" if study.model == "cnn" else "MLP"
     if study.model == "mlp":
-        name = f"MLP({features}-{study.hidden}-{study.classes}, tanh)"
+        name = f"MLP({features}-{study.hidden}-{study.classes}, {study.activation})"
     return {
         "study": dataclasses.asdict(study),
         "model": name,

@@ -106,6 +106,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                 default="mlp",
                 help="the numpy MLP (default) or the small CNN (PyTorch, the torch extra)",
             )
+            q.add_argument("--activation", choices=["tanh", "relu"], default="tanh", help="the MLP's (default tanh)")
         q.add_argument(
             "--seed", type=_seed, default=0, help="seed of the data, the training and the attack (default 0)"
         )
@@ -143,6 +144,7 @@ def _study(args: argparse.Namespace) -> tuple[Any, Any]:
         return grp, lambda note: runs.run_groups(grp, note)
     dlg = runs.DLGStudy(
         model=args.model,
+        activation=args.activation,
         noise_multipliers=args.noise_multipliers,
         secagg_clients=args.clients,
         trials=args.trials,
@@ -179,14 +181,17 @@ def _print_table(kind: str, result: dict[str, Any]) -> None:
             )
     elif kind == "dlg":
         print(f"{result['model']}; {result['error']}")
-        print(f"{'defence':>8} {'σ':>6} {'ε (1 round)':>12} {'clients':>8} {'analytic':>10} {'DLG':>10} {'label':>6}")
+        print(
+            f"{'defence':>8} {'σ':>6} {'ε (1 round)':>12} {'clients':>8} {'analytic':>10} {'DLG':>10} {'label':>6} {'exposed':>8}"
+        )
         for r in rows:
             dl = "-" if r["dlg_error"] is None else f"{r['dlg_error']:.3g}"
             an = "-" if r["analytic_error"] is None else f"{r['analytic_error']:.3g}"
             eps = "-" if r["epsilon_one_round"] is None else f"{r['epsilon_one_round']:.3g}"
+            exp = "-" if r["clients_exposed"] is None else f"{r['clients_exposed']:.2f}"
             print(
                 f"{r['defence']:>8} {r['noise_multiplier']:>6g} {eps:>12} {r['clients']:>8} {an:>10} "
-                f"{dl:>10} {r['label_recovered']:>6.2f}"
+                f"{dl:>10} {r['label_recovered']:>6.2f} {exp:>8}"
             )
     else:
         print(

@@ -9,7 +9,14 @@ import numpy as np
 import pytest
 
 from estimator.attacks.data import GaussianTask
-from estimator.attacks.gradients import analytic_recovery, client_gradient, dlg_case, recover_label, shared_gradient
+from estimator.attacks.gradients import (
+    analytic_recovery,
+    client_gradient,
+    dlg_case,
+    per_unit_recovery,
+    recover_label,
+    shared_gradient,
+)
 from estimator.attacks.groups import per_group_accuracy
 from estimator.attacks.inversion import inversion_similarity, log_confidence_grad
 from estimator.errors import DatasetError
@@ -127,3 +134,30 @@ def test_dp_sgd_costs_the_minority_class_more_than_the_majority() -> None:
             np.random.default_rng(0),
             minority_share=0.5,
         )
+
+
+def _exposed_per_sum(activation: str) -> list[int]:
+    rng = np.random.default_rng(0)
+    task = GaussianTask.make(16, 4, 3.0, rng)
+    model = MLP(16, 32, 4, activation)
+    params = model.init_params(rng)
+    exposed = []
+    for seed in range(5):
+        X, y = task.sample(2, np.random.default_rng(seed))
+        g = shared_gradient(model, params, X, y, "secagg", np.random.default_rng(0))
+        cands = per_unit_recovery(model, g)
+        err = np.linalg.norm(cands[:, None, :] - X[None], axis=2) / np.linalg.norm(X, axis=1)
+        exposed.append(int((err.min(axis=0) < 1e-6).sum()))
+        # the least-squares mix over all units is far from both inputs either way
+        assert dlg_case(model, params, X, y, "secagg", np.random.default_rng(0), run_dlg=False)["analytic_error"] > 0.3
+    return exposed
+
+
+def test_with_relu_a_secagg_sum_still_gives_single_clients_inputs_unit_by_unit() -> None:
+    # a ReLU unit that fired for one client only has ratio ∂L/∂W1[:, j]/∂L/∂b1[j] = that client's x exactly
+    # (to float64 rounding, hence 1e-6); with 32 units and 2 clients, a sum in which no unit fires for
+    # exactly one client needs every active unit shared, which these seeds never show
+    relu = _exposed_per_sum("relu")
+    assert all(e >= 1 for e in relu), relu
+    # tanh's derivative is never 0: every unit mixes both clients, and no candidate is exact
+    assert _exposed_per_sum("tanh") == [0] * 5
