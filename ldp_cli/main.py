@@ -64,6 +64,10 @@ COMMAND_TABLE: dict[str, tuple[str, str]] = {
         "a privacy budget shared among partners: sessions, shares, approvals, debits, report",
     ),
     "dpsgd": ("ldp_cli.commands.dpsgd", "train a numpy model with DP-SGD on a .npz dataset and print the ε spent"),
+    "attack": (
+        "ldp_cli.commands.attack",
+        "attacks on trained models: membership inference (shadow, LiRA) with ε lower bounds, inversion, DLG, groups",
+    ),
     "keys": ("ldp_cli.commands.keys", "create and list analyzer key pairs for sealed metrics"),
     "issuer": ("ldp_cli.commands.issuer", "the anonymous upload-token issuer"),
     "aggregator": (
