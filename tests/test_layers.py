@@ -45,6 +45,8 @@ ESTIMATOR_LEVELS: dict[str, int] = {
     "accounting": 4,
     "jobs": 5,
     "fl": 5,
+    "graph": 5,
+    "split": 5,
     "service": 6,
 }
 
