@@ -66,6 +66,10 @@ COMMAND_TABLE: dict[str, tuple[str, str]] = {
         "ldp_cli.commands.graph",
         "train a graph network with node- or edge-level DP and compare the two at equal ε",
     ),
+    "split": (
+        "ldp_cli.commands.split",
+        "split learning over HTTP with DP on the cut-layer activations, an inversion attack and FL beside it",
+    ),
 }
 
 #: the command modules, in the order of ``ldp --help``
