@@ -195,15 +195,15 @@ def plot_study(result: dict[str, Any], path: str) -> None:
 
     rows = result["split"]
     sig = [r["noise_multiplier"] for r in rows]
-    fig = plt.figure(figsize=(9, 6))
-    ax1 = fig.add_subplot(2, 2, 1)
+    fig = plt.figure(figsize=(9, 7.5))
+    ax1 = fig.add_axes((0.08, 0.6, 0.38, 0.32))
     ax1.plot(sig, [r["accuracy"] for r in rows], marker="o", label="split learning")
     if "fl" in result:
         ax1.axhline(result["fl"]["accuracy"], color="k", linestyle="--", label="FedAvg (no DP)")
     ax1.set_xlabel("σ on the activations")
     ax1.set_ylabel("test accuracy")
     ax1.legend(fontsize=8)
-    ax2 = fig.add_subplot(2, 2, 2)
+    ax2 = fig.add_axes((0.58, 0.6, 0.38, 0.32))
     ax2.plot(sig, [r["attack"]["mse"] for r in rows], marker="o", label="inversion MSE")
     ax2.axhline(rows[0]["attack"]["mse_baseline"], color="grey", linestyle="--", label="guess the mean image")
     ax2.set_xlabel("σ on the activations")
@@ -215,7 +215,7 @@ def plot_study(result: dict[str, Any], path: str) -> None:
         lines = [("input", ex["x"]), (keys[0], ex[keys[0]]), (keys[-1], ex[keys[-1]])]
         for i, (name, imgs) in enumerate(lines):
             for j, img in enumerate(imgs[:8]):
-                ax = fig.add_subplot(6, 8, 24 + 8 * i + j + 1)
+                ax = fig.add_axes((0.08 + j * 0.111, 0.33 - i * 0.15, 0.1, 0.13))
                 ax.imshow(np.asarray(img).reshape(8, 8), cmap="gray_r", vmin=0, vmax=1)
                 ax.set_xticks([])
                 ax.set_yticks([])
