@@ -145,3 +145,35 @@ def test_cli_train_and_run(tmp_path, capsys) -> None:  # type: ignore[no-untyped
     assert out["split"][1]["epsilon_per_example"] == pytest.approx(SmashedDP(2.0, 2.0).epsilon(1, 1e-5))
     assert out["fl"]["bytes_up"] > 0 and "attack" in out["split"][0]
     assert plot.stat().st_size > 1000
+
+
+def test_ldp_split_serve_runs_the_server_half(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import socket
+    import subprocess
+    import sys
+    import time
+
+    with socket.socket() as s:  # a free port, released for the server to take
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    cmd = [sys.executable, "-m", "ldp_cli.main", "split", "serve", "--port", str(port), "--width", "8", "--record"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                info = SplitClient(url, BottomModel.init(64, 8, np.random.default_rng(0)), SmashedDP(1.0, 0.0)).info()
+                break
+            except SplitServerError:
+                assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+                assert time.monotonic() < deadline, "ldp split serve did not answer within 60 s"
+                time.sleep(0.2)
+        assert info["width"] == 8 and info["record"] is True and info["steps"] == 0
+        client = SplitClient(url, BottomModel.init(64, 8, np.random.default_rng(0)), SmashedDP(1.0, 0.5))
+        rng = np.random.default_rng(1)
+        client.train_epoch(rng.random((40, 64)), rng.integers(0, 10, 40), 20, 0.1, rng)
+        assert client.info()["steps"] == 2 and client.info()["examples"] == 40
+    finally:
+        proc.terminate()
+        proc.wait(30)
