@@ -37,7 +37,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--level", choices=["node", "edge"], required=True, help="what one neighbouring graph differs by")
     p.add_argument("--epsilon", type=positive, required=True, help="target ε (δ from --delta)")
     p.add_argument("--delta", type=_unit, default=1e-5, help="δ (default 1e-5)")
-    p.add_argument("--nodes", type=positive_int, default=5000, help="nodes of the block model (default 5000)")
+    p.add_argument(
+        "--nodes",
+        type=positive_int,
+        default=5000,
+        help="nodes of the block model (default 5000; the edge probabilities 20/n inside a block and 2.5/n "
+        "across keep the expected degree about 6.9 before the degree bound)",
+    )
     p.add_argument("--max-degree", type=positive_int, default=5, help="degree bound D (default 5)")
     p.add_argument("--hops", type=nonnegative_int, default=2, help="aggregation hops K (default 2)")
     p.add_argument("--clip", type=positive, default=1.0, help="per-node clipping norm C (default 1)")
@@ -54,8 +60,12 @@ def run_graph_cmd(args: argparse.Namespace) -> int:
     from estimator.graph.sensitivity import Level
     from estimator.graph.train import GraphDPConfig, make_graph, plot_gap, train_graph_dp, utility_gap
 
+    if args.nodes < 8:
+        raise ValueError(f"--nodes must be at least 8, got {args.nodes}")
     cfg = GraphDPConfig(
         nodes=args.nodes,
+        p_in=min(1.0, 20.0 / args.nodes),
+        p_out=min(1.0, 2.5 / args.nodes),
         max_degree=args.max_degree,
         hops=args.hops,
         clip=args.clip,
@@ -73,7 +83,13 @@ def run_graph_cmd(args: argparse.Namespace) -> int:
         ),
         "non_private": train_graph_dp(cfg, graph, train, None, None, np.random.default_rng([args.seed, 2])),
     }
-    out["graph"] = {"nodes": graph.n, "edges": len(graph.edges), "max_degree": cfg.max_degree}
+    out["graph"] = {
+        "nodes": graph.n,
+        "edges": len(graph.edges),
+        "max_degree": cfg.max_degree,
+        "p_in": cfg.p_in,
+        "p_out": cfg.p_out,
+    }
     if args.plot:
         grid = sorted({0.5, 1.0, 2.0, 4.0, 8.0, 16.0, float(args.epsilon)})
         out["gap"] = utility_gap(cfg, grid, [args.seed])["table"]
