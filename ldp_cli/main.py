@@ -74,6 +74,14 @@ COMMAND_TABLE: dict[str, tuple[str, str]] = {
         "ldp_cli.commands.aggregator",
         "run a Prio3 aggregator (leader or helper) over HTTP, set one up, or collect a batch",
     ),
+    "graph": (
+        "ldp_cli.commands.graph",
+        "train a graph network with node- or edge-level DP and compare the two at equal ε",
+    ),
+    "split": (
+        "ldp_cli.commands.split",
+        "split learning over HTTP with DP on the cut-layer activations, an inversion attack and FL beside it",
+    ),
 }
 
 #: the command modules, in the order of ``ldp --help``

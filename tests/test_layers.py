@@ -45,6 +45,8 @@ ESTIMATOR_LEVELS: dict[str, int] = {
     "accounting": 4,
     "jobs": 5,
     "fl": 5,
+    "graph": 5,
+    "split": 5,
     "selection": 6,
     "service": 7,
     "attacks": 7,
