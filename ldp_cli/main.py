@@ -60,6 +60,7 @@ COMMAND_TABLE: dict[str, tuple[str, str]] = {
         "research scenarios: federated learning with client-level DP on seeded synthetic data",
     ),
     "dpsgd": ("ldp_cli.commands.dpsgd", "train a numpy model with DP-SGD on a .npz dataset and print the ε spent"),
+    "pate": ("ldp_cli.commands.pate", "PATE on load_digits: teachers, noisy labels, the student, accuracy against ε"),
     "keys": ("ldp_cli.commands.keys", "create and list analyzer key pairs for sealed metrics"),
     "issuer": ("ldp_cli.commands.issuer", "the anonymous upload-token issuer"),
 }

@@ -19,6 +19,8 @@ Sub-commands (``--json`` prints one object; every figure says what it protects a
   fully adaptive composition, with a privacy filter (:mod:`estimator.accounting.odometer`;
   keys ``filter``, ``plan``, ``refused``, ``spent``, ``remaining``; exit 1 if a release
   is refused).
+* ``pate``: ε of PATE's GNMax and Confident-GNMax (:mod:`estimator.pate`; keys ``epsilon``, with a
+  threshold ``epsilon_confident``, with ``--votes`` ``answered``, ``epsilon_data_dependent``, ...).
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from ldp_cli.commands.argtypes import positive_int as _positive_int
 from ldp_cli.commands.argtypes import probability as _prob
 from ldp_cli.commands.privacy.central import register_central_commands
 from ldp_cli.commands.privacy.common import add_common, emit, fmt
+from ldp_cli.commands.privacy.pate import register_pate_command
 
 __all__ = ["register"]
 
@@ -131,6 +134,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "default 1): the bound is per person, at ⌈users / R⌉ people of R·ε₀ each",
     )
     register_central_commands(ps)
+    register_pate_command(ps)
 
 
 def run_gaussian(args: argparse.Namespace) -> int:
