@@ -1,6 +1,6 @@
 """``ldp pate``: PATE end to end on scikit-learn's ``load_digits`` (shipped with the package, offline).
 
-The 1,797 8×8 digits are split, by a seeded permutation, into the *sensitive* part (teachers' training
+The 1,797 8×8 digits are split, by a random permutation, into the *sensitive* part (teachers' training
 data), the *public* part (unlabeled inputs the student may ask about) and a *test* part. Every sensitive
 record is assigned to one teacher by its own independent draw (so adding or removing a record moves no
 other record between teachers), each teacher is a softmax regression (:mod:`ldp_core.fl.models`)
@@ -8,8 +8,10 @@ trained on its partition, and the student, the same model, is trained on the pub
 aggregator labelled. The semi-private path (public inputs, private labels only) is measured against
 DP-SGD training of the same model on the sensitive data at the same (ε, δ).
 
-Everything here is a seeded study: the printed ε holds only against someone who does not know the seed
-(a release would draw the aggregator's noise from :func:`ldp_core.randomness.secure_generator`).
+Randomness: without a seed the aggregators' noise and DP-SGD's batches and noise come from the OS CSPRNG
+(:func:`ldp_core.randomness.secure_generator`) and the split, teachers and student from fresh OS entropy;
+with a seed everything is reproducible and the result says the ε does not hold against anyone who knows
+the seed (they can subtract the noise).
 """
 
 from __future__ import annotations
@@ -247,8 +249,25 @@ def _dpsgd_same_epsilon(
     return head | {"accuracy": accuracy(model, w, data.x_test, data.y_test), "neighbors": "add_or_remove"}
 
 
+SEED_WARNING = (
+    "seeded run: the aggregators' noise follows from the seed, so the printed ε does not hold against anyone "
+    "who knows the seed (they can subtract the noise); omit --seed for a release"
+)
+
+
+def _generators(seed: int | None) -> list[np.random.Generator]:
+    """(split, teachers, aggregator noise, student, DP-SGD init, batches, noise): all from ``seed`` when given;
+    else the noise and the batches from the OS CSPRNG and the rest from fresh OS entropy."""
+    if seed is not None:
+        return [np.random.default_rng(s) for s in np.random.SeedSequence(seed).spawn(7)]
+    from ldp_core.randomness import secure_generator
+
+    fresh = np.random.default_rng
+    return [fresh(), fresh(), secure_generator(), fresh(), fresh(), secure_generator(), secure_generator()]
+
+
 def run_pate(
-    seed: int = 0,
+    seed: int | None = None,
     teachers: int | None = None,
     delta: float = 1e-5,
     configs: tuple[Config, ...] | None = None,
@@ -266,7 +285,7 @@ def run_pate(
     loader, default_teachers = DATASETS[data_name]
     teachers = default_teachers if teachers is None else teachers
     configs = CONFIGS[data_name] if configs is None else configs
-    split, teach, agg, student, *dp = (np.random.default_rng(s) for s in np.random.SeedSequence(seed).spawn(7))
+    split, teach, agg, student, *dp = _generators(seed)
     data = loader(split)
     if len(data.x_sensitive) < 2 * teachers:
         raise DatasetError(f"{teachers} teachers on {len(data.x_sensitive)} sensitive examples: fewer than 2 each")
@@ -279,7 +298,7 @@ def run_pate(
         from estimator.pate.federated import secagg_vote_histograms
 
         say(f"summing the {teachers} teachers' votes with SecAgg")
-        summed = secagg_vote_histograms(list(predictions), data.n_classes, np.random.default_rng(seed))
+        summed = secagg_vote_histograms(list(predictions), data.n_classes, split)
         secagg = {
             "teachers": len(summed.survivors),
             "vector_length": int(predictions.shape[1] * data.n_classes),
@@ -307,7 +326,8 @@ def run_pate(
         "neighbors": "add_remove_or_replace_one_record",
         "protects": PROTECTS,
         "seed": seed,
-        "seed_warning": "seeded study: the ε holds only against someone who does not know the seed",
+        "randomness": "os_csprng" if seed is None else "seeded",
+        "seed_warning": None if seed is None else SEED_WARNING,
         "tradeoff": rows,
         "secagg": secagg,
     }
@@ -385,7 +405,11 @@ def plot_tradeoff(result: dict[str, Any], path: str) -> None:
         if not rs:
             continue
         ax.scatter([r["epsilon"] for r in rs], [r["student_accuracy"] for r in rs], marker=m, color=c, label=name)
+        for r in rs:
+            ax.annotate(f"{r['answered']}", (r["epsilon"], r["student_accuracy"]), fontsize=7, alpha=0.7)
         dd = [r for r in rs if r["epsilon_data_dependent"] is not None]
+        if not dd:
+            continue
         ax.scatter(
             [r["epsilon_data_dependent"] for r in dd],
             [r["student_accuracy"] for r in dd],
@@ -394,8 +418,6 @@ def plot_tradeoff(result: dict[str, Any], path: str) -> None:
             edgecolors=c,
             label=f"{name} (data-dependent ε)",
         )
-        for r in rs:
-            ax.annotate(f"{r['answered']}", (r["epsilon"], r["student_accuracy"]), fontsize=7, alpha=0.7)
     if "dpsgd_same_epsilon" in result:
         d = result["dpsgd_same_epsilon"]
         ax.scatter([d["epsilon"]], [d["accuracy"]], marker="x", color="k", label="DP-SGD, same ε")
@@ -405,7 +427,7 @@ def plot_tradeoff(result: dict[str, Any], path: str) -> None:
     ax.set_ylabel("student test accuracy")
     ax.set_title(f"PATE on {result['data']}, {result['teachers']} teachers")
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=7)
+    ax.legend(fontsize=7, loc="best", framealpha=0.6)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
