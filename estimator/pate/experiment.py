@@ -51,9 +51,20 @@ class Digits:
     n_classes: int = 10
 
 
+def _sklearn_datasets() -> Any:
+    """scikit-learn's data sets module, or a clear error naming the extra that brings it."""
+    try:
+        import sklearn.datasets
+    except ImportError:
+        raise DatasetError(
+            "PATE's study needs scikit-learn (its bundled load_digits): pip install 'ldp-telemetry[ml]'"
+        ) from None
+    return sklearn.datasets
+
+
 def load_digits_split(rng: np.random.Generator, public: int = 400, test: int = 397) -> Digits:
     """``load_digits`` scaled to [0, 1], split by ``rng`` into sensitive, public and test parts."""
-    from sklearn.datasets import load_digits
+    load_digits = _sklearn_datasets().load_digits
 
     d = load_digits()
     x = (d.data / 16.0).astype(np.float32)
@@ -69,7 +80,7 @@ def make_synthetic_split(
     """A larger, generated task for PATE at the papers' scale (250 teachers): scikit-learn's
     ``make_classification`` (20 features, 12 informative, 10 classes, one cluster each, class_sep 1.5),
     its seed drawn from ``rng``, split into sensitive, public and test parts."""
-    from sklearn.datasets import make_classification
+    make_classification = _sklearn_datasets().make_classification
 
     n = sensitive + public + test
     x, y = make_classification(

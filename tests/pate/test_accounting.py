@@ -152,3 +152,15 @@ def test_bad_votes_are_refused() -> None:
         A.data_dependent(np.array([[1, 2]]), 1.0, 1e-5, threshold=3.0)
     with pytest.raises(A.PateAccountingError, match="delta"):
         A.data_independent(1.0, 3, 1.5)
+
+
+def test_the_published_figure_adds_smooth_sensitivity_times_sigma_s_gaussian_noise() -> None:
+    """rdp_noisy = RDP(λ) + SS·σ_s·Z with Z the generator's next standard normal (seeded: the same Z)."""
+    votes = np.zeros((60, 10))
+    votes[:, 0], votes[:, 1] = 200, 50
+    exact = A.data_dependent(votes, 40.0, 1e-5)
+    for seed in (3, 4, 5):
+        pub = A.release_data_dependent(votes, 40.0, 1e-5, np.random.default_rng(seed))
+        z = float(np.random.default_rng(seed).standard_normal())
+        rdp_at = float(exact["rdp"][int(np.argmin(np.abs(A.ORDERS - pub.order)))])
+        assert pub.rdp_noisy == pytest.approx(max(0.0, rdp_at + pub.smooth_sensitivity * pub.sigma_s * z))

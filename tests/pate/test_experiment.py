@@ -50,3 +50,11 @@ def test_bad_study_parameters_are_refused() -> None:
         run_pate(data_name="mnist")
     with pytest.raises(DatasetError, match="fewer than 2 each"):
         run_pate(teachers=900, configs=(), compare_dpsgd=False)
+
+
+def test_without_scikit_learn_the_study_says_which_extra_to_install(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    import sys
+
+    monkeypatch.setitem(sys.modules, "sklearn.datasets", None)  # import now raises ImportError
+    with pytest.raises(DatasetError, match=r"ldp-telemetry\[ml\]"):
+        run_pate(seed=0, configs=(), compare_dpsgd=False)
