@@ -120,6 +120,12 @@ def run_pate_cmd(args: argparse.Namespace) -> int:
         text.append(
             f"SecAgg: {s['teachers']} teachers' votes summed, equal to the plain sum: {s['equal_to_plain_sum']}"
         )
+        dn = s["distributed_noise"]
+        text.append(
+            f"SecAgg with the GNMax noise added by the teachers (σ = {dn['sigma']:.3g}, {dn['queries']} queries): "
+            f"labels {dn['label_accuracy']:.3f}, student {dn['student_accuracy']:.3f}, ε against everyone including "
+            f"the server {dn['epsilon']:.2f} (central noise: {dn['epsilon_central_noise']:.2f})"
+        )
     text.append(f"protects: {result['protects']}")
     if result["seed_warning"]:
         text.append(f"warning: {result['seed_warning']}")
