@@ -47,9 +47,12 @@ Papernot et al. release it through the smooth-sensitivity mechanism (their §4 a
 local sensitivity LS⁽ᵏ⁾ of the total RDP cost at distance k (k records changed, i.e. every histogram
 within k vote moves), the smooth sensitivity SS_β = max_k e^{−βk}·LS⁽ᵏ⁾, and the release
 RDP(λ) + SS_β·N(0, σ_s²), which is itself (λ, λe^{2β}/σ_s² + (βλ − ½log(1 − 2λβ))/(λ − 1))-RDP for
-1 < λ < 1/(2β) (their Theorem 23). Our LS⁽ᵏ⁾ is an upper bound: each query's cost ranges, within k + 1
-vote moves, between the cost at a q̃ computed with every gap cut by 2(k + 1) and the cost at the smallest
-possible top-two gap's term (top-two gap grown by 2(k + 1)); summed over queries.
+1 < λ < 1/(2β) (their Theorem 23). Our LS⁽ᵏ⁾ is an upper bound, looser than the paper's enumeration of
+vote moves: over the histograms within k moves, q̃ lies between the union bound with every gap cut by 2k
+and the top-two term with that gap grown by 2k; at any such q̃ one more move changes the cost by at most
+:func:`_gnmax_neighbour_table`'s figure (Jensen on the union bound's terms), and the threshold check's
+top count moves by one; summed over queries. ``tests/pate/test_accounting.py`` checks the bound against a
+brute-force search over small histograms.
 """
 
 from __future__ import annotations
