@@ -86,3 +86,24 @@ def test_ldp_pate_json_and_plot(capsys: pytest.CaptureFixture[str], tmp_path: pa
     assert obj["student_accuracy"] > 0.7  # ten classes: chance is 0.1
     assert plot.stat().st_size > 10_000
     assert obj["randomness"] == "seeded" and "seed" in obj["seed_warning"]
+
+
+def test_the_text_outputs_say_what_they_protect(
+    capsys: pytest.CaptureFixture[str], tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from estimator.pate import experiment
+
+    path = tmp_path / "v.npy"
+    np.save(path, _votes())
+    argv = ["privacy", "pate", "--sigma", "4", "--queries", "30", "--delta", "1e-5", "--votes", str(path)]
+    assert main([*argv, "--threshold", "18", "--sigma1", "6", "--seed", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "data-dependent, published with smooth sensitivity" in out and "protects:" in out
+    real = experiment.run_pate
+    small = (experiment.Config("gnmax", 8.0, 60), experiment.Config("confident", 8.0, 120, 20.0, 12.5))
+    monkeypatch.setattr(experiment, "run_pate", lambda *a, **k: real(*a, **{**k, "configs": small}))
+    assert main(["pate", "--seed", "2", "--no-dpsgd", "--federated"]) == 0
+    out = capsys.readouterr().out
+    assert "Confident-GNMax T=20 σ1=12.5 σ2=8 vs GNMax σ=8" in out
+    assert "equal to the plain sum: True" in out and "against everyone including the server" in out
+    assert "protects:" in out and "seeded run" in out
