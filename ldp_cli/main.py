@@ -68,6 +68,7 @@ COMMAND_TABLE: dict[str, tuple[str, str]] = {
         "ldp_cli.commands.attack",
         "attacks on trained models: membership inference (shadow, LiRA) with ε lower bounds, inversion, DLG, groups",
     ),
+    "pate": ("ldp_cli.commands.pate", "PATE on load_digits: teachers, noisy labels, the student, accuracy against ε"),
     "keys": ("ldp_cli.commands.keys", "create and list analyzer key pairs for sealed metrics"),
     "issuer": ("ldp_cli.commands.issuer", "the anonymous upload-token issuer"),
     "aggregator": (

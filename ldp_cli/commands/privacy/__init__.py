@@ -23,6 +23,8 @@ Sub-commands (``--json`` prints one object; every figure says what it protects a
   exponential mechanism's ε and the naive cost beside it (:mod:`estimator.selection.mechanisms`;
   keys ``epsilon``, ``epsilon_threshold``, ``epsilon_queries``, ``threshold_scale``, ``query_scale``,
   ``naive``, ``protects``; with ``--scores`` also ``selected``).
+* ``pate``: ε of PATE's GNMax and Confident-GNMax (:mod:`estimator.pate`; keys ``epsilon``, with a
+  threshold ``epsilon_confident``, with ``--votes`` ``answered``, ``epsilon_data_dependent``, ...).
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from ldp_cli.commands.argtypes import positive_int as _positive_int
 from ldp_cli.commands.argtypes import probability as _prob
 from ldp_cli.commands.privacy.central import register_central_commands
 from ldp_cli.commands.privacy.common import add_common, emit, fmt
+from ldp_cli.commands.privacy.pate import register_pate_command
 from ldp_cli.commands.privacy.svt import register_svt
 
 __all__ = ["register"]
@@ -137,6 +140,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     register_central_commands(ps)
     register_svt(ps)
+    register_pate_command(ps)
 
 
 def run_gaussian(args: argparse.Namespace) -> int:
