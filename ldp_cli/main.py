@@ -62,6 +62,10 @@ COMMAND_TABLE: dict[str, tuple[str, str]] = {
     "dpsgd": ("ldp_cli.commands.dpsgd", "train a numpy model with DP-SGD on a .npz dataset and print the ε spent"),
     "keys": ("ldp_cli.commands.keys", "create and list analyzer key pairs for sealed metrics"),
     "issuer": ("ldp_cli.commands.issuer", "the anonymous upload-token issuer"),
+    "he": (
+        "ldp_cli.commands.he",
+        "homomorphic encryption: FL aggregation under threshold CKKS, private inference",
+    ),
 }
 
 #: the command modules, in the order of ``ldp --help``

@@ -6,7 +6,7 @@
 A package may import the packages to its left, never one to its right. ``pipeline``, ``collector`` and
 ``estimator`` never import ``client_sdk`` (the device SDK is the device only: what servers share with it
 is in ``ldp_core``); ``collector`` and ``estimator`` never import each other. Inside ``estimator`` the
-levels are ``kernels -> oracles -> mechanisms -> accounting -> {jobs, fl} -> service``: ``fl`` never
+levels are ``kernels -> oracles -> mechanisms -> accounting -> {jobs, fl} -> {service, he, psi}``: ``fl`` never
 imports ``jobs`` or ``service``. And no import circle joins two product modules.
 
 The check walks every module's syntax tree, so imports inside functions (the lazy ones that keep
@@ -46,6 +46,8 @@ ESTIMATOR_LEVELS: dict[str, int] = {
     "jobs": 5,
     "fl": 5,
     "service": 6,
+    "he": 6,  # compares threshold-CKKS aggregation with fl's SecAgg server
+    "psi": 6,
 }
 
 
