@@ -66,6 +66,7 @@ COMMAND_TABLE: dict[str, tuple[str, str]] = {
         "ldp_cli.commands.he",
         "homomorphic encryption: FL aggregation under threshold CKKS, private inference",
     ),
+    "psi": ("ldp_cli.commands.psi", "private set intersection between two organisations over HTTP"),
 }
 
 #: the command modules, in the order of ``ldp --help``
