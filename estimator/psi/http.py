@@ -20,6 +20,7 @@ BYTES_PER_ITEM = 40  # a compressed P-256 point (33 bytes) and its protobuf fram
 
 def create_app(server: PsiServer) -> Any:
     from starlette.applications import Starlette
+    from starlette.concurrency import run_in_threadpool
     from starlette.requests import Request
     from starlette.responses import JSONResponse, Response
     from starlette.routing import Route
@@ -39,7 +40,7 @@ def create_app(server: PsiServer) -> Any:
             if len(body) > limit:
                 return JSONResponse({"error": f"request larger than {limit} bytes"}, status_code=413)
         try:
-            out = server.answer(bytes(body))
+            out = await run_in_threadpool(server.answer, bytes(body))  # seconds of EC work: off the event loop
         except PsiError as e:
             status = 409 if "mode" in str(e) else 400
             return JSONResponse({"error": str(e)}, status_code=status)
