@@ -318,6 +318,13 @@ class KeyParty:
         """d_i = c1·s_i + E_i over the ciphertext's primes, E_i flooding noise (fresh, CSPRNG)."""
         if not ct.is_ntt_form() or ct.size() != 2:
             raise HeError("partial decryption takes a fresh or linearly combined (size-2, NTT-form) ciphertext")
+        if ct.scale < 2.0 ** (self.ctx.params.smudge_bits + 20):
+            # the flooding noise would swamp the message: only weighted sums (scale Δ·Δ_w) are decrypted
+            raise HeError(
+                f"ciphertext scale 2^{math.log2(ct.scale):.0f} is too small for flooding noise of 2^"
+                f"{self.ctx.params.smudge_bits}: decrypt a weighted sum (multiply_scalar), scale 2^"
+                f"{self.ctx.params.scale_bits + self.ctx.params.weight_scale_bits}"
+            )
         polys = self.ctx.read_ciphertext(ct)
         limbs = polys.shape[1]
         noise = self.ctx.small_to_ntt(_smudge(self.ctx.n, self.ctx.params.smudge_bits, self._random_bytes), limbs)

@@ -79,20 +79,33 @@ def test_decryption_refuses_a_missing_share(setup):
         combine(ctx, agg, partials, range(PARTIES))
 
 
-def test_a_party_holding_its_own_key_share_cannot_decrypt_a_fresh_ciphertext(setup):
-    """Each party's own answer is c1·s_i + noise: together with c0 (public) it decodes to garbage."""
+def test_each_party_alone_gets_garbage_where_all_together_decrypt(setup):
+    """One client's update (weight 1, the scale threshold decryption works at): every party's own answer
+    with c0 decodes to garbage, while the three answers together give the update. (Checked once against
+    a mutated key generation where party 0 held the whole key and the others zero: this test failed.)"""
     ctx, parties, pk, updates, _ = setup
-    ct = ctx.encrypt(pk, updates[0])[0]
-    for p in parties:
-        got = decode_sum(ctx, ct, [p.partial_decrypt(ct)])
-        assert np.abs(got - updates[0][: ctx.params.slots]).min() > 1e3
+    ct = ctx.multiply_scalar(ctx.encrypt(pk, updates[0])[0], 1.0)
+    x = updates[0][: ctx.params.slots]
+    partials = [p.partial_decrypt(ct) for p in parties]
+    for d in partials:
+        got = decode_sum(ctx, ct, [d])
+        assert np.abs(got - x).min() > 1e3
+        assert abs(np.corrcoef(got, x)[0, 1]) < 6 / math.sqrt(ctx.params.slots)
+    assert np.abs(decode_sum(ctx, ct, partials) - x).max() <= precision_bound(ctx.params, PARTIES)
+
+
+def test_a_fresh_ciphertext_is_not_partially_decrypted(setup):
+    """At the clients' scale Δ the flooding noise would swamp the value: refused rather than garbage."""
+    ctx, parties, pk, updates, _ = setup
+    with pytest.raises(HeError, match="too small for flooding"):
+        parties[0].partial_decrypt(ctx.encrypt(pk, updates[0])[0])
 
 
 def test_partial_decryption_is_fresh_each_time(setup):
     """Flooding noise is drawn anew for every answer (a repeated answer with the same noise would let the
     noise cancel between two ciphertexts)."""
     ctx, parties, pk, updates, _ = setup
-    ct = ctx.encrypt(pk, updates[0])[0]
+    ct = ctx.multiply_scalar(ctx.encrypt(pk, updates[0])[0], 1.0)
     assert not np.array_equal(parties[0].partial_decrypt(ct), parties[0].partial_decrypt(ct))
 
 
