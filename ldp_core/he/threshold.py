@@ -200,12 +200,13 @@ class CkksContext:
         count = pt.coeff_count()
         return np.fromiter((pt[i] for i in range(count)), dtype=np.uint64, count=count).reshape(-1, self.n)
 
-    def read_ciphertext(self, ct: Any) -> np.ndarray:
-        """(size, limbs, N) array of an NTT-form ciphertext's polynomials."""
-        size, limbs = ct.size(), ct.coeff_modulus_size()
-        total = size * limbs * self.n
-        flat = np.fromiter((ct[i] for i in range(total)), dtype=np.uint64, count=total)
-        return flat.reshape(size, limbs, self.n)
+    def read_ciphertext(self, ct: Any, polys: Sequence[int] | None = None) -> np.ndarray:
+        """(size, limbs, N) array of an NTT-form ciphertext's polynomials (only ``polys`` if given)."""
+        limbs = ct.coeff_modulus_size()
+        width = limbs * self.n
+        which = range(ct.size()) if polys is None else polys
+        rows = [np.fromiter((ct[i] for i in range(k * width, (k + 1) * width)), np.uint64, width) for k in which]
+        return np.stack(rows).reshape(len(rows), limbs, self.n)
 
     def _path(self, name: str) -> str:
         return os.path.join(self._tmp.name, name)
@@ -286,9 +287,9 @@ class CkksContext:
 
 def _smudge(n: int, bits: int, random_bytes: RandomBytes) -> list[int]:
     """n integers uniform on [−2^bits, 2^bits − 1] from the CSPRNG (masking to a power of two: no bias)."""
-    words = np.frombuffer(random_bytes(16 * n), dtype="<u8").reshape(n, 2)
+    words = np.frombuffer(random_bytes(16 * n), dtype="<u8").reshape(n, 2).astype(object)
     mask, offset = (1 << (bits + 1)) - 1, 1 << bits
-    return [(((int(hi) << 64) | int(lo)) & mask) - offset for lo, hi in words]
+    return list((((words[:, 1] << 64) | words[:, 0]) & mask) - offset)
 
 
 class KeyParty:
@@ -325,10 +326,10 @@ class KeyParty:
                 f"{self.ctx.params.smudge_bits}: decrypt a weighted sum (multiply_scalar), scale 2^"
                 f"{self.ctx.params.scale_bits + self.ctx.params.weight_scale_bits}"
             )
-        polys = self.ctx.read_ciphertext(ct)
-        limbs = polys.shape[1]
+        c1 = self.ctx.read_ciphertext(ct, polys=[1])[0]  # c0 is not needed
+        limbs = c1.shape[0]
         noise = self.ctx.small_to_ntt(_smudge(self.ctx.n, self.ctx.params.smudge_bits, self._random_bytes), limbs)
-        return self.ctx.add(self.ctx.mul(polys[1], self._s[:limbs]), noise)
+        return self.ctx.add(self.ctx.mul(c1, self._s[:limbs]), noise)
 
 
 def collective_public_key(ctx: CkksContext, shares: Sequence[np.ndarray]) -> Any:
