@@ -83,6 +83,7 @@ def run_client(url: str, items: list[str], mode: Mode = "intersection", timeout:
         "intersection_size": result.intersection_size,
         "intersection": result.intersection,
         "server_fpr": info.json().get("fpr"),
+        "plaintext_bytes": sum(len(x.encode()) + 1 for x in client.items),
         "request_bytes": result.request_bytes,
         "answer_bytes": result.answer_bytes,
         "seconds": time.perf_counter() - t0,

@@ -5,7 +5,8 @@
 * ``ldp psi client --server URL --items FILE``: the asking party; prints the common items (or, with
   ``--cardinality-only``, only their number), the bytes each way and the time. ``--json`` prints one
   object (``intersection_size``, ``intersection`` — null in cardinality mode —, ``request_bytes``,
-  ``answer_bytes``, ``seconds``); ``--out FILE`` writes the common items one a line.
+  ``answer_bytes``, ``plaintext_bytes``, ``seconds``); ``--out FILE`` writes the common items one a
+  line; ``--plot FILE.png`` draws the bytes each way and the share of items in common.
 
 Items files hold one item a line (UTF-8; blank lines skipped, duplicates counted once). Bad input
 (missing file, empty set, a server in the other mode or unreachable) exits 2 with the reason.
@@ -52,6 +53,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     c.add_argument("--cardinality-only", action="store_true", help="learn only the intersection's size")
     c.add_argument("--out", default=None, help="write the common items to this file, one a line")
     c.add_argument("--json", action="store_true", help="print one JSON object")
+    c.add_argument("--plot", default=None, help="write bytes each way and the share in common to this PNG")
     c.set_defaults(func=_run_client)
 
 
@@ -98,6 +100,11 @@ def _run_client(args: argparse.Namespace) -> int:
         with open(args.out, "w", encoding="utf-8") as f:
             f.writelines(x + "\n" for x in r["intersection"])
         r["out"] = args.out
+    if args.plot:
+        from estimator.psi.plots import plot_query
+
+        plot_query(r, args.plot)
+        r["plot"] = args.plot
     if args.json:
         print(json.dumps(r))
         return 0

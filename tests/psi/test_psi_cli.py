@@ -12,16 +12,18 @@ from tests.support.collector_support import ServerThread
 
 def test_client_json_and_out(tmp_path, capsys):
     (tmp_path / "mine.txt").write_text("a\nb\n\nc\nb\n d \n")
-    out = tmp_path / "common.txt"
+    out, plot = tmp_path / "common.txt", tmp_path / "psi.png"
     with ServerThread(create_app(PsiServer(["b", "d", "x"]))) as srv:
+        mine = str(tmp_path / "mine.txt")
         rc = main(
-            ["psi", "client", "--server", srv.url, "--items", str(tmp_path / "mine.txt"), "--json", "--out", str(out)]
+            ["psi", "client", "--server", srv.url, "--items", mine, "--json", "--out", str(out), "--plot", str(plot)]
         )
     assert rc == 0
     r = json.loads(capsys.readouterr().out)
     assert r["client_items"] == 4 and r["intersection_size"] == 2
     assert sorted(r["intersection"]) == ["b", "d"]
     assert sorted(load_items(out)) == ["b", "d"]
+    assert plot.stat().st_size > 0 and r["plot"] == str(plot)
 
 
 def test_missing_items_file_and_unreachable_server(tmp_path, capsys):
