@@ -75,7 +75,7 @@ def _seal() -> Any:
 
 @dataclasses.dataclass(frozen=True)
 class ThresholdParams:
-    """CKKS parameters. 8192 slots of N/2 = 4096 values per ciphertext; 128-bit security (SEAL's
+    """CKKS parameters: N = 8192, so 4096 values per ciphertext; 128-bit security (SEAL's
     HomomorphicEncryption.org table: N = 8192 allows 218 bits of modulus, these use 200)."""
 
     poly_degree: int = 8192
