@@ -127,7 +127,7 @@ def secagg_weighted_mean(
 
 
 def _client_data(clients: int, per_client: int, rng: np.random.Generator) -> tuple[list, tuple]:
-    X, y = gaussian_classes(clients * per_client + 2000, 32, 10, rng)
+    X, y = gaussian_classes(clients * per_client + 2000, 32, 10, rng, separation=0.3)
     sizes = rng.integers(per_client // 2, per_client * 3 // 2, size=clients)  # unequal: weights matter
     parts, start = [], 0
     for s in sizes:
