@@ -83,6 +83,11 @@ COMMAND_TABLE: dict[str, tuple[str, str]] = {
         "ldp_cli.commands.split",
         "split learning over HTTP with DP on the cut-layer activations, an inversion attack and FL beside it",
     ),
+    "he": (
+        "ldp_cli.commands.he",
+        "homomorphic encryption: FL aggregation under threshold CKKS, private inference",
+    ),
+    "psi": ("ldp_cli.commands.psi", "private set intersection between two organisations over HTTP"),
 }
 
 #: the command modules, in the order of ``ldp --help``

@@ -1,0 +1,35 @@
+"""``ldp he aggregate`` and ``ldp he infer``: --json objects with the promised keys, and the plots."""
+
+from __future__ import annotations
+
+import json
+
+from ldp_cli.main import main
+
+
+def test_aggregate_json_and_plot(tmp_path, capsys):
+    plot = tmp_path / "agg.png"
+    assert main(["he", "aggregate", "--clients", "4", "--rounds", "1", "--json", "--plot", str(plot)]) == 0
+    r = json.loads(capsys.readouterr().out)
+    row = r["per_round"][0]
+    assert row["he"]["max_abs_error"] <= r["he_precision_bound"]
+    # the same updates aggregated three ways give the same model to within CKKS / quantization error
+    assert abs(row["accuracy_he"] - row["accuracy_plain"]) <= 0.01
+    assert row["he"]["upload_bytes_per_client"] > row["secagg"]["upload_bytes_per_client"]
+    assert plot.stat().st_size > 0 and r["plot"] == str(plot)
+
+
+def test_infer_json(tmp_path, capsys):
+    assert main(["he", "infer", "--samples", "1", "--hidden", "4", "--json"]) == 0
+    r = json.loads(capsys.readouterr().out)
+    assert r["he_agrees_with_plaintext"] == 1.0
+    assert r["input_ciphertext_bytes"] > 100 * r["input_plaintext_bytes_float32"]
+    assert r["slowdown"] > 1
+
+
+def test_too_few_key_parties_is_a_usage_error(capsys):
+    try:
+        main(["he", "aggregate", "--key-parties", "1"])
+    except SystemExit as e:
+        assert e.code == 2
+    assert "at least 2 key parties" in capsys.readouterr().err
