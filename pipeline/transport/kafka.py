@@ -8,7 +8,9 @@
   embedded log.
 * Producers and consumers retry a lost connection at least every second
   (:data:`RECONNECT_BACKOFF_MAX_MS`), so they publish and consume again
-  promptly after a broker restart.
+  promptly after a broker restart; :mod:`pipeline.transport.kafka_logs`
+  says so in one line per broker state change (unreachable, reachable
+  again) instead of kafka-python's burst of ERROR lines.
 * Consumers read with ``isolation_level="read_committed"`` (records of open
   or aborted transactions are never delivered), auto-commit off.
 * :meth:`KafkaConsumer.transaction` uses one transactional producer per
@@ -103,6 +105,9 @@ def describe_cluster(bootstrap: str, timeout: float = 5.0) -> dict[str, Any]:
     from kafka import KafkaAdminClient
     from kafka.errors import KafkaError
 
+    from pipeline.transport import kafka_logs
+
+    kafka_logs.install()
     ms = max(1000, int(timeout * 1000))
     # kafka-python 2.x names the bootstrap wait api_version_auto_timeout_ms, 3.x bootstrap_timeout_ms
     wait_key = (
@@ -153,6 +158,9 @@ class KafkaTransport(Transport):
             raise ValueError(f"bootstrap must be 'host:port[,host:port...]', got {bootstrap!r}")
         self.bootstrap = bootstrap
         self.url = f"kafka://{bootstrap}"
+        from pipeline.transport import kafka_logs
+
+        kafka_logs.install()  # one line per broker state change, not kafka-python's burst of errors
         self.client_id = client_id
         self.replication_factor = int(replication_factor)
         self.transaction_timeout = float(transaction_timeout)
