@@ -196,10 +196,13 @@ def test_kill_a_broker_and_a_member_of_every_group_under_load(tmp_path: Path) ->
         except AssertionError as exc:
             if "counted more" in str(exc):
                 raise
-            # Known residual (issue 31, measured in 3 of 5 runs on a loaded machine): a member whose offset commit
-            # fails with UnknownMemberIdError right after the group coordinator's node is killed drops its
-            # uncommitted tail (dropped_tails 1, rejoins 0) and the tail's records are not read again; the sinks
-            # and the shuffler lose nothing (checked above). Kept as an expected failure so the fix shows here.
+            # Known residual (issue 31; 5 of 10 runs on a machine at load 10-20): after the broker is killed, a
+            # member's offset commit fails with UnknownMemberIdError (its session expired while the group
+            # coordinator moved); it drops its uncommitted tail (dropped_tails 1, rejoins 0) and one or two batches
+            # are then missing from the group's counts for good, while the group's committed offsets reach the end of every
+            # partition. The sinks and the shuffler lose nothing (checked above). Not a commit that landed in
+            # spite of its error (KafkaConsumer.commit recognises those now): the cause is open. Kept as an
+            # expected failure, with the offsets, so that a fix shows here.
             pytest.xfail(f"the estimator group lost reports: {str(exc).splitlines()[0]}\n{_lag(cfgs, procs)}")
         for (name, _, _), acc in accs.items():
             est = acc.estimate()
