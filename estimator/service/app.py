@@ -15,7 +15,7 @@ import numpy as np
 from estimator.errors import StateError
 from estimator.result import NOISE_RULE, Estimate
 from estimator.service.engine import StreamingEstimator, _partition_offsets
-from estimator.service.peers import PEER_TIMEOUT, GroupView, gather
+from estimator.service.peers import PEER_TIMEOUT, GroupView, gather, gather_json
 from estimator.service.state import EstimatorState, Key, KeyState, Tally
 from ldp_core.days import iso_day, parse_day
 from ldp_core.metrics import MetricDefinition
@@ -163,6 +163,15 @@ def _build_models() -> dict[str, Any]:
         partition: int
         committed: int = Field(description="offsets below this are counted, in the last snapshot and committed")
         read: int = Field(description="offsets below this are read and counted in the served figures")
+        member: str | None = Field(None, description="the group member that counts the partition")
+
+    class MemberFreshness(BaseModel):
+        member: str
+        url: str | None = Field(description="the peer's base URL (null: the member that answered)")
+        state: str
+        ready: bool
+        snapshot_time: float | None
+        partitions: int = Field(description="partitions this member counts")
 
     class Freshness(BaseModel):
         """How current the served figures are."""
@@ -176,6 +185,10 @@ def _build_models() -> dict[str, Any]:
         group: str
         member: str
         partitions: list[PartitionOffsets]
+        merged_instances: int = Field(1, description="how many members' answers were merged (this one included)")
+        partial: bool = Field(False, description="true when some --peer did not answer: its partitions are missing")
+        missing_peers: list[str] = Field([], description="the peers' base URLs that did not answer (partial)")
+        members: list[MemberFreshness] = Field([], description="each member that answered, this one first")
 
     class MetricInfo(BaseModel):
         name: str
@@ -684,7 +697,19 @@ def create_app(
         return discovered_json(dataset, metric, day, spec_id, top, confidence, include_noise)
 
     @app.get("/v1/freshness", response_model=models["freshness"])
-    def freshness() -> dict[str, Any]:
+    def freshness(merged: bool | None = None) -> dict[str, Any]:
+        """This member's freshness, merged with every peer's (with peers, unless ``merged=false``): the
+        partitions of all members, the oldest snapshot time (the merged figures are as current as their least
+        current member), ``ready`` only if every member that answered is; ``state``, ``group`` and ``member``
+        stay this member's; ``members`` lists each one, ``partial``/``missing_peers`` those that did not answer."""
+        body = own_freshness()
+        mine = {"url": None, **body}
+        if merged is False or not peers:
+            return _group_freshness(mine, [], [])
+        bodies, missing = gather_json(peers, "/v1/freshness", timeout=peer_timeout)
+        return _group_freshness(mine, [{"url": u, **b} for u, b in bodies.items()], missing)
+
+    def own_freshness() -> dict[str, Any]:
         if estimator is not None:
             body = estimator.freshness()
         else:
@@ -699,6 +724,8 @@ def create_app(
                 "group": st.group,
                 "member": st.member,
             }
+        for part in body["partitions"]:
+            part.setdefault("member", body["member"])
         return {**body, "now": time.time()}
 
     @app.get("/v1/metrics", response_model=models["metric_list"])
@@ -738,3 +765,30 @@ def create_app(
 
     add_dashboard(app)
     return app
+
+
+def _group_freshness(mine: dict[str, Any], others: list[dict[str, Any]], missing: list[str]) -> dict[str, Any]:
+    """``GET /v1/freshness`` over the members that answered (``mine`` first); see ``freshness`` in :func:`create_app`."""
+    everyone = [mine, *others]
+    parts = [{**p, "member": p.get("member") or m["member"]} for m in everyone for p in m.get("partitions", [])]
+    snaps = [m["snapshot_time"] for m in everyone if m.get("snapshot_time") is not None]
+    return {
+        **{k: v for k, v in mine.items() if k != "url"},
+        "snapshot_time": min(snaps) if snaps else None,
+        "ready": all(bool(m.get("ready")) for m in everyone),
+        "partitions": sorted(parts, key=lambda p: (p["topic"], p["partition"], p["member"])),
+        "merged_instances": len(everyone),
+        "partial": bool(missing),
+        "missing_peers": list(missing),
+        "members": [
+            {
+                "member": m["member"],
+                "url": m.get("url"),
+                "state": m["state"],
+                "ready": bool(m["ready"]),
+                "snapshot_time": m.get("snapshot_time"),
+                "partitions": len(m.get("partitions", [])),
+            }
+            for m in everyone
+        ],
+    }

@@ -17,6 +17,9 @@ tails the same way in every processor); its checkpoint
 3. commits the tails' end offsets to the group, and on success folds the
    tails into the certain state. A failed commit (rebalance) drops the tails:
    the partitions' next owner reads them again from the committed offsets.
+   (A commit the Kafka client reports failed although the group's offsets
+   are its own, as after a coordinator failover, is reported a success by
+   the transport: :meth:`pipeline.transport.kafka.KafkaConsumer.commit`.)
 
 After a crash the snapshot holds the certain state and possibly pending
 tails, whose commit may or may not have happened. A pending tail

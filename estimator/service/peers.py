@@ -14,10 +14,11 @@ from __future__ import annotations
 import concurrent.futures
 import dataclasses
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from estimator.service.state import EstimatorState, Tally, merge_states
 
-__all__ = ["PEER_TIMEOUT", "GroupView", "gather"]
+__all__ = ["PEER_TIMEOUT", "GroupView", "gather", "gather_json"]
 
 #: seconds a merged read waits for one peer's state before answering without it
 PEER_TIMEOUT = 5.0
@@ -74,3 +75,34 @@ def gather(
                     missing.append(url)
                     errors[url] = f"{type(exc).__name__}: {exc}"
     return GroupView(merge_states(states), len(states), missing, errors)
+
+
+def _fetch_json(url: str, timeout: float) -> dict[str, Any]:
+    import httpx
+
+    r = httpx.get(url, params={"merged": "false"}, timeout=timeout)
+    r.raise_for_status()
+    body: dict[str, Any] = r.json()
+    return body
+
+
+def gather_json(
+    peers: Sequence[str],
+    path: str,
+    *,
+    timeout: float = PEER_TIMEOUT,
+    fetch: Callable[[str, float], dict[str, Any]] = _fetch_json,
+) -> tuple[dict[str, dict[str, Any]], list[str]]:
+    """Every peer's own answer to ``GET path?merged=false`` (asked in parallel): the bodies of those that
+    answered within ``timeout``, by base URL, and the base URLs of those that did not."""
+    bodies: dict[str, dict[str, Any]] = {}
+    missing: list[str] = []
+    if peers:
+        with concurrent.futures.ThreadPoolExecutor(max_workers=min(8, len(peers))) as pool:
+            futures = {url: pool.submit(fetch, url.rstrip("/") + path, timeout) for url in peers}
+            for url, fut in futures.items():
+                try:
+                    bodies[url] = fut.result()
+                except Exception:  # noqa: BLE001 - any failure of one peer: answer without it, and say so
+                    missing.append(url)
+    return bodies, missing

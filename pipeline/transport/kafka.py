@@ -8,7 +8,9 @@
   embedded log.
 * Producers and consumers retry a lost connection at least every second
   (:data:`RECONNECT_BACKOFF_MAX_MS`), so they publish and consume again
-  promptly after a broker restart.
+  promptly after a broker restart; :mod:`pipeline.transport.kafka_logs`
+  says so in one line per broker state change (unreachable, reachable
+  again) instead of kafka-python's burst of ERROR lines.
 * Consumers read with ``isolation_level="read_committed"`` (records of open
   or aborted transactions are never delivered), auto-commit off.
 * :meth:`KafkaConsumer.transaction` uses one transactional producer per
@@ -77,6 +79,10 @@ RECONNECT_BACKOFF_MAX_MS = 1000
 #: large enough for a 4,096-report batch of the widest mechanisms; the project's broker accepts 8 MiB
 DEFAULT_MAX_REQUEST_SIZE = 8 << 20
 
+#: numbers the offset commits of the process (with the member name and the time, the token a commit leaves in
+#: its offsets' metadata; see :meth:`KafkaConsumer.commit`)
+_COMMITS = itertools.count()
+
 
 def _errors() -> Any:
     import kafka.errors
@@ -103,6 +109,9 @@ def describe_cluster(bootstrap: str, timeout: float = 5.0) -> dict[str, Any]:
     from kafka import KafkaAdminClient
     from kafka.errors import KafkaError
 
+    from pipeline.transport import kafka_logs
+
+    kafka_logs.install()
     ms = max(1000, int(timeout * 1000))
     # kafka-python 2.x names the bootstrap wait api_version_auto_timeout_ms, 3.x bootstrap_timeout_ms
     wait_key = (
@@ -153,6 +162,9 @@ class KafkaTransport(Transport):
             raise ValueError(f"bootstrap must be 'host:port[,host:port...]', got {bootstrap!r}")
         self.bootstrap = bootstrap
         self.url = f"kafka://{bootstrap}"
+        from pipeline.transport import kafka_logs
+
+        kafka_logs.install()  # one line per broker state change, not kafka-python's burst of errors
         self.client_id = client_id
         self.replication_factor = int(replication_factor)
         self.transaction_timeout = float(transaction_timeout)
@@ -676,9 +688,11 @@ class KafkaConsumer(Consumer):
             raise stale
         todo = dict(self._delivered if offsets is None else offsets)
         errors = _errors()
+        # a token of this commit in the offsets' metadata: a commit reported failed may have landed anyway
+        token = f"{self.member}:{next(_COMMITS)}:{time.time_ns()}"
         try:
             self._consumer.commit(
-                {KTP(tp.topic, tp.partition): OffsetAndMetadata(int(off), "", -1) for tp, off in todo.items()}
+                {KTP(tp.topic, tp.partition): OffsetAndMetadata(int(off), token, -1) for tp, off in todo.items()}
             )
         except (
             errors.CommitFailedError,
@@ -686,6 +700,16 @@ class KafkaConsumer(Consumer):
             errors.UnknownMemberIdError,
             errors.RebalanceInProgressError,
         ) as exc:
+            if todo and self._landed(todo, token):
+                # Issue 31: the first attempt reached the old group coordinator, which wrote the offsets before
+                # its node died; kafka-python retried at the new coordinator, which no longer knew the member
+                # and refused. The offsets are the group's now: report success, or the caller drops records the
+                # group will never deliver again (the next owner, or this member after its rejoin, starts there)
+                log.warning("the offset commit was reported failed (%r) but it landed; the member rejoins", exc)
+                for tp, off in todo.items():
+                    if self._delivered.get(tp, -1) <= off:
+                        self._delivered.pop(tp, None)
+                return
             if self._delivered:  # this failure reports the rewind: no second one
                 self._rebalance_rewound(report=False)
             self._rewind()
@@ -696,6 +720,21 @@ class KafkaConsumer(Consumer):
         for tp, off in todo.items():
             if self._delivered.get(tp, -1) <= off:
                 self._delivered.pop(tp, None)
+
+    def _landed(self, todo: Mapping[TopicPartition, int], token: str) -> bool:
+        """Whether the group's committed offsets are the ones of the commit carrying ``token`` (an offset
+        commit of one group is one write: all of its partitions, or none)."""
+        from kafka import TopicPartition as KTP
+
+        try:
+            for tp, off in todo.items():
+                got = self._consumer.committed(KTP(tp.topic, tp.partition), metadata=True)
+                if got is None or got.metadata != token or got.offset != int(off):
+                    return False
+        except _errors().KafkaError as exc:  # cannot tell: treat as not landed (the records come again)
+            log.warning("could not read the committed offsets after a failed commit: %r", exc)
+            return False
+        return True
 
     def _generation_stable(self) -> bool:
         """Whether this member is in a stable generation (best effort: kafka-python 2 sends no generation with

@@ -35,33 +35,68 @@ def parse(command: list[str]) -> Any:
     return build_parser().parse_args(command)
 
 
+BROKERS = ("kafka-1", "kafka-2", "kafka-3")
+
+
 def test_the_services_are_there(compose: dict[str, Any]) -> None:
-    assert set(compose["services"]) == SERVICES | {"kafka", "issuer"}
+    assert set(compose["services"]) == SERVICES | set(BROKERS) | {"issuer"}
 
 
-def test_kafka_is_the_official_image_in_kraft_single_node(compose: dict[str, Any]) -> None:
-    k = compose["services"]["kafka"]
-    assert k["image"] == f"apache/kafka:{DEFAULT_KAFKA_VERSION}"
-    env = {key: str(v) for key, v in k["environment"].items()}
-    assert set(env["KAFKA_PROCESS_ROLES"].split(",")) == {"broker", "controller"}
-    assert env["KAFKA_CONTROLLER_QUORUM_VOTERS"] == f"{env['KAFKA_NODE_ID']}@kafka:9093"
-    assert "CONTROLLER://:9093" in env["KAFKA_LISTENERS"] and "PLAINTEXT://:9092" in env["KAFKA_LISTENERS"]
-    for name in (
-        "KAFKA_OFFSETS_TOPIC_REPLICATION_FACTOR",
-        "KAFKA_TRANSACTION_STATE_LOG_REPLICATION_FACTOR",
-        "KAFKA_TRANSACTION_STATE_LOG_MIN_ISR",
-        "KAFKA_DEFAULT_REPLICATION_FACTOR",
-    ):
-        assert env[name] == "1", name
-    assert int(env["KAFKA_MESSAGE_MAX_BYTES"]) >= DEFAULT_MAX_REQUEST_SIZE
-    assert env["KAFKA_AUTO_CREATE_TOPICS_ENABLE"] == "false"  # the pipeline creates its topics itself
-    assert re.fullmatch(r"[A-Za-z0-9_-]{22}", env["CLUSTER_ID"])
-    assert "healthcheck" in k
+def _env(compose: dict[str, Any], node: str) -> dict[str, str]:
+    return {key: str(v) for key, v in compose["services"][node]["environment"].items()}
+
+
+def test_kafka_is_three_kraft_nodes_of_the_official_image_replicating_everything(compose: dict[str, Any]) -> None:
+    """Issue 31: three combined broker/controller nodes, one quorum of all three, every topic (the offsets and
+    transaction-state ones too) replicated 3 times with min.insync.replicas 2, so any one node may be down."""
+    envs = {node: _env(compose, node) for node in BROKERS}
+    voters = {}
+    for node, env in envs.items():
+        k = compose["services"][node]
+        assert k["image"] == f"apache/kafka:{DEFAULT_KAFKA_VERSION}" and k["hostname"] == node
+        assert set(env["KAFKA_PROCESS_ROLES"].split(",")) == {"broker", "controller"}
+        assert "CONTROLLER://:9093" in env["KAFKA_LISTENERS"] and "PLAINTEXT://:9092" in env["KAFKA_LISTENERS"]
+        assert env["KAFKA_ADVERTISED_LISTENERS"] == f"PLAINTEXT://{node}:9092"
+        voters[int(env["KAFKA_NODE_ID"])] = f"{node}:9093"
+        for name in (
+            "KAFKA_OFFSETS_TOPIC_REPLICATION_FACTOR",
+            "KAFKA_TRANSACTION_STATE_LOG_REPLICATION_FACTOR",
+            "KAFKA_DEFAULT_REPLICATION_FACTOR",
+        ):
+            assert env[name] == "3", (node, name)
+        assert env["KAFKA_MIN_INSYNC_REPLICAS"] == env["KAFKA_TRANSACTION_STATE_LOG_MIN_ISR"] == "2", node
+        assert int(env["KAFKA_MESSAGE_MAX_BYTES"]) >= DEFAULT_MAX_REQUEST_SIZE
+        assert int(env["KAFKA_REPLICA_FETCH_MAX_BYTES"]) >= int(env["KAFKA_MESSAGE_MAX_BYTES"])  # followers keep up
+        assert env["KAFKA_AUTO_CREATE_TOPICS_ENABLE"] == "false"  # the pipeline creates its topics itself
+        assert re.fullmatch(r"[A-Za-z0-9_-]{22}", env["CLUSTER_ID"])
+        assert "healthcheck" in k
+        (volume,) = k["volumes"]
+        assert volume.split(":")[0] == f"{node}-data" and volume.split(":")[1] == env["KAFKA_LOG_DIRS"]
+    assert sorted(voters) == [1, 2, 3]  # distinct node ids
+    quorum = ",".join(f"{i}@{voters[i]}" for i in sorted(voters))
+    assert {env["KAFKA_CONTROLLER_QUORUM_VOTERS"] for env in envs.values()} == {quorum}
+    assert len({env["CLUSTER_ID"] for env in envs.values()}) == 1
+    # every other setting is the same on the three nodes
+    per_node = {"KAFKA_NODE_ID", "KAFKA_ADVERTISED_LISTENERS"}
+    assert len({tuple(sorted((k, v) for k, v in e.items() if k not in per_node)) for e in envs.values()}) == 1
+
+
+def test_the_local_cluster_matches_the_compose_one(compose: dict[str, Any], tmp_path: Path) -> None:
+    """`ldp kafka up --brokers 3` (what the tests run) replicates as the compose cluster does."""
+    from ldp_cli.broker import BrokerConfig
+    from ldp_cli.broker_cluster import cluster_configs
+
+    env = _env(compose, "kafka-1")
+    cfgs = cluster_configs(tmp_path, BrokerConfig(home=tmp_path, port=21700, controller_port=21710), 3)
+    assert {(c.replication, c.min_isr) for c in cfgs} == {
+        (int(env["KAFKA_DEFAULT_REPLICATION_FACTOR"]), int(env["KAFKA_MIN_INSYNC_REPLICAS"]))
+    }
 
 
 def test_every_command_is_accepted_by_the_real_parser(compose: dict[str, Any]) -> None:
-    advertised = compose["services"]["kafka"]["environment"]["KAFKA_ADVERTISED_LISTENERS"]
-    broker = urlsplit(advertised.split(",")[0].replace("PLAINTEXT://", "kafka://")).netloc
+    from pipeline.transport import open_transport
+
+    nodes = [_env(compose, n)["KAFKA_ADVERTISED_LISTENERS"].replace("PLAINTEXT://", "") for n in BROKERS]
     for name in SERVICES:
         svc = compose["services"][name]
         cmd = svc["command"]
@@ -69,12 +104,17 @@ def test_every_command_is_accepted_by_the_real_parser(compose: dict[str, Any]) -
         args = parse(cmd)
         assert args.command == name
         transport = getattr(args, "transport", None) or args.transport_url  # the collector's dest
-        assert transport == f"kafka://{broker}", name
+        t = open_transport(transport)  # opens no connection
+        assert t.bootstrap.split(",") == nodes, name  # every node, so any one may be down at start
+        assert t.replication_factor == 3, name  # the topics the services create are replicated on all three
+        t.close()
         assert svc["environment"]["LDP_TRANSPORT"] == transport
         metrics = getattr(args, "metrics", None) or getattr(args, "metrics_path", None)
         metrics = metrics[0] if isinstance(metrics, list) else metrics
         assert metrics.startswith("/app/") and (ROOT / metrics[len("/app/") :]).is_file(), name
-        assert svc["depends_on"]["kafka"]["condition"] == "service_healthy"
+        assert {n: d["condition"] for n, d in svc["depends_on"].items() if n in BROKERS} == dict.fromkeys(
+            BROKERS, "service_healthy"
+        )
         assert svc["build"] == "."
 
 
@@ -122,7 +162,7 @@ def test_state_lives_on_volumes(compose: dict[str, Any]) -> None:
     assert any(sink.dataset.startswith(m) for m in mounts["sink"])
     assert any(col.dedup_path.startswith(m) for m in mounts["collector"])
     named = set(compose["volumes"])
-    for name in SERVICES | {"kafka", "issuer"}:
+    for name in SERVICES | set(BROKERS) | {"issuer"}:
         for v in s[name].get("volumes", []):
             assert v.split(":")[0] in named
 

@@ -80,6 +80,26 @@ def test_every_read_answers_for_the_group_and_partially_while_a_peer_is_down(tmp
                 assert body["n"] == acc.n and body["merged_instances"] == 2 and body["partial"] is False
                 if body["kind"] == "frequency":
                     assert body["counts"] == acc.estimate().counts.tolist()
+        # freshness answers for the group too: every member's partitions, the oldest snapshot
+        own = {u: httpx.get(u + "/v1/freshness", params={"merged": "false"}).json() for u in (url_a, url_b)}
+        assert {m: [p["member"] for p in own[u]["partitions"]] for u, m in ((url_a, "a"), (url_b, "b"))} == {
+            "a": ["a"] * len(own[url_a]["partitions"]),
+            "b": ["b"] * len(own[url_b]["partitions"]),
+        }
+        assert own[url_a]["partitions"] and own[url_b]["partitions"]
+        for url, other in ((url_a, url_b), (url_b, url_a)):
+            fresh = httpx.get(url + "/v1/freshness").json()
+            assert fresh["merged_instances"] == 2 and fresh["partial"] is False and fresh["missing_peers"] == []
+            group_parts = sorted(own[url_a]["partitions"] + own[url_b]["partitions"], key=lambda p: p["partition"])
+            assert sorted(fresh["partitions"], key=lambda p: p["partition"]) == group_parts
+            assert len({p["partition"] for p in fresh["partitions"]}) == len(fresh["partitions"])  # each once
+            assert fresh["snapshot_time"] == min(own[u]["snapshot_time"] for u in own)
+            assert fresh["member"] == own[url]["member"]  # who answered
+            assert [(m["member"], m["url"]) for m in fresh["members"]] == [
+                (own[url]["member"], None),
+                (own[other]["member"], other),
+            ]
+            assert sum(p["committed"] for p in fresh["partitions"]) == len(batches)  # one record per batch
         # the local-only form stays, and so does the old merged=true spelling
         local = httpx.get(url_a + "/v1/estimates", params={"merged": "false"}).json()
         assert {(e["metric"], e["spec_id"], e["day"]) for e in local["estimates"]} == only_a
@@ -102,6 +122,9 @@ def test_every_read_answers_for_the_group_and_partially_while_a_peer_is_down(tmp
         body = r.json()
         assert body["partial"] is True and body["missing_peers"] == [url_b]
         assert body["n"] == expect[(metric, spec_id, day)].n  # a key a holds alone is still whole
+        fresh = httpx.get(url_a + "/v1/freshness").json()  # a's partitions only, marked partial
+        assert fresh["partial"] is True and fresh["missing_peers"] == [url_b] and fresh["merged_instances"] == 1
+        assert fresh["partitions"] == own[url_a]["partitions"] and [m["member"] for m in fresh["members"]] == ["a"]
         metric, spec_id, day = sorted(only_b)[0]
         r = httpx.get(f"{url_a}/v1/estimates/{metric}", params={"day": day})
         assert r.status_code == 404 and url_b in r.json()["detail"]

@@ -197,7 +197,8 @@ class Deployment:
         self.dataset = workdir / "dataset"
         issuer_state = workdir / "issuer"
         paths = {
-            "kafka://kafka:9092": f"sqlite:///{workdir / 'transport.sqlite3'}",
+            # the compose services' transport (the three-node cluster) is one embedded log here
+            compose["x-ldp"]["environment"]["LDP_TRANSPORT"]: f"sqlite:///{workdir / 'transport.sqlite3'}",
             "/app/metrics/example.json": str(METRICS_FILE),
             "/data/issuer": str(issuer_state),
             # the token-keys volume: the issuer writes the public halves, the collector reads them

