@@ -45,6 +45,7 @@ ESTIMATOR_LEVELS: dict[str, int] = {
     "accounting": 4,
     "jobs": 5,
     "fl": 5,
+    "synth": 5,
     "service": 6,
 }
 
