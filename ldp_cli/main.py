@@ -60,6 +60,10 @@ COMMAND_TABLE: dict[str, tuple[str, str]] = {
         "research scenarios: federated learning with client-level DP on seeded synthetic data",
     ),
     "dpsgd": ("ldp_cli.commands.dpsgd", "train a numpy model with DP-SGD on a .npz dataset and print the ε spent"),
+    "synth": (
+        "ldp_cli.commands.synth",
+        "differentially private synthetic data: MST, AIM, DP-GAN, and synthetic telemetry from LDP marginals",
+    ),
     "keys": ("ldp_cli.commands.keys", "create and list analyzer key pairs for sealed metrics"),
     "issuer": ("ldp_cli.commands.issuer", "the anonymous upload-token issuer"),
 }

@@ -47,6 +47,7 @@ def telemetry_table(
         "epsilon_local": float(epsilon),
         "protects": "each device's whole record, by its one ε-LDP report of one assigned pair (no central DP added)",
         **info,
+        "reports": consistency["reports"],
         "max_abs_z_synthetic_vs_ldp": worst,
         "consistency": consistency["pairs"],
     }
