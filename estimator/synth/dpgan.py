@@ -35,6 +35,8 @@ class GANConfig:
     batch: int = 64
     latent: int = 16
     hidden: int = 64
+    #: the discriminator's hidden width (None: ``hidden``); a smaller one has fewer coordinates to noise
+    hidden_d: int | None = None
     lr_d: float = 2e-3
     lr_g: float = 2e-3
     clip_norm: float | None = 1.0
@@ -100,6 +102,7 @@ class _Adam:
 class _Nets:
     def __init__(self, dim: int, blocks: list[tuple[int, int]], cfg: GANConfig, rng: np.random.Generator) -> None:
         h, z = cfg.hidden, cfg.latent
+        hd = cfg.hidden_d or cfg.hidden
         self.blocks = blocks
         self.g = {
             "W1": rng.normal(0, 1 / math.sqrt(z), (z, h)),
@@ -108,9 +111,9 @@ class _Nets:
             "b2": np.zeros(dim),
         }
         self.d = {
-            "V1": rng.normal(0, 1 / math.sqrt(dim), (dim, h)),
-            "c1": np.zeros(h),
-            "v2": rng.normal(0, 1 / math.sqrt(h), h),
+            "V1": rng.normal(0, 1 / math.sqrt(dim), (dim, hd)),
+            "c1": np.zeros(hd),
+            "v2": rng.normal(0, 1 / math.sqrt(hd), hd),
             "c2": np.zeros(1),
         }
 

@@ -79,3 +79,18 @@ def test_bad_requests_are_refused() -> None:
         marginal.mst(table, 1.0, 1.5, np.random.default_rng(0))
     with pytest.raises(SynthError, match="epsilon"):
         marginal.aim(table, -1.0, 1e-6, np.random.default_rng(0))
+
+
+def test_the_comparison_measures_each_generator_and_plots(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from estimator.synth.evaluate import plot
+    from simulator.synth_study import compare
+
+    result = compare(300, 1.0, 1e-6, 5, methods=("copy", "dpgan"), gan_steps=30)
+    rows = {r["generator"]: r for r in result["generators"]}
+    assert rows["copy"]["exact_copy_share"] == 1.0 and rows["copy"]["dcr_mean"] == 0.0
+    assert rows["copy"]["privacy"] == "none" and rows["dpgan"]["privacy"] == "central"
+    assert 0 < rows["dpgan"]["epsilon"] <= 1.0
+    ref = result["reference"]
+    assert 0 < ref["tv_2way"] < 1 and 0 <= ref["holdout_exact_copy_share"] <= 1
+    plot(result["generators"], ref, str(tmp_path / "synth.png"))
+    assert (tmp_path / "synth.png").stat().st_size > 10_000
