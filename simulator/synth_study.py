@@ -45,7 +45,7 @@ def telemetry_table(
         "method": "ldp-marginals",
         "rows": out.rows,
         "epsilon_local": float(epsilon),
-        "protects": "each device's whole record, by its one ε-LDP report of one assigned pair (no central DP added)",
+        "protects": "each device's whole record, by its one ε-LDP report of one assigned pair (the shuffle's central amplification comes on top, not counted here)",
         **info,
         "reports": consistency["reports"],
         "max_abs_z_synthetic_vs_ldp": worst,

@@ -118,7 +118,10 @@ def run_synth_cmd(args: argparse.Namespace) -> int:
             result["plot"] = args.plot
         return _print(args, result)
     table = _table(args)
-    rng = np.random.default_rng(args.seed)
+    from ldp_core.randomness import secure_generator
+
+    # without --seed the noise, selections and samples come from the OS CSPRNG
+    rng = secure_generator() if args.seed is None else np.random.default_rng(args.seed)
     if args.method == "ldp-marginals":
         from simulator.synth_study import telemetry_table
 
@@ -151,6 +154,7 @@ def run_synth_cmd(args: argparse.Namespace) -> int:
         write_table(syn, args.out)
     info["out"] = args.out
     info["seeded"] = args.seed is not None
+    info["randomness"] = "seeded" if args.seed is not None else "os_csprng"
     info["seed_warning"] = (
         "a seeded run's ε does not hold against anyone who knows the seed" if args.seed is not None else None
     )
