@@ -87,8 +87,14 @@ def measurements(table: Table, estimates: list[PairEstimate]) -> tuple[list[Meas
     for e in estimates:
         if e.n <= 0:
             continue
+        if not (np.all(np.isfinite(e.counts)) and np.all(np.isfinite(e.std_error))):
+            raise SynthError(f"the estimate of pair {e.pair} has non-finite counts or standard errors")
         scale = total / e.n
-        sd = float(np.sqrt(np.mean(np.square(e.std_error)))) * scale  # the oracles' per-cell variance is ~flat
+        # per cell: the oracle's variance, and the assignment's (the n_p reporters are a uniform random n_p
+        # of the N devices: hypergeometric), both on the scale of N; their mean makes the one std mbi takes
+        f = np.clip(np.asarray(e.counts) / e.n, 0.0, 1.0)
+        sampling = total**2 * f * (1 - f) * (total - e.n) / (e.n * max(total - 1.0, 1.0))
+        sd = float(np.sqrt(np.mean(np.square(e.std_error) * scale**2 + sampling)))
         out.append(
             Measurement(
                 (table.columns[e.pair[0]], table.columns[e.pair[1]]), np.asarray(e.counts) * scale, max(sd, 1e-9)
