@@ -302,6 +302,9 @@ def main() -> None:
         "transport": url.split("://")[0],
         "python": platform.python_version(),
         "cpus": os.cpu_count(),
+        "cpu_model": next(
+            (ln.split(":", 1)[1].strip() for ln in open("/proc/cpuinfo") if ln.startswith("model name")), ""
+        ),
         "loadavg_before": load0,
     }
     if not args.skip_ingest:
