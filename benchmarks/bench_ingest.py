@@ -67,9 +67,10 @@ def _template(n: int) -> bytes:
 
 
 class Collector:
-    """``ldp collector`` in a subprocess."""
+    """``ldp collector`` in a subprocess; with ``peer`` (``read`` or ``parse``), ``benchmarks/ingest_peer.py``
+    instead: the same HTTP stack whose endpoint only reads the body (and parses the frame), publishing nothing."""
 
-    def __init__(self, url: str, topic: str, tmp: pathlib.Path) -> None:
+    def __init__(self, url: str, topic: str, tmp: pathlib.Path, peer: str | None = None) -> None:
         args = [
             sys.executable,
             "-m",
@@ -88,13 +89,15 @@ class Collector:
             "--max-in-flight",
             "4096",
         ]
+        if peer is not None:
+            args = [sys.executable, str(ROOT / "benchmarks" / "ingest_peer.py"), peer]
         self.proc = subprocess.Popen(
             args,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
             cwd=tmp,
-            env=dict(os.environ, PYTHONPATH=str(ROOT)),
+            env=dict(os.environ, PYTHONPATH=os.environ.get("LDP_BENCH_COLLECTOR_TREE") or str(ROOT)),
         )
         line = self.proc.stdout.readline() if self.proc.stdout else ""
         if "listening on" not in line:
@@ -163,10 +166,12 @@ def _broker_pid() -> int | None:
         return None
 
 
-def bench_ingest(url: str, tmp: pathlib.Path, reports: int, seconds: float, connections: int) -> dict[str, float]:
+def bench_ingest(
+    url: str, tmp: pathlib.Path, reports: int, seconds: float, connections: int, peer: str | None = None
+) -> dict[str, float]:
     topic = f"bench.raw-{uuid.uuid4().hex[:8]}"
-    collector = Collector(url, topic, tmp)
-    broker = _broker_pid() if url.startswith("kafka://") else None
+    collector = Collector(url, topic, tmp, peer)
+    broker = _broker_pid() if url.startswith("kafka://") and peer is None else None
     try:
         template = _template(reports)
         warmup = 1.0
@@ -272,6 +277,19 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="one short run of each")
     ap.add_argument("--skip-ingest", action="store_true")
     ap.add_argument("--skip-shuffle", action="store_true")
+    ap.add_argument(
+        "--before",
+        metavar="TREE",
+        default=None,
+        help="also load, interleaved in the same runs, the collector of another source tree (e.g. a `git worktree` "
+        "of the previous commit): its figures go to 'ingest_before' and the ratio to 'collector_cpu_after_vs_before'",
+    )
+    ap.add_argument(
+        "--peers",
+        action="store_true",
+        help="also load, in the same runs (interleaved), an endpoint that only reads the body and one that also "
+        "parses the frame (benchmarks/ingest_peer.py), and give the collector's CPU per report as a multiple of theirs",
+    )
     args = ap.parse_args()
     if args.quick:
         args.runs, args.seconds, args.batches = 1, 2.0, 500
@@ -284,12 +302,37 @@ def main() -> None:
         "transport": url.split("://")[0],
         "python": platform.python_version(),
         "cpus": os.cpu_count(),
+        "cpu_model": next(
+            (ln.split(":", 1)[1].strip() for ln in open("/proc/cpuinfo") if ln.startswith("model name")), ""
+        ),
         "loadavg_before": load0,
     }
     if not args.skip_ingest:
-        runs = [bench_ingest(url, tmp, args.reports, args.seconds, args.connections) for _ in range(args.runs)]
+        peers = ("read", "parse") if args.peers else ()
+        runs, peer_runs = [], {p: [] for p in peers}  # type: ignore[var-annotated]
+        before_runs = []
+        for _ in range(args.runs):
+            if args.before:
+                os.environ["LDP_BENCH_COLLECTOR_TREE"] = args.before
+                try:
+                    before_runs.append(bench_ingest(url, tmp, args.reports, args.seconds, args.connections))
+                finally:
+                    del os.environ["LDP_BENCH_COLLECTOR_TREE"]
+            runs.append(bench_ingest(url, tmp, args.reports, args.seconds, args.connections))
+            for p in peers:
+                peer_runs[p].append(bench_ingest(url, tmp, args.reports, args.seconds, args.connections, p))
         results["ingest_runs"] = runs
         results["ingest"] = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
+        cpu = results["ingest"]["collector_cpu_s_per_m_reports"]  # type: ignore[index]
+        if before_runs:
+            results["ingest_before_runs"] = before_runs
+            results["ingest_before"] = {k: statistics.median(r[k] for r in before_runs) for k in before_runs[0]}
+            results["collector_cpu_after_vs_before"] = cpu / results["ingest_before"]["collector_cpu_s_per_m_reports"]
+        for p, pruns in peer_runs.items():
+            med = {k: statistics.median(r[k] for r in pruns) for k in pruns[0]}
+            results[f"peer_{p}_runs"] = pruns
+            results[f"peer_{p}"] = med
+            results[f"collector_cpu_vs_{p}"] = cpu / med["collector_cpu_s_per_m_reports"]
     if not args.skip_shuffle:
         runs = [bench_shuffle(url, args.batches, args.reports, args.min_batch) for _ in range(args.runs)]
         results["shuffle_runs"] = runs
@@ -313,6 +356,22 @@ def main() -> None:
             + (f", broker {i['broker_cpu_s_per_m_reports']:.2f}" if "broker_cpu_s_per_m_reports" in i else "")
             + " |"
         )
+        if "ingest_before" in results:
+            b = results["ingest_before"]
+            print(
+                f"| the same, collector of {args.before} | {b['reports_per_s']:,.0f} | CPU s per million reports: "
+                f"collector {b['collector_cpu_s_per_m_reports']:.3f} (after/before "
+                f"{results['collector_cpu_after_vs_before']:.2f}) |"
+            )
+        for p in ("read", "parse"):
+            if f"peer_{p}" in results:
+                q = results[f"peer_{p}"]
+                what = "reads the body" if p == "read" else "reads the body and parses the frame"
+                print(
+                    f"| peer: an endpoint that only {what} | {q['reports_per_s']:,.0f} | CPU s per million reports: "
+                    f"{q['collector_cpu_s_per_m_reports']:.3f}; the collector uses "
+                    f"{results[f'collector_cpu_vs_{p}']:.2f}× its CPU per report |"
+                )
     if "shuffle" in results:
         s = results["shuffle"]
         print(

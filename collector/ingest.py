@@ -48,6 +48,7 @@ transport acknowledged it.
 
 from __future__ import annotations
 
+import asyncio
 import collections
 import concurrent.futures
 import functools
@@ -56,7 +57,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterable
-from typing import Literal, NamedTuple
+from typing import Any, Literal, NamedTuple
 
 from collector.dedup import BatchIdStore, content_digest
 from collector.errors import RejectedBatch, UnavailableError
@@ -75,12 +76,73 @@ log = logging.getLogger("ldp.collector")
 Outcome = Literal["accepted", "duplicate"]
 
 
+class _Result:
+    """A one-shot outcome resolved by a publisher thread: the part of :class:`concurrent.futures.Future` the
+    ingestor uses (``set_result``, ``set_exception``, ``done``, ``cancelled``, ``add_done_callback``, and
+    ``result``/``exception`` once done), without its condition variable, which cost more per upload than
+    decoding the frame. Never cancelled; callbacks run on the thread that resolves it (or at once if done)."""
+
+    __slots__ = ("_lock", "_state", "_value", "_callbacks")
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._state = 0  # 0 pending, 1 result, 2 exception
+        self._value: Any = None
+        self._callbacks: list[Callable[[Any], object]] = []
+
+    def done(self) -> bool:
+        return self._state != 0
+
+    def cancelled(self) -> bool:
+        return False
+
+    def _finish(self, state: int, value: Any) -> None:
+        with self._lock:
+            if self._state:
+                raise concurrent.futures.InvalidStateError("the outcome is settled already")
+            self._state, self._value = state, value
+            callbacks, self._callbacks = self._callbacks, []
+        for cb in callbacks:
+            _run_callback(cb, self)
+
+    def set_result(self, result: Outcome) -> None:
+        self._finish(1, result)
+
+    def set_exception(self, exc: BaseException) -> None:
+        self._finish(2, exc)
+
+    def add_done_callback(self, cb: Callable[[Any], object]) -> None:
+        with self._lock:
+            if not self._state:
+                self._callbacks.append(cb)
+                return
+        _run_callback(cb, self)
+
+    def exception(self, timeout: float | None = None) -> BaseException | None:
+        if not self._state:
+            raise concurrent.futures.InvalidStateError("the outcome is not settled yet")
+        return self._value if self._state == 2 else None
+
+    def result(self, timeout: float | None = None) -> Outcome:
+        exc = self.exception()
+        if exc is not None:
+            raise exc
+        return self._value
+
+
+def _run_callback(cb: Callable[[Any], object], fut: _Result) -> None:
+    try:
+        cb(fut)
+    except Exception:
+        log.exception("a callback of an upload's outcome failed")
+
+
 class Submission(NamedTuple):
     batch_id: bytes
     key: bytes
     value: bytes
     reports: int
-    future: concurrent.futures.Future[Outcome]
+    future: Any  # a _Result (or a concurrent.futures.Future): the publish's outcome
     digest: bytes = b""
     metric: str = ""
 
@@ -94,27 +156,36 @@ class GroupStats(NamedTuple):
     seconds: float
 
 
-def _settle(
-    fut: concurrent.futures.Future[Outcome], result: Outcome | None = None, exc: BaseException | None = None
-) -> None:
+def _settle(fut: Any, result: Outcome | None = None, exc: BaseException | None = None) -> None:
     """Resolve ``fut`` unless it is already resolved or cancelled (its waiter gave up): the publish's outcome
     does not depend on anyone still waiting for it."""
     try:
         if exc is not None:
             fut.set_exception(exc)
         else:
-            fut.set_result(result)  # type: ignore[arg-type]
+            fut.set_result(result)
     except concurrent.futures.InvalidStateError:
         pass
 
 
-def _copy(done: concurrent.futures.Future[Outcome], public: concurrent.futures.Future[Outcome]) -> None:
+def _copy(done: Any, public: Any) -> None:
     """Hand the internal future's outcome to the one the caller holds (internal futures are never cancelled)."""
     exc = done.exception()
     if exc is not None:
         _settle(public, exc=exc)
     else:
         _settle(public, done.result())
+
+
+def _hand_over(done: Any, waiter: asyncio.Future[Outcome]) -> None:
+    """On the waiter's loop: its outcome, unless its caller gave up (cancelled it)."""
+    if waiter.done():
+        return
+    exc = done.exception()
+    if exc is not None:
+        waiter.set_exception(exc)
+    else:
+        waiter.set_result(done.result())
 
 
 def _conflict(batch_id: bytes) -> RejectedBatch:
@@ -127,8 +198,8 @@ def _conflict(batch_id: bytes) -> RejectedBatch:
 
 
 def _follow(
-    done: concurrent.futures.Future[Outcome],
-    fut: concurrent.futures.Future[Outcome],
+    done: Any,
+    fut: Any,
     same: bool = True,
     batch_id: bytes = b"",
 ) -> None:
@@ -196,7 +267,7 @@ class Ingestor:
         #: the last transport failure, ``None`` once a publish succeeds again
         self.last_error: str | None = None
         self._down: str | None = None
-        self._waiting: set[concurrent.futures.Future[Outcome]] = set()
+        self._waiting: set[Any] = set()  # the futures callers hold, settled if the transport goes down
         self._publishing: dict[int, float] = {}  # publisher thread id -> when its publish started (monotonic)
         self._wake = threading.Event()
         self._probe_soon = False
@@ -247,8 +318,23 @@ class Ingestor:
     ) -> concurrent.futures.Future[Outcome]:
         """Queue a batch; the returned future resolves to its outcome. Cancelling it (a waiter that gives up)
         changes nothing for the publish or for a retry of the same batch id that follows it."""
-        fut: concurrent.futures.Future[Outcome] = concurrent.futures.Future()
         public: concurrent.futures.Future[Outcome] = concurrent.futures.Future()
+        self._submit(batch_id, key, value, reports, metric, public)
+        return public
+
+    def submit_async(
+        self, batch_id: bytes, key: bytes, value: bytes, reports: int, metric: str, loop: asyncio.AbstractEventLoop
+    ) -> asyncio.Future[Outcome]:
+        """:meth:`submit` for a caller on ``loop`` (the collector's uploads): an asyncio future of the loop,
+        resolved through ``loop.call_soon_threadsafe``; cancelling it changes nothing for the publish."""
+        waiter: asyncio.Future[Outcome] = loop.create_future()
+        public = _Result()
+        public.add_done_callback(lambda done: loop.call_soon_threadsafe(_hand_over, done, waiter))
+        self._submit(batch_id, key, value, reports, metric, public)
+        return waiter
+
+    def _submit(self, batch_id: bytes, key: bytes, value: bytes, reports: int, metric: str, public: Any) -> None:
+        fut = _Result()
         fut.add_done_callback(lambda done: _copy(done, public))
         digest = content_digest(value)
         with self._cond:
@@ -256,20 +342,19 @@ class Ingestor:
                 fut.set_exception(
                     UnavailableError("shutting_down", "the collector is shutting down; retry later", self.retry_after)
                 )
-                return public
+                return
             if self._down is not None:
                 fut.set_exception(self._down_error())
-                return public
+                return
             self._waiting.add(public)
             public.add_done_callback(self._waiting.discard)
             running = self._inflight.get(bytes(batch_id))
             if running is not None:
                 same = running.digest == digest
                 running.future.add_done_callback(lambda done: _follow(done, fut, same, bytes(batch_id)))
-                return public
+                return
             self._queue.append(Submission(bytes(batch_id), key, value, reports, fut, digest, metric))
             self._cond.notify()
-        return public
 
     # -- the thread ------------------------------------------------------------
 

@@ -290,13 +290,21 @@ def add_analyzer_keys(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--open-processes",
         type=int,
-        default=1,
+        default=None,
         metavar="N",
-        help="open sealed batches across N worker processes (one X25519 exchange per report; default 1: inline)",
+        help="open sealed batches of more than 4096 reports across N worker processes (one X25519 exchange per "
+        "report; default: one per CPU when there are several, else inline; 1: inline)",
+    )
+    p.add_argument(
+        "--serial-open",
+        action="store_const",
+        const=1,
+        dest="open_processes",
+        help="open sealed batches inline, in this process (the same as --open-processes 1)",
     )
 
 
-def analyzer_opener(given: str | None, files: Sequence[str], *, processes: int = 1) -> Any:
+def analyzer_opener(given: str | None, files: Sequence[str], *, processes: int | None = 1) -> Any:
     """A :class:`~ldp_core.wire.sealing.BatchOpener` over the key folder (``None`` if no metrics file declares
     a sealed metric and no folder is given). A sealed metric without keys, a missing or unsafe key file, or a
     current analyzer key the folder lacks is a clear error at start-up, not at the first record."""
@@ -304,7 +312,7 @@ def analyzer_opener(given: str | None, files: Sequence[str], *, processes: int =
 
     from ldp_core.days import DayWindow
     from ldp_core.metrics import load_metrics
-    from ldp_core.wire.sealing import BatchOpener, KeyRing, ReplayGuard, SealingError
+    from ldp_core.wire.sealing import BatchOpener, KeyRing, ReplayGuard, SealingError, default_open_processes
 
     folder = given or os.environ.get("LDP_ANALYZER_KEYS") or None
     sets = [(f, load_metrics(f, reject_expired=False)) for f in files]
@@ -321,7 +329,8 @@ def analyzer_opener(given: str | None, files: Sequence[str], *, processes: int =
         if ms.analyzer_key is not None and any(m.sealed for m in ms.values()):
             ring.require([ms.analyzer_key.key_id], where=f"metrics file {f!r}")
     window = DayWindow.from_env()  # replays are remembered as long as the collector and shuffler take the day
-    return BatchOpener(ring, processes=processes, replays=ReplayGuard(window.max_day_age + window.grace_days))
+    procs = default_open_processes() if processes is None else processes
+    return BatchOpener(ring, processes=procs, replays=ReplayGuard(window.max_day_age + window.grace_days))
 
 
 # -- the shuffled topic's consumers (``ldp sink``, ``ldp estimator``) ---------------------------

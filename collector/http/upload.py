@@ -331,13 +331,19 @@ class UploadHandler:
 
     async def _publish(self, ingestor: Ingestor, batch: ReportBatch, frame: bytes) -> Outcome:
         """Hand the new frame to the ingestor and wait for its outcome (``accepted`` or ``duplicate``)."""
-        fut = ingestor.submit(
-            batch.batch_id, metric_day_key(batch.metric, batch.day), frame, len(batch), metric=batch.metric
+        waiter = ingestor.submit_async(
+            batch.batch_id,
+            metric_day_key(batch.metric, batch.day),
+            frame,
+            len(batch),
+            batch.metric,
+            asyncio.get_running_loop(),
         )
         timeout = self.settings.publish_timeout
         try:
-            # cancelling ``fut`` on a timeout is harmless: the ingestor hands out a future of the caller's own
-            return await asyncio.wait_for(asyncio.wrap_future(fut), timeout)
+            # cancelling ``waiter`` on a timeout is harmless: the ingestor hands out a future of the caller's own
+            async with asyncio.timeout(timeout):
+                return await waiter
         except TimeoutError:
             raise UnavailableError(
                 "timeout",

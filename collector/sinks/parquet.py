@@ -331,6 +331,7 @@ class ParquetSink(StreamProcessor):
         finally:
             if self.opener is not None:
                 self.opener.replays.close()
+                self.opener.close()  # its worker processes, if any
 
     # -- consuming (the per-record step of the loop) ---------------------------------------------
 

@@ -308,6 +308,7 @@ class StreamingEstimator(StreamProcessor):
             self.store.close()
             if self.opener is not None:
                 self.opener.replays.close()
+                self.opener.close()  # its worker processes, if any
 
     def __enter__(self) -> StreamingEstimator:
         return self

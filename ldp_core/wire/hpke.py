@@ -249,6 +249,12 @@ _IPAD = int.from_bytes(b"\x36" * 64, "big")
 _OPAD = int.from_bytes(b"\x5c" * 64, "big")
 
 
+_XOR36 = bytes(b ^ 0x36 for b in range(256))  # bytes.translate tables: XOR every byte with HMAC's ipad / opad
+_XOR5C = bytes(b ^ 0x5C for b in range(256))
+_PAD36 = b"\x36" * 32  # the zero right-padding of a 32-byte key to SHA-256's 64-byte block, XORed
+_PAD5C = b"\x5c" * 32
+
+
 def _pads(key: bytes) -> tuple[bytes, bytes]:
     """HMAC-SHA256's inner and outer padded keys (RFC 2104) of a 32-byte key, by integer XOR."""
     x = int.from_bytes(key, "big") << 256  # the key, right-padded with zeros to the 64-byte block
@@ -278,6 +284,12 @@ def single_shot_opener(suite: Suite, skr: X25519PrivateKey, pkr: bytes, info: by
     exchange = skr.exchange
     from_public = X25519PublicKey.from_public_bytes
 
+    eae_in = z_in.copy()
+    eae_in.update(eae_prefix)  # the eae_prk extract's inner hash up to the shared point
+    ss_tail = ss_suffix
+    i36, i5c = _XOR36, _XOR5C
+    p36, p5c = _PAD36, _PAD5C
+
     def open_message(message: bytes) -> bytes:
         if len(message) < _NENC + _NT:
             raise HPKEError(f"a sealed message has at least {_NENC + _NT} bytes, got {len(message)}")
@@ -286,15 +298,14 @@ def single_shot_opener(suite: Suite, skr: X25519PrivateKey, pkr: bytes, info: by
             dh = exchange(from_public(enc))
         except ValueError as exc:
             raise HPKEError(f"X25519 exchange failed: {exc}") from None
-        inner = z_in.copy()
-        inner.update(eae_prefix + dh)
+        inner = eae_in.copy()
+        inner.update(dh)
         outer = z_out.copy()
         outer.update(inner.digest())
-        ik, ok = _pads(outer.digest())  # eae_prk
-        shared = sha(ok + sha(ik + ss_prefix + enc + ss_suffix).digest()).digest()
-        ik, ok = _pads(shared)
-        secret = sha(ok + sha(ik + secret_msg).digest()).digest()
-        ik, ok = _pads(secret)
+        k = outer.digest()  # eae_prk; each HMAC below keys on a 32-byte key, padded by byte translation
+        k = sha(k.translate(i5c) + p5c + sha(k.translate(i36) + p36 + ss_prefix + enc + ss_tail).digest()).digest()
+        k = sha(k.translate(i5c) + p5c + sha(k.translate(i36) + p36 + secret_msg).digest()).digest()  # secret
+        ik, ok = k.translate(i36) + p36, k.translate(i5c) + p5c
         key = sha(ok + sha(ik + key_msg).digest()).digest()[:nk]
         nonce = sha(ok + sha(ik + nonce_msg).digest()).digest()[:_NN]
         try:

@@ -65,6 +65,7 @@ __all__ = [
     "seal_batch",
     "open_batch",
     "ReplayGuard",
+    "default_open_processes",
     "new_key_file",
     "load_key_file",
 ]
@@ -439,6 +440,16 @@ class ReplayGuard:
             here.add(e)
         self.dropped += int(n - np.count_nonzero(ok))
         return ok
+
+
+def default_open_processes() -> int:
+    """How many processes open large sealed batches by default: one per CPU this process may run on when
+    there are several (opening is one X25519 exchange per report, CPU-bound), else 1 (inline)."""
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cpus = os.cpu_count() or 1
+    return max(1, cpus)
 
 
 class BatchOpener:

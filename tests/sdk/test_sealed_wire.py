@@ -155,6 +155,40 @@ def test_parallel_opening_gives_the_inline_result(tmp_path: pathlib.Path) -> Non
     np.testing.assert_array_equal(res.batch.records, b.records)
 
 
+def test_parallel_opening_matches_serial_with_failures_and_replays(tmp_path: pathlib.Path) -> None:
+    """Across processes, a batch mixing good records, records to an unknown key, altered records and a
+    replayed record opens to exactly what the inline opener gives: records, failures, replays, in order."""
+    ring, key = _keys(tmp_path)
+    other = AnalyzerKey(os.urandom(32))
+    good = seal_batch(_batch(300), key.public).records.copy()
+    foreign = seal_batch(_batch(40), other.public).records
+    raw = good.view(np.uint8).reshape(good.size, -1)
+    raw[7, -1] ^= 1  # altered tag
+    raw[150, 40] ^= 0x80  # altered ciphertext
+    records = np.concatenate([good[:100], foreign, good[100:], good[5:6]])  # the last one replays record 5
+    sb = ReportBatch("m", SealedSpec.of(SPEC), 20_000, records)
+    with BatchOpener(ring) as serial, BatchOpener(ring, processes=2, chunk=64) as parallel:
+        a, b = serial.open_batch(sb, source="s"), parallel.open_batch(sb, source="s")
+        assert parallel._pool is not None  # the batch (441 records > chunk) went to the workers
+    assert (a.failed, a.replayed, len(a.batch)) == (42, 1, 298)
+    assert (b.failed, b.replayed) == (a.failed, a.replayed)
+    np.testing.assert_array_equal(b.batch.records, a.batch.records)
+
+
+def test_large_sealed_batches_open_in_parallel_by_default_where_cores_allow(tmp_path: pathlib.Path) -> None:
+    from ldp_cli.main import build_parser
+    from ldp_cli.options import analyzer_opener
+    from ldp_core.wire.sealing import default_open_processes
+
+    _keys(tmp_path)
+    (tmp_path / "metrics.json").write_text("{}")
+    for argv, want in (([], default_open_processes()), (["--serial-open"], 1), (["--open-processes", "3"], 3)):
+        args = build_parser().parse_args(["estimator", "--state", str(tmp_path / "st"), *argv])
+        opener = analyzer_opener(str(tmp_path / "keys"), [], processes=args.open_processes)
+        assert opener.processes == want
+    assert default_open_processes() == max(1, len(os.sched_getaffinity(0)))
+
+
 def test_key_files_are_0600_and_unsafe_or_missing_ones_are_clear_errors(tmp_path: pathlib.Path) -> None:
     path, key = new_key_file(tmp_path / "k")
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
