@@ -38,7 +38,7 @@ LOGGER = "pipeline.transport.kafka"
 _LOST = re.compile(
     r"KafkaConnectionError|socket disconnected|[Cc]onnection refused|connection failed|Cancelled|NodeNotReady"
     r"|Marking the coordinator|Closing connection|[Cc]onnect attempt|Errno 111|Connection reset|Broken pipe"
-    r"|Unable to connect|NoBrokersAvailable|to find a node"
+    r"|Unable to connect|NoBrokersAvailable|to find a node|No node available"
 )
 #: the broker's address in a ``BrokerConnection`` repr: ``... host=127.0.0.1:9092 <connected> ...``
 _ADDRESS = re.compile(r"host=([^\s<>\]]+)")
