@@ -69,6 +69,10 @@ COMMAND_TABLE: dict[str, tuple[str, str]] = {
         "attacks on trained models: membership inference (shadow, LiRA) with ε lower bounds, inversion, DLG, groups",
     ),
     "pate": ("ldp_cli.commands.pate", "PATE on load_digits: teachers, noisy labels, the student, accuracy against ε"),
+    "synth": (
+        "ldp_cli.commands.synth",
+        "differentially private synthetic data: MST, AIM, DP-GAN, and synthetic telemetry from LDP marginals",
+    ),
     "keys": ("ldp_cli.commands.keys", "create and list analyzer key pairs for sealed metrics"),
     "issuer": ("ldp_cli.commands.issuer", "the anonymous upload-token issuer"),
     "aggregator": (

@@ -6,7 +6,7 @@
 A package may import the packages to its left, never one to its right. ``pipeline``, ``collector`` and
 ``estimator`` never import ``client_sdk`` (the device SDK is the device only: what servers share with it
 is in ``ldp_core``); ``collector`` and ``estimator`` never import each other. Inside ``estimator`` the
-levels are ``kernels -> oracles -> mechanisms -> accounting -> {jobs, fl, graph, split} -> {selection, pate} -> {service, he, psi, attacks}``: ``fl`` never
+levels are ``kernels -> oracles -> mechanisms -> accounting -> {jobs, fl, graph, split, synth} -> {selection, pate} -> {service, he, psi, attacks}``: ``fl`` never
 imports ``jobs`` or ``service``. And no import circle joins two product modules.
 
 The check walks every module's syntax tree, so imports inside functions (the lazy ones that keep
@@ -47,6 +47,7 @@ ESTIMATOR_LEVELS: dict[str, int] = {
     "fl": 5,
     "graph": 5,
     "split": 5,
+    "synth": 5,
     "selection": 6,
     "pate": 6,
     "service": 7,
