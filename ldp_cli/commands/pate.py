@@ -51,6 +51,15 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="seed of the split, teachers, noise and student, for a reproducible study (default: none; the noise "
         "from the OS CSPRNG). A seeded run's ε does not hold against anyone who knows the seed",
     )
+    p.add_argument(
+        "--setting",
+        type=_positive_int,
+        action="append",
+        default=None,
+        metavar="N",
+        help="run only row N of the data's trade-off table (1-based, repeatable; docs/PATE.md): a release, or a "
+        "debit to --budget-session, of that setting alone (default: every row)",
+    )
     p.add_argument("--no-dpsgd", action="store_true", help="skip the DP-SGD comparison")
     p.add_argument("--federated", action="store_true", help="sum the teachers' votes with SecAgg (teachers as devices)")
     p.add_argument("--plot", default=None, metavar="FILE", help="write student accuracy against ε to this PNG")
@@ -95,6 +104,19 @@ def _head(result: dict[str, Any]) -> list[str]:
     ]
 
 
+def _settings(args: argparse.Namespace) -> Any:
+    """The rows ``--setting`` picks from the data's table, or None for every row."""
+    if not args.setting:
+        return None
+    from estimator.pate.experiment import CONFIGS
+
+    table = CONFIGS[args.data]
+    bad = [n for n in args.setting if n > len(table)]
+    if bad:
+        raise ValueError(f"--setting {bad[0]}: the {args.data} table has rows 1 to {len(table)}")
+    return tuple(table[n - 1] for n in dict.fromkeys(args.setting))
+
+
 def run_pate_cmd(args: argparse.Namespace) -> int:
     if args.federated and args.teachers is not None and args.teachers < 3:
         raise ValueError("--federated needs at least 3 teachers (secure aggregation)")
@@ -102,6 +124,7 @@ def run_pate_cmd(args: argparse.Namespace) -> int:
     from estimator.pate.experiment import plot_tradeoff, run_pate
 
     say = lines(args, "pate")
+    configs = _settings(args)
     try:
         result = run_pate(
             args.seed,
@@ -113,6 +136,7 @@ def run_pate_cmd(args: argparse.Namespace) -> int:
             data_name=args.data,
             budget_session=args.budget_session,
             partner=args.partner,
+            configs=configs,
         )
     except LedgerRefusal as exc:
         return report_refusal(args, exc)

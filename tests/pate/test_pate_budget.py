@@ -101,3 +101,16 @@ def test_ldp_pate_budget_session_and_exit_3(
         rep = ledger.report()
     assert rep["partners"]["lab"]["debits"] == 1 and rep["partners"]["lab"]["refused"] == 2
     assert rep["by_kind"]["pate"]["rho"] == pytest.approx(rho)
+
+
+def test_one_setting_of_the_table_is_run_and_debited_alone(
+    tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    s = _session(tmp_path, epsilon=40.0)
+    argv = ["pate", "--setting", "4", "--no-dpsgd", "--seed", "2", "--budget-session", s, "--partner", "lab"]
+    assert main([*argv, "--json"]) == 0
+    obj = json.loads(capsys.readouterr().out)
+    assert [(r["setting"], r["queries"]) for r in obj["tradeoff"]] == [("GNMax σ=8", 200)]
+    assert obj["budget"]["cost"]["rho"] == pytest.approx(200 / 8.0**2)  # 200 GNMax queries at ρ = 1/σ² each
+    assert main(["pate", "--setting", "10", "--no-dpsgd"]) == 2
+    assert "rows 1 to 9" in capsys.readouterr().err
