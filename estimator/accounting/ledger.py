@@ -179,6 +179,11 @@ class BudgetLedger:
     def close(self) -> None:
         self._conn.close()
 
+    @property
+    def settings(self) -> dict[str, Any]:
+        """The session's fixed settings: subject, epsilon, delta, filter, neighbors, per_release_delta, ..."""
+        return dict(self._session)
+
     def __enter__(self) -> BudgetLedger:
         return self
 

@@ -319,9 +319,17 @@ def run_pate(
     progress: Callable[[str], None] | None = None,
     federated: bool = False,
     data_name: str = "digits",
+    budget_session: str | None = None,
+    partner: str | None = None,
 ) -> dict[str, Any]:
     """The whole study on ``data_name`` (a key of :data:`DATASETS`; ``teachers`` and ``configs`` default to
-    its own); the result object of ``ldp pate --json``."""
+    its own); the result object of ``ldp pate --json``.
+
+    With ``budget_session`` (a file of :mod:`estimator.accounting.ledger`) the planned queries of every
+    configuration (:func:`estimator.pate.budget.planned_event`) are debited to ``partner`` (kind ``pate``)
+    before any teacher is trained; a refusal raises :class:`~estimator.accounting.ledger.LedgerRefusal` and
+    nothing runs. Such a run leaves out what the debit does not pay for (:data:`estimator.pate.budget.WITHHELD`:
+    None in the result) and cannot be ``federated`` (its distributed-noise labelling is another run)."""
     t0 = time.perf_counter()
     say = progress or (lambda _m: None)
     if data_name not in DATASETS:
@@ -329,6 +337,7 @@ def run_pate(
     loader, default_teachers = DATASETS[data_name]
     teachers = default_teachers if teachers is None else teachers
     configs = CONFIGS[data_name] if configs is None else configs
+    debit = _debit(budget_session, partner, configs, federated, data_name, teachers)
     split, teach, agg, student, *rest = _generators(seed)
     dp, graph = rest[:3], rest[3]
     data = loader(split)
@@ -380,13 +389,49 @@ def run_pate(
         "seed_warning": None if seed is None else SEED_WARNING,
         "tradeoff": rows,
         "secagg": secagg,
+        "budget": None,
     }
     out |= _headline(rows)
+    if debit is not None:
+        return _withheld(out, debit, t0)
     if compare_dpsgd:
         best = out["semi_private"]
         if best is not None:
             say(f"DP-SGD on the sensitive data at the same ε = {best['epsilon']:.3g}")
             out["dpsgd_same_epsilon"] = _dpsgd_same_epsilon(data, best["epsilon"], delta, dp)
+    out["seconds"] = time.perf_counter() - t0
+    return out
+
+
+def _debit(
+    session: str | None, partner: str | None, configs: tuple[Config, ...], federated: bool, data: str, teachers: int
+) -> dict[str, Any] | None:
+    """Debit the planned queries before anything touches the data (``run_pate``'s docstring)."""
+    if session is None:
+        return None
+    if federated:
+        raise DatasetError(
+            "a run debited to a budget session cannot be --federated: its SecAgg labelling is another run"
+        )
+    from estimator.accounting.ledger import debit_before_run
+    from estimator.pate.budget import BUDGET_KIND, planned_event
+
+    label = f"pate {data}: {teachers} teachers, {len(configs)} settings, {sum(c.queries for c in configs)} queries"
+    return debit_before_run(session, partner, BUDGET_KIND, planned_event(configs), label)
+
+
+def _withheld(out: dict[str, Any], debit: dict[str, Any], t0: float) -> dict[str, Any]:
+    """A debited run's result: the figures the debit does not pay for set to None (``budget.WITHHELD``)."""
+    from estimator.pate.budget import WITHHELD
+
+    for key in WITHHELD:
+        out[key] = None
+    for row in out["tradeoff"]:
+        row["epsilon_data_dependent"] = None
+    for pairs in (out["confident_vs_gnmax"], out["confident_vs_lnmax"]):
+        for pair in pairs:
+            pair["epsilon_dd"], pair["epsilon_dd_ratio"] = [None, None], None
+    out["budget"] = debit | {"withheld": list(WITHHELD)}
     out["seconds"] = time.perf_counter() - t0
     return out
 

@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 
 from estimator.synth.data import SynthError, Table
+from estimator.synth.dpgan import GANConfig
 
 __all__ = ["CENTRAL_METHODS", "generate"]
 
@@ -27,8 +28,32 @@ def generate(
     progress: Callable[[str], None] | None = None,
     aim_degree: int = 3,
     gan_steps: int = 1500,
+    budget_session: str | None = None,
+    partner: str | None = None,
 ) -> tuple[Table, dict[str, Any]]:
-    """The synthetic table of ``method`` and its privacy figures (``epsilon``/``delta`` None: not private)."""
+    """The synthetic table of ``method`` and its privacy figures (``epsilon``/``delta`` None: not private).
+    With ``budget_session`` the run is first debited to ``partner`` (kind ``synth``,
+    :func:`estimator.synth.budget.debit_synth`): a refusal raises ``LedgerRefusal`` and nothing is generated;
+    the result's ``budget`` holds the debit."""
+    from estimator.synth.budget import debit_synth
+
+    debit = debit_synth(budget_session, partner, method, epsilon, delta, table.rows, gan_steps, GANConfig().batch)
+    out, info = _generate(method, table, epsilon, delta, rng, rows, progress, aim_degree, gan_steps, debit)
+    return out, {**info, "budget": debit}
+
+
+def _generate(
+    method: str,
+    table: Table,
+    epsilon: float,
+    delta: float,
+    rng: np.random.Generator,
+    rows: int | None,
+    progress: Callable[[str], None] | None,
+    aim_degree: int,
+    gan_steps: int,
+    debit: dict[str, Any] | None,
+) -> tuple[Table, dict[str, Any]]:
     from estimator.synth import marginal
 
     if method == "mst":
@@ -41,11 +66,14 @@ def generate(
         r = marginal.exact_marginals(table, rng, rows=rows)
         return r.table, r.summary()
     if method in ("dpgan", "gan-nodp"):
-        from estimator.synth.dpgan import GANConfig, dpgan
+        from estimator.synth.dpgan import dpgan
 
         private = method == "dpgan"
+        sigma = None if debit is None else debit["settings"]["noise_multiplier"]  # what was charged is what runs
         cfg = (
-            GANConfig(steps=gan_steps) if private else GANConfig(steps=gan_steps, clip_norm=None, noise_multiplier=0.0)
+            GANConfig(steps=gan_steps, noise_multiplier=sigma)
+            if private
+            else GANConfig(steps=gan_steps, clip_norm=None, noise_multiplier=0.0)
         )
         out, info = dpgan(table, epsilon if private else None, delta, rng, rows=rows, config=cfg, progress=progress)
         return out, {"method": method, "rows": out.rows, **info}

@@ -9,6 +9,8 @@ draws it. Progress lines (one per trained model or setting) go to stderr, unless
   offline (Carlini et al.). Each row: ``printed_epsilon`` (the accountant's, null without DP) beside
   ``epsilon_lower_bound`` (what the attack proves, at ``--confidence``), and per attack its AUC, TPR at
   FPR 1% and 0.1% and the rates behind the bound.
+  ``--target pate|synth``: the same game against a PATE student or an MLP trained on DP synthetic data
+  (:mod:`estimator.attacks.targets`): ``target``, and rows with ``setting`` instead of ``noise_multiplier``.
 * ``inversion``: model inversion; per σ the cosine of the reconstructed class representative to its
   training class mean.
 * ``dlg``: gradient inversion of an MLP's shared gradient with no defence, clipping, noise and SecAgg.
@@ -26,6 +28,8 @@ from ldp_cli.commands.argtypes import positive as _positive
 from ldp_cli.commands.argtypes import positive_int as _positive_int
 from ldp_cli.commands.argtypes import probability as _prob
 from ldp_cli.commands.argtypes import seed as _seed
+from ldp_cli.commands.attack_targets import target_flags as _target_flags
+from ldp_cli.commands.attack_targets import target_study as _target_study
 from ldp_cli.progress import add_progress_flags, progress_enabled
 
 __all__ = ["register"]
@@ -88,9 +92,10 @@ def register(sub: argparse._SubParsersAction) -> None:
             q.add_argument("--delta", type=_open_unit, default=1e-5, help="δ of the printed ε (default 1e-5)")
         if name in ("mia", "lira"):
             q.add_argument("--shadows", type=_positive_int, default=16, help="shadow models (default 16)")
-            q.add_argument("--pool", type=_positive_int, default=400, help="rows in the attacked pool (default 400)")
+            q.add_argument("--pool", type=_positive_int, default=None, help="rows in the attacked pool (default 400)")
             q.add_argument("--hidden", type=int, default=0, help="attack an MLP of this width (default 0: softmax)")
             q.add_argument("--confidence", type=_open_unit, default=0.95, help="of the ε lower bound (default 0.95)")
+            _target_flags(q)
         if name == "dlg":
             q.add_argument(
                 "--noise-multipliers", type=_sigma_list, default=(0.001, 0.01, 0.1, 1.0), help="σ of the noise cases"
@@ -125,12 +130,14 @@ def _study(args: argparse.Namespace) -> tuple[Any, Any]:
 
     kind = args.attack_command
     common = _overrides(args, steps="steps", clip="clip", sample_rate="sample_rate", delta="delta", seed="seed")
+    if kind in ("mia", "lira") and args.target != "dpsgd":
+        return _target_study(args, _overrides(args, delta="delta", seed="seed"))
     if kind in ("mia", "lira"):
         scores = ("shadow", "loss") if kind == "mia" else ("lira_online", "lira_offline")
         study = runs.MembershipStudy(
             noise_multipliers=args.noise_multipliers,
             shadows=args.shadows,
-            pool=args.pool,
+            pool=args.pool or 400,
             hidden=max(args.hidden, 0),
             confidence=args.confidence,
             **common,
@@ -160,7 +167,16 @@ def _fmt(v: float | None, nd: int = 3) -> str:
 
 def _print_table(kind: str, result: dict[str, Any]) -> None:
     rows = result["rows"]
-    if kind in ("mia", "lira"):
+    if "target" in result:  # pate or synth: one row per setting, every score
+        print(f"{'setting':44} {'printed ε':>10} {'ε lower bound':>14}  AUC (loss, shadow, LiRA offline, online)")
+        for r in rows:
+            aucs = ", ".join(f"{a['auc']:.3f}" for a in r["attacks"].values())
+            print(f"{r['setting']:44} {_fmt(r['printed_epsilon']):>10} {r['epsilon_lower_bound']:>14.3f}  {aucs}")
+        s = result["study"]
+        print(
+            f"ε lower bound at confidence {s['confidence']}, δ = {s['delta']:g}; {s['shadows']} shadows, pool {s['pool']}"
+        )
+    elif kind in ("mia", "lira"):
         names = result["scores"]
         print(f"{'σ':>5} {'printed ε':>10} {'ε lower bound':>14}  " + "  ".join(f"{n + ' AUC':>18}" for n in names))
         for r in rows:

@@ -6,7 +6,9 @@ and answered, the student's accuracy and ε (data-independent and data-dependent
 accuracy–ε table; ``--plot FILE`` draws it), the semi-private student against DP-SGD at the same ε, and
 with ``--federated`` the teachers' votes summed through SecAgg. ``--json``: one object (``teachers``,
 ``queries``, ``answered``, ``student_accuracy``, ``epsilon``, ``epsilon_data_dependent``, ``tradeoff``,
-``confident_vs_gnmax``, ``dpsgd_same_epsilon``, ``secagg``, ...). Needs scikit-learn (the ``ml`` extra).
+``confident_vs_gnmax``, ``dpsgd_same_epsilon``, ``secagg``, ``budget``, ...). ``--budget-session FILE
+--partner NAME``: every setting's planned queries debited (kind ``pate``) before the teachers train; exit 3
+when the ledger refuses (:mod:`estimator.pate.budget`). Needs scikit-learn (the ``ml`` extra).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from typing import Any
 from ldp_cli.commands.argtypes import positive_int as _positive_int
 from ldp_cli.commands.argtypes import probability as _prob
 from ldp_cli.commands.argtypes import seed as _seed
+from ldp_cli.commands.budget import add_budget_flags, report_refusal
 from ldp_cli.progress import add_progress_flags, lines
 
 __all__ = ["register", "run_pate_cmd"]
@@ -48,10 +51,20 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="seed of the split, teachers, noise and student, for a reproducible study (default: none; the noise "
         "from the OS CSPRNG). A seeded run's ε does not hold against anyone who knows the seed",
     )
+    p.add_argument(
+        "--setting",
+        type=_positive_int,
+        action="append",
+        default=None,
+        metavar="N",
+        help="run only row N of the data's trade-off table (1-based, repeatable; docs/PATE.md): a release, or a "
+        "debit to --budget-session, of that setting alone (default: every row)",
+    )
     p.add_argument("--no-dpsgd", action="store_true", help="skip the DP-SGD comparison")
     p.add_argument("--federated", action="store_true", help="sum the teachers' votes with SecAgg (teachers as devices)")
     p.add_argument("--plot", default=None, metavar="FILE", help="write student accuracy against ε to this PNG")
     p.add_argument("--json", action="store_true", help="print one JSON object")
+    add_budget_flags(p)  # the planned queries of every setting, debited as kind "pate" before teachers train
     add_progress_flags(p)
     p.set_defaults(func=run_pate_cmd)
 
@@ -72,35 +85,70 @@ def _table(result: dict[str, Any]) -> list[str]:
     return out
 
 
+def _head(result: dict[str, Any]) -> list[str]:
+    tail = (
+        f"{result['public_examples']} public inputs, {result['test_examples']} test examples; δ = {result['delta']:g}"
+    )
+    b = result["budget"]
+    if b is not None:
+        cost = ", ".join(f"{u} {v:.6g}" for u, v in b["cost"].items())
+        return [
+            f"{result['data']}: {result['teachers']} teachers on {result['sensitive_examples']} sensitive examples; {tail}",
+            f"debited to {b['partner']} in {b['session']} before the teachers trained (kind pate, the planned "
+            f"queries of every setting): {cost}; withheld (not paid for): {', '.join(b['withheld'])}",
+        ]
+    return [
+        f"{result['data']}: {result['teachers']} teachers on {result['sensitive_examples']} sensitive examples "
+        f"(each {result['teacher_sizes']['min']}–{result['teacher_sizes']['max']} examples, mean test accuracy "
+        f"{result['teacher_accuracy_mean']:.3f}; the noise-free ensemble {result['ensemble_accuracy']:.3f}); {tail}"
+    ]
+
+
+def _settings(args: argparse.Namespace) -> Any:
+    """The rows ``--setting`` picks from the data's table, or None for every row."""
+    if not args.setting:
+        return None
+    from estimator.pate.experiment import CONFIGS
+
+    table = CONFIGS[args.data]
+    bad = [n for n in args.setting if n > len(table)]
+    if bad:
+        raise ValueError(f"--setting {bad[0]}: the {args.data} table has rows 1 to {len(table)}")
+    return tuple(table[n - 1] for n in dict.fromkeys(args.setting))
+
+
 def run_pate_cmd(args: argparse.Namespace) -> int:
     if args.federated and args.teachers is not None and args.teachers < 3:
         raise ValueError("--federated needs at least 3 teachers (secure aggregation)")
+    from estimator.accounting.ledger import LedgerRefusal
     from estimator.pate.experiment import plot_tradeoff, run_pate
 
     say = lines(args, "pate")
-    result = run_pate(
-        args.seed,
-        args.teachers,
-        args.delta,
-        compare_dpsgd=not args.no_dpsgd,
-        progress=say,
-        federated=args.federated,
-        data_name=args.data,
-    )
+    configs = _settings(args)
+    try:
+        result = run_pate(
+            args.seed,
+            args.teachers,
+            args.delta,
+            compare_dpsgd=not args.no_dpsgd,
+            progress=say,
+            federated=args.federated,
+            data_name=args.data,
+            budget_session=args.budget_session,
+            partner=args.partner,
+            configs=configs,
+        )
+    except LedgerRefusal as exc:
+        return report_refusal(args, exc)
     if args.plot:
         plot_tradeoff(result, args.plot)
         result["plot"] = args.plot
     if args.json:
         print(json.dumps(result))
         return 0
-    text = [
-        f"{result['data']}: {result['teachers']} teachers on {result['sensitive_examples']} sensitive examples "
-        f"(each {result['teacher_sizes']['min']}–{result['teacher_sizes']['max']} examples, mean test accuracy "
-        f"{result['teacher_accuracy_mean']:.3f}; the noise-free ensemble {result['ensemble_accuracy']:.3f}); "
-        f"{result['public_examples']} public inputs, {result['test_examples']} test examples; δ = {result['delta']:g}",
-        *_table(result),
-        f"non-private model on the sensitive data: {result['non_private_accuracy']:.3f}",
-    ]
+    text = [*_head(result), *_table(result)]
+    if result["non_private_accuracy"] is not None:
+        text.append(f"non-private model on the sensitive data: {result['non_private_accuracy']:.3f}")
     for other in ("gnmax", "lnmax"):
         for c in result[f"confident_vs_{other}"]:
             text.append(

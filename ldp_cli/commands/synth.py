@@ -8,7 +8,9 @@ one assigned 2-way marginal at local ε = ``--epsilon`` through the real SDK, co
 stack on the embedded log), and the table is built from the estimates. ``--method all`` compares every
 generator's fidelity and memorisation on the population (``--plot FILE.png``). ``--json`` prints one object:
 ``method``, ``epsilon``, ``delta``, ``rho`` (zCDP, marginal methods), ``rows``, ``out`` and per method its
-details; with ``all``, ``generators`` (one row of figures each) and ``reference``.
+details; with ``all``, ``generators`` (one row of figures each) and ``reference``. ``--budget-session FILE
+--partner NAME``: the run debited (kind ``synth``, :mod:`estimator.synth.budget`) before the table is
+synthesised, ``budget`` in the JSON; exit 3 when the ledger refuses.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from typing import Any
 from ldp_cli.commands.argtypes import positive as _positive
 from ldp_cli.commands.argtypes import positive_int as _positive_int
 from ldp_cli.commands.argtypes import seed as _seed
+from ldp_cli.commands.budget import add_budget_flags, report_refusal
 from ldp_cli.progress import add_progress_flags
 
 __all__ = ["register", "run_synth_cmd"]
@@ -79,6 +82,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--plot", default=None, help="all: write the comparison to this PNG")
     p.add_argument("--json", action="store_true", help="print one JSON object")
+    add_budget_flags(p)  # mst/aim/dpgan/ldp-marginals: debited as kind "synth" before the table is read
     add_progress_flags(p)
     p.set_defaults(func=run_synth_cmd)
 
@@ -94,12 +98,23 @@ def _table(args: argparse.Namespace) -> Any:
 
 
 def run_synth_cmd(args: argparse.Namespace) -> int:
+    from estimator.accounting.ledger import LedgerRefusal
+
+    try:
+        return _run(args)
+    except LedgerRefusal as exc:
+        return report_refusal(args, exc)
+
+
+def _run(args: argparse.Namespace) -> int:
     import numpy as np
 
     from ldp_cli.progress import lines
 
     say = lines(args, "synth")
     if args.method == "all":
+        if args.budget_session:
+            raise ValueError("--method all compares several runs, private and not: it cannot be debited to a session")
         from estimator.synth.evaluate import plot
         from simulator.synth_study import compare
 
@@ -123,7 +138,10 @@ def run_synth_cmd(args: argparse.Namespace) -> int:
     # without --seed the noise, selections and samples come from the OS CSPRNG
     rng = secure_generator() if args.seed is None else np.random.default_rng(args.seed)
     if args.method == "ldp-marginals":
+        from estimator.synth.budget import debit_synth
         from simulator.synth_study import telemetry_table
+
+        debit = debit_synth(args.budget_session, args.partner, args.method, args.epsilon, args.delta, table.rows)
 
         syn, info = telemetry_table(
             table,
@@ -134,6 +152,7 @@ def run_synth_cmd(args: argparse.Namespace) -> int:
             sdk_clients=args.sdk_devices,
             progress=say,
         )
+        info["budget"] = debit
     else:
         from estimator.synth.runner import generate
 
@@ -147,6 +166,8 @@ def run_synth_cmd(args: argparse.Namespace) -> int:
             progress=say,
             aim_degree=args.degree,
             gan_steps=args.steps,
+            budget_session=args.budget_session,
+            partner=args.partner,
         )
     if args.out:
         from estimator.synth.io import write_table
