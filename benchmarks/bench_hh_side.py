@@ -9,7 +9,9 @@ through ``ldp simulate --input`` and pure-ldp's classes run in
 there) over the same file. Recorded per run: recall and precision at K,
 server seconds (ours: decode; pure-ldp: aggregate + find_heavy_hitters).
 
-Usage: .venv/bin/python benchmarks/bench_hh_side.py [--users N] [--seeds 1 2 3] [--out FILE.jsonl] [--plot P.png]
+Usage: .venv/bin/python benchmarks/bench_hh_side.py [--users N] [--seeds 1 2 3] [--epsilons 1 2 4] [--out FILE.jsonl]
+       [--plot P.png] [--ours "pem sfp"] [--pureldp "pem sfp treehist"] [--ldp CMD] [--label NAME]
+(`--ldp`/`--label`: run an older checkout as "ours before"; docs/benchmarks/ESTIMATION.md has the commands)
 """
 
 from __future__ import annotations
