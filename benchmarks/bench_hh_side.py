@@ -9,7 +9,9 @@ through ``ldp simulate --input`` and pure-ldp's classes run in
 there) over the same file. Recorded per run: recall and precision at K,
 server seconds (ours: decode; pure-ldp: aggregate + find_heavy_hitters).
 
-Usage: .venv/bin/python benchmarks/bench_hh_side.py [--users N] [--seeds 1 2 3] [--out FILE.jsonl] [--plot P.png]
+Usage: .venv/bin/python benchmarks/bench_hh_side.py [--users N] [--seeds 1 2 3] [--epsilons 1 2 4] [--out FILE.jsonl]
+       [--plot P.png] [--ours "pem sfp"] [--pureldp "pem sfp treehist"] [--ldp CMD] [--label NAME]
+(`--ldp`/`--label`: run an older checkout as "ours before"; docs/benchmarks/ESTIMATION.md has the commands)
 """
 
 from __future__ import annotations
@@ -30,11 +32,11 @@ sys.path.insert(0, str(ROOT))
 from simulator.heavy_hitters import synthetic_population  # noqa: E402
 from simulator.population import parse_distribution  # noqa: E402
 
-EPSILONS = (2.0, 4.0, 8.0)
+EPSILONS = (1.0, 2.0, 4.0)
 
 
-def _ours(mech: str, eps: float, path: Path, top: int, seed: int) -> dict:
-    cmd = [str(ROOT / ".venv/bin/ldp"), "simulate", "--mechanism", mech, "--epsilon", str(eps)]
+def _ours(mech: str, eps: float, path: Path, top: int, seed: int, ldp: list[str]) -> dict:
+    cmd = [*ldp, "simulate", "--mechanism", mech, "--epsilon", str(eps)]
     cmd += ["--input", str(path), "--top", str(top), "--seed", str(seed), "--json"]
     o = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout)
     sec = o["seconds"]
@@ -60,6 +62,14 @@ def main() -> int:
     )
     ap.add_argument("--plot", default=str(ROOT / "docs/img/heavy_hitters_side.png"))
     ap.add_argument("--pureldp", default="pem sfp treehist")
+    ap.add_argument("--epsilons", type=float, nargs="+", default=list(EPSILONS))
+    ap.add_argument(
+        "--ldp",
+        default=str(ROOT / ".venv/bin/ldp"),
+        help="the command that runs ours (e.g. an older checkout's `python -m ldp_cli.main`, for a before/after)",
+    )
+    ap.add_argument("--ours", default="pem sfp", help="our mechanisms to run")
+    ap.add_argument("--label", default="ours", help="the name of our rows (e.g. 'ours before')")
     ap.add_argument("--from", dest="from_", nargs="+", help="only tabulate and plot these result files (one per seed)")
     a = ap.parse_args()
     if a.out is None:
@@ -68,10 +78,15 @@ def main() -> int:
         rows = [json.loads(line) for f in a.from_ for line in Path(f).read_text().splitlines()]
         a.seeds = sorted({r["seed"] for r in rows})
         a.users = rows[0]["users"]
+        a.epsilons = sorted({r["epsilon"] for r in rows})
         return _report(rows, a)
-    py = subprocess.run(
-        ["bash", str(ROOT / "benchmarks/baseline_env.sh"), "pureldp"], check=True, capture_output=True, text=True
-    ).stdout.strip()
+    py = (
+        ""
+        if not a.pureldp.split()
+        else subprocess.run(
+            ["bash", str(ROOT / "benchmarks/baseline_env.sh"), "pureldp"], check=True, capture_output=True, text=True
+        ).stdout.strip()
+    )
     print(f"load {Path('/proc/loadavg').read_text().strip()}", file=sys.stderr)
     rows: list[dict] = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -80,13 +95,16 @@ def main() -> int:
             pop = synthetic_population(a.users, parse_distribution("zipf:1.1", 100_000), 6, rng)
             path = Path(tmp) / f"pop{seed}.tsv"
             path.write_text("".join(f"{v}\t{c}\n" for v, c in zip(pop.values, pop.counts.tolist())))
-            for mech in ("pem", "sfp"):
-                for eps in EPSILONS:
-                    rows.append(_ours(mech, eps, path, a.top, seed))
+            for mech in a.ours.split():
+                for eps in a.epsilons:
+                    rows.append(_ours(mech, eps, path, a.top, seed, a.ldp.split()))
+                    rows[-1]["mechanism"] = f"{a.label} {mech}"
                     print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
+            if not a.pureldp.split():
+                continue
             job = {
                 "input": str(path),
-                "epsilons": list(EPSILONS),
+                "epsilons": list(a.epsilons),
                 "top": a.top,
                 "seed": seed,
                 "out": str(Path(tmp) / f"pure{seed}.json"),
@@ -108,8 +126,10 @@ def _report(rows: list[dict], a: argparse.Namespace) -> int:
     print("| implementation | ε | recall@K | precision@K | server s |\n|---|---|---|---|---|")
     med: dict[str, list[float]] = {}
     for name in names:
-        for eps in EPSILONS:
+        for eps in a.epsilons:
             rs = [r for r in rows if r["mechanism"] == name and r["epsilon"] == eps]
+            if not rs:
+                continue
             rec = statistics.median(r["recall"] for r in rs)
             pre = statistics.median(r["precision"] for r in rs)
             sec = statistics.median(r["seconds"]["server"] for r in rs)
@@ -122,7 +142,7 @@ def _report(rows: list[dict], a: argparse.Namespace) -> int:
 
     fig, ax = plt.subplots(figsize=(6, 4))
     for name in names:
-        ax.plot(EPSILONS, med[name], marker="o", label=name)
+        ax.plot(a.epsilons[: len(med[name])], med[name], marker="o", label=name)
     ax.set_xlabel("local ε")
     ax.set_ylabel(f"recall@{a.top} (median over seeds {a.seeds})")
     ax.set_title(f"Heavy hitters, n = {a.users:,} Zipf(1.1) six-letter words")

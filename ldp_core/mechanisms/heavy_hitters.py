@@ -205,10 +205,16 @@ def pem_parameters(users: int, epsilon: float, length: int, top: int, work: floa
     decoding costs about n·c·2^η hash evaluations, held below ``work``. The
     rule, from the sweep in docs/HEAVY_HITTERS.md (n = 10^6, ε = 2, 4, 8):
 
-    * η = 4: fewer bits per step means more levels (fewer devices, more
+    * η = 8 (whole bytes) where ``work`` allows 256·c candidates (n up to
+      about 2.6·10^5 at c = 128): at small n every level is starved of
+      devices, and halving the levels (5 instead of 10 for six letters)
+      doubles each level's devices; that wins more than 16 times the noise
+      candidates costs (recall@32 at n = 10^5: 0.19 against 0.12 at ε = 2,
+      0.41 against 0.34 at ε = 4; docs/HEAVY_HITTERS.md).
+    * otherwise η = 4: fewer bits per step means more levels (fewer devices, more
       noise per level) and, worse, real neighbouring prefixes competing for
       the kept places; more bits means 2^η more noise candidates per kept
-      one. η = 4 was best or within noise of best at every ε; it drops
+      one. η = 4 was best or within noise of best at every ε at n = 10^6; it drops
       (to 3, 2, 1) only where ``work`` forbids 16·c candidates.
     * c = 4·top: the kept places beyond ``top`` are what a heavy prefix
       ranked low by noise survives in; where noise is small (large ε or n)
@@ -224,7 +230,9 @@ def pem_parameters(users: int, epsilon: float, length: int, top: int, work: floa
     if users < 1 or top < 1:
         raise SpecError(f"pem parameters need users >= 1 and top >= 1, got {users}, {top}")
     m = 8 * length
-    c, eta = 4 * top, 4
+    c, eta = 4 * top, 8
+    if users * c * 2**eta > work or m < 2 * eta:
+        eta = 4
     while users * c * 2**eta > work and (c > top or eta > 1):
         if c > top:
             c = max(top, c // 2)

@@ -93,6 +93,12 @@ def test_parameters_keep_the_last_step_whole_and_the_work_bounded() -> None:
         s, eta, c = pem_parameters(users, 2.0, length, top)
         assert (8 * length - s) % eta == 0 and s >= eta + math.log2(c)
         assert top <= c <= 4 * top and users * c * 2**eta <= 2**33
+    # whole-byte steps where the budget allows 256·c candidates (few devices per level otherwise), else nibbles
+    assert pem_parameters(10**5, 2.0, 6, 32) == (16, 8, 128)
+    assert pem_parameters(2**18, 2.0, 6, 32) == (16, 8, 128)  # 2^18 · 128 · 2^8 = 2^33, the budget
+    assert pem_parameters(2**18 + 1, 2.0, 6, 32) == (12, 4, 128)
+    assert pem_parameters(10**6, 2.0, 6, 32) == (12, 4, 128)
+    assert pem_parameters(10**5, 2.0, 1, 32)[1] == 4  # one byte: a whole-byte step would leave one level
     with pytest.raises(SpecError):
         PEMSpec(epsilon=1.0, length=6, start_bits=30)
 
