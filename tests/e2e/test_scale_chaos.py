@@ -78,6 +78,7 @@ def _free(port: int) -> bool:
     import socket
 
     with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as Kafka binds: a port in TIME_WAIT is free
         try:
             s.bind(("127.0.0.1", port))
         except OSError:
@@ -153,14 +154,26 @@ def test_kill_a_broker_and_a_member_of_every_group_under_load(tmp_path: Path) ->
     portion = len(batches) // 5
 
     cfgs = _cluster(tmp_path)
+    t0 = last = time.monotonic()
+    phases: list[str] = []
+
+    def phase(name: str) -> None:  # the time each phase took, printed at the end (pytest -s or -rP shows it)
+        nonlocal last
+        now = time.monotonic()
+        phases.append(f"{name} {now - last:.1f} s")
+        last = now
+
     procs: GroupProcs | None = None
     try:
         cluster_up(cfgs, timeout=180)
+        phase("cluster up")
         url = f"kafka://{cluster_bootstrap(cfgs)}?replication_factor=3"
         procs = GroupProcs(tmp_path, url, metrics_path, min_batch=FRAME, members=2, collectors=2, partitions=4)
         procs.start()
+        phase("services up")
         stream = RoundRobinUpload(procs.collector_urls, batches, interval=0.05, allowed=portion).start()
         stream.wait_until(portion)
+        phase("portion 1")
 
         # portion 2: one broker dies
         stream.allow(portion)
@@ -169,6 +182,7 @@ def test_kill_a_broker_and_a_member_of_every_group_under_load(tmp_path: Path) ->
         os.kill(int(broker.pid_path.read_text()), signal.SIGKILL)
         broker.pid_path.unlink()
         stream.wait_until(2 * portion, timeout=120)
+        phase("portion 2 (broker killed)")
         procs.check_alive()
 
         # portion 3: one collector and one member of each group die; the groups rebalance onto the others
@@ -178,17 +192,21 @@ def test_kill_a_broker_and_a_member_of_every_group_under_load(tmp_path: Path) ->
             procs[name].kill9()
         stream.wait_until(3 * portion, timeout=120)
         time.sleep(3.5)  # past the session timeout: the survivors own every partition now
+        phase("portion 3 (members killed)")
         moved = stream.moved
 
         # portions 4 and 5: the broker and the killed members come back under their names
         procs.start(VICTIMS, meanwhile=lambda: up(broker, timeout=120))
+        phase("restarted")
         stream.allow(len(batches))
         stream.join(timeout=180)
+        phase("portions 4-5")
         procs.check_alive()
 
         # the sinks' dataset: every accepted report once, and `ldp estimate` on it equals the offline estimator
         accs = offline(fleet.batches)
         _check_batch_job(procs, metrics_path, accs, day)
+        phase("dataset and batch job")
         assert all(procs[n].kills == 1 and procs[n].starts == 2 for n in VICTIMS)
         assert moved > 0, "no upload moved to the other collector while one was down"
         # the streaming estimator group, read at either member, counts the same
@@ -204,7 +222,9 @@ def test_kill_a_broker_and_a_member_of_every_group_under_load(tmp_path: Path) ->
                 assert body is not None and not body["partial"] and body["merged_instances"] == 2, (name, at)
                 assert body["n"] == acc.n, (name, at, body["n"], acc.n)
                 assert body["counts"] == est.counts.tolist(), (name, at)
+        phase("estimator group")
     finally:
+        print(f"phases ({time.monotonic() - t0:.1f} s): " + ", ".join(phases))
         if procs is not None:
             procs.stop()
         cluster_down(cfgs, grace=10, purge=True)
