@@ -43,7 +43,16 @@ flush aborts the checkpoint, so nothing is committed that is not durable.
    :class:`~pipeline.transport.base.CommitFailedError` (the group
    rebalanced) :meth:`~StreamProcessor.on_commit_failed` resets every
    partition and :meth:`~StreamProcessor.checkpoint` returns ``False``; any
-   other error of the commit propagates, having committed nothing.
+   other error of the commit propagates. Either way the commit may still
+   have happened: after a group coordinator failover, offsets the old
+   coordinator wrote can show at the new one only after the client reported
+   the failure (issue 31), and the group then restarts the partitions past
+   them. What a plain-commit processor drops on a failed commit must
+   therefore be durable elsewhere already: the sink's files are written
+   before the commit, and the streaming estimator keeps such tails as
+   *uncertain* until the partition is counted again
+   (:mod:`estimator.service.engine`). (A transactional processor's outputs
+   and checkpoint are in the transaction, so they land with the offsets.)
 6. *Rejoining* (:meth:`~StreamProcessor.rejoin`) drops everything derived
    from uncommitted records and leaves the group; the next poll joins again
    and reads from the committed offsets. Runners rejoin after a transient

@@ -529,11 +529,14 @@ _STATS_HELP = {
     "sealed_unopened": "Sealed records that did not open (counted per delivery)",
     "sealed_replays_dropped": "Opened sealed records dropped as replays of an already counted record",
     "checkpoints": "Checkpoints written (snapshot, then offset commit)",
-    "commit_failures": "Offset commits that failed (their records are read again)",
+    "commit_failures": "Offset commits reported failed (their tails are kept as uncertain until the partition is "
+    "counted again)",
     "rejoins": "Rejoins of the consumer group after a transport failure",
     "dropped_tails": "Uncommitted partition tails dropped (read again from the committed offsets)",
     "restored_uncertain": "Pending tails from before a restart counted (the group's offset had reached their end)",
     "discarded_pending": "Pending tails from before a restart discarded (read again)",
+    "unsure_commits": "Tails of a commit reported failed, kept as uncertain (it may have landed; the next count of "
+    "the partition settles it)",
     "last_checkpoint": "Wall-clock time of the last successful checkpoint (seconds since 1970)",
 }
 

@@ -15,11 +15,30 @@ tails the same way in every processor); its checkpoint
    state (everything whose offsets were committed), the offset ranges it
    covers, and the tails marked *pending*;
 3. commits the tails' end offsets to the group, and on success folds the
-   tails into the certain state. A failed commit (rebalance) drops the tails:
-   the partitions' next owner reads them again from the committed offsets.
-   (A commit the Kafka client reports failed although the group's offsets
-   are its own, as after a coordinator failover, is reported a success by
-   the transport: :meth:`pipeline.transport.kafka.KafkaConsumer.commit`.)
+   tails into the certain state.
+
+**A commit reported failed may still have happened** (issue 31). After a
+broker dies, a commit the old group coordinator wrote can show at the new
+one only once the replicas of the offsets topic catch up, after the client
+reported ``UnknownMemberIdError``; the member then rejoins at the offsets it
+was told it had not committed. Dropping the tail lost its reports for good
+(the streaming group ended 100-200 reports short in 5 of 11 chaos runs). So
+the tails of a commit that was sent and not confirmed (a
+:class:`~pipeline.transport.base.CommitFailedError`, or any error of the
+commit followed by a rejoin) are not dropped but kept as *uncertain*, the
+state a crash between snapshot and commit leaves, and the next count of the
+partition settles them: where this member counts the partition again from
+an offset inside such a tail, the group restarted it there (the commit did
+not land) and the tail goes (:meth:`StreamingEstimator._recounted`); where
+another member does, :func:`~estimator.service.state.merge_states` drops
+the tail because a later range starts inside it; a restart at or after its
+end keeps it. A tail's base is where the member restarted the partition
+(the committed offset, or the first record if that is lower), and a range
+is appended to the previous one only while the member kept the partition
+since its last commit, so every restart leaves its start in the state for
+the merge to see.
+The transport still reports a commit that had landed by the time it
+checked as a success (:meth:`pipeline.transport.kafka.KafkaConsumer.commit`).
 
 After a crash the snapshot holds the certain state and possibly pending
 tails, whose commit may or may not have happened. A pending tail
@@ -32,10 +51,11 @@ again, and records at or above it are not in the state, so a single
 instance never loses or double-counts a report.
 
 **What is served.** Estimates include the open tails (read, not yet
-committed), so a report shows up as soon as it is read. When a commit fails
-or a rebalance moves a partition, its tail is dropped and read again, so a
-live figure can step back for a moment before it returns to the same
-total; the snapshot and :func:`~estimator.service.state.merge_states` are never
+committed), so a report shows up as soon as it is read. When a rebalance
+moves a partition, its open tail is dropped and read again, so a live
+figure can step back for a moment before it returns to the same total (an
+instance's own figure can also count an uncertain tail that another member
+recounts, until merged); the snapshot and :func:`~estimator.service.state.merge_states` are never
 affected.
 """
 
@@ -123,6 +143,7 @@ class EstimatorStats:
     dropped_tails: int = 0
     restored_uncertain: int = 0
     discarded_pending: int = 0
+    unsure_commits: int = 0  # tails whose commit was reported failed, kept as uncertain (it may have landed)
     last_checkpoint: float = 0.0  # wall-clock time of the last successful commit
 
     def to_json_obj(self) -> dict[str, Any]:
@@ -206,7 +227,10 @@ class StreamingEstimator(StreamProcessor):
         self._pending = [t for t in loaded if t.status == "pending"]
         self.open: dict[TopicPartition, Tail] = {}
         self._dirty: set[Key] = set()
-        self._flushing: dict[TopicPartition, Tail] = {}
+        self._flushing: dict[TopicPartition, Tail] = {}  # tails whose commit was sent and is not confirmed
+        # partitions this member has counted without a break since its last commit of them: their next range
+        # extends the last one; any other range is kept apart, so its start voids uncertain tails in a merge
+        self._continuing: set[TopicPartition] = set()
         self.stats = EstimatorStats()
 
     # -- joining -----------------------------------------------------------------------------
@@ -252,8 +276,11 @@ class StreamingEstimator(StreamProcessor):
         tp = TopicPartition(rec.topic, rec.partition)
         tail = self.open.get(tp)
         if tail is None:
-            base = self.consumer.committed(tp) or 0
+            # where this member (re)started the partition: the group's committed offset, or the record if that
+            # is lower (a commit reported failed that landed after the consumer was positioned, issue 31)
+            base = min(self.consumer.committed(tp) or 0, rec.offset)
             tail = self.open[tp] = Tail(tp, base, base, time.time(), Tally())
+            self._recounted(tp, base)
         if sb is not None:
             b = sb.batch
             tail.tally.add(b.metric, b.day, b.spec, b.records, sb.meta)
@@ -263,8 +290,38 @@ class StreamingEstimator(StreamProcessor):
     def reset(self, partitions: Collection[TopicPartition] | None) -> None:
         """Drop open tails (they are read again from the committed offsets); the certain state stays."""
         for tp in list(self.open) if partitions is None else partitions:
-            if self.open.pop(tp, None) is not None:
+            self._continuing.discard(tp)
+            tail = self.open.pop(tp, None)
+            if tail is None:
+                continue
+            if self._flushing.get(tp) is tail:
+                # its commit was sent and not confirmed: it may have landed (issue 31), so the tail stays,
+                # uncertain, until a later count of the partition shows where the group restarted it
+                del self._flushing[tp]
+                tail.status = "uncertain"
+                self.uncertain.append(tail)
+                self.stats.unsure_commits += 1
+            else:
                 self.stats.dropped_tails += 1
+
+    def _recounted(self, tp: TopicPartition, base: int) -> None:
+        """This member counts ``tp`` again from ``base``: an uncertain tail of its own that ``base`` falls in
+        was not committed (the group restarted the partition inside it), so its records are being counted
+        again here and the tail goes (:func:`~estimator.service.state.merge_states` does the same for a
+        recount by another member)."""
+        gone = [t for t in self.uncertain if t.tp == tp and t.base <= base < t.end]
+        if gone:
+            self.uncertain = [t for t in self.uncertain if all(t is not g for g in gone)]
+            self.stats.dropped_tails += len(gone)
+            log.info(
+                "estimator %s: %s[%d] restarts at %d inside an uncertain tail (%s): its commit did not land, "
+                "the tail is counted again",
+                self.member,
+                tp.topic,
+                tp.partition,
+                base,
+                ", ".join(f"[{t.base}, {t.end})" for t in gone),
+            )
 
     # -- checkpoints ---------------------------------------------------------------------------
 
@@ -283,7 +340,12 @@ class StreamingEstimator(StreamProcessor):
         return {tp: t.end for tp, t in tails.items()}
 
     def on_commit_failed(self, exc: CommitFailedError) -> None:
-        log.info("estimator %s: commit failed (%s); tails dropped, their records come again", self.member, exc)
+        log.info(
+            "estimator %s: commit reported failed (%s); its tails are kept as uncertain until the partitions "
+            "are counted again",
+            self.member,
+            exc,
+        )
         self.stats.commit_failures += 1
         self.rewind_all()
 
@@ -291,7 +353,8 @@ class StreamingEstimator(StreamProcessor):
         for tp, t in self._flushing.items():
             self.certain.merge(t.tally)
             self._dirty.update(t.tally.keys)
-            _add_range(self.segments, tp, t.base, t.end, t.started_at)
+            _add_range(self.segments, tp, t.base, t.end, t.started_at, join=tp in self._continuing)
+            self._continuing.add(tp)
             if self.open.get(tp) is t:
                 del self.open[tp]
         self._flushing = {}

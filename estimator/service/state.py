@@ -294,10 +294,17 @@ class EstimatorState:
 
 
 def _add_range(
-    segments: dict[TopicPartition, list[list[float]]], tp: TopicPartition, base: int, end: int, started_at: float
+    segments: dict[TopicPartition, list[list[float]]],
+    tp: TopicPartition,
+    base: int,
+    end: int,
+    started_at: float,
+    *,
+    join: bool = True,
 ) -> None:
+    """Add the counted range ``[base, end)``; it extends the last range when ``join`` and they touch."""
     rs = segments.setdefault(tp, [])
-    if rs and int(rs[-1][1]) == base:
+    if join and rs and int(rs[-1][1]) == base:
         rs[-1][1] = end
     else:
         rs.append([base, end, started_at])
