@@ -24,6 +24,7 @@ import json
 import sys
 from typing import Any
 
+from ldp_cli.commands.argtypes import open_unit as _open_unit
 from ldp_cli.commands.argtypes import positive as _positive
 from ldp_cli.commands.argtypes import positive_int as _positive_int
 from ldp_cli.commands.argtypes import probability as _prob
@@ -55,13 +56,6 @@ def _int_list(text: str) -> tuple[int, ...]:
     if not out or any(k < 2 for k in out):
         raise argparse.ArgumentTypeError(f"client counts must be integers >= 2, got {text!r}")
     return out
-
-
-def _open_unit(text: str) -> float:
-    v = float(text)
-    if not 0.0 < v < 1.0:
-        raise argparse.ArgumentTypeError(f"must be in (0, 1), got {text}")
-    return v
 
 
 _VERBS = {

@@ -19,6 +19,7 @@ import json
 import sys
 from typing import Any
 
+from ldp_cli.commands.argtypes import open_unit as _open_unit
 from ldp_cli.commands.argtypes import positive as _positive
 from ldp_cli.commands.argtypes import positive_int as _positive_int
 from ldp_cli.commands.argtypes import probability as _prob
@@ -34,13 +35,6 @@ def _nonnegative(text: str) -> float:
     v = float(text)
     if not v >= 0 or v == float("inf"):
         raise argparse.ArgumentTypeError(f"must be a finite number >= 0, got {text}")
-    return v
-
-
-def _open_unit(text: str) -> float:
-    v = float(text)
-    if not 0.0 < v < 1.0:
-        raise argparse.ArgumentTypeError(f"must be in (0, 1), got {text}")
     return v
 
 

@@ -16,15 +16,9 @@ import json
 from typing import Any
 
 from ldp_cli.commands.argtypes import nonnegative_int, positive, positive_int, seed
+from ldp_cli.commands.argtypes import open_unit as _unit
 
 __all__ = ["register", "run_graph_cmd"]
-
-
-def _unit(text: str) -> float:
-    v = float(text)
-    if not 0.0 < v < 1.0:
-        raise argparse.ArgumentTypeError(f"must be in (0, 1), got {text}")
-    return v
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -19,6 +19,7 @@ import argparse
 import json
 from typing import Any
 
+from ldp_cli.commands.argtypes import open_unit as _open_unit
 from ldp_cli.commands.argtypes import positive as _positive
 from ldp_cli.commands.argtypes import positive_int as _positive_int
 from ldp_cli.commands.argtypes import seed as _seed
@@ -28,13 +29,6 @@ from ldp_cli.progress import add_progress_flags
 __all__ = ["register", "run_synth_cmd"]
 
 METHODS = ("mst", "aim", "dpgan", "ldp-marginals", "exact-marginals", "gan-nodp", "copy", "all")
-
-
-def _open_unit(text: str) -> float:
-    v = float(text)
-    if not 0.0 < v < 1.0:
-        raise argparse.ArgumentTypeError(f"must be in (0, 1), got {text}")
-    return v
 
 
 def register(sub: argparse._SubParsersAction) -> None:
