@@ -145,6 +145,11 @@ class BudgetLedger:
                 f"filter must be zcdp or basic and neighbors add_or_remove or replace, got {filter}, {neighbors}"
             )
         _make_filter(filter, epsilon, delta, neighbors, per_release_delta)  # validates the budget
+        folder = os.path.dirname(os.path.abspath(p))
+        try:
+            os.makedirs(folder, exist_ok=True)  # `ldp budget create out/session.db` on a fresh checkout
+        except OSError as exc:
+            raise LedgerError(f"cannot create the folder of {p!r}: {exc}") from exc
         conn = cls._connect(p, 30.0)
         try:
             with immediate_transaction(conn):
