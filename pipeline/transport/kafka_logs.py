@@ -38,8 +38,10 @@ LOGGER = "pipeline.transport.kafka"
 _LOST = re.compile(
     r"KafkaConnectionError|socket disconnected|[Cc]onnection refused|connection failed|Cancelled|NodeNotReady"
     r"|Marking the coordinator|Closing connection|[Cc]onnect attempt|Errno 111|Connection reset|Broken pipe"
-    r"|Unable to connect|NoBrokersAvailable|to find a node|No node available"
+    r"|Unable to connect|NoBrokersAvailable|to find a node|No node available|Error receiving network data"
 )
+#: kafka-python's words when the broker closes a connection that had nothing in flight (an idle close)
+_IDLE_CLOSE = "without in-flight-requests"
 #: the broker's address in a ``BrokerConnection`` repr: ``... host=127.0.0.1:9092 <connected> ...``
 _ADDRESS = re.compile(r"host=([^\s<>\]]+)")
 
@@ -63,6 +65,10 @@ class BrokerStateLog(logging.Filter):
             if address is not None:
                 self._up(address)
             return _admitted(record)
+        if _IDLE_CLOSE in msg:
+            # the broker closed an idle connection (connections.max.idle.ms) and the client reconnects at once:
+            # no state change to announce. A broker that is really gone shows in the reconnect's refusal next.
+            return False
         if record.levelno >= logging.WARNING and _LOST.search(msg):
             if address is not None:
                 self._lost(address, _reason(msg, record))
