@@ -4,6 +4,10 @@ The two shares must cover the same reports (the same count and the same checksum
 they do not, one aggregator accepted a report the other refused (a deviating helper, or leader) and the
 result would be wrong, so nothing is released (:class:`CollectionRejected`). Each share alone is a
 uniformly random vector; only the two together give the aggregate.
+
+When the aggregators add central-DP noise (each to its own share, :mod:`ldp_core.prio3.noise`), the
+sum is the aggregate plus both noises and may be negative: it is read as signed integers, and the
+result says which noise each share carried and the standard deviation of their sum.
 """
 
 from __future__ import annotations
@@ -26,6 +30,8 @@ class Prio3Result:
     day: int
     reports: int
     value: int | list[int]
+    #: the central-DP noise of each share (``{"leader": ..., "helper": ..., "std": ...}``), None: exact
+    noise: dict[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -40,11 +46,20 @@ def unshard(metrics: MetricSet, metric: str, day: int, shares: list[dict[str, An
             f"helper {helper['reports']}, checksums {'equal' if leader['checksum'] == helper['checksum'] else 'differ'}): "
             "an aggregator deviated; the aggregate is not released"
         )
-    vdaf = metrics.prio3[metric].config.vdaf()
-    value = vdaf.unshard([bytes.fromhex(s["aggregate_share"]) for s in shares], int(leader["reports"]))
-    return Prio3Result(
-        metric, day, int(leader["reports"]), value if isinstance(value, int) else [int(v) for v in value]
-    )
+    config = metrics.prio3[metric].config
+    vdaf = config.vdaf()
+    raw = [bytes.fromhex(s["aggregate_share"]) for s in shares]
+    noises = [s.get("noise") for s in shares]
+    if not any(noises):
+        value = vdaf.unshard(raw, int(leader["reports"]))
+        return Prio3Result(
+            metric, day, int(leader["reports"]), value if isinstance(value, int) else [int(v) for v in value]
+        )
+    signed = [int(v) for v in vdaf.unshard_signed(raw)]
+    variance = sum(float(n["variance"]) for n in noises if n)
+    noise = {"leader": noises[0], "helper": noises[1], "variance": variance, "std": variance**0.5}
+    out: int | list[int] = signed if config.type in ("histogram", "sumvec") else signed[0]
+    return Prio3Result(metric, day, int(leader["reports"]), out, noise)
 
 
 def collect(

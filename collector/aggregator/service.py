@@ -16,6 +16,10 @@ collector refuses to unshard two shares over different report sets (a helper tha
 leader refused, or the reverse). A batch is released at most once and only with at least ``min_batch``
 reports: collecting it twice around one more report would isolate that report's value; reports of a
 batch that was released are rejected.
+
+Central DP (``central_epsilon``): the aggregator adds discrete Laplace noise of scale Δ/ε to its aggregate
+share when it releases it (:mod:`ldp_core.prio3.noise`), with a fresh seed from the OS CSPRNG, so the
+collector never holds the exact aggregate; the share's JSON says which noise it carries.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from ldp_core.metrics import MetricSet
+from ldp_core.prio3.noise import AggregatorNoise, SeedSource, os_seed
 from ldp_core.prio3.report import CTX, ROLES, Prio3Spec, ReportParts, open_share, split_report
 from ldp_core.prio3.vdaf import NONCE_SIZE, VERIFY_KEY_SIZE, VdafFailure, load_binding
 
@@ -69,6 +74,8 @@ class AggregateShare:
     share: bytes
     reports: int
     checksum: bytes
+    #: the central-DP noise this share carries (``AggregatorNoise.to_json``), None: exact
+    noise: dict[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -77,6 +84,7 @@ class AggregateShare:
             "aggregate_share": self.share.hex(),
             "reports": self.reports,
             "checksum": self.checksum.hex(),
+            "noise": self.noise,
         }
 
 
@@ -101,6 +109,8 @@ class Aggregator:
         *,
         min_batch: int = 1,
         helper: HelperCall | None = None,
+        central_epsilon: float | None = None,
+        noise_seed: SeedSource = os_seed,
     ) -> None:
         if role not in ROLES:
             raise ValueError(f"role must be one of {ROLES}, got {role!r}")
@@ -123,6 +133,13 @@ class Aggregator:
         self.helper = helper
         self.specs: dict[str, Prio3Spec] = {n: metrics.prio3_spec(n) for n in metrics.prio3}
         self._vdafs = {n: s.config.vdaf() for n, s in self.specs.items()}
+        #: per metric, the noise added to each released share (empty: shares are released exact)
+        self.noise: dict[str, AggregatorNoise] = (
+            {}
+            if central_epsilon is None
+            else {n: AggregatorNoise.for_config(s.config, central_epsilon) for n, s in self.specs.items()}
+        )
+        self._noise_seed = noise_seed
         self._binding = load_binding()
         Path(state_dir).mkdir(parents=True, exist_ok=True)
         self._db = sqlite3.connect(Path(state_dir) / f"prio3-{role}.sqlite3", check_same_thread=False)
@@ -352,7 +369,8 @@ class Aggregator:
             self.cpu_reports += reports
 
     def aggregate_share(self, metric: str, day: int) -> AggregateShare:
-        """Release this aggregator's aggregate share of one batch, once, if it holds at least ``min_batch`` reports."""
+        """Release this aggregator's aggregate share of one batch, once, if it holds at least ``min_batch`` reports
+        (with this aggregator's central-DP noise added, if it has any)."""
         if metric not in self.specs:
             raise CollectRefused(404, "unknown_metric", f"{metric!r} is not a prio3 metric here")
         with self._lock, self._db:
@@ -370,7 +388,23 @@ class Aggregator:
                 )
             self._db.execute("UPDATE batches SET collected = 1 WHERE metric = ? AND day = ?", (metric, day))
         assert row is not None
-        return AggregateShare(metric, day, bytes(row[0]), n, bytes(row[2]))
+        share, noise = bytes(row[0]), self.noise.get(metric)
+        if noise is None:
+            return AggregateShare(metric, day, share, n, bytes(row[2]))
+        noised = noise.apply(self.specs[metric].config, share, self._noise_seed())
+        return AggregateShare(metric, day, noised, n, bytes(row[2]), noise.to_json())
+
+    def unreleased_share(self, metric: str, day: int) -> tuple[bytes, int]:
+        """The exact aggregate share of a batch and its count, in process only and never over HTTP: for a
+        simulation that plays every party (``ldp demo --prio3`` checks the exact aggregate against the truth
+        while the collector gets noised shares)."""
+        with self._lock:
+            row = self._db.execute(
+                "SELECT share, n FROM batches WHERE metric = ? AND day = ?", (metric, day)
+            ).fetchone()
+        if row is None or row[0] is None:
+            raise CollectRefused(409, "too_few_reports", f"the batch {metric}/{day} holds no reports")
+        return bytes(row[0]), int(row[1])
 
     def status(self) -> dict[str, Any]:
         with self._lock:
@@ -384,6 +418,7 @@ class Aggregator:
             "cpu_seconds": self.cpu_seconds,
             "cpu_reports": self.cpu_reports,
             "cpu_per_report_us": 1e6 * self.cpu_seconds / self.cpu_reports if self.cpu_reports else None,
+            "central_epsilon": next(iter(self.noise.values())).epsilon if self.noise else None,
         }
 
     def close(self) -> None:

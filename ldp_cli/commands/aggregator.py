@@ -48,6 +48,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--min-batch", type=int, default=100, help="fewest reports a released batch holds (default 100)")
     p.add_argument(
+        "--central-epsilon",
+        type=float,
+        default=None,
+        metavar="E",
+        help="--role: add discrete Laplace noise (ε-DP per report, add/remove) to each share this aggregator releases",
+    )
+    p.add_argument(
         "--token-file",
         type=Path,
         default=None,
@@ -96,7 +103,8 @@ def _collect(args: argparse.Namespace) -> int:
     print(
         json.dumps(result.to_json())
         if args.json
-        else f"{result.metric} day {result.day}: {result.value} ({result.reports} reports)"
+        else f"{result.metric} day {result.day}: {result.value} ({result.reports} reports"
+        + (f"; noised by the aggregators, sd {result.noise['std']:.1f})" if result.noise else ")")
     )
     return 0
 
@@ -132,6 +140,7 @@ def _serve(args: argparse.Namespace) -> int:
         args.state / args.role,
         min_batch=args.min_batch,
         helper=helper,
+        central_epsilon=args.central_epsilon,
     )
     feed = None
     if args.role == "leader":
@@ -140,7 +149,14 @@ def _serve(args: argparse.Namespace) -> int:
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((args.host, args.port))
     url = f"http://{args.host}:{sock.getsockname()[1]}"
-    info = {"role": args.role, "url": url, "key_id": agg.key.key_id, "metrics": sorted(agg.specs), "pid": os.getpid()}
+    info = {
+        "role": args.role,
+        "url": url,
+        "key_id": agg.key.key_id,
+        "metrics": sorted(agg.specs),
+        "pid": os.getpid(),
+        "central_epsilon": args.central_epsilon,
+    }
     print(json.dumps(info) if args.json else f"ldp aggregator ({args.role}) listening on {url}", flush=True)
     server = uvicorn.Server(
         uvicorn.Config(create_app(agg, token=token), log_level="warning", access_log=False, log_config=None)

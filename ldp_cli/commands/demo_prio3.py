@@ -26,7 +26,7 @@ def add_prio3_flags(p: argparse.ArgumentParser) -> None:
         type=float,
         default=None,
         metavar="E",
-        help="--prio3: also release each Prio3 aggregate with discrete Laplace noise at this ε (add/remove one device)",
+        help="--prio3: each aggregator adds discrete Laplace noise at this ε (add/remove one device) to its share",
     )
     p.add_argument("--ldp-epsilon", type=float, default=1.0, help="--prio3: local ε of the LDP side (default 1)")
     p.add_argument(
@@ -79,7 +79,9 @@ def print_text(doc: dict[str, Any]) -> None:
         print(f"  prio3 (exact)    {_fmt(r['prio3'])}   {mark} truth")
         if "central" in r:
             c = r["central"]
-            print(f"  prio3 + central  {_fmt(c['value'])}   (discrete Laplace, ε={c['epsilon']:g}, sd {c['std']:.1f})")
+            print(
+                f"  prio3 + central  {_fmt(c['value'])}   (discrete Laplace by both aggregators, ε={c['epsilon']:g}, sd {c['std']:.1f})"
+            )
         ldp = r["ldp"]
         print(
             f"  local DP         {_fmt(ldp['estimate'])}   ({ldp['mechanism']}, ε={ldp['epsilon']:g}, sd {_fmt(ldp['std'])})"

@@ -11,7 +11,9 @@ aggregate is printed beside the truth; the run fails unless every one is equal.
 Side by side, the same values are privatized with local DP (GRR, OUE and the hybrid mean mechanism at
 ``ldp_epsilon``) and estimated with the project's estimators, in memory: exact vs noisy, bytes per
 report, and CPU per report on the device and on each server. With ``central_epsilon`` the Prio3
-aggregate is also released with discrete Laplace noise (:class:`estimator.accounting.central.LaplaceCounts`).
+aggregators add discrete Laplace noise to their aggregate shares (:mod:`ldp_core.prio3.noise`): the
+collector's result is the noised one (``central``), and the exact one is unsharded in process from
+both aggregators' unreleased shares to check it against the truth.
 """
 
 from __future__ import annotations
@@ -108,21 +110,18 @@ def _ldp(name: str, v: np.ndarray, eps: float, rng: np.random.Generator) -> dict
     }
 
 
-def _central(name: str, exact: Any, eps: float, rng: np.random.Generator) -> dict[str, Any]:
-    from estimator.accounting.central import LaplaceCounts
-
-    cfg = DEMO_METRICS[name]
-    # add/remove one device: L1 sensitivity of its contribution
-    sens = {"count": 1, "histogram": 1, "sum": cfg.get("max_measurement", 1)}.get(cfg["type"])
-    if sens is None:
-        sens = int(cfg["max_measurement"]) * int(cfg["length"])
-    mech = LaplaceCounts(eps, int(sens))
-    noisy = mech.release(np.atleast_1d(np.asarray(exact, dtype=np.int64)), rng)
+def _central(got: Any, exact: Any) -> dict[str, Any]:
+    """The row for the aggregate the collector got with both aggregators' noise (``got``: its Prio3Result)."""
+    noise = got.noise
+    leader = noise["leader"]
     return {
-        "epsilon": eps,
-        "sensitivity": int(sens),
-        "std": float(np.sqrt(mech.variance)),
-        "value": [int(x) for x in noisy],
+        "epsilon": leader["epsilon"],
+        "sensitivity": leader["sensitivity"],
+        "std": noise["std"],
+        "value": [int(x) for x in np.atleast_1d(got.value)],
+        "added_by": "each aggregator, to its own aggregate share before releasing it",
+        "std_per_aggregator": float(np.sqrt(leader["variance"])),
+        "error": [int(a) - int(b) for a, b in zip(np.atleast_1d(got.value), np.atleast_1d(exact), strict=True)],
     }
 
 
@@ -192,7 +191,7 @@ def run_prio3_demo(cfg: Prio3DemoConfig) -> tuple[int, dict[str, Any]]:
     try:
         phase("making the aggregators' keys and the metrics file")
         dep = new_deployment(work / "ops")
-        with Prio3Stack(dep, work / "run", ports=cfg.ports) as st:
+        with Prio3Stack(dep, work / "run", ports=cfg.ports, central_epsilon=cfg.central_epsilon) as st:
             now = time.time()
             day = utc_day(now)
             phase(f"{cfg.devices} devices shard, seal and upload ({cfg.sdk_devices} through the SDK's outbox)")
@@ -206,7 +205,10 @@ def run_prio3_demo(cfg: Prio3DemoConfig) -> tuple[int, dict[str, Any]]:
             phase("collecting: the combine step unshards each metric")
             rows = []
             for name, vals in values.items():
-                got = st.collect(name, day)
+                released = st.collect(name, day)
+                # with central noise the collector only gets noised shares: the exact aggregate is read
+                # from both aggregators in process (the simulation plays every party) to check it
+                got = released if cfg.central_epsilon is None else st.audit_exact(name, day)
                 truth = _truth(name, vals)
                 row: dict[str, Any] = {
                     "metric": name,
@@ -220,7 +222,7 @@ def run_prio3_demo(cfg: Prio3DemoConfig) -> tuple[int, dict[str, Any]]:
                     "ldp": _ldp(name, vals, cfg.ldp_epsilon, rng),
                 }
                 if cfg.central_epsilon is not None:
-                    row["central"] = _central(name, got.value, cfg.central_epsilon, rng)
+                    row["central"] = _central(released, got.value)
                 rows.append(row)
     finally:
         if cfg.workdir is None:

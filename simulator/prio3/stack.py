@@ -101,6 +101,8 @@ class Prio3Stack:
         min_batch: int = 1,
         token: str | None = None,
         helper_wrapper: Any = None,
+        central_epsilon: float | None = None,
+        noise_seeds: tuple[Any, Any] | None = None,
     ) -> None:
         self.deployment = deployment
         self.workdir = Path(workdir)
@@ -111,6 +113,10 @@ class Prio3Stack:
         self.token = token if token is not None else secrets.token_hex(16)
         #: for tests that play a deviating helper: wraps the helper's job function
         self.helper_wrapper = helper_wrapper
+        #: each aggregator adds discrete Laplace noise at this ε to the shares it releases (None: exact)
+        self.central_epsilon = central_epsilon
+        #: (helper, leader) seed sources for that noise (None: the OS CSPRNG); tests pass fixed ones
+        self.noise_seeds = noise_seeds
         self.metrics = deployment.metrics()
         self.raw_topic = f"ldp.reports.raw.prio3-{uuid.uuid4().hex[:8]}"
         self.collector_url = self.leader_url = self.helper_url = ""
@@ -147,6 +153,10 @@ class Prio3Stack:
         )
         self._servers.append(server)
         vkey = read_verify_key(dep.verify_key)
+        noise: list[dict[str, Any]] = [{"central_epsilon": self.central_epsilon} for _ in range(2)]
+        for kw, seeds in zip(noise, self.noise_seeds or (None, None), strict=True):
+            if seeds is not None:
+                kw["noise_seed"] = seeds
         self.helper = Aggregator(
             "helper",
             self.metrics,
@@ -154,6 +164,7 @@ class Prio3Stack:
             vkey,
             self.workdir / "helper",
             min_batch=self.min_batch,
+            **noise[0],
         )
         if self.helper_wrapper is not None:
             self.helper_wrapper(self.helper)
@@ -167,6 +178,7 @@ class Prio3Stack:
             self.workdir / "leader",
             min_batch=self.min_batch,
             helper=http_helper(self.helper_url, token=self.token),
+            **noise[1],
         )
         server, self.leader_url, _ = serve_in_thread(aggregator_app(self.leader, token=self.token), port=self.ports[2])
         self._servers.append(server)
@@ -195,6 +207,17 @@ class Prio3Stack:
         from collector.aggregator.collect import collect
 
         return collect(self.metrics, metric, day, self.leader_url, self.helper_url, token=self.token)
+
+    def audit_exact(self, metric: str, day: int) -> Any:
+        """The exact aggregate, unsharded from both aggregators' unreleased shares read in process: only a
+        simulation that plays every party can do this (the collector, over HTTP, gets the noised shares)."""
+        from collector.aggregator.collect import Prio3Result
+
+        (s0, n0), (s1, n1) = (a.unreleased_share(metric, day) for a in (self.leader, self.helper))
+        if n0 != n1:
+            raise RuntimeError(f"the aggregators hold {n0} and {n1} reports of {metric}/{day}")
+        value = self.metrics.prio3[metric].config.vdaf().unshard([s0, s1], n0)
+        return Prio3Result(metric, day, n0, value if isinstance(value, int) else [int(v) for v in value])
 
     def stop(self) -> None:
         if self.feed is not None:

@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
+import numpy as np
 import pytest
 
 from client_sdk.prio3 import Prio3Client
@@ -86,15 +87,27 @@ def test_aggregators_as_processes(tmp_path: Path, procs: list[subprocess.Popen[s
     args = ["--collect", "prio3.crashed", "--metrics", dep["metrics_path"], "--leader-url", leader["url"]]
     out = _ldp("aggregator", *args, "--helper-url", helper["url"], "--token-file", "token", "--json", cwd=tmp_path)
     assert out.returncode == 0, out.stderr
-    assert json.loads(out.stdout) == {"metric": "prio3.crashed", "day": utc_day(time.time()), "reports": 3, "value": 2}
+    assert json.loads(out.stdout) == {
+        "metric": "prio3.crashed",
+        "day": utc_day(time.time()),
+        "reports": 3,
+        "value": 2,
+        "noise": None,  # these aggregators run without --central-epsilon
+    }
 
 
 def test_demo_prio3_json(tmp_path: Path) -> None:
-    out = _ldp("demo", "--prio3", "--devices", "40", "--no-plot", "--json", "--out", "o", cwd=tmp_path)
+    args = ("--prio3", "--devices", "40", "--central-epsilon", "1", "--no-plot", "--json", "--out", "o")
+    out = _ldp("demo", *args, cwd=tmp_path)
     assert out.returncode == 0, out.stderr
     doc = json.loads(out.stdout)
     assert doc["all_equal"] and len(doc["metrics"]) == 4
     assert all(r["prio3"] == r["truth"] and r["reports"] == 40 for r in doc["metrics"])
+    for r in doc["metrics"]:  # the collector's result carries both aggregators' noise
+        c = r["central"]
+        assert {"epsilon", "sensitivity", "std", "value", "added_by", "std_per_aggregator", "error"} <= set(c)
+        assert c["error"] == [v - t for v, t in zip(c["value"], np.atleast_1d(r["truth"]).tolist(), strict=True)]
+        assert c["std"] == pytest.approx(2**0.5 * c["std_per_aggregator"])
     assert doc["leader"]["counts"]["replayed"] == doc["replayed_reports"] > 0
 
 

@@ -7,7 +7,14 @@
 //! opaque bytes and the aggregators keep no Rust object alive between HTTP calls.
 
 use prio::codec::{Encode, ParameterizedDecode};
+use prio::dp::distributions::DiscreteLaplace;
+use prio::dp::Rational;
+use prio::field::FieldElementWithInteger;
 use prio::vdaf::prio3::{Prio3, Prio3Count, Prio3Histogram, Prio3Sum, Prio3SumVec};
+use prio::vdaf::xof::SeedStreamTurboShake128;
+use prio::vdaf::AggregateShare;
+use rand::distr::Distribution;
+use rand::SeedableRng;
 use prio::vdaf::test_utils::TestVectorClient;
 use prio::vdaf::{Aggregatable, Aggregator, Client, Collector, VerifyTransition};
 use pyo3::exceptions::PyValueError;
@@ -40,6 +47,58 @@ fn enc<T: Encode>(py: Python<'_>, what: &str, v: &T) -> PyResult<Py<PyBytes>> {
 }
 
 type Sharded = (Py<PyBytes>, Vec<Py<PyBytes>>);
+
+/// `share + noise`, element by element, each signed integer mapped into the field (the crate's
+/// field arithmetic; `|noise|` must be below the modulus).
+fn add_signed<F>(share: &AggregateShare<F>, noise: &[i128]) -> PyResult<AggregateShare<F>>
+where
+    F: FieldElementWithInteger,
+    F::Integer: TryFrom<u128> + Into<u128>,
+{
+    let elems: &[F] = share.as_ref();
+    if elems.len() != noise.len() {
+        return Err(PyValueError::new_err(format!(
+            "noise has {} values, the aggregate share {}",
+            noise.len(),
+            elems.len()
+        )));
+    }
+    let p: u128 = F::modulus().into();
+    elems
+        .iter()
+        .zip(noise)
+        .map(|(x, n)| {
+            let mag = n.unsigned_abs();
+            if mag >= p / 2 {
+                return Err(PyValueError::new_err("noise value too large for the field"));
+            }
+            let m = F::from(F::Integer::try_from(mag).map_err(|_| PyValueError::new_err("noise value"))?);
+            Ok(if *n < 0 { *x - m } else { *x + m })
+        })
+        .collect::<PyResult<Vec<F>>>()
+        .map(AggregateShare::from)
+}
+
+/// The field elements of `share` as signed integers: x if x <= p/2, else x - p.
+fn centered<F>(share: &AggregateShare<F>) -> Vec<i128>
+where
+    F: FieldElementWithInteger,
+    F::Integer: Into<u128>,
+{
+    let p: u128 = F::modulus().into();
+    share
+        .as_ref()
+        .iter()
+        .map(|x| {
+            let v: u128 = F::Integer::from(*x).into();
+            if v > p / 2 {
+                -((p - v) as i128)
+            } else {
+                v as i128
+            }
+        })
+        .collect()
+}
 
 macro_rules! prio3_class {
     ($pyname:ident, $name:literal, $vdaf:ty, $meas_py:ty, $to_meas:expr, $res_py:ty,
@@ -213,6 +272,25 @@ macro_rules! prio3_class {
                 Ok(r)
             }
 
+            /// Add signed integer noise to an aggregate share, one value per element (an aggregator's
+            /// central-DP noise, added before it releases the share).
+            fn add_to_aggregate_share(&self, py: Python<'_>, aggregate_share: &[u8], noise: Vec<i128>) -> PyResult<Py<PyBytes>> {
+                let share = self.agg_share(aggregate_share)?;
+                enc(py, "aggregate share", &add_signed(&share, &noise)?)
+            }
+
+            /// Collector: sum both aggregators' aggregate shares and read each element as a signed
+            /// integer (x - p above p/2), for results that carry noise and may be negative.
+            /// Without noise this equals `unshard` for the four types here (whose aggregate result
+            /// is the aggregate share's elements, unchanged).
+            fn unshard_signed(&self, aggregate_shares: Vec<Vec<u8>>) -> PyResult<Vec<i128>> {
+                let mut acc = self.vdaf.aggregate_init(&());
+                for b in &aggregate_shares {
+                    acc.merge(&self.agg_share(b)?).map_err(verr("merge"))?;
+                }
+                Ok(centered(&acc))
+            }
+
             #[getter]
             fn algorithm_id(&self) -> u32 {
                 use prio::vdaf::Vdaf;
@@ -244,12 +322,31 @@ prio3_class!(PySumVec, "Prio3SumVec", Prio3SumVec, Vec<u128>, ok, Vec<u128>,
     new(max_measurement: u128, length: usize, chunk_length: usize) =>
         Prio3::new_sum_vec(2, max_measurement, length, chunk_length));
 
+/// `n` samples of the discrete Laplace distribution of scale `scale_num / scale_den` (the crate's
+/// exact sampler, [CKS20]), drawn from TurboSHAKE128 seeded with the 32-byte `seed`: the caller
+/// passes OS randomness (`secrets.token_bytes(32)`), or a fixed seed in tests.
+#[pyfunction]
+fn discrete_laplace(py: Python<'_>, scale_num: u128, scale_den: u128, n: usize, seed: &[u8]) -> PyResult<Vec<i128>> {
+    let seed: [u8; SEED] = seed
+        .try_into()
+        .map_err(|_| PyValueError::new_err(format!("seed must be {SEED} bytes")))?;
+    let scale = Rational::from_unsigned(scale_num, scale_den).map_err(verr("scale"))?;
+    let dist = DiscreteLaplace::new(scale).map_err(verr("discrete Laplace"))?;
+    py.detach(|| {
+        let mut rng = SeedStreamTurboShake128::from_seed(seed);
+        (0..n)
+            .map(|_| i128::try_from(dist.sample(&mut rng)).map_err(|_| PyValueError::new_err("sample out of range")))
+            .collect()
+    })
+}
+
 #[pymodule]
 fn ldp_prio3(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyCount>()?;
     m.add_class::<PySum>()?;
     m.add_class::<PyHistogram>()?;
     m.add_class::<PySumVec>()?;
+    m.add_function(wrap_pyfunction!(discrete_laplace, m)?)?;
     m.add("VdafError", m.py().get_type::<VdafError>())?;
     m.add("PRIO_VERSION", "0.18.1")?;
     m.add("VDAF_DRAFT", 18)?;
