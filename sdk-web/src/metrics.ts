@@ -71,8 +71,10 @@ function parseOne(name: string, data: unknown): MetricDefinition | string {
   if (data === null || typeof data !== "object" || Array.isArray(data)) throw new MetricsFileError(`${where}: the definition must be an object with ${FIELDS.join(", ")}`);
   const o = data as Record<string, unknown>;
   if (o.kind === "prio3") {
-    // secret-shared for two aggregators (docs/PRIO3.md): the Python SDK (client_sdk.prio3) records these
-    return `metric ${JSON.stringify(name)} is a prio3 metric (secret shares for two aggregators), which the web SDK does not record yet (the rest of the file is); record it from the Python SDK's Prio3Client`;
+    // secret-shared for two aggregators (docs/PRIO3.md): the Python SDK (client_sdk.prio3) records these. The web
+    // SDK cannot yet: the aggregators run VDAF draft 18 (the prio crate 0.18.1) and the only maintained TypeScript
+    // Prio3, @divviup/prio3 0.8.0, implements draft 08, whose reports they would reject (docs/PRIO3.md, "The web SDK").
+    return `metric ${JSON.stringify(name)} is a prio3 metric (secret shares for two aggregators), which the web SDK does not record yet: no TypeScript Prio3 of VDAF draft 18 exists (the rest of the file is recorded); record it from the Python SDK's Prio3Client`;
   }
   const unknown = Object.keys(o).filter((k) => !FIELDS.includes(k) && !OPTIONAL.includes(k)).sort();
   if (unknown.length) throw new MetricsFileError(`${where}: unknown field(s) ${unknown.join(", ")}; the fields are ${FIELDS.join(", ")} and optionally ${OPTIONAL.join(", ")}`);
