@@ -5,8 +5,9 @@ key parties (:class:`ldp_core.he.threshold.KeyParty`); the server multiplies eac
 client's public FedAvg weight n_u / Σ n and adds them (a weighted sum, which SecAgg's masks only give
 when the clients scale their own inputs); the committee returns partial decryptions of the one
 aggregate and the server combines them. No party sees an individual update; the server sees only the
-weighted mean, as with SecAgg. Unlike SecAgg, a key party that does not answer stops the decryption
-(n-of-n), and client dropouts cost nothing (nothing to unmask).
+weighted mean, as with SecAgg. Unlike SecAgg, client dropouts cost nothing (nothing to unmask); a key
+party that does not answer stops an n-of-n decryption, while a t-of-n committee
+(:class:`ldp_core.he.shamir.ShamirKeyParty`) decrypts with any t of its n parties.
 
 :func:`compare` trains the same softmax regression three times over the same client data and local
 training randomness, aggregating with each method, and reports accuracy, bytes and time per round.
@@ -26,7 +27,16 @@ from estimator.he.data import gaussian_classes
 from ldp_core.fl.models import SoftmaxRegression, accuracy
 from ldp_core.fl.secagg import Quantizer, SecAggClient
 from ldp_core.fl.training import LocalTraining, local_sgd
-from ldp_core.he.threshold import CkksContext, KeyParty, ThresholdParams, collective_public_key, combine
+from ldp_core.he.shamir import ShamirKeyParty, combine_threshold, setup_shamir
+from ldp_core.he.threshold import (
+    CkksContext,
+    HeError,
+    KeyParty,
+    MissingShareError,
+    ThresholdParams,
+    collective_public_key,
+    combine,
+)
 
 __all__ = ["HeAggregation", "he_weighted_mean", "secagg_weighted_mean", "compare", "precision_bound"]
 
@@ -56,10 +66,17 @@ def precision_bound(params: ThresholdParams, key_parties: int, sigmas: float = 7
 
 
 def he_weighted_mean(
-    ctx: CkksContext, parties: Sequence[KeyParty], public_key: Any, updates: Sequence[np.ndarray], weights: np.ndarray
+    ctx: CkksContext,
+    parties: Sequence[KeyParty],
+    public_key: Any,
+    updates: Sequence[np.ndarray],
+    weights: np.ndarray,
+    threshold: int | None = None,
 ) -> HeAggregation:
     """Σ_u w_u·x_u / Σ_u w_u under threshold CKKS; every step on real SEAL ciphertexts, serialised
-    between the roles as they would travel."""
+    between the roles as they would travel. With ``threshold`` t, ``parties`` are the key parties that
+    answer (:class:`ShamirKeyParty`, after the sharing round): the first t of them decrypt; without it,
+    every party of the n-of-n committee must be in ``parties``."""
     d = updates[0].size
     share = weights / weights.sum()
     t0 = time.perf_counter()
@@ -76,9 +93,15 @@ def he_weighted_mean(
     out, partial_bytes = [], 0
     for agg in aggregates:
         blob = ctx.serialize(agg)  # what each key party downloads
-        partials = {i: p.partial_decrypt(ctx.deserialize(blob)) for i, p in enumerate(parties)}
-        partial_bytes += partials[0].nbytes
-        out.append(combine(ctx, agg, partials, range(len(parties))))
+        if threshold is None:
+            partials = {i: p.partial_decrypt(ctx.deserialize(blob)) for i, p in enumerate(parties)}
+            out.append(combine(ctx, agg, partials, range(len(parties))))
+        else:
+            answering = [p for p in parties if isinstance(p, ShamirKeyParty)][:threshold]
+            active = [p.point for p in answering]
+            partials = {p.point: p.partial_decrypt_among(ctx.deserialize(blob), active) for p in answering}
+            out.append(combine_threshold(ctx, agg, partials, threshold))
+        partial_bytes += next(iter(partials.values())).nbytes
     dec_s = time.perf_counter() - t0
     return HeAggregation(
         mean=np.concatenate(out)[:d],
@@ -136,21 +159,58 @@ def _client_data(clients: int, per_client: int, rng: np.random.Generator) -> tup
     return parts, (X[-2000:], y[-2000:])
 
 
+def _committee(
+    ctx: CkksContext, key_parties: int, threshold: int | None, key_dropouts: int
+) -> tuple[list[KeyParty], Any, dict[str, Any]]:
+    """Key generation (and, for t-of-n, the Shamir sharing round); returns the parties that answer at
+    decryption time (all but the last ``key_dropouts``), the collective public key and setup figures."""
+    if threshold is None and key_dropouts:
+        raise MissingShareError("n-of-n decryption cannot go without a key party: give a threshold t < n")
+    if threshold is not None and not 2 <= threshold <= key_parties:
+        raise HeError(f"the threshold must be between 2 and the {key_parties} key parties, not {threshold}")
+    if not 0 <= key_dropouts <= key_parties - (threshold or key_parties):
+        raise MissingShareError(
+            f"{key_dropouts} of {key_parties} key parties absent leaves fewer than t = {threshold} to decrypt"
+        )
+    t0 = time.perf_counter()
+    parties: list[KeyParty] = (
+        [KeyParty(ctx) for _ in range(key_parties)]
+        if threshold is None
+        else [ShamirKeyParty(ctx, i) for i in range(key_parties)]
+    )
+    pk = collective_public_key(ctx, [p.public_share() for p in parties])
+    keygen_s = time.perf_counter() - t0
+    setup: dict[str, Any] = {"he_keygen_s": keygen_s, "he_sharing_s": 0.0, "he_sharing_bytes_per_party": 0}
+    if threshold is not None:
+        t0 = time.perf_counter()
+        shamir = [p for p in parties if isinstance(p, ShamirKeyParty)]
+        setup_shamir(shamir, threshold)
+        setup["he_sharing_s"] = time.perf_counter() - t0
+        # each party sends one share polynomial (all key-level primes) to each other party
+        setup["he_sharing_bytes_per_party"] = (key_parties - 1) * 8 * len(ctx.moduli) * ctx.n
+    return parties[: key_parties - key_dropouts], pk, setup
+
+
 def compare(
-    clients: int = 10, rounds: int = 5, key_parties: int = 3, seed: int = 0, params: ThresholdParams | None = None
+    clients: int = 10,
+    rounds: int = 5,
+    key_parties: int = 3,
+    seed: int = 0,
+    params: ThresholdParams | None = None,
+    threshold: int | None = None,
+    key_dropouts: int = 0,
 ) -> dict[str, Any]:
-    """FedAvg with the plaintext weighted mean, SecAgg and threshold CKKS on the same clients and rounds."""
+    """FedAvg with the plaintext weighted mean, SecAgg and threshold CKKS on the same clients and rounds.
+    ``threshold`` t: a t-of-n committee (Shamir-shared key), of which ``key_dropouts`` never answer;
+    without it, n-of-n (every party must answer)."""
     rng = np.random.default_rng(seed)
     parts, (Xt, yt) = _client_data(clients, 120, rng)
     model = SoftmaxRegression(32, 10)
     init = model.init_params(rng)
     training = LocalTraining(epochs=1, batch_size=16, learning_rate=0.5)
     weights = np.array([len(p[1]) for p in parts], dtype=np.float64)
-    t0 = time.perf_counter()
     ctx = CkksContext(params)
-    parties = [KeyParty(ctx) for _ in range(key_parties)]
-    pk = collective_public_key(ctx, [p.public_share() for p in parties])
-    keygen_s = time.perf_counter() - t0
+    parties, pk, setup = _committee(ctx, key_parties, threshold, key_dropouts)
     theta = {m: init.copy() for m in ("plain", "secagg", "he")}
     per_round: list[dict[str, Any]] = []
     for r in range(rounds):
@@ -169,7 +229,7 @@ def compare(
                 mean = sa.pop("mean")
                 row["secagg"] = sa | {"max_abs_error": float(np.abs(mean - plain).max())}
             else:
-                he = he_weighted_mean(ctx, parties, pk, updates, weights)
+                he = he_weighted_mean(ctx, parties, pk, updates, weights, threshold)
                 mean = he.mean
                 row["he"] = dataclasses.asdict(he) | {"max_abs_error": float(np.abs(mean - plain).max())}
                 del row["he"]["mean"]
@@ -183,8 +243,12 @@ def compare(
         "parameters": model.num_params,
         "plaintext_bytes_per_client": 4 * model.num_params,
         "ckks": dataclasses.asdict(ctx.params),
-        "he_keygen_s": keygen_s,
-        "he_precision_bound": precision_bound(ctx.params, key_parties),
+        "he_keygen_s": setup["he_keygen_s"],
+        "he_precision_bound": precision_bound(ctx.params, threshold or key_parties),
+        "threshold": threshold,
+        "key_dropouts": key_dropouts,
+        "he_sharing_s": setup["he_sharing_s"],
+        "he_sharing_bytes_per_party": setup["he_sharing_bytes_per_party"],
         "per_round": per_round,
         "final_accuracy": {m: per_round[-1][f"accuracy_{m}"] for m in ("plain", "secagg", "he")},
     }

@@ -25,7 +25,7 @@ building SEAL's own uncompressed serialisation (header ``5EA1``, version 4.x) an
 SEAL's ``load``, which validates it against the context (:func:`_load_plaintext`, :func:`_load_ciphertext`).
 
 What differs from OpenFHE's threshold CKKS (whose Python wheel ships only a CPython 3.10 extension,
-docs/HE.md): n-of-n only (no t-of-n Shamir sharing of s, so every key party must answer), and no
+docs/HE.md): n-of-n here (every key party must answer; :mod:`ldp_core.he.shamir` adds t-of-n), and no
 collective relinearisation or rotation keys, so ciphertext × ciphertext products (a homomorphic norm
 check) are not available — aggregation is linear (weighted sums).
 """
@@ -315,10 +315,9 @@ class KeyParty:
         a = self.ctx.common_random_poly()
         return self.ctx.add(self.ctx.neg(self.ctx.mul(a, self._s)), self._e)
 
-    def partial_decrypt(self, ct: Any) -> np.ndarray:
-        """d_i = c1·s_i + E_i over the ciphertext's primes, E_i flooding noise (fresh, CSPRNG)."""
+    def _check_decryptable(self, ct: Any) -> None:
         if not ct.is_ntt_form() or ct.size() != 2:
-            raise HeError("partial decryption takes a fresh or linearly combined (size-2, NTT-form) ciphertext")
+            raise HeError("partial decryption takes a size-2, NTT-form ciphertext (relinearise products first)")
         if ct.scale < 2.0 ** (self.ctx.params.smudge_bits + 20):
             # the flooding noise would swamp the message: only weighted sums (scale Δ·Δ_w) are decrypted
             raise HeError(
@@ -326,6 +325,10 @@ class KeyParty:
                 f"{self.ctx.params.smudge_bits}: decrypt a weighted sum (multiply_scalar), scale 2^"
                 f"{self.ctx.params.scale_bits + self.ctx.params.weight_scale_bits}"
             )
+
+    def partial_decrypt(self, ct: Any) -> np.ndarray:
+        """d_i = c1·s_i + E_i over the ciphertext's primes, E_i flooding noise (fresh, CSPRNG)."""
+        self._check_decryptable(ct)
         c1 = self.ctx.read_ciphertext(ct, polys=[1])[0]  # c0 is not needed
         limbs = c1.shape[0]
         noise = self.ctx.small_to_ntt(_smudge(self.ctx.n, self.ctx.params.smudge_bits, self._random_bytes), limbs)
