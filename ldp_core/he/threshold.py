@@ -143,15 +143,16 @@ class CkksContext:
     def n(self) -> int:
         return self.params.poly_degree
 
-    def common_random_poly(self) -> np.ndarray:
-        """a, uniform mod each prime (in NTT form, where uniform is uniform), expanded from the public seed."""
+    def common_random_poly(self, label: bytes = b"") -> np.ndarray:
+        """a, uniform mod each prime (in NTT form, where uniform is uniform), expanded from the public seed
+        (and ``label``, for the other common polynomials: those of the relinearisation key)."""
         rows = []
         for j, q in enumerate(self.moduli):
             need, out = self.n, []
             counter = 0
             mask = (1 << q.bit_length()) - 1
             while need > 0:
-                raw = hashlib.shake_256(self.crs_seed + struct.pack("<II", j, counter)).digest(8 * 2 * self.n)
+                raw = hashlib.shake_256(self.crs_seed + label + struct.pack("<II", j, counter)).digest(8 * 2 * self.n)
                 cand = np.frombuffer(raw, dtype="<u8") & np.uint64(mask)
                 ok = cand[cand < np.uint64(q)][:need]  # rejection sampling: exactly uniform below q
                 out.append(ok)

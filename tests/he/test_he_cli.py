@@ -54,3 +54,22 @@ def test_n_of_n_cannot_lose_a_key_party(capsys):
     assert "fewer than t = 2" in capsys.readouterr().err
     assert main(["he", "aggregate", "--threshold", "4"]) == 2
     assert "between 2 and the 3 key parties" in capsys.readouterr().err
+
+
+def test_aggregate_variance_json_and_plot(tmp_path, capsys):
+    """--stat variance: the per-coordinate variance by CKKS (server-side squares, collective
+    relinearisation key) within its derived bound, next to SecAgg+ (squares uploaded)."""
+    from estimator.he.aggregate import STATS
+    from ldp_cli.commands.he import STATS as CLI_STATS
+
+    assert CLI_STATS == STATS
+    plot = tmp_path / "var.png"
+    argv = ["he", "aggregate", "--clients", "3", "--rounds", "1", "--stat", "variance", "--plot", str(plot)]
+    assert main([*argv, "--json"]) == 0
+    r = json.loads(capsys.readouterr().out)
+    he, sa = r["per_round"][0]["he"], r["per_round"][0]["secagg"]
+    assert r["stat"] == "variance" and r["he_relin_key_bytes"] > 0 and r["he_rkg_bytes_per_party"] > 0
+    assert he["square_max_abs_error"] <= he["square_bound"]
+    assert he["variance_max_abs_error"] <= he["variance_bound"]
+    assert sa["square_upload_bytes_per_client"] > 0 and sa["variance_max_abs_error"] < 1e-6
+    assert plot.stat().st_size > 0
