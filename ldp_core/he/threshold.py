@@ -2,8 +2,8 @@
 
 No single party holds the secret key, so no single party can decrypt. The protocol is the multiparty
 RLWE scheme of Mouchet, Troncoso-Pastoriza, Bossuat and Hubaux ("Multiparty homomorphic encryption from
-ring-learning-with-errors", PETS 2021), the one OpenFHE and Lattigo implement, restricted to what
-aggregation needs (no collective relinearisation key):
+ring-learning-with-errors", PETS 2021), the one OpenFHE and Lattigo implement (the collective
+relinearisation key is in :mod:`ldp_core.he.relin`, t-of-n decryption in :mod:`ldp_core.he.shamir`):
 
 * **Collective key generation.** Every key party i draws its own SEAL secret key s_i (SEAL's ternary
   sampler, through ``KeyGenerator``) and an error e_i (SEAL's centred-binomial sampler: the error of a
@@ -25,9 +25,9 @@ building SEAL's own uncompressed serialisation (header ``5EA1``, version 4.x) an
 SEAL's ``load``, which validates it against the context (:func:`_load_plaintext`, :func:`_load_ciphertext`).
 
 What differs from OpenFHE's threshold CKKS (whose Python wheel ships only a CPython 3.10 extension,
-docs/HE.md): n-of-n here (every key party must answer; :mod:`ldp_core.he.shamir` adds t-of-n), and no
-collective relinearisation or rotation keys, so ciphertext × ciphertext products (a homomorphic norm
-check) are not available — aggregation is linear (weighted sums).
+docs/HE.md): n-of-n here (every key party must answer; :mod:`ldp_core.he.shamir` adds t-of-n); a
+collective relinearisation key (:mod:`ldp_core.he.relin`) but no collective rotation keys, so products
+of ciphertexts are available (sums of squares) but not sums across slots (a per-update norm).
 """
 
 from __future__ import annotations
