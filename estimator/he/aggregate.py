@@ -5,8 +5,9 @@ key parties (:class:`ldp_core.he.threshold.KeyParty`); the server multiplies eac
 client's public FedAvg weight n_u / Σ n and adds them (a weighted sum, which SecAgg's masks only give
 when the clients scale their own inputs); the committee returns partial decryptions of the one
 aggregate and the server combines them. No party sees an individual update; the server sees only the
-weighted mean, as with SecAgg. Unlike SecAgg, a key party that does not answer stops the decryption
-(n-of-n), and client dropouts cost nothing (nothing to unmask).
+weighted mean, as with SecAgg. Unlike SecAgg, client dropouts cost nothing (nothing to unmask); a key
+party that does not answer stops an n-of-n decryption, while a t-of-n committee
+(:class:`ldp_core.he.shamir.ShamirKeyParty`) decrypts with any t of its n parties.
 
 :func:`compare` trains the same softmax regression three times over the same client data and local
 training randomness, aggregating with each method, and reports accuracy, bytes and time per round.
@@ -22,14 +23,18 @@ from typing import Any
 import numpy as np
 
 from estimator.fl.secagg_server import SecAggServer, honest_unmask, make_config
+from estimator.he.committee import decrypt_all, setup_committee
 from estimator.he.data import gaussian_classes
+from estimator.he.moments import square_precision_bound, variance_bound, weighted_mean_of_squares
 from ldp_core.fl.models import SoftmaxRegression, accuracy
 from ldp_core.fl.secagg import Quantizer, SecAggClient
 from ldp_core.fl.training import LocalTraining, local_sgd
-from ldp_core.he.threshold import CkksContext, KeyParty, ThresholdParams, collective_public_key, combine
+from ldp_core.he.threshold import CkksContext, HeError, KeyParty, ThresholdParams
 
-__all__ = ["HeAggregation", "he_weighted_mean", "secagg_weighted_mean", "compare", "precision_bound"]
+__all__ = ["HeAggregation", "STATS", "he_weighted_mean", "secagg_weighted_mean", "compare", "precision_bound"]
 
+#: aggregated statistics: the weighted mean always; ``variance`` adds the per-coordinate weighted variance
+STATS = ("mean", "variance")
 SECAGG_REVEAL_BYTES = 1 + 4 + 4 + 66  # one unmasking reveal: kind, about-whom, x, y (as benchmarks/bench_secagg.py)
 
 
@@ -42,6 +47,10 @@ class HeAggregation:
     encrypt_s_per_client: float
     server_s: float
     decrypt_s: float
+    #: with a relinearisation key: Σ n_u·x_u² / Σ n_u, and the server / decryption time it took
+    mean_of_squares: np.ndarray | None = None
+    square_server_s: float = 0.0
+    square_decrypt_s: float = 0.0
 
 
 def precision_bound(params: ThresholdParams, key_parties: int, sigmas: float = 7.0) -> float:
@@ -56,10 +65,20 @@ def precision_bound(params: ThresholdParams, key_parties: int, sigmas: float = 7
 
 
 def he_weighted_mean(
-    ctx: CkksContext, parties: Sequence[KeyParty], public_key: Any, updates: Sequence[np.ndarray], weights: np.ndarray
+    ctx: CkksContext,
+    parties: Sequence[KeyParty],
+    public_key: Any,
+    updates: Sequence[np.ndarray],
+    weights: np.ndarray,
+    threshold: int | None = None,
+    relin_keys: Any = None,
 ) -> HeAggregation:
     """Σ_u w_u·x_u / Σ_u w_u under threshold CKKS; every step on real SEAL ciphertexts, serialised
-    between the roles as they would travel."""
+        between the roles as they would travel. With ``threshold`` t, ``parties`` are the key parties that
+        answer (:class:`ShamirKeyParty`, after the sharing round): the first t of them decrypt; without it,
+        every party of the n-of-n committee must be in ``parties``. With the collective ``relin_keys``
+    (:func:`ldp_core.he.relin.collective_relin_keys`) the server also computes Σ n_u·x_u² / Σ n_u from
+    the same uploads (:func:`estimator.he.moments.weighted_mean_of_squares`; integer weights n_u)."""
     d = updates[0].size
     share = weights / weights.sum()
     t0 = time.perf_counter()
@@ -73,15 +92,15 @@ def he_weighted_mean(
         aggregates.append(ctx.add_many(cts))
     server_s = time.perf_counter() - t0
     t0 = time.perf_counter()
-    out, partial_bytes = [], 0
-    for agg in aggregates:
-        blob = ctx.serialize(agg)  # what each key party downloads
-        partials = {i: p.partial_decrypt(ctx.deserialize(blob)) for i, p in enumerate(parties)}
-        partial_bytes += partials[0].nbytes
-        out.append(combine(ctx, agg, partials, range(len(parties))))
+    out, partial_bytes = decrypt_all(ctx, parties, aggregates, threshold)
     dec_s = time.perf_counter() - t0
+    extra: dict[str, Any] = {}
+    if relin_keys is not None:
+        extra = weighted_mean_of_squares(ctx, parties, relin_keys, uploads, weights, threshold)
+        extra["mean_of_squares"] = extra["mean_of_squares"][:d]
     return HeAggregation(
-        mean=np.concatenate(out)[:d],
+        **extra,
+        mean=out[:d],
         upload_bytes_per_client=sum(len(b) for b in uploads[0]),
         partial_bytes_per_party=partial_bytes,
         public_share_bytes_per_party=int(parties[0].public_share().nbytes),
@@ -136,21 +155,88 @@ def _client_data(clients: int, per_client: int, rng: np.random.Generator) -> tup
     return parts, (X[-2000:], y[-2000:])
 
 
+def _secagg_round(
+    updates: list[np.ndarray], weights: np.ndarray, plain: np.ndarray, rng_seed: list[int], stat: str
+) -> tuple[np.ndarray, dict[str, Any]]:
+    sa = secagg_weighted_mean(updates, weights, np.random.default_rng(rng_seed))
+    mean = sa.pop("mean")
+    row = sa | {"max_abs_error": float(np.abs(mean - plain).max())}
+    if stat == "variance":
+        # SecAgg sums what clients send: the squares must be uploaded too (and cannot be checked)
+        squares = secagg_weighted_mean([u**2 for u in updates], weights, np.random.default_rng([*rng_seed, 2]))
+        truth = _weighted_variance(updates, weights)
+        var = squares["mean"] - mean**2
+        row |= {
+            "square_upload_bytes_per_client": squares["upload_bytes_per_client"],
+            "variance_max_abs_error": float(np.abs(var - truth).max()),
+        }
+    return mean, row
+
+
+def _weighted_variance(updates: Sequence[np.ndarray], weights: np.ndarray) -> np.ndarray:
+    x = np.stack(updates)
+    mu = (weights[:, None] * x).sum(0) / weights.sum()
+    return (weights[:, None] * (x - mu) ** 2).sum(0) / weights.sum()
+
+
+def _he_round(
+    ctx: CkksContext,
+    parties: Sequence[KeyParty],
+    pk: Any,
+    rk: Any,
+    updates: list[np.ndarray],
+    weights: np.ndarray,
+    plain: np.ndarray,
+    threshold: int | None,
+    key_parties: int,
+) -> tuple[np.ndarray, dict[str, Any]]:
+    he = he_weighted_mean(ctx, parties, pk, updates, weights, threshold, relin_keys=rk)
+    row = dataclasses.asdict(he) | {"max_abs_error": float(np.abs(he.mean - plain).max())}
+    del row["mean"], row["mean_of_squares"]
+    if he.mean_of_squares is not None:
+        answering = threshold or key_parties
+        max_abs = float(np.abs(np.stack(updates)).max())
+        sq_bound = square_precision_bound(ctx.params, key_parties, answering, max_abs, float(weights.sum()))
+        var = he.mean_of_squares - he.mean**2
+        truth_sq = (weights[:, None] * np.stack(updates) ** 2).sum(0) / weights.sum()
+        row |= {
+            "square_max_abs_error": float(np.abs(he.mean_of_squares - truth_sq).max()),
+            "square_bound": sq_bound,
+            "variance_max_abs_error": float(np.abs(var - _weighted_variance(updates, weights)).max()),
+            "variance_bound": variance_bound(
+                sq_bound, precision_bound(ctx.params, answering), float(np.abs(plain).max())
+            ),
+        }
+    else:
+        del row["square_server_s"], row["square_decrypt_s"]
+    return he.mean, row
+
+
 def compare(
-    clients: int = 10, rounds: int = 5, key_parties: int = 3, seed: int = 0, params: ThresholdParams | None = None
+    clients: int = 10,
+    rounds: int = 5,
+    key_parties: int = 3,
+    seed: int = 0,
+    params: ThresholdParams | None = None,
+    threshold: int | None = None,
+    key_dropouts: int = 0,
+    stat: str = "mean",
 ) -> dict[str, Any]:
-    """FedAvg with the plaintext weighted mean, SecAgg and threshold CKKS on the same clients and rounds."""
+    """FedAvg with the plaintext weighted mean, SecAgg and threshold CKKS on the same clients and rounds.
+    ``threshold`` t: a t-of-n committee (Shamir-shared key), of which ``key_dropouts`` never answer;
+    without it, n-of-n (every party must answer). ``stat="variance"``: each round also aggregates the
+    per-coordinate weighted variance of the updates (CKKS: squares computed by the server under the
+    collective relinearisation key; SecAgg: squares uploaded by the clients as a second masked vector)."""
+    if stat not in STATS:
+        raise HeError(f"unknown statistic {stat!r}: one of {', '.join(STATS)}")
     rng = np.random.default_rng(seed)
     parts, (Xt, yt) = _client_data(clients, 120, rng)
     model = SoftmaxRegression(32, 10)
     init = model.init_params(rng)
     training = LocalTraining(epochs=1, batch_size=16, learning_rate=0.5)
     weights = np.array([len(p[1]) for p in parts], dtype=np.float64)
-    t0 = time.perf_counter()
     ctx = CkksContext(params)
-    parties = [KeyParty(ctx) for _ in range(key_parties)]
-    pk = collective_public_key(ctx, [p.public_share() for p in parties])
-    keygen_s = time.perf_counter() - t0
+    parties, pk, setup, rk = setup_committee(ctx, key_parties, threshold, key_dropouts, relin=stat == "variance")
     theta = {m: init.copy() for m in ("plain", "secagg", "he")}
     per_round: list[dict[str, Any]] = []
     for r in range(rounds):
@@ -165,14 +251,9 @@ def compare(
             if method == "plain":
                 mean = plain
             elif method == "secagg":
-                sa = secagg_weighted_mean(updates, weights, np.random.default_rng([seed, r, 1]))
-                mean = sa.pop("mean")
-                row["secagg"] = sa | {"max_abs_error": float(np.abs(mean - plain).max())}
+                mean, row["secagg"] = _secagg_round(updates, weights, plain, [seed, r, 1], stat)
             else:
-                he = he_weighted_mean(ctx, parties, pk, updates, weights)
-                mean = he.mean
-                row["he"] = dataclasses.asdict(he) | {"max_abs_error": float(np.abs(mean - plain).max())}
-                del row["he"]["mean"]
+                mean, row["he"] = _he_round(ctx, parties, pk, rk, updates, weights, plain, threshold, key_parties)
             theta[method] = (theta[method] + mean).astype(np.float32)
             row[f"accuracy_{method}"] = accuracy(model, theta[method], Xt, yt)
         per_round.append(row)
@@ -183,8 +264,14 @@ def compare(
         "parameters": model.num_params,
         "plaintext_bytes_per_client": 4 * model.num_params,
         "ckks": dataclasses.asdict(ctx.params),
-        "he_keygen_s": keygen_s,
-        "he_precision_bound": precision_bound(ctx.params, key_parties),
+        "he_keygen_s": setup["he_keygen_s"],
+        "he_precision_bound": precision_bound(ctx.params, threshold or key_parties),
+        "threshold": threshold,
+        "key_dropouts": key_dropouts,
+        "he_sharing_s": setup["he_sharing_s"],
+        "he_sharing_bytes_per_party": setup["he_sharing_bytes_per_party"],
+        "stat": stat,
+        **{k: v for k, v in setup.items() if k.startswith("he_r")},  # he_rkg_s, he_rkg_bytes_per_party, ...
         "per_round": per_round,
         "final_accuracy": {m: per_round[-1][f"accuracy_{m}"] for m in ("plain", "secagg", "he")},
     }

@@ -18,7 +18,19 @@ def plot_aggregate(result: dict[str, Any], path: str) -> None:
     """Test accuracy per round for the plaintext mean, SecAgg and threshold CKKS, and upload bytes."""
     plt = _pyplot()
     rows = result["per_round"]
-    fig, (a, b) = plt.subplots(1, 2, figsize=(10, 4))
+    variance = result.get("stat") == "variance"
+    fig, axes = plt.subplots(1, 3 if variance else 2, figsize=(15 if variance else 10, 4))
+    a, b = axes[0], axes[1]
+    if variance:
+        c = axes[2]
+        rounds = [r["round"] + 1 for r in rows]
+        c.plot(rounds, [r["he"]["variance_max_abs_error"] for r in rows], marker="o", label="threshold CKKS")
+        c.plot(rounds, [r["he"]["variance_bound"] for r in rows], linestyle="--", label="CKKS bound")
+        c.plot(rounds, [r["secagg"]["variance_max_abs_error"] for r in rows], marker="s", label="SecAgg+")
+        c.set_yscale("log")
+        c.set_xlabel("round")
+        c.set_ylabel("max |error| of the per-coordinate variance")
+        c.legend()
     for m, label in (("plain", "plaintext mean"), ("secagg", "SecAgg+"), ("he", "threshold CKKS")):
         a.plot([r["round"] + 1 for r in rows], [r[f"accuracy_{m}"] for r in rows], marker="o", label=label)
     a.set_xlabel("round")

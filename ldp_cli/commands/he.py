@@ -17,10 +17,13 @@ import argparse
 import json
 from typing import Any
 
+from ldp_cli.commands.argtypes import nonnegative_int as _non_negative_int
 from ldp_cli.commands.argtypes import positive_int as _positive_int
 from ldp_cli.commands.argtypes import seed as _seed
 
 __all__ = ["register"]
+
+STATS = ("mean", "variance")  # estimator.he.aggregate.STATS, without importing TenSEAL to build the parser
 
 
 def _parties(text: str) -> int:
@@ -42,6 +45,27 @@ def register(sub: argparse._SubParsersAction) -> None:
     a.add_argument("--clients", type=_positive_int, default=10, help="clients per round (default 10)")
     a.add_argument("--rounds", type=_positive_int, default=3, help="rounds (default 3)")
     a.add_argument("--key-parties", type=_parties, default=3, help="holders of secret-key shares (default 3)")
+    a.add_argument(
+        "--threshold",
+        type=_parties,
+        default=None,
+        metavar="T",
+        help="t-of-n decryption: any T of the key parties decrypt, T-1 cannot (Shamir-shared key); "
+        "default: n-of-n, every key party must answer",
+    )
+    a.add_argument(
+        "--key-dropouts",
+        type=_non_negative_int,
+        default=0,
+        help="key parties that never answer a decryption (at most key parties - T; needs --threshold)",
+    )
+    a.add_argument(
+        "--stat",
+        choices=STATS,
+        default="mean",
+        help="mean (default), or variance: also the per-coordinate weighted variance of the updates, "
+        "squared by the server under a collective relinearisation key (SecAgg: squares uploaded)",
+    )
     a.add_argument("--seed", type=_seed, default=0, help="seed of the data and local training (default 0)")
     a.add_argument("--json", action="store_true", help="print one JSON object")
     a.add_argument("--plot", default=None, help="write accuracy per round and upload bytes to this PNG")
@@ -72,13 +96,22 @@ def _run_aggregate(args: argparse.Namespace) -> int:
     from estimator.he.aggregate import compare
     from estimator.he.plots import plot_aggregate
 
-    r = compare(args.clients, args.rounds, args.key_parties, args.seed)
+    r = compare(
+        args.clients,
+        args.rounds,
+        args.key_parties,
+        args.seed,
+        threshold=args.threshold,
+        key_dropouts=args.key_dropouts,
+        stat=args.stat,
+    )
     if args.plot:
         plot_aggregate(r, args.plot)
         r["plot"] = args.plot
     last = r["per_round"][-1]
     lines = [
-        f"{r['clients']} clients, {r['rounds']} rounds, {r['parameters']} parameters, {r['key_parties']} key parties",
+        f"{r['clients']} clients, {r['rounds']} rounds, {r['parameters']} parameters, {r['key_parties']} key parties"
+        + (f" (any {r['threshold']} decrypt; {r['key_dropouts']} absent)" if r["threshold"] else " (all must answer)"),
         "final accuracy: " + ", ".join(f"{k} {v:.4f}" for k, v in r["final_accuracy"].items()),
         f"upload per client: plaintext {r['plaintext_bytes_per_client']:,} B, "
         f"SecAgg+ {last['secagg']['upload_bytes_per_client']:,} B, CKKS {last['he']['upload_bytes_per_client']:,} B",
@@ -86,6 +119,15 @@ def _run_aggregate(args: argparse.Namespace) -> int:
         f"(bound {r['he_precision_bound']:.3g}); server {last['he']['server_s']:.3f} s, "
         f"threshold decryption {last['he']['decrypt_s']:.3f} s; SecAgg+ server {last['secagg']['server_s']:.3f} s",
     ]
+    if r["stat"] == "variance":
+        lines.append(
+            f"variance: CKKS max |error| {last['he']['variance_max_abs_error']:.3g} "
+            f"(bound {last['he']['variance_bound']:.3g}; squares {last['he']['square_max_abs_error']:.3g}, "
+            f"bound {last['he']['square_bound']:.3g}), no extra upload, relinearisation key "
+            f"{r['he_relin_key_bytes']:,} B in {r['he_rkg_s']:.2f} s; SecAgg+ "
+            f"{last['secagg']['variance_max_abs_error']:.3g} with {last['secagg']['square_upload_bytes_per_client']:,} B "
+            "more per client"
+        )
     return _emit(r, args, lines)
 
 

@@ -2,8 +2,8 @@
 
 No single party holds the secret key, so no single party can decrypt. The protocol is the multiparty
 RLWE scheme of Mouchet, Troncoso-Pastoriza, Bossuat and Hubaux ("Multiparty homomorphic encryption from
-ring-learning-with-errors", PETS 2021), the one OpenFHE and Lattigo implement, restricted to what
-aggregation needs (no collective relinearisation key):
+ring-learning-with-errors", PETS 2021), the one OpenFHE and Lattigo implement (the collective
+relinearisation key is in :mod:`ldp_core.he.relin`, t-of-n decryption in :mod:`ldp_core.he.shamir`):
 
 * **Collective key generation.** Every key party i draws its own SEAL secret key s_i (SEAL's ternary
   sampler, through ``KeyGenerator``) and an error e_i (SEAL's centred-binomial sampler: the error of a
@@ -25,9 +25,9 @@ building SEAL's own uncompressed serialisation (header ``5EA1``, version 4.x) an
 SEAL's ``load``, which validates it against the context (:func:`_load_plaintext`, :func:`_load_ciphertext`).
 
 What differs from OpenFHE's threshold CKKS (whose Python wheel ships only a CPython 3.10 extension,
-docs/HE.md): n-of-n only (no t-of-n Shamir sharing of s, so every key party must answer), and no
-collective relinearisation or rotation keys, so ciphertext × ciphertext products (a homomorphic norm
-check) are not available — aggregation is linear (weighted sums).
+docs/HE.md): n-of-n here (every key party must answer; :mod:`ldp_core.he.shamir` adds t-of-n); a
+collective relinearisation key (:mod:`ldp_core.he.relin`) but no collective rotation keys, so products
+of ciphertexts are available (sums of squares) but not sums across slots (a per-update norm).
 """
 
 from __future__ import annotations
@@ -143,15 +143,16 @@ class CkksContext:
     def n(self) -> int:
         return self.params.poly_degree
 
-    def common_random_poly(self) -> np.ndarray:
-        """a, uniform mod each prime (in NTT form, where uniform is uniform), expanded from the public seed."""
+    def common_random_poly(self, label: bytes = b"") -> np.ndarray:
+        """a, uniform mod each prime (in NTT form, where uniform is uniform), expanded from the public seed
+        (and ``label``, for the other common polynomials: those of the relinearisation key)."""
         rows = []
         for j, q in enumerate(self.moduli):
             need, out = self.n, []
             counter = 0
             mask = (1 << q.bit_length()) - 1
             while need > 0:
-                raw = hashlib.shake_256(self.crs_seed + struct.pack("<II", j, counter)).digest(8 * 2 * self.n)
+                raw = hashlib.shake_256(self.crs_seed + label + struct.pack("<II", j, counter)).digest(8 * 2 * self.n)
                 cand = np.frombuffer(raw, dtype="<u8") & np.uint64(mask)
                 ok = cand[cand < np.uint64(q)][:need]  # rejection sampling: exactly uniform below q
                 out.append(ok)
@@ -315,10 +316,9 @@ class KeyParty:
         a = self.ctx.common_random_poly()
         return self.ctx.add(self.ctx.neg(self.ctx.mul(a, self._s)), self._e)
 
-    def partial_decrypt(self, ct: Any) -> np.ndarray:
-        """d_i = c1·s_i + E_i over the ciphertext's primes, E_i flooding noise (fresh, CSPRNG)."""
+    def _check_decryptable(self, ct: Any) -> None:
         if not ct.is_ntt_form() or ct.size() != 2:
-            raise HeError("partial decryption takes a fresh or linearly combined (size-2, NTT-form) ciphertext")
+            raise HeError("partial decryption takes a size-2, NTT-form ciphertext (relinearise products first)")
         if ct.scale < 2.0 ** (self.ctx.params.smudge_bits + 20):
             # the flooding noise would swamp the message: only weighted sums (scale Δ·Δ_w) are decrypted
             raise HeError(
@@ -326,6 +326,10 @@ class KeyParty:
                 f"{self.ctx.params.smudge_bits}: decrypt a weighted sum (multiply_scalar), scale 2^"
                 f"{self.ctx.params.scale_bits + self.ctx.params.weight_scale_bits}"
             )
+
+    def partial_decrypt(self, ct: Any) -> np.ndarray:
+        """d_i = c1·s_i + E_i over the ciphertext's primes, E_i flooding noise (fresh, CSPRNG)."""
+        self._check_decryptable(ct)
         c1 = self.ctx.read_ciphertext(ct, polys=[1])[0]  # c0 is not needed
         limbs = c1.shape[0]
         noise = self.ctx.small_to_ntt(_smudge(self.ctx.n, self.ctx.params.smudge_bits, self._random_bytes), limbs)
