@@ -19,6 +19,7 @@ from tests.support.fl_pipeline_support import (
     Topics,
     collector,
     devices_for,
+    drive,
     drive_rounds,
     final_params,
     make_data,
@@ -126,3 +127,57 @@ def test_a_resumed_job_with_a_changed_plan_is_refused(tmp_path: Path, capsys: py
         report = led.report()
     # charged once, at the replace price of the Poisson rounds (zCDP credits no sampling): 3 · (2/z)²/2
     assert report["partners"]["lab"]["spent"]["rho"] == pytest.approx(3 * 2 / 0.8**2, rel=1e-12)
+
+
+def _reference(sigmas: list[float], q: float, rounds: int, eps_sel: float, delta: float) -> float:
+    """dp_accounting's own PLDs (add/remove): every candidate's Poisson-sampled Gaussian rounds and the choice."""
+    from dp_accounting.pld import common as pld_common
+    from dp_accounting.pld import privacy_loss_distribution as pld
+
+    total = pld.from_privacy_parameters(pld_common.DifferentialPrivacyParameters(eps_sel, 0.0), 1e-4)
+    for z in sigmas:
+        total = total.compose(
+            pld.from_gaussian_mechanism(z, sampling_prob=q, value_discretization_interval=1e-4).self_compose(rounds)
+        )
+    return float(total.get_epsilon_for_delta(delta))
+
+
+def test_select_em_over_the_pipeline_composes_every_candidate_and_the_choice(tmp_path: Path) -> None:
+    """`ldp fl job --select em` runs the candidate tasks <task>.c0 (σ = 4) and <task>.c1 (σ = 2) over the
+    pipeline with real devices, scores each on the operator's validation rows and chooses one; the printed
+    total equals dp_accounting's composition of both candidates' rounds and the choice, and the whole search
+    was debited once (Σ T/(2σ²) + ε_select²/2 in the add/remove zCDP session)."""
+    from estimator.selection.fl_job import candidate_specs
+
+    spec = task_spec("select-a", 8, rounds=2, sampling={"kind": "poisson", "rate": 0.5})
+    data = make_data(8)
+    vx, vy = make_data(1, per_client=60, seed=99)[0]
+    validation = tmp_path / "validation.npz"
+    np.savez(validation, x=vx, y=vy)
+    session = _ledger(tmp_path)
+    topics = Topics.fresh()
+    url = f"sqlite:///{tmp_path}/transport.sqlite3"
+    args = ["--select", "em", "--candidate-noise-multipliers", "4,2", "--validation", str(validation)]
+    job = JobProcess(
+        tmp_path, url, spec, topics, extra_args=[*args, "--budget-session", str(session), "--partner", "lab"]
+    )
+    candidates = candidate_specs(spec, (4.0, 2.0))
+    with collector(tmp_path, url, topics) as srv:
+        devices = [d for c in candidates for d in devices_for(srv.url, c, data)]
+        job.start()
+        try:
+            drive(devices, job.finished, timeout=150)
+            job.wait()
+        finally:
+            job.stop()
+    out = _last_json(job.log.read_text())
+    sel = out["selection"]
+    assert [c["task"] for c in sel["candidates"]] == ["select-a.c0", "select-a.c1"]
+    assert sel["chosen"] in (0, 1) and out["task"] == sel["chosen_task"] and out["done"] is True
+    assert sel["candidates_scored_now"] == 2 and sel["validation_rows"] == 60
+    assert sel["epsilon"] == pytest.approx(_reference([4.0, 2.0], 0.5, 2, 1.0, spec.delta), rel=5e-3)
+    assert sel["epsilon"] > sel["epsilon_training_all_candidates"] > max(sel["epsilon_each_candidate"])
+    assert sel["neighbors"] == "add_or_remove" and out["budget"]["repeat"] is False
+    with BudgetLedger(session) as led:
+        spent = led.report()["partners"]["lab"]["spent"]["rho"]
+    assert spent == pytest.approx(2 / (2 * 16) + 2 / (2 * 4) + 1.0**2 / 2, rel=1e-12)
