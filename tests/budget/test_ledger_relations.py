@@ -101,3 +101,22 @@ def test_an_older_session_file_gains_the_columns_on_open(tmp_path: Path) -> None
         ("after", "add_or_remove", "r"),
     ]
     assert json.loads(json.dumps(entries))  # the report stays JSON
+
+
+def test_ldp_budget_debit_takes_the_relation_and_the_reference(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from ldp_cli.main import main
+
+    _session(tmp_path, "add_or_remove").close()
+    path = str(tmp_path / "s.db")
+    base = ["budget", "debit", path, "--partner", "lab", "--kind", "fl-job", "--release", "laplace:0.5", "--json"]
+    assert main([*base, "--ref", "x"]) == 0 and main([*base, "--ref", "x"]) == 0
+    first, again = (json.loads(line) for line in capsys.readouterr().out.splitlines())
+    assert (first["repeat"], again["repeat"], again["neighbors"]) == (False, True, "add_or_remove")
+    assert main([*base, "--event-neighbors", "replace"]) == 3
+    assert json.loads(capsys.readouterr().out)["reason"] == "relation"
+    assert main(["budget", "report", path]) == 0
+    assert "debits stated under: 1 add_or_remove (session: add_or_remove); 1 repeats not charged" in (
+        capsys.readouterr().out
+    )
