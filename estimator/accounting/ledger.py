@@ -29,7 +29,17 @@ database is in WAL mode. Debits are never refunded (a run that fails after its d
 released something).
 
 Neighbouring relation: the session's (``add_or_remove`` by default, or ``replace``), applied to every event
-as the filter does. What the guarantee protects: one person's presence in the session's data set (one
+as the filter does. Every debit records the relation its event is *stated* under (``neighbors``; default the
+session's), and a session never mixes relations unsoundly: an add/remove event in a replace session is priced
+under replace, which is group privacy over the two steps of a replacement (every sensitivity doubled: ρ x4,
+a pure ε x2); a replace-one event in an add/remove session is refused (reason ``relation``), since no
+conversion exists in that direction (replace-one DP between data sets of one size says nothing about a
+person's presence: releasing the size is replace-one 0-DP). A caller whose analysis is replace-one but who can
+state a sound add/remove event (a fixed-count FL task: :mod:`estimator.fl.budget`) debits that one instead.
+
+Charged once: a debit with a ``ref`` (an FL task's id) is made at most once: repeating it with the same
+partner, kind, relation and event charges nothing (a resumed job; logged as ``repeat``), and repeating the
+``ref`` with anything else is refused (``changed_plan``). What the guarantee protects: one person's presence in the session's data set (one
 example, or one client for an FL task whose events are client-level), against everyone who sees every result
 of every partner's debited queries; not results of queries that bypass the ledger.
 """
@@ -81,10 +91,13 @@ CREATE TABLE IF NOT EXISTS approval (
   PRIMARY KEY (kind, partner));
 CREATE TABLE IF NOT EXISTS ledger (
   seq INTEGER PRIMARY KEY AUTOINCREMENT, at REAL NOT NULL, action TEXT NOT NULL, partner TEXT, kind TEXT,
-  label TEXT, event TEXT, cost TEXT, detail TEXT);
+  label TEXT, event TEXT, cost TEXT, detail TEXT, neighbors TEXT, ref TEXT);
 """
 
-Reason = Literal["unknown_partner", "unapproved", "exhausted"]
+#: columns added after the first sessions were written (added on open to an older file)
+_ADDED_COLUMNS = (("neighbors", "TEXT"), ("ref", "TEXT"))
+
+Reason = Literal["unknown_partner", "unapproved", "exhausted", "relation", "changed_plan"]
 
 
 class LedgerError(AccountingError):
@@ -117,6 +130,18 @@ class BudgetLedger:
         if self._conn.execute("SELECT name FROM sqlite_master WHERE name = 'session'").fetchone() is None:
             raise LedgerError(f"{self.path!r} is not a budget session")
         self._session = self._read_session()
+        self._add_columns()
+
+    def _add_columns(self) -> None:
+        """Bring a session written before debits carried their relation and reference up to date."""
+        have = {row[1] for row in self._conn.execute("PRAGMA table_info(ledger)")}
+        missing = [(c, t) for c, t in _ADDED_COLUMNS if c not in have]
+        if missing:
+            with immediate_transaction(self._conn):
+                have = {row[1] for row in self._conn.execute("PRAGMA table_info(ledger)")}
+                for c, t in missing:
+                    if c not in have:
+                        self._conn.execute(f"ALTER TABLE ledger ADD COLUMN {c} {t}")
 
     @staticmethod
     def _connect(path: str, timeout: float) -> sqlite3.Connection:
@@ -260,21 +285,97 @@ class BudgetLedger:
             _log(self._conn, "approve", partner=p, kind=k, detail={"by": who, "note": note})
         return {"kind": k, "partner": p, "approved_by": who, "note": note}
 
-    def debit(self, partner: str, kind: str, event: PrivacyEvent, label: str = "") -> dict[str, Any]:
+    def debit(
+        self,
+        partner: str,
+        kind: str,
+        event: PrivacyEvent,
+        label: str = "",
+        *,
+        neighbors: Neighbors | None = None,
+        ref: str | None = None,
+    ) -> dict[str, Any]:
         """Charge ``event`` to ``partner``'s share before the query runs; raise :class:`LedgerRefusal` (after
-        recording the refusal) if the partner, the kind or the budget does not allow it."""
+        recording the refusal) if the partner, the kind, the relation or the budget does not allow it.
+
+        ``neighbors``: the relation ``event`` is stated under (default: the session's), recorded with the debit.
+        An add/remove event in a replace session is priced under replace (group privacy: a replacement is one
+        removal and one addition, so every sensitivity doubles); a replace event in an add/remove session is
+        refused (``relation``): a guarantee between data sets of one size says nothing about adding a person.
+
+        ``ref``: a key that makes the debit happen once (an FL task's id): a later debit with the same ``ref``,
+        partner, kind, relation and event is not charged again (it returns the first debit with ``repeat``
+        True and logs a ``repeat`` entry); one with the same ``ref`` and anything else is refused
+        (``changed_plan``)."""
         p, k = _name("partner", partner), _name("kind", kind)
-        ev = json.dumps(event.to_dict())
+        rel = self._session["neighbors"] if neighbors is None else neighbors
+        if rel not in ("add_or_remove", "replace"):
+            raise LedgerError(f"neighbors must be add_or_remove or replace, got {neighbors!r}")
+        key = None if ref is None else _name("ref", ref)
+        ev = json.dumps(event.to_dict(), sort_keys=True)
+        priced = self._session["neighbors"]
+        detail: dict[str, Any] = {"priced_under": priced}
+        if rel != priced:
+            detail["conversion"] = "group privacy: a replacement is a removal and an addition (sensitivity x2)"
         with immediate_transaction(self._conn):
-            refusal, cost = self._check(p, k, event)
-            if refusal is None:
-                _log(self._conn, "debit", partner=p, kind=k, label=label, event=ev, cost=cost)
+            first = None if key is None else self._first_with_ref(key)
+            refusal: tuple[Reason, str] | None
+            if first is not None and key is not None:
+                refusal = self._same_plan(first, p, k, rel, ev, key)
+                if refusal is None:
+                    _log(self._conn, "repeat", partner=p, kind=k, label=label, event=ev, neighbors=rel, ref=key,
+                         detail={"first": first["seq"], "why": "already debited under this reference"})  # fmt: skip
+                    return {"partner": p, "kind": k, "label": first["label"], "cost": first["cost"],
+                            "session": self.path, "neighbors": rel, "ref": key, "repeat": True, "seq": first["seq"]}  # fmt: skip
+                cost: dict[str, float] = {}
+            elif rel == "replace" and priced == "add_or_remove":
+                refusal = (
+                    "relation",
+                    "the event is stated under replace-one neighbours, but the session "
+                    f"{self.path!r} protects add/remove: no sound conversion exists (a guarantee between data sets of "
+                    "one size says nothing about adding or removing a person); state the event under add/remove, "
+                    "or use a session created with --neighbors replace; nothing was spent",
+                )
+                cost = {}
             else:
-                why = {"reason": refusal[0], "why": refusal[1]}
-                _log(self._conn, "refused", partner=p, kind=k, label=label, event=ev, detail=why)
+                refusal, cost = self._check(p, k, event)
+            if refusal is None:
+                _log(self._conn, "debit", partner=p, kind=k, label=label, event=ev, cost=cost, detail=detail,
+                     neighbors=rel, ref=key)  # fmt: skip
+            else:
+                why = {"reason": refusal[0], "why": refusal[1], **detail}
+                _log(
+                    self._conn, "refused", partner=p, kind=k, label=label, event=ev, detail=why, neighbors=rel, ref=key
+                )
         if refusal is not None:
             raise LedgerRefusal(refusal[0], refusal[1])
-        return {"partner": p, "kind": k, "label": label, "cost": cost, "session": self.path}
+        return {"partner": p, "kind": k, "label": label, "cost": cost, "session": self.path, "neighbors": rel,
+                "ref": key, "repeat": False}  # fmt: skip
+
+    def _first_with_ref(self, ref: str) -> dict[str, Any] | None:
+        row = self._conn.execute(
+            "SELECT seq, partner, kind, label, event, cost, neighbors FROM ledger WHERE action = 'debit' AND ref = ? "
+            "ORDER BY seq LIMIT 1",
+            (ref,),
+        ).fetchone()
+        if row is None:
+            return None
+        seq, partner, kind, label, event, cost, rel = row
+        return {"seq": seq, "partner": partner, "kind": kind, "label": label, "event": event,
+                "cost": json.loads(cost), "neighbors": rel}  # fmt: skip
+
+    @staticmethod
+    def _same_plan(first: dict[str, Any], p: str, k: str, rel: str, ev: str, ref: str) -> tuple[Reason, str] | None:
+        """None when a debit under ``ref`` repeats ``first`` exactly; else why it is refused."""
+        same_event = json.loads(first["event"]) == json.loads(ev)
+        if (first["partner"], first["kind"], first["neighbors"]) == (p, k, rel) and same_event:
+            return None
+        return (
+            "changed_plan",
+            f"{ref!r} was debited before (entry {first['seq']}: partner {first['partner']!r}, kind {first['kind']!r}, "
+            f"{first['neighbors']}) for another plan; a resumed run must keep the plan it was debited for (a new plan "
+            "is a new task id); nothing was spent",
+        )
 
     def _check(self, p: str, k: str, event: PrivacyEvent) -> tuple[tuple[Reason, str] | None, dict[str, float]]:
         """(why the debit is refused, or None; its cost), inside the caller's transaction."""
@@ -321,12 +422,14 @@ class BudgetLedger:
                 for k, p, b, n, t in self._conn.execute("SELECT kind, partner, approved_by, note, at FROM approval")
             ]
             rows = self._conn.execute(
-                "SELECT seq, at, action, partner, kind, label, cost, detail FROM ledger ORDER BY seq"
+                "SELECT seq, at, action, partner, kind, label, cost, detail, neighbors, ref FROM ledger ORDER BY seq"
             ).fetchall()
         entries = [
             {"seq": s, "at": a, "action": act, "partner": p, "kind": k, "label": lab,
-             "cost": json.loads(c) if c else None, "detail": json.loads(d) if d else None}
-            for s, a, act, p, k, lab, c, d in rows
+             "cost": json.loads(c) if c else None, "detail": json.loads(d) if d else None,
+             "neighbors": rel if rel is not None or act not in ("debit", "refused") else self._session["neighbors"],
+             "ref": ref}
+            for s, a, act, p, k, lab, c, d, rel, ref in rows
         ]  # fmt: skip
         partners = {}
         for name, share in sorted(shares.items()):
@@ -375,9 +478,12 @@ def _log(
     event: str | None = None,
     cost: dict[str, float] | None = None,
     detail: dict[str, Any] | None = None,
+    neighbors: str | None = None,
+    ref: str | None = None,
 ) -> None:
     conn.execute(
-        "INSERT INTO ledger (at, action, partner, kind, label, event, cost, detail) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+        "INSERT INTO ledger (at, action, partner, kind, label, event, cost, detail, neighbors, ref) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         (
             time.time(),
             action,
@@ -387,23 +493,32 @@ def _log(
             event,
             None if cost is None else json.dumps(cost),
             None if detail is None else json.dumps(detail),
+            neighbors,
+            ref,
         ),
     )
 
 
 def debit_before_run(
-    session: str | os.PathLike[str] | None, partner: str | None, kind: str, event: PrivacyEvent, label: str = ""
+    session: str | os.PathLike[str] | None,
+    partner: str | None,
+    kind: str,
+    event: PrivacyEvent,
+    label: str = "",
+    *,
+    neighbors: Neighbors | None = None,
+    ref: str | None = None,
 ) -> dict[str, Any] | None:
     """What a job calls before it runs: nothing (None) without a ``session``; else debit ``event`` to
     ``partner`` for a query of ``kind`` and return the debit, or raise :class:`LedgerRefusal` (the job must
-    then not run; its command exits :data:`REFUSED_EXIT_CODE`). PATE (one GNMax query or a whole labelling
+    then not run; its command exits :data:`REFUSED_EXIT_CODE`). ``neighbors`` and ``ref``: :meth:`BudgetLedger.debit`. PATE (one GNMax query or a whole labelling
     run, as its event), synthetic data and model selection call it the same way."""
     if session is None:
         return None
     if partner is None:
         raise LedgerError("a budget session needs the partner the query is debited to")
     with BudgetLedger(session) as ledger:
-        return ledger.debit(partner, kind, event, label)
+        return ledger.debit(partner, kind, event, label, neighbors=neighbors, ref=ref)
 
 
 def plot_report(report: dict[str, Any], path: str) -> None:

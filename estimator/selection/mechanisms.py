@@ -104,6 +104,25 @@ class AboveThreshold:
         self._rho = int(discrete_laplace(b1, 1, self._rng)[0])
         self.answers: list[bool] = []
 
+    @classmethod
+    def resumed(
+        cls, svt: SparseVector, state: dict[str, Any], rng: np.random.Generator | None = None
+    ) -> AboveThreshold:
+        """The run :meth:`state` saved: its noisy threshold and the answers it already gave, so that a
+        restarted search goes on with the same ρ and never asks an answered query again (asking again would be
+        a new release that its ε does not cover)."""
+        run = cls.__new__(cls)
+        run.svt = svt
+        run._rng = secure_generator() if rng is None else rng
+        run._b2 = svt.scales[1]
+        run._rho = _integer("rho", state["rho"])
+        run.answers = [bool(a) for a in state["answers"]]
+        return run
+
+    def state(self) -> dict[str, Any]:
+        """What :meth:`resumed` needs: the noisy threshold's offset ρ (keep it secret) and the answers so far."""
+        return {"rho": self._rho, "answers": list(self.answers)}
+
     @property
     def positives(self) -> int:
         return sum(self.answers)

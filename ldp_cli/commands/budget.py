@@ -79,6 +79,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--event", help="a privacy event as JSON (ldp_core.privacy_events)")
     q.add_argument("--sensitivity", type=_positive_int, default=1, help="of --release (default 1)")
     q.add_argument("--label", default="")
+    q.add_argument(
+        "--event-neighbors",
+        choices=["add_or_remove", "replace"],
+        default=None,
+        help="the relation the event is stated under (default: the session's; replace in an add/remove session "
+        "is refused, add/remove in a replace session is priced by group privacy)",
+    )
+    q.add_argument("--ref", default=None, help="debit at most once under this reference (e.g. fl-job:<task>)")
     q = ps.add_parser("report", help="who spent what")
     q.add_argument("--plot", default=None, help="write each partner's share and spend to this PNG")
     for q in ps.choices.values():
@@ -151,11 +159,14 @@ def run_budget_cmd(args: argparse.Namespace) -> int:
             return _emit(args, obj, f"{obj['kind']} queries approved for {obj['partner']} by {obj['approved_by']}")
         if c == "debit":
             try:
-                obj = ledger.debit(args.partner, args.kind, _event(args), args.label)
+                obj = ledger.debit(
+                    args.partner, args.kind, _event(args), args.label, neighbors=args.event_neighbors, ref=args.ref
+                )
             except LedgerRefusal as exc:
                 return report_refusal(args, exc)
             costs = ", ".join(f"{u} {v:.6g}" for u, v in obj["cost"].items())
-            return _emit(args, obj, f"debited {costs} to {obj['partner']} ({obj['kind']})")
+            again = " (already debited under this reference: nothing charged)" if obj["repeat"] else ""
+            return _emit(args, obj, f"debited {costs} to {obj['partner']} ({obj['kind']}, {obj['neighbors']}){again}")
         r = ledger.report()
         if args.plot:
             from estimator.accounting.ledger import plot_report
@@ -190,6 +201,15 @@ def _report_lines(r: dict[str, Any]) -> list[str]:
         )
     for kind, cost in r["by_kind"].items():
         lines.append(f"  kind {kind:<11} " + ", ".join(f"{u} {v:.6g}" for u, v in cost.items()))
+    relations: dict[str, int] = {}
+    for e in r["entries"]:
+        if e["action"] == "debit":
+            relations[e["neighbors"]] = relations.get(e["neighbors"], 0) + 1
+    repeats = sum(1 for e in r["entries"] if e["action"] == "repeat")
+    stated = ", ".join(f"{n} {k}" for k, n in sorted(relations.items()))
+    lines.append(
+        f"  debits stated under: {stated or 'none'} (session: {r['neighbors']}); {repeats} repeats not charged"
+    )
     lines.append(f"  protects: {r['protects']}")
     return lines
 

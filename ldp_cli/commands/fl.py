@@ -15,9 +15,11 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from typing import Any
 
 from ldp_cli.commands.argtypes import positive_int as _positive_int
 from ldp_cli.commands.fl_device import register_device
+from ldp_cli.commands.fl_job_plan import add_plan_flags
 from ldp_cli.commands.study import add_scenarios
 from ldp_cli.options import add_group, add_member, add_session_timeout, add_transport, stop_event
 from ldp_cli.progress import add_progress_flags, lines
@@ -64,6 +66,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "of at most this size (default 900000, under Kafka's common 1 MB message.max.bytes)",
     )
     j.add_argument("--keep-running", action="store_true", help="do not exit after the last round")
+    add_plan_flags(j)
     add_progress_flags(j)
     j.set_defaults(func=run_job_cmd)
     e = fsub.add_parser(
@@ -119,37 +122,57 @@ def run_job_cmd(args: argparse.Namespace) -> int:
             "private key is public: anyone can enroll as its devices. Make your own: docs/fl/RUNNING.md",
             file=sys.stderr,
         )
-    settings = JobSettings(
-        group=args.group or f"ldp-fl-{spec.task}",
-        member=args.member,
-        rounds_topic=args.rounds_topic or FL_ROUNDS_TOPIC,
-        updates_topic=args.updates_topic or FL_UPDATES_TOPIC,
-        state_topic=args.state_topic or FL_STATE_TOPIC,
-        session_timeout=args.session_timeout,
-        checkpoint_interval=args.checkpoint_interval,
-        status_path=args.status_file,
-        max_record_bytes=args.max_record_bytes,
-    )
+    from ldp_cli.commands.fl_job_plan import make_plan, run_selection
+
+    plan = make_plan(args, spec)  # debits the whole plan first (refused: exit 3, nothing runs)
+    if isinstance(plan, int):
+        return plan
+
+    def settings(task: FLTaskSpec) -> JobSettings:
+        suffix = task.task[len(spec.task) :]  # a candidate's ".c<i>"
+        return JobSettings(
+            group=(args.group + suffix) if args.group else f"ldp-fl-{task.task}",
+            member=args.member,
+            rounds_topic=args.rounds_topic or FL_ROUNDS_TOPIC,
+            updates_topic=args.updates_topic or FL_UPDATES_TOPIC,
+            state_topic=args.state_topic or FL_STATE_TOPIC,
+            session_timeout=args.session_timeout,
+            checkpoint_interval=args.checkpoint_interval,
+            status_path=args.status_file,
+            max_record_bytes=args.max_record_bytes,
+        )
+
     stop = stop_event()
+    show = lines(args, "ldp fl job")  # per-round lines on stderr (a terminal, or --progress)
     with open_transport(args.transport) as transport:
-        job = AggregationJob(transport, spec, settings)
-        if args.status_file:  # the job writes it as it runs; on each change of state too (waiting for the broker)
-            job.state_listeners.append(lambda _job, _state: job._write_status(force=True))
-        show = lines(args, "ldp fl job")  # per-round lines on stderr (a terminal, or --progress)
-        job.round_listeners.append(lambda record: show(round_line(record, spec.rounds)))
-        try:
-            if not job.connect(stop):
-                return 0
-            print(
-                f"ldp fl job: running task {spec.task} (round {job.status()['round']}, restores {job.restores})",
-                flush=True,
-            )
-            status = job.supervise(lambda: job.run(stop, exit_when_done=not args.keep_running), stop)
-            if status is None:  # stopped while reconnecting
-                status = job.status()
-        finally:
-            job.close()
+
+        def run_one(task: FLTaskSpec) -> dict[str, Any] | None:
+            job = AggregationJob(transport, task, settings(task))
+            if args.status_file:  # the job writes it as it runs; on each change of state too (waiting for the broker)
+                job.state_listeners.append(lambda _job, _state: job._write_status(force=True))
+            job.round_listeners.append(lambda record: show(round_line(record, task.rounds)))
+            try:
+                if not job.connect(stop):
+                    return None
+                print(
+                    f"ldp fl job: running task {task.task} (round {job.status()['round']}, restores {job.restores})",
+                    flush=True,
+                )
+                keep = args.keep_running and plan.candidates is None
+                status = job.supervise(lambda: job.run(stop, exit_when_done=not keep), stop)
+                return status if status is not None else job.status()  # None: stopped while reconnecting
+            finally:
+                job.close()
+
+        if plan.candidates is None:
+            status = run_one(spec)
+        else:
+            status = run_selection(args, plan, run_one, show)
+    if status is None:
+        return 0
     status.pop("params", None)
+    if plan.debit is not None:
+        status["budget"] = plan.debit
     print(json.dumps(status), flush=True)
     return 0
 
