@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from typing import Any
 
 from ldp_cli.commands.argtypes import positive_int as _positive_int
 from ldp_cli.commands.fl_device import register_device
@@ -132,7 +133,7 @@ def run_job_cmd(args: argparse.Namespace) -> int:
     )
     stop = stop_event()
     with open_transport(args.transport) as transport:
-        job = AggregationJob(transport, spec, settings)
+        job = AggregationJob(transport, spec, settings, vote_release=_vote_release(spec))
         if args.status_file:  # the job writes it as it runs; on each change of state too (waiting for the broker)
             job.state_listeners.append(lambda _job, _state: job._write_status(force=True))
         show = lines(args, "ldp fl job")  # per-round lines on stderr (a terminal, or --progress)
@@ -218,3 +219,12 @@ def run_sign_task_cmd(args: argparse.Namespace) -> int:
         json.dump(written, f, indent=2)
     print(json.dumps({"task": spec.task, "out": out, "signed": spec.signed_config()}))
     return 0
+
+
+def _vote_release(spec: Any) -> Any:
+    """A PATE task's answer to its unmasked vote histograms (estimator/pate/fl_task.py), else None."""
+    if spec.pate is None:
+        return None
+    from estimator.pate.fl_task import PateVoteRelease
+
+    return PateVoteRelease(spec)
