@@ -105,6 +105,8 @@ def run_device_cmd(args: argparse.Namespace) -> int:
         on_round=lambda r, k, _t: show(f"round {r + 1}/{spec.rounds}: {k} of {n} devices uploaded"),
     )
     report = fleet.report(parts, finished, time.monotonic() - start)
+    if queries is not None:  # PATE teachers: no model is released (the labels are in the job's status)
+        report["train_accuracy"] = None
     for d in devices:
         d.close()
     if args.json:
