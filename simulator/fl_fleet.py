@@ -85,6 +85,20 @@ def load_data(path: str | os.PathLike[str]) -> dict[str, np.ndarray]:
     return data
 
 
+def load_queries(path: str | os.PathLike[str]) -> np.ndarray:
+    """A PATE task's public queries: an .npy array, or the array ``x`` of an .npz (rows × features)."""
+    try:
+        with open(path, "rb") as f:
+            obj = np.load(f, allow_pickle=False)
+            q = obj["x"] if isinstance(obj, np.lib.npyio.NpzFile) else obj
+            q = np.asarray(q, np.float32)
+    except (OSError, ValueError, KeyError) as exc:
+        raise FLError(f"queries file {str(path)!r}: {exc}") from None
+    if q.ndim != 2 or not np.all(np.isfinite(q)):
+        raise FLError(f"queries file {str(path)!r}: a rows × features array of finite numbers is needed, got {q.shape}")
+    return q
+
+
 def split_data(data: Mapping[str, np.ndarray], devices: int) -> list[tuple[np.ndarray, np.ndarray]]:
     """Each device's ``(X, y)``: the rows whose ``client`` is its index, or N near-equal consecutive parts.
     A device without rows is an :class:`FLError` (it could not train)."""

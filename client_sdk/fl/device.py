@@ -125,6 +125,8 @@ class FLDevice:
         torch_model: Any = None,
         pinned_authority_key: bytes | None = None,
         min_colluders: int = 0,
+        pate_queries: np.ndarray | None = None,
+        pate_predict: Callable[[np.ndarray], np.ndarray] | None = None,
     ) -> None:
         self.base = check_url(collector_url) + f"/v1/fl/tasks/{urllib.parse.quote(task, safe='')}"
         self.task = task
@@ -216,6 +218,14 @@ class FLDevice:
         #: a :class:`client_sdk.fl.torch_device.TorchDeviceModel` to train with PyTorch (None: the numpy model
         #: the round names); it serves only rounds whose task model is the one it stands for
         self.torch_model = torch_model
+        #: a PATE teacher (:mod:`ldp_core.fl.pate`): the public queries it votes on (their digest must be the
+        #: signed task's); such a device uploads nothing but masked vote vectors, in SecAgg rounds of a signed
+        #: PATE task, and refuses every other round (a plain round would carry its trained model in the clear)
+        self.pate_queries = None if pate_queries is None else np.asarray(pate_queries, np.float32)
+        #: the teacher's own model as a function of the queries (None: train the task's model on (X, y))
+        self.pate_predict = pate_predict
+        if pate_predict is not None and pate_queries is None:
+            raise FLError("pate_predict needs pate_queries (the public queries the teacher votes on)")
 
     # -- HTTP -------------------------------------------------------------------------------------
     def _request(
@@ -350,6 +360,8 @@ class FLDevice:
         return kind
 
     def _act(self, view: Mapping[str, Any], r: int, phase: str) -> str:
+        if self.pate_queries is not None and (phase == "train" or view.get("secagg") is None):
+            raise FLError("a PATE teacher uploads only masked votes: it refuses a round without secure aggregation")
         if phase == "train":
             delta, n, _ = self._train(view)
             return "update" if self._upload(r, "update", {"vector": delta, "num_examples": n}) else "failed"
@@ -383,6 +395,9 @@ class FLDevice:
             cts = client.share_keys(self._verified_adverts(view, r))
             payload = {"ciphertexts": cts, "commitments": dict(client.commitments)}
             return "shares" if self._upload(r, "shares", payload) else "failed"
+        if phase == "masked" and (self.pate_queries is not None or "pate" in sa):
+            y = client.masked_input(self._pate_votes(view, r, sa), inbox_of(view))
+            return "masked" if self._upload(r, "masked", {"vector": y}) else "failed"
         if phase == "masked":
             delta, _, rng = self._train(view)
             inbox = {int(u): base64.b64decode(ct) for u, ct in view["inbox"].items()}
@@ -424,6 +439,35 @@ class FLDevice:
             shares = {v: (kind, s.x, s.y, s.threshold) for v, (kind, s) in out.items()}
             return "reveal" if self._upload(r, "reveal", {"shares": shares}) else "failed"
         raise FLError(f"unknown phase {phase!r}")
+
+    def _pate_votes(self, view: Mapping[str, Any], r: int, sa: Mapping[str, Any]) -> np.ndarray:
+        """This teacher's vote vector for round ``r`` (:mod:`ldp_core.fl.pate`): checked against the signed
+        task configuration (its PATE object, the queries' digest, the vector length), plus its noise share
+        when the signed task adds the noise on the devices."""
+        from ldp_core.fl.pate import PateTaskSpec, noise_share, one_hot_votes, queries_digest, teacher_predictions
+
+        signed = view["task_config"]["config"].get("pate")  # verified at the advertise phase
+        if self.pate_queries is None or signed is None or "pate" not in sa:
+            raise FLError("a PATE round needs a teacher device (pate_queries) and a signed PATE task")
+        pate = PateTaskSpec.from_dict(signed)
+        queries = self.pate_queries
+        if queries.shape[0] != pate.queries or queries_digest(queries) != pate.queries_sha256:
+            raise FLError("this teacher's public queries are not the ones the signed PATE task names (their digest)")
+        if int(sa["vector_length"]) != pate.length:
+            raise FLError("the round's vector length differs from the signed PATE task's queries × classes")
+        if self.pate_predict is not None:
+            pred = np.asarray(self.pate_predict(queries), np.int64)
+        else:
+            pred = teacher_predictions(view["model"], view["training"], self.X, self.y, queries, self.rng_for_round(r))
+        votes = one_hot_votes(pred, pate.classes)
+        if pate.noise == "distributed":  # this device's share of GNMax's noise, before masking (KLS21)
+            from ldp_core.noise import discrete_gaussian
+
+            n = len(view["task_config"]["config"]["clients"])  # the signed client set, never the server's count
+            z = discrete_gaussian(noise_share(pate.sigma, n), votes.size, self.noise_rng_for_round(r))
+            votes = (votes.astype(np.int64) + z).astype(np.int64).astype(np.uint32)  # two's complement mod 2^32
+        self.quantized[r] = votes
+        return votes
 
     def _signed_local_dp_sgd(self, view: Mapping[str, Any]) -> tuple[LocalDPSGDSpec, float] | None:
         """The ``local_dp_sgd`` spec and δ of the round's signed task configuration, or None (plain local SGD).
@@ -700,6 +744,11 @@ class FLDevice:
 
 
 _PHASES = ("train", "advertise", "share", "masked", "consistency", "unmask")
+
+
+def inbox_of(view: Mapping[str, Any]) -> dict[int, bytes]:
+    """The round's share ciphertexts addressed to this device, by sender index."""
+    return {int(u): base64.b64decode(ct) for u, ct in view["inbox"].items()}
 
 
 def _json(raw: bytes) -> Any:

@@ -71,7 +71,7 @@ from estimator.fl.dp import AdaptiveClippingDP
 from estimator.fl.ftrl import DPFTRL
 from estimator.fl.phases import Move, next_move, open_round
 from estimator.fl.privacy import PrivacyFigures
-from estimator.fl.release import close_plain, close_secagg, record_release
+from estimator.fl.release import VoteRelease, close_pate, close_plain, close_secagg, record_release
 from estimator.fl.status import ProcessorCounters, public_stats, round_state, status_document
 from estimator.fl.task import FLTaskSpec
 from estimator.fl.uploads import take_upload
@@ -173,7 +173,21 @@ class AggregationJob(StreamProcessor):
 
     transactional = True
 
-    def __init__(self, transport: Transport, spec: FLTaskSpec, settings: JobSettings, clock: Any = time.time) -> None:
+    def __init__(
+        self,
+        transport: Transport,
+        spec: FLTaskSpec,
+        settings: JobSettings,
+        clock: Any = time.time,
+        vote_release: VoteRelease | None = None,
+    ) -> None:
+        if spec.pate is not None and vote_release is None:
+            raise FLError(
+                "a pate task needs its vote release (estimator.pate.fl_task.PateVoteRelease): run it with "
+                "`ldp fl job`, which wires it, or pass vote_release="
+            )
+        #: a PATE task's answer to the unmasked vote histograms (:func:`estimator.fl.release.close_pate`)
+        self.vote_release = vote_release
         if spec.local_dp_sgd is not None and spec.task_signature is None:
             raise FLError(
                 "local_dp_sgd needs task_signature: devices take their DP-SGD parameters only from the signed "
@@ -196,7 +210,7 @@ class AggregationJob(StreamProcessor):
         self.model = spec.build_model()
         self.sampling = spec.build_sampling()
         self.strategy = spec.build_strategy()
-        self.payload_size = self.strategy.payload_size(self.model.num_params)
+        self.payload_size = spec.payload_size()
         self.key = spec.task.encode()
         self.restores = 0
         self.aborted = 0
@@ -549,6 +563,15 @@ class AggregationJob(StreamProcessor):
     def _close_round(self) -> None:
         """Release the round (:mod:`estimator.fl.release`), or fail it, then open the next one."""
         st = self._st
+        if self.spec.pate is not None and st.phase != "train":
+            assert self.vote_release is not None
+            rec = close_pate(st, self.spec, self.vote_release)
+            if isinstance(rec, str):
+                self._fail_round(rec)
+                return
+            self._round_closed()
+            self._open_round(st.round + 1)
+            return
         if st.phase == "train":
             assert self._aggregator is not None
             out = close_plain(st, self._aggregator, self._ctx())

@@ -102,17 +102,18 @@ def _configure_secagg(st: JobState, spec: FLTaskSpec, rng: np.random.Generator, 
     if comp is not None:  # b-bit codes summed in Z_{2^ring_bits} (issue 18), padded when rotated
         length = comp.length(payload_size)
     cfg = make_config(r, n, length, rng, deg, t)
-    q = Quantizer.for_clients(n, float(spec.clip_norm))  # type: ignore[arg-type]
     st.indices = {c: i + 1 for i, c in enumerate(st.selected)}
     st.secagg = {
         "num_clients": n,
         "neighbors": {str(u): list(vs) for u, vs in cfg.neighbors.items()},
         "threshold": cfg.threshold,
         "vector_length": cfg.vector_length,
-        "clip_range": q.clip_range,
-        "scale": q.scale,
-        "max_clients": q.max_clients,
     }
+    if spec.pate is not None:  # whole vote counts: no quantizer (the devices' words are 0/1, or noised integers)
+        st.secagg["pate"] = {"queries": int(spec.pate["queries"]), "classes": int(spec.pate["classes"])}
+    else:
+        q = Quantizer.for_clients(n, float(spec.clip_norm))  # type: ignore[arg-type]
+        st.secagg.update(clip_range=q.clip_range, scale=q.scale, max_clients=q.max_clients)
     if ddg is not None:  # the rotation is public (the server inverts it); the devices' noise is not
         st.secagg["ddg"] = {"rotation_seed": int(rng.integers(0, 2**62)), "bits": ddg.bits}
     if comp is not None:  # the rotation seed is public; the devices pack their words ring_bits each

@@ -17,6 +17,7 @@ import dataclasses
 import hashlib
 import logging
 import math
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -34,7 +35,7 @@ from estimator.fl.uploads import REPLAY_WINDOW
 from ldp_core.fl.errors import FLError, SecAggError
 from ldp_core.fl.training import ClientUpdate
 
-__all__ = ["Release", "close_plain", "close_secagg", "record_release"]
+__all__ = ["Release", "close_plain", "close_secagg", "close_pate", "record_release", "VoteRelease"]
 
 log = logging.getLogger("ldp.fl.job")
 
@@ -57,20 +58,11 @@ def close_plain(st: JobState, aggregator: Aggregator, ctx: RoundContext) -> Rele
     return Release(res, {})
 
 
-def close_secagg(
-    st: JobState,
-    spec: FLTaskSpec,
-    payload_size: int,
-    ctx: RoundContext,
-    accountant: FLAccountant | None,
-    ftrl: DPFTRL | None,
-) -> Release | str:
-    """Unmask the survivors' sum with the revealed shares and release it (central noise, DP-FTRL, a compressed
-    ring or distributed noise, as the task says); the reason when the round cannot be released. Shares that do
-    not match their commitments are counted in ``st.rejected["bad_share"]``; a central-noise round keeps the
-    digest of its un-noised sum in ``st.audit``."""
+def _unmask(st: JobState) -> np.ndarray | str:
+    """The survivors' sum mod 2^32 from the masked sum and the revealed shares; the reason when it fails.
+    Shares that do not match their commitments are counted in ``st.rejected["bad_share"]``."""
     from estimator.fl.secagg_server import SecAggServer
-    from ldp_core.fl.secagg import KeyAdvert, Quantizer, SecAggConfig, Share
+    from ldp_core.fl.secagg import KeyAdvert, SecAggConfig, Share
 
     sa = st.secagg
     assert sa is not None and st.masked_sum is not None
@@ -89,10 +81,6 @@ def close_secagg(
         st.masked_sum,
     )
     reveals = {u: {v: (k, Share(x, y, t)) for v, (k, x, y, t) in per.items()} for u, per in st.reveals.items()}
-    noise = spec.noise
-    if "ddg" in sa and noise is not None and len(st.survivors) < noise.shares(spec):
-        # fewer noise shares than the accountant assumes: the operator does not even unmask this sum
-        return f"only {len(st.survivors)} survivors: fewer than {noise.shares(spec)} noise shares"
     try:
         total = server.finish(reveals, st.commitments)
     except SecAggError as exc:
@@ -100,6 +88,57 @@ def close_secagg(
     if server.bad_shares:
         st.rejected["bad_share"] += server.bad_shares
         log.warning("round %d: %d revealed shares did not match their commitments", st.round, server.bad_shares)
+    return total
+
+
+#: what a PATE task's job does with the unmasked vote histograms (queries × classes, the survivors' count):
+#: answer and account (:class:`estimator.pate.fl_task.PateVoteRelease`); returns the published record
+VoteRelease = Callable[[np.ndarray, int, int], dict[str, Any]]
+
+
+def close_pate(st: JobState, spec: FLTaskSpec, release_votes: VoteRelease) -> dict[str, Any] | str:
+    """A PATE round: unmask only the sum of the teachers' vote vectors, read it as the histograms and hand them
+    to ``release_votes`` (GNMax or Confident-GNMax and their ε); the history record it returns is published,
+    the histograms are not (their digest is the operator's audit record, as for a model round)."""
+    assert spec.pate is not None and st.secagg is not None
+    total = _unmask(st)
+    if isinstance(total, str):
+        return total
+    q, k = int(spec.pate["queries"]), int(spec.pate["classes"])
+    hist = total.view(np.int32).astype(np.int64).reshape(q, k)  # signed: distributed noise may go below 0
+    record = release_votes(hist, len(st.survivors), st.round)
+    st.audit[st.round] = hashlib.sha256(total.astype("<u4").tobytes()).hexdigest()
+    st.audit = {r: h for r, h in st.audit.items() if r > st.round - REPLAY_WINDOW}
+    st.epsilon = record.get("epsilon")
+    rec = {"round": st.round, "clients": len(st.survivors), "epsilon": _f(st.epsilon), **_secagg_extra(st)}
+    rec["pate"] = record
+    st.history.append(rec)
+    return rec
+
+
+def close_secagg(
+    st: JobState,
+    spec: FLTaskSpec,
+    payload_size: int,
+    ctx: RoundContext,
+    accountant: FLAccountant | None,
+    ftrl: DPFTRL | None,
+) -> Release | str:
+    """Unmask the survivors' sum with the revealed shares and release it (central noise, DP-FTRL, a compressed
+    ring or distributed noise, as the task says); the reason when the round cannot be released. Shares that do
+    not match their commitments are counted in ``st.rejected["bad_share"]``; a central-noise round keeps the
+    digest of its un-noised sum in ``st.audit``."""
+    from ldp_core.fl.secagg import Quantizer
+
+    sa = st.secagg
+    assert sa is not None and st.masked_sum is not None
+    noise = spec.noise
+    if "ddg" in sa and noise is not None and len(st.survivors) < noise.shares(spec):
+        # fewer noise shares than the accountant assumes: the operator does not even unmask this sum
+        return f"only {len(st.survivors)} survivors: fewer than {noise.shares(spec)} noise shares"
+    total = _unmask(st)
+    if isinstance(total, str):
+        return total
     if "ddg" in sa and noise is not None:
         return _release_ddg(st, spec, payload_size, total, int(sa["ddg"]["rotation_seed"]), ctx, accountant)
     comp = spec.build_compression()

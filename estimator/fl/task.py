@@ -188,6 +188,7 @@ class FLTaskSpec:
     local_dp_sgd: Mapping[str, Any] | None = None
     compression: Mapping[str, Any] | None = None
     max_colluders: int = 1
+    pate: Mapping[str, Any] | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "clients", tuple(self.clients))
@@ -213,7 +214,8 @@ class FLTaskSpec:
             read_number("clip_norm", self.clip_norm)
         elif self.noise_multiplier:
             raise FLError("noise_multiplier needs clip_norm (the noise is σ·C)")
-        if self.secagg and self.clip_norm is None:
+        self._check_pate()
+        if self.secagg and self.clip_norm is None and self.pate is None:
             raise FLError("secagg needs clip_norm: devices clip to C and quantize values in [-C, C]")
         if self.seed is not None and (isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0):
             raise FLError(f"seed must be an integer >= 0 or null, got {self.seed!r}")
@@ -255,6 +257,53 @@ class FLTaskSpec:
         )
         object.__setattr__(self, "compression", compression)
         self.build_compression()
+
+    def _check_pate(self) -> None:
+        """A PATE task (``pate``, :mod:`ldp_core.fl.pate`): one SecAgg round of vote vectors, no model update."""
+        if self.pate is None:
+            return
+        from ldp_core.fl.pate import PateTaskSpec
+
+        p = PateTaskSpec.from_dict(self.pate)
+        object.__setattr__(self, "pate", p.to_dict())
+        if not self.secagg:
+            raise FLError("a pate task needs secagg: true (the server may see only the sum of the teachers' votes)")
+        if self.rounds != 1:
+            raise FLError(f"a pate task has one round (one batch of queries), got rounds {self.rounds}")
+        others = {
+            "clip_norm": self.clip_norm,
+            "noise": self.noise,
+            "compression": self.compression,
+            "local_dp_sgd": self.local_dp_sgd,
+            "personalization": self.personalization,
+        }
+        bad = sorted(k for k, v in others.items() if v is not None)
+        if bad or self.noise_multiplier or self.algorithm != "fedavg" or self.aggregator.kind != "fedavg":
+            raise FLError(
+                f"a pate task releases labels, not a model: {bad or 'noise_multiplier/algorithm/aggregator'} "
+                "do not apply (the noise is pate.sigma)"
+            )
+        if p.noise == "distributed" and not p.sigma / len(self.clients) ** 0.5 >= 0.5:
+            raise FLError(
+                f"pate.noise distributed: each teacher's share σ/√n = {p.sigma / len(self.clients) ** 0.5:.3g} "
+                "must be >= 1/2 (KLS21's bound)"
+            )
+        k = getattr(self.build_model(), "n_classes", None)
+        if k != p.classes:
+            raise FLError(f"the teachers' model must predict pate.classes = {p.classes} classes, it has {k}")
+
+    @property
+    def pate_spec(self) -> Any:
+        """The :class:`ldp_core.fl.pate.PateTaskSpec` of a PATE task, else None."""
+        from ldp_core.fl.pate import PateTaskSpec
+
+        return None if self.pate is None else PateTaskSpec.from_dict(self.pate)
+
+    def payload_size(self) -> int:
+        """The length of what a device uploads: the vote vector Q·K of a PATE task, else the strategy's."""
+        if self.pate is not None:
+            return int(self.pate["queries"]) * int(self.pate["classes"])
+        return self.build_strategy().payload_size(self.build_model().num_params)
 
     def local_training(self) -> LocalTraining:
         """The ``training`` object as :class:`~ldp_core.fl.training.LocalTraining` (a wrong field name is an
@@ -322,6 +371,8 @@ class FLTaskSpec:
             out["ddg"] = {**spec.to_dict(), "min_shares": self.noise.shares(self)}
         if self.compression is not None:  # devices quantize with these, never with the server's word
             out["compression"] = self.build_compression().to_dict()
+        if self.pate is not None:  # devices vote only on the queries of this digest, with this noise share
+            out["pate"] = dict(self.pate)
         return out
 
     @property
@@ -366,6 +417,7 @@ class FLTaskSpec:
         out["noise"] = None if self.noise is None else self.noise.to_dict()
         out["local_dp_sgd"] = None if self.local_dp_sgd is None else dict(self.local_dp_sgd)
         out["compression"] = None if self.compression is None else dict(self.compression)
+        out["pate"] = None if self.pate is None else dict(self.pate)
         return out
 
     def build_model(self) -> Any:

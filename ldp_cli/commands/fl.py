@@ -147,7 +147,7 @@ def run_job_cmd(args: argparse.Namespace) -> int:
     with open_transport(args.transport) as transport:
 
         def run_one(task: FLTaskSpec) -> dict[str, Any] | None:
-            job = AggregationJob(transport, task, settings(task))
+            job = AggregationJob(transport, task, settings(task), vote_release=_vote_release(task))
             if args.status_file:  # the job writes it as it runs; on each change of state too (waiting for the broker)
                 job.state_listeners.append(lambda _job, _state: job._write_status(force=True))
             job.round_listeners.append(lambda record: show(round_line(record, task.rounds)))
@@ -241,3 +241,12 @@ def run_sign_task_cmd(args: argparse.Namespace) -> int:
         json.dump(written, f, indent=2)
     print(json.dumps({"task": spec.task, "out": out, "signed": spec.signed_config()}))
     return 0
+
+
+def _vote_release(spec: Any) -> Any:
+    """A PATE task's answer to its unmasked vote histograms (estimator/pate/fl_task.py), else None."""
+    if spec.pate is None:
+        return None
+    from estimator.pate.fl_task import PateVoteRelease
+
+    return PateVoteRelease(spec)

@@ -46,6 +46,13 @@ def register_device(fsub: argparse._SubParsersAction) -> None:
     )
     d.add_argument("--rows", type=positive_int, default=60, help="with --make-data: rows per device (default 60)")
     d.add_argument("--seed", type=seed, default=0, help="with --make-data: the data's seed (default 0)")
+    d.add_argument(
+        "--queries",
+        default=None,
+        metavar="FILE",
+        help="a PATE task's public queries (.npy, or .npz with the array x): the devices are teachers that upload "
+        "only their masked votes on these (their SHA-256 must be the signed task's pate.queries_sha256)",
+    )
     d.add_argument("--timeout", type=positive, default=300.0, help="give up after this many seconds (default 300)")
     d.add_argument("--json", action="store_true", help="print one JSON object")
     add_progress_flags(d)
@@ -82,8 +89,10 @@ def run_device_cmd(args: argparse.Namespace) -> int:
             idents = fl_fleet.mint_identities(args.authority, ids)
         else:
             idents = fl_fleet.load_identities(args.identities, ids)
+        queries = None if args.queries is None else fl_fleet.load_queries(args.queries)
         devices = [
-            FLDevice(args.collector, spec.task, c, X, y, identity=ident) for c, (X, y), ident in zip(ids, parts, idents)
+            FLDevice(args.collector, spec.task, c, X, y, identity=ident, pate_queries=queries)
+            for c, (X, y), ident in zip(ids, parts, idents)
         ]
     except (FLError, ClientConfigError) as exc:
         raise SystemExit(f"ldp fl device: {exc}") from None
@@ -96,6 +105,8 @@ def run_device_cmd(args: argparse.Namespace) -> int:
         on_round=lambda r, k, _t: show(f"round {r + 1}/{spec.rounds}: {k} of {n} devices uploaded"),
     )
     report = fleet.report(parts, finished, time.monotonic() - start)
+    if queries is not None:  # PATE teachers: no model is released (the labels are in the job's status)
+        report["train_accuracy"] = None
     for d in devices:
         d.close()
     if args.json:

@@ -21,6 +21,7 @@ from ldp_cli.commands.argtypes import positive_int as _positive_int
 from ldp_cli.commands.argtypes import probability as _prob
 from ldp_cli.commands.argtypes import seed as _seed
 from ldp_cli.commands.budget import add_budget_flags, report_refusal
+from ldp_cli.commands.pate_modes import add_extra_flags, run_extra
 from ldp_cli.progress import add_progress_flags, lines
 
 __all__ = ["register", "run_pate_cmd"]
@@ -61,7 +62,17 @@ def register(sub: argparse._SubParsersAction) -> None:
         "debit to --budget-session, of that setting alone (default: every row)",
     )
     p.add_argument("--no-dpsgd", action="store_true", help="skip the DP-SGD comparison")
-    p.add_argument("--federated", action="store_true", help="sum the teachers' votes with SecAgg (teachers as devices)")
+    p.add_argument(
+        "--federated",
+        nargs="?",
+        const="inprocess",
+        default=None,
+        choices=["inprocess", "http"],
+        help="sum the teachers' votes with SecAgg (teachers as devices); alone or 'inprocess': in this process, "
+        "beside the study; 'http': a PATE task over the FL pipeline (collector, aggregation job and one device "
+        "per teacher over HTTP on 127.0.0.1), its labels and student only (docs/PATE.md)",
+    )
+    add_extra_flags(p)
     p.add_argument("--plot", default=None, metavar="FILE", help="write student accuracy against ε to this PNG")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     add_budget_flags(p)  # the planned queries of every setting, debited as kind "pate" before teachers train
@@ -118,6 +129,9 @@ def _settings(args: argparse.Namespace) -> Any:
 
 
 def run_pate_cmd(args: argparse.Namespace) -> int:
+    extra = run_extra(args)  # --federated http, --sweep
+    if extra is not None:
+        return extra
     if args.federated and args.teachers is not None and args.teachers < 3:
         raise ValueError("--federated needs at least 3 teachers (secure aggregation)")
     from estimator.accounting.ledger import LedgerRefusal
@@ -132,7 +146,7 @@ def run_pate_cmd(args: argparse.Namespace) -> int:
             args.delta,
             compare_dpsgd=not args.no_dpsgd,
             progress=say,
-            federated=args.federated,
+            federated=args.federated is not None,
             data_name=args.data,
             budget_session=args.budget_session,
             partner=args.partner,

@@ -298,6 +298,8 @@ class RoundState:
 
     @property
     def payload_size(self) -> int:
+        if self.secagg is not None and "pate" in self.secagg:  # a PATE round: vote vectors of queries × classes
+            return int(self.secagg["vector_length"])
         n = int(self.params.shape[0])
         return 2 * n if self.algorithm == "scaffold" else n
 
