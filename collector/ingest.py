@@ -130,6 +130,41 @@ class _Result:
         return self._value
 
 
+class _LoopWaiter:
+    """The caller's side of an upload submitted from an event loop: settling it (once; a second time raises
+    :class:`concurrent.futures.InvalidStateError`, which :func:`_settle` ignores) hands the outcome to the
+    loop's future with one ``call_soon_threadsafe``, without a lock or a callback list of its own, and takes
+    it out of the ingestor's set of waiting uploads."""
+
+    __slots__ = ("_loop", "_waiter", "_waiting", "_sent")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, waiter: asyncio.Future[Outcome], waiting: set[Any]) -> None:
+        self._loop, self._waiter, self._waiting, self._sent = loop, waiter, waiting, False
+
+    def _send(self, result: Outcome | None, exc: BaseException | None) -> None:
+        if self._sent:  # the probe and the group commit may both settle it: the first one counts
+            raise concurrent.futures.InvalidStateError("the outcome is settled already")
+        self._sent = True
+        self._waiting.discard(self)
+        self._loop.call_soon_threadsafe(_deliver, self._waiter, result, exc)
+
+    def set_result(self, result: Outcome) -> None:
+        self._send(result, None)
+
+    def set_exception(self, exc: BaseException) -> None:
+        self._send(None, exc)
+
+
+def _deliver(waiter: asyncio.Future[Outcome], result: Outcome | None, exc: BaseException | None) -> None:
+    """On the waiter's loop: the outcome, unless its caller gave up (cancelled it) or timed out."""
+    if waiter.done():
+        return
+    if exc is not None:
+        waiter.set_exception(exc)
+    else:
+        waiter.set_result(result)  # type: ignore[arg-type]
+
+
 def _run_callback(cb: Callable[[Any], object], fut: _Result) -> None:
     try:
         cb(fut)
@@ -175,17 +210,6 @@ def _copy(done: Any, public: Any) -> None:
         _settle(public, exc=exc)
     else:
         _settle(public, done.result())
-
-
-def _hand_over(done: Any, waiter: asyncio.Future[Outcome]) -> None:
-    """On the waiter's loop: its outcome, unless its caller gave up (cancelled it)."""
-    if waiter.done():
-        return
-    exc = done.exception()
-    if exc is not None:
-        waiter.set_exception(exc)
-    else:
-        waiter.set_result(done.result())
 
 
 def _conflict(batch_id: bytes) -> RejectedBatch:
@@ -328,9 +352,7 @@ class Ingestor:
         """:meth:`submit` for a caller on ``loop`` (the collector's uploads): an asyncio future of the loop,
         resolved through ``loop.call_soon_threadsafe``; cancelling it changes nothing for the publish."""
         waiter: asyncio.Future[Outcome] = loop.create_future()
-        public = _Result()
-        public.add_done_callback(lambda done: loop.call_soon_threadsafe(_hand_over, done, waiter))
-        self._submit(batch_id, key, value, reports, metric, public)
+        self._submit(batch_id, key, value, reports, metric, _LoopWaiter(loop, waiter, self._waiting))
         return waiter
 
     def _submit(self, batch_id: bytes, key: bytes, value: bytes, reports: int, metric: str, public: Any) -> None:
@@ -347,7 +369,8 @@ class Ingestor:
                 fut.set_exception(self._down_error())
                 return
             self._waiting.add(public)
-            public.add_done_callback(self._waiting.discard)
+            if not isinstance(public, _LoopWaiter):  # a _LoopWaiter leaves the set itself when settled
+                public.add_done_callback(self._waiting.discard)
             running = self._inflight.get(bytes(batch_id))
             if running is not None:
                 same = running.digest == digest

@@ -110,6 +110,15 @@ def check_length(length: str | None, max_bytes: int) -> None:
         )
 
 
+class _PublishTimeout(Exception):
+    """The transport did not acknowledge an upload within ``publish_timeout``."""
+
+
+def _expire(waiter: asyncio.Future[Outcome]) -> None:
+    if not waiter.done():
+        waiter.set_exception(_PublishTimeout())
+
+
 class _Refused(Exception):
     """An upload answered before it was decoded (and already counted)."""
 
@@ -331,25 +340,24 @@ class UploadHandler:
 
     async def _publish(self, ingestor: Ingestor, batch: ReportBatch, frame: bytes) -> Outcome:
         """Hand the new frame to the ingestor and wait for its outcome (``accepted`` or ``duplicate``)."""
+        loop = asyncio.get_running_loop()
         waiter = ingestor.submit_async(
-            batch.batch_id,
-            metric_day_key(batch.metric, batch.day),
-            frame,
-            len(batch),
-            batch.metric,
-            asyncio.get_running_loop(),
+            batch.batch_id, metric_day_key(batch.metric, batch.day), frame, len(batch), batch.metric, loop
         )
         timeout = self.settings.publish_timeout
+        # a bare loop timer that fails the waiter (``asyncio.timeout`` cost about 3x as much per upload); failing
+        # ``waiter`` is harmless: the ingestor hands out a future of the caller's own
+        timer = loop.call_later(timeout, _expire, waiter)
         try:
-            # cancelling ``waiter`` on a timeout is harmless: the ingestor hands out a future of the caller's own
-            async with asyncio.timeout(timeout):
-                return await waiter
-        except TimeoutError:
+            return await waiter
+        except _PublishTimeout:
             raise UnavailableError(
                 "timeout",
                 f"the transport did not acknowledge the batch within {timeout:g} s; retry later",
                 self.settings.retry_after,
             ) from None
+        finally:
+            timer.cancel()
 
     async def _ingest(
         self,

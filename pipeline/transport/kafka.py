@@ -1,8 +1,14 @@
 """The Kafka transport, on kafka-python (install ``crc32c`` too: record-batch CRCs are then computed in C).
 
-* Publishing uses an idempotent producer with ``acks=all``: a record is
+* Publishing (:meth:`KafkaTransport.publish_many`, the collector's path) uses
+  an idempotent librdkafka producer (``confluent-kafka``,
+  :mod:`pipeline.transport.kafka_producer`) with ``acks=all``: a record is
   acknowledged once every in-sync replica has it, and retries cannot
-  duplicate it (KIP-98). The partition is chosen by
+  duplicate it (KIP-98). librdkafka builds and sends record batches in C
+  threads, so the collector's event loop does not share the interpreter
+  lock with a Python producer (issue 31: kafka-python's producer was about a
+  third of the collector's CPU per report). The consumers, the admin client
+  and the transactional producers stay on kafka-python. The partition is chosen by
   :func:`~pipeline.transport.base.partition_for` (XXH32), not by Kafka's
   murmur2 partitioner, so keys land in the same partitions as in the
   embedded log.
@@ -142,7 +148,9 @@ class KafkaTransport(Transport):
 
     ``replication_factor`` applies to topics this transport creates (1 on the
     project's single-node broker). Extra ``producer_config`` and
-    ``consumer_config`` entries go to kafka-python unchanged.
+    ``consumer_config`` entries go to kafka-python unchanged (the
+    transactional producers and the consumers); ``publish_config`` entries
+    (librdkafka's property names) go to the publishing producer unchanged.
     """
 
     def __init__(
@@ -157,6 +165,7 @@ class KafkaTransport(Transport):
         clock: Callable[[], float] = time.time,
         producer_config: Mapping[str, Any] | None = None,
         consumer_config: Mapping[str, Any] | None = None,
+        publish_config: Mapping[str, Any] | None = None,
     ) -> None:
         if not bootstrap or not isinstance(bootstrap, str):
             raise ValueError(f"bootstrap must be 'host:port[,host:port...]', got {bootstrap!r}")
@@ -164,7 +173,8 @@ class KafkaTransport(Transport):
         self.url = f"kafka://{bootstrap}"
         from pipeline.transport import kafka_logs
 
-        kafka_logs.install()  # one line per broker state change, not kafka-python's burst of errors
+        #: one line per broker state change, not kafka-python's burst of errors (librdkafka reports to it too)
+        self._state_log = kafka_logs.install()
         self.client_id = client_id
         self.replication_factor = int(replication_factor)
         self.transaction_timeout = float(transaction_timeout)
@@ -174,6 +184,7 @@ class KafkaTransport(Transport):
         self.clock = clock
         self.producer_config = dict(producer_config or {})
         self.consumer_config = dict(consumer_config or {})
+        self.publish_config = dict(publish_config or {})
         self._lock = threading.Lock()
         self._admin: Any = None
         self._producer: Any = None
@@ -218,18 +229,35 @@ class KafkaTransport(Transport):
         cfg.update(extra)
         return cfg
 
+    def publish_settings(self) -> dict[str, Any]:
+        """The publishing producer's librdkafka configuration (:func:`~pipeline.transport.kafka_producer.rdkafka_settings`)."""
+        from pipeline.transport.kafka_producer import rdkafka_settings
+
+        return rdkafka_settings(
+            self.bootstrap,
+            f"{self.client_id}-producer",
+            self.request_timeout,
+            DEFAULT_MAX_REQUEST_SIZE,
+            RECONNECT_BACKOFF_MAX_MS,
+            self.publish_config,
+        )
+
     def _producer_client(self) -> Any:
+        """The publishing producer (librdkafka), made at first use; one that hit a fatal error is replaced."""
         if self._closed:
             raise TransportError(f"the transport on {self.url} is closed")
-        if self._producer is None:
-            from kafka import KafkaProducer
+        with self._lock:
+            old = self._producer
+            if old is not None and old.fatal is None:
+                return old
+            from pipeline.transport.kafka_producer import RdkafkaProducer
 
             try:
-                self._producer = KafkaProducer(**self.producer_settings())
-            except _errors().KafkaError as exc:
-                raise TransportError(
-                    f"cannot reach Kafka at {self.bootstrap} ({exc!r}); start the project's broker with `ldp kafka up`"
-                ) from exc
+                self._producer = RdkafkaProducer(self.publish_settings(), self._state_log, timeout=self.request_timeout)
+            except Exception as exc:  # confluent_kafka.KafkaException: a bad setting
+                raise TransportError(f"cannot make a Kafka producer for {self.bootstrap}: {exc!r}") from exc
+        if old is not None:
+            old.close(timeout=0)
         return self._producer
 
     # -- topics --------------------------------------------------------------
@@ -311,27 +339,13 @@ class KafkaTransport(Transport):
     def publish_many(self, topic: str, items: Iterable[tuple[bytes | None, bytes]]) -> list[RecordPosition]:
         n = self.partitions(topic)
         producer = self._producer_client()
-        futures = []
+        records = []
         for key, value in items:
             _check_value(key, value)
-            futures.append(
-                producer.send(
-                    topic,
-                    key=_b(key),
-                    value=bytes(value),
-                    timestamp_ms=self._day_ms(),
-                    partition=partition_for(key, n, next(self._rr)),
-                )
+            records.append(
+                (_b(key), value if type(value) is bytes else bytes(value), partition_for(key, n, next(self._rr)))
             )
-        producer.flush()
-        out = []
-        for f in futures:
-            try:
-                md = f.get(timeout=self.request_timeout)
-            except _errors().KafkaError as exc:
-                raise TransportError(f"Kafka did not acknowledge a record on {topic!r}: {exc!r}") from exc
-            out.append(RecordPosition(md.topic, md.partition, md.offset))
-        return out
+        return [RecordPosition(topic, p, off) for p, off in producer.publish(topic, records, self._day_ms())]
 
     def delete_before(self, topic: str, offsets: Mapping[int, int]) -> None:
         """DeleteRecords (KIP-107): move each partition's log start offset up to ``offsets[p]`` (an offset past

@@ -15,6 +15,10 @@ when it is created), drops those records and logs instead, through the logger ``
 * ``Kafka broker H:P is reachable again after S s`` (WARNING, so that the pair shows at the services' default
   level), once when a connection to it completes again.
 
+The collector's publishing producer is librdkafka's (:mod:`pipeline.transport.kafka_producer`): it reports
+to the same filter through :meth:`BrokerStateLog.lost` and :meth:`BrokerStateLog.up`, so a broker is said to
+be gone or back once per process whichever client noticed first.
+
 Records that say nothing about a lost connection pass unchanged. The state is per broker address and per
 process, shared by every client of the process (producer, consumers, admin). ``kafka.conn`` is set to INFO so
 that the filter sees "Connection complete"; its INFO records go on only where the ``kafka`` logger's own level
@@ -63,7 +67,7 @@ class BrokerStateLog(logging.Filter):
         address = found.group(1) if found else None
         if "Connection complete" in msg:
             if address is not None:
-                self._up(address)
+                self.up(address)
             return _admitted(record)
         if _IDLE_CLOSE in msg:
             # the broker closed an idle connection (connections.max.idle.ms) and the client reconnects at once:
@@ -71,11 +75,12 @@ class BrokerStateLog(logging.Filter):
             return False
         if record.levelno >= logging.WARNING and _LOST.search(msg):
             if address is not None:
-                self._lost(address, _reason(msg, record))
+                self.lost(address, _reason(msg, record))
             return False
         return _admitted(record)
 
-    def _lost(self, address: str, reason: str) -> None:
+    def lost(self, address: str, reason: str) -> None:
+        """Say once that the broker at ``address`` is unreachable (and why); nothing if it is known to be."""
         with self._lock:
             if address in self.down:
                 return
@@ -84,7 +89,8 @@ class BrokerStateLog(logging.Filter):
             "Kafka broker %s is unreachable (%s); the clients retry at least every second", address, reason
         )
 
-    def _up(self, address: str) -> None:
+    def up(self, address: str) -> None:
+        """Say once that the broker at ``address`` is reachable again; nothing if it was not known to be down."""
         with self._lock:
             since = self.down.pop(address, None)
         if since is not None:

@@ -149,6 +149,31 @@ def test_a_failed_publish_with_a_healthy_transport_does_not_refuse_everyone(tmp_
     assert len(transport.records) == 2
 
 
+def test_a_publish_not_acknowledged_in_time_is_503_timeout(tmp_path: Path, metrics: MetricSet) -> None:
+    """A transport that answers its probe but does not acknowledge a publish: the upload is answered 503
+    ``timeout`` with ``Retry-After`` after ``publish_timeout``, and its retry once the publish went through is
+    ``duplicate`` (published once)."""
+
+    class Slow(OutageTransport):
+        def health(self, topic: str | None = None, *, timeout: float = 2.0) -> Health:
+            self.probes += 1
+            return Health(True, "up")
+
+    transport = Slow()
+    cfg = settings(tmp_path, publish_timeout=0.4, probe_after=30.0, retry_after=3)
+    batch = olh_batch(metrics, 10)
+    with ServerThread(create_app(cfg, transport=transport)) as srv:
+        transport.outage.set()
+        r, elapsed = timed_post(srv.url, batch)
+        assert r.status_code == 503 and r.headers["retry-after"] == "3", r.text
+        assert r.json()["error"] == "timeout", r.text
+        assert 0.35 < elapsed < 3.0, elapsed
+        transport.outage.clear()
+        r = until_accepted(srv.url, batch, 10)
+        assert (r.status_code, r.json()["status"]) == (202, "duplicate"), r.text
+    assert [v for _, _, v in transport.records] == [encode_frame(batch)]
+
+
 # -- a real broker, stopped and started again ------------------------------------------------------------
 
 
