@@ -36,9 +36,10 @@ from ldp_core.mechanisms.base import ReportSpec
 from ldp_core.metrics import MetricSet
 from ldp_core.wire.frames import ReportBatch, decode_frame
 from ldp_core.wire.framing import FramingError
+from ldp_core.wire.sealed import SealedSpec
 from pipeline.envelope import ShuffleMeta, encode_envelope
 from pipeline.processor import StreamProcessor
-from pipeline.topics import metric_day_key
+from pipeline.topics import shuffled_key
 from pipeline.transport import (
     CommitFailedError,
     Consumer,
@@ -500,7 +501,9 @@ class Shuffler(StreamProcessor):
         recs = _gather(recs, perm)
         src = src[perm]
         metric, _, day = key
-        out_key = metric_day_key(metric, day)
+        # a plain metric-day spreads over the shuffled partitions, one key per released batch; a sealed one
+        # keeps its metric-day's key, so a replayed sealed record reaches the member whose guard saw the first
+        spread = s.shuffled_key == "batch" and not isinstance(spec, SealedSpec)
         tx = self.transaction()
         pos = 0
         for size in sizes:
@@ -518,6 +521,7 @@ class Shuffler(StreamProcessor):
                 bound=bound,
                 sources=sources,
             )
+            out_key = shuffled_key(metric, day, bid if spread else None)
             tx.publish(s.shuffled_topic, out_key, encode_envelope(meta, ReportBatch(metric, spec, day, chunk, bid)))
             part.pending_reports += size
             part.delta["released_batches"] += 1
