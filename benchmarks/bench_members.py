@@ -17,9 +17,9 @@ and processes each run):
   ``broker_cpu_s_per_m`` the same for the three Kafka nodes' JVMs together.
 
 **One hot metric-day** (``--scenario hot-day``, issue 31): every frame is of one metric on one day, and the runs
-interleave the shuffler's two keyings of released batches (``--shuffled-keys batch,metric-day``: per batch, the
-default since issue 31, which spreads the metric-day over the shuffled partitions; per metric-day, the keying
-before). Each run also records ``holding``: how many estimator members count part of the metric-day (their
+interleave the shuffler's keyings of released batches (``--shuffled-keys batch,batch:2,metric-day``: per batch,
+the default since issue 31, which spreads the metric-day over every shuffled partition; two sub-keys on two
+partitions, ``--shuffled-spread 2``; per metric-day, the keying before). Each run also records ``holding``: how many estimator members count part of the metric-day (their
 ``merged=false`` answers), 1 under the old keying.
 
 The collector is left out (its throughput and CPU per report are ``benchmarks/bench_ingest.py``'s), and so is
@@ -102,7 +102,7 @@ def one_run(
         members=members,
         collectors=0,
         partitions=8,
-        shuffler_args=["--shuffled-key", shuffled_key],
+        shuffler_args=_keying_args(shuffled_key),
     )
     try:
         procs.start()
@@ -173,8 +173,8 @@ def main() -> int:
     ap.add_argument(
         "--shuffled-keys",
         default=None,
-        help="the shuffler's keyings to compare, comma-separated (batch, metric-day; default: batch, and both "
-        "for --scenario hot-day)",
+        help="the shuffler's keyings to compare, comma-separated (batch, batch:N for --shuffled-spread N, "
+        "metric-day; default: batch, and batch,batch:2,metric-day for --scenario hot-day)",
     )
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "members.json"))
@@ -182,9 +182,12 @@ def main() -> int:
     member_counts = [int(x) for x in args.members.split(",")]
     if args.scenario == "hot-day":
         args.metrics = 1
-    keyings = (args.shuffled_keys or ("batch,metric-day" if args.scenario == "hot-day" else "batch")).split(",")
-    if not set(keyings) <= {"batch", "metric-day"}:
-        raise SystemExit(f"--shuffled-keys takes batch and metric-day, got {args.shuffled_keys!r}")
+    keyings = (args.shuffled_keys or ("batch,batch:2,metric-day" if args.scenario == "hot-day" else "batch")).split(",")
+    for k in keyings:
+        try:
+            _keying_args(k)
+        except ValueError:
+            raise SystemExit(f"--shuffled-keys takes batch, batch:N and metric-day, got {k!r}") from None
     shared = BrokerConfig.from_home(default_home())
     if not any(shared.libs.glob("kafka_*.jar")):
         raise SystemExit(f"no Kafka jars in {shared.libs}: run `.venv/bin/ldp kafka up` once")
@@ -244,6 +247,14 @@ def main() -> int:
             f"{s['broker_cpu_s_per_m']} | {s['load_1min']} |"
         )
     return 0
+
+
+def _keying_args(keying: str) -> list[str]:
+    """``ldp shuffler`` arguments of a keying: ``batch``, ``batch:N`` (``--shuffled-spread N``), ``metric-day``."""
+    name, _, spread = keying.partition(":")
+    if name not in ("batch", "metric-day") or (spread and (name != "batch" or not spread.isdigit())):
+        raise ValueError(keying)
+    return ["--shuffled-key", name] + (["--shuffled-spread", spread] if spread else [])
 
 
 def _summary(keying: str, members: int, mine: list[dict[str, Any]]) -> dict[str, Any]:

@@ -38,6 +38,7 @@ __all__ = [
     "metric_day_key",
     "shuffled_key",
     "key_metric_day",
+    "spread_keys",
     "SHUFFLED_KEYINGS",
 ]
 
@@ -74,3 +75,21 @@ def key_metric_day(key: bytes) -> tuple[str, int]:
     if len(parts) not in (2, 3) or not parts[0]:
         raise ValueError(f"{key!r} is not a <metric>/<day>[/<shuffle id>] key")
     return parts[0], int(parts[1])
+
+
+def spread_keys(metric: str, day: int, count: int, partitions: int) -> list[bytes]:
+    """``count`` sub-keys of one metric-day, ``b"<metric>/<day>/s<j>"``, that land on ``count`` distinct partitions
+    spaced evenly around the one of :func:`metric_day_key` (so members that own ranges of partitions each get
+    one; at most ``partitions``): for each target partition the smallest ``j`` whose key hashes there."""
+    from pipeline.transport.base import partition_for
+
+    count = max(1, min(count, partitions))
+    home = partition_for(metric_day_key(metric, day), partitions)
+    out = []
+    for i in range(count):
+        target = (home + i * partitions // count) % partitions
+        j = 0
+        while partition_for(f"{metric}/{int(day)}/s{j}".encode(), partitions) != target:
+            j += 1
+        out.append(f"{metric}/{int(day)}/s{j}".encode())
+    return out

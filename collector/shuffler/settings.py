@@ -39,7 +39,10 @@ class ShufflerSettings:
     batches are keyed (:func:`pipeline.topics.shuffled_key`): ``"batch"`` spreads
     a plain metric-day's batches over the shuffled topic's partitions (sealed
     batches keep their metric-day's key, for the estimator's replay guard);
-    ``"metric-day"`` keeps every batch of a metric-day in one partition.
+    ``"metric-day"`` keeps every batch of a metric-day in one partition. ``shuffled_spread`` (with ``"batch"``):
+    0 gives every released batch its own key (the metric-day reaches every partition); N >= 1 cycles a
+    metric-day's batches over N sub-keys on N evenly spaced partitions (:func:`pipeline.topics.spread_keys`):
+    fewer partitions per transaction and per read, enough for N members.
     """
 
     min_batch: int = 1000
@@ -63,6 +66,7 @@ class ShufflerSettings:
     session_timeout: float = 10.0
     poll_records: int = 500
     shuffled_key: str = "batch"
+    shuffled_spread: int = 0
 
     def __post_init__(self) -> None:
         if not isinstance(self.key_file, str) or not self.key_file:
@@ -80,6 +84,7 @@ class ShufflerSettings:
                 "max_days_ahead": (0, 366),
                 "expiry_grace_days": (0, 366),
                 "poll_records": (1, 1 << 20),
+                "shuffled_spread": (0, 10_000),
                 # seconds
                 "checkpoint_interval": (0.001, 1e9),
                 "refresh_interval": (0.001, 1e9),

@@ -30,7 +30,7 @@ from estimator.accounting.shuffle import grid_floor, shuffler_guarantee
 from ldp_core.metrics import MetricSet
 from ldp_core.wire.frames import encode_frame
 from pipeline.envelope import decode_envelope
-from pipeline.topics import key_metric_day, metric_day_key, shuffled_key
+from pipeline.topics import key_metric_day, metric_day_key, shuffled_key, spread_keys
 from pipeline.transport import Transport, open_transport
 from tests.support.collector_support import TODAY, olh_batch, write_metrics
 
@@ -587,13 +587,14 @@ def _sealed_metrics(tmp_path: Path) -> tuple[MetricSet, object]:
     return parse_metrics(doc), key
 
 
-@pytest.mark.parametrize("keying", ["batch", "metric-day"])
+@pytest.mark.parametrize(("keying", "spread"), [("batch", 0), ("batch", 2), ("metric-day", 0)])
 def test_released_batches_spread_a_plain_metric_day_and_keep_a_sealed_one_together(
-    tmp_path: Path, transport: Transport, keying: str
+    tmp_path: Path, transport: Transport, keying: str, spread: int
 ) -> None:
     """Keyed per batch (the default), one plain metric-day's released batches land in several shuffled
-    partitions; a sealed metric-day's stay in one (the estimator's replay guard needs a replay to reach the
-    member that saw the original); ``shuffled_key="metric-day"`` keeps every metric-day in one partition."""
+    partitions (with ``shuffled_spread`` 2, in exactly two, half the topic apart, taken in turn); a sealed
+    metric-day's stay in one (the estimator's replay guard needs a replay to reach the member that saw the
+    original); ``shuffled_key="metric-day"`` keeps every metric-day in one partition."""
     from ldp_core.wire.frames import ReportBatch
     from ldp_core.wire.sealing import seal_batch
     from pipeline.transport import partition_for
@@ -609,21 +610,30 @@ def test_released_batches_spread_a_plain_metric_day_and_keep_a_sealed_one_togeth
         batches.append(seal_batch(words, key.public))  # type: ignore[attr-defined]
     tp = Topics()
     publish(transport, tp.raw, batches)
-    sh = Shuffler(transport, metrics, tp.settings(min_batch=50, max_batch=50, shuffled_key=keying))
+    settings = tp.settings(min_batch=50, max_batch=50, shuffled_key=keying, shuffled_spread=spread)
+    sh = Shuffler(transport, metrics, settings)
     run_until_idle(sh)
     sh.close()
     out = read_shuffled(transport, tp.shuffled, metrics, expect=2 * 12 * 50)
     parts: dict[str, set[int]] = {"tab": set(), "word": set()}
+    tab_keys: list[bytes] = []
     for k, sb in out:
         metric = sb.batch.metric
         assert key_metric_day(k) == (metric, TODAY)
-        spread = keying == "batch" and metric == "tab"
-        assert k == shuffled_key(metric, TODAY, bytes.fromhex(sb.meta.shuffle_id) if spread else None)
+        if keying == "batch" and metric == "tab" and spread:
+            assert k in spread_keys(metric, TODAY, spread, 4)
+        else:
+            per_batch = keying == "batch" and metric == "tab"
+            assert k == shuffled_key(metric, TODAY, bytes.fromhex(sb.meta.shuffle_id) if per_batch else None)
         parts[metric].add(partition_for(k, 4))
+        tab_keys.extend([k] if metric == "tab" else [])
     assert sum(sb.meta.n for k, sb in out if sb.batch.metric == "tab") == 12 * 50
     assert len(parts["word"]) == 1
     # 12 random keys over 4 partitions all in one: probability 4 * 4**-12 = 2.4e-7
     if keying == "metric-day":
         assert len(parts["tab"]) == 1
+    elif spread == 2:  # two partitions half the topic apart, one batch each in turn (12 batches: 6 and 6)
+        assert len(parts["tab"]) == 2 and abs(max(parts["tab"]) - min(parts["tab"])) == 2
+        assert sorted(Counter(tab_keys).values()) == [6, 6]
     else:
         assert len(parts["tab"]) > 1
