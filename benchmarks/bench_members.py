@@ -16,6 +16,12 @@ and processes each run):
   (what a fleet pays per report, independent of how many cores were free), and the share of each stage;
   ``broker_cpu_s_per_m`` the same for the three Kafka nodes' JVMs together.
 
+**One hot metric-day** (``--scenario hot-day``, issue 31): every frame is of one metric on one day, and the runs
+interleave the shuffler's keyings of released batches (``--shuffled-keys batch,batch:2,metric-day``: per batch,
+the default since issue 31, which spreads the metric-day over every shuffled partition; two sub-keys on two
+partitions, ``--shuffled-spread 2``; per metric-day, the keying before). Each run also records ``holding``: how many estimator members count part of the metric-day (their
+``merged=false`` answers), 1 under the old keying.
+
 The collector is left out (its throughput and CPU per report are ``benchmarks/bench_ingest.py``'s), and so is
 the start-up of the processes. The machine's load average is recorded with each run: on a shared machine the
 wall-clock figure depends on it, the CPU figure much less.
@@ -23,6 +29,8 @@ wall-clock figure depends on it, the CPU figure much less.
 Usage (from the repository root)::
 
     .venv/bin/python benchmarks/bench_members.py --members 1,2 --repeat 3
+    .venv/bin/python benchmarks/bench_members.py --scenario hot-day --members 1,2 --repeat 3 \
+        --out benchmarks/results/members_hot_day.json
 
 Results print as Markdown and go to ``benchmarks/results/members.json``.
 """
@@ -81,11 +89,21 @@ def one_run(
     members: int,
     frames: list[tuple[bytes, bytes]],
     reports: int,
+    shuffled_key: str = "batch",
 ) -> dict[str, Any]:
     url = f"kafka://{cluster_bootstrap(cfgs)}?replication_factor=3"
     brokers = {f"broker-{c.node_id}": int(c.pid_path.read_text()) for c in cfgs}
     frame = reports // len(frames)
-    procs = GroupProcs(workdir, url, metrics_path, min_batch=frame, members=members, collectors=0, partitions=8)
+    procs = GroupProcs(
+        workdir,
+        url,
+        metrics_path,
+        min_batch=frame,
+        members=members,
+        collectors=0,
+        partitions=8,
+        shuffler_args=_keying_args(shuffled_key),
+    )
     try:
         procs.start()
         t = open_transport(url)
@@ -109,6 +127,13 @@ def one_run(
         wall = time.perf_counter() - t0
         cpu = {n: cpu_seconds(pid) - cpu0[n] for n, pid in pids.items()}
         t.close()
+        # estimator members whose own partitions hold part of a metric-day (the most over the metric-days)
+        held: dict[tuple[str, int], int] = {}
+        for i in range(members):
+            own = procs.group_read("/v1/estimates", i, merged="false") or {"estimates": []}
+            for e in own["estimates"]:
+                held[(e["metric"], e["day"])] = held.get((e["metric"], e["day"]), 0) + (e["n"] > 0)
+        holding = max(held.values(), default=0)
     finally:
         procs.stop()
     by_stage: dict[str, float] = {}
@@ -118,6 +143,8 @@ def one_run(
     total = sum(v for k, v in by_stage.items() if k != "broker")
     return {
         "members": members,
+        "shuffled_key": shuffled_key,
+        "holding": holding,
         "reports": reports,
         "wall_s": round(wall, 3),
         "publish_s": round(published, 3),
@@ -137,10 +164,30 @@ def main() -> int:
     ap.add_argument("--frames", type=int, default=240, help="frames published per run")
     ap.add_argument("--frame", type=int, default=1000, help="reports per frame (= the crowd threshold)")
     ap.add_argument("--metrics", type=int, default=16, help="metric-days the frames are spread over")
+    ap.add_argument(
+        "--scenario",
+        choices=("metric-days", "hot-day"),
+        default="metric-days",
+        help="metric-days: frames spread over --metrics metric-days; hot-day: all of them one metric-day",
+    )
+    ap.add_argument(
+        "--shuffled-keys",
+        default=None,
+        help="the shuffler's keyings to compare, comma-separated (batch, batch:N for --shuffled-spread N, "
+        "metric-day; default: batch, and batch,batch:2,metric-day for --scenario hot-day)",
+    )
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "members.json"))
     args = ap.parse_args()
     member_counts = [int(x) for x in args.members.split(",")]
+    if args.scenario == "hot-day":
+        args.metrics = 1
+    keyings = (args.shuffled_keys or ("batch,batch:2,metric-day" if args.scenario == "hot-day" else "batch")).split(",")
+    for k in keyings:
+        try:
+            _keying_args(k)
+        except ValueError:
+            raise SystemExit(f"--shuffled-keys takes batch, batch:N and metric-day, got {k!r}") from None
     shared = BrokerConfig.from_home(default_home())
     if not any(shared.libs.glob("kafka_*.jar")):
         raise SystemExit(f"no Kafka jars in {shared.libs}: run `.venv/bin/ldp kafka up` once")
@@ -165,29 +212,22 @@ def main() -> int:
         try:
             cluster_up(cfgs, timeout=240)
             for rep in range(args.repeat):
-                for m in member_counts:  # interleaved, so that a change of the machine's load hits both
-                    work = Path(tmp) / f"run-{rep}-{m}"
-                    work.mkdir()
-                    mpath = work / "metrics.json"
-                    mpath.write_text(json.dumps(doc))
-                    r = one_run(work, cfgs, mpath, m, frames, reports)
-                    print(json.dumps(r), flush=True)
-                    runs.append(r)
+                for keying in keyings:
+                    for m in member_counts:  # interleaved, so that a change of the machine's load hits both
+                        work = Path(tmp) / f"run-{rep}-{keying}-{m}"
+                        work.mkdir()
+                        mpath = work / "metrics.json"
+                        mpath.write_text(json.dumps(doc))
+                        r = one_run(work, cfgs, mpath, m, frames, reports, keying)
+                        print(json.dumps(r), flush=True)
+                        runs.append(r)
         finally:
             cluster_down(cfgs, grace=10, purge=True)
     summary = []
-    for m in member_counts:
-        mine = [r for r in runs if r["members"] == m]
-        summary.append(
-            {
-                "members": m,
-                "runs": len(mine),
-                "reports_per_s": statistics.median(r["reports_per_s"] for r in mine),
-                "cpu_s_per_m": statistics.median(r["cpu_s_per_m"] for r in mine),
-                "broker_cpu_s_per_m": statistics.median(r["broker_cpu_s_per_m"] for r in mine),
-                "load_1min": statistics.median(r["load_1min"] for r in mine),
-            }
-        )
+    for keying in keyings:
+        for m in member_counts:
+            mine = [r for r in runs if r["members"] == m and r["shuffled_key"] == keying]
+            summary.append(_summary(keying, m, mine))
     result = {
         "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version()},
         "settings": {k: v for k, v in vars(args).items() if k != "out"},
@@ -196,14 +236,39 @@ def main() -> int:
     }
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
-    print("\n| members per stage | reports/s (median) | CPU s per 10⁶ reports (stages) | (3 brokers) | load (1 min) |")
-    print("|---|---|---|---|---|")
+    print(
+        "\n| shuffled key | members per stage | members holding a metric-day | reports/s (median) | "
+        "CPU s per 10⁶ reports (stages) | (3 brokers) | load (1 min) |"
+    )
+    print("|---|---|---|---|---|---|---|")
     for s in summary:
         print(
-            f"| {s['members']} | {s['reports_per_s']:,} | {s['cpu_s_per_m']} | {s['broker_cpu_s_per_m']} | "
-            f"{s['load_1min']} |"
+            f"| {s['shuffled_key']} | {s['members']} | {s['holding']} | {s['reports_per_s']:,} | {s['cpu_s_per_m']} | "
+            f"{s['broker_cpu_s_per_m']} | {s['load_1min']} |"
         )
     return 0
+
+
+def _keying_args(keying: str) -> list[str]:
+    """``ldp shuffler`` arguments of a keying: ``batch``, ``batch:N`` (``--shuffled-spread N``), ``metric-day``."""
+    name, _, spread = keying.partition(":")
+    if name not in ("batch", "metric-day") or (spread and (name != "batch" or not spread.isdigit())):
+        raise ValueError(keying)
+    return ["--shuffled-key", name] + (["--shuffled-spread", spread] if spread else [])
+
+
+def _summary(keying: str, members: int, mine: list[dict[str, Any]]) -> dict[str, Any]:
+    return {
+        "shuffled_key": keying,
+        "members": members,
+        "runs": len(mine),
+        "holding": statistics.median(r["holding"] for r in mine),
+        "reports_per_s": statistics.median(r["reports_per_s"] for r in mine),
+        "reports_per_s_runs": [r["reports_per_s"] for r in mine],
+        "cpu_s_per_m": statistics.median(r["cpu_s_per_m"] for r in mine),
+        "broker_cpu_s_per_m": statistics.median(r["broker_cpu_s_per_m"] for r in mine),
+        "load_1min": statistics.median(r["load_1min"] for r in mine),
+    }
 
 
 if __name__ == "__main__":

@@ -13,9 +13,16 @@ topic                       one record is                                       
 
 FL records are keyed by task name (:mod:`ldp_core.fl.protocol`, :mod:`estimator.fl.job`).
 
-Raw and shuffled records are keyed ``"<metric>/<day>"``, so every batch of
-one metric-day lands in one partition (:func:`~pipeline.transport.base.partition_for`)
-and keeps its order there.
+Raw records are keyed ``"<metric>/<day>"``, so every upload of one metric-day
+lands in one partition (:func:`~pipeline.transport.base.partition_for`): the
+shuffler's crowd of a metric-day is gathered by one member. Shuffled records
+of a plain metric are keyed ``"<metric>/<day>/<shuffle id>"`` by default
+(:func:`shuffled_key`), so the released batches of one hot metric-day spread
+over the shuffled topic's partitions, hence over the sink's and the
+estimator's members (whose accumulators merge); sealed batches, and every
+batch under the shuffler's ``shuffled_key="metric-day"``, keep the
+``"<metric>/<day>"`` key. Nothing downstream needs the batches of a
+metric-day in order or in one partition.
 """
 
 from __future__ import annotations
@@ -29,6 +36,10 @@ __all__ = [
     "FL_STATE_TOPIC",
     "DEFAULT_PARTITIONS",
     "metric_day_key",
+    "shuffled_key",
+    "key_metric_day",
+    "spread_keys",
+    "SHUFFLED_KEYINGS",
 ]
 
 RAW_TOPIC = "ldp.reports.raw"
@@ -44,3 +55,41 @@ DEFAULT_PARTITIONS = 8
 def metric_day_key(metric: str, day: int) -> bytes:
     """The record key of a batch: ``b"<metric>/<day>"``."""
     return f"{metric}/{int(day)}".encode()
+
+
+#: how the shuffler keys its released batches: ``"batch"`` (a plain metric-day spreads over the partitions)
+#: or ``"metric-day"`` (every batch of a metric-day in one partition, the keying before issue 31)
+SHUFFLED_KEYINGS = ("batch", "metric-day")
+
+
+def shuffled_key(metric: str, day: int, shuffle_id: bytes | None = None) -> bytes:
+    """The record key of a released batch: ``b"<metric>/<day>/<shuffle id hex>"`` when spread by batch, else
+    (``shuffle_id`` ``None``) :func:`metric_day_key`."""
+    base = metric_day_key(metric, day)
+    return base if shuffle_id is None else base + b"/" + shuffle_id.hex().encode()
+
+
+def key_metric_day(key: bytes) -> tuple[str, int]:
+    """``(metric, day)`` of a raw or shuffled record key, either keying; :class:`ValueError` if it is neither."""
+    parts = key.decode().split("/")
+    if len(parts) not in (2, 3) or not parts[0]:
+        raise ValueError(f"{key!r} is not a <metric>/<day>[/<shuffle id>] key")
+    return parts[0], int(parts[1])
+
+
+def spread_keys(metric: str, day: int, count: int, partitions: int) -> list[bytes]:
+    """``count`` sub-keys of one metric-day, ``b"<metric>/<day>/s<j>"``, that land on ``count`` distinct partitions
+    spaced evenly around the one of :func:`metric_day_key` (so members that own ranges of partitions each get
+    one; at most ``partitions``): for each target partition the smallest ``j`` whose key hashes there."""
+    from pipeline.transport.base import partition_for
+
+    count = max(1, min(count, partitions))
+    home = partition_for(metric_day_key(metric, day), partitions)
+    out = []
+    for i in range(count):
+        target = (home + i * partitions // count) % partitions
+        j = 0
+        while partition_for(f"{metric}/{int(day)}/s{j}".encode(), partitions) != target:
+            j += 1
+        out.append(f"{metric}/{int(day)}/s{j}".encode())
+    return out

@@ -83,6 +83,12 @@ delivered again) and restores every partition. So after a crash, a
 rebalance or an aborted transaction, every report is released exactly once
 or is still buffered, and no upload is counted twice.
 
+Keys: a released batch of a plain metric is keyed ``"<metric>/<day>/<shuffle id>"`` (``shuffled_key="batch"``,
+the default), so one metric-day's batches spread over the shuffled topic's partitions and the sink's and
+estimator's members share it (issue 31); a sealed metric's batches, and all of them under
+``shuffled_key="metric-day"``, are keyed ``"<metric>/<day>"`` (:func:`pipeline.topics.shuffled_key`). The raw
+topic stays keyed per metric-day: the crowd of a metric-day is counted in one partition.
+
 Duplicates: the collector publishes a retried upload again if it crashed
 between publishing and recording the batch id (:mod:`collector.dedup`).
 The retry has the same batch id and key, so it lands in the same partition

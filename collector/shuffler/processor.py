@@ -36,9 +36,10 @@ from ldp_core.mechanisms.base import ReportSpec
 from ldp_core.metrics import MetricSet
 from ldp_core.wire.frames import ReportBatch, decode_frame
 from ldp_core.wire.framing import FramingError
+from ldp_core.wire.sealed import SealedSpec
 from pipeline.envelope import ShuffleMeta, encode_envelope
 from pipeline.processor import StreamProcessor
-from pipeline.topics import metric_day_key
+from pipeline.topics import shuffled_key, spread_keys
 from pipeline.transport import (
     CommitFailedError,
     Consumer,
@@ -131,6 +132,9 @@ class Shuffler(StreamProcessor):
         self.stats = ShufflerStats()
         self._parts: dict[int, _Partition] = {}
         self._state_keys: list[bytes] = []
+        self._shuffled_partitions = settings.partitions  # the shuffled topic's, once ensure_topics ran
+        # per metric-day: its sub-keys and the next one to use (shuffled_spread >= 1)
+        self._spread: dict[tuple[str, int], tuple[list[bytes], int]] = {}
         self._expected: dict[TopicPartition, int] = {}  # what the consumer must report as delivered
         self._progress = False
         self._last_input = time.monotonic()
@@ -158,6 +162,7 @@ class Shuffler(StreamProcessor):
                 f"{s.raw_topic!r} has {n}; they must be equal (the shuffler pairs them)"
             )
         self._state_keys = _state_keys(n)
+        self._shuffled_partitions = self.transport.partitions(s.shuffled_topic)
 
     def on_join(self, consumer: Consumer) -> None:
         try:  # an empty transaction: the Kafka transport's init_transactions aborts a zombie's open one
@@ -500,7 +505,9 @@ class Shuffler(StreamProcessor):
         recs = _gather(recs, perm)
         src = src[perm]
         metric, _, day = key
-        out_key = metric_day_key(metric, day)
+        # a plain metric-day spreads over the shuffled partitions, one key per released batch; a sealed one
+        # keeps its metric-day's key, so a replayed sealed record reaches the member whose guard saw the first
+        spread = s.shuffled_key == "batch" and not isinstance(spec, SealedSpec)
         tx = self.transaction()
         pos = 0
         for size in sizes:
@@ -518,6 +525,7 @@ class Shuffler(StreamProcessor):
                 bound=bound,
                 sources=sources,
             )
+            out_key = self._out_key(metric, day, bid) if spread else shuffled_key(metric, day)
             tx.publish(s.shuffled_topic, out_key, encode_envelope(meta, ReportBatch(metric, spec, day, chunk, bid)))
             part.pending_reports += size
             part.delta["released_batches"] += 1
@@ -526,6 +534,15 @@ class Shuffler(StreamProcessor):
             group.keep(recs[pos:].copy(), src[pos:])
         else:
             del part.groups[key]
+
+    def _out_key(self, metric: str, day: int, bid: bytes) -> bytes:
+        """A spread batch's key: its own (``shuffled_spread`` 0), else the metric-day's next sub-key."""
+        n = self.settings.shuffled_spread
+        if n == 0:
+            return shuffled_key(metric, day, bid)
+        keys, nxt = self._spread.get((metric, day)) or (spread_keys(metric, day, n, self._shuffled_partitions), 0)
+        self._spread[(metric, day)] = (keys, (nxt + 1) % len(keys))
+        return keys[nxt]
 
     def _reports_for(self, metric: str, epsilon0: float) -> int | None:
         """``r`` of the per-person figure: the metrics file's ``max_reports_per_day``, raised to what the devices'

@@ -11,7 +11,7 @@ from typing import Any
 from collector.errors import ConfigError
 from ldp_core.days import DAY_WINDOW_ENV, DEFAULT_MAX_DAY_AGE, DEFAULT_MAX_DAYS_AHEAD, DayWindow
 from pipeline.settings import check_names, check_ranges, check_topics, settings_from_env
-from pipeline.topics import DEFAULT_PARTITIONS, RAW_TOPIC, SHUFFLED_TOPIC, SHUFFLER_STATE_TOPIC
+from pipeline.topics import DEFAULT_PARTITIONS, RAW_TOPIC, SHUFFLED_KEYINGS, SHUFFLED_TOPIC, SHUFFLER_STATE_TOPIC
 
 __all__ = ["ShufflerSettings", "DeviceCaps", "ENV_PREFIX", "DEFAULT_KEY_PATH"]
 
@@ -35,7 +35,14 @@ class ShufflerSettings:
     (:mod:`ldp_core.days`; also from ``$LDP_MAX_DAY_AGE`` /
     ``$LDP_MAX_DAYS_AHEAD``) and a group is kept ``expiry_grace_days`` past
     it. ``key_file`` is the shuffler's secret (created 0600 if missing; the
-    same file for every member of the group).
+    same file for every member of the group). ``shuffled_key`` is how released
+    batches are keyed (:func:`pipeline.topics.shuffled_key`): ``"batch"`` spreads
+    a plain metric-day's batches over the shuffled topic's partitions (sealed
+    batches keep their metric-day's key, for the estimator's replay guard);
+    ``"metric-day"`` keeps every batch of a metric-day in one partition. ``shuffled_spread`` (with ``"batch"``):
+    0 gives every released batch its own key (the metric-day reaches every partition); N >= 1 cycles a
+    metric-day's batches over N sub-keys on N evenly spaced partitions (:func:`pipeline.topics.spread_keys`):
+    fewer partitions per transaction and per read, enough for N members.
     """
 
     min_batch: int = 1000
@@ -58,6 +65,8 @@ class ShufflerSettings:
     restore_timeout: float = 120.0
     session_timeout: float = 10.0
     poll_records: int = 500
+    shuffled_key: str = "batch"
+    shuffled_spread: int = 0
 
     def __post_init__(self) -> None:
         if not isinstance(self.key_file, str) or not self.key_file:
@@ -75,6 +84,7 @@ class ShufflerSettings:
                 "max_days_ahead": (0, 366),
                 "expiry_grace_days": (0, 366),
                 "poll_records": (1, 1 << 20),
+                "shuffled_spread": (0, 10_000),
                 # seconds
                 "checkpoint_interval": (0.001, 1e9),
                 "refresh_interval": (0.001, 1e9),
@@ -82,6 +92,8 @@ class ShufflerSettings:
                 "session_timeout": (0.001, 1e9),
             },
         )
+        if self.shuffled_key not in SHUFFLED_KEYINGS:
+            raise ConfigError(f"shuffled_key must be one of {', '.join(SHUFFLED_KEYINGS)}, got {self.shuffled_key!r}")
         if self.max_batch < self.min_batch:
             raise ConfigError(f"max_batch ({self.max_batch}) must be at least min_batch ({self.min_batch})")
         check_topics(self, "raw_topic", "shuffled_topic", "state_topic")

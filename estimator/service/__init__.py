@@ -5,7 +5,10 @@ The streaming estimator: live estimates from the shuffled topic, exact across re
 One accumulator per (metric, spec, day) sums the reports of every shuffled
 batch consumed (accumulators are linear: :mod:`estimator.oracles.base`), and
 a small HTTP service serves the current estimates with confidence intervals
-and the shuffle's central ε.
+and the shuffle's central ε. A metric-day's batches are spread over the
+shuffled partitions (the shuffler keys them per batch), so members of a group
+each hold part of it and every read merges the parts
+(:mod:`estimator.service.peers`).
 
 ===========================================  =================================================
 :mod:`estimator.service.state`             per-key state, tallies, tails; :func:`merge_states`

@@ -53,6 +53,26 @@ def _build_models() -> dict[str, Any]:
     class Health(BaseModel):
         status: str = Field(description='"ok" while the process serves requests')
 
+    class MissingPart(BaseModel):
+        """Offsets of the shuffled topic that no member of a partial answer counted or reads (issue 31)."""
+
+        model_config = ConfigDict(populate_by_name=True)
+
+        topic: str
+        partition: int
+        from_: int = Field(alias="from", description="the first missing offset")
+        to: int | None = Field(
+            description="the first offset after the gap (null: everything from `from` on; no answering member "
+            "reads the partition)"
+        )
+
+    missing_partitions_field: Any = Field(
+        [],
+        description="partial: the shuffled topic's partitions with a part no answering member counted; a plain "
+        "metric-day is spread over every partition, so its batches there are missing from the figures",
+    )
+    missing_parts_field: Any = Field([], description="partial: per partition, the offset range that is missing")
+
     class Available(BaseModel):
         metric: str
         spec_id: str
@@ -65,6 +85,8 @@ def _build_models() -> dict[str, Any]:
         merged_instances: int = Field(1, description="how many estimator instances' states were listed together")
         partial: bool = Field(False, description="true when some --peer did not answer")
         missing_peers: list[str] = Field([], description="the peers' base URLs that did not answer")
+        missing_partitions: list[int] = missing_partitions_field
+        missing_parts: list[MissingPart] = missing_parts_field
 
     class EstimateBody(BaseModel):
         """One day's frequency estimate of a metric under one spec."""
@@ -109,6 +131,8 @@ def _build_models() -> dict[str, Any]:
             False, description="true when some --peer did not answer: the figures cover only the reachable members"
         )
         missing_peers: list[str] = Field([], description="the peers' base URLs that did not answer (partial)")
+        missing_partitions: list[int] = missing_partitions_field
+        missing_parts: list[MissingPart] = missing_parts_field
 
     class NumericCommon(BaseModel):
         model_config = ConfigDict(extra="forbid")
@@ -130,6 +154,8 @@ def _build_models() -> dict[str, Any]:
         merged_instances: int
         partial: bool = False
         missing_peers: list[str] = []
+        missing_partitions: list[int] = missing_partitions_field
+        missing_parts: list[MissingPart] = missing_parts_field
 
     class MeanBody(NumericCommon):
         """One day's mean of a numeric metric (one entry per attribute), in the value's units."""
@@ -491,11 +517,17 @@ def discovered_json(
 
 
 def _select(
-    tally: Tally, metric: str, day: str | None, spec_id: str | None, missing: Sequence[str] = ()
+    tally: Tally,
+    metric: str,
+    day: str | None,
+    spec_id: str | None,
+    missing: Sequence[str] = (),
+    partitions: Sequence[int] = (),
 ) -> tuple[Key, KeyState]:
     from fastapi import HTTPException
 
-    where = f" (partial: peers {', '.join(missing)} did not answer)" if missing else ""
+    lacking = f"; partitions {', '.join(map(str, partitions))} are missing" if partitions else ""
+    where = f" (partial: peers {', '.join(missing)} did not answer{lacking})" if missing else ""
     keys = [k for k in tally.keys if k[0] == metric]
     if not keys:
         raise HTTPException(404, f"no reports of metric {metric!r} were counted yet{where}")
@@ -654,7 +686,7 @@ def create_app(
         postprocess: Literal["none", "norm-sub"] = "none",
     ) -> dict[str, Any]:
         v = view(metric, merged)
-        key, ks = _select(v.tally, metric, day, spec_id, v.missing)
+        key, ks = _select(v.tally, metric, day, spec_id, v.missing, v.missing_partitions)
         out = estimate_json(
             metric,
             key,

@@ -232,12 +232,30 @@ class StreamingEstimator(StreamProcessor):
         # extends the last one; any other range is kept apart, so its start voids uncertain tails in a merge
         self._continuing: set[TopicPartition] = set()
         self.stats = EstimatorStats()
+        #: partitions the group gives this member, with the committed offset each was got at (the merged
+        #: answers' ``missing_parts``); the topic's partition count, once joined
+        self._assigned: dict[int, int] = {}
+        self._partition_count: int | None = None
 
     # -- joining -----------------------------------------------------------------------------
 
     def on_join(self, consumer: Consumer) -> None:
+        self._assigned = {}  # a new consumer: the next poll reads the assignment and its offsets afresh
         if self._pending:
             self._resolve_pending(consumer)
+        try:
+            self._partition_count = self.transport.partitions(self.topic)
+        except Exception:  # noqa: BLE001 - only a figure of the merged answers' missing parts
+            log.debug("the partition count of %s is not known", self.topic, exc_info=True)
+
+    def on_poll(self, consumer: Consumer) -> None:
+        """Follow the assignment: the partitions this member reads, and where the group had them committed."""
+        owned = {tp.partition for tp in consumer.assignment() if tp.topic == self.topic}
+        if owned != set(self._assigned):
+            self._assigned = {
+                p: self._assigned[p] if p in self._assigned else consumer.committed(TopicPartition(self.topic, p)) or 0
+                for p in sorted(owned)
+            }
 
     def _resolve_pending(self, consumer: Consumer) -> None:
         """Pending tails from before a crash: counted iff the group's offset reached their end."""
@@ -390,6 +408,8 @@ class StreamingEstimator(StreamProcessor):
                 self.topic,
                 self.group,
                 self.member,
+                dict(self._assigned),
+                self._partition_count,
             )
 
     def freshness(self) -> dict[str, Any]:

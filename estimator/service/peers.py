@@ -6,7 +6,11 @@ the whole group by default: :func:`gather` fetches each peer's ``/v1/state`` in 
 :func:`~estimator.service.state.merge_states` sums them with this member's own. A peer that does not answer
 within ``timeout`` is left out and named: the answer is then *partial* (``partial: true``,
 ``missing_peers: [...]``) rather than an error, so a member keeps answering for what is reachable while
-another restarts. ``merged=false`` keeps the member's local-only answer.
+another restarts. A partial answer also says which part of the shuffled topic it lacks
+(``missing_partitions``, and ``missing_parts``: per partition the offset range no answering member counted or
+reads, :func:`~estimator.service.state.missing_parts`): since the shuffler spreads a plain metric-day's batches
+over every partition, the missing part of a metric-day is its batches in those ranges. ``merged=false`` keeps
+the member's local-only answer.
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ import dataclasses
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from estimator.service.state import EstimatorState, Tally, merge_states
+from estimator.service.state import EstimatorState, Tally, merge_states, missing_parts
 
 __all__ = ["PEER_TIMEOUT", "GroupView", "gather", "gather_json"]
 
@@ -32,14 +36,25 @@ class GroupView:
     instances: int  # states merged (this member included)
     missing: list[str]  # peers' base URLs that did not answer
     errors: dict[str, str]  # why, per missing peer
+    parts: list[dict[str, Any]] = dataclasses.field(default_factory=list)  # offset ranges nobody answering holds
 
     @property
     def partial(self) -> bool:
         return bool(self.missing)
 
+    @property
+    def missing_partitions(self) -> list[int]:
+        return sorted({int(p["partition"]) for p in self.parts})
+
     def marks(self) -> dict[str, object]:
         """The JSON keys every merged answer carries."""
-        return {"merged_instances": self.instances, "partial": self.partial, "missing_peers": list(self.missing)}
+        return {
+            "merged_instances": self.instances,
+            "partial": self.partial,
+            "missing_peers": list(self.missing),
+            "missing_partitions": self.missing_partitions,
+            "missing_parts": [dict(p) for p in self.parts],
+        }
 
 
 def _fetch(url: str, timeout: float) -> EstimatorState:
@@ -74,7 +89,8 @@ def gather(
                 except Exception as exc:  # any failure of one peer: answer without it, and say so
                     missing.append(url)
                     errors[url] = f"{type(exc).__name__}: {exc}"
-    return GroupView(merge_states(states), len(states), missing, errors)
+    parts = missing_parts(states) if missing else []
+    return GroupView(merge_states(states), len(states), missing, errors, parts)
 
 
 def _fetch_json(url: str, timeout: float) -> dict[str, Any]:

@@ -39,7 +39,17 @@ from pipeline.envelope import ShuffleMeta
 from pipeline.topics import SHUFFLED_TOPIC
 from pipeline.transport.base import TopicPartition
 
-__all__ = ["DEFAULT_GROUP", "Key", "KeyState", "Tally", "Tail", "EstimatorState", "merge_states", "parse_day"]
+__all__ = [
+    "DEFAULT_GROUP",
+    "Key",
+    "KeyState",
+    "Tally",
+    "Tail",
+    "EstimatorState",
+    "merge_states",
+    "missing_parts",
+    "parse_day",
+]
 
 DEFAULT_GROUP = "ldp-estimator"
 
@@ -257,6 +267,11 @@ class EstimatorState:
     topic: str = SHUFFLED_TOPIC
     group: str = DEFAULT_GROUP
     member: str = ""
+    #: the partitions the group gives this member now, each with the group's committed offset when it got it
+    #: (where its reading started; ``None``: not known, e.g. a fixed state)
+    assigned: dict[int, int] | None = None
+    #: the topic's partitions (``None``: not known)
+    partition_count: int | None = None
 
     def counted(self) -> Tally:
         """Everything this instance counted (certain plus every tail)."""
@@ -276,6 +291,8 @@ class EstimatorState:
                 {"topic": tp.topic, "partition": tp.partition, "ranges": rs} for tp, rs in sorted(self.segments.items())
             ],
             "tails": [t.to_json_obj() for t in self.tails],
+            "assigned": None if self.assigned is None else {str(p): c for p, c in sorted(self.assigned.items())},
+            "partition_count": self.partition_count,
         }
 
     @classmethod
@@ -290,6 +307,8 @@ class EstimatorState:
             o.get("topic", SHUFFLED_TOPIC),
             o.get("group", DEFAULT_GROUP),
             o.get("member", ""),
+            None if o.get("assigned") is None else {int(p): int(c) for p, c in o["assigned"].items()},
+            None if o.get("partition_count") is None else int(o["partition_count"]),
         )
 
 
@@ -349,3 +368,47 @@ def merge_states(states: Sequence[EstimatorState]) -> Tally:
             if not void:
                 total.merge(t.tally)
     return total
+
+
+def missing_parts(states: Sequence[EstimatorState]) -> list[dict[str, Any]]:
+    """The offset ranges of the topic that none of ``states`` counted or reads: what a merged answer over them
+    lacks when a member did not answer (issue 31).
+
+    Per partition, the counted ranges and tails of every state are joined; a gap below the last counted offset
+    is one (another member counted it and did not answer: e.g. the member that held the partition before a
+    rebalance), and a partition no answering member reads now misses everything after its last counted offset
+    (``to`` ``None``: up to wherever the missing member got). One dict per gap: ``topic``, ``partition``,
+    ``from``, ``to``. Records a retention already deleted show as a gap too (they are not known to be gone).
+    """
+    if not states:
+        return []
+    topic = states[0].topic
+    counts = [s.partition_count for s in states if s.partition_count is not None]
+    spans: dict[int, list[tuple[int, int]]] = {}
+    held: set[int] = set()
+    for s in states:
+        mine: set[int] = set()
+        for tp, rs in s.segments.items():
+            for base, end, _ in rs:
+                spans.setdefault(tp.partition, []).append((int(base), int(end)))
+                mine.add(tp.partition)
+        for t in s.tails:
+            spans.setdefault(t.tp.partition, []).append((t.base, t.end))
+            mine.add(t.tp.partition)
+        if s.assigned is None:
+            held.update(mine)
+        else:  # a member reads an assigned partition from the offset it got it at: below it is someone else's
+            held.update(s.assigned)
+            for p, start in s.assigned.items():
+                spans.setdefault(p, []).append((start, start))
+    n = max(counts) if counts else max([*spans, *held], default=-1) + 1
+    out: list[dict[str, Any]] = []
+    for p in range(n):
+        cursor = 0
+        for base, end in sorted(spans.get(p, [])):
+            if base > cursor:
+                out.append({"topic": topic, "partition": p, "from": cursor, "to": base})
+            cursor = max(cursor, end)
+        if p not in held:
+            out.append({"topic": topic, "partition": p, "from": cursor, "to": None})
+    return out

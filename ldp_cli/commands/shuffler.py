@@ -101,6 +101,23 @@ def register(sub: argparse._SubParsersAction) -> None:
         f"every member of the group needs the same file (default $LDP_SHUFFLER_KEY_FILE, else {d.key_file})",
     )
     add_session_timeout(p, d.session_timeout)
+    p.add_argument(
+        "--shuffled-key",
+        choices=("batch", "metric-day"),
+        default=None,
+        help="how released batches are keyed: batch spreads a plain metric-day over the shuffled topic's "
+        "partitions, hence over the sink's and estimator's members (sealed metrics keep one key per metric-day); "
+        f"metric-day keeps one partition per metric-day (default $LDP_SHUFFLER_SHUFFLED_KEY, else {d.shuffled_key})",
+    )
+    p.add_argument(
+        "--shuffled-spread",
+        type=int,
+        default=None,
+        metavar="N",
+        help="with --shuffled-key batch: 0 keys every released batch apart (a metric-day reaches every partition); "
+        "N cycles a metric-day's batches over N evenly spaced partitions, enough for N members and fewer "
+        f"partitions per transaction (default $LDP_SHUFFLER_SHUFFLED_SPREAD, else {d.shuffled_spread})",
+    )
     p.add_argument("--raw-topic", default=d.raw_topic)
     p.add_argument("--shuffled-topic", default=d.shuffled_topic)
     p.add_argument("--state-topic", default=d.state_topic)
@@ -151,6 +168,8 @@ def run(args: argparse.Namespace) -> int:
             raw_topic=args.raw_topic,
             shuffled_topic=args.shuffled_topic,
             state_topic=args.state_topic,
+            shuffled_key=args.shuffled_key,
+            shuffled_spread=args.shuffled_spread,
         )
         metrics = load_metrics(metrics_path, reject_expired=False)
         caps = DeviceCaps.parse(args.device_epsilon_cap)

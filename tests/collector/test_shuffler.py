@@ -30,7 +30,7 @@ from estimator.accounting.shuffle import grid_floor, shuffler_guarantee
 from ldp_core.metrics import MetricSet
 from ldp_core.wire.frames import encode_frame
 from pipeline.envelope import decode_envelope
-from pipeline.topics import metric_day_key
+from pipeline.topics import key_metric_day, metric_day_key, shuffled_key, spread_keys
 from pipeline.transport import Transport, open_transport
 from tests.support.collector_support import TODAY, olh_batch, write_metrics
 
@@ -214,7 +214,11 @@ def test_threshold_holds_back_small_groups_and_releases_crowds(
     run_until_idle(sh)
     out = read_shuffled(transport, tp.shuffled, metrics)
     assert sorted(sb.meta.n for _, sb in out) == [100, 100]
-    assert {k for k, _ in out} == {metric_day_key("emoji_used", TODAY - 1)}
+    # keyed per released batch (issue 31): the metric-day's batches spread over the shuffled partitions
+    assert {k for k, _ in out} == {
+        shuffled_key("emoji_used", TODAY - 1, bytes.fromhex(sb.meta.shuffle_id)) for _, sb in out
+    }
+    assert {key_metric_day(k) for k, _ in out} == {("emoji_used", TODAY - 1)}
     assert sh.stats.buffered_reports == 99 + 50
     # one more report for A crosses the threshold: all 100 released together, after a restart from the checkpoint
     sh.close()
@@ -224,7 +228,7 @@ def test_threshold_holds_back_small_groups_and_releases_crowds(
     sh2.close()
     assert sh2.stats.restores >= 1
     out = read_shuffled(transport, tp.shuffled, metrics)
-    released_a = [sb for k, sb in out if k == metric_day_key("emoji_used", TODAY)]
+    released_a = [sb for k, sb in out if key_metric_day(k) == ("emoji_used", TODAY)]
     # sources is a lower bound: the 99 reports restored from the checkpoint count as one upload, plus the new one
     assert len(released_a) == 1 and released_a[0].meta.n == 100 and released_a[0].meta.sources == 2
     assert np.array_equal(np.sort(released_a[0].batch.records["seed"]), np.arange(100))
@@ -547,3 +551,89 @@ def test_exactly_once_across_kill9_embedded(tmp_path: Path, metrics: MetricSet) 
 @pytest.mark.kafka
 def test_exactly_once_across_kill9_kafka(tmp_path: Path, metrics: MetricSet, kafka_bootstrap: str) -> None:
     crash_scenario(f"kafka://{kafka_bootstrap}", tmp_path, metrics)
+
+
+# -- the keys of released batches (issue 31) -------------------------------------------------------------------
+
+
+def _sealed_metrics(tmp_path: Path) -> tuple[MetricSet, object]:
+    from ldp_core.metrics import parse_metrics
+    from ldp_core.wire.sealing import new_key_file
+
+    _, key = new_key_file(tmp_path / "analyzer-keys")
+    doc = {
+        "format": "ldp-metrics/1",
+        "analyzer_keys": [key.public.to_dict()],
+        "metrics": {
+            "word": {
+                "owner": "o@example.org",
+                "expires": "2099-12-31",
+                "max_reports_per_day": 1,
+                "description": "word, sealed",
+                "mechanism": {"mechanism": "olh", "epsilon": 1.5},
+                "domain": {"kind": "hashed", "size": 256, "seed": 4},
+                "sealed": True,
+            },
+            "tab": {
+                "owner": "o@example.org",
+                "expires": "2099-12-31",
+                "max_reports_per_day": 1,
+                "description": "tab, plain",
+                "mechanism": {"mechanism": "olh", "epsilon": 1.0},
+                "domain": {"kind": "hashed", "size": 64, "seed": 1},
+            },
+        },
+    }
+    return parse_metrics(doc), key
+
+
+@pytest.mark.parametrize(("keying", "spread"), [("batch", 0), ("batch", 2), ("metric-day", 0)])
+def test_released_batches_spread_a_plain_metric_day_and_keep_a_sealed_one_together(
+    tmp_path: Path, transport: Transport, keying: str, spread: int
+) -> None:
+    """Keyed per batch (the default), one plain metric-day's released batches land in several shuffled
+    partitions (with ``shuffled_spread`` 2, in exactly two, half the topic apart, taken in turn); a sealed
+    metric-day's stay in one (the estimator's replay guard needs a replay to reach the member that saw the
+    original); ``shuffled_key="metric-day"`` keeps every metric-day in one partition."""
+    from ldp_core.wire.frames import ReportBatch
+    from ldp_core.wire.sealing import seal_batch
+    from pipeline.transport import partition_for
+
+    metrics, key = _sealed_metrics(tmp_path)
+    rng = np.random.default_rng(5)
+    plain_spec, word_spec = metrics["tab"].spec, metrics["word"].spec
+    batches = []
+    for _ in range(12):
+        values = rng.integers(0, 64, 50)
+        batches.append(ReportBatch("tab", plain_spec, TODAY, plain_spec.encode(values, rng), rng.bytes(16)))
+        words = ReportBatch("word", word_spec, TODAY, word_spec.encode(rng.integers(0, 256, 50), rng), rng.bytes(16))
+        batches.append(seal_batch(words, key.public))  # type: ignore[attr-defined]
+    tp = Topics()
+    publish(transport, tp.raw, batches)
+    settings = tp.settings(min_batch=50, max_batch=50, shuffled_key=keying, shuffled_spread=spread)
+    sh = Shuffler(transport, metrics, settings)
+    run_until_idle(sh)
+    sh.close()
+    out = read_shuffled(transport, tp.shuffled, metrics, expect=2 * 12 * 50)
+    parts: dict[str, set[int]] = {"tab": set(), "word": set()}
+    tab_keys: list[bytes] = []
+    for k, sb in out:
+        metric = sb.batch.metric
+        assert key_metric_day(k) == (metric, TODAY)
+        if keying == "batch" and metric == "tab" and spread:
+            assert k in spread_keys(metric, TODAY, spread, 4)
+        else:
+            per_batch = keying == "batch" and metric == "tab"
+            assert k == shuffled_key(metric, TODAY, bytes.fromhex(sb.meta.shuffle_id) if per_batch else None)
+        parts[metric].add(partition_for(k, 4))
+        tab_keys.extend([k] if metric == "tab" else [])
+    assert sum(sb.meta.n for k, sb in out if sb.batch.metric == "tab") == 12 * 50
+    assert len(parts["word"]) == 1
+    # 12 random keys over 4 partitions all in one: probability 4 * 4**-12 = 2.4e-7
+    if keying == "metric-day":
+        assert len(parts["tab"]) == 1
+    elif spread == 2:  # two partitions half the topic apart, one batch each in turn (12 batches: 6 and 6)
+        assert len(parts["tab"]) == 2 and abs(max(parts["tab"]) - min(parts["tab"])) == 2
+        assert sorted(Counter(tab_keys).values()) == [6, 6]
+    else:
+        assert len(parts["tab"]) > 1

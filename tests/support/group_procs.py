@@ -41,6 +41,7 @@ class GroupProcs:
         collectors: int = 2,
         partitions: int = 4,
         session_timeout: float = 3.0,
+        shuffler_args: Sequence[str] = (),
     ) -> None:
         run = uuid.uuid4().hex[:8]
         self.raw, self.shuffled, self.state = (
@@ -64,6 +65,7 @@ class GroupProcs:
             argv += ["--partitions", parts, "--group", f"shuffler-{run}", "--member", f"shuffler-{i}"]
             argv += ["--checkpoint-interval", "0.3", "--session-timeout", st, "--no-guarantee"]
             argv += ["--key-file", str(workdir / "shuffler.key")]  # one secret for the group's checkpoints
+            argv += list(shuffler_args)
             self._add(f"shuffler-{i}", argv, workdir, "ldp shuffler: running")
         for i in range(members):
             argv = ["sink", "--transport", t, "--metrics", m, "--dataset", str(self.dataset)]

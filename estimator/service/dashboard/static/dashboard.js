@@ -325,7 +325,7 @@
       const missing = e.missing_peers || [];
       cards.push(card("group", "estimator members", e.merged_instances, `${e.merged_instances} merged`,
         missing.length ? `partial: ${missing.length} peer(s) did not answer` : "the whole group",
-        missing.length ? `not counted: ${missing.join(", ")}` : "every --peer answered"));
+        missing.length ? `not counted: ${missing.join(", ")}` + ((e.missing_partitions || []).length ? `; missing partitions: ${e.missing_partitions.join(", ")}` : "") : "every --peer answered"));
     }
     if (e.kind === "frequency") cards.push(card("postprocessing", "post-processing", null, e.postprocessing, e.postprocessing === "norm-sub" ? "non-negative, sums to n" : "unbiased counts"));
     $("summary").replaceChildren(...cards);
