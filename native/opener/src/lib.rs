@@ -58,7 +58,8 @@ fn labeled_expand<const L: usize>(suite: &[u8], prk: &Prk, label: &[u8], info: &
 }
 
 fn prk_bytes(suite: &[u8], salt: &[u8], label: &[u8], ikm: &[u8]) -> [u8; NH] {
-    // LabeledExtract's output as bytes: an HKDF "expand" cannot give it, so extract is done as the HMAC it is
+    // LabeledExtract's output as bytes (psk_id_hash, info_hash): aws-lc-rs's Prk does not expose them, so this
+    // extract is computed as the HMAC it is (RFC 5869 §2.2: PRK = HMAC-Hash(salt, IKM))
     use aws_lc_rs::hmac;
     let zeros = [0u8; NH];
     let salt = if salt.is_empty() { &zeros[..] } else { salt };
@@ -67,7 +68,10 @@ fn prk_bytes(suite: &[u8], salt: &[u8], label: &[u8], ikm: &[u8]) -> [u8; NH] {
     for part in [V1, suite, label, ikm] {
         ctx.update(part);
     }
-    ctx.sign().as_ref().try_into().expect("HMAC-SHA256 is 32 bytes")
+    ctx.sign()
+        .as_ref()
+        .try_into()
+        .expect("HMAC-SHA256 is 32 bytes")
 }
 
 struct RingKey {
@@ -103,7 +107,8 @@ impl RingKey {
         let mut kem_context = [0u8; 2 * NENC];
         kem_context[..NENC].copy_from_slice(enc);
         kem_context[NENC..].copy_from_slice(&self.pk);
-        let shared_secret: [u8; NH] = labeled_expand(KEM_SUITE, &eae_prk, b"shared_secret", &kem_context);
+        let shared_secret: [u8; NH] =
+            labeled_expand(KEM_SUITE, &eae_prk, b"shared_secret", &kem_context);
         // KeySchedule (§5.1): secret = LabeledExtract(shared_secret, "secret", psk = "")
         let secret = labeled_extract(HPKE_SUITE, &shared_secret, b"secret", b"");
         let key: [u8; NK] = labeled_expand(HPKE_SUITE, &secret, b"key", ksc);
@@ -166,7 +171,11 @@ impl Opener {
         width: usize,
         plain_size: usize,
         infos: Vec<(Vec<u8>, Vec<u8>)>,
-    ) -> PyResult<(Bound<'py, PyBytes>, Bound<'py, PyBytes>, Bound<'py, PyBytes>)> {
+    ) -> PyResult<(
+        Bound<'py, PyBytes>,
+        Bound<'py, PyBytes>,
+        Bound<'py, PyBytes>,
+    )> {
         if width == 0 {
             return Err(PyValueError::new_err("width must be positive"));
         }
@@ -192,7 +201,10 @@ impl Opener {
                 let kid = &rec[..rec.len().min(KEY_ID)];
                 let s = match schedules.iter().find(|(k, _)| k[..] == kid[..]) {
                     None => UNKNOWN_KEY,
-                    Some((_, sch)) => sch.key.open(&sch.ksc, &rec[KEY_ID..], plain_size, &mut plain),
+                    Some((_, sch)) => {
+                        sch.key
+                            .open(&sch.ksc, &rec[KEY_ID..], plain_size, &mut plain)
+                    }
                 };
                 if s == OPENED {
                     encs.extend_from_slice(&rec[KEY_ID..KEY_ID + NENC]);
@@ -201,7 +213,11 @@ impl Opener {
             }
             (plain, encs, status)
         });
-        Ok((PyBytes::new(py, &plain), PyBytes::new(py, &encs), PyBytes::new(py, &status)))
+        Ok((
+            PyBytes::new(py, &plain),
+            PyBytes::new(py, &encs),
+            PyBytes::new(py, &status),
+        ))
     }
 }
 
