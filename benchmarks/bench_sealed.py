@@ -8,9 +8,13 @@
   batch of ``--frame`` reports (the header is shared by a frame's reports; the record overhead is 52 bytes).
 * **seal** (device side): records sealed per second on one core (two X25519 operations each: the
   ephemeral key pair and the exchange).
-* **open** (analyzer side), one core: this project's opener (``ldp_core.wire.hpke.single_shot_opener``: one
-  X25519 exchange, five HMAC-SHA256, one AES-GCM), ``cryptography``'s own HPKE decrypt when present, the
-  X25519 exchange alone (the floor), and the plain path: decoding the same reports' plain frame.
+* **open** (analyzer side), one core, side by side (the three interleaved in each of the ``--repeat`` rounds):
+  the compiled batch opener (``ldp_opener``, native/opener: one call per batch, GIL released), the Python
+  opener (``ldp_core.wire.hpke.single_shot_opener``: one X25519 exchange, five HMAC-SHA256, one AES-GCM),
+  and ``cryptography``'s X25519 exchange alone (the reference: ``open_compiled_vs_x25519`` and
+  ``open_python_vs_x25519``); then ``cryptography``'s own HPKE decrypt when present, and the plain path:
+  decoding the same reports' plain frame. ``open_per_s`` / ``open_vs_x25519`` are the default opener's
+  (the compiled one when it is installed).
 * **stream**: the streaming estimator's per-record step for a shuffled batch (decode the envelope, open,
   count into the tally), sealed and plain, reports per second on one core.
 * **batch**: ``--batch`` sealed reports (``--distinct`` sealed for real, repeated to the count: opening
@@ -39,7 +43,15 @@ from estimator.service.state import Tally
 from ldp_core.metrics import load_metrics
 from ldp_core.wire import hpke
 from ldp_core.wire.frames import ReportBatch, decode_frame, encode_frame
-from ldp_core.wire.sealing import AnalyzerKey, BatchOpener, KeyRing, _Opener, seal_batch, sealed_info
+from ldp_core.wire.sealing import (
+    AnalyzerKey,
+    BatchOpener,
+    KeyRing,
+    _Opener,
+    native_opener_available,
+    seal_batch,
+    sealed_info,
+)
 from pipeline.envelope import ShuffleMeta, decode_envelope, encode_envelope, open_sealed
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -55,6 +67,18 @@ def _median_rate(n: int, repeat: int, fn: Any) -> float:
         fn()
         rates.append(n / max(time.process_time() - t0, 1e-9))
     return float(statistics.median(rates))
+
+
+def _interleaved(n: int, repeat: int, fns: dict[str, Any]) -> dict[str, float]:
+    """As :func:`_median_rate` for several functions, run in turn within each round, so that a change in the
+    machine's load falls on all of them alike."""
+    rates: dict[str, list[float]] = {k: [] for k in fns}
+    for _ in range(repeat):
+        for k, fn in fns.items():
+            t0 = time.process_time()
+            fn()
+            rates[k].append(n / max(time.process_time() - t0, 1e-9))
+    return {k: float(statistics.median(v)) for k, v in rates.items()}
 
 
 def _machine() -> dict[str, Any]:
@@ -112,10 +136,25 @@ def rates(n: int, repeat: int) -> dict[str, float]:
     res: dict[str, float] = {"n": n, "metric": name, "mechanism": spec.name}  # type: ignore[dict-item]
     res["seal_per_s"] = _median_rate(n, repeat, lambda: seal_batch(plain, key.public))
     raw = np.ascontiguousarray(sealed.records).view(np.uint8).reshape(n, -1)
-    opener = _Opener({key.key_id: (key.private, key.public_key)})
-    res["open_per_s"] = _median_rate(
-        n, repeat, lambda: opener.open_raw(raw, name, spec.spec_id, 20_000, spec.record_size)
-    )
+    table = {key.key_id: (key.private, key.public_key)}
+    python = _Opener(table, native=False)
+    compiled = _Opener(table, native=True) if native_opener_available() else None
+    encs = [X25519PublicKey.from_public_bytes(r[4:36].tobytes()) for r in raw]
+    side: dict[str, Any] = {
+        "x25519_exchange_per_s": lambda: [key.private.exchange(e) for e in encs],
+        "open_per_s_python": lambda: python.open_raw(raw, name, spec.spec_id, 20_000, spec.record_size),
+    }
+    if compiled is not None:
+        side["open_per_s_compiled"] = lambda: compiled.open_raw(raw, name, spec.spec_id, 20_000, spec.record_size)
+    load0 = os.getloadavg()
+    res.update(_interleaved(n, repeat, side))
+    res["load_during_open"] = [round(x, 2) for x in load0] + [round(x, 2) for x in os.getloadavg()]  # type: ignore[assignment]
+    res["open_python_vs_x25519"] = res["open_per_s_python"] / res["x25519_exchange_per_s"]
+    if compiled is not None:
+        res["open_compiled_vs_x25519"] = res["open_per_s_compiled"] / res["x25519_exchange_per_s"]
+    default = "open_per_s_compiled" if compiled is not None else "open_per_s_python"
+    res["open_per_s"] = res[default]
+    res["open_vs_x25519"] = res["open_per_s"] / res["x25519_exchange_per_s"]
     fast = hpke.fast_suite()
     if fast is not None:  # cryptography's own single-shot decrypt, for comparison
         info = sealed_info(name, spec.spec_id, 20_000, key.key_id)
@@ -123,14 +162,11 @@ def rates(n: int, repeat: int) -> dict[str, float]:
         res["open_per_s_cryptography_hpke"] = _median_rate(
             n, repeat, lambda: [fast.decrypt(m, key.private, info) for m in msgs]
         )
-    encs = [X25519PublicKey.from_public_bytes(r[4:36].tobytes()) for r in raw]
-    res["x25519_exchange_per_s"] = _median_rate(n, repeat, lambda: [key.private.exchange(e) for e in encs])
     # the same exchanges from the records' raw bytes (the key object made per record, as opening must)
     raw_encs = [r[4:36].tobytes() for r in raw]
     res["x25519_from_bytes_per_s"] = _median_rate(
         n, repeat, lambda: [key.private.exchange(X25519PublicKey.from_public_bytes(e)) for e in raw_encs]
     )
-    res["open_vs_x25519"] = res["open_per_s"] / res["x25519_exchange_per_s"]
     res["plain_decode_per_s"] = _median_rate(n, repeat, lambda: decode_frame(plain_frame, spec))
     res["sealed_frame_decode_per_s"] = _median_rate(n, repeat, lambda: decode_frame(sealed_frame, spec))
     # the streaming estimator's per-record step: decode the envelope, open if sealed, count into the tally
@@ -146,7 +182,7 @@ def rates(n: int, repeat: int) -> dict[str, float]:
     res["stream_step_per_s_sealed"] = _median_rate(n, repeat, lambda: step(env_sealed))
     res["stream_step_per_s_plain"] = _median_rate(n, repeat, lambda: step(env_plain))
     for k, v in res.items():
-        print(f"{k:<34} {v:>14,.{2 if k == 'open_vs_x25519' else 0}f}" if isinstance(v, float) else f"{k:<34} {v:>14}")
+        print(f"{k:<34} {v:>14,.{2 if k.endswith('_vs_x25519') else 0}f}" if isinstance(v, float) else f"{k:<34} {v}")
     return res
 
 
@@ -192,6 +228,7 @@ def main() -> None:
     out: dict[str, Any] = {
         "machine": _machine(),
         "cryptography_hpke": hpke.fast_suite() is not None,
+        "compiled_opener": native_opener_available(),
         "sizes": sizes(args.frame),
         "rates": rates(args.n, args.repeat),
     }

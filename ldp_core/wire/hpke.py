@@ -40,6 +40,7 @@ __all__ = [
     "AEAD_AES_128_GCM",
     "AEAD_CHACHA20_POLY1305",
     "HPKEError",
+    "HPKEPointError",
     "Context",
     "Suite",
     "derive_key_pair",
@@ -64,6 +65,11 @@ _V1 = b"HPKE-v1"
 
 class HPKEError(ValueError):
     """A message does not open (wrong key, wrong info or aad, tampered bytes) or a parameter is invalid."""
+
+
+class HPKEPointError(HPKEError):
+    """The X25519 exchange refused an ``enc``: a low-order point, whose shared secret is all zeros (RFC 9180
+    §7.1.4 says abort)."""
 
 
 def _extract(salt: bytes, ikm: bytes) -> bytes:
@@ -113,7 +119,7 @@ def _dh(sk: X25519PrivateKey, pk: bytes) -> bytes:
     try:
         return sk.exchange(X25519PublicKey.from_public_bytes(pk))
     except ValueError as exc:  # a low-order point gives the all-zero output: RFC 9180 §7.1.4 says abort
-        raise HPKEError(f"X25519 exchange failed: {exc}") from None
+        raise HPKEPointError(f"X25519 exchange failed: {exc}") from None
 
 
 class Context:
@@ -297,7 +303,7 @@ def single_shot_opener(suite: Suite, skr: X25519PrivateKey, pkr: bytes, info: by
         try:
             dh = exchange(from_public(enc))
         except ValueError as exc:
-            raise HPKEError(f"X25519 exchange failed: {exc}") from None
+            raise HPKEPointError(f"X25519 exchange failed: {exc}") from None
         inner = eae_in.copy()
         inner.update(dh)
         outer = z_out.copy()

@@ -64,6 +64,8 @@ __all__ = [
     "seal_records",
     "seal_batch",
     "open_batch",
+    "OPEN_STATUS",
+    "native_opener_available",
     "ReplayGuard",
     "default_open_processes",
     "new_key_file",
@@ -260,20 +262,65 @@ class OpenResult:
     replayed: int = 0  # opened records dropped because their encapsulated key was already counted
 
 
-class _Opener:
-    """Opens sealed records of one (metric, spec, day): one X25519 exchange, five HMACs and one AES-GCM each
-    (:func:`ldp_core.wire.hpke.single_shot_opener`, every constant of the key schedule precomputed per key id)."""
+#: what became of each record, by the status byte :meth:`_Opener.open_raw_status` gives (the compiled opener,
+#: ``native/opener``, numbers them the same way)
+OPEN_STATUS = ("opened", "unknown_key", "bad_point", "not_authentic", "wrong_size", "short")
+_OPENED, _UNKNOWN_KEY, _BAD_POINT, _NOT_AUTHENTIC, _WRONG_SIZE, _SHORT = range(6)
 
-    def __init__(self, keys: Mapping[str, Any]) -> None:
+
+def native_opener_available() -> bool:
+    """Whether the compiled batch opener (``ldp_opener``, built from ``native/opener`` by scripts/bootstrap)
+    is installed; without it sealed records are opened in Python, with the same results."""
+    try:
+        import ldp_opener  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def _native(keys: Mapping[str, Any], native: bool | None) -> Any:
+    """A compiled opener for ``keys`` (key id -> (X25519PrivateKey, raw public)), or ``None``: ``native``
+    None uses it when installed, False never, True requires it (a clear error if it is missing)."""
+    if native is False:
+        return None
+    try:
+        import ldp_opener
+    except ImportError:
+        if native:
+            raise SealingError(
+                "the compiled sealed-report opener (ldp_opener) is not installed: run scripts/bootstrap "
+                "(it builds native/opener; needs cargo)"
+            ) from None
+        return None
+    return ldp_opener.Opener([(bytes.fromhex(kid), sk.private_bytes_raw()) for kid, (sk, _) in keys.items()])
+
+
+class _Opener:
+    """Opens sealed records of one (metric, spec, day): one X25519 exchange, five HMACs and one AES-GCM each.
+
+    With the compiled opener (``ldp_opener``, when installed, unless ``native=False``) a whole batch is one
+    call that releases the GIL; else each record goes through :func:`ldp_core.wire.hpke.single_shot_opener`
+    (every constant of the key schedule precomputed per key id). Both give the same plaintexts and the same
+    status per record (``tests/sdk/test_sealed_native.py``)."""
+
+    def __init__(self, keys: Mapping[str, Any], native: bool | None = None) -> None:
         from ldp_core.wire import hpke
 
         self.keys = keys  # key id -> (X25519PrivateKey, raw public)
         self.suite = hpke.Suite()
         self._openers: dict[tuple[bytes, bytes], Any] = {}
+        self._native = _native(keys, native)
+
+    @property
+    def native(self) -> bool:
+        """Whether this opener opens with the compiled one."""
+        return self._native is not None
 
     def _opener(self, kid: bytes, metric: str, spec_id: str, day: int) -> Any:
         from ldp_core.wire import hpke
 
+        if len(kid) != KEY_ID_SIZE:  # what is left of a cut record: no key has such an id
+            return None
         info = sealed_info(metric, spec_id, day, kid.hex())
         op = self._openers.get((kid, info))
         if op is None:
@@ -293,32 +340,61 @@ class _Opener:
         self, raw: np.ndarray, metric: str, spec_id: str, day: int, plain_size: int
     ) -> tuple[bytes, int, bytes]:
         """As :meth:`open_raw`, plus the encapsulated keys (``ENC_SIZE`` bytes each) of the records that opened."""
-        from ldp_core.wire.hpke import HPKEError
+        plain, encs, status = self.open_raw_status(raw, metric, spec_id, day, plain_size)
+        return plain, len(status) - status.count(_OPENED), encs
 
-        data = np.ascontiguousarray(raw).tobytes()
-        width = raw.shape[1] if raw.ndim == 2 else plain_size + SEALED_OVERHEAD
+    def open_raw_status(
+        self, raw: np.ndarray | bytes, metric: str, spec_id: str, day: int, plain_size: int
+    ) -> tuple[bytes, bytes, bytes]:
+        """The plaintexts and encapsulated keys of the records that opened (concatenated, in order) and one
+        status byte per record (an index into :data:`OPEN_STATUS`). ``raw`` is an (n, W) uint8 array, or
+        bytes of records ``plain_size + SEALED_OVERHEAD`` wide (a shorter last one is tried as it is)."""
+        if isinstance(raw, np.ndarray):
+            data = np.ascontiguousarray(raw).tobytes()
+            width = raw.shape[1] if raw.ndim == 2 else plain_size + SEALED_OVERHEAD
+        else:
+            data, width = bytes(raw), plain_size + SEALED_OVERHEAD
+        if self._native is not None:
+            infos = [(bytes.fromhex(kid), sealed_info(metric, spec_id, day, kid)) for kid in self.keys]
+            plain, encs, status = self._native.open(data, width, plain_size, infos)
+            return bytes(plain), bytes(encs), bytes(status)
+        return self._open_python(data, width, metric, spec_id, day, plain_size)
+
+    def _open_python(
+        self, data: bytes, width: int, metric: str, spec_id: str, day: int, plain_size: int
+    ) -> tuple[bytes, bytes, bytes]:
+        from ldp_core.wire.hpke import HPKEError, HPKEPointError
+
         out: list[bytes] = []
         encs: list[bytes] = []
-        failed = 0
+        status = bytearray()
         last_kid, op = b"", None
         for pos in range(0, len(data), width):
             kid = data[pos : pos + KEY_ID_SIZE]
             if kid != last_kid:
                 last_kid, op = kid, self._opener(kid, metric, spec_id, day)
             if op is None:  # a key this analyzer does not have
-                failed += 1
+                status.append(_UNKNOWN_KEY)
+                continue
+            msg = data[pos + KEY_ID_SIZE : pos + width]
+            if len(msg) < ENC_SIZE + TAG_SIZE:
+                status.append(_SHORT)
                 continue
             try:
-                pt = op(data[pos + KEY_ID_SIZE : pos + width])
-            except HPKEError:  # a wrong tag, a bad point: counted, never fatal
-                failed += 1
+                pt = op(msg)
+            except HPKEPointError:  # a low-order enc: counted, never fatal
+                status.append(_BAD_POINT)
+                continue
+            except HPKEError:  # a wrong tag: altered bytes, another metric, spec, day or key
+                status.append(_NOT_AUTHENTIC)
                 continue
             if len(pt) != plain_size:
-                failed += 1
+                status.append(_WRONG_SIZE)
                 continue
+            status.append(_OPENED)
             out.append(pt)
-            encs.append(data[pos + KEY_ID_SIZE : pos + KEY_ID_SIZE + ENC_SIZE])
-        return b"".join(out), failed, b"".join(encs)
+            encs.append(msg[:ENC_SIZE])
+        return b"".join(out), b"".join(encs), bytes(status)
 
 
 def _key_table(keys: Mapping[str, AnalyzerKey]) -> dict[str, Any]:
@@ -328,9 +404,9 @@ def _key_table(keys: Mapping[str, AnalyzerKey]) -> dict[str, Any]:
 _WORKER: _Opener | None = None
 
 
-def _worker_init(private_keys: list[bytes]) -> None:
+def _worker_init(private_keys: list[bytes], native: bool | None = None) -> None:
     global _WORKER
-    _WORKER = _Opener(_key_table({k.key_id: k for k in (AnalyzerKey(b) for b in private_keys)}))
+    _WORKER = _Opener(_key_table({k.key_id: k for k in (AnalyzerKey(b) for b in private_keys)}), native)
 
 
 def _worker_open(args: tuple[bytes, int, str, str, int, int]) -> tuple[bytes, int, bytes]:
@@ -458,17 +534,30 @@ class BatchOpener:
     Records that do not open (another key, another metric or day, altered
     bytes) are dropped and counted in :attr:`OpenResult.failed`; so are
     opened records the spec rejects (out-of-range fields).
+
+    ``native`` picks the opener: ``None`` (the default) the compiled one
+    (``ldp_opener``) when it is installed, else Python; ``False`` Python;
+    ``True`` the compiled one or a :class:`SealingError`. The worker
+    processes open the same way.
     """
 
     def __init__(
-        self, keys: KeyRing, *, processes: int = 1, chunk: int = 4096, replays: ReplayGuard | None = None
+        self,
+        keys: KeyRing,
+        *,
+        processes: int = 1,
+        chunk: int = 4096,
+        replays: ReplayGuard | None = None,
+        native: bool | None = None,
     ) -> None:
         if processes < 1:
             raise ValueError(f"processes must be >= 1, got {processes}")
         self.keys = keys
         self.processes = int(processes)
         self.chunk = int(chunk)
-        self._opener = _Opener(_key_table(keys))
+        self._opener = _Opener(_key_table(keys), native)
+        # the workers open as this process does: compiled if it is, else in Python
+        self._native_mode: bool | None = self._opener.native if native is None else native
         self._pool: Any = None
         self.replays = ReplayGuard() if replays is None else replays
 
@@ -478,8 +567,13 @@ class BatchOpener:
 
             ctx = multiprocessing.get_context("spawn")
             privs = [k.private_bytes() for k in self.keys.values()]
-            self._pool = ctx.Pool(self.processes, initializer=_worker_init, initargs=(privs,))
+            self._pool = ctx.Pool(self.processes, initializer=_worker_init, initargs=(privs, self._native_mode))
         return self._pool
+
+    @property
+    def native(self) -> bool:
+        """Whether records are opened by the compiled opener (``ldp_opener``) rather than in Python."""
+        return self._opener.native
 
     def close(self) -> None:
         if self._pool is not None:
