@@ -18,7 +18,11 @@
   with the consumer's group metadata (generation-based zombie fencing,
   KIP-447), ``commit_transaction``. Its ``transactional.id`` is
   ``ldp.<group>.<member>``: a restarted worker that keeps its member name
-  aborts its dead predecessor's open transaction when it starts.
+  aborts its dead predecessor's open transaction when it starts. A
+  transactional request without an answer replaces the producer; the new
+  one's ``init_transactions`` settles the open transaction first, and a
+  token in the offsets' metadata tells whether it committed (then it is
+  reported committed, not rewound: docs/PIPELINE.md).
 * After every rebalance a member restarts its partitions from the committed
   offsets (as the embedded log does), so both transports redeliver the same
   records after a rebalance; if it drops delivered, uncommitted records, the

@@ -241,6 +241,10 @@ def test_kill_a_broker_and_a_member_of_every_group_under_load(tmp_path: Path) ->
         if procs is not None:
             procs.stop()
         cluster_down(cfgs, grace=3, purge=True)  # its data is deleted: no need to wait for a clean shutdown
+        if os.environ.get("LDP_TEST_KEEP_BROKER_LOGS"):  # the brokers' own logs, to read what a failure did
+            for i, c in enumerate(cfgs):
+                with contextlib.suppress(OSError):
+                    shutil.copy(c.log_path, tmp_path / f"broker-{i + 1}.log")
         shutil.rmtree(tmp_path / "cluster", ignore_errors=True)
         phase("teardown")
         print(f"phases ({time.monotonic() - t0:.1f} s): " + ", ".join(phases))
