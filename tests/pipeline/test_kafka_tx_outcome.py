@@ -9,10 +9,13 @@ and its offsets are committed, a moment after the rewind had read the old ones. 
 the same raw records again and published their reports a second time (each consumer group downstream, the
 sink's dataset and the estimators, counted them twice).
 
-Here the answer of a real EndTxn is dropped (``lost``: the coordinator committed) or the request is never sent
-(``never``): the transport must report the first as committed -- nothing delivered again, the output once --
-and the second as failed -- the records delivered again, the output never visible. On the old code the
-``lost`` case raised ``TransportError: the transaction did not complete`` and delivered the records again.
+Three outcomes on the project's broker: the answer of a real EndTxn is dropped (``lost``: the coordinator
+committed), the EndTxn reaches the coordinator only after the client gave up (``late``: its producer is kept
+open and sends it then), or it is never sent (``never``). Whatever the outcome, the transport must keep it
+exactly once: the output shows and no input record comes again, or the output never shows and every input
+record comes again. On the old code ``lost`` was reported failed although it had committed, and ``late``
+committed its output *and* delivered its 12 input records again (the shuffler's double publication); now
+settling the transaction fences the old producer first, so its late EndTxn is refused.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import uuid
 from typing import Any
 
 import pytest
+from kafka.errors import KafkaError
 
 from pipeline.transport.base import TransportError
 from pipeline.transport.kafka import KafkaConsumer, KafkaTransport, _TransactionStuck
@@ -60,11 +64,12 @@ def _poll_all(consumer: KafkaConsumer, want: int, timeout: float = 20.0) -> list
     return got
 
 
-@pytest.mark.parametrize("outcome", ["lost", "never"])
+@pytest.mark.parametrize("outcome", ["lost", "late", "never"])
 def test_a_commit_without_answer_is_settled_before_the_rewind(kafka_bootstrap: str, outcome: str) -> None:
     run = uuid.uuid4().hex[:8]
     src, dst, group = f"tx-outcome-in-{run}", f"tx-outcome-out-{run}", f"tx-outcome-{run}"
     transport = KafkaTransport(kafka_bootstrap, request_timeout=15.0)
+    stash: dict[str, Any] = {}
     try:
         transport.create_topic(src, 1)
         transport.create_topic(dst, 1)
@@ -72,38 +77,55 @@ def test_a_commit_without_answer_is_settled_before_the_rewind(kafka_bootstrap: s
         consumer = transport.consume(src, group, member="m0", session_timeout=6.0)
         try:
             assert len(_poll_all(consumer, N)) == N
-            real = consumer._tx_call
+            real, real_drop = consumer._tx_call, consumer._drop_producer
 
             def no_answer(what: str, start: Any) -> None:
                 if what == "commit_transaction":
                     if outcome == "lost":
                         real(what, start)  # the coordinator commits; its answer never reaches the client
                     else:
-                        consumer._producer.flush(timeout=10)  # the output is in the open transaction; no EndTxn
+                        consumer._producer.flush(timeout=10)  # the output is in the open transaction; no EndTxn yet
                     raise _TransactionStuck(f"{what} got no answer (injected)")
                 real(what, start)
 
+            def keep_in_flight() -> None:  # "late": the old producer's EndTxn is still on its way
+                consumer._drop_producer = real_drop  # type: ignore[method-assign]
+                stash["producer"], consumer._producer = consumer._producer, None
+
             consumer._tx_call = no_answer  # type: ignore[method-assign]
-            if outcome == "lost":
+            if outcome == "late":
+                consumer._drop_producer = keep_in_flight  # type: ignore[method-assign]
+            try:
                 with consumer.transaction() as tx:
                     tx.publish(dst, None, b"out")
-            else:
-                with pytest.raises(TransportError, match="did not complete"):
-                    with consumer.transaction() as tx:
-                        tx.publish(dst, None, b"out")
+                reported = "committed"
+            except TransportError as exc:
+                assert "did not complete" in str(exc)
+                reported = "failed"
             consumer._tx_call = real  # type: ignore[method-assign]
+            if outcome == "late":  # the EndTxn reaches the coordinator only now, after the client gave up
+                old = stash["producer"]
+                try:
+                    done = old._transaction_manager.begin_commit()
+                    old._sender.wakeup()
+                    assert done.wait(timeout_ms=15000)
+                except KafkaError:  # refused: a newer producer of this transactional id fenced the old one
+                    pass
             again = _poll_all(consumer, N, timeout=3.0)
             (tp,) = consumer.assignment()
             committed = consumer.committed(tp)
         finally:
             consumer.close()
-        if outcome == "lost":
-            assert again == [], f"{len(again)} records committed in the transaction were delivered again"
-            assert committed == N
-            assert _read_committed(kafka_bootstrap, dst) == [b"out"]
+        out = _read_committed(kafka_bootstrap, dst)
+        # exactly once: the output shows and nothing comes again, or it never shows and everything comes again
+        if out:
+            assert again == [], f"the output committed and {len(again)} of its input records were delivered again"
+            assert (out, committed, reported) == ([b"out"], N, "committed")
         else:
-            assert [r.offset for r in again] == list(range(N))  # nothing committed: all of them again
-            assert committed is None
-            assert _read_committed(kafka_bootstrap, dst) == []
+            assert [r.offset for r in again] == list(range(N))
+            assert (committed, reported) == (None, "failed")
+        assert bool(out) == (outcome == "lost")  # "late": settling fenced the old producer, its EndTxn came too late
     finally:
+        if "producer" in stash:
+            stash["producer"].close(timeout=2)
         transport.close()
