@@ -52,7 +52,9 @@ flush aborts the checkpoint, so nothing is committed that is not durable.
    before the commit, and the streaming estimator keeps such tails as
    *uncertain* until the partition is counted again
    (:mod:`estimator.service.engine`). (A transactional processor's outputs
-   and checkpoint are in the transaction, so they land with the offsets.)
+   and checkpoint are in the transaction, so they land with the offsets;
+   a commit that got no answer is settled by the transport before it
+   rewinds: committed, it is reported as such, see docs/PIPELINE.md.)
 6. *Rejoining* (:meth:`~StreamProcessor.rejoin`) drops everything derived
    from uncommitted records and leaves the group; the next poll joins again
    and reads from the committed offsets. Runners rejoin after a transient

@@ -25,7 +25,12 @@ rebalance -- reads the log, keeps the recorded ``last`` (waiting for more
 records if it has fewer), and writes the same names with the same content
 (records in offset order: deterministic), skipping files that already
 exist. Every commit is at a chunk end, so a new owner always starts at a
-chunk start. A member that finds the group's committed offset moved under
+chunk start. A member keeps in memory only the chunks above its last
+commit, but a question about an offset below them reads the whole log
+again: the group's committed offset may go back (an older commit that
+shows after a newer one, an offset reset), and the records read again must
+be cut as before, or they would be written twice under other names
+(issue 31; ``tests/collector/test_sink_rewind.py``). A member that finds the group's committed offset moved under
 one of its chunks (another member owned the partition meanwhile) drops
 its buffers and rejoins instead of writing; a rebalance that rewound
 uncommitted records (a new :attr:`~pipeline.transport.base.Consumer.generation`
@@ -103,6 +108,7 @@ class ChunkLog:
         self._read_pos = 0
         self._ends: dict[int, int] = {}
         self._starts: list[int] = []
+        self._floor = 0  # chunks ending below this offset were dropped from memory (forget_below)
         self._held = False
 
     @contextlib.contextmanager
@@ -137,6 +143,21 @@ class ChunkLog:
                 self._ends[first] = last
                 bisect.insort(self._starts, first)
         self._read_pos += end + 1
+
+    def reread_from(self, offset: int) -> None:
+        """Make sure the chunks around ``offset`` are in memory (call under :meth:`locked` before a lookup).
+
+        :meth:`forget_below` drops committed chunks; if the group's committed
+        offset later goes back below them (an older commit that shows after
+        a newer one, an operator's offset reset), this member reads those
+        records again and must find their recorded boundaries, or it would
+        cut the range anew and write its batches a second time under other
+        names (issue 31). So a question below the forgotten part reads the
+        whole log again.
+        """
+        if offset < self._floor:
+            self._read_pos, self._ends, self._starts, self._floor = 0, {}, [], 0
+            self._refresh()
 
     def lookup(self, first: int) -> int | None:
         """The recorded last offset of the chunk starting at ``first``."""
@@ -181,6 +202,7 @@ class ChunkLog:
         if len(keep) != len(self._starts):
             self._ends = {s: self._ends[s] for s in keep}
             self._starts = keep
+            self._floor = max(self._floor, offset)
 
 
 # -- the sink ----------------------------------------------------------------------------------
@@ -418,6 +440,8 @@ class ParquetSink(StreamProcessor):
         offsets = [it.offset for it in items]
         out: list[tuple[int, int]] = []
         with self._chunk_log(tp).locked() as cl:
+            if offsets:
+                cl.reread_from(offsets[0])
             i = 0
             while i < len(items):
                 first = offsets[i]

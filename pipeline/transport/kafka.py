@@ -24,7 +24,11 @@
   with the consumer's group metadata (generation-based zombie fencing,
   KIP-447), ``commit_transaction``. Its ``transactional.id`` is
   ``ldp.<group>.<member>``: a restarted worker that keeps its member name
-  aborts its dead predecessor's open transaction when it starts.
+  aborts its dead predecessor's open transaction when it starts. A
+  transactional request without an answer replaces the producer; the new
+  one's ``init_transactions`` settles the open transaction first, and a
+  token in the offsets' metadata tells whether it committed (then it is
+  reported committed, not rewound: docs/PIPELINE.md).
 * After every rebalance a member restarts its partitions from the committed
   offsets (as the embedded log does), so both transports redeliver the same
   records after a rebalance; if it drops delivered, uncommitted records, the
@@ -483,7 +487,12 @@ class _KafkaTransaction(Transaction, TransactionScope):
         from kafka import OffsetAndMetadata
         from kafka import TopicPartition as KTP
 
-        offsets = {KTP(tp.topic, tp.partition): OffsetAndMetadata(off, "", -1) for tp, off in c._delivered.items()}
+        # a token in the offsets' metadata, as in KafkaConsumer.commit: tells whether a transaction whose answer
+        # was lost committed (its offsets carry the token) once its outcome is settled
+        todo = dict(c._delivered)
+        token = f"{c.member}:tx{next(_COMMITS)}:{time.time_ns()}"
+        offsets = {KTP(tp.topic, tp.partition): OffsetAndMetadata(off, token, -1) for tp, off in todo.items()}
+        ending = False  # whether EndTxn(commit) may have reached the coordinator
         try:
             if offsets:
                 if not c._generation_stable():
@@ -491,6 +500,7 @@ class _KafkaTransaction(Transaction, TransactionScope):
                 # KIP-447 group metadata (generation fencing) where the client has it, else the group id
                 meta = c._consumer.group_metadata() if hasattr(c._consumer, "group_metadata") else c.group
                 c._tx_call("send_offsets_to_transaction", lambda tm: tm.send_offsets_to_transaction(offsets, meta))
+            ending = True
             c._tx_call("commit_transaction", lambda tm: tm.begin_commit())
         except (errors.ProducerFencedError, errors.InvalidProducerEpochError) as exc:
             c._drop_producer()
@@ -498,6 +508,15 @@ class _KafkaTransaction(Transaction, TransactionScope):
             raise FencedError(f"another worker took transactional id {c.transactional_id!r}: {exc!r}") from exc
         except _TransactionStuck as exc:
             c._drop_producer()
+            # Issue 31: EndTxn may have reached the transaction coordinator although its answer never came; the
+            # coordinator then completes the commit on its own, a moment later. Rewinding to the committed
+            # offsets at once read the old ones, and the records were processed and published a second time.
+            # Settle the outcome first (a new producer's InitProducerId returns only once the coordinator has
+            # completed or aborted the open transaction), then look whether the offsets carry this token.
+            if c._settle() and ending and todo and c._landed_soon(todo, token):
+                log.warning("the transaction's commit got no answer (%s) but it committed", exc)
+                c._delivered = {}
+                return
             c._rewind()
             raise TransportError(
                 f"the transaction did not complete: {exc}; the producer was replaced (its "
@@ -748,6 +767,27 @@ class KafkaConsumer(Consumer):
         except _errors().KafkaError as exc:  # cannot tell: treat as not landed (the records come again)
             log.warning("could not read the committed offsets after a failed commit: %r", exc)
             return False
+        return True
+
+    def _settle(self) -> bool:
+        """A new transactional producer (its ``init_transactions`` fences the old one and returns once the
+        coordinator has completed or aborted the open transaction); whether that worked."""
+        try:
+            self._tx_producer()
+        except Exception as exc:  # noqa: BLE001 - the coordinator is still away: the outcome stays unknown
+            log.warning("could not settle the open transaction (%r); its outcome is unknown", exc)
+            self._drop_producer()
+            return False
+        return True
+
+    def _landed_soon(self, todo: Mapping[TopicPartition, int], token: str, wait: float = 2.0) -> bool:
+        """:meth:`_landed`, asked again for up to ``wait`` s (a settled commit's offsets show once the markers'
+        write is replicated)."""
+        end = time.monotonic() + wait
+        while not self._landed(todo, token):
+            if time.monotonic() > end:
+                return False
+            time.sleep(0.05)
         return True
 
     def _generation_stable(self) -> bool:
