@@ -32,7 +32,7 @@ import numpy as np
 
 from estimator.pate.accounting import data_dependent, data_independent
 from estimator.pate.aggregators import confident_gnmax, gnmax, vote_histograms
-from estimator.pate.experiment import Digits, _sklearn_datasets, train_softmax
+from estimator.pate.experiment import Digits, make_synthetic_split, train_softmax
 from ldp_core.fl.models import SoftmaxRegression
 
 __all__ = ["SweepGrid", "GRIDS", "consensus_split", "run_sweep", "frontier", "epsilon_at", "plot_sweep"]
@@ -78,24 +78,9 @@ GRIDS: dict[str, SweepGrid] = {
 
 
 def consensus_split(rng: np.random.Generator, grid: SweepGrid) -> Digits:
-    """The sweep's task: ``make_classification`` (20 features, 12 informative, 10 classes, class_sep 1.5, its
-    seed drawn from ``rng``) split into sensitive, public and test rows."""
-    make_classification = _sklearn_datasets().make_classification
-    n = grid.sensitive + grid.public + grid.test
-    x, y = make_classification(
-        n_samples=n,
-        n_features=20,
-        n_informative=12,
-        n_redundant=4,
-        n_classes=10,
-        n_clusters_per_class=1,
-        class_sep=1.5,
-        random_state=int(rng.integers(2**31 - 1)),
-    )
-    te, pu, se = np.split(rng.permutation(n), [grid.test, grid.test + grid.public])
-    x = x.astype(np.float32)
-    y = y.astype(np.int64)
-    return Digits(x[se], y[se], x[pu], y[pu], x[te], y[te])
+    """The sweep's task: :func:`make_synthetic_split` (``make_classification``, 10 classes, its seed drawn
+    from ``rng``) at the grid's sizes of sensitive, public and test rows."""
+    return make_synthetic_split(rng, grid.sensitive, grid.public, grid.test)
 
 
 def _student_accuracy(data: Digits, x: np.ndarray, y: np.ndarray, hidden: int, seed: int) -> float | None:

@@ -42,6 +42,14 @@ def probability(text: str) -> float:
     return v
 
 
+def unit_interval(text: str) -> float:
+    """A number in [0, 1], ends included (an accuracy threshold, a share)."""
+    v = float(text)
+    if not 0.0 <= v <= 1.0:
+        raise argparse.ArgumentTypeError(f"must be in [0, 1], got {text}")
+    return v
+
+
 def open_unit(text: str) -> float:
     """A number strictly between 0 and 1 (a fraction of a data set, a δ)."""
     v = float(text)

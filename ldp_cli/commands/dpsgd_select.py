@@ -9,6 +9,7 @@ import sys
 from typing import Any
 
 from ldp_cli.commands.argtypes import positive as _positive
+from ldp_cli.commands.argtypes import unit_interval
 from ldp_cli.progress import progress_enabled
 
 __all__ = ["add_selection_flags", "run_selection", "float_list"]
@@ -22,13 +23,6 @@ def float_list(text: str) -> tuple[float, ...]:
     if not vals or not all(v > 0 and v != float("inf") for v in vals):
         raise argparse.ArgumentTypeError(f"must be comma-separated numbers > 0, got {text}")
     return vals
-
-
-def _fraction(text: str) -> float:
-    v = float(text)
-    if not 0.0 <= v <= 1.0:
-        raise argparse.ArgumentTypeError(f"must be in [0, 1], got {text}")
-    return v
 
 
 def add_selection_flags(p: argparse.ArgumentParser) -> None:
@@ -46,10 +40,10 @@ def add_selection_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument("--candidate-lrs", type=float_list, default=None, help="learning rates (default: --lr)")
     g.add_argument("--candidate-clips", type=float_list, default=None, help="clipping norms (default: --clip)")
     g.add_argument("--select-epsilon", type=_positive, default=1.0, help="ε of the choice itself (default 1)")
-    g.add_argument("--select-threshold", type=_fraction, default=None, help="svt: validation accuracy to reach")
+    g.add_argument("--select-threshold", type=unit_interval, default=None, help="svt: validation accuracy to reach")
     g.add_argument(
         "--validation-fraction",
-        type=_fraction,
+        type=unit_interval,
         default=0.2,
         help="share of the training rows held out (privately) for scoring (default 0.2)",
     )

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from ldp_cli.commands.argtypes import positive as _positive
+from ldp_cli.commands.argtypes import unit_interval
 from ldp_cli.commands.budget import add_budget_flags
 from ldp_cli.commands.dpsgd_select import float_list
 
@@ -29,13 +30,6 @@ def _int_list(text: str) -> tuple[int, ...]:
     if not vals or any(v < 1 for v in vals):
         raise argparse.ArgumentTypeError(f"must be comma-separated integers >= 1, got {text}")
     return vals
-
-
-def _fraction(text: str) -> float:
-    v = float(text)
-    if not 0.0 <= v <= 1.0:
-        raise argparse.ArgumentTypeError(f"must be in [0, 1], got {text}")
-    return v
 
 
 def add_plan_flags(j: argparse.ArgumentParser) -> None:
@@ -55,7 +49,7 @@ def add_plan_flags(j: argparse.ArgumentParser) -> None:
     g.add_argument("--candidate-rounds", type=_int_list, default=None, help="round counts (default: the task's)")
     g.add_argument("--validation", default=None, metavar="FILE.npz", help="private validation rows (arrays x, y)")
     g.add_argument("--select-epsilon", type=_positive, default=1.0, help="ε of the choice itself (default 1)")
-    g.add_argument("--select-threshold", type=_fraction, default=None, help="svt: validation accuracy to reach")
+    g.add_argument("--select-threshold", type=unit_interval, default=None, help="svt: validation accuracy to reach")
     g.add_argument(
         "--select-state",
         default=None,
