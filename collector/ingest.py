@@ -130,23 +130,53 @@ class _Result:
         return self._value
 
 
+class _Outbox:
+    """Outcomes bound for one event loop, handed over in bulk: the first outcome put into an empty outbox
+    schedules one ``call_soon_threadsafe`` (one write to the loop's wake-up pipe), and every outcome put
+    before the loop drains it rides along; a group commit of n uploads wakes the loop once, not n times."""
+
+    __slots__ = ("_loop", "_lock", "_items")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._lock = threading.Lock()
+        self._items: list[tuple[asyncio.Future[Outcome], Outcome | None, BaseException | None]] = []
+
+    def put(self, waiter: asyncio.Future[Outcome], result: Outcome | None, exc: BaseException | None) -> None:
+        with self._lock:
+            first = not self._items
+            self._items.append((waiter, result, exc))
+        if first:
+            try:
+                self._loop.call_soon_threadsafe(self._drain)
+            except RuntimeError:  # the loop is closed: nobody waits any more
+                with self._lock:
+                    self._items.clear()
+
+    def _drain(self) -> None:
+        with self._lock:
+            items, self._items = self._items, []
+        for waiter, result, exc in items:
+            _deliver(waiter, result, exc)
+
+
 class _LoopWaiter:
     """The caller's side of an upload submitted from an event loop: settling it (once; a second time raises
-    :class:`concurrent.futures.InvalidStateError`, which :func:`_settle` ignores) hands the outcome to the
-    loop's future with one ``call_soon_threadsafe``, without a lock or a callback list of its own, and takes
-    it out of the ingestor's set of waiting uploads."""
+    :class:`concurrent.futures.InvalidStateError`, which :func:`_settle` ignores) puts the outcome into the
+    loop's :class:`_Outbox`, without a lock or a callback list of its own, and takes it out of the ingestor's
+    set of waiting uploads."""
 
-    __slots__ = ("_loop", "_waiter", "_waiting", "_sent")
+    __slots__ = ("_outbox", "_waiter", "_waiting", "_sent")
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, waiter: asyncio.Future[Outcome], waiting: set[Any]) -> None:
-        self._loop, self._waiter, self._waiting, self._sent = loop, waiter, waiting, False
+    def __init__(self, outbox: _Outbox, waiter: asyncio.Future[Outcome], waiting: set[Any]) -> None:
+        self._outbox, self._waiter, self._waiting, self._sent = outbox, waiter, waiting, False
 
     def _send(self, result: Outcome | None, exc: BaseException | None) -> None:
         if self._sent:  # the probe and the group commit may both settle it: the first one counts
             raise concurrent.futures.InvalidStateError("the outcome is settled already")
         self._sent = True
         self._waiting.discard(self)
-        self._loop.call_soon_threadsafe(_deliver, self._waiter, result, exc)
+        self._outbox.put(self._waiter, result, exc)
 
     def set_result(self, result: Outcome) -> None:
         self._send(result, None)
@@ -297,6 +327,9 @@ class Ingestor:
         self._probe_soon = False
         self._next_probe = 0.0
         self._watcher: threading.Thread | None = None
+        #: per event loop: the uploads submitted since its last flush, and the outbox of their outcomes
+        self._pending: dict[asyncio.AbstractEventLoop, list[tuple[bytes, bytes, bytes, int, str, _LoopWaiter]]] = {}
+        self._outboxes: dict[asyncio.AbstractEventLoop, _Outbox] = {}
 
     # -- lifecycle -------------------------------------------------------------
 
@@ -349,35 +382,66 @@ class Ingestor:
     def submit_async(
         self, batch_id: bytes, key: bytes, value: bytes, reports: int, metric: str, loop: asyncio.AbstractEventLoop
     ) -> asyncio.Future[Outcome]:
-        """:meth:`submit` for a caller on ``loop`` (the collector's uploads): an asyncio future of the loop,
-        resolved through ``loop.call_soon_threadsafe``; cancelling it changes nothing for the publish."""
+        """:meth:`submit` for a caller on ``loop`` (the collector's uploads): an asyncio future of the loop;
+        cancelling it changes nothing for the publish. The uploads submitted during one iteration of the loop
+        reach the publisher threads together (one lock, one wake-up), at the start of the next iteration, and
+        their outcomes come back through the loop's :class:`_Outbox` (one wake-up of the loop per group)."""
         waiter: asyncio.Future[Outcome] = loop.create_future()
-        self._submit(batch_id, key, value, reports, metric, _LoopWaiter(loop, waiter, self._waiting))
+        pending = self._pending.get(loop)
+        if pending is None:
+            pending = self._pending[loop] = []
+            self._outboxes[loop] = _Outbox(loop)
+        if not pending:
+            loop.call_soon(self._flush, loop)
+        pending.append(
+            (batch_id, key, value, reports, metric, _LoopWaiter(self._outboxes[loop], waiter, self._waiting))
+        )
         return waiter
+
+    def _flush(self, loop: asyncio.AbstractEventLoop) -> None:
+        """On ``loop``: queue the uploads :meth:`submit_async` collected since the last flush, in one go."""
+        pending = self._pending[loop]
+        self._pending[loop] = []
+        subs = [(bytes(b), k, v, n, m, p, content_digest(v), _Result()) for b, k, v, n, m, p in pending]
+        for *_, public, _digest, fut in subs:
+            fut.add_done_callback(functools.partial(_copy, public=public))
+        notify = False
+        with self._cond:
+            for batch_id, key, value, reports, metric, public, digest, fut in subs:
+                notify |= self._enqueue(batch_id, key, value, reports, metric, public, digest, fut)
+            if notify:
+                self._cond.notify()
 
     def _submit(self, batch_id: bytes, key: bytes, value: bytes, reports: int, metric: str, public: Any) -> None:
         fut = _Result()
         fut.add_done_callback(lambda done: _copy(done, public))
         digest = content_digest(value)
         with self._cond:
-            if self._stopping:
-                fut.set_exception(
-                    UnavailableError("shutting_down", "the collector is shutting down; retry later", self.retry_after)
-                )
-                return
-            if self._down is not None:
-                fut.set_exception(self._down_error())
-                return
-            self._waiting.add(public)
-            if not isinstance(public, _LoopWaiter):  # a _LoopWaiter leaves the set itself when settled
-                public.add_done_callback(self._waiting.discard)
-            running = self._inflight.get(bytes(batch_id))
-            if running is not None:
-                same = running.digest == digest
-                running.future.add_done_callback(lambda done: _follow(done, fut, same, bytes(batch_id)))
-                return
-            self._queue.append(Submission(bytes(batch_id), key, value, reports, fut, digest, metric))
-            self._cond.notify()
+            if self._enqueue(bytes(batch_id), key, value, reports, metric, public, digest, fut):
+                self._cond.notify()
+
+    def _enqueue(
+        self, batch_id: bytes, key: bytes, value: bytes, reports: int, metric: str, public: Any, digest: bytes, fut: Any
+    ) -> bool:
+        """Under ``self._cond``: queue one submission (True), or settle or attach it at once (False)."""
+        if self._stopping:
+            fut.set_exception(
+                UnavailableError("shutting_down", "the collector is shutting down; retry later", self.retry_after)
+            )
+            return False
+        if self._down is not None:
+            fut.set_exception(self._down_error())
+            return False
+        self._waiting.add(public)
+        if not isinstance(public, _LoopWaiter):  # a _LoopWaiter leaves the set itself when settled
+            public.add_done_callback(self._waiting.discard)
+        running = self._inflight.get(batch_id)
+        if running is not None:
+            same = running.digest == digest
+            running.future.add_done_callback(functools.partial(_follow, fut=fut, same=same, batch_id=batch_id))
+            return False
+        self._queue.append(Submission(batch_id, key, value, reports, fut, digest, metric))
+        return True
 
     # -- the thread ------------------------------------------------------------
 
