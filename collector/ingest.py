@@ -330,6 +330,8 @@ class Ingestor:
         #: per event loop: the uploads submitted since its last flush, and the outbox of their outcomes
         self._pending: dict[asyncio.AbstractEventLoop, list[tuple[bytes, bytes, bytes, int, str, _LoopWaiter]]] = {}
         self._outboxes: dict[asyncio.AbstractEventLoop, _Outbox] = {}
+        #: a transport that publishes without blocking (Kafka): group commits run on the event loop
+        self._direct = callable(getattr(transport, "publish_nowait", None))
 
     # -- lifecycle -------------------------------------------------------------
 
@@ -405,12 +407,16 @@ class Ingestor:
         subs = [(bytes(b), k, v, n, m, p, content_digest(v), _Result()) for b, k, v, n, m, p in pending]
         for *_, public, _digest, fut in subs:
             fut.add_done_callback(functools.partial(_copy, public=public))
+        direct = self._direct and self._topic_ready
+        group: list[Submission] | None = [] if direct else None
         notify = False
         with self._cond:
             for batch_id, key, value, reports, metric, public, digest, fut in subs:
-                notify |= self._enqueue(batch_id, key, value, reports, metric, public, digest, fut)
+                notify |= self._enqueue(batch_id, key, value, reports, metric, public, digest, fut, group)
             if notify:
                 self._cond.notify()
+        if group:
+            self._commit_on_loop(group, loop)
 
     def _submit(self, batch_id: bytes, key: bytes, value: bytes, reports: int, metric: str, public: Any) -> None:
         fut = _Result()
@@ -421,9 +427,20 @@ class Ingestor:
                 self._cond.notify()
 
     def _enqueue(
-        self, batch_id: bytes, key: bytes, value: bytes, reports: int, metric: str, public: Any, digest: bytes, fut: Any
+        self,
+        batch_id: bytes,
+        key: bytes,
+        value: bytes,
+        reports: int,
+        metric: str,
+        public: Any,
+        digest: bytes,
+        fut: Any,
+        group: list[Submission] | None = None,
     ) -> bool:
-        """Under ``self._cond``: queue one submission (True), or settle or attach it at once (False)."""
+        """Under ``self._cond``: queue one submission for the publisher threads (True), or settle or attach it
+        at once (False). With ``group``, a list, it joins that group commit on the event loop instead (and is
+        in flight from now on: a repeat of its batch id follows it)."""
         if self._stopping:
             fut.set_exception(
                 UnavailableError("shutting_down", "the collector is shutting down; retry later", self.retry_after)
@@ -440,7 +457,12 @@ class Ingestor:
             same = running.digest == digest
             running.future.add_done_callback(functools.partial(_follow, fut=fut, same=same, batch_id=batch_id))
             return False
-        self._queue.append(Submission(batch_id, key, value, reports, fut, digest, metric))
+        sub = Submission(batch_id, key, value, reports, fut, digest, metric)
+        if group is not None:
+            self._inflight[batch_id] = sub
+            group.append(sub)
+            return False
+        self._queue.append(sub)
         return True
 
     # -- the thread ------------------------------------------------------------
@@ -484,10 +506,7 @@ class Ingestor:
                 for s in group:
                     _settle(s.future, exc=err)
             finally:
-                with self._cond:
-                    for s in group:
-                        if self._inflight.get(s.batch_id) is s:
-                            del self._inflight[s.batch_id]
+                self._release(group)
 
     # -- the watcher -----------------------------------------------------------
 
@@ -548,8 +567,8 @@ class Ingestor:
             self.transport.ensure_topic(self.topic, self.partitions)
             self._topic_ready = True
 
-    def _commit(self, group: list[Submission]) -> None:
-        t0 = time.perf_counter()
+    def _split(self, group: list[Submission]) -> tuple[dict[bytes, Submission], list[Submission], list[Submission]]:
+        """The group's new batches (by id), its duplicates (same content) and its conflicts (other content)."""
         fresh: dict[bytes, Submission] = {}
         dups: list[Submission] = []
         conflicts: list[Submission] = []
@@ -565,28 +584,28 @@ class Ingestor:
                 (dups if before is None or before == s.digest else conflicts).append(s)
             else:
                 fresh[s.batch_id] = s
+        return fresh, dups, conflicts
+
+    def _failed(self, group: list[Submission], fresh: int, error: str, t0: float) -> None:
+        """The transport did not take the group's new batches: probe it soon, answer everyone 503."""
+        self._probe_soon = True
+        self._wake.set()
+        self.last_error = error
+        log.warning("the transport refused %d batches: %s", fresh, self.last_error)
+        err = UnavailableError(
+            "transport_unavailable",
+            f"the transport did not accept the batch ({self.last_error}); retry later",
+            self.retry_after,
+        )
+        for s in group:
+            _settle(s.future, exc=err)
+        self._report(GroupStats(0, 0, len(group), time.perf_counter() - t0))
+
+    def _done(
+        self, fresh: dict[bytes, Submission], dups: list[Submission], conflicts: list[Submission], t0: float
+    ) -> None:
+        """The new batches are durable (or there were none): record their ids and counts, answer everyone."""
         if fresh:
-            me = threading.get_ident()
-            self._publishing[me] = time.monotonic()
-            try:
-                self._ensure_topic()
-                self.transport.publish_many(self.topic, [(s.key, s.value) for s in fresh.values()])
-            except Exception as exc:
-                self._probe_soon = True
-                self._wake.set()
-                self.last_error = f"{type(exc).__name__}: {exc}"
-                log.warning("the transport refused %d batches: %s", len(fresh), self.last_error)
-                err = UnavailableError(
-                    "transport_unavailable",
-                    f"the transport did not accept the batch ({self.last_error}); retry later",
-                    self.retry_after,
-                )
-                for s in group:
-                    _settle(s.future, exc=err)
-                self._report(GroupStats(0, 0, len(group), time.perf_counter() - t0))
-                return
-            finally:
-                self._publishing.pop(me, None)
             self.last_error = None
             counts = _accepted_counts(fresh.values())
             try:
@@ -603,6 +622,117 @@ class Ingestor:
         for s in conflicts:
             _settle(s.future, exc=_conflict(s.batch_id))
         self._report(GroupStats(len(fresh), len(dups) + len(conflicts), 0, time.perf_counter() - t0))
+
+    def _commit(self, group: list[Submission]) -> None:
+        t0 = time.perf_counter()
+        fresh, dups, conflicts = self._split(group)
+        if fresh:
+            me = threading.get_ident()
+            self._publishing[me] = time.monotonic()
+            try:
+                self._ensure_topic()
+                self.transport.publish_many(self.topic, [(s.key, s.value) for s in fresh.values()])
+            except Exception as exc:
+                self._failed(group, len(fresh), f"{type(exc).__name__}: {exc}", t0)
+                return
+            finally:
+                self._publishing.pop(me, None)
+        self._done(fresh, dups, conflicts, t0)
+
+    # -- group commits on the event loop (a transport with ``publish_nowait``) -----------------------------
+
+    def _commit_on_loop(self, group: list[Submission], loop: asyncio.AbstractEventLoop) -> None:
+        """A group commit without a thread: the store's lookup, then one ``publish_nowait`` of the new batches
+        (librdkafka's ``produce`` does not block); its delivery report comes back to ``loop`` once for the
+        whole group (:meth:`_landed`), which records the ids and answers everyone, as :meth:`_commit` does."""
+        t0 = time.perf_counter()
+        try:
+            fresh, dups, conflicts = self._split(group)
+            if not fresh:
+                self._done(fresh, dups, conflicts, t0)
+                self._release(group)
+                return
+            token = object()
+            state: list[Any] = [False, None]  # settled, its timer
+
+            def landed(error: str | None) -> None:  # on the producer's poll thread, or on the loop
+                try:
+                    loop.call_soon_threadsafe(self._landed, group, fresh, dups, conflicts, t0, token, state, error)
+                except RuntimeError:  # the loop is closed: nobody waits any more
+                    self._release(group)
+
+            self._publishing[id(token)] = time.monotonic()
+            try:
+                self.transport.publish_nowait(  # type: ignore[attr-defined]
+                    self.topic, [(s.key, s.value) for s in fresh.values()], landed
+                )
+            except Exception as exc:
+                self._publishing.pop(id(token), None)
+                state[0] = True
+                self._failed(group, len(fresh), f"{type(exc).__name__}: {exc}", t0)
+                self._release(group)
+                return
+            # librdkafka fails each record after its message timeout; this margin covers a poll thread that died
+            wait = float(getattr(self.transport, "request_timeout", 30.0)) + 5.0
+            state[1] = loop.call_later(
+                wait,
+                self._landed,
+                group,
+                fresh,
+                dups,
+                conflicts,
+                t0,
+                token,
+                state,
+                f"TransportError: Kafka did not acknowledge {len(fresh)} record(s) in {wait - 5.0:g} s",
+            )
+        except BaseException as exc:  # never leave a request waiting
+            self._broken(group, exc)
+
+    def _landed(
+        self,
+        group: list[Submission],
+        fresh: dict[bytes, Submission],
+        dups: list[Submission],
+        conflicts: list[Submission],
+        t0: float,
+        token: object,
+        state: list[Any],
+        error: str | None,
+    ) -> None:
+        """On the loop: the delivery report of a group published by :meth:`_commit_on_loop` (or its timeout)."""
+        if state[0]:
+            return
+        state[0] = True
+        if state[1] is not None:
+            state[1].cancel()
+        self._publishing.pop(id(token), None)
+        try:
+            if error is not None:
+                self._failed(group, len(fresh), error, t0)
+            else:
+                self._done(fresh, dups, conflicts, t0)
+        except BaseException as exc:  # never leave a request waiting
+            self._broken(group, exc)
+        self._release(group)
+
+    def _broken(self, group: list[Submission], exc: BaseException) -> None:
+        log.error("group commit failed unexpectedly", exc_info=exc)
+        err = UnavailableError(
+            "internal",
+            f"the collector failed to store the batch ({type(exc).__name__}); retry later",
+            self.retry_after,
+        )
+        for s in group:
+            _settle(s.future, exc=err)
+        self._release(group)
+
+    def _release(self, group: list[Submission]) -> None:
+        """The group's batch ids are no longer in flight."""
+        with self._cond:
+            for s in group:
+                if self._inflight.get(s.batch_id) is s:
+                    del self._inflight[s.batch_id]
 
     def _report(self, stats: GroupStats) -> None:
         if self.on_group is not None:
