@@ -332,6 +332,8 @@ class Ingestor:
         self._outboxes: dict[asyncio.AbstractEventLoop, _Outbox] = {}
         #: a transport that publishes without blocking (Kafka): group commits run on the event loop
         self._direct = callable(getattr(transport, "publish_nowait", None))
+        self._held: dict[asyncio.AbstractEventLoop, list[Submission]] = {}  # in flight, waiting for a group
+        self._on_loop: dict[asyncio.AbstractEventLoop, int] = {}  # group commits in flight, per event loop
 
     # -- lifecycle -------------------------------------------------------------
 
@@ -408,15 +410,32 @@ class Ingestor:
         for *_, public, _digest, fut in subs:
             fut.add_done_callback(functools.partial(_copy, public=public))
         direct = self._direct and self._topic_ready
-        group: list[Submission] | None = [] if direct else None
+        group: list[Submission] | None = self._held.setdefault(loop, []) if direct else None
         notify = False
         with self._cond:
             for batch_id, key, value, reports, metric, public, digest, fut in subs:
                 notify |= self._enqueue(batch_id, key, value, reports, metric, public, digest, fut, group)
             if notify:
                 self._cond.notify()
-        if group:
-            self._commit_on_loop(group, loop)
+        if group and self._on_loop.get(loop, 0) < self.threads:
+            self._next_group(loop)
+
+    def _next_group(self, loop: asyncio.AbstractEventLoop) -> None:
+        """On ``loop``: commit the uploads held for it as one group. At most ``threads`` groups are in flight
+        at once, as with the publisher threads: what arrives meanwhile waits and forms the next, larger group
+        (one store transaction and one delivery report per group, not per upload)."""
+        group = self._held.get(loop)
+        if not group:
+            return
+        self._held[loop] = []
+        if self._down is not None:  # answered 503 already by the probe (they were waiting): never published
+            err = self._down_error()
+            for s in group:
+                _settle(s.future, exc=err)
+            self._release(group)
+            return
+        for k in range(0, len(group), self.max_group):
+            self._commit_on_loop(group[k : k + self.max_group], loop)
 
     def _submit(self, batch_id: bytes, key: bytes, value: bytes, reports: int, metric: str, public: Any) -> None:
         fut = _Result()
@@ -672,6 +691,7 @@ class Ingestor:
                 self._failed(group, len(fresh), f"{type(exc).__name__}: {exc}", t0)
                 self._release(group)
                 return
+            self._on_loop[loop] = self._on_loop.get(loop, 0) + 1
             # librdkafka fails each record after its message timeout; this margin covers a poll thread that died
             wait = float(getattr(self.transport, "request_timeout", 30.0)) + 5.0
             state[1] = loop.call_later(
@@ -707,6 +727,8 @@ class Ingestor:
         if state[1] is not None:
             state[1].cancel()
         self._publishing.pop(id(token), None)
+        loop = asyncio.get_running_loop()
+        self._on_loop[loop] -= 1
         try:
             if error is not None:
                 self._failed(group, len(fresh), error, t0)
@@ -715,6 +737,8 @@ class Ingestor:
         except BaseException as exc:  # never leave a request waiting
             self._broken(group, exc)
         self._release(group)
+        if self._held.get(loop):
+            self._next_group(loop)
 
     def _broken(self, group: list[Submission], exc: BaseException) -> None:
         log.error("group commit failed unexpectedly", exc_info=exc)
