@@ -27,6 +27,17 @@ work, dominates). An upload whose batch id is being published by another
 group at that moment is not published again: it is answered when that
 publish ends (``"duplicate"`` if it succeeded).
 
+**Group commits on the event loop.** A transport with ``publish_nowait``
+(Kafka: librdkafka's ``produce`` does not block) needs no publisher thread:
+the uploads :meth:`Ingestor.submit_async` collects during one iteration of
+the event loop form a group that is committed on the loop itself (steps 1
+to 4, the publish handing the records over and returning; the delivery
+report of the whole group comes back to the loop once). At most
+``threads`` such groups are in flight per loop; what arrives meanwhile
+waits and forms the next group. The first group (which creates the topic)
+still goes through the threads, and so does everything on the embedded log
+(whose fsync blocks) and :meth:`Ingestor.submit`.
+
 **A transport that is down.** A watcher thread probes the transport
 (:meth:`Transport.health <pipeline.transport.Transport.health>`) when the
 ingestor starts, when a group commit fails, and when one is still running
