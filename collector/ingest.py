@@ -27,6 +27,17 @@ work, dominates). An upload whose batch id is being published by another
 group at that moment is not published again: it is answered when that
 publish ends (``"duplicate"`` if it succeeded).
 
+**Group commits on the event loop.** A transport with ``publish_nowait``
+(Kafka: librdkafka's ``produce`` does not block) needs no publisher thread:
+the uploads :meth:`Ingestor.submit_async` collects during one iteration of
+the event loop form a group that is committed on the loop itself (steps 1
+to 4, the publish handing the records over and returning; the delivery
+report of the whole group comes back to the loop once). At most
+``threads`` such groups are in flight per loop; what arrives meanwhile
+waits and forms the next group. The first group (which creates the topic)
+still goes through the threads, and so does everything on the embedded log
+(whose fsync blocks) and :meth:`Ingestor.submit`.
+
 **A transport that is down.** A watcher thread probes the transport
 (:meth:`Transport.health <pipeline.transport.Transport.health>`) when the
 ingestor starts, when a group commit fails, and when one is still running
@@ -130,23 +141,53 @@ class _Result:
         return self._value
 
 
+class _Outbox:
+    """Outcomes bound for one event loop, handed over in bulk: the first outcome put into an empty outbox
+    schedules one ``call_soon_threadsafe`` (one write to the loop's wake-up pipe), and every outcome put
+    before the loop drains it rides along; a group commit of n uploads wakes the loop once, not n times."""
+
+    __slots__ = ("_loop", "_lock", "_items")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._lock = threading.Lock()
+        self._items: list[tuple[asyncio.Future[Outcome], Outcome | None, BaseException | None]] = []
+
+    def put(self, waiter: asyncio.Future[Outcome], result: Outcome | None, exc: BaseException | None) -> None:
+        with self._lock:
+            first = not self._items
+            self._items.append((waiter, result, exc))
+        if first:
+            try:
+                self._loop.call_soon_threadsafe(self._drain)
+            except RuntimeError:  # the loop is closed: nobody waits any more
+                with self._lock:
+                    self._items.clear()
+
+    def _drain(self) -> None:
+        with self._lock:
+            items, self._items = self._items, []
+        for waiter, result, exc in items:
+            _deliver(waiter, result, exc)
+
+
 class _LoopWaiter:
     """The caller's side of an upload submitted from an event loop: settling it (once; a second time raises
-    :class:`concurrent.futures.InvalidStateError`, which :func:`_settle` ignores) hands the outcome to the
-    loop's future with one ``call_soon_threadsafe``, without a lock or a callback list of its own, and takes
-    it out of the ingestor's set of waiting uploads."""
+    :class:`concurrent.futures.InvalidStateError`, which :func:`_settle` ignores) puts the outcome into the
+    loop's :class:`_Outbox`, without a lock or a callback list of its own, and takes it out of the ingestor's
+    set of waiting uploads."""
 
-    __slots__ = ("_loop", "_waiter", "_waiting", "_sent")
+    __slots__ = ("_outbox", "_waiter", "_waiting", "_sent")
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, waiter: asyncio.Future[Outcome], waiting: set[Any]) -> None:
-        self._loop, self._waiter, self._waiting, self._sent = loop, waiter, waiting, False
+    def __init__(self, outbox: _Outbox, waiter: asyncio.Future[Outcome], waiting: set[Any]) -> None:
+        self._outbox, self._waiter, self._waiting, self._sent = outbox, waiter, waiting, False
 
     def _send(self, result: Outcome | None, exc: BaseException | None) -> None:
         if self._sent:  # the probe and the group commit may both settle it: the first one counts
             raise concurrent.futures.InvalidStateError("the outcome is settled already")
         self._sent = True
         self._waiting.discard(self)
-        self._loop.call_soon_threadsafe(_deliver, self._waiter, result, exc)
+        self._outbox.put(self._waiter, result, exc)
 
     def set_result(self, result: Outcome) -> None:
         self._send(result, None)
@@ -297,6 +338,13 @@ class Ingestor:
         self._probe_soon = False
         self._next_probe = 0.0
         self._watcher: threading.Thread | None = None
+        #: per event loop: the uploads submitted since its last flush, and the outbox of their outcomes
+        self._pending: dict[asyncio.AbstractEventLoop, list[tuple[bytes, bytes, bytes, int, str, _LoopWaiter]]] = {}
+        self._outboxes: dict[asyncio.AbstractEventLoop, _Outbox] = {}
+        #: a transport that publishes without blocking (Kafka): group commits run on the event loop
+        self._direct = callable(getattr(transport, "publish_nowait", None))
+        self._held: dict[asyncio.AbstractEventLoop, list[Submission]] = {}  # in flight, waiting for a group
+        self._on_loop: dict[asyncio.AbstractEventLoop, int] = {}  # group commits in flight, per event loop
 
     # -- lifecycle -------------------------------------------------------------
 
@@ -349,35 +397,103 @@ class Ingestor:
     def submit_async(
         self, batch_id: bytes, key: bytes, value: bytes, reports: int, metric: str, loop: asyncio.AbstractEventLoop
     ) -> asyncio.Future[Outcome]:
-        """:meth:`submit` for a caller on ``loop`` (the collector's uploads): an asyncio future of the loop,
-        resolved through ``loop.call_soon_threadsafe``; cancelling it changes nothing for the publish."""
+        """:meth:`submit` for a caller on ``loop`` (the collector's uploads): an asyncio future of the loop;
+        cancelling it changes nothing for the publish. The uploads submitted during one iteration of the loop
+        reach the publisher threads together (one lock, one wake-up), at the start of the next iteration, and
+        their outcomes come back through the loop's :class:`_Outbox` (one wake-up of the loop per group)."""
         waiter: asyncio.Future[Outcome] = loop.create_future()
-        self._submit(batch_id, key, value, reports, metric, _LoopWaiter(loop, waiter, self._waiting))
+        pending = self._pending.get(loop)
+        if pending is None:
+            pending = self._pending[loop] = []
+            self._outboxes[loop] = _Outbox(loop)
+        if not pending:
+            loop.call_soon(self._flush, loop)
+        pending.append(
+            (batch_id, key, value, reports, metric, _LoopWaiter(self._outboxes[loop], waiter, self._waiting))
+        )
         return waiter
+
+    def _flush(self, loop: asyncio.AbstractEventLoop) -> None:
+        """On ``loop``: queue the uploads :meth:`submit_async` collected since the last flush, in one go."""
+        pending = self._pending[loop]
+        self._pending[loop] = []
+        subs = [(bytes(b), k, v, n, m, p, content_digest(v), _Result()) for b, k, v, n, m, p in pending]
+        for *_, public, _digest, fut in subs:
+            fut.add_done_callback(functools.partial(_copy, public=public))
+        direct = self._direct and self._topic_ready
+        group: list[Submission] | None = self._held.setdefault(loop, []) if direct else None
+        notify = False
+        with self._cond:
+            for batch_id, key, value, reports, metric, public, digest, fut in subs:
+                notify |= self._enqueue(batch_id, key, value, reports, metric, public, digest, fut, group)
+            if notify:
+                self._cond.notify()
+        if group and self._on_loop.get(loop, 0) < self.threads:
+            self._next_group(loop)
+
+    def _next_group(self, loop: asyncio.AbstractEventLoop) -> None:
+        """On ``loop``: commit the uploads held for it as one group. At most ``threads`` groups are in flight
+        at once, as with the publisher threads: what arrives meanwhile waits and forms the next, larger group
+        (one store transaction and one delivery report per group, not per upload)."""
+        group = self._held.get(loop)
+        if not group:
+            return
+        self._held[loop] = []
+        if self._down is not None:  # answered 503 already by the probe (they were waiting): never published
+            err = self._down_error()
+            for s in group:
+                _settle(s.future, exc=err)
+            self._release(group)
+            return
+        for k in range(0, len(group), self.max_group):
+            self._commit_on_loop(group[k : k + self.max_group], loop)
 
     def _submit(self, batch_id: bytes, key: bytes, value: bytes, reports: int, metric: str, public: Any) -> None:
         fut = _Result()
         fut.add_done_callback(lambda done: _copy(done, public))
         digest = content_digest(value)
         with self._cond:
-            if self._stopping:
-                fut.set_exception(
-                    UnavailableError("shutting_down", "the collector is shutting down; retry later", self.retry_after)
-                )
-                return
-            if self._down is not None:
-                fut.set_exception(self._down_error())
-                return
-            self._waiting.add(public)
-            if not isinstance(public, _LoopWaiter):  # a _LoopWaiter leaves the set itself when settled
-                public.add_done_callback(self._waiting.discard)
-            running = self._inflight.get(bytes(batch_id))
-            if running is not None:
-                same = running.digest == digest
-                running.future.add_done_callback(lambda done: _follow(done, fut, same, bytes(batch_id)))
-                return
-            self._queue.append(Submission(bytes(batch_id), key, value, reports, fut, digest, metric))
-            self._cond.notify()
+            if self._enqueue(bytes(batch_id), key, value, reports, metric, public, digest, fut):
+                self._cond.notify()
+
+    def _enqueue(
+        self,
+        batch_id: bytes,
+        key: bytes,
+        value: bytes,
+        reports: int,
+        metric: str,
+        public: Any,
+        digest: bytes,
+        fut: Any,
+        group: list[Submission] | None = None,
+    ) -> bool:
+        """Under ``self._cond``: queue one submission for the publisher threads (True), or settle or attach it
+        at once (False). With ``group``, a list, it joins that group commit on the event loop instead (and is
+        in flight from now on: a repeat of its batch id follows it)."""
+        if self._stopping:
+            fut.set_exception(
+                UnavailableError("shutting_down", "the collector is shutting down; retry later", self.retry_after)
+            )
+            return False
+        if self._down is not None:
+            fut.set_exception(self._down_error())
+            return False
+        self._waiting.add(public)
+        if not isinstance(public, _LoopWaiter):  # a _LoopWaiter leaves the set itself when settled
+            public.add_done_callback(self._waiting.discard)
+        running = self._inflight.get(batch_id)
+        if running is not None:
+            same = running.digest == digest
+            running.future.add_done_callback(functools.partial(_follow, fut=fut, same=same, batch_id=batch_id))
+            return False
+        sub = Submission(batch_id, key, value, reports, fut, digest, metric)
+        if group is not None:
+            self._inflight[batch_id] = sub
+            group.append(sub)
+            return False
+        self._queue.append(sub)
+        return True
 
     # -- the thread ------------------------------------------------------------
 
@@ -420,10 +536,7 @@ class Ingestor:
                 for s in group:
                     _settle(s.future, exc=err)
             finally:
-                with self._cond:
-                    for s in group:
-                        if self._inflight.get(s.batch_id) is s:
-                            del self._inflight[s.batch_id]
+                self._release(group)
 
     # -- the watcher -----------------------------------------------------------
 
@@ -484,8 +597,8 @@ class Ingestor:
             self.transport.ensure_topic(self.topic, self.partitions)
             self._topic_ready = True
 
-    def _commit(self, group: list[Submission]) -> None:
-        t0 = time.perf_counter()
+    def _split(self, group: list[Submission]) -> tuple[dict[bytes, Submission], list[Submission], list[Submission]]:
+        """The group's new batches (by id), its duplicates (same content) and its conflicts (other content)."""
         fresh: dict[bytes, Submission] = {}
         dups: list[Submission] = []
         conflicts: list[Submission] = []
@@ -501,28 +614,28 @@ class Ingestor:
                 (dups if before is None or before == s.digest else conflicts).append(s)
             else:
                 fresh[s.batch_id] = s
+        return fresh, dups, conflicts
+
+    def _failed(self, group: list[Submission], fresh: int, error: str, t0: float) -> None:
+        """The transport did not take the group's new batches: probe it soon, answer everyone 503."""
+        self._probe_soon = True
+        self._wake.set()
+        self.last_error = error
+        log.warning("the transport refused %d batches: %s", fresh, self.last_error)
+        err = UnavailableError(
+            "transport_unavailable",
+            f"the transport did not accept the batch ({self.last_error}); retry later",
+            self.retry_after,
+        )
+        for s in group:
+            _settle(s.future, exc=err)
+        self._report(GroupStats(0, 0, len(group), time.perf_counter() - t0))
+
+    def _done(
+        self, fresh: dict[bytes, Submission], dups: list[Submission], conflicts: list[Submission], t0: float
+    ) -> None:
+        """The new batches are durable (or there were none): record their ids and counts, answer everyone."""
         if fresh:
-            me = threading.get_ident()
-            self._publishing[me] = time.monotonic()
-            try:
-                self._ensure_topic()
-                self.transport.publish_many(self.topic, [(s.key, s.value) for s in fresh.values()])
-            except Exception as exc:
-                self._probe_soon = True
-                self._wake.set()
-                self.last_error = f"{type(exc).__name__}: {exc}"
-                log.warning("the transport refused %d batches: %s", len(fresh), self.last_error)
-                err = UnavailableError(
-                    "transport_unavailable",
-                    f"the transport did not accept the batch ({self.last_error}); retry later",
-                    self.retry_after,
-                )
-                for s in group:
-                    _settle(s.future, exc=err)
-                self._report(GroupStats(0, 0, len(group), time.perf_counter() - t0))
-                return
-            finally:
-                self._publishing.pop(me, None)
             self.last_error = None
             counts = _accepted_counts(fresh.values())
             try:
@@ -539,6 +652,122 @@ class Ingestor:
         for s in conflicts:
             _settle(s.future, exc=_conflict(s.batch_id))
         self._report(GroupStats(len(fresh), len(dups) + len(conflicts), 0, time.perf_counter() - t0))
+
+    def _commit(self, group: list[Submission]) -> None:
+        t0 = time.perf_counter()
+        fresh, dups, conflicts = self._split(group)
+        if fresh:
+            me = threading.get_ident()
+            self._publishing[me] = time.monotonic()
+            try:
+                self._ensure_topic()
+                self.transport.publish_many(self.topic, [(s.key, s.value) for s in fresh.values()])
+            except Exception as exc:
+                self._failed(group, len(fresh), f"{type(exc).__name__}: {exc}", t0)
+                return
+            finally:
+                self._publishing.pop(me, None)
+        self._done(fresh, dups, conflicts, t0)
+
+    # -- group commits on the event loop (a transport with ``publish_nowait``) -----------------------------
+
+    def _commit_on_loop(self, group: list[Submission], loop: asyncio.AbstractEventLoop) -> None:
+        """A group commit without a thread: the store's lookup, then one ``publish_nowait`` of the new batches
+        (librdkafka's ``produce`` does not block); its delivery report comes back to ``loop`` once for the
+        whole group (:meth:`_landed`), which records the ids and answers everyone, as :meth:`_commit` does."""
+        t0 = time.perf_counter()
+        try:
+            fresh, dups, conflicts = self._split(group)
+            if not fresh:
+                self._done(fresh, dups, conflicts, t0)
+                self._release(group)
+                return
+            token = object()
+            state: list[Any] = [False, None]  # settled, its timer
+
+            def landed(error: str | None) -> None:  # on the producer's poll thread, or on the loop
+                try:
+                    loop.call_soon_threadsafe(self._landed, group, fresh, dups, conflicts, t0, token, state, error)
+                except RuntimeError:  # the loop is closed: nobody waits any more
+                    self._release(group)
+
+            self._publishing[id(token)] = time.monotonic()
+            try:
+                self.transport.publish_nowait(  # type: ignore[attr-defined]
+                    self.topic, [(s.key, s.value) for s in fresh.values()], landed
+                )
+            except Exception as exc:
+                self._publishing.pop(id(token), None)
+                state[0] = True
+                self._failed(group, len(fresh), f"{type(exc).__name__}: {exc}", t0)
+                self._release(group)
+                return
+            self._on_loop[loop] = self._on_loop.get(loop, 0) + 1
+            # librdkafka fails each record after its message timeout; this margin covers a poll thread that died
+            wait = float(getattr(self.transport, "request_timeout", 30.0)) + 5.0
+            state[1] = loop.call_later(
+                wait,
+                self._landed,
+                group,
+                fresh,
+                dups,
+                conflicts,
+                t0,
+                token,
+                state,
+                f"TransportError: Kafka did not acknowledge {len(fresh)} record(s) in {wait - 5.0:g} s",
+            )
+        except BaseException as exc:  # never leave a request waiting
+            self._broken(group, exc)
+
+    def _landed(
+        self,
+        group: list[Submission],
+        fresh: dict[bytes, Submission],
+        dups: list[Submission],
+        conflicts: list[Submission],
+        t0: float,
+        token: object,
+        state: list[Any],
+        error: str | None,
+    ) -> None:
+        """On the loop: the delivery report of a group published by :meth:`_commit_on_loop` (or its timeout)."""
+        if state[0]:
+            return
+        state[0] = True
+        if state[1] is not None:
+            state[1].cancel()
+        self._publishing.pop(id(token), None)
+        loop = asyncio.get_running_loop()
+        self._on_loop[loop] -= 1
+        try:
+            if error is not None:
+                self._failed(group, len(fresh), error, t0)
+            else:
+                self._done(fresh, dups, conflicts, t0)
+        except BaseException as exc:  # never leave a request waiting
+            self._broken(group, exc)
+        self._release(group)
+        if self._held.get(loop):
+            self._next_group(loop)
+
+    def _broken(self, group: list[Submission], exc: BaseException) -> None:
+        log.error("group commit failed unexpectedly", exc_info=exc)
+        err = UnavailableError(
+            "internal",
+            f"the collector failed to store the batch ({type(exc).__name__}); retry later",
+            self.retry_after,
+        )
+        for s in group:
+            _settle(s.future, exc=err)
+        self._release(group)
+
+    def _release(self, group: list[Submission]) -> None:
+        """The group's batch ids are no longer in flight."""
+        with self._cond:
+            for s in group:
+                if self._inflight.get(s.batch_id) is s:
+                    del self._inflight[s.batch_id]
 
     def _report(self, stats: GroupStats) -> None:
         if self.on_group is not None:

@@ -351,6 +351,23 @@ class KafkaTransport(Transport):
             )
         return [RecordPosition(topic, p, off) for p, off in producer.publish(topic, records, self._day_ms())]
 
+    def publish_nowait(
+        self, topic: str, items: Iterable[tuple[bytes | None, bytes]], done: Callable[[str | None], None]
+    ) -> None:
+        """:meth:`publish_many` without waiting, for a caller on an event loop (the collector's group commit):
+        ``done(None)`` once every record is acknowledged (``acks=all``), ``done(error)`` if any is not; it runs
+        on the producer's poll thread. Raises :class:`TransportError` at once if a record is refused or
+        librdkafka's queue is full (``done`` is then never called)."""
+        n = self.partitions(topic)
+        producer = self._producer_client()
+        records = []
+        for key, value in items:
+            _check_value(key, value)
+            records.append(
+                (_b(key), value if type(value) is bytes else bytes(value), partition_for(key, n, next(self._rr)))
+            )
+        producer.publish_nowait(topic, records, self._day_ms(), done)
+
     def delete_before(self, topic: str, offsets: Mapping[int, int]) -> None:
         """DeleteRecords (KIP-107): move each partition's log start offset up to ``offsets[p]`` (an offset past
         the high watermark is refused). Consumers can no longer read what lies below; the broker deletes the segments wholly below

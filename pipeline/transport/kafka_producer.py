@@ -31,7 +31,7 @@ import logging
 import re
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from pipeline.transport.base import TransportError
@@ -219,6 +219,45 @@ class RdkafkaProducer:
         if errors:
             raise TransportError(f"Kafka did not acknowledge a record on {topic!r}: {errors[0]}")
         return out
+
+    def publish_nowait(
+        self,
+        topic: str,
+        records: Sequence[tuple[bytes | None, bytes, int]],
+        timestamp_ms: int,
+        done: Callable[[str | None], None],
+    ) -> None:
+        """Hand ``(key, value, partition)`` records to librdkafka without waiting (for a caller on an event
+        loop): ``done(None)`` runs on the poll thread once every in-sync replica has every record,
+        ``done(error)`` once the last of them is settled if any failed. :class:`TransportError` at once (and
+        ``done`` never called) if librdkafka takes not all of them: its queue is full, or it refuses one;
+        records taken before that may still be published. One delivery callback serves the whole group."""
+        if self._fatal is not None:
+            raise TransportError(f"the Kafka producer is unusable: {self._fatal}")
+        if not records:
+            done(None)
+            return
+        lock = threading.Lock()
+        state: list[Any] = [len(records) + 1, None]  # records left (+1 held until all are produced), first error
+
+        def delivered(err: Any, msg: Any) -> None:
+            if err is not None and state[1] is None:
+                state[1] = f"{err.name()}: {err.str()}"
+            with lock:
+                state[0] -= 1
+                last = state[0] == 0
+            if last:
+                done(None if state[1] is None else f"Kafka did not acknowledge a record on {topic!r}: {state[1]}")
+
+        produce = self._producer.produce
+        try:
+            for key, value, partition in records:
+                produce(topic, value, key, partition=partition, timestamp=timestamp_ms, on_delivery=delivered)
+        except BufferError:
+            raise TransportError("Kafka's producer queue is full") from None
+        except Exception as exc:  # KafkaException: unknown partition, message too large, ...
+            raise TransportError(f"Kafka refused a record for {topic!r}: {exc!r}") from exc
+        delivered(None, None)  # release the hold: the last delivery report (maybe this one) calls done
 
     def close(self, timeout: float = 10.0) -> None:
         """Deliver what is queued (at most ``timeout`` s), then stop the poll thread and the client."""

@@ -1,0 +1,90 @@
+"""Group commits on the event loop (Kafka's ``publish_nowait``): grouping, idempotency, nothing twice."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import uuid
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from collector.dedup import BatchIdStore
+from collector.errors import RejectedBatch
+from collector.ingest import Ingestor
+from pipeline.transport import open_transport
+
+
+class Counting:
+    """The Kafka transport, counting the records handed over by each way of publishing."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.many: list[int] = []
+        self.nowait: list[int] = []
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    def publish_many(self, topic: str, items: Iterable[tuple[bytes | None, bytes]]) -> Any:
+        items = list(items)
+        self.many.append(len(items))
+        return self.inner.publish_many(topic, items)
+
+    def publish_nowait(
+        self, topic: str, items: Iterable[tuple[bytes | None, bytes]], done: Callable[[str | None], None]
+    ) -> None:
+        items = list(items)
+        self.nowait.append(len(items))
+        self.inner.publish_nowait(topic, items, done)
+
+
+async def _submit_all(ing: Ingestor, subs: list[tuple[bytes, bytes]]) -> list[object]:
+    """Submit every ``(batch_id, value)`` in one iteration of the loop; each one's outcome or exception."""
+    loop = asyncio.get_running_loop()
+    waiters = [ing.submit_async(b, b"k", v, 1, "m", loop) for b, v in subs]
+    return list(await asyncio.wait_for(asyncio.gather(*waiters, return_exceptions=True), 60))
+
+
+@pytest.mark.kafka
+def test_uploads_of_one_loop_iteration_are_one_group_on_the_loop_and_nothing_is_published_twice(
+    tmp_path: Path, kafka_bootstrap: str
+) -> None:
+    topic = f"ldp.test.loop-{uuid.uuid4().hex[:8]}"
+    rng_bytes = os.urandom  # batch ids are random by protocol; the assertions do not depend on their values
+    with open_transport(f"kafka://{kafka_bootstrap}") as inner:
+        tr = Counting(inner)
+        store = BatchIdStore(tmp_path / "ids.sqlite3")
+        ing = Ingestor(tr, topic, store, partitions=2)  # type: ignore[arg-type]
+        ing.start()
+        try:
+            first = (rng_bytes(16), b"warm-up")
+            ids = [rng_bytes(16) for _ in range(30)]
+            values = [b"value-%d" % i for i in range(30)]
+            batch = list(zip(ids, values, strict=True))
+            # a repeat with the same content, one with other content, both in the same iteration
+            batch += [(ids[0], values[0]), (ids[1], b"other content")]
+
+            async def run() -> tuple[list[object], list[object], list[object]]:
+                warm = await _submit_all(ing, [first])  # creates the topic: through a publisher thread
+                got = await _submit_all(ing, batch)
+                again = await _submit_all(ing, batch[:30])  # retries after the 202: from the store
+                return warm, got, again
+
+            warm, got, again = asyncio.run(run())
+        finally:
+            ing.stop()
+            store.close()
+        assert warm == ["accepted"]
+        assert got[:30] == ["accepted"] * 30
+        assert got[30] == "duplicate"
+        assert isinstance(got[31], RejectedBatch) and got[31].status == 409
+        assert again == ["duplicate"] * 30
+        assert tr.many == [1]  # only the first group (topic creation) went through the threads
+        assert sum(tr.nowait) == 30 and len(tr.nowait) <= 3  # one iteration's uploads: one group (or a few)
+        from tests.support.transport_contract import read_exactly
+
+        recs = read_exactly(inner, topic, 31)
+    assert sorted(r.value for r in recs) == sorted([b"warm-up", *values])
