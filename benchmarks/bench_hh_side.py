@@ -10,7 +10,7 @@ there) over the same file. Recorded per run: recall and precision at K,
 server seconds (ours: decode; pure-ldp: aggregate + find_heavy_hitters).
 
 Usage: .venv/bin/python benchmarks/bench_hh_side.py [--users N] [--seeds 1 2 3] [--epsilons 1 2 4] [--out FILE.jsonl]
-       [--plot P.png] [--ours "pem sfp"] [--pureldp "pem sfp treehist"] [--ldp CMD] [--label NAME]
+       [--plot P.png] [--ours "pem pem-az sfp"] [--pureldp "pem sfp treehist"] [--ldp CMD] [--label NAME]
 (`--ldp`/`--label`: run an older checkout as "ours before"; docs/benchmarks/ESTIMATION.md has the commands)
 """
 
@@ -36,7 +36,10 @@ EPSILONS = (1.0, 2.0, 4.0)
 
 
 def _ours(mech: str, eps: float, path: Path, top: int, seed: int, ldp: list[str]) -> dict:
-    cmd = [*ldp, "simulate", "--mechanism", mech, "--epsilon", str(eps)]
+    # "pem-az": our PEM told the alphabet a..z, as pure-ldp's classes are (hh_pureldp_side.py)
+    base, _, az = mech.partition("-")
+    cmd = [*ldp, "simulate", "--mechanism", base, "--epsilon", str(eps)]
+    cmd += ["--alphabet", "abcdefghijklmnopqrstuvwxyz"] if az == "az" else []
     cmd += ["--input", str(path), "--top", str(top), "--seed", str(seed), "--json"]
     o = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout)
     sec = o["seconds"]
@@ -68,7 +71,9 @@ def main() -> int:
         default=str(ROOT / ".venv/bin/ldp"),
         help="the command that runs ours (e.g. an older checkout's `python -m ldp_cli.main`, for a before/after)",
     )
-    ap.add_argument("--ours", default="pem sfp", help="our mechanisms to run")
+    ap.add_argument(
+        "--ours", default="pem pem-az sfp", help="our mechanisms to run (pem-az: PEM told the alphabet a..z)"
+    )
     ap.add_argument("--label", default="ours", help="the name of our rows (e.g. 'ours before')")
     ap.add_argument("--from", dest="from_", nargs="+", help="only tabulate and plot these result files (one per seed)")
     a = ap.parse_args()

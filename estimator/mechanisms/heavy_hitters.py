@@ -67,6 +67,8 @@ __all__ = [
     "pem_level_estimate",
     "pem_level_support",
     "possible_prefixes",
+    "alphabet_prefixes",
+    "enumerate_alphabet_prefixes",
     "enumerate_prefixes",
     "extend_prefixes",
     "StreamingSummary",
@@ -180,6 +182,42 @@ def possible_prefixes(rows: np.ndarray, bits: int, final: bool = False, end_mark
     return ok
 
 
+def alphabet_prefixes(rows: np.ndarray, bits: int, alphabet: bytes) -> np.ndarray:
+    """Whether each ``bits``-bit candidate can begin a padded value whose bytes all come from ``alphabet``
+    (a bool mask): every complete byte is in it or is 0x00 padding (and none follows the padding, as
+    :func:`possible_prefixes` checks), and a partial last byte's top bits begin an alphabet byte or 0x00.
+
+    A prior the server states, as pure-ldp's PEM takes its alphabet: a value with any other byte can no
+    longer be found, and each kept prefix extends to |alphabet|^(η/8) candidates instead of 2^η, so far
+    fewer noise candidates compete for the kept places (docs/HEAVY_HITTERS.md, *A known alphabet*)."""
+    allowed = np.zeros(256, dtype=bool)
+    allowed[np.frombuffer(bytes(alphabet), dtype=np.uint8)] = True
+    allowed[0] = True
+    full, rest = divmod(bits, 8)
+    ok = allowed[rows[:, :full]].all(axis=1)
+    if rest:
+        tops = np.zeros(1 << rest, dtype=bool)
+        tops[np.nonzero(allowed)[0] >> (8 - rest)] = True
+        ok &= tops[rows[:, full] >> (8 - rest)]
+    return ok
+
+
+def enumerate_alphabet_prefixes(bits: int, length: int, alphabet: bytes) -> np.ndarray:
+    """The ``bits``-bit prefixes :func:`alphabet_prefixes` keeps (over ``alphabet`` and the 0x00 padding),
+    built byte by byte: (|alphabet| + 1)^(bits/8) rows instead of all 2^bits."""
+    symbols = np.unique(np.frombuffer(bytes(alphabet) + b"\x00", dtype=np.uint8))
+    full, rest = divmod(bits, 8)
+    out = np.zeros((1, length), dtype=np.uint8)
+    for i in range(full):
+        out = np.repeat(out, symbols.size, axis=0)
+        out[:, i] = np.tile(symbols, out.shape[0] // symbols.size)
+    if rest:
+        tops = np.unique(symbols >> (8 - rest)).astype(np.uint8) << (8 - rest)
+        out = np.repeat(out, tops.size, axis=0)
+        out[:, full] = np.tile(tops, out.shape[0] // tops.size)
+    return out
+
+
 def _text_prefix_ok(data: bytes, partial: int, rest: int, cache: dict[tuple[bytes, int], bool]) -> bool:
     """Whether ``data`` (complete bytes) followed by the ``rest`` top bits ``partial`` of one more byte
     can begin a padded ``end_marker`` 1 value: UTF-8 without control characters, then 0x00s."""
@@ -279,10 +317,17 @@ LevelSupport = Callable[[int, np.ndarray], tuple[np.ndarray, int, int]]
 
 
 def discover_pem(
-    spec: PEMSpec, records: np.ndarray, top: int, keep: int | None = None, confidence: float = 0.95
+    spec: PEMSpec,
+    records: np.ndarray,
+    top: int,
+    keep: int | None = None,
+    confidence: float = 0.95,
+    *,
+    alphabet: bytes | None = None,
 ) -> Discovery:
     """Decode PEM reports level by level, keeping ``keep`` candidates (default 2·top; see the module docstring).
 
+    ``alphabet``: if given, only candidates made of these bytes (:func:`alphabet_prefixes`).
     Returns every last-level candidate with its estimate, best first."""
     t0 = time.perf_counter()
     if records.dtype != spec.record_dtype:
@@ -293,7 +338,7 @@ def discover_pem(
         n_level = int(np.count_nonzero(records["level"] == level))
         return pem_level_support(spec, records, level, keys), n_level, int(records.shape[0])
 
-    return discover_pem_from(spec, support, top, keep, confidence, t0=t0)
+    return discover_pem_from(spec, support, top, keep, confidence, t0=t0, alphabet=alphabet)
 
 
 def discover_pem_from(
@@ -304,15 +349,21 @@ def discover_pem_from(
     confidence: float = 0.95,
     *,
     t0: float | None = None,
+    alphabet: bytes | None = None,
 ) -> Discovery:
     """:func:`discover_pem` over reports seen only through ``support`` (each level's support counts
     of the candidates' keys, from wherever the reports are: ``estimator.jobs.heavy_hitters_spark``)."""
+    if alphabet is not None and not alphabet.strip(b"\x00"):
+        raise BatchError("pem: an alphabet needs at least one non-zero byte")
     t0 = time.perf_counter() if t0 is None else t0
     if top < 1:
         raise BatchError(f"top must be at least 1, got {top}")
     c = 2 * top if keep is None else keep
     n = 0
-    rows = enumerate_prefixes(spec.level_bits(0), spec.length)
+    if alphabet is None:
+        rows = enumerate_prefixes(spec.level_bits(0), spec.length)
+    else:
+        rows = enumerate_alphabet_prefixes(spec.level_bits(0), spec.length, alphabet)
     ranked: list[int] = []
     est = np.zeros(0)
     n_j = 0
@@ -320,6 +371,8 @@ def discover_pem_from(
         if j:
             rows = extend_prefixes(rows[:c], spec.level_bits(j - 1), spec.level_bits(j))
         possible = possible_prefixes(rows, spec.level_bits(j), j == spec.num_levels - 1, spec.end_marker)
+        if alphabet is not None:
+            possible &= alphabet_prefixes(rows, spec.level_bits(j), alphabet)
         rows = rows[possible]
         counts, n_level, n = support(j, prefix_keys(rows, spec.level_bits(j)))
         est, n_j = _level_estimate(spec, j, counts, n, n_level)

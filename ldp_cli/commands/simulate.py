@@ -64,6 +64,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         "(one bit per report, one fast Walsh-Hadamard transform per level; docs/HEAVY_HITTERS.md)",
     )
     p.add_argument(
+        "--alphabet",
+        default=None,
+        help="pem: the characters every value is made of (e.g. abcdefghijklmnopqrstuvwxyz); the server keeps "
+        "only candidates over them and takes fewer, wider levels (docs/HEAVY_HITTERS.md, 'A known alphabet')",
+    )
+    p.add_argument(
         "--distribution",
         default=None,
         help="frequency: zipf:S or uniform (default zipf:1.1); numeric: uniform, beta:A,B, normal:MU,SD or zipf:S "
@@ -79,9 +85,10 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.mechanism in HEAVY_HITTER_MECHANISMS:
         return run_heavy_hitters(args)
-    if args.input is not None or args.length is not None or args.oracle != "olh":
+    if args.input is not None or args.length is not None or args.oracle != "olh" or args.alphabet is not None:
         raise ValueError(
-            f"--input, --length and --oracle are for the heavy-hitter mechanisms (pem, sfp), not {args.mechanism}"
+            f"--input, --length, --oracle and --alphabet are for the heavy-hitter mechanisms (pem, sfp), "
+            f"not {args.mechanism}"
         )
     if args.users is None:
         raise ValueError("--users is required")
@@ -220,7 +227,15 @@ def run_heavy_hitters(args: argparse.Namespace) -> int:
     if args.oracle != "olh" and args.mechanism != "pem":
         raise ValueError(f"--oracle is PEM's frequency oracle; {args.mechanism} has its own sketches")
     out = simulate_heavy_hitters(
-        args.mechanism, args.epsilon, population, args.top, rng, seed=seed, length=args.length, oracle=args.oracle
+        args.mechanism,
+        args.epsilon,
+        population,
+        args.top,
+        rng,
+        seed=seed,
+        length=args.length,
+        oracle=args.oracle,
+        alphabet=args.alphabet,
     )
     if args.json:
         print(json.dumps(out))

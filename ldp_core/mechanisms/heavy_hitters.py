@@ -70,6 +70,7 @@ __all__ = [
     "PEMSpec",
     "SFPSpec",
     "pem_parameters",
+    "pem_alphabet_parameters",
 ]
 
 #: Keys of prefixes and words lie in [0, 2^31): the largest domain a frequency oracle spec accepts.
@@ -198,8 +199,13 @@ def _hmac_uniform(secret: bytes, context: bytes, modulus: int) -> int:
     return int.from_bytes(digest, "big") % modulus
 
 
-def pem_parameters(users: int, epsilon: float, length: int, top: int, work: float = 2.0**33) -> tuple[int, int, int]:
+def pem_parameters(
+    users: int, epsilon: float, length: int, top: int, work: float = 2.0**33, alphabet_size: int | None = None
+) -> tuple[int, int, int]:
     """``(start_bits s, step_bits η, keep c)`` for PEM over ``users`` devices (docs/HEAVY_HITTERS.md).
+
+    With ``alphabet_size`` a (the server prunes candidates to values over a known alphabet of a bytes,
+    ``discover_pem(alphabet=...)``) see :func:`pem_alphabet_parameters`; without, the rule below.
 
     The server checks each report against its level's c·2^η candidates, so
     decoding costs about n·c·2^η hash evaluations, held below ``work``. The
@@ -229,6 +235,10 @@ def pem_parameters(users: int, epsilon: float, length: int, top: int, work: floa
     """
     if users < 1 or top < 1:
         raise SpecError(f"pem parameters need users >= 1 and top >= 1, got {users}, {top}")
+    if alphabet_size is not None:
+        found = pem_alphabet_parameters(users, length, top, alphabet_size, work)
+        if found is not None:
+            return found
     m = 8 * length
     c, eta = 4 * top, 8
     if users * c * 2**eta > work or m < 2 * eta:
@@ -241,6 +251,32 @@ def pem_parameters(users: int, epsilon: float, length: int, top: int, work: floa
     s0 = min(m, eta + math.ceil(math.log2(c)))
     s = m - eta * ((m - s0) // eta)
     return min(s, 20, m), eta, c
+
+
+def pem_alphabet_parameters(
+    users: int, length: int, top: int, alphabet_size: int, work: float = 2.0**33
+) -> tuple[int, int, int] | None:
+    """``(s, η, c = 4·top)`` with the **fewest levels** whose decoding fits ``work`` when every byte of a
+    value is one of ``alphabet_size`` (a) known bytes; the cheapest of those; ``None`` if none fits.
+
+    Under the alphabet a level of b bits has about a^(b/8) candidates (not 2^b), so level 0 costs
+    (n/L)·a^(s/8) and each later level (n/L)·c·a^(η/8) hash evaluations. Fewer levels give every level
+    more devices (the count's standard deviation falls as √L), which is what decides recall where
+    n·ε² is small (docs/HEAVY_HITTERS.md, *A known alphabet*); s ≤ 24 and η ≤ 16 bound the enumeration."""
+    if not 1 <= alphabet_size <= 255:
+        raise SpecError(f"pem alphabet size must be between 1 and 255, got {alphabet_size}")
+    m, c = 8 * length, 4 * top
+    a = float(max(alphabet_size, 2))
+    best: tuple[int, float, int, int] | None = None
+    for s in range(1, min(24, m) + 1):
+        for eta in range(1, 17):
+            if (m - s) % eta or (s == m and eta != min(16, m)):
+                continue
+            levels = 1 + (m - s) // eta
+            cost = users / levels * (a ** (s / 8) + (levels - 1) * c * a ** (eta / 8))
+            if cost <= work and (best is None or (levels, cost) < best[:2]):
+                best = (levels, cost, s, eta)
+    return None if best is None else (best[2], best[3], c)
 
 
 @dataclasses.dataclass(frozen=True)

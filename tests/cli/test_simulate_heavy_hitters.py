@@ -20,7 +20,7 @@ import pytest
 
 LDP = Path(sys.executable).with_name("ldp")
 CONTRACT = {"mechanism", "epsilon", "users", "seed", "seconds", "found", "true_top", "recall", "precision"}
-EXTRAS = {"spec", "length", "keep", "levels", "could_be_noise", "candidates"}
+EXTRAS = {"spec", "length", "keep", "levels", "could_be_noise", "candidates", "alphabet"}
 
 POPULATION = {"hello": 3000, "world": 2000, "café": 1500, "naïve": 800, "zebra": 400, "quiet": 1}
 
@@ -68,6 +68,8 @@ def check_contract(obj: dict[str, Any], mechanism: str, epsilon: float, users: i
     hits = len({r[0] for r in found} & {t[0] for t in truth})
     assert obj["recall"] == hits / top
     assert obj["precision"] == (hits / len(found) if found else 0.0)
+    if mechanism == "sfp":  # SFP reports only the words whose interval excludes 0
+        assert all(r[2] > 0 for r in found)
 
 
 @pytest.mark.parametrize("mechanism", ["pem", "sfp"])
@@ -126,6 +128,7 @@ def test_bad_input_file_exits_2(tmp_path: Path, lines: list[str], word: str) -> 
         (["--users", "100", "--range", "0:1"], "--range"),
         (["--users", "100", "--top", "0"], "--top"),
         (["--users", "100", "--oracle", "hcms"], "PEM's frequency oracle"),
+        (["--users", "100", "--alphabet", "ab"], "PEM's candidate pruning"),
     ],
 )
 def test_bad_arguments_exit_2(population_file: Path, extra: list[str], word: str) -> None:
@@ -150,3 +153,15 @@ def test_pem_over_the_hadamard_sketch(population_file: Path) -> None:
     assert (obj["spec"]["oracle"], obj["spec"]["num_hashes"], obj["spec"]["width"]) == ("hcms", 64, 1024)
     assert {r[0] for r in obj["found"][:2]} == {"hello", "world"}
     assert again["found"] == obj["found"]
+
+
+def test_pem_with_an_alphabet(population_file: Path) -> None:
+    """``--alphabet``: the same contract, the alphabet echoed; every reported value is made of it, and
+    the three-level parameters of the alphabet rule are used."""
+    args = ["--mechanism", "pem", "--epsilon", "8", "--users", "20000", "--distribution", "zipf:1.3"]
+    obj = run_json(*args, "--top", "5", "--seed", "4", "--domain", "300", "--alphabet", "zyxwvutsrqponmlkjihgfedcba")
+    check_contract(obj, "pem", 8.0, 20000, 4, 5)
+    assert obj["alphabet"] == "abcdefghijklmnopqrstuvwxyz" and obj["levels"] == 3
+    assert all(set(r[0]) <= set(obj["alphabet"]) for r in obj["found"]) and obj["recall"] >= 0.6
+    bad = ldp("simulate", "--mechanism", "pem", "--epsilon", "2", "--users", "100", "--alphabet", "", "--json")
+    assert bad.returncode == 2 and "--alphabet needs" in bad.stderr and "Traceback" not in bad.stderr

@@ -14,9 +14,12 @@ import numpy as np
 import pytest
 from scipy import stats
 
+from estimator.errors import BatchError
 from estimator.mechanisms.heavy_hitters import (
+    alphabet_prefixes,
     discover_pem,
     discover_sfp,
+    enumerate_alphabet_prefixes,
     enumerate_prefixes,
     extend_prefixes,
     pem_count_variance,
@@ -30,6 +33,7 @@ from ldp_core.mechanisms.heavy_hitters import (
     SFPSpec,
     pad_value,
     pad_values,
+    pem_alphabet_parameters,
     pem_parameters,
     prefix_keys,
     unpad,
@@ -101,6 +105,71 @@ def test_parameters_keep_the_last_step_whole_and_the_work_bounded() -> None:
     assert pem_parameters(10**5, 2.0, 1, 32)[1] == 4  # one byte: a whole-byte step would leave one level
     with pytest.raises(SpecError):
         PEMSpec(epsilon=1.0, length=6, start_bits=30)
+
+
+def test_alphabet_parameters_take_the_fewest_levels_the_budget_allows() -> None:
+    """Under a known alphabet of a bytes a level of b bits has a^(b/8) candidates: the rule takes the
+    fewest levels whose (n/L)·(a^(s/8) + (L-1)·c·a^(η/8)) fits the budget, never more than without."""
+    for users, length, top, a in [(10**4, 6, 32, 26), (10**5, 6, 32, 26), (10**6, 6, 32, 26), (10**6, 16, 10, 95)]:
+        s, eta, c = pem_parameters(users, 1.0, length, top, alphabet_size=a)
+        m = 8 * length
+        assert (m - s) % eta == 0 and s <= 24 and eta <= 16 and c == 4 * top
+        levels = 1 + (m - s) // eta
+        assert users / levels * (a ** (s / 8) + (levels - 1) * c * a ** (eta / 8)) <= 2**33
+        plain = PEMSpec(
+            epsilon=1.0,
+            length=length,
+            start_bits=pem_parameters(users, 1.0, length, top)[0],
+            step_bits=pem_parameters(users, 1.0, length, top)[1],
+        )
+        assert levels <= plain.num_levels
+        PEMSpec(epsilon=1.0, length=length, start_bits=s, step_bits=eta)  # a valid spec
+    # six letters at n = 10^5: three levels (24, 36, 48 bits) against five whole-byte ones without
+    assert pem_parameters(10**5, 1.0, 6, 32, alphabet_size=26) == (24, 12, 128)
+    assert pem_parameters(10**5, 1.0, 3, 32, alphabet_size=26)[0] == 24  # 26^3 values: one level
+    assert pem_alphabet_parameters(10**5, 6, 32, 26, work=1.0) is None  # nothing fits: the plain rule
+    assert pem_parameters(10**5, 1.0, 6, 32, work=2**33, alphabet_size=26) != pem_parameters(10**5, 1.0, 6, 32)
+    with pytest.raises(SpecError):
+        pem_alphabet_parameters(10**5, 6, 32, 0)
+
+
+def test_alphabet_prefixes_keep_exactly_the_prefixes_of_values_over_the_alphabet() -> None:
+    rows = np.array(
+        [list(b"ab\x00"), list(b"az\x00"), list(b"aB\x00"), list(b"a\x00\x00"), list(b"\x7f\x00\x00")], dtype=np.uint8
+    )
+    assert alphabet_prefixes(rows, 16, b"abz").tolist() == [True, True, False, True, False]
+    # a partial byte: 'b' = 0x62 = 0110 0010, so its top 4 bits 0110 begin 'a'..'o' and 0111 begins 'p'..'z'
+    half = np.array([[0x61, 0x60, 0], [0x61, 0x70, 0], [0x61, 0x40, 0], [0x61, 0x00, 0]], dtype=np.uint8)
+    assert alphabet_prefixes(half, 12, b"ab").tolist() == [True, False, False, True]  # 0000: the padding
+    # every prefix of a value over the alphabet passes at every width (what discovery relies on)
+    words = pad_values(["cab", "ba", "a"], 3)
+    for bits in range(1, 25):
+        keep = np.zeros_like(words)
+        full, rest = divmod(bits, 8)
+        keep[:, :full] = words[:, :full]
+        if rest:
+            keep[:, full] = words[:, full] & np.uint8((0xFF << (8 - rest)) & 0xFF)
+        assert alphabet_prefixes(keep, bits, b"abc").all()
+        # level 0 under an alphabet: exactly the kept ones among all 2^bits, without enumerating them all
+        if bits <= 16:
+            every = enumerate_prefixes(bits, 3)
+            kept = every[alphabet_prefixes(every, bits, b"cab")]
+            built = enumerate_alphabet_prefixes(bits, 3, b"cab")
+            assert sorted(map(bytes, built)) == sorted(map(bytes, kept))
+
+
+def test_pem_with_an_alphabet_finds_the_heavy_words_and_only_words_over_it() -> None:
+    rng = np.random.default_rng(12)
+    values, order = _zipf_words(60_000, 2000, 4, rng)
+    az = b"abcdefghijklmnopqrstuvwxyz"
+    s, eta, c = pem_parameters(values.shape[0], 4.0, 4, 8, alphabet_size=26)
+    spec = PEMSpec(epsilon=4.0, length=4, start_bits=s, step_bits=eta)
+    disc = discover_pem(spec, spec.encode(values, rng), top=8, keep=c, alphabet=az)
+    found = [h.raw for h in disc.top(8)]
+    assert set(order[:3]) <= set(found), (found, order[:8])
+    assert all(set(h.raw.rstrip(b"\x00")) <= set(az) for h in disc.found)
+    with pytest.raises(BatchError, match="alphabet"):
+        discover_pem(spec, spec.encode(values[:100], rng), top=8, alphabet=b"\x00")
 
 
 def test_level_for_device_is_memoized_and_uniform() -> None:
