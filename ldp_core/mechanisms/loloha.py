@@ -92,10 +92,12 @@ def irr_epsilon(eps_inf: float, eps_one: float, g: int) -> float:
     (module docstring)."""
     if not eps_one < eps_inf:
         raise SpecError(f"loloha: epsilon_one ({eps_one}) must be below epsilon, the permanent ε∞ ({eps_inf})")
-    e_inf, e_one = math.exp(eps_inf), math.exp(eps_one)
-    if not e_inf > e_one:
+    # with a = e^ε∞ - 1 and b = e^ε1 - 1 (expm1: exact near 0, where e^ε rounds to 1), the ratio
+    # (e^ε∞·e^ε1 + (g-2)·e^ε1 - g + 1) / (e^ε∞ - e^ε1) is (a + (g-1)·b + a·b) / (a - b)
+    a, b = math.expm1(eps_inf), math.expm1(eps_one)
+    if not a > b:
         raise SpecError(f"loloha: epsilon {eps_inf} and epsilon_one {eps_one} are too close to tell apart")
-    return math.log((e_inf * e_one + (g - 2) * e_one - g + 1) / (e_inf - e_one))
+    return math.log((a + (g - 1) * b + a * b) / (a - b))
 
 
 def optimal_g(eps_inf: float, eps_one: float) -> int:

@@ -302,6 +302,16 @@ def test_loloha_chain_is_exactly_eps_one(eps_inf: float, eps_one: float, g: int 
         LolohaSpec(epsilon=1.0, domain_size=4, epsilon_one=1.5)
 
 
+def test_loloha_irr_epsilon_near_zero_is_finite_and_meets_the_closed_form_limit() -> None:
+    """At ε∞ = 2·2⁻⁵² and ε1 = 2⁻⁵² e^ε rounds to 1 and the plain formula's numerator to 0 or below (a
+    ``math domain error`` hypothesis found); the expm1 form gives the limit log((a + (g-1)·b) / (a - b)) with
+    a = 2b: log(g + 1)."""
+    tiny = 2.0**-52
+    assert irr_epsilon(2 * tiny, tiny, 1024) == pytest.approx(math.log(1025), rel=1e-9)
+    spec = LolohaSpec(epsilon=2 * tiny, domain_size=10)  # accepted or refused, never a ValueError
+    assert spec.epsilon == 2 * tiny
+
+
 def test_loloha_default_g_follows_the_paper() -> None:
     assert optimal_g(1.0, 0.5) == 2
     assert LolohaSpec(epsilon=1.0, domain_size=8).g == optimal_g(1.0, 0.5)
