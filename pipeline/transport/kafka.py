@@ -40,9 +40,11 @@ that completes while no ``poll()`` awaits it and sends a new JoinGroup (a
 rebalance loop when members poll with short timeouts), and was seen to hang
 a group leader after it computed the assignment. 2.3 has neither problem but
 lacks KIP-447 (no generation sent with transactional offsets, no
-``require_stable`` offset fetch); this module compensates by refusing a
-transactional commit from a member whose generation is not stable, and by
-waiting after each commit until the committed offsets are visible.
+``require_stable`` offset fetch); this module sends the offsets with the
+member's generation itself (:mod:`pipeline.transport.kafka_txn`: the group
+coordinator refuses them from a member it expelled), refuses a
+transactional commit from a member whose generation is not stable, and
+waits after each commit until the committed offsets are visible.
 """
 
 from __future__ import annotations
@@ -512,11 +514,11 @@ class _KafkaTransaction(Transaction, TransactionScope):
         ending = False  # whether EndTxn(commit) may have reached the coordinator
         try:
             if offsets:
-                if not c._generation_stable():
+                member = c._stable_member()
+                if member is None:
                     raise errors.RebalanceInProgressError("the group is rebalancing")
-                # KIP-447 group metadata (generation fencing) where the client has it, else the group id
-                meta = c._consumer.group_metadata() if hasattr(c._consumer, "group_metadata") else c.group
-                c._tx_call("send_offsets_to_transaction", lambda tm: tm.send_offsets_to_transaction(offsets, meta))
+                # the offsets carry the member's generation (KIP-447, kafka_txn): an expelled member is refused
+                c._tx_call("send_offsets_to_transaction", lambda tm: c._send_offsets(tm, offsets, member))
             ending = True
             c._tx_call("commit_transaction", lambda tm: tm.begin_commit())
         except (errors.ProducerFencedError, errors.InvalidProducerEpochError) as exc:
@@ -808,10 +810,25 @@ class KafkaConsumer(Consumer):
         return True
 
     def _generation_stable(self) -> bool:
-        """Whether this member is in a stable generation (best effort: kafka-python 2 sends no generation with
-        transactional offsets, so a member that the group expelled must not commit them)."""
+        """Whether this member's client believes its generation stable (an expelled member may not know yet)."""
+        return self._stable_member() is not None
+
+    def _stable_member(self) -> tuple[int, str, str | None] | None:
+        """``(generation id, member id, group instance id)`` if the client believes the generation stable."""
         coordinator = self._consumer._coordinator
-        return coordinator.generation_if_stable() is not None and not coordinator.need_rejoin()
+        gen = coordinator.generation_if_stable()
+        if gen is None or coordinator.need_rejoin():
+            return None
+        return int(gen.generation_id), str(gen.member_id), coordinator.group_instance_id
+
+    def _send_offsets(self, tm: Any, offsets: Any, member: tuple[int, str, str | None]) -> Any:
+        """Add the offsets to the open transaction, fenced by ``member``'s generation where the broker can
+        (TxnOffsetCommit v3, :mod:`pipeline.transport.kafka_txn`); older brokers get kafka-python's v0-2."""
+        from pipeline.transport.kafka_txn import FENCED_VERSION, send_offsets_fenced
+
+        if tm._api_version >= FENCED_VERSION:
+            return send_offsets_fenced(tm, offsets, self.group, member)
+        return tm.send_offsets_to_transaction(offsets, self.group)
 
     def _await_visible(self, offsets: Mapping[Any, Any]) -> None:
         """Wait until the group coordinator shows the offsets a transaction committed.
