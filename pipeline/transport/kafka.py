@@ -53,7 +53,6 @@ import itertools
 import logging
 import math
 import re
-import socket
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -78,6 +77,7 @@ from pipeline.transport.base import (
     check_topic_name,
     partition_for,
 )
+from pipeline.transport.kafka_cluster import describe_cluster
 
 __all__ = ["KafkaTransport", "KafkaConsumer", "describe_cluster"]
 
@@ -100,53 +100,6 @@ def _errors() -> Any:
     import kafka.errors
 
     return kafka.errors
-
-
-def describe_cluster(bootstrap: str, timeout: float = 5.0) -> dict[str, Any]:
-    """Ask the cluster at ``bootstrap`` (``host:port``) to describe itself; :class:`TransportError` if it cannot.
-
-    Returns ``{"cluster_id", "brokers": [...]}`` once at least one broker is
-    registered and unfenced. A fresh admin client with ``timeout`` for each
-    call, so that a broker that is down costs at most about ``timeout``.
-    """
-    host, _, port = bootstrap.rpartition(":")
-    host = host.strip("[]")
-    if not port.isdigit():
-        raise ValueError(f"bootstrap must be host:port, got {bootstrap!r}")
-    try:
-        with socket.create_connection((host, int(port)), timeout=min(timeout, 1.0)):
-            pass
-    except OSError as exc:
-        raise TransportError(f"nothing accepts connections on {bootstrap}") from exc
-    from kafka import KafkaAdminClient
-    from kafka.errors import KafkaError
-
-    from pipeline.transport import kafka_logs
-
-    kafka_logs.install()
-    ms = max(1000, int(timeout * 1000))
-    # kafka-python 2.x names the bootstrap wait api_version_auto_timeout_ms, 3.x bootstrap_timeout_ms
-    wait_key = (
-        "bootstrap_timeout_ms"
-        if "bootstrap_timeout_ms" in KafkaAdminClient.DEFAULT_CONFIG
-        else "api_version_auto_timeout_ms"
-    )
-    try:
-        admin = KafkaAdminClient(
-            bootstrap_servers=bootstrap, client_id="ldp-kafka-probe", request_timeout_ms=ms, **{wait_key: ms}
-        )
-    except (KafkaError, OSError) as exc:
-        raise TransportError(f"the broker at {bootstrap} does not answer: {exc!r}") from exc
-    try:
-        desc = admin.describe_cluster()
-    except (KafkaError, OSError) as exc:
-        raise TransportError(f"the broker at {bootstrap} does not describe its cluster: {exc!r}") from exc
-    finally:
-        admin.close()
-    brokers = [b for b in desc.get("brokers", []) if not b.get("is_fenced", False)]
-    if not brokers:
-        raise TransportError(f"the broker at {bootstrap} answers but no broker is registered and unfenced yet")
-    return {"cluster_id": desc.get("cluster_id"), "brokers": brokers}
 
 
 class KafkaTransport(Transport):
