@@ -107,15 +107,48 @@ def model_marginal(model: Any, clique: Sequence[str]) -> np.ndarray:
 
 
 def sample(model: Any, table: Table, rows: int, rng: np.random.Generator) -> Table:
-    """``rows`` records from ``model`` (``mbi``'s randomized rounding along the junction tree). ``mbi`` draws
-    from numpy's global generator: it is seeded from ``rng`` for the call and restored after."""
+    """``rows`` records from ``model`` by randomized rounding along its junction tree, every draw from ``rng``.
+
+    Columns are filled in reverse elimination order (``mbi``'s junction tree over the model's cliques): the
+    first from its marginal, each later one, per configuration of the already-filled columns it shares a
+    clique with, from the model's conditional counts. Rounding keeps each group's counts within one of the
+    model's (``mbi``'s own ``synthetic_data`` does the same but draws from numpy's global generator)."""
     if rows < 1:
         raise SynthError(f"rows must be >= 1, got {rows}")
-    state = np.random.get_state()
-    np.random.seed(int(rng.integers(0, 2**32 - 1)))
-    try:
-        ds = model.synthetic_data(rows=int(rows))
-    finally:
-        np.random.set_state(state)
-    codes = np.stack([np.asarray(ds.data[c], dtype=np.int64) for c in table.columns], axis=1)
+    from mbi import junction_tree
+
+    jtree, elimination = junction_tree.make_junction_tree(model.domain, [tuple(c) for c in model.cliques])
+    cliques = [set(c) for c in jtree.nodes]
+    order = list(elimination)[::-1]
+    data: dict[Any, np.ndarray] = {}
+    for col in order:
+        parents = tuple(c for c in order if c in data and any(col in cl and c in cl for cl in cliques))
+        counts = np.asarray(model.project(parents + (col,)).datavector(flatten=False), dtype=np.float64)
+        if not parents:
+            data[col] = _rounded(counts, rows, rng)
+            continue
+        keys = np.stack([data[p] for p in parents], axis=1)
+        configs, inverse = np.unique(keys, axis=0, return_inverse=True)
+        by_group = np.argsort(inverse.ravel(), kind="stable")
+        sizes = np.bincount(inverse.ravel(), minlength=len(configs))
+        out = np.empty(rows, dtype=np.int64)
+        for cfg, idx in zip(configs, np.split(by_group, np.cumsum(sizes)[:-1]), strict=True):
+            out[idx] = _rounded(counts[tuple(cfg)], idx.size, rng)
+        data[col] = out
+    codes = np.stack([data[c] for c in table.columns], axis=1)
     return table.with_codes(codes)
+
+
+def _rounded(counts: np.ndarray, total: int, rng: np.random.Generator) -> np.ndarray:
+    """``total`` codes in random order whose histogram rounds ``counts`` scaled to ``total``: the integer parts,
+    then the remaining units to distinct codes drawn with probability proportional to the fractional parts."""
+    counts = np.clip(np.asarray(counts, dtype=np.float64), 0.0, None)
+    mass = counts.sum()
+    counts = counts * (total / mass) if mass > 0 else np.full(counts.size, total / counts.size)
+    frac, whole = np.modf(counts)
+    n = whole.astype(np.int64)
+    extra = total - int(n.sum())
+    if extra > 0:
+        p = frac / frac.sum() if frac.sum() > 0 else None
+        n[rng.choice(counts.size, extra, replace=False, p=p)] += 1
+    return rng.permutation(np.repeat(np.arange(counts.size, dtype=np.int64), n))
