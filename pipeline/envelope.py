@@ -48,9 +48,24 @@ class ShuffleMeta:
     central_delta: float | None = None
     bound: str | None = None  # which bound produced the central figure
     sources: int = 0  # how many uploaded batches were mixed into it
+    # a part of a released batch that the shuffler split by the records' encapsulated keys (a sealed metric,
+    # issue 31): the whole release's id and size (what was shuffled together, and what ``central_epsilon``,
+    # ``central_delta`` are computed for), this part's sub-key index and the number of sub-keys; ``None`` for
+    # a batch released whole (and then absent from the JSON, so that such envelopes read as before)
+    release_id: str | None = None
+    release_n: int | None = None
+    part: int | None = None
+    parts: int | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        out = dataclasses.asdict(self)
+        for k in _RELEASE_FIELDS:
+            if out[k] is None:
+                del out[k]
+        return out
+
+
+_RELEASE_FIELDS = ("release_id", "release_n", "part", "parts")
 
 
 @dataclasses.dataclass(frozen=True)

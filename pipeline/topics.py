@@ -19,13 +19,22 @@ shuffler's crowd of a metric-day is gathered by one member. Shuffled records
 of a plain metric are keyed ``"<metric>/<day>/<shuffle id>"`` by default
 (:func:`shuffled_key`), so the released batches of one hot metric-day spread
 over the shuffled topic's partitions, hence over the sink's and the
-estimator's members (whose accumulators merge); sealed batches, and every
-batch under the shuffler's ``shuffled_key="metric-day"``, keep the
-``"<metric>/<day>"`` key. Nothing downstream needs the batches of a
-metric-day in order or in one partition.
+estimator's members (whose accumulators merge). A sealed metric's released
+batch is split by each record's encapsulated key (:func:`sealed_route`) into
+sub-batches keyed by the metric-day's sub-keys (:func:`spread_keys`), so a
+replayed ciphertext, which keeps its encapsulated key, lands on the
+partition of the original whatever batch it travels in. Every batch under
+the shuffler's ``shuffled_key="metric-day"`` keeps the ``"<metric>/<day>"``
+key. Nothing downstream needs the batches of a metric-day in order or in one
+partition.
 """
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import numpy as np
 
 __all__ = [
     "RAW_TOPIC",
@@ -39,6 +48,7 @@ __all__ = [
     "shuffled_key",
     "key_metric_day",
     "spread_keys",
+    "sealed_route",
     "SHUFFLED_KEYINGS",
 ]
 
@@ -93,3 +103,20 @@ def spread_keys(metric: str, day: int, count: int, partitions: int) -> list[byte
             j += 1
         out.append(f"{metric}/{int(day)}/s{j}".encode())
     return out
+
+
+#: where a sealed record's encapsulated key (its X25519 ephemeral public key) starts and ends in the record:
+#: after the 4-byte analyzer key id (:mod:`ldp_core.wire.sealed`)
+_ENC_ROUTE = slice(4, 12)
+
+
+def sealed_route(records: np.ndarray, record_size: int, count: int) -> np.ndarray:
+    """For each sealed record (``record_size`` bytes: key id, encapsulated key, ciphertext, tag) the index in
+    ``range(count)`` of the sub-key it is published under: the first 8 bytes of its encapsulated key, read as
+    a little-endian integer, modulo ``count``. A function of the encapsulated key alone, which a copy of the
+    record must keep to open: a replayed record takes the sub-key of its original whatever batch carries it."""
+    import numpy as np
+
+    raw = np.ascontiguousarray(records).view(np.uint8).reshape(-1, record_size)
+    words = np.ascontiguousarray(raw[:, _ENC_ROUTE]).view("<u8").ravel()
+    return (words % np.uint64(max(1, int(count)))).astype(np.int64)

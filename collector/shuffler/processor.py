@@ -7,6 +7,7 @@ describes the whole design (exactly once, what a checkpoint does not hold, dupli
 from __future__ import annotations
 
 import collections
+import dataclasses
 import logging
 import math
 import secrets
@@ -39,7 +40,7 @@ from ldp_core.wire.framing import FramingError
 from ldp_core.wire.sealed import SealedSpec
 from pipeline.envelope import ShuffleMeta, encode_envelope
 from pipeline.processor import StreamProcessor
-from pipeline.topics import shuffled_key, spread_keys
+from pipeline.topics import sealed_route, shuffled_key, spread_keys
 from pipeline.transport import (
     CommitFailedError,
     Consumer,
@@ -135,6 +136,7 @@ class Shuffler(StreamProcessor):
         self._shuffled_partitions = settings.partitions  # the shuffled topic's, once ensure_topics ran
         # per metric-day: its sub-keys and the next one to use (shuffled_spread >= 1)
         self._spread: dict[tuple[str, int], tuple[list[bytes], int]] = {}
+        self._routes: dict[tuple[str, int], list[bytes]] = {}  # per sealed metric-day: its records' sub-keys
         self._expected: dict[TopicPartition, int] = {}  # what the consumer must report as delivered
         self._progress = False
         self._last_input = time.monotonic()
@@ -505,14 +507,16 @@ class Shuffler(StreamProcessor):
         recs = _gather(recs, perm)
         src = src[perm]
         metric, _, day = key
-        # a plain metric-day spreads over the shuffled partitions, one key per released batch; a sealed one
-        # keeps its metric-day's key, so a replayed sealed record reaches the member whose guard saw the first
-        spread = s.shuffled_key == "batch" and not isinstance(spec, SealedSpec)
+        # keyed per batch, a plain metric-day's batches spread over the shuffled partitions, one key per batch; a
+        # sealed one's batch is split by its records' encapsulated keys over the metric-day's sub-keys, so a
+        # replayed sealed record reaches the partition, hence the member and replay guard, of its original
+        sealed = isinstance(spec, SealedSpec)
+        spread = s.shuffled_key == "batch"
         tx = self.transaction()
         pos = 0
         for size in sizes:
             chunk = np.ascontiguousarray(recs[pos : pos + size])
-            sources = int(np.count_nonzero(np.bincount(src[pos : pos + size], minlength=1)))
+            chunk_src = src[pos : pos + size]
             pos += size
             bid = self.new_batch_id()
             eps, delta, bound = self._central(size, spec.epsilon, self._reports_for(metric, spec.epsilon))
@@ -523,10 +527,15 @@ class Shuffler(StreamProcessor):
                 central_epsilon=eps,
                 central_delta=delta,
                 bound=bound,
-                sources=sources,
+                sources=_sources(chunk_src),
             )
-            out_key = self._out_key(metric, day, bid) if spread else shuffled_key(metric, day)
-            tx.publish(s.shuffled_topic, out_key, encode_envelope(meta, ReportBatch(metric, spec, day, chunk, bid)))
+            if spread and sealed:
+                n_parts = self._publish_routed(tx, meta, ReportBatch(metric, spec, day, chunk, bid), chunk_src)
+                part.delta["released_parts"] += n_parts
+            else:
+                out_key = self._out_key(metric, day, bid) if spread else shuffled_key(metric, day)
+                tx.publish(s.shuffled_topic, out_key, encode_envelope(meta, ReportBatch(metric, spec, day, chunk, bid)))
+                part.delta["released_parts"] += 1
             part.pending_reports += size
             part.delta["released_batches"] += 1
             part.delta["released_reports"] += size
@@ -534,6 +543,46 @@ class Shuffler(StreamProcessor):
             group.keep(recs[pos:].copy(), src[pos:])
         else:
             del part.groups[key]
+
+    def _publish_routed(self, tx: Transaction, meta: ShuffleMeta, batch: ReportBatch, src: np.ndarray) -> int:
+        """Publish a released sealed batch as parts, one per sub-key of its metric-day that its records route to
+        (:func:`pipeline.topics.sealed_route`: by each record's encapsulated key), in their shuffled order.
+
+        Every part carries the whole release's central (ε, δ): the crowd was shuffled together, and which part a
+        record falls in depends only on its encapsulated key, a random value the device drew independently of
+        the report, so the parts are a post-processing of the shuffled release (the analyzer, all members
+        together, sees all of them). Each part gets its own batch id; ``release_id``/``release_n`` name the
+        release. The parts are published in the same transaction as the checkpoint: all or none commit.
+        """
+        s = self.settings
+        count = s.shuffled_spread or self._shuffled_partitions
+        md = (batch.metric, batch.day)
+        keys = self._routes.get(md)
+        if keys is None:
+            keys = self._routes[md] = spread_keys(batch.metric, batch.day, count, self._shuffled_partitions)
+        idx = sealed_route(batch.records, batch.spec.record_size, len(keys))
+        parts = 0
+        for j in np.unique(idx).tolist():
+            sel = idx == j
+            sub = np.ascontiguousarray(batch.records[sel])
+            sid = self.new_batch_id()
+            part_meta = dataclasses.replace(
+                meta,
+                shuffle_id=sid.hex(),
+                n=int(sub.size),
+                sources=_sources(src[sel]),
+                release_id=meta.shuffle_id,
+                release_n=meta.n,
+                part=int(j),
+                parts=len(keys),
+            )
+            tx.publish(
+                s.shuffled_topic,
+                keys[j],
+                encode_envelope(part_meta, ReportBatch(batch.metric, batch.spec, batch.day, sub, sid)),
+            )
+            parts += 1
+        return parts
 
     def _out_key(self, metric: str, day: int, bid: bytes) -> bytes:
         """A spread batch's key: its own (``shuffled_spread`` 0), else the metric-day's next sub-key."""
@@ -650,3 +699,8 @@ class Shuffler(StreamProcessor):
         self._last_checkpoint = time.monotonic()
         self.stats.checkpoints += 1
         self.stats.buffered_reports = sum(p.buffered() for p in parts)
+
+
+def _sources(src: np.ndarray) -> int:
+    """How many uploads the records whose upload indices are ``src`` came from."""
+    return int(np.count_nonzero(np.bincount(src, minlength=1)))

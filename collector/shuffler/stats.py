@@ -26,6 +26,9 @@ class ShufflerStats:
     superseded_deletes: int = 0
     released_batches: int = 0
     released_reports: int = 0
+    #: records published to the shuffled topic: one per released batch, or its parts when a sealed one is split
+    #: by its records' encapsulated keys (issue 31)
+    released_parts: int = 0
     checkpoints: int = 0
     restores: int = 0
     aborted_transactions: int = 0

@@ -588,15 +588,18 @@ def _sealed_metrics(tmp_path: Path) -> tuple[MetricSet, object]:
 
 
 @pytest.mark.parametrize(("keying", "spread"), [("batch", 0), ("batch", 2), ("metric-day", 0)])
-def test_released_batches_spread_a_plain_metric_day_and_keep_a_sealed_one_together(
+def test_released_batches_spread_a_plain_metric_day_and_route_a_sealed_one_by_encapsulated_key(
     tmp_path: Path, transport: Transport, keying: str, spread: int
 ) -> None:
     """Keyed per batch (the default), one plain metric-day's released batches land in several shuffled
     partitions (with ``shuffled_spread`` 2, in exactly two, half the topic apart, taken in turn); a sealed
-    metric-day's stay in one (the estimator's replay guard needs a replay to reach the member that saw the
-    original); ``shuffled_key="metric-day"`` keeps every metric-day in one partition."""
+    metric-day's released batches are split into parts by their records' encapsulated keys, each part under the
+    metric-day's sub-key its records route to (so a replay reaches its original's partition), every part
+    carrying its release's id, size and central figure; ``shuffled_key="metric-day"`` keeps every metric-day in
+    one partition, sealed batches whole."""
     from ldp_core.wire.frames import ReportBatch
     from ldp_core.wire.sealing import seal_batch
+    from pipeline.topics import sealed_route
     from pipeline.transport import partition_for
 
     metrics, key = _sealed_metrics(tmp_path)
@@ -608,27 +611,51 @@ def test_released_batches_spread_a_plain_metric_day_and_keep_a_sealed_one_togeth
         batches.append(ReportBatch("tab", plain_spec, TODAY, plain_spec.encode(values, rng), rng.bytes(16)))
         words = ReportBatch("word", word_spec, TODAY, word_spec.encode(rng.integers(0, 256, 50), rng), rng.bytes(16))
         batches.append(seal_batch(words, key.public))  # type: ignore[attr-defined]
+    sent_words = {bytes(r) for b in batches if b.metric == "word" for r in b.records.view(np.uint8).reshape(len(b), -1)}
     tp = Topics()
     publish(transport, tp.raw, batches)
     settings = tp.settings(min_batch=50, max_batch=50, shuffled_key=keying, shuffled_spread=spread)
-    sh = Shuffler(transport, metrics, settings)
+    sh = Shuffler(transport, metrics, settings, guarantee=lambda n, e0: (e0 / max(1.0, n**0.5), 1e-6, "test"))
     run_until_idle(sh)
     sh.close()
     out = read_shuffled(transport, tp.shuffled, metrics, expect=2 * 12 * 50)
     parts: dict[str, set[int]] = {"tab": set(), "word": set()}
     tab_keys: list[bytes] = []
+    releases: dict[str, list] = {}
+    got_words: list[bytes] = []
+    width = word_spec.record_size + 52
     for k, sb in out:
         metric = sb.batch.metric
         assert key_metric_day(k) == (metric, TODAY)
-        if keying == "batch" and metric == "tab" and spread:
+        if keying == "batch" and metric == "word":  # routed by each record's encapsulated key
+            subkeys = spread_keys(metric, TODAY, spread or 4, 4)
+            assert sb.meta.parts == len(subkeys) and k == subkeys[sb.meta.part]
+            assert set(sealed_route(sb.batch.records, width, len(subkeys)).tolist()) == {sb.meta.part}
+            assert sb.meta.shuffle_id == sb.batch.batch_id.hex() != sb.meta.release_id
+            releases.setdefault(sb.meta.release_id, []).append(sb.meta)
+        elif keying == "batch" and metric == "tab" and spread:
             assert k in spread_keys(metric, TODAY, spread, 4)
         else:
             per_batch = keying == "batch" and metric == "tab"
             assert k == shuffled_key(metric, TODAY, bytes.fromhex(sb.meta.shuffle_id) if per_batch else None)
+            assert sb.meta.release_id is None and sb.meta.parts is None
+        if metric == "word":
+            got_words.extend(bytes(r) for r in sb.batch.records.view(np.uint8).reshape(len(sb.batch), -1))
         parts[metric].add(partition_for(k, 4))
         tab_keys.extend([k] if metric == "tab" else [])
     assert sum(sb.meta.n for k, sb in out if sb.batch.metric == "tab") == 12 * 50
-    assert len(parts["word"]) == 1
+    assert sorted(got_words) == sorted(sent_words)  # every sealed record once, unaltered
+    if keying == "batch":
+        # 12 releases of 50 (min_batch applies to the release, before the split); each part carries the release's
+        # size and central figure, and its parts add up to it
+        assert len(releases) == 12
+        for metas in releases.values():
+            assert sum(m.n for m in metas) == metas[0].release_n == 50
+            assert {(m.central_epsilon, m.central_delta) for m in metas} == {(1.5 / 50**0.5, 1e-6)}
+        # 600 records over 4 (or 2) sub-keys by a uniform hash: a part left empty has probability <= 4 * (3/4)**600
+        assert len(parts["word"]) == (spread or 4)
+    else:
+        assert len(parts["word"]) == 1
     # 12 random keys over 4 partitions all in one: probability 4 * 4**-12 = 2.4e-7
     if keying == "metric-day":
         assert len(parts["tab"]) == 1
