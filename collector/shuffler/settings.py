@@ -37,12 +37,14 @@ class ShufflerSettings:
     it. ``key_file`` is the shuffler's secret (created 0600 if missing; the
     same file for every member of the group). ``shuffled_key`` is how released
     batches are keyed (:func:`pipeline.topics.shuffled_key`): ``"batch"`` spreads
-    a plain metric-day's batches over the shuffled topic's partitions (sealed
-    batches keep their metric-day's key, for the estimator's replay guard);
-    ``"metric-day"`` keeps every batch of a metric-day in one partition. ``shuffled_spread`` (with ``"batch"``):
-    0 gives every released batch its own key (the metric-day reaches every partition); N >= 1 cycles a
-    metric-day's batches over N sub-keys on N evenly spaced partitions (:func:`pipeline.topics.spread_keys`):
-    fewer partitions per transaction and per read, enough for N members.
+    a plain metric-day's batches over the shuffled topic's partitions and splits a
+    sealed one's released batches by their records' encapsulated keys over the metric-day's sub-keys (so a
+    replay reaches its original's member and replay guard: :func:`pipeline.topics.sealed_route`);
+    ``"metric-day"`` keeps every batch of a metric-day in one partition, whole. ``shuffled_spread`` (with
+    ``"batch"``): 0 gives every released plain batch its own key (the metric-day reaches every partition) and
+    routes sealed records over one sub-key per partition; N >= 1 cycles a metric-day's plain batches over N
+    sub-keys on N evenly spaced partitions (:func:`pipeline.topics.spread_keys`), and routes its sealed records
+    over the same N: fewer partitions per transaction and per read, enough for N members.
     """
 
     min_batch: int = 1000

@@ -106,7 +106,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         choices=("batch", "metric-day"),
         default=None,
         help="how released batches are keyed: batch spreads a plain metric-day over the shuffled topic's "
-        "partitions, hence over the sink's and estimator's members (sealed metrics keep one key per metric-day); "
+        "partitions, hence over the sink's and estimator's members (a sealed release is split by its records' "
+        "encapsulated keys, so a replay meets its original's replay guard); "
         f"metric-day keeps one partition per metric-day (default $LDP_SHUFFLER_SHUFFLED_KEY, else {d.shuffled_key})",
     )
     p.add_argument(
@@ -116,7 +117,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         metavar="N",
         help="with --shuffled-key batch: 0 keys every released batch apart (a metric-day reaches every partition); "
         "N cycles a metric-day's batches over N evenly spaced partitions, enough for N members and fewer "
-        f"partitions per transaction (default $LDP_SHUFFLER_SHUFFLED_SPREAD, else {d.shuffled_spread})",
+        "partitions per transaction; a sealed metric-day's records are routed over those N sub-keys (0: one per "
+        f"partition) (default $LDP_SHUFFLER_SHUFFLED_SPREAD, else {d.shuffled_spread})",
     )
     p.add_argument("--raw-topic", default=d.raw_topic)
     p.add_argument("--shuffled-topic", default=d.shuffled_topic)
