@@ -22,6 +22,18 @@ the default since issue 31, which spreads the metric-day over every shuffled par
 partitions, ``--shuffled-spread 2``; per metric-day, the keying before). Each run also records ``holding``: how many estimator members count part of the metric-day (their
 ``merged=false`` answers), 1 under the old keying.
 
+**One stage, isolated** (``--scenario drain-sealed`` / ``drain-plain``, issue 31): only the estimator group runs.
+A backlog of one hot metric-day (``--drain-reports`` reports, sealed or plain) is shuffled once by the real
+shuffler (in this process, keyed per ``--shuffled-keys``: a sealed release is split by its records'
+encapsulated keys over the shuffled partitions) into a source topic of the broker at ``--bootstrap`` (one
+broker, ``ldp kafka up``); each run copies it into a fresh topic for M ``ldp estimator`` members started with
+``--serial-open`` (``--open-processes``), so that one member opens on one core. (Without it one member opens
+a large sealed batch across one process per CPU; the parts of a split release are small, 1,000 / 8 reports
+here, below the 4,096 above which the opener uses its pool at all, so they open inline either way.) The members
+first count a warm-up release (so that the group has settled and each member holds its partitions), then the
+clock runs from publishing the rest (``publish_s``, the broker's part) until the merged read counts all of it.
+``ratio`` is the median reports/s of the largest M over that of the smallest.
+
 The collector is left out (its throughput and CPU per report are ``benchmarks/bench_ingest.py``'s), and so is
 the start-up of the processes. The machine's load average is recorded with each run: on a shared machine the
 wall-clock figure depends on it, the CPU figure much less.
@@ -32,7 +44,12 @@ Usage (from the repository root)::
     .venv/bin/python benchmarks/bench_members.py --scenario hot-day --members 1,2 --repeat 3 \
         --out benchmarks/results/members_hot_day.json
 
-Results print as Markdown and go to ``benchmarks/results/members.json``.
+    .venv/bin/ldp kafka up --port 19100 --controller-port 19101
+    .venv/bin/python benchmarks/bench_members.py --scenario drain-sealed --bootstrap 127.0.0.1:19100 \
+        --members 1,2 --repeat 5 --out benchmarks/results/members_drain_sealed.json
+
+Results print as Markdown (``--json``: the whole result as one JSON object) and go to
+``benchmarks/results/members.json``.
 """
 
 from __future__ import annotations
@@ -64,6 +81,8 @@ from tests.support.group_procs import GroupProcs  # noqa: E402
 from tests.support.pipeline_procs import free_port  # noqa: E402
 
 TICK = os.sysconf("SC_CLK_TCK")
+#: the stage-isolated scenarios (benchmarks/members_drain.py)
+DRAINS = ("drain-sealed", "drain-plain")
 
 
 def metrics_doc(count: int) -> dict[str, Any]:
@@ -166,10 +185,24 @@ def main() -> int:
     ap.add_argument("--metrics", type=int, default=16, help="metric-days the frames are spread over")
     ap.add_argument(
         "--scenario",
-        choices=("metric-days", "hot-day"),
+        choices=("metric-days", "hot-day", *DRAINS),
         default="metric-days",
-        help="metric-days: frames spread over --metrics metric-days; hot-day: all of them one metric-day",
+        help="metric-days: frames spread over --metrics metric-days; hot-day: all of them one metric-day; "
+        "drain-sealed, drain-plain: only the estimator group drains a backlog of one (sealed or plain) metric-day",
     )
+    ap.add_argument(
+        "--bootstrap",
+        default=os.environ.get("LDP_KAFKA_BOOTSTRAP", "127.0.0.1:9092"),
+        help="the broker of the drain scenarios (`ldp kafka up`; default $LDP_KAFKA_BOOTSTRAP, else 127.0.0.1:9092)",
+    )
+    ap.add_argument("--drain-reports", type=int, default=100_000, help="reports in a drain scenario's backlog")
+    ap.add_argument(
+        "--open-processes",
+        type=int,
+        default=1,
+        help="the drain members' --open-processes (default 1: --serial-open, one member = one core)",
+    )
+    ap.add_argument("--json", action="store_true", help="print the result as one JSON object instead of Markdown")
     ap.add_argument(
         "--shuffled-keys",
         default=None,
@@ -180,6 +213,10 @@ def main() -> int:
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "members.json"))
     args = ap.parse_args()
     member_counts = [int(x) for x in args.members.split(",")]
+    if args.scenario in DRAINS:
+        from benchmarks.members_drain import drain_main
+
+        return drain_main(args, member_counts)
     if args.scenario == "hot-day":
         args.metrics = 1
     keyings = (args.shuffled_keys or ("batch,batch:2,metric-day" if args.scenario == "hot-day" else "batch")).split(",")
