@@ -1,8 +1,10 @@
 """The sealed replay guard with two streaming-estimator members of one consumer group (issue #28).
 
 A replayed sealed frame keeps its metric and day (both are bound into every record's sealing: a copy
-under another metric or day does not open), so the shuffler releases it under the same key
-``"<metric>/<day>"`` and it reaches the same partition of ``ldp.reports.shuffled`` as the original.
+under another metric or day does not open) and each record its encapsulated key, so the shuffler publishes
+it under the same key (``"<metric>/<day>"`` with ``--shuffled-key metric-day``, as here; the sub-key its
+encapsulated key routes to by default, ``tests/estimator/test_hot_sealed_metric_day.py``) and it reaches the
+same partition of ``ldp.reports.shuffled`` as the original.
 While that partition stays with one member, that member's guard drops the replay, whatever the other
 members hold. What the guard does not follow is a partition that **changes owner** (a rebalance: a
 member leaves, crashes or joins): the new owner's guard never saw the keys the old owner counted, and
