@@ -292,8 +292,9 @@ def add_analyzer_keys(p: argparse.ArgumentParser) -> None:
         type=int,
         default=None,
         metavar="N",
-        help="open sealed batches of more than 4096 reports across N worker processes (one X25519 exchange per "
-        "report; default: one per CPU when there are several, else inline; 1: inline)",
+        help="open sealed batches across N workers (one X25519 exchange per report): threads with the compiled "
+        "opener, for batches of 512 reports or more; processes without it, above 4096 reports "
+        "(default: one per CPU when there are several, else inline; 1: inline)",
     )
     p.add_argument(
         "--serial-open",

@@ -529,7 +529,13 @@ def default_open_processes() -> int:
 
 
 class BatchOpener:
-    """Opens sealed batches with the keys of a :class:`KeyRing`, inline or across ``processes`` worker processes.
+    """Opens sealed batches with the keys of a :class:`KeyRing`, inline or across ``processes`` workers.
+
+    The compiled opener releases the GIL for a whole batch, so with it the
+    workers are threads of this process and a batch of ``2 * thread_part``
+    records or more is split among them; the Python opener holds the GIL,
+    so its workers are processes and only batches over ``chunk`` records
+    go to them (pickling a batch costs more than opening a small one).
 
     Records that do not open (another key, another metric or day, altered
     bytes) are dropped and counted in :attr:`OpenResult.failed`; so are
@@ -549,12 +555,17 @@ class BatchOpener:
         chunk: int = 4096,
         replays: ReplayGuard | None = None,
         native: bool | None = None,
+        thread_part: int = 256,
     ) -> None:
         if processes < 1:
             raise ValueError(f"processes must be >= 1, got {processes}")
+        if thread_part < 1:
+            raise ValueError(f"thread_part must be >= 1, got {thread_part}")
         self.keys = keys
         self.processes = int(processes)
         self.chunk = int(chunk)
+        self.thread_part = int(thread_part)
+        self._threads: Any = None
         self._opener = _Opener(_key_table(keys), native)
         # the workers open as this process does: compiled if it is, else in Python
         self._native_mode: bool | None = self._opener.native if native is None else native
@@ -580,6 +591,30 @@ class BatchOpener:
             self._pool.terminate()
             self._pool.join()
             self._pool = None
+        if self._threads is not None:
+            self._threads.shutdown(wait=True)
+            self._threads = None
+
+    def _open_threaded(
+        self, raw: np.ndarray, metric: str, spec_id: str, day: int, plain_size: int
+    ) -> tuple[bytes, int, bytes]:
+        """Open ``raw`` in up to ``processes`` contiguous parts on threads (the compiled opener only: it
+        releases the GIL), joined back in order."""
+        if self._threads is None:
+            from concurrent.futures import ThreadPoolExecutor
+
+            self._threads = ThreadPoolExecutor(self.processes, thread_name_prefix="ldp-open")
+        n = raw.shape[0]
+        k = min(self.processes, n // self.thread_part)
+        bounds = [n * i // k for i in range(k + 1)]
+        parts = list(
+            self._threads.map(
+                lambda ab: self._opener.open_raw_status(raw[ab[0] : ab[1]], metric, spec_id, day, plain_size),
+                zip(bounds[:-1], bounds[1:], strict=True),
+            )
+        )
+        status = b"".join(st for _, _, st in parts)
+        return b"".join(p for p, _, _ in parts), len(status) - status.count(_OPENED), b"".join(e for _, e, _ in parts)
 
     def __enter__(self) -> BatchOpener:
         return self
@@ -599,7 +634,9 @@ class BatchOpener:
         width = spec.record_size + SEALED_OVERHEAD
         raw = np.ascontiguousarray(records).view(np.uint8).reshape(-1, width)
         n = raw.shape[0]
-        if self.processes > 1 and n > self.chunk:
+        if self.processes > 1 and self._opener.native and n >= 2 * self.thread_part:
+            data, failed, encs = self._open_threaded(raw, metric, spec.spec_id, day, spec.record_size)
+        elif self.processes > 1 and n > self.chunk:
             pool = self._get_pool()
             jobs = [
                 (raw[i : i + self.chunk].tobytes(), width, metric, spec.spec_id, day, spec.record_size)

@@ -167,12 +167,19 @@ def test_parallel_opening_matches_serial_with_failures_and_replays(tmp_path: pat
     raw[150, 40] ^= 0x80  # altered ciphertext
     records = np.concatenate([good[:100], foreign, good[100:], good[5:6]])  # the last one replays record 5
     sb = ReportBatch("m", SealedSpec.of(SPEC), 20_000, records)
-    with BatchOpener(ring) as serial, BatchOpener(ring, processes=2, chunk=64) as parallel:
+    with BatchOpener(ring, native=False) as serial, BatchOpener(ring, processes=2, chunk=64, native=False) as parallel:
         a, b = serial.open_batch(sb, source="s"), parallel.open_batch(sb, source="s")
         assert parallel._pool is not None  # the batch (441 records > chunk) went to the workers
     assert (a.failed, a.replayed, len(a.batch)) == (42, 1, 298)
     assert (b.failed, b.replayed) == (a.failed, a.replayed)
     np.testing.assert_array_equal(b.batch.records, a.batch.records)
+    # the compiled opener releases the GIL: its workers are threads, and parts of 2 * thread_part records or
+    # more are split among them, in order, with the same failures and replays
+    with BatchOpener(ring, processes=3, thread_part=50, native=True) as threaded:
+        c = threaded.open_batch(sb, source="s")
+        assert threaded._threads is not None and threaded._pool is None
+    assert (c.failed, c.replayed) == (a.failed, a.replayed)
+    np.testing.assert_array_equal(c.batch.records, a.batch.records)
 
 
 def test_large_sealed_batches_open_in_parallel_by_default_where_cores_allow(tmp_path: pathlib.Path) -> None:
