@@ -79,7 +79,7 @@ from collector.ingest import Ingestor, Outcome
 from collector.settings import CollectorSettings
 from collector.tokens import SpentTokens, TokenRejected, TokenVerifier
 from ldp_core.metrics import MetricSet
-from ldp_core.wire.frames import FRAME_CONTENT_TYPE, ReportBatch, encode_frame
+from ldp_core.wire.frames import FRAME_CONTENT_TYPE, ReportBatch, encode_frame, frame_head
 from pipeline.topics import metric_day_key
 
 __all__ = [
@@ -117,6 +117,20 @@ class _PublishTimeout(Exception):
 def _expire(waiter: asyncio.Future[Outcome]) -> None:
     if not waiter.done():
         waiter.set_exception(_PublishTimeout())
+
+
+def _reencoded(batch: ReportBatch, body: bytes, kind: str) -> bytes:
+    """The frame that leaves the collector: ``encode_frame(batch)``. A frame body ``batch`` was decoded from is
+    already that frame, byte for byte, when its head (header and metric name) is what ``encode_frame`` writes:
+    its records are ``batch``'s records (``decode_frame`` gives a view of the body) and its CRC was checked. Then
+    the body itself is forwarded (no copy of the records, no second CRC); else the frame is encoded afresh.
+    Every head ``decode_frame`` accepts is canonical today (each header byte is parsed and checked), so the
+    second branch guards a future header field that a reader would ignore."""
+    if kind == "frame" and type(body) is bytes:
+        head = frame_head(batch)
+        if body.startswith(head) and len(body) == len(head) + batch.records.nbytes + 4:
+            return body
+    return encode_frame(batch)
 
 
 class _Refused(Exception):
@@ -297,7 +311,7 @@ class UploadHandler:
             self.admission.check(batch, key)
         except RejectedBatch as exc:
             return batch, exc
-        return batch, encode_frame(batch)
+        return batch, _reencoded(batch, body, kind)
 
     async def _json_in_process(self, body: bytes) -> bytes:
         """A large JSON body as a frame, converted in a decode process (a thread would hold this process's

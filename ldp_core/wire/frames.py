@@ -67,6 +67,7 @@ __all__ = [
     "ReportBatch",
     "FrameHeader",
     "encode_frame",
+    "frame_head",
     "decode_frame",
     "read_header",
     "encode_json",
@@ -151,21 +152,28 @@ class FrameHeader:
         return HEADER_SIZE + len(self.metric.encode()) + self.record_size * self.n_records + _CRC.size
 
 
+def frame_head(batch: ReportBatch) -> bytes:
+    """The bytes of ``batch``'s v1 frame before its records: the header and the metric name."""
+    metric = batch.metric.encode()
+    return (
+        _HEADER.pack(
+            MAGIC,
+            VERSION,
+            FLAG_SEALED if batch.sealed else 0,
+            len(metric),
+            bytes.fromhex(batch.spec.spec_id),
+            batch.day,
+            batch.spec.record_size,
+            len(batch),
+            batch.batch_id,
+        )
+        + metric
+    )
+
+
 def encode_frame(batch: ReportBatch) -> bytes:
     """Serialize ``batch`` as a v1 binary frame."""
-    metric = batch.metric.encode()
-    header = _HEADER.pack(
-        MAGIC,
-        VERSION,
-        FLAG_SEALED if batch.sealed else 0,
-        len(metric),
-        bytes.fromhex(batch.spec.spec_id),
-        batch.day,
-        batch.spec.record_size,
-        len(batch),
-        batch.batch_id,
-    )
-    body = header + metric + np.ascontiguousarray(batch.records).tobytes()
+    body = frame_head(batch) + np.ascontiguousarray(batch.records).tobytes()
     return body + _CRC.pack(zlib.crc32(body))
 
 
@@ -219,10 +227,14 @@ def _resolve(specs: SpecResolver, metric: str, spec_id: str) -> ReportSpec:
     return spec
 
 
-def decode_frame(data: bytes | bytearray | memoryview, specs: SpecResolver) -> ReportBatch:
+def decode_frame(
+    data: bytes | bytearray | memoryview, specs: SpecResolver, header: FrameHeader | None = None
+) -> ReportBatch:
     """Parse a binary frame; ``specs`` maps spec ids to specs (or is one spec, or a
-    callable ``(metric, spec_id) -> spec``). The records are a read-only view of ``data``."""
-    header = read_header(data)
+    callable ``(metric, spec_id) -> spec``). The records are a read-only view of ``data``.
+    ``header``: what :func:`read_header` answered for ``data`` already (it is not parsed twice)."""
+    if header is None:
+        header = read_header(data)
     buf = memoryview(data).cast("B")
     body_end = header.frame_size - _CRC.size
     (crc,) = _CRC.unpack_from(buf, body_end)
