@@ -92,13 +92,15 @@ class _Result:
     ``result``/``exception`` once done), without its condition variable, which cost more per upload than
     decoding the frame. Never cancelled; callbacks run on the thread that resolves it (or at once if done)."""
 
-    __slots__ = ("_lock", "_state", "_value", "_callbacks")
+    __slots__ = ("_lock", "_state", "_value", "_callbacks", "_public")
 
-    def __init__(self) -> None:
+    def __init__(self, public: Any = None) -> None:
         self._lock = threading.Lock()
         self._state = 0  # 0 pending, 1 result, 2 exception
         self._value: Any = None
         self._callbacks: list[Callable[[Any], object]] = []
+        #: the caller's future, settled with the same outcome first (a callback cost four calls per upload)
+        self._public = public
 
     def done(self) -> bool:
         return self._state != 0
@@ -112,6 +114,11 @@ class _Result:
                 raise concurrent.futures.InvalidStateError("the outcome is settled already")
             self._state, self._value = state, value
             callbacks, self._callbacks = self._callbacks, []
+        if self._public is not None:
+            if state == 2:
+                _settle(self._public, exc=value)
+            else:
+                _settle(self._public, value)
         for cb in callbacks:
             _run_callback(cb, self)
 
@@ -241,15 +248,6 @@ def _settle(fut: Any, result: Outcome | None = None, exc: BaseException | None =
             fut.set_result(result)
     except concurrent.futures.InvalidStateError:
         pass
-
-
-def _copy(done: Any, public: Any) -> None:
-    """Hand the internal future's outcome to the one the caller holds (internal futures are never cancelled)."""
-    exc = done.exception()
-    if exc is not None:
-        _settle(public, exc=exc)
-    else:
-        _settle(public, done.result())
 
 
 def _internal_message(exc: BaseException) -> str:
@@ -436,9 +434,7 @@ class Ingestor:
         """On ``loop``: queue the uploads :meth:`submit_async` collected since the last flush, in one go."""
         pending = self._pending[loop]
         self._pending[loop] = []
-        subs = [(bytes(b), k, v, n, m, p, content_digest(v), _Result()) for b, k, v, n, m, p in pending]
-        for *_, public, _digest, fut in subs:
-            fut.add_done_callback(functools.partial(_copy, public=public))
+        subs = [(bytes(b), k, v, n, m, p, content_digest(v), _Result(p)) for b, k, v, n, m, p in pending]
         direct = self._direct and self._topic_ready
         group: list[Submission] | None = self._held.setdefault(loop, []) if direct else None
         notify = False
@@ -466,8 +462,7 @@ class Ingestor:
             self._commit_on_loop(group[k : k + self.max_group], loop)
 
     def _submit(self, batch_id: bytes, key: bytes, value: bytes, reports: int, metric: str, public: Any) -> None:
-        fut = _Result()
-        fut.add_done_callback(lambda done: _copy(done, public))
+        fut = _Result(public)
         digest = content_digest(value)
         with self._cond:
             if self._enqueue(bytes(batch_id), key, value, reports, metric, public, digest, fut):
