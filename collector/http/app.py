@@ -232,11 +232,12 @@ def _multiprocess() -> bool:
 
 
 async def _publish_for_workers(store: BatchIdStore, prom: CollectorMetrics, runtime: dict[str, Any]) -> None:
-    """With ``--workers`` (prometheus-client's multiprocess mode), once a second: the reading gauge into this
+    """With ``--workers`` (prometheus-client's multiprocess mode), once a second: the reading and in-flight gauges into this
     worker's shared value, its pending upload counts into the shared store (the parent renders both)."""
     while True:
         await asyncio.sleep(1.0)
         prom.reading.set(runtime["reading"])
+        prom.in_flight.set(runtime["in_flight"])
         try:
             await asyncio.to_thread(store.flush_counts)
         except Exception:  # a busy or failing store: the next second tries again

@@ -412,8 +412,7 @@ class UploadHandler:
     ) -> Answer:
         """Decode, check and publish an admitted body, counted in ``in_flight`` meanwhile; the answer."""
         runtime, metrics = self.runtime, self.metrics
-        runtime["in_flight"] += 1
-        metrics.in_flight.inc()
+        runtime["in_flight"] += 1  # the gauge is set from this when /metrics is read (not on every upload)
         batch: ReportBatch | None = None
         try:
             batch, value = await self._prepare(body, kind, offload, key)
@@ -429,7 +428,6 @@ class UploadHandler:
             return error_parts(503, exc.reason, exc.message, exc.retry_after)
         finally:
             runtime["in_flight"] -= 1
-            metrics.in_flight.dec()
         if outcome != "accepted":  # accepted ones were counted with their ids, in the store's transaction
             metrics.batches.labels(outcome=outcome, reason="ok").inc()
             metrics.reports.labels(outcome=outcome, reason="ok").inc(len(batch))
