@@ -125,6 +125,20 @@ class ReportBatch:
             raise FrameError(f"a batch holds at most {MAX_RECORDS} records, got {recs.size}")
         object.__setattr__(self, "records", recs)
 
+    @classmethod
+    def _checked(cls, metric: str, spec: ReportSpec, day: int, records: np.ndarray, batch_id: bytes) -> ReportBatch:
+        """A batch from fields :func:`decode_frame` has checked already (the metric name, a ``uint32`` day, 16
+        bytes of batch id, a 1-d view of ``spec.record_dtype`` within :data:`MAX_RECORDS`), without checking
+        them a second time in ``__post_init__`` (an upload's frame is decoded on the collector's event loop)."""
+        batch = object.__new__(cls)
+        put = object.__setattr__
+        put(batch, "metric", metric)
+        put(batch, "spec", spec)
+        put(batch, "day", day)
+        put(batch, "records", records)
+        put(batch, "batch_id", batch_id)
+        return batch
+
     def __len__(self) -> int:
         return int(self.records.size)
 
@@ -255,7 +269,7 @@ def decode_frame(
     offset = HEADER_SIZE + len(header.metric.encode())
     records = np.frombuffer(buf, dtype=spec.record_dtype, count=header.n_records, offset=offset)
     spec.check_records(records)
-    return ReportBatch(header.metric, spec, header.day, records, header.batch_id)
+    return ReportBatch._checked(header.metric, spec, header.day, records, header.batch_id)
 
 
 def _record_to_json(rec: np.void, names: tuple[str, ...]) -> list[Any]:
