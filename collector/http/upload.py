@@ -44,7 +44,9 @@ What leaves the collector
 -------------------------
 Only the batch itself: the records are decoded, checked against the
 metric's spec, and **re-encoded** into a fresh frame (metric, spec id, day,
-batch id, records), keyed ``"<metric>/<day>"``. No IP address, port, header,
+batch id, records), keyed ``"<metric>/<day>"``; a frame body whose head is
+already the canonical one is that fresh frame byte for byte, and is forwarded
+as it is (``_reencoded``). No IP address, port, header,
 user agent or arrival time is read into it; uvicorn's access log is off
 (``ldp collector``), so client addresses are not logged either. The batch
 id is the device's random idempotency key, not linked to the device.
