@@ -106,3 +106,15 @@ def test_a_second_record_of_an_id_answers_with_the_later_days_content(tmp_path: 
     store.add({b"i" * 16: b"new" * 5 + b"!"})
     assert store.lookup([b"i" * 16]) == {b"i" * 16: b"new" * 5 + b"!"}
     store.close()
+
+
+def test_a_failed_record_that_made_the_days_table_does_not_break_the_next(tmp_path: Path) -> None:
+    """The first record of a day makes its table in the same transaction; if that transaction rolls back (here:
+    a counter value SQLite cannot store), the next record makes the table again and is found."""
+    store = BatchIdStore(tmp_path / "ids.sqlite3", clock=lambda: DAY * DAY_SECONDS)
+    with pytest.raises(OverflowError):
+        store.add({b"a" * 16: b"c" * 16}, {"n": 1 << 70})
+    assert f"ids_{DAY}" not in _tables(tmp_path / "ids.sqlite3")
+    store.add({b"b" * 16: b"d" * 16})
+    assert store.lookup([b"a" * 16, b"b" * 16]) == {b"b" * 16: b"d" * 16}
+    store.close()
