@@ -5,21 +5,36 @@ so the collector answers an id it already published with 202 without
 publishing it again, provided the retry carries the same content; the same
 id with other content is refused (409), never silently dropped.
 
-**What the store keeps.** A SQLite table ``batches(id_digest, content, day)``
+**What the store keeps.** One SQLite table per **UTC day** of acceptance,
+``ids_<day>(id_digest, content)`` (``WITHOUT ROWID``, keyed by the digest),
 in WAL mode: a keyed digest (HMAC-SHA-256 under a random key kept in the
-file, truncated to 16 bytes) of the batch id, a digest of the re-encoded
-frame, and the **UTC day** the batch was accepted. No time finer than the
-day is stored: the batch id also travels on the raw topic, and the
-transports coarsen record times to the day, so an accept time kept here
+file, truncated to 16 bytes) of each batch id accepted that day and a
+digest of its re-encoded frame. No time finer than the day is stored (the
+day is the table's name): the batch id also travels on the raw topic, and
+the transports coarsen record times to the day, so an accept time kept here
 would give each upload's arrival time back to whoever holds both. An id is
 kept through day ``day + ceil(ttl / 86400)`` (so at least ``ttl`` seconds)
-and then purged. ``PRAGMA user_version`` holds the schema version; a file
-of the first schema (``batch_ids(id, expires)``, accept time + TTL to the
-microsecond) is upgraded in place (its expiries reduced to days, then the
-file vacuumed so the old values do not linger in free pages), and so is a
-file of schema 2 (it gains the counters table); a newer schema is refused
-with :class:`~collector.errors.DedupStoreError` (so a collector older than
-schema 3 refuses a file a newer one wrote: roll back with a fresh file).
+and then purged, by dropping the day's table.
+
+**Why a table per day** (schema 4): with one table and an index on the day
+(schema 3), recording an id dirtied two pages at random places (the key's
+and the index's), each written to the WAL and back at the next checkpoint:
+about 30 us of CPU per id, the largest part of a group commit (13 us now). Per-day tables
+need no day index (the purge drops a table), which halves the pages an id
+dirties; a lookup asks each kept day's table (at most ``ceil(ttl / 86400)
++ 1``, in one statement). The WAL is checkpointed every ``4000`` pages
+rather than SQLite's ``1000``: a page that several commits dirty between
+two checkpoints is copied back once.
+
+``PRAGMA user_version`` holds the schema version; a file of the first
+schema (``batch_ids(id, expires)``, accept time + TTL to the microsecond)
+is upgraded in place (its expiries reduced to days, then the file vacuumed
+so the old values do not linger in free pages), and so are files of
+schemas 2 and 3 (``batches(id_digest, content, day)``: their rows move to
+the day tables, and schema 2 gains the counters table); a newer schema is
+refused with :class:`~collector.errors.DedupStoreError` (so a collector
+older than schema 4 refuses a file a newer one wrote: roll back with a
+fresh file).
 
 **The collector's counters** live here too, in ``counters(name, value)``
 (:class:`~pipeline.prometheus.CounterStore`), so that they survive
@@ -47,6 +62,7 @@ a power cut only lets one retry through to the shuffler's check.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import hmac
 import json
@@ -66,12 +82,29 @@ __all__ = ["BatchIdStore", "SCHEMA_VERSION", "content_digest"]
 
 _CHUNK = 500
 #: the store's schema (``PRAGMA user_version``): 0 = none or the first ``batch_ids(id, expires)``, 2 = batches
-#: with content digests, 3 = this one (2 and a ``counters`` table)
-SCHEMA_VERSION = 3
+#: with content digests, 3 = 2 and a ``counters`` table, 4 = this one (a table of ids per day, no day index)
+SCHEMA_VERSION = 4
+#: WAL pages between automatic checkpoints (SQLite's default is 1000)
+_CHECKPOINT_PAGES = 4000
 
 _ADD_COUNT = (
     "INSERT INTO counters(name, value) VALUES (?, ?) ON CONFLICT(name) DO UPDATE SET value = value + excluded.value"
 )
+
+
+def _table(day: int) -> str:
+    """The table of the ids accepted on UTC day ``day``."""
+    return f"ids_{int(day)}"
+
+
+def _create_day(conn: sqlite3.Connection, day: int) -> None:
+    conn.execute(f"CREATE TABLE IF NOT EXISTS {_table(day)}(id_digest BLOB PRIMARY KEY, content BLOB) WITHOUT ROWID")
+
+
+def _days(conn: sqlite3.Connection) -> list[int]:
+    """The days whose table exists, oldest first."""
+    names = conn.execute("SELECT name FROM sqlite_master WHERE type = 'table' AND name GLOB 'ids_[0-9]*'")
+    return sorted(int(n[4:]) for (n,) in names if n[4:].isdigit())
 
 
 def content_digest(value: bytes) -> bytes:
@@ -110,11 +143,16 @@ class BatchIdStore:
             if self.path != ":memory:":
                 use_wal(self._conn, 60.0)
             self._conn.execute("PRAGMA synchronous=NORMAL")
+            self._conn.execute(f"PRAGMA wal_autocheckpoint={_CHECKPOINT_PAGES}")
             self._key = self._open_schema()
         except BaseException:
             self._conn.close()
             raise
         self._next_purge = 0.0
+        self._digests = functools.lru_cache(maxsize=8192)(self._digest_uncached)
+        self._cookie = -1  # PRAGMA schema_version when self._tables was read
+        self._tables: list[int] = []  # the days whose table exists (as of self._cookie)
+        self._made_day: int | None = None  # the day whose table this process made sure of last
 
     def _open_schema(self) -> bytes:
         conn = self._conn
@@ -133,22 +171,28 @@ class BatchIdStore:
                 conn.execute("INSERT INTO meta(name, value) VALUES ('id_key', ?)", (key,))
             else:
                 key = bytes(row[0])
-            conn.execute(
-                "CREATE TABLE IF NOT EXISTS batches(id_digest BLOB PRIMARY KEY, content BLOB, "
-                "day INTEGER NOT NULL) WITHOUT ROWID"
-            )
-            conn.execute("CREATE INDEX IF NOT EXISTS batches_day ON batches(day)")
             conn.execute("CREATE TABLE IF NOT EXISTS counters(name TEXT PRIMARY KEY, value INTEGER NOT NULL)")
             old = conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'batch_ids'").fetchone()
             upgraded = False
             if old is not None:  # schema 1: id + accept time + TTL; keep the day only, content unknown (NULL)
-                rows = conn.execute("SELECT id, expires FROM batch_ids").fetchall()
-                conn.executemany(
-                    "INSERT OR IGNORE INTO batches(id_digest, content, day) VALUES (?, NULL, ?)",
-                    [(self._digest_with(key, bytes(i)), utc_day(float(e) - self.ttl)) for i, e in rows],
-                )
+                by_day: dict[int, list[tuple[bytes, None]]] = {}
+                for i, e in conn.execute("SELECT id, expires FROM batch_ids").fetchall():
+                    by_day.setdefault(utc_day(float(e) - self.ttl), []).append((self._digest_with(key, bytes(i)), None))
+                for d, rows in by_day.items():
+                    _create_day(conn, d)
+                    conn.executemany(f"INSERT OR IGNORE INTO {_table(d)}(id_digest, content) VALUES (?, ?)", rows)
                 conn.execute("DROP TABLE batch_ids")
                 upgraded = True
+            if conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'batches'").fetchone():
+                # schemas 2 and 3: one table with a day column and an index on it; the rows move to their day's table
+                for (d,) in conn.execute("SELECT DISTINCT day FROM batches").fetchall():
+                    _create_day(conn, int(d))
+                    conn.execute(
+                        f"INSERT OR REPLACE INTO {_table(int(d))}(id_digest, content) "
+                        "SELECT id_digest, content FROM batches WHERE day = ?",
+                        (int(d),),
+                    )
+                conn.execute("DROP TABLE batches")  # and its index
             conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
         if upgraded:  # the dropped table's pages (with its accept times) must not stay readable in the file
             conn.execute("VACUUM")
@@ -160,29 +204,50 @@ class BatchIdStore:
     def _digest_with(key: bytes, batch_id: bytes) -> bytes:
         return hmac.digest(key, batch_id, "sha256")[:16]  # the one-shot C path: the same bytes as hmac.new
 
+    def _digest_uncached(self, batch_id: bytes) -> bytes:
+        return self._digest_with(self._key, batch_id)
+
     def _digest(self, batch_id: bytes) -> bytes:
-        return self._digest_with(self._key, bytes(batch_id))
+        """The keyed digest of ``batch_id``; a group commit asks for each id twice (lookup, then add), so the
+        last few thousand are remembered (:attr:`_digests`, an LRU cache: one HMAC per id instead of two)."""
+        return self._digests(bytes(batch_id))
 
     def _cutoff(self) -> int:
         """The oldest accept day still kept."""
         return utc_day(self.clock()) - self.ttl_days
 
+    def _kept_days(self, cutoff: int) -> list[int]:
+        """Within a read transaction: the days at or after ``cutoff`` whose table exists (re-read from the schema
+        only when it changed: another worker or process created or dropped a day's table)."""
+        cookie = int(self._conn.execute("PRAGMA schema_version").fetchone()[0])
+        if cookie != self._cookie:
+            self._tables = _days(self._conn)
+            self._cookie = cookie
+        return [d for d in self._tables if d >= cutoff]
+
     def lookup(self, ids: Iterable[bytes]) -> dict[bytes, bytes | None]:
         """The ids among ``ids`` accepted within the TTL, each with its content digest (``None``: not known,
-        an id carried over from the first schema)."""
+        an id carried over from the first schema). One statement per 500 ids, over every kept day's table; an
+        id recorded on two days (only when a lookup failed) answers with the later day's content."""
         todo = {self._digest(i): bytes(i) for i in ids}
         digests = list(todo)
         cutoff = self._cutoff()
         out: dict[bytes, bytes | None] = {}
         with self._lock:
-            for k in range(0, len(digests), _CHUNK):
-                part = digests[k : k + _CHUNK]
-                marks = ",".join("?" * len(part))
-                rows = self._conn.execute(
-                    f"SELECT id_digest, content FROM batches WHERE day >= ? AND id_digest IN ({marks})", (cutoff, *part)
-                )
-                for d, c in rows:
-                    out[todo[bytes(d)]] = None if c is None else bytes(c)
+            conn = self._conn
+            conn.execute("BEGIN")  # the schema and the ids read from one snapshot
+            try:
+                days = self._kept_days(cutoff)
+                for k in range(0, len(digests), _CHUNK) if days else ():
+                    part = digests[k : k + _CHUNK]
+                    marks = ",".join("?" * len(part))
+                    sql = " UNION ALL ".join(
+                        f"SELECT id_digest, content, {d} FROM {_table(d)} WHERE id_digest IN ({marks})" for d in days
+                    )
+                    for dg, c, _ in sorted(conn.execute(sql, part * len(days)), key=lambda r: r[2]):
+                        out[todo[bytes(dg)]] = None if c is None else bytes(c)
+            finally:
+                conn.execute("COMMIT")
         return out
 
     def seen(self, ids: Iterable[bytes]) -> set[bytes]:
@@ -196,23 +261,33 @@ class BatchIdStore:
         now = self.clock()
         day = utc_day(now)
         if isinstance(ids, Mapping):
-            rows = [(self._digest(i), None if c is None else bytes(c), day) for i, c in ids.items()]
+            rows = [(self._digest(i), None if c is None else bytes(c)) for i, c in ids.items()]
         else:
-            rows = [(self._digest(i), None, day) for i in ids]
+            rows = [(self._digest(i), None) for i in ids]
         with self._lock:
             pending = self._take_pending(counts)
             try:
                 with immediate_transaction(self._conn):
+                    if day != self._made_day:  # once a day per process (another worker may have made it)
+                        _create_day(self._conn, day)
+                        self._made_day = day
                     self._conn.executemany(
-                        "INSERT OR REPLACE INTO batches(id_digest, content, day) VALUES (?, ?, ?)", rows
+                        f"INSERT OR REPLACE INTO {_table(day)}(id_digest, content) VALUES (?, ?)", rows
                     )
                     self._conn.executemany(_ADD_COUNT, pending)
                     if now >= self._next_purge:
-                        self._conn.execute("DELETE FROM batches WHERE day < ?", (day - self.ttl_days,))
+                        self._purge(day - self.ttl_days)
                         self._next_purge = now + self.purge_interval
             except BaseException:
+                self._made_day = None  # rolled back, perhaps with the day's table: make sure of it next time
                 self._put_back(pending, counts)
                 raise
+
+    def _purge(self, oldest: int) -> None:
+        """In a write transaction: drop the tables of the days before ``oldest``."""
+        for d in _days(self._conn):
+            if d < oldest:
+                self._conn.execute(f"DROP TABLE IF EXISTS {_table(d)}")
 
     # -- counters (pipeline.prometheus.CounterStore) -----------------------------------------
 
@@ -274,9 +349,13 @@ class BatchIdStore:
 
     def __len__(self) -> int:
         with self._lock:
-            return int(
-                self._conn.execute("SELECT COUNT(*) FROM batches WHERE day >= ?", (self._cutoff(),)).fetchone()[0]
-            )
+            conn = self._conn
+            conn.execute("BEGIN")
+            try:
+                days = self._kept_days(self._cutoff())
+                return sum(int(conn.execute(f"SELECT COUNT(*) FROM {_table(d)}").fetchone()[0]) for d in days)
+            finally:
+                conn.execute("COMMIT")
 
     def close(self) -> None:
         try:

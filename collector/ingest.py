@@ -60,7 +60,6 @@ transport acknowledged it.
 from __future__ import annotations
 
 import asyncio
-import collections
 import concurrent.futures
 import functools
 import logging
@@ -93,13 +92,15 @@ class _Result:
     ``result``/``exception`` once done), without its condition variable, which cost more per upload than
     decoding the frame. Never cancelled; callbacks run on the thread that resolves it (or at once if done)."""
 
-    __slots__ = ("_lock", "_state", "_value", "_callbacks")
+    __slots__ = ("_lock", "_state", "_value", "_callbacks", "_public")
 
-    def __init__(self) -> None:
+    def __init__(self, public: Any = None) -> None:
         self._lock = threading.Lock()
         self._state = 0  # 0 pending, 1 result, 2 exception
         self._value: Any = None
         self._callbacks: list[Callable[[Any], object]] = []
+        #: the caller's future, settled with the same outcome first (a callback cost four calls per upload)
+        self._public = public
 
     def done(self) -> bool:
         return self._state != 0
@@ -113,6 +114,11 @@ class _Result:
                 raise concurrent.futures.InvalidStateError("the outcome is settled already")
             self._state, self._value = state, value
             callbacks, self._callbacks = self._callbacks, []
+        if self._public is not None:
+            if state == 2:
+                _settle(self._public, exc=value)
+            else:
+                _settle(self._public, value)
         for cb in callbacks:
             _run_callback(cb, self)
 
@@ -244,13 +250,8 @@ def _settle(fut: Any, result: Outcome | None = None, exc: BaseException | None =
         pass
 
 
-def _copy(done: Any, public: Any) -> None:
-    """Hand the internal future's outcome to the one the caller holds (internal futures are never cancelled)."""
-    exc = done.exception()
-    if exc is not None:
-        _settle(public, exc=exc)
-    else:
-        _settle(public, done.result())
+def _internal_message(exc: BaseException) -> str:
+    return f"the collector failed to store the batch ({type(exc).__name__}); retry later"
 
 
 def _conflict(batch_id: bytes) -> RejectedBatch:
@@ -279,14 +280,30 @@ def _follow(
         _settle(fut, exc=_conflict(batch_id))
 
 
+_ACCEPTED_BATCHES = stored_key(BATCHES_TOTAL, ("accepted", "ok"))
+_ACCEPTED_REPORTS = stored_key(REPORTS_TOTAL, ("accepted", "ok"))
+
+
+@functools.lru_cache(maxsize=1024)
+def _metric_key(metric: str) -> str:
+    """The stored key of a metric's accepted-reports sample (a JSON encoding per upload cost more than the
+    store's lookup; the metrics are few and declared)."""
+    return stored_key(METRIC_REPORTS_TOTAL, (metric,))
+
+
 def _accepted_counts(subs: Iterable[Submission]) -> dict[str, int]:
     """The counter samples (:func:`pipeline.prometheus.stored_key`) of published batches."""
-    out: collections.Counter[str] = collections.Counter()
+    batches = reports = 0
+    per_metric: dict[str, int] = {}
     for s in subs:
-        out[stored_key(BATCHES_TOTAL, ("accepted", "ok"))] += 1
-        out[stored_key(REPORTS_TOTAL, ("accepted", "ok"))] += s.reports
-        out[stored_key(METRIC_REPORTS_TOTAL, (s.metric,))] += s.reports
-    return dict(out)
+        batches += 1
+        reports += s.reports
+        per_metric[s.metric] = per_metric.get(s.metric, 0) + s.reports
+    out = {_ACCEPTED_BATCHES: batches, _ACCEPTED_REPORTS: reports}
+    for metric, n in per_metric.items():
+        key = _metric_key(metric)
+        out[key] = out.get(key, 0) + n
+    return out
 
 
 class Ingestor:
@@ -417,9 +434,7 @@ class Ingestor:
         """On ``loop``: queue the uploads :meth:`submit_async` collected since the last flush, in one go."""
         pending = self._pending[loop]
         self._pending[loop] = []
-        subs = [(bytes(b), k, v, n, m, p, content_digest(v), _Result()) for b, k, v, n, m, p in pending]
-        for *_, public, _digest, fut in subs:
-            fut.add_done_callback(functools.partial(_copy, public=public))
+        subs = [(bytes(b), k, v, n, m, p, content_digest(v), _Result(p)) for b, k, v, n, m, p in pending]
         direct = self._direct and self._topic_ready
         group: list[Submission] | None = self._held.setdefault(loop, []) if direct else None
         notify = False
@@ -440,17 +455,14 @@ class Ingestor:
             return
         self._held[loop] = []
         if self._down is not None:  # answered 503 already by the probe (they were waiting): never published
-            err = self._down_error()
-            for s in group:
-                _settle(s.future, exc=err)
+            self._fail_group(group, "transport_unavailable", self._down_message())
             self._release(group)
             return
         for k in range(0, len(group), self.max_group):
             self._commit_on_loop(group[k : k + self.max_group], loop)
 
     def _submit(self, batch_id: bytes, key: bytes, value: bytes, reports: int, metric: str, public: Any) -> None:
-        fut = _Result()
-        fut.add_done_callback(lambda done: _copy(done, public))
+        fut = _Result(public)
         digest = content_digest(value)
         with self._cond:
             if self._enqueue(bytes(batch_id), key, value, reports, metric, public, digest, fut):
@@ -528,24 +540,17 @@ class Ingestor:
                 self._commit(group)
             except BaseException as exc:  # never leave a request waiting
                 log.exception("group commit failed unexpectedly")
-                err = UnavailableError(
-                    "internal",
-                    f"the collector failed to store the batch ({type(exc).__name__}); retry later",
-                    self.retry_after,
-                )
-                for s in group:
-                    _settle(s.future, exc=err)
+                self._fail_group(group, "internal", _internal_message(exc))
             finally:
                 self._release(group)
 
     # -- the watcher -----------------------------------------------------------
 
+    def _down_message(self) -> str:
+        return f"the transport is unavailable ({self._down}); retry later"
+
     def _down_error(self) -> UnavailableError:
-        return UnavailableError(
-            "transport_unavailable",
-            f"the transport is unavailable ({self._down}); retry later",
-            self.retry_after,
-        )
+        return UnavailableError("transport_unavailable", self._down_message(), self.retry_after)
 
     def _watch(self) -> None:
         self._probe()  # a collector started while the transport is down answers 503 from its first upload
@@ -622,13 +627,9 @@ class Ingestor:
         self._wake.set()
         self.last_error = error
         log.warning("the transport refused %d batches: %s", fresh, self.last_error)
-        err = UnavailableError(
-            "transport_unavailable",
-            f"the transport did not accept the batch ({self.last_error}); retry later",
-            self.retry_after,
+        self._fail_group(
+            group, "transport_unavailable", f"the transport did not accept the batch ({self.last_error}); retry later"
         )
-        for s in group:
-            _settle(s.future, exc=err)
         self._report(GroupStats(0, 0, len(group), time.perf_counter() - t0))
 
     def _done(
@@ -752,15 +753,17 @@ class Ingestor:
             self._next_group(loop)
 
     def _broken(self, group: list[Submission], exc: BaseException) -> None:
+        """A group commit on the loop failed unexpectedly: answer everyone 503, as :meth:`_run` does."""
         log.error("group commit failed unexpectedly", exc_info=exc)
-        err = UnavailableError(
-            "internal",
-            f"the collector failed to store the batch ({type(exc).__name__}); retry later",
-            self.retry_after,
-        )
+        self._fail_group(group, "internal", _internal_message(exc))
+        self._release(group)
+
+    def _fail_group(self, group: list[Submission], code: str, message: str) -> None:
+        """Answer every upload of ``group`` 503 (``code``, ``message``, ``Retry-After``); none of it was
+        acknowledged to anyone (the one 503 path of the thread and the loop group commits)."""
+        err = UnavailableError(code, message, self.retry_after)
         for s in group:
             _settle(s.future, exc=err)
-        self._release(group)
 
     def _release(self, group: list[Submission]) -> None:
         """The group's batch ids are no longer in flight."""

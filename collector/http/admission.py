@@ -32,6 +32,7 @@ class Admission:
         self.clock = clock
         self.tokens = tokens
         self.sealing_ids = {k.key_id for k in declared.analyzer_keys}
+        self.window = settings.day_window  # the settings are frozen: one DayWindow, not one per upload
 
     def check(self, batch: ReportBatch, key: str | None) -> None:
         """Refuse ``batch`` (uploaded with the ``Idempotency-Key`` ``key``) if the collector will not take it."""
@@ -68,7 +69,7 @@ class Admission:
     def _check_day(self, day: int) -> None:
         settings = self.settings
         now = utc_day(self.clock())
-        oldest, newest = settings.day_window.bounds(now)  # the window the shuffler keeps too (ldp_core.days)
+        oldest, newest = self.window.bounds(now)  # the window the shuffler keeps too (ldp_core.days)
         if day > newest:
             raise RejectedBatch(
                 422,

@@ -14,8 +14,11 @@ newcomer takes the place of the oldest reader whose average rate since its heade
 Holding every place therefore takes ``max_reading × min_body_rate`` bytes a second of real traffic, not a
 few thousand idle sockets.
 
-Each check is a bare loop timer rescheduled for the moment the next byte becomes due (about one timer per
-reader per ``1 / min_body_rate`` of lag; ``asyncio.timeout`` costs about five times as much).
+The checks run in one sweep over every body being read, a bare loop timer every ``min(50 ms, body_timeout /
+4)`` while any is (and every ``body_grace / 4`` if that is shorter), so a body is stopped at most one period
+after it broke a rule. A timer per body (armed when its headers arrived, cancelled when it was whole) cost
+about 6 % of the event loop's time under upload load, though nearly every body arrives whole in its first
+chunk; the sweep costs a comparison or two per body being read.
 """
 
 from __future__ import annotations
@@ -52,15 +55,16 @@ async def read_body(chunks: AsyncIterator[bytes], max_bytes: int, reader: _Reade
 
 
 class _Reader:
-    """One body being read: when it started, how much has arrived, its task and its timer."""
+    """One body being read: when it started (``time.monotonic``), its deadline (loop time), how much has
+    arrived, its task and why it was stopped."""
 
-    __slots__ = ("start", "received", "task", "handle", "reason")
+    __slots__ = ("start", "deadline", "received", "task", "reason")
 
-    def __init__(self, start: float, task: asyncio.Task[object]) -> None:
+    def __init__(self, start: float, deadline: float, task: asyncio.Task[object]) -> None:
         self.start = start
+        self.deadline = deadline
         self.received = 0
         self.task = task
-        self.handle: asyncio.TimerHandle | None = None
         self.reason: str | None = None
 
     def stop(self, reason: str) -> None:
@@ -80,6 +84,11 @@ class BodyReaders:
         self.body_grace = body_grace
         self._readers: dict[_Reader, None] = {}  # insertion-ordered: the oldest first
         self.evicted = 0  # readers that gave their place to a newcomer (counted for tests and logs)
+        period = min(0.05, body_timeout / 4)
+        if min_body_rate > 0 and body_grace > 0:
+            period = min(period, body_grace / 4)
+        self.period = max(period, 0.001)
+        self._sweep_loop: asyncio.AbstractEventLoop | None = None  # the loop a sweep is scheduled on, if any
 
     def __len__(self) -> int:
         return len(self._readers)
@@ -102,14 +111,14 @@ class BodyReaders:
 
     async def read(self, chunks: AsyncIterator[bytes], max_bytes: int) -> bytes:
         """The whole body (call after :meth:`admit` answered True), or :class:`BodyTimeout`."""
-        task = asyncio.current_task()
-        assert task is not None
         loop = asyncio.get_running_loop()
-        reader = _Reader(time.monotonic(), task)
+        task = asyncio.current_task(loop)
+        assert task is not None
+        reader = _Reader(time.monotonic(), loop.time() + self.body_timeout, task)
         self._readers[reader] = None
-        deadline = loop.time() + self.body_timeout
-        first = self.body_grace if self.min_body_rate > 0 else self.body_timeout
-        reader.handle = loop.call_at(min(loop.time() + first, deadline), self._check, reader, deadline)
+        if self._sweep_loop is not loop:
+            self._sweep_loop = loop
+            loop.call_later(self.period, self._sweep, loop)
         try:
             return await read_body(chunks, max_bytes, reader)
         except asyncio.CancelledError:
@@ -118,25 +127,21 @@ class BodyReaders:
             raise  # cancelled by someone else (the server shutting down)
         finally:
             self._readers.pop(reader, None)
-            if reader.handle is not None:
-                reader.handle.cancel()
 
-    def _check(self, reader: _Reader, deadline: float) -> None:
-        """The timer: past the deadline, or below the rate, the read ends; else the next check is set for when
-        the next byte falls due."""
-        loop = asyncio.get_running_loop()
+    def _sweep(self, loop: asyncio.AbstractEventLoop) -> None:
+        """The timer: every reader past its deadline, or below the rate after the grace, is stopped; the next
+        sweep is set while any body is being read."""
+        if self._sweep_loop is not loop:
+            return
+        if not self._readers:
+            self._sweep_loop = None
+            return
         now = loop.time()
-        if now >= deadline:
-            reader.stop("body_timeout")
-            return
-        rate = self.min_body_rate
-        if rate <= 0:
-            reader.handle = loop.call_at(deadline, self._check, reader, deadline)
-            return
-        elapsed = time.monotonic() - reader.start
-        if reader.received < rate * (elapsed - self.body_grace):
-            reader.stop("body_too_slow")
-            return
-        due = reader.received / rate + self.body_grace  # seconds after the start when more is owed
-        wait = max(due - elapsed, 0.05)  # no busier than 20 checks a second for one reader
-        reader.handle = loop.call_at(min(now + wait, deadline), self._check, reader, deadline)
+        elapsed_base = time.monotonic()
+        rate, grace = self.min_body_rate, self.body_grace
+        for reader in self._readers:
+            if now >= reader.deadline:
+                reader.stop("body_timeout")
+            elif rate > 0 and reader.received < rate * (elapsed_base - reader.start - grace):
+                reader.stop("body_too_slow")
+        loop.call_later(self.period, self._sweep, loop)

@@ -64,7 +64,7 @@ def _decode_frame(body: bytes, declared: MetricSet, max_records: int) -> ReportB
     header = read_header(body)
     if header.n_records > max_records:
         raise _too_many(header.n_records, max_records)
-    return decode_frame(body, functools.partial(resolve, declared))
+    return decode_frame(body, functools.partial(resolve, declared), header)
 
 
 def _decode_json(body: bytes, declared: MetricSet, max_records: int) -> ReportBatch:

@@ -68,18 +68,21 @@ class WholeCollector:
 def renderer(metrics: CollectorMetrics, runtime: dict[str, Any]) -> Callable[[], bytes]:
     """What ``GET /metrics`` answers: this process's families, or, in prometheus-client's multiprocess mode
     (``$PROMETHEUS_MULTIPROC_DIR``, set by ``ldp collector --workers N``), every worker's
-    (:class:`WholeCollector`). ``runtime["reading"]`` is the number of bodies being read."""
+    (:class:`WholeCollector`). ``runtime["reading"]`` is the number of bodies being read, ``runtime["in_flight"]`` of uploads in progress
+    (both gauges are set from them when rendered, not on every upload)."""
     if os.environ.get(MULTIPROC_ENV):
         whole = WholeCollector(os.environ[MULTIPROC_ENV], store=metrics)
 
         def render_all() -> bytes:
             metrics.reading.set(runtime["reading"])
+            metrics.in_flight.set(runtime["in_flight"])
             return whole.render()
 
         return render_all
 
     def render_own() -> bytes:
         metrics.reading.set(runtime["reading"])
+        metrics.in_flight.set(runtime["in_flight"])
         return render(metrics.registry)
 
     return render_own

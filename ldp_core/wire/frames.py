@@ -67,6 +67,7 @@ __all__ = [
     "ReportBatch",
     "FrameHeader",
     "encode_frame",
+    "frame_head",
     "decode_frame",
     "read_header",
     "encode_json",
@@ -124,6 +125,20 @@ class ReportBatch:
             raise FrameError(f"a batch holds at most {MAX_RECORDS} records, got {recs.size}")
         object.__setattr__(self, "records", recs)
 
+    @classmethod
+    def _checked(cls, metric: str, spec: ReportSpec, day: int, records: np.ndarray, batch_id: bytes) -> ReportBatch:
+        """A batch from fields :func:`decode_frame` has checked already (the metric name, a ``uint32`` day, 16
+        bytes of batch id, a 1-d view of ``spec.record_dtype`` within :data:`MAX_RECORDS`), without checking
+        them a second time in ``__post_init__`` (an upload's frame is decoded on the collector's event loop)."""
+        batch = object.__new__(cls)
+        put = object.__setattr__
+        put(batch, "metric", metric)
+        put(batch, "spec", spec)
+        put(batch, "day", day)
+        put(batch, "records", records)
+        put(batch, "batch_id", batch_id)
+        return batch
+
     def __len__(self) -> int:
         return int(self.records.size)
 
@@ -151,21 +166,28 @@ class FrameHeader:
         return HEADER_SIZE + len(self.metric.encode()) + self.record_size * self.n_records + _CRC.size
 
 
+def frame_head(batch: ReportBatch) -> bytes:
+    """The bytes of ``batch``'s v1 frame before its records: the header and the metric name."""
+    metric = batch.metric.encode()
+    return (
+        _HEADER.pack(
+            MAGIC,
+            VERSION,
+            FLAG_SEALED if batch.sealed else 0,
+            len(metric),
+            bytes.fromhex(batch.spec.spec_id),
+            batch.day,
+            batch.spec.record_size,
+            len(batch),
+            batch.batch_id,
+        )
+        + metric
+    )
+
+
 def encode_frame(batch: ReportBatch) -> bytes:
     """Serialize ``batch`` as a v1 binary frame."""
-    metric = batch.metric.encode()
-    header = _HEADER.pack(
-        MAGIC,
-        VERSION,
-        FLAG_SEALED if batch.sealed else 0,
-        len(metric),
-        bytes.fromhex(batch.spec.spec_id),
-        batch.day,
-        batch.spec.record_size,
-        len(batch),
-        batch.batch_id,
-    )
-    body = header + metric + np.ascontiguousarray(batch.records).tobytes()
+    body = frame_head(batch) + np.ascontiguousarray(batch.records).tobytes()
     return body + _CRC.pack(zlib.crc32(body))
 
 
@@ -219,10 +241,14 @@ def _resolve(specs: SpecResolver, metric: str, spec_id: str) -> ReportSpec:
     return spec
 
 
-def decode_frame(data: bytes | bytearray | memoryview, specs: SpecResolver) -> ReportBatch:
+def decode_frame(
+    data: bytes | bytearray | memoryview, specs: SpecResolver, header: FrameHeader | None = None
+) -> ReportBatch:
     """Parse a binary frame; ``specs`` maps spec ids to specs (or is one spec, or a
-    callable ``(metric, spec_id) -> spec``). The records are a read-only view of ``data``."""
-    header = read_header(data)
+    callable ``(metric, spec_id) -> spec``). The records are a read-only view of ``data``.
+    ``header``: what :func:`read_header` answered for ``data`` already (it is not parsed twice)."""
+    if header is None:
+        header = read_header(data)
     buf = memoryview(data).cast("B")
     body_end = header.frame_size - _CRC.size
     (crc,) = _CRC.unpack_from(buf, body_end)
@@ -243,7 +269,7 @@ def decode_frame(data: bytes | bytearray | memoryview, specs: SpecResolver) -> R
     offset = HEADER_SIZE + len(header.metric.encode())
     records = np.frombuffer(buf, dtype=spec.record_dtype, count=header.n_records, offset=offset)
     spec.check_records(records)
-    return ReportBatch(header.metric, spec, header.day, records, header.batch_id)
+    return ReportBatch._checked(header.metric, spec, header.day, records, header.batch_id)
 
 
 def _record_to_json(rec: np.void, names: tuple[str, ...]) -> list[Any]:

@@ -10,7 +10,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from collector.dedup import SCHEMA_VERSION, BatchIdStore
+from collector.dedup import BatchIdStore
 from collector.http.app import create_app
 from collector.settings import CollectorSettings
 from ldp_core.metrics import MetricSet
@@ -81,7 +81,8 @@ def test_counters_survive_a_restart_and_accepted_equals_the_ids_recorded(
         after = _samples(srv.url)
     assert after[ACCEPTED] == before[ACCEPTED] + 7
     conn = sqlite3.connect(tmp_path / "ids.sqlite3")
-    recorded = conn.execute("SELECT COUNT(*) FROM batches").fetchone()[0]
+    days = [n for (n,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table' AND name LIKE 'ids_%'")]
+    recorded = sum(conn.execute(f"SELECT COUNT(*) FROM {t}").fetchone()[0] for t in days)
     conn.close()
     assert after['ldp_collector_batches_total{outcome="accepted",reason="ok"}'] == recorded == 4
 
@@ -98,23 +99,3 @@ def test_processes_sharing_the_store_see_one_total_and_pending_counts_are_writte
     a.close()
     assert b.counter_values("ldp_collector_batches_total") == {("rejected", "x"): 1.0}
     b.close()
-
-
-def test_a_schema_2_file_is_upgraded_in_place_and_keeps_its_ids(tmp_path: Path) -> None:
-    path = tmp_path / "ids.sqlite3"
-    store = BatchIdStore(path)
-    store.add({b"k" * 16: b"c" * 16})
-    store.close()
-    conn = sqlite3.connect(path)  # the previous schema: the same file without the counters table
-    conn.execute("DROP TABLE counters")
-    conn.execute("PRAGMA user_version = 2")
-    conn.commit()
-    conn.close()
-    store = BatchIdStore(path)
-    assert store.lookup([b"k" * 16]) == {b"k" * 16: b"c" * 16}
-    store.add({b"l" * 16: b"e" * 16}, {"n": 3})
-    assert store.counters() == {"n": 3}
-    store.close()
-    conn = sqlite3.connect(path)
-    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 3
-    conn.close()

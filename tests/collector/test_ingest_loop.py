@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from collector.dedup import BatchIdStore
-from collector.errors import RejectedBatch
+from collector.errors import RejectedBatch, UnavailableError
 from collector.ingest import Ingestor
 from pipeline.transport import open_transport
 
@@ -88,3 +88,60 @@ def test_uploads_of_one_loop_iteration_are_one_group_on_the_loop_and_nothing_is_
 
         recs = read_exactly(inner, topic, 31)
     assert sorted(r.value for r in recs) == sorted([b"warm-up", *values])
+
+
+class NowaitEmbedded:
+    """The embedded log with a ``publish_nowait`` (as Kafka's): group commits after the first run on the loop."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.nowait = 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    def publish_nowait(
+        self, topic: str, items: Iterable[tuple[bytes | None, bytes]], done: Callable[[str | None], None]
+    ) -> None:
+        self.nowait += 1
+        self.inner.publish_many(topic, list(items))
+        done(None)
+
+
+class UnwritableStore(BatchIdStore):
+    """A store that fails to record anything, ids or counts: the group commit fails after the publish."""
+
+    def add(self, ids: Any, counts: Any = None) -> None:
+        raise RuntimeError("the disk is gone (test)")
+
+    def add_counts(self, counts: Any) -> None:
+        raise RuntimeError("the disk is gone (test)")
+
+
+def test_a_group_commit_that_fails_unexpectedly_answers_503_on_the_thread_and_on_the_loop(tmp_path: Path) -> None:
+    """The first group (it creates the topic) goes through a publisher thread, the next one is committed on the
+    loop: each fails after its publish, and each upload of it, and a retry that followed it, is answered the
+    same 503 ``internal`` with ``Retry-After`` (one helper, ``_fail_group``, for both paths)."""
+    with open_transport(f"sqlite:///{tmp_path / 'log.sqlite3'}") as inner:
+        tr = NowaitEmbedded(inner)
+        store = UnwritableStore(tmp_path / "ids.sqlite3")
+        ing = Ingestor(tr, "ldp.raw", store, partitions=2, retry_after=7)  # type: ignore[arg-type]
+        ing.start()
+        try:
+            first, second = os.urandom(16), os.urandom(16)
+
+            async def run() -> tuple[list[object], list[object]]:
+                on_thread = await _submit_all(ing, [(first, b"a")])
+                on_loop = await _submit_all(ing, [(second, b"b"), (second, b"b"), (os.urandom(16), b"c")])
+                return on_thread, on_loop
+
+            on_thread, on_loop = asyncio.run(run())
+        finally:
+            ing.stop()
+            store.close()
+        assert tr.nowait == 1
+        for out in [*on_thread, *on_loop]:
+            assert isinstance(out, UnavailableError), out
+            assert out.reason == "internal" and out.retry_after == 7 and "RuntimeError" in out.message
+        with inner.consume("ldp.raw", "check") as c:  # published once each (the retry followed), answered 503
+            assert sorted(r.value for r in c.records(idle_timeout=0.3)) == [b"a", b"b", b"c"]

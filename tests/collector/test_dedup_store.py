@@ -1,0 +1,120 @@
+"""The batch-id store's layout (schema 4: a table of ids per UTC day) as the collector's workers use it.
+
+Files of schemas 2 and 3 (one ``batches`` table with a day column and an index on it) are written here by
+hand, as those collectors wrote them, and upgraded in place: their ids stay known with their content
+digests (a retry is a duplicate, other content a conflict). Two stores on one file play two worker
+processes: an id one of them records on a new day, after the other read the file's list of day tables, is
+still found by the other (a retry through another worker); a purge by one is seen by the other.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import os
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from collector.dedup import SCHEMA_VERSION, BatchIdStore
+from ldp_core.days import DAY_SECONDS
+
+DAY = 20_000
+
+
+def _digest(key: bytes, batch_id: bytes) -> bytes:
+    return hmac.new(key, batch_id, hashlib.sha256).digest()[:16]
+
+
+def _old_file(path: Path, version: int, rows: dict[bytes, tuple[bytes | None, int]]) -> None:
+    """A store as the collector of ``version`` (2 or 3) left it: ``batches(id_digest, content, day)``."""
+    key = os.urandom(32)
+    conn = sqlite3.connect(path)
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("CREATE TABLE meta(name TEXT PRIMARY KEY, value BLOB NOT NULL)")
+    conn.execute("INSERT INTO meta VALUES ('id_key', ?)", (key,))
+    conn.execute("CREATE TABLE batches(id_digest BLOB PRIMARY KEY, content BLOB, day INTEGER NOT NULL) WITHOUT ROWID")
+    conn.execute("CREATE INDEX batches_day ON batches(day)")
+    if version >= 3:
+        conn.execute("CREATE TABLE counters(name TEXT PRIMARY KEY, value INTEGER NOT NULL)")
+        conn.execute("INSERT INTO counters VALUES ('n', 7)")
+    conn.executemany("INSERT INTO batches VALUES (?, ?, ?)", [(_digest(key, i), c, d) for i, (c, d) in rows.items()])
+    conn.execute(f"PRAGMA user_version = {version}")
+    conn.commit()
+    conn.close()
+
+
+def _tables(path: Path) -> set[str]:
+    conn = sqlite3.connect(path)
+    try:
+        return {n for (n,) in conn.execute("SELECT name FROM sqlite_master WHERE type IN ('table', 'index')")}
+    finally:
+        conn.close()
+
+
+@pytest.mark.parametrize("version", [2, 3])
+def test_a_file_of_schema_2_or_3_is_upgraded_and_keeps_its_ids_and_digests(tmp_path: Path, version: int) -> None:
+    path = tmp_path / "ids.sqlite3"
+    _old_file(path, version, {b"a" * 16: (b"c" * 16, DAY - 1), b"b" * 16: (None, DAY), b"x" * 16: (b"d" * 16, DAY)})
+    store = BatchIdStore(path, clock=lambda: DAY * DAY_SECONDS + 5.0)
+    assert store.lookup([b"a" * 16, b"b" * 16, b"x" * 16, b"n" * 16]) == {
+        b"a" * 16: b"c" * 16,
+        b"b" * 16: None,
+        b"x" * 16: b"d" * 16,
+    }
+    assert len(store) == 3
+    store.add({b"l" * 16: b"e" * 16}, {"n": 3})
+    assert store.counters() == {"n": 3 + (7 if version >= 3 else 0)}
+    store.close()
+    assert _tables(path) >= {f"ids_{DAY - 1}", f"ids_{DAY}"}
+    assert not _tables(path) & {"batches", "batches_day"}
+    conn = sqlite3.connect(path)
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 4
+    conn.close()
+
+
+def test_a_retry_through_another_worker_is_found_across_a_new_days_table(tmp_path: Path) -> None:
+    """Worker ``b`` read the file's day tables before ``a`` made the next day's: ``b`` still finds an id ``a``
+    recorded there (a device's retry reaching the other worker), and sees the day table ``a`` purged go."""
+    path = tmp_path / "ids.sqlite3"
+    now = [DAY * DAY_SECONDS + 100.0]
+    a = BatchIdStore(path, ttl=60.0, purge_interval=0.0, clock=lambda: now[0])
+    b = BatchIdStore(path, ttl=60.0, purge_interval=0.0, clock=lambda: now[0])
+    a.add({b"1" * 16: b"c" * 16})
+    assert b.lookup([b"1" * 16]) == {b"1" * 16: b"c" * 16}  # b's list of day tables: [DAY]
+    now[0] += DAY_SECONDS
+    a.add({b"2" * 16: b"d" * 16})  # a makes the table of DAY + 1
+    assert b.lookup([b"1" * 16, b"2" * 16]) == {b"1" * 16: b"c" * 16, b"2" * 16: b"d" * 16}
+    now[0] += DAY_SECONDS
+    a.add({b"3" * 16: b"e" * 16})  # DAY is past the TTL: a drops its table
+    assert f"ids_{DAY}" not in _tables(path)
+    assert b.lookup([b"1" * 16, b"2" * 16, b"3" * 16]) == {b"2" * 16: b"d" * 16, b"3" * 16: b"e" * 16}
+    b.add({b"4" * 16: b"f" * 16})
+    assert len(a) == len(b) == 3
+    a.close()
+    b.close()
+
+
+def test_a_second_record_of_an_id_answers_with_the_later_days_content(tmp_path: Path) -> None:
+    """An id is recorded twice only when the lookup before its publish failed: the later record wins, as the
+    single table's ``INSERT OR REPLACE`` did."""
+    now = [DAY * DAY_SECONDS]
+    store = BatchIdStore(tmp_path / "ids.sqlite3", clock=lambda: now[0])
+    store.add({b"i" * 16: b"old" * 5 + b"!"})
+    now[0] += DAY_SECONDS
+    store.add({b"i" * 16: b"new" * 5 + b"!"})
+    assert store.lookup([b"i" * 16]) == {b"i" * 16: b"new" * 5 + b"!"}
+    store.close()
+
+
+def test_a_failed_record_that_made_the_days_table_does_not_break_the_next(tmp_path: Path) -> None:
+    """The first record of a day makes its table in the same transaction; if that transaction rolls back (here:
+    a counter value SQLite cannot store), the next record makes the table again and is found."""
+    store = BatchIdStore(tmp_path / "ids.sqlite3", clock=lambda: DAY * DAY_SECONDS)
+    with pytest.raises(OverflowError):
+        store.add({b"a" * 16: b"c" * 16}, {"n": 1 << 70})
+    assert f"ids_{DAY}" not in _tables(tmp_path / "ids.sqlite3")
+    store.add({b"b" * 16: b"d" * 16})
+    assert store.lookup([b"a" * 16, b"b" * 16]) == {b"b" * 16: b"d" * 16}
+    store.close()
