@@ -51,21 +51,22 @@ _LOST = re.compile(
     r"|Closing connection|[Cc]onnect attempt|ECONNREFUSED|Connection reset|Broken pipe"
     r"|Unable to connect|NoBrokersAvailable|to find a node|No node available|Error receiving network data"
     r"|Connection lost|Metadata refresh: failed|Heartbeat session expired"
+    r"|Bootstrap \S+ not ready|[Bb]ootstrap failed|Unable to bootstrap|Bootstrap (?:connection|attempt) to"
 )
 #: expected and retried, not about a lost connection: dropped without a state change (a group coordinator that
 #: moved or is still loading after a broker restart; a stable-offset fetch waiting for a transaction's markers)
 _QUIET = re.compile(
     r"UnstableOffsetCommit|is either not started or not valid|NotCoordinator|CoordinatorNotAvailable"
-    r"|CoordinatorLoadInProgress"
+    r"|CoordinatorLoadInProgress|metadata response has no brokers"
 )
 #: kafka-python's words when the broker closes a connection that had nothing in flight (an idle close)
 _IDLE_CLOSE = "without in-flight-requests"
 #: the broker's address in a connection's repr: ``host=[127.0.0.1:9092<-51280]`` (the peer, then the local port)
 _ADDRESS = re.compile(r"host=\[?([^\s<>\[\]]+)")
 #: a node id in kafka-python 3's lines: ``<KafkaConnection node_id=1 ...``, ``to node coordinator-1``, ``(node 1)``
-_NODE = re.compile(r"node_id=([^\s>]+)|\bnode ([A-Za-z0-9_-]+)")
+_NODE = re.compile(r"node_id=([^\s>]+)|\bnode ([A-Za-z0-9_-]+)|\b(bootstrap-\d+)\b")
 #: the connection manager saying where a node is: ``Initializing connection for node_id 1 at 127.0.0.1:9092``
-_NODE_AT = re.compile(r"Initializing connection for node_id (\S+) at (\S+?)(?: \(|$)")
+_NODE_AT = re.compile(r"(?:Initializing connection for node_id|Attempting bootstrap to) (\S+) at (\S+?)(?: \(|$)")
 #: the lines that say a connection is up (kafka-python 3's "Connected", 2.3's "Connection complete")
 _UP = re.compile(r": Connected$|Connection complete")
 
@@ -113,7 +114,7 @@ class BrokerStateLog(logging.Filter):
         node = _NODE.search(msg)
         if node is None:
             return None
-        return self.nodes.get(node.group(1) or node.group(2))
+        return self.nodes.get(node.group(1) or node.group(2) or node.group(3))
 
     def lost(self, address: str, reason: str) -> None:
         """Say once that the broker at ``address`` is unreachable (and why); nothing if it is known to be."""

@@ -30,6 +30,14 @@ WHERE = [
     ("kafka.net.manager", logging.INFO, "Initializing connection for node_id %s at %s:%s (rack=%s)", (n, *a, None))
     for n, a in (("1", ("127.0.0.1", 56419)), ("coordinator-3", ("127.0.0.1", 56417)))
 ]
+WHERE.append(
+    (
+        "kafka.net.manager",
+        logging.INFO,
+        "Attempting bootstrap to %s at %s:%s (rack %s)",
+        ("bootstrap-0", "127.0.0.1", 56419, None),
+    )
+)
 # what kafka-python 3.0.12 logged while the broker of tests/pipeline/test_kafka_logs.py was stopped, per client
 SEEN = [
     (
@@ -75,6 +83,9 @@ SEEN = [
         "Unknown error fetching offsets for %s: %s",
         ("t-0", "UnstableOffsetCommitError"),
     ),
+    # a client made while the broker is down (tests/e2e/test_broker_startup.py)
+    ("kafka.net.manager", logging.WARNING, "Bootstrap %s not ready; waiting %.2f secs", ("bootstrap-0", 0.09)),
+    ("kafka.net.manager", logging.ERROR, "Bootstrap failed: %s", ("KafkaTimeoutError: Unable to bootstrap from " + A,)),
 ]
 
 
