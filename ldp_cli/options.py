@@ -206,7 +206,7 @@ class _OncePerTemplate(logging.Filter):
                 return False
             self._last[key] = now
         if record.exc_info and record.exc_info[1] is not None and logging.getLogger().level > logging.DEBUG:
-            # kafka.conn logs a broker's dropped connection with its traceback: one line says as much
+            # kafka-python logs a broker's dropped connection with its traceback: one line says as much
             record.msg, record.args = f"{record.getMessage()}: {record.exc_info[1]!r}", ()
             record.exc_info, record.exc_text = None, None
         return True

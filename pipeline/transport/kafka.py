@@ -21,30 +21,29 @@
   or aborted transactions are never delivered), auto-commit off.
 * :meth:`KafkaConsumer.transaction` uses one transactional producer per
   consumer: ``begin_transaction``, the outputs, ``send_offsets_to_transaction``
-  with the consumer's group metadata (generation-based zombie fencing,
-  KIP-447), ``commit_transaction``. Its ``transactional.id`` is
-  ``ldp.<group>.<member>``: a restarted worker that keeps its member name
-  aborts its dead predecessor's open transaction when it starts. A
-  transactional request without an answer replaces the producer; the new
-  one's ``init_transactions`` settles the open transaction first, and a
-  token in the offsets' metadata tells whether it committed (then it is
-  reported committed, not rewound: docs/PIPELINE.md).
+  with the consumer's ``group_metadata()`` (generation, member id and static
+  instance id in TxnOffsetCommit v3: the group coordinator refuses the
+  offsets of a member it expelled, KIP-447), ``commit_transaction``. Its
+  ``transactional.id`` is ``ldp.<group>.<member>``: a restarted worker that
+  keeps its member name aborts its dead predecessor's open transaction when
+  it starts. A transactional request without an answer replaces the
+  producer; the new one's ``init_transactions`` settles the open transaction
+  first, and a token in the offsets' metadata tells whether it committed
+  (then it is reported committed, not rewound: docs/PIPELINE.md).
 * After every rebalance a member restarts its partitions from the committed
   offsets (as the embedded log does), so both transports redeliver the same
   records after a rebalance; if it drops delivered, uncommitted records, the
   rebalance listener counts it in ``Consumer.generation`` and the next commit
   fails once (see :attr:`~pipeline.transport.base.Consumer.generation`).
+  The offset fetch asks for stable offsets (KIP-447's ``require_stable``,
+  sent by kafka-python 3 for read_committed consumers): a member taking over
+  a partition waits until a committed transaction's offsets are written.
 
-kafka-python is pinned below 3: 3.0.12 discards a JoinGroup/SyncGroup round
-that completes while no ``poll()`` awaits it and sends a new JoinGroup (a
-rebalance loop when members poll with short timeouts), and was seen to hang
-a group leader after it computed the assignment. 2.3 has neither problem but
-lacks KIP-447 (no generation sent with transactional offsets, no
-``require_stable`` offset fetch); this module sends the offsets with the
-member's generation itself (:mod:`pipeline.transport.kafka_txn`: the group
-coordinator refuses them from a member it expelled), refuses a
-transactional commit from a member whose generation is not stable, and
-waits after each commit until the committed offsets are visible.
+kafka-python >= 3.0.12 (pyproject.toml). One private call remains
+(:meth:`KafkaConsumer._tx_call`): its ``send_offsets_to_transaction``,
+``commit_transaction`` and ``abort_transaction`` wait for the answer without a
+timeout, so the transport starts the same request on the producer's
+transaction manager and bounds the wait itself.
 """
 
 from __future__ import annotations
@@ -256,7 +255,7 @@ class KafkaTransport(Transport):
     def _describe(self, topic: str) -> dict[str, Any] | None:
         with self._lock:
             desc = self._admin_client().describe_topics([topic])
-        info = next((t for t in desc if t.get("topic", t.get("name")) == topic), None)
+        info = next((t for t in desc if t.get("name") == topic), None)
         if info is None or info.get("error_code", 0) != 0 or not info.get("partitions"):
             return None
         return info
@@ -267,7 +266,7 @@ class KafkaTransport(Transport):
         while True:
             info = self._describe(topic)
             if info is not None and all(
-                p.get("leader", -1) >= 0 and p.get("error_code", 0) == 0 for p in info["partitions"]
+                p.get("leader_id", -1) >= 0 and p.get("error_code", 0) == 0 for p in info["partitions"]
             ):
                 return len(info["partitions"])
             if time.monotonic() > end:
@@ -467,11 +466,12 @@ class _KafkaTransaction(Transaction, TransactionScope):
         ending = False  # whether EndTxn(commit) may have reached the coordinator
         try:
             if offsets:
-                member = c._stable_member()
-                if member is None:
+                meta = c._group_metadata()
+                if meta is None:
                     raise errors.RebalanceInProgressError("the group is rebalancing")
-                # the offsets carry the member's generation (KIP-447, kafka_txn): an expelled member is refused
-                c._tx_call("send_offsets_to_transaction", lambda tm: c._send_offsets(tm, offsets, member))
+                # the offsets carry the member's generation (TxnOffsetCommit v3, KIP-447): the group coordinator
+                # refuses them from a member it expelled (CommitFailedError), and the transaction is aborted
+                c._tx_call("send_offsets_to_transaction", lambda tm: tm.send_offsets_to_transaction(offsets, meta))
             ending = True
             c._tx_call("commit_transaction", lambda tm: tm.begin_commit())
         except (errors.ProducerFencedError, errors.InvalidProducerEpochError) as exc:
@@ -514,7 +514,6 @@ class _KafkaTransaction(Transaction, TransactionScope):
                 ) from exc
             raise TransportError(f"the transaction was aborted: {exc!r}") from exc
         c._delivered = {}
-        c._await_visible(offsets)
 
     def _abort(self) -> None:
         c = self._consumer
@@ -532,7 +531,7 @@ class _KafkaTransaction(Transaction, TransactionScope):
 
 
 class _TransactionStuck(Exception):
-    """A transactional request got no answer in time (kafka-python 2 waits for ever)."""
+    """A transactional request got no answer in time (kafka-python's public calls wait for ever)."""
 
 
 class KafkaConsumer(Consumer):
@@ -599,6 +598,15 @@ class KafkaConsumer(Consumer):
                 owner._reassigned = set(assigned)
 
         self._consumer.subscribe(list(self.topics), listener=_Listener())
+        # kafka-python 3.0.12 drops a group join that a change of the topics' metadata started if it completes
+        # while no poll() awaits it (the leader's assignment refreshes the snapshot that asked for it): the member
+        # sat with no partitions and no heartbeats until the group expelled it. Fetching the metadata now, after
+        # subscribing, makes the first join assign from it, so no second, metadata-driven join follows.
+        try:
+            self._consumer.topics()
+        except _errors().KafkaError as exc:
+            self._consumer.close(autocommit=False)
+            raise TransportError(f"cannot read the topics' metadata from {transport.bootstrap} ({exc!r})") from exc
 
     def _tx_producer(self) -> Any:
         if self._producer is None:
@@ -624,12 +632,14 @@ class KafkaConsumer(Consumer):
     def _tx_call(self, what: str, start: Any) -> None:
         """Run one transactional request of the producer with a bounded wait.
 
-        kafka-python 2's ``send_offsets_to_transaction``, ``commit_transaction``
-        and ``abort_transaction`` wait without a timeout; after a broker
-        restart the request may never be answered and the worker would hang.
-        This starts the request on the producer's transaction manager and
+        kafka-python's ``send_offsets_to_transaction``, ``commit_transaction``
+        and ``abort_transaction`` (3.0.12 as 2.3) wait without a timeout; after
+        a broker restart the request may never be answered and the worker
+        would hang. This starts the same request on the producer's transaction
+        manager (what those calls do, less their unbounded ``wait()``) and
         waits at most ``request_timeout`` (raising :class:`_TransactionStuck`),
-        so the caller can replace the producer.
+        so the caller can replace the producer. The only private call of the
+        transactional path: kafka-python has no public bounded variant.
         """
         producer = self._tx_producer()
         result = start(producer._transaction_manager)
@@ -664,8 +674,14 @@ class KafkaConsumer(Consumer):
         if max_records < 1:
             raise ValueError(f"max_records must be >= 1, got {max_records}")
         deadline = time.monotonic() + max(0.0, timeout)
+        settle = deadline + self.session_timeout
         while True:
-            left = max(0, int((deadline - time.monotonic()) * 1000))
+            now = time.monotonic()
+            left = max(0, int((deadline - now) * 1000))
+            if left == 0 and now < settle and self._joining():
+                # see a group join through before returning (kafka-python 3.0.12 discards a join that completes
+                # while no poll() awaits it and sends another: one more rebalance of the whole group)
+                left = min(200, int((settle - now) * 1000))
             got = self._consumer.poll(timeout_ms=left, max_records=max_records)
             if self._reassigned is not None:
                 fresh, self._reassigned = self._reassigned, None
@@ -678,8 +694,15 @@ class KafkaConsumer(Consumer):
                 out.extend(Record(tp.topic, tp.partition, r.offset, r.key, r.value) for r in recs)
                 if recs:
                     self._delivered[tp] = recs[-1].offset + 1
-            if out or time.monotonic() >= deadline:
+            now = time.monotonic()
+            if out or (now >= deadline and (now >= settle or not self._joining())):
                 return out
+
+    def _joining(self) -> bool:
+        """Whether a JoinGroup/SyncGroup round of this member is under way."""
+        from kafka.structs import MemberState
+
+        return bool(self._consumer.group_metadata().state == MemberState.REBALANCING)
 
     def commit(self, offsets: Mapping[TopicPartition, int] | None = None) -> None:
         if self._closed:
@@ -764,43 +787,16 @@ class KafkaConsumer(Consumer):
 
     def _generation_stable(self) -> bool:
         """Whether this member's client believes its generation stable (an expelled member may not know yet)."""
-        return self._stable_member() is not None
+        return self._group_metadata() is not None
 
-    def _stable_member(self) -> tuple[int, str, str | None] | None:
-        """``(generation id, member id, group instance id)`` if the client believes the generation stable."""
-        coordinator = self._consumer._coordinator
-        gen = coordinator.generation_if_stable()
-        if gen is None or coordinator.need_rejoin():
-            return None
-        return int(gen.generation_id), str(gen.member_id), coordinator.group_instance_id
+    def _group_metadata(self) -> Any:
+        """The consumer's ``group_metadata()`` (group, generation id, member id, static instance id) if its
+        client believes the generation stable, else ``None``. The broker checks the generation itself (KIP-447):
+        this only spares a transaction that is bound to be refused."""
+        from kafka.structs import MemberState
 
-    def _send_offsets(self, tm: Any, offsets: Any, member: tuple[int, str, str | None]) -> Any:
-        """Add the offsets to the open transaction, fenced by ``member``'s generation where the broker can
-        (TxnOffsetCommit v3, :mod:`pipeline.transport.kafka_txn`); older brokers get kafka-python's v0-2."""
-        from pipeline.transport.kafka_txn import FENCED_VERSION, send_offsets_fenced
-
-        if tm._api_version >= FENCED_VERSION:
-            return send_offsets_fenced(tm, offsets, self.group, member)
-        return tm.send_offsets_to_transaction(offsets, self.group)
-
-    def _await_visible(self, offsets: Mapping[Any, Any]) -> None:
-        """Wait until the group coordinator shows the offsets a transaction committed.
-
-        The transaction coordinator writes the commit markers after
-        ``commit_transaction`` returns; until they land, an offset fetch
-        without KIP-447's ``require_stable`` (kafka-python 2 has none) returns
-        the previous offsets, and a member taking over the partition then
-        would process the transaction's input again.
-        """
-        end = time.monotonic() + self._transport.request_timeout
-        for ktp, om in offsets.items():
-            while (self._consumer.committed(ktp) or 0) < om.offset:
-                if time.monotonic() > end:
-                    raise TransportError(
-                        f"the transaction committed but the offset of {ktp} is not visible after "
-                        f"{self._transport.request_timeout:g} s"
-                    )
-                time.sleep(0.01)
+        meta = self._consumer.group_metadata()
+        return meta if meta.state == MemberState.STABLE else None
 
     def _forget_delivered(self) -> None:
         """A rebalance restarts every partition from the committed offsets: report uncommitted deliveries it drops."""
@@ -830,7 +826,7 @@ class KafkaConsumer(Consumer):
         return frozenset(TopicPartition(t.topic, t.partition) for t in self._consumer.assignment())
 
     def reachable(self) -> bool:
-        # kafka-python 2 has no public call for it; its group coordinator knows the group's coordinating broker
+        # kafka-python has no public call for it; its group coordinator knows the group's coordinating broker
         # and its client the connection. Read without their locks (plain attribute reads), so that another
         # thread can ask while the polling thread is blocked in a call to the stopped broker
         coordinator = getattr(self._consumer, "_coordinator", None)

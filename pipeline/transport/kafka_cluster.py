@@ -34,15 +34,9 @@ def describe_cluster(bootstrap: str, timeout: float = 5.0) -> dict[str, Any]:
 
     kafka_logs.install()
     ms = max(1000, int(timeout * 1000))
-    # kafka-python 2.x names the bootstrap wait api_version_auto_timeout_ms, 3.x bootstrap_timeout_ms
-    wait_key = (
-        "bootstrap_timeout_ms"
-        if "bootstrap_timeout_ms" in KafkaAdminClient.DEFAULT_CONFIG
-        else "api_version_auto_timeout_ms"
-    )
     try:
         admin = KafkaAdminClient(
-            bootstrap_servers=bootstrap, client_id="ldp-kafka-probe", request_timeout_ms=ms, **{wait_key: ms}
+            bootstrap_servers=bootstrap, client_id="ldp-kafka-probe", request_timeout_ms=ms, bootstrap_timeout_ms=ms
         )
     except (KafkaError, OSError) as exc:
         raise TransportError(f"the broker at {bootstrap} does not answer: {exc!r}") from exc

@@ -1,11 +1,13 @@
 """One log line per broker state change instead of kafka-python's burst of errors.
 
 A broker that stops (a restart, a node of a cluster killed) is an expected event, but every kafka-python
-client of a process then logs it on its own: the connection (``kafka.conn``: "socket disconnected",
-"Closing connection", "Connect attempt ... returned error 111"), the client ("Node 3 connection failed --
-refreshing metadata"), the fetcher ("Fetch to node 3 failed"), the group coordinator ("Error sending
-HeartbeatRequest ... Cancelled", "Marking the coordinator dead"), the transactional sender; 14-21 ERROR
-lines per restart were counted in issue 31's chaos runs, and more for every reconnect attempt.
+client of a process then logs it on its own: the connection (``kafka.net.connection``: "Connection lost:
+KafkaConnectionError: socket disconnected", then "... 111 ECONNREFUSED" for every reconnect attempt), the
+connection manager ("Connection failed"), the metadata refresh (``kafka.cluster``: "No node available for
+metadata refresh", "Metadata refresh: failed"), the group coordinator ("Error sending HeartbeatRequest ...",
+"Marking the coordinator dead", and once the broker is back "coordinator ... is either not started or not
+valid"), the transactional sender; 14-21 ERROR lines per restart were counted in issue 31's chaos runs
+(kafka-python 2.3), and 144 WARNING and ERROR lines (89 ERROR) for a 4 s stop with kafka-python 3.0.12.
 
 :class:`BrokerStateLog`, installed on every ``kafka.*`` logger by :func:`install` (the Kafka transport does it
 when it is created), drops those records and logs instead, through the logger ``pipeline.transport.kafka``:
@@ -19,10 +21,15 @@ The collector's publishing producer is librdkafka's (:mod:`pipeline.transport.ka
 to the same filter through :meth:`BrokerStateLog.lost` and :meth:`BrokerStateLog.up`, so a broker is said to
 be gone or back once per process whichever client noticed first.
 
+kafka-python 3 names a broker by node id in most of these lines ("node_id=1", "to node coordinator-1"); the
+filter learns each node id's address from the connection manager's "Initializing connection for node_id 1 at
+H:P". A stable-offset fetch that waits for a transaction's markers (``UnstableOffsetCommitError``, retried by
+kafka-python, logged as an ERROR) is no failure either: it is dropped.
+
 Records that say nothing about a lost connection pass unchanged. The state is per broker address and per
-process, shared by every client of the process (producer, consumers, admin). ``kafka.conn`` is set to INFO so
-that the filter sees "Connection complete"; its INFO records go on only where the ``kafka`` logger's own level
-admits them (``--log-level debug``).
+process, shared by every client of the process (producer, consumers, admin). ``kafka.net.connection`` and
+``kafka.net.manager`` are set to INFO so that the filter sees "Connected" and "Initializing connection"; their
+INFO records go on only where the ``kafka`` logger's own level admits them (``--log-level debug``).
 """
 
 from __future__ import annotations
@@ -40,14 +47,28 @@ LOGGER = "pipeline.transport.kafka"
 
 #: kafka-python's words for a connection to a broker that is gone or refused
 _LOST = re.compile(
-    r"KafkaConnectionError|socket disconnected|[Cc]onnection refused|connection failed|Cancelled|NodeNotReady"
-    r"|Marking the coordinator|Closing connection|[Cc]onnect attempt|Errno 111|Connection reset|Broken pipe"
+    r"KafkaConnectionError|socket disconnected|[Cc]onnection refused|[Cc]onnection failed|Cancelled|NodeNotReady"
+    r"|Closing connection|[Cc]onnect attempt|ECONNREFUSED|Connection reset|Broken pipe"
     r"|Unable to connect|NoBrokersAvailable|to find a node|No node available|Error receiving network data"
+    r"|Connection lost|Metadata refresh: failed|Heartbeat session expired"
+    r"|Bootstrap \S+ not ready|[Bb]ootstrap failed|Unable to bootstrap|Bootstrap (?:connection|attempt) to"
+)
+#: expected and retried, not about a lost connection: dropped without a state change (a group coordinator that
+#: moved or is still loading after a broker restart; a stable-offset fetch waiting for a transaction's markers)
+_QUIET = re.compile(
+    r"UnstableOffsetCommit|is either not started or not valid|NotCoordinator|CoordinatorNotAvailable"
+    r"|CoordinatorLoadInProgress|metadata response has no brokers"
 )
 #: kafka-python's words when the broker closes a connection that had nothing in flight (an idle close)
 _IDLE_CLOSE = "without in-flight-requests"
-#: the broker's address in a ``BrokerConnection`` repr: ``... host=127.0.0.1:9092 <connected> ...``
-_ADDRESS = re.compile(r"host=([^\s<>\]]+)")
+#: the broker's address in a connection's repr: ``host=[127.0.0.1:9092<-51280]`` (the peer, then the local port)
+_ADDRESS = re.compile(r"host=\[?([^\s<>\[\]]+)")
+#: a node id in kafka-python 3's lines: ``<KafkaConnection node_id=1 ...``, ``to node coordinator-1``, ``(node 1)``
+_NODE = re.compile(r"node_id=([^\s>]+)|\bnode ([A-Za-z0-9_-]+)|\b(bootstrap-\d+)\b")
+#: the connection manager saying where a node is: ``Initializing connection for node_id 1 at 127.0.0.1:9092``
+_NODE_AT = re.compile(r"(?:Initializing connection for node_id|Attempting bootstrap to) (\S+) at (\S+?)(?: \(|$)")
+#: the lines that say a connection is up (kafka-python 3's "Connected", 2.3's "Connection complete")
+_UP = re.compile(r": Connected$|Connection complete")
 
 
 class BrokerStateLog(logging.Filter):
@@ -57,15 +78,19 @@ class BrokerStateLog(logging.Filter):
         super().__init__()
         self.clock = clock
         self.down: dict[str, float] = {}  # address -> when it was found unreachable
+        self.nodes: dict[str, str] = {}  # node id -> address, as the connection manager said
         self._lock = threading.Lock()
 
     def filter(self, record: logging.LogRecord) -> bool:
         if record.name.startswith(LOGGER):  # our own lines (the filter may sit on a handler too)
             return True
         msg = record.getMessage()
-        found = _ADDRESS.search(msg)
-        address = found.group(1) if found else None
-        if "Connection complete" in msg:
+        at = _NODE_AT.search(msg)
+        if at is not None:
+            self.nodes[at.group(1)] = at.group(2)
+            return _admitted(record)
+        address = self._address(msg)
+        if _UP.search(msg):
             if address is not None:
                 self.up(address)
             return _admitted(record)
@@ -73,11 +98,23 @@ class BrokerStateLog(logging.Filter):
             # the broker closed an idle connection (connections.max.idle.ms) and the client reconnects at once:
             # no state change to announce. A broker that is really gone shows in the reconnect's refusal next.
             return False
+        if _QUIET.search(msg):
+            return record.levelno < logging.WARNING and _admitted(record)
         if record.levelno >= logging.WARNING and _LOST.search(msg):
             if address is not None:
                 self.lost(address, _reason(msg, record))
             return False
         return _admitted(record)
+
+    def _address(self, msg: str) -> str | None:
+        """The broker's address in a record: its connection's peer, else its node id's known address."""
+        found = _ADDRESS.search(msg)
+        if found is not None and found.group(1) != "none":
+            return found.group(1)
+        node = _NODE.search(msg)
+        if node is None:
+            return None
+        return self.nodes.get(node.group(1) or node.group(2) or node.group(3))
 
     def lost(self, address: str, reason: str) -> None:
         """Say once that the broker at ``address`` is unreachable (and why); nothing if it is known to be."""
@@ -102,13 +139,14 @@ class BrokerStateLog(logging.Filter):
 def _reason(msg: str, record: logging.LogRecord) -> str:
     """The error of the first record, without the connection's repr."""
     text = msg.rsplit(">: ", 1)[-1] if ">: " in msg else msg
+    text = text.removeprefix("Connection lost: ")
     if record.exc_info and record.exc_info[1] is not None:
         text = f"{text}: {record.exc_info[1]!r}"
     return text.strip()[:160]
 
 
 def _admitted(record: logging.LogRecord) -> bool:
-    """Whether the ``kafka`` logger's own level lets the record through (``kafka.conn`` is held lower)."""
+    """Whether the ``kafka`` logger's own level lets the record through (``kafka.net.*`` is held lower)."""
     return record.levelno >= logging.getLogger("kafka").getEffectiveLevel()
 
 
@@ -130,7 +168,10 @@ def install() -> BrokerStateLog:
             logger = logging.getLogger(name)
             if _installed not in logger.filters:
                 logger.addFilter(_installed)
-        conn = logging.getLogger("kafka.conn")
-        if conn.level == logging.NOTSET or conn.level > logging.INFO:
-            conn.setLevel(logging.INFO)  # "Connection complete" is INFO: the filter must see it
+        for name in ("kafka.net.connection", "kafka.net.manager"):
+            logger = logging.getLogger(name)
+            if logger.level == logging.NOTSET or logger.level > logging.INFO:
+                logger.setLevel(
+                    logging.INFO
+                )  # "Connected", "Initializing connection" are INFO: the filter must see them
         return _installed

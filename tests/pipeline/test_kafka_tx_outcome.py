@@ -1,6 +1,6 @@
 """A transaction whose commit got no answer, on the project's broker (issue 31).
 
-kafka-python 2 waits for ever on a transactional request that is never answered, so
+kafka-python (2.3 and 3.0.12) waits for ever on a transactional request that is never answered, so
 :meth:`KafkaConsumer._tx_call` gives up after ``request_timeout`` and the transport replaces the producer. In
 the three-broker chaos test that happened once or more per run (a request to a coordinator that had just
 died). The transport used to take such a transaction as aborted and rewind to the committed offsets at once.

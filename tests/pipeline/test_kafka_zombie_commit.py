@@ -1,25 +1,29 @@
 """A member the group expelled must not commit a transaction (issue 31, the chaos test's upstream double count).
 
-kafka-python 2 sends transactional offsets without the member's generation (TxnOffsetCommit v0-2, no
-KIP-447), so the group coordinator accepts them from any producer. A member whose heartbeats stop reaching
-the coordinator for a session timeout (a loaded machine, a coordinator that moved when a broker died) is
-expelled and its partitions go to another member, which restarts them from the committed offsets; the
-expelled member does not know it yet (its client still thinks the generation stable), and when it commits
-its open transaction, both its outputs and the new owner's outputs for the same input records show. For the
-shuffler that is one raw frame released twice (the chaos test's 3,100 reports of 3,000 with no overlapping
-part files: the second copy never reached the first copy's batch-id window).
+A transaction's offsets sent without the member's generation (TxnOffsetCommit v0-2, or v3 with no group
+metadata: kafka-python 2, or ``send_offsets_to_transaction(offsets, group_id)``) are accepted by the group
+coordinator from any producer. A member whose heartbeats stop reaching the coordinator for a session timeout
+(a loaded machine, a coordinator that moved when a broker died) is expelled and its partitions go to another
+member, which restarts them from the committed offsets; the expelled member does not know it yet (its client
+still thinks the generation stable), and when it commits its open transaction, both its outputs and the new
+owner's outputs for the same input records show. For the shuffler that is one raw frame released twice (the
+chaos test's 3,100 reports of 3,000 with no overlapping part files: the second copy never reached the first
+copy's batch-id window).
 
 Played on the project's broker: member ``a`` reads the input record and publishes its output in an open
 transaction, then its heartbeats stop; after the session timeout member ``b`` owns the partition, reads the
-record again, publishes and commits; then ``a`` commits. On the old code ``a``'s commit went through and the
-output topic held the record's output twice; now the offsets carry ``a``'s generation and member id
-(TxnOffsetCommit v3), the coordinator refuses them, and ``a``'s transaction is aborted.
+record again, publishes and commits; then ``a`` commits. Without the generation ``a``'s commit went through
+and the output topic held the record's output twice (kafka-python 2.3; and kafka-python 3.0.12 given only the
+group id); the transport passes the consumer's ``group_metadata()``, the offsets carry ``a``'s generation and
+member id (TxnOffsetCommit v3, KIP-447), the coordinator refuses them, and ``a``'s transaction is aborted.
+A second test checks on the wire that the request is v3 and carries the member's generation.
 """
 
 from __future__ import annotations
 
 import time
 import uuid
+from typing import Any
 
 import pytest
 
@@ -56,7 +60,7 @@ def test_an_expelled_member_cannot_commit_its_transaction(kafka_bootstrap: str, 
         tx_a = scope_a.__enter__()
         tx_a.publish(dst, b"k", b"released by a")
         # a's heartbeats stop (its process stalls, or they cannot reach the coordinator): it is expelled
-        a._consumer._coordinator._disable_heartbeat_thread()
+        a._consumer._coordinator._disable_heartbeat()
         time.sleep(SESSION + 0.5)
         b = transport.consume(src, group, member="b", session_timeout=SESSION, static=static)
         assert _poll_until(b, 1) == [b"frame-1"]  # b restarts the partition from the committed offset
@@ -78,4 +82,42 @@ def test_an_expelled_member_cannot_commit_its_transaction(kafka_bootstrap: str, 
                     c.close()
                 except Exception:  # noqa: BLE001 - the expelled member's close may fail; b's must not hide it
                     pass
+        transport.close()
+
+
+@pytest.mark.parametrize("static", [True, False])
+def test_the_offsets_go_as_txn_offset_commit_v3_with_the_members_generation(
+    kafka_bootstrap: str, static: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What kafka-python puts on the wire: the TxnOffsetCommit request the broker answered, its negotiated
+    version and its KIP-447 fields, against the consumer's own view of its membership."""
+    from kafka.producer import transaction_manager
+
+    sent: list[Any] = []
+    real = transaction_manager.TxnOffsetCommitHandler.handle_response
+
+    def spy(handler: Any, response: Any) -> None:
+        sent.append(handler.request)
+        real(handler, response)
+
+    monkeypatch.setattr(transaction_manager.TxnOffsetCommitHandler, "handle_response", spy)
+    run = uuid.uuid4().hex[:8]
+    src, dst, group = f"wire-in-{run}", f"wire-out-{run}", f"wire-{run}"
+    transport = KafkaTransport(kafka_bootstrap, request_timeout=15.0)
+    try:
+        transport.create_topic(src, 1)
+        transport.create_topic(dst, 1)
+        transport.publish_many(src, [(b"k", b"frame-1")])
+        with transport.consume(src, group, member="w", session_timeout=SESSION, static=static) as c:
+            assert _poll_until(c, 1) == [b"frame-1"]
+            meta = c._consumer.group_metadata()
+            with c.transaction() as tx:
+                tx.publish(dst, b"k", b"out")
+        (req,) = sent
+        assert req.API_VERSION == 3  # the broker (Kafka 4.1) knows v0-5; kafka-python drives up to v3
+        assert meta.generation_id >= 1 and meta.member_id
+        assert (req.group_id, req.generation_id, req.member_id) == (group, meta.generation_id, meta.member_id)
+        assert req.group_instance_id == ("w" if static else None)
+        assert [(t.name, [p.committed_offset for p in t.partitions]) for t in req.topics] == [(src, [1])]
+    finally:
         transport.close()

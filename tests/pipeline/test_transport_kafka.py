@@ -71,13 +71,11 @@ def test_topic_retention_reaches_the_broker(kafka_bootstrap: str) -> None:
     with pytest.raises(TopicError, match="segment"):
         t.create_topic(f"seg-bad-{uuid.uuid4().hex[:8]}", 1, segment=0.5)
     admin = t._admin_client()
-    res = admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, n) for n in [*names, segmented]])
-    seen, segments = {}, {}
-    for response in res:
-        for r in response.resources:
-            entries = {e[0]: e[1] for e in r[4]}
-            seen[names.get(r[3], r[3])] = entries["retention.ms"]
-            segments[r[3]] = entries["segment.ms"]
+    res = admin.describe_configs(
+        [ConfigResource(ConfigResourceType.TOPIC, n) for n in [*names, segmented]], config_filter="all"
+    )
+    seen = {names.get(n, n): cfg["retention.ms"]["value"] for n, cfg in res["topic"].items()}
+    segments = {n: cfg["segment.ms"]["value"] for n, cfg in res["topic"].items()}
     t.close()
     assert seen == {"default": str(3 * 86400 * 1000), "forever": "-1", "hour": "3600000", segmented: "-1"}
     # superseded checkpoints leave the broker's disk once their segment rolls: 10 minutes, not the 7-day default
