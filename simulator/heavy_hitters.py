@@ -255,10 +255,10 @@ def simulate_heavy_hitters(
     flagged = list(zip(disc.found[:top], noise[:top].tolist(), strict=True))
     if isinstance(spec, SFPSpec):
         # SFP always assembles more words than it can tell from noise (each passed only an 8-bit tag check):
-        # report the ones that pass Bonferroni over every word ranked at family-wise level 25%
+        # report the ones that pass Bonferroni over every word ranked at confidence 50% (P[any untyped] <= 25%)
         # (SFP_REPORT_CONFIDENCE), at most `top`; the `could_be_noise` flags stay at 95%. Chosen on seeds 4-9
-        # (docs/HEAVY_HITTERS.md, *Which SFP words are reported*): the per-word 95% cut reported 8-26 words
-        # nobody typed per list once the word sketch's variance was right, Bonferroni at 95% missed a word
+        # (docs/HEAVY_HITTERS.md, *Which SFP words are reported*): the per-word 95% cut listed 8-26 words, 1-5
+        # of them in the true top 32, once the word sketch's variance was right, Bonferroni at 95% missed a word
         # at ε = 4 that this level keeps
         low, _ = noise_test(
             np.array([h.estimate for h in disc.found[:top]]),

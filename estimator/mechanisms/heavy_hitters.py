@@ -511,8 +511,9 @@ def without_heavy_collisions(
 
     (:meth:`CMSSpec.count_variance`'s E[Y_i | h] = r_i, for CMS and HCMS alike): zero on average over
     the family, but a word that shares one of k rows' cells with a word of 13,000 holders gains
-    13,000/k, two standard deviations of SFP's word sketch at ε = 4 and n = 10^5; with hundreds of
-    candidates a few always do, and those were the noise words that passed a per-word test. The
+    13,000/k, 1.3 standard deviations of SFP's word sketch at ε = 4 and n = 10^5 (more where two rows
+    collide); with hundreds of candidates a few always do, and those were the untyped words that passed a
+    per-word test. The
     candidates whose estimate is significant among all of them (Bonferroni, :func:`noise_test`) are the
     known x here: their estimates n̂_x are subtracted with their own r_x(d), every other holder's share
     stays in the noise (and in the variance, which keeps its family-averaged collision term, so it is a
@@ -557,8 +558,8 @@ def tail_counts(est: np.ndarray, n: float) -> np.ndarray:
     clipped to [0, n], then the devices they leave as a long tail of ones. Where the clipped estimates add
     up to more than ``n`` (hundreds of candidates nobody holds, each clipped at its positive noise), they
     are projected to sum to ``n`` instead (Norm-Sub, :func:`estimator.result.norm_sub`): the sketch's
-    noise grows with the number of reports, and a sum above ``n`` would inflate every variance (at ε = 1,
-    500 SFP words, by 5×)."""
+    noise grows with the number of reports, and a sum above ``n`` would inflate every variance (by about
+    5× for SFP's ~500 words at ε = 1 and n = 10^5)."""
     clipped = np.clip(np.asarray(est, dtype=np.float64), 0.0, float(n))
     if clipped.sum() > n:
         return norm_sub(clipped, float(n))

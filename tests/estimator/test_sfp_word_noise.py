@@ -44,7 +44,7 @@ def test_untyped_words_variance_is_the_stated_one() -> None:
     variances V_i: Σ E_i² / V_i is χ²(N) if they are unbiased, normal and independent (distinct keys share a
     cell in some row with probability about k/m; the hash-averaged collision term is in V). The ratio
     Σ(E²/V)/N is checked against χ²(N)/N at 1e-6 two-sided. The old plug-in (every clipped estimate a
-    count, so 4,000 candidates' positive noise summed to about 25 n) stated V 25× too large."""
+    count, so 4,000 candidates' positive noise summed to about 94 n) stated V 94× too large."""
     n, typed = 20_000, np.arange(1, 41, dtype=np.int64)
     spec = CMSSpec(epsilon=0.25, domain_size=KEY_DOMAIN, num_hashes=16, width=1024, hash_seed=7)
     weights = 1.0 / np.arange(1, typed.size + 1) ** 1.1
