@@ -11,6 +11,7 @@ server seconds (ours: decode; pure-ldp: aggregate + find_heavy_hitters).
 
 Usage: .venv/bin/python benchmarks/bench_hh_side.py [--users N] [--seeds 1 2 3] [--epsilons 1 2 4] [--out FILE.jsonl]
        [--plot P.png] [--ours "pem pem-az sfp"] [--pureldp "pem sfp treehist"] [--ldp CMD] [--label NAME]
+       [--mem-cap-gb 10] [--chunk 50000]
 (`--ldp`/`--label`: run an older checkout as "ours before"; docs/benchmarks/ESTIMATION.md has the commands)
 """
 
@@ -74,6 +75,13 @@ def main() -> int:
     ap.add_argument(
         "--ours", default="pem pem-az sfp", help="our mechanisms to run (pem-az: PEM told the alphabet a..z)"
     )
+    ap.add_argument(
+        "--mem-cap-gb",
+        type=float,
+        default=10.0,
+        help="address-space cap of pure-ldp's process (prlimit --as; 0: none), so it fails instead of the machine",
+    )
+    ap.add_argument("--chunk", type=int, default=50_000, help="users pure-ldp privatises, then aggregates, at a time")
     ap.add_argument("--label", default="ours", help="the name of our rows (e.g. 'ours before')")
     ap.add_argument("--from", dest="from_", nargs="+", help="only tabulate and plot these result files (one per seed)")
     a = ap.parse_args()
@@ -115,9 +123,13 @@ def main() -> int:
                 "out": str(Path(tmp) / f"pure{seed}.json"),
                 "mechanisms": a.pureldp.split(),
                 "cms": {"k": 16, "m": 1024},
+                "chunk": a.chunk,
             }
             (Path(tmp) / "job.json").write_text(json.dumps(job))
-            subprocess.run([py, str(ROOT / "benchmarks/hh_pureldp_side.py"), str(Path(tmp) / "job.json")], check=True)
+            cap = ["prlimit", f"--as={int(a.mem_cap_gb * 2**30)}"] if a.mem_cap_gb else []
+            subprocess.run(
+                [*cap, py, str(ROOT / "benchmarks/hh_pureldp_side.py"), str(Path(tmp) / "job.json")], check=True
+            )
             rows.extend(json.loads(Path(job["out"]).read_text())["runs"])
     load = Path("/proc/loadavg").read_text().strip()
     with open(a.out, "w") as fh:

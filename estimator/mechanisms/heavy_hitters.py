@@ -31,7 +31,10 @@ position, and *every* assembled word is estimated with the whole-word
 sketch, which decides the ranking (a word whose fragments were all heavy but
 which nobody typed scores about zero there). Both sketches are debiased
 with the ε they were encoded with (``SFPSpec.fragment_spec`` and
-``word_spec``). Counts from a position's sketch are scaled by n / n_l.
+``word_spec``). Counts from a position's sketch are scaled by n / n_l. A word's
+estimate loses what the significant candidates put in its cells
+(:func:`without_heavy_collisions`), and its variance is the sketch's at n devices
+in all (:func:`tail_counts`), so an untyped word's z is about N(0, 1).
 """
 
 from __future__ import annotations
@@ -49,8 +52,8 @@ from estimator.kernels.candidates import olh_candidate_support, sketch_row_means
 from estimator.kernels.hadamard import fwht
 from estimator.kernels.sketch import cms_add, hcms_add
 from estimator.oracles.base import LinearState
-from estimator.result import noise_test, z_value
-from ldp_core.mechanisms.cms import CMSSpec
+from estimator.result import noise_test, norm_sub, z_value
+from ldp_core.mechanisms.cms import CMSSpec, HCMSSpec
 from ldp_core.mechanisms.heavy_hitters import PEMSpec, SFPSpec, prefix_keys, reserved_byte_mask, unpad
 
 __all__ = [
@@ -64,6 +67,8 @@ __all__ = [
     "sketch_sums",
     "add_sketch",
     "pem_count_variance",
+    "tail_counts",
+    "without_heavy_collisions",
     "pem_level_estimate",
     "pem_level_support",
     "possible_prefixes",
@@ -261,8 +266,7 @@ def pem_count_variance(spec: PEMSpec, counts: np.ndarray, n: int, n_level: int) 
     f = np.clip(np.asarray(counts, dtype=np.float64) / n, 0.0, 1.0)
     mu = n_level * f
     if spec.oracle == "hcms":
-        rest = max(0, int(round(n_level - mu.sum())))
-        oracle = np.asarray(spec.hcms.count_variance(np.concatenate([mu, np.ones(rest)]))[: mu.size])
+        oracle = np.asarray(spec.hcms.count_variance(tail_counts(mu, n_level))[: mu.size])
     else:
         p, q = spec.olh.support_probabilities()
         oracle = (mu * p * (1 - p) + (n_level - mu) * q * (1 - q)) / (p - q) ** 2
@@ -488,10 +492,46 @@ def discover_sfp_from(
     if spec.end_marker and rows.shape[0]:
         rows = rows[possible_prefixes(rows, 8 * spec.length, True, spec.end_marker)]
     word_sketch = _Sketch(spec.word_spec, n, word_sums)
-    est = word_sketch.counts(spec.word_keys(rows)) if rows.shape[0] else np.zeros(0)
+    keys = spec.word_keys(rows)
+    est = word_sketch.counts(keys) if rows.shape[0] else np.zeros(0)
     var = _sketch_variance(spec, est, n)
+    est = without_heavy_collisions(spec.word_spec, keys, est, var, confidence)
     found = _with_intervals(rows, est, var, confidence)
     return Discovery("sfp", n, found, [len(words), int(rows.shape[0])], time.perf_counter() - t0)
+
+
+def without_heavy_collisions(
+    sketch: CMSSpec | HCMSSpec, keys: np.ndarray, est: np.ndarray, var: np.ndarray, confidence: float = 0.95
+) -> np.ndarray:
+    r"""The candidates' sketch estimates less what the significant ones among them put in their cells.
+
+    Given the hash family, a count-mean sketch's estimate of d has mean
+
+        E[f̂(d) | h] = n_d + m/(m-1) Σ_{x≠d} n_x (r_x(d) - 1/m),   r_x(d) = (1/k) #{j: h_j(x) = h_j(d)}
+
+    (:meth:`CMSSpec.count_variance`'s E[Y_i | h] = r_i, for CMS and HCMS alike): zero on average over
+    the family, but a word that shares one of k rows' cells with a word of 13,000 holders gains
+    13,000/k, 1.3 standard deviations of SFP's word sketch at ε = 4 and n = 10^5 (more where two rows
+    collide); with hundreds of candidates a few always do, and those were the untyped words that passed a
+    per-word test. The
+    candidates whose estimate is significant among all of them (Bonferroni, :func:`noise_test`) are the
+    known x here: their estimates n̂_x are subtracted with their own r_x(d), every other holder's share
+    stays in the noise (and in the variance, which keeps its family-averaged collision term, so it is a
+    slight over-estimate)."""
+    if est.size < 2:
+        return est
+    _, noise = noise_test(est, np.sqrt(np.maximum(var, 0.0)), int(est.size), confidence)
+    heavy = np.nonzero(~noise)[0]
+    if not heavy.size:
+        return est
+    m = float(sketch.width)
+    pos = sketch.hash_positions(keys)  # (k, N)
+    shift = np.zeros(est.size)
+    for x in heavy.tolist():
+        r = (pos == pos[:, x : x + 1]).mean(axis=0)
+        r[keys == keys[x]] = 1.0 / m  # the word itself (and any other candidate with its key) is not a collision
+        shift += est[x] * (r - 1.0 / m)
+    return np.asarray(est - m / (m - 1.0) * shift)
 
 
 def _possible_fragments(position: int) -> np.ndarray:
@@ -505,17 +545,26 @@ def _possible_fragments(position: int) -> np.ndarray:
 
 
 def _sketch_variance(spec: SFPSpec, est: np.ndarray, n: int) -> np.ndarray:
-    """The word sketch's variance (``count_variance`` of CMS/HCMS) at the estimated counts.
-
-    The counts vector is the found words' estimates clipped to [0, n], and the
-    remaining devices as holders of distinct words of one each (what a long
-    tail looks like to the collision terms)."""
+    """The word sketch's variance (``count_variance`` of CMS/HCMS) at the estimated counts: the found
+    words' estimates, and the devices they leave as holders of one distinct word each (what a long tail
+    looks like to the collision terms), with n devices in all (:func:`tail_counts`)."""
     if est.size == 0:
         return np.zeros(0)
-    clipped = np.clip(est, 0.0, float(n))
+    return np.asarray(spec.word_spec.count_variance(tail_counts(est, n))[: est.size])
+
+
+def tail_counts(est: np.ndarray, n: float) -> np.ndarray:
+    """A counts vector of ``n`` devices in all to plug into a sketch's ``count_variance``: the estimates
+    clipped to [0, n], then the devices they leave as a long tail of ones. Where the clipped estimates add
+    up to more than ``n`` (hundreds of candidates nobody holds, each clipped at its positive noise), they
+    are projected to sum to ``n`` instead (Norm-Sub, :func:`estimator.result.norm_sub`): the sketch's
+    noise grows with the number of reports, and a sum above ``n`` would inflate every variance (by about
+    5× for SFP's ~500 words at ε = 1 and n = 10^5)."""
+    clipped = np.clip(np.asarray(est, dtype=np.float64), 0.0, float(n))
+    if clipped.sum() > n:
+        return norm_sub(clipped, float(n))
     rest = max(0, int(round(n - clipped.sum())))
-    counts = np.concatenate([clipped, np.ones(rest)])
-    return np.asarray(spec.word_spec.count_variance(counts)[: est.size])
+    return np.concatenate([clipped, np.ones(rest)])
 
 
 def discover(spec: PEMSpec | SFPSpec, records: np.ndarray, top: int, confidence: float = 0.95) -> Discovery:

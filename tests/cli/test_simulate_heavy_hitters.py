@@ -18,6 +18,9 @@ from typing import Any
 
 import pytest
 
+from estimator.result import simultaneous_z, z_value
+from simulator.heavy_hitters import SFP_REPORT_CONFIDENCE
+
 LDP = Path(sys.executable).with_name("ldp")
 CONTRACT = {"mechanism", "epsilon", "users", "seed", "seconds", "found", "true_top", "recall", "precision"}
 EXTRAS = {"spec", "length", "keep", "levels", "could_be_noise", "candidates", "alphabet"}
@@ -68,8 +71,9 @@ def check_contract(obj: dict[str, Any], mechanism: str, epsilon: float, users: i
     hits = len({r[0] for r in found} & {t[0] for t in truth})
     assert obj["recall"] == hits / top
     assert obj["precision"] == (hits / len(found) if found else 0.0)
-    if mechanism == "sfp":  # SFP reports only the words whose interval excludes 0
-        assert all(r[2] > 0 for r in found)
+    if mechanism == "sfp":  # SFP reports only the words that pass Bonferroni over all words ranked at 50%
+        z = simultaneous_z(SFP_REPORT_CONFIDENCE, obj["candidates"])
+        assert all(est - z * (hi - est) / z_value(0.95) > 0 for _, est, _, hi in found)
 
 
 @pytest.mark.parametrize("mechanism", ["pem", "sfp"])
