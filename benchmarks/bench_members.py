@@ -27,11 +27,10 @@ A backlog of one hot metric-day (``--drain-reports`` reports, sealed or plain) i
 shuffler (in this process, keyed per ``--shuffled-keys``: a sealed release is split by its records'
 encapsulated keys over the shuffled partitions) into a source topic of the broker at ``--bootstrap`` (one
 broker, ``ldp kafka up``); each run copies it into a fresh topic for M ``ldp estimator`` members started with
-``--serial-open`` (``--open-processes``), so that one member opens on one core. (Without it one member opens
-a large sealed batch across one process per CPU; the parts of a split release are small, 1,000 / 8 reports
-here, below the 4,096 above which the opener uses its pool at all, so they open inline either way.) The members
-first count a warm-up release (so that the group has settled and each member holds its partitions), then the
-clock runs from publishing the rest (``publish_s``, the broker's part) until the merged read counts all of it.
+``--serial-open`` (``--open-processes``), so that one member opens on one core. (Without it one member splits
+each sealed batch of 512 reports or more among one thread per CPU with the compiled opener.) The members
+first count a warm-up release (so that the group has settled and each member holds its partitions; a member
+that joined after another counted it finds it committed, so up to five are sent), then the clock runs from publishing the rest (``publish_s``, the broker's part) until the merged read counts all of it.
 ``ratio`` is the median reports/s of the largest M over that of the smallest.
 
 The collector is left out (its throughput and CPU per report are ``benchmarks/bench_ingest.py``'s), and so is

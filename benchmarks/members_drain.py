@@ -169,12 +169,18 @@ def drain_run(
             s.launch()
         for s in services:
             s.wait_ready(120)
-        warm, warm_n = _warm_up(releases[0], reports // len(releases), keys is not None)
-        rest = [rec for r in releases[1:] for rec in r]
-        drained = reports - reports // len(releases)
-        t.publish_many(topic, warm)
+        # the group settled when a warm-up release is counted with every member holding part of it; a member
+        # that joins after the first one counted a warm-up finds it committed, so another release is sent
+        per = reports // len(releases)
+        warm_n, used, retry_at, own = 0, 0, 0.0, [0] * members
         deadline = time.monotonic() + 120
-        while True:  # the group settled: the warm-up counted, each member holding part of it
+        while True:
+            if time.monotonic() > retry_at:
+                if used >= min(5, len(releases) - 1):
+                    raise RuntimeError(f"the group did not settle after {used} warm-up releases: members {own}")
+                warm, n_warm = _warm_up(releases[used], per, keys is not None)
+                t.publish_many(topic, warm)
+                warm_n, used, retry_at = warm_n + n_warm, used + 1, time.monotonic() + 8
             n, partial = _count(urls[0])
             own = [_count(u, merged="false")[0] for u in urls]
             if n == warm_n and not partial and all(x > 0 for x in own):
@@ -182,6 +188,8 @@ def drain_run(
             if time.monotonic() > deadline:
                 raise RuntimeError(f"the group did not settle: merged {n} (partial {partial}), members {own}")
             time.sleep(0.1)
+        rest = [rec for r in releases[used:] for rec in r]
+        drained = reports - per * used
         pids = [s.proc.pid for s in services if s.proc is not None]
         cpu0 = [_cpu_seconds(p) for p in pids]
         load = os.getloadavg()[0]
