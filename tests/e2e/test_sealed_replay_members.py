@@ -27,6 +27,7 @@ from ldp_core.wire.sealing import BatchOpener, KeyRing, ReplayGuard, new_key_fil
 from pipeline.catalog import SpecCatalog
 from pipeline.topics import SHUFFLED_TOPIC
 from pipeline.transport import open_transport
+from tests.support.metrics_docs import hashed, metric, metrics_doc
 from tests.support.shuffled_data import publish
 
 FRAME = 120
@@ -36,21 +37,10 @@ DAY = 20400
 def _setup(tmp_path: Path):  # type: ignore[no-untyped-def]
     folder = tmp_path / "keys"
     _, key = new_key_file(folder)
-    doc = {
-        "format": "ldp-metrics/1",
-        "analyzer_keys": [key.public.to_dict()],
-        "metrics": {
-            "word": {
-                "owner": "o@example.org",
-                "expires": "2099-12-31",
-                "max_reports_per_day": 1,
-                "description": "word, sealed",
-                "mechanism": {"mechanism": "olh", "epsilon": 1.5},
-                "domain": {"kind": "hashed", "size": 256, "seed": 4},
-                "sealed": True,
-            }
-        },
-    }
+    doc = metrics_doc(
+        analyzer_keys=[key.public.to_dict()],
+        word=metric("olh", 1.5, hashed(256, 4), sealed=True, description="word, sealed"),
+    )
     metrics = parse_metrics(doc)
     spec = metrics["word"].spec
     plain = ReportBatch("word", spec, DAY, spec.encode(np.arange(FRAME) % 256, np.random.default_rng(3)))

@@ -41,6 +41,7 @@ from pipeline.topics import RAW_TOPIC, SHUFFLED_TOPIC, metric_day_key
 from pipeline.transport import Transport, open_transport
 from simulator.stack import serve_in_thread
 from tests.support.collector_support import TODAY
+from tests.support.metrics_docs import hashed, metric, metrics_doc
 
 UPLOADS = 24  # sealed uploads of 50 reports, each released as one batch of 50 and split over 4 partitions
 PER_UPLOAD = 50
@@ -53,21 +54,10 @@ SIZE = 256
 def _metrics(tmp_path: Path) -> tuple[MetricSet, Path]:
     folder = tmp_path / "analyzer-keys"
     _, key = new_key_file(folder)
-    doc = {
-        "format": "ldp-metrics/1",
-        "analyzer_keys": [key.public.to_dict()],
-        "metrics": {
-            "word": {
-                "owner": "o@example.org",
-                "expires": "2099-12-31",
-                "max_reports_per_day": 1,
-                "description": "word, sealed",
-                "mechanism": {"mechanism": "olh", "epsilon": 1.5},
-                "domain": {"kind": "hashed", "size": SIZE, "seed": 4},
-                "sealed": True,
-            }
-        },
-    }
+    doc = metrics_doc(
+        analyzer_keys=[key.public.to_dict()],
+        word=metric("olh", 1.5, hashed(SIZE, 4), sealed=True, description="word, sealed"),
+    )
     return parse_metrics(doc), folder
 
 

@@ -12,25 +12,15 @@ from ldp_core.wire.sealed import ENC_SIZE, KEY_ID_SIZE
 from ldp_core.wire.sealing import new_key_file, seal_batch
 from pipeline.envelope import _HEAD, ShuffleMeta, decode_envelope, encode_envelope
 from pipeline.topics import sealed_route
+from tests.support.metrics_docs import hashed, metric, metrics_doc
 
 
 def test_a_sealed_record_routes_by_its_encapsulated_key_alone(tmp_path) -> None:  # type: ignore[no-untyped-def]
     _, key = new_key_file(tmp_path)
-    doc = {
-        "format": "ldp-metrics/1",
-        "analyzer_keys": [key.public.to_dict()],
-        "metrics": {
-            "word": {
-                "owner": "o@example.org",
-                "expires": "2099-12-31",
-                "max_reports_per_day": 1,
-                "description": "word",
-                "mechanism": {"mechanism": "olh", "epsilon": 1.0},
-                "domain": {"kind": "hashed", "size": 64, "seed": 1},
-                "sealed": True,
-            }
-        },
-    }
+    doc = metrics_doc(
+        analyzer_keys=[key.public.to_dict()],
+        word=metric("olh", 1.0, hashed(64, 1), sealed=True, description="word"),
+    )
     spec = parse_metrics(doc)["word"].spec
     rng = np.random.default_rng(2)
     sealed = seal_batch(ReportBatch("word", spec, 20000, spec.encode(rng.integers(0, 64, 4000), rng)), key.public)
