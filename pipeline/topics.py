@@ -33,6 +33,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from ldp_core.wire.sealed import KEY_ID_SIZE
+
 if TYPE_CHECKING:
     import numpy as np
 
@@ -105,9 +107,9 @@ def spread_keys(metric: str, day: int, count: int, partitions: int) -> list[byte
     return out
 
 
-#: where a sealed record's encapsulated key (its X25519 ephemeral public key) starts and ends in the record:
-#: after the 4-byte analyzer key id (:mod:`ldp_core.wire.sealed`)
-_ENC_ROUTE = slice(4, 12)
+#: the bytes of a sealed record that pick its sub-key: the first 8 of its encapsulated key (its X25519 ephemeral
+#: public key), which follows the analyzer key id (:mod:`ldp_core.wire.sealed`)
+_ENC_ROUTE = slice(KEY_ID_SIZE, KEY_ID_SIZE + 8)
 
 
 def sealed_route(records: np.ndarray, record_size: int, count: int) -> np.ndarray:

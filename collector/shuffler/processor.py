@@ -134,9 +134,10 @@ class Shuffler(StreamProcessor):
         self._parts: dict[int, _Partition] = {}
         self._state_keys: list[bytes] = []
         self._shuffled_partitions = settings.partitions  # the shuffled topic's, once ensure_topics ran
-        # per metric-day: its sub-keys and the next one to use (shuffled_spread >= 1)
-        self._spread: dict[tuple[str, int], tuple[list[bytes], int]] = {}
-        self._routes: dict[tuple[str, int], list[bytes]] = {}  # per sealed metric-day: its records' sub-keys
+        # per (metric, day, count): the metric-day's sub-keys (pipeline.topics.spread_keys)
+        self._sub_keys: dict[tuple[str, int, int], list[bytes]] = {}
+        # per metric-day: the next sub-key a plain batch takes (shuffled_spread >= 1)
+        self._next_sub: dict[tuple[str, int], int] = {}
         self._expected: dict[TopicPartition, int] = {}  # what the consumer must report as delivered
         self._progress = False
         self._last_input = time.monotonic()
@@ -555,11 +556,7 @@ class Shuffler(StreamProcessor):
         release. The parts are published in the same transaction as the checkpoint: all or none commit.
         """
         s = self.settings
-        count = s.shuffled_spread or self._shuffled_partitions
-        md = (batch.metric, batch.day)
-        keys = self._routes.get(md)
-        if keys is None:
-            keys = self._routes[md] = spread_keys(batch.metric, batch.day, count, self._shuffled_partitions)
+        keys = self._keys_of(batch.metric, batch.day, s.shuffled_spread or self._shuffled_partitions)
         idx = sealed_route(batch.records, batch.spec.record_size, len(keys))
         parts = 0
         for j in np.unique(idx).tolist():
@@ -589,9 +586,17 @@ class Shuffler(StreamProcessor):
         n = self.settings.shuffled_spread
         if n == 0:
             return shuffled_key(metric, day, bid)
-        keys, nxt = self._spread.get((metric, day)) or (spread_keys(metric, day, n, self._shuffled_partitions), 0)
-        self._spread[(metric, day)] = (keys, (nxt + 1) % len(keys))
+        keys = self._keys_of(metric, day, n)
+        nxt = self._next_sub.get((metric, day), 0)
+        self._next_sub[(metric, day)] = (nxt + 1) % len(keys)
         return keys[nxt]
+
+    def _keys_of(self, metric: str, day: int, count: int) -> list[bytes]:
+        """The metric-day's ``count`` sub-keys over the shuffled topic's partitions, computed once."""
+        keys = self._sub_keys.get((metric, day, count))
+        if keys is None:
+            keys = self._sub_keys[(metric, day, count)] = spread_keys(metric, day, count, self._shuffled_partitions)
+        return keys
 
     def _reports_for(self, metric: str, epsilon0: float) -> int | None:
         """``r`` of the per-person figure: the metrics file's ``max_reports_per_day``, raised to what the devices'
