@@ -54,10 +54,11 @@ _LOST = re.compile(
     r"|Bootstrap \S+ not ready|[Bb]ootstrap failed|Unable to bootstrap|Bootstrap (?:connection|attempt) to"
 )
 #: expected and retried, not about a lost connection: dropped without a state change (a group coordinator that
-#: moved or is still loading after a broker restart; a stable-offset fetch waiting for a transaction's markers)
+#: moved or is still loading after a broker restart; a stable-offset fetch waiting for a transaction's markers;
+#: kafka-python 3's IO thread noting that one of its own tasks ran over 0.1 s, as on a loaded machine)
 _QUIET = re.compile(
     r"UnstableOffsetCommit|is either not started or not valid|NotCoordinator|CoordinatorNotAvailable"
-    r"|CoordinatorLoadInProgress|metadata response has no brokers"
+    r"|CoordinatorLoadInProgress|metadata response has no brokers|It is blocking the event loop"
 )
 #: kafka-python's words when the broker closes a connection that had nothing in flight (an idle close)
 _IDLE_CLOSE = "without in-flight-requests"
