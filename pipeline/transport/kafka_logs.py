@@ -30,6 +30,10 @@ Records that say nothing about a lost connection pass unchanged. The state is pe
 process, shared by every client of the process (producer, consumers, admin). ``kafka.net.connection`` and
 ``kafka.net.manager`` are set to INFO so that the filter sees "Connected" and "Initializing connection"; their
 INFO records go on only where the ``kafka`` logger's own level admits them (``--log-level debug``).
+
+A group member that the broker already removed (its session expired: a stalled or paused process) and that then
+closes gets "LeaveGroup request ... failed with error: UnknownMemberIdError" from kafka-python 3 as an ERROR,
+although there is nothing left to leave. It becomes one INFO line of ``pipeline.transport.kafka`` saying so.
 """
 
 from __future__ import annotations
@@ -68,6 +72,11 @@ _ADDRESS = re.compile(r"host=\[?([^\s<>\[\]]+)")
 _NODE = re.compile(r"node_id=([^\s>]+)|\bnode ([A-Za-z0-9_-]+)|\b(bootstrap-\d+)\b")
 #: the connection manager saying where a node is: ``Initializing connection for node_id 1 at 127.0.0.1:9092``
 _NODE_AT = re.compile(r"(?:Initializing connection for node_id|Attempting bootstrap to) (\S+) at (\S+?)(?: \(|$)")
+#: a member leaving a group the broker had already removed it from (kafka-python 3 logs it as an ERROR)
+_LEFT_ALREADY = re.compile(
+    r"LeaveGroup request for (?:group (?P<group>\S+)|member (?P<member>\S+) / group instance (?P<instance>\S+))"
+    r" failed.*UnknownMemberId"
+)
 #: the lines that say a connection is up (kafka-python 3's "Connected", 2.3's "Connection complete")
 _UP = re.compile(r": Connected$|Connection complete")
 
@@ -101,6 +110,17 @@ class BrokerStateLog(logging.Filter):
             return False
         if _QUIET.search(msg):
             return record.levelno < logging.WARNING and _admitted(record)
+        left = _LEFT_ALREADY.search(msg)
+        if left is not None:
+            who = (
+                f"group {left['group']}"
+                if left["group"]
+                else f"its group (member {left['member']}, instance {left['instance']})"
+            )
+            logging.getLogger(LOGGER).info(
+                "left %s: the broker had already removed this member (its session expired)", who
+            )
+            return False
         if record.levelno >= logging.WARNING and _LOST.search(msg):
             if address is not None:
                 self.lost(address, _reason(msg, record))

@@ -227,3 +227,58 @@ def test_a_broker_restart_logs_one_line_when_it_goes_and_one_when_it_is_back(own
     gone = [s for s in shown if f"Kafka broker {own_broker.bootstrap} is unreachable" in s]
     back = [s for s in shown if f"Kafka broker {own_broker.bootstrap} is reachable again" in s]
     assert (len(gone), len(back)) == (1, 1), "\n".join(shown)
+
+
+def test_leaving_a_group_the_broker_already_left_is_one_info_line() -> None:
+    """A member expelled while stalled (session expired) then closes: kafka-python 3 logs the LeaveGroup's
+    UnknownMemberIdError as an ERROR, though there is nothing left to leave. One INFO line of ours instead."""
+    import kafka.errors
+
+    f = BrokerStateLog(clock=lambda: 0.0)
+    handler = _Lines()
+    ours = logging.getLogger(LOGGER)
+    ours.addHandler(handler)
+    level = ours.level
+    ours.setLevel(logging.INFO)
+    try:
+        error = kafka.errors.UnknownMemberIdError()
+        passed = [
+            f.filter(
+                _record(
+                    "kafka.coordinator.base",
+                    logging.ERROR,
+                    "LeaveGroup request for group %s failed with error: %s",
+                    ("ldp-estimator", error),
+                )
+            ),
+            f.filter(
+                _record(
+                    "kafka.coordinator.base",
+                    logging.ERROR,
+                    "LeaveGroup request for member %s / group instance %s failed with error: %s",
+                    ("m-1", "est-0", error),
+                )
+            ),
+        ]
+        # another LeaveGroup failure is no expected event: it passes unchanged
+        other = _record(
+            "kafka.coordinator.base",
+            logging.ERROR,
+            "LeaveGroup request for group %s failed with error: %s",
+            ("g", kafka.errors.GroupAuthorizationFailedError()),
+        )
+        assert passed == [False, False] and f.filter(other)
+        assert [(r.levelno, r.getMessage()) for r in handler.records] == [
+            (
+                logging.INFO,
+                "left group ldp-estimator: the broker had already removed this member (its session expired)",
+            ),
+            (
+                logging.INFO,
+                "left its group (member m-1, instance est-0): the broker had already removed this member "
+                "(its session expired)",
+            ),
+        ]
+    finally:
+        ours.setLevel(level)
+        ours.removeHandler(handler)
