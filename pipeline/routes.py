@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -40,7 +40,7 @@ from pipeline.errors import ConfigError
 from pipeline.topics import SHUFFLED_KEYINGS, sealed_route, spread_keys
 from pipeline.transport.base import Record, Transport, partition_for
 
-__all__ = ["SealedRoutes", "RouteCheck", "check_shuffled_key", "sealed_spread", "open_routed"]
+__all__ = ["SealedRoutes", "RouteCheck", "check_shuffled_key", "sealed_spread", "open_routed", "route_status"]
 
 
 def check_shuffled_key(value: str) -> str:
@@ -135,6 +135,15 @@ class SealedRoutes:
             "(docs/COLLECTOR.md)"
         )
         return RouteCheck(out, bad, bad, self.mismatch)
+
+
+def route_status(body: dict[str, Any], routes: SealedRoutes) -> dict[str, Any]:
+    """A consumer's run status (``body``) with ``route_mismatch`` (:attr:`SealedRoutes.mismatch`), not ready while
+    there is one: sealed records arrive routed under another N than the consumer's (what to do is in the message)."""
+    body["route_mismatch"] = routes.mismatch
+    if routes.mismatch is not None:
+        body["ready"] = False
+    return body
 
 
 class _RouteStats(Protocol):

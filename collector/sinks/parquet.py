@@ -70,7 +70,7 @@ from ldp_core.wire.sealing import BatchOpener
 from pipeline.dataset import FORMAT, fsync_dir, makedirs_durable, part_name, records_to_table, write_table_atomic
 from pipeline.envelope import ShuffledBatch, ShuffleMeta
 from pipeline.processor import StreamProcessor
-from pipeline.routes import SealedRoutes, check_shuffled_key, open_routed
+from pipeline.routes import SealedRoutes, check_shuffled_key, open_routed, route_status
 from pipeline.settings import check_names, check_ranges, check_topics, settings_from_env
 from pipeline.topics import DEFAULT_PARTITIONS, SHUFFLED_TOPIC
 from pipeline.transport.base import CommitFailedError, Consumer, Record, TopicPartition, Transaction, Transport
@@ -381,11 +381,7 @@ class ParquetSink(StreamProcessor):
     def run_status(self) -> dict[str, Any]:
         """:meth:`StreamProcessor.run_status`, not ready while sealed records arrive routed under another N than
         this member's (``route_mismatch``: what to do; :mod:`pipeline.routes`)."""
-        body = super().run_status()
-        body["route_mismatch"] = self.routes.mismatch
-        if self.routes.mismatch is not None:
-            body["ready"] = False
-        return body
+        return route_status(super().run_status(), self.routes)
 
     def apply(self, rec: Record, sb: ShuffledBatch | None) -> None:
         tp = TopicPartition(rec.topic, rec.partition)

@@ -76,7 +76,7 @@ from ldp_core.metrics import MetricDefinition
 from ldp_core.wire.sealing import BatchOpener
 from pipeline.envelope import ShuffledBatch
 from pipeline.processor import StreamProcessor
-from pipeline.routes import SealedRoutes, check_shuffled_key, open_routed
+from pipeline.routes import SealedRoutes, check_shuffled_key, open_routed, route_status
 from pipeline.settings import check_names, check_ranges, check_topics, settings_from_env
 from pipeline.topics import DEFAULT_PARTITIONS, SHUFFLED_TOPIC
 from pipeline.transport.base import (
@@ -301,11 +301,7 @@ class StreamingEstimator(StreamProcessor):
     def run_status(self) -> dict[str, Any]:
         """:meth:`StreamProcessor.run_status`, not ready while sealed records arrive routed under another N than
         this member's (``route_mismatch``: what to do; :mod:`pipeline.routes`)."""
-        body = super().run_status()
-        body["route_mismatch"] = self.routes.mismatch
-        if self.routes.mismatch is not None:
-            body["ready"] = False
-        return body
+        return route_status(super().run_status(), self.routes)
 
     def on_undecodable(self, rec: Record, exc: BaseException) -> None:
         log.error(

@@ -15,7 +15,6 @@ next to their originals' again (1,440 in the merge instead of 1,400; the first a
 from __future__ import annotations
 
 import logging
-import threading
 import uuid
 from pathlib import Path
 
@@ -32,7 +31,14 @@ from pipeline.topics import SHUFFLED_TOPIC, metric_day_key, sealed_route, shuffl
 from pipeline.transport import Transport, open_transport
 from pipeline.transport.base import partition_for
 from tests.support.collector_support import TODAY
-from tests.support.spread_members import run_shuffler, sealed_opener, sealed_upload, sealed_word_metrics, wait_until
+from tests.support.spread_members import (
+    SealedPair,
+    run_shuffler,
+    sealed_opener,
+    sealed_upload,
+    sealed_word_metrics,
+    wait_until,
+)
 
 PARTS = 4  # partitions of the shuffled topic: N = 4 sub-keys, one per partition
 UPLOADS = 28  # sealed uploads of 50, each released as one batch of 50, split over the 4 partitions
@@ -58,28 +64,12 @@ def _forge(transport: Transport, key: bytes, records: np.ndarray, spec, part: tu
 def test_a_copy_a_hostile_shuffler_routes_elsewhere_is_dropped_by_the_member_it_reaches(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    metrics, folder = sealed_word_metrics(tmp_path, SIZE)
-    cat = SpecCatalog([metrics])
     rng = np.random.default_rng(23)
-    uploads = [sealed_upload(metrics, PER_UPLOAD, SIZE, rng) for _ in range(UPLOADS)]
-    total = UPLOADS * PER_UPLOAD
-    transport = open_transport(f"sqlite:///{tmp_path}/log.sqlite3", synchronous="NORMAL")
-    transport.create_topic(SHUFFLED_TOPIC, PARTS)
-
-    def member(name: str) -> StreamingEstimator:  # each with its own replay set (the default)
-        return StreamingEstimator(
-            transport, tmp_path / name, cat, group="g", member=name, checkpoint_seconds=0.05,
-            opener=sealed_opener(folder),
-        )  # fmt: skip
-
-    a, b = member("a"), member("b")
-    a.poll_once(timeout=0.5)
-    b.poll_once(timeout=0.5)  # b joins: the embedded log gives partitions 0, 2 to a and 1, 3 to b
-    stops = {m: threading.Event() for m in ("a", "b")}
-    threads = {n: threading.Thread(target=e.run, kwargs={"stop": stops[n]}) for n, e in (("a", a), ("b", b))}
-    for t in threads.values():
-        t.start()
-    final_a = None
+    pair = SealedPair(tmp_path, rng, uploads=UPLOADS, per_upload=PER_UPLOAD, size=SIZE, partitions=PARTS)
+    metrics, folder, cat, uploads, total, transport = (
+        pair.metrics, pair.folder, pair.cat, pair.uploads, pair.total, pair.transport
+    )  # fmt: skip
+    a, b = pair.a, pair.b  # the embedded log gives partitions 0, 2 to a and 1, 3 to b
     try:
         run_shuffler(tmp_path, transport, metrics, uploads, min_batch=MIN_BATCH)
         wait_until(lambda: a.state().certain.n + b.state().certain.n >= total)
@@ -128,10 +118,9 @@ def test_a_copy_a_hostile_shuffler_routes_elsewhere_is_dropped_by_the_member_it_
         assert any(r.levelno == logging.ERROR and "N = 1" in r.getMessage() for r in caplog.records)
 
         # honest traffic after a rebalance: a leaves, b takes its partitions; nothing is dropped or lost
-        stops["a"].set()
-        threads["a"].join(30)
+        pair.stop("a")
         final_a = a.state()
-        a.close()
+        pair.close("a")
         more = [sealed_upload(metrics, PER_UPLOAD, SIZE, rng) for _ in range(8)]
         before = b.stats.sealed_misrouted, b.stats.sealed_replays_dropped
         run_shuffler(tmp_path, transport, metrics, more, min_batch=MIN_BATCH)
@@ -140,13 +129,7 @@ def test_a_copy_a_hostile_shuffler_routes_elsewhere_is_dropped_by_the_member_it_
         assert merge_states([final_a, b.state()]).n == total + 8 * PER_UPLOAD
         assert (b.stats.sealed_misrouted, b.stats.sealed_replays_dropped) == before
     finally:
-        for s in stops.values():
-            s.set()
-        for t in threads.values():
-            t.join(30)
-        if final_a is None:
-            a.close()
-        b.close()
+        pair.close()
     try:
         # the sink, one member over every partition with one replay set: the same 120 copies dropped
         sink = ParquetSink(transport, tmp_path / "dataset", cat, group="sink", flush_seconds=0.0,

@@ -3,6 +3,7 @@ over a list of uploads, sealed uploads made by the device's own code, and waitin
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -19,7 +20,7 @@ from pipeline.transport import Transport
 from tests.support.collector_support import TODAY
 from tests.support.metrics_docs import hashed, metric, metrics_doc
 
-__all__ = ["run_shuffler", "sealed_word_metrics", "sealed_upload", "sealed_opener", "wait_until"]
+__all__ = ["SealedPair", "run_shuffler", "sealed_word_metrics", "sealed_upload", "sealed_opener", "wait_until"]
 
 
 def run_shuffler(
@@ -82,3 +83,71 @@ def wait_until(cond: Callable[[], bool], timeout: float = 60, settle: float = 0.
     while not cond() and time.monotonic() < end:
         time.sleep(0.05)
     time.sleep(settle)
+
+
+class SealedPair:
+    """One sealed metric ``word`` (``size`` hashed values), ``uploads`` device uploads of ``per_upload`` reports,
+    an embedded log with a ``partitions``-partition shuffled topic, and two streaming-estimator members ``a`` and
+    ``b`` of one group, each with its own replay set, joined (the embedded log gives partition p to member
+    p mod 2) and running in threads until :meth:`stop`; :meth:`close` closes what is still open."""
+
+    def __init__(
+        self, tmp_path: Path, rng: np.random.Generator, *, uploads: int, per_upload: int, size: int, partitions: int = 4
+    ) -> None:
+        from estimator.service import StreamingEstimator
+        from pipeline.catalog import SpecCatalog
+        from pipeline.topics import SHUFFLED_TOPIC
+        from pipeline.transport import open_transport
+
+        self.metrics, self.folder = sealed_word_metrics(tmp_path, size)
+        self.cat = SpecCatalog([self.metrics])
+        self.uploads = [sealed_upload(self.metrics, per_upload, size, rng) for _ in range(uploads)]
+        self.total = uploads * per_upload
+        self.transport = open_transport(f"sqlite:///{tmp_path}/log.sqlite3", synchronous="NORMAL")
+        self.transport.create_topic(RAW_TOPIC, 4)
+        self.transport.create_topic(SHUFFLED_TOPIC, partitions)
+        self.members = {
+            name: StreamingEstimator(
+                self.transport,
+                tmp_path / name,
+                self.cat,
+                group="g",
+                member=name,
+                checkpoint_seconds=0.05,
+                opener=sealed_opener(self.folder),
+            )  # fmt: skip
+            for name in ("a", "b")
+        }
+        self.members["a"].poll_once(timeout=0.5)
+        self.members["b"].poll_once(timeout=0.5)  # b joins: the group splits the partitions
+        self._stops = {name: threading.Event() for name in self.members}
+        self._threads = {
+            name: threading.Thread(target=m.run, kwargs={"stop": self._stops[name]}) for name, m in self.members.items()
+        }
+        for t in self._threads.values():
+            t.start()
+        self._closed: set[str] = set()
+
+    @property
+    def a(self) -> Any:
+        return self.members["a"]
+
+    @property
+    def b(self) -> Any:
+        return self.members["b"]
+
+    def stop(self, *names: str) -> None:
+        """Stop the running loops of ``names`` (default both); their state stays readable until :meth:`close`."""
+        for name in names or tuple(self.members):
+            self._stops[name].set()
+            self._threads[name].join(30)
+
+    def close(self, *names: str, transport: bool = False) -> None:
+        """Stop and close the members ``names`` (default both), then the log if ``transport``."""
+        for name in names or tuple(self.members):
+            self.stop(name)
+            if name not in self._closed:
+                self._closed.add(name)
+                self.members[name].close()
+        if transport:
+            self.transport.close()
