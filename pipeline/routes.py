@@ -91,6 +91,8 @@ class SealedRoutes:
         k = (metric, day, n, partitions)
         out = self._targets.get(k)
         if out is None:
+            if len(self._targets) >= 4096:  # metric-days come and go (and a hostile envelope can name any day)
+                self._targets.clear()
             keys = spread_keys(metric, day, n, partitions)
             out = self._targets[k] = np.array([partition_for(key, partitions) for key in keys], dtype=np.int64)
         return out
@@ -116,8 +118,10 @@ class SealedRoutes:
             return RouteCheck(sb)
         kept = dataclasses.replace(sb.batch, records=np.ascontiguousarray(sb.batch.records[ok]))
         out = ShuffledBatch(dataclasses.replace(sb.meta, n=len(kept)), kept)
-        claimed = sb.meta.parts or 1  # what the envelope says the shuffler routed over (1: released whole)
-        if claimed == n or not np.all(self.expected(sb, claimed, p) == partition):
+        # what the envelope says the shuffler routed over (1: released whole); not trusted, only compared
+        parts = sb.meta.parts
+        claimed = 1 if parts is None else parts if isinstance(parts, int) and not isinstance(parts, bool) else 0
+        if not 1 <= claimed <= p or claimed == n or not np.all(self.expected(sb, claimed, p) == partition):
             return RouteCheck(out, bad)
         b = sb.batch
         mine = (
