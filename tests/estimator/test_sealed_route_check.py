@@ -48,7 +48,14 @@ COPIES = 40  # counted ciphertexts the hostile shuffler publishes again, in each
 SIZE = 256
 
 
-def _forge(transport: Transport, key: bytes, records: np.ndarray, spec, part: tuple[int, int] | None) -> None:  # type: ignore[no-untyped-def]
+def _forge(  # type: ignore[no-untyped-def]
+    transport: Transport,
+    key: bytes,
+    records: np.ndarray,
+    spec,
+    part: tuple[int, int] | None,
+    topic: str = SHUFFLED_TOPIC,
+) -> None:
     """Publish ``records`` on the shuffled topic under ``key`` as a shuffler does: an envelope with a fresh batch id,
     as part ``part = (j, parts)`` of a release, or (``None``) as a batch released whole."""
     sid = uuid.uuid4().bytes
@@ -58,7 +65,7 @@ def _forge(transport: Transport, key: bytes, records: np.ndarray, spec, part: tu
             sid.hex(), len(records), float(spec.epsilon), release_id=sid.hex(), release_n=len(records),
             part=part[0], parts=part[1],
         )  # fmt: skip
-    transport.publish(SHUFFLED_TOPIC, key, encode_envelope(meta, ReportBatch("word", spec, TODAY, records, sid)))
+    transport.publish(topic, key, encode_envelope(meta, ReportBatch("word", spec, TODAY, records, sid)))
 
 
 def test_a_copy_a_hostile_shuffler_routes_elsewhere_is_dropped_by_the_member_it_reaches(
@@ -205,3 +212,43 @@ def test_the_consumers_take_the_shufflers_keying_from_its_flags_or_its_environme
         EstimatorSettings(shuffled_key="per-record")
     with pytest.raises(ConfigError, match="shuffled_spread"):
         SinkSettings(shuffled_spread=-1)
+
+
+@pytest.mark.kafka
+def test_on_kafka_a_member_derives_the_partitions_from_the_broker_and_drops_a_copy_under_another_sub_key(
+    tmp_path: Path, kafka_bootstrap: str
+) -> None:
+    """The check on Kafka: the member reads P from the broker, and Kafka's producer places the shuffler's sub-keys
+    where the member expects them (every honest record counted, none dropped), while a copy under another
+    sub-key is dropped as misrouted before the replay guard sees it."""
+    metrics, folder = sealed_word_metrics(tmp_path, SIZE)
+    rng = np.random.default_rng(37)
+    uploads = [sealed_upload(metrics, PER_UPLOAD, SIZE, rng) for _ in range(6)]
+    run = uuid.uuid4().hex[:8]
+    topics = {"raw_topic": f"ldp.t.raw.{run}", "shuffled_topic": f"ldp.t.shuffled.{run}"}
+    transport = open_transport(f"kafka://{kafka_bootstrap}")
+    transport.create_topic(topics["shuffled_topic"], PARTS)
+    est = StreamingEstimator(
+        transport, tmp_path / "m", SpecCatalog([metrics]), topic=topics["shuffled_topic"], group=f"g-{run}",
+        member="m", checkpoint_seconds=0.05, session_timeout=6.0, opener=sealed_opener(folder),
+    )  # fmt: skip
+    try:
+        run_shuffler(
+            tmp_path, transport, metrics, uploads, min_batch=MIN_BATCH, state_topic=f"ldp.t.state.{run}",
+            group=f"sh-{run}", session_timeout=6.0, idle_exit=3.0, **topics,
+        )  # fmt: skip
+        spec = uploads[0].spec
+        copies = uploads[0].records[:10]
+        keys = spread_keys("word", TODAY, PARTS, PARTS)
+        route = sealed_route(copies, spec.record_size, PARTS)
+        for j in range(PARTS):
+            sel = (route + 1) % PARTS == j
+            if sel.any():
+                _forge(transport, keys[j], copies[sel], spec, (j, PARTS), topics["shuffled_topic"])
+        est.run(idle_timeout=3.0)
+        assert merge_states([est.state()]).n == 6 * PER_UPLOAD  # every honest record where the member expects it
+        assert est.stats.sealed_misrouted == 10 and est.stats.sealed_replays_dropped == 0
+        assert est.routes.partitions == PARTS
+    finally:
+        est.close()
+        transport.close()

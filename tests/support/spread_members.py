@@ -31,12 +31,15 @@ def run_shuffler(
     *,
     min_batch: int,
     guarantee: Any = None,
+    idle_exit: float = 0.5,
     **settings: Any,
 ) -> None:
     """Publish ``uploads`` to the raw topic as the collector does (keyed by metric-day), then run the real shuffler
-    (4 raw partitions, batches of exactly ``min_batch``, ``settings`` over those) until it has been idle 0.5 s."""
-    transport.ensure_topic(RAW_TOPIC, 4)
-    transport.publish_many(RAW_TOPIC, [(metric_day_key(b.metric, b.day), encode_frame(b)) for b in uploads])
+    (4 raw partitions, batches of exactly ``min_batch``, ``settings`` over those) until it has been idle
+    ``idle_exit`` s."""
+    raw = settings.get("raw_topic", RAW_TOPIC)
+    transport.ensure_topic(raw, 4)
+    transport.publish_many(raw, [(metric_day_key(b.metric, b.day), encode_frame(b)) for b in uploads])
     opts: dict[str, Any] = {
         "min_batch": min_batch,
         "max_batch": min_batch,
@@ -46,7 +49,7 @@ def run_shuffler(
         "key_file": str(tmp_path / "shuffler.key"),
     }
     sh = Shuffler(transport, metrics, ShufflerSettings(**{**opts, **settings}), guarantee=guarantee)
-    sh.run(idle_exit=0.5)
+    sh.run(idle_exit=idle_exit)
     sh.close()
 
 
