@@ -252,3 +252,34 @@ def test_on_kafka_a_member_derives_the_partitions_from_the_broker_and_drops_a_co
     finally:
         est.close()
         transport.close()
+
+
+def test_ldp_sink_takes_the_shufflers_keying_and_prints_what_it_dropped(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import json
+
+    from ldp_cli.main import main
+
+    monkeypatch.delenv("LDP_SHUFFLER_SHUFFLED_KEY", raising=False)
+    monkeypatch.delenv("LDP_SHUFFLER_SHUFFLED_SPREAD", raising=False)
+    metrics, folder = sealed_word_metrics(tmp_path, SIZE)
+    rng = np.random.default_rng(41)
+    uploads = [sealed_upload(metrics, PER_UPLOAD, SIZE, rng) for _ in range(4)]
+    url = f"sqlite:///{tmp_path}/log.sqlite3"
+    transport = open_transport(url)
+    transport.create_topic(SHUFFLED_TOPIC, PARTS)
+    run_shuffler(tmp_path, transport, metrics, uploads, min_batch=MIN_BATCH, shuffled_spread=2)
+    transport.close()
+    path = tmp_path / "metrics.json"  # written by sealed_word_metrics
+    out = {}
+    for name, flags in (("agree", ["--shuffled-spread", "2"]), ("default", [])):
+        argv = ["sink", "--transport", url, "--metrics", str(path), "--analyzer-keys", str(folder)]
+        argv += ["--dataset", str(tmp_path / name), "--group", f"sink-{name}", "--idle-exit", "0.5", *flags]
+        capsys.readouterr()
+        assert main(argv) == 0
+        out[name] = json.loads(capsys.readouterr().out.splitlines()[-1])["sink"]
+    assert out["agree"]["reports"] == 4 * PER_UPLOAD and out["agree"]["sealed_misrouted"] == 0
+    default = out["default"]
+    assert default["sealed_misrouted"] > 0 and default["sealed_route_mismatch"] == default["sealed_misrouted"]
+    assert default["reports"] + default["sealed_misrouted"] == 4 * PER_UPLOAD

@@ -3,6 +3,7 @@ over a list of uploads, sealed uploads made by the device's own code, and waitin
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -54,14 +55,15 @@ def run_shuffler(
 
 
 def sealed_word_metrics(tmp_path: Path, size: int, epsilon: float = 1.5) -> tuple[MetricSet, Path]:
-    """A metrics file with one sealed OLH metric ``word`` over ``size`` hashed values, and the folder of the
-    analyzer's key it is sealed to."""
+    """A metrics file with one sealed OLH metric ``word`` over ``size`` hashed values (also written to
+    ``tmp_path/metrics.json``), and the folder of the analyzer's key it is sealed to."""
     folder = tmp_path / "analyzer-keys"
     _, key = new_key_file(folder)
     doc = metrics_doc(
         analyzer_keys=[key.public.to_dict()],
         word=metric("olh", epsilon, hashed(size, 4), sealed=True, description="word, sealed"),
     )
+    (tmp_path / "metrics.json").write_text(json.dumps(doc))
     return parse_metrics(doc), folder
 
 
