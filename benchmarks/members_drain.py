@@ -150,8 +150,11 @@ def drain_run(
     reports: int,
     members: int,
     open_processes: int,
+    keying: list[str] | None = None,
 ) -> dict[str, Any]:
     run = uuid.uuid4().hex[:8]
+    k = _keying(keying or ["batch"])  # the members route-check sealed records under the shuffler's keying
+    key_args = ["--shuffled-key", k["shuffled_key"], "--shuffled-spread", str(k["shuffled_spread"])]
     topic, group = f"ldp.bench.drain.{run}", f"bench-estimator-{run}"
     t = open_transport(url)
     t.create_topic(topic, PARTITIONS)
@@ -160,7 +163,7 @@ def drain_run(
     for i, u in enumerate(urls):
         argv = ["estimator", "--transport", url, "--metrics", str(metrics_path), "--state", str(work / f"est-{i}")]
         argv += ["--port", u.rsplit(":", 1)[1], "--topic", topic, "--group", group, "--member", f"estimator-{i}"]
-        argv += ["--partitions", str(PARTITIONS), "--checkpoint-seconds", "0.3", "--session-timeout", "3"]
+        argv += ["--partitions", str(PARTITIONS), "--checkpoint-seconds", "0.3", "--session-timeout", "3", *key_args]
         argv += ["--open-processes", str(open_processes)] + (["--analyzer-keys", str(keys)] if keys else [])
         argv += [a for p in urls if p != u for a in ("--peer", p)]
         services.append(Service(f"estimator-{i}", argv, work / f"estimator-{i}.log", "listening on", u))
@@ -253,7 +256,7 @@ def drain_main(args: argparse.Namespace, member_counts: list[int]) -> int:
             for m in member_counts:  # interleaved, so that a change of the machine's load hits both
                 work = tmp / f"run-{rep}-{m}"
                 work.mkdir()
-                r = drain_run(work, url, metrics_path, keys, releases, reports, m, args.open_processes)
+                r = drain_run(work, url, metrics_path, keys, releases, reports, m, args.open_processes, keying)
                 if not args.json:
                     print(json.dumps(r), flush=True)
                 runs.append(r)

@@ -344,6 +344,24 @@ def add_shuffled_consumer(p: argparse.ArgumentParser, group: str, member_help: s
     add_group(p, group)
     add_member(p, None, member_help)
     p.add_argument("--partitions", type=int, default=DEFAULT_PARTITIONS, help="partitions if the topic is created")
+    p.add_argument(
+        "--shuffled-key",
+        choices=("batch", "metric-day"),
+        default=None,
+        help="the shuffler's --shuffled-key: with it, --shuffled-spread and the topic's partition count every "
+        "member derives the partition each sealed record must be read from, and drops one read elsewhere (a copy "
+        "a shuffler routed to another member's replay guard; docs/COLLECTOR.md) (default: the shuffler's "
+        "$LDP_SHUFFLER_SHUFFLED_KEY, else batch)",
+    )
+    p.add_argument(
+        "--shuffled-spread",
+        type=int,
+        default=None,
+        metavar="N",
+        help="the shuffler's --shuffled-spread (0: the topic's partition count); the shuffler and every member "
+        "must agree, a member that sees records routed under another N says so and is not ready (default: the "
+        "shuffler's $LDP_SHUFFLER_SHUFFLED_SPREAD, else 0)",
+    )
     add_session_timeout(p)
     add_analyzer_keys(p)
 
@@ -363,7 +381,8 @@ class ShuffledInput:
         self.transport = open_transport(args.transport)
 
     def consumer_options(self, args: argparse.Namespace) -> dict[str, Any]:
-        """The keyword arguments the consumer classes share (topic, group, member, partitions, timeout, opener)."""
+        """The keyword arguments the consumer classes share (topic, group, member, partitions, timeout, opener, the
+        shuffler's keying)."""
         return {
             "topic": args.topic,
             "group": args.group,
@@ -371,4 +390,22 @@ class ShuffledInput:
             "session_timeout": args.session_timeout,
             "partitions": args.partitions,
             "opener": self.opener,
+            **shuffler_keying(args.shuffled_key, args.shuffled_spread),
         }
+
+
+def shuffler_keying(key: str | None, spread: int | None) -> dict[str, Any]:
+    """A consumer's ``shuffled_key`` and ``shuffled_spread``: as given, else the shuffler's environment variables
+    (one setting for the whole deployment), else ``batch`` and 0; a clear error for a bad variable."""
+    from pipeline.errors import ConfigError
+
+    env_spread = os.environ.get("LDP_SHUFFLER_SHUFFLED_SPREAD", "").strip()
+    if spread is None and env_spread:
+        try:
+            spread = int(env_spread)
+        except ValueError:
+            raise ConfigError(f"$LDP_SHUFFLER_SHUFFLED_SPREAD must be an integer, got {env_spread!r}") from None
+    return {
+        "shuffled_key": key or os.environ.get("LDP_SHUFFLER_SHUFFLED_KEY", "").strip() or "batch",
+        "shuffled_spread": 0 if spread is None else spread,
+    }

@@ -23,7 +23,9 @@ estimator's members (whose accumulators merge). A sealed metric's released
 batch is split by each record's encapsulated key (:func:`sealed_route`) into
 sub-batches keyed by the metric-day's sub-keys (:func:`spread_keys`), so a
 replayed ciphertext, which keeps its encapsulated key, lands on the
-partition of the original whatever batch it travels in. Every batch under
+partition of the original whatever batch it travels in; the sink and the
+estimator check that route for every sealed record (:mod:`pipeline.routes`).
+Every batch under
 the shuffler's ``shuffled_key="metric-day"`` keeps the ``"<metric>/<day>"``
 key. Nothing downstream needs the batches of a metric-day in order or in one
 partition.

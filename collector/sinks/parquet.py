@@ -68,11 +68,12 @@ from ldp_core.files import write_atomic
 from ldp_core.mechanisms.base import ReportSpec
 from ldp_core.wire.sealing import BatchOpener
 from pipeline.dataset import FORMAT, fsync_dir, makedirs_durable, part_name, records_to_table, write_table_atomic
-from pipeline.envelope import ShuffledBatch, ShuffleMeta, decode_envelope, open_sealed
+from pipeline.envelope import ShuffledBatch, ShuffleMeta
 from pipeline.processor import StreamProcessor
+from pipeline.routes import SealedRoutes, check_shuffled_key, open_routed, route_status
 from pipeline.settings import check_names, check_ranges, check_topics, settings_from_env
 from pipeline.topics import DEFAULT_PARTITIONS, SHUFFLED_TOPIC
-from pipeline.transport.base import CommitFailedError, Record, TopicPartition, Transaction, Transport
+from pipeline.transport.base import CommitFailedError, Consumer, Record, TopicPartition, Transaction, Transport
 
 __all__ = [
     "SHUFFLED_TOPIC",
@@ -215,7 +216,9 @@ class SinkSettings:
     A flush happens when ``flush_reports`` reports are buffered or the
     oldest buffered batch is ``flush_seconds`` old. A missing ``topic`` is
     created with ``partitions`` partitions. ``member`` names this member of
-    ``group`` (default: random).
+    ``group`` (default: random). ``shuffled_key`` and ``shuffled_spread`` are the shuffler's: with them and the
+    topic's partition count the sink drops a sealed record read from another partition than its encapsulated
+    key routes to (:mod:`pipeline.routes`).
     """
 
     topic: str = SHUFFLED_TOPIC
@@ -225,6 +228,8 @@ class SinkSettings:
     flush_seconds: float = 5.0
     session_timeout: float = 10.0
     partitions: int = DEFAULT_PARTITIONS
+    shuffled_key: str = "batch"
+    shuffled_spread: int = 0
 
     def __post_init__(self) -> None:
         check_ranges(
@@ -234,8 +239,10 @@ class SinkSettings:
                 "flush_seconds": (0.0, 1e9),
                 "session_timeout": (0.001, 1e9),
                 "partitions": (1, 10_000),
+                "shuffled_spread": (0, 10_000),
             },
         )
+        check_shuffled_key(self.shuffled_key)
         check_topics(self, "topic")
         check_names(self, "group", optional=("member",))
 
@@ -257,6 +264,8 @@ class SinkStats:
     undecodable: int = 0
     sealed_unopened: int = 0  # sealed records that did not open (counted per delivery)
     sealed_replays_dropped: int = 0  # opened sealed records dropped as replays of an already counted record
+    sealed_misrouted: int = 0  # sealed records dropped: read from another partition than their key routes to
+    sealed_route_mismatch: int = 0  # of those, records of parts routed consistently under another N
     rejoins: int = 0
 
     def to_json_obj(self) -> dict[str, int]:
@@ -305,8 +314,12 @@ class ParquetSink(StreamProcessor):
         session_timeout: float | None = None,
         partitions: int | None = None,
         opener: BatchOpener | None = None,
+        shuffled_key: str | None = None,
+        shuffled_spread: int | None = None,
     ) -> None:
         given: dict[str, Any] = {
+            "shuffled_key": shuffled_key,
+            "shuffled_spread": shuffled_spread,
             "topic": topic,
             "group": group,
             "member": member,
@@ -333,6 +346,8 @@ class ParquetSink(StreamProcessor):
         if opener is not None:  # the encapsulated keys already written outlive a restart (issue #28)
             (self.root / "_replays").mkdir(exist_ok=True)
             opener.replays.attach(self.root / "_replays" / "seen.sqlite3")
+        #: the partition each sealed record must be read from (issue 31)
+        self.routes = SealedRoutes(settings.shuffled_key, settings.shuffled_spread)
         self.topic = settings.topic
         self.flush_reports = settings.flush_reports
         self.flush_seconds = float(settings.flush_seconds)
@@ -357,17 +372,16 @@ class ParquetSink(StreamProcessor):
 
     # -- consuming (the per-record step of the loop) ---------------------------------------------
 
+    def on_join(self, consumer: Consumer) -> None:
+        self.routes.partitions = None  # read again with the first sealed record: the topic may have grown
+
     def decode(self, rec: Record) -> ShuffledBatch:
-        sb, failed, replayed = open_sealed(
-            decode_envelope(rec.value, self.specs), self.opener, (rec.topic, rec.partition, rec.offset)
-        )
-        if replayed:  # records whose encapsulated key another log record already delivered (issue #28)
-            self.stats.sealed_replays_dropped += replayed
-            log.warning("%s[%d]@%d: %d replayed sealed records dropped", rec.topic, rec.partition, rec.offset, replayed)
-        if failed:  # sealed records that did not open (another key, altered bytes): counted, never fatal
-            self.stats.sealed_unopened += failed
-            log.warning("%s[%d]@%d: %d sealed records did not open", rec.topic, rec.partition, rec.offset, failed)
-        return sb
+        return open_routed(rec, self.specs, self.opener, self.routes, self.transport, self.stats, log)
+
+    def run_status(self) -> dict[str, Any]:
+        """:meth:`StreamProcessor.run_status`, not ready while sealed records arrive routed under another N than
+        this member's (``route_mismatch``: what to do; :mod:`pipeline.routes`)."""
+        return route_status(super().run_status(), self.routes)
 
     def apply(self, rec: Record, sb: ShuffledBatch | None) -> None:
         tp = TopicPartition(rec.topic, rec.partition)

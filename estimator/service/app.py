@@ -560,6 +560,9 @@ _STATS_HELP = {
     "undecodable": "Shuffled records that did not decode (not counted)",
     "sealed_unopened": "Sealed records that did not open (counted per delivery)",
     "sealed_replays_dropped": "Opened sealed records dropped as replays of an already counted record",
+    "sealed_misrouted": "Sealed records dropped because their encapsulated key routes them to another partition",
+    "sealed_route_mismatch": "Of the misrouted sealed records, those in parts routed consistently under another "
+    "N than this member's (the shuffler and the group disagree on --shuffled-spread, --shuffled-key or partitions)",
     "checkpoints": "Checkpoints written (snapshot, then offset commit)",
     "commit_failures": "Offset commits reported failed (their tails are kept as uncertain until the partition is "
     "counted again)",

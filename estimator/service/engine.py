@@ -74,8 +74,9 @@ from estimator.service.snapshots import SnapshotStore
 from estimator.service.state import DEFAULT_GROUP, EstimatorState, Key, Tail, Tally, _add_range
 from ldp_core.metrics import MetricDefinition
 from ldp_core.wire.sealing import BatchOpener
-from pipeline.envelope import ShuffledBatch, decode_envelope, open_sealed
+from pipeline.envelope import ShuffledBatch
 from pipeline.processor import StreamProcessor
+from pipeline.routes import SealedRoutes, check_shuffled_key, open_routed, route_status
 from pipeline.settings import check_names, check_ranges, check_topics, settings_from_env
 from pipeline.topics import DEFAULT_PARTITIONS, SHUFFLED_TOPIC
 from pipeline.transport.base import (
@@ -107,6 +108,9 @@ class EstimatorSettings:
     guard, :class:`~ldp_core.wire.sealing.ReplayGuard`); default ``sealed-seen.sqlite3`` in the state
     folder. Members of one group that name the same file drop a replay whichever of them counted the
     original, across rebalances (the file must be on one host or a filesystem with working SQLite locks).
+    ``shuffled_key`` and ``shuffled_spread`` are the shuffler's (``ldp shuffler --shuffled-key``,
+    ``--shuffled-spread``): with them and the topic's partition count the member derives the partition every
+    sealed record must be read from and drops one read from another (:mod:`pipeline.routes`).
     """
 
     topic: str = SHUFFLED_TOPIC
@@ -116,11 +120,20 @@ class EstimatorSettings:
     session_timeout: float = 10.0
     partitions: int = DEFAULT_PARTITIONS
     replay_set: str | None = None
+    shuffled_key: str = "batch"
+    shuffled_spread: int = 0
 
     def __post_init__(self) -> None:
         check_ranges(
-            self, {"checkpoint_seconds": (0.0, 1e9), "session_timeout": (0.001, 1e9), "partitions": (1, 10_000)}
+            self,
+            {
+                "checkpoint_seconds": (0.0, 1e9),
+                "session_timeout": (0.001, 1e9),
+                "partitions": (1, 10_000),
+                "shuffled_spread": (0, 10_000),
+            },
         )
+        check_shuffled_key(self.shuffled_key)
         check_topics(self, "topic")
         check_names(self, "group", optional=("member",))
 
@@ -137,6 +150,8 @@ class EstimatorStats:
     undecodable: int = 0
     sealed_unopened: int = 0  # sealed records that did not open (counted per delivery)
     sealed_replays_dropped: int = 0  # opened sealed records dropped as replays of an already counted record
+    sealed_misrouted: int = 0  # sealed records dropped: read from another partition than their key routes to
+    sealed_route_mismatch: int = 0  # of those, records of parts routed consistently under another N
     checkpoints: int = 0
     commit_failures: int = 0
     rejoins: int = 0
@@ -178,8 +193,12 @@ class StreamingEstimator(StreamProcessor):
         partitions: int | None = None,
         opener: BatchOpener | None = None,
         replay_set: str | Path | None = None,
+        shuffled_key: str | None = None,
+        shuffled_spread: int | None = None,
     ) -> None:
         given: dict[str, Any] = {
+            "shuffled_key": shuffled_key,
+            "shuffled_spread": shuffled_spread,
             "replay_set": None if replay_set is None else str(replay_set),
             "topic": topic,
             "group": group,
@@ -217,6 +236,8 @@ class StreamingEstimator(StreamProcessor):
         if opener is not None:  # the encapsulated keys already counted outlive a restart (issue #28)
             shared = settings.replay_set
             opener.replays.attach(Path(shared).expanduser() if shared else state_dir / "sealed-seen.sqlite3")
+        #: the partition each sealed record must be read from (issue 31)
+        self.routes = SealedRoutes(settings.shuffled_key, settings.shuffled_spread)
         self.topic = topic
         self.metrics = dict(metrics or getattr(specs, "metrics", {}) or {})
         self.state_dir = state_dir
@@ -241,6 +262,7 @@ class StreamingEstimator(StreamProcessor):
 
     def on_join(self, consumer: Consumer) -> None:
         self._assigned = {}  # a new consumer: the next poll reads the assignment and its offsets afresh
+        self.routes.partitions = None  # read again with the first sealed record: the topic may have grown
         if self._pending:
             self._resolve_pending(consumer)
         try:
@@ -274,16 +296,12 @@ class StreamingEstimator(StreamProcessor):
     # -- consuming (the per-record step of the loop) ---------------------------------------------
 
     def decode(self, rec: Record) -> ShuffledBatch:
-        sb, failed, replayed = open_sealed(
-            decode_envelope(rec.value, self.specs), self.opener, (rec.topic, rec.partition, rec.offset)
-        )
-        if replayed:  # records whose encapsulated key another log record already delivered (issue #28)
-            self.stats.sealed_replays_dropped += replayed
-            log.warning("%s[%d]@%d: %d replayed sealed records dropped", rec.topic, rec.partition, rec.offset, replayed)
-        if failed:  # sealed records that did not open (another key, altered bytes): counted, never fatal
-            self.stats.sealed_unopened += failed
-            log.warning("%s[%d]@%d: %d sealed records did not open", rec.topic, rec.partition, rec.offset, failed)
-        return sb
+        return open_routed(rec, self.specs, self.opener, self.routes, self.transport, self.stats, log)
+
+    def run_status(self) -> dict[str, Any]:
+        """:meth:`StreamProcessor.run_status`, not ready while sealed records arrive routed under another N than
+        this member's (``route_mismatch``: what to do; :mod:`pipeline.routes`)."""
+        return route_status(super().run_status(), self.routes)
 
     def on_undecodable(self, rec: Record, exc: BaseException) -> None:
         log.error(

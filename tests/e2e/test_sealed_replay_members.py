@@ -63,6 +63,7 @@ def _member(transport, cat, folder: Path, state: Path, name: str, shared: Path |
         session_timeout=1.0,
         opener=opener,
         replay_set=shared,
+        shuffled_key="metric-day",  # as the frames are published: whole, under "<metric>/<day>"
     )
 
 

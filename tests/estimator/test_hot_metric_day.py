@@ -20,18 +20,17 @@ import httpx
 import numpy as np
 import pytest
 
-from collector.shuffler import Shuffler, ShufflerSettings
 from collector.sinks.parquet import ParquetSink
 from estimator.oracles import accumulator_for
 from estimator.service import StreamingEstimator, create_app
 from ldp_cli.main import main
 from ldp_core.metrics import MetricSet
-from ldp_core.wire.frames import encode_frame
 from pipeline.catalog import SpecCatalog
-from pipeline.topics import RAW_TOPIC, SHUFFLED_TOPIC, metric_day_key
+from pipeline.topics import SHUFFLED_TOPIC
 from pipeline.transport import open_transport
 from simulator.stack import serve_in_thread
 from tests.support.collector_support import TODAY, olh_batch, write_metrics
+from tests.support.spread_members import run_shuffler
 
 UPLOADS = 40  # uploads of 60 reports; released as 48 batches of 50 (48 keys over 4 partitions)
 PER_UPLOAD = 60
@@ -40,19 +39,7 @@ MIN_BATCH = 50
 
 def _shuffle(tmp_path: Path, transport, metrics: MetricSet) -> list:  # type: ignore[no-untyped-def]
     uploads = [olh_batch(metrics, PER_UPLOAD, first_seed=PER_UPLOAD * i) for i in range(UPLOADS)]
-    transport.create_topic(RAW_TOPIC, 4)
-    transport.publish_many(RAW_TOPIC, [(metric_day_key(b.metric, b.day), encode_frame(b)) for b in uploads])
-    settings = ShufflerSettings(
-        min_batch=MIN_BATCH,
-        max_batch=MIN_BATCH,
-        partitions=4,
-        checkpoint_interval=0.05,
-        session_timeout=2.0,
-        key_file=str(tmp_path / "shuffler.key"),
-    )
-    sh = Shuffler(transport, metrics, settings, guarantee=None)
-    sh.run(idle_exit=0.5)
-    sh.close()
+    run_shuffler(tmp_path, transport, metrics, uploads, min_batch=MIN_BATCH)
     return uploads
 
 

@@ -20,8 +20,6 @@ below fail).
 from __future__ import annotations
 
 import json
-import threading
-import time
 import uuid
 from pathlib import Path
 
@@ -29,19 +27,13 @@ import httpx
 import numpy as np
 import pytest
 
-from collector.shuffler import Shuffler, ShufflerSettings
 from collector.sinks.parquet import ParquetSink
 from estimator.service import StreamingEstimator, create_app, merge_states
 from ldp_cli.main import main
-from ldp_core.metrics import MetricSet, parse_metrics
-from ldp_core.wire.frames import ReportBatch, encode_frame
-from ldp_core.wire.sealing import BatchOpener, KeyRing, ReplayGuard, new_key_file, seal_batch
-from pipeline.catalog import SpecCatalog
-from pipeline.topics import RAW_TOPIC, SHUFFLED_TOPIC, metric_day_key
-from pipeline.transport import Transport, open_transport
+from ldp_core.wire.frames import ReportBatch
 from simulator.stack import serve_in_thread
 from tests.support.collector_support import TODAY
-from tests.support.metrics_docs import hashed, metric, metrics_doc
+from tests.support.spread_members import SealedPair, run_shuffler, sealed_opener, sealed_upload, wait_until
 
 UPLOADS = 24  # sealed uploads of 50 reports, each released as one batch of 50 and split over 4 partitions
 PER_UPLOAD = 50
@@ -51,42 +43,8 @@ FRESH = MIN_BATCH - REPLAYED
 SIZE = 256
 
 
-def _metrics(tmp_path: Path) -> tuple[MetricSet, Path]:
-    folder = tmp_path / "analyzer-keys"
-    _, key = new_key_file(folder)
-    doc = metrics_doc(
-        analyzer_keys=[key.public.to_dict()],
-        word=metric("olh", 1.5, hashed(SIZE, 4), sealed=True, description="word, sealed"),
-    )
-    return parse_metrics(doc), folder
-
-
-def _sealed(metrics: MetricSet, n: int, rng: np.random.Generator) -> ReportBatch:
-    """What a device uploads: ``n`` reports encoded and sealed to the analyzer's key (the device's own code)."""
-    spec = metrics["word"].spec
-    plain = ReportBatch("word", spec, TODAY, spec.encode(rng.integers(0, SIZE, n), rng), rng.bytes(16))
-    assert metrics.analyzer_key is not None
-    return seal_batch(plain, metrics.analyzer_key)
-
-
-def _shuffle(tmp_path: Path, transport: Transport, metrics: MetricSet, uploads: list[ReportBatch]) -> None:
-    """Publish ``uploads`` to the raw topic as the collector does and run the real shuffler until it is idle."""
-    transport.publish_many(RAW_TOPIC, [(metric_day_key(b.metric, b.day), encode_frame(b)) for b in uploads])
-    settings = ShufflerSettings(
-        min_batch=MIN_BATCH,
-        max_batch=MIN_BATCH,
-        partitions=4,
-        checkpoint_interval=0.05,
-        session_timeout=2.0,
-        key_file=str(tmp_path / "shuffler.key"),
-    )
-    sh = Shuffler(transport, metrics, settings, guarantee=lambda n, e0: (e0 / n**0.5, 1e-6, "test"))
-    sh.run(idle_exit=0.5)
-    sh.close()
-
-
-def _opener(folder: Path) -> BatchOpener:
-    return BatchOpener(KeyRing.load(folder), replays=ReplayGuard(max_day_age=40))
+def _guarantee(n: int, e0: float) -> tuple[float, float, str]:  # a central figure on every part
+    return e0 / n**0.5, 1e-6, "test"
 
 
 def _batch_job(dataset: Path, capsys: pytest.CaptureFixture[str]) -> dict:  # type: ignore[type-arg]
@@ -117,40 +75,18 @@ def _merged_read(members: list[StreamingEstimator]) -> list[dict]:  # type: igno
             thread.join(30)
 
 
-def _wait(cond, members: list[StreamingEstimator], timeout: float = 60) -> None:  # type: ignore[no-untyped-def]
-    end = time.monotonic() + timeout
-    while not cond() and time.monotonic() < end:
-        time.sleep(0.05)
-    time.sleep(0.3)  # anything beyond what was waited for would show now
-
-
 def test_a_hot_sealed_metric_day_spreads_over_two_members_and_a_replay_in_another_batch_is_dropped(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    metrics, folder = _metrics(tmp_path)
-    cat = SpecCatalog([metrics])
     rng = np.random.default_rng(11)
-    uploads = [_sealed(metrics, PER_UPLOAD, rng) for _ in range(UPLOADS)]
-    total = UPLOADS * PER_UPLOAD
-    transport = open_transport(f"sqlite:///{tmp_path}/log.sqlite3", synchronous="NORMAL")
-    transport.create_topic(RAW_TOPIC, 4)
-    transport.create_topic(SHUFFLED_TOPIC, 4)
-
-    def member(name: str) -> StreamingEstimator:  # each with its own replay set (the default)
-        return StreamingEstimator(
-            transport, tmp_path / name, cat, group="g", member=name, checkpoint_seconds=0.05, opener=_opener(folder)
-        )
-
-    a, b = member("a"), member("b")
-    a.poll_once(timeout=0.5)
-    b.poll_once(timeout=0.5)  # b joins: two partitions each, kept for the whole test
-    stop = threading.Event()
-    threads = [threading.Thread(target=e.run, kwargs={"stop": stop}) for e in (a, b)]
-    for t in threads:
-        t.start()
+    pair = SealedPair(tmp_path, rng, uploads=UPLOADS, per_upload=PER_UPLOAD, size=SIZE)
+    metrics, folder, cat, uploads, total, transport = (
+        pair.metrics, pair.folder, pair.cat, pair.uploads, pair.total, pair.transport
+    )  # fmt: skip
+    a, b = pair.a, pair.b  # two partitions each, kept for the whole test
     try:
-        _shuffle(tmp_path, transport, metrics, uploads)
-        _wait(lambda: a.state().certain.n + b.state().certain.n >= total, [a, b])
+        run_shuffler(tmp_path, transport, metrics, uploads, min_batch=MIN_BATCH, guarantee=_guarantee)
+        wait_until(lambda: a.state().certain.n + b.state().certain.n >= total)
         key = ("word", metrics["word"].spec.spec_id, TODAY)
         share_a, share_b = a.counted().keys.get(key), b.counted().keys.get(key)
         # each member holds part of the one sealed metric-day (keyed by metric-day, one member held all of it)
@@ -163,23 +99,21 @@ def test_a_hot_sealed_metric_day_spreads_over_two_members_and_a_replay_in_anothe
         # the hostile collector: 30 ciphertexts it read off the raw topic, two from each of 15 uploads (their
         # originals were counted by both members), in one new upload with 20 fresh ones of its own
         replayed = np.concatenate([u.records[:2] for u in uploads[: REPLAYED // 2]])
-        fresh = _sealed(metrics, FRESH, rng)
+        fresh = sealed_upload(metrics, FRESH, SIZE, rng)
         mixed = np.concatenate([replayed, fresh.records])[rng.permutation(MIN_BATCH)]
         attack = ReportBatch("word", fresh.spec, TODAY, mixed, uuid.uuid4().bytes)
-        _shuffle(tmp_path, transport, metrics, [attack])
+        run_shuffler(tmp_path, transport, metrics, [attack], min_batch=MIN_BATCH, guarantee=_guarantee)
         dropped = lambda: a.stats.sealed_replays_dropped + b.stats.sealed_replays_dropped  # noqa: E731
-        _wait(lambda: merge_states([a.state(), b.state()]).n >= total + FRESH and dropped() >= REPLAYED, [a, b])
+        wait_until(lambda: merge_states([a.state(), b.state()]).n >= total + FRESH and dropped() >= REPLAYED)
         assert dropped() == REPLAYED
         assert a.stats.sealed_replays_dropped > 0 and b.stats.sealed_replays_dropped > 0  # each guarded its part
     finally:
-        stop.set()
-        for t in threads:
-            t.join(30)
+        pair.stop()
     try:
         assert merge_states([a.state(), b.state()]).n == total + FRESH  # nothing counted twice
 
         sink = ParquetSink(
-            transport, tmp_path / "dataset", cat, group="sink", flush_seconds=0.0, opener=_opener(folder)
+            transport, tmp_path / "dataset", cat, group="sink", flush_seconds=0.0, opener=sealed_opener(folder)
         )
         sink.run(idle_timeout=0.5)
         sink.close()
@@ -192,6 +126,4 @@ def test_a_hot_sealed_metric_day_spreads_over_two_members_and_a_replay_in_anothe
             # the same integer sums, the same estimator: equal up to float summation order
             np.testing.assert_allclose(body["counts"], batch["counts"], rtol=1e-9, atol=1e-9)
     finally:
-        a.close()
-        b.close()
-        transport.close()
+        pair.close(transport=True)

@@ -78,3 +78,44 @@ def test_the_release_fields_travel_only_with_a_split_release() -> None:
     meta_len = _HEAD.unpack_from(data, 0)[3]
     assert json.loads(data[_HEAD.size : _HEAD.size + meta_len])["release_n"] == 3
     assert decode_envelope(data, {spec.spec_id: spec}).meta == part
+
+
+def test_the_consumers_route_check_derives_n_itself_and_only_compares_the_envelopes_claim(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import dataclasses
+
+    from pipeline.envelope import ShuffledBatch
+    from pipeline.routes import SealedRoutes, sealed_spread
+    from pipeline.topics import metric_day_key, spread_keys
+    from pipeline.transport.base import partition_for
+
+    _, key = new_key_file(tmp_path)
+    doc = metrics_doc(
+        analyzer_keys=[key.public.to_dict()], word=metric("olh", 1.0, hashed(64, 1), sealed=True, description="w")
+    )
+    spec = parse_metrics(doc)["word"].spec
+    rng = np.random.default_rng(9)
+    sealed = seal_batch(ReportBatch("word", spec, 20000, spec.encode(rng.integers(0, 64, 400), rng)), key.public)
+    # N: 1 keyed by metric-day, else the spread (0: the partitions), never more than the partitions
+    assert [sealed_spread("metric-day", 3, 8), sealed_spread("batch", 0, 8), sealed_spread("batch", 3, 8)] == [1, 8, 3]
+    assert sealed_spread("batch", 16, 8) == 8
+    # keyed by metric-day, every sealed record belongs on the metric-day key's partition
+    whole = ShuffledBatch(ShuffleMeta("ab" * 16, len(sealed), 1.0), sealed)
+    home = partition_for(metric_day_key("word", 20000), 8)
+    md = SealedRoutes("metric-day")
+    md.partitions = 8
+    assert md.check(whole, home).misrouted == 0 and md.check(whole, (home + 1) % 8).misrouted == len(sealed)
+    # spread over 8: each record belongs on its sub-key's partition; exactly those read elsewhere are dropped
+    routes = SealedRoutes()
+    routes.partitions = 8
+    want = np.array([partition_for(k, 8) for k in spread_keys("word", 20000, 8, 8)])[
+        sealed_route(sealed.records, sealed.spec.record_size, 8)
+    ]
+    chk = routes.check(whole, 3)
+    assert chk.misrouted == int(np.count_nonzero(want != 3)) and len(chk.sb.batch) == int(np.count_nonzero(want == 3))
+    assert chk.sb.meta.n == len(chk.sb.batch)
+    # a claim in the envelope that is no positive integer up to the partitions is compared with nothing
+    for bogus in ("8", True, 0, -2, 10**9):
+        part = ShuffledBatch(dataclasses.replace(whole.meta, part=0, parts=bogus), sealed)  # type: ignore[arg-type]
+        got = routes.check(part, 3)
+        assert got.misrouted == chk.misrouted and got.other_n == 0 and got.mismatch is None
+    assert routes.mismatch is None

@@ -6,7 +6,7 @@ the top and so fail (they are never skipped) where it is missing.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -92,3 +92,19 @@ def dataset(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 
 def part_count(root: Path, metric: str, day: int) -> int:
     return len(list((root / f"metric={metric}" / f"day={day}").glob("part-*.parquet")))
+
+
+def assert_same_states(got: Mapping[Any, Any], want: Mapping[Any, Any]) -> None:
+    """The Spark engine's partial states (``got``) equal the default engine's (``want``) bit for bit: the same keys,
+    days, files, batches, central figure, each day's worst batch, and the same integer sums of the same dtype."""
+    assert got.keys() == want.keys()
+    for key, w in want.items():
+        g = got[key]
+        assert (g.days, g.files, g.batches) == (w.days, w.files, w.batches)
+        assert (g.central_epsilon, g.central_delta) == (w.central_epsilon, w.central_delta)
+        assert g.worst_by_day == w.worst_by_day  # each day's worst batch: the per-person ε composes them
+        assert g.acc.n == w.acc.n > 0
+        assert g.acc.sums.keys() == w.acc.sums.keys()
+        for k, arr in w.acc.sums.items():
+            assert g.acc.sums[k].dtype == arr.dtype
+            np.testing.assert_array_equal(g.acc.sums[k], arr)

@@ -11,7 +11,7 @@ from pyspark.sql import SparkSession
 from estimator.jobs.batch import BatchResult, accumulate, estimate_dataset
 from estimator.jobs.spark import READERS, Reader, SparkEngine
 from pipeline.dataset import list_parts
-from tests.spark.conftest import DAYS, part_count
+from tests.spark.conftest import DAYS, assert_same_states, part_count
 
 METRICS = ["olh", "hcms", "latency", "battery"]
 
@@ -39,18 +39,7 @@ def test_states_equal_the_default_engines_bit_for_bit(
     parts = list_parts(dataset["root"], metric)
     for per_day in (False, True):
         want = accumulate(parts, per_day=per_day)
-        got = SparkEngine(spark, reader=reader)(parts, per_day=per_day)
-        assert got.keys() == want.keys()
-        for key, w in want.items():
-            g = got[key]
-            assert (g.days, g.files, g.batches) == (w.days, w.files, w.batches)
-            assert (g.central_epsilon, g.central_delta) == (w.central_epsilon, w.central_delta)
-            assert g.worst_by_day == w.worst_by_day  # each day's worst batch: the per-person ε composes them
-            assert g.acc.n == w.acc.n > 0
-            assert g.acc.sums.keys() == w.acc.sums.keys()
-            for k, arr in w.acc.sums.items():
-                assert g.acc.sums[k].dtype == arr.dtype
-                np.testing.assert_array_equal(g.acc.sums[k], arr)
+        assert_same_states(SparkEngine(spark, reader=reader)(parts, per_day=per_day), want)
 
 
 @pytest.mark.parametrize("metric", METRICS)

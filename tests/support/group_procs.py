@@ -52,6 +52,13 @@ class GroupProcs:
         self.dataset = workdir / "dataset"
         self.groups = (f"shuffler-{run}", f"sink-{run}", f"estimator-{run}")
         t, m, st, parts = transport_url, str(metrics_path), str(session_timeout), str(partitions)
+        # the sink's and the estimator's members route-check sealed records under the shuffler's keying
+        keying = [
+            a
+            for i, a in enumerate(shuffler_args)
+            if a in ("--shuffled-key", "--shuffled-spread")
+            or (i and shuffler_args[i - 1] in ("--shuffled-key", "--shuffled-spread"))
+        ]
         self.collector_urls = [f"http://127.0.0.1:{free_port()}" for _ in range(collectors)]
         self.estimator_urls = [f"http://127.0.0.1:{free_port()}" for _ in range(members)]
         self.services: dict[str, Service] = {}
@@ -70,13 +77,13 @@ class GroupProcs:
         for i in range(members):
             argv = ["sink", "--transport", t, "--metrics", m, "--dataset", str(self.dataset)]
             argv += ["--topic", self.shuffled, "--group", f"sink-{run}", "--member", f"sink-{i}"]
-            argv += ["--partitions", parts, "--flush-seconds", "0.3", "--session-timeout", st]
+            argv += ["--partitions", parts, "--flush-seconds", "0.3", "--session-timeout", st, *keying]
             self._add(f"sink-{i}", argv, workdir, "ldp sink: writing")
         for i, url in enumerate(self.estimator_urls):
             argv = ["estimator", "--transport", t, "--metrics", m, "--state", str(workdir / f"estimator-{i}")]
             argv += ["--port", url.rsplit(":", 1)[1], "--topic", self.shuffled, "--group", f"estimator-{run}"]
             argv += ["--member", f"estimator-{i}", "--partitions", parts, "--checkpoint-seconds", "0.3"]
-            argv += ["--session-timeout", st]
+            argv += ["--session-timeout", st, *keying]
             for peer in self.estimator_urls:
                 if peer != url:
                     argv += ["--peer", peer]
