@@ -22,6 +22,9 @@ hypergeometric with mean n_j f_x (f_x = n_x / n): n̂_x is unbiased, with
 (the OLH variance of Wang et al. 2017, Sec. 3, averaged over the subset,
 plus the hypergeometric variance of the subset's count). Reported
 variances plug in the estimate clipped to [0, n]; intervals are normal.
+Which candidates a level keeps, and the final order, come from their posterior probability over the
+whole chain of level estimates (:mod:`estimator.mechanisms.pem_posterior`; ``ranking="estimate"``
+ranks each level by its own estimate, as before).
 
 **SFP** (:func:`discover_sfp`). For each fragment position l the fragment
 sketch of the reports at l estimates every key ``r << 16 | fragment``
