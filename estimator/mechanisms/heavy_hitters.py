@@ -158,6 +158,8 @@ _RESERVED = reserved_byte_mask()
 
 #: how PEM ranks and prunes candidates (:func:`discover_pem`)
 PEM_RANKINGS = ("posterior", "estimate")
+#: the posterior ranking's beam: FIRST_BEAM·c candidates kept at level 0, LATER_BEAM·c after (seeds 4-9)
+FIRST_BEAM, LATER_BEAM = 4, 2
 
 
 def possible_prefixes(rows: np.ndarray, bits: int, final: bool = False, end_marker: int = 0) -> np.ndarray:
@@ -461,14 +463,14 @@ def _discover_pem_posterior(
         ranked.append(int(rows.shape[0]))
         var0 = float(pem_count_variance(spec, np.zeros(1), n, n_j)[0])
         if chains is None:  # level 0: both posteriors rise with the estimate alone
-            first = np.argsort(-est, kind="stable")[: 4 * c if spec.num_levels > 1 else est.size]
+            first = np.argsort(-est, kind="stable")[: FIRST_BEAM * c if spec.num_levels > 1 else est.size]
             rows, est = rows[first], est[first]
             chains = PosteriorChains(est, var0, n)
         else:
             chains.extend(parent, est, var0)
         score = chains.score()
         if j < spec.num_levels - 1 and j:
-            best = np.argsort(-score, kind="stable")[: 2 * c]
+            best = np.argsort(-score, kind="stable")[: LATER_BEAM * c]
             chains.keep(best)
             rows, est, score = rows[best], est[best], score[best]
     order = np.argsort(-score, kind="stable")
