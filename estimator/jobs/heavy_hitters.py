@@ -23,7 +23,7 @@ import numpy as np
 import pandas as pd
 
 from estimator.errors import BatchError, SpecChoiceError
-from estimator.mechanisms.heavy_hitters import Discovery, discover
+from estimator.mechanisms.heavy_hitters import PEM_RANKINGS, Discovery, discover
 from estimator.result import NOISE_RULE
 from ldp_core.mechanisms.heavy_hitters import PEMSpec, SFPSpec
 from pipeline.dataset import PartFile, list_parts, read_part, read_part_spec
@@ -47,6 +47,7 @@ class HeavyHitterResult:
     parts: list[int]  # reports per PEM level or SFP fragment position
     confidence: float = 0.95  # of the intervals
     include_noise: bool = False  # whether the table holds values that could be noise
+    ranking: str | None = None  # how PEM ranked its candidates (None: SFP)
 
     def summary(self) -> dict[str, Any]:
         return {
@@ -63,6 +64,7 @@ class HeavyHitterResult:
             "candidates": self.discovery.tested,
             "noise_rule": NOISE_RULE,
             "include_noise": self.include_noise,
+            **({"ranking": self.ranking} if self.ranking is not None else {}),
             "significant": int(np.count_nonzero(~self.discovery.noise(self.confidence)[1])),
         }
 
@@ -78,6 +80,7 @@ def discover_dataset(
     engine: SparkEngine | None = None,
     parts: Sequence[PartFile] | None = None,
     include_noise: bool = False,
+    ranking: str | None = None,
 ) -> HeavyHitterResult:
     """Discover ``metric``'s ``top`` values over ``days`` (``None``: all) of the dataset at ``root``.
 
@@ -85,7 +88,9 @@ def discover_dataset(
     (:mod:`estimator.jobs.heavy_hitters_spark`); without one the reports are read into this process.
     ``parts``: the metric's part files in that range, when the caller has listed them already
     (:func:`pipeline.dataset.list_parts`); they are then not listed again. ``include_noise``: report the
-    ``top`` best values, flagged, rather than only the values that are not *could be noise*."""
+    ``top`` best values, flagged, rather than only the values that are not *could be noise*. ``ranking``: how
+    PEM ranks its candidates (``"posterior"``, the default, or ``"estimate"``; docs/HEAVY_HITTERS.md), refused
+    for an SFP metric."""
     if top < 1:
         raise BatchError(f"--top must be at least 1, got {top}")
     parts = list_parts(root, metric, days) if parts is None else list(parts)
@@ -110,17 +115,18 @@ def discover_dataset(
     if engine is not None:
         from estimator.jobs.heavy_hitters_spark import discover_spark
 
-        disc, per_part = discover_spark(engine, metric, spec, parts, top, confidence)
+        disc, per_part = discover_spark(engine, metric, spec, parts, top, confidence, ranking=ranking)
     else:
         datas = [read_part(p) for p in parts]
         records = np.concatenate([d.records for d in datas])
-        disc = discover(spec, records, top, confidence=confidence)
+        disc = discover(spec, records, top, confidence=confidence, ranking=ranking)
         field, size = ("level", spec.num_levels) if isinstance(spec, PEMSpec) else ("position", spec.num_positions)
         per_part = [int(x) for x in np.bincount(records[field], minlength=size)]
     table = discovery_table(disc, top, confidence, include_noise)
     days_seen = sorted({p.day for p in parts})
+    rank = (ranking or PEM_RANKINGS[0]) if isinstance(spec, PEMSpec) else None
     return HeavyHitterResult(
-        metric, spec, days_seen, disc.n, len(parts), disc, table, per_part, confidence, include_noise
+        metric, spec, days_seen, disc.n, len(parts), disc, table, per_part, confidence, include_noise, rank
     )
 
 

@@ -37,7 +37,15 @@ import numpy as np
 from estimator.errors import BatchError
 from estimator.jobs.spark import Make, _last_line, unpack_sums
 from estimator.kernels.candidates import olh_candidate_support
-from estimator.mechanisms.heavy_hitters import Discovery, add_sketch, discover_pem_from, discover_sfp_from, sketch_sums
+from estimator.mechanisms.heavy_hitters import (
+    PEM_RANKINGS,
+    Discovery,
+    add_sketch,
+    check_ranking,
+    discover_pem_from,
+    discover_sfp_from,
+    sketch_sums,
+)
 from ldp_core.mechanisms import spec_from_dict
 from ldp_core.mechanisms.heavy_hitters import PEMSpec, SFPSpec
 from pipeline.dataset import PartFile, table_to_records
@@ -212,9 +220,13 @@ def discover_spark(
     confidence: float = 0.95,
     *,
     cache_levels: bool = True,
+    ranking: str | None = None,
 ) -> tuple[Discovery, list[int]]:
     """:func:`~estimator.mechanisms.heavy_hitters.discover` over the reports of ``parts`` (all of ``spec``), on Spark;
-    and the reports per PEM level or SFP position. See the module docstring (``cache_levels``: PEM's)."""
+    and the reports per PEM level or SFP position. See the module docstring (``cache_levels``, ``ranking``:
+    PEM's; ``None``: the default ranking)."""
+    check_ranking(spec, ranking)
+    rank = ranking or PEM_RANKINGS[0]
     if not parts:
         raise BatchError(f"no part files of metric {metric!r} to discover from")
     if isinstance(spec, PEMSpec) and spec.oracle != "olh":
@@ -252,7 +264,7 @@ def discover_spark(
                 raise BatchError(f"the Spark job over {metric!r} failed: {_last_line(exc)}") from exc
 
         try:
-            return discover_pem_from(spec, cached, top, confidence=confidence), list(cache.parts)
+            return discover_pem_from(spec, cached, top, confidence=confidence, ranking=rank), list(cache.parts)
         finally:
             cache.close()
     counts: list[int] = []
@@ -263,4 +275,4 @@ def discover_spark(
         counts = [int(x) for x in sums["parts"]]
         return sums["support"], int(sums["n_level"][0]), n
 
-    return discover_pem_from(spec, support, top, confidence=confidence), counts
+    return discover_pem_from(spec, support, top, confidence=confidence, ranking=rank), counts

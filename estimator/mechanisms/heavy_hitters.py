@@ -82,6 +82,7 @@ __all__ = [
     "extend_prefixes",
     "extend_prefixes_pruned",
     "PEM_RANKINGS",
+    "check_ranking",
     "StreamingSummary",
     "HeavyHitterStreamState",
 ]
@@ -670,11 +671,25 @@ def tail_counts(est: np.ndarray, n: float) -> np.ndarray:
     return np.concatenate([clipped, np.ones(rest)])
 
 
-def discover(spec: PEMSpec | SFPSpec, records: np.ndarray, top: int, confidence: float = 0.95) -> Discovery:
-    """:func:`discover_pem` or :func:`discover_sfp`, by the spec's kind."""
+def discover(
+    spec: PEMSpec | SFPSpec, records: np.ndarray, top: int, confidence: float = 0.95, *, ranking: str | None = None
+) -> Discovery:
+    """:func:`discover_pem` or :func:`discover_sfp`, by the spec's kind; ``ranking`` is PEM's
+    (:func:`check_ranking`; ``None``: its default)."""
+    check_ranking(spec, ranking)
     if isinstance(spec, PEMSpec):
-        return discover_pem(spec, records, top, confidence=confidence)
+        return discover_pem(spec, records, top, confidence=confidence, ranking=ranking or PEM_RANKINGS[0])
     return discover_sfp(spec, records, top, confidence=confidence)
+
+
+def check_ranking(spec: PEMSpec | SFPSpec, ranking: str | None) -> None:
+    """A clear :class:`BatchError` for a ``ranking`` that is not PEM's, or one given for an SFP metric."""
+    if ranking is None:
+        return
+    if not isinstance(spec, PEMSpec):
+        raise BatchError(f"a ranking ({ranking!r}) applies to pem metrics only; {spec.name} has none to choose")
+    if ranking not in PEM_RANKINGS:
+        raise BatchError(f"pem: ranking must be one of {', '.join(PEM_RANKINGS)}, got {ranking!r}")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """``ldp heavy-hitters``: batch discovery of a string metric's frequent values over the Parquet dataset.
 
     ldp heavy-hitters --dataset ldp-data/dataset --metric search_word --days 20419..20425 \\
-        [--top 20] [--out table.csv] [--plot heavy.png] [--engine spark [--master URL]]
+        [--top 20] [--out table.csv] [--plot heavy.png] [--ranking posterior|estimate] [--engine spark [--master URL]]
 
 Days are day numbers (days since 1970-01-01, UTC) or ISO dates; ``--days A..B`` is inclusive; without it
 every day is used. Prints a JSON summary line, then the table (or writes it to ``--out``); ``--json`` prints
@@ -52,6 +52,13 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="list the --top best values even when they could be noise (flagged could_be_noise), "
         "not only those that stand out (docs/HEAVY_HITTERS.md)",
     )
+    p.add_argument(
+        "--ranking",
+        choices=("posterior", "estimate"),
+        default=None,
+        help="pem only: rank candidates by their posterior over every level's estimates (default), or each "
+        "level by its own estimate (the decode before 6 Dec 2026: faster, lower recall; docs/HEAVY_HITTERS.md)",
+    )
     add_engine_options(p)
     add_progress_flags(p)  # with --engine spark: a line per stage on stderr
     p.set_defaults(func=run)
@@ -77,6 +84,7 @@ def run(args: argparse.Namespace) -> int:
             confidence=args.confidence,
             engine=engine,
             include_noise=args.include_noise,
+            ranking=args.ranking,
         )
     finally:
         if engine is not None:

@@ -115,6 +115,7 @@ def test_cli_writes_table_and_plot(dataset: tuple[Path, dict[str, list[ReportBat
         (["--metric", "nothing"], "no part files"),
         (["--metric", "search", "--days", "20500..20501"], "no part files"),
         (["--metric", "search", "--top", "0"], "--top"),
+        (["--metric", "emoji", "--ranking", "estimate"], "applies to pem metrics only"),
     ],
 )
 def test_cli_errors_exit_2(dataset: tuple[Path, dict[str, list[ReportBatch]]], extra: list[str], word: str) -> None:
@@ -159,3 +160,23 @@ def test_several_specs_on_a_day_are_a_choice_the_api_answers_with_409(tmp_path: 
     # another BatchError stays a 400: a heavy-hitter request for a day whose spec is not one of the choices
     r = client.get("/v1/heavy-hitters/search", params={"day": DAYS[0], "spec_id": "no-such-spec"})
     assert r.status_code == 400 and "no reports under spec" in r.json()["detail"], r.text
+
+
+@pytest.mark.parametrize("ranking", ["posterior", "estimate"])
+def test_cli_ranking_is_the_decode_it_names(dataset: tuple[Path, dict[str, list[ReportBatch]]], ranking: str) -> None:
+    """``--ranking`` picks PEM's decode: the JSON says which, and its values and estimates are those of
+    ``discover_pem(..., ranking=...)`` over the same reports (the default is the posterior ranking)."""
+    from estimator.mechanisms.heavy_hitters import discover_pem
+
+    root, batches = dataset
+    flags = [] if ranking == "posterior" else ["--ranking", ranking]
+    args = ["heavy-hitters", "--dataset", str(root), "--metric", "search", "--top", "4", "--json", *flags]
+    run = subprocess.run([str(LDP), *args], capture_output=True, text=True, timeout=300, check=False)
+    assert run.returncode == 0, run.stderr
+    answer = json.loads(run.stdout)
+    assert answer["ranking"] == ranking
+    records = np.concatenate([b.records for b in batches["search"]])
+    direct = discover_pem(SPECS["search"], records, 4, ranking=ranking)  # type: ignore[arg-type]
+    want = {h.value: h.estimate for h in direct.top(4)}
+    got = {row["value"]: row["estimate"] for row in answer["rows"]}
+    assert set(got) == set(WORDS) and all(np.isclose(got[v], want[v]) for v in got)
