@@ -159,8 +159,16 @@ _RESERVED = reserved_byte_mask()
 
 #: how PEM ranks and prunes candidates (:func:`discover_pem`)
 PEM_RANKINGS = ("posterior", "estimate")
-#: the posterior ranking's beam: FIRST_BEAM·c candidates kept at level 0, LATER_BEAM·c after (seeds 4-9)
+#: the posterior ranking's beam: FIRST_BEAM·c candidates kept at level 0, LATER_BEAM·c after (seeds 4-9),
+#: for at most WIDE_BEAM_MAX_REPORTS reports; above, c at every level: at n = 10^6 the wide beam found the
+#: same words at about twice the decode time (docs/HEAVY_HITTERS.md, *Ranking by posterior*)
 FIRST_BEAM, LATER_BEAM = 4, 2
+WIDE_BEAM_MAX_REPORTS = 300_000
+
+
+def posterior_beam(n: int) -> tuple[int, int]:
+    """The posterior ranking's beam widths (at level 0, after it), as multiples of ``keep``, for ``n`` reports."""
+    return (FIRST_BEAM, LATER_BEAM) if n <= WIDE_BEAM_MAX_REPORTS else (1, 1)
 
 
 def possible_prefixes(rows: np.ndarray, bits: int, final: bool = False, end_marker: int = 0) -> np.ndarray:
@@ -443,7 +451,8 @@ def _discover_pem_posterior(
     alphabet: bytes | None,
 ) -> Discovery:
     """PEM ranked by posterior probability (:mod:`estimator.mechanisms.pem_posterior`): 4·c candidates kept
-    at level 0, 2·c at later levels (the widths tuned on seeds 4-9, docs/HEAVY_HITTERS.md); the last level
+    at level 0, 2·c at later levels up to 3·10^5 reports, c above (:func:`posterior_beam`; the widths tuned
+    on seeds 4-9, docs/HEAVY_HITTERS.md); the last level
     is listed by posterior, its first ``top`` by estimate; counts and intervals are the last level's."""
     ranked: list[int] = []
     chains: PosteriorChains | None = None
@@ -464,14 +473,14 @@ def _discover_pem_posterior(
         ranked.append(int(rows.shape[0]))
         var0 = float(pem_count_variance(spec, np.zeros(1), n, n_j)[0])
         if chains is None:  # level 0: both posteriors rise with the estimate alone
-            first = np.argsort(-est, kind="stable")[: FIRST_BEAM * c if spec.num_levels > 1 else est.size]
+            first = np.argsort(-est, kind="stable")[: posterior_beam(n)[0] * c if spec.num_levels > 1 else est.size]
             rows, est = rows[first], est[first]
             chains = PosteriorChains(est, var0, n)
         else:
             chains.extend(parent, est, var0)
         score = chains.score()
         if j < spec.num_levels - 1 and j:
-            best = np.argsort(-score, kind="stable")[: LATER_BEAM * c]
+            best = np.argsort(-score, kind="stable")[: posterior_beam(n)[1] * c]
             chains.keep(best)
             rows, est, score = rows[best], est[best], score[best]
     order = np.argsort(-score, kind="stable")

@@ -111,3 +111,23 @@ def test_posterior_ranking_neither_lets_siblings_inherit_nor_explains_a_second_w
     assert {h.raw for h in old.top(3)} == set(top)
     with pytest.raises(BatchError, match="ranking"):
         discover_pem(spec, spec.encode(users[:10], rng), top=3, ranking="sum")
+
+
+def test_the_wide_beam_is_kept_for_small_n_only() -> None:
+    """4·c candidates at level 0 and 2·c after up to WIDE_BEAM_MAX_REPORTS reports, c above: what level 1
+    ranks is the kept level-0 prefixes' 2^8 extensions each (less the impossible ones), so it counts the
+    beam. The population does not matter for the count, only n does."""
+    from estimator.mechanisms.heavy_hitters import WIDE_BEAM_MAX_REPORTS, posterior_beam
+
+    assert posterior_beam(WIDE_BEAM_MAX_REPORTS) == (4, 2) and posterior_beam(WIDE_BEAM_MAX_REPORTS + 1) == (1, 1)
+    spec = PEMSpec(epsilon=4.0, length=5, start_bits=16, step_bits=8)  # levels of 16, 24, 32, 40 bits
+    rng = np.random.default_rng(7)
+    words = np.frombuffer(b"".join(pad_value(w, 5) for w in (b"abc", b"abd", b"xyz", b"qrs")), dtype=np.uint8)
+    ranked = {}
+    for n in (WIDE_BEAM_MAX_REPORTS, WIDE_BEAM_MAX_REPORTS + 1):
+        users = words.reshape(4, 5)[rng.integers(0, 4, n)]
+        ranked[n] = discover_pem(spec, spec.encode(users, rng), top=4, keep=8).candidates
+    wide, narrow = ranked[WIDE_BEAM_MAX_REPORTS], ranked[WIDE_BEAM_MAX_REPORTS + 1]
+    assert wide[0] == narrow[0]  # level 0 ranks every 16-bit prefix either way
+    assert 3 * 8 * 256 < wide[1] <= 4 * 8 * 256 and 0 < narrow[1] <= 8 * 256
+    assert 8 * 256 < wide[2] <= 2 * 8 * 256 and 0 < narrow[2] <= 8 * 256
