@@ -10,11 +10,14 @@ never from the envelope, and drops (counting ``sealed_misrouted``) any record re
 
 Checked once against the code before the check: the members counted the 40 copies published under the sub-key
 next to their originals' again (1,440 in the merge instead of 1,400; the first assertion after the attack fails).
+Two sink members with their own datasets (so their own replay sets) read the same topic: with the sinks' check
+removed they wrote 1,840 reports for 1,800 (the 40 re-routed copies again).
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 import uuid
 from pathlib import Path
 
@@ -77,6 +80,26 @@ def test_a_copy_a_hostile_shuffler_routes_elsewhere_is_dropped_by_the_member_it_
         pair.metrics, pair.folder, pair.cat, pair.uploads, pair.total, pair.transport
     )  # fmt: skip
     a, b = pair.a, pair.b  # the embedded log gives partitions 0, 2 to a and 1, 3 to b
+    # two sink members of one group, each writing its own dataset (so each with its own replay set), joined
+    # before anything is published: they split the partitions as a and b do
+    sinks = {
+        name: ParquetSink(
+            transport,
+            tmp_path / f"dataset-{name}",
+            cat,
+            group="sinks",
+            member=name,
+            flush_seconds=0.0,
+            opener=sealed_opener(folder),
+        )  # fmt: skip
+        for name in ("s1", "s2")
+    }
+    for sk in sinks.values():
+        sk.poll_once(timeout=0.5)
+    sink_stop = threading.Event()
+    sink_threads = [threading.Thread(target=sk.run, kwargs={"stop": sink_stop}) for sk in sinks.values()]
+    for t in sink_threads:
+        t.start()
     try:
         run_shuffler(tmp_path, transport, metrics, uploads, min_batch=MIN_BATCH)
         wait_until(lambda: a.state().certain.n + b.state().certain.n >= total)
@@ -135,7 +158,25 @@ def test_a_copy_a_hostile_shuffler_routes_elsewhere_is_dropped_by_the_member_it_
         assert set(b.state().assigned or {}) == set(range(PARTS))
         assert merge_states([final_a, b.state()]).n == total + 8 * PER_UPLOAD
         assert (b.stats.sealed_misrouted, b.stats.sealed_replays_dropped) == before
+
+        # the two sink members, each with its own replay set: every copy dropped by one of them, nothing lost
+        def sunk() -> int:
+            return sum(sk.stats.reports for sk in sinks.values())
+
+        wait_until(lambda: sunk() >= total + 8 * PER_UPLOAD)
+        sink_stop.set()
+        for t in sink_threads:
+            t.join(30)
+        s1, s2 = sinks["s1"].stats, sinks["s2"].stats
+        assert s1.reports > 0 and s2.reports > 0 and sunk() == total + 8 * PER_UPLOAD
+        assert sum(st.sealed_misrouted + st.sealed_replays_dropped for st in (s1, s2)) == 3 * COPIES
+        assert s1.sealed_misrouted + s2.sealed_misrouted >= COPIES
     finally:
+        sink_stop.set()
+        for t in sink_threads:
+            t.join(30)
+        for sk in sinks.values():
+            sk.close()
         pair.close()
     try:
         # the sink, one member over every partition with one replay set: the same 120 copies dropped
