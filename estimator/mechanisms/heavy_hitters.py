@@ -383,8 +383,7 @@ def discover_pem_from(
     of the candidates' keys, from wherever the reports are: ``estimator.jobs.heavy_hitters_spark``)."""
     if alphabet is not None and not alphabet.strip(b"\x00"):
         raise BatchError("pem: an alphabet needs at least one non-zero byte")
-    if ranking not in PEM_RANKINGS:
-        raise BatchError(f"pem: ranking must be one of {PEM_RANKINGS}, got {ranking!r}")
+    check_ranking(spec, ranking)
     t0 = time.perf_counter() if t0 is None else t0
     if top < 1:
         raise BatchError(f"top must be at least 1, got {top}")

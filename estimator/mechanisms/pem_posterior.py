@@ -76,6 +76,7 @@ class PosteriorChains:
         self.log_post = self._own_posterior(np.asarray(est, dtype=np.float64), var0, np.full(k, prior))
         self.pruned = np.full(k, -np.inf)  # log of the pruned candidates' mass, per root
         self.roots = k
+        self._scored: np.ndarray | None = None  # the mass :meth:`score` computed, until the state changes
 
     def _own_posterior(self, y: np.ndarray, var: float, prior: np.ndarray) -> np.ndarray:
         lbf = log_bayes_factor(y / var, np.full(y.size, 1.0 / var), self.theta)
@@ -96,7 +97,7 @@ class PosteriorChains:
 
     def score(self) -> np.ndarray:
         """log of the larger posterior probability of the two models, per candidate."""
-        mass = self._mass()
+        mass = self._scored = self._mass()
         norm = np.logaddexp(np.logaddexp(np.log1p(-self.prior), self.pruned), self._per_root(mass, self.root))
         return np.asarray(np.maximum(mass - norm[self.root], self.log_post))
 
@@ -105,13 +106,15 @@ class PosteriorChains:
         drop = np.ones(self.a.size, dtype=bool)
         drop[index] = False
         if drop.any():
-            mass = self._mass()
+            mass = self._mass() if self._scored is None else self._scored
             self.pruned = np.logaddexp(self.pruned, self._per_root(mass[drop], self.root[drop]))
         for name in ("a", "b", "root", "log_share", "log_post"):
             setattr(self, name, getattr(self, name)[index])
+        self._scored = None
 
     def extend(self, parent: np.ndarray, est: np.ndarray, var: float) -> None:
         """The next level: candidate i extends kept candidate ``parent[i]`` and has estimate ``est[i]``."""
+        self._scored = None
         children = np.bincount(parent, minlength=self.a.size).astype(np.float64)
         b_par = children[parent]
         y = np.asarray(est, dtype=np.float64)
