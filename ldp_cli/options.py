@@ -350,8 +350,8 @@ def add_shuffled_consumer(p: argparse.ArgumentParser, group: str, member_help: s
         default=None,
         help="the shuffler's --shuffled-key: with it, --shuffled-spread and the topic's partition count every "
         "member derives the partition each sealed record must be read from, and drops one read elsewhere (a copy "
-        "a shuffler routed to another member's replay guard; docs/COLLECTOR.md) (default: the shuffler's "
-        "$LDP_SHUFFLER_SHUFFLED_KEY, else batch)",
+        "a shuffler routed to another member's replay guard; docs/COLLECTOR.md) (default: the deployment's "
+        "$LDP_SHUFFLED_KEY, else batch)",
     )
     p.add_argument(
         "--shuffled-spread",
@@ -360,7 +360,7 @@ def add_shuffled_consumer(p: argparse.ArgumentParser, group: str, member_help: s
         metavar="N",
         help="the shuffler's --shuffled-spread (0: the topic's partition count); the shuffler and every member "
         "must agree, a member that sees records routed under another N says so and is not ready (default: the "
-        "shuffler's $LDP_SHUFFLER_SHUFFLED_SPREAD, else 0)",
+        "deployment's $LDP_SHUFFLED_SPREAD, else 0)",
     )
     add_session_timeout(p)
     add_analyzer_keys(p)
@@ -395,17 +395,8 @@ class ShuffledInput:
 
 
 def shuffler_keying(key: str | None, spread: int | None) -> dict[str, Any]:
-    """A consumer's ``shuffled_key`` and ``shuffled_spread``: as given, else the shuffler's environment variables
-    (one setting for the whole deployment), else ``batch`` and 0; a clear error for a bad variable."""
-    from pipeline.errors import ConfigError
+    """A consumer's ``shuffled_key`` and ``shuffled_spread``: as given, else the deployment's environment
+    (:func:`pipeline.routes.keying_from_env`)."""
+    from pipeline.routes import keying_from_env
 
-    env_spread = os.environ.get("LDP_SHUFFLER_SHUFFLED_SPREAD", "").strip()
-    if spread is None and env_spread:
-        try:
-            spread = int(env_spread)
-        except ValueError:
-            raise ConfigError(f"$LDP_SHUFFLER_SHUFFLED_SPREAD must be an integer, got {env_spread!r}") from None
-    return {
-        "shuffled_key": key or os.environ.get("LDP_SHUFFLER_SHUFFLED_KEY", "").strip() or "batch",
-        "shuffled_spread": 0 if spread is None else spread,
-    }
+    return keying_from_env(key, spread)

@@ -23,12 +23,19 @@ for a batch released whole), to the partition it was read from is counted in ``s
 :attr:`SealedRoutes.mismatch` holds an actionable message (the consumer logs it as an ERROR, puts it in its
 status and is not ready). Change N, ``--shuffled-key`` or the partition count on the shuffler and every member
 of the sink's and the estimator's groups together, with the shuffled topic drained (docs/COLLECTOR.md).
+
+**One setting for the deployment.** The keying is a property of the shuffled topic, so it is read, by the
+shuffler and by every consumer alike, from the deployment-wide ``$LDP_SHUFFLED_KEY`` and ``$LDP_SHUFFLED_SPREAD``
+(:data:`SHUFFLED_KEYING_ENV`; the shuffler's own ``$LDP_SHUFFLER_SHUFFLED_KEY`` / ``_SPREAD`` are still read
+first, so an older environment keeps working): :func:`keying_from_env`.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
+import os
+from collections.abc import Mapping
 from typing import Any, Protocol
 
 import numpy as np
@@ -37,10 +44,22 @@ from ldp_core.wire.frames import SpecResolver
 from ldp_core.wire.sealing import BatchOpener
 from pipeline.envelope import ShuffledBatch, decode_envelope, open_sealed
 from pipeline.errors import ConfigError
-from pipeline.topics import SHUFFLED_KEYINGS, sealed_route, spread_keys
+from pipeline.topics import SHUFFLED_KEYING_ENV, SHUFFLED_KEYINGS, sealed_route, spread_keys
 from pipeline.transport.base import Record, Transport, partition_for
 
-__all__ = ["SealedRoutes", "RouteCheck", "check_shuffled_key", "sealed_spread", "open_routed", "route_status"]
+__all__ = [
+    "SHUFFLED_KEYING_ENV",
+    "SealedRoutes",
+    "RouteCheck",
+    "check_shuffled_key",
+    "keying_from_env",
+    "sealed_spread",
+    "open_routed",
+    "route_status",
+]
+
+#: the shuffler's own spellings, read before :data:`SHUFFLED_KEYING_ENV` (as the shuffler's settings read them)
+_SHUFFLER_ENV = {"shuffled_key": "LDP_SHUFFLER_SHUFFLED_KEY", "shuffled_spread": "LDP_SHUFFLER_SHUFFLED_SPREAD"}
 
 
 def check_shuffled_key(value: str) -> str:
@@ -48,6 +67,34 @@ def check_shuffled_key(value: str) -> str:
     if value not in SHUFFLED_KEYINGS:
         raise ConfigError(f"shuffled_key must be one of {', '.join(SHUFFLED_KEYINGS)}, got {value!r}")
     return value
+
+
+def keying_from_env(
+    key: str | None = None, spread: int | None = None, environ: Mapping[str, str] | None = None
+) -> dict[str, Any]:
+    """A consumer's ``shuffled_key`` and ``shuffled_spread``: as given, else from the environment in the order the
+    shuffler reads it (``$LDP_SHUFFLER_SHUFFLED_*``, then ``$LDP_SHUFFLED_*``), else ``batch`` and 0; a clear
+    :class:`ConfigError` for a bad value."""
+    env = os.environ if environ is None else environ
+
+    def read(field: str) -> tuple[str, str] | None:
+        for var in (_SHUFFLER_ENV[field], SHUFFLED_KEYING_ENV[field]):
+            raw = env.get(var, "").strip()
+            if raw:
+                return var, raw
+        return None
+
+    if key is None and (found := read("shuffled_key")) is not None:
+        var, key = found
+        if key not in SHUFFLED_KEYINGS:
+            raise ConfigError(f"${var} must be one of {', '.join(SHUFFLED_KEYINGS)}, got {key!r}")
+    if spread is None and (found := read("shuffled_spread")) is not None:
+        var, raw = found
+        try:
+            spread = int(raw)
+        except ValueError:
+            raise ConfigError(f"${var} must be an integer, got {raw!r}") from None
+    return {"shuffled_key": key or "batch", "shuffled_spread": 0 if spread is None else spread}
 
 
 def sealed_spread(shuffled_key: str, shuffled_spread: int, partitions: int) -> int:

@@ -54,6 +54,7 @@ __all__ = [
     "spread_keys",
     "sealed_route",
     "SHUFFLED_KEYINGS",
+    "SHUFFLED_KEYING_ENV",
 ]
 
 RAW_TOPIC = "ldp.reports.raw"
@@ -74,6 +75,9 @@ def metric_day_key(metric: str, day: int) -> bytes:
 #: how the shuffler keys its released batches: ``"batch"`` (a plain metric-day spreads over the partitions)
 #: or ``"metric-day"`` (every batch of a metric-day in one partition, the keying before issue 31)
 SHUFFLED_KEYINGS = ("batch", "metric-day")
+#: the deployment-wide environment variables of the shuffled topic's keying (settings field: variable), read by the
+#: shuffler and by every consumer of the shuffled topic (:func:`pipeline.routes.keying_from_env`)
+SHUFFLED_KEYING_ENV = {"shuffled_key": "LDP_SHUFFLED_KEY", "shuffled_spread": "LDP_SHUFFLED_SPREAD"}
 
 
 def shuffled_key(metric: str, day: int, shuffle_id: bytes | None = None) -> bytes:

@@ -11,7 +11,14 @@ from typing import Any
 from collector.errors import ConfigError
 from ldp_core.days import DAY_WINDOW_ENV, DEFAULT_MAX_DAY_AGE, DEFAULT_MAX_DAYS_AHEAD, DayWindow
 from pipeline.settings import check_names, check_ranges, check_topics, settings_from_env
-from pipeline.topics import DEFAULT_PARTITIONS, RAW_TOPIC, SHUFFLED_KEYINGS, SHUFFLED_TOPIC, SHUFFLER_STATE_TOPIC
+from pipeline.topics import (
+    DEFAULT_PARTITIONS,
+    RAW_TOPIC,
+    SHUFFLED_KEYING_ENV,
+    SHUFFLED_KEYINGS,
+    SHUFFLED_TOPIC,
+    SHUFFLER_STATE_TOPIC,
+)
 
 __all__ = ["ShufflerSettings", "DeviceCaps", "ENV_PREFIX", "DEFAULT_KEY_PATH"]
 
@@ -113,7 +120,7 @@ class ShufflerSettings:
     def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> ShufflerSettings:
         """``overrides`` (``None``: not given) over ``$LDP_SHUFFLER_<FIELD>`` over the defaults; the day window
         also from the shared ``$LDP_MAX_DAY_AGE`` / ``$LDP_MAX_DAYS_AHEAD``."""
-        return settings_from_env(cls, ENV_PREFIX, environ, overrides, aliases=DAY_WINDOW_ENV)
+        return settings_from_env(cls, ENV_PREFIX, environ, overrides, aliases={**DAY_WINDOW_ENV, **SHUFFLED_KEYING_ENV})
 
 
 @dataclasses.dataclass(frozen=True)

@@ -236,11 +236,12 @@ def test_a_member_routing_under_another_n_than_the_shuffler_says_so(
 def test_the_consumers_take_the_shufflers_keying_from_its_flags_or_its_environment(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    from collector.shuffler.settings import ShufflerSettings
     from ldp_cli.options import shuffler_keying
     from pipeline.errors import ConfigError
 
-    monkeypatch.delenv("LDP_SHUFFLER_SHUFFLED_KEY", raising=False)
-    monkeypatch.delenv("LDP_SHUFFLER_SHUFFLED_SPREAD", raising=False)
+    for var in ("LDP_SHUFFLER_SHUFFLED_KEY", "LDP_SHUFFLER_SHUFFLED_SPREAD", "LDP_SHUFFLED_KEY", "LDP_SHUFFLED_SPREAD"):
+        monkeypatch.delenv(var, raising=False)
     assert shuffler_keying(None, None) == {"shuffled_key": "batch", "shuffled_spread": 0}
     monkeypatch.setenv("LDP_SHUFFLER_SHUFFLED_SPREAD", "2")
     monkeypatch.setenv("LDP_SHUFFLER_SHUFFLED_KEY", "metric-day")
@@ -248,6 +249,19 @@ def test_the_consumers_take_the_shufflers_keying_from_its_flags_or_its_environme
     assert shuffler_keying("batch", 0) == {"shuffled_key": "batch", "shuffled_spread": 0}  # the flags win
     monkeypatch.setenv("LDP_SHUFFLER_SHUFFLED_SPREAD", "two")
     with pytest.raises(ConfigError, match="LDP_SHUFFLER_SHUFFLED_SPREAD"):
+        shuffler_keying(None, None)
+    # the deployment-wide names: every stage reads them, the shuffler's own spellings first (as the shuffler does)
+    monkeypatch.delenv("LDP_SHUFFLER_SHUFFLED_KEY")
+    monkeypatch.delenv("LDP_SHUFFLER_SHUFFLED_SPREAD")
+    monkeypatch.setenv("LDP_SHUFFLED_KEY", "metric-day")
+    monkeypatch.setenv("LDP_SHUFFLED_SPREAD", "3")
+    assert shuffler_keying(None, None) == {"shuffled_key": "metric-day", "shuffled_spread": 3}
+    shuffler = ShufflerSettings.from_env()
+    assert (shuffler.shuffled_key, shuffler.shuffled_spread) == ("metric-day", 3)
+    monkeypatch.setenv("LDP_SHUFFLER_SHUFFLED_SPREAD", "2")
+    assert shuffler_keying(None, None)["shuffled_spread"] == ShufflerSettings.from_env().shuffled_spread == 2
+    monkeypatch.setenv("LDP_SHUFFLED_KEY", "per-record")
+    with pytest.raises(ConfigError, match="LDP_SHUFFLED_KEY"):
         shuffler_keying(None, None)
     with pytest.raises(ConfigError, match="shuffled_key"):
         EstimatorSettings(shuffled_key="per-record")
@@ -302,8 +316,8 @@ def test_ldp_sink_takes_the_shufflers_keying_and_prints_what_it_dropped(
 
     from ldp_cli.main import main
 
-    monkeypatch.delenv("LDP_SHUFFLER_SHUFFLED_KEY", raising=False)
-    monkeypatch.delenv("LDP_SHUFFLER_SHUFFLED_SPREAD", raising=False)
+    for var in ("LDP_SHUFFLER_SHUFFLED_KEY", "LDP_SHUFFLER_SHUFFLED_SPREAD", "LDP_SHUFFLED_KEY", "LDP_SHUFFLED_SPREAD"):
+        monkeypatch.delenv(var, raising=False)
     metrics, folder = sealed_word_metrics(tmp_path, SIZE)
     rng = np.random.default_rng(41)
     uploads = [sealed_upload(metrics, PER_UPLOAD, SIZE, rng) for _ in range(4)]
