@@ -351,7 +351,8 @@ fn header_string(req: &Request<Incoming>, name: &str) -> Option<String> {
 
 async fn upload(req: Request<Incoming>, shared: &Shared) -> Response<AnyBody> {
     if shared.queue.full() {
-        return overloaded(shared); // before reading the body: hyper closes the connection after this answer
+        // before reading the body: hyper then drains the unread body or closes the connection
+        return overloaded(shared);
     }
     let content_type = header_string(&req, "content-type").unwrap_or_default();
     let idempotency_key = header_string(&req, "idempotency-key");
