@@ -193,6 +193,18 @@ def test_upload_reaches_python_intact_and_gets_its_answer(start, upstream) -> No
     assert upstream.seen == [] and front.stats()["uploads_taken"] == 1
 
 
+def test_python_can_close_the_connection_and_the_limit_is_inclusive(start, upstream) -> None:
+    front, port = start(addr(upstream))
+    consumer = Consumer(front, lambda u: (202, b"{}", [(b"connection", b"close")]))
+    sock = connect(port)
+    sock.sendall(upload_bytes(b"L" * MAX_BODY))  # exactly max_body_bytes: still the fast path
+    status, headers, _ = read_response(sock.makefile("rb"))
+    assert (status, headers["connection"]) == (202, "close") and closed_within(sock, 2)
+    consumer.stop()
+    assert [len(u[1]) for u in consumer.taken] == [MAX_BODY] and upstream.seen == []
+    assert front.take(10, 0.05) == []  # nothing waiting: [] once the timeout passes
+
+
 def test_keep_alive_serves_many_requests_on_one_connection(start, upstream) -> None:
     front, port = start(addr(upstream))
     consumer = Consumer(front)

@@ -8,7 +8,8 @@
 //!   lasts `header_timeout`, the connection is closed. (hyper's own header_read_timeout only starts at the
 //!   first byte of a head, so a silent or idle connection would stay forever.)
 //! * the connection cap: beyond `max_connections`, the oldest connection still waiting for its head is
-//!   closed to make room; connections in the middle of a request are never evicted.
+//!   closed to make room; connections in the middle of a request are never evicted (when every one is
+//!   busy, the newcomer is served anyway: refusing it would punish the one client that is not idle).
 //! * graceful close: on `close()`, idle connections are closed and busy ones end after their response.
 
 use std::collections::BTreeMap;
