@@ -389,3 +389,19 @@ def test_close_answers_untaken_uploads_shutting_down(start, upstream) -> None:
         status, _, body = read_response(s.makefile("rb"))
         assert (status, json.loads(body)["error"]) == (503, "shutting_down")
     assert front.take_nowait(10) == []
+
+
+def test_close_lets_taken_uploads_be_answered_within_grace(start, upstream) -> None:
+    front, port = start(addr(upstream))
+    sock = connect(port)
+    sock.sendall(upload_bytes(b"taken"))
+    [(ticket, *_)] = front.take(10, 5.0)
+    t0 = time.monotonic()
+    closing = threading.Thread(target=front.close, args=(10.0,))
+    closing.start()
+    time.sleep(0.2)  # close() is now waiting for this busy connection
+    assert front.answer(ticket, 202, b'{"late":true}', [])
+    status, headers, body = read_response(sock.makefile("rb"))
+    assert (status, body, headers.get("connection")) == (202, b'{"late":true}', "close")
+    closing.join()
+    assert time.monotonic() - t0 < 5  # it ended with the last connection, not at the grace's end
