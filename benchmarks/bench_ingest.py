@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib.util
 import json
 import os
 import pathlib
@@ -288,7 +289,9 @@ def main() -> None:
         "--peers",
         action="store_true",
         help="also load, in the same runs (interleaved), an endpoint that only reads the body and one that also "
-        "parses the frame (benchmarks/ingest_peer.py), and give the collector's CPU per report as a multiple of theirs",
+        "parses the frame (benchmarks/ingest_peer.py), and give the collector's CPU per report as a multiple of theirs; "
+        "with the native front installed (ldp_front, scripts/build-front), also 'front-read': the front reads the "
+        "uploads and Python answers each batch 202 at once",
     )
     args = ap.parse_args()
     if args.quick:
@@ -308,7 +311,11 @@ def main() -> None:
         "loadavg_before": load0,
     }
     if not args.skip_ingest:
-        peers = ("read", "parse") if args.peers else ()
+        peers: tuple[str, ...] = ("read", "parse") if args.peers else ()
+        if args.peers and importlib.util.find_spec("ldp_front") is not None:
+            peers += ("front-read",)
+        elif args.peers:
+            print("bench_ingest: ldp_front is not installed (scripts/build-front): no front-read peer", file=sys.stderr)
         runs, peer_runs = [], {p: [] for p in peers}  # type: ignore[var-annotated]
         before_runs = []
         for _ in range(args.runs):
@@ -333,6 +340,11 @@ def main() -> None:
             results[f"peer_{p}_runs"] = pruns
             results[f"peer_{p}"] = med
             results[f"collector_cpu_vs_{p}"] = cpu / med["collector_cpu_s_per_m_reports"]
+        if "front-read" in peer_runs and "read" in peer_runs:
+            results["front_read_cpu_vs_read"] = (
+                results["peer_front-read"]["collector_cpu_s_per_m_reports"]  # type: ignore[index]
+                / results["peer_read"]["collector_cpu_s_per_m_reports"]  # type: ignore[index]
+            )
     if not args.skip_shuffle:
         runs = [bench_shuffle(url, args.batches, args.reports, args.min_batch) for _ in range(args.runs)]
         results["shuffle_runs"] = runs
@@ -363,14 +375,20 @@ def main() -> None:
                 f"collector {b['collector_cpu_s_per_m_reports']:.3f} (after/before "
                 f"{results['collector_cpu_after_vs_before']:.2f}) |"
             )
-        for p in ("read", "parse"):
+        for p in ("read", "parse", "front-read"):
             if f"peer_{p}" in results:
                 q = results[f"peer_{p}"]
-                what = "reads the body" if p == "read" else "reads the body and parses the frame"
+                what = {
+                    "read": "an endpoint that only reads the body",
+                    "parse": "an endpoint that only reads the body and parses the frame",
+                    "front-read": "the native front (ldp_front) reads it, Python answers each batch 202",
+                }[p]
                 print(
-                    f"| peer: an endpoint that only {what} | {q['reports_per_s']:,.0f} | CPU s per million reports: "
+                    f"| peer: {what} | {q['reports_per_s']:,.0f} | CPU s per million reports: "
                     f"{q['collector_cpu_s_per_m_reports']:.3f}; the collector uses "
-                    f"{results[f'collector_cpu_vs_{p}']:.2f}× its CPU per report |"
+                    f"{results[f'collector_cpu_vs_{p}']:.2f}× its CPU per report"
+                    + (f" (front-read / read: {results['front_read_cpu_vs_read']:.2f})" if p == "front-read" else "")
+                    + " |"
                 )
     if "shuffle" in results:
         s = results["shuffle"]
