@@ -1,4 +1,4 @@
-"""The Python half of the native upload front (docs/FRONT_API.md's contract; issue 31, "Collector CPU per report").
+"""The Python half of the native upload front (issue 31, "Collector CPU per report"; the Rust half: native/front).
 
 The front (``ldp_front.Front``, in Rust) parses HTTP and reads upload bodies outside Python, and queues the
 uploads of ``POST /v1/reports`` whose body it read whole; everything else it proxies to the collector's ASGI

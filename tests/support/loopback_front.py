@@ -1,4 +1,4 @@
-"""An in-process stand-in for ``ldp_front.Front`` (docs/FRONT_API.md), for tests of
+"""An in-process stand-in for ``ldp_front.Front`` (the Rust front of native/front), for tests of
 :mod:`collector.http.front_bridge` only: no HTTP, no sockets. A test queues uploads with :meth:`put` as the
 native front does once it has read a body; the bridge takes them (``notify_fd`` is an eventfd, readable while
 uploads wait, cleared when ``take_nowait`` empties the queue) and answers with ``answer_many``, recorded in
