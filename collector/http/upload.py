@@ -67,7 +67,7 @@ import concurrent.futures.process
 import contextlib
 import logging
 from collections.abc import AsyncIterator, Callable
-from typing import Any, NamedTuple, Protocol
+from typing import Any, NamedTuple
 
 from fastapi import FastAPI, Request
 from fastapi.responses import Response
@@ -79,7 +79,7 @@ from collector.http.answers import AcceptedBody, Answer, ErrorBody, error_parts
 from collector.http.bodies import BodyReaders, BodyTimeout
 from collector.http.decode import decode_body, json_to_frame
 from collector.http.monitoring import CollectorMetrics
-from collector.ingest import Ingestor, LoopWaiter, Outcome
+from collector.ingest import Ingestor, Outcome
 from collector.settings import CollectorSettings
 from collector.tokens import SpentTokens, TokenRejected, TokenVerifier
 from ldp_core.metrics import MetricSet
@@ -89,7 +89,6 @@ from pipeline.topics import metric_day_key
 __all__ = [
     "FRAME_CONTENT_TYPES",
     "JSON_CONTENT_TYPE",
-    "OutcomeWaiter",
     "Pending",
     "UploadHandler",
     "add_upload_route",
@@ -132,10 +131,10 @@ class _Deadlines:
     def __init__(self, timeout: float) -> None:
         self.timeout = timeout
         self.period = max(0.001, min(0.05, timeout / 4))
-        self._queue: collections.deque[tuple[float, LoopWaiter]] = collections.deque()
+        self._queue: collections.deque[tuple[float, asyncio.Future[Outcome]]] = collections.deque()
         self._loop: asyncio.AbstractEventLoop | None = None  # the loop a sweep is scheduled on, if any
 
-    def add(self, loop: asyncio.AbstractEventLoop, waiter: LoopWaiter) -> None:
+    def add(self, loop: asyncio.AbstractEventLoop, waiter: asyncio.Future[Outcome]) -> None:
         self._queue.append((loop.time() + self.timeout, waiter))
         if self._loop is not loop:
             self._loop = loop
@@ -169,20 +168,11 @@ def _reencoded(batch: ReportBatch, body: bytes, kind: str) -> bytes:
     return encode_frame(batch)
 
 
-class OutcomeWaiter(LoopWaiter, Protocol):
-    """The outcome of an upload handed to the ingestor: an asyncio future of the loop (the ASGI path), or the
-    caller's own object with these methods (:meth:`UploadHandler.start`)."""
-
-    def result(self) -> Outcome: ...
-
-    def exception(self) -> BaseException | None: ...
-
-
 class Pending(NamedTuple):
-    """An upload handed to the ingestor: its batch and the waiter of its outcome (:meth:`UploadHandler.start`)."""
+    """An upload handed to the ingestor: its batch and the future of its outcome (:meth:`UploadHandler.start`)."""
 
     batch: ReportBatch
-    waiter: OutcomeWaiter
+    waiter: asyncio.Future[Outcome]
 
 
 class _Refused(Exception):
@@ -248,22 +238,15 @@ class UploadHandler:
         return await self._ingest(ingestor, body, kind, offload, idempotency_key, spend)
 
     def start(
-        self,
-        body: bytes,
-        ctype: str,
-        idempotency_key: str | None,
-        authorization: str | None,
-        waiter: OutcomeWaiter,
+        self, body: bytes, ctype: str, idempotency_key: str | None, authorization: str | None
     ) -> Answer | Pending | asyncio.Task[Answer]:
         """One upload whose body was read whole by someone else (the native front, :mod:`collector.http.front_bridge`),
         on the event loop, without a coroutine: the same steps as :meth:`__call__` after the body, and
 
         * an :data:`Answer` when it is answered at once (media type, token, admission, decoding, checks);
-        * a :class:`Pending` once submitted to the ingestor: ``waiter`` is settled on the loop with its outcome
-          (or fails with the publish deadline), and then :meth:`finish` gives the answer (the upload counts in
-          ``in_flight`` until then);
-        * a task giving the answer, for a body decoded off the event loop (above ``offload_*_bytes``);
-          ``waiter`` is not used.
+        * a :class:`Pending` once submitted to the ingestor: when its ``waiter`` is done, :meth:`finish` gives
+          the answer (the upload counts in ``in_flight`` until then);
+        * a task giving the answer, for a body decoded off the event loop (above ``offload_*_bytes``).
 
         No refusal carries ``Connection: close``: the whole body was read, the connection can be kept."""
         try:
@@ -277,7 +260,7 @@ class UploadHandler:
         runtime = self.runtime
         runtime["in_flight"] += 1
         try:
-            step = self._begin(ingestor, body, kind, idempotency_key, spend, waiter)
+            step = self._begin(ingestor, body, kind, idempotency_key, spend)
         except BaseException:
             runtime["in_flight"] -= 1
             raise
@@ -448,15 +431,10 @@ class UploadHandler:
             raise RejectedBatch(409, "token_spent", "this token was redeemed before (for another batch)")
 
     def _submit(
-        self,
-        ingestor: Ingestor,
-        batch: ReportBatch,
-        value: bytes | RejectedBatch,
-        spend: tuple[bytes, str] | None,
-        waiter: OutcomeWaiter,
+        self, ingestor: Ingestor, batch: ReportBatch, value: bytes | RejectedBatch, spend: tuple[bytes, str] | None
     ) -> Answer | Pending:
         """A prepared batch: refused (:meth:`prepare`'s checks, the token's spending), or its new frame handed
-        to the ingestor (group commit), with the publish deadline, to settle ``waiter``."""
+        to the ingestor (group commit), with the publish deadline."""
         try:
             if isinstance(value, RejectedBatch):
                 raise value
@@ -464,28 +442,22 @@ class UploadHandler:
         except RejectedBatch as exc:
             return self._failure(exc, batch)
         loop = asyncio.get_running_loop()
-        ingestor.submit_waiter(
-            batch.batch_id, metric_day_key(batch.metric, batch.day), value, len(batch), batch.metric, loop, waiter
+        waiter = ingestor.submit_async(
+            batch.batch_id, metric_day_key(batch.metric, batch.day), value, len(batch), batch.metric, loop
         )
-        # failing ``waiter`` at its deadline is harmless: it is the caller's own, the ingestor settles it at most once
+        # failing ``waiter`` at its deadline is harmless: the ingestor hands out a future of the caller's own
         self.deadlines.add(loop, waiter)
         return Pending(batch, waiter)
 
     def _begin(
-        self,
-        ingestor: Ingestor,
-        body: bytes,
-        kind: str,
-        key: str | None,
-        spend: tuple[bytes, str] | None,
-        waiter: OutcomeWaiter,
+        self, ingestor: Ingestor, body: bytes, kind: str, key: str | None, spend: tuple[bytes, str] | None
     ) -> Answer | Pending:
         """:meth:`prepare` on the event loop, then :meth:`_submit`."""
         try:
             batch, value = self.prepare(body, kind, key)
         except RejectedBatch as exc:
             return self._failure(exc, None)
-        return self._submit(ingestor, batch, value, spend, waiter)
+        return self._submit(ingestor, batch, value, spend)
 
     def _failure(self, exc: RejectedBatch | UnavailableError, batch: ReportBatch | None) -> Answer:
         """Count a refusal of a body that was read (and its reports, once decoded) and make its answer."""
@@ -534,20 +506,19 @@ class UploadHandler:
         """Decode, check and publish an admitted body, counted in ``in_flight`` meanwhile; the answer."""
         runtime = self.runtime
         runtime["in_flight"] += 1  # the gauge is set from this when /metrics is read (not on every upload)
-        waiter: asyncio.Future[Outcome] = asyncio.get_running_loop().create_future()
         try:
             if len(body) <= offload:
-                step = self._begin(ingestor, body, kind, key, spend, waiter)
+                step = self._begin(ingestor, body, kind, key, spend)
             else:
                 try:
                     batch, value = await self._prepare_off_loop(body, kind, key)
                 except (RejectedBatch, UnavailableError) as exc:
                     return self._failure(exc, None)
-                step = self._submit(ingestor, batch, value, spend, waiter)
+                step = self._submit(ingestor, batch, value, spend)
             if not isinstance(step, Pending):
                 return step
             with contextlib.suppress(Exception):  # the outcome is read from the waiter (_settled)
-                await waiter
+                await step.waiter
             return self._settled(step)
         finally:
             runtime["in_flight"] -= 1
