@@ -68,7 +68,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any, Literal, NamedTuple, Protocol
+from typing import Any, Literal, NamedTuple
 
 from collector.dedup import BatchIdStore, content_digest
 from collector.errors import RejectedBatch, UnavailableError
@@ -77,7 +77,6 @@ from pipeline.transport import Transport
 
 __all__ = [
     "Ingestor",
-    "LoopWaiter",
     "Outcome",
     "Submission",
     "GroupStats",
@@ -157,17 +156,6 @@ class _Result:
         return self._value
 
 
-class LoopWaiter(Protocol):
-    """What :meth:`Ingestor.submit_waiter` settles, on the caller's event loop: an asyncio future of it, or a
-    lighter object of the caller's whose settling answers at once (the native front's uploads)."""
-
-    def done(self) -> bool: ...
-
-    def set_result(self, result: Outcome, /) -> None: ...
-
-    def set_exception(self, exc: BaseException, /) -> None: ...
-
-
 class _Outbox:
     """Outcomes bound for one event loop, handed over in bulk: an outcome put while no delivery is scheduled
     schedules one ``call_soon_threadsafe`` (one write to the loop's wake-up pipe), and every outcome put
@@ -181,10 +169,10 @@ class _Outbox:
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
         self._lock = threading.Lock()
-        self._items: list[tuple[LoopWaiter, Outcome | None, BaseException | None]] = []
+        self._items: list[tuple[asyncio.Future[Outcome], Outcome | None, BaseException | None]] = []
         self._scheduled = False
 
-    def put(self, waiter: LoopWaiter, result: Outcome | None, exc: BaseException | None) -> None:
+    def put(self, waiter: asyncio.Future[Outcome], result: Outcome | None, exc: BaseException | None) -> None:
         held: set[_Outbox] | None = getattr(_delivering, "held", None)
         with self._lock:
             self._items.append((waiter, result, exc))
@@ -248,7 +236,7 @@ class _LoopWaiter:
 
     __slots__ = ("_outbox", "_waiter", "_waiting", "_sent")
 
-    def __init__(self, outbox: _Outbox, waiter: LoopWaiter, waiting: set[Any]) -> None:
+    def __init__(self, outbox: _Outbox, waiter: asyncio.Future[Outcome], waiting: set[Any]) -> None:
         self._outbox, self._waiter, self._waiting, self._sent = outbox, waiter, waiting, False
 
     def _send(self, result: Outcome | None, exc: BaseException | None) -> None:
@@ -265,7 +253,7 @@ class _LoopWaiter:
         self._send(None, exc)
 
 
-def _deliver(waiter: LoopWaiter, result: Outcome | None, exc: BaseException | None) -> None:
+def _deliver(waiter: asyncio.Future[Outcome], result: Outcome | None, exc: BaseException | None) -> None:
     """On the waiter's loop: the outcome, unless its caller gave up (cancelled it) or timed out."""
     if waiter.done():
         return
@@ -482,22 +470,6 @@ class Ingestor:
         reach the publisher threads together (one lock, one wake-up), at the start of the next iteration, and
         their outcomes come back through the loop's :class:`_Outbox` (one wake-up of the loop per group)."""
         waiter: asyncio.Future[Outcome] = loop.create_future()
-        self.submit_waiter(batch_id, key, value, reports, metric, loop, waiter)
-        return waiter
-
-    def submit_waiter(
-        self,
-        batch_id: bytes,
-        key: bytes,
-        value: bytes,
-        reports: int,
-        metric: str,
-        loop: asyncio.AbstractEventLoop,
-        waiter: LoopWaiter,
-    ) -> None:
-        """:meth:`submit_async` settling the caller's ``waiter`` on ``loop`` (once, unless it is done already)
-        instead of a new asyncio future: an upload of the native front is answered from ``set_result`` without a
-        future and its callback, about 2.5 µs less per upload (docs/benchmarks/PIPELINE.md, session 9)."""
         pending = self._pending.get(loop)
         if pending is None:
             pending = self._pending[loop] = []
@@ -507,6 +479,7 @@ class Ingestor:
         pending.append(
             (batch_id, key, value, reports, metric, _LoopWaiter(self._outboxes[loop], waiter, self._waiting))
         )
+        return waiter
 
     def _flush(self, loop: asyncio.AbstractEventLoop) -> None:
         """On ``loop``: queue the uploads :meth:`submit_async` collected since the last flush, in one go."""
