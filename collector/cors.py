@@ -106,6 +106,18 @@ class CorsMiddleware:
     def allowed(self, origin: str | None) -> bool:
         return origin is not None and (self.any or origin in self.origins)
 
+    def answer_headers(self, origin: str | None) -> list[tuple[bytes, bytes]]:
+        """The headers added to the answer of an actual (not preflight) request of a listed route from
+        ``origin`` (``None``: no ``Origin`` header); the native front's uploads get them too
+        (:mod:`collector.http.front_bridge`)."""
+        extra = [(b"vary", b"Origin")]
+        if self.allowed(origin):
+            extra += [
+                (b"access-control-allow-origin", b"*" if self.any else str(origin).encode("latin-1")),
+                (b"access-control-expose-headers", _EXPOSE),
+            ]
+        return extra
+
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         route = self.routes.get(scope.get("path", "")) if scope["type"] == "http" else None
         if route is None:
@@ -116,16 +128,10 @@ class CorsMiddleware:
         if scope["method"] == "OPTIONS" and origin is not None and b"access-control-request-method" in headers:
             await self._preflight(route, origin, headers, send)
             return
-        allow = self.allowed(origin)
+        extra = self.answer_headers(origin)
 
         async def send_with_cors(message: dict[str, Any]) -> None:
             if message["type"] == "http.response.start":
-                extra = [(b"vary", b"Origin")]
-                if allow:
-                    extra += [
-                        (b"access-control-allow-origin", b"*" if self.any else str(origin).encode("latin-1")),
-                        (b"access-control-expose-headers", _EXPOSE),
-                    ]
                 message = {**message, "headers": [*message.get("headers", []), *extra]}
             await send(message)
 

@@ -64,9 +64,10 @@ import asyncio
 import collections
 import concurrent.futures
 import concurrent.futures.process
+import contextlib
 import logging
 from collections.abc import AsyncIterator, Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 from fastapi import FastAPI, Request
 from fastapi.responses import Response
@@ -88,6 +89,7 @@ from pipeline.topics import metric_day_key
 __all__ = [
     "FRAME_CONTENT_TYPES",
     "JSON_CONTENT_TYPE",
+    "Pending",
     "UploadHandler",
     "add_upload_route",
 ]
@@ -166,6 +168,13 @@ def _reencoded(batch: ReportBatch, body: bytes, kind: str) -> bytes:
     return encode_frame(batch)
 
 
+class Pending(NamedTuple):
+    """An upload handed to the ingestor: its batch and the future of its outcome (:meth:`UploadHandler.start`)."""
+
+    batch: ReportBatch
+    waiter: asyncio.Future[Outcome]
+
+
 class _Refused(Exception):
     """An upload answered before it was decoded (and already counted)."""
 
@@ -228,6 +237,42 @@ class UploadHandler:
             return refused.answer
         return await self._ingest(ingestor, body, kind, offload, idempotency_key, spend)
 
+    def start(
+        self, body: bytes, ctype: str, idempotency_key: str | None, authorization: str | None
+    ) -> Answer | Pending | asyncio.Task[Answer]:
+        """One upload whose body was read whole by someone else (the native front, :mod:`collector.http.front_bridge`),
+        on the event loop, without a coroutine: the same steps as :meth:`__call__` after the body, and
+
+        * an :data:`Answer` when it is answered at once (media type, token, admission, decoding, checks);
+        * a :class:`Pending` once submitted to the ingestor: when its ``waiter`` is done, :meth:`finish` gives
+          the answer (the upload counts in ``in_flight`` until then);
+        * a task giving the answer, for a body decoded off the event loop (above ``offload_*_bytes``).
+
+        No refusal carries ``Connection: close``: the whole body was read, the connection can be kept."""
+        try:
+            kind, offload = self._media_kind(ctype, early=False)
+            spend = self._verify_token(authorization, early=False)
+            ingestor = self._admit()
+        except _Refused as refused:
+            return refused.answer
+        if len(body) > offload:
+            return asyncio.ensure_future(self._ingest(ingestor, body, kind, offload, idempotency_key, spend))
+        runtime = self.runtime
+        runtime["in_flight"] += 1
+        try:
+            step = self._begin(ingestor, body, kind, idempotency_key, spend)
+        except BaseException:
+            runtime["in_flight"] -= 1
+            raise
+        if not isinstance(step, Pending):
+            runtime["in_flight"] -= 1
+        return step
+
+    def finish(self, pending: Pending) -> Answer:
+        """The answer of an upload :meth:`start` submitted, once ``pending.waiter`` is done."""
+        self.runtime["in_flight"] -= 1
+        return self._settled(pending)
+
     # -- before the body is decoded ------------------------------------------------------------------
 
     def _refuse(
@@ -248,7 +293,7 @@ class UploadHandler:
             answer[2].append((b"connection", b"close"))
         return _Refused(answer)
 
-    def _media_kind(self, ctype: str) -> tuple[str, int]:
+    def _media_kind(self, ctype: str, *, early: bool = True) -> tuple[str, int]:
         """``("frame" or "json", the size from which such a body is decoded off the event loop)``."""
         ctype = ctype.split(";")[0].strip().lower()
         if ctype in FRAME_CONTENT_TYPES:
@@ -260,9 +305,10 @@ class UploadHandler:
             "unsupported_media_type",
             f"Content-Type {ctype[:80] or '(none)'!r} is not accepted; send a binary frame as "
             f"{FRAME_CONTENT_TYPES[0]} or the JSON form as {JSON_CONTENT_TYPE}",
+            early=early,
         )
 
-    def _verify_token(self, authorization: str | None) -> tuple[bytes, str] | None:
+    def _verify_token(self, authorization: str | None, *, early: bool = True) -> tuple[bytes, str] | None:
         """With ``--require-tokens``: a valid token of today or yesterday, checked before the body is read (its
         day is checked against the batch's once decoded, :meth:`_spend`)."""
         if self.tokens is None:
@@ -270,7 +316,7 @@ class UploadHandler:
         try:
             return self.tokens.verify(authorization)
         except TokenRejected as exc:
-            raise self._refuse(exc.status, exc.reason, exc.message) from None
+            raise self._refuse(exc.status, exc.reason, exc.message, early=early) from None
 
     async def _receive(self, length: str | None, chunks: AsyncIterator[bytes]) -> bytes:
         """The body, read while one of the ``max_reading`` places is held: whole within ``body_timeout`` and
@@ -365,13 +411,11 @@ class UploadHandler:
             raise RejectedBatch(*frame)
         return frame
 
-    async def _prepare(
-        self, body: bytes, kind: str, offload: int, key: str | None
+    async def _prepare_off_loop(
+        self, body: bytes, kind: str, key: str | None
     ) -> tuple[ReportBatch, bytes | RejectedBatch]:
-        """:meth:`prepare`, off the event loop for a body larger than ``offload`` (large frames decode in
-        numpy, on a thread; JSON rows in a decode process)."""
-        if len(body) <= offload:
-            return self.prepare(body, kind, key)
+        """:meth:`prepare` off the event loop, for a body larger than its ``offload_*_bytes`` (large frames decode
+        in numpy, on a thread; JSON rows in a decode process)."""
         if kind == "json":
             return self.prepare(await self._json_in_process(body), "frame", key)
         return await asyncio.get_running_loop().run_in_executor(None, self.prepare, body, kind, key)
@@ -386,22 +430,69 @@ class UploadHandler:
         if spend is not None and self.spent is not None and not self.spent.spend(spend[0], batch.batch_id, spend[1]):
             raise RejectedBatch(409, "token_spent", "this token was redeemed before (for another batch)")
 
-    async def _publish(self, ingestor: Ingestor, batch: ReportBatch, frame: bytes) -> Outcome:
-        """Hand the new frame to the ingestor and wait for its outcome (``accepted`` or ``duplicate``)."""
+    def _submit(
+        self, ingestor: Ingestor, batch: ReportBatch, value: bytes | RejectedBatch, spend: tuple[bytes, str] | None
+    ) -> Answer | Pending:
+        """A prepared batch: refused (:meth:`prepare`'s checks, the token's spending), or its new frame handed
+        to the ingestor (group commit), with the publish deadline."""
+        try:
+            if isinstance(value, RejectedBatch):
+                raise value
+            self._spend(spend, batch)
+        except RejectedBatch as exc:
+            return self._failure(exc, batch)
         loop = asyncio.get_running_loop()
         waiter = ingestor.submit_async(
-            batch.batch_id, metric_day_key(batch.metric, batch.day), frame, len(batch), batch.metric, loop
+            batch.batch_id, metric_day_key(batch.metric, batch.day), value, len(batch), batch.metric, loop
         )
         # failing ``waiter`` at its deadline is harmless: the ingestor hands out a future of the caller's own
         self.deadlines.add(loop, waiter)
+        return Pending(batch, waiter)
+
+    def _begin(
+        self, ingestor: Ingestor, body: bytes, kind: str, key: str | None, spend: tuple[bytes, str] | None
+    ) -> Answer | Pending:
+        """:meth:`prepare` on the event loop, then :meth:`_submit`."""
         try:
-            return await waiter
-        except _PublishTimeout:
-            raise UnavailableError(
+            batch, value = self.prepare(body, kind, key)
+        except RejectedBatch as exc:
+            return self._failure(exc, None)
+        return self._submit(ingestor, batch, value, spend)
+
+    def _failure(self, exc: RejectedBatch | UnavailableError, batch: ReportBatch | None) -> Answer:
+        """Count a refusal of a body that was read (and its reports, once decoded) and make its answer."""
+        reports = len(batch) if batch is not None else None
+        if isinstance(exc, UnavailableError):
+            self.metrics.reject(exc.reason, reports, outcome="unavailable")
+            return error_parts(503, exc.reason, exc.message, exc.retry_after)
+        self.metrics.reject(exc.reason, reports)
+        return error_parts(exc.status, exc.reason, exc.message)
+
+    def _settled(self, pending: Pending) -> Answer:
+        """The answer of a submitted upload whose waiter is done: 202 (``accepted`` or ``duplicate``), 409 (its
+        batch id taken with other records) or 503 (transport down, not acknowledged in time)."""
+        batch, waiter = pending
+        exc = waiter.exception()
+        if isinstance(exc, _PublishTimeout):
+            exc = UnavailableError(
                 "timeout",
                 f"the transport did not acknowledge the batch within {self.settings.publish_timeout:g} s; retry later",
                 self.settings.retry_after,
-            ) from None
+            )
+        if isinstance(exc, RejectedBatch | UnavailableError):
+            return self._failure(exc, batch)
+        if exc is not None:
+            raise exc
+        outcome = waiter.result()
+        if outcome != "accepted":  # accepted ones were counted with their ids, in the store's transaction
+            self.metrics.batches.labels(outcome=outcome, reason="ok").inc()
+            self.metrics.reports.labels(outcome=outcome, reason="ok").inc(len(batch))
+        return (
+            202,
+            b'{"status":"%s","batch_id":"%s","reports":%d}'
+            % (outcome.encode(), batch.batch_id.hex().encode(), len(batch)),
+            [],
+        )
 
     async def _ingest(
         self,
@@ -413,32 +504,24 @@ class UploadHandler:
         spend: tuple[bytes, str] | None,
     ) -> Answer:
         """Decode, check and publish an admitted body, counted in ``in_flight`` meanwhile; the answer."""
-        runtime, metrics = self.runtime, self.metrics
+        runtime = self.runtime
         runtime["in_flight"] += 1  # the gauge is set from this when /metrics is read (not on every upload)
-        batch: ReportBatch | None = None
         try:
-            batch, value = await self._prepare(body, kind, offload, key)
-            if isinstance(value, RejectedBatch):
-                raise value
-            self._spend(spend, batch)
-            outcome = await self._publish(ingestor, batch, value)
-        except RejectedBatch as exc:
-            metrics.reject(exc.reason, len(batch) if batch is not None else None)
-            return error_parts(exc.status, exc.reason, exc.message)
-        except UnavailableError as exc:
-            metrics.reject(exc.reason, len(batch) if batch is not None else None, outcome="unavailable")
-            return error_parts(503, exc.reason, exc.message, exc.retry_after)
+            if len(body) <= offload:
+                step = self._begin(ingestor, body, kind, key, spend)
+            else:
+                try:
+                    batch, value = await self._prepare_off_loop(body, kind, key)
+                except (RejectedBatch, UnavailableError) as exc:
+                    return self._failure(exc, None)
+                step = self._submit(ingestor, batch, value, spend)
+            if not isinstance(step, Pending):
+                return step
+            with contextlib.suppress(Exception):  # the outcome is read from the waiter (_settled)
+                await step.waiter
+            return self._settled(step)
         finally:
             runtime["in_flight"] -= 1
-        if outcome != "accepted":  # accepted ones were counted with their ids, in the store's transaction
-            metrics.batches.labels(outcome=outcome, reason="ok").inc()
-            metrics.reports.labels(outcome=outcome, reason="ok").inc(len(batch))
-        return (
-            202,
-            b'{"status":"%s","batch_id":"%s","reports":%d}'
-            % (outcome.encode(), batch.batch_id.hex().encode(), len(batch)),
-            [],
-        )
 
 
 _JSON_FORM_SCHEMA: dict[str, Any] = {

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import time
 import uuid
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -145,3 +146,37 @@ def test_a_group_commit_that_fails_unexpectedly_answers_503_on_the_thread_and_on
             assert out.reason == "internal" and out.retry_after == 7 and "RuntimeError" in out.message
         with inner.consume("ldp.raw", "check") as c:  # published once each (the retry followed), answered 503
             assert sorted(r.value for r in c.records(idle_timeout=0.3)) == [b"a", b"b", b"c"]
+
+
+def test_a_groups_outcomes_reach_the_loop_in_one_delivery(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The publisher thread settles a group's uploads one after the other; the loop gets them all in one
+    delivery at the end, not each as it is settled (which, on a loaded machine, cost the loop one wake-up and
+    one iteration per upload, and the native front one ``answer_many`` per upload). Each settling is slowed to
+    40 ms here, so that an idle loop would drain each one apart: they then arrive >= 80 ms apart, not at once."""
+    import collector.ingest as ingest
+
+    settle = ingest._settle
+
+    def slow_settle(fut: Any, result: Any = None, exc: BaseException | None = None) -> None:
+        settle(fut, result, exc)
+        time.sleep(0.04)
+
+    monkeypatch.setattr(ingest, "_settle", slow_settle)
+
+    async def main() -> list[float]:
+        loop = asyncio.get_running_loop()
+        arrived: list[float] = []
+        with open_transport(f"sqlite:///{tmp_path}/log.sqlite3") as tr:
+            ing = Ingestor(tr, "ldp.raw", BatchIdStore(tmp_path / "ids.sqlite3"), partitions=1, threads=1)
+            ing.start()
+            try:
+                waiters = [ing.submit_async(os.urandom(16), b"k", b"v%d" % i, 1, "m", loop) for i in range(3)]
+                for w in waiters:  # a done callback runs in the loop iteration after the delivery
+                    w.add_done_callback(lambda _: arrived.append(loop.time()))
+                assert await asyncio.wait_for(asyncio.gather(*waiters), 30) == ["accepted"] * 3
+            finally:
+                ing.stop()
+        return arrived
+
+    arrived = asyncio.run(main())
+    assert max(arrived) - min(arrived) < 0.02, arrived

@@ -1,0 +1,253 @@
+"""The Python CPU per upload of the native front's bridge vs the ASGI path's handler, without HTTP.
+
+What the native front (native/front, issue 31) leaves to Python is :class:`collector.http.front_bridge.FrontBridge`:
+take a batch of uploads, run each through ``UploadHandler.start``, publish, answer in one ``answer_many``. This
+measures that, against the ASGI path as uvicorn drives it after parsing HTTP: ``CollectorApp(scope, receive,
+send)``, one task per upload (the ASGI messages included, uvicorn's own parsing and writing not).
+
+Both modes run one collector app each (the embedded sqlite log transport, the default settings) on one event
+loop (uvloop unless ``--loop asyncio``), in rounds that alternate between them: ``--uploads`` binary frames of
+``--reports`` OLH reports (each a fresh batch id, so every one is published) in waves of ``--wave``
+concurrent uploads. For the bridge, a wave is queued at once on a minimal in-process front (a deque and an
+eventfd; the Rust front's queue costs Python only the tuples ``take_nowait`` builds). Counted per upload:
+the event loop thread's CPU time (``time.thread_time``; what the front's Python half costs) and the whole
+process's (``time.process_time``; the publisher threads' group commits into the log and the batch-id store
+included). Figures are medians over ``--rounds`` rounds. Usage::
+
+    .venv/bin/python benchmarks/bench_front_bridge.py
+    .venv/bin/python benchmarks/bench_front_bridge.py --quick --json
+
+Results print as Markdown (or JSON with ``--json``) and go to ``benchmarks/results/front_bridge.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import collections
+import json
+import os
+import pathlib
+import platform
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from typing import Any
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from collector.http.app import CollectorApp, create_app  # noqa: E402
+from collector.http.front_bridge import FrontBridge  # noqa: E402
+from collector.settings import CollectorSettings  # noqa: E402
+from ldp_core.days import utc_day  # noqa: E402
+from ldp_core.metrics import load_metrics  # noqa: E402
+from ldp_core.wire.frames import FRAME_CONTENT_TYPE, ReportBatch, encode_frame  # noqa: E402
+
+METRICS = ROOT / "metrics" / "example.json"
+METRIC = "emoji_used"
+
+
+class _Front:
+    """The front's queue and answer side at the least Python cost: a deque, an eventfd, answers counted."""
+
+    def __init__(self) -> None:
+        self.fd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
+        self.queue: collections.deque[tuple[int, bytes, str, None, None, None]] = collections.deque()
+        self.answered = 0
+        self.statuses: collections.Counter[int] = collections.Counter()
+        self.target = 0
+        self.done: asyncio.Event | None = None
+
+    def offer(self, bodies: list[bytes], first: int) -> None:
+        self.queue.extend((first + i, b, FRAME_CONTENT_TYPE, None, None, None) for i, b in enumerate(bodies))
+        os.eventfd_write(self.fd, 1)
+
+    def notify_fd(self) -> int:
+        return self.fd
+
+    def take_nowait(self, max_items: int) -> list[tuple[int, bytes, str, None, None, None]]:
+        q = self.queue
+        out = [q.popleft() for _ in range(min(max_items, len(q)))]
+        if not q:
+            try:
+                os.eventfd_read(self.fd)
+            except BlockingIOError:
+                pass
+        return out
+
+    def answer_many(self, answers: list[tuple[int, int, bytes, list[tuple[bytes, bytes]]]]) -> int:
+        for a in answers:
+            self.statuses[a[1]] += 1
+        self.answered += len(answers)
+        if self.answered >= self.target and self.done is not None:
+            self.done.set()
+        return len(answers)
+
+
+def _frames(n: int, reports: int, seed: int) -> list[bytes]:
+    """``n`` frames of the same ``reports`` OLH reports, each with a fresh batch id."""
+    import numpy as np
+
+    spec = load_metrics(METRICS, reject_expired=False)[METRIC].spec
+    rng = np.random.default_rng(seed)
+    records = spec.encode(rng.integers(0, spec.domain_size, reports), rng)
+    day = utc_day(time.time())
+    return [encode_frame(ReportBatch(METRIC, spec, day, records, batch_id=rng.bytes(16))) for _ in range(n)]
+
+
+async def _asgi_round(app: CollectorApp, bodies: list[bytes], wave: int) -> collections.Counter[int]:
+    statuses: collections.Counter[int] = collections.Counter()
+
+    async def one(body: bytes) -> None:
+        scope = {
+            "type": "http",
+            "method": "POST",
+            "path": "/v1/reports",
+            "headers": [(b"content-type", FRAME_CONTENT_TYPE.encode()), (b"content-length", str(len(body)).encode())],
+        }
+        sent = False
+
+        async def receive() -> dict[str, Any]:
+            nonlocal sent
+            if sent:
+                return {"type": "http.disconnect"}
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+
+        async def send(message: dict[str, Any]) -> None:
+            if message["type"] == "http.response.start":
+                statuses[message["status"]] += 1
+
+        await app(scope, receive, send)
+
+    for k in range(0, len(bodies), wave):
+        await asyncio.gather(*(one(b) for b in bodies[k : k + wave]))
+    return statuses
+
+
+async def _bridge_round(front: _Front, bodies: list[bytes], wave: int) -> collections.Counter[int]:
+    front.statuses = collections.Counter()
+    for k in range(0, len(bodies), wave):
+        part = bodies[k : k + wave]
+        front.answered, front.target, front.done = 0, len(part), asyncio.Event()
+        front.offer(part, k)
+        await front.done.wait()
+    return front.statuses
+
+
+async def _measure(round_: Callable[[list[bytes]], Any], bodies: list[bytes]) -> tuple[float, float]:
+    t_loop, t_proc = time.thread_time(), time.process_time()
+    statuses = await round_(bodies)
+    loop_cpu, proc_cpu = time.thread_time() - t_loop, time.process_time() - t_proc
+    if statuses != {202: len(bodies)}:
+        raise SystemExit(f"unexpected answers: {dict(statuses)}")
+    return loop_cpu / len(bodies) * 1e6, proc_cpu / len(bodies) * 1e6
+
+
+async def _bench(args: argparse.Namespace, tmp: pathlib.Path) -> dict[str, Any]:
+    per_round = args.uploads
+    frames = _frames(per_round * (args.rounds + 1) * 2, args.reports, args.seed)
+    apps = {}
+    for mode in ("asgi", "bridge"):
+        settings = CollectorSettings(
+            metrics_path=str(METRICS),
+            transport_url=f"sqlite:///{tmp}/{mode}.log.sqlite3",
+            dedup_path=str(tmp / f"{mode}.ids.sqlite3"),
+            raw_partitions=1,
+        )
+        apps[mode] = create_app(settings, metrics_route=False)
+    front = _Front()
+    bridge = FrontBridge.for_app(apps["bridge"])
+    async with (
+        apps["asgi"].fastapi.router.lifespan_context(apps["asgi"].fastapi),
+        apps["bridge"].fastapi.router.lifespan_context(apps["bridge"].fastapi),
+    ):
+        bridge.attach(front)
+        rounds: dict[str, Callable[[list[bytes]], Any]] = {
+            "asgi": lambda b: _asgi_round(apps["asgi"], b, args.wave),
+            "bridge": lambda b: _bridge_round(front, b, args.wave),
+        }
+        results: dict[str, list[tuple[float, float]]] = {"asgi": [], "bridge": []}
+        it = iter(frames)
+        for r in range(args.rounds + 1):  # the first round of each warms up (not counted)
+            for mode in ("asgi", "bridge") if r % 2 == 0 else ("bridge", "asgi"):
+                if args.only not in (None, mode):
+                    continue
+                bodies = [next(it) for _ in range(per_round)]
+                got = await _measure(rounds[mode], bodies)
+                if r:
+                    results[mode].append(got)
+        bridge.detach()
+    os.close(front.fd)
+    out: dict[str, Any] = {
+        "uploads_per_round": per_round,
+        "rounds": args.rounds,
+        "reports_per_upload": args.reports,
+        "wave": args.wave,
+        "loop": args.loop,
+        "frame_bytes": len(frames[0]),
+        "python": platform.python_version(),
+        "cpus": os.cpu_count(),
+    }
+    for mode, rows in results.items():
+        if not rows:
+            continue
+        out[mode] = {
+            "loop_thread_us_per_upload": round(statistics.median(r[0] for r in rows), 1),
+            "process_us_per_upload": round(statistics.median(r[1] for r in rows), 1),
+            "loop_thread_us_rounds": [round(r[0], 1) for r in rows],
+        }
+    if args.only is None:
+        out["loop_thread_ratio_bridge_to_asgi"] = round(
+            out["bridge"]["loop_thread_us_per_upload"] / out["asgi"]["loop_thread_us_per_upload"], 3
+        )
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--uploads", type=int, default=2000, help="uploads per round and mode (default 2000)")
+    p.add_argument("--rounds", type=int, default=7, help="counted rounds per mode (default 7)")
+    p.add_argument("--reports", type=int, default=1000, help="reports per upload (default 1000)")
+    p.add_argument("--wave", type=int, default=64, help="concurrent uploads (default 64)")
+    p.add_argument("--loop", choices=("uvloop", "asyncio"), default="uvloop")
+    p.add_argument("--seed", type=int, default=9)
+    p.add_argument("--only", choices=("asgi", "bridge"), help="run one path only (for a profiler)")
+    p.add_argument("--quick", action="store_true", help="500 uploads x 3 rounds")
+    p.add_argument("--json", action="store_true", help="print the results as JSON")
+    p.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "front_bridge.json"))
+    args = p.parse_args(argv)
+    if args.quick:
+        args.uploads, args.rounds = 500, 3
+    if args.loop == "uvloop":
+        import uvloop
+
+        runner: Callable[[Any], Any] = uvloop.run
+    else:
+        runner = asyncio.run
+    with tempfile.TemporaryDirectory() as tmp:
+        result = runner(_bench(args, pathlib.Path(tmp)))
+    pathlib.Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
+    if args.json:
+        print(json.dumps(result, indent=2))
+        return 0
+    print(
+        f"{args.uploads} uploads x {args.rounds} rounds, {args.reports} reports each, waves of {args.wave}, {args.loop}"
+    )
+    print("| path | loop thread us/upload | process us/upload |")
+    print("|---|---|---|")
+    for mode in ("asgi", "bridge"):
+        if mode not in result:
+            continue
+        r = result[mode]
+        print(f"| {mode} | {r['loop_thread_us_per_upload']} | {r['process_us_per_upload']} |")
+    if "loop_thread_ratio_bridge_to_asgi" in result:
+        print(f"bridge / asgi (loop thread): {result['loop_thread_ratio_bridge_to_asgi']}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
