@@ -72,6 +72,8 @@ class CollectorSettings:
     collector's name); redeemed tokens are kept in ``spent_path`` (SQLite, shared by the workers).
     ``allow_origins`` lists the web pages' origins (``https://app.example``, or ``*``) whose browsers may
     upload and fetch the metrics cross-origin (CORS, :mod:`collector.cors`); empty: no CORS answers.
+    ``front`` is what serves the device-facing socket: ``python`` (uvicorn) or ``native`` (the native upload
+    front, :mod:`collector.http.frontend`, which hands uploads to the app in batches and proxies the rest).
     """
 
     metrics_path: str
@@ -112,6 +114,7 @@ class CollectorSettings:
     public_metrics: bool = False
     metrics_host: str = "127.0.0.1"
     metrics_port: int = 0
+    front: str = "python"
 
     def __post_init__(self) -> None:
         # a comma-separated $LDP_COLLECTOR_ALLOW_ORIGINS, a list from JSON or a tuple from code
@@ -127,6 +130,8 @@ class CollectorSettings:
             raise ConfigError(f"public_metrics must be true or false, got {self.public_metrics!r}")
         if not isinstance(self.metrics_host, str) or not self.metrics_host:
             raise ConfigError("metrics_host must be an address to listen on, such as 127.0.0.1")
+        if self.front not in ("python", "native"):
+            raise ConfigError(f"front must be python or native, got {self.front!r}")
         if not isinstance(self.require_tokens, bool):
             raise ConfigError(f"require_tokens must be true or false, got {self.require_tokens!r}")
         if self.require_tokens and not self.token_keys:

@@ -69,11 +69,14 @@ def renderer(metrics: CollectorMetrics, runtime: dict[str, Any]) -> Callable[[],
     """What ``GET /metrics`` answers: this process's families, or, in prometheus-client's multiprocess mode
     (``$PROMETHEUS_MULTIPROC_DIR``, set by ``ldp collector --workers N``), every worker's
     (:class:`WholeCollector`). ``runtime["reading"]`` is the number of bodies being read, ``runtime["in_flight"]`` of uploads in progress
-    (both gauges are set from them when rendered, not on every upload)."""
+    (both gauges are set from them when rendered, not on every upload); ``runtime["on_render"]``, if any, lists
+    callables run first (the native front's refusals are counted then, :mod:`collector.http.frontend`)."""
     if os.environ.get(MULTIPROC_ENV):
         whole = WholeCollector(os.environ[MULTIPROC_ENV], store=metrics)
 
         def render_all() -> bytes:
+            for hook in runtime.get("on_render", ()):
+                hook()
             metrics.reading.set(runtime["reading"])
             metrics.in_flight.set(runtime["in_flight"])
             return whole.render()
@@ -81,6 +84,8 @@ def renderer(metrics: CollectorMetrics, runtime: dict[str, Any]) -> Callable[[],
         return render_all
 
     def render_own() -> bytes:
+        for hook in runtime.get("on_render", ()):
+            hook()
         metrics.reading.set(runtime["reading"])
         metrics.in_flight.set(runtime["in_flight"])
         return render(metrics.registry)

@@ -11,9 +11,7 @@ from __future__ import annotations
 
 import argparse
 import os
-import socket
 import sys
-from typing import Any
 
 from collector.errors import ConfigError
 from ldp_cli.options import add_log_level, add_metrics, add_transport, bind_socket, on_stop_signals, summary
@@ -174,6 +172,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=8080, help="port (default 8080; 0 picks a free one)")
     p.add_argument("--workers", type=int, default=1, help="uvicorn worker processes (default 1)")
+    p.add_argument(
+        "--front",
+        choices=("python", "native"),
+        default=None,
+        help="what serves the device-facing port: python (uvicorn) or native (the native upload front, one worker; "
+        "docs/COLLECTOR.md) (default $LDP_COLLECTOR_FRONT, else python)",
+    )
     add_log_level(p)
     p.set_defaults(func=run)
 
@@ -188,13 +193,13 @@ def run(args: argparse.Namespace) -> int:
     overrides = {dest: getattr(args, dest) for _, dest, _, _ in _FLAGS}
     overrides.update(transport_url=args.transport_url, metrics_path=args.metrics_path, fl_enabled=args.fl_enabled)
     overrides.update(require_tokens=args.require_tokens, allow_origins=args.allow_origins)
-    overrides.update(public_metrics=args.public_metrics)
+    overrides.update(public_metrics=args.public_metrics, front=args.front)
     overrides.update(metrics_host=args.metrics_host, metrics_port=args.metrics_port)
     try:
         settings = CollectorSettings.from_env(**overrides)
-        app = create_app(
-            settings, metrics_route=settings.public_metrics
-        )  # loads and checks the metrics file before listening
+        if settings.front == "native" and args.workers > 1:
+            raise ConfigError("--front native serves one worker: run several collectors (docs/COLLECTOR.md)")
+        app = create_app(settings, metrics_route=settings.public_metrics)  # checks the metrics file first
     except ConfigError as exc:
         print(f"ldp collector: error: {exc}", file=sys.stderr)
         return 2
@@ -221,9 +226,19 @@ def run(args: argparse.Namespace) -> int:
         return 0
     sock = bind_socket(args.host, args.port, backlog=2048)  # connections wait in the backlog until uvicorn accepts them
     host, port = sock.getsockname()[:2]
+    from collector.http.frontend import NativeFront, make_server, serve
+
+    native = None
+    if settings.front == "native":  # the front takes the device-facing socket, uvicorn a loopback one for the rest
+        try:
+            native = NativeFront(settings, sock)
+        except ConfigError as exc:
+            print(f"ldp collector: error: {exc}", file=sys.stderr)
+            return 2
+        sock = native.inner
     print(f"ldp collector: listening on http://{host}:{port} (transport {settings.transport_url})", flush=True)
     print(mline, end="\n" if mline else "", flush=True)
-    server = uvicorn.Server(uvicorn.Config(app, **common))
+    server = make_server(uvicorn.Config(app, **common), native)
     # uvicorn shuts down gracefully on SIGTERM/SIGINT, then re-raises the signal with the handlers it found
     # installed; these make that a normal exit
     on_stop_signals(_exit_normally)
@@ -232,23 +247,10 @@ def run(args: argparse.Namespace) -> int:
     except ImportError:  # an older uvicorn: the default loop
         import asyncio
 
-        asyncio.run(_serve(server, sock, msock, app))
+        asyncio.run(serve(server, sock, msock, app, native))
     else:
-        asyncio_run(_serve(server, sock, msock, app), loop_factory=server.config.get_loop_factory())
+        asyncio_run(serve(server, sock, msock, app, native), loop_factory=server.config.get_loop_factory())
     return 0
-
-
-async def _serve(server: Any, sock: socket.socket, msock: socket.socket | None, app: Any) -> None:
-    from collector.http.monitoring import start_metrics_listener
-    from collector.http.workers import renderer
-
-    render_now = renderer(app.metrics, app.state.runtime)
-    listener = None if msock is None else await start_metrics_listener(msock, render_now)
-    try:
-        await server.serve(sockets=[sock])
-    finally:
-        if listener is not None:
-            listener.close()
 
 
 def _exit_normally(signum: int, frame: object) -> None:
