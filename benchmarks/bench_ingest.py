@@ -71,7 +71,7 @@ class Collector:
     """``ldp collector`` in a subprocess; with ``peer`` (``read`` or ``parse``), ``benchmarks/ingest_peer.py``
     instead: the same HTTP stack whose endpoint only reads the body (and parses the frame), publishing nothing."""
 
-    def __init__(self, url: str, topic: str, tmp: pathlib.Path, peer: str | None = None) -> None:
+    def __init__(self, url: str, topic: str, tmp: pathlib.Path, peer: str | None = None, front: str = "python") -> None:
         args = [
             sys.executable,
             "-m",
@@ -89,6 +89,8 @@ class Collector:
             str(tmp / f"ids-{topic}.sqlite3"),
             "--max-in-flight",
             "4096",
+            "--front",
+            front,
         ]
         if peer is not None:
             args = [sys.executable, str(ROOT / "benchmarks" / "ingest_peer.py"), peer]
@@ -168,10 +170,16 @@ def _broker_pid() -> int | None:
 
 
 def bench_ingest(
-    url: str, tmp: pathlib.Path, reports: int, seconds: float, connections: int, peer: str | None = None
+    url: str,
+    tmp: pathlib.Path,
+    reports: int,
+    seconds: float,
+    connections: int,
+    peer: str | None = None,
+    front: str = "python",
 ) -> dict[str, float]:
     topic = f"bench.raw-{uuid.uuid4().hex[:8]}"
-    collector = Collector(url, topic, tmp, peer)
+    collector = Collector(url, topic, tmp, peer, front)
     broker = _broker_pid() if url.startswith("kafka://") and peer is None else None
     try:
         template = _template(reports)
@@ -293,6 +301,13 @@ def main() -> None:
         "with the native front installed (ldp_front, scripts/build-front), also 'front-read': the front reads the "
         "uploads and Python answers each batch 202 at once",
     )
+    ap.add_argument(
+        "--native",
+        action="store_true",
+        help="also load, interleaved in the same runs, the collector with --front native (the native upload front, "
+        "scripts/build-front): its figures go to 'ingest_native', its CPU per report against the Python front's and "
+        "each peer's to 'native_cpu_vs_python' and 'collector_native_cpu_vs_<peer>'",
+    )
     args = ap.parse_args()
     if args.quick:
         args.runs, args.seconds, args.batches = 1, 2.0, 500
@@ -317,7 +332,7 @@ def main() -> None:
         elif args.peers:
             print("bench_ingest: ldp_front is not installed (scripts/build-front): no front-read peer", file=sys.stderr)
         runs, peer_runs = [], {p: [] for p in peers}  # type: ignore[var-annotated]
-        before_runs = []
+        before_runs, native_runs = [], []
         for _ in range(args.runs):
             if args.before:
                 os.environ["LDP_BENCH_COLLECTOR_TREE"] = args.before
@@ -326,6 +341,8 @@ def main() -> None:
                 finally:
                     del os.environ["LDP_BENCH_COLLECTOR_TREE"]
             runs.append(bench_ingest(url, tmp, args.reports, args.seconds, args.connections))
+            if args.native:
+                native_runs.append(bench_ingest(url, tmp, args.reports, args.seconds, args.connections, front="native"))
             for p in peers:
                 peer_runs[p].append(bench_ingest(url, tmp, args.reports, args.seconds, args.connections, p))
         results["ingest_runs"] = runs
@@ -335,11 +352,20 @@ def main() -> None:
             results["ingest_before_runs"] = before_runs
             results["ingest_before"] = {k: statistics.median(r[k] for r in before_runs) for k in before_runs[0]}
             results["collector_cpu_after_vs_before"] = cpu / results["ingest_before"]["collector_cpu_s_per_m_reports"]
+        if native_runs:
+            results["ingest_native_runs"] = native_runs
+            results["ingest_native"] = {k: statistics.median(r[k] for r in native_runs) for k in native_runs[0]}
+            results["native_cpu_vs_python"] = results["ingest_native"]["collector_cpu_s_per_m_reports"] / cpu  # type: ignore[index]
         for p, pruns in peer_runs.items():
             med = {k: statistics.median(r[k] for r in pruns) for k in pruns[0]}
             results[f"peer_{p}_runs"] = pruns
             results[f"peer_{p}"] = med
             results[f"collector_cpu_vs_{p}"] = cpu / med["collector_cpu_s_per_m_reports"]
+            if native_runs:
+                results[f"collector_native_cpu_vs_{p}"] = (
+                    results["ingest_native"]["collector_cpu_s_per_m_reports"]  # type: ignore[index]
+                    / med["collector_cpu_s_per_m_reports"]
+                )
         if "front-read" in peer_runs and "read" in peer_runs:
             results["front_read_cpu_vs_read"] = (
                 results["peer_front-read"]["collector_cpu_s_per_m_reports"]  # type: ignore[index]
@@ -374,6 +400,19 @@ def main() -> None:
                 f"| the same, collector of {args.before} | {b['reports_per_s']:,.0f} | CPU s per million reports: "
                 f"collector {b['collector_cpu_s_per_m_reports']:.3f} (after/before "
                 f"{results['collector_cpu_after_vs_before']:.2f}) |"
+            )
+        if "ingest_native" in results:
+            n = results["ingest_native"]
+            print(
+                f"| the same, `--front native` | {n['reports_per_s']:,.0f} | p50 {n['latency_p50_ms']:.1f} ms, "
+                f"p99 {n['latency_p99_ms']:.1f} ms; CPU s per million reports: collector "
+                f"{n['collector_cpu_s_per_m_reports']:.3f} ({results['native_cpu_vs_python']:.2f}× the Python front's)"
+                + "".join(
+                    f"; {results[f'collector_native_cpu_vs_{p}']:.2f}× the {p} peer's"
+                    for p in ("read", "parse", "front-read")
+                    if f"collector_native_cpu_vs_{p}" in results
+                )
+                + " |"
             )
         for p in ("read", "parse", "front-read"):
             if f"peer_{p}" in results:
