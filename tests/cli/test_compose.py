@@ -168,13 +168,39 @@ def test_state_lives_on_volumes(compose: dict[str, Any]) -> None:
 
 
 def test_the_dockerfile_builds_the_ldp_entry_point() -> None:
+    import tomllib
+
     text = (ROOT / "Dockerfile").read_text()
     assert re.search(r'^ENTRYPOINT \["ldp"\]$', text, re.M)
     assert re.search(r'pip install .*"\.\[server\]"', text)
-    for folder in ("client_sdk", "pipeline", "collector", "estimator", "simulator", "ldp_cli", "metrics"):
+    # every package the wheel is made of (pyproject's list, so that a new top-level package cannot be left out
+    # of the image: ldp_core was), and the metrics file
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    packages = [p.rstrip("*") for p in project["tool"]["setuptools"]["packages"]["find"]["include"]]
+    assert "ldp_core" in packages
+    for folder in (*packages, "metrics"):
         assert re.search(rf"^COPY {folder} \./{folder}$", text, re.M), folder
     assert re.search(r"^USER ldp$", text, re.M)
     assert 'ldp = "ldp_cli.main:main"' in (ROOT / "pyproject.toml").read_text()
+
+
+def test_the_image_carries_the_native_front_the_compose_collector_serves_with() -> None:
+    """The compose collector runs ``--front native``: the image builds ``ldp_front`` (and the compiled opener) from
+    native/ in a builder stage and installs the wheels with the server extras."""
+    text = (ROOT / "Dockerfile").read_text()
+    assert re.search(r"^FROM python:3\.11-slim AS native$", text, re.M)
+    for crate in ("front", "opener"):
+        assert re.search(rf"^COPY native/{crate} /src/{crate}$", text, re.M), crate
+        assert f"maturin build --release --locked -m /src/{crate}/Cargo.toml -o /wheels" in text, crate
+    assert re.search(r"^COPY --from=native /wheels /tmp/wheels$", text, re.M)
+    assert re.search(r'pip install --no-cache-dir "\.\[server\]" /tmp/wheels/\*\.whl', text)
+
+
+def test_the_compose_collector_serves_its_port_with_the_native_front(compose: dict[str, Any]) -> None:
+    """One worker (the native front serves one process; the CLI refuses more), the front named on the command."""
+    col = parse(compose["services"]["collector"]["command"])
+    assert col.front == "native"
+    assert col.workers == 1
 
 
 def test_every_service_has_a_readiness_healthcheck_the_status_checker_accepts(compose: dict[str, Any]) -> None:
