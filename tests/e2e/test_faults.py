@@ -120,10 +120,16 @@ def transport_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     return f"kafka://{request.getfixturevalue('kafka_bootstrap')}"
 
 
-@pytest.mark.parametrize("transport_url", ["embedded", pytest.param("kafka", marks=pytest.mark.kafka)], indirect=True)
-def test_kill_9_each_component_mid_stream(tmp_path: Path, transport_url: str) -> None:
+@pytest.mark.parametrize(
+    ("transport_url", "front"),
+    [("embedded", "python"), ("embedded", "native"), pytest.param("kafka", "python", marks=pytest.mark.kafka)],
+    indirect=["transport_url"],
+)
+def test_kill_9_each_component_mid_stream(tmp_path: Path, transport_url: str, front: str) -> None:
+    """Each component killed with SIGKILL mid-stream and restarted; ``front="native"``: the collector serves its
+    port with the native upload front (the uploads it held die with it, and the devices' retries land once)."""
     metrics_path, day, fleet, batches = _setup(tmp_path, 5000, seed=31)
-    procs = PipelineProcs(tmp_path, transport_url, metrics_path, min_batch=FRAME)
+    procs = PipelineProcs(tmp_path, transport_url, metrics_path, min_batch=FRAME, front=front)
     procs.start()
     try:
         stream = PacedUpload(procs.collector_url, batches, interval=0.1, allowed=len(batches) // 5)
@@ -153,15 +159,19 @@ def _restart_broker(cfg: BrokerConfig) -> None:
 
 
 @pytest.mark.kafka
-def test_broker_restart_mid_stream_producers_lose_nothing(tmp_path: Path, second_broker: BrokerConfig) -> None:
+@pytest.mark.parametrize("front", ["python", "native"])
+def test_broker_restart_mid_stream_producers_lose_nothing(
+    tmp_path: Path, second_broker: BrokerConfig, front: str
+) -> None:
     """The broker is stopped and started again while devices upload: the collector holds the uploads
-    (or answers 503 and the devices retry), and afterwards every accepted batch is in the raw topic."""
+    (or answers 503 and the devices retry), and afterwards every accepted batch is in the raw topic; with either
+    front on the collector's port."""
     from ldp_core.wire.frames import decode_frame
     from pipeline.transport import open_transport
 
     metrics_path, day, fleet, batches = _setup(tmp_path, 1600, seed=43)
     url = f"kafka://{second_broker.bootstrap}"
-    procs = PipelineProcs(tmp_path, url, metrics_path, min_batch=FRAME)
+    procs = PipelineProcs(tmp_path, url, metrics_path, min_batch=FRAME, front=front)
     collector = procs["collector"]
     collector.start()
     try:

@@ -125,7 +125,9 @@ class PipelineProcs:
         min_batch: int,
         partitions: int = 3,
         session_timeout: float = 3.0,
+        front: str = "python",
     ) -> None:
+        """``front``: what serves the collector's port (``ldp collector --front``)."""
         run = uuid.uuid4().hex[:8]
         self.workdir = workdir
         self.raw, self.shuffled, self.state = (
@@ -156,6 +158,8 @@ class PipelineProcs:
                     "--dedup",
                     str(workdir / "collector-ids.sqlite3"),
                     "--public-metrics",  # the reconciliation tests read the counters at the collector's URL
+                    "--front",
+                    front,
                 ],
                 workdir / "collector.log",
                 "listening on",

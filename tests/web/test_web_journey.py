@@ -194,6 +194,7 @@ class Deployment:
         self.collector_url = f"http://127.0.0.1:{ports['8080']}"
         self.estimator_url = f"http://127.0.0.1:{ports['8090']}"
         self.issuer_url = f"http://127.0.0.1:{ports['8091']}"
+        self.collector_metrics_url = f"http://127.0.0.1:{ports['9464']}/metrics"
         self.dataset = workdir / "dataset"
         issuer_state = workdir / "issuer"
         paths = {
@@ -541,6 +542,10 @@ def test_web_journey_through_the_compose_deployment(tmp_path: Path) -> None:
         with sqlite3.connect(tmp_path / "spent-tokens.sqlite3") as conn:
             spent = int(conn.execute("SELECT COUNT(*) FROM spent").fetchone()[0])
         assert spent == 2 * USERS * len(JOURNEY_METRICS), spent
+        # the compose collector serves its port with the native front: every upload went its fast path, the
+        # rest (metrics document, token keys, CORS preflights, readiness) through its proxy to the app
+        front = front_events(dep)
+        assert front["uploads"] >= spent and front["proxied"] >= 2, front
         (tmp_path / "journey.json").write_text(json.dumps({"web": web, "total": total, "batch": batch}))
     finally:
         dep.stop()
@@ -550,6 +555,13 @@ def test_web_journey_through_the_compose_deployment(tmp_path: Path) -> None:
     check_distribution(metrics, truth, web_bins, total_bins)
     check_heavy_hitters(users, web, total, batch)
     check_batch_agrees(total, batch)
+
+
+def front_events(dep: Deployment) -> dict[str, float]:
+    """``ldp_collector_front_events_total`` by event, from the collector's operational-metrics port."""
+    text = httpx.get(dep.collector_metrics_url, timeout=30).text
+    found = re.findall(r'^ldp_collector_front_events_total\{event="(\w+)"\} (\S+)$', text, re.M)
+    return {event: float(value) for event, value in found}
 
 
 def check_heavy_hitters(users: list[dict[str, list[Any]]], web: Any, total: Any, batch: Any) -> None:
