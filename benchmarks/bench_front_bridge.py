@@ -5,19 +5,22 @@ take a batch of uploads, run each through ``UploadHandler.start``, publish, answ
 measures that, against the ASGI path as uvicorn drives it after parsing HTTP: ``CollectorApp(scope, receive,
 send)``, one task per upload (the ASGI messages included, uvicorn's own parsing and writing not).
 
-Both modes run one collector app each (the embedded sqlite log transport, the default settings) on one event
+Both modes run one collector app each (the embedded sqlite log transport, or Kafka with ``--transport kafka``;
+the default settings otherwise) on one event
 loop (uvloop unless ``--loop asyncio``), in rounds that alternate between them: ``--uploads`` binary frames of
 ``--reports`` OLH reports (each a fresh batch id, so every one is published) in waves of ``--wave``
 concurrent uploads. For the bridge, a wave is queued at once on a minimal in-process front (a deque and an
 eventfd; the Rust front's queue costs Python only the tuples ``take_nowait`` builds). Counted per upload:
 the event loop thread's CPU time (``time.thread_time``; what the front's Python half costs) and the whole
 process's (``time.process_time``; the publisher threads' group commits into the log and the batch-id store
-included). Figures are medians over ``--rounds`` rounds. Usage::
+included), and the time the garbage collector ran meanwhile (``gc.callbacks``). Figures are medians over ``--rounds`` rounds. Usage::
 
     .venv/bin/python benchmarks/bench_front_bridge.py
     .venv/bin/python benchmarks/bench_front_bridge.py --quick --json
+    .venv/bin/python benchmarks/bench_front_bridge.py --transport kafka   # Kafka at $LDP_KAFKA_BOOTSTRAP
 
-Results print as Markdown (or JSON with ``--json``) and go to ``benchmarks/results/front_bridge.json``.
+Results print as Markdown (or JSON with ``--json``) and go to ``benchmarks/results/front_bridge.json``
+(``front_bridge-kafka.json`` with Kafka).
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import collections
+import gc
 import json
 import os
 import pathlib
@@ -33,6 +37,7 @@ import statistics
 import sys
 import tempfile
 import time
+import uuid
 from collections.abc import Callable
 from typing import Any
 
@@ -55,8 +60,9 @@ class _Front:
 
     def __init__(self) -> None:
         self.fd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
-        self.queue: collections.deque[tuple[int, bytes, str, None, None, None]] = collections.deque()
+        self.queue: collections.deque[tuple[int, bytes, str, str | None, str | None, str | None]] = collections.deque()
         self.answered = 0
+        self.calls = 0
         self.statuses: collections.Counter[int] = collections.Counter()
         self.target = 0
         self.done: asyncio.Event | None = None
@@ -68,7 +74,7 @@ class _Front:
     def notify_fd(self) -> int:
         return self.fd
 
-    def take_nowait(self, max_items: int) -> list[tuple[int, bytes, str, None, None, None]]:
+    def take_nowait(self, max_items: int) -> list[tuple[int, bytes, str, str | None, str | None, str | None]]:
         q = self.queue
         out = [q.popleft() for _ in range(min(max_items, len(q)))]
         if not q:
@@ -79,6 +85,7 @@ class _Front:
         return out
 
     def answer_many(self, answers: list[tuple[int, int, bytes, list[tuple[bytes, bytes]]]]) -> int:
+        self.calls += 1
         for a in answers:
             self.statuses[a[1]] += 1
         self.answered += len(answers)
@@ -138,25 +145,46 @@ async def _bridge_round(front: _Front, bodies: list[bytes], wave: int) -> collec
     return front.statuses
 
 
-async def _measure(round_: Callable[[list[bytes]], Any], bodies: list[bytes]) -> tuple[float, float]:
-    t_loop, t_proc = time.thread_time(), time.process_time()
+class _GcClock:
+    """The wall time the cyclic garbage collector ran (on any thread), from ``gc.callbacks``."""
+
+    def __init__(self) -> None:
+        self.total = 0.0
+        self._t0 = 0.0
+        gc.callbacks.append(self._cb)
+
+    def _cb(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._t0 = time.perf_counter()
+        else:
+            self.total += time.perf_counter() - self._t0
+
+
+async def _measure(
+    round_: Callable[[list[bytes]], Any], bodies: list[bytes], gc_clock: _GcClock
+) -> tuple[float, float, float]:
+    t_loop, t_proc, t_gc = time.thread_time(), time.process_time(), gc_clock.total
     statuses = await round_(bodies)
     loop_cpu, proc_cpu = time.thread_time() - t_loop, time.process_time() - t_proc
     if statuses != {202: len(bodies)}:
         raise SystemExit(f"unexpected answers: {dict(statuses)}")
-    return loop_cpu / len(bodies) * 1e6, proc_cpu / len(bodies) * 1e6
+    n = len(bodies)
+    return loop_cpu / n * 1e6, proc_cpu / n * 1e6, (gc_clock.total - t_gc) / n * 1e6
 
 
 async def _bench(args: argparse.Namespace, tmp: pathlib.Path) -> dict[str, Any]:
     per_round = args.uploads
     frames = _frames(per_round * (args.rounds + 1) * 2, args.reports, args.seed)
     apps = {}
+    run = uuid.uuid4().hex[:8]
     for mode in ("asgi", "bridge"):
+        url = f"sqlite:///{tmp}/{mode}.log.sqlite3" if args.transport == "sqlite" else f"kafka://{args.bootstrap}"
         settings = CollectorSettings(
             metrics_path=str(METRICS),
-            transport_url=f"sqlite:///{tmp}/{mode}.log.sqlite3",
+            transport_url=url,
             dedup_path=str(tmp / f"{mode}.ids.sqlite3"),
             raw_partitions=1,
+            raw_topic=f"ldp.bench.bridge-{run}-{mode}",
         )
         apps[mode] = create_app(settings, metrics_route=False)
     front = _Front()
@@ -166,21 +194,23 @@ async def _bench(args: argparse.Namespace, tmp: pathlib.Path) -> dict[str, Any]:
         apps["bridge"].fastapi.router.lifespan_context(apps["bridge"].fastapi),
     ):
         bridge.attach(front)
+        gc_clock = _GcClock()
         rounds: dict[str, Callable[[list[bytes]], Any]] = {
             "asgi": lambda b: _asgi_round(apps["asgi"], b, args.wave),
             "bridge": lambda b: _bridge_round(front, b, args.wave),
         }
-        results: dict[str, list[tuple[float, float]]] = {"asgi": [], "bridge": []}
+        results: dict[str, list[tuple[float, float, float]]] = {"asgi": [], "bridge": []}
         it = iter(frames)
         for r in range(args.rounds + 1):  # the first round of each warms up (not counted)
             for mode in ("asgi", "bridge") if r % 2 == 0 else ("bridge", "asgi"):
                 if args.only not in (None, mode):
                     continue
                 bodies = [next(it) for _ in range(per_round)]
-                got = await _measure(rounds[mode], bodies)
+                got = await _measure(rounds[mode], bodies, gc_clock)
                 if r:
                     results[mode].append(got)
         bridge.detach()
+        taken = bridge.stats["taken"]
     os.close(front.fd)
     out: dict[str, Any] = {
         "uploads_per_round": per_round,
@@ -188,6 +218,7 @@ async def _bench(args: argparse.Namespace, tmp: pathlib.Path) -> dict[str, Any]:
         "reports_per_upload": args.reports,
         "wave": args.wave,
         "loop": args.loop,
+        "transport": args.transport,
         "frame_bytes": len(frames[0]),
         "python": platform.python_version(),
         "cpus": os.cpu_count(),
@@ -198,8 +229,11 @@ async def _bench(args: argparse.Namespace, tmp: pathlib.Path) -> dict[str, Any]:
         out[mode] = {
             "loop_thread_us_per_upload": round(statistics.median(r[0] for r in rows), 1),
             "process_us_per_upload": round(statistics.median(r[1] for r in rows), 1),
+            "gc_us_per_upload": round(statistics.median(r[2] for r in rows), 1),
             "loop_thread_us_rounds": [round(r[0], 1) for r in rows],
         }
+    if results["bridge"]:
+        out["bridge"]["answers_per_answer_many"] = round(taken / front.calls, 1)
     if args.only is None:
         out["loop_thread_ratio_bridge_to_asgi"] = round(
             out["bridge"]["loop_thread_us_per_upload"] / out["asgi"]["loop_thread_us_per_upload"], 3
@@ -214,12 +248,21 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--reports", type=int, default=1000, help="reports per upload (default 1000)")
     p.add_argument("--wave", type=int, default=64, help="concurrent uploads (default 64)")
     p.add_argument("--loop", choices=("uvloop", "asyncio"), default="uvloop")
+    p.add_argument("--transport", choices=("sqlite", "kafka"), default="sqlite")
+    p.add_argument(
+        "--bootstrap",
+        default=os.environ.get("LDP_KAFKA_BOOTSTRAP", "127.0.0.1:9092"),
+        help="Kafka's address with --transport kafka (default $LDP_KAFKA_BOOTSTRAP or 127.0.0.1:9092)",
+    )
     p.add_argument("--seed", type=int, default=9)
     p.add_argument("--only", choices=("asgi", "bridge"), help="run one path only (for a profiler)")
     p.add_argument("--quick", action="store_true", help="500 uploads x 3 rounds")
     p.add_argument("--json", action="store_true", help="print the results as JSON")
-    p.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "front_bridge.json"))
+    p.add_argument("--out", help="results file (default benchmarks/results/front_bridge[-kafka].json)")
     args = p.parse_args(argv)
+    if args.out is None:
+        name = "front_bridge.json" if args.transport == "sqlite" else "front_bridge-kafka.json"
+        args.out = str(ROOT / "benchmarks" / "results" / name)
     if args.quick:
         args.uploads, args.rounds = 500, 3
     if args.loop == "uvloop":
@@ -235,15 +278,18 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(result, indent=2))
         return 0
     print(
-        f"{args.uploads} uploads x {args.rounds} rounds, {args.reports} reports each, waves of {args.wave}, {args.loop}"
+        f"{args.uploads} uploads x {args.rounds} rounds, {args.reports} reports each, waves of {args.wave}, "
+        f"{args.loop}, {args.transport}"
     )
-    print("| path | loop thread us/upload | process us/upload |")
-    print("|---|---|---|")
+    print("| path | loop thread us/upload | process us/upload | of which garbage collection |")
+    print("|---|---|---|---|")
     for mode in ("asgi", "bridge"):
         if mode not in result:
             continue
         r = result[mode]
-        print(f"| {mode} | {r['loop_thread_us_per_upload']} | {r['process_us_per_upload']} |")
+        print(f"| {mode} | {r['loop_thread_us_per_upload']} | {r['process_us_per_upload']} | {r['gc_us_per_upload']} |")
+    if "bridge" in result:
+        print(f"answers per answer_many call: {result['bridge']['answers_per_answer_many']}")
     if "loop_thread_ratio_bridge_to_asgi" in result:
         print(f"bridge / asgi (loop thread): {result['loop_thread_ratio_bridge_to_asgi']}")
     return 0
