@@ -9,8 +9,9 @@ Both modes run one collector app each (the embedded sqlite log transport, or Kaf
 the default settings otherwise) on one event
 loop (uvloop unless ``--loop asyncio``), in rounds that alternate between them: ``--uploads`` binary frames of
 ``--reports`` OLH reports (each a fresh batch id, so every one is published) in waves of ``--wave``
-concurrent uploads. For the bridge, a wave is queued at once on a minimal in-process front (a deque and an
-eventfd; the Rust front's queue costs Python only the tuples ``take_nowait`` builds). Counted per upload:
+concurrent uploads. For the bridge, a wave is queued at once on the tests' in-process front (a deque and an
+eventfd, tests/support/loopback_front.py; the Rust front's queue costs Python only the tuples ``take_nowait``
+builds). Counted per upload:
 the event loop thread's CPU time (``time.thread_time``; what the front's Python half costs) and the whole
 process's (``time.process_time``; the publisher threads' group commits into the log and the batch-id store
 included), and the time the garbage collector ran meanwhile (``gc.callbacks``). Figures are medians over ``--rounds`` rounds. Usage::
@@ -50,17 +51,18 @@ from collector.settings import CollectorSettings  # noqa: E402
 from ldp_core.days import utc_day  # noqa: E402
 from ldp_core.metrics import load_metrics  # noqa: E402
 from ldp_core.wire.frames import FRAME_CONTENT_TYPE, ReportBatch, encode_frame  # noqa: E402
+from tests.support.loopback_front import LoopbackFront  # noqa: E402
 
 METRICS = ROOT / "metrics" / "example.json"
 METRIC = "emoji_used"
 
 
-class _Front:
-    """The front's queue and answer side at the least Python cost: a deque, an eventfd, answers counted."""
+class _Front(LoopbackFront):
+    """The tests' stand-in for the Rust front, queueing a whole wave with one eventfd write and counting the
+    answers instead of keeping them (the least Python cost a front can add)."""
 
     def __init__(self) -> None:
-        self.fd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
-        self.queue: collections.deque[tuple[int, bytes, str, str | None, str | None, str | None]] = collections.deque()
+        super().__init__()
         self.answered = 0
         self.calls = 0
         self.statuses: collections.Counter[int] = collections.Counter()
@@ -68,21 +70,8 @@ class _Front:
         self.done: asyncio.Event | None = None
 
     def offer(self, bodies: list[bytes], first: int) -> None:
-        self.queue.extend((first + i, b, FRAME_CONTENT_TYPE, None, None, None) for i, b in enumerate(bodies))
-        os.eventfd_write(self.fd, 1)
-
-    def notify_fd(self) -> int:
-        return self.fd
-
-    def take_nowait(self, max_items: int) -> list[tuple[int, bytes, str, str | None, str | None, str | None]]:
-        q = self.queue
-        out = [q.popleft() for _ in range(min(max_items, len(q)))]
-        if not q:
-            try:
-                os.eventfd_read(self.fd)
-            except BlockingIOError:
-                pass
-        return out
+        self._queue.extend((first + i, b, FRAME_CONTENT_TYPE, None, None, None) for i, b in enumerate(bodies))
+        os.eventfd_write(self.notify_fd(), 1)
 
     def answer_many(self, answers: list[tuple[int, int, bytes, list[tuple[bytes, bytes]]]]) -> int:
         self.calls += 1
@@ -211,7 +200,7 @@ async def _bench(args: argparse.Namespace, tmp: pathlib.Path) -> dict[str, Any]:
                     results[mode].append(got)
         bridge.detach()
         taken = bridge.stats["taken"]
-    os.close(front.fd)
+    front.close()
     out: dict[str, Any] = {
         "uploads_per_round": per_round,
         "rounds": args.rounds,
