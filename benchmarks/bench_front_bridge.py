@@ -20,8 +20,11 @@ included), and the time the garbage collector ran meanwhile (``gc.callbacks``). 
     .venv/bin/python benchmarks/bench_front_bridge.py --quick --json
     .venv/bin/python benchmarks/bench_front_bridge.py --transport kafka   # Kafka at $LDP_KAFKA_BOOTSTRAP
 
-Results print as Markdown (or JSON with ``--json``) and go to ``benchmarks/results/front_bridge.json``
-(``front_bridge-kafka.json`` with Kafka).
+With ``--http`` it compares whole collectors over HTTP instead: ``ldp collector`` against the collector behind
+the native front (``benchmarks/front_collector.py``, which needs ``ldp_front``), under ``bench_ingest.py``'s
+load generator; counted is the collector process's CPU per answered upload (the front's threads included).
+
+Results print as Markdown (or JSON with ``--json``) and go to ``benchmarks/results/front_bridge[-http][-kafka].json``.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ import os
 import pathlib
 import platform
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -230,10 +234,82 @@ async def _bench(args: argparse.Namespace, tmp: pathlib.Path) -> dict[str, Any]:
     return out
 
 
+class _FrontProcess:
+    """``benchmarks/front_collector.py`` in a subprocess: the collector behind the native front."""
+
+    def __init__(self, url: str, topic: str, tmp: pathlib.Path, metrics: pathlib.Path) -> None:
+        args = [sys.executable, str(ROOT / "benchmarks" / "front_collector.py"), url, str(metrics), topic]
+        self.proc = subprocess.Popen(
+            [*args, str(tmp / f"ids-{topic}.sqlite3")],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=tmp,
+            env=dict(os.environ, PYTHONPATH=str(ROOT)),
+        )
+        line = self.proc.stdout.readline() if self.proc.stdout else ""
+        if "listening on" not in line:
+            raise SystemExit(f"the front's collector did not start: {line!r} {self.proc.communicate()[1]}")
+        self.host, port = line.split("http://")[1].split()[0].rsplit(":", 1)
+        self.port = int(port)
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        self.proc.communicate(timeout=60)
+
+
+def _http(args: argparse.Namespace) -> dict[str, Any]:
+    """Over HTTP: ``ldp collector`` against the collector behind the native front, in alternating runs of
+    ``--seconds`` under ``--connections`` keep-alive connections (bench_ingest.py's load generator); the
+    collector process's CPU (from ``/proc``, the front's threads included) per answered upload."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import bench_ingest as bi
+
+    rows: dict[str, list[dict[str, float]]] = {"asgi": [], "front": []}
+    with tempfile.TemporaryDirectory() as t:
+        tmp = pathlib.Path(t)
+        url = f"kafka://{args.bootstrap}" if args.transport == "kafka" else f"sqlite:///{tmp}/log.sqlite3"
+        template = bi._template(args.reports)
+        for r in range(args.rounds):
+            for kind in ("asgi", "front") if r % 2 == 0 else ("front", "asgi"):
+                topic = f"bench.raw-{uuid.uuid4().hex[:8]}"
+                server = bi.Collector(url, topic, tmp) if kind == "asgi" else _FrontProcess(url, topic, tmp, METRICS)
+                try:
+                    cpu0 = bi._cpu_seconds(server.proc.pid)
+                    latencies, counts = asyncio.run(
+                        bi._load(server.host, server.port, template, args.seconds, args.connections, 1.0)
+                    )
+                    cpu = bi._cpu_seconds(server.proc.pid) - cpu0
+                finally:
+                    server.stop()
+                answered = max(1, counts[0] + counts[1]) * (args.seconds + 1.0) / args.seconds
+                rows[kind].append(
+                    {
+                        "collector_us_per_upload": cpu / answered * 1e6,
+                        "reports_per_s": counts[0] * args.reports / args.seconds,
+                        "latency_p50_ms": statistics.median(latencies) * 1000 if latencies else float("nan"),
+                        "rejected": counts[1],
+                    }
+                )
+    out: dict[str, Any] = {
+        "mode": "http",
+        "transport": args.transport,
+        "reports_per_upload": args.reports,
+        "connections": args.connections,
+        "seconds": args.seconds,
+        "runs": args.rounds,
+    }
+    for kind, runs in rows.items():
+        out[kind] = {k: round(statistics.median(x[k] for x in runs), 1) for k in runs[0]}
+        out[kind]["collector_us_per_upload_runs"] = [round(x["collector_us_per_upload"], 1) for x in runs]
+    out["front_to_asgi"] = round(out["front"]["collector_us_per_upload"] / out["asgi"]["collector_us_per_upload"], 3)
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--uploads", type=int, default=2000, help="uploads per round and mode (default 2000)")
-    p.add_argument("--rounds", type=int, default=7, help="counted rounds per mode (default 7)")
+    p.add_argument("--rounds", type=int, help="counted rounds per mode (default 7; with --http runs of each, 3)")
     p.add_argument("--reports", type=int, default=1000, help="reports per upload (default 1000)")
     p.add_argument("--wave", type=int, default=64, help="concurrent uploads (default 64)")
     p.add_argument("--loop", choices=("uvloop", "asyncio"), default="uvloop")
@@ -245,15 +321,40 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--seed", type=int, default=9)
     p.add_argument("--only", choices=("asgi", "bridge"), help="run one path only (for a profiler)")
+    p.add_argument(
+        "--http",
+        action="store_true",
+        help="over HTTP instead: `ldp collector` vs the collector behind the native front (needs ldp_front); "
+        "--rounds runs of each",
+    )
+    p.add_argument("--seconds", type=float, default=5.0, help="with --http: load duration of a run (default 5)")
+    p.add_argument("--connections", type=int, default=256, help="with --http: connections (default 256)")
     p.add_argument("--quick", action="store_true", help="500 uploads x 3 rounds")
     p.add_argument("--json", action="store_true", help="print the results as JSON")
     p.add_argument("--out", help="results file (default benchmarks/results/front_bridge[-kafka].json)")
     args = p.parse_args(argv)
     if args.out is None:
-        name = "front_bridge.json" if args.transport == "sqlite" else "front_bridge-kafka.json"
+        name = "front_bridge" + ("-http" if args.http else "") + ("-kafka" if args.transport == "kafka" else "")
+        name += ".json"
         args.out = str(ROOT / "benchmarks" / "results" / name)
+    if args.rounds is None:
+        args.rounds = 3 if args.http else 7
     if args.quick:
-        args.uploads, args.rounds = 500, 3
+        args.uploads, args.rounds, args.seconds = 500, (1 if args.http else 3), 2.0
+    if args.http:
+        result = _http(args)
+        pathlib.Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
+        if args.json:
+            print(json.dumps(result, indent=2))
+            return 0
+        print(f"over HTTP, {args.transport}, {args.reports} reports per upload, {args.connections} connections")
+        print("| collector | CPU us per upload | reports/s | p50 ms |")
+        print("|---|---|---|---|")
+        for kind in ("asgi", "front"):
+            r = result[kind]
+            print(f"| {kind} | {r['collector_us_per_upload']} | {r['reports_per_s']:,.0f} | {r['latency_p50_ms']} |")
+        print(f"front / asgi: {result['front_to_asgi']}")
+        return 0
     if args.loop == "uvloop":
         import uvloop
 
