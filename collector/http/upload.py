@@ -184,7 +184,8 @@ class _Refused(Exception):
 
 
 class UploadHandler:
-    """One upload (:meth:`__call__`): media type, token, body, admission, decoding and checks, publishing.
+    """One upload (:meth:`__call__`): media type, token, body, admission, decoding and checks, publishing; or,
+    for a body the native front read, the same steps after the body without a coroutine (:meth:`start`).
 
     ``runtime`` is the app's state while it runs: the ``ingestor``, the ``json_decoder`` process pool
     (replaced by ``new_json_decoder()`` when its process dies), and the ``reading`` and ``in_flight``

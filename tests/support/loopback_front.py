@@ -1,5 +1,5 @@
 """An in-process stand-in for ``ldp_front.Front`` (the Rust front of native/front), for tests of
-:mod:`collector.http.front_bridge` only: no HTTP, no sockets. A test queues uploads with :meth:`put` as the
+:mod:`collector.http.front_bridge` and its benchmark only (not a product): no HTTP, no sockets. A test queues uploads with :meth:`put` as the
 native front does once it has read a body; the bridge takes them (``notify_fd`` is an eventfd, readable while
 uploads wait, cleared when ``take_nowait`` empties the queue) and answers with ``answer_many``, recorded in
 ``answers`` (by ticket) and ``calls`` (the size of each ``answer_many`` call)."""
