@@ -20,8 +20,8 @@ included), and the time the garbage collector ran meanwhile (``gc.callbacks``). 
     .venv/bin/python benchmarks/bench_front_bridge.py --quick --json
     .venv/bin/python benchmarks/bench_front_bridge.py --transport kafka   # Kafka at $LDP_KAFKA_BOOTSTRAP
 
-With ``--http`` it compares whole collectors over HTTP instead: ``ldp collector`` against the collector behind
-the native front (``benchmarks/front_collector.py``, which needs ``ldp_front``), under ``bench_ingest.py``'s
+With ``--http`` it compares whole collectors over HTTP instead: ``ldp collector`` against ``ldp collector
+--front native`` (which needs ``ldp_front``), under ``bench_ingest.py``'s
 load generator; counted is the collector process's CPU per answered upload (the front's threads included).
 
 Results print as Markdown (or JSON with ``--json``) and go to ``benchmarks/results/front_bridge[-http][-kafka].json``.
@@ -38,7 +38,6 @@ import os
 import pathlib
 import platform
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -234,30 +233,6 @@ async def _bench(args: argparse.Namespace, tmp: pathlib.Path) -> dict[str, Any]:
     return out
 
 
-class _FrontProcess:
-    """``benchmarks/front_collector.py`` in a subprocess: the collector behind the native front."""
-
-    def __init__(self, url: str, topic: str, tmp: pathlib.Path, metrics: pathlib.Path) -> None:
-        args = [sys.executable, str(ROOT / "benchmarks" / "front_collector.py"), url, str(metrics), topic]
-        self.proc = subprocess.Popen(
-            [*args, str(tmp / f"ids-{topic}.sqlite3")],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            cwd=tmp,
-            env=dict(os.environ, PYTHONPATH=str(ROOT)),
-        )
-        line = self.proc.stdout.readline() if self.proc.stdout else ""
-        if "listening on" not in line:
-            raise SystemExit(f"the front's collector did not start: {line!r} {self.proc.communicate()[1]}")
-        self.host, port = line.split("http://")[1].split()[0].rsplit(":", 1)
-        self.port = int(port)
-
-    def stop(self) -> None:
-        self.proc.terminate()
-        self.proc.communicate(timeout=60)
-
-
 def _http(args: argparse.Namespace) -> dict[str, Any]:
     """Over HTTP: ``ldp collector`` against the collector behind the native front, in alternating runs of
     ``--seconds`` under ``--connections`` keep-alive connections (bench_ingest.py's load generator); the
@@ -273,7 +248,7 @@ def _http(args: argparse.Namespace) -> dict[str, Any]:
         for r in range(args.rounds):
             for kind in ("asgi", "front") if r % 2 == 0 else ("front", "asgi"):
                 topic = f"bench.raw-{uuid.uuid4().hex[:8]}"
-                server = bi.Collector(url, topic, tmp) if kind == "asgi" else _FrontProcess(url, topic, tmp, METRICS)
+                server = bi.Collector(url, topic, tmp, front="python" if kind == "asgi" else "native")
                 try:
                     cpu0 = bi._cpu_seconds(server.proc.pid)
                     latencies, counts = asyncio.run(

@@ -163,11 +163,12 @@ def make_server(config: Any, native: NativeFront | None) -> Any:
 
     if native is None:
         return uvicorn.Server(config)
+    front = native
 
     class FrontedServer(uvicorn.Server):
         async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
-            s = native.settings
-            await native.stop(s.body_timeout + s.publish_timeout + 1.0)
+            s = front.settings
+            await front.stop(s.body_timeout + s.publish_timeout + 1.0)
             await super().shutdown(sockets=sockets)
 
     return FrontedServer(config)
