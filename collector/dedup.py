@@ -9,7 +9,7 @@ id with other content is refused (409), never silently dropped.
 ``ids_<day>(id_digest, content)`` (``WITHOUT ROWID``, keyed by the digest),
 in WAL mode: a keyed digest (HMAC-SHA-256 under a random key kept in the
 file, truncated to 16 bytes) of each batch id accepted that day and a
-digest of its re-encoded frame. No time finer than the day is stored (the
+digest of its re-encoded frame (:func:`content_digest`). No time finer than the day is stored (the
 day is the table's name): the batch id also travels on the raw topic, and
 the transports coarsen record times to the day, so an accept time kept here
 would give each upload's arrival time back to whoever holds both. An id is
@@ -31,10 +31,22 @@ schema (``batch_ids(id, expires)``, accept time + TTL to the microsecond)
 is upgraded in place (its expiries reduced to days, then the file vacuumed
 so the old values do not linger in free pages), and so are files of
 schemas 2 and 3 (``batches(id_digest, content, day)``: their rows move to
-the day tables, and schema 2 gains the counters table); a newer schema is
-refused with :class:`~collector.errors.DedupStoreError` (so a collector
-older than schema 4 refuses a file a newer one wrote: roll back with a
-fresh file).
+the day tables, and schema 2 gains the counters table), and schema 4 (the
+same tables, whose content digests were 16 bytes of BLAKE2b: they are kept
+and still compared, :func:`same_content`); a newer schema is refused with
+:class:`~collector.errors.DedupStoreError` (so a collector older than
+schema 5 refuses a file a newer one wrote, whose digests it would misread:
+roll back with a fresh file).
+
+**The content digest** (schema 5) is the 128-bit XXH3 of the re-encoded
+frame after a marker byte: 0.2 µs for an 8 KB frame against 9 µs for
+BLAKE2b, which was a tenth of the collector's CPU per upload behind the
+native front. A non-cryptographic hash suffices because a collision helps
+no one: the digest only tells a retry (the same frame, hence the same
+digest under any function) from another batch under a reused id (409). To
+pass one off as the other an attacker must know a device's random batch id,
+and then its frame is answered ``duplicate`` and dropped: the device's own
+batch is unaffected, and nothing is published.
 
 **The collector's counters** live here too, in ``counters(name, value)``
 (:class:`~pipeline.prometheus.CounterStore`), so that they survive
@@ -74,16 +86,21 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
+import xxhash
+
 from collector.errors import DedupStoreError
 from ldp_core.days import DAY_SECONDS, utc_day
 from ldp_core.sqlite import immediate_transaction, use_wal
 
-__all__ = ["BatchIdStore", "SCHEMA_VERSION", "content_digest"]
+__all__ = ["BatchIdStore", "SCHEMA_VERSION", "content_digest", "same_content"]
 
 _CHUNK = 500
 #: the store's schema (``PRAGMA user_version``): 0 = none or the first ``batch_ids(id, expires)``, 2 = batches
-#: with content digests, 3 = 2 and a ``counters`` table, 4 = this one (a table of ids per day, no day index)
-SCHEMA_VERSION = 4
+#: with content digests, 3 = 2 and a ``counters`` table, 4 = a table of ids per day, no day index, 5 = this one
+#: (4 with XXH3 content digests; schema 4's BLAKE2b ones are still read)
+SCHEMA_VERSION = 5
+#: the first byte of a schema-5 content digest (XXH3-128 follows); schema 4's are 16 bytes of BLAKE2b, no marker
+_XXH3 = b"\x01"
 #: WAL pages between automatic checkpoints (SQLite's default is 1000)
 _CHECKPOINT_PAGES = 4000
 
@@ -108,8 +125,20 @@ def _days(conn: sqlite3.Connection) -> list[int]:
 
 
 def content_digest(value: bytes) -> bytes:
-    """The digest stored with a batch id: 16 bytes of BLAKE2b of the re-encoded frame."""
-    return hashlib.blake2b(value, digest_size=16).digest()
+    """The digest stored with a batch id: a marker byte and the 128-bit XXH3 of the re-encoded frame (why
+    not a cryptographic hash: the module's docstring)."""
+    return _XXH3 + xxhash.xxh3_128_digest(value)
+
+
+def same_content(stored: bytes | None, digest: bytes, value: bytes) -> bool:
+    """Whether ``value`` (whose :func:`content_digest` is ``digest``) is the content ``stored`` with its id: an
+    unknown one (``None``, an id from the first schema) counts as the same, as before; a 16-byte digest of
+    schema 4 is BLAKE2b's, computed again for the comparison (only for an id accepted before the upgrade)."""
+    if stored is None:
+        return True
+    if len(stored) == 16:
+        return hashlib.blake2b(value, digest_size=16).digest() == stored
+    return stored == digest
 
 
 class BatchIdStore:

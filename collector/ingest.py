@@ -70,7 +70,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Literal, NamedTuple
 
-from collector.dedup import BatchIdStore, content_digest
+from collector.dedup import BatchIdStore, content_digest, same_content
 from collector.errors import RejectedBatch, UnavailableError
 from pipeline.prometheus import stored_key
 from pipeline.transport import Transport
@@ -668,7 +668,7 @@ class Ingestor:
             if s.batch_id in known or s.batch_id in fresh:
                 before = known[s.batch_id] if s.batch_id in known else fresh[s.batch_id].digest
                 # an id from the store's first schema has no content digest: answered as before (duplicate)
-                (dups if before is None or before == s.digest else conflicts).append(s)
+                (dups if same_content(before, s.digest, s.value) else conflicts).append(s)
             else:
                 fresh[s.batch_id] = s
         return fresh, dups, conflicts

@@ -1,4 +1,4 @@
-"""The batch-id store's layout (schema 4: a table of ids per UTC day) as the collector's workers use it.
+"""The batch-id store's layout (schema 5: a table of ids per UTC day) as the collector's workers use it.
 
 Files of schemas 2 and 3 (one ``batches`` table with a day column and an index on it) are written here by
 hand, as those collectors wrote them, and upgraded in place: their ids stay known with their content
@@ -13,6 +13,7 @@ import hashlib
 import hmac
 import os
 import sqlite3
+import time
 from pathlib import Path
 
 import pytest
@@ -70,7 +71,7 @@ def test_a_file_of_schema_2_or_3_is_upgraded_and_keeps_its_ids_and_digests(tmp_p
     assert _tables(path) >= {f"ids_{DAY - 1}", f"ids_{DAY}"}
     assert not _tables(path) & {"batches", "batches_day"}
     conn = sqlite3.connect(path)
-    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 4
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 5
     conn.close()
 
 
@@ -118,3 +119,57 @@ def test_a_failed_record_that_made_the_days_table_does_not_break_the_next(tmp_pa
     store.add({b"b" * 16: b"d" * 16})
     assert store.lookup([b"a" * 16, b"b" * 16]) == {b"b" * 16: b"d" * 16}
     store.close()
+
+
+def test_a_schema_4_file_keeps_telling_retries_from_conflicts_with_its_blake2b_digests(tmp_path: Path) -> None:
+    """Schema 4 stored 16 bytes of BLAKE2b per id; schema 5 stores a marker byte and XXH3-128. A file of schema 4,
+    written as that collector wrote it, is opened by this ingestor: a retry of a batch accepted before the upgrade
+    is still a duplicate (not published again), other content under its id still a conflict (409), and a batch
+    accepted after the upgrade is stored with the new digest and told apart the same way."""
+    from collector.dedup import content_digest
+    from collector.errors import RejectedBatch
+    from collector.ingest import Ingestor
+    from pipeline.transport.embedded import EmbeddedTransport
+
+    path = tmp_path / "ids.sqlite3"
+    today = int(time.time() // DAY_SECONDS)
+    key = os.urandom(32)
+    conn = sqlite3.connect(path)
+    conn.execute("CREATE TABLE meta(name TEXT PRIMARY KEY, value BLOB NOT NULL)")
+    conn.execute("INSERT INTO meta VALUES ('id_key', ?)", (key,))
+    conn.execute("CREATE TABLE counters(name TEXT PRIMARY KEY, value INTEGER NOT NULL)")
+    conn.execute(f"CREATE TABLE ids_{today}(id_digest BLOB PRIMARY KEY, content BLOB) WITHOUT ROWID")
+    old_frame = b"frame of the batch accepted before the upgrade"
+    conn.execute(
+        f"INSERT INTO ids_{today} VALUES (?, ?)",
+        (_digest(key, b"O" * 16), hashlib.blake2b(old_frame, digest_size=16).digest()),
+    )
+    conn.execute("PRAGMA user_version = 4")
+    conn.commit()
+    conn.close()
+
+    transport = EmbeddedTransport(tmp_path / "log.db")
+    transport.create_topic("ldp.raw", 1)
+    ing = Ingestor(transport, "ldp.raw", BatchIdStore(path), partitions=1, threads=1)
+    ing.start()
+    try:
+        assert ing.submit(b"O" * 16, b"k", old_frame, 1).result(timeout=10) == "duplicate"
+        with pytest.raises(RejectedBatch) as info:
+            ing.submit(b"O" * 16, b"k", b"other content under the old id", 1).result(timeout=10)
+        assert info.value.status == 409
+        assert ing.submit(b"N" * 16, b"k", b"a new batch", 1).result(timeout=10) == "accepted"
+        assert ing.submit(b"N" * 16, b"k", b"a new batch", 1).result(timeout=10) == "duplicate"
+        with pytest.raises(RejectedBatch):
+            ing.submit(b"N" * 16, b"k", b"not the new batch", 1).result(timeout=10)
+    finally:
+        ing.stop()
+    with transport.consume("ldp.raw", "check") as c:
+        assert [r.value for r in c.records(idle_timeout=0.3)] == [b"a new batch"]
+    transport.close()
+    conn = sqlite3.connect(path)
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == 5
+    assert conn.execute(f"SELECT content FROM ids_{today} WHERE id_digest = ?", (_digest(key, b"N" * 16),)).fetchone()[
+        0
+    ] == content_digest(b"a new batch")
+    conn.close()
+    assert len(content_digest(b"x")) == 17 and content_digest(b"x")[:1] == b"\x01"
