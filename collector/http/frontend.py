@@ -10,9 +10,10 @@ readiness, the FL routes, CORS preflights, a JSON upload, a body above ``max_bod
 the collector's ASGI app, which listens on a loopback port of its own: one implementation of every answer.
 
 What differs from the Python front (docs/COLLECTOR.md, "The native front"): the front holds a body being read
-in Rust, bounded by ``max_body_bytes``, ``body_timeout`` and ``max_connections`` (``min_body_rate`` and
-``max_reading`` are the Python front's rules: a slow body costs a tokio task here, not an interpreter's
-time); bodies read and waiting for the loop are at most ``max_reading`` (beyond: 503 ``overloaded``). One
+in Rust, bounded by ``max_body_bytes``, ``body_timeout`` and ``max_reading`` bodies at once (beyond: 503
+``overloaded`` and the connection closed); ``min_body_rate`` and the eviction of slow readers are the Python
+front's rules (a slow body costs a tokio task here, not the interpreter's time); bodies read and waiting for
+the loop are at most ``max_reading`` more (beyond: 503 ``overloaded``). One
 worker process (``--workers 1``): run several collectors behind one address to use more cores.
 
 :class:`NativeFront` owns both halves for one collector process: :meth:`start` once the app has started
@@ -124,6 +125,7 @@ class NativeFront:
             header_timeout=s.header_timeout,
             max_connections=s.max_connections,
             max_queued=s.max_reading,
+            max_reading=s.max_reading,
             retry_after=s.retry_after,
             threads=1,
         )

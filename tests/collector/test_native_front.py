@@ -321,6 +321,40 @@ def test_full_queue_gets_503_overloaded(start, upstream) -> None:
     assert front.stats()["overloaded"] == 1
 
 
+def test_bodies_read_at_once_are_bounded_by_max_reading(start, upstream) -> None:
+    """Two slow bodies hold both reading places: a third upload is refused 503 ``overloaded`` before its body is
+    read, and its connection closed (the unread body must not be parsed as a request); once a body ends its place
+    is free again. What slow bodies can hold is max_reading x max_body_bytes."""
+    front, port = start(addr(upstream), max_reading=2)
+    slow = [connect(port) for _ in range(2)]
+    for s in slow:
+        s.sendall(upload_bytes(b"0123456789")[:-5])  # the head and half the body
+    time.sleep(0.3)
+    third = connect(port)
+    third.sendall(upload_bytes(b"r"))
+    status, headers, body = read_response(third.makefile("rb"))
+    assert (status, headers["retry-after"], headers["connection"], json.loads(body)["error"]) == (
+        503,
+        "7",
+        "close",
+        "overloaded",
+    )
+    assert closed_within(third, 5)
+    slow[0].sendall(b"56789")  # the first slow body ends: its place is free again
+    deadline = time.monotonic() + 5
+    while front.stats()["queued"] < 1 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    fourth = connect(port)
+    fourth.sendall(upload_bytes(b"s"))
+    while front.stats()["queued"] < 2 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    batch = front.take_nowait(10)
+    assert sorted(b for _, b, *_ in batch) == [b"0123456789", b"s"]
+    assert front.answer_many([(t, 202, b"{}", []) for t, *_ in batch]) == 2
+    assert read_response(slow[0].makefile("rb"))[0] == read_response(fourth.makefile("rb"))[0] == 202
+    assert front.stats()["overloaded"] == 1
+
+
 def test_notify_fd_is_readable_exactly_while_uploads_wait(start, upstream) -> None:
     import select
 

@@ -31,7 +31,7 @@ use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioIo;
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{watch, Notify};
+use tokio::sync::{watch, Notify, Semaphore};
 
 use crate::queue::{Queue, Refused, Upload};
 
@@ -47,6 +47,8 @@ pub struct Config {
     pub body_timeout: Duration,
     pub header_timeout: Duration,
     pub max_connections: usize,
+    /// Upload bodies read at once (each holds up to `max_body_bytes`): beyond, 503 `overloaded` and close.
+    pub max_reading: usize,
     pub retry_after: u64,
 }
 
@@ -78,6 +80,8 @@ pub struct Shared {
     pub stats: Stats,
     pub queue: Queue,
     pub client: Client<hyper_util::client::legacy::connect::HttpConnector, Incoming>,
+    /// One permit per upload body being read (`max_reading`): what bounds the memory slow bodies can hold.
+    reading: Semaphore,
     /// Open connections in accept order (the ids grow), for the cap's "oldest waiting" scan.
     conns: Mutex<BTreeMap<u64, Arc<ConnState>>>,
     next_conn: AtomicU64,
@@ -92,6 +96,7 @@ impl Shared {
         client: Client<hyper_util::client::legacy::connect::HttpConnector, Incoming>,
     ) -> Self {
         Self {
+            reading: Semaphore::new(config.max_reading),
             config,
             stats: Stats::default(),
             queue,
@@ -355,6 +360,13 @@ async fn upload(req: Request<Incoming>, shared: &Shared) -> Response<AnyBody> {
         // before reading the body: hyper then drains the unread body or closes the connection
         return overloaded(shared);
     }
+    // a reading place for the body; none left: refused before reading, and the unread body closes the connection
+    let Ok(reading) = shared.reading.try_acquire() else {
+        let mut resp = overloaded(shared);
+        resp.headers_mut()
+            .insert(header::CONNECTION, HeaderValue::from_static("close"));
+        return resp;
+    };
     let content_type = header_string(&req, "content-type").unwrap_or_default();
     let idempotency_key = header_string(&req, "idempotency-key");
     let authorization = header_string(&req, "authorization");
@@ -376,6 +388,7 @@ async fn upload(req: Request<Incoming>, shared: &Shared) -> Response<AnyBody> {
             Ok(Err(e)) => return json_error(StatusCode::BAD_REQUEST, "bad_body", &e.to_string()),
             Ok(Ok(collected)) => collected.to_bytes(),
         };
+    drop(reading); // read whole: what waits for Python is bounded by max_queued
     let queued = shared.queue.push(Upload {
         ticket: 0,
         body,
