@@ -10,11 +10,12 @@ readiness, the FL routes, CORS preflights, a JSON upload, a body above ``max_bod
 the collector's ASGI app, which listens on a loopback port of its own: one implementation of every answer.
 
 What differs from the Python front (docs/COLLECTOR.md, "The native front"): the front holds a body being read
-in Rust, bounded by ``max_body_bytes``, ``body_timeout`` and ``max_reading`` bodies at once (beyond: 503
-``overloaded`` and the connection closed); ``min_body_rate`` and the eviction of slow readers are the Python
-front's rules (a slow body costs a tokio task here, not the interpreter's time); bodies read and waiting for
-the loop are at most ``max_reading`` more (beyond: 503 ``overloaded``). One
-worker process (``--workers 1``): run several collectors behind one address to use more cores.
+in Rust, bounded by ``max_body_bytes``, ``body_timeout`` and, in all, ``max_reading × max_body_bytes`` bytes
+(the Python front's bound) counted as they arrive (beyond: 503 ``overloaded`` and the connection closed), so a
+slow body holds only what it sent and cannot take an honest upload's place; ``min_body_rate`` and the
+eviction of slow readers are the Python front's rules (there a reading body costs the interpreter's time;
+here a tokio task); bodies read and waiting for the loop are at most ``max_reading`` (beyond: 503
+``overloaded``). One worker process (``--workers 1``): run several collectors behind one address to use more cores.
 
 :class:`NativeFront` owns both halves for one collector process: :meth:`start` once the app has started
 (its ingestor exists), :meth:`stop` before it shuts down (answers untaken uploads 503 ``shutting_down``,
@@ -125,7 +126,7 @@ class NativeFront:
             header_timeout=s.header_timeout,
             max_connections=s.max_connections,
             max_queued=s.max_reading,
-            max_reading=s.max_reading,
+            max_reading_bytes=s.max_reading * s.max_body_bytes,
             retry_after=s.retry_after,
             threads=1,
         )

@@ -321,17 +321,18 @@ def test_full_queue_gets_503_overloaded(start, upstream) -> None:
     assert front.stats()["overloaded"] == 1
 
 
-def test_bodies_read_at_once_are_bounded_by_max_reading(start, upstream) -> None:
-    """Two slow bodies hold both reading places: a third upload is refused 503 ``overloaded`` before its body is
-    read, and its connection closed (the unread body must not be parsed as a request); once a body ends its place
-    is free again. What slow bodies can hold is max_reading x max_body_bytes."""
-    front, port = start(addr(upstream), max_reading=2)
+def test_the_bytes_of_bodies_being_read_are_bounded_as_they_arrive(start, upstream) -> None:
+    """The reading budget is counted in bytes as they arrive: two slow bodies that sent 5 bytes each hold 10 of
+    a 16-byte budget, so a 7-byte body is refused 503 ``overloaded`` and its connection closed (its unread rest
+    must not be parsed as a request), while a 2-byte one still gets in; a finished body gives its bytes back.
+    A slow body holds only what it sent, never a whole place."""
+    front, port = start(addr(upstream), max_reading_bytes=16)
     slow = [connect(port) for _ in range(2)]
     for s in slow:
         s.sendall(upload_bytes(b"0123456789")[:-5])  # the head and half the body
     time.sleep(0.3)
     third = connect(port)
-    third.sendall(upload_bytes(b"r"))
+    third.sendall(upload_bytes(b"abcdefg"))
     status, headers, body = read_response(third.makefile("rb"))
     assert (status, headers["retry-after"], headers["connection"], json.loads(body)["error"]) == (
         503,
@@ -340,18 +341,22 @@ def test_bodies_read_at_once_are_bounded_by_max_reading(start, upstream) -> None
         "overloaded",
     )
     assert closed_within(third, 5)
-    slow[0].sendall(b"56789")  # the first slow body ends: its place is free again
+    small = connect(port)
+    small.sendall(upload_bytes(b"ok"))
     deadline = time.monotonic() + 5
     while front.stats()["queued"] < 1 and time.monotonic() < deadline:
         time.sleep(0.01)
-    fourth = connect(port)
-    fourth.sendall(upload_bytes(b"s"))
+    slow[0].sendall(b"56789")  # the first slow body ends: its bytes are free again once it is queued
     while front.stats()["queued"] < 2 and time.monotonic() < deadline:
         time.sleep(0.01)
+    fourth = connect(port)
+    fourth.sendall(upload_bytes(b"abcdefg"))
+    while front.stats()["queued"] < 3 and time.monotonic() < deadline:
+        time.sleep(0.01)
     batch = front.take_nowait(10)
-    assert sorted(b for _, b, *_ in batch) == [b"0123456789", b"s"]
-    assert front.answer_many([(t, 202, b"{}", []) for t, *_ in batch]) == 2
-    assert read_response(slow[0].makefile("rb"))[0] == read_response(fourth.makefile("rb"))[0] == 202
+    assert sorted(b for _, b, *_ in batch) == [b"0123456789", b"abcdefg", b"ok"]
+    assert front.answer_many([(t, 202, b"{}", []) for t, *_ in batch]) == 3
+    assert [read_response(x.makefile("rb"))[0] for x in (slow[0], small, fourth)] == [202, 202, 202]
     assert front.stats()["overloaded"] == 1
 
 

@@ -168,6 +168,44 @@ def test_sigterm_under_load_loses_no_accepted_upload_and_stores_none_twice(tmp_p
     assert len(accepted) < len(batches), f"the stop came after every upload: {statuses}"
 
 
+def test_trickling_bodies_cannot_take_the_places_of_honest_uploads(tmp_path: Path) -> None:
+    """The availability attack of tests/collector/test_app_exhaustion.py against the native front: 100 sockets
+    each send an upload's head announcing 100 kB and 10 bytes of it, then nothing, with only 32 reading places
+    (``--max-reading 32``). The front counts what bodies hold in bytes as they arrive (32 x max_body_bytes in
+    all), so the 1,000 bytes they hold leave every honest upload its place: 30 of 30 are accepted while they
+    trickle. (With a count of 32 bodies instead, the honest ones were refused 503 ``overloaded``.)"""
+    import socket
+
+    metrics = write_metrics(tmp_path / "metrics.json")
+    proc, url, _ = start(tmp_path, "--front", "native", "--max-reading", "32")
+    host, port = url.removeprefix("http://").rsplit(":", 1)
+    tricklers = []
+    try:
+        for _ in range(100):
+            s = socket.create_connection((host, int(port)), timeout=10)
+            s.sendall(
+                f"POST /v1/reports HTTP/1.1\r\nHost: x\r\nContent-Type: {FRAME_CONTENT_TYPE}\r\n"
+                "Content-Length: 100000\r\n\r\n".encode()
+                + b"0123456789"
+            )
+            tricklers.append(s)
+        statuses = [
+            httpx.post(
+                url + "/v1/reports",
+                content=encode_frame(olh_batch(metrics, 20, first_seed=20 * i)),
+                headers=FRAME,
+                timeout=30,
+            ).status_code
+            for i in range(30)
+        ]
+        assert statuses == [202] * 30, statuses
+    finally:
+        for s in tricklers:
+            s.close()
+        stop(proc)
+    assert len(raw_batches(tmp_path, metrics)) == 30
+
+
 def test_the_front_is_chosen_from_the_environment_and_refuses_what_it_cannot_serve(tmp_path: Path) -> None:
     write_metrics(tmp_path / "metrics.json")
     proc, url, metrics_url = start(tmp_path, env={"LDP_COLLECTOR_FRONT": "native"})

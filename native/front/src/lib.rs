@@ -2,7 +2,7 @@
 //! uses it: docs/COLLECTOR.md, "The native front", and collector/http/frontend.py).
 //!
 //! `Front(fd, upstream, *, upload_path, content_types, max_body_bytes, body_timeout, header_timeout,
-//! max_connections, max_queued, retry_after, threads, max_reading)` serves the listening socket `fd`;
+//! max_connections, max_queued, retry_after, threads, max_reading_bytes)` serves the listening socket `fd`;
 //! `notify_fd()`, `take_nowait(n)` / `take(n, timeout)`, `answer(...)` / `answer_many(...)`, `stats()` and
 //! `close(grace)` are the Python side's whole interface (tests/collector/test_native_front.py).
 //!
@@ -117,7 +117,7 @@ impl Front {
         fd, upstream, upload_path="/v1/reports".to_owned(),
         content_types=vec!["application/vnd.ldp.frame".to_owned(), "application/octet-stream".to_owned()],
         max_body_bytes=1 << 20, body_timeout=10.0, header_timeout=10.0, max_connections=10_000,
-        max_queued=4096, retry_after=1, threads=1, max_reading=1024,
+        max_queued=4096, retry_after=1, threads=1, max_reading_bytes=1 << 30,
     ))]
     #[allow(clippy::too_many_arguments)]
     fn new(
@@ -132,14 +132,14 @@ impl Front {
         max_queued: usize,
         retry_after: u64,
         threads: usize,
-        max_reading: usize,
+        max_reading_bytes: usize,
     ) -> PyResult<Self> {
         if fd < 0 {
             return Err(PyValueError::new_err("fd must be an open listening socket"));
         }
-        if threads == 0 || max_connections == 0 || max_queued == 0 || max_reading == 0 {
+        if threads == 0 || max_connections == 0 || max_queued == 0 || max_reading_bytes == 0 {
             return Err(PyValueError::new_err(
-                "threads, max_connections, max_queued and max_reading must be positive",
+                "threads, max_connections, max_queued and max_reading_bytes must be positive",
             ));
         }
         let config = Config {
@@ -153,7 +153,7 @@ impl Front {
             body_timeout: secs("body_timeout", body_timeout)?,
             header_timeout: secs("header_timeout", header_timeout)?,
             max_connections,
-            max_reading,
+            max_reading_bytes,
             retry_after,
         };
         // Python keeps its socket; we serve on our own duplicate of it.

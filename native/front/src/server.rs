@@ -47,8 +47,9 @@ pub struct Config {
     pub body_timeout: Duration,
     pub header_timeout: Duration,
     pub max_connections: usize,
-    /// Upload bodies read at once (each holds up to `max_body_bytes`): beyond, 503 `overloaded` and close.
-    pub max_reading: usize,
+    /// Bytes of upload bodies being read, in all: an upload whose next chunk finds none left is refused 503
+    /// `overloaded` and its connection closed. Counted as bytes arrive, so a slow body holds only what it sent.
+    pub max_reading_bytes: usize,
     pub retry_after: u64,
 }
 
@@ -80,7 +81,7 @@ pub struct Shared {
     pub stats: Stats,
     pub queue: Queue,
     pub client: Client<hyper_util::client::legacy::connect::HttpConnector, Incoming>,
-    /// One permit per upload body being read (`max_reading`): what bounds the memory slow bodies can hold.
+    /// One permit per byte of the upload bodies being read (`max_reading_bytes`): the memory bodies can hold.
     reading: Semaphore,
     /// Open connections in accept order (the ids grow), for the cap's "oldest waiting" scan.
     conns: Mutex<BTreeMap<u64, Arc<ConnState>>>,
@@ -96,7 +97,7 @@ impl Shared {
         client: Client<hyper_util::client::legacy::connect::HttpConnector, Incoming>,
     ) -> Self {
         Self {
-            reading: Semaphore::new(config.max_reading),
+            reading: Semaphore::new(config.max_reading_bytes.min(Semaphore::MAX_PERMITS)),
             config,
             stats: Stats::default(),
             queue,
@@ -339,6 +340,65 @@ fn is_upload(req: &Request<Incoming>, config: &Config) -> bool {
     listed && length.is_some_and(|n| n <= config.max_body_bytes)
 }
 
+/// Bytes of the reading budget one body holds; given back when the body is read whole or abandoned.
+struct Held<'a>(&'a Semaphore, usize);
+
+impl Drop for Held<'_> {
+    fn drop(&mut self) {
+        self.0.add_permits(self.1);
+    }
+}
+
+/// An upload's body, whole within `body_timeout` and within the reading budget (`max_reading_bytes`, taken as
+/// the bytes arrive), or the answer that refuses it: 408 `body_timeout` or 503 `overloaded`, both closing the
+/// connection, or 400 for a body the client broke off.
+async fn read_body(mut body: Incoming, shared: &Shared) -> Result<Bytes, Box<Response<AnyBody>>> {
+    let deadline = tokio::time::Instant::now() + shared.config.body_timeout;
+    let mut held = Held(&shared.reading, 0);
+    let mut buf = bytes::BytesMut::new();
+    loop {
+        let frame = match tokio::time::timeout_at(deadline, body.frame()).await {
+            Err(_) => {
+                shared.stats.body_timeouts.fetch_add(1, Relaxed);
+                let mut resp = json_error(
+                    StatusCode::REQUEST_TIMEOUT,
+                    "body_timeout",
+                    "the request body did not arrive in time",
+                );
+                resp.headers_mut()
+                    .insert(header::CONNECTION, HeaderValue::from_static("close"));
+                return Err(Box::new(resp));
+            }
+            Ok(None) => break,
+            // the client broke the body off (reset, short body): nobody will read this answer
+            Ok(Some(Err(e))) => {
+                return Err(Box::new(json_error(
+                    StatusCode::BAD_REQUEST,
+                    "bad_body",
+                    &e.to_string(),
+                )))
+            }
+            Ok(Some(Ok(frame))) => frame,
+        };
+        let Ok(data) = frame.into_data() else {
+            continue; // trailers
+        };
+        let granted = u32::try_from(data.len())
+            .ok()
+            .and_then(|n| shared.reading.try_acquire_many(n).ok());
+        let Some(permit) = granted else {
+            let mut resp = overloaded(shared);
+            resp.headers_mut()
+                .insert(header::CONNECTION, HeaderValue::from_static("close"));
+            return Err(Box::new(resp));
+        };
+        permit.forget();
+        held.1 += data.len();
+        buf.extend_from_slice(&data);
+    }
+    Ok(buf.freeze()) // `held` goes back here: what waits for Python is bounded by max_queued
+}
+
 /// Drops the answer slot if the request future is dropped first (the client left).
 struct Ticket<'a>(&'a Queue, u64);
 
@@ -360,35 +420,14 @@ async fn upload(req: Request<Incoming>, shared: &Shared) -> Response<AnyBody> {
         // before reading the body: hyper then drains the unread body or closes the connection
         return overloaded(shared);
     }
-    // a reading place for the body; none left: refused before reading, and the unread body closes the connection
-    let Ok(reading) = shared.reading.try_acquire() else {
-        let mut resp = overloaded(shared);
-        resp.headers_mut()
-            .insert(header::CONNECTION, HeaderValue::from_static("close"));
-        return resp;
-    };
     let content_type = header_string(&req, "content-type").unwrap_or_default();
     let idempotency_key = header_string(&req, "idempotency-key");
     let authorization = header_string(&req, "authorization");
     let origin = header_string(&req, "origin");
-    let body =
-        match tokio::time::timeout(shared.config.body_timeout, req.into_body().collect()).await {
-            Err(_) => {
-                shared.stats.body_timeouts.fetch_add(1, Relaxed);
-                let mut resp = json_error(
-                    StatusCode::REQUEST_TIMEOUT,
-                    "body_timeout",
-                    "the request body did not arrive in time",
-                );
-                resp.headers_mut()
-                    .insert(header::CONNECTION, HeaderValue::from_static("close"));
-                return resp;
-            }
-            // the client broke the body off (reset, short body): nobody will read this answer
-            Ok(Err(e)) => return json_error(StatusCode::BAD_REQUEST, "bad_body", &e.to_string()),
-            Ok(Ok(collected)) => collected.to_bytes(),
-        };
-    drop(reading); // read whole: what waits for Python is bounded by max_queued
+    let body = match read_body(req.into_body(), shared).await {
+        Ok(body) => body,
+        Err(resp) => return *resp,
+    };
     let queued = shared.queue.push(Upload {
         ticket: 0,
         body,
