@@ -37,6 +37,7 @@ from tests.support.collector_support import (
     FailingTransport,
     ServerThread,
     olh_batch,
+    start_collector_command,
     write_metrics,
 )
 
@@ -636,32 +637,8 @@ def test_openapi_documents_the_upload(server: ServerThread) -> None:
 
 
 def test_ldp_collector_command_serves_and_stops_on_sigterm(tmp_path: Path, metrics: MetricSet) -> None:
-    env = dict(os.environ, PYTHONPATH=str(ROOT), LDP_COLLECTOR_MAX_RECORDS="500")
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "ldp_cli.main",
-            "collector",
-            "--transport",
-            f"sqlite:///{tmp_path}/log.sqlite3",
-            "--metrics",
-            str(tmp_path / "metrics.json"),
-            "--dedup",
-            str(tmp_path / "ids.sqlite3"),
-            "--port",
-            "0",
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=env,
-        cwd=tmp_path,
-    )
+    proc, url, _ = start_collector_command(tmp_path, env={"LDP_COLLECTOR_MAX_RECORDS": "500"})
     try:
-        line = proc.stdout.readline() if proc.stdout else ""
-        assert "listening on http://127.0.0.1:" in line, (line, proc.stderr.read() if proc.stderr else "")
-        url = line.split("listening on ")[1].split()[0]
         assert post(url, encode_frame(olh_batch(metrics, 500))).status_code == 202
         assert post(url, encode_frame(olh_batch(metrics, 501))).status_code == 413  # from the environment
         proc.send_signal(signal.SIGTERM)

@@ -23,7 +23,7 @@ import ldp_front  # noqa: F401  (fails loudly when the front is not built)
 from ldp_core.metrics import MetricSet
 from ldp_core.wire.frames import FRAME_CONTENT_TYPE, decode_frame, encode_frame, encode_json
 from pipeline.transport import open_transport
-from tests.support.collector_support import olh_batch, write_metrics
+from tests.support.collector_support import olh_batch, start_collector_command, write_metrics
 
 ROOT = Path(__file__).resolve().parents[2]
 FRAME = {"content-type": FRAME_CONTENT_TYPE}
@@ -31,34 +31,7 @@ FRAME = {"content-type": FRAME_CONTENT_TYPE}
 
 def start(tmp_path: Path, *flags: str, env: dict[str, str] | None = None) -> tuple[subprocess.Popen[str], str, str]:
     """``ldp collector`` on a free port; its URL and its operational-metrics URL."""
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "ldp_cli.main",
-            "collector",
-            "--transport",
-            f"sqlite:///{tmp_path}/log.sqlite3",
-            "--metrics",
-            str(tmp_path / "metrics.json"),
-            "--dedup",
-            str(tmp_path / "ids.sqlite3"),
-            "--port",
-            "0",
-            *flags,
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=dict(os.environ, PYTHONPATH=str(ROOT), **(env or {})),
-        cwd=tmp_path,
-    )
-    assert proc.stdout is not None
-    line = proc.stdout.readline()
-    assert "listening on http://127.0.0.1:" in line, (line, proc.stderr.read() if proc.stderr else "")
-    mline = proc.stdout.readline()
-    assert "operational metrics on http://" in mline, mline
-    return proc, line.split("listening on ")[1].split()[0], mline.split(" on ")[1].strip()
+    return start_collector_command(tmp_path, *flags, env=env)
 
 
 def stop(proc: subprocess.Popen[str]) -> str:

@@ -7,9 +7,7 @@ token spent twice (in one collector, and across two collector processes racing f
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -26,7 +24,7 @@ from ldp_core.metrics import MetricSet
 from ldp_core.tokens import privacy_pass as tokens
 from ldp_core.tokens.enrollment import DeviceIdentity, EnrollmentAuthority
 from ldp_core.wire.frames import FRAME_CONTENT_TYPE, encode_frame
-from tests.support.collector_support import ServerThread, olh_batch, write_metrics
+from tests.support.collector_support import ServerThread, olh_batch, start_collector_command, write_metrics
 
 ROOT = Path(__file__).resolve().parents[2]
 K = 3
@@ -181,38 +179,18 @@ def test_missing_token_key_folder_is_a_start_up_error(tmp_path: Path, metrics: M
 
 
 def _start_collector(tmp_path: Path, name: str, dedup: str | None = None) -> tuple[subprocess.Popen[str], str]:
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "ldp_cli.main",
-            "collector",
-            "--transport",
-            f"sqlite:///{tmp_path}/log.sqlite3",
-            "--metrics",
-            str(tmp_path / "metrics.json"),
-            "--dedup",
-            str(tmp_path / (dedup or f"ids-{name}.sqlite3")),
-            "--require-tokens",
-            "--token-keys",
-            str(tmp_path / "issuer" / "public"),
-            "--token-origin",
-            ORIGIN,
-            "--spent-tokens",
-            str(tmp_path / "spent.sqlite3"),
-            "--port",
-            "0",
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=env,
-        cwd=tmp_path,
+    proc, url, _ = start_collector_command(
+        tmp_path,
+        "--require-tokens",
+        "--token-keys",
+        str(tmp_path / "issuer" / "public"),
+        "--token-origin",
+        ORIGIN,
+        "--spent-tokens",
+        str(tmp_path / "spent.sqlite3"),
+        dedup=dedup or f"ids-{name}.sqlite3",
     )
-    line = proc.stdout.readline() if proc.stdout else ""
-    assert "listening on http://127.0.0.1:" in line, (line, proc.stderr.read() if proc.stderr else "")
-    return proc, line.split("listening on ")[1].split()[0]
+    return proc, url
 
 
 def test_double_spend_across_two_collector_processes(

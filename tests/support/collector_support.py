@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
 import socket
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterable, Sequence
@@ -26,9 +29,48 @@ __all__ = [
     "MemoryTransport",
     "FailingTransport",
     "BlockingTransport",
+    "start_collector_command",
 ]
 
+ROOT = Path(__file__).resolve().parents[2]
+
 TODAY = utc_day(time.time())
+
+
+def start_collector_command(
+    tmp_path: Path, *flags: str, dedup: str = "ids.sqlite3", env: dict[str, str] | None = None
+) -> tuple[subprocess.Popen[str], str, str]:
+    """``ldp collector`` as a subprocess on a free port, on the embedded log ``tmp_path/log.sqlite3``, with the
+    metrics file ``tmp_path/metrics.json``, the batch-id store ``tmp_path/dedup`` and ``flags``: the process, its
+    URL and its operational-metrics URL (both read from the lines it prints once it listens)."""
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "ldp_cli.main",
+            "collector",
+            "--transport",
+            f"sqlite:///{tmp_path}/log.sqlite3",
+            "--metrics",
+            str(tmp_path / "metrics.json"),
+            "--dedup",
+            str(tmp_path / dedup),
+            "--port",
+            "0",
+            *flags,
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=dict(os.environ, PYTHONPATH=str(ROOT), **(env or {})),
+        cwd=tmp_path,
+    )
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    assert "listening on http://127.0.0.1:" in line, (line, proc.stderr.read() if proc.stderr else "")
+    mline = proc.stdout.readline()
+    assert "operational metrics on http://" in mline, mline
+    return proc, line.split("listening on ")[1].split()[0], mline.split(" on ")[1].strip()
 
 
 def write_metrics(path: Path, *, expired_on: str = "2020-01-01", emoji_reports_per_day: int = 1) -> MetricSet:
