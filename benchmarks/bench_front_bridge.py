@@ -11,7 +11,10 @@ loop (uvloop unless ``--loop asyncio``), in rounds that alternate between them: 
 ``--reports`` OLH reports (each a fresh batch id, so every one is published) in waves of ``--wave``
 concurrent uploads. For the bridge, a wave is queued at once on the tests' in-process front (a deque and an
 eventfd, tests/support/loopback_front.py; the Rust front's queue costs Python only the tuples ``take_nowait``
-builds). Counted per upload:
+builds). The bridge's uploads carry the fields of the Rust front's frame pre-check (native/front/src/frames.rs,
+computed before the rounds with ``ldp_front``: the front does it on its own threads as it reads a body); a third
+mode, ``bridge_unchecked``, offers the same uploads without them (decoded in full, as with ``--no-precheck``,
+which also runs without ``ldp_front``). Counted per upload:
 the event loop thread's CPU time (``time.thread_time``; what the front's Python half costs) and the whole
 process's (``time.process_time``; the publisher threads' group commits into the log and the batch-id store
 included), and the time the garbage collector ran meanwhile (``gc.callbacks``). Figures are medians over ``--rounds`` rounds. Usage::
@@ -32,6 +35,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import collections
+import contextlib
 import gc
 import json
 import os
@@ -54,7 +58,7 @@ from collector.settings import CollectorSettings  # noqa: E402
 from ldp_core.days import utc_day  # noqa: E402
 from ldp_core.metrics import load_metrics  # noqa: E402
 from ldp_core.wire.frames import FRAME_CONTENT_TYPE, ReportBatch, encode_frame  # noqa: E402
-from tests.support.loopback_front import LoopbackFront  # noqa: E402
+from tests.support.loopback_front import LoopbackFront, native_checker  # noqa: E402
 
 METRICS = ROOT / "metrics" / "example.json"
 METRIC = "emoji_used"
@@ -64,8 +68,10 @@ class _Front(LoopbackFront):
     """The tests' stand-in for the Rust front, queueing a whole wave with one eventfd write and counting the
     answers instead of keeping them (the least Python cost a front can add)."""
 
-    def __init__(self) -> None:
-        super().__init__()
+    def __init__(self, precheck: Any = None) -> None:
+        super().__init__(precheck)
+        self.checked: dict[int, Any] = {}  # id(body) -> the pre-check's fields, computed before the rounds
+        self.use_checked = True
         self.answered = 0
         self.calls = 0
         self.statuses: collections.Counter[int] = collections.Counter()
@@ -73,7 +79,10 @@ class _Front(LoopbackFront):
         self.done: asyncio.Event | None = None
 
     def offer(self, bodies: list[bytes], first: int) -> None:
-        self._queue.extend((first + i, b, FRAME_CONTENT_TYPE, None, None, None) for i, b in enumerate(bodies))
+        checked = self.checked if self.use_checked else {}
+        self._queue.extend(
+            (first + i, b, FRAME_CONTENT_TYPE, None, None, None, checked.get(id(b))) for i, b in enumerate(bodies)
+        )
         os.eventfd_write(self.notify_fd(), 1)
 
     def answer_many(self, answers: list[tuple[int, int, bytes, list[tuple[bytes, bytes]]]]) -> int:
@@ -127,8 +136,9 @@ async def _asgi_round(app: CollectorApp, bodies: list[bytes], wave: int) -> coll
     return statuses
 
 
-async def _bridge_round(front: _Front, bodies: list[bytes], wave: int) -> collections.Counter[int]:
+async def _bridge_round(front: _Front, bodies: list[bytes], wave: int, checked: bool) -> collections.Counter[int]:
     front.statuses = collections.Counter()
+    front.use_checked = checked
     for k in range(0, len(bodies), wave):
         part = bodies[k : k + wave]
         front.answered, front.target, front.done = 0, len(part), asyncio.Event()
@@ -166,7 +176,7 @@ async def _measure(
 
 async def _bench(args: argparse.Namespace, tmp: pathlib.Path) -> dict[str, Any]:
     per_round = args.uploads
-    frames = _frames(per_round * (args.rounds + 1) * 2, args.reports, args.seed)
+    frames = _frames(per_round * (args.rounds + 1) * 3, args.reports, args.seed)
     apps = {}
     run = uuid.uuid4().hex[:8]
     for mode in ("asgi", "bridge"):
@@ -179,22 +189,29 @@ async def _bench(args: argparse.Namespace, tmp: pathlib.Path) -> dict[str, Any]:
             raw_topic=f"ldp.bench.bridge-{run}-{mode}",
         )
         apps[mode] = create_app(settings, metrics_route=False)
-    front = _Front()
+    checker = native_checker() if args.precheck else contextlib.nullcontext()
+    front = _Front(checker.__enter__())
     bridge = FrontBridge.for_app(apps["bridge"])
     async with (
         apps["asgi"].fastapi.router.lifespan_context(apps["asgi"].fastapi),
         apps["bridge"].fastapi.router.lifespan_context(apps["bridge"].fastapi),
     ):
-        bridge.attach(front)
+        bridge.attach(front)  # registers the metrics with the pre-check
+        if front.precheck is not None:  # the Rust front computes these on its own threads as it reads bodies
+            front.checked = {id(f): front.precheck.check_frame(f) for f in frames}
+            if None in front.checked.values():
+                raise SystemExit("the pre-check refused a frame of the benchmark")
         gc_clock = _GcClock()
         rounds: dict[str, Callable[[list[bytes]], Any]] = {
             "asgi": lambda b: _asgi_round(apps["asgi"], b, args.wave),
-            "bridge": lambda b: _bridge_round(front, b, args.wave),
+            "bridge": lambda b: _bridge_round(front, b, args.wave, True),
+            "bridge_unchecked": lambda b: _bridge_round(front, b, args.wave, False),
         }
-        results: dict[str, list[tuple[float, float, float]]] = {"asgi": [], "bridge": []}
+        modes = ["asgi", "bridge"] + (["bridge_unchecked"] if front.precheck is not None else [])
+        results: dict[str, list[tuple[float, float, float]]] = {m: [] for m in modes}
         it = iter(frames)
         for r in range(args.rounds + 1):  # the first round of each warms up (not counted)
-            for mode in ("asgi", "bridge") if r % 2 == 0 else ("bridge", "asgi"):
+            for mode in modes if r % 2 == 0 else modes[::-1]:
                 if args.only not in (None, mode):
                     continue
                 bodies = [next(it) for _ in range(per_round)]
@@ -204,6 +221,7 @@ async def _bench(args: argparse.Namespace, tmp: pathlib.Path) -> dict[str, Any]:
         bridge.detach()
         taken = bridge.stats["taken"]
     front.close()
+    checker.__exit__(None, None, None)
     out: dict[str, Any] = {
         "uploads_per_round": per_round,
         "rounds": args.rounds,
@@ -224,12 +242,16 @@ async def _bench(args: argparse.Namespace, tmp: pathlib.Path) -> dict[str, Any]:
             "gc_us_per_upload": round(statistics.median(r[2] for r in rows), 1),
             "loop_thread_us_rounds": [round(r[0], 1) for r in rows],
         }
-    if results["bridge"]:
+    if results.get("bridge"):
         out["bridge"]["answers_per_answer_many"] = round(taken / front.calls, 1)
     if args.only is None:
         out["loop_thread_ratio_bridge_to_asgi"] = round(
             out["bridge"]["loop_thread_us_per_upload"] / out["asgi"]["loop_thread_us_per_upload"], 3
         )
+        if "bridge_unchecked" in out:
+            out["loop_thread_ratio_precheck"] = round(
+                out["bridge"]["loop_thread_us_per_upload"] / out["bridge_unchecked"]["loop_thread_us_per_upload"], 3
+            )
     return out
 
 
@@ -295,7 +317,13 @@ def main(argv: list[str] | None = None) -> int:
         help="Kafka's address with --transport kafka (default $LDP_KAFKA_BOOTSTRAP or 127.0.0.1:9092)",
     )
     p.add_argument("--seed", type=int, default=9)
-    p.add_argument("--only", choices=("asgi", "bridge"), help="run one path only (for a profiler)")
+    p.add_argument("--only", choices=("asgi", "bridge", "bridge_unchecked"), help="run one path only (for a profiler)")
+    p.add_argument(
+        "--no-precheck",
+        dest="precheck",
+        action="store_false",
+        help="no frame pre-check (without ldp_front): the bridge decodes every frame in full",
+    )
     p.add_argument(
         "--http",
         action="store_true",
@@ -348,7 +376,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     print("| path | loop thread us/upload | process us/upload | of which garbage collection |")
     print("|---|---|---|---|")
-    for mode in ("asgi", "bridge"):
+    for mode in ("asgi", "bridge", "bridge_unchecked"):
         if mode not in result:
             continue
         r = result[mode]
@@ -357,6 +385,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"answers per answer_many call: {result['bridge']['answers_per_answer_many']}")
     if "loop_thread_ratio_bridge_to_asgi" in result:
         print(f"bridge / asgi (loop thread): {result['loop_thread_ratio_bridge_to_asgi']}")
+    if "loop_thread_ratio_precheck" in result:
+        print(f"bridge / bridge_unchecked (loop thread): {result['loop_thread_ratio_precheck']}")
     return 0
 
 

@@ -7,16 +7,43 @@ import concurrent.futures
 import functools
 import json
 import logging
+import math
 import multiprocessing
+import sys
+from collections.abc import Mapping
 from typing import Any
 
 from collector.errors import RejectedBatch
 from ldp_core.errors import FrameError, SpecMismatchError
 from ldp_core.mechanisms.base import ReportSpec
 from ldp_core.metrics import MetricSet, parse_metrics
-from ldp_core.wire.frames import ReportBatch, decode_frame, decode_json, encode_frame, read_header
+from ldp_core.wire.frames import (
+    VERSION,
+    FrameHeader,
+    ReportBatch,
+    decode_frame,
+    decode_json,
+    encode_frame,
+    read_header,
+)
+from ldp_core.wire.sealed import SealedSpec
 
-__all__ = ["decode_body", "json_decode_pool", "json_to_frame", "resolve"]
+__all__ = [
+    "Checked",
+    "SpecEntry",
+    "decode_body",
+    "frame_specs",
+    "json_decode_pool",
+    "spec_entries",
+    "json_to_frame",
+    "resolve",
+]
+
+#: a frame's fields as the native front's pre-check gives them: (metric, spec id in hex, day, record size,
+#: records, batch id, sealed, records checked)
+Checked = tuple[str, str, int, int, int, bytes, bool, bool]
+#: one entry of :func:`frame_specs`
+SpecEntry = tuple[str, bool, bytes, int, list[tuple[int, int, int, int]], bool]
 
 log = logging.getLogger("ldp.collector")
 
@@ -60,11 +87,23 @@ def _too_many(n: int, max_records: int) -> RejectedBatch:
     )
 
 
-def _decode_frame(body: bytes, declared: MetricSet, max_records: int) -> ReportBatch:
-    header = read_header(body)
+def _decode_frame(body: bytes, declared: MetricSet, max_records: int, checked: Checked | None) -> ReportBatch:
+    crc_checked = records_checked = False
+    if checked is None:
+        header = read_header(body)
+    else:  # the native front parsed the header and verified the CRC (and the records, if it says so)
+        metric, spec_id, day, rsize, n, batch_id, sealed, records_checked = checked
+        header = FrameHeader(VERSION, metric, spec_id, day, rsize, n, batch_id, sealed)
+        crc_checked = True
     if header.n_records > max_records:
         raise _too_many(header.n_records, max_records)
-    return decode_frame(body, functools.partial(resolve, declared), header)
+    return decode_frame(
+        body,
+        functools.partial(resolve, declared),
+        header,
+        crc_checked=crc_checked,
+        records_checked=records_checked,
+    )
 
 
 def _decode_json(body: bytes, declared: MetricSet, max_records: int) -> ReportBatch:
@@ -77,13 +116,16 @@ def _decode_json(body: bytes, declared: MetricSet, max_records: int) -> ReportBa
     return decode_json(obj, functools.partial(resolve, declared))
 
 
-def decode_body(body: bytes, kind: str, declared: MetricSet, max_records: int) -> ReportBatch:
-    """Decode one body (``kind`` ``"frame"`` or ``"json"``) against the declared metrics; :class:`RejectedBatch` if it does not."""
+def decode_body(
+    body: bytes, kind: str, declared: MetricSet, max_records: int, checked: Checked | None = None
+) -> ReportBatch:
+    """Decode one body (``kind`` ``"frame"`` or ``"json"``) against the declared metrics; :class:`RejectedBatch` if it does not.
+    ``checked``: a frame's fields as the native front's pre-check gave them (:func:`frame_specs`), when it passed."""
     if not body:
         raise RejectedBatch(400, "malformed", "the body is empty; send one report batch")
     try:
         if kind == "frame":
-            return _decode_frame(body, declared, max_records)
+            return _decode_frame(body, declared, max_records, checked)
         return _decode_json(body, declared, max_records)
     except RejectedBatch:
         raise
@@ -94,6 +136,47 @@ def decode_body(body: bytes, kind: str, declared: MetricSet, max_records: int) -
     except (ValueError, TypeError, KeyError, IndexError, OverflowError, RecursionError) as exc:
         log.warning("undecodable upload: %s", type(exc).__name__)
         raise RejectedBatch(400, "malformed", f"the batch does not decode ({type(exc).__name__})") from None
+
+
+def frame_specs(declared: MetricSet) -> list[SpecEntry]:
+    """What the native front's frame pre-check accepts of the declared metrics (``ldp_front.Front.set_frame_specs``,
+    native/front/src/frames.rs): :func:`spec_entries` of each declared metric's wire spec (what :func:`resolve`
+    answers), Prio3 metrics included."""
+    specs: list[tuple[str, ReportSpec]] = [(name, declared[name].wire_spec) for name in declared]
+    specs += [(name, declared.prio3_spec(name)) for name in declared.prio3]
+    return [entry for name, spec in specs for entry in spec_entries(name, spec)]
+
+
+def spec_entries(metric: str, spec: ReportSpec) -> list[SpecEntry]:
+    """The pre-check's entries of ``metric`` resolved to ``spec``: one per sealing :func:`decode_frame` accepts
+    (a sealed frame always; a plain one unless ``spec`` is sealed), each ``(metric, sealed, spec id, record
+    size, bounds, records_checked)``. ``bounds`` are the spec's :meth:`~ReportSpec.record_bounds` as
+    ``(offset, width, count, bound)`` of little-endian unsigned fields, and ``records_checked`` says they are
+    the spec's whole check of its records: true for the base class's check and for sealed records (nothing to
+    check without the key), false for a spec with a check of its own (which still runs in Python; the front
+    then verifies the header and the CRC only)."""
+    sealed = SealedSpec.of(spec)
+    out: list[SpecEntry] = [(metric, True, bytes.fromhex(sealed.spec_id), sealed.record_size, [], True)]
+    if not isinstance(spec, SealedSpec):
+        bounds = _bounds(spec)
+        out.append((metric, False, bytes.fromhex(spec.spec_id), spec.record_size, bounds or [], bounds is not None))
+    return out
+
+
+def _bounds(spec: ReportSpec) -> list[tuple[int, int, int, int]] | None:
+    """``spec``'s record checks as the front's bounds, or ``None`` if they are more than bounds it can check."""
+    if type(spec).check_records is not ReportSpec.check_records:
+        return None
+    out: list[tuple[int, int, int, int]] = []
+    fields: Mapping[str, Any] = spec.record_dtype.fields or {}
+    for field, bound in spec.record_bounds().items():
+        dtype, offset = fields[field][:2]
+        base = dtype.base
+        little = base.byteorder in ("<", "|") or (base.byteorder == "=" and sys.byteorder == "little")
+        if base.kind != "u" or base.itemsize not in (1, 2, 4, 8) or not little or not 0 <= int(bound) < 2**64:
+            return None
+        out.append((int(offset), base.itemsize, math.prod(dtype.shape), int(bound)))
+    return out
 
 
 #: the decode process's metrics and record limit (set by :func:`_decode_worker_init`)

@@ -32,6 +32,7 @@ from typing import Any, Protocol
 
 from collector.cors import CorsMiddleware
 from collector.http.answers import Answer, error_parts
+from collector.http.decode import Checked, SpecEntry, frame_specs
 from collector.http.upload import Pending, UploadHandler
 
 __all__ = ["FrontBridge", "FrontLike", "TAKE_BATCH"]
@@ -41,8 +42,9 @@ log = logging.getLogger("ldp.collector")
 #: uploads taken from the front per wake-up of the loop
 TAKE_BATCH = 512
 
-#: what the front queues: (ticket, body, content type, Idempotency-Key, Authorization, Origin)
-Upload = tuple[int, bytes, str, str | None, str | None, str | None]
+#: what the front queues: (ticket, body, content type, Idempotency-Key, Authorization, Origin, the frame's fields
+#: if its pre-check passed)
+Upload = tuple[int, bytes, str, str | None, str | None, str | None, Checked | None]
 #: what goes back: (ticket, status, body, headers)
 Reply = tuple[int, int, bytes, list[tuple[bytes, bytes]]]
 
@@ -55,6 +57,8 @@ class FrontLike(Protocol):
     def take_nowait(self, max_items: int) -> list[Upload]: ...
 
     def answer_many(self, answers: list[Reply]) -> int: ...
+
+    def set_frame_specs(self, entries: list[SpecEntry]) -> None: ...
 
 
 class FrontBridge:
@@ -90,6 +94,7 @@ class FrontBridge:
         self.loop = loop if loop is not None else asyncio.get_running_loop()
         self.front = front
         self._fd = front.notify_fd()
+        front.set_frame_specs(frame_specs(self.upload.declared))
         self.loop.add_reader(self._fd, self._take)
 
     def detach(self) -> None:
@@ -108,10 +113,10 @@ class FrontBridge:
         uploads = front.take_nowait(self.take)
         self.stats["taken"] += len(uploads)
         start = self.upload.start
-        for ticket, body, ctype, key, auth, origin in uploads:
+        for ticket, body, ctype, key, auth, origin, checked in uploads:
             t0 = time.perf_counter()
             try:
-                step = start(body, ctype, key, auth)
+                step = start(body, ctype, key, auth, checked)
             except Exception:
                 log.exception("an upload from the native front failed unexpectedly")
                 step = _internal()

@@ -77,7 +77,7 @@ from collector.errors import RejectedBatch, UnavailableError
 from collector.http.admission import Admission
 from collector.http.answers import AcceptedBody, Answer, ErrorBody, error_parts
 from collector.http.bodies import BodyReaders, BodyTimeout
-from collector.http.decode import decode_body, json_to_frame
+from collector.http.decode import Checked, decode_body, json_to_frame
 from collector.http.monitoring import CollectorMetrics
 from collector.ingest import Ingestor, Outcome
 from collector.settings import CollectorSettings
@@ -239,7 +239,12 @@ class UploadHandler:
         return await self._ingest(ingestor, body, kind, offload, idempotency_key, spend)
 
     def start(
-        self, body: bytes, ctype: str, idempotency_key: str | None, authorization: str | None
+        self,
+        body: bytes,
+        ctype: str,
+        idempotency_key: str | None,
+        authorization: str | None,
+        checked: Checked | None = None,
     ) -> Answer | Pending | asyncio.Task[Answer]:
         """One upload whose body was read whole by someone else (the native front, :mod:`collector.http.front_bridge`),
         on the event loop, without a coroutine: the same steps as :meth:`__call__` after the body, and
@@ -249,7 +254,9 @@ class UploadHandler:
           the answer (the upload counts in ``in_flight`` until then);
         * a task giving the answer, for a body decoded off the event loop (above ``offload_*_bytes``).
 
-        No refusal carries ``Connection: close``: the whole body was read, the connection can be kept."""
+        No refusal carries ``Connection: close``: the whole body was read, the connection can be kept.
+        ``checked``: the frame's fields if the front's pre-check passed (:func:`collector.http.decode.frame_specs`):
+        its header is not parsed again, nor its CRC or records (when it says so) verified a second time."""
         try:
             kind, offload = self._media_kind(ctype, early=False)
             spend = self._verify_token(authorization, early=False)
@@ -261,7 +268,7 @@ class UploadHandler:
         runtime = self.runtime
         runtime["in_flight"] += 1
         try:
-            step = self._begin(ingestor, body, kind, idempotency_key, spend)
+            step = self._begin(ingestor, body, kind, idempotency_key, spend, checked if kind == "frame" else None)
         except BaseException:
             runtime["in_flight"] -= 1
             raise
@@ -384,10 +391,12 @@ class UploadHandler:
 
     # -- decoding, checks, publishing ------------------------------------------------------------------
 
-    def prepare(self, body: bytes, kind: str, key: str | None) -> tuple[ReportBatch, bytes | RejectedBatch]:
+    def prepare(
+        self, body: bytes, kind: str, key: str | None, checked: Checked | None = None
+    ) -> tuple[ReportBatch, bytes | RejectedBatch]:
         """Decode, check and re-encode one body (on the event loop, or on a decode thread for large ones):
         the batch and its new frame, or the batch and why it is refused (its reports are counted)."""
-        batch = decode_body(body, kind, self.declared, self.max_records)
+        batch = decode_body(body, kind, self.declared, self.max_records, checked)
         try:
             self.admission.check(batch, key)
         except RejectedBatch as exc:
@@ -451,11 +460,17 @@ class UploadHandler:
         return Pending(batch, waiter)
 
     def _begin(
-        self, ingestor: Ingestor, body: bytes, kind: str, key: str | None, spend: tuple[bytes, str] | None
+        self,
+        ingestor: Ingestor,
+        body: bytes,
+        kind: str,
+        key: str | None,
+        spend: tuple[bytes, str] | None,
+        checked: Checked | None = None,
     ) -> Answer | Pending:
         """:meth:`prepare` on the event loop, then :meth:`_submit`."""
         try:
-            batch, value = self.prepare(body, kind, key)
+            batch, value = self.prepare(body, kind, key, checked)
         except RejectedBatch as exc:
             return self._failure(exc, None)
         return self._submit(ingestor, batch, value, spend)

@@ -242,18 +242,28 @@ def _resolve(specs: SpecResolver, metric: str, spec_id: str) -> ReportSpec:
 
 
 def decode_frame(
-    data: bytes | bytearray | memoryview, specs: SpecResolver, header: FrameHeader | None = None
+    data: bytes | bytearray | memoryview,
+    specs: SpecResolver,
+    header: FrameHeader | None = None,
+    *,
+    crc_checked: bool = False,
+    records_checked: bool = False,
 ) -> ReportBatch:
     """Parse a binary frame; ``specs`` maps spec ids to specs (or is one spec, or a
     callable ``(metric, spec_id) -> spec``). The records are a read-only view of ``data``.
-    ``header``: what :func:`read_header` answered for ``data`` already (it is not parsed twice)."""
+    ``header``: what :func:`read_header` answered for ``data`` already (it is not parsed twice).
+
+    ``crc_checked`` and ``records_checked``: the caller has verified the CRC, or the records against the spec's
+    checks (:meth:`ReportSpec.check_records`), already (the collector's native front does both on the thread
+    that read the body, see native/front/src/frames.rs); they are not verified a second time."""
     if header is None:
         header = read_header(data)
     buf = memoryview(data).cast("B")
     body_end = header.frame_size - _CRC.size
-    (crc,) = _CRC.unpack_from(buf, body_end)
-    if zlib.crc32(buf[:body_end]) != crc:
-        raise FrameError("CRC-32 mismatch: the frame was corrupted in transit")
+    if not crc_checked:
+        (crc,) = _CRC.unpack_from(buf, body_end)
+        if zlib.crc32(buf[:body_end]) != crc:
+            raise FrameError("CRC-32 mismatch: the frame was corrupted in transit")
     spec = _resolve(specs, header.metric, header.spec_id)
     if header.sealed:
         spec = SealedSpec.of(spec)
@@ -268,7 +278,8 @@ def decode_frame(
         )
     offset = HEADER_SIZE + len(header.metric.encode())
     records = np.frombuffer(buf, dtype=spec.record_dtype, count=header.n_records, offset=offset)
-    spec.check_records(records)
+    if not records_checked:
+        spec.check_records(records)
     return ReportBatch._checked(header.metric, spec, header.day, records, header.batch_id)
 
 

@@ -38,7 +38,7 @@ from tests.collector.test_tokens import authority, issuer  # noqa: F401  (fixtur
 from tests.collector.test_tokens import client as token_client
 from tests.collector.test_tokens import collector_settings as token_settings
 from tests.support.collector_support import ServerThread, olh_batch, write_metrics
-from tests.support.loopback_front import LoopbackFront
+from tests.support.loopback_front import LoopbackFront, native_checker
 
 APP = "https://app.example.com"
 OTHER = "https://evil.example.net"
@@ -64,7 +64,8 @@ class Twins:
 
     def __init__(self, asgi: CollectorApp, bridged: CollectorApp) -> None:
         self.asgi, self.bridged = asgi, bridged
-        self.front = LoopbackFront()
+        self.checker = native_checker()  # the Rust front's frame pre-check, as in production
+        self.front = LoopbackFront(precheck=self.checker.__enter__())
         self.bridge = FrontBridge.for_app(bridged)
         self.http = httpx.AsyncClient(transport=httpx.ASGITransport(app=asgi), base_url="http://collector")
 
@@ -75,6 +76,7 @@ class Twins:
                 await stack.enter_async_context(app.fastapi.router.lifespan_context(app.fastapi))
             stack.push_async_callback(self.http.aclose)
             stack.callback(self.front.close)
+            stack.callback(self.checker.__exit__, None, None, None)
             self.bridge.attach(self.front)
             stack.callback(self.bridge.detach)
             yield self

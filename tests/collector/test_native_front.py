@@ -187,8 +187,9 @@ def test_upload_reaches_python_intact_and_gets_its_answer(start, upstream) -> No
     assert resp.getheader("content-type") == "application/json"
     assert resp.getheader("access-control-allow-origin") == "https://a.test"
     consumer.stop()
-    [(ticket, got, ctype, key, auth, origin)] = consumer.taken
+    [(ticket, got, ctype, key, auth, origin, checked)] = consumer.taken
     assert (got, ctype, key, auth, origin) == (body, f"{FRAME}; v=1", "k-1", "Bearer t", "https://a.test")
+    assert checked is None  # not a frame (the pre-check: tests/collector/test_front_precheck.py)
     assert resp.getheader("x-ticket") == str(ticket)
     assert upstream.seen == [] and front.stats()["uploads_taken"] == 1
 

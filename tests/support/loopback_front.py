@@ -2,25 +2,35 @@
 :mod:`collector.http.front_bridge` and its benchmark only (not a product): no HTTP, no sockets. A test queues uploads with :meth:`put` as the
 native front does once it has read a body; the bridge takes them (``notify_fd`` is an eventfd, readable while
 uploads wait, cleared when ``take_nowait`` empties the queue) and answers with ``answer_many``, recorded in
-``answers`` (by ticket) and ``calls`` (the size of each ``answer_many`` call)."""
+``answers`` (by ticket) and ``calls`` (the size of each ``answer_many`` call).
+
+The frame pre-check (``set_frame_specs``, native/front/src/frames.rs) is the real one when ``precheck`` is an
+``ldp_front.Front`` (its ``check_frame``), else no upload is pre-checked (each is decoded in full, as an upload
+the front could not check)."""
 
 from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import itertools
 import os
+import socket
+from collections.abc import Iterator
+from typing import Any
 
-__all__ = ["LoopbackFront"]
+__all__ = ["LoopbackFront", "native_checker"]
 
-Upload = tuple[int, bytes, str, str | None, str | None, str | None]
+Upload = tuple[int, bytes, str, str | None, str | None, str | None, Any]
 Reply = tuple[int, int, bytes, list[tuple[bytes, bytes]]]
 
 
 class LoopbackFront:
     """The front's queue and answer side, in memory; ``gone`` holds tickets whose client has left."""
 
-    def __init__(self) -> None:
+    def __init__(self, precheck: Any = None) -> None:
+        self.precheck = precheck
+        self.frame_specs: list[Any] | None = None  # what the bridge registered
         self._fd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
         self._queue: collections.deque[Upload] = collections.deque()
         self._tickets = itertools.count(1)
@@ -39,7 +49,8 @@ class LoopbackFront:
     ) -> int:
         """Queue one upload as the front does after reading its body; its ticket."""
         ticket = next(self._tickets)
-        self._queue.append((ticket, body, content_type, key, authorization, origin))
+        checked = self.precheck.check_frame(body) if self.precheck is not None else None
+        self._queue.append((ticket, body, content_type, key, authorization, origin, checked))
         os.eventfd_write(self._fd, 1)
         return ticket
 
@@ -47,6 +58,11 @@ class LoopbackFront:
 
     def notify_fd(self) -> int:
         return self._fd
+
+    def set_frame_specs(self, entries: list[Any]) -> None:
+        self.frame_specs = entries
+        if self.precheck is not None:
+            self.precheck.set_frame_specs(entries)
 
     def take_nowait(self, max_items: int) -> list[Upload]:
         out = [self._queue.popleft() for _ in range(min(max_items, len(self._queue)))]
@@ -80,3 +96,19 @@ class LoopbackFront:
             while any(t not in self.answers for t in tickets):
                 await asyncio.sleep(0.005)
         return [self.answers[t] for t in tickets]
+
+
+@contextlib.contextmanager
+def native_checker() -> Iterator[Any]:
+    """A real ``ldp_front.Front`` on a 127.0.0.1 port-0 socket nobody connects to, for its frame pre-check
+    (``LoopbackFront(precheck=...)``); closed on exit."""
+    import ldp_front  # built by scripts/bootstrap; a missing module fails the test that asked for it
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen()
+        front = ldp_front.Front(sock.fileno(), None)
+        try:
+            yield front
+        finally:
+            front.close(0.0)

@@ -3,7 +3,7 @@
 //!
 //! `Front(fd, upstream, *, upload_path, content_types, max_body_bytes, body_timeout, header_timeout,
 //! max_connections, max_queued, retry_after, threads, max_reading_bytes)` serves the listening socket `fd`;
-//! `notify_fd()`, `take_nowait(n)` / `take(n, timeout)`, `answer(...)` / `answer_many(...)`, `stats()` and
+//! `set_frame_specs(entries)`, `notify_fd()`, `take_nowait(n)` / `take(n, timeout)`, `answer(...)` / `answer_many(...)`, `stats()` and
 //! `close(grace)` are the Python side's whole interface (tests/collector/test_native_front.py).
 //!
 //! Why: any request served by Python costs ~35 us of CPU before the collector does any work (uvicorn,
@@ -17,6 +17,7 @@
 //! Layout: `queue.rs` is the hand-off (queue, answer slots, eventfd), `server.rs` the connections and the
 //! fast path, `proxy.rs` the reverse proxy; this file is the Python class.
 
+mod frames;
 mod proxy;
 mod queue;
 mod server;
@@ -43,6 +44,18 @@ use queue::{Answer, Queue, Upload};
 use server::{Config, Shared};
 
 type Headers = Vec<(PyBackedBytes, PyBackedBytes)>;
+/// A pre-checked frame's fields: (metric, spec id in hex, day, record size, records, batch id, sealed,
+/// records checked).
+type CheckedFields<'py> = (
+    String,
+    String,
+    u32,
+    u32,
+    u32,
+    Bound<'py, PyBytes>,
+    bool,
+    bool,
+);
 type Taken<'py> = Vec<(
     u64,
     Bound<'py, PyBytes>,
@@ -50,7 +63,18 @@ type Taken<'py> = Vec<(
     Option<String>,
     Option<String>,
     Option<String>,
+    Option<CheckedFields<'py>>,
 )>;
+/// One entry of `set_frame_specs`: (metric, sealed, spec id (8 bytes), record size,
+/// [(offset, width, count, bound)], records checked).
+type SpecEntry = (
+    String,
+    bool,
+    Vec<u8>,
+    u32,
+    Vec<(usize, usize, usize, u64)>,
+    bool,
+);
 
 /// Serves HTTP/1.1 on a listening socket: uploads are queued for Python, the rest goes to `upstream`.
 #[pyclass(module = "ldp_front", frozen)]
@@ -105,9 +129,24 @@ fn to_python<'py>(py: Python<'py>, uploads: Vec<Upload>) -> Taken<'py> {
                 u.idempotency_key,
                 u.authorization,
                 u.origin,
+                u.checked.map(|c| checked_fields(py, c)),
             )
         })
         .collect()
+}
+
+fn checked_fields(py: Python<'_>, c: frames::Checked) -> CheckedFields<'_> {
+    let spec_id: String = c.spec_id.iter().map(|b| format!("{b:02x}")).collect();
+    (
+        c.metric,
+        spec_id,
+        c.day,
+        c.record_size,
+        c.n_records,
+        PyBytes::new(py, &c.batch_id),
+        c.sealed,
+        c.records_checked,
+    )
 }
 
 #[pymethods]
@@ -188,8 +227,60 @@ impl Front {
         self.shared.queue.notify_fd()
     }
 
+    /// What the frame pre-check accepts (`frames.rs`), replacing what was set before: one entry per metric and
+    /// sealing, `(metric, sealed, spec_id, record_size, [(offset, width, count, bound)], records_checked)`.
+    /// Uploads read from now on are checked against it.
+    fn set_frame_specs(&self, entries: Vec<SpecEntry>) -> PyResult<()> {
+        let mut specs = frames::Specs::default();
+        for (metric, sealed, spec_id, record_size, bounds, records_checked) in entries {
+            let spec_id: [u8; 8] = spec_id
+                .as_slice()
+                .try_into()
+                .map_err(|_| PyValueError::new_err("a spec id is 8 bytes"))?;
+            if record_size == 0 {
+                return Err(PyValueError::new_err("a record size is positive"));
+            }
+            let mut checks = Vec::with_capacity(bounds.len());
+            for (offset, width, count, bound) in bounds {
+                if !matches!(width, 1 | 2 | 4 | 8) || offset + width * count > record_size as usize
+                {
+                    return Err(PyValueError::new_err(format!(
+                        "metric {metric:?}: a bounded field must be 1, 2, 4 or 8-byte unsigned integers within the record"
+                    )));
+                }
+                checks.push(frames::Bound {
+                    offset,
+                    width,
+                    count,
+                    bound,
+                });
+            }
+            let entry = frames::Entry {
+                spec_id,
+                record_size,
+                bounds: checks,
+                records_checked,
+            };
+            specs.entries.insert((metric.into_bytes(), sealed), entry);
+        }
+        *self.shared.specs.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(specs);
+        Ok(())
+    }
+
+    /// The pre-check of `body` against the entries set (what an upload of it would carry as `checked`).
+    fn check_frame<'py>(&self, py: Python<'py>, body: &[u8]) -> Option<CheckedFields<'py>> {
+        let specs = self
+            .shared
+            .specs
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        specs.check(body).map(|c| checked_fields(py, c))
+    }
+
     /// Up to `max_items` waiting uploads, at once: (ticket, body, content_type, idempotency_key,
-    /// authorization, origin). Clears the eventfd when it empties the queue.
+    /// authorization, origin, checked), `checked` the frame's fields when the pre-check passed (`frames.rs`,
+    /// `set_frame_specs`), else None. Clears the eventfd when it empties the queue.
     fn take_nowait<'py>(&self, py: Python<'py>, max_items: usize) -> Taken<'py> {
         let uploads = self.shared.queue.take_nowait(max_items);
         self.shared

@@ -29,6 +29,8 @@ pub struct Upload {
     pub idempotency_key: Option<String>,
     pub authorization: Option<String>,
     pub origin: Option<String>,
+    /// The frame's fields when the pre-check passed (`frames.rs`), else `None`.
+    pub checked: Option<crate::frames::Checked>,
 }
 
 /// Why an upload could not be queued.

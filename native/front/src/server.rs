@@ -16,7 +16,7 @@ use std::collections::BTreeMap;
 use std::convert::Infallible;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, RwLock};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
@@ -33,6 +33,7 @@ use hyper_util::rt::TokioIo;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{watch, Notify, Semaphore};
 
+use crate::frames::Specs;
 use crate::queue::{Queue, Refused, Upload};
 
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -88,6 +89,8 @@ pub struct Shared {
     next_conn: AtomicU64,
     /// Flipped to true by `close()`: stop accepting, wind connections down.
     pub shutdown: watch::Sender<bool>,
+    /// The frame pre-check's entries (`frames.rs`), replaced whole by `set_frame_specs`.
+    pub specs: RwLock<Arc<Specs>>,
 }
 
 impl Shared {
@@ -105,6 +108,7 @@ impl Shared {
             conns: Mutex::new(BTreeMap::new()),
             next_conn: AtomicU64::new(0),
             shutdown: watch::channel(false).0,
+            specs: RwLock::new(Arc::new(Specs::default())),
         }
     }
 
@@ -428,8 +432,16 @@ async fn upload(req: Request<Incoming>, shared: &Shared) -> Response<AnyBody> {
         Ok(body) => body,
         Err(resp) => return *resp,
     };
+    // the pre-check reads the body here, on the thread that just received it (its bytes are in this cache)
+    let specs = shared
+        .specs
+        .read()
+        .unwrap_or_else(|e| e.into_inner())
+        .clone();
+    let checked = specs.check(&body);
     let queued = shared.queue.push(Upload {
         ticket: 0,
+        checked,
         body,
         content_type,
         idempotency_key,
