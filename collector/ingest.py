@@ -77,6 +77,7 @@ from pipeline.transport import Transport
 
 __all__ = [
     "Ingestor",
+    "SettleCall",
     "Outcome",
     "Submission",
     "GroupStats",
@@ -150,6 +151,55 @@ class _Result:
         return self._value if self._state == 2 else None
 
     def result(self, timeout: float | None = None) -> Outcome:
+        exc = self.exception()
+        if exc is not None:
+            raise exc
+        return self._value
+
+
+class SettleCall:
+    """The outcome of an upload submitted from an event loop, for a caller that wants a call rather than an
+    awaitable (the native front's bridge): the part of :class:`asyncio.Future` the ingestor and the publish
+    deadline use (``done``, ``cancelled``, ``set_result``, ``set_exception``, ``result``, ``exception``), calling
+    ``fn(arg)`` as soon as it is settled. It is always settled on its loop (the loop's :class:`_Outbox` delivers
+    every outcome there, and the deadline's sweep runs there), so the call needs no scheduling: an asyncio future
+    would schedule its done callback as one more handle of the loop per upload. ``arg`` may be set after
+    submitting (before the loop runs again)."""
+
+    __slots__ = ("fn", "arg", "_state", "_value")
+
+    def __init__(self, fn: Callable[[Any], object], arg: Any = None) -> None:
+        self.fn, self.arg = fn, arg
+        self._state = 0  # 0 pending, 1 result, 2 exception
+        self._value: Any = None
+
+    def done(self) -> bool:
+        return self._state != 0
+
+    def cancelled(self) -> bool:
+        return False
+
+    def _finish(self, state: int, value: Any) -> None:
+        if self._state:
+            raise asyncio.InvalidStateError("the outcome is settled already")
+        self._state, self._value = state, value
+        try:
+            self.fn(self.arg)
+        except Exception:  # the other outcomes of the delivery must still be delivered
+            log.exception("a callback of an upload's outcome failed")
+
+    def set_result(self, result: Outcome) -> None:
+        self._finish(1, result)
+
+    def set_exception(self, exc: BaseException) -> None:
+        self._finish(2, exc)
+
+    def exception(self) -> BaseException | None:
+        if not self._state:
+            raise asyncio.InvalidStateError("the outcome is not settled yet")
+        return self._value if self._state == 2 else None
+
+    def result(self) -> Outcome:
         exc = self.exception()
         if exc is not None:
             raise exc
@@ -463,13 +513,22 @@ class Ingestor:
         return public
 
     def submit_async(
-        self, batch_id: bytes, key: bytes, value: bytes, reports: int, metric: str, loop: asyncio.AbstractEventLoop
-    ) -> asyncio.Future[Outcome]:
-        """:meth:`submit` for a caller on ``loop`` (the collector's uploads): an asyncio future of the loop;
-        cancelling it changes nothing for the publish. The uploads submitted during one iteration of the loop
-        reach the publisher threads together (one lock, one wake-up), at the start of the next iteration, and
-        their outcomes come back through the loop's :class:`_Outbox` (one wake-up of the loop per group)."""
-        waiter: asyncio.Future[Outcome] = loop.create_future()
+        self,
+        batch_id: bytes,
+        key: bytes,
+        value: bytes,
+        reports: int,
+        metric: str,
+        loop: asyncio.AbstractEventLoop,
+        waiter: Any = None,
+    ) -> Any:
+        """:meth:`submit` for a caller on ``loop`` (the collector's uploads): an asyncio future of the loop, or
+        ``waiter`` if given (a :class:`SettleCall`); cancelling it changes nothing for the publish. The uploads
+        submitted during one iteration of the loop reach the publisher threads together (one lock, one
+        wake-up), at the start of the next iteration, and their outcomes come back through the loop's
+        :class:`_Outbox` (one wake-up of the loop per group)."""
+        if waiter is None:
+            waiter = loop.create_future()
         pending = self._pending.get(loop)
         if pending is None:
             pending = self._pending[loop] = []

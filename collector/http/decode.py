@@ -17,15 +17,7 @@ from collector.errors import RejectedBatch
 from ldp_core.errors import FrameError, SpecMismatchError
 from ldp_core.mechanisms.base import ReportSpec
 from ldp_core.metrics import MetricSet, parse_metrics
-from ldp_core.wire.frames import (
-    VERSION,
-    FrameHeader,
-    ReportBatch,
-    decode_frame,
-    decode_json,
-    encode_frame,
-    read_header,
-)
+from ldp_core.wire.frames import ReportBatch, decode_frame, decode_json, decode_verified, encode_frame, read_header
 from ldp_core.wire.sealed import SealedSpec
 
 __all__ = [
@@ -88,22 +80,14 @@ def _too_many(n: int, max_records: int) -> RejectedBatch:
 
 
 def _decode_frame(body: bytes, declared: MetricSet, max_records: int, checked: Checked | None) -> ReportBatch:
-    crc_checked = records_checked = False
-    if checked is None:
-        header = read_header(body)
-    else:  # the native front parsed the header and verified the CRC (and the records, if it says so)
-        metric, spec_id, day, rsize, n, batch_id, sealed, records_checked = checked
-        header = FrameHeader(VERSION, metric, spec_id, day, rsize, n, batch_id, sealed)
-        crc_checked = True
+    if checked is not None:  # the native front parsed the header, verified the CRC (and the records, if it says so)
+        if checked[4] > max_records:
+            raise _too_many(checked[4], max_records)
+        return decode_verified(body, functools.partial(resolve, declared), checked)
+    header = read_header(body)
     if header.n_records > max_records:
         raise _too_many(header.n_records, max_records)
-    return decode_frame(
-        body,
-        functools.partial(resolve, declared),
-        header,
-        crc_checked=crc_checked,
-        records_checked=records_checked,
-    )
+    return decode_frame(body, functools.partial(resolve, declared), header)
 
 
 def _decode_json(body: bytes, declared: MetricSet, max_records: int) -> ReportBatch:

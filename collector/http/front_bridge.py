@@ -112,16 +112,16 @@ class FrontBridge:
             return
         uploads = front.take_nowait(self.take)
         self.stats["taken"] += len(uploads)
-        start = self.upload.start
+        start, settled = self.upload.start, self._settled
         for ticket, body, ctype, key, auth, origin, checked in uploads:
             t0 = time.perf_counter()
             try:
-                step = start(body, ctype, key, auth, checked)
+                step = start(body, ctype, key, auth, checked, functools.partial(settled, ticket, origin, t0))
             except Exception:
                 log.exception("an upload from the native front failed unexpectedly")
                 step = _internal()
             if isinstance(step, Pending):  # (a named tuple: tested before the answers)
-                step.waiter.add_done_callback(functools.partial(self._settled, ticket, origin, step, t0))
+                pass  # answered by _settled when its outcome arrives
             elif isinstance(step, asyncio.Task):
                 self._tasks.add(step)
                 self.stats["offloaded"] += 1
@@ -129,7 +129,7 @@ class FrontBridge:
             else:
                 self._reply(ticket, origin, step, t0)
 
-    def _settled(self, ticket: int, origin: str | None, pending: Pending, t0: float, _waiter: object) -> None:
+    def _settled(self, ticket: int, origin: str | None, t0: float, pending: Pending) -> None:
         try:
             answer = self.upload.finish(pending)
         except Exception:
@@ -171,9 +171,8 @@ class FrontBridge:
         stats["flushes"] += 1
         stats["answered"] += len(replies)
         stats["client_gone"] += len(replies) - delivered
-        now, observe = time.perf_counter(), self.upload.metrics.observe_upload
-        for t0 in started:
-            observe(now - t0)
+        now = time.perf_counter()
+        self.upload.metrics.observe_uploads([now - t0 for t0 in started])
 
 
 def _internal() -> Answer:

@@ -8,10 +8,12 @@ counts and rejections), so they are kept off the port devices reach."""
 from __future__ import annotations
 
 import asyncio
+import bisect
+import collections
 import contextlib
 import socket
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from fastapi import FastAPI
@@ -112,6 +114,19 @@ class CollectorMetrics:
     def observe_upload(self, seconds: float) -> None:
         """Count one ``POST /v1/reports``'s latency."""
         self._upload_latency.observe(seconds)
+
+    def observe_uploads(self, seconds: Sequence[float]) -> None:
+        """Count the latencies of many uploads at once (the native front's answers of one loop iteration): what
+        :meth:`observe_upload` of each counts, with one increment per bucket they fall in instead of two
+        locked increments per upload (prometheus-client has no batch observe; this uses its histogram child's
+        bounds, buckets and sum, ``tests/collector/test_monitoring.py`` holds it to ``observe``)."""
+        child = self._upload_latency
+        bounds = child._upper_bounds
+        per_bucket = collections.Counter(bisect.bisect_left(bounds, s) for s in seconds)
+        buckets = child._buckets
+        for i, n in per_bucket.items():
+            buckets[i].inc(n)
+        child._sum.inc(sum(seconds))
 
     def observe_request(self, seconds: float, path: str, method: str) -> None:
         """Count one request's latency under its route (``other`` for any path the collector does not serve)."""

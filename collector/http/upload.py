@@ -67,7 +67,7 @@ import concurrent.futures.process
 import contextlib
 import logging
 from collections.abc import AsyncIterator, Callable
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
 from fastapi import FastAPI, Request
 from fastapi.responses import Response
@@ -79,7 +79,7 @@ from collector.http.answers import AcceptedBody, Answer, ErrorBody, error_parts
 from collector.http.bodies import BodyReaders, BodyTimeout
 from collector.http.decode import Checked, decode_body, json_to_frame
 from collector.http.monitoring import CollectorMetrics
-from collector.ingest import Ingestor, Outcome
+from collector.ingest import Ingestor, Outcome, SettleCall
 from collector.settings import CollectorSettings
 from collector.tokens import SpentTokens, TokenRejected, TokenVerifier
 from ldp_core.metrics import MetricSet
@@ -131,10 +131,10 @@ class _Deadlines:
     def __init__(self, timeout: float) -> None:
         self.timeout = timeout
         self.period = max(0.001, min(0.05, timeout / 4))
-        self._queue: collections.deque[tuple[float, asyncio.Future[Outcome]]] = collections.deque()
+        self._queue: collections.deque[tuple[float, asyncio.Future[Outcome] | SettleCall]] = collections.deque()
         self._loop: asyncio.AbstractEventLoop | None = None  # the loop a sweep is scheduled on, if any
 
-    def add(self, loop: asyncio.AbstractEventLoop, waiter: asyncio.Future[Outcome]) -> None:
+    def add(self, loop: asyncio.AbstractEventLoop, waiter: asyncio.Future[Outcome] | SettleCall) -> None:
         self._queue.append((loop.time() + self.timeout, waiter))
         if self._loop is not loop:
             self._loop = loop
@@ -172,7 +172,7 @@ class Pending(NamedTuple):
     """An upload handed to the ingestor: its batch and the future of its outcome (:meth:`UploadHandler.start`)."""
 
     batch: ReportBatch
-    waiter: asyncio.Future[Outcome]
+    waiter: asyncio.Future[Outcome] | SettleCall
 
 
 class _Refused(Exception):
@@ -245,13 +245,15 @@ class UploadHandler:
         idempotency_key: str | None,
         authorization: str | None,
         checked: Checked | None = None,
+        then: Callable[[Pending], object] | None = None,
     ) -> Answer | Pending | asyncio.Task[Answer]:
         """One upload whose body was read whole by someone else (the native front, :mod:`collector.http.front_bridge`),
         on the event loop, without a coroutine: the same steps as :meth:`__call__` after the body, and
 
         * an :data:`Answer` when it is answered at once (media type, token, admission, decoding, checks);
         * a :class:`Pending` once submitted to the ingestor: when its ``waiter`` is done, :meth:`finish` gives
-          the answer (the upload counts in ``in_flight`` until then);
+          the answer (the upload counts in ``in_flight`` until then); with ``then``, ``then(pending)`` is called
+          on the loop as it is done (the waiter is no asyncio future then: nothing to schedule per upload);
         * a task giving the answer, for a body decoded off the event loop (above ``offload_*_bytes``).
 
         No refusal carries ``Connection: close``: the whole body was read, the connection can be kept.
@@ -268,7 +270,7 @@ class UploadHandler:
         runtime = self.runtime
         runtime["in_flight"] += 1
         try:
-            step = self._begin(ingestor, body, kind, idempotency_key, spend, checked if kind == "frame" else None)
+            step = self._begin(ingestor, body, kind, idempotency_key, spend, checked if kind == "frame" else None, then)
         except BaseException:
             runtime["in_flight"] -= 1
             raise
@@ -401,6 +403,8 @@ class UploadHandler:
             self.admission.check(batch, key)
         except RejectedBatch as exc:
             return batch, exc
+        if checked is not None and kind == "frame" and type(body) is bytes:
+            return batch, body  # the front checked every header field and the length: the frame is canonical
         return batch, _reencoded(batch, body, kind)
 
     async def _json_in_process(self, body: bytes) -> bytes:
@@ -441,10 +445,16 @@ class UploadHandler:
             raise RejectedBatch(409, "token_spent", "this token was redeemed before (for another batch)")
 
     def _submit(
-        self, ingestor: Ingestor, batch: ReportBatch, value: bytes | RejectedBatch, spend: tuple[bytes, str] | None
+        self,
+        ingestor: Ingestor,
+        batch: ReportBatch,
+        value: bytes | RejectedBatch,
+        spend: tuple[bytes, str] | None,
+        then: Callable[[Pending], object] | None = None,
     ) -> Answer | Pending:
         """A prepared batch: refused (:meth:`prepare`'s checks, the token's spending), or its new frame handed
-        to the ingestor (group commit), with the publish deadline."""
+        to the ingestor (group commit), with the publish deadline. ``then``: called with the :class:`Pending`
+        once its waiter is done (the waiter is then a :class:`~collector.ingest.SettleCall`, not a future)."""
         try:
             if isinstance(value, RejectedBatch):
                 raise value
@@ -452,12 +462,16 @@ class UploadHandler:
         except RejectedBatch as exc:
             return self._failure(exc, batch)
         loop = asyncio.get_running_loop()
+        call = SettleCall(then) if then is not None else None
         waiter = ingestor.submit_async(
-            batch.batch_id, metric_day_key(batch.metric, batch.day), value, len(batch), batch.metric, loop
+            batch.batch_id, metric_day_key(batch.metric, batch.day), value, len(batch), batch.metric, loop, call
         )
         # failing ``waiter`` at its deadline is harmless: the ingestor hands out a future of the caller's own
         self.deadlines.add(loop, waiter)
-        return Pending(batch, waiter)
+        pending = Pending(batch, waiter)
+        if call is not None:
+            call.arg = pending  # settled on a later iteration of the loop at the earliest
+        return pending
 
     def _begin(
         self,
@@ -467,13 +481,14 @@ class UploadHandler:
         key: str | None,
         spend: tuple[bytes, str] | None,
         checked: Checked | None = None,
+        then: Callable[[Pending], object] | None = None,
     ) -> Answer | Pending:
         """:meth:`prepare` on the event loop, then :meth:`_submit`."""
         try:
             batch, value = self.prepare(body, kind, key, checked)
         except RejectedBatch as exc:
             return self._failure(exc, None)
-        return self._submit(ingestor, batch, value, spend)
+        return self._submit(ingestor, batch, value, spend, then)
 
     def _failure(self, exc: RejectedBatch | UnavailableError, batch: ReportBatch | None) -> Answer:
         """Count a refusal of a body that was read (and its reports, once decoded) and make its answer."""
@@ -533,8 +548,9 @@ class UploadHandler:
                 step = self._submit(ingestor, batch, value, spend)
             if not isinstance(step, Pending):
                 return step
+            waiter = cast("asyncio.Future[Outcome]", step.waiter)  # submitted without ``then``: a future
             with contextlib.suppress(Exception):  # the outcome is read from the waiter (_settled)
-                await step.waiter
+                await waiter
             return self._settled(step)
         finally:
             runtime["in_flight"] -= 1

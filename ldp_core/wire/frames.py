@@ -69,6 +69,7 @@ __all__ = [
     "encode_frame",
     "frame_head",
     "decode_frame",
+    "decode_verified",
     "read_header",
     "encode_json",
     "decode_json",
@@ -259,28 +260,57 @@ def decode_frame(
     if header is None:
         header = read_header(data)
     buf = memoryview(data).cast("B")
-    body_end = header.frame_size - _CRC.size
     if not crc_checked:
+        body_end = header.frame_size - _CRC.size
         (crc,) = _CRC.unpack_from(buf, body_end)
         if zlib.crc32(buf[:body_end]) != crc:
             raise FrameError("CRC-32 mismatch: the frame was corrupted in transit")
-    spec = _resolve(specs, header.metric, header.spec_id)
-    if header.sealed:
+    h = header
+    return _batch(
+        buf, specs, h.metric, h.spec_id, h.day, h.record_size, h.n_records, h.batch_id, h.sealed, records_checked
+    )
+
+
+def decode_verified(
+    data: bytes,
+    specs: SpecResolver,
+    fields: tuple[str, str, int, int, int, bytes, bool, bool],
+) -> ReportBatch:
+    """:func:`decode_frame` of a frame whose header, length and CRC the caller verified already, from its header
+    ``fields`` ``(metric, spec_id, day, record_size, n_records, batch_id, sealed, records_checked)`` (what the
+    collector's native front gives, native/front/src/frames.rs); the records are checked unless
+    ``records_checked``."""
+    metric, spec_id, day, rsize, n, batch_id, sealed, records_checked = fields
+    return _batch(data, specs, metric, spec_id, day, rsize, n, batch_id, sealed, records_checked)
+
+
+def _batch(
+    buf: bytes | memoryview,
+    specs: SpecResolver,
+    metric: str,
+    spec_id: str,
+    day: int,
+    record_size: int,
+    n_records: int,
+    batch_id: bytes,
+    sealed: bool,
+    records_checked: bool,
+) -> ReportBatch:
+    """The batch of a frame whose header is parsed and checked: its spec resolved and matched, its records."""
+    spec = _resolve(specs, metric, spec_id)
+    if sealed:
         spec = SealedSpec.of(spec)
     elif isinstance(spec, SealedSpec):
         raise SpecMismatchError(
-            f"metric {header.metric!r} is sealed: its records must be sealed to the analyzer's key "
+            f"metric {metric!r} is sealed: its records must be sealed to the analyzer's key "
             "(GET /v1/metrics names it); a plain frame is refused"
         )
-    if header.record_size != spec.record_size:
-        raise SpecMismatchError(
-            f"record size {header.record_size} does not match spec {spec.name}'s {spec.record_size}"
-        )
-    offset = HEADER_SIZE + len(header.metric.encode())
-    records = np.frombuffer(buf, dtype=spec.record_dtype, count=header.n_records, offset=offset)
+    if record_size != spec.record_size:
+        raise SpecMismatchError(f"record size {record_size} does not match spec {spec.name}'s {spec.record_size}")
+    records = np.frombuffer(buf, dtype=spec.record_dtype, count=n_records, offset=HEADER_SIZE + len(metric.encode()))
     if not records_checked:
         spec.check_records(records)
-    return ReportBatch._checked(header.metric, spec, header.day, records, header.batch_id)
+    return ReportBatch._checked(metric, spec, day, records, batch_id)
 
 
 def _record_to_json(rec: np.void, names: tuple[str, ...]) -> list[Any]:

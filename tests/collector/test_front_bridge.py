@@ -32,7 +32,7 @@ from ldp_core.metrics import MetricSet
 from ldp_core.tokens import privacy_pass as tokens
 from ldp_core.tokens.enrollment import EnrollmentAuthority
 from ldp_core.wire.frames import FRAME_CONTENT_TYPE, ReportBatch, encode_frame, encode_json
-from pipeline.transport import Transport
+from pipeline.transport import Health, Transport
 from tests.collector.test_app_transport_down import OutageTransport
 from tests.collector.test_tokens import authority, issuer  # noqa: F401  (fixtures)
 from tests.collector.test_tokens import client as token_client
@@ -265,6 +265,41 @@ def test_transport_down_is_503_with_retry_after(tmp_path: Path, metrics: MetricS
             assert r[0] == 503 and (b"retry-after", b"7") in r[2]
             assert json.loads(r[1])["error"] == "transport_unavailable"
             t.assert_same_counts()
+
+    asyncio.run(scenario())
+
+
+class _Unacknowledged(OutageTransport):
+    """Answers its probe, but holds every publish while ``outage`` is set."""
+
+    def health(self, topic: str | None = None, *, timeout: float = 2.0) -> Health:
+        return Health(True, "up")
+
+
+def test_a_publish_not_acknowledged_in_time_is_503_timeout_then_duplicate(tmp_path: Path, metrics: MetricSet) -> None:
+    """The publish deadline settles a bridged upload's outcome as it does the ASGI path's (the bridge's uploads
+    wait on a :class:`~collector.ingest.SettleCall`, not an asyncio future)."""
+    slow = [_Unacknowledged(), _Unacknowledged()]
+
+    async def scenario() -> None:
+        async with twins(
+            tmp_path, metrics, transports=slow, publish_timeout=0.3, probe_after=30.0, retry_after=3
+        ).running() as t:
+            frame = encode_frame(olh_batch(metrics, 4))
+            for tr in slow:
+                tr.outage.set()
+            r = await t.both(frame)
+            assert r[0] == 503 and (b"retry-after", b"3") in r[2]
+            assert json.loads(r[1])["error"] == "timeout"
+            for tr in slow:
+                tr.outage.clear()
+            async with asyncio.timeout(30):  # the held publishes go through; the retries are duplicates
+                while any(len(tr.records) < 1 for tr in slow):
+                    await asyncio.sleep(0.01)
+            r = await t.both(frame)
+            assert r[0] == 202 and json.loads(r[1])["status"] == "duplicate"
+            t.assert_same_counts()
+        assert [len(tr.records) for tr in slow] == [1, 1]
 
     asyncio.run(scenario())
 

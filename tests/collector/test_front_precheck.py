@@ -197,6 +197,7 @@ def test_the_collector_s_metrics_decode_the_same_with_and_without_the_pre_check(
         assert checked is not None, name
         a, b = decode_body(body, "frame", declared, 10_000), decode_body(body, "frame", declared, 10_000, checked)
         assert fields(a) == fields(b) and np.array_equal(a.records, b.records)
+        assert encode_frame(b) == body  # a pre-checked frame is canonical: the collector forwards it as it is
         # the collector's own refusals still apply to a pre-checked frame: the record limit
         with pytest.raises(RejectedBatch) as exc:
             decode_body(body, "frame", declared, 49, checked)
