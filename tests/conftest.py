@@ -7,6 +7,10 @@ import tempfile
 
 import pytest
 
+# the shared helpers and contracts under tests/support assert too: have pytest show the values a failing assert saw
+# (it rewrites only test modules and conftest files by itself; registered before any test module imports them)
+pytest.register_assert_rewrite("tests.support")
+
 # decoding designs cached on disk (estimator/oracles/rappor_design.py) go to a fresh folder per test run, never the
 # user's cache; set before xdist starts its workers, which inherit it
 os.environ.setdefault("LDP_CACHE_DIR", tempfile.mkdtemp(prefix="ldp-test-cache-"))

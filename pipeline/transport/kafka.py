@@ -35,7 +35,9 @@
   records after a rebalance; if it drops delivered, uncommitted records, the
   rebalance listener counts it in ``Consumer.generation`` and the next commit
   fails once (see :attr:`~pipeline.transport.base.Consumer.generation`).
-  The offset fetch asks for stable offsets (KIP-447's ``require_stable``,
+  A join round that completes between two polls is taken up by the next
+  poll, not sent again (:mod:`pipeline.transport.kafka_join`), so one change
+  of membership is one rebalance. The offset fetch asks for stable offsets (KIP-447's ``require_stable``,
   sent by kafka-python 3 for read_committed consumers): a member taking over
   a partition waits until a committed transaction's offsets are written.
 
@@ -77,6 +79,7 @@ from pipeline.transport.base import (
     partition_for,
 )
 from pipeline.transport.kafka_cluster import describe_cluster
+from pipeline.transport.kafka_join import keep_finished_joins
 
 __all__ = ["KafkaTransport", "KafkaConsumer", "describe_cluster"]
 
@@ -587,6 +590,9 @@ class KafkaConsumer(Consumer):
             raise TransportError(
                 f"cannot reach Kafka at {transport.bootstrap} ({exc!r}); start the project's broker with `ldp kafka up`"
             ) from exc
+        # kafka-python 3.0.12 drops a join round that completed while no poll() awaited it and sends another
+        # JoinGroup: from the leader, a second rebalance of the whole group (pipeline/transport/kafka_join.py)
+        keep_finished_joins(self._consumer)
         owner = self
 
         class _Listener(ConsumerRebalanceListener):  # type: ignore[misc]
@@ -679,8 +685,8 @@ class KafkaConsumer(Consumer):
             now = time.monotonic()
             left = max(0, int((deadline - now) * 1000))
             if left == 0 and now < settle and self._joining():
-                # see a group join through before returning (kafka-python 3.0.12 discards a join that completes
-                # while no poll() awaits it and sends another: one more rebalance of the whole group)
+                # see a group join through before returning, so that the assignment comes with this poll (a join
+                # that completes between two polls is taken up by the next one: kafka_join.py)
                 left = min(200, int((settle - now) * 1000))
             got = self._consumer.poll(timeout_ms=left, max_records=max_records)
             if self._reassigned is not None:

@@ -113,8 +113,12 @@ def test_real_producer_runs_with_acks_all_and_idempotence(kafka_bootstrap: str) 
         assert pos.offset >= 0
         producer = t._producer_client()
         deadline = time.monotonic() + 10
-        while producer.last_stats is None and time.monotonic() < deadline:
-            time.sleep(0.1)  # statistics come once a second
+        # statistics come once a second; a snapshot taken before the producer id came (the first one, on a
+        # loaded machine) says "WaitTransport" although the publish above needed the id: wait for a later one
+        while time.monotonic() < deadline and (
+            producer.last_stats is None or producer.last_stats["eos"]["idemp_state"] != "Assigned"
+        ):
+            time.sleep(0.1)
         assert producer.last_stats is not None, "librdkafka reported no statistics"
         eos = producer.last_stats["eos"]
         assert eos["idemp_state"] == "Assigned" and eos["producer_id"] >= 0, eos

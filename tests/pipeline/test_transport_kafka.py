@@ -80,3 +80,70 @@ def test_topic_retention_reaches_the_broker(kafka_bootstrap: str) -> None:
     assert seen == {"default": str(3 * 86400 * 1000), "forever": "-1", "hour": "3600000", segmented: "-1"}
     # superseded checkpoints leave the broker's disk once their segment rolls: 10 minutes, not the 7-day default
     assert segments[segmented] == "600000" and {segments[n] for n in names} == {str(7 * 86400 * 1000)}
+
+
+def test_a_join_that_completes_between_two_polls_is_taken_up_not_sent_again(kafka_bootstrap: str) -> None:
+    """The leader's join round completes while its thread is between two polls (descheduled, or processing
+    records): its next poll takes that assignment. kafka-python 3.0.12 alone sends a new JoinGroup instead,
+    and the coordinator rebalances a stable group whenever its leader rejoins: b, which had read records of its
+    new partition meanwhile, lost them (its generation went to 1) and read them a second time."""
+    import threading
+    import time
+    import uuid
+
+    from pipeline.transport import Consumer
+    from pipeline.transport.kafka import KafkaConsumer, KafkaTransport
+    from tests.support.transport_contract import SESSION, drain, group_state
+
+    t = KafkaTransport(kafka_bootstrap)
+    topic, group = f"join-{uuid.uuid4().hex[:8]}", f"g-join-{uuid.uuid4().hex[:8]}"
+    t.create_topic(topic, 2)
+    t.publish_many(topic, [(f"k{i}".encode(), b"first") for i in range(10)])
+    a = t.consume(topic, group, member="a", session_timeout=SESSION)
+    b = t.consume(topic, group, member="b", session_timeout=SESSION)
+    assert isinstance(a, KafkaConsumer)
+    got: dict[str, list[tuple[int, int]]] = {"a": [], "b": []}
+    owns: dict[str, set[int]] = {"a": set(), "b": set()}
+    halt = threading.Event()
+    errors: list[BaseException] = []
+
+    def run(c: Consumer, name: str) -> None:
+        try:
+            while not halt.is_set():
+                got[name].extend((r.partition, r.offset) for r in c.poll(timeout=0.1))
+                owns[name] = {tp.partition for tp in c.assignment()}
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+
+    try:
+        drain([a], 10)
+        a.commit()  # a alone leads the group with nothing uncommitted
+        threads = {"b": threading.Thread(target=run, args=(b, "b"), daemon=True)}
+        threads["b"].start()  # b joins; a hears of the rebalance at its next heartbeat
+        end = time.monotonic() + 30
+        while not a._joining():  # the round is in flight once a poll started it and returned at once
+            assert time.monotonic() < end, "a never started to rejoin after b joined"
+            a._consumer.poll(timeout_ms=0)
+            time.sleep(0.02)
+        # a's thread stays away; its round completes on kafka-python's IO thread and b reads its new partition
+        second = t.publish_many(topic, [(f"k{i}".encode(), b"second") for i in range(10, 30)])
+        while len(owns["b"]) != 1 or len(got["b"]) < sum(1 for p in second if p.partition in owns["b"]):
+            assert time.monotonic() < end, f"b got {got['b']} of its partition(s) {owns['b']}"
+            time.sleep(0.05)
+        threads["a"] = threading.Thread(target=run, args=(a, "a"), daemon=True)
+        threads["a"].start()
+        while len(got["a"]) + len(got["b"]) < len(second):
+            assert time.monotonic() < end, f"records so far: {got}"
+            time.sleep(0.05)
+        time.sleep(2 * SESSION / 3)  # a second rebalance, if a rejoined, has come by now (b heartbeats this often)
+        halt.set()
+        for th in threads.values():
+            th.join(timeout=30)
+        assert not errors, errors
+        assert (a.generation, b.generation) == (0, 0), group_state(a, b)
+        assert sorted(got["a"] + got["b"]) == sorted((p.partition, p.offset) for p in second), got
+    finally:
+        halt.set()
+        a.close()
+        b.close()
+        t.close()
