@@ -34,8 +34,10 @@ class Admission:
         self.sealing_ids = {k.key_id for k in declared.analyzer_keys}
         self.window = settings.day_window  # the settings are frozen: one DayWindow, not one per upload
 
-    def check(self, batch: ReportBatch, key: str | None) -> None:
-        """Refuse ``batch`` (uploaded with the ``Idempotency-Key`` ``key``) if the collector will not take it."""
+    def check(self, batch: ReportBatch, key: str | None, keys_checked: bool = False) -> None:
+        """Refuse ``batch`` (uploaded with the ``Idempotency-Key`` ``key``) if the collector will not take it.
+        ``keys_checked``: the native front's pre-check found that each sealed record names an analyzer key of
+        the metrics file (:func:`collector.http.decode.spec_entries`); they are not scanned again."""
         if key is not None and key.strip().lower() != batch.batch_id.hex():
             raise RejectedBatch(
                 400,
@@ -57,7 +59,7 @@ class Admission:
                 f"reports, got {len(batch)}",
             )
         if batch.sealed:
-            self._check_sealed(batch, m.sealed)
+            self._check_sealed(batch, m.sealed, keys_checked)
         if m.is_expired(batch.day):
             raise RejectedBatch(
                 422,
@@ -84,7 +86,7 @@ class Admission:
                 f"day {day} is {now - day} days old; batches older than {settings.max_day_age} days are not accepted",
             )
 
-    def _check_sealed(self, batch: ReportBatch, metric_sealed: bool) -> None:
+    def _check_sealed(self, batch: ReportBatch, metric_sealed: bool, keys_checked: bool = False) -> None:
         """What can be checked of sealed records without the analyzer's key (which the collector never has):
         the metric is a sealed one, and every record names a key of the metrics file."""
         if not metric_sealed:
@@ -93,8 +95,12 @@ class Admission:
                 "not_sealed_metric",
                 f"metric {batch.metric!r} is not sealed: send its records plain (GET /v1/metrics)",
             )
-        kids = np.ascontiguousarray(batch.records).view(np.uint8).reshape(len(batch), -1)[:, :KEY_ID_SIZE]
-        seen = {bytes(r).hex() for r in np.unique(kids, axis=0)}
+        if keys_checked:
+            return
+        # each record's key id as one opaque value: np.unique over them is 10x faster than over rows (axis=0)
+        rows = np.ascontiguousarray(batch.records).view(np.uint8).reshape(len(batch), -1)
+        kids = np.ascontiguousarray(rows[:, :KEY_ID_SIZE]).view(np.dtype((np.void, KEY_ID_SIZE))).ravel()
+        seen = {k.tobytes().hex() for k in np.unique(kids)}
         unknown = sorted(seen - self.sealing_ids)
         if unknown:
             raise RejectedBatch(

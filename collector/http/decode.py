@@ -10,7 +10,7 @@ import logging
 import math
 import multiprocessing
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from collector.errors import RejectedBatch
@@ -35,7 +35,7 @@ __all__ = [
 #: records, batch id, sealed, records checked)
 Checked = tuple[str, str, int, int, int, bytes, bool, bool]
 #: one entry of :func:`frame_specs`
-SpecEntry = tuple[str, bool, bytes, int, list[tuple[int, int, int, int]], bool]
+SpecEntry = tuple[str, bool, bytes, int, list[tuple[int, int, int, int]], bool, list[bytes]]
 
 log = logging.getLogger("ldp.collector")
 
@@ -128,22 +128,26 @@ def frame_specs(declared: MetricSet) -> list[SpecEntry]:
     answers), Prio3 metrics included."""
     specs: list[tuple[str, ReportSpec]] = [(name, declared[name].wire_spec) for name in declared]
     specs += [(name, declared.prio3_spec(name)) for name in declared.prio3]
-    return [entry for name, spec in specs for entry in spec_entries(name, spec)]
+    key_ids = [bytes.fromhex(k.key_id) for k in declared.analyzer_keys]
+    return [entry for name, spec in specs for entry in spec_entries(name, spec, key_ids)]
 
 
-def spec_entries(metric: str, spec: ReportSpec) -> list[SpecEntry]:
+def spec_entries(metric: str, spec: ReportSpec, key_ids: Sequence[bytes] = ()) -> list[SpecEntry]:
     """The pre-check's entries of ``metric`` resolved to ``spec``: one per sealing :func:`decode_frame` accepts
     (a sealed frame always; a plain one unless ``spec`` is sealed), each ``(metric, sealed, spec id, record
-    size, bounds, records_checked)``. ``bounds`` are the spec's :meth:`~ReportSpec.record_bounds` as
+    size, bounds, records_checked, key_ids)``. ``bounds`` are the spec's :meth:`~ReportSpec.record_bounds` as
     ``(offset, width, count, bound)`` of little-endian unsigned fields, and ``records_checked`` says they are
-    the spec's whole check of its records: true for the base class's check and for sealed records (nothing to
-    check without the key), false for a spec with a check of its own (which still runs in Python; the front
-    then verifies the header and the CRC only)."""
+    the spec's whole check of its records: true for the base class's check, false for a spec with a check of
+    its own (which still runs in Python; the front then verifies the header and the CRC only). Sealed records
+    have nothing to check without the key but the analyzer key each names (``key_ids``, the metrics file's
+    analyzer keys): ``records_checked`` says the front checked that each record names one of them (the
+    collector's admission then skips that scan, :meth:`collector.http.admission.Admission.check`)."""
     sealed = SealedSpec.of(spec)
-    out: list[SpecEntry] = [(metric, True, bytes.fromhex(sealed.spec_id), sealed.record_size, [], True)]
+    ids = list(key_ids)
+    out: list[SpecEntry] = [(metric, True, bytes.fromhex(sealed.spec_id), sealed.record_size, [], bool(ids), ids)]
     if not isinstance(spec, SealedSpec):
         bounds = _bounds(spec)
-        out.append((metric, False, bytes.fromhex(spec.spec_id), spec.record_size, bounds or [], bounds is not None))
+        out.append((metric, False, bytes.fromhex(spec.spec_id), spec.record_size, bounds or [], bounds is not None, []))
     return out
 
 

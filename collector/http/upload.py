@@ -400,7 +400,7 @@ class UploadHandler:
         the batch and its new frame, or the batch and why it is refused (its reports are counted)."""
         batch = decode_body(body, kind, self.declared, self.max_records, checked)
         try:
-            self.admission.check(batch, key)
+            self.admission.check(batch, key, checked is not None and checked[7])
         except RejectedBatch as exc:
             return batch, exc
         if checked is not None and kind == "frame" and type(body) is bytes:

@@ -28,16 +28,19 @@ from prometheus_client import generate_latest
 from collector.http.app import CollectorApp, create_app
 from collector.http.front_bridge import FrontBridge
 from collector.settings import CollectorSettings
-from ldp_core.metrics import MetricSet
+from ldp_core.metrics import MetricSet, load_metrics
 from ldp_core.tokens import privacy_pass as tokens
 from ldp_core.tokens.enrollment import EnrollmentAuthority
 from ldp_core.wire.frames import FRAME_CONTENT_TYPE, ReportBatch, encode_frame, encode_json
+from ldp_core.wire.sealing import AnalyzerKey, seal_batch
 from pipeline.transport import Health, Transport
 from tests.collector.test_app_transport_down import OutageTransport
 from tests.collector.test_tokens import authority, issuer  # noqa: F401  (fixtures)
 from tests.collector.test_tokens import client as token_client
 from tests.collector.test_tokens import collector_settings as token_settings
-from tests.support.collector_support import ServerThread, olh_batch, write_metrics
+from tests.sdk.test_sealed_attacks import SPEC as SEALED_SPEC
+from tests.sdk.test_sealed_attacks import _metrics_doc as sealed_metrics_doc
+from tests.support.collector_support import TODAY, ServerThread, olh_batch, write_metrics
 from tests.support.loopback_front import LoopbackFront, native_checker
 
 APP = "https://app.example.com"
@@ -300,6 +303,33 @@ def test_a_publish_not_acknowledged_in_time_is_503_timeout_then_duplicate(tmp_pa
             assert r[0] == 202 and json.loads(r[1])["status"] == "duplicate"
             t.assert_same_counts()
         assert [len(tr.records) for tr in slow] == [1, 1]
+
+    asyncio.run(scenario())
+
+
+def test_sealed_uploads_are_answered_as_the_asgi_app_answers(tmp_path: Path) -> None:
+    """Sealed frames: the front's pre-check verifies each record's analyzer key id (the bridged app then skips
+    that scan); every answer, refusals included, is the ASGI app's."""
+    rng = np.random.default_rng(12)
+    key = AnalyzerKey(bytes(rng.integers(0, 256, 32, dtype=np.uint8)))
+    (tmp_path / "metrics.json").write_text(json.dumps(sealed_metrics_doc(key)))
+    metrics = load_metrics(tmp_path / "metrics.json")
+    plain = ReportBatch("m", SEALED_SPEC, TODAY, SEALED_SPEC.encode(rng.integers(0, 256, 40), rng))
+
+    async def scenario() -> None:
+        async with twins(tmp_path, metrics).running() as t:
+            sealed = encode_frame(seal_batch(plain, key.public))
+            assert t.front.precheck.check_frame(sealed)[-1] is True  # its key ids checked by the front
+            ok = await t.both(sealed)
+            assert (ok[0], json.loads(ok[1])["status"]) == (202, "accepted")
+            other_key = seal_batch(plain, AnalyzerKey(bytes(32 * [7])).public)
+            r = await t.both(encode_frame(other_key))
+            assert (r[0], json.loads(r[1])["error"]) == (422, "unknown_analyzer_key")
+            r = await t.both(encode_frame(seal_batch(ReportBatch("p", SEALED_SPEC, TODAY, plain.records), key.public)))
+            assert (r[0], json.loads(r[1])["error"]) == (422, "not_sealed_metric")
+            r = await t.both(encode_frame(plain))
+            assert (r[0], json.loads(r[1])["error"]) == (422, "spec_mismatch")
+            t.assert_same_counts()
 
     asyncio.run(scenario())
 

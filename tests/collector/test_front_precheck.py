@@ -25,7 +25,7 @@ from ldp_core.errors import FrameError
 from ldp_core.mechanisms import MECHANISMS, NUMERIC_MECHANISMS, ReportSpec, make_spec
 from ldp_core.metrics import load_metrics
 from ldp_core.wire.frames import HEADER_SIZE, ReportBatch, decode_frame, encode_frame, read_header
-from ldp_core.wire.sealed import SealedSpec
+from ldp_core.wire.sealed import KEY_ID_SIZE, SealedSpec
 
 try:
     import ldp_front
@@ -186,6 +186,28 @@ def test_sealed_frames_pass_and_plain_frames_of_a_sealed_metric_do_not(front: An
     assert sum(agree(front, b, sealed) for b in corruptions(body, rng, 300)) == 0
 
 
+def test_sealed_records_pass_only_when_each_names_a_known_analyzer_key(front: Any) -> None:
+    rng = np.random.default_rng(8)
+    sealed = SealedSpec.of(spec_of("olh"))
+    known, other = bytes.fromhex("0a0b0c0d"), bytes.fromhex("01020304")
+    assert len(known) == KEY_ID_SIZE
+    front.set_frame_specs(spec_entries("sealed.m", sealed, [known, bytes.fromhex("99999999")]))
+
+    def frame(key_ids: list[bytes]) -> bytes:
+        rows = np.frombuffer(rng.bytes(len(key_ids) * sealed.record_size), np.uint8).reshape(len(key_ids), -1).copy()
+        rows[:, :KEY_ID_SIZE] = np.frombuffer(b"".join(key_ids), np.uint8).reshape(len(key_ids), -1)
+        records = rows.view(sealed.record_dtype).ravel()
+        return encode_frame(ReportBatch("sealed.m", sealed, DAY, records, batch_id=rng.bytes(16)))
+
+    good = frame([known] * 30 + [bytes.fromhex("99999999")] + [known] * 9)
+    checked = front.check_frame(good)
+    assert checked is not None and checked[-1] is True  # the key ids were checked
+    assert front.check_frame(frame([known] * 20 + [other] + [known] * 19)) is None  # Python decides, and refuses
+    # without key ids registered, a sealed frame passes with its records unchecked (the scan stays in Python)
+    front.set_frame_specs(spec_entries("sealed.m", sealed))
+    assert front.check_frame(good)[-1] is False
+
+
 def test_the_collector_s_metrics_decode_the_same_with_and_without_the_pre_check(front: Any) -> None:
     declared = load_metrics("metrics/example.json", reject_expired=False)
     front.set_frame_specs(frame_specs(declared))
@@ -212,11 +234,13 @@ def test_the_collector_s_metrics_decode_the_same_with_and_without_the_pre_check(
 
 def test_bad_entries_are_refused(front: Any) -> None:
     with pytest.raises(ValueError, match="8 bytes"):
-        front.set_frame_specs([("m", False, b"\x00" * 7, 4, [], True)])
+        front.set_frame_specs([("m", False, b"\x00" * 7, 4, [], True, [])])
     with pytest.raises(ValueError, match="within the record"):
-        front.set_frame_specs([("m", False, b"\x00" * 8, 4, [(2, 4, 1, 5)], True)])
+        front.set_frame_specs([("m", False, b"\x00" * 8, 4, [(2, 4, 1, 5)], True, [])])
     with pytest.raises(ValueError, match="8-byte"):
-        front.set_frame_specs([("m", False, b"\x00" * 8, 4, [(0, 3, 1, 5)], True)])
+        front.set_frame_specs([("m", False, b"\x00" * 8, 4, [(0, 3, 1, 5)], True, [])])
+    with pytest.raises(ValueError, match="key ids"):
+        front.set_frame_specs([("m", True, b"\x00" * 8, 4, [], True, [b"ab", b"abc"])])
 
 
 def test_an_upload_over_http_arrives_with_its_checked_fields(served: tuple[Any, int]) -> None:

@@ -33,14 +33,16 @@ pub struct Bound {
     pub bound: u64,
 }
 
-/// What Python accepts of one metric in one sealing: its spec id, record size, and the bounds of its records
-/// (`records_checked`: whether the bounds are the spec's whole check of its records, so that Python skips it).
+/// What Python accepts of one metric in one sealing: its spec id, record size, the bounds of its records
+/// (`records_checked`: whether they are the spec's whole check of its records, so that Python skips it), and
+/// for sealed records the analyzer key ids each record must begin with (when not empty).
 #[derive(Clone, Debug)]
 pub struct Entry {
     pub spec_id: [u8; 8],
     pub record_size: u32,
     pub bounds: Vec<Bound>,
     pub records_checked: bool,
+    pub key_ids: Vec<Vec<u8>>,
 }
 
 /// The registered entries, by (metric name, sealed).
@@ -106,6 +108,28 @@ fn within(records: &[u8], record_size: usize, b: &Bound) -> bool {
     top < b.bound
 }
 
+/// Whether each record begins with one of `key_ids` (all of one length, within the record).
+fn known_keys(records: &[u8], record_size: usize, key_ids: &[Vec<u8>]) -> bool {
+    let k = key_ids[0].len();
+    if k == 0 || k > record_size || key_ids.iter().any(|id| id.len() != k) {
+        return false;
+    }
+    let mut last: &[u8] = &key_ids[0];
+    records.chunks_exact(record_size).all(|record| {
+        let id = &record[..k];
+        if id == last {
+            return true; // the usual case: one key for the whole batch
+        }
+        match key_ids.iter().find(|known| known.as_slice() == id) {
+            Some(known) => {
+                last = known;
+                true
+            }
+            None => false,
+        }
+    })
+}
+
 impl Specs {
     /// The frame's fields if it passes every check (module docs), else `None` (Python then decodes it in full).
     pub fn check(&self, body: &[u8]) -> Option<Checked> {
@@ -142,6 +166,9 @@ impl Specs {
             .iter()
             .all(|b| within(records, rsize as usize, b))
         {
+            return None;
+        }
+        if !entry.key_ids.is_empty() && !known_keys(records, rsize as usize, &entry.key_ids) {
             return None;
         }
         Some(Checked {
@@ -192,6 +219,7 @@ mod tests {
             record_size: 6,
             bounds,
             records_checked: true,
+            key_ids: vec![],
         };
         s.entries.insert((b"m".to_vec(), false), plain);
         s
@@ -235,5 +263,22 @@ mod tests {
         let mut flags = good;
         flags[5] = 2;
         assert!(s.check(&flags).is_none(), "unknown flag");
+    }
+
+    #[test]
+    fn sealed_records_pass_only_with_known_key_ids() {
+        let mut s = Specs::default();
+        let entry = Entry {
+            spec_id: [7; 8],
+            record_size: 6,
+            bounds: vec![],
+            records_checked: true,
+            key_ids: vec![vec![1, 2], vec![3, 4]],
+        };
+        s.entries.insert((b"m".to_vec(), true), entry);
+        let ok = [1, 2, 9, 9, 9, 9, 3, 4, 0, 0, 0, 0, 1, 2, 5, 5, 5, 5];
+        assert!(s.check(&frame("m", 1, 6, &ok)).is_some());
+        let bad = [1, 2, 9, 9, 9, 9, 3, 5, 0, 0, 0, 0];
+        assert!(s.check(&frame("m", 1, 6, &bad)).is_none());
     }
 }

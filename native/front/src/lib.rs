@@ -66,7 +66,7 @@ type Taken<'py> = Vec<(
     Option<CheckedFields<'py>>,
 )>;
 /// One entry of `set_frame_specs`: (metric, sealed, spec id (8 bytes), record size,
-/// [(offset, width, count, bound)], records checked).
+/// [(offset, width, count, bound)], records checked, [key id]).
 type SpecEntry = (
     String,
     bool,
@@ -74,6 +74,7 @@ type SpecEntry = (
     u32,
     Vec<(usize, usize, usize, u64)>,
     bool,
+    Vec<Vec<u8>>,
 );
 
 /// Serves HTTP/1.1 on a listening socket: uploads are queued for Python, the rest goes to `upstream`.
@@ -228,11 +229,12 @@ impl Front {
     }
 
     /// What the frame pre-check accepts (`frames.rs`), replacing what was set before: one entry per metric and
-    /// sealing, `(metric, sealed, spec_id, record_size, [(offset, width, count, bound)], records_checked)`.
+    /// sealing, `(metric, sealed, spec_id, record_size, [(offset, width, count, bound)], records_checked,
+    /// [key_id])`: a sealed frame passes only if each record begins with one of the key ids (when any).
     /// Uploads read from now on are checked against it.
     fn set_frame_specs(&self, entries: Vec<SpecEntry>) -> PyResult<()> {
         let mut specs = frames::Specs::default();
-        for (metric, sealed, spec_id, record_size, bounds, records_checked) in entries {
+        for (metric, sealed, spec_id, record_size, bounds, records_checked, key_ids) in entries {
             let spec_id: [u8; 8] = spec_id
                 .as_slice()
                 .try_into()
@@ -255,11 +257,21 @@ impl Front {
                     bound,
                 });
             }
+            let k = key_ids.first().map_or(0, Vec::len);
+            if key_ids
+                .iter()
+                .any(|id| id.is_empty() || id.len() != k || k > record_size as usize)
+            {
+                return Err(PyValueError::new_err(format!(
+                    "metric {metric:?}: key ids are of one positive length, within the record"
+                )));
+            }
             let entry = frames::Entry {
                 spec_id,
                 record_size,
                 bounds: checks,
                 records_checked,
+                key_ids,
             };
             specs.entries.insert((metric.into_bytes(), sealed), entry);
         }
