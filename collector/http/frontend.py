@@ -49,6 +49,7 @@ FRONTS = ("python", "native")
 _EVENTS = {
     "accepted": "accepted",
     "uploads_taken": "uploads",
+    "prechecked": "prechecked",
     "proxied": "proxied",
     "header_timeouts": "header_timeouts",
     "evicted": "evicted",

@@ -96,6 +96,7 @@ def test_the_native_front_serves_uploads_through_the_app_and_proxies_the_rest(tm
         assert httpx.get(url + "/metrics", timeout=30).status_code == 404  # operator data stays off this port
         events = front_events(metrics_url)
         assert events["uploads"] == 4, events  # the four frames; the JSON and text/plain ones were proxied
+        assert events["prechecked"] == 3, events  # all but the bad CRC: Python decoded that one in full
         assert events["proxied"] >= 5, events
         text = httpx.get(metrics_url, timeout=30).text
         assert 'ldp_collector_batches_total{outcome="accepted",reason="ok"} 2.0' in text

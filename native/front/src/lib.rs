@@ -344,6 +344,7 @@ impl Front {
             ("accepted", s.accepted.load(Relaxed)),
             ("queued", self.shared.queue.len() as u64),
             ("uploads_taken", s.uploads_taken.load(Relaxed)),
+            ("prechecked", s.prechecked.load(Relaxed)),
             ("proxied", s.proxied.load(Relaxed)),
             ("body_timeouts", s.body_timeouts.load(Relaxed)),
             ("header_timeouts", s.header_timeouts.load(Relaxed)),

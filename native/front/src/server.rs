@@ -59,6 +59,8 @@ pub struct Config {
 pub struct Stats {
     pub accepted: AtomicU64,
     pub uploads_taken: AtomicU64,
+    /// Uploads whose frame passed the pre-check (`frames.rs`).
+    pub prechecked: AtomicU64,
     pub proxied: AtomicU64,
     pub body_timeouts: AtomicU64,
     pub header_timeouts: AtomicU64,
@@ -439,6 +441,9 @@ async fn upload(req: Request<Incoming>, shared: &Shared) -> Response<AnyBody> {
         .unwrap_or_else(|e| e.into_inner())
         .clone();
     let checked = specs.check(&body);
+    if checked.is_some() {
+        shared.stats.prechecked.fetch_add(1, Relaxed);
+    }
     let queued = shared.queue.push(Upload {
         ticket: 0,
         checked,
