@@ -96,27 +96,59 @@ log = logging.getLogger("ldp.collector")
 Outcome = Literal["accepted", "duplicate"]
 
 
-class _Result:
-    """A one-shot outcome resolved by a publisher thread: the part of :class:`concurrent.futures.Future` the
-    ingestor uses (``set_result``, ``set_exception``, ``done``, ``cancelled``, ``add_done_callback``, and
-    ``result``/``exception`` once done), without its condition variable, which cost more per upload than
-    decoding the frame. Never cancelled; callbacks run on the thread that resolves it (or at once if done)."""
+class _OneShot:
+    """An outcome settled once: the part of a future the ingestor and its callers use (``done``, ``cancelled``,
+    ``set_result``, ``set_exception``, and ``result`` / ``exception`` once done). Subclasses say what settling
+    does (``_finish``) and which error a second settling raises (``_invalid``)."""
 
-    __slots__ = ("_lock", "_state", "_value", "_callbacks", "_public")
+    __slots__ = ("_state", "_value")
+    _invalid: type[Exception] = concurrent.futures.InvalidStateError
 
-    def __init__(self, public: Any = None) -> None:
-        self._lock = threading.Lock()
+    def __init__(self) -> None:
         self._state = 0  # 0 pending, 1 result, 2 exception
         self._value: Any = None
-        self._callbacks: list[Callable[[Any], object]] = []
-        #: the caller's future, settled with the same outcome first (a callback cost four calls per upload)
-        self._public = public
 
     def done(self) -> bool:
         return self._state != 0
 
     def cancelled(self) -> bool:
         return False
+
+    def _finish(self, state: int, value: Any) -> None:
+        raise NotImplementedError
+
+    def set_result(self, result: Outcome) -> None:
+        self._finish(1, result)
+
+    def set_exception(self, exc: BaseException) -> None:
+        self._finish(2, exc)
+
+    def exception(self, timeout: float | None = None) -> BaseException | None:
+        if not self._state:
+            raise self._invalid("the outcome is not settled yet")
+        return self._value if self._state == 2 else None
+
+    def result(self, timeout: float | None = None) -> Outcome:
+        exc = self.exception()
+        if exc is not None:
+            raise exc
+        return self._value
+
+
+class _Result(_OneShot):
+    """A one-shot outcome resolved by a publisher thread: the part of :class:`concurrent.futures.Future` the
+    ingestor uses (:class:`_OneShot`'s, and ``add_done_callback``), without its condition variable, which cost
+    more per upload than decoding the frame. Never cancelled; callbacks run on the thread that resolves it (or
+    at once if done)."""
+
+    __slots__ = ("_lock", "_callbacks", "_public")
+
+    def __init__(self, public: Any = None) -> None:
+        super().__init__()
+        self._lock = threading.Lock()
+        self._callbacks: list[Callable[[Any], object]] = []
+        #: the caller's future, settled with the same outcome first (a callback cost four calls per upload)
+        self._public = public
 
     def _finish(self, state: int, value: Any) -> None:
         with self._lock:
@@ -132,12 +164,6 @@ class _Result:
         for cb in callbacks:
             _run_callback(cb, self)
 
-    def set_result(self, result: Outcome) -> None:
-        self._finish(1, result)
-
-    def set_exception(self, exc: BaseException) -> None:
-        self._finish(2, exc)
-
     def add_done_callback(self, cb: Callable[[Any], object]) -> None:
         with self._lock:
             if not self._state:
@@ -145,39 +171,21 @@ class _Result:
                 return
         _run_callback(cb, self)
 
-    def exception(self, timeout: float | None = None) -> BaseException | None:
-        if not self._state:
-            raise concurrent.futures.InvalidStateError("the outcome is not settled yet")
-        return self._value if self._state == 2 else None
 
-    def result(self, timeout: float | None = None) -> Outcome:
-        exc = self.exception()
-        if exc is not None:
-            raise exc
-        return self._value
-
-
-class SettleCall:
+class SettleCall(_OneShot):
     """The outcome of an upload submitted from an event loop, for a caller that wants a call rather than an
     awaitable (the native front's bridge): the part of :class:`asyncio.Future` the ingestor and the publish
-    deadline use (``done``, ``cancelled``, ``set_result``, ``set_exception``, ``result``, ``exception``), calling
-    ``fn(arg)`` as soon as it is settled. It is always settled on its loop (the loop's :class:`_Outbox` delivers
-    every outcome there, and the deadline's sweep runs there), so the call needs no scheduling: an asyncio future
-    would schedule its done callback as one more handle of the loop per upload. ``arg`` may be set after
-    submitting (before the loop runs again)."""
+    deadline use (:class:`_OneShot`'s), calling ``fn(arg)`` as soon as it is settled. It is always settled on
+    its loop (the loop's :class:`_Outbox` delivers every outcome there, and the deadline's sweep runs there), so
+    the call needs no scheduling: an asyncio future would schedule its done callback as one more handle of the
+    loop per upload. ``arg`` may be set after submitting (before the loop runs again)."""
 
-    __slots__ = ("fn", "arg", "_state", "_value")
+    __slots__ = ("fn", "arg")
+    _invalid = asyncio.InvalidStateError
 
     def __init__(self, fn: Callable[[Any], object], arg: Any = None) -> None:
+        super().__init__()
         self.fn, self.arg = fn, arg
-        self._state = 0  # 0 pending, 1 result, 2 exception
-        self._value: Any = None
-
-    def done(self) -> bool:
-        return self._state != 0
-
-    def cancelled(self) -> bool:
-        return False
 
     def _finish(self, state: int, value: Any) -> None:
         if self._state:
@@ -187,23 +195,6 @@ class SettleCall:
             self.fn(self.arg)
         except Exception:  # the other outcomes of the delivery must still be delivered
             log.exception("a callback of an upload's outcome failed")
-
-    def set_result(self, result: Outcome) -> None:
-        self._finish(1, result)
-
-    def set_exception(self, exc: BaseException) -> None:
-        self._finish(2, exc)
-
-    def exception(self) -> BaseException | None:
-        if not self._state:
-            raise asyncio.InvalidStateError("the outcome is not settled yet")
-        return self._value if self._state == 2 else None
-
-    def result(self) -> Outcome:
-        exc = self.exception()
-        if exc is not None:
-            raise exc
-        return self._value
 
 
 class _Outbox:
