@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from collector.errors import RejectedBatch
-from ldp_core.errors import FrameError, SpecMismatchError
+from ldp_core.errors import FrameError, SpecError, SpecMismatchError
 from ldp_core.mechanisms.base import ReportSpec
 from ldp_core.metrics import MetricSet, parse_metrics
 from ldp_core.wire.frames import ReportBatch, decode_frame, decode_json, decode_verified, encode_frame, read_header
@@ -142,9 +142,14 @@ def spec_entries(metric: str, spec: ReportSpec, key_ids: Sequence[bytes] = ()) -
     have nothing to check without the key but the analyzer key each names (``key_ids``, the metrics file's
     analyzer keys): ``records_checked`` says the front checked that each record names one of them (the
     collector's admission then skips that scan, :meth:`collector.http.admission.Admission.check`)."""
-    sealed = SealedSpec.of(spec)
-    ids = list(key_ids)
-    out: list[SpecEntry] = [(metric, True, bytes.fromhex(sealed.spec_id), sealed.record_size, [], bool(ids), ids)]
+    out: list[SpecEntry] = []
+    try:
+        sealed = SealedSpec.of(spec)
+    except SpecError:  # no sealed form (a Prio3 spec: its shares are encrypted already): such frames go to Python
+        pass
+    else:
+        ids = list(key_ids)
+        out.append((metric, True, bytes.fromhex(sealed.spec_id), sealed.record_size, [], bool(ids), ids))
     if not isinstance(spec, SealedSpec):
         bounds = _bounds(spec)
         out.append((metric, False, bytes.fromhex(spec.spec_id), spec.record_size, bounds or [], bounds is not None, []))

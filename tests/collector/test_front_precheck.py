@@ -26,6 +26,7 @@ from ldp_core.mechanisms import MECHANISMS, NUMERIC_MECHANISMS, ReportSpec, make
 from ldp_core.metrics import load_metrics
 from ldp_core.wire.frames import HEADER_SIZE, ReportBatch, decode_frame, encode_frame, read_header
 from ldp_core.wire.sealed import KEY_ID_SIZE, SealedSpec
+from simulator.prio3.stack import new_deployment
 
 try:
     import ldp_front
@@ -73,7 +74,7 @@ def records_of(spec: ReportSpec, n: int, rng: np.random.Generator) -> np.ndarray
     return spec.encode(rng.integers(0, spec.domain_size, n), rng)  # type: ignore[attr-defined]
 
 
-def fields(batch: ReportBatch) -> tuple[Any, ...]:
+def fields_of(batch: ReportBatch) -> tuple[Any, ...]:
     return batch.metric, batch.spec.spec_id, batch.day, len(batch), batch.batch_id, batch.sealed
 
 
@@ -145,7 +146,7 @@ def test_every_mechanism_s_frames_pass_and_corruptions_never_pass_wrongly(front:
     )
     fast = decode_frame(body, lambda m, s: spec, None, crc_checked=True, records_checked=records_checked)
     slow = full_decode(body, spec)
-    assert slow is not None and fields(fast) == fields(slow)
+    assert slow is not None and fields_of(fast) == fields_of(slow)
     assert np.array_equal(fast.records, slow.records)
 
     # flipped bits and changed lengths: never passed (the CRC and the length check see each one)
@@ -218,7 +219,7 @@ def test_the_collector_s_metrics_decode_the_same_with_and_without_the_pre_check(
         checked = front.check_frame(body)
         assert checked is not None, name
         a, b = decode_body(body, "frame", declared, 10_000), decode_body(body, "frame", declared, 10_000, checked)
-        assert fields(a) == fields(b) and np.array_equal(a.records, b.records)
+        assert fields_of(a) == fields_of(b) and np.array_equal(a.records, b.records)
         assert encode_frame(b) == body  # a pre-checked frame is canonical: the collector forwards it as it is
         # the collector's own refusals still apply to a pre-checked frame: the record limit
         with pytest.raises(RejectedBatch) as exc:
@@ -230,6 +231,34 @@ def test_the_collector_s_metrics_decode_the_same_with_and_without_the_pre_check(
     assert front.check_frame(body) is None
     front.set_frame_specs([])
     assert front.check_frame(encode_frame(ReportBatch(name, spec, DAY, records_of(spec, 5, rng)))) is None
+
+
+def test_a_collector_with_prio3_metrics_registers_them_and_checks_their_frames(front: Any, tmp_path: Any) -> None:
+    """Prio3 metrics have no sealed form (their shares are encrypted already) and a record check of their own:
+    registered plain only, their frames' headers and CRC checked by the front, their records by Python."""
+    deployment = new_deployment(tmp_path, {"p.count": {"type": "count"}, "p.hist": {"type": "histogram", "length": 5}})
+    declared = load_metrics(deployment.metrics_path, reject_expired=False)
+    entries = frame_specs(declared)
+    assert sorted((e[0], e[1], e[5]) for e in entries if e[0].startswith("p.")) == [
+        ("p.count", False, False),
+        ("p.hist", False, False),
+    ]
+    front.set_frame_specs(entries)
+    rng = np.random.default_rng(2)
+    spec = declared.prio3_spec("p.count")
+    records = np.frombuffer(rng.bytes(3 * spec.record_size), dtype=spec.record_dtype)
+    body = encode_frame(ReportBatch._checked("p.count", spec, DAY, records, rng.bytes(16)))
+    checked = front.check_frame(body)
+    assert checked is not None and checked[-1] is False  # the shares' own check stays in Python
+
+    def outcome(fields: Any) -> tuple[Any, ...]:
+        try:
+            batch = decode_body(body, "frame", declared, 100, fields)
+        except RejectedBatch as exc:
+            return ("refused", exc.status, exc.reason)
+        return ("decoded", *fields_of(batch), batch.records.tobytes())
+
+    assert outcome(checked) == outcome(None)
 
 
 def test_bad_entries_are_refused(front: Any) -> None:
