@@ -270,7 +270,7 @@ class UploadHandler:
         runtime = self.runtime
         runtime["in_flight"] += 1
         try:
-            step = self._begin(ingestor, body, kind, idempotency_key, spend, checked if kind == "frame" else None, then)
+            step = self._begin(ingestor, body, kind, idempotency_key, spend, checked, then)
         except BaseException:
             runtime["in_flight"] -= 1
             raise
@@ -397,13 +397,16 @@ class UploadHandler:
         self, body: bytes, kind: str, key: str | None, checked: Checked | None = None
     ) -> tuple[ReportBatch, bytes | RejectedBatch]:
         """Decode, check and re-encode one body (on the event loop, or on a decode thread for large ones):
-        the batch and its new frame, or the batch and why it is refused (its reports are counted)."""
+        the batch and its new frame, or the batch and why it is refused (its reports are counted). ``checked``:
+        a frame's fields as the native front's pre-check gave them (ignored for another kind of body)."""
+        if kind != "frame":
+            checked = None
         batch = decode_body(body, kind, self.declared, self.max_records, checked)
         try:
-            self.admission.check(batch, key, checked is not None and checked[7])
+            self.admission.check(batch, key, checked is not None and checked[7])  # [7]: records (key ids) checked
         except RejectedBatch as exc:
             return batch, exc
-        if checked is not None and kind == "frame" and type(body) is bytes:
+        if checked is not None and type(body) is bytes:
             return batch, body  # the front checked every header field and the length: the frame is canonical
         return batch, _reencoded(batch, body, kind)
 

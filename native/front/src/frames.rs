@@ -45,10 +45,23 @@ pub struct Entry {
     pub key_ids: Vec<Vec<u8>>,
 }
 
-/// The registered entries, by (metric name, sealed).
+/// The registered entries: `plain` and `sealed`, each by metric name (looked up by the frame's bytes, without
+/// an allocation per upload).
 #[derive(Default, Debug)]
 pub struct Specs {
-    pub entries: HashMap<(Vec<u8>, bool), Entry>,
+    pub plain: HashMap<Vec<u8>, Entry>,
+    pub sealed: HashMap<Vec<u8>, Entry>,
+}
+
+impl Specs {
+    /// Register `entry` for `metric` frames of that sealing (replacing any before).
+    pub fn insert(&mut self, metric: Vec<u8>, sealed: bool, entry: Entry) {
+        if sealed {
+            self.sealed.insert(metric, entry);
+        } else {
+            self.plain.insert(metric, entry);
+        }
+    }
 }
 
 /// A frame that passed: its header fields, for Python to build the batch from without parsing it again.
@@ -151,7 +164,7 @@ impl Specs {
         }
         let metric = &body[HEADER_SIZE..HEADER_SIZE + mlen];
         let sealed = flags & FLAG_SEALED != 0;
-        let entry = self.entries.get(&(metric.to_vec(), sealed))?;
+        let entry = if sealed { &self.sealed } else { &self.plain }.get(metric)?;
         let spec_id: [u8; 8] = body[8..16].try_into().ok()?;
         if entry.spec_id != spec_id || entry.record_size != rsize {
             return None;
@@ -221,7 +234,7 @@ mod tests {
             records_checked: true,
             key_ids: vec![],
         };
-        s.entries.insert((b"m".to_vec(), false), plain);
+        s.insert(b"m".to_vec(), false, plain);
         s
     }
 
@@ -275,7 +288,7 @@ mod tests {
             records_checked: true,
             key_ids: vec![vec![1, 2], vec![3, 4]],
         };
-        s.entries.insert((b"m".to_vec(), true), entry);
+        s.insert(b"m".to_vec(), true, entry);
         let ok = [1, 2, 9, 9, 9, 9, 3, 4, 0, 0, 0, 0, 1, 2, 5, 5, 5, 5];
         assert!(s.check(&frame("m", 1, 6, &ok)).is_some());
         let bad = [1, 2, 9, 9, 9, 9, 3, 5, 0, 0, 0, 0];

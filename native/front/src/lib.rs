@@ -137,7 +137,12 @@ fn to_python<'py>(py: Python<'py>, uploads: Vec<Upload>) -> Taken<'py> {
 }
 
 fn checked_fields(py: Python<'_>, c: frames::Checked) -> CheckedFields<'_> {
-    let spec_id: String = c.spec_id.iter().map(|b| format!("{b:02x}")).collect();
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let mut spec_id = String::with_capacity(16);
+    for b in c.spec_id {
+        spec_id.push(HEX[usize::from(b >> 4)] as char);
+        spec_id.push(HEX[usize::from(b & 15)] as char);
+    }
     (
         c.metric,
         spec_id,
@@ -273,7 +278,7 @@ impl Front {
                 records_checked,
                 key_ids,
             };
-            specs.entries.insert((metric.into_bytes(), sealed), entry);
+            specs.insert(metric.into_bytes(), sealed, entry);
         }
         *self.shared.specs.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(specs);
         Ok(())
