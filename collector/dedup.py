@@ -6,37 +6,63 @@ publishing it again, provided the retry carries the same content; the same
 id with other content is refused (409), never silently dropped.
 
 **What the store keeps.** One SQLite table per **UTC day** of acceptance,
-``ids_<day>(id_digest, content)`` (``WITHOUT ROWID``, keyed by the digest),
-in WAL mode: a keyed digest (HMAC-SHA-256 under a random key kept in the
-file, truncated to 16 bytes) of each batch id accepted that day and a
-digest of its re-encoded frame (:func:`content_digest`). No time finer than the day is stored (the
-day is the table's name): the batch id also travels on the raw topic, and
-the transports coarsen record times to the day, so an accept time kept here
+``ids_<day>(id_digests, contents)``, in WAL mode: keyed digests
+(HMAC-SHA-256 under a random key kept in the file, truncated to 16 bytes)
+of the batch ids accepted that day and digests of their re-encoded frames
+(:func:`content_digest`). No time finer than the day is stored (the day is
+the table's name): the batch id also travels on the raw topic, and the
+transports coarsen record times to the day, so an accept time kept here
 would give each upload's arrival time back to whoever holds both. An id is
 kept through day ``day + ceil(ttl / 86400)`` (so at least ``ttl`` seconds)
 and then purged, by dropping the day's table.
 
-**Why a table per day** (schema 4): with one table and an index on the day
-(schema 3), recording an id dirtied two pages at random places (the key's
-and the index's), each written to the WAL and back at the next checkpoint:
-about 30 us of CPU per id, the largest part of a group commit (13 us now). Per-day tables
-need no day index (the purge drops a table), which halves the pages an id
-dirties; a lookup asks each kept day's table (at most ``ceil(ttl / 86400)
-+ 1``, in one statement). The WAL is checkpointed every ``4000`` pages
-rather than SQLite's ``1000``: a page that several commits dirty between
-two checkpoints is copied back once.
+**One row per group commit, found through memory** (schema 6). A day's
+table has no key on the id: each record (a group commit's ids) appends one
+row, the ids' digests concatenated and their content digests concatenated
+(at most ``_PER_ROW`` ids per row; ids of unknown content, from the first
+schema, in rows of their own). Each process finds ids through an index in
+memory (:mod:`collector.dedup_index`: 8 bytes of each digest -> its row id
+and place in the row, 32-64 bytes per id kept, so about 100 MB for three
+days of a million batches a day), built from the file when the store opens
+and kept current by reading the rows appended since it last looked, its
+own and other workers' (``--workers N`` share the file): a lookup reads
+those rows first, in the snapshot it answers from, unless ``PRAGMA
+data_version`` says no other connection wrote since memory was complete
+(then a miss in memory is a miss, with no statement but that one). A hit is
+confirmed against the full digest in its row. A record reads the rows
+others appended first, in its write transaction, so its own rows follow at
+known row ids (SQLite gives a table that never deletes rows the largest row
+id + 1, checked with ``last_insert_rowid()``; where the check fails the
+next lookup reads them back instead).
+
+Why: with the table keyed by the digest (schemas 4 and 5), every id
+landed on a B-tree page of its own, at random, and each such page was
+written to the WAL and back at the checkpoint: 11-29 µs of CPU per id at
+100,000 ids (more as the table outgrew the page cache), the largest part of
+the collector's CPU per upload behind the native front after the frame
+checks moved there; and SQLite's Python binding adapts each ``bytes``
+parameter (a row per id cost about 2 µs of binding and inserting). One
+row per group commit, found in memory, takes the record and its lookup to
+a third to a half of that (``benchmarks/bench_dedup_store.py``).
+
+**Why a table per day**: the purge drops a whole day's table, and no
+index on the day is needed; a lookup asks each kept day's index (at most
+``ceil(ttl / 86400) + 1``). The WAL is checkpointed every ``4000`` pages
+rather than SQLite's ``1000``.
 
 ``PRAGMA user_version`` holds the schema version; a file of the first
 schema (``batch_ids(id, expires)``, accept time + TTL to the microsecond)
 is upgraded in place (its expiries reduced to days, then the file vacuumed
 so the old values do not linger in free pages), and so are files of
 schemas 2 and 3 (``batches(id_digest, content, day)``: their rows move to
-the day tables, and schema 2 gains the counters table), and schema 4 (the
-same tables, whose content digests were 16 bytes of BLAKE2b: they are kept
-and still compared, :func:`same_content`); a newer schema is refused with
-:class:`~collector.errors.DedupStoreError` (so a collector older than
-schema 5 refuses a file a newer one wrote, whose digests it would misread:
-roll back with a fresh file).
+the day tables, and schema 2 gains the counters table), and schemas 4 and 5
+(day tables keyed by the digest, ``WITHOUT ROWID``: rewritten as
+append-only tables; schema 4's content digests were 16 bytes of BLAKE2b:
+they are kept and still compared, :func:`same_content`); a newer schema is
+refused with :class:`~collector.errors.DedupStoreError` (so a collector
+older than schema 6 refuses a file a newer one wrote, whose tables it would
+misread: upgrade every collector sharing a file together, or roll back with
+a fresh file).
 
 **The content digest** (schema 5) is the 128-bit XXH3 of the re-encoded
 frame after a marker byte: 0.2 µs for an 8 KB frame against 9 µs for
@@ -88,6 +114,7 @@ from pathlib import Path
 
 import xxhash
 
+from collector.dedup_index import FingerprintTable, fingerprint
 from collector.errors import DedupStoreError
 from ldp_core.days import DAY_SECONDS, utc_day
 from ldp_core.sqlite import immediate_transaction, use_wal
@@ -95,10 +122,14 @@ from ldp_core.sqlite import immediate_transaction, use_wal
 __all__ = ["BatchIdStore", "SCHEMA_VERSION", "content_digest", "same_content"]
 
 _CHUNK = 500
+#: the bytes of an id's keyed digest (HMAC-SHA-256, truncated)
+_DIGEST = 16
+#: at most this many ids share a row (a group commit's); memory locates an id as row id * _PER_ROW + its place
+_PER_ROW = 4096
 #: the store's schema (``PRAGMA user_version``): 0 = none or the first ``batch_ids(id, expires)``, 2 = batches
-#: with content digests, 3 = 2 and a ``counters`` table, 4 = a table of ids per day, no day index, 5 = this one
-#: (4 with XXH3 content digests; schema 4's BLAKE2b ones are still read)
-SCHEMA_VERSION = 5
+#: with content digests, 3 = 2 and a ``counters`` table, 4 = a table of ids per day, no day index, 5 = 4 with XXH3
+#: content digests (schema 4's BLAKE2b ones are still read), 6 = this one (5 with append-only day tables)
+SCHEMA_VERSION = 6
 #: the first byte of a schema-5 content digest (XXH3-128 follows); schema 4's are 16 bytes of BLAKE2b, no marker
 _XXH3 = b"\x01"
 #: WAL pages between automatic checkpoints (SQLite's default is 1000)
@@ -115,13 +146,54 @@ def _table(day: int) -> str:
 
 
 def _create_day(conn: sqlite3.Connection, day: int) -> None:
-    conn.execute(f"CREATE TABLE IF NOT EXISTS {_table(day)}(id_digest BLOB PRIMARY KEY, content BLOB) WITHOUT ROWID")
+    """Make day ``day``'s table if it is missing: rows appended in order, no key on the id (schema 6)."""
+    conn.execute(f"CREATE TABLE IF NOT EXISTS {_table(day)}(id_digests BLOB NOT NULL, contents BLOB)")
+
+
+def _to_append_only(conn: sqlite3.Connection) -> bool:
+    """In a write transaction: rewrite each day table of schemas 4 and 5 (keyed by the id, ``WITHOUT ROWID``)
+    as schema 6's append-only table, rows in key order. Whether there was any."""
+    changed = False
+    for day in _days(conn):
+        name = _table(day)
+        (sql,) = conn.execute("SELECT sql FROM sqlite_master WHERE type = 'table' AND name = ?", (name,)).fetchone()
+        if "WITHOUT ROWID" not in str(sql).upper():
+            continue
+        conn.execute(f"ALTER TABLE {name} RENAME TO old_{name}")
+        _create_day(conn, day)
+        conn.execute(f"INSERT INTO {name}(id_digests, contents) SELECT id_digest, content FROM old_{name}")
+        conn.execute(f"DROP TABLE old_{name}")
+        changed = True
+    return changed
 
 
 def _days(conn: sqlite3.Connection) -> list[int]:
     """The days whose table exists, oldest first."""
     names = conn.execute("SELECT name FROM sqlite_master WHERE type = 'table' AND name GLOB 'ids_[0-9]*'")
     return sorted(int(n[4:]) for (n,) in names if n[4:].isdigit())
+
+
+def _rows_n(rows: list[tuple[bytes, bytes | None]]) -> list[int]:
+    """The number of ids in each of ``rows`` (``(id_digests, contents)``)."""
+    return [len(digests) // _DIGEST for digests, _ in rows]
+
+
+def _pack(records: list[tuple[bytes, bytes | None]]) -> tuple[list[tuple[bytes, bytes | None]], list[int]]:
+    """The rows that record ``records`` (``(id digest, content digest or None)``): one per run of at most
+    ``_PER_ROW`` ids whose content digests have one length (or are all unknown), the digests and the contents
+    each concatenated; and the fingerprints of the ids, in the order of the rows."""
+    groups: dict[int, list[tuple[bytes, bytes | None]]] = {}  # by content length, -1 for unknown
+    for dg, c in records:
+        groups.setdefault(-1 if c is None else len(c), []).append((dg, c))
+    rows: list[tuple[bytes, bytes | None]] = []
+    keys: list[int] = []
+    for width, group in groups.items():
+        for k in range(0, len(group), _PER_ROW):
+            part = group[k : k + _PER_ROW]
+            contents = None if width < 0 else b"".join(c for _, c in part if c is not None)
+            rows.append((b"".join(dg for dg, _ in part), contents))
+            keys.extend(fingerprint(dg) for dg, _ in part)
+    return rows, keys
 
 
 def content_digest(value: bytes) -> bytes:
@@ -183,6 +255,19 @@ class BatchIdStore:
         self._cookie = -1  # PRAGMA schema_version when self._tables was read
         self._tables: list[int] = []  # the days whose table exists (as of self._cookie)
         self._made_day: int | None = None  # the day whose table this process made sure of last
+        self._index: dict[int, FingerprintTable] = {}  # per day: the ids read from its table so far
+        self._read_to: dict[int, int] = {}  # per day: the last row id read into its index
+        # PRAGMA data_version when memory last held everything in the file (None: not known to): it changes
+        # when another connection commits, never for this one's own commits, whose ids go to memory directly
+        self._synced: int | None = None
+        with self._lock:
+            self._conn.execute("BEGIN")
+            try:
+                self._catch_up(
+                    self._kept_days(self._cutoff())
+                )  # every kept id into memory now, not on the first upload
+            finally:
+                self._conn.execute("COMMIT")
 
     def _open_schema(self) -> bytes:
         conn = self._conn
@@ -210,7 +295,7 @@ class BatchIdStore:
                     by_day.setdefault(utc_day(float(e) - self.ttl), []).append((self._digest_with(key, bytes(i)), None))
                 for d, rows in by_day.items():
                     _create_day(conn, d)
-                    conn.executemany(f"INSERT OR IGNORE INTO {_table(d)}(id_digest, content) VALUES (?, ?)", rows)
+                    conn.executemany(f"INSERT INTO {_table(d)}(id_digests, contents) VALUES (?, ?)", rows)
                 conn.execute("DROP TABLE batch_ids")
                 upgraded = True
             if conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'batches'").fetchone():
@@ -218,11 +303,12 @@ class BatchIdStore:
                 for (d,) in conn.execute("SELECT DISTINCT day FROM batches").fetchall():
                     _create_day(conn, int(d))
                     conn.execute(
-                        f"INSERT OR REPLACE INTO {_table(int(d))}(id_digest, content) "
+                        f"INSERT INTO {_table(int(d))}(id_digests, contents) "
                         "SELECT id_digest, content FROM batches WHERE day = ?",
                         (int(d),),
                     )
                 conn.execute("DROP TABLE batches")  # and its index
+            _to_append_only(conn)  # schemas 4 and 5: a table keyed by the id per day
             conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
         if upgraded:  # the dropped table's pages (with its accept times) must not stay readable in the file
             conn.execute("VACUUM")
@@ -257,31 +343,94 @@ class BatchIdStore:
         if cookie != self._cookie:
             self._tables = _days(self._conn)
             self._cookie = cookie
+            for d in list(self._index):  # dropped (purged), or dropped and made again: read it afresh
+                if d not in self._tables or self._max_row(d) < self._read_to[d]:
+                    del self._index[d], self._read_to[d]
         return [d for d in self._tables if d >= cutoff]
+
+    def _max_row(self, day: int) -> int:
+        return int(self._conn.execute(f"SELECT coalesce(max(rowid), 0) FROM {_table(day)}").fetchone()[0])
+
+    def _index_for(self, day: int, size: int) -> FingerprintTable:
+        index = self._index.get(day)
+        if index is None:
+            index = self._index[day] = FingerprintTable(2 * size)
+        return index
+
+    def _catch_up(self, days: list[int]) -> None:
+        """Within a transaction: read the rows appended to the tables of ``days`` since this process last did
+        (by any process: another worker's records too) into their indexes."""
+        for d in days:
+            start = self._read_to.get(d, 0)
+            rows = self._conn.execute(
+                f"SELECT rowid, id_digests FROM {_table(d)} WHERE rowid > ? ORDER BY rowid", (start,)
+            ).fetchall()
+            if not rows:
+                continue
+            latest: dict[int, int] = {}  # an id recorded twice: its later place (rows in order)
+            for r, digests in rows:
+                for pos in range(len(digests) // _DIGEST):
+                    latest[fingerprint(digests[pos * _DIGEST : pos * _DIGEST + 8])] = r * _PER_ROW + pos
+            self._index_for(d, len(latest)).put(list(latest), list(latest.values()))
+            self._read_to[d] = int(rows[-1][0])
 
     def lookup(self, ids: Iterable[bytes]) -> dict[bytes, bytes | None]:
         """The ids among ``ids`` accepted within the TTL, each with its content digest (``None``: not known,
-        an id carried over from the first schema). One statement per 500 ids, over every kept day's table; an
-        id recorded on two days (only when a lookup failed) answers with the later day's content."""
+        an id carried over from the first schema). Read from memory (:mod:`collector.dedup_index`) after
+        catching up with the rows appended since the last call; only a hit reads its row. An id recorded on
+        two days (only when a lookup failed) answers with the later day's content."""
         todo = {self._digest(i): bytes(i) for i in ids}
+        if not todo:
+            return {}
         digests = list(todo)
+        keys = [fingerprint(d) for d in digests]
         cutoff = self._cutoff()
-        out: dict[bytes, bytes | None] = {}
         with self._lock:
             conn = self._conn
+            if self._synced is not None and self._synced == self._data_version():
+                # nobody else wrote since memory was complete: a miss in memory is a miss in the file
+                days = [d for d in self._tables if d >= cutoff]
+                if not any(r >= 0 for d in days if d in self._index for r in self._index[d].get(keys)):
+                    return {}
             conn.execute("BEGIN")  # the schema and the ids read from one snapshot
             try:
                 days = self._kept_days(cutoff)
-                for k in range(0, len(digests), _CHUNK) if days else ():
-                    part = digests[k : k + _CHUNK]
-                    marks = ",".join("?" * len(part))
-                    sql = " UNION ALL ".join(
-                        f"SELECT id_digest, content, {d} FROM {_table(d)} WHERE id_digest IN ({marks})" for d in days
-                    )
-                    for dg, c, _ in sorted(conn.execute(sql, part * len(days)), key=lambda r: r[2]):
-                        out[todo[bytes(dg)]] = None if c is None else bytes(c)
+                self._catch_up(days)
+                self._synced = self._data_version()
+                return self._read_hits(days, keys, digests, todo)
             finally:
                 conn.execute("COMMIT")
+
+    def _data_version(self) -> int:
+        return int(self._conn.execute("PRAGMA data_version").fetchone()[0])
+
+    def _read_hits(
+        self, days: list[int], keys: list[int], digests: list[bytes], todo: dict[bytes, bytes]
+    ) -> dict[bytes, bytes | None]:
+        """Within a transaction, memory current: the ids whose fingerprint is in memory and whose row holds
+        their full digest, each with its content digest (a later day's record of an id wins)."""
+        out: dict[bytes, bytes | None] = {}
+        for d in days:  # oldest first
+            index = self._index.get(d)
+            if index is None:
+                continue
+            wanted: dict[int, list[tuple[int, bytes]]] = {}  # row id: (place in the row, digest)
+            for place, dg in zip(index.get(keys), digests, strict=True):
+                if place >= 0:
+                    wanted.setdefault(place // _PER_ROW, []).append((place % _PER_ROW, dg))
+            row_ids = list(wanted)
+            for k in range(0, len(row_ids), _CHUNK):
+                part = row_ids[k : k + _CHUNK]
+                sql = (
+                    f"SELECT rowid, id_digests, contents FROM {_table(d)} WHERE rowid IN ({','.join('?' * len(part))})"
+                )
+                for r, stored, contents in self._conn.execute(sql, part):
+                    n = len(stored) // _DIGEST
+                    width = len(contents) // n if contents is not None else 0
+                    for pos, dg in wanted[r]:
+                        if stored[pos * _DIGEST : (pos + 1) * _DIGEST] != dg:  # another id of the same fingerprint
+                            continue
+                        out[todo[dg]] = None if contents is None else bytes(contents[pos * width : (pos + 1) * width])
         return out
 
     def seen(self, ids: Iterable[bytes]) -> set[bytes]:
@@ -295,33 +444,50 @@ class BatchIdStore:
         now = self.clock()
         day = utc_day(now)
         if isinstance(ids, Mapping):
-            rows = [(self._digest(i), None if c is None else bytes(c)) for i, c in ids.items()]
+            records = [(self._digest(i), None if c is None else bytes(c)) for i, c in ids.items()]
         else:
-            rows = [(self._digest(i), None) for i in ids]
+            records = [(self._digest(i), None) for i in ids]
+        rows, keys = _pack(records)
         with self._lock:
             pending = self._take_pending(counts)
+            conn = self._conn
             try:
-                with immediate_transaction(self._conn):
+                with immediate_transaction(conn):
                     if day != self._made_day:  # once a day per process (another worker may have made it)
-                        _create_day(self._conn, day)
+                        _create_day(conn, day)
                         self._made_day = day
-                    self._conn.executemany(
-                        f"INSERT OR REPLACE INTO {_table(day)}(id_digest, content) VALUES (?, ?)", rows
-                    )
-                    self._conn.executemany(_ADD_COUNT, pending)
+                        self._synced = None  # this process's list of day tables may lack it
+                    # the rows other processes appended first (unless nobody else wrote since memory was
+                    # complete); then ours follow the last one read, each the largest row id + 1 (SQLite's rule
+                    # for a table that never deletes rows), checked below
+                    complete = self._synced is not None and self._synced == self._data_version()
+                    if not complete:
+                        self._catch_up([day])
+                    start = self._read_to.get(day, 0)
+                    conn.executemany(f"INSERT INTO {_table(day)}(id_digests, contents) VALUES (?, ?)", rows)
+                    last = int(conn.execute("SELECT last_insert_rowid()").fetchone()[0]) if rows else start
+                    conn.executemany(_ADD_COUNT, pending)
                     if now >= self._next_purge:
                         self._purge(day - self.ttl_days)
                         self._next_purge = now + self.purge_interval
             except BaseException:
                 self._made_day = None  # rolled back, perhaps with the day's table: make sure of it next time
+                self._synced = None
                 self._put_back(pending, counts)
                 raise
+            if rows and last == start + len(rows):  # committed: our rows into memory without reading them back
+                places = [(start + 1 + k) * _PER_ROW + pos for k, n in enumerate(_rows_n(rows)) for pos in range(n)]
+                self._index_for(day, len(keys)).put(keys, places)
+                self._read_to[day] = last
+            if not (complete and last == start + len(rows)):  # the next lookup reads the file's news
+                self._synced = None
 
     def _purge(self, oldest: int) -> None:
         """In a write transaction: drop the tables of the days before ``oldest``."""
         for d in _days(self._conn):
             if d < oldest:
                 self._conn.execute(f"DROP TABLE IF EXISTS {_table(d)}")
+                self._synced = None  # this process's list of day tables still has it
 
     # -- counters (pipeline.prometheus.CounterStore) -----------------------------------------
 
@@ -387,7 +553,8 @@ class BatchIdStore:
             conn.execute("BEGIN")
             try:
                 days = self._kept_days(self._cutoff())
-                return sum(int(conn.execute(f"SELECT COUNT(*) FROM {_table(d)}").fetchone()[0]) for d in days)
+                self._catch_up(days)
+                return sum(len(self._index[d]) for d in days if d in self._index)
             finally:
                 conn.execute("COMMIT")
 

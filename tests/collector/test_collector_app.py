@@ -286,10 +286,11 @@ def test_attacker_with_the_store_and_the_raw_topic_learns_only_the_day(
     conn = sqlite3.connect(path)
     key = bytes(conn.execute("SELECT value FROM meta WHERE name='id_key'").fetchone()[0])
     tables = [n for (n,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table' AND name LIKE 'ids_%'")]
-    rows = {  # a table per accept day (schema 4): the day is all its name says
-        bytes(d): {"content": c, "day": int(t[4:])}
+    rows = {  # a table per accept day, a row per group commit (schema 6): the day is all its name says
+        bytes(ds[k : k + 16]): {"content": c, "day": int(t[4:])}
         for t in tables
-        for d, c in conn.execute(f"SELECT id_digest, content FROM {t}")
+        for ds, c in conn.execute(f"SELECT id_digests, contents FROM {t}")
+        for k in range(0, len(ds), 16)
     }
     conn.close()
     import hashlib

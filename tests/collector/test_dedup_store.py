@@ -16,6 +16,7 @@ import sqlite3
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from collector.dedup import SCHEMA_VERSION, BatchIdStore
@@ -71,7 +72,7 @@ def test_a_file_of_schema_2_or_3_is_upgraded_and_keeps_its_ids_and_digests(tmp_p
     assert _tables(path) >= {f"ids_{DAY - 1}", f"ids_{DAY}"}
     assert not _tables(path) & {"batches", "batches_day"}
     conn = sqlite3.connect(path)
-    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 5
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 6
     conn.close()
 
 
@@ -167,9 +168,117 @@ def test_a_schema_4_file_keeps_telling_retries_from_conflicts_with_its_blake2b_d
         assert [r.value for r in c.records(idle_timeout=0.3)] == [b"a new batch"]
     transport.close()
     conn = sqlite3.connect(path)
-    assert conn.execute("PRAGMA user_version").fetchone()[0] == 5
-    assert conn.execute(f"SELECT content FROM ids_{today} WHERE id_digest = ?", (_digest(key, b"N" * 16),)).fetchone()[
-        0
-    ] == content_digest(b"a new batch")
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == 6
+    # the new batch's row (a group commit of one), with its schema-5 content digest
+    assert conn.execute(
+        f"SELECT contents FROM ids_{today} WHERE id_digests = ?", (_digest(key, b"N" * 16),)
+    ).fetchone()[0] == content_digest(b"a new batch")
     conn.close()
     assert len(content_digest(b"x")) == 17 and content_digest(b"x")[:1] == b"\x01"
+
+
+def test_a_schema_5_file_becomes_append_only_and_keeps_its_ids(tmp_path: Path) -> None:
+    """Schema 5 kept each day's ids in a table keyed by the id (``WITHOUT ROWID``); schema 6 appends rows and
+    finds them through memory. A file as schema 5 left it is rewritten in place: its ids and content
+    digests stay found, and its tables take new records."""
+    from collector.dedup import content_digest
+
+    path = tmp_path / "ids.sqlite3"
+    key = os.urandom(32)
+    conn = sqlite3.connect(path)
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("CREATE TABLE meta(name TEXT PRIMARY KEY, value BLOB NOT NULL)")
+    conn.execute("INSERT INTO meta VALUES ('id_key', ?)", (key,))
+    conn.execute("CREATE TABLE counters(name TEXT PRIMARY KEY, value INTEGER NOT NULL)")
+    for day, ids in ((DAY - 1, [b"p" * 16, b"q" * 16]), (DAY, [b"r" * 16])):
+        conn.execute(f"CREATE TABLE ids_{day}(id_digest BLOB PRIMARY KEY, content BLOB) WITHOUT ROWID")
+        conn.executemany(f"INSERT INTO ids_{day} VALUES (?, ?)", [(_digest(key, i), content_digest(i)) for i in ids])
+    conn.execute("PRAGMA user_version = 5")
+    conn.commit()
+    conn.close()
+
+    store = BatchIdStore(path, clock=lambda: DAY * DAY_SECONDS + 5.0)
+    wanted = {i: content_digest(i) for i in (b"p" * 16, b"q" * 16, b"r" * 16)}
+    assert store.lookup([*wanted, b"n" * 16]) == wanted
+    store.add({b"s" * 16: content_digest(b"s" * 16)})
+    assert len(store) == 4
+    store.close()
+    conn = sqlite3.connect(path)
+    sql = dict(conn.execute("SELECT name, sql FROM sqlite_master WHERE type = 'table' AND name GLOB 'ids_*'"))
+    assert set(sql) == {f"ids_{DAY - 1}", f"ids_{DAY}"}
+    assert not any("WITHOUT ROWID" in s.upper() for s in sql.values())
+    assert conn.execute(f"SELECT count(*) FROM ids_{DAY}").fetchone()[0] == 2
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 6
+    conn.close()
+    again = BatchIdStore(path, clock=lambda: DAY * DAY_SECONDS + 9.0)  # a restart reads every kept id back
+    assert again.lookup([*wanted, b"s" * 16]) == {**wanted, b"s" * 16: content_digest(b"s" * 16)}
+    again.close()
+
+
+def test_workers_appending_in_turn_each_find_every_id_and_a_restart_finds_them_too(tmp_path: Path) -> None:
+    """Each worker appends after the rows the others appended (it reads them first, in its write transaction)
+    and knows its own rows' ids without reading them back: the ids of all three, in any order of turns,
+    are found by each, with the content recorded last."""
+    path = tmp_path / "ids.sqlite3"
+    clock = lambda: DAY * DAY_SECONDS + 60.0  # noqa: E731
+    workers = [BatchIdStore(path, clock=clock) for _ in range(3)]
+    rng = np.random.default_rng(5)
+    expected: dict[bytes, bytes] = {}
+    for turn in range(60):
+        w = workers[int(rng.integers(3))]
+        fresh = {os.urandom(16): os.urandom(17) for _ in range(int(rng.integers(1, 300)))}
+        retried = dict.fromkeys(list(expected)[: int(rng.integers(0, 3))], b"later content".ljust(17, b"."))
+        w.add({**fresh, **retried})
+        expected.update(fresh)
+        expected.update(retried)
+        if turn % 7 == 0:
+            probe = workers[int(rng.integers(3))]
+            assert probe.lookup([*expected, os.urandom(16)]) == expected
+    for w in workers:
+        assert w.lookup(list(expected)) == expected
+        assert len(w) == len(expected)
+        w.close()
+    restarted = BatchIdStore(path, clock=clock)
+    assert restarted.lookup(list(expected)) == expected
+    restarted.close()
+
+
+def test_an_id_sharing_only_its_fingerprint_with_a_record_is_not_taken_for_it(tmp_path: Path) -> None:
+    """Memory holds 8 bytes of each digest; a hit is confirmed against the full digest in its row. A row is
+    planted whose digest starts like the digest of an id never recorded: that id is still new."""
+    path = tmp_path / "ids.sqlite3"
+    store = BatchIdStore(path, clock=lambda: DAY * DAY_SECONDS)
+    store.add({b"a" * 16: b"c" * 17})
+    conn = sqlite3.connect(path)
+    key = bytes(conn.execute("SELECT value FROM meta WHERE name = 'id_key'").fetchone()[0])
+    twin = _digest(key, b"b" * 16)[:8] + b"\0" * 8
+    conn.execute(f"INSERT INTO ids_{DAY}(id_digests, contents) VALUES (?, ?)", (twin, b"d" * 17))
+    conn.commit()
+    conn.close()
+    assert store.lookup([b"a" * 16, b"b" * 16]) == {b"a" * 16: b"c" * 17}
+    store.close()
+
+
+def test_a_group_commit_is_one_row_and_each_of_its_ids_keeps_its_own_content(tmp_path: Path) -> None:
+    """A record of many ids appends one row per 4,096 of them (their digests, and their content digests, each
+    concatenated), ids of unknown content a row of their own; each id is found with its own content, by the
+    process that wrote it and by one that reads the file afresh."""
+    path = tmp_path / "ids.sqlite3"
+    clock = lambda: DAY * DAY_SECONDS + 1.0  # noqa: E731
+    store = BatchIdStore(path, clock=clock)
+    known = {os.urandom(16): os.urandom(17) for _ in range(5000)}
+    unknown: dict[bytes, bytes | None] = dict.fromkeys(os.urandom(16) for _ in range(3))
+    store.add({**known, **unknown})
+    conn = sqlite3.connect(path)
+    shapes = sorted(
+        conn.execute(f"SELECT length(id_digests), length(contents) FROM ids_{DAY}").fetchall(), key=lambda r: r[0]
+    )
+    conn.close()
+    assert shapes == [(3 * 16, None), (904 * 16, 904 * 17), (4096 * 16, 4096 * 17)]
+    everything = {**known, **unknown}
+    assert store.lookup([*everything, os.urandom(16)]) == everything
+    assert len(store) == 5003
+    store.close()
+    fresh = BatchIdStore(path, clock=clock)
+    assert fresh.lookup(list(everything)) == everything
+    fresh.close()
