@@ -291,7 +291,9 @@ def main() -> None:
         metavar="TREE",
         default=None,
         help="also load, interleaved in the same runs, the collector of another source tree (e.g. a `git worktree` "
-        "of the previous commit): its figures go to 'ingest_before' and the ratio to 'collector_cpu_after_vs_before'",
+        "of the previous commit): its figures go to 'ingest_before' and the ratio to 'collector_cpu_after_vs_before'; "
+        "with --native, its collector behind the native front too: 'ingest_native_before' and "
+        "'collector_native_cpu_after_vs_before'",
     )
     ap.add_argument(
         "--peers",
@@ -332,12 +334,16 @@ def main() -> None:
         elif args.peers:
             print("bench_ingest: ldp_front is not installed (scripts/build-front): no front-read peer", file=sys.stderr)
         runs, peer_runs = [], {p: [] for p in peers}  # type: ignore[var-annotated]
-        before_runs, native_runs = [], []
+        before_runs, native_runs, native_before_runs = [], [], []
         for _ in range(args.runs):
             if args.before:
                 os.environ["LDP_BENCH_COLLECTOR_TREE"] = args.before
                 try:
                     before_runs.append(bench_ingest(url, tmp, args.reports, args.seconds, args.connections))
+                    if args.native:
+                        native_before_runs.append(
+                            bench_ingest(url, tmp, args.reports, args.seconds, args.connections, front="native")
+                        )
                 finally:
                     del os.environ["LDP_BENCH_COLLECTOR_TREE"]
             runs.append(bench_ingest(url, tmp, args.reports, args.seconds, args.connections))
@@ -356,6 +362,15 @@ def main() -> None:
             results["ingest_native_runs"] = native_runs
             results["ingest_native"] = {k: statistics.median(r[k] for r in native_runs) for k in native_runs[0]}
             results["native_cpu_vs_python"] = results["ingest_native"]["collector_cpu_s_per_m_reports"] / cpu  # type: ignore[index]
+        if native_before_runs:
+            results["ingest_native_before_runs"] = native_before_runs
+            results["ingest_native_before"] = {
+                k: statistics.median(r[k] for r in native_before_runs) for k in native_before_runs[0]
+            }
+            results["collector_native_cpu_after_vs_before"] = (
+                results["ingest_native"]["collector_cpu_s_per_m_reports"]  # type: ignore[index]
+                / results["ingest_native_before"]["collector_cpu_s_per_m_reports"]  # type: ignore[index]
+            )
         for p, pruns in peer_runs.items():
             med = {k: statistics.median(r[k] for r in pruns) for k in pruns[0]}
             results[f"peer_{p}_runs"] = pruns
@@ -413,6 +428,13 @@ def main() -> None:
                     if f"collector_native_cpu_vs_{p}" in results
                 )
                 + " |"
+            )
+        if "ingest_native_before" in results:
+            b = results["ingest_native_before"]
+            print(
+                f"| the same, `--front native`, collector of {args.before} | {b['reports_per_s']:,.0f} | CPU s per "
+                f"million reports: collector {b['collector_cpu_s_per_m_reports']:.3f} (after/before "
+                f"{results['collector_native_cpu_after_vs_before']:.2f}) |"
             )
         for p in ("read", "parse", "front-read"):
             if f"peer_{p}" in results:
