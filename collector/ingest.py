@@ -787,7 +787,7 @@ class Ingestor:
                 self._release(group)
                 return
             token = object()
-            state: list[Any] = [False, None]  # settled, its timer
+            state: list[Any] = [False, None, loop]  # settled, its timer, the loop
 
             def landed(error: str | None) -> None:  # on the producer's poll thread, or on the loop
                 try:
@@ -842,7 +842,7 @@ class Ingestor:
         if state[1] is not None:
             state[1].cancel()
         self._publishing.pop(id(token), None)
-        loop = asyncio.get_running_loop()
+        loop = state[2]  # not asyncio.get_running_loop(): a getpid system call on Python 3.11
         self._on_loop[loop] -= 1
         try:
             if error is not None:

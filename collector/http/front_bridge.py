@@ -112,11 +112,11 @@ class FrontBridge:
             return
         uploads = front.take_nowait(self.take)
         self.stats["taken"] += len(uploads)
-        start, settled = self.upload.start, self._settled
+        start, settled, loop = self.upload.start, self._settled, self.loop
         for ticket, body, ctype, key, auth, origin, checked in uploads:
             t0 = time.perf_counter()
             try:
-                step = start(body, ctype, key, auth, checked, functools.partial(settled, ticket, origin, t0))
+                step = start(body, ctype, key, auth, checked, functools.partial(settled, ticket, origin, t0), loop)
             except Exception:
                 log.exception("an upload from the native front failed unexpectedly")
                 step = _internal()

@@ -246,6 +246,7 @@ class UploadHandler:
         authorization: str | None,
         checked: Checked | None = None,
         then: Callable[[Pending], object] | None = None,
+        loop: asyncio.AbstractEventLoop | None = None,
     ) -> Answer | Pending | asyncio.Task[Answer]:
         """One upload whose body was read whole by someone else (the native front, :mod:`collector.http.front_bridge`),
         on the event loop, without a coroutine: the same steps as :meth:`__call__` after the body, and
@@ -258,7 +259,9 @@ class UploadHandler:
 
         No refusal carries ``Connection: close``: the whole body was read, the connection can be kept.
         ``checked``: the frame's fields if the front's pre-check passed (:func:`collector.http.decode.frame_specs`):
-        its header is not parsed again, nor its CRC or records (when it says so) verified a second time."""
+        its header is not parsed again, nor its CRC or records (when it says so) verified a second time.
+        ``loop``: the running loop, if the caller has it (``asyncio.get_running_loop`` makes a ``getpid``
+        system call on Python 3.11, a few µs per upload in a sandbox such as gVisor)."""
         try:
             kind, offload = self._media_kind(ctype, early=False)
             spend = self._verify_token(authorization, early=False)
@@ -270,7 +273,7 @@ class UploadHandler:
         runtime = self.runtime
         runtime["in_flight"] += 1
         try:
-            step = self._begin(ingestor, body, kind, idempotency_key, spend, checked, then)
+            step = self._begin(ingestor, body, kind, idempotency_key, spend, checked, then, loop)
         except BaseException:
             runtime["in_flight"] -= 1
             raise
@@ -454,6 +457,7 @@ class UploadHandler:
         value: bytes | RejectedBatch,
         spend: tuple[bytes, str] | None,
         then: Callable[[Pending], object] | None = None,
+        loop: asyncio.AbstractEventLoop | None = None,
     ) -> Answer | Pending:
         """A prepared batch: refused (:meth:`prepare`'s checks, the token's spending), or its new frame handed
         to the ingestor (group commit), with the publish deadline. ``then``: called with the :class:`Pending`
@@ -464,7 +468,8 @@ class UploadHandler:
             self._spend(spend, batch)
         except RejectedBatch as exc:
             return self._failure(exc, batch)
-        loop = asyncio.get_running_loop()
+        if loop is None:
+            loop = asyncio.get_running_loop()
         call = SettleCall(then) if then is not None else None
         waiter = ingestor.submit_async(
             batch.batch_id, metric_day_key(batch.metric, batch.day), value, len(batch), batch.metric, loop, call
@@ -485,13 +490,14 @@ class UploadHandler:
         spend: tuple[bytes, str] | None,
         checked: Checked | None = None,
         then: Callable[[Pending], object] | None = None,
+        loop: asyncio.AbstractEventLoop | None = None,
     ) -> Answer | Pending:
         """:meth:`prepare` on the event loop, then :meth:`_submit`."""
         try:
             batch, value = self.prepare(body, kind, key, checked)
         except RejectedBatch as exc:
             return self._failure(exc, None)
-        return self._submit(ingestor, batch, value, spend, then)
+        return self._submit(ingestor, batch, value, spend, then, loop)
 
     def _failure(self, exc: RejectedBatch | UnavailableError, batch: ReportBatch | None) -> Answer:
         """Count a refusal of a body that was read (and its reports, once decoded) and make its answer."""

@@ -189,6 +189,7 @@ def run(args: argparse.Namespace) -> int:
     from collector.http.app import create_app
     from collector.http.protocol import server_options
     from collector.settings import CollectorSettings
+    from ldp_core.processes import freeze_built_heap
 
     overrides = {dest: getattr(args, dest) for _, dest, _, _ in _FLAGS}
     overrides.update(transport_url=args.transport_url, metrics_path=args.metrics_path, fl_enabled=args.fl_enabled)
@@ -239,6 +240,7 @@ def run(args: argparse.Namespace) -> int:
     print(f"ldp collector: listening on http://{host}:{port} (transport {settings.transport_url})", flush=True)
     print(mline, end="\n" if mline else "", flush=True)
     server = make_server(uvicorn.Config(app, **common), native)
+    freeze_built_heap()
     # uvicorn shuts down gracefully on SIGTERM/SIGINT, then re-raises the signal with the handlers it found
     # installed; these make that a normal exit
     on_stop_signals(_exit_normally)
