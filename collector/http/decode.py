@@ -17,7 +17,15 @@ from collector.errors import RejectedBatch
 from ldp_core.errors import FrameError, SpecError, SpecMismatchError
 from ldp_core.mechanisms.base import ReportSpec
 from ldp_core.metrics import MetricSet, parse_metrics
-from ldp_core.wire.frames import ReportBatch, decode_frame, decode_json, decode_verified, encode_frame, read_header
+from ldp_core.wire.frames import (
+    ReportBatch,
+    VerifiedSpecs,
+    decode_frame,
+    decode_json,
+    decode_verified,
+    encode_frame,
+    read_header,
+)
 from ldp_core.wire.sealed import SealedSpec
 
 __all__ = [
@@ -79,11 +87,13 @@ def _too_many(n: int, max_records: int) -> RejectedBatch:
     )
 
 
-def _decode_frame(body: bytes, declared: MetricSet, max_records: int, checked: Checked | None) -> ReportBatch:
+def _decode_frame(
+    body: bytes, declared: MetricSet, max_records: int, checked: Checked | None, verified: VerifiedSpecs | None
+) -> ReportBatch:
     if checked is not None:  # the native front parsed the header, verified the CRC (and the records, if it says so)
         if checked[4] > max_records:
             raise _too_many(checked[4], max_records)
-        return decode_verified(body, functools.partial(resolve, declared), checked)
+        return decode_verified(body, functools.partial(resolve, declared), checked, verified)
     header = read_header(body)
     if header.n_records > max_records:
         raise _too_many(header.n_records, max_records)
@@ -101,15 +111,23 @@ def _decode_json(body: bytes, declared: MetricSet, max_records: int) -> ReportBa
 
 
 def decode_body(
-    body: bytes, kind: str, declared: MetricSet, max_records: int, checked: Checked | None = None
+    body: bytes,
+    kind: str,
+    declared: MetricSet,
+    max_records: int,
+    checked: Checked | None = None,
+    verified: VerifiedSpecs | None = None,
 ) -> ReportBatch:
     """Decode one body (``kind`` ``"frame"`` or ``"json"``) against the declared metrics; :class:`RejectedBatch` if it does not.
-    ``checked``: a frame's fields as the native front's pre-check gave them (:func:`frame_specs`), when it passed."""
+    ``checked``: a frame's fields as the native front's pre-check gave them (:func:`frame_specs`), when it passed.
+    ``verified``: :func:`~ldp_core.wire.frames.decode_verified`'s cache for pre-checked frames, kept with
+    ``declared`` (the upload handler's): a frame of a metric, spec id, sealing and record size that resolved once
+    is not resolved again."""
     if not body:
         raise RejectedBatch(400, "malformed", "the body is empty; send one report batch")
     try:
         if kind == "frame":
-            return _decode_frame(body, declared, max_records, checked)
+            return _decode_frame(body, declared, max_records, checked, verified)
         return _decode_json(body, declared, max_records)
     except RejectedBatch:
         raise

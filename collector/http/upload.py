@@ -83,7 +83,7 @@ from collector.ingest import Ingestor, Outcome, SettleCall
 from collector.settings import CollectorSettings
 from collector.tokens import SpentTokens, TokenRejected, TokenVerifier
 from ldp_core.metrics import MetricSet
-from ldp_core.wire.frames import FRAME_CONTENT_TYPE, ReportBatch, encode_frame, frame_head
+from ldp_core.wire.frames import FRAME_CONTENT_TYPE, ReportBatch, VerifiedSpecs, encode_frame, frame_head
 from pipeline.topics import metric_day_key
 
 __all__ = [
@@ -207,6 +207,7 @@ class UploadHandler:
     ) -> None:
         self.settings = settings
         self.declared = declared
+        self._verified: VerifiedSpecs = {}  # the specs of pre-checked frames, by their fields (decode_body)
         self.metrics = metrics
         self.runtime = runtime
         self.admission = admission
@@ -404,7 +405,7 @@ class UploadHandler:
         a frame's fields as the native front's pre-check gave them (ignored for another kind of body)."""
         if kind != "frame":
             checked = None
-        batch = decode_body(body, kind, self.declared, self.max_records, checked)
+        batch = decode_body(body, kind, self.declared, self.max_records, checked, self._verified)
         try:
             self.admission.check(batch, key, checked is not None and checked[7])  # [7]: records (key ids) checked
         except RejectedBatch as exc:

@@ -24,7 +24,15 @@ from collector.http.decode import decode_body, frame_specs, spec_entries
 from ldp_core.errors import FrameError
 from ldp_core.mechanisms import MECHANISMS, NUMERIC_MECHANISMS, ReportSpec, make_spec
 from ldp_core.metrics import load_metrics
-from ldp_core.wire.frames import HEADER_SIZE, ReportBatch, decode_frame, encode_frame, read_header
+from ldp_core.wire.frames import (
+    HEADER_SIZE,
+    ReportBatch,
+    VerifiedSpecs,
+    decode_frame,
+    decode_verified,
+    encode_frame,
+    read_header,
+)
 from ldp_core.wire.sealed import KEY_ID_SIZE, SealedSpec
 from simulator.prio3.stack import new_deployment
 
@@ -148,6 +156,12 @@ def test_every_mechanism_s_frames_pass_and_corruptions_never_pass_wrongly(front:
     slow = full_decode(body, spec)
     assert slow is not None and fields_of(fast) == fields_of(slow)
     assert np.array_equal(fast.records, slow.records)
+    # and so does the collector's cached path (the spec resolved once per metric, spec id, sealing, record size)
+    cache: VerifiedSpecs = {}
+    for _ in range(2):  # filled, then used
+        cached = decode_verified(body, lambda m, s: spec, checked, cache)
+        assert fields_of(cached) == fields_of(slow) and np.array_equal(cached.records, slow.records)
+    assert list(cache) == [("m.x", spec.spec_id, False, spec.record_size)]
 
     # flipped bits and changed lengths: never passed (the CRC and the length check see each one)
     assert sum(agree(front, b, spec) for b in corruptions(body, rng, 600)) == 0
@@ -170,6 +184,8 @@ def test_every_mechanism_s_frames_pass_and_corruptions_never_pass_wrongly(front:
         if passed is not None:
             with pytest.raises(FrameError):
                 decode_frame(bad, lambda m, s: spec, None, crc_checked=True, records_checked=False)
+            with pytest.raises(FrameError):  # the cached path checks the records as well
+                decode_verified(bad, lambda m, s: spec, passed, cache)
 
 
 def test_sealed_frames_pass_and_plain_frames_of_a_sealed_metric_do_not(front: Any) -> None:
@@ -213,6 +229,7 @@ def test_the_collector_s_metrics_decode_the_same_with_and_without_the_pre_check(
     declared = load_metrics("metrics/example.json", reject_expired=False)
     front.set_frame_specs(frame_specs(declared))
     rng = np.random.default_rng(11)
+    verified: VerifiedSpecs = {}
     for name in declared:
         spec = declared[name].wire_spec
         body = encode_frame(ReportBatch(name, spec, DAY, records_of(spec, 50, rng), batch_id=rng.bytes(16)))
@@ -220,6 +237,9 @@ def test_the_collector_s_metrics_decode_the_same_with_and_without_the_pre_check(
         assert checked is not None, name
         a, b = decode_body(body, "frame", declared, 10_000), decode_body(body, "frame", declared, 10_000, checked)
         assert fields_of(a) == fields_of(b) and np.array_equal(a.records, b.records)
+        for _ in range(2):  # the upload handler's cache, filled then used
+            c = decode_body(body, "frame", declared, 10_000, checked, verified)
+            assert fields_of(c) == fields_of(a) and np.array_equal(c.records, a.records) and c.spec == a.spec
         assert encode_frame(b) == body  # a pre-checked frame is canonical: the collector forwards it as it is
         # the collector's own refusals still apply to a pre-checked frame: the record limit
         with pytest.raises(RejectedBatch) as exc:
