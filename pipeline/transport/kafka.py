@@ -254,6 +254,8 @@ class KafkaTransport(Transport):
         have = self._wait_for_leaders(name)
         if have != partitions:
             raise TopicError(f"topic {name!r} exists with {have} partitions, not {partitions}")
+        with self._lock:  # seen with a leader for each: a publish right after asks no broker again (in a cluster,
+            self._partitions[name] = have  # one that has not heard of the topic yet would call it missing)
 
     def _describe(self, topic: str) -> dict[str, Any] | None:
         with self._lock:

@@ -147,3 +147,22 @@ def test_a_join_that_completes_between_two_polls_is_taken_up_not_sent_again(kafk
         a.close()
         b.close()
         t.close()
+
+
+def test_a_publish_right_after_creating_a_topic_asks_no_broker_again(kafka_bootstrap: str) -> None:
+    """In a cluster, the broker a metadata request reaches may not have heard of a topic created a moment ago
+    (tests/cli/test_kafka_cluster.py once failed so). ``create_topic`` saw every partition's leader: a
+    publish that follows takes the partition count from there, even if a broker would now call it missing."""
+    import uuid
+
+    from pipeline.transport.kafka import KafkaTransport
+
+    t = KafkaTransport(kafka_bootstrap)
+    try:
+        topic = f"fresh-{uuid.uuid4().hex[:8]}"
+        t.create_topic(topic, 3)
+        t._describe = lambda name: None  # type: ignore[method-assign]  # a broker behind on metadata
+        positions = t.publish_many(topic, [(f"k{i}".encode(), b"v") for i in range(9)])
+        assert len(positions) == 9 and {p.partition for p in positions} <= {0, 1, 2}
+    finally:
+        t.close()
