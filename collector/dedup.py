@@ -100,7 +100,6 @@ a power cut only lets one retry through to the shuffler's check.
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import hmac
 import json
@@ -122,6 +121,8 @@ from ldp_core.sqlite import immediate_transaction, use_wal
 __all__ = ["BatchIdStore", "SCHEMA_VERSION", "content_digest", "same_content"]
 
 _CHUNK = 500
+#: ids whose digests are remembered between a group commit's lookup and its record (:meth:`BatchIdStore._digest`)
+_RECENT = 8192
 #: the bytes of an id's keyed digest (HMAC-SHA-256, truncated)
 _DIGEST = 16
 #: at most this many ids share a row (a group commit's); memory locates an id as row id * _PER_ROW + its place
@@ -251,7 +252,9 @@ class BatchIdStore:
             raise
         self._mac = hmac.new(self._key, digestmod=hashlib.sha256)
         self._next_purge = 0.0
-        self._digests = functools.lru_cache(maxsize=8192)(self._digest_uncached)
+        # id -> digest of the ids asked last (cleared when full): bytes only, so the cyclic GC never walks it, as it
+        # walked the 8,192 linked entries of the functools.lru_cache this replaces
+        self._recent: dict[bytes, bytes] = {}
         self._cookie = -1  # PRAGMA schema_version when self._tables was read
         self._tables: list[int] = []  # the days whose table exists (as of self._cookie)
         self._made_day: int | None = None  # the day whose table this process made sure of last
@@ -329,8 +332,14 @@ class BatchIdStore:
 
     def _digest(self, batch_id: bytes) -> bytes:
         """The keyed digest of ``batch_id``; a group commit asks for each id twice (lookup, then add), so the
-        last few thousand are remembered (:attr:`_digests`, an LRU cache: one HMAC per id instead of two)."""
-        return self._digests(bytes(batch_id))
+        last few thousand are remembered (:attr:`_recent`: one HMAC per id instead of two)."""
+        key = bytes(batch_id)
+        digest = self._recent.get(key)
+        if digest is None:
+            if len(self._recent) >= _RECENT:
+                self._recent.clear()
+            digest = self._recent[key] = self._digest_uncached(key)
+        return digest
 
     def _cutoff(self) -> int:
         """The oldest accept day still kept."""
