@@ -29,13 +29,19 @@ def _digest(key: bytes, batch_id: bytes) -> bytes:
     return hmac.new(key, batch_id, hashlib.sha256).digest()[:16]
 
 
-def _old_file(path: Path, version: int, rows: dict[bytes, tuple[bytes | None, int]]) -> None:
-    """A store as the collector of ``version`` (2 or 3) left it: ``batches(id_digest, content, day)``."""
+def _keyed_file(path: Path) -> tuple[sqlite3.Connection, bytes]:
+    """A store file as every schema began it: WAL, and the ``meta`` table with the id key (returned)."""
     key = os.urandom(32)
     conn = sqlite3.connect(path)
     conn.execute("PRAGMA journal_mode=WAL")
     conn.execute("CREATE TABLE meta(name TEXT PRIMARY KEY, value BLOB NOT NULL)")
     conn.execute("INSERT INTO meta VALUES ('id_key', ?)", (key,))
+    return conn, key
+
+
+def _old_file(path: Path, version: int, rows: dict[bytes, tuple[bytes | None, int]]) -> None:
+    """A store as the collector of ``version`` (2 or 3) left it: ``batches(id_digest, content, day)``."""
+    conn, key = _keyed_file(path)
     conn.execute("CREATE TABLE batches(id_digest BLOB PRIMARY KEY, content BLOB, day INTEGER NOT NULL) WITHOUT ROWID")
     conn.execute("CREATE INDEX batches_day ON batches(day)")
     if version >= 3:
@@ -134,10 +140,7 @@ def test_a_schema_4_file_keeps_telling_retries_from_conflicts_with_its_blake2b_d
 
     path = tmp_path / "ids.sqlite3"
     today = int(time.time() // DAY_SECONDS)
-    key = os.urandom(32)
-    conn = sqlite3.connect(path)
-    conn.execute("CREATE TABLE meta(name TEXT PRIMARY KEY, value BLOB NOT NULL)")
-    conn.execute("INSERT INTO meta VALUES ('id_key', ?)", (key,))
+    conn, key = _keyed_file(path)
     conn.execute("CREATE TABLE counters(name TEXT PRIMARY KEY, value INTEGER NOT NULL)")
     conn.execute(f"CREATE TABLE ids_{today}(id_digest BLOB PRIMARY KEY, content BLOB) WITHOUT ROWID")
     old_frame = b"frame of the batch accepted before the upgrade"
@@ -184,11 +187,7 @@ def test_a_schema_5_file_becomes_append_only_and_keeps_its_ids(tmp_path: Path) -
     from collector.dedup import content_digest
 
     path = tmp_path / "ids.sqlite3"
-    key = os.urandom(32)
-    conn = sqlite3.connect(path)
-    conn.execute("PRAGMA journal_mode=WAL")
-    conn.execute("CREATE TABLE meta(name TEXT PRIMARY KEY, value BLOB NOT NULL)")
-    conn.execute("INSERT INTO meta VALUES ('id_key', ?)", (key,))
+    conn, key = _keyed_file(path)
     conn.execute("CREATE TABLE counters(name TEXT PRIMARY KEY, value INTEGER NOT NULL)")
     for day, ids in ((DAY - 1, [b"p" * 16, b"q" * 16]), (DAY, [b"r" * 16])):
         conn.execute(f"CREATE TABLE ids_{day}(id_digest BLOB PRIMARY KEY, content BLOB) WITHOUT ROWID")
