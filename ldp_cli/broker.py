@@ -273,6 +273,9 @@ def render_server_properties(cfg: BrokerConfig) -> str:
         "share.coordinator.state.topic.replication.factor": str(cfg.replication),
         "share.coordinator.state.topic.min.isr": str(cfg.min_isr),
         "group.initial.rebalance.delay.ms": "0",
+        # a transaction open past its timeout (a worker that died and was not restarted) blocks read_committed
+        # readers until its coordinator aborts it: look every second, not every 10 s (Kafka's default)
+        "transaction.abort.timed.out.transaction.cleanup.interval.ms": "1000",
         # lets tests use short session timeouts to observe a crashed member leave quickly
         "group.min.session.timeout.ms": "500",
         "auto.create.topics.enable": "false",

@@ -64,7 +64,6 @@ from ldp_core.days import day_start
 from pipeline.transport.base import (
     CommitFailedError,
     Consumer,
-    FencedError,
     Health,
     Record,
     RecordPosition,
@@ -80,6 +79,7 @@ from pipeline.transport.base import (
 )
 from pipeline.transport.kafka_cluster import describe_cluster
 from pipeline.transport.kafka_join import keep_finished_joins
+from pipeline.transport.kafka_resume import Identity, identity_of, resume_after_fence, resume_transactions
 
 __all__ = ["KafkaTransport", "KafkaConsumer", "describe_cluster"]
 
@@ -437,7 +437,9 @@ class _KafkaTransaction(Transaction, TransactionScope):
             c._tx_producer().begin_transaction()
         except (errors.ProducerFencedError, errors.InvalidProducerEpochError) as exc:
             c._drop_producer()
-            raise FencedError(f"another worker took transactional id {c.transactional_id!r}: {exc!r}") from exc
+            resume_after_fence(c, exc)  # FencedError if another incarnation took the id
+            c._rewind()
+            raise TransportError(f"cannot begin a transaction: {exc!r}; the producer resumed, retry") from exc
         except (errors.KafkaError, errors.IllegalStateError) as exc:
             # no usable transactional state (e.g. init_transactions timed out while the broker was away):
             # start over with a fresh producer next time, which fences whatever the old one left open
@@ -480,9 +482,19 @@ class _KafkaTransaction(Transaction, TransactionScope):
             ending = True
             c._tx_call("commit_transaction", lambda tm: tm.begin_commit())
         except (errors.ProducerFencedError, errors.InvalidProducerEpochError) as exc:
+            # the coordinator refused this producer's epoch: another incarnation took the id (FencedError from
+            # the resume), or the coordinator itself aborted the transaction, open past its timeout (a broker
+            # that coordinated it died, the worker paused): then this member resumes and the records come again
             c._drop_producer()
+            if resume_after_fence(c, exc) and ending and todo and c._landed_soon(todo, token):
+                log.warning("the transaction's commit was refused (%r) but it committed", exc)
+                c._delivered = {}
+                return
             c._rewind()
-            raise FencedError(f"another worker took transactional id {c.transactional_id!r}: {exc!r}") from exc
+            raise TransportError(
+                f"the transaction coordinator aborted the transaction ({exc!r}: open longer than the transaction "
+                "timeout); the records will be delivered again"
+            ) from exc
         except _TransactionStuck as exc:
             c._drop_producer()
             # Issue 31: EndTxn may have reached the transaction coordinator although its answer never came; the
@@ -585,6 +597,9 @@ class KafkaConsumer(Consumer):
         self._delivered: dict[TopicPartition, int] = {}
         self._reassigned: set[Any] | None = None
         self._producer: Any = None
+        # the producer id and epoch this member's last transactional producer held: its successors resume them
+        # (pipeline/transport/kafka_resume.py); None until the first one initialised
+        self._identity: Identity | None = None
         self._closed = False
         try:
             self._consumer = _KC(**cfg)
@@ -630,11 +645,15 @@ class KafkaConsumer(Consumer):
                 )
             )
             try:
-                producer.init_transactions()
+                if self._identity is None:  # this member's first producer takes the id, fencing older incarnations
+                    producer.init_transactions()
+                else:  # a successor: granted only while no other incarnation took the id since
+                    resume_transactions(producer, self._identity, t.request_timeout)
             except BaseException:
                 producer.close(timeout=0)
                 raise
             self._producer = producer
+            self._identity = identity_of(producer)
         return self._producer
 
     def _tx_call(self, what: str, start: Any) -> None:
@@ -660,6 +679,7 @@ class KafkaConsumer(Consumer):
         """Close the transactional producer without waiting; the next transaction makes a new one."""
         producer, self._producer = self._producer, None
         if producer is not None:
+            self._identity = identity_of(producer) or self._identity  # (kafka-python may have bumped its epoch)
             try:
                 producer.close(timeout=0)
             except Exception as exc:  # closing a broken client must not hide the error being handled

@@ -60,6 +60,7 @@ def test_server_properties_describe_one_combined_node_on_loopback(tmp_path: Path
     ):
         assert props[key] == "1", key
     assert props["group.initial.rebalance.delay.ms"] == "0"
+    assert props["transaction.abort.timed.out.transaction.cleanup.interval.ms"] == "1000"
     assert props["auto.create.topics.enable"] == "false"
 
 
