@@ -55,7 +55,10 @@ _EVENTS = {
     "evicted": "evicted",
     "client_gone": "client_gone",
     "proxy_errors": "proxy_errors",
+    "proxy_timeouts": "proxy_timeouts",
 }
+#: what a proxied request may take beyond reading its body and publishing it before the front answers it 504
+UPSTREAM_MARGIN = 10.0
 #: the front's own refusals, counted in ``ldp_collector_batches_total`` like the Python front's
 _REFUSALS = {"body_timeouts": ("rejected", "body_timeout"), "overloaded": ("unavailable", "overloaded")}
 
@@ -83,7 +86,8 @@ class _FrontCollector(Collector):
         events = CounterMetricFamily(
             "ldp_collector_front_events",
             "The native front's connection and request events (accepted connections, uploads handed to the "
-            "app, proxied requests, head timeouts, evictions, answers no client was left for, proxy errors)",
+            "app, proxied requests, head timeouts, evictions, answers no client was left for, proxy errors, proxied "
+            "requests the app did not answer in time)",
             labels=["event"],
         )
         for key, event in _EVENTS.items():
@@ -128,6 +132,8 @@ class NativeFront:
             max_connections=s.max_connections,
             max_queued=s.max_reading,
             max_reading_bytes=s.max_reading * s.max_body_bytes,
+            # a proxied upload (a body the front did not take) is answered within body_timeout + publish_timeout
+            upstream_timeout=s.body_timeout + s.publish_timeout + UPSTREAM_MARGIN,
             retry_after=s.retry_after,
             threads=1,
         )

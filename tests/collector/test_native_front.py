@@ -294,6 +294,29 @@ def test_upstream_down_is_a_502_and_no_upstream_a_404(start) -> None:
     assert front.stats()["proxy_errors"] == 0
 
 
+def test_an_app_that_does_not_answer_gets_the_client_a_504_in_time(start) -> None:
+    """A hung app (its event loop blocked) accepts the proxied request and never answers: the client gets 504
+    ``upstream_timeout`` after ``upstream_timeout`` s, not a connection held for ever, and the front serves the
+    next request. (Before, the proxy waited without a bound: this client's read timed out.)"""
+    hung = socket.create_server(("127.0.0.1", 0))  # accepts (the kernel's backlog) and never reads or answers
+    try:
+        front, port = start(f"127.0.0.1:{hung.getsockname()[1]}", upstream_timeout=0.5)
+        for _ in range(2):
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+            t0 = time.monotonic()
+            conn.request("GET", "/v1/health")
+            resp = conn.getresponse()
+            waited = time.monotonic() - t0
+            assert (resp.status, resp.getheader("content-type")) == (504, "application/json")
+            assert json.loads(resp.read())["error"] == "upstream_timeout"
+            assert 0.4 < waited < 5.0, waited
+            conn.close()
+        assert front.stats()["proxy_timeouts"] == 2
+        assert front.stats()["proxy_errors"] == 0
+    finally:
+        hung.close()
+
+
 def test_stalled_body_gets_408_and_the_connection_closes(start, upstream) -> None:
     front, port = start(addr(upstream), body_timeout=0.3)
     sock = connect(port)

@@ -98,6 +98,7 @@ def test_the_native_front_serves_uploads_through_the_app_and_proxies_the_rest(tm
         assert events["uploads"] == 4, events  # the four frames; the JSON and text/plain ones were proxied
         assert events["prechecked"] == 3, events  # all but the bad CRC: Python decoded that one in full
         assert events["proxied"] >= 5, events
+        assert events["proxy_timeouts"] == 0 and events["proxy_errors"] == 0, events  # exported, none happened
         text = httpx.get(metrics_url, timeout=30).text
         assert 'ldp_collector_batches_total{outcome="accepted",reason="ok"} 2.0' in text
     finally:

@@ -2,7 +2,8 @@
 //! uses it: docs/COLLECTOR.md, "The native front", and collector/http/frontend.py).
 //!
 //! `Front(fd, upstream, *, upload_path, content_types, max_body_bytes, body_timeout, header_timeout,
-//! max_connections, max_queued, retry_after, threads, max_reading_bytes)` serves the listening socket `fd`;
+//! max_connections, max_queued, retry_after, threads, max_reading_bytes, upstream_timeout)` serves the listening
+//! socket `fd`;
 //! `set_frame_specs(entries)`, `notify_fd()`, `take_nowait(n)` / `take(n, timeout)`, `answer(...)` / `answer_many(...)`, `stats()` and
 //! `close(grace)` are the Python side's whole interface (tests/collector/test_native_front.py).
 //!
@@ -162,7 +163,7 @@ impl Front {
         fd, upstream, upload_path="/v1/reports".to_owned(),
         content_types=vec!["application/vnd.ldp.frame".to_owned(), "application/octet-stream".to_owned()],
         max_body_bytes=1 << 20, body_timeout=10.0, header_timeout=10.0, max_connections=10_000,
-        max_queued=4096, retry_after=1, threads=1, max_reading_bytes=1 << 30,
+        max_queued=4096, retry_after=1, threads=1, max_reading_bytes=1 << 30, upstream_timeout=60.0,
     ))]
     #[allow(clippy::too_many_arguments)]
     fn new(
@@ -178,6 +179,7 @@ impl Front {
         retry_after: u64,
         threads: usize,
         max_reading_bytes: usize,
+        upstream_timeout: f64,
     ) -> PyResult<Self> {
         if fd < 0 {
             return Err(PyValueError::new_err("fd must be an open listening socket"));
@@ -197,6 +199,7 @@ impl Front {
             max_body_bytes,
             body_timeout: secs("body_timeout", body_timeout)?,
             header_timeout: secs("header_timeout", header_timeout)?,
+            upstream_timeout: secs("upstream_timeout", upstream_timeout)?,
             max_connections,
             max_reading_bytes,
             retry_after,
@@ -356,6 +359,7 @@ impl Front {
             ("overloaded", s.overloaded.load(Relaxed)),
             ("evicted", s.evicted.load(Relaxed)),
             ("client_gone", s.client_gone.load(Relaxed)),
+            ("proxy_timeouts", s.proxy_timeouts.load(Relaxed)),
             ("proxy_errors", s.proxy_errors.load(Relaxed)),
         ])
     }

@@ -5,6 +5,8 @@
 //! (RFC 9110 §7.6.1: Connection and the headers it names, Keep-Alive, Proxy-Connection, TE, Trailer,
 //! Transfer-Encoding, Upgrade) are dropped in both directions, each side framing its own message; Host is
 //! kept as the client sent it. `Expect` is dropped too: hyper already answered the client's 100-continue.
+//! An app that does not begin its answer within `upstream_timeout` gets the client a 504 `upstream_timeout`
+//! (a hung app must not hold the client's connection, and a place among `max_connections`, for ever).
 
 use std::sync::atomic::Ordering::Relaxed;
 
@@ -60,18 +62,28 @@ pub async fn forward(req: Request<Incoming>, shared: &Shared) -> Response<AnyBod
     };
     parts.version = Version::HTTP_11;
     drop_hop_by_hop(&mut parts.headers);
-    match shared
-        .client
-        .request(Request::from_parts(parts, body))
-        .await
-    {
-        Ok(resp) => {
+    let pending = shared.client.request(Request::from_parts(parts, body));
+    match tokio::time::timeout(shared.config.upstream_timeout, pending).await {
+        Err(_) => {
+            // a hung app (a blocked event loop, a deadlock) must not hold the client's connection for ever;
+            // dropping the request closes its upstream connection
+            shared.stats.proxy_timeouts.fetch_add(1, Relaxed);
+            json_error(
+                StatusCode::GATEWAY_TIMEOUT,
+                "upstream_timeout",
+                &format!(
+                    "the collector's app did not answer within {:.3} s; retry later",
+                    shared.config.upstream_timeout.as_secs_f64()
+                ),
+            )
+        }
+        Ok(Ok(resp)) => {
             shared.stats.proxied.fetch_add(1, Relaxed);
             let (mut parts, body) = resp.into_parts();
             drop_hop_by_hop(&mut parts.headers);
             Response::from_parts(parts, body.map_err(Into::into).boxed_unsync())
         }
-        Err(e) => {
+        Ok(Err(e)) => {
             shared.stats.proxy_errors.fetch_add(1, Relaxed);
             json_error(
                 StatusCode::BAD_GATEWAY,

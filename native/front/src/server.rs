@@ -47,6 +47,8 @@ pub struct Config {
     pub max_body_bytes: u64,
     pub body_timeout: Duration,
     pub header_timeout: Duration,
+    /// The most a proxied request waits for the app's answer to begin (its head); then 504 `upstream_timeout`.
+    pub upstream_timeout: Duration,
     pub max_connections: usize,
     /// Bytes of upload bodies being read, in all: an upload whose next chunk finds none left is refused 503
     /// `overloaded` and its connection closed. Counted as bytes arrive, so a slow body holds only what it sent.
@@ -68,6 +70,8 @@ pub struct Stats {
     pub evicted: AtomicU64,
     pub client_gone: AtomicU64,
     pub proxy_errors: AtomicU64,
+    /// Proxied requests the app did not begin to answer within `upstream_timeout`.
+    pub proxy_timeouts: AtomicU64,
 }
 
 /// Per-connection state shared between its task, its requests and the eviction scan.
