@@ -33,6 +33,7 @@ the issuer's view is independent of the token (tests/sdk/test_blind_rsa.py tests
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import math
 import os
@@ -204,6 +205,19 @@ class PublicKey:
 
     def to_cryptography(self) -> rsa.RSAPublicKey:
         return rsa.RSAPublicNumbers(self.e, self.n).public_key()
+
+    @functools.cached_property
+    def verifier(self) -> rsa.RSAPublicKey:
+        """:meth:`to_cryptography`, made once per key: OpenSSL keeps the key's Montgomery context with it, so a
+        token's verification with it costs about 70 % of one with a fresh key object (39 against 56 µs on the
+        machine of docs/benchmarks/PIPELINE.md, "Session 12"), which a collector pays per upload with
+        ``--require-tokens``. Not pickled (OpenSSL's object is not): made again after unpickling."""
+        return self.to_cryptography()
+
+    def __getstate__(self) -> dict[str, object]:
+        state = dict(self.__dict__)
+        state.pop("verifier", None)
+        return state
 
     def to_der(self) -> bytes:
         """The SubjectPublicKeyInfo (DER) with the generic ``rsaEncryption`` algorithm identifier."""
@@ -414,7 +428,7 @@ def finalize(pk: PublicKey, prepared_msg: bytes, blind_sig: bytes, inv: bytes, *
 
 def verify(pk: PublicKey | rsa.RSAPublicKey, prepared_msg: bytes, sig: bytes, *, salt_len: int = SALT_LEN) -> bool:
     """Whether ``sig`` is a valid RSASSA-PSS (SHA-384, MGF1-SHA-384, ``salt_len``) signature of ``prepared_msg``."""
-    key = pk.to_cryptography() if isinstance(pk, PublicKey) else pk
+    key = pk.verifier if isinstance(pk, PublicKey) else pk
     try:
         key.verify(
             sig,

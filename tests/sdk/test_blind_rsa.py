@@ -85,6 +85,20 @@ def test_verify_refuses_a_tampered_signature_or_another_message() -> None:
     assert not blind_rsa.verify(pk, h(v["prepared_msg"]), bytes(sig))
 
 
+def test_a_key_verifies_with_one_kept_openssl_key_and_still_pickles() -> None:
+    """The OpenSSL key a public key verifies with is made once (its Montgomery context kept: a collector verifies
+    a token per upload) and is left out of a pickle; the verdicts stay those of a fresh key."""
+    import pickle
+
+    v, pk = DOC["vectors"][0], vector_key().public_key
+    sig, msg = h(v["sig"]), h(v["prepared_msg"])
+    assert blind_rsa.verify(pk, msg, sig) and pk.verifier is pk.verifier
+    again = pickle.loads(pickle.dumps(pk))
+    assert again == pk and "verifier" not in again.__dict__
+    assert blind_rsa.verify(again, msg, sig) and not blind_rsa.verify(again, msg, sig[:-1] + bytes([sig[-1] ^ 1]))
+    assert again.verifier is not pk.verifier
+
+
 def test_finalize_refuses_a_blind_signature_of_something_else() -> None:
     sk = vector_key()
     pk = sk.public_key
