@@ -1,4 +1,4 @@
-"""The collector's batch-id store: CPU per id of a group commit's lookup and record, against another tree's.
+"""The collector's batch-id store (or spent-token store): CPU per id of a group's lookup and record, against another tree's.
 
 Each run records ``--ids`` random batch ids into a fresh store file, ``--group`` at a time, as the
 collector's group commits do: ``lookup`` of the group's ids, then ``add`` of them with their content
@@ -13,6 +13,11 @@ the ratio of the medians goes to ``after_vs_before``. Results print as Markdown 
 to ``benchmarks/results/dedup_store.json`` (``--out`` elsewhere).
 
     python benchmarks/bench_dedup_store.py --before /path/to/worktree-of-previous-commit
+
+With ``--store spent-tokens`` it times the spent-token store instead (``collector/spent_tokens.py``): ``--ids``
+fresh 32-byte token digests spent ``--group`` at a time with ``spend_many``, as the collector spends the tokens
+of one turn of its event loop; a tree whose store has no ``spend_many`` (before session 12) spends them one by
+one, as its collector did, one transaction per upload. Results go to ``benchmarks/results/spent_tokens.json``.
 """
 
 from __future__ import annotations
@@ -74,9 +79,52 @@ print(json.dumps({
 """
 
 
-def _run(tree: pathlib.Path, ids: int, group: int, seed: int) -> dict[str, float]:
+_SPENT_WORKER = r"""
+import json, os, resource, sys, tempfile, time
+import numpy as np
+from collector.tokens import SpentTokens
+ids, group, seed = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
+rng = np.random.default_rng(seed)
+raw = rng.bytes(32 * ids)
+digests = [raw[32 * i : 32 * i + 32] for i in range(ids)]
+batch = rng.bytes(16)
+day = time.strftime("%Y-%m-%d", time.gmtime())
+with tempfile.TemporaryDirectory() as tmp:
+    store = SpentTokens(os.path.join(tmp, "spent.sqlite3"))
+    grouped = hasattr(store, "spend_many")
+    rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    spent = 0.0
+    half = (ids // group) // 2
+    for k in range(ids // group):
+        part = [(d, batch, day) for d in digests[k * group : (k + 1) * group]]
+        t0 = time.process_time()
+        ok = store.spend_many(part) if grouped else [store.spend(*x) for x in part]
+        t1 = time.process_time()
+        assert all(ok)
+        if k >= half:
+            spent += t1 - t0
+        if k % max(1, (ids // group) // 10) == 0:
+            print(f"  {k * group:,} tokens", file=sys.stderr, flush=True)
+    counted = (ids // group - half) * group
+    again = [(d, rng.bytes(16), day) for d in digests[:: max(1, ids // 1000)]]  # double spends: all refused
+    assert not any(store.spend_many(again) if grouped else [store.spend(*x) for x in again])
+    store.close()
+    size = sum(os.path.getsize(os.path.join(tmp, f)) for f in os.listdir(tmp))
+print(json.dumps({
+    "lookup_us_per_id": 0.0,
+    "record_us_per_id": spent / counted * 1e6,
+    "total_us_per_id": spent / counted * 1e6,
+    "rss_growth_mb": (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - rss0) / 1024,
+    "file_mb": size / 2**20,
+    "grouped": float(grouped),
+}))
+"""
+_WORKERS = {"batch-ids": (_WORKER, "collector/dedup.py"), "spent-tokens": (_SPENT_WORKER, "collector/tokens.py")}
+
+
+def _run(tree: pathlib.Path, ids: int, group: int, seed: int, store: str = "batch-ids") -> dict[str, float]:
     out = subprocess.run(
-        [sys.executable, "-c", _WORKER, str(ids), str(group), str(seed)],
+        [sys.executable, "-c", _WORKERS[store][0], str(ids), str(group), str(seed)],
         cwd=tempfile.gettempdir(),
         env=dict(os.environ, PYTHONPATH=str(tree)),
         stdout=subprocess.PIPE,
@@ -95,23 +143,27 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--before", metavar="TREE", help="also run another source tree's store, interleaved")
     p.add_argument("--seed", type=int, default=11)
     p.add_argument("--json", action="store_true", help="print JSON instead of Markdown")
-    p.add_argument("--out", type=pathlib.Path, default=ROOT / "benchmarks" / "results" / "dedup_store.json")
+    p.add_argument("--store", choices=sorted(_WORKERS), default="batch-ids", help="which store (default batch-ids)")
+    p.add_argument("--out", type=pathlib.Path, help="default benchmarks/results/dedup_store.json or spent_tokens.json")
     args = p.parse_args(argv)
+    results = ROOT / "benchmarks" / "results"
+    out_path = args.out or results / ("dedup_store.json" if args.store == "batch-ids" else "spent_tokens.json")
     if args.ids < 2 * args.group or args.group < 1:
         p.error("--ids must be at least twice --group, and --group at least 1")
     trees = {"after": ROOT}
     if args.before:
         before = pathlib.Path(args.before).resolve()
-        if not (before / "collector" / "dedup.py").is_file():
-            p.error(f"--before {before}: no collector/dedup.py there")
+        if not (before / _WORKERS[args.store][1]).is_file():
+            p.error(f"--before {before}: no {_WORKERS[args.store][1]} there")
         trees["before"] = before
     load0 = os.getloadavg()
     runs: dict[str, list[dict[str, float]]] = {name: [] for name in trees}
     for r in range(args.runs):
         for name in trees if r % 2 == 0 else reversed(list(trees)):
             print(f"bench_dedup_store: run {r + 1}/{args.runs}, {name}", file=sys.stderr, flush=True)
-            runs[name].append(_run(trees[name], args.ids, args.group, args.seed + r))
+            runs[name].append(_run(trees[name], args.ids, args.group, args.seed + r, args.store))
     result: dict[str, Any] = {
+        "store": args.store,
         "ids": args.ids,
         "group": args.group,
         "runs": args.runs,
@@ -125,13 +177,13 @@ def main(argv: list[str] | None = None) -> int:
         result[name]["total_us_per_id_runs"] = [round(x["total_us_per_id"], 2) for x in rows]
     if "before" in result:
         result["after_vs_before"] = round(result["after"]["total_us_per_id"] / result["before"]["total_us_per_id"], 3)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    out_path.write_text(json.dumps(result, indent=2) + "\n")
     if args.json:
         print(json.dumps(result, indent=2))
         return 0
     print(
-        f"## Batch-id store: {args.ids:,} ids in groups of {args.group}, medians of {args.runs} runs "
+        f"## {args.store} store: {args.ids:,} ids in groups of {args.group}, medians of {args.runs} runs "
         f"(load {load0[0]:.1f} before, {result['loadavg_after'][0]:.1f} after)\n"
     )
     print(

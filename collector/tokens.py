@@ -30,11 +30,12 @@ retry (the dedup store then answers it), with any other batch id it is a double 
 written before the batch is published, so a spend is never lost to a crash between the two; a batch refused
 after that (say 503) is retried with its token.
 
-**The store.** ``spent(digest, batch_id, day)`` in SQLite (WAL) beside the dedup store; the digest is SHA-256
-of the token; one ``INSERT ... ON CONFLICT DO NOTHING`` decides, so two workers or two collector processes
-that receive the same token at once cannot both accept it, **provided they share the file on one host**
-(SQLite's locking is not safe over network file systems; docs/COLLECTOR.md, "Several collectors"). Rows are
-purged once their day is three days old (a token is good on its own day and the next).
+**The store.** :class:`SpentTokens` (:mod:`collector.spent_tokens`), SQLite (WAL) beside the dedup store,
+keyed by the token's SHA-256: the spends of the uploads of one turn of the event loop are decided in one
+write transaction, so two workers or two collector processes that receive the same token at once cannot both
+accept it, **provided they share the file on one host** (SQLite's locking is not safe over network file
+systems; docs/COLLECTOR.md, "Several collectors"). A token day's records are dropped once it is three days old
+(a token is good on its own day and the next).
 """
 
 from __future__ import annotations
@@ -45,14 +46,13 @@ import hashlib
 import json
 import logging
 import os
-import sqlite3
 import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
 
+from collector.spent_tokens import SpentTokens
 from ldp_core.days import day_of_iso, iso_day, utc_day
-from ldp_core.sqlite import use_wal
 from ldp_core.tokens import blind_rsa
 from ldp_core.tokens import privacy_pass as tokens
 
@@ -205,44 +205,3 @@ class TokenVerifier:
                 "token_wrong_day",
                 f"the batch is for {iso_day(batch_day)} and needs a token of that day; this token is for {token_day}",
             )
-
-
-class SpentTokens:
-    """Redeemed tokens (see the module docstring); ``path`` may be ``":memory:"`` for tests."""
-
-    def __init__(self, path: str | os.PathLike[str], *, keep_days: int = 3) -> None:
-        self.path = str(path)
-        if self.path != ":memory:":
-            Path(self.path).expanduser().parent.mkdir(parents=True, exist_ok=True)
-        self.keep_days = keep_days
-        self._conn = sqlite3.connect(self.path, timeout=60.0, isolation_level=None, check_same_thread=False)
-        self._lock = threading.Lock()
-        if self.path != ":memory:":
-            use_wal(self._conn, 60.0)
-        self._conn.execute("PRAGMA synchronous=NORMAL")
-        self._conn.execute(
-            "CREATE TABLE IF NOT EXISTS spent(digest BLOB PRIMARY KEY, batch_id BLOB NOT NULL, day TEXT NOT NULL)"
-            " WITHOUT ROWID"
-        )
-        self._purged_for = ""
-
-    def spend(self, digest: bytes, batch_id: bytes, day: str) -> bool:
-        """True if the token is new (now recorded) or a retry for the same ``batch_id``; False if it was spent on
-        another batch. One statement decides, so this is atomic across processes sharing the file."""
-        with self._lock:
-            cur = self._conn.execute(
-                "INSERT INTO spent(digest, batch_id, day) VALUES (?, ?, ?) ON CONFLICT(digest) DO NOTHING",
-                (digest, batch_id, day),
-            )
-            if cur.rowcount == 1:
-                if self._purged_for != day:
-                    cutoff = iso_day(day_of_iso(day) - self.keep_days)
-                    self._conn.execute("DELETE FROM spent WHERE day < ?", (cutoff,))
-                    self._purged_for = day
-                return True
-            row = self._conn.execute("SELECT batch_id FROM spent WHERE digest = ?", (digest,)).fetchone()
-        return row is not None and bytes(row[0]) == batch_id
-
-    def close(self) -> None:
-        with self._lock:
-            self._conn.close()

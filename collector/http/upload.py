@@ -216,6 +216,8 @@ class UploadHandler:
         self.tokens = tokens
         self.spent = spent
         self.deadlines = _Deadlines(settings.publish_timeout)
+        #: uploads whose token is to be spent, with what submits them: see _spend_queued
+        self._spends: list[tuple[tuple[bytes, str], ReportBatch, bytes, Ingestor, Any, asyncio.AbstractEventLoop]] = []
 
     async def __call__(
         self,
@@ -324,7 +326,7 @@ class UploadHandler:
 
     def _verify_token(self, authorization: str | None, *, early: bool = True) -> tuple[bytes, str] | None:
         """With ``--require-tokens``: a valid token of today or yesterday, checked before the body is read (its
-        day is checked against the batch's once decoded, :meth:`_spend`)."""
+        day is checked against the batch's once decoded, :meth:`_check_token_day`)."""
         if self.tokens is None:
             return None
         try:
@@ -441,15 +443,13 @@ class UploadHandler:
             return self.prepare(await self._json_in_process(body), "frame", key)
         return await asyncio.get_running_loop().run_in_executor(None, self.prepare, body, kind, key)
 
-    def _spend(self, spend: tuple[bytes, str] | None, batch: ReportBatch) -> None:
-        """With ``--require-tokens``: the token pays for this batch, unless it paid for another one before."""
+    def _check_token_day(self, spend: tuple[bytes, str] | None, batch: ReportBatch) -> None:
+        """With ``--require-tokens``: a token pays for the metric-day of its key only."""
         if spend is not None and self.tokens is not None:
-            try:  # a token pays for the metric-day of its key only
+            try:
                 self.tokens.check_day(spend[1], batch.day)
             except TokenRejected as exc:
                 raise RejectedBatch(exc.status, exc.reason, exc.message) from None
-        if spend is not None and self.spent is not None and not self.spent.spend(spend[0], batch.batch_id, spend[1]):
-            raise RejectedBatch(409, "token_spent", "this token was redeemed before (for another batch)")
 
     def _submit(
         self,
@@ -460,27 +460,60 @@ class UploadHandler:
         then: Callable[[Pending], object] | None = None,
         loop: asyncio.AbstractEventLoop | None = None,
     ) -> Answer | Pending:
-        """A prepared batch: refused (:meth:`prepare`'s checks, the token's spending), or its new frame handed
-        to the ingestor (group commit), with the publish deadline. ``then``: called with the :class:`Pending`
-        once its waiter is done (the waiter is then a :class:`~collector.ingest.SettleCall`, not a future)."""
+        """A prepared batch: refused (:meth:`prepare`'s checks, the token's day), or its new frame handed to the
+        ingestor (group commit), with the publish deadline; with a token, once the token is spent (the tokens of
+        one turn of the loop are spent together, :meth:`_spend_queued`; a token spent on another batch settles
+        the upload with 409 ``token_spent``). ``then``: called with the :class:`Pending` once its waiter is done
+        (the waiter is then a :class:`~collector.ingest.SettleCall`, not a future)."""
         try:
             if isinstance(value, RejectedBatch):
                 raise value
-            self._spend(spend, batch)
+            self._check_token_day(spend, batch)
         except RejectedBatch as exc:
             return self._failure(exc, batch)
         if loop is None:
             loop = asyncio.get_running_loop()
         call = SettleCall(then) if then is not None else None
-        waiter = ingestor.submit_async(
-            batch.batch_id, metric_day_key(batch.metric, batch.day), value, len(batch), batch.metric, loop, call
-        )
+        waiter: Any = call if call is not None else loop.create_future()
+        if spend is not None and self.spent is not None:
+            if not self._spends:
+                loop.call_soon(self._spend_queued)
+            self._spends.append((spend, batch, value, ingestor, waiter, loop))
+        else:
+            ingestor.submit_async(
+                batch.batch_id, metric_day_key(batch.metric, batch.day), value, len(batch), batch.metric, loop, waiter
+            )
         # failing ``waiter`` at its deadline is harmless: the ingestor hands out a future of the caller's own
         self.deadlines.add(loop, waiter)
         pending = Pending(batch, waiter)
         if call is not None:
             call.arg = pending  # settled on a later iteration of the loop at the earliest
         return pending
+
+    def _spend_queued(self) -> None:
+        """On the loop: spend the tokens of the uploads :meth:`_submit` queued since the last call, in one
+        transaction of the spent-token store, and hand the uploads whose token was new (or a retry of the same
+        batch) to the ingestor; the others are refused 409 ``token_spent``."""
+        queued, self._spends = self._spends, []
+        live = [q for q in queued if not q[4].done()]  # (a waiter failed at its deadline meanwhile)
+        if not live or self.spent is None:
+            return
+        try:
+            verdicts = self.spent.spend_many([(spend[0], batch.batch_id, spend[1]) for spend, batch, *_ in live])
+        except Exception as exc:  # the store failed: nothing of these uploads was published
+            log.exception("the spent-token store failed")
+            for q in live:
+                q[4].set_exception(exc)
+            return
+        for (_, batch, value, ingestor, waiter, loop), ok in zip(live, verdicts, strict=True):
+            if not ok:
+                waiter.set_exception(
+                    RejectedBatch(409, "token_spent", "this token was redeemed before (for another batch)")
+                )
+                continue
+            ingestor.submit_async(
+                batch.batch_id, metric_day_key(batch.metric, batch.day), value, len(batch), batch.metric, loop, waiter
+            )
 
     def _begin(
         self,

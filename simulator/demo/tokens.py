@@ -75,11 +75,14 @@ def token_summary(
 ) -> tuple[dict[str, Any], bool]:
     """Print the issued/spent/refused counts; the demo.json entry and whether the counts add up: every upload
     spent one token and the flood got no more than its K."""
-    import sqlite3
+    from collector.spent_tokens import SpentTokens
 
     issued = issuer.issued()
-    with sqlite3.connect(spent_path) as conn:  # the collector's own record of redeemed tokens
-        spent = int(conn.execute("SELECT COUNT(*) FROM spent").fetchone()[0])
+    store = SpentTokens(spent_path)  # the collector's own record of redeemed tokens
+    try:
+        spent = len(store)
+    finally:
+        store.close()
     honest = sum(expected.values()) - (flooded.accepted_reports if flooded is not None else 0)
     flood_spent = flooded.accepted if flooded is not None else 0
     refused = flooded.refused if flooded is not None else 0

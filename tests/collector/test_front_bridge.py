@@ -254,6 +254,58 @@ def test_token_answers_match_with_require_tokens(
     asyncio.run(scenario())
 
 
+def test_the_tokens_of_one_turn_are_spent_in_one_transaction_in_order(
+    tmp_path: Path,
+    issuer: ServerThread,  # noqa: F811
+    authority: EnrollmentAuthority,  # noqa: F811
+    metrics: MetricSet,
+) -> None:
+    """Uploads taken in one turn of the loop spend their tokens in one call of the store, in the order taken: a
+    token paying for two batches in the same turn pays for the first only (409 ``token_spent`` for the second),
+    a retry of the same batch with the same token in the same turn is not refused."""
+    t1, t2 = token_client(issuer.url, authority.enroll("device-turn")).fetch(2)
+    settings = dataclasses.replace(
+        token_settings(tmp_path),
+        transport_url=f"sqlite:///{tmp_path}/turn.log.sqlite3",
+        dedup_path=str(tmp_path / "turn.ids"),
+        spent_path=str(tmp_path / "turn.spent"),
+    )
+
+    async def scenario() -> None:
+        app = create_app(settings, metrics_route=False)
+        front = LoopbackFront()
+        async with app.fastapi.router.lifespan_context(app.fastapi):
+            bridge = FrontBridge.for_app(app)
+            bridge.attach(front)
+            store = app.upload.spent
+            assert store is not None
+            calls: list[int] = []
+            real = store.spend_many
+
+            def counted(spends: Any) -> list[bool]:
+                calls.append(len(spends))
+                return real(spends)
+
+            store.spend_many = counted  # type: ignore[method-assign]
+            a, b, c = (encode_frame(olh_batch(metrics, 3, first_seed=s)) for s in (1, 20, 40))
+            auth1, auth2 = tokens.authorization_header(t1), tokens.authorization_header(t2)
+            tickets = [
+                front.put(a, FRAME_CONTENT_TYPE, authorization=auth1),
+                front.put(b, FRAME_CONTENT_TYPE, authorization=auth1),  # the same token, another batch
+                front.put(c, FRAME_CONTENT_TYPE, authorization=auth2),
+                front.put(c, FRAME_CONTENT_TYPE, authorization=auth2),  # a retry of that upload
+            ]
+            answers = await front.wait(tickets)
+            bridge.detach()
+        got = [(status, json.loads(body).get("status") or json.loads(body).get("error")) for status, body, _ in answers]
+        assert got[:3] == [(202, "accepted"), (409, "token_spent"), (202, "accepted")], got
+        assert got[3][0] == 202, got
+        assert calls == [4], calls  # one transaction for the turn's four spends
+        front.close()
+
+    asyncio.run(scenario())
+
+
 def test_transport_down_is_503_with_retry_after(tmp_path: Path, metrics: MetricSet) -> None:
     outages = [OutageTransport(), OutageTransport()]
     for tr in outages:

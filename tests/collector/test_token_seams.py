@@ -29,6 +29,7 @@ from client_sdk.upload.backoff import BackoffPolicy
 from collector.http.app import create_app
 from collector.issuer import IssuerKeys, IssuerSettings, create_issuer_app
 from collector.settings import CollectorSettings
+from collector.spent_tokens import SpentTokens
 from ldp_core.days import iso_day, utc_day
 from ldp_core.metrics import MetricSet
 from ldp_core.tokens import privacy_pass as tokens
@@ -155,10 +156,11 @@ def test_a_late_batch_is_paid_with_a_token_of_its_own_day(tmp_path: Path, author
 
 
 def _spent_days(tmp_path: Path) -> list[tuple[str]]:
-    import sqlite3
-
-    with sqlite3.connect(tmp_path / "spent.sqlite3") as conn:
-        return [(str(d),) for (d,) in conn.execute("SELECT day FROM spent")]
+    store = SpentTokens(tmp_path / "spent.sqlite3")
+    try:
+        return [(day,) for _, _, day in store.records()]
+    finally:
+        store.close()
 
 
 # -- 2. key consistency ---------------------------------------------------------------------------------

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import socket
-import sqlite3
 import subprocess
 import sys
 import threading
@@ -30,6 +29,7 @@ from client_sdk.upload.backoff import BackoffPolicy
 from client_sdk.upload.token_wallet import TokenWallet
 from client_sdk.upload.uploader import HttpRequest, HttpResponse, Uploader
 from collector.issuer import IssuerSettings, create_issuer_app
+from collector.spent_tokens import SpentTokens
 from ldp_core.mechanisms.grr import GRRSpec
 from ldp_core.tokens import privacy_pass as tokens
 from ldp_core.tokens.enrollment import EnrollmentAuthority
@@ -132,8 +132,11 @@ def config(s: dict[str, Any], **kw: Any) -> ClientConfig:
 
 
 def spent(s: dict[str, Any]) -> list[tuple[bytes, str]]:
-    with sqlite3.connect(s["dir"] / "spent.sqlite3") as conn:
-        return [(bytes(b), str(d)) for b, d in conn.execute("SELECT batch_id, day FROM spent")]
+    store = SpentTokens(s["dir"] / "spent.sqlite3")
+    try:
+        return [(batch_id, day) for _, batch_id, day in store.records()]
+    finally:
+        store.close()
 
 
 def wait_until(predicate: Callable[[], bool], timeout: float = 30.0) -> None:

@@ -45,7 +45,6 @@ import io
 import json
 import os
 import re
-import sqlite3
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -55,6 +54,7 @@ import httpx
 import numpy as np
 import yaml
 
+from collector.spent_tokens import SpentTokens
 from ldp_core.days import utc_day
 from ldp_core.mechanisms import frequency_spec
 from ldp_core.metrics import MetricSet, load_metrics
@@ -539,8 +539,9 @@ def test_web_journey_through_the_compose_deployment(tmp_path: Path) -> None:
         # 1 - 1e-10): the candidates are listed with their flags, and the check is on what they carry
         batch = {m: batch_estimate(dep, m, day, include_noise=m == "search_word") for m in JOURNEY_METRICS}
         # every upload of both SDKs paid with its own anonymous token (the collector's record of redeemed ones)
-        with sqlite3.connect(tmp_path / "spent-tokens.sqlite3") as conn:
-            spent = int(conn.execute("SELECT COUNT(*) FROM spent").fetchone()[0])
+        store = SpentTokens(tmp_path / "spent-tokens.sqlite3")
+        spent = len(store.records())
+        store.close()
         assert spent == 2 * USERS * len(JOURNEY_METRICS), spent
         # the compose collector serves its port with the native front: every upload went its fast path, the
         # rest (metrics document, token keys, CORS preflights, readiness) through its proxy to the app

@@ -26,6 +26,7 @@ from typing import Any
 import pytest
 
 from collector.issuer import IssuerSettings, create_issuer_app
+from collector.spent_tokens import SpentTokens
 from ldp_core.tokens.enrollment import EnrollmentAuthority
 from tests.sdk.test_sdk_tokens import METRICS, ORIGIN, ROOT, IssuerProcess, free_port
 from tests.support.collector_support import ServerThread
@@ -125,8 +126,11 @@ def stack(services: dict[str, Any], request: pytest.FixtureRequest) -> Iterator[
 
 
 def spent_rows(s: dict[str, Any]) -> list[tuple[bytes, str]]:
-    with sqlite3.connect(s["dir"] / "spent.sqlite3") as conn:
-        return [(bytes(b), str(d)) for b, d in conn.execute("SELECT batch_id, day FROM spent")]
+    store = SpentTokens(s["dir"] / "spent.sqlite3")
+    try:
+        return [(batch_id, day) for _, batch_id, day in store.records()]
+    finally:
+        store.close()
 
 
 def issued(state: Path) -> int:
