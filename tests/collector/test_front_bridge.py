@@ -216,6 +216,16 @@ def test_bodies_above_the_offload_sizes_take_the_task_path(tmp_path: Path, metri
     asyncio.run(scenario())
 
 
+def _token_app_settings(tmp: Path, name: str, **kw: Any) -> CollectorSettings:
+    """``--require-tokens`` settings (the token tests' issuer keys) with a log and stores of ``name``'s own."""
+    return dataclasses.replace(
+        token_settings(tmp, **kw),
+        transport_url=f"sqlite:///{tmp}/{name}.log.sqlite3",
+        dedup_path=str(tmp / f"{name}.ids"),
+        spent_path=str(tmp / f"{name}.spent"),
+    )
+
+
 def test_token_answers_match_with_require_tokens(
     tmp_path: Path,
     issuer: ServerThread,  # noqa: F811
@@ -225,16 +235,8 @@ def test_token_answers_match_with_require_tokens(
     """``--require-tokens``: each app has its own spent-token store, so one token can be played against both."""
     t1, t2 = token_client(issuer.url, authority.enroll("device-bridge")).fetch(2)
 
-    def make(tmp: Path, name: str, **kw: Any) -> CollectorSettings:
-        return dataclasses.replace(
-            token_settings(tmp, **kw),
-            transport_url=f"sqlite:///{tmp}/{name}.log.sqlite3",
-            dedup_path=str(tmp / f"{name}.ids"),
-            spent_path=str(tmp / f"{name}.spent"),
-        )
-
     async def scenario() -> None:
-        async with twins(tmp_path, metrics, make_settings=make).running() as t:
+        async with twins(tmp_path, metrics, make_settings=_token_app_settings).running() as t:
             frame = encode_frame(olh_batch(metrics, 5))
             r = await t.both(frame, early=True)
             assert r[0] == 401 and json.loads(r[1])["error"] == "token_missing"
@@ -264,12 +266,7 @@ def test_the_tokens_of_one_turn_are_spent_in_one_transaction_in_order(
     token paying for two batches in the same turn pays for the first only (409 ``token_spent`` for the second),
     a retry of the same batch with the same token in the same turn is not refused."""
     t1, t2 = token_client(issuer.url, authority.enroll("device-turn")).fetch(2)
-    settings = dataclasses.replace(
-        token_settings(tmp_path),
-        transport_url=f"sqlite:///{tmp_path}/turn.log.sqlite3",
-        dedup_path=str(tmp_path / "turn.ids"),
-        spent_path=str(tmp_path / "turn.spent"),
-    )
+    settings = _token_app_settings(tmp_path, "turn")
 
     async def scenario() -> None:
         app = create_app(settings, metrics_route=False)

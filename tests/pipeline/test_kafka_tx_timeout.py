@@ -25,8 +25,9 @@ from typing import Any
 import pytest
 
 from pipeline.transport.base import FencedError, TransportError
-from pipeline.transport.kafka import KafkaConsumer, KafkaTransport
+from pipeline.transport.kafka import KafkaTransport
 from tests.pipeline.test_kafka_tx_outcome import _read_committed
+from tests.pipeline.test_kafka_zombie_commit import _poll_until
 
 pytestmark = pytest.mark.kafka
 
@@ -34,14 +35,6 @@ pytestmark = pytest.mark.kafka
 #: the broker's 1 s sweep for timed-out transactions, and a margin)
 TIMEOUT = 1.0
 OUTLIVE = TIMEOUT + 1.0 + 2.0
-
-
-def _poll_until(consumer: KafkaConsumer, want: int, timeout: float = 30.0) -> list[bytes]:
-    got: list[bytes] = []
-    deadline = time.monotonic() + timeout
-    while len(got) < want and time.monotonic() < deadline:
-        got.extend(r.value for r in consumer.poll(max_records=100, timeout=0.3))
-    return got
 
 
 def _setup(bootstrap: str, name: str) -> tuple[KafkaTransport, str, str, str]:
@@ -54,14 +47,20 @@ def _setup(bootstrap: str, name: str) -> tuple[KafkaTransport, str, str, str]:
     return transport, src, dst, group
 
 
+def _open_transaction(transport: KafkaTransport, src: str, group: str, dst: str, value: bytes) -> tuple[Any, Any]:
+    """Member ``a`` of ``group`` reads the input record and publishes ``value`` in a transaction left open."""
+    a = transport.consume(src, group, member="a", session_timeout=10.0)
+    assert _poll_until(a, 1) == [b"frame-1"]
+    scope = a.transaction()
+    scope.__enter__().publish(dst, b"k", value)
+    return a, scope
+
+
 def test_a_transaction_its_coordinator_aborted_on_timeout_is_retried_not_fatal(kafka_bootstrap: str) -> None:
     transport, src, dst, group = _setup(kafka_bootstrap, "tx-timeout")
     a: Any = None
     try:
-        a = transport.consume(src, group, member="a", session_timeout=10.0)
-        assert _poll_until(a, 1) == [b"frame-1"]
-        scope = a.transaction()
-        scope.__enter__().publish(dst, b"k", b"out-1")
+        a, scope = _open_transaction(transport, src, group, dst, b"out-1")
         time.sleep(OUTLIVE)  # the coordinator aborts the transaction and bumps the producer's epoch
         with pytest.raises(TransportError) as failed:
             scope.__exit__(None, None, None)
@@ -83,10 +82,7 @@ def test_a_member_whose_id_another_incarnation_took_stays_fenced(kafka_bootstrap
     a: Any = None
     b: Any = None
     try:
-        a = transport.consume(src, group, member="a", session_timeout=10.0)
-        assert _poll_until(a, 1) == [b"frame-1"]
-        scope = a.transaction()
-        scope.__enter__().publish(dst, b"k", b"zombie")
+        a, scope = _open_transaction(transport, src, group, dst, b"zombie")
         if timed_out:
             time.sleep(OUTLIVE)
         b = transport.consume(src, group, member="a", session_timeout=10.0)  # a restart under the same name
