@@ -16,8 +16,11 @@ every such page to the WAL: 24-26 µs of CPU per token at 60,000 tokens, and no 
 * each process finds tokens through an index in memory (:class:`collector.dedup_index.FingerprintTable`: 8
   bytes of the digest to its row and place), confirmed against the full digest in the row. A token whose 8
   bytes another token of the day already has is kept in a dict by its full digest instead;
-* inside the write transaction the index first reads the rows other processes appended since (by row id),
-  so the decision sees every spend committed before it; then the group's new tokens follow as one row;
+* inside the write transaction the index first reads the rows other processes appended since (by row id;
+  skipped when ``PRAGMA data_version`` says no other connection committed since this one's last spend), so
+  the decision sees every spend committed before it; then the group's new tokens follow as one row. A
+  transaction that fails makes this process read its days again from the file (what it had put into memory
+  may name a row id that another process's next row takes);
 * the tables of token days older than ``keep_days`` are dropped (a token is good on its day and the next).
 
 A file of the first layout is rewritten in place when opened, and a view named ``spent`` takes the old table's
@@ -98,6 +101,8 @@ class SpentTokens:
         self._cookie = -1  # the schema version the table list was read at
         self._tables: set[int] = set()
         self._purged_for = -1
+        self._version: int | None = None  # PRAGMA data_version at this connection's last spend
+        self._pending_version: int | None = None
         with immediate_transaction(self._conn):
             self._upgrade()
 
@@ -194,50 +199,79 @@ class SpentTokens:
         out: list[bool] = []
         new: dict[int, list[tuple[bytes, bytes]]] = {}
         now: dict[bytes, bytes] = {}  # the tokens this call records: their batch ids
+        days: dict[int, _Day] = {}
         with self._lock:
             conn = self._conn
-            with immediate_transaction(conn):
-                self._refresh()
-                days: dict[int, _Day] = {}
-                for _, _, iso in spends:
-                    day = day_of_iso(iso)
-                    if day not in days:
-                        if day not in self._tables:
-                            self._create(day)
-                            self._tables.add(day)
-                        days[day] = self._catch_up(day)
-                for digest, batch_id, iso in spends:
-                    digest, batch_id = bytes(digest), bytes(batch_id)
-                    paid = now.get(digest)
-                    if paid is None:
-                        day = day_of_iso(iso)
-                        place = days[day].find(digest, fingerprint(digest))
-                        paid = self._paid_for(day, place, digest) if place >= 0 else None
-                        if paid is None:  # a new token: recorded with this batch
-                            now[digest] = paid = batch_id
-                            new.setdefault(day, []).append((digest, batch_id))
-                    out.append(paid == batch_id)
-                for day, items in new.items():
-                    known = days[day]
-                    for k in range(0, len(items), PER_ROW):
-                        part = items[k : k + PER_ROW]
-                        rowid = conn.execute(
-                            f"INSERT INTO {_table(day)}(digests, batch_ids) VALUES (?, ?)",
-                            (b"".join(d for d, _ in part), b"".join(b for _, b in part)),
-                        ).lastrowid
-                        if rowid != known.read_to + 1:  # cannot happen in the write lock; read it back next time
-                            break
-                        known.put([(d, rowid * PER_ROW + j) for j, (d, _) in enumerate(part)])
-                        known.read_to = rowid
-                newest = max(days)
-                if newest > self._purged_for:
-                    for day in sorted(self._tables):
-                        if day < newest - self.keep_days:
-                            conn.execute(f"DROP TABLE IF EXISTS {_table(day)}")
-                            self._tables.discard(day)
-                            self._days.pop(day, None)
-                    self._purged_for = newest
+            try:
+                with immediate_transaction(conn):
+                    self._decide(conn, spends, days, now, new, out)
+                self._version = self._pending_version
+            except BaseException:
+                # rolled back: what this call put into memory may name rows that do not exist (read again)
+                self._version = None
+                self._cookie = -1
+                for day in days:
+                    self._days.pop(day, None)
+                raise
         return out
+
+    def _decide(
+        self,
+        conn: sqlite3.Connection,
+        spends: Sequence[tuple[bytes, bytes, str]],
+        days: dict[int, _Day],
+        now: dict[bytes, bytes],
+        new: dict[int, list[tuple[bytes, bytes]]],
+        out: list[bool],
+    ) -> None:
+        """Inside the write transaction of :meth:`spend_many`: catch up, decide each spend, append the new ones."""
+        # ``current``: no other connection committed since this one's last spend (``PRAGMA data_version`` changes
+        # only with others' commits), so memory holds every row of the days it read, and the list of tables
+        version = int(conn.execute("PRAGMA data_version").fetchone()[0])
+        self._pending_version = version
+        current = version == self._version
+        if not current:
+            self._refresh()
+        for _, _, iso in spends:
+            day = day_of_iso(iso)
+            if day not in days:
+                if day not in self._tables:
+                    self._create(day)
+                    self._tables.add(day)
+                known = self._days.get(day)
+                days[day] = known if current and known is not None else self._catch_up(day)
+        for digest, batch_id, iso in spends:
+            digest, batch_id = bytes(digest), bytes(batch_id)
+            paid = now.get(digest)
+            if paid is None:
+                day = day_of_iso(iso)
+                place = days[day].find(digest, fingerprint(digest))
+                paid = self._paid_for(day, place, digest) if place >= 0 else None
+                if paid is None:  # a new token: recorded with this batch
+                    now[digest] = paid = batch_id
+                    new.setdefault(day, []).append((digest, batch_id))
+            out.append(paid == batch_id)
+        for day, items in new.items():
+            known = days[day]
+            for k in range(0, len(items), PER_ROW):
+                part = items[k : k + PER_ROW]
+                rowid = conn.execute(
+                    f"INSERT INTO {_table(day)}(digests, batch_ids) VALUES (?, ?)",
+                    (b"".join(d for d, _ in part), b"".join(b for _, b in part)),
+                ).lastrowid
+                if rowid != known.read_to + 1:  # cannot happen in the write lock; read the file again next time
+                    self._pending_version = None
+                    break
+                known.put([(d, rowid * PER_ROW + j) for j, (d, _) in enumerate(part)])
+                known.read_to = rowid
+        newest = max(days)
+        if newest > self._purged_for:
+            for day in sorted(self._tables):
+                if day < newest - self.keep_days:
+                    conn.execute(f"DROP TABLE IF EXISTS {_table(day)}")
+                    self._tables.discard(day)
+                    self._days.pop(day, None)
+            self._purged_for = newest
 
     def records(self) -> list[tuple[bytes, bytes, str]]:
         """Every recorded ``(token digest, batch id, token day)``, by day, then in the order they were spent."""

@@ -79,6 +79,34 @@ def test_processes_racing_on_one_file_accept_each_token_once(tmp_path: Path) -> 
     store.close()
 
 
+def test_a_rolled_back_spend_leaves_nothing_in_memory_that_hides_another_process(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A transaction that fails after its row went into memory is rolled back; that row id is then another
+    process's next row. If memory still took that row as read, this process would never read the other's
+    spend, and would accept its token again (a double spend)."""
+    rng = np.random.default_rng(6)
+    t1, t2 = _tokens(rng, 2)
+    a = SpentTokens(tmp_path / "spent.sqlite3")
+    b = SpentTokens(tmp_path / "spent.sqlite3")
+    assert a.spend_many([(rng.bytes(32), rng.bytes(16), DAY)]) == [True]  # row 1, and a is current
+    real = SpentTokens._decide
+
+    def fail_after(self: SpentTokens, *args: object) -> None:
+        real(self, *args)  # t1 appended (row 2) and put into memory
+        raise OSError("disk full")
+
+    monkeypatch.setattr(SpentTokens, "_decide", fail_after)
+    with pytest.raises(OSError):
+        a.spend_many([(t1, rng.bytes(16), DAY)])
+    monkeypatch.undo()
+    paid = rng.bytes(16)
+    assert b.spend_many([(t2, paid, DAY)]) == [True]  # row 2 again, b's
+    assert a.spend_many([(t2, rng.bytes(16), DAY), (t2, paid, DAY), (t1, paid, DAY)]) == [False, True, True]
+    a.close()
+    b.close()
+
+
 def test_two_tokens_sharing_the_indexed_bytes_are_both_kept(tmp_path: Path) -> None:
     rng = np.random.default_rng(3)
     head = rng.bytes(8)
