@@ -102,7 +102,6 @@ class SpentTokens:
         self._tables: set[int] = set()
         self._purged_for = -1
         self._version: int | None = None  # PRAGMA data_version at this connection's last spend
-        self._pending_version: int | None = None
         with immediate_transaction(self._conn):
             self._upgrade()
 
@@ -196,39 +195,31 @@ class SpentTokens:
         for digest, batch_id, _ in spends:
             if len(digest) != _DIGEST or len(batch_id) != _BATCH:
                 raise ValueError(f"a token digest is {_DIGEST} bytes and a batch id {_BATCH}")
-        out: list[bool] = []
-        new: dict[int, list[tuple[bytes, bytes]]] = {}
-        now: dict[bytes, bytes] = {}  # the tokens this call records: their batch ids
-        days: dict[int, _Day] = {}
         with self._lock:
-            conn = self._conn
             try:
-                with immediate_transaction(conn):
-                    self._decide(conn, spends, days, now, new, out)
-                self._version = self._pending_version
+                with immediate_transaction(self._conn):
+                    out, version = self._decide(self._conn, spends)
             except BaseException:
-                # rolled back: what this call put into memory may name rows that do not exist (read again)
+                # rolled back: what this call put into memory may name rows that do not exist (read them again)
                 self._version = None
                 self._cookie = -1
-                for day in days:
-                    self._days.pop(day, None)
+                self._days.clear()
                 raise
+            self._version = version
         return out
 
     def _decide(
-        self,
-        conn: sqlite3.Connection,
-        spends: Sequence[tuple[bytes, bytes, str]],
-        days: dict[int, _Day],
-        now: dict[bytes, bytes],
-        new: dict[int, list[tuple[bytes, bytes]]],
-        out: list[bool],
-    ) -> None:
-        """Inside the write transaction of :meth:`spend_many`: catch up, decide each spend, append the new ones."""
+        self, conn: sqlite3.Connection, spends: Sequence[tuple[bytes, bytes, str]]
+    ) -> tuple[list[bool], int | None]:
+        """Inside the write transaction of :meth:`spend_many`: catch up, decide each spend, append the new ones;
+        the verdicts, and the ``PRAGMA data_version`` memory is current at (``None``: read the file next time)."""
+        out: list[bool] = []
+        days: dict[int, _Day] = {}
+        new: dict[int, list[tuple[bytes, bytes]]] = {}
+        now: dict[bytes, bytes] = {}  # the tokens this call records: their batch ids
         # ``current``: no other connection committed since this one's last spend (``PRAGMA data_version`` changes
         # only with others' commits), so memory holds every row of the days it read, and the list of tables
-        version = int(conn.execute("PRAGMA data_version").fetchone()[0])
-        self._pending_version = version
+        version: int | None = int(conn.execute("PRAGMA data_version").fetchone()[0])
         current = version == self._version
         if not current:
             self._refresh()
@@ -260,7 +251,7 @@ class SpentTokens:
                     (b"".join(d for d, _ in part), b"".join(b for _, b in part)),
                 ).lastrowid
                 if rowid != known.read_to + 1:  # cannot happen in the write lock; read the file again next time
-                    self._pending_version = None
+                    version = None
                     break
                 known.put([(d, rowid * PER_ROW + j) for j, (d, _) in enumerate(part)])
                 known.read_to = rowid
@@ -272,6 +263,7 @@ class SpentTokens:
                     self._tables.discard(day)
                     self._days.pop(day, None)
             self._purged_for = newest
+        return out, version
 
     def records(self) -> list[tuple[bytes, bytes, str]]:
         """Every recorded ``(token digest, batch id, token day)``, by day, then in the order they were spent."""

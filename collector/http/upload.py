@@ -168,6 +168,15 @@ def _reencoded(batch: ReportBatch, body: bytes, kind: str) -> bytes:
     return encode_frame(batch)
 
 
+def _hand_over(
+    ingestor: Ingestor, batch: ReportBatch, value: bytes, loop: asyncio.AbstractEventLoop, waiter: Any
+) -> None:
+    """Submit a checked (and, with a token, paid) batch's frame to the ingestor's group commit."""
+    ingestor.submit_async(
+        batch.batch_id, metric_day_key(batch.metric, batch.day), value, len(batch), batch.metric, loop, waiter
+    )
+
+
 class Pending(NamedTuple):
     """An upload handed to the ingestor: its batch and the future of its outcome (:meth:`UploadHandler.start`)."""
 
@@ -480,9 +489,7 @@ class UploadHandler:
                 loop.call_soon(self._spend_queued)
             self._spends.append((spend, batch, value, ingestor, waiter, loop))
         else:
-            ingestor.submit_async(
-                batch.batch_id, metric_day_key(batch.metric, batch.day), value, len(batch), batch.metric, loop, waiter
-            )
+            _hand_over(ingestor, batch, value, loop, waiter)
         # failing ``waiter`` at its deadline is harmless: the ingestor hands out a future of the caller's own
         self.deadlines.add(loop, waiter)
         pending = Pending(batch, waiter)
@@ -511,9 +518,7 @@ class UploadHandler:
                     RejectedBatch(409, "token_spent", "this token was redeemed before (for another batch)")
                 )
                 continue
-            ingestor.submit_async(
-                batch.batch_id, metric_day_key(batch.metric, batch.day), value, len(batch), batch.metric, loop, waiter
-            )
+            _hand_over(ingestor, batch, value, loop, waiter)
 
     def _begin(
         self,
