@@ -151,6 +151,19 @@ class GroupProcs:
             self.check_alive()
             time.sleep(0.2)
 
+    def warnings(self, limit: int = 40) -> str:
+        """Each service's WARNING, ERROR and start lines over all its runs (the last ``limit`` of each): what a
+        failure's message shows of what the services did."""
+        out = []
+        for name, s in self.services.items():
+            try:
+                lines = s.log.read_text(errors="replace").splitlines()
+            except OSError:
+                continue
+            kept = [ln[:300] for ln in lines if " WARNING " in ln or " ERROR " in ln or ln.startswith("==== start")]
+            out.append(f"--- {name}\n" + "\n".join(kept[-limit:]))
+        return "\n".join(out)
+
     def stop(self) -> None:
         """SIGTERM to every process at once, then wait for each (:meth:`Service.stop`)."""
         for s in self.services.values():
