@@ -16,6 +16,7 @@ import contextlib
 import dataclasses
 import json
 import time
+import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -420,6 +421,42 @@ def test_many_uploads_are_answered_in_few_batches(tmp_path: Path, metrics: Metri
             assert t.bridged.state.runtime["in_flight"] == 0
 
     asyncio.run(scenario())
+
+
+@pytest.mark.kafka
+def test_an_answered_upload_leaves_no_garbage_cycle(tmp_path: Path, metrics: MetricSet, kafka_bootstrap: str) -> None:
+    """Issue 31: each bridged upload's outcome (a ``SettleCall``) and its ``Pending`` referred to each other, a
+    cycle per upload that only the cyclic GC reclaimed (about 5 objects per upload, 6 µs of its CPU under load).
+    Answered, an upload leaves nothing for the cyclic GC: its objects go when their last reference does."""
+    import gc
+
+    from collector.http.upload import Pending
+    from collector.ingest import SettleCall
+
+    n = 32
+    run = uuid.uuid4().hex[:8]
+
+    def on_kafka(tmp: Path, name: str, **kw: Any) -> CollectorSettings:  # group commits on the loop, as deployed
+        url, topic = f"kafka://{kafka_bootstrap}", f"ldp.test.gc.{run}.{name}"
+        return dataclasses.replace(settings(tmp, name, **kw), transport_url=url, raw_topic=topic)
+
+    async def scenario() -> None:
+        async with twins(tmp_path, metrics, make_settings=on_kafka).running() as t:
+            for round_ in range(2):
+                bodies = [encode_frame(olh_batch(metrics, 3, first_seed=7 * i + 1000 * round_)) for i in range(n)]
+                answers = await t.front.wait([t.front.put(b, FRAME_CONTENT_TYPE) for b in bodies])
+                assert [a[0] for a in answers] == [202] * n
+
+    gc.collect()
+    gc.set_debug(gc.DEBUG_SAVEALL)  # what a collection finds unreachable stays in gc.garbage
+    try:
+        asyncio.run(scenario())  # the apps stopped: nothing holds an upload's objects any more
+        gc.collect()
+        found = [type(o).__name__ for o in gc.garbage if isinstance(o, SettleCall | Pending)]
+    finally:
+        gc.set_debug(0)
+        gc.garbage.clear()
+    assert found == [], f"{len(found)} objects of {2 * n} uploads were reclaimed by the cyclic GC only"
 
 
 def test_beyond_max_in_flight_is_503_overloaded(tmp_path: Path, metrics: MetricSet) -> None:
