@@ -169,6 +169,22 @@ def _broker_pid() -> int | None:
         return None
 
 
+def _drop_topics(url: str, topics: list[str]) -> None:
+    """Delete a run's topics from the broker: each ingest run writes gigabytes, which filled the disk of a
+    machine that ran the benchmark a few dozen times."""
+    if not url.startswith("kafka://"):
+        return
+    from kafka import KafkaAdminClient
+
+    admin = KafkaAdminClient(bootstrap_servers=url.removeprefix("kafka://").split("?")[0])
+    try:
+        admin.delete_topics(topics)
+    except Exception as exc:  # noqa: BLE001 - a figure measured is worth more than a topic left behind
+        print(f"could not delete {topics}: {exc!r}", file=sys.stderr)
+    finally:
+        admin.close()
+
+
 def bench_ingest(
     url: str,
     tmp: pathlib.Path,
@@ -190,6 +206,8 @@ def bench_ingest(
         cpu = {k: _cpu_seconds(p) - cpu0[k] for k, p in pids.items()}
     finally:
         collector.stop()
+        if peer is None:  # (a peer publishes nothing)
+            _drop_topics(url, [topic])
     lat = np.array(latencies) * 1000
     # CPU over warm-up plus measurement, per report answered in either
     answered = max(1, counts[0] + counts[1]) * reports * (seconds + warmup) / seconds
@@ -260,6 +278,7 @@ def bench_shuffle(url: str, batches: int, reports: int, min_batch: int) -> dict[
         cpu = time.process_time() - c0
         stats = shuffler.stats.to_dict()
         shuffler.close()
+    _drop_topics(url, [settings.raw_topic, settings.shuffled_topic, settings.state_topic])
     return {
         "reports_per_s": total / elapsed,
         "seconds": elapsed,
