@@ -116,7 +116,7 @@ import xxhash
 from collector.dedup_index import FingerprintTable, fingerprint
 from collector.errors import DedupStoreError
 from ldp_core.days import DAY_SECONDS, utc_day
-from ldp_core.sqlite import immediate_transaction, use_wal
+from ldp_core.sqlite import immediate_transaction, open_store
 
 __all__ = ["BatchIdStore", "SCHEMA_VERSION", "content_digest", "same_content"]
 
@@ -230,8 +230,6 @@ class BatchIdStore:
         if not ttl > 0:
             raise ValueError(f"ttl must be > 0 seconds, got {ttl!r}")
         self.path = str(path)
-        if self.path != ":memory:":
-            Path(self.path).expanduser().parent.mkdir(parents=True, exist_ok=True)
         self.ttl = float(ttl)
         self.ttl_days = max(1, math.ceil(self.ttl / DAY_SECONDS))
         self.purge_interval = float(purge_interval)
@@ -240,11 +238,8 @@ class BatchIdStore:
         self._lock = threading.Lock()
         self._pending: dict[str, int] = {}  # counts not written yet (see the module docstring)
         self._flushed = time.monotonic()
-        self._conn = sqlite3.connect(self.path, timeout=60.0, isolation_level=None, check_same_thread=False)
+        self._conn = open_store(self.path, synchronous="NORMAL")
         try:
-            if self.path != ":memory:":
-                use_wal(self._conn, 60.0)
-            self._conn.execute("PRAGMA synchronous=NORMAL")
             self._conn.execute(f"PRAGMA wal_autocheckpoint={_CHECKPOINT_PAGES}")
             self._key = self._open_schema()
         except BaseException:

@@ -52,7 +52,6 @@ import binascii
 import dataclasses
 import json
 import os
-import sqlite3
 import threading
 import time
 from collections.abc import Callable
@@ -65,7 +64,7 @@ from fastapi.responses import Response
 from collector.cors import ISSUER_ROUTES, CorsMiddleware, parse_origins
 from ldp_core.days import DAY_SECONDS, day_of_iso, iso_day, utc_day, utc_iso_day
 from ldp_core.files import makedirs_durable, write_atomic
-from ldp_core.sqlite import immediate_transaction, use_wal
+from ldp_core.sqlite import immediate_transaction, open_store
 from ldp_core.tokens import blind_rsa
 from ldp_core.tokens import privacy_pass as tokens
 from ldp_core.tokens.enrollment import EnrollmentError, RequestVerifier
@@ -112,14 +111,9 @@ class IssuedCounts:
 
     def __init__(self, path: str | os.PathLike[str], *, keep_days: int = 3) -> None:
         self.path = str(path)
-        if self.path != ":memory:":
-            Path(self.path).parent.mkdir(parents=True, exist_ok=True)
         self.keep_days = keep_days
-        self._conn = sqlite3.connect(self.path, timeout=60.0, isolation_level=None, check_same_thread=False)
+        self._conn = open_store(self.path, synchronous="FULL")
         self._lock = threading.Lock()
-        if self.path != ":memory:":
-            use_wal(self._conn, 60.0)
-        self._conn.execute("PRAGMA synchronous=FULL")
         self._conn.execute(
             "CREATE TABLE IF NOT EXISTS issued(device_id TEXT NOT NULL, day TEXT NOT NULL, n INTEGER NOT NULL,"
             " PRIMARY KEY (device_id, day)) WITHOUT ROWID"

@@ -34,12 +34,11 @@ import os
 import sqlite3
 import threading
 from collections.abc import Sequence
-from pathlib import Path
 
 from collector.dedup_index import FingerprintTable, fingerprint
 from ldp_core.days import day_of_iso, iso_day
 from ldp_core.errors import ConfigError
-from ldp_core.sqlite import immediate_transaction, use_wal
+from ldp_core.sqlite import immediate_transaction, open_store
 
 __all__ = ["SpentTokens", "SCHEMA_VERSION", "PER_ROW"]
 
@@ -89,14 +88,9 @@ class SpentTokens:
 
     def __init__(self, path: str | os.PathLike[str], *, keep_days: int = 3) -> None:
         self.path = str(path)
-        if self.path != ":memory:":
-            Path(self.path).expanduser().parent.mkdir(parents=True, exist_ok=True)
         self.keep_days = keep_days
-        self._conn = sqlite3.connect(self.path, timeout=60.0, isolation_level=None, check_same_thread=False)
+        self._conn = open_store(self.path, synchronous="NORMAL")
         self._lock = threading.Lock()
-        if self.path != ":memory:":
-            use_wal(self._conn, 60.0)
-        self._conn.execute("PRAGMA synchronous=NORMAL")
         self._days: dict[int, _Day] = {}
         self._cookie = -1  # the schema version the table list was read at
         self._tables: set[int] = set()

@@ -6,8 +6,29 @@ import contextlib
 import sqlite3
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
-__all__ = ["immediate_transaction", "use_wal"]
+__all__ = ["immediate_transaction", "open_store", "use_wal"]
+
+
+def open_store(path: str, *, synchronous: str, timeout: float = 60.0) -> sqlite3.Connection:
+    """A connection to a server's SQLite store at ``path`` (``":memory:"`` for tests): its folder made, in
+    autocommit mode (for :func:`immediate_transaction`), usable from any thread (the caller serializes), WAL
+    (:func:`use_wal`) and ``PRAGMA synchronous`` set to ``synchronous`` (``NORMAL`` or ``FULL``). The collector's
+    batch-id, spent-token and issued-token stores open theirs so."""
+    target = path
+    if path != ":memory:":
+        target = str(Path(path).expanduser())
+        Path(target).parent.mkdir(parents=True, exist_ok=True)
+    conn = sqlite3.connect(target, timeout=timeout, isolation_level=None, check_same_thread=False)
+    try:
+        if path != ":memory:":
+            use_wal(conn, timeout)
+        conn.execute(f"PRAGMA synchronous={synchronous}")
+    except BaseException:
+        conn.close()
+        raise
+    return conn
 
 
 def use_wal(conn: sqlite3.Connection, timeout: float) -> str:
